@@ -1,0 +1,66 @@
+// LocalExecutor: runs trials in a pool of worker processes on this machine and turns their
+// messages into events. Workers are spawned on demand and reused across trials; a worker that
+// dies fails its trial (with its exit status and last output) and is replaced on the next
+// Start. Not thread-safe: one coordinator loop owns it. Ignores SIGPIPE process-wide, so that a
+// dead worker's pipe gives EPIPE instead of killing the coordinator.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "executor/trial.h"
+
+namespace sweep::executor {
+
+struct WorkerEvent {
+  enum class Type { kReport, kDone };
+  Type type = Type::kReport;
+  int64_t trial = 0;
+  // kReport
+  int64_t step = 0;
+  double epoch = 0;
+  nlohmann::json metrics;  // kReport: the report; kDone: end-only metrics (test_acc)
+  // kDone
+  TrialOutcome::Kind outcome = TrialOutcome::Kind::kCompleted;
+  std::string error;
+};
+
+class LocalExecutor {
+ public:
+  // `worker_command`: argv of the worker program, e.g. {"/usr/bin/sweep", "worker"}.
+  // `extra_env`: "KEY=VALUE" entries added to the workers' environment.
+  explicit LocalExecutor(std::vector<std::string> worker_command,
+                         std::vector<std::string> extra_env = {});
+  ~LocalExecutor();  // Shutdown(1000)
+  LocalExecutor(const LocalExecutor&) = delete;
+  LocalExecutor& operator=(const LocalExecutor&) = delete;
+
+  // Hands the task to an idle worker, spawning one if none is idle.
+  Status Start(const TrialTask& task);
+  // Asks trial `number` to stop; its kDone (kStopped) event follows.
+  Status Stop(int64_t number);
+  // Waits up to timeout_ms for messages; appends what arrived (possibly nothing).
+  Status Poll(int timeout_ms, std::vector<WorkerEvent>* events);
+  int running() const;
+  int workers() const { return static_cast<int>(workers_.size()); }
+  // Tells the workers to exit, waits up to grace_ms, then kills what is left.
+  void Shutdown(int grace_ms);
+
+ private:
+  struct Worker;
+  Result<Worker*> IdleWorker();
+  void ReadMessages(Worker& w, std::vector<WorkerEvent>* events);
+  void ReadLog(Worker& w);
+  void Reap(Worker& w, std::vector<WorkerEvent>* events);
+
+  std::vector<std::string> command_;
+  std::vector<std::string> env_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+}  // namespace sweep::executor

@@ -1,0 +1,49 @@
+// What a worker runs: a TrialTask (kind, hyperparameters, settings, devices) in, reports and one
+// outcome out. RunTrial is what a worker process calls, and what `sweep train` calls in-process.
+// RunTrial blocks the calling thread; `stop` may be set from another thread at any time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+
+namespace sweep::executor {
+
+struct TrialTask {
+  int64_t number = 0;
+  std::string kind;         // "trainer" | "function"
+  nlohmann::json params;    // the trial's hyperparameters (object)
+  nlohmann::json settings;  // [trainer] defaults, or the [function] table (object)
+  int threads = 1;          // CPU threads for the trial (its number of CPU slots)
+  std::vector<int> gpus;    // CUDA ordinals; empty on CPU slots
+  uint64_t seed = 0;        // used when neither settings nor params give `seed`
+};
+
+nlohmann::json ToJson(const TrialTask& task);
+Result<TrialTask> TrialTaskFromJson(const nlohmann::json& json);
+
+struct TrialOutcome {
+  enum class Kind { kCompleted, kStopped, kFailed };
+  Kind kind = Kind::kCompleted;
+  std::string error;           // kFailed: why
+  nlohmann::json end_metrics;  // metrics known only at the end (test_acc); an object
+};
+std::string_view ToString(TrialOutcome::Kind kind);
+
+// Receives each report as it happens: step (optimizer steps, or curve step), epoch (the
+// resource consumed so far), and a JSON object of metric -> number.
+using ReportSink = std::function<void(int64_t step, double epoch, const nlohmann::json& metrics)>;
+
+// Runs the task to its end, or until `stop` is set (then kStopped after the current epoch/step).
+TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop);
+
+// Metrics a trial of this kind reports ("trainer": the trainer's; "function": "value").
+std::vector<std::string> TrialMetricNames(std::string_view kind);
+
+}  // namespace sweep::executor

@@ -1,0 +1,22 @@
+// The trial worker: a child process (`sweep worker`, hidden) that runs trials one after another
+// for the local executor, so a trial that crashes takes down only its worker.
+//
+// Protocol: one JSON object per line.
+//   1. The executor writes {"op":"run", "task": TrialTask} on the worker's stdin.
+//   2. The worker writes {"op":"report","trial":N,"step":S,"epoch":E,"metrics":{...}} on fd 3
+//      for each report, then {"op":"done","trial":N,"outcome":"completed|stopped|failed",
+//      "error":"...","metrics":{...}}.
+//   3. {"op":"stop","trial":N} asks the running trial N to stop after its current epoch/step.
+//   4. {"op":"exit"} or end of input ends the worker.
+// stdout and stderr carry only logs; the executor keeps their tail for error messages.
+#pragma once
+
+namespace sweep::executor {
+
+inline constexpr int kWorkerCommandFd = 0;
+inline constexpr int kWorkerMessageFd = 3;
+
+// Serves the protocol until told to exit. Returns the process exit code.
+int RunWorker(int command_fd, int message_fd);
+
+}  // namespace sweep::executor

@@ -1,0 +1,297 @@
+// LocalExecutor: worker processes over pipes, multiplexed with poll(2).
+// Each worker has three pipes: commands (its stdin), messages (its fd 3) and logs (its stdout
+// and stderr). The log tail is kept so that a crashed worker's trial records what it printed.
+#include "executor/local_executor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "executor/worker.h"
+#include "line_io.h"
+
+extern char** environ;
+
+namespace sweep::executor {
+
+using nlohmann::json;
+
+namespace {
+constexpr size_t kLogTailBytes = 2048;
+
+// Moves fd above the range the child's dup2 targets use, with close-on-exec set.
+int MoveHigh(int fd) {
+  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  ::close(fd);
+  return moved;
+}
+
+std::string DescribeExit(int wstatus) {
+  if (WIFEXITED(wstatus)) return "exited with code " + std::to_string(WEXITSTATUS(wstatus));
+  if (WIFSIGNALED(wstatus)) {
+    int sig = WTERMSIG(wstatus);
+    const char* name = ::strsignal(sig);
+    return "killed by signal " + std::to_string(sig) + " (" + (name ? name : "?") + ")";
+  }
+  return "ended (status " + std::to_string(wstatus) + ")";
+}
+}  // namespace
+
+struct LocalExecutor::Worker {
+  pid_t pid = -1;
+  int command_fd = -1;  // we write
+  int message_fd = -1;  // we read
+  int log_fd = -1;      // we read
+  LineReader messages;
+  LineReader logs;
+  std::string log_tail;
+  std::optional<int64_t> trial;  // running trial, if any
+  bool alive = true;
+  bool messages_open = true;
+
+  void CloseFds() {
+    for (int* fd : {&command_fd, &message_fd, &log_fd}) {
+      if (*fd >= 0) ::close(*fd);
+      *fd = -1;
+    }
+  }
+};
+
+LocalExecutor::LocalExecutor(std::vector<std::string> worker_command,
+                             std::vector<std::string> extra_env)
+    : command_(std::move(worker_command)), env_(std::move(extra_env)) {
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+LocalExecutor::~LocalExecutor() { Shutdown(1000); }
+
+int LocalExecutor::running() const {
+  int n = 0;
+  for (const auto& w : workers_) n += (w->alive && w->trial) ? 1 : 0;
+  return n;
+}
+
+Result<LocalExecutor::Worker*> LocalExecutor::IdleWorker() {
+  for (auto& w : workers_) {
+    if (w->alive && !w->trial) return w.get();
+  }
+  // Replace dead workers' entries rather than letting the vector grow.
+  std::erase_if(workers_, [](const auto& w) { return !w->alive; });
+
+  int cmd[2], msg[2], log[2];
+  if (::pipe2(cmd, O_CLOEXEC) != 0) return Status::IoError(std::strerror(errno));
+  if (::pipe2(msg, O_CLOEXEC) != 0) return Status::IoError(std::strerror(errno));
+  if (::pipe2(log, O_CLOEXEC) != 0) return Status::IoError(std::strerror(errno));
+  for (int* p : {cmd, msg, log}) {
+    p[0] = MoveHigh(p[0]);
+    p[1] = MoveHigh(p[1]);
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, cmd[0], kWorkerCommandFd);
+  posix_spawn_file_actions_adddup2(&actions, msg[1], kWorkerMessageFd);
+  posix_spawn_file_actions_adddup2(&actions, log[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, log[1], 2);
+
+  std::vector<char*> argv;
+  for (auto& a : command_) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
+  for (const auto& e : env_) env_storage.push_back(e);
+  std::vector<char*> envp;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(cmd[0]);
+  ::close(msg[1]);
+  ::close(log[1]);
+  if (rc != 0) {
+    for (int fd : {cmd[1], msg[0], log[0]}) ::close(fd);
+    return Status::IoError("cannot start worker '" + command_[0] + "': " + std::strerror(rc));
+  }
+  auto w = std::make_unique<Worker>();
+  w->pid = pid;
+  w->command_fd = cmd[1];
+  w->message_fd = msg[0];
+  w->log_fd = log[0];
+  ::fcntl(w->message_fd, F_SETFL, O_NONBLOCK);
+  ::fcntl(w->log_fd, F_SETFL, O_NONBLOCK);
+  workers_.push_back(std::move(w));
+  return workers_.back().get();
+}
+
+Status LocalExecutor::Start(const TrialTask& task) {
+  SWEEP_ASSIGN_OR_RETURN(Worker * w, IdleWorker());
+  json msg = {{"op", "run"}, {"task", ToJson(task)}};
+  w->trial = task.number;
+  // A failed write means the worker just died; Poll() reaps it and fails the trial.
+  WriteAll(w->command_fd, msg.dump() + "\n");
+  return Status::Ok();
+}
+
+Status LocalExecutor::Stop(int64_t number) {
+  for (auto& w : workers_) {
+    if (w->alive && w->trial == number) {
+      WriteAll(w->command_fd, json{{"op", "stop"}, {"trial", number}}.dump() + "\n");
+      return Status::Ok();
+    }
+  }
+  return Status::NotFound("trial " + std::to_string(number) + " is not running");
+}
+
+void LocalExecutor::ReadLog(Worker& w) {
+  std::vector<std::string> lines;
+  if (!w.logs.ReadSome(w.log_fd, &lines)) {
+    ::close(w.log_fd);
+    w.log_fd = -1;
+  }
+  for (const auto& line : lines) {
+    w.log_tail += line;
+    w.log_tail += '\n';
+  }
+  if (w.log_tail.size() > kLogTailBytes) w.log_tail.erase(0, w.log_tail.size() - kLogTailBytes);
+}
+
+void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
+  std::vector<std::string> lines;
+  w.messages_open = w.messages.ReadSome(w.message_fd, &lines);
+  for (const auto& line : lines) {
+    json msg = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!msg.is_object()) continue;
+    std::string op = msg.value("op", "");
+    WorkerEvent ev;
+    ev.trial = msg.value("trial", int64_t{-1});
+    if (op == "report") {
+      ev.type = WorkerEvent::Type::kReport;
+      ev.step = msg.value("step", int64_t{0});
+      ev.epoch = msg.value("epoch", 0.0);
+      ev.metrics = msg.value("metrics", json::object());
+    } else if (op == "done") {
+      ev.type = WorkerEvent::Type::kDone;
+      std::string outcome = msg.value("outcome", "failed");
+      ev.outcome = outcome == "completed" ? TrialOutcome::Kind::kCompleted
+                   : outcome == "stopped" ? TrialOutcome::Kind::kStopped
+                                          : TrialOutcome::Kind::kFailed;
+      ev.error = msg.value("error", "");
+      ev.metrics = msg.value("metrics", json::object());
+      w.trial.reset();
+    } else if (op == "error" && w.trial) {
+      ev.type = WorkerEvent::Type::kDone;
+      ev.trial = *w.trial;
+      ev.outcome = TrialOutcome::Kind::kFailed;
+      ev.error = msg.value("error", "worker error");
+      w.trial.reset();
+    } else {
+      continue;
+    }
+    events->push_back(std::move(ev));
+  }
+}
+
+void LocalExecutor::Reap(Worker& w, std::vector<WorkerEvent>* events) {
+  // The message pipe closed: the worker exited or is exiting. Collect its last words.
+  while (w.log_fd >= 0) {
+    pollfd p{w.log_fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) break;
+    ReadLog(w);
+  }
+  int wstatus = 0;
+  pid_t r = 0;
+  for (int i = 0; i < 50 && (r = ::waitpid(w.pid, &wstatus, WNOHANG)) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (r == 0) {
+    ::kill(w.pid, SIGKILL);
+    ::waitpid(w.pid, &wstatus, 0);
+  }
+  w.alive = false;
+  w.CloseFds();
+  if (w.trial) {
+    WorkerEvent ev;
+    ev.type = WorkerEvent::Type::kDone;
+    ev.trial = *w.trial;
+    ev.outcome = TrialOutcome::Kind::kFailed;
+    ev.error = "worker (pid " + std::to_string(w.pid) + ") " + DescribeExit(wstatus);
+    std::string tail = w.log_tail + w.logs.partial();
+    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+    if (!tail.empty()) ev.error += "; last output: " + tail;
+    events->push_back(std::move(ev));
+    w.trial.reset();
+  }
+}
+
+Status LocalExecutor::Poll(int timeout_ms, std::vector<WorkerEvent>* events) {
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Worker*, bool>> owners;  // (worker, is_log)
+  for (auto& w : workers_) {
+    if (!w->alive) continue;
+    fds.push_back({w->message_fd, POLLIN, 0});
+    owners.emplace_back(w.get(), false);
+    if (w->log_fd >= 0) {
+      fds.push_back({w->log_fd, POLLIN, 0});
+      owners.emplace_back(w.get(), true);
+    }
+  }
+  if (fds.empty()) {
+    if (timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    return Status::Ok();
+  }
+  int n = ::poll(fds.data(), fds.size(), timeout_ms);
+  if (n < 0) {
+    if (errno == EINTR) return Status::Ok();
+    return Status::IoError(std::string("poll: ") + std::strerror(errno));
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    auto [w, is_log] = owners[i];
+    if (is_log) {
+      if (w->log_fd >= 0) ReadLog(*w);
+    } else {
+      ReadMessages(*w, events);
+    }
+  }
+  for (auto& w : workers_) {
+    if (w->alive && !w->messages_open) Reap(*w, events);
+  }
+  return Status::Ok();
+}
+
+void LocalExecutor::Shutdown(int grace_ms) {
+  for (auto& w : workers_) {
+    if (!w->alive) continue;
+    WriteAll(w->command_fd, "{\"op\":\"exit\"}\n");
+    ::close(w->command_fd);
+    w->command_fd = -1;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  for (auto& w : workers_) {
+    if (!w->alive) continue;
+    int wstatus = 0;
+    while (::waitpid(w->pid, &wstatus, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ::kill(w->pid, SIGKILL);
+        ::waitpid(w->pid, &wstatus, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    w->alive = false;
+    w->CloseFds();
+  }
+  workers_.clear();
+}
+
+}  // namespace sweep::executor

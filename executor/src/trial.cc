@@ -1,0 +1,136 @@
+// RunTrial for each trial kind, and the TrialTask wire form.
+// Trainer trials apply [trainer] settings, then the trial's parameters, then the executor's
+// choices (threads, seed); function trials evaluate an analytic test function, optionally as a
+// curve over `steps` reports.
+#include "executor/trial.h"
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "executor/functions.h"
+#include "trainer/trainer.h"
+
+namespace sweep::executor {
+
+using nlohmann::json;
+
+std::string_view ToString(TrialOutcome::Kind kind) {
+  switch (kind) {
+    case TrialOutcome::Kind::kCompleted:
+      return "completed";
+    case TrialOutcome::Kind::kStopped:
+      return "stopped";
+    case TrialOutcome::Kind::kFailed:
+      return "failed";
+  }
+  return "failed";
+}
+
+json ToJson(const TrialTask& task) {
+  return json{{"number", task.number},     {"kind", task.kind},       {"params", task.params},
+              {"settings", task.settings}, {"threads", task.threads}, {"gpus", task.gpus},
+              {"seed", task.seed}};
+}
+
+Result<TrialTask> TrialTaskFromJson(const json& j) {
+  try {
+    TrialTask t;
+    t.number = j.at("number").get<int64_t>();
+    t.kind = j.at("kind").get<std::string>();
+    t.params = j.at("params");
+    t.settings = j.at("settings");
+    t.threads = j.at("threads").get<int>();
+    t.gpus = j.at("gpus").get<std::vector<int>>();
+    t.seed = j.at("seed").get<uint64_t>();
+    return t;
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("malformed trial task: ") + e.what());
+  }
+}
+
+std::vector<std::string> TrialMetricNames(std::string_view kind) {
+  if (kind == "trainer") return trainer::MetricNames();
+  if (kind == "function") return {"value"};
+  return {};
+}
+
+namespace {
+
+TrialOutcome Failed(std::string error) {
+  TrialOutcome out;
+  out.kind = TrialOutcome::Kind::kFailed;
+  out.error = std::move(error);
+  return out;
+}
+
+TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
+                             const std::atomic<bool>& stop) {
+  trainer::TrainOptions options;
+  options.seed = task.seed;
+  for (const json* source : {&task.settings, &task.params}) {
+    for (const auto& [key, value] : source->items()) {
+      Status s = trainer::ApplyOption(&options, key, value);
+      if (!s.ok()) return Failed(s.message());
+    }
+  }
+  options.threads = std::max(1, task.threads);
+  Status valid = trainer::Validate(options);
+  if (!valid.ok()) return Failed(valid.message());
+
+  auto on_epoch = [&](const trainer::EpochReport& r) {
+    json metrics = {{"train_loss", r.train_loss},
+                    {"samples_per_s", r.samples_per_s},
+                    {"data_wait_s", r.data_wait_s},
+                    {"epoch_s", r.epoch_s}};
+    if (std::isfinite(r.val_loss)) metrics["val_loss"] = r.val_loss;
+    if (std::isfinite(r.val_acc)) metrics["val_acc"] = r.val_acc;
+    sink(r.step, r.epoch, metrics);
+    return !stop.load(std::memory_order_relaxed);
+  };
+  Result<trainer::TrainResult> result = trainer::Train(options, on_epoch);
+  if (!result.ok()) return Failed(result.status().message());
+  TrialOutcome out;
+  out.kind = result->stopped ? TrialOutcome::Kind::kStopped : TrialOutcome::Kind::kCompleted;
+  out.end_metrics = json::object();
+  if (result->test_acc) out.end_metrics["test_acc"] = *result->test_acc;
+  return out;
+}
+
+TrialOutcome RunFunctionTrial(const TrialTask& task, const ReportSink& sink,
+                              const std::atomic<bool>& stop) {
+  std::string name = task.settings.value("name", "");
+  const FunctionInfo* info = FindFunction(name);
+  if (info == nullptr) return Failed("unknown function '" + name + "'");
+  Result<double> value = EvaluateFunction(name, task.params);
+  if (!value.ok()) return Failed(value.status().message());
+  int64_t steps = task.settings.value("steps", int64_t{0});
+  int64_t step_ms = task.settings.value("step_ms", int64_t{0});
+  TrialOutcome out;
+  out.end_metrics = json::object();
+  if (steps <= 0) {
+    sink(1, 1, json{{"value", *value}});
+    return out;
+  }
+  for (int64_t t = 1; t <= steps; ++t) {
+    if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
+    double v = CurveValue(*value, info->minimum, task.params, t, steps);
+    sink(t, static_cast<double>(t), json{{"value", v}});
+    if (t < steps && stop.load(std::memory_order_relaxed)) {
+      out.kind = TrialOutcome::Kind::kStopped;
+      return out;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink,
+                      const std::atomic<bool>& stop) {
+  if (task.kind == "trainer") return RunTrainerTrial(task, sink, stop);
+  if (task.kind == "function") return RunFunctionTrial(task, sink, stop);
+  return Failed("unknown trial kind '" + task.kind + "'");
+}
+
+}  // namespace sweep::executor

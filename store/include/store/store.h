@@ -1,0 +1,154 @@
+// Store: the one SQLite file that holds every sweep, trial, report and state transition.
+// Start here for anything that reads or writes results. A Store is one connection; it is not
+// safe to use from several threads at once (give each thread its own Store). Many processes
+// may read while one writes (WAL mode); writes are buffered in one open transaction until
+// Commit(), so a coordinator commits once per loop turn rather than once per row.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace sweep::store {
+
+// Current schema version, kept in PRAGMA user_version.
+inline constexpr int kSchemaVersion = 1;
+
+enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
+// "pending", "running", "completed", "pruned", "failed", "interrupted".
+std::string_view ToString(TrialStatus status);
+std::optional<TrialStatus> ParseTrialStatus(std::string_view text);
+bool IsTerminal(TrialStatus status);  // completed, pruned, failed
+
+enum class SweepStatus { kRunning, kCompleted, kFailed, kInterrupted };
+std::string_view ToString(SweepStatus status);
+std::optional<SweepStatus> ParseSweepStatus(std::string_view text);
+
+struct NewSweep {
+  std::string name;
+  std::string config_text;  // the TOML exactly as read
+  std::string config_path;  // where it was read from, for messages
+  std::string metric;       // what the sweep optimises
+  bool maximize = true;
+  int64_t seed = 0;
+  double created_s = 0;  // Unix time, seconds
+};
+
+struct SweepRecord {
+  int64_t id = 0;
+  std::string name;
+  std::string config_text;
+  std::string config_hash;  // hex SHA-256 of config_text
+  std::string config_path;
+  std::string metric;
+  bool maximize = true;
+  int64_t seed = 0;
+  SweepStatus status = SweepStatus::kRunning;
+  double created_s = 0;
+  std::optional<double> ended_s;
+};
+
+struct TrialRecord {
+  int64_t number = 0;  // 0-based, unique within the sweep
+  TrialStatus status = TrialStatus::kPending;
+  std::string params_json;  // canonical JSON object: keys sorted, shortest round-trip numbers
+  std::string placement;    // e.g. "local:cpu0,cpu1"; empty before placement
+  std::optional<double> started_s;
+  std::optional<double> ended_s;
+  std::string error;         // why it failed or was pruned; empty otherwise
+  std::string checkpoint;    // path of its last checkpoint; empty when none
+  std::string metrics_json;  // last reported value of each metric (plus test_acc): JSON object
+  std::optional<double> objective;  // final value of the sweep's metric, when reported
+  double epochs = 0;                // resource consumed (epochs, or steps for function trials)
+};
+
+struct ReportRecord {
+  int64_t trial = 0;  // trial number
+  int64_t step = 0;
+  double epoch = 0;
+  std::string metrics_json;  // JSON object of metric name -> number
+  double time_s = 0;         // Unix time, seconds
+};
+
+struct SweepSummary {
+  std::string name;
+  SweepStatus status = SweepStatus::kRunning;
+  std::string metric;
+  bool maximize = true;
+  int64_t trials = 0;
+  std::optional<double> best;  // best objective among completed trials
+  double created_s = 0;
+  std::optional<double> ended_s;
+};
+
+struct StatusCounts {
+  int64_t pending = 0, running = 0, completed = 0, pruned = 0, failed = 0, interrupted = 0;
+  int64_t total() const { return pending + running + completed + pruned + failed + interrupted; }
+};
+
+struct TrialQuery {
+  std::optional<TrialStatus> status;  // only trials in this state
+  // "number" (default), "status", "objective", "started", "ended", "epochs", or a metric name
+  // (ordered by its value in metrics_json). A leading '-' sorts descending.
+  std::string sort = "number";
+  int64_t limit = -1;  // -1: all
+};
+
+enum class OpenMode {
+  kReadWrite,  // creates the file and the schema when missing; migrates an older schema
+  kReadOnly,   // for queries; refuses a missing file
+};
+
+class Store {
+ public:
+  // Opens (or creates) the database at `path`. Refuses a file whose schema is newer than this
+  // binary knows, naming both versions. Errors name the path.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path, OpenMode mode);
+  ~Store();  // rolls back writes not yet committed, as a crash would
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // ---- sweeps ----
+  // AlreadyExists when the name is taken. Returns the new sweep's id. Committed at once.
+  Result<int64_t> CreateSweep(const NewSweep& sweep);
+  Result<SweepRecord> FindSweep(std::string_view name);  // NotFound names the sweep
+  Result<std::vector<SweepSummary>> ListSweeps();
+  Status SetSweepStatus(int64_t sweep_id, SweepStatus status, std::optional<double> ended_s);
+
+  // ---- writes, buffered in an open transaction until Commit() ----
+  // AlreadyExists for a taken number; NotFound for an unknown sweep or trial.
+  Status InsertTrial(int64_t sweep_id, const TrialRecord& trial);
+  // An empty placement or no started_s keeps the stored value.
+  Status UpdateTrialStatus(int64_t sweep_id, int64_t number, TrialStatus status,
+                           std::string_view placement, std::optional<double> started_s);
+  // Writes status, ended, error, metrics, objective, epochs, and checkpoint when not empty.
+  Status FinishTrial(int64_t sweep_id, const TrialRecord& trial);
+  Status AddReport(int64_t sweep_id, const ReportRecord& report);
+  Status AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::string_view from,
+                  std::string_view to, std::string_view detail, double time_s);
+  // Commits the open transaction, if any. Cheap when nothing was written.
+  Status Commit();
+
+  // ---- queries ----
+  Result<std::vector<TrialRecord>> BestTrials(int64_t sweep_id, bool maximize, int64_t top);
+  Result<std::vector<TrialRecord>> Trials(int64_t sweep_id, const TrialQuery& query);
+  Result<std::optional<TrialRecord>> Trial(int64_t sweep_id, int64_t number);
+  Result<StatusCounts> CountByStatus(int64_t sweep_id);
+  Result<std::vector<ReportRecord>> Reports(int64_t sweep_id, int64_t trial_number);
+  Result<int64_t> MaxTrialNumber(int64_t sweep_id);  // -1 when the sweep has no trial
+
+ private:
+  struct Impl;
+  explicit Store(std::string path, std::unique_ptr<Impl> impl);
+  std::string path_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sweep::store

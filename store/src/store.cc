@@ -1,0 +1,959 @@
+// Store: the SQLite implementation of store.h (schema, migrations, batched writes, queries).
+// Owns one sqlite3 connection and its cached prepared statements; every SQLite error becomes a
+// Status here, naming the database path. Not thread-safe: one Store per thread, as store.h says.
+#include "store/store.h"
+
+#include <sqlite3.h>
+
+#include <array>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <utility>
+
+#include "sha256.h"
+#include "store_sql.h"
+
+namespace sweep::store {
+
+// ---- enums ----
+
+std::string_view ToString(TrialStatus status) {
+  switch (status) {
+    case TrialStatus::kPending:
+      return "pending";
+    case TrialStatus::kRunning:
+      return "running";
+    case TrialStatus::kCompleted:
+      return "completed";
+    case TrialStatus::kPruned:
+      return "pruned";
+    case TrialStatus::kFailed:
+      return "failed";
+    case TrialStatus::kInterrupted:
+      return "interrupted";
+  }
+  return "unknown";
+}
+
+std::optional<TrialStatus> ParseTrialStatus(std::string_view text) {
+  for (TrialStatus status :
+       {TrialStatus::kPending, TrialStatus::kRunning, TrialStatus::kCompleted, TrialStatus::kPruned,
+        TrialStatus::kFailed, TrialStatus::kInterrupted}) {
+    if (ToString(status) == text) return status;
+  }
+  return std::nullopt;
+}
+
+bool IsTerminal(TrialStatus status) {
+  return status == TrialStatus::kCompleted || status == TrialStatus::kPruned ||
+         status == TrialStatus::kFailed;
+}
+
+std::string_view ToString(SweepStatus status) {
+  switch (status) {
+    case SweepStatus::kRunning:
+      return "running";
+    case SweepStatus::kCompleted:
+      return "completed";
+    case SweepStatus::kFailed:
+      return "failed";
+    case SweepStatus::kInterrupted:
+      return "interrupted";
+  }
+  return "unknown";
+}
+
+std::optional<SweepStatus> ParseSweepStatus(std::string_view text) {
+  for (SweepStatus status : {SweepStatus::kRunning, SweepStatus::kCompleted, SweepStatus::kFailed,
+                             SweepStatus::kInterrupted}) {
+    if (ToString(status) == text) return status;
+  }
+  return std::nullopt;
+}
+
+// ---- SQL ----
+
+namespace internal {
+namespace {
+
+// Column list shared by every query that returns TrialRecords; ReadTrial() reads this order.
+#define SWEEP_TRIAL_COLUMNS                                                                    \
+  "number, status, params, placement, started, ended, error, checkpoint, metrics, objective, " \
+  "epochs"
+
+bool IsMetricName(std::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string_view QuerySql(Query query) {
+  switch (query) {
+    case Query::kBegin:
+      // IMMEDIATE takes the write lock up front, so a batch never fails half-way on a lock
+      // upgrade; waiting for the lock is left to busy_timeout.
+      return "BEGIN IMMEDIATE";
+    case Query::kCommit:
+      return "COMMIT";
+    case Query::kRollback:
+      return "ROLLBACK";
+    case Query::kInsertSweep:
+      return "INSERT INTO sweeps (name, config_text, config_hash, config_path, metric, maximize, "
+             "seed, status, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    case Query::kFindSweep:
+      return "SELECT id, name, config_text, config_hash, config_path, metric, maximize, seed, "
+             "status, created, ended FROM sweeps WHERE name = ?";
+    case Query::kListSweeps:
+      // Correlated subqueries so each count and best value is an index range, not a scan of the
+      // sweep's trials; MIN/MAX on trials_best(sweep_id, status, objective) is one index seek.
+      return "SELECT name, status, metric, maximize, created, ended, "
+             "(SELECT COUNT(*) FROM trials WHERE trials.sweep_id = sweeps.id), "
+             "CASE WHEN maximize "
+             "THEN (SELECT MAX(objective) FROM trials "
+             "WHERE trials.sweep_id = sweeps.id AND trials.status = 'completed') "
+             "ELSE (SELECT MIN(objective) FROM trials "
+             "WHERE trials.sweep_id = sweeps.id AND trials.status = 'completed') END "
+             "FROM sweeps ORDER BY created, id";
+    case Query::kSetSweepStatus:
+      return "UPDATE sweeps SET status = ?, ended = ? WHERE id = ?";
+    case Query::kInsertTrial:
+      return "INSERT INTO trials (sweep_id, number, params, status, placement, started, ended, "
+             "error, checkpoint, metrics, objective, epochs) "
+             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    case Query::kUpdateTrialStatus:
+      return "UPDATE trials SET status = ?, placement = COALESCE(NULLIF(?, ''), placement), "
+             "started = COALESCE(?, started) WHERE sweep_id = ? AND number = ?";
+    case Query::kFinishTrial:
+      return "UPDATE trials SET status = ?, ended = ?, error = ?, "
+             "checkpoint = COALESCE(NULLIF(?, ''), checkpoint), metrics = ?, objective = ?, "
+             "epochs = ? WHERE sweep_id = ? AND number = ?";
+    case Query::kAddReport:
+      return "INSERT INTO reports (sweep_id, trial, step, epoch, metrics, time) "
+             "VALUES (?, ?, ?, ?, ?, ?)";
+    case Query::kAddEvent:
+      return "INSERT INTO events (sweep_id, trial, from_state, to_state, detail, time) "
+             "VALUES (?, ?, ?, ?, ?, ?)";
+    case Query::kBestTrialsMax:
+      return "SELECT " SWEEP_TRIAL_COLUMNS
+             " FROM trials WHERE sweep_id = ? AND "
+             "status = 'completed' AND objective IS NOT NULL "
+             "ORDER BY objective DESC, number ASC LIMIT ?";
+    case Query::kBestTrialsMin:
+      return "SELECT " SWEEP_TRIAL_COLUMNS
+             " FROM trials WHERE sweep_id = ? AND "
+             "status = 'completed' AND objective IS NOT NULL "
+             "ORDER BY objective ASC, number ASC LIMIT ?";
+    case Query::kTrial:
+      return "SELECT " SWEEP_TRIAL_COLUMNS " FROM trials WHERE sweep_id = ? AND number = ?";
+    case Query::kCountByStatus:
+      return "SELECT status, COUNT(*) FROM trials WHERE sweep_id = ? GROUP BY status";
+    case Query::kReports:
+      return "SELECT trial, step, epoch, metrics, time FROM reports "
+             "WHERE sweep_id = ? AND trial = ? ORDER BY step, id";
+    case Query::kMaxTrialNumber:
+      return "SELECT MAX(number) FROM trials WHERE sweep_id = ?";
+    case Query::kCount:
+      break;
+  }
+  return "";
+}
+
+Result<TrialsSql> BuildTrialsSql(const TrialQuery& query) {
+  std::string_view key = query.sort;
+  bool descending = false;
+  if (!key.empty() && key.front() == '-') {
+    descending = true;
+    key.remove_prefix(1);
+  }
+  if (key.empty()) {
+    return Status::InvalidArgument("empty sort key '" + query.sort +
+                                   "'; use number, status, objective, started, ended, epochs "
+                                   "or a metric name, with '-' in front for descending");
+  }
+  const char* direction = descending ? " DESC" : " ASC";
+
+  TrialsSql out;
+  out.sql = "SELECT " SWEEP_TRIAL_COLUMNS " FROM trials WHERE sweep_id = ?";
+  if (query.status) out.sql += " AND status = ?";
+  out.sql += " ORDER BY ";
+  if (key == "number") {
+    // No tie-break and no NULLS LAST: number is unique and NOT NULL, and a bare ORDER BY number
+    // is what lets SQLite walk the (sweep_id, number) index instead of sorting.
+    out.sql += std::string("number") + direction;
+  } else if (key == "status" || key == "objective" || key == "started" || key == "ended" ||
+             key == "epochs") {
+    out.sql += std::string(key) + direction + " NULLS LAST, number ASC";
+  } else if (IsMetricName(key)) {
+    // The name is bound as a JSON path parameter, never pasted into the SQL; quoting the key
+    // keeps '.' and '-' in a metric name literal rather than path syntax.
+    out.sql += std::string("json_extract(metrics, ?)") + direction + " NULLS LAST, number ASC";
+    out.metric_path = "$.\"" + std::string(key) + "\"";
+  } else {
+    return Status::InvalidArgument(
+        "bad sort key '" + query.sort +
+        "': a metric name may only contain letters, digits, '_', '.' and '-'");
+  }
+  out.sql += " LIMIT ?";
+  return out;
+}
+
+#undef SWEEP_TRIAL_COLUMNS
+
+}  // namespace internal
+
+namespace {
+
+using internal::Query;
+
+// Schema migrations, run in order inside one transaction: kMigrations[v] takes a database from
+// user_version v to v + 1. Append a step (and bump kSchemaVersion) to change the schema; never
+// edit a step that has shipped, since files in the wild already ran it.
+//
+// Statuses are TEXT without CHECK constraints on purpose: SQLite cannot alter a CHECK without
+// rebuilding the table, and readers validate statuses when they parse rows anyway.
+constexpr const char* kMigrations[] = {
+    // 0 -> 1: the initial schema.
+    R"sql(
+CREATE TABLE sweeps (
+  id          INTEGER PRIMARY KEY,
+  name        TEXT    NOT NULL UNIQUE,
+  config_text TEXT    NOT NULL,
+  config_hash TEXT    NOT NULL,
+  config_path TEXT    NOT NULL,
+  metric      TEXT    NOT NULL,
+  maximize    INTEGER NOT NULL,
+  seed        INTEGER NOT NULL,
+  status      TEXT    NOT NULL,
+  created     REAL    NOT NULL,
+  ended       REAL
+);
+CREATE TABLE trials (
+  id         INTEGER PRIMARY KEY,
+  sweep_id   INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+  number     INTEGER NOT NULL,
+  params     TEXT    NOT NULL,
+  status     TEXT    NOT NULL,
+  placement  TEXT    NOT NULL DEFAULT '',
+  started    REAL,
+  ended      REAL,
+  error      TEXT    NOT NULL DEFAULT '',
+  checkpoint TEXT    NOT NULL DEFAULT '',
+  metrics    TEXT    NOT NULL DEFAULT '{}',
+  objective  REAL,
+  epochs     REAL    NOT NULL DEFAULT 0,
+  UNIQUE (sweep_id, number)
+);
+-- BestTrials (equality on sweep_id and status, range on objective), CountByStatus (covering
+-- GROUP BY status) and ListSweeps' MIN/MAX. UNIQUE (sweep_id, number) above serves lookups by
+-- number, MaxTrialNumber and the default Trials() order.
+CREATE INDEX trials_by_status_objective ON trials (sweep_id, status, objective);
+CREATE TABLE reports (
+  id       INTEGER PRIMARY KEY,
+  sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+  trial    INTEGER NOT NULL,
+  step     INTEGER NOT NULL,
+  epoch    REAL    NOT NULL,
+  metrics  TEXT    NOT NULL,
+  time     REAL    NOT NULL,
+  FOREIGN KEY (sweep_id, trial) REFERENCES trials (sweep_id, number) ON DELETE CASCADE
+);
+CREATE INDEX reports_by_trial_step ON reports (sweep_id, trial, step);
+CREATE TABLE events (
+  id         INTEGER PRIMARY KEY,
+  sweep_id   INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,
+  trial      INTEGER,
+  from_state TEXT    NOT NULL,
+  to_state   TEXT    NOT NULL,
+  detail     TEXT    NOT NULL,
+  time       REAL    NOT NULL,
+  FOREIGN KEY (sweep_id, trial) REFERENCES trials (sweep_id, number) ON DELETE CASCADE
+);
+CREATE INDEX events_by_trial ON events (sweep_id, trial);
+)sql",
+};
+static_assert(std::size(kMigrations) == kSchemaVersion,
+              "each schema version needs exactly one migration step");
+
+constexpr int kBusyTimeoutMs = 5000;
+
+// Resets a statement when it goes out of scope, so no statement is left mid-step: an
+// unfinished SELECT would hold a read snapshot open (stale reads, blocked checkpoints) and an
+// unfinished write would make COMMIT fail.
+class ResetOnExit {
+ public:
+  explicit ResetOnExit(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  ~ResetOnExit() { sqlite3_reset(stmt_); }
+  ResetOnExit(const ResetOnExit&) = delete;
+  ResetOnExit& operator=(const ResetOnExit&) = delete;
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
+// Binds '?' parameters left to right, keeping the first failure. Text is bound SQLITE_STATIC:
+// callers step the statement before the bound strings go out of scope.
+class Binder {
+ public:
+  explicit Binder(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  Binder& Int(int64_t value) { return Check(sqlite3_bind_int64(stmt_, ++index_, value)); }
+  Binder& Real(double value) { return Check(sqlite3_bind_double(stmt_, ++index_, value)); }
+  Binder& OptReal(std::optional<double> value) {
+    return value ? Real(*value) : Check(sqlite3_bind_null(stmt_, ++index_));
+  }
+  Binder& OptInt(std::optional<int64_t> value) {
+    return value ? Int(*value) : Check(sqlite3_bind_null(stmt_, ++index_));
+  }
+  Binder& Text(std::string_view text) {
+    // A null data pointer would bind SQL NULL; an empty string_view may have one.
+    const char* data = text.data() != nullptr ? text.data() : "";
+    return Check(
+        sqlite3_bind_text(stmt_, ++index_, data, static_cast<int>(text.size()), SQLITE_STATIC));
+  }
+  int rc() const { return rc_; }
+
+ private:
+  Binder& Check(int rc) {
+    if (rc_ == SQLITE_OK) rc_ = rc;
+    return *this;
+  }
+  sqlite3_stmt* stmt_;
+  int index_ = 0;
+  int rc_ = SQLITE_OK;
+};
+
+std::string ColumnText(sqlite3_stmt* stmt, int column) {
+  const unsigned char* text = sqlite3_column_text(stmt, column);
+  if (text == nullptr) return std::string();
+  return std::string(reinterpret_cast<const char*>(text),
+                     static_cast<size_t>(sqlite3_column_bytes(stmt, column)));
+}
+
+std::optional<double> ColumnOptReal(sqlite3_stmt* stmt, int column) {
+  if (sqlite3_column_type(stmt, column) == SQLITE_NULL) return std::nullopt;
+  return sqlite3_column_double(stmt, column);
+}
+
+std::string JsonOrEmptyObject(std::string_view json) {
+  return json.empty() ? std::string("{}") : std::string(json);
+}
+
+}  // namespace
+
+// ---- Store::Impl ----
+
+struct Store::Impl {
+  std::string path;
+  sqlite3* db = nullptr;
+  bool read_only = false;
+  std::array<sqlite3_stmt*, static_cast<size_t>(Query::kCount)> statements{};
+  // Trials() statements keyed by SQL text: a few dozen shapes at most (sort key x direction x
+  // filter), since metric names are bound rather than part of the text.
+  std::unordered_map<std::string, sqlite3_stmt*> trials_statements;
+
+  ~Impl() {
+    for (sqlite3_stmt* stmt : statements) sqlite3_finalize(stmt);
+    for (auto& entry : trials_statements) sqlite3_finalize(entry.second);
+    if (db != nullptr) {
+      // Uncommitted writes are dropped, as a crash would drop them: only Commit() publishes.
+      if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+      sqlite3_close_v2(db);
+    }
+  }
+
+  // The one place SQLite result codes become Statuses. `doing` says what we were doing, for
+  // the messages where SQLite's own text would not explain it.
+  Status Error(int rc, std::string_view doing) const {
+    std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    std::string what(doing);
+    switch (rc & 0xff) {
+      case SQLITE_BUSY:
+      case SQLITE_LOCKED:
+        return Status::Busy(path + ": database is locked by another process");
+      case SQLITE_FULL:
+        return Status::IoError(path + ": disk full while " + what +
+                               "; free some space and run the command again");
+      case SQLITE_READONLY:
+        return Status::IoError(path + ": database is read-only while " + what + " (" + detail +
+                               "); check the permissions of the file and its directory");
+      case SQLITE_CORRUPT:
+        return Status::Corruption(path + ": database file is corrupt (" + detail + ")");
+      case SQLITE_NOTADB:
+        return Status::Corruption(path + ": not a SQLite database (" + detail + ")");
+      case SQLITE_CANTOPEN:
+        return Status::IoError(path + ": cannot open database file (" + detail + ")");
+      case SQLITE_IOERR:
+        return Status::IoError(path + ": I/O error while " + what + " (" + detail + ")");
+      case SQLITE_PERM:
+      case SQLITE_AUTH:
+        return Status::IoError(path + ": permission denied while " + what + " (" + detail + ")");
+      case SQLITE_NOMEM:
+        return Status::IoError(path + ": out of memory while " + what);
+      case SQLITE_CONSTRAINT:
+        return Status::InvalidArgument(path + ": " + what + ": " + detail);
+      default:
+        return Status::Internal(path + ": " + what + ": " + detail + " (SQLite error " +
+                                std::to_string(rc) + ")");
+    }
+  }
+
+  Result<sqlite3_stmt*> Prepare(Query query) {
+    sqlite3_stmt*& stmt = statements[static_cast<size_t>(query)];
+    if (stmt != nullptr) return stmt;
+    std::string_view sql = internal::QuerySql(query);
+    int rc = sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()),
+                                SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+    if (rc != SQLITE_OK) {
+      sqlite3_finalize(stmt);
+      stmt = nullptr;
+      return Error(rc, "preparing a query");
+    }
+    return stmt;
+  }
+
+  Result<sqlite3_stmt*> PrepareTrials(const std::string& sql) {
+    auto found = trials_statements.find(sql);
+    if (found != trials_statements.end()) return found->second;
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v3(db, sql.c_str(), static_cast<int>(sql.size()),
+                                SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+    if (rc != SQLITE_OK) {
+      sqlite3_finalize(stmt);
+      return Error(rc, "preparing the trials query");
+    }
+    trials_statements.emplace(sql, stmt);
+    return stmt;
+  }
+
+  // Runs a cached statement that returns no rows.
+  Status Run(Query query, std::string_view doing) {
+    SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Prepare(query));
+    ResetOnExit reset(stmt);
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return Error(rc, doing);
+    return Status::Ok();
+  }
+
+  // One-off SQL (pragmas, migrations), possibly several statements.
+  Status Exec(const std::string& sql, std::string_view doing) {
+    int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) return Error(rc, doing);
+    return Status::Ok();
+  }
+
+  Status RefuseWriteIfReadOnly() const {
+    if (!read_only) return Status::Ok();
+    return Status::Internal(path + ": cannot write: this Store was opened read-only");
+  }
+
+  // Opens the write batch if none is open; later writes join it until Commit().
+  Status BeginBatch() {
+    SWEEP_RETURN_IF_ERROR(RefuseWriteIfReadOnly());
+    if (!sqlite3_get_autocommit(db)) return Status::Ok();
+    return Run(Query::kBegin, "starting a write transaction");
+  }
+
+  Status CommitBatch() {
+    if (sqlite3_get_autocommit(db)) return Status::Ok();
+    return Run(Query::kCommit, "committing");
+  }
+
+  Status Rollback() {
+    if (sqlite3_get_autocommit(db)) return Status::Ok();
+    return Run(Query::kRollback, "rolling back");
+  }
+
+  Result<int> UserVersion() {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, nullptr);
+    if (rc != SQLITE_OK) {
+      sqlite3_finalize(stmt);
+      return Error(rc, "reading the schema version");
+    }
+    rc = sqlite3_step(stmt);
+    int version = rc == SQLITE_ROW ? sqlite3_column_int(stmt, 0) : 0;
+    Status status = rc == SQLITE_ROW ? Status::Ok() : Error(rc, "reading the schema version");
+    sqlite3_finalize(stmt);
+    if (!status.ok()) return status;
+    return version;
+  }
+
+  Status TooNew(int version) const {
+    return Status::InvalidArgument(path + ": database schema version " + std::to_string(version) +
+                                   " is newer than this sweep binary supports (" +
+                                   std::to_string(kSchemaVersion) + "); upgrade sweep");
+  }
+
+  // Brings the schema from `version` to kSchemaVersion in one transaction, so a crash or a
+  // failed step leaves the file as it was.
+  Status Migrate(int version) {
+    if (version == kSchemaVersion) return Status::Ok();
+    SWEEP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "starting the schema migration"));
+    Status status = MigrateInTransaction();
+    if (!status.ok()) {
+      Rollback();
+      return status;
+    }
+    return Exec("COMMIT", "committing the schema migration");
+  }
+
+  Status MigrateInTransaction() {
+    // Read again under the write lock: another process may have migrated since we looked.
+    SWEEP_ASSIGN_OR_RETURN(int version, UserVersion());
+    if (version > kSchemaVersion) return TooNew(version);
+    if (version == kSchemaVersion) return Status::Ok();
+    if (version == 0) {
+      // Version 0 is a new, empty file. If it already has tables it is some other program's
+      // database, and adding ours to it would be a surprise.
+      sqlite3_stmt* stmt = nullptr;
+      int rc = sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM sqlite_master", -1, &stmt, nullptr);
+      if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+      int64_t objects = rc == SQLITE_ROW ? sqlite3_column_int64(stmt, 0) : 0;
+      Status status = rc == SQLITE_ROW ? Status::Ok() : Error(rc, "reading the schema");
+      sqlite3_finalize(stmt);
+      SWEEP_RETURN_IF_ERROR(status);
+      if (objects > 0) {
+        return Status::Corruption(path +
+                                  ": a SQLite database that sweep did not create (it has tables "
+                                  "but no sweep schema); choose another database path");
+      }
+    }
+    for (int step = version; step < kSchemaVersion; ++step) {
+      SWEEP_RETURN_IF_ERROR(Exec(kMigrations[step], "migrating the schema from version " +
+                                                        std::to_string(step) + " to " +
+                                                        std::to_string(step + 1)));
+    }
+    return Exec("PRAGMA user_version = " + std::to_string(kSchemaVersion),
+                "setting the schema version");
+  }
+
+  Result<TrialRecord> ReadTrial(sqlite3_stmt* stmt) const {
+    TrialRecord trial;
+    trial.number = sqlite3_column_int64(stmt, 0);
+    std::string status = ColumnText(stmt, 1);
+    std::optional<TrialStatus> parsed = ParseTrialStatus(status);
+    if (!parsed) {
+      return Status::Corruption(path + ": trial " + std::to_string(trial.number) +
+                                " has unknown status '" + status + "'");
+    }
+    trial.status = *parsed;
+    trial.params_json = ColumnText(stmt, 2);
+    trial.placement = ColumnText(stmt, 3);
+    trial.started_s = ColumnOptReal(stmt, 4);
+    trial.ended_s = ColumnOptReal(stmt, 5);
+    trial.error = ColumnText(stmt, 6);
+    trial.checkpoint = ColumnText(stmt, 7);
+    trial.metrics_json = ColumnText(stmt, 8);
+    trial.objective = ColumnOptReal(stmt, 9);
+    trial.epochs = sqlite3_column_double(stmt, 10);
+    return trial;
+  }
+
+  // Steps a statement returning trial rows (already bound) to the end.
+  Result<std::vector<TrialRecord>> ReadTrials(sqlite3_stmt* stmt, std::string_view doing) const {
+    std::vector<TrialRecord> trials;
+    int rc;
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      SWEEP_ASSIGN_OR_RETURN(TrialRecord trial, ReadTrial(stmt));
+      trials.push_back(std::move(trial));
+    }
+    if (rc != SQLITE_DONE) return Error(rc, doing);
+    return trials;
+  }
+
+  Status NoSuchTrial(int64_t sweep_id, int64_t number) const {
+    return Status::NotFound("no trial " + std::to_string(number) + " in sweep id " +
+                            std::to_string(sweep_id) + " in " + path);
+  }
+};
+
+// ---- Store ----
+
+Store::Store(std::string path, std::unique_ptr<Impl> impl)
+    : path_(std::move(path)), impl_(std::move(impl)) {}
+
+Store::~Store() = default;
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mode) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->read_only = mode == OpenMode::kReadOnly;
+
+  int flags = SQLITE_OPEN_NOMUTEX;  // one Store per thread, so SQLite's own mutex is waste
+  if (impl->read_only) {
+    // SQLite would report CANTOPEN for a missing file; say plainly that it is missing.
+    std::error_code ec;
+    if (std::filesystem::status(path, ec).type() == std::filesystem::file_type::not_found) {
+      return Status::NotFound(path + ": no such database");
+    }
+    flags |= SQLITE_OPEN_READONLY;
+  } else {
+    flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+  }
+  int rc = sqlite3_open_v2(path.c_str(), &impl->db, flags, nullptr);
+  if (rc != SQLITE_OK) return impl->Error(rc, "opening the database");
+  sqlite3_extended_result_codes(impl->db, 1);
+  sqlite3_busy_timeout(impl->db, kBusyTimeoutMs);
+
+  // Reading the version is also the first read of the file header: a file that is not a
+  // database fails here with NOTADB.
+  SWEEP_ASSIGN_OR_RETURN(int version, impl->UserVersion());
+  if (version > kSchemaVersion) return impl->TooNew(version);
+
+  if (!impl->read_only) {
+    // WAL lets readers (sweep status, dashboards) run while the coordinator writes; NORMAL
+    // sync is durable across process crashes and only risks the last commits on power loss.
+    SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA journal_mode = WAL", "enabling WAL mode"));
+    SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA synchronous = NORMAL", "setting synchronous"));
+    SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA foreign_keys = ON", "enabling foreign keys"));
+    SWEEP_RETURN_IF_ERROR(impl->Migrate(version));
+  } else if (version == 0) {
+    return Status::Corruption(path + ": not a sweep database (it has no sweep schema)");
+  } else if (version < kSchemaVersion) {
+    return Status::InvalidArgument(
+        path + ": database schema version " + std::to_string(version) +
+        " is older than this sweep binary uses (" + std::to_string(kSchemaVersion) +
+        "); run a command that writes to it (e.g. `sweep resume`) to upgrade it");
+  }
+  std::string store_path = path;
+  return std::unique_ptr<Store>(new Store(std::move(store_path), std::move(impl)));
+}
+
+// ---- sweeps ----
+
+Result<int64_t> Store::CreateSweep(const NewSweep& sweep) {
+  SWEEP_RETURN_IF_ERROR(impl_->RefuseWriteIfReadOnly());
+  if (sweep.name.empty()) return Status::InvalidArgument("a sweep needs a name");
+  // The sweep row commits on its own, so publish whatever batch came before it first.
+  SWEEP_RETURN_IF_ERROR(Commit());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kInsertSweep));
+  ResetOnExit reset(stmt);
+  std::string hash = internal::Sha256Hex(sweep.config_text);
+  Binder bind(stmt);
+  bind.Text(sweep.name)
+      .Text(sweep.config_text)
+      .Text(hash)
+      .Text(sweep.config_path)
+      .Text(sweep.metric)
+      .Int(sweep.maximize ? 1 : 0)
+      .Int(sweep.seed)
+      .Text(ToString(SweepStatus::kRunning))
+      .Real(sweep.created_s);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the new sweep");
+  int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_CONSTRAINT_UNIQUE) {
+    return Status::AlreadyExists("sweep '" + sweep.name + "' already exists in " + path_ +
+                                 "; use `sweep resume " + sweep.name + "`");
+  }
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "creating sweep '" + sweep.name + "'");
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(impl_->db));
+}
+
+Result<SweepRecord> Store::FindSweep(std::string_view name) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kFindSweep));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Text(name);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the sweep name");
+  int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_DONE) {
+    return Status::NotFound("no sweep named '" + std::string(name) + "' in " + path_);
+  }
+  if (rc != SQLITE_ROW) return impl_->Error(rc, "looking up sweep '" + std::string(name) + "'");
+  SweepRecord sweep;
+  sweep.id = sqlite3_column_int64(stmt, 0);
+  sweep.name = ColumnText(stmt, 1);
+  sweep.config_text = ColumnText(stmt, 2);
+  sweep.config_hash = ColumnText(stmt, 3);
+  sweep.config_path = ColumnText(stmt, 4);
+  sweep.metric = ColumnText(stmt, 5);
+  sweep.maximize = sqlite3_column_int(stmt, 6) != 0;
+  sweep.seed = sqlite3_column_int64(stmt, 7);
+  std::string status = ColumnText(stmt, 8);
+  std::optional<SweepStatus> parsed = ParseSweepStatus(status);
+  if (!parsed) {
+    return Status::Corruption(path_ + ": sweep '" + sweep.name + "' has unknown status '" + status +
+                              "'");
+  }
+  sweep.status = *parsed;
+  sweep.created_s = sqlite3_column_double(stmt, 9);
+  sweep.ended_s = ColumnOptReal(stmt, 10);
+  return sweep;
+}
+
+Result<std::vector<SweepSummary>> Store::ListSweeps() {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kListSweeps));
+  ResetOnExit reset(stmt);
+  std::vector<SweepSummary> sweeps;
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    SweepSummary summary;
+    summary.name = ColumnText(stmt, 0);
+    std::string status = ColumnText(stmt, 1);
+    std::optional<SweepStatus> parsed = ParseSweepStatus(status);
+    if (!parsed) {
+      return Status::Corruption(path_ + ": sweep '" + summary.name + "' has unknown status '" +
+                                status + "'");
+    }
+    summary.status = *parsed;
+    summary.metric = ColumnText(stmt, 2);
+    summary.maximize = sqlite3_column_int(stmt, 3) != 0;
+    summary.created_s = sqlite3_column_double(stmt, 4);
+    summary.ended_s = ColumnOptReal(stmt, 5);
+    summary.trials = sqlite3_column_int64(stmt, 6);
+    summary.best = ColumnOptReal(stmt, 7);
+    sweeps.push_back(std::move(summary));
+  }
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "listing sweeps");
+  return sweeps;
+}
+
+Status Store::SetSweepStatus(int64_t sweep_id, SweepStatus status, std::optional<double> ended_s) {
+  SWEEP_RETURN_IF_ERROR(impl_->RefuseWriteIfReadOnly());
+  SWEEP_RETURN_IF_ERROR(Commit());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kSetSweepStatus));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Text(ToString(status)).OptReal(ended_s).Int(sweep_id);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the sweep status");
+  int rc = sqlite3_step(stmt);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "setting the sweep status");
+  if (sqlite3_changes(impl_->db) == 0) {
+    return Status::NotFound("no sweep with id " + std::to_string(sweep_id) + " in " + path_);
+  }
+  return Status::Ok();
+}
+
+// ---- batched writes ----
+
+Status Store::InsertTrial(int64_t sweep_id, const TrialRecord& trial) {
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kInsertTrial));
+  ResetOnExit reset(stmt);
+  std::string params = JsonOrEmptyObject(trial.params_json);
+  std::string metrics = JsonOrEmptyObject(trial.metrics_json);
+  Binder bind(stmt);
+  bind.Int(sweep_id)
+      .Int(trial.number)
+      .Text(params)
+      .Text(ToString(trial.status))
+      .Text(trial.placement)
+      .OptReal(trial.started_s)
+      .OptReal(trial.ended_s)
+      .Text(trial.error)
+      .Text(trial.checkpoint)
+      .Text(metrics)
+      .OptReal(trial.objective)
+      .Real(trial.epochs);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a trial");
+  int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_DONE) return Status::Ok();
+  if (rc == SQLITE_CONSTRAINT_UNIQUE) {
+    return Status::AlreadyExists("trial " + std::to_string(trial.number) +
+                                 " already exists in sweep id " + std::to_string(sweep_id) +
+                                 " in " + path_);
+  }
+  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    return Status::NotFound("no sweep with id " + std::to_string(sweep_id) + " in " + path_);
+  }
+  return impl_->Error(rc, "inserting trial " + std::to_string(trial.number));
+}
+
+Status Store::UpdateTrialStatus(int64_t sweep_id, int64_t number, TrialStatus status,
+                                std::string_view placement, std::optional<double> started_s) {
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kUpdateTrialStatus));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Text(ToString(status)).Text(placement).OptReal(started_s).Int(sweep_id).Int(number);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a trial status");
+  int rc = sqlite3_step(stmt);
+  if (rc != SQLITE_DONE) {
+    return impl_->Error(rc, "updating the status of trial " + std::to_string(number));
+  }
+  if (sqlite3_changes(impl_->db) == 0) return impl_->NoSuchTrial(sweep_id, number);
+  return Status::Ok();
+}
+
+Status Store::FinishTrial(int64_t sweep_id, const TrialRecord& trial) {
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kFinishTrial));
+  ResetOnExit reset(stmt);
+  std::string metrics = JsonOrEmptyObject(trial.metrics_json);
+  Binder bind(stmt);
+  bind.Text(ToString(trial.status))
+      .OptReal(trial.ended_s)
+      .Text(trial.error)
+      .Text(trial.checkpoint)
+      .Text(metrics)
+      .OptReal(trial.objective)
+      .Real(trial.epochs)
+      .Int(sweep_id)
+      .Int(trial.number);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a finished trial");
+  int rc = sqlite3_step(stmt);
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "finishing trial " + std::to_string(trial.number));
+  if (sqlite3_changes(impl_->db) == 0) return impl_->NoSuchTrial(sweep_id, trial.number);
+  return Status::Ok();
+}
+
+Status Store::AddReport(int64_t sweep_id, const ReportRecord& report) {
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kAddReport));
+  ResetOnExit reset(stmt);
+  std::string metrics = JsonOrEmptyObject(report.metrics_json);
+  Binder bind(stmt);
+  bind.Int(sweep_id)
+      .Int(report.trial)
+      .Int(report.step)
+      .Real(report.epoch)
+      .Text(metrics)
+      .Real(report.time_s);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a report");
+  int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_DONE) return Status::Ok();
+  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) return impl_->NoSuchTrial(sweep_id, report.trial);
+  return impl_->Error(rc, "adding a report for trial " + std::to_string(report.trial));
+}
+
+Status Store::AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::string_view from,
+                       std::string_view to, std::string_view detail, double time_s) {
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kAddEvent));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).OptInt(trial).Text(from).Text(to).Text(detail).Real(time_s);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding an event");
+  int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_DONE) return Status::Ok();
+  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    if (trial) return impl_->NoSuchTrial(sweep_id, *trial);
+    return Status::NotFound("no sweep with id " + std::to_string(sweep_id) + " in " + path_);
+  }
+  return impl_->Error(rc, "adding an event");
+}
+
+Status Store::Commit() { return impl_->CommitBatch(); }
+
+// ---- queries ----
+
+Result<std::vector<TrialRecord>> Store::BestTrials(int64_t sweep_id, bool maximize, int64_t top) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt,
+                         impl_->Prepare(maximize ? Query::kBestTrialsMax : Query::kBestTrialsMin));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).Int(top);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the best-trials query");
+  return impl_->ReadTrials(stmt, "reading the best trials");
+}
+
+Result<std::vector<TrialRecord>> Store::Trials(int64_t sweep_id, const TrialQuery& query) {
+  SWEEP_ASSIGN_OR_RETURN(internal::TrialsSql sql, internal::BuildTrialsSql(query));
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->PrepareTrials(sql.sql));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id);
+  if (query.status) bind.Text(ToString(*query.status));
+  if (!sql.metric_path.empty()) bind.Text(sql.metric_path);
+  bind.Int(query.limit < 0 ? -1 : query.limit);  // SQLite reads a negative LIMIT as "no limit"
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the trials query");
+  return impl_->ReadTrials(stmt, "reading trials");
+}
+
+Result<std::optional<TrialRecord>> Store::Trial(int64_t sweep_id, int64_t number) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kTrial));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).Int(number);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the trial query");
+  int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_DONE) return std::optional<TrialRecord>();
+  if (rc != SQLITE_ROW) return impl_->Error(rc, "reading trial " + std::to_string(number));
+  SWEEP_ASSIGN_OR_RETURN(TrialRecord trial, impl_->ReadTrial(stmt));
+  return std::optional<TrialRecord>(std::move(trial));
+}
+
+Result<StatusCounts> Store::CountByStatus(int64_t sweep_id) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kCountByStatus));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the count query");
+  StatusCounts counts;
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    std::string status = ColumnText(stmt, 0);
+    int64_t count = sqlite3_column_int64(stmt, 1);
+    std::optional<TrialStatus> parsed = ParseTrialStatus(status);
+    if (!parsed) {
+      return Status::Corruption(path_ + ": " + std::to_string(count) +
+                                " trial(s) have unknown status '" + status + "'");
+    }
+    switch (*parsed) {
+      case TrialStatus::kPending:
+        counts.pending = count;
+        break;
+      case TrialStatus::kRunning:
+        counts.running = count;
+        break;
+      case TrialStatus::kCompleted:
+        counts.completed = count;
+        break;
+      case TrialStatus::kPruned:
+        counts.pruned = count;
+        break;
+      case TrialStatus::kFailed:
+        counts.failed = count;
+        break;
+      case TrialStatus::kInterrupted:
+        counts.interrupted = count;
+        break;
+    }
+  }
+  if (rc != SQLITE_DONE) return impl_->Error(rc, "counting trials");
+  return counts;
+}
+
+Result<std::vector<ReportRecord>> Store::Reports(int64_t sweep_id, int64_t trial_number) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kReports));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).Int(trial_number);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the reports query");
+  std::vector<ReportRecord> reports;
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    ReportRecord report;
+    report.trial = sqlite3_column_int64(stmt, 0);
+    report.step = sqlite3_column_int64(stmt, 1);
+    report.epoch = sqlite3_column_double(stmt, 2);
+    report.metrics_json = ColumnText(stmt, 3);
+    report.time_s = sqlite3_column_double(stmt, 4);
+    reports.push_back(std::move(report));
+  }
+  if (rc != SQLITE_DONE) {
+    return impl_->Error(rc, "reading the reports of trial " + std::to_string(trial_number));
+  }
+  return reports;
+}
+
+Result<int64_t> Store::MaxTrialNumber(int64_t sweep_id) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kMaxTrialNumber));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the max-number query");
+  int rc = sqlite3_step(stmt);
+  if (rc != SQLITE_ROW) return impl_->Error(rc, "reading the highest trial number");
+  if (sqlite3_column_type(stmt, 0) == SQLITE_NULL) return int64_t{-1};
+  return static_cast<int64_t>(sqlite3_column_int64(stmt, 0));
+}
+
+}  // namespace sweep::store

@@ -1,0 +1,79 @@
+// SweepConfig: a sweep's TOML file, parsed and validated before anything runs.
+// Every error names the file, line and column and the key ("quickstart.toml:12:7: parameters.lr:
+// log_uniform needs min > 0 (got 0)"). Returned values are plain data owned by the caller.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "search/space.h"
+
+namespace sweep {
+
+enum class TrialKind { kTrainer, kFunction, kCommand };
+std::string_view ToString(TrialKind kind);
+
+struct SweepConfig {
+  std::string path;  // the file it was read from
+  std::string text;  // its contents, as stored with the sweep
+
+  // [sweep]
+  std::string name;
+  std::string metric;
+  bool maximize = true;
+  int64_t max_trials = 0;
+  int max_concurrent = 0;               // 0: as many as the slots allow
+  std::optional<double> time_budget_s;  // wall-clock budget
+  uint64_t seed = 0;
+
+  // [search]
+  std::string algorithm = "random";  // grid | random
+  search::SearchSpace space;
+
+  // [early_stopping]
+  std::string early_stopping = "none";  // none | median | asha | hyperband
+
+  // [trial]
+  TrialKind kind = TrialKind::kTrainer;
+  int gpus = 1;  // slots per trial
+
+  // [trainer] (defaults for trainer trials; [parameters] override them) or [function].
+  nlohmann::json trainer = nlohmann::json::object();
+  nlohmann::json function = nlohmann::json::object();
+
+  // [executor]
+  int cpu_slots = 0;  // 0: one per hardware thread
+
+  // [store]
+  std::string store_path = "sweeps.db";
+};
+
+// Reads and validates `path`. InvalidArgument (with file:line:column) for every user error;
+// NotFound/IoError when the file cannot be read.
+Result<SweepConfig> LoadConfig(const std::string& path);
+// Same, from text already in memory; `path` is used in messages.
+Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path);
+
+// Parses a `--set KEY=VALUE` value: a TOML value (0.05, [256, 128], "sgd", true), or, when the
+// text is not valid TOML, the text itself as a string.
+nlohmann::json ParseSetValue(std::string_view text);
+
+// Checks one trainer hyperparameter value by the trainer's own rules (type and range); the
+// message names the option.
+Status CheckTrainerOption(std::string_view key, const nlohmann::json& value);
+
+std::string FormatNumber(double v);  // shortest readable form: 0, 0.5, 1e-05
+
+// "2h", "30m", "90s", "1h30m", "1.5h" or a bare number of seconds.
+std::optional<double> ParseDuration(std::string_view text);
+
+// The closest of `candidates` to `word` within a small edit distance, or "".
+std::string DidYouMean(std::string_view word, const std::vector<std::string>& candidates);
+
+}  // namespace sweep

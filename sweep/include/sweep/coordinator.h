@@ -1,0 +1,45 @@
+// The coordinator: the loop that ties the sampler, the slots, the worker processes and the
+// store together for one sweep. It is the only writer of the store while it runs and commits
+// once per loop turn. Runs on the calling thread; `interrupt` may be set from a signal handler.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "store/store.h"
+#include "sweep/config.h"
+
+namespace sweep {
+
+struct RunOptions {
+  std::vector<std::string> worker_command;       // argv of `sweep worker`
+  std::vector<std::string> worker_env;           // extra "KEY=VALUE" for workers
+  bool live_status = false;                      // one rewritten status line (a terminal)
+  std::ostream* log = nullptr;                   // progress; nullptr: quiet
+  const std::atomic<bool>* interrupt = nullptr;  // set: stop trials, record, return
+};
+
+struct RunSummary {
+  int64_t sweep_id = 0;
+  store::StatusCounts counts;
+  bool interrupted = false;
+  double elapsed_s = 0;
+  int64_t trials_started = 0;
+};
+
+// Records the sweep (AlreadyExists if its name is taken) and runs it to the end.
+Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
+                            const RunOptions& options);
+
+// The seed a trial's trainer gets unless the config sets one: a mix of the sweep seed and the
+// trial number, so trials differ but a rerun repeats.
+uint64_t TrialSeed(uint64_t sweep_seed, int64_t number);
+
+// Unix time now, seconds.
+double NowSeconds();
+
+}  // namespace sweep

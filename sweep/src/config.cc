@@ -1,0 +1,716 @@
+// Config loading: TOML text -> validated SweepConfig.
+// toml++ exceptions stop here; every refusal is an InvalidArgument whose message begins with
+// "file:line:column: " and names the key. Validation that needs other libraries (trainer option
+// types, function parameter names, search distributions) asks those libraries, so the rules
+// live in one place.
+#include "sweep/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "executor/functions.h"
+#include "executor/trial.h"
+#include "trainer/trainer.h"
+
+namespace sweep {
+
+using nlohmann::json;
+
+std::string_view ToString(TrialKind kind) {
+  switch (kind) {
+    case TrialKind::kTrainer:
+      return "trainer";
+    case TrialKind::kFunction:
+      return "function";
+    case TrialKind::kCommand:
+      return "command";
+  }
+  return "trainer";
+}
+
+// ---- small helpers ----
+
+std::string DidYouMean(std::string_view word, const std::vector<std::string>& candidates) {
+  auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      cur[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+      }
+      std::swap(prev, cur);
+    }
+    return prev[b.size()];
+  };
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    size_t d = distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+std::optional<double> ParseDuration(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  double total = 0;
+  size_t i = 0;
+  bool any = false;
+  while (i < text.size()) {
+    size_t start = i;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+      ++i;
+    if (i == start) return std::nullopt;
+    double number = 0;
+    try {
+      number = std::stod(std::string(text.substr(start, i - start)));
+    } catch (...) {
+      return std::nullopt;
+    }
+    double unit = 1;
+    if (i < text.size()) {
+      char u = text[i++];
+      if (u == 'h') {
+        unit = 3600;
+      } else if (u == 'm') {
+        unit = 60;
+      } else if (u == 's') {
+        unit = 1;
+      } else if (u == 'd') {
+        unit = 86400;
+      } else {
+        return std::nullopt;
+      }
+    } else if (any) {
+      return std::nullopt;  // "1h30" is ambiguous
+    }
+    total += number * unit;
+    any = true;
+  }
+  return total;
+}
+
+Status CheckTrainerOption(std::string_view key, const json& value) {
+  trainer::TrainOptions scratch;
+  // A stand-in dataset, so that checking one option does not trip over the absent others.
+  scratch.dataset.train_images = scratch.dataset.train_labels = "-";
+  Status s = trainer::ApplyOption(&scratch, key, value);
+  if (s.ok()) s = trainer::Validate(scratch);
+  return s;
+}
+
+std::string FormatNumber(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+namespace {
+
+// Converts a TOML node to JSON; dates and times become strings.
+json ToJson(const toml::node& node) {
+  if (auto* t = node.as_table()) {
+    json out = json::object();
+    for (auto&& [k, v] : *t) out[std::string(k.str())] = ToJson(v);
+    return out;
+  }
+  if (auto* a = node.as_array()) {
+    json out = json::array();
+    for (auto&& v : *a) out.push_back(ToJson(v));
+    return out;
+  }
+  if (auto v = node.value_exact<int64_t>()) return *v;
+  if (auto v = node.value_exact<double>()) return *v;
+  if (auto v = node.value_exact<bool>()) return *v;
+  if (auto v = node.value_exact<std::string>()) return *v;
+  std::ostringstream os;
+  node.visit([&](auto&& n) { os << n; });
+  return os.str();
+}
+
+std::string TypeName(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::string:
+      return "a string";
+    case toml::node_type::integer:
+      return "an integer";
+    case toml::node_type::floating_point:
+      return "a float";
+    case toml::node_type::boolean:
+      return "a boolean";
+    default:
+      return "a date/time";
+  }
+}
+
+// Builds the "file:line:column: key: message" errors and does the common checks.
+class Checker {
+ public:
+  explicit Checker(std::string path) : path_(std::move(path)) {}
+
+  Status Error(const toml::source_region& where, std::string_view key,
+               std::string_view message) const {
+    std::string out = path_ + ":" + std::to_string(where.begin.line) + ":" +
+                      std::to_string(where.begin.column) + ": ";
+    if (!key.empty()) out += std::string(key) + ": ";
+    out += message;
+    return Status::InvalidArgument(out);
+  }
+  Status Error(const toml::node& node, std::string_view key, std::string_view message) const {
+    return Error(node.source(), key, message);
+  }
+  Status FileError(std::string_view message) const {
+    return Status::InvalidArgument(path_ + ": " + std::string(message));
+  }
+
+  // Refuses keys of `table` not in `known`, with a suggestion.
+  Status KnownKeys(const toml::table& table, std::string_view section,
+                   const std::vector<std::string>& known) const {
+    for (auto&& [k, v] : table) {
+      std::string key(k.str());
+      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+      std::string msg = "unknown key '" + key + "' in " + std::string(section);
+      std::string hint = DidYouMean(key, known);
+      if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+      return Error(k.source(), Dotted(section, key), msg);
+    }
+    return Status::Ok();
+  }
+
+  static std::string Dotted(std::string_view section, std::string_view key) {
+    std::string s(section);
+    if (!s.empty() && s.front() == '[') s = s.substr(1, s.size() - 2);
+    return s.empty() ? std::string(key) : s + "." + std::string(key);
+  }
+
+  Result<std::string> String(const toml::node& node, std::string_view key) const {
+    if (auto v = node.value_exact<std::string>()) return *v;
+    return Error(node, key, "expected a string, got " + TypeName(node));
+  }
+  Result<int64_t> Integer(const toml::node& node, std::string_view key, int64_t min,
+                          int64_t max) const {
+    auto v = node.value_exact<int64_t>();
+    if (!v) return Error(node, key, "expected an integer, got " + TypeName(node));
+    if (*v < min || *v > max) {
+      return Error(node, key,
+                   "must be between " + std::to_string(min) + " and " + std::to_string(max) +
+                       " (got " + std::to_string(*v) + ")");
+    }
+    return *v;
+  }
+  Result<double> Number(const toml::node& node, std::string_view key) const {
+    if (auto v = node.value_exact<int64_t>()) return static_cast<double>(*v);
+    if (auto v = node.value_exact<double>()) {
+      if (!std::isfinite(*v)) return Error(node, key, "must be a finite number");
+      return *v;
+    }
+    return Error(node, key, "expected a number, got " + TypeName(node));
+  }
+  Result<std::string> OneOf(const toml::node& node, std::string_view key,
+                            const std::vector<std::string>& allowed) const {
+    SWEEP_ASSIGN_OR_RETURN(std::string v, String(node, key));
+    if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return v;
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + ("\"" + a + "\"");
+    std::string msg = "unknown value \"" + v + "\"; expected one of " + list;
+    std::string hint = DidYouMean(v, allowed);
+    if (!hint.empty()) msg += " (did you mean \"" + hint + "\"?)";
+    return Error(node, key, msg);
+  }
+
+ private:
+  std::string path_;
+};
+
+const std::vector<std::string> kTopLevel = {"sweep",      "search",   "early_stopping",
+                                            "parameters", "trial",    "trainer",
+                                            "function",   "executor", "store"};
+
+// A parameter as written, with where it was written, before the trial kind is known.
+struct ParamEntry {
+  search::Parameter parameter;
+  const toml::node* node = nullptr;
+  toml::source_region key_source;
+};
+
+Result<search::Parameter> ParseParameter(const Checker& c, const std::string& name,
+                                         const toml::node& node) {
+  const std::string key = "parameters." + name;
+  search::Parameter p;
+  p.name = name;
+  const toml::table* t = node.as_table();
+  if (t == nullptr) {
+    p.distribution.kind = search::Distribution::Kind::kConstant;
+    p.distribution.values = {ToJson(node)};
+    return p;
+  }
+  SWEEP_RETURN_IF_ERROR(c.KnownKeys(*t, key, {"distribution", "min", "max", "values"}));
+  const toml::node* dist = t->get("distribution");
+  const toml::node* values = t->get("values");
+  if (values != nullptr) {
+    if (dist != nullptr) {
+      SWEEP_ASSIGN_OR_RETURN(std::string d,
+                             c.OneOf(*dist, key + ".distribution", {"categorical", "values"}));
+      (void)d;
+    }
+    for (const char* k : {"min", "max"}) {
+      if (const toml::node* extra = t->get(k)) {
+        return c.Error(*extra, key + "." + k, "'values' lists its choices; min/max do not apply");
+      }
+    }
+    const toml::array* a = values->as_array();
+    if (a == nullptr) {
+      return c.Error(*values, key + ".values", "expected an array, got " + TypeName(*values));
+    }
+    if (a->empty()) return c.Error(*values, key + ".values", "empty `values`: give at least one");
+    p.distribution.kind = search::Distribution::Kind::kCategorical;
+    for (auto&& v : *a) p.distribution.values.push_back(ToJson(v));
+    return p;
+  }
+  if (dist == nullptr) {
+    return c.Error(node, key,
+                   "expected a value, `{ values = [...] }` or `{ distribution = \"uniform\", min "
+                   "= ..., max = ... }`");
+  }
+  SWEEP_ASSIGN_OR_RETURN(std::string d, c.OneOf(*dist, key + ".distribution",
+                                                {"uniform", "log_uniform", "int_uniform",
+                                                 "log_int_uniform", "categorical"}));
+  if (d == "categorical") return c.Error(*dist, key, "a categorical parameter needs `values`");
+  using Kind = search::Distribution::Kind;
+  p.distribution.kind = d == "uniform"       ? Kind::kUniform
+                        : d == "log_uniform" ? Kind::kLogUniform
+                        : d == "int_uniform" ? Kind::kIntUniform
+                                             : Kind::kLogIntUniform;
+  const toml::node* min = t->get("min");
+  const toml::node* max = t->get("max");
+  if (min == nullptr) return c.Error(node, key, d + " needs `min`");
+  if (max == nullptr) return c.Error(node, key, d + " needs `max`");
+  SWEEP_ASSIGN_OR_RETURN(p.distribution.min, c.Number(*min, key + ".min"));
+  SWEEP_ASSIGN_OR_RETURN(p.distribution.max, c.Number(*max, key + ".max"));
+  bool integral = d == "int_uniform" || d == "log_int_uniform";
+  if (integral) {
+    for (const toml::node* n : {min, max}) {
+      if (!n->is_integer()) {
+        return c.Error(*n, key + (n == min ? ".min" : ".max"),
+                       d + " needs integer bounds, got " + TypeName(*n));
+      }
+    }
+  }
+  if (p.distribution.min > p.distribution.max) {
+    return c.Error(*min, key,
+                   "min > max (" + FormatNumber(p.distribution.min) + " > " +
+                       FormatNumber(p.distribution.max) + ")");
+  }
+  if ((d == "log_uniform" || d == "log_int_uniform") && p.distribution.min <= 0) {
+    return c.Error(*min, key + ".min",
+                   d + " needs min > 0 (got " + FormatNumber(p.distribution.min) + ")");
+  }
+  Status s = search::Validate(p);
+  if (!s.ok()) return c.Error(node, "", s.message());
+  return p;
+}
+
+// Checks a trainer option's values through the trainer itself, so types and ranges are the
+// trainer's own rules.
+Status CheckTrainerValue(const Checker& c, const toml::node& where, const std::string& key,
+                         const std::string& option, const json& value) {
+  Status s = CheckTrainerOption(option, value);
+  if (!s.ok()) return c.Error(where, key, s.message());
+  return Status::Ok();
+}
+
+Status CheckTrainerParameter(const Checker& c, const ParamEntry& e) {
+  const auto& d = e.parameter.distribution;
+  const std::string key = "parameters." + e.parameter.name;
+  const auto& known = trainer::OptionKeys();
+  if (std::find(known.begin(), known.end(), e.parameter.name) == known.end()) {
+    std::string msg = "the trainer has no hyperparameter '" + e.parameter.name + "'";
+    std::string hint = DidYouMean(e.parameter.name, known);
+    if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+    return c.Error(e.key_source, key, msg);
+  }
+  using Kind = search::Distribution::Kind;
+  if (d.kind == Kind::kConstant || d.kind == Kind::kCategorical) {
+    for (const json& v : d.values) {
+      SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, *e.node, key, e.parameter.name, v));
+    }
+    return Status::Ok();
+  }
+  bool integral = d.kind == Kind::kIntUniform || d.kind == Kind::kLogIntUniform;
+  for (double bound : {d.min, d.max}) {
+    json v = integral ? json(static_cast<int64_t>(bound)) : json(bound);
+    SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, *e.node, key, e.parameter.name, v));
+  }
+  return Status::Ok();
+}
+
+// Every dataset file the options name must exist and be readable before the sweep starts.
+Status CheckDatasetFiles(const Checker& c, const toml::node& where, const std::string& key,
+                         const trainer::DatasetSpec& ds) {
+  const std::pair<const char*, const std::string*> files[] = {{"train_images", &ds.train_images},
+                                                              {"train_labels", &ds.train_labels},
+                                                              {"test_images", &ds.test_images},
+                                                              {"test_labels", &ds.test_labels}};
+  for (auto [name, file] : files) {
+    if (file->empty()) continue;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(*file, ec)) {
+      std::string msg = "no such file '" + *file + "'";
+      if (file->find("fashion-mnist") != std::string::npos) {
+        msg += " (Debian's dataset-fashion-mnist package installs it)";
+      }
+      return c.Error(where, key + "." + name, msg);
+    }
+    std::ifstream probe(*file);
+    if (!probe) return c.Error(where, key + "." + name, "cannot read '" + *file + "'");
+  }
+  if (ds.train_images.empty()) return c.Error(where, key, "no training data given");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) {
+  Checker c(path);
+  toml::table root;
+  try {
+    root = toml::parse(text, path);
+  } catch (const toml::parse_error& e) {
+    return c.Error(e.source(), "", std::string(e.description()));
+  }
+
+  SweepConfig cfg;
+  cfg.path = path;
+  cfg.text = std::string(text);
+  SWEEP_RETURN_IF_ERROR(c.KnownKeys(root, "", kTopLevel));
+  for (auto&& [k, v] : root) {
+    if (!v.is_table()) {
+      return c.Error(k.source(), std::string(k.str()),
+                     "expected a table ([" + std::string(k.str()) + "]), got " + TypeName(v));
+    }
+  }
+  auto table = [&](const char* name) -> const toml::table* { return root[name].as_table(); };
+
+  // ---- [sweep] ----
+  const toml::table* sweep = table("sweep");
+  if (sweep == nullptr) return c.FileError("missing [sweep] table (it needs at least `name`)");
+  SWEEP_RETURN_IF_ERROR(c.KnownKeys(
+      *sweep, "[sweep]",
+      {"name", "metric", "mode", "max_trials", "max_concurrent", "time_budget", "seed"}));
+  const toml::node* name = sweep->get("name");
+  if (name == nullptr) return c.Error(*sweep, "sweep.name", "missing: every sweep needs a name");
+  SWEEP_ASSIGN_OR_RETURN(cfg.name, c.String(*name, "sweep.name"));
+  if (cfg.name.empty() || cfg.name.size() > 128 ||
+      !std::all_of(cfg.name.begin(), cfg.name.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+      })) {
+    return c.Error(*name, "sweep.name",
+                   "use 1-128 letters, digits, '-', '_' or '.' (got \"" + cfg.name + "\")");
+  }
+  std::optional<std::string> metric, mode;
+  const toml::node* metric_node = sweep->get("metric");
+  if (metric_node != nullptr) {
+    SWEEP_ASSIGN_OR_RETURN(metric, c.String(*metric_node, "sweep.metric"));
+  }
+  if (const toml::node* n = sweep->get("mode")) {
+    SWEEP_ASSIGN_OR_RETURN(mode, c.OneOf(*n, "sweep.mode", {"max", "min"}));
+  }
+  std::optional<int64_t> max_trials;
+  const toml::node* max_trials_node = sweep->get("max_trials");
+  if (max_trials_node != nullptr) {
+    SWEEP_ASSIGN_OR_RETURN(max_trials,
+                           c.Integer(*max_trials_node, "sweep.max_trials", 1, int64_t{1} << 40));
+  }
+  if (const toml::node* n = sweep->get("max_concurrent")) {
+    SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "sweep.max_concurrent", 1, 1 << 20));
+    cfg.max_concurrent = static_cast<int>(v);
+  }
+  if (const toml::node* n = sweep->get("time_budget")) {
+    if (auto s = n->value_exact<std::string>()) {
+      cfg.time_budget_s = ParseDuration(*s);
+      if (!cfg.time_budget_s) {
+        return c.Error(*n, "sweep.time_budget",
+                       "cannot read \"" + *s +
+                           "\" as a duration; write e.g. \"2h\", \"30m\", "
+                           "\"1h30m\" or a number of seconds");
+      }
+    } else {
+      SWEEP_ASSIGN_OR_RETURN(double secs, c.Number(*n, "sweep.time_budget"));
+      cfg.time_budget_s = secs;
+    }
+    if (*cfg.time_budget_s <= 0) return c.Error(*n, "sweep.time_budget", "must be > 0");
+  }
+  if (const toml::node* n = sweep->get("seed")) {
+    SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "sweep.seed", 0, INT64_MAX));
+    cfg.seed = static_cast<uint64_t>(v);
+  }
+
+  // ---- [search] ----
+  const toml::node* algorithm_node = nullptr;
+  if (const toml::table* search = table("search")) {
+    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*search, "[search]", {"algorithm"}));
+    if ((algorithm_node = search->get("algorithm"))) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.algorithm,
+                             c.OneOf(*algorithm_node, "search.algorithm", {"grid", "random"}));
+    }
+  }
+
+  // ---- [early_stopping] ----
+  if (const toml::table* es = table("early_stopping")) {
+    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*es, "[early_stopping]",
+                                      {"algorithm", "min_resource", "max_resource",
+                                       "reduction_factor", "grace_period", "min_trials"}));
+    if (const toml::node* n = es->get("algorithm")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.early_stopping, c.OneOf(*n, "early_stopping.algorithm",
+                                                         {"none", "median", "asha", "hyperband"}));
+      if (cfg.early_stopping != "none") {
+        return c.Error(*n, "early_stopping.algorithm",
+                       "\"" + cfg.early_stopping +
+                           "\" is not available in this version of sweep yet; use \"none\"");
+      }
+    }
+  }
+
+  // ---- [trial] ----
+  const toml::node* kind_node = nullptr;
+  if (const toml::table* trial = table("trial")) {
+    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*trial, "[trial]", {"kind", "gpus", "command"}));
+    if ((kind_node = trial->get("kind"))) {
+      SWEEP_ASSIGN_OR_RETURN(std::string kind,
+                             c.OneOf(*kind_node, "trial.kind", {"trainer", "function", "command"}));
+      cfg.kind = kind == "trainer"    ? TrialKind::kTrainer
+                 : kind == "function" ? TrialKind::kFunction
+                                      : TrialKind::kCommand;
+      if (cfg.kind == TrialKind::kCommand) {
+        return c.Error(*kind_node, "trial.kind",
+                       "\"command\" trials are not available in this version of sweep yet");
+      }
+    }
+    if (const toml::node* n = trial->get("gpus")) {
+      SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.gpus", 1, 64));
+      cfg.gpus = static_cast<int>(v);
+    }
+    if (const toml::node* n = trial->get("command")) {
+      return c.Error(*n, "trial.command", "only for kind = \"command\"");
+    }
+  }
+
+  // ---- [executor], [store] ----
+  if (const toml::table* ex = table("executor")) {
+    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*ex, "[executor]", {"cpu_slots"}));
+    if (const toml::node* n = ex->get("cpu_slots")) {
+      SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "executor.cpu_slots", 1, 4096));
+      cfg.cpu_slots = static_cast<int>(v);
+    }
+  }
+  if (const toml::table* st = table("store")) {
+    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*st, "[store]", {"path"}));
+    if (const toml::node* n = st->get("path")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.store_path, c.String(*n, "store.path"));
+      if (cfg.store_path.empty()) return c.Error(*n, "store.path", "must not be empty");
+    }
+  }
+
+  // ---- [parameters] ----
+  std::vector<ParamEntry> params;
+  if (const toml::table* ps = table("parameters")) {
+    for (auto&& [k, v] : *ps) {
+      SWEEP_ASSIGN_OR_RETURN(search::Parameter p, ParseParameter(c, std::string(k.str()), v));
+      params.push_back({std::move(p), &v, k.source()});
+    }
+  }
+  // toml++ keeps keys sorted; declaration order is what users expect for grid order.
+  std::stable_sort(params.begin(), params.end(), [](const ParamEntry& a, const ParamEntry& b) {
+    return std::pair(a.key_source.begin.line, a.key_source.begin.column) <
+           std::pair(b.key_source.begin.line, b.key_source.begin.column);
+  });
+
+  // ---- the trial kind's own table ----
+  const toml::table* trainer_table = table("trainer");
+  const toml::table* function_table = table("function");
+  if (cfg.kind != TrialKind::kTrainer && trainer_table != nullptr) {
+    return c.Error(root["trainer"].node()->source(), "trainer",
+                   "[trainer] applies to kind = \"trainer\" only (this sweep's trial.kind is \"" +
+                       std::string(ToString(cfg.kind)) + "\")");
+  }
+  if (cfg.kind != TrialKind::kFunction && function_table != nullptr) {
+    return c.Error(root["function"].node()->source(), "function",
+                   "[function] applies to kind = \"function\" only");
+  }
+
+  if (cfg.kind == TrialKind::kTrainer) {
+    trainer::TrainOptions merged;
+    const toml::node* dataset_node = nullptr;
+    std::string dataset_key;
+    if (trainer_table != nullptr) {
+      SWEEP_RETURN_IF_ERROR(c.KnownKeys(*trainer_table, "[trainer]", trainer::OptionKeys()));
+      for (auto&& [k, v] : *trainer_table) {
+        std::string key(k.str());
+        json value = ToJson(v);
+        SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, v, "trainer." + key, key, value));
+        Status s = trainer::ApplyOption(&merged, key, value);
+        if (!s.ok()) return c.Error(v, "trainer." + key, s.message());
+        cfg.trainer[key] = value;
+        if (key == "dataset") {
+          dataset_node = &v;
+          dataset_key = "trainer.dataset";
+        }
+      }
+    }
+    for (const ParamEntry& e : params) {
+      SWEEP_RETURN_IF_ERROR(CheckTrainerParameter(c, e));
+      if (e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
+        (void)trainer::ApplyOption(&merged, e.parameter.name, e.parameter.distribution.values[0]);
+        if (e.parameter.name == "dataset") {
+          dataset_node = e.node;
+          dataset_key = "parameters.dataset";
+        }
+      } else if (e.parameter.name == "dataset") {
+        return c.Error(*e.node, "parameters.dataset",
+                       "vary one dataset per sweep; put it in [trainer]");
+      }
+    }
+    if (dataset_node == nullptr) {
+      return c.FileError(
+          "[trainer] needs a `dataset` (e.g. dataset = \"/usr/share/datasets/fashion-mnist\", or "
+          "{ format = \"idx\", train_images = \"...\", train_labels = \"...\" })");
+    }
+    SWEEP_RETURN_IF_ERROR(CheckDatasetFiles(c, *dataset_node, dataset_key, merged.dataset));
+    if (!metric) metric = "val_acc", mode = mode.value_or("max");
+    const auto names = executor::TrialMetricNames("trainer");
+    if (std::find(names.begin(), names.end(), *metric) == names.end()) {
+      std::string list;
+      for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+      std::string msg = "trainer trials never report '" + *metric + "'; they report " + list;
+      std::string hint = DidYouMean(*metric, names);
+      if (!hint.empty()) msg += " (did you mean '" + hint + "'?)";
+      return c.Error(*metric_node, "sweep.metric", msg);
+    }
+    if (metric->rfind("val_", 0) == 0 && merged.validation_fraction <= 0) {
+      return c.Error(*metric_node, "sweep.metric",
+                     "'" + *metric +
+                         "' needs a validation split; set trainer.validation_fraction "
+                         "> 0");
+    }
+    if (*metric == "test_acc" && merged.dataset.test_images.empty()) {
+      return c.Error(*metric_node, "sweep.metric",
+                     "'test_acc' needs a test set in trainer.dataset");
+    }
+  } else if (cfg.kind == TrialKind::kFunction) {
+    if (function_table == nullptr) {
+      return c.FileError("kind = \"function\" needs a [function] table with `name`");
+    }
+    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*function_table, "[function]", {"name", "steps", "step_ms"}));
+    std::vector<std::string> fnames;
+    for (const auto& f : executor::Functions()) fnames.push_back(f.name);
+    const toml::node* fname = function_table->get("name");
+    if (fname == nullptr) return c.Error(*function_table, "function.name", "missing");
+    SWEEP_ASSIGN_OR_RETURN(std::string fn, c.OneOf(*fname, "function.name", fnames));
+    cfg.function["name"] = fn;
+    if (const toml::node* n = function_table->get("steps")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.function["steps"], c.Integer(*n, "function.steps", 0, 1'000'000));
+    }
+    if (const toml::node* n = function_table->get("step_ms")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.function["step_ms"],
+                             c.Integer(*n, "function.step_ms", 0, 3'600'000));
+    }
+    std::vector<std::string> names;
+    for (const ParamEntry& e : params) names.push_back(e.parameter.name);
+    Status s = executor::CheckFunctionParams(*executor::FindFunction(fn), names);
+    if (!s.ok()) {
+      const toml::node* where = table("parameters") ? root["parameters"].node() : fname;
+      return c.Error(*where, "parameters", s.message());
+    }
+    for (const ParamEntry& e : params) {
+      const auto& d = e.parameter.distribution;
+      for (const json& v : d.values) {
+        if (!v.is_number()) {
+          return c.Error(*e.node, "parameters." + e.parameter.name,
+                         "function parameters are numbers, got " + v.dump());
+        }
+      }
+    }
+    if (!metric) metric = "value", mode = mode.value_or("min");
+    if (*metric != "value") {
+      return c.Error(*metric_node, "sweep.metric",
+                     "function trials report only 'value' (got '" + *metric + "')");
+    }
+  }
+  if (!mode) {
+    return c.Error(*metric_node, "sweep.mode",
+                   "say whether to maximise or minimise '" + *metric +
+                       "': add mode = \"max\" or mode = \"min\" to [sweep]");
+  }
+  cfg.metric = *metric;
+  cfg.maximize = *mode == "max";
+
+  // ---- search space and trial count ----
+  for (ParamEntry& e : params) {
+    Status s = cfg.space.Add(e.parameter);
+    if (!s.ok()) return c.Error(*e.node, "parameters." + e.parameter.name, s.message());
+  }
+  if (cfg.algorithm == "grid") {
+    for (const ParamEntry& e : params) {
+      auto k = e.parameter.distribution.kind;
+      if (k != search::Distribution::Kind::kConstant &&
+          k != search::Distribution::Kind::kCategorical) {
+        return c.Error(*e.node, "parameters." + e.parameter.name,
+                       "grid search cannot enumerate a continuous distribution; give it `values "
+                       "= [...]` or use search.algorithm = \"random\"");
+      }
+    }
+    auto grid = search::MakeGridSampler(cfg.space);
+    if (!grid.ok()) return c.FileError(grid.status().message());
+    int64_t size = (*grid)->size().value_or(1);
+    cfg.max_trials = max_trials ? std::min(*max_trials, size) : size;
+  } else {
+    if (!max_trials) {
+      return c.Error(*sweep, "sweep.max_trials",
+                     "random search needs max_trials (how many trials to draw)");
+    }
+    cfg.max_trials = *max_trials;
+  }
+  return cfg;
+}
+
+Result<SweepConfig> LoadConfig(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return Status::NotFound(path + ": no such config file");
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument(path + ": is a directory, not a config file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::IoError(path + ": cannot read");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path);
+}
+
+json ParseSetValue(std::string_view text) {
+  try {
+    toml::table t = toml::parse("v = " + std::string(text));
+    if (const toml::node* v = t.get("v")) return ToJson(*v);
+  } catch (const toml::parse_error&) {
+  }
+  return std::string(text);
+}
+
+}  // namespace sweep

@@ -1,0 +1,425 @@
+// The `sweep` command line: run, train, best, trials, status, list, and the hidden worker.
+// Exit codes: 0 success; 1 runtime failure; 2 usage or config error. Errors go to stderr as one
+// line naming the file, key, sweep or trial at fault.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "executor/functions.h"
+#include "executor/trial.h"
+#include "executor/worker.h"
+#include "output.h"
+#include "store/store.h"
+#include "sweep/config.h"
+#include "sweep/coordinator.h"
+#include "trainer/trainer.h"
+
+namespace {
+
+using nlohmann::json;
+using sweep::Status;
+
+constexpr int kExitOk = 0;
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+
+std::atomic<bool> g_interrupt{false};
+extern "C" void OnInterrupt(int) { g_interrupt = true; }
+
+int Fail(const Status& s) {
+  std::cerr << "sweep: " << s.message() << "\n";
+  switch (s.code()) {
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kNotFound:
+    case Status::Code::kAlreadyExists:
+      return kExitUsage;
+    default:
+      return kExitRuntime;
+  }
+}
+
+std::string SelfExe(const char* argv0) {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(argv0) : p.string();
+}
+
+const char* kExamples = R"(
+Examples:
+  sweep run configs/quickstart.toml          run a sweep (results in ./sweeps.db)
+  sweep best quickstart --top 5              the best trials so far
+  sweep trials quickstart --status failed    trials by state, with their errors
+  sweep status quickstart --json             counts, running trials, best so far
+  sweep train configs/quickstart.toml --set lr=0.1 --set hidden=[512,256]
+                                             one trial, no store, per-epoch metrics
+)";
+
+// ---- queries ----
+
+struct QueryArgs {
+  std::string db = "sweeps.db";
+  std::string name;
+  bool json = false;
+  bool csv = false;
+};
+
+sweep::Result<std::unique_ptr<sweep::store::Store>> OpenForQuery(const QueryArgs& a) {
+  return sweep::store::Store::Open(a.db, sweep::store::OpenMode::kReadOnly);
+}
+
+int CmdBest(const QueryArgs& a, int64_t top) {
+  auto st = OpenForQuery(a);
+  if (!st.ok()) return Fail(st.status());
+  auto sw = (*st)->FindSweep(a.name);
+  if (!sw.ok()) return Fail(sw.status());
+  auto trials = (*st)->BestTrials(sw->id, sw->maximize, top);
+  if (!trials.ok()) return Fail(trials.status());
+  if (a.json) {
+    sweep::PrintTrialsJson(std::cout, *trials);
+  } else if (a.csv) {
+    sweep::PrintTrialsCsv(std::cout, *trials);
+  } else if (trials->empty()) {
+    std::cout << "no completed trial with a value of " << sw->metric << " yet\n";
+  } else {
+    sweep::PrintTrialsTable(std::cout, *trials, sw->metric);
+  }
+  return kExitOk;
+}
+
+int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& sort) {
+  auto st = OpenForQuery(a);
+  if (!st.ok()) return Fail(st.status());
+  auto sw = (*st)->FindSweep(a.name);
+  if (!sw.ok()) return Fail(sw.status());
+  sweep::store::TrialQuery q;
+  if (!status.empty()) {
+    q.status = sweep::store::ParseTrialStatus(status);
+    if (!q.status) {
+      return Fail(Status::InvalidArgument(
+          "--status: unknown state '" + status +
+          "'; expected pending, running, completed, pruned, failed or interrupted"));
+    }
+  }
+  q.sort = sort;
+  auto trials = (*st)->Trials(sw->id, q);
+  if (!trials.ok()) return Fail(trials.status());
+  if (a.json) {
+    sweep::PrintTrialsJson(std::cout, *trials);
+  } else if (a.csv) {
+    sweep::PrintTrialsCsv(std::cout, *trials);
+  } else {
+    sweep::PrintTrialsTable(std::cout, *trials, sw->metric);
+  }
+  return kExitOk;
+}
+
+int CmdStatus(const QueryArgs& a) {
+  auto st = OpenForQuery(a);
+  if (!st.ok()) return Fail(st.status());
+  auto sw = (*st)->FindSweep(a.name);
+  if (!sw.ok()) return Fail(sw.status());
+  auto counts = (*st)->CountByStatus(sw->id);
+  if (!counts.ok()) return Fail(counts.status());
+  sweep::store::TrialQuery q;
+  q.status = sweep::store::TrialStatus::kRunning;
+  auto running = (*st)->Trials(sw->id, q);
+  if (!running.ok()) return Fail(running.status());
+  auto best = (*st)->BestTrials(sw->id, sw->maximize, 1);
+  if (!best.ok()) return Fail(best.status());
+  double elapsed = (sw->ended_s ? *sw->ended_s : sweep::NowSeconds()) - sw->created_s;
+  const auto& c = *counts;
+  if (a.json) {
+    json j = {{"name", sw->name},
+              {"status", sweep::store::ToString(sw->status)},
+              {"metric", sw->metric},
+              {"mode", sw->maximize ? "max" : "min"},
+              {"counts",
+               {{"pending", c.pending},
+                {"running", c.running},
+                {"completed", c.completed},
+                {"pruned", c.pruned},
+                {"failed", c.failed},
+                {"interrupted", c.interrupted},
+                {"total", c.total()}}},
+              {"elapsed_s", elapsed}};
+    json r = json::array();
+    for (const auto& t : *running) {
+      r.push_back({{"trial", t.number}, {"placement", t.placement}, {"started", *t.started_s}});
+    }
+    j["running"] = r;
+    j["best"] = best->empty() ? json(nullptr) : sweep::TrialJson(best->front());
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  std::cout << "sweep " << sw->name << " (" << sweep::store::ToString(sw->status) << "), "
+            << (sw->maximize ? "max " : "min ") << sw->metric << ", elapsed "
+            << static_cast<int64_t>(elapsed) << " s\n"
+            << "  trials: " << c.total() << " (" << c.completed << " completed, " << c.running
+            << " running, " << c.pruned << " pruned, " << c.failed << " failed, " << c.interrupted
+            << " interrupted, " << c.pending << " pending)\n";
+  for (const auto& t : *running) {
+    std::cout << "  running: trial " << t.number << " on " << t.placement << "\n";
+  }
+  if (!best->empty()) {
+    const auto& b = best->front();
+    std::cout << "  best: trial " << b.number << " " << sw->metric << " = "
+              << (b.objective ? json(*b.objective).dump() : "-") << "  " << b.params_json << "\n";
+  }
+  return kExitOk;
+}
+
+int CmdList(const QueryArgs& a) {
+  auto st = OpenForQuery(a);
+  if (!st.ok()) return Fail(st.status());
+  auto list = (*st)->ListSweeps();
+  if (!list.ok()) return Fail(list.status());
+  if (a.json) {
+    json arr = json::array();
+    for (const auto& s : *list) {
+      arr.push_back({{"name", s.name},
+                     {"status", sweep::store::ToString(s.status)},
+                     {"trials", s.trials},
+                     {"metric", s.metric},
+                     {"mode", s.maximize ? "max" : "min"},
+                     {"best", s.best ? json(*s.best) : json(nullptr)}});
+    }
+    std::cout << arr.dump(2) << "\n";
+    return kExitOk;
+  }
+  for (const auto& s : *list) {
+    std::cout << s.name << "  " << sweep::store::ToString(s.status) << "  " << s.trials
+              << " trials  best " << s.metric << " = " << (s.best ? json(*s.best).dump() : "-")
+              << "\n";
+  }
+  return kExitOk;
+}
+
+// ---- run ----
+
+int CmdRun(const std::string& config_path, const std::string& db_flag, const char* argv0) {
+  auto cfg = sweep::LoadConfig(config_path);
+  if (!cfg.ok()) return Fail(cfg.status());
+  std::string db = db_flag.empty() ? cfg->store_path : db_flag;
+  auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
+  if (!st.ok()) return Fail(st.status());
+
+  sweep::RunOptions options;
+  options.worker_command = {SelfExe(argv0), "worker"};
+  options.live_status = ::isatty(STDERR_FILENO) != 0;
+  options.log = &std::cerr;
+  options.interrupt = &g_interrupt;
+  std::signal(SIGINT, OnInterrupt);
+  std::signal(SIGTERM, OnInterrupt);
+
+  auto summary = sweep::RunSweep(*cfg, **st, options);
+  if (!summary.ok()) return Fail(summary.status());
+  const auto& c = summary->counts;
+  std::cerr << "sweep '" << cfg->name << "' " << (summary->interrupted ? "interrupted" : "done")
+            << " in " << static_cast<int64_t>(summary->elapsed_s) << " s: " << c.completed
+            << " completed, " << c.pruned << " pruned, " << c.failed << " failed, " << c.interrupted
+            << " interrupted\n";
+  auto best = (*st)->BestTrials(summary->sweep_id, cfg->maximize, 5);
+  if (best.ok() && !best->empty()) {
+    std::cout << "best trials of '" << cfg->name << "' by " << cfg->metric << " ("
+              << (cfg->maximize ? "max" : "min") << "):\n";
+    sweep::PrintTrialsTable(std::cout, *best, cfg->metric);
+  }
+  return summary->interrupted ? kExitRuntime : kExitOk;
+}
+
+// ---- train ----
+
+int CmdTrain(const std::string& config_path, const std::vector<std::string>& sets, bool as_json,
+             int threads) {
+  auto cfg = sweep::LoadConfig(config_path);
+  if (!cfg.ok()) return Fail(cfg.status());
+  if (cfg->kind != sweep::TrialKind::kTrainer && cfg->kind != sweep::TrialKind::kFunction) {
+    return Fail(Status::InvalidArgument("sweep train runs trainer or function trials only"));
+  }
+  sweep::executor::TrialTask task;
+  task.kind = std::string(sweep::ToString(cfg->kind));
+  task.settings = cfg->kind == sweep::TrialKind::kTrainer ? cfg->trainer : cfg->function;
+  task.params = json::object();
+  task.seed = sweep::TrialSeed(cfg->seed, 0);
+  task.threads = threads > 0 ? threads : cfg->gpus;
+  std::vector<std::string> varied;
+  for (const auto& p : cfg->space.parameters()) {
+    if (p.distribution.kind == sweep::search::Distribution::Kind::kConstant) {
+      task.params[p.name] = p.distribution.values[0];
+    } else {
+      varied.push_back(p.name);
+    }
+  }
+  std::vector<std::string> known;
+  if (cfg->kind == sweep::TrialKind::kTrainer) {
+    known = sweep::trainer::OptionKeys();
+  } else {
+    for (const auto& p : cfg->space.parameters()) known.push_back(p.name);
+  }
+  for (const std::string& s : sets) {
+    auto eq = s.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return Fail(Status::InvalidArgument("--set " + s + ": expected KEY=VALUE"));
+    }
+    std::string key = s.substr(0, eq);
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      std::string msg = "--set " + s + ": unknown key '" + key + "'";
+      std::string hint = sweep::DidYouMean(key, known);
+      if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+      return Fail(Status::InvalidArgument(msg));
+    }
+    json value = sweep::ParseSetValue(s.substr(eq + 1));
+    if (cfg->kind == sweep::TrialKind::kTrainer) {
+      Status ok = sweep::CheckTrainerOption(key, value);
+      if (!ok.ok()) return Fail(Status::InvalidArgument("--set " + s + ": " + ok.message()));
+    } else if (!value.is_number()) {
+      return Fail(Status::InvalidArgument("--set " + s + ": expected a number"));
+    }
+    task.params[key] = value;
+    std::erase(varied, key);
+  }
+  if (cfg->kind == sweep::TrialKind::kFunction && !varied.empty()) {
+    return Fail(Status::InvalidArgument("give a value for " + varied.front() + " with --set " +
+                                        varied.front() + "=VALUE"));
+  }
+  if (!as_json && !varied.empty()) {
+    std::cerr << "using the trainer's defaults for";
+    for (const auto& v : varied) std::cerr << " " << v;
+    std::cerr << " (vary them with --set)\n";
+  }
+
+  json epochs = json::array();
+  json last = json::object();
+  auto sink = [&](int64_t step, double epoch, const json& metrics) {
+    json row = metrics;
+    row["epoch"] = epoch;
+    row["step"] = step;
+    epochs.push_back(row);
+    for (auto& [k, v] : metrics.items()) last[k] = v;
+    if (!as_json) {
+      std::printf("epoch %-4g", epoch);
+      for (auto& [k, v] : metrics.items()) {
+        if (v.is_number()) std::printf("  %s %.5g", k.c_str(), v.get<double>());
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  };
+  std::signal(SIGINT, OnInterrupt);
+  sweep::executor::TrialOutcome out = sweep::executor::RunTrial(task, sink, g_interrupt);
+  for (auto& [k, v] : out.end_metrics.items()) last[k] = v;
+  if (as_json) {
+    json j = {{"status", sweep::executor::ToString(out.kind)},
+              {"params", task.params},
+              {"metrics", last},
+              {"epochs", epochs}};
+    for (const char* k : {"samples_per_s", "data_wait_s", "test_acc"}) {
+      j[k] = last.contains(k) ? last[k] : json(nullptr);
+    }
+    if (!out.error.empty()) j["error"] = out.error;
+    // Mean over epochs is the figure of merit for throughput; the last epoch alone is noisy.
+    double sps = 0, wait = 0;
+    for (const auto& e : epochs) {
+      sps += e.value("samples_per_s", 0.0);
+      wait += e.value("data_wait_s", 0.0);
+    }
+    if (!epochs.empty() && cfg->kind == sweep::TrialKind::kTrainer) {
+      j["samples_per_s"] = sps / static_cast<double>(epochs.size());
+      j["data_wait_s"] = wait;
+    }
+    std::cout << j.dump(2) << "\n";
+  } else if (out.end_metrics.contains("test_acc")) {
+    std::printf("test_acc %.4f\n", out.end_metrics["test_acc"].get<double>());
+  }
+  if (out.kind == sweep::executor::TrialOutcome::Kind::kFailed) {
+    std::cerr << "sweep: trial failed: " << out.error << "\n";
+    return kExitRuntime;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"sweep: hyperparameter sweeps with an embedded data-parallel trainer"};
+  app.footer(kExamples);
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every command");
+
+  std::string config_path, db_flag, name, status_filter, sort = "number";
+  std::vector<std::string> sets;
+  bool json_out = false;
+  int64_t top = 10;
+  int threads = 0;
+
+  auto* run = app.add_subcommand("run", "start a sweep from a TOML config");
+  run->add_option("CONFIG", config_path, "sweep config (TOML)")->required();
+  run->add_option("--db", db_flag, "SQLite file (default: [store] path, else ./sweeps.db)");
+  run->footer("Example: sweep run configs/quickstart.toml --db results.db");
+
+  auto* train = app.add_subcommand("train", "run one trial directly, no store");
+  train->add_option("CONFIG", config_path, "sweep config (TOML)")->required();
+  train->add_option("--set", sets, "KEY=VALUE hyperparameter (a TOML value); repeatable");
+  train->add_option("--threads", threads, "CPU threads (default: [trial] gpus)");
+  train->add_flag("--json", json_out, "print one JSON object at the end");
+  train->footer(
+      "Example: sweep train configs/quickstart.toml --set lr=0.05 --set hidden=[256,128]");
+
+  QueryArgs q;
+  auto add_query = [&](CLI::App* sub, bool with_name, bool with_csv) {
+    if (with_name) sub->add_option("NAME", q.name, "sweep name")->required();
+    sub->add_option("--db", q.db, "SQLite file")->capture_default_str();
+    auto* j = sub->add_flag("--json", q.json, "JSON output");
+    if (with_csv) sub->add_flag("--csv", q.csv, "CSV output")->excludes(j);
+  };
+  auto* best = app.add_subcommand("best", "the best trials by the sweep's metric");
+  add_query(best, true, true);
+  best->add_option("--top", top, "how many")->capture_default_str()->check(CLI::PositiveNumber);
+  best->footer("Example: sweep best fashion-mlp --top 3 --json");
+  auto* trials = app.add_subcommand("trials", "all trials of a sweep");
+  add_query(trials, true, true);
+  trials->add_option("--status", status_filter, "only trials in this state");
+  trials
+      ->add_option("--sort", sort,
+                   "number, objective, started, ended, epochs or a metric; "
+                   "-KEY for descending")
+      ->capture_default_str();
+  trials->footer("Example: sweep trials fashion-mlp --sort -val_acc --csv > trials.csv");
+  auto* status = app.add_subcommand("status", "counts, running trials, best so far");
+  add_query(status, true, false);
+  auto* list = app.add_subcommand("list", "the sweeps in the store");
+  add_query(list, false, false);
+  auto* worker = app.add_subcommand("worker", "");  // hidden: spawned by the coordinator
+  worker->group("");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+
+  if (worker->parsed()) {
+    return sweep::executor::RunWorker(sweep::executor::kWorkerCommandFd,
+                                      sweep::executor::kWorkerMessageFd);
+  }
+  if (run->parsed()) return CmdRun(config_path, db_flag, argv[0]);
+  if (train->parsed()) return CmdTrain(config_path, sets, json_out, threads);
+  if (best->parsed()) return CmdBest(q, top);
+  if (trials->parsed()) return CmdTrials(q, status_filter, sort);
+  if (status->parsed()) return CmdStatus(q);
+  if (list->parsed()) return CmdList(q);
+  return kExitUsage;
+}

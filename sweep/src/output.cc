@@ -1,0 +1,122 @@
+// Tables, JSON and CSV for stored trials.
+#include "output.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+namespace sweep {
+
+using nlohmann::json;
+
+namespace {
+
+json ParseOrEmpty(const std::string& text) {
+  json j = json::parse(text.empty() ? "{}" : text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? json::object() : j;
+}
+
+std::string Cell(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", v.get<double>());
+    return buf;
+  }
+  return v.dump();
+}
+
+}  // namespace
+
+json TrialJson(const store::TrialRecord& t) {
+  json j = {{"trial", t.number},
+            {"status", store::ToString(t.status)},
+            {"params", ParseOrEmpty(t.params_json)},
+            {"metrics", ParseOrEmpty(t.metrics_json)},
+            {"epochs", t.epochs},
+            {"placement", t.placement}};
+  j["started"] = t.started_s ? json(*t.started_s) : json(nullptr);
+  j["ended"] = t.ended_s ? json(*t.ended_s) : json(nullptr);
+  j["duration_s"] = (t.started_s && t.ended_s) ? json(*t.ended_s - *t.started_s) : json(nullptr);
+  if (!t.error.empty()) j["error"] = t.error;
+  return j;
+}
+
+void PrintTrialsJson(std::ostream& out, const std::vector<store::TrialRecord>& trials) {
+  json arr = json::array();
+  for (const auto& t : trials) arr.push_back(TrialJson(t));
+  out << arr.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+std::string CsvField(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string q = "\"";
+  for (char c : text) {
+    if (c == '"') q += '"';
+    q += c;
+  }
+  return q + "\"";
+}
+
+void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& trials) {
+  std::vector<json> params, metrics;
+  std::set<std::string> pkeys, mkeys;
+  for (const auto& t : trials) {
+    params.push_back(ParseOrEmpty(t.params_json));
+    metrics.push_back(ParseOrEmpty(t.metrics_json));
+    for (auto& [k, v] : params.back().items()) pkeys.insert(k);
+    for (auto& [k, v] : metrics.back().items()) mkeys.insert(k);
+  }
+  out << "trial,status,epochs,duration_s";
+  for (const auto& k : pkeys) out << "," << CsvField(k);
+  // A metric named like a parameter keeps both columns apart.
+  for (const auto& k : mkeys) out << "," << CsvField(pkeys.count(k) ? "metric." + k : k);
+  out << ",error\n";
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const auto& t = trials[i];
+    out << t.number << "," << store::ToString(t.status) << "," << Cell(json(t.epochs)) << ",";
+    if (t.started_s && t.ended_s) out << Cell(json(*t.ended_s - *t.started_s));
+    for (const auto& k : pkeys) {
+      out << ",";
+      if (params[i].contains(k)) out << CsvField(Cell(params[i][k]));
+    }
+    for (const auto& k : mkeys) {
+      out << ",";
+      if (metrics[i].contains(k) && !metrics[i][k].is_null()) {
+        out << CsvField(metrics[i][k].dump());
+      }
+    }
+    out << "," << CsvField(t.error) << "\n";
+  }
+}
+
+void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& trials,
+                      const std::string& metric) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"trial", "status", metric, "epochs", "params"});
+  for (const auto& t : trials) {
+    json m = ParseOrEmpty(t.metrics_json);
+    json p = ParseOrEmpty(t.params_json);
+    std::string ps;
+    for (auto& [k, v] : p.items()) ps += (ps.empty() ? "" : " ") + k + "=" + Cell(v);
+    if (!t.error.empty()) ps += (ps.empty() ? "" : "  ") + ("[" + t.error + "]");
+    rows.push_back({std::to_string(t.number), std::string(store::ToString(t.status)),
+                    m.contains(metric) && !m[metric].is_null() ? Cell(m[metric]) : "-",
+                    Cell(json(t.epochs)), ps});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& r : rows) {
+    for (size_t c = 0; c + 1 < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+  }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t c = 0; c < r.size(); ++c) {
+      line += r[c];
+      if (c + 1 < r.size()) line += std::string(width[c] - r[c].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+}  // namespace sweep

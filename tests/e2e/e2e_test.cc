@@ -1,0 +1,359 @@
+// End-to-end tests of the `sweep` binary: real configs, a real SQLite file, real worker
+// processes. Each test works in its own temporary directory and checks exit codes, messages,
+// the CLI's JSON, and the rows in the store.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Output {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class E2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/sweep-e2e-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // Runs `sweep ARGS` in the test directory; `env` is prepended ("K=V K2=V2").
+  Output Sweep(const std::string& args, const std::string& env = "") {
+    Output o;
+    std::string cmd = "cd '" + dir_.string() + "' && " + env + " '" SWEEP_BINARY "' " + args +
+                      " > out.txt 2> err.txt < /dev/null";
+    int rc = std::system(cmd.c_str());
+    o.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    o.out = Slurp(dir_ / "out.txt");
+    o.err = Slurp(dir_ / "err.txt");
+    return o;
+  }
+
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
+
+  // Rows of a query on the test's sweeps.db, each row as strings.
+  std::vector<std::vector<std::string>> Query(const std::string& sql) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open_v2((dir_ / "sweeps.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
+              SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    std::vector<std::vector<std::string>> rows;
+    while (st != nullptr && sqlite3_step(st) == SQLITE_ROW) {
+      std::vector<std::string> row;
+      for (int i = 0; i < sqlite3_column_count(st); ++i) {
+        auto* t = sqlite3_column_text(st, i);
+        row.push_back(t ? reinterpret_cast<const char*>(t) : "NULL");
+      }
+      rows.push_back(row);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return rows;
+  }
+
+  // A small 4-class image dataset in IDX format (8x8 images): each class lights its own
+  // quadrant, plus noise, so a small MLP learns it in a few epochs.
+  void WriteTinyDataset(int n_train, int n_test) {
+    auto write = [&](const std::string& stem, int n, uint32_t seed) {
+      std::ofstream img(dir_ / (stem + "-images-idx3-ubyte"), std::ios::binary);
+      std::ofstream lab(dir_ / (stem + "-labels-idx1-ubyte"), std::ios::binary);
+      auto be32 = [](std::ofstream& o, uint32_t v) {
+        unsigned char b[4] = {static_cast<unsigned char>(v >> 24),
+                              static_cast<unsigned char>(v >> 16),
+                              static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
+        o.write(reinterpret_cast<char*>(b), 4);
+      };
+      be32(img, 0x00000803);
+      be32(img, n);
+      be32(img, 8);
+      be32(img, 8);
+      be32(lab, 0x00000801);
+      be32(lab, n);
+      uint32_t s = seed;
+      for (int i = 0; i < n; ++i) {
+        int c = i % 4;
+        for (int y = 0; y < 8; ++y) {
+          for (int x = 0; x < 8; ++x) {
+            s = s * 1664525u + 1013904223u;
+            int quadrant = (y / 4) * 2 + (x / 4);
+            int v = (quadrant == c ? 160 : 0) + static_cast<int>((s >> 24) % 90);
+            img.put(static_cast<char>(v));
+          }
+        }
+        lab.put(static_cast<char>(c));
+      }
+    };
+    write("train", n_train, 1);
+    write("t10k", n_test, 2);
+  }
+
+  fs::path dir_;
+};
+
+const char* kBranin = R"([sweep]
+name = "branin"
+max_trials = 40
+seed = 11
+[trial]
+kind = "function"
+[function]
+name = "branin"
+[parameters]
+x1 = { distribution = "uniform", min = -5, max = 10 }
+x2 = { distribution = "uniform", min = 0, max = 15 }
+[executor]
+cpu_slots = 2
+)";
+
+TEST_F(E2eTest, FunctionSweepThenBestMatchesTheTrialsTable) {
+  Write("b.toml", kBranin);
+  Output run = Sweep("run b.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.out.find("best trials of 'branin'"), std::string::npos) << run.out;
+
+  Output best = Sweep("best branin --top 5 --json");
+  ASSERT_EQ(best.code, 0) << best.err;
+  json arr = json::parse(best.out);
+  ASSERT_EQ(arr.size(), 5u);
+  auto rows = Query(
+      "SELECT t.number, t.objective FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+      "WHERE s.name = 'branin' AND t.status = 'completed' ORDER BY t.objective ASC, t.number "
+      "LIMIT 5");
+  ASSERT_EQ(rows.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(arr[i]["trial"].get<int64_t>(), std::stoll(rows[i][0]));
+    EXPECT_EQ(arr[i]["status"], "completed");
+    EXPECT_NEAR(arr[i]["metrics"]["value"].get<double>(), std::stod(rows[i][1]), 1e-9);
+    EXPECT_TRUE(arr[i]["params"].contains("x1"));
+    EXPECT_TRUE(arr[i]["params"].contains("x2"));
+  }
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "40");
+  EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "40");
+  EXPECT_EQ(Query("PRAGMA integrity_check")[0][0], "ok");
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+
+  Output list = Sweep("list --json");
+  ASSERT_EQ(list.code, 0) << list.err;
+  json l = json::parse(list.out);
+  ASSERT_EQ(l.size(), 1u);
+  EXPECT_EQ(l[0]["name"], "branin");
+  EXPECT_EQ(l[0]["trials"], 40);
+  EXPECT_NEAR(l[0]["best"].get<double>(), arr[0]["metrics"]["value"].get<double>(), 1e-12);
+
+  Output status = Sweep("status branin --json");
+  ASSERT_EQ(status.code, 0) << status.err;
+  json st = json::parse(status.out);
+  EXPECT_EQ(st["counts"]["completed"], 40);
+  EXPECT_EQ(st["running"].size(), 0u);
+  EXPECT_EQ(st["best"]["trial"], arr[0]["trial"]);
+}
+
+TEST_F(E2eTest, RandomSearchIsDeterministicAcrossRuns) {
+  Write("b.toml", kBranin);
+  ASSERT_EQ(Sweep("run b.toml --db one.db").code, 0);
+  ASSERT_EQ(Sweep("run b.toml --db two.db").code, 0);
+  Output a = Sweep("trials branin --db one.db --json");
+  Output b = Sweep("trials branin --db two.db --json");
+  ASSERT_EQ(a.code, 0);
+  json ja = json::parse(a.out), jb = json::parse(b.out);
+  ASSERT_EQ(ja.size(), 40u);
+  for (size_t i = 0; i < ja.size(); ++i) {
+    EXPECT_EQ(ja[i]["params"], jb[i]["params"]) << "trial " << i;
+    EXPECT_EQ(ja[i]["metrics"]["value"], jb[i]["metrics"]["value"]);
+  }
+}
+
+TEST_F(E2eTest, GridEnumeratesTheProductInOrder) {
+  Write("g.toml", R"([sweep]
+name = "grid"
+[search]
+algorithm = "grid"
+[trial]
+kind = "function"
+[function]
+name = "branin"
+[parameters]
+x2 = { values = [0.0, 7.5] }
+x1 = { values = [-5, 0, 5] }
+)");
+  ASSERT_EQ(Sweep("run g.toml").code, 0);
+  Output t = Sweep("trials grid --json");
+  json arr = json::parse(t.out);
+  ASSERT_EQ(arr.size(), 6u);
+  const double expected[6][2] = {{0.0, -5}, {0.0, 0}, {0.0, 5}, {7.5, -5}, {7.5, 0}, {7.5, 5}};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(arr[i]["trial"], i);
+    EXPECT_EQ(arr[i]["params"]["x2"].get<double>(), expected[i][0]);
+    EXPECT_EQ(arr[i]["params"]["x1"].get<double>(), expected[i][1]);
+  }
+}
+
+TEST_F(E2eTest, AbortingWorkerFailsItsTrialAndTheRestComplete) {
+  Write("b.toml", kBranin);
+  Output run = Sweep("run b.toml", "SWEEP_TEST_ABORT_TRIAL=3");
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto failed = Query("SELECT number, error FROM trials WHERE status = 'failed'");
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0][0], "3");
+  EXPECT_NE(failed[0][1].find("killed by signal 6"), std::string::npos) << failed[0][1];
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "39");
+  Output f = Sweep("trials branin --status failed --json");
+  json arr = json::parse(f.out);
+  ASSERT_EQ(arr.size(), 1u);
+  EXPECT_NE(arr[0]["error"].get<std::string>().find("signal 6"), std::string::npos);
+}
+
+TEST_F(E2eTest, TrainerSweepOnASmallDataset) {
+  WriteTinyDataset(800, 200);
+  Write("t.toml",
+        "[sweep]\nname = \"tiny\"\nmax_trials = 4\nseed = 5\n"
+        "[parameters]\nlr = { values = [0.05, 0.2] }\nhidden = { values = [[16], [32, "
+        "16]] }\nepochs = 3\nbatch_size = 32\n"
+        "[search]\nalgorithm = \"grid\"\n"
+        "[trainer]\ndataset = \"" +
+            dir_.string() +
+            "\"\n"
+            "[executor]\ncpu_slots = 2\n");
+  Output run = Sweep("run t.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  Output best = Sweep("best tiny --json");
+  ASSERT_EQ(best.code, 0) << best.err;
+  json arr = json::parse(best.out);
+  ASSERT_EQ(arr.size(), 4u);
+  double prev = 2;
+  for (const auto& t : arr) {
+    double acc = t["metrics"]["val_acc"].get<double>();
+    EXPECT_LE(acc, prev);  // ordered best first
+    prev = acc;
+    EXPECT_EQ(t["epochs"], 3.0);
+    EXPECT_TRUE(t["metrics"].contains("test_acc"));
+    EXPECT_TRUE(t["metrics"].contains("samples_per_s"));
+  }
+  EXPECT_GT(arr[0]["metrics"]["val_acc"].get<double>(), 0.9);
+  auto top = Query(
+      "SELECT number, objective FROM trials WHERE status = 'completed' ORDER BY "
+      "objective DESC, number LIMIT 1");
+  EXPECT_EQ(arr[0]["trial"].get<int64_t>(), std::stoll(top[0][0]));
+  EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "12");  // 4 trials x 3 epochs
+}
+
+TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
+  WriteTinyDataset(400, 100);
+  Write("t.toml",
+        "[sweep]\nname = \"tiny\"\nmax_trials = 4\n[parameters]\nlr = { distribution = "
+        "\"log_uniform\", min = 0.01, max = 0.3 }\nepochs = 2\n[trainer]\ndataset = \"" +
+            dir_.string() + "\"\nhidden = [16]\nbatch_size = 32\n");
+  Output human = Sweep("train t.toml --set lr=0.1");
+  ASSERT_EQ(human.code, 0) << human.err;
+  EXPECT_NE(human.out.find("epoch 1"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("val_acc"), std::string::npos);
+  EXPECT_NE(human.out.find("test_acc"), std::string::npos);
+  Output j = Sweep("train t.toml --set lr=0.1 --set hidden=[32,16] --json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  json r = json::parse(j.out);
+  EXPECT_EQ(r["status"], "completed");
+  EXPECT_EQ(r["params"]["hidden"], json({32, 16}));
+  EXPECT_EQ(r["epochs"].size(), 2u);
+  EXPECT_TRUE(r["samples_per_s"].is_number());
+  EXPECT_TRUE(r["data_wait_s"].is_number());
+  EXPECT_TRUE(r["test_acc"].is_number());
+
+  Output bad = Sweep("train t.toml --set lr=abc");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--set lr=abc"), std::string::npos) << bad.err;
+  Output unknown = Sweep("train t.toml --set lrr=0.1");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("did you mean 'lr'"), std::string::npos) << unknown.err;
+}
+
+TEST_F(E2eTest, BadConfigsExitTwoWithTheirMessage) {
+  Write("bad1.toml", "[sweep]\nname = \"x\"\nmax_trails = 3\n");
+  Output o = Sweep("run bad1.toml");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("bad1.toml:3:1: sweep.max_trails: unknown key"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("did you mean 'max_trials'"), std::string::npos);
+  Write("bad2.toml", std::string(kBranin) + "[search]\nalgorithm = \"grid\"\n");
+  o = Sweep("run bad2.toml");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("grid search cannot enumerate"), std::string::npos) << o.err;
+  o = Sweep("run missing.toml");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("missing.toml: no such config file"), std::string::npos) << o.err;
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db"));  // nothing ran, nothing was created
+}
+
+TEST_F(E2eTest, ExistingNameIsRefusedAndUnknownNamesAreReported) {
+  Write("b.toml", kBranin);
+  ASSERT_EQ(Sweep("run b.toml").code, 0);
+  Output again = Sweep("run b.toml");
+  EXPECT_EQ(again.code, 2);
+  EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("sweep resume branin"), std::string::npos) << again.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "40");  // nothing lost or added
+
+  Output unknown = Sweep("best nosuch");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("no sweep named 'nosuch'"), std::string::npos) << unknown.err;
+  Output nodb = Sweep("list --db nowhere.db");
+  EXPECT_NE(nodb.code, 0);
+  EXPECT_NE(nodb.err.find("nowhere.db"), std::string::npos) << nodb.err;
+}
+
+TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
+  Write("b.toml", kBranin);
+  ASSERT_EQ(Sweep("run b.toml").code, 0);
+  Output csv = Sweep("trials branin --csv --sort value");
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  std::istringstream in(csv.out);
+  std::string header;
+  std::getline(in, header);
+  EXPECT_EQ(header, "trial,status,epochs,duration_s,x1,x2,value,error");
+  int lines = 0;
+  double prev = -1e300;
+  for (std::string line; std::getline(in, line);) {
+    ++lines;
+    double v = std::stod(line.substr(line.rfind(',', line.size() - 2) + 1));
+    EXPECT_GE(v, prev);
+    prev = v;
+  }
+  EXPECT_EQ(lines, 40);
+}
+
+TEST_F(E2eTest, HelpShowsAnExample) {
+  Output o = Sweep("--help");
+  EXPECT_EQ(o.code, 0);
+  EXPECT_NE(o.out.find("sweep run configs/quickstart.toml"), std::string::npos) << o.out;
+  o = Sweep("frobnicate");
+  EXPECT_EQ(o.code, 2);
+}
+
+}  // namespace

@@ -1,0 +1,128 @@
+// LocalExecutor against real worker processes: reports, reuse, stops, and crash containment.
+#include "executor/local_executor.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+
+#include "executor/functions.h"
+
+namespace sweep::executor {
+namespace {
+
+using nlohmann::json;
+
+TrialTask BraninTask(int64_t number, double x1, double x2, json settings = json::object()) {
+  TrialTask t;
+  t.number = number;
+  t.kind = "function";
+  t.params = {{"x1", x1}, {"x2", x2}};
+  settings["name"] = "branin";
+  t.settings = settings;
+  return t;
+}
+
+// Polls until `n` trials are done or 20 s pass; returns every event.
+std::vector<WorkerEvent> RunUntilDone(LocalExecutor& ex, int n) {
+  std::vector<WorkerEvent> all;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  int done = 0;
+  while (done < n && std::chrono::steady_clock::now() < deadline) {
+    std::vector<WorkerEvent> events;
+    EXPECT_TRUE(ex.Poll(100, &events).ok());
+    for (auto& e : events) {
+      if (e.type == WorkerEvent::Type::kDone) ++done;
+      all.push_back(std::move(e));
+    }
+  }
+  EXPECT_EQ(done, n);
+  return all;
+}
+
+TEST(LocalExecutorTest, FunctionTrialReportsItsValue) {
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  ASSERT_TRUE(ex.Start(BraninTask(7, 3.14159, 2.275)).ok());
+  auto events = RunUntilDone(ex, 1);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].type, WorkerEvent::Type::kReport);
+  EXPECT_EQ(events[0].trial, 7);
+  auto expected = EvaluateFunction("branin", json{{"x1", 3.14159}, {"x2", 2.275}});
+  ASSERT_TRUE(expected.ok());
+  EXPECT_DOUBLE_EQ(events[0].metrics["value"].get<double>(), *expected);
+  EXPECT_EQ(events[1].type, WorkerEvent::Type::kDone);
+  EXPECT_EQ(events[1].outcome, TrialOutcome::Kind::kCompleted);
+}
+
+TEST(LocalExecutorTest, ReusesIdleWorkers) {
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(ex.Start(BraninTask(i, 1.0, 2.0)).ok());
+    RunUntilDone(ex, 1);
+  }
+  EXPECT_EQ(ex.workers(), 1);
+}
+
+TEST(LocalExecutorTest, RunsTrialsConcurrentlyInSeparateWorkers) {
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(ex.Start(BraninTask(i, 1.0, 2.0, {{"steps", 5}, {"step_ms", 20}})).ok());
+  }
+  EXPECT_EQ(ex.running(), 3);
+  EXPECT_EQ(ex.workers(), 3);
+  auto events = RunUntilDone(ex, 3);
+  std::map<int64_t, int> reports;
+  for (const auto& e : events) reports[e.trial] += e.type == WorkerEvent::Type::kReport;
+  EXPECT_EQ(reports, (std::map<int64_t, int>{{0, 5}, {1, 5}, {2, 5}}));
+}
+
+TEST(LocalExecutorTest, StopEndsACurveEarly) {
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  ASSERT_TRUE(ex.Start(BraninTask(1, 1.0, 2.0, {{"steps", 1000}, {"step_ms", 5}})).ok());
+  std::vector<WorkerEvent> events;
+  while (events.empty()) ASSERT_TRUE(ex.Poll(100, &events).ok());
+  ASSERT_TRUE(ex.Stop(1).ok());
+  auto rest = RunUntilDone(ex, 1);
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(rest.back().outcome, TrialOutcome::Kind::kStopped);
+  EXPECT_LT(rest.size(), 500u);
+}
+
+TEST(LocalExecutorTest, AbortingWorkerFailsOnlyItsTrial) {
+  LocalExecutor ex({SWEEP_TEST_WORKER}, {"SWEEP_TEST_ABORT_TRIAL=2"});
+  ASSERT_TRUE(ex.Start(BraninTask(1, 1.0, 2.0, {{"steps", 3}, {"step_ms", 20}})).ok());
+  ASSERT_TRUE(ex.Start(BraninTask(2, 1.0, 2.0)).ok());
+  auto events = RunUntilDone(ex, 2);
+  std::map<int64_t, WorkerEvent> done;
+  for (auto& e : events) {
+    if (e.type == WorkerEvent::Type::kDone) done[e.trial] = e;
+  }
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[1].outcome, TrialOutcome::Kind::kCompleted);
+  EXPECT_EQ(done[2].outcome, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(done[2].error.find("killed by signal 6"), std::string::npos) << done[2].error;
+  // The executor replaces the dead worker.
+  ASSERT_TRUE(ex.Start(BraninTask(3, 1.0, 2.0)).ok());
+  auto after = RunUntilDone(ex, 1);
+  EXPECT_EQ(after.back().outcome, TrialOutcome::Kind::kCompleted);
+}
+
+TEST(LocalExecutorTest, BadTaskFailsWithItsError) {
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  TrialTask t = BraninTask(4, 1.0, 2.0);
+  t.params = {{"x1", 1.0}};  // x2 missing
+  ASSERT_TRUE(ex.Start(t).ok());
+  auto events = RunUntilDone(ex, 1);
+  EXPECT_EQ(events.back().outcome, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(events.back().error.find("x2"), std::string::npos) << events.back().error;
+}
+
+TEST(LocalExecutorTest, MissingWorkerProgramIsAnError) {
+  LocalExecutor ex({"/nonexistent/sweep-worker"});
+  Status s = ex.Start(BraninTask(1, 1.0, 2.0));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("/nonexistent/sweep-worker"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sweep::executor

@@ -1,0 +1,727 @@
+// Tests for sweep::store::Store against real SQLite files, each in a fresh temp directory.
+// Raw sqlite3 is used only to arrange or inspect what the Store cannot (schema version, query
+// plans). Single-threaded GoogleTest cases; a second Store plays the other process.
+#include "store/store.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "sha256.h"
+#include "store_sql.h"
+
+namespace sweep::store {
+namespace {
+
+const Status& StatusOf(const Status& status) { return status; }
+template <typename T>
+const Status& StatusOf(const Result<T>& result) {
+  return result.status();
+}
+
+#define ASSERT_OK(expr)                                           \
+  do {                                                            \
+    const auto& assert_ok_value_ = (expr);                        \
+    ASSERT_TRUE(StatusOf(assert_ok_value_).ok())                  \
+        << #expr << ": " << StatusOf(assert_ok_value_).message(); \
+  } while (0)
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TrialRecord MakeTrial(int64_t number, TrialStatus status, std::optional<double> objective,
+                      std::string metrics_json = "{}") {
+  TrialRecord trial;
+  trial.number = number;
+  trial.status = status;
+  trial.params_json = "{\"lr\":" + std::to_string(number) + "}";
+  trial.objective = objective;
+  trial.metrics_json = std::move(metrics_json);
+  return trial;
+}
+
+std::vector<int64_t> Numbers(const std::vector<TrialRecord>& trials) {
+  std::vector<int64_t> numbers;
+  for (const TrialRecord& trial : trials) numbers.push_back(trial.number);
+  return numbers;
+}
+
+// Runs SQL on the file with a raw connection (outside any Store).
+void RawExec(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  std::string message = error != nullptr ? error : "";
+  sqlite3_free(error);
+  sqlite3_close(db);
+  ASSERT_EQ(rc, SQLITE_OK) << message;
+}
+
+// Column `column` of every row of `sql`, as text, one row per line.
+std::string RawQuery(const std::string& path, const std::string& sql, int column = 0) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return "<open failed>";
+  }
+  sqlite3_stmt* stmt = nullptr;
+  std::string out;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+    out = std::string("<prepare failed: ") + sqlite3_errmsg(db) + ">";
+  } else {
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(stmt, column);
+      if (!out.empty()) out += "\n";
+      out += text != nullptr ? reinterpret_cast<const char*>(text) : "NULL";
+    }
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return out;
+}
+
+std::string QueryPlan(const std::string& path, std::string_view sql) {
+  // Column 3 of EXPLAIN QUERY PLAN is the human-readable detail ("SEARCH trials USING ...").
+  return RawQuery(path, "EXPLAIN QUERY PLAN " + std::string(sql), 3);
+}
+
+// True when the plan reaches trials through an index and never walks the whole table.
+bool SearchesTrialsByIndex(const std::string& plan) {
+  bool uses_index = Contains(plan, "SEARCH trials USING INDEX") ||
+                    Contains(plan, "SEARCH trials USING COVERING INDEX");
+  bool scans_table = false;
+  size_t start = 0;
+  while (start <= plan.size()) {
+    size_t end = plan.find('\n', start);
+    if (end == std::string::npos) end = plan.size();
+    std::string line = plan.substr(start, end - start);
+    if ((line.rfind("SCAN trials", 0) == 0 || line.rfind("SCAN TABLE trials", 0) == 0) &&
+        !Contains(line, "USING")) {
+      scans_table = true;
+    }
+    start = end + 1;
+  }
+  return uses_index && !scans_table;
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "sweep_store_XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    path_ = dir_ + "/sweeps.db";
+  }
+  void TearDown() override {
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  // Opens store_ read-write on path_ and creates sweep "s" (id in sweep_id_).
+  void OpenWithSweep(bool maximize = true) {
+    auto store = Store::Open(path_, OpenMode::kReadWrite);
+    ASSERT_OK(store);
+    store_ = std::move(store).value();
+    NewSweep sweep;
+    sweep.name = "s";
+    sweep.config_text = "[sweep]\nname = \"s\"\n";
+    sweep.config_path = "configs/s.toml";
+    sweep.metric = "val_acc";
+    sweep.maximize = maximize;
+    sweep.seed = 42;
+    sweep.created_s = 1000.5;
+    auto id = store_->CreateSweep(sweep);
+    ASSERT_OK(id);
+    sweep_id_ = *id;
+  }
+
+  void Insert(const TrialRecord& trial) { ASSERT_OK(store_->InsertTrial(sweep_id_, trial)); }
+
+  std::string dir_;
+  std::string path_;
+  std::unique_ptr<Store> store_;
+  int64_t sweep_id_ = 0;
+};
+
+// ---- opening ----
+
+TEST_F(StoreTest, CreatesNewFileWithCurrentSchemaInWalMode) {
+  auto store = Store::Open(path_, OpenMode::kReadWrite);
+  ASSERT_OK(store);
+  EXPECT_EQ((*store)->path(), path_);
+  EXPECT_TRUE(std::filesystem::exists(path_));
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), std::to_string(kSchemaVersion));
+  EXPECT_EQ(RawQuery(path_, "PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(RawQuery(path_, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"),
+            "events\nreports\nsweeps\ntrials");
+}
+
+TEST_F(StoreTest, ReopensExistingFile) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  store_.reset();
+  auto store = Store::Open(path_, OpenMode::kReadWrite);
+  ASSERT_OK(store);
+  ASSERT_OK((*store)->FindSweep("s"));
+}
+
+TEST_F(StoreTest, RefusesNewerSchemaNamingBothVersions) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  store_.reset();
+  ASSERT_NO_FATAL_FAILURE(RawExec(path_, "PRAGMA user_version = 2"));
+  for (OpenMode mode : {OpenMode::kReadWrite, OpenMode::kReadOnly}) {
+    auto store = Store::Open(path_, mode);
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.status().message(),
+              path_ +
+                  ": database schema version 2 is newer than this sweep binary supports (1); "
+                  "upgrade sweep");
+  }
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "2");  // left untouched
+}
+
+TEST_F(StoreTest, RefusesFileThatIsNotADatabase) {
+  {
+    std::ofstream out(path_);
+    for (int i = 0; i < 100; ++i) out << "this is a text file, not a database\n";
+  }
+  for (OpenMode mode : {OpenMode::kReadWrite, OpenMode::kReadOnly}) {
+    auto store = Store::Open(path_, mode);
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.status().code(), Status::Code::kCorruption);
+    EXPECT_TRUE(Contains(store.status().message(), path_)) << store.status().message();
+  }
+}
+
+TEST_F(StoreTest, RefusesAnotherProgramsDatabase) {
+  ASSERT_NO_FATAL_FAILURE(RawExec(path_, "CREATE TABLE notes (text TEXT)"));
+  auto store = Store::Open(path_, OpenMode::kReadWrite);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), Status::Code::kCorruption);
+  EXPECT_TRUE(Contains(store.status().message(), path_));
+  EXPECT_EQ(RawQuery(path_, "SELECT COUNT(*) FROM sqlite_master"), "1");  // nothing added
+}
+
+TEST_F(StoreTest, ReadOnlyOpenOfMissingFileIsNotFound) {
+  auto store = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(store.status().message(), path_ + ": no such database");
+  EXPECT_FALSE(std::filesystem::exists(path_));
+}
+
+TEST_F(StoreTest, ReadOnlyStoreRefusesWrites) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  auto reader = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_OK(reader);
+  EXPECT_FALSE((*reader)->InsertTrial(sweep_id_, MakeTrial(0, TrialStatus::kPending, {})).ok());
+  NewSweep sweep;
+  sweep.name = "other";
+  EXPECT_FALSE((*reader)->CreateSweep(sweep).ok());
+}
+
+// ---- sweeps ----
+
+TEST_F(StoreTest, SweepRoundTrips) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep(/*maximize=*/false));
+  auto sweep = store_->FindSweep("s");
+  ASSERT_OK(sweep);
+  EXPECT_EQ(sweep->id, sweep_id_);
+  EXPECT_EQ(sweep->name, "s");
+  EXPECT_EQ(sweep->config_text, "[sweep]\nname = \"s\"\n");
+  EXPECT_EQ(sweep->config_hash, internal::Sha256Hex("[sweep]\nname = \"s\"\n"));
+  EXPECT_EQ(sweep->config_path, "configs/s.toml");
+  EXPECT_EQ(sweep->metric, "val_acc");
+  EXPECT_FALSE(sweep->maximize);
+  EXPECT_EQ(sweep->seed, 42);
+  EXPECT_EQ(sweep->status, SweepStatus::kRunning);
+  EXPECT_EQ(sweep->created_s, 1000.5);
+  EXPECT_FALSE(sweep->ended_s.has_value());
+}
+
+TEST_F(StoreTest, DuplicateSweepNameIsAlreadyExists) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  NewSweep again;
+  again.name = "s";
+  auto id = store_->CreateSweep(again);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), Status::Code::kAlreadyExists);
+  EXPECT_EQ(id.status().message(),
+            "sweep 's' already exists in " + path_ + "; use `sweep resume s`");
+}
+
+TEST_F(StoreTest, UnknownSweepNameIsNotFound) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  auto sweep = store_->FindSweep("nope");
+  ASSERT_FALSE(sweep.ok());
+  EXPECT_EQ(sweep.status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(sweep.status().message(), "no sweep named 'nope' in " + path_);
+}
+
+TEST_F(StoreTest, SetSweepStatusRoundTrips) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  ASSERT_OK(store_->SetSweepStatus(sweep_id_, SweepStatus::kCompleted, 2000.0));
+  auto sweep = store_->FindSweep("s");
+  ASSERT_OK(sweep);
+  EXPECT_EQ(sweep->status, SweepStatus::kCompleted);
+  EXPECT_EQ(sweep->ended_s, 2000.0);
+  EXPECT_EQ(store_->SetSweepStatus(sweep_id_ + 7, SweepStatus::kFailed, {}).code(),
+            Status::Code::kNotFound);
+}
+
+TEST_F(StoreTest, ListSweepsGivesTrialCountAndBest) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep(/*maximize=*/true));
+  Insert(MakeTrial(0, TrialStatus::kCompleted, 0.5));
+  Insert(MakeTrial(1, TrialStatus::kCompleted, 0.9));
+  Insert(MakeTrial(2, TrialStatus::kPruned, 0.99));   // not completed: not best
+  Insert(MakeTrial(3, TrialStatus::kCompleted, {}));  // no objective
+  NewSweep min_sweep;
+  min_sweep.name = "min";
+  min_sweep.maximize = false;
+  min_sweep.created_s = 2000;
+  auto min_id = store_->CreateSweep(min_sweep);  // also commits the batch above
+  ASSERT_OK(min_id);
+  ASSERT_OK(store_->InsertTrial(*min_id, MakeTrial(0, TrialStatus::kCompleted, 3.0)));
+  ASSERT_OK(store_->InsertTrial(*min_id, MakeTrial(1, TrialStatus::kCompleted, 2.0)));
+  ASSERT_OK(store_->InsertTrial(*min_id, MakeTrial(2, TrialStatus::kCompleted, {})));
+  NewSweep empty;
+  empty.name = "empty";
+  empty.created_s = 3000;
+  ASSERT_OK(store_->CreateSweep(empty));
+
+  auto sweeps = store_->ListSweeps();
+  ASSERT_OK(sweeps);
+  ASSERT_EQ(sweeps->size(), 3u);
+  EXPECT_EQ((*sweeps)[0].name, "s");
+  EXPECT_EQ((*sweeps)[0].trials, 4);
+  EXPECT_EQ((*sweeps)[0].best, 0.9);
+  EXPECT_EQ((*sweeps)[0].metric, "val_acc");
+  EXPECT_EQ((*sweeps)[1].name, "min");
+  EXPECT_EQ((*sweeps)[1].trials, 3);
+  EXPECT_EQ((*sweeps)[1].best, 2.0);  // a NULL objective is not the minimum
+  EXPECT_FALSE((*sweeps)[1].maximize);
+  EXPECT_EQ((*sweeps)[2].name, "empty");
+  EXPECT_EQ((*sweeps)[2].trials, 0);
+  EXPECT_FALSE((*sweeps)[2].best.has_value());
+}
+
+// ---- trials, reports, events ----
+
+TEST_F(StoreTest, TrialLifecycleRoundTrips) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  TrialRecord trial = MakeTrial(0, TrialStatus::kPending, {});
+  trial.params_json = R"({"lr":0.01,"width":64})";
+  Insert(trial);
+  ASSERT_OK(store_->UpdateTrialStatus(sweep_id_, 0, TrialStatus::kRunning, "local:cpu0", 10.0));
+  TrialRecord done = trial;
+  done.status = TrialStatus::kCompleted;
+  done.ended_s = 20.0;
+  done.metrics_json = R"({"val_acc":0.91,"test_acc":0.9})";
+  done.objective = 0.91;
+  done.epochs = 3;
+  done.checkpoint = "/ckpt/0.bin";
+  ASSERT_OK(store_->FinishTrial(sweep_id_, done));
+  ASSERT_OK(store_->Commit());
+  store_.reset();
+
+  auto reopened = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_OK(reopened);
+  auto got = (*reopened)->Trial(sweep_id_, 0);
+  ASSERT_OK(got);
+  ASSERT_TRUE(got->has_value());
+  const TrialRecord& t = **got;
+  EXPECT_EQ(t.number, 0);
+  EXPECT_EQ(t.status, TrialStatus::kCompleted);
+  EXPECT_EQ(t.params_json, R"({"lr":0.01,"width":64})");
+  EXPECT_EQ(t.placement, "local:cpu0");
+  EXPECT_EQ(t.started_s, 10.0);
+  EXPECT_EQ(t.ended_s, 20.0);
+  EXPECT_EQ(t.error, "");
+  EXPECT_EQ(t.checkpoint, "/ckpt/0.bin");
+  EXPECT_EQ(t.metrics_json, R"({"val_acc":0.91,"test_acc":0.9})");
+  EXPECT_EQ(t.objective, 0.91);
+  EXPECT_EQ(t.epochs, 3);
+}
+
+TEST_F(StoreTest, UpdateTrialStatusKeepsPlacementAndStartWhenNotGiven) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Insert(MakeTrial(0, TrialStatus::kPending, {}));
+  ASSERT_OK(store_->UpdateTrialStatus(sweep_id_, 0, TrialStatus::kRunning, "local:cpu1", 5.0));
+  ASSERT_OK(store_->UpdateTrialStatus(sweep_id_, 0, TrialStatus::kInterrupted, "", {}));
+  auto got = store_->Trial(sweep_id_, 0);
+  ASSERT_OK(got);
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->status, TrialStatus::kInterrupted);
+  EXPECT_EQ((*got)->placement, "local:cpu1");
+  EXPECT_EQ((*got)->started_s, 5.0);
+}
+
+TEST_F(StoreTest, MissingTrialIsEmptyOptional) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  auto got = store_->Trial(sweep_id_, 99);
+  ASSERT_OK(got);
+  EXPECT_FALSE(got->has_value());
+}
+
+TEST_F(StoreTest, DuplicateTrialNumberIsAlreadyExists) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Insert(MakeTrial(0, TrialStatus::kPending, {}));
+  Status status = store_->InsertTrial(sweep_id_, MakeTrial(0, TrialStatus::kPending, {}));
+  EXPECT_EQ(status.code(), Status::Code::kAlreadyExists) << status.message();
+  // The batch survives the failed row.
+  ASSERT_OK(store_->Commit());
+  auto counts = store_->CountByStatus(sweep_id_);
+  ASSERT_OK(counts);
+  EXPECT_EQ(counts->total(), 1);
+}
+
+TEST_F(StoreTest, WritesToUnknownTrialOrSweepAreNotFound) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Status update = store_->UpdateTrialStatus(sweep_id_, 5, TrialStatus::kRunning, "x", 1.0);
+  EXPECT_EQ(update.code(), Status::Code::kNotFound);
+  EXPECT_EQ(update.message(),
+            "no trial 5 in sweep id " + std::to_string(sweep_id_) + " in " + path_);
+  EXPECT_EQ(store_->FinishTrial(sweep_id_, MakeTrial(5, TrialStatus::kFailed, {})).code(),
+            Status::Code::kNotFound);
+  ReportRecord report;
+  report.trial = 5;
+  EXPECT_EQ(store_->AddReport(sweep_id_, report).code(), Status::Code::kNotFound);
+  EXPECT_EQ(store_->InsertTrial(sweep_id_ + 9, MakeTrial(0, TrialStatus::kPending, {})).code(),
+            Status::Code::kNotFound);
+}
+
+TEST_F(StoreTest, ReportsRoundTripInStepOrder) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Insert(MakeTrial(0, TrialStatus::kRunning, {}));
+  Insert(MakeTrial(1, TrialStatus::kRunning, {}));
+  for (int64_t step : {2, 0, 1}) {
+    ReportRecord report;
+    report.trial = 0;
+    report.step = step;
+    report.epoch = step * 0.5;
+    report.metrics_json = "{\"val_acc\":" + std::to_string(step) + "}";
+    report.time_s = 100.0 + step;
+    ASSERT_OK(store_->AddReport(sweep_id_, report));
+  }
+  ReportRecord other;
+  other.trial = 1;
+  ASSERT_OK(store_->AddReport(sweep_id_, other));
+  ASSERT_OK(store_->Commit());
+
+  auto reports = store_->Reports(sweep_id_, 0);
+  ASSERT_OK(reports);
+  ASSERT_EQ(reports->size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) {
+    const ReportRecord& r = (*reports)[i];
+    EXPECT_EQ(r.trial, 0);
+    EXPECT_EQ(r.step, i);
+    EXPECT_EQ(r.epoch, i * 0.5);
+    EXPECT_EQ(r.metrics_json, "{\"val_acc\":" + std::to_string(i) + "}");
+    EXPECT_EQ(r.time_s, 100.0 + i);
+  }
+}
+
+TEST_F(StoreTest, EventsAreStoredWithOptionalTrial) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Insert(MakeTrial(0, TrialStatus::kPending, {}));
+  ASSERT_OK(store_->AddEvent(sweep_id_, 0, "pending", "running", "local:cpu0", 1.5));
+  ASSERT_OK(store_->AddEvent(sweep_id_, std::nullopt, "", "running", "sweep started", 1.0));
+  ASSERT_OK(store_->Commit());
+  EXPECT_EQ(RawQuery(path_,
+                     "SELECT COALESCE(trial, 'NULL') || '|' || from_state || '|' || to_state || "
+                     "'|' || detail || '|' || time FROM events ORDER BY id"),
+            "0|pending|running|local:cpu0|1.5\nNULL||running|sweep started|1.0");
+}
+
+// ---- batching ----
+
+TEST_F(StoreTest, BatchedWritesAreInvisibleToReaderUntilCommit) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  auto reader = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_OK(reader);
+  Insert(MakeTrial(0, TrialStatus::kPending, {}));
+  Insert(MakeTrial(1, TrialStatus::kPending, {}));
+  ASSERT_OK(store_->UpdateTrialStatus(sweep_id_, 0, TrialStatus::kRunning, "local:cpu0", 1.0));
+
+  auto before = (*reader)->Trials(sweep_id_, TrialQuery{});
+  ASSERT_OK(before);
+  EXPECT_TRUE(before->empty());
+  auto max_before = (*reader)->MaxTrialNumber(sweep_id_);
+  ASSERT_OK(max_before);
+  EXPECT_EQ(*max_before, -1);
+
+  ASSERT_OK(store_->Commit());
+  auto after = (*reader)->Trials(sweep_id_, TrialQuery{});
+  ASSERT_OK(after);
+  EXPECT_EQ(Numbers(*after), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ((*after)[0].status, TrialStatus::kRunning);
+}
+
+TEST_F(StoreTest, CommitWithNothingWrittenIsOk) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  ASSERT_OK(store_->Commit());
+  ASSERT_OK(store_->Commit());
+}
+
+TEST_F(StoreTest, CreateSweepCommitsTheOpenBatch) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  auto reader = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_OK(reader);
+  Insert(MakeTrial(0, TrialStatus::kPending, {}));
+  NewSweep second;
+  second.name = "second";
+  ASSERT_OK(store_->CreateSweep(second));
+  auto max = (*reader)->MaxTrialNumber(sweep_id_);
+  ASSERT_OK(max);
+  EXPECT_EQ(*max, 0);
+  ASSERT_OK((*reader)->FindSweep("second"));
+}
+
+TEST_F(StoreTest, ClosingWithoutCommitDropsTheBatch) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Insert(MakeTrial(0, TrialStatus::kPending, {}));
+  store_.reset();
+  auto reopened = Store::Open(path_, OpenMode::kReadWrite);
+  ASSERT_OK(reopened);
+  auto max = (*reopened)->MaxTrialNumber(sweep_id_);
+  ASSERT_OK(max);
+  EXPECT_EQ(*max, -1);
+}
+
+// ---- queries ----
+
+TEST_F(StoreTest, BestTrialsMaximizeOrdersDescendingWithNumberTieBreak) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Insert(MakeTrial(0, TrialStatus::kCompleted, 0.5));
+  Insert(MakeTrial(1, TrialStatus::kCompleted, 0.9));
+  Insert(MakeTrial(2, TrialStatus::kCompleted, 0.7));
+  Insert(MakeTrial(3, TrialStatus::kCompleted, 0.9));
+  auto best = store_->BestTrials(sweep_id_, /*maximize=*/true, 3);
+  ASSERT_OK(best);
+  EXPECT_EQ(Numbers(*best), (std::vector<int64_t>{1, 3, 2}));
+}
+
+TEST_F(StoreTest, BestTrialsMinimizeOrdersAscendingWithNumberTieBreak) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep(/*maximize=*/false));
+  Insert(MakeTrial(0, TrialStatus::kCompleted, 0.5));
+  Insert(MakeTrial(1, TrialStatus::kCompleted, 0.9));
+  Insert(MakeTrial(2, TrialStatus::kCompleted, 0.2));
+  Insert(MakeTrial(3, TrialStatus::kCompleted, 0.2));
+  auto best = store_->BestTrials(sweep_id_, /*maximize=*/false, 10);
+  ASSERT_OK(best);
+  EXPECT_EQ(Numbers(*best), (std::vector<int64_t>{2, 3, 0, 1}));
+}
+
+TEST_F(StoreTest, BestTrialsIgnoresTrialsNotCompletedOrWithoutObjective) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Insert(MakeTrial(0, TrialStatus::kCompleted, 0.5));
+  Insert(MakeTrial(1, TrialStatus::kPruned, 0.99));
+  Insert(MakeTrial(2, TrialStatus::kFailed, 0.98));
+  Insert(MakeTrial(3, TrialStatus::kRunning, 0.97));
+  Insert(MakeTrial(4, TrialStatus::kInterrupted, 0.96));
+  Insert(MakeTrial(5, TrialStatus::kCompleted, {}));
+  auto best = store_->BestTrials(sweep_id_, /*maximize=*/true, 10);
+  ASSERT_OK(best);
+  EXPECT_EQ(Numbers(*best), (std::vector<int64_t>{0}));
+}
+
+// Fixture rows for the sort tests: each column orders the trials differently.
+class TrialsSortTest : public StoreTest {
+ protected:
+  void SetUp() override {
+    StoreTest::SetUp();
+    ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+    TrialRecord t0 = MakeTrial(0, TrialStatus::kRunning, {}, R"({"loss":0.3})");
+    t0.started_s = 30;
+    t0.epochs = 1;
+    TrialRecord t1 = MakeTrial(1, TrialStatus::kCompleted, 0.8, R"({"loss":0.1,"val_acc":0.8})");
+    t1.started_s = 10;
+    t1.ended_s = 50;
+    t1.epochs = 3;
+    TrialRecord t2 = MakeTrial(2, TrialStatus::kFailed, {}, "{}");
+    t2.started_s = 20;
+    t2.ended_s = 40;
+    t2.epochs = 2;
+    TrialRecord t3 = MakeTrial(3, TrialStatus::kCompleted, 0.6, R"({"loss":0.2,"val_acc":0.6})");
+    t3.ended_s = 60;
+    t3.epochs = 2;
+    for (const TrialRecord& t : {t0, t1, t2, t3}) Insert(t);
+    ASSERT_OK(store_->Commit());
+  }
+
+  std::vector<int64_t> Sorted(const std::string& sort, std::optional<TrialStatus> status = {},
+                              int64_t limit = -1) {
+    TrialQuery query;
+    query.sort = sort;
+    query.status = status;
+    query.limit = limit;
+    auto trials = store_->Trials(sweep_id_, query);
+    EXPECT_TRUE(trials.ok()) << sort << ": " << trials.status().message();
+    return trials.ok() ? Numbers(*trials) : std::vector<int64_t>{};
+  }
+};
+
+TEST_F(TrialsSortTest, ByNumber) {
+  EXPECT_EQ(Sorted("number"), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(Sorted("-number"), (std::vector<int64_t>{3, 2, 1, 0}));
+}
+
+TEST_F(TrialsSortTest, ByStatusAlphabeticallyThenNumber) {
+  // completed < failed < running
+  EXPECT_EQ(Sorted("status"), (std::vector<int64_t>{1, 3, 2, 0}));
+  EXPECT_EQ(Sorted("-status"), (std::vector<int64_t>{0, 2, 1, 3}));
+}
+
+TEST_F(TrialsSortTest, ByObjectiveWithNullsLast) {
+  EXPECT_EQ(Sorted("objective"), (std::vector<int64_t>{3, 1, 0, 2}));
+  EXPECT_EQ(Sorted("-objective"), (std::vector<int64_t>{1, 3, 0, 2}));
+}
+
+TEST_F(TrialsSortTest, ByStartedWithNullsLast) {
+  EXPECT_EQ(Sorted("started"), (std::vector<int64_t>{1, 2, 0, 3}));
+  EXPECT_EQ(Sorted("-started"), (std::vector<int64_t>{0, 2, 1, 3}));
+}
+
+TEST_F(TrialsSortTest, ByEndedWithNullsLast) {
+  EXPECT_EQ(Sorted("ended"), (std::vector<int64_t>{2, 1, 3, 0}));
+  EXPECT_EQ(Sorted("-ended"), (std::vector<int64_t>{3, 1, 2, 0}));
+}
+
+TEST_F(TrialsSortTest, ByEpochsWithNumberTieBreak) {
+  EXPECT_EQ(Sorted("epochs"), (std::vector<int64_t>{0, 2, 3, 1}));
+  EXPECT_EQ(Sorted("-epochs"), (std::vector<int64_t>{1, 2, 3, 0}));
+}
+
+TEST_F(TrialsSortTest, ByMetricNameWithMissingValuesLast) {
+  EXPECT_EQ(Sorted("loss"), (std::vector<int64_t>{1, 3, 0, 2}));
+  EXPECT_EQ(Sorted("-loss"), (std::vector<int64_t>{0, 3, 1, 2}));
+  EXPECT_EQ(Sorted("-val_acc"), (std::vector<int64_t>{1, 3, 0, 2}));
+}
+
+TEST_F(TrialsSortTest, FiltersByStatus) {
+  EXPECT_EQ(Sorted("number", TrialStatus::kCompleted), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(Sorted("-loss", TrialStatus::kCompleted), (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(Sorted("number", TrialStatus::kPruned), (std::vector<int64_t>{}));
+}
+
+TEST_F(TrialsSortTest, Limits) {
+  EXPECT_EQ(Sorted("-number", {}, 2), (std::vector<int64_t>{3, 2}));
+  EXPECT_EQ(Sorted("number", {}, 0), (std::vector<int64_t>{}));
+}
+
+TEST_F(TrialsSortTest, RefusesUnsafeOrEmptySortKeys) {
+  for (const char* sort : {"", "-", "loss; DROP TABLE trials", "a\"b", "x'y", "$.loss"}) {
+    TrialQuery query;
+    query.sort = sort;
+    auto trials = store_->Trials(sweep_id_, query);
+    ASSERT_FALSE(trials.ok()) << sort;
+    EXPECT_EQ(trials.status().code(), Status::Code::kInvalidArgument) << sort;
+  }
+  EXPECT_EQ(Sorted("number").size(), 4u);  // table still there
+}
+
+TEST_F(StoreTest, CountByStatusCountsEachState) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  int64_t number = 0;
+  auto add = [&](TrialStatus status, int n) {
+    for (int i = 0; i < n; ++i) Insert(MakeTrial(number++, status, {}));
+  };
+  add(TrialStatus::kPending, 1);
+  add(TrialStatus::kRunning, 2);
+  add(TrialStatus::kCompleted, 3);
+  add(TrialStatus::kPruned, 4);
+  add(TrialStatus::kFailed, 5);
+  add(TrialStatus::kInterrupted, 6);
+  auto counts = store_->CountByStatus(sweep_id_);
+  ASSERT_OK(counts);
+  EXPECT_EQ(counts->pending, 1);
+  EXPECT_EQ(counts->running, 2);
+  EXPECT_EQ(counts->completed, 3);
+  EXPECT_EQ(counts->pruned, 4);
+  EXPECT_EQ(counts->failed, 5);
+  EXPECT_EQ(counts->interrupted, 6);
+  EXPECT_EQ(counts->total(), 21);
+}
+
+TEST_F(StoreTest, MaxTrialNumber) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  auto empty = store_->MaxTrialNumber(sweep_id_);
+  ASSERT_OK(empty);
+  EXPECT_EQ(*empty, -1);
+  Insert(MakeTrial(4, TrialStatus::kPending, {}));
+  Insert(MakeTrial(17, TrialStatus::kPending, {}));
+  Insert(MakeTrial(9, TrialStatus::kPending, {}));
+  auto max = store_->MaxTrialNumber(sweep_id_);
+  ASSERT_OK(max);
+  EXPECT_EQ(*max, 17);
+}
+
+// ---- scale: 100k trials, every hot query reaches trials through an index ----
+
+TEST_F(StoreTest, HundredThousandTrialsQueriesUseIndexes) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  constexpr int64_t kTrials = 100000;
+  for (int64_t i = 0; i < kTrials; ++i) {
+    TrialStatus status = i % 4 == 0 ? TrialStatus::kPruned : TrialStatus::kCompleted;
+    // Objectives are a permutation of 0..kTrials-1, so the best is known: 7919 is prime, coprime
+    // with kTrials.
+    double objective = static_cast<double>((i * 7919) % kTrials);
+    Insert(MakeTrial(i, status, objective, "{\"loss\":" + std::to_string(objective) + "}"));
+  }
+  ASSERT_OK(store_->Commit());
+
+  auto best = store_->BestTrials(sweep_id_, /*maximize=*/true, 5);
+  ASSERT_OK(best);
+  ASSERT_EQ(best->size(), 5u);
+  for (size_t i = 0; i + 1 < best->size(); ++i) {
+    EXPECT_GT(*(*best)[i].objective, *(*best)[i + 1].objective);
+    EXPECT_EQ((*best)[i].status, TrialStatus::kCompleted);
+  }
+  auto counts = store_->CountByStatus(sweep_id_);
+  ASSERT_OK(counts);
+  EXPECT_EQ(counts->pruned, kTrials / 4);
+  EXPECT_EQ(counts->completed, kTrials - kTrials / 4);
+  TrialQuery first_ten;
+  first_ten.limit = 10;
+  auto trials = store_->Trials(sweep_id_, first_ten);
+  ASSERT_OK(trials);
+  EXPECT_EQ(Numbers(*trials), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+
+  using internal::Query;
+  for (Query query : {Query::kBestTrialsMax, Query::kBestTrialsMin, Query::kCountByStatus,
+                      Query::kTrial, Query::kMaxTrialNumber, Query::kUpdateTrialStatus,
+                      Query::kFinishTrial, Query::kListSweeps}) {
+    std::string plan = QueryPlan(path_, internal::QuerySql(query));
+    EXPECT_TRUE(SearchesTrialsByIndex(plan)) << internal::QuerySql(query) << "\nplan:\n" << plan;
+  }
+  std::string reports_plan = QueryPlan(path_, internal::QuerySql(Query::kReports));
+  EXPECT_TRUE(Contains(reports_plan, "SEARCH reports USING INDEX reports_by_trial_step"))
+      << reports_plan;
+
+  for (const char* sort : {"number", "-number", "objective", "-loss"}) {
+    for (std::optional<TrialStatus> status :
+         {std::optional<TrialStatus>(), std::optional<TrialStatus>(TrialStatus::kCompleted)}) {
+      TrialQuery query;
+      query.sort = sort;
+      query.status = status;
+      query.limit = 10;
+      auto sql = internal::BuildTrialsSql(query);
+      ASSERT_OK(sql);
+      std::string plan = QueryPlan(path_, sql->sql);
+      EXPECT_TRUE(SearchesTrialsByIndex(plan)) << sql->sql << "\nplan:\n" << plan;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sweep::store

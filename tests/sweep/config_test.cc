@@ -1,0 +1,238 @@
+// Config loading: valid configs parse to what they say; every bad config is refused before
+// anything runs, with file:line:column and the key.
+#include "sweep/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/sweep-config-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    for (const char* f : {"train-images", "train-labels", "test-images", "test-labels"}) {
+      std::ofstream(dir_ / f) << "x";
+    }
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Dataset() const {
+    return "{ format = \"idx\", train_images = \"" + (dir_ / "train-images").string() +
+           "\", train_labels = \"" + (dir_ / "train-labels").string() + "\", test_images = \"" +
+           (dir_ / "test-images").string() + "\", test_labels = \"" +
+           (dir_ / "test-labels").string() + "\" }";
+  }
+  std::string TrainerConfig(const std::string& parameters) const {
+    return "[sweep]\nname = \"t\"\nmetric = \"val_acc\"\nmode = \"max\"\nmax_trials = 4\n"
+           "[parameters]\n" +
+           parameters + "\n[trainer]\ndataset = " + Dataset() + "\n";
+  }
+  fs::path dir_;
+};
+
+const char* kBranin = R"([sweep]
+name = "b"
+max_trials = 10
+seed = 3
+[trial]
+kind = "function"
+[function]
+name = "branin"
+[parameters]
+x1 = { distribution = "uniform", min = -5, max = 10 }
+x2 = { distribution = "uniform", min = 0, max = 15 }
+)";
+
+TEST_F(ConfigTest, FunctionConfigParses) {
+  auto cfg = ParseConfig(kBranin, "b.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->name, "b");
+  EXPECT_EQ(cfg->metric, "value");
+  EXPECT_FALSE(cfg->maximize);
+  EXPECT_EQ(cfg->max_trials, 10);
+  EXPECT_EQ(cfg->seed, 3u);
+  EXPECT_EQ(cfg->kind, TrialKind::kFunction);
+  ASSERT_EQ(cfg->space.parameters().size(), 2u);
+  EXPECT_EQ(cfg->space.parameters()[0].name, "x1");
+  EXPECT_EQ(cfg->store_path, "sweeps.db");
+}
+
+TEST_F(ConfigTest, TrainerConfigParsesAndKeepsDeclarationOrder) {
+  auto cfg = ParseConfig(TrainerConfig("lr = { distribution = \"log_uniform\", min = 1e-3, max = "
+                                       "0.3 }\nbatch_size = { values = [64, 128] }\nhidden = { "
+                                       "values = [[256], [512, 256]] }\nepochs = 2"),
+                         "t.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  std::vector<std::string> names;
+  for (const auto& p : cfg->space.parameters()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"lr", "batch_size", "hidden", "epochs"}));
+  EXPECT_TRUE(cfg->trainer.contains("dataset"));
+}
+
+TEST_F(ConfigTest, GridMaxTrialsDefaultsToTheGridSize) {
+  auto cfg = ParseConfig(R"([sweep]
+name = "g"
+[search]
+algorithm = "grid"
+[trial]
+kind = "function"
+[function]
+name = "branin"
+[parameters]
+x1 = { values = [0, 1, 2] }
+x2 = { values = [0, 5] }
+)",
+                         "g.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->max_trials, 6);
+}
+
+struct BadCase {
+  const char* what;
+  std::string text;
+  std::string expected;  // a fragment of the message, including file:line:col where known
+};
+
+class BadConfigTest : public ConfigTest {};
+
+TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
+  const std::string ds = Dataset();
+  auto trainer = [&](const std::string& params, const std::string& extra = "") {
+    return TrainerConfig(params) + extra;
+  };
+  const std::vector<BadCase> cases = {
+      {"syntax error", "[sweep\nname = 1", "bad.toml:1:"},
+      {"unknown top-level table", std::string(kBranin) + "[serach]\nalgorithm = \"grid\"\n",
+       "bad.toml:12:2: serach: unknown key 'serach' in ; did you mean 'search'?"},
+      {"unknown key with suggestion", "[sweep]\nname = \"b\"\nmax_trails = 3\n",
+       "bad.toml:3:1: sweep.max_trails: unknown key 'max_trails' in [sweep]; did you mean "
+       "'max_trials'?"},
+      {"wrong type", "[sweep]\nname = 5\n",
+       "bad.toml:2:8: sweep.name: expected a string, got an integer"},
+      {"max_trials < 1",
+       std::string(kBranin).replace(std::string(kBranin).find("max_trials = 10"), 15,
+                                    "max_trials = 0"),
+       "bad.toml:3:14: sweep.max_trials: must be between 1 and"},
+      {"min > max", trainer("lr = { distribution = \"uniform\", min = 0.5, max = 0.1 }"),
+       "bad.toml:7:40: parameters.lr: min > max (0.5 > 0.1)"},
+      {"log with min <= 0", trainer("lr = { distribution = \"log_uniform\", min = 0, max = 0.1 }"),
+       "bad.toml:7:44: parameters.lr.min: log_uniform needs min > 0 (got 0)"},
+      {"log int with min <= 0",
+       trainer("batch_size = { distribution = \"log_int_uniform\", min = 0, max = 256 }"),
+       "parameters.batch_size.min: log_int_uniform needs min > 0"},
+      {"empty values", trainer("batch_size = { values = [] }"),
+       "bad.toml:7:25: parameters.batch_size.values: empty `values`"},
+      {"grid over continuous",
+       trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5 }",
+               "[search]\nalgorithm = \"grid\"\n"),
+       "bad.toml:7:6: parameters.lr: grid search cannot enumerate a continuous distribution"},
+      {"metric never reported",
+       "[sweep]\nname = \"t\"\nmetric = \"val_accuracy\"\nmode = \"max\"\nmax_trials = 2\n"
+       "[trainer]\ndataset = " +
+           ds + "\n",
+       "bad.toml:3:10: sweep.metric: trainer trials never report 'val_accuracy'"},
+      {"unknown trainer hyperparameter", trainer("learning_rate = 0.1"),
+       "bad.toml:7:1: parameters.learning_rate: the trainer has no hyperparameter "
+       "'learning_rate'"},
+      {"unknown algorithm", std::string(kBranin) + "[search]\nalgorithm = \"bayes\"\n",
+       "bad.toml:13:13: search.algorithm: unknown value \"bayes\""},
+      {"missing dataset file",
+       "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
+       "train_images = \"/nonexistent/train.gz\", train_labels = \"/nonexistent/l.gz\" }\n",
+       "bad.toml:5:11: trainer.dataset.train_images: no such file '/nonexistent/train.gz'"},
+      {"no dataset", "[sweep]\nname = \"t\"\nmax_trials = 2\n",
+       "bad.toml: [trainer] needs a `dataset`"},
+      {"random without max_trials",
+       std::string(kBranin).replace(std::string(kBranin).find("max_trials = 10\n"), 16, ""),
+       "sweep.max_trials: random search needs max_trials"},
+      {"metric without mode",
+       "[sweep]\nname = \"t\"\nmetric = \"val_loss\"\nmax_trials = 2\n[trainer]\ndataset = " + ds +
+           "\n",
+       "bad.toml:3:10: sweep.mode: say whether to maximise or minimise 'val_loss'"},
+      {"bad hidden type", trainer("hidden = { values = [\"wide\"] }"), "parameters.hidden: "},
+      {"function params",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\n[trial]\nkind = \"function\"\n"
+       "[function]\nname = \"branin\"\n[parameters]\nx1 = 1.0\ny = 2.0\n",
+       "parameters: branin"},
+      {"bad name", "[sweep]\nname = \"a b\"\n", "bad.toml:2:8: sweep.name: use 1-128 letters"},
+  };
+  for (const BadCase& c : cases) {
+    auto cfg = ParseConfig(c.text, "bad.toml");
+    ASSERT_FALSE(cfg.ok()) << c.what;
+    EXPECT_EQ(cfg.status().code(), Status::Code::kInvalidArgument) << c.what;
+    EXPECT_NE(cfg.status().message().find(c.expected), std::string::npos)
+        << c.what << "\n  got:      " << cfg.status().message() << "\n  expected: " << c.expected;
+  }
+}
+
+TEST_F(BadConfigTest, FunctionMetricMustBeValue) {
+  std::string text = kBranin;
+  text.replace(text.find("seed = 3"), 8, "seed = 3\nmetric = \"acc\"\nmode = \"max\"");
+  auto cfg = ParseConfig(text, "f.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find("f.toml:5:10: sweep.metric: function trials report only "
+                                        "'value'"),
+            std::string::npos)
+      << cfg.status().message();
+}
+
+TEST_F(BadConfigTest, DurationAndGpus) {
+  std::string text = kBranin;
+  text.replace(text.find("seed = 3"), 8, "time_budget = \"2 hours\"");
+  auto cfg = ParseConfig(text, "d.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find("d.toml:4:15: sweep.time_budget: cannot read"),
+            std::string::npos)
+      << cfg.status().message();
+  text = std::string(kBranin);
+  text.replace(text.find("kind = \"function\""), 17, "kind = \"function\"\ngpus = 0");
+  cfg = ParseConfig(text, "d.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find("d.toml:7:8: trial.gpus: must be between 1 and 64"),
+            std::string::npos)
+      << cfg.status().message();
+}
+
+TEST_F(BadConfigTest, MissingFileIsNotFound) {
+  auto cfg = LoadConfig((dir_ / "nope.toml").string());
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.status().code(), Status::Code::kNotFound);
+  EXPECT_NE(cfg.status().message().find("nope.toml: no such config file"), std::string::npos);
+}
+
+TEST(ParseDurationTest, Forms) {
+  EXPECT_EQ(ParseDuration("2h"), 7200);
+  EXPECT_EQ(ParseDuration("30m"), 1800);
+  EXPECT_EQ(ParseDuration("1h30m"), 5400);
+  EXPECT_EQ(ParseDuration("90s"), 90);
+  EXPECT_EQ(ParseDuration("1.5h"), 5400);
+  EXPECT_EQ(ParseDuration("45"), 45);
+  EXPECT_FALSE(ParseDuration("").has_value());
+  EXPECT_FALSE(ParseDuration("2 hours").has_value());
+  EXPECT_FALSE(ParseDuration("1h30").has_value());
+}
+
+TEST(ParseSetValueTest, TomlValuesOrBareStrings) {
+  EXPECT_EQ(ParseSetValue("0.05"), nlohmann::json(0.05));
+  EXPECT_EQ(ParseSetValue("128"), nlohmann::json(128));
+  EXPECT_EQ(ParseSetValue("[256, 128]"), nlohmann::json({256, 128}));
+  EXPECT_EQ(ParseSetValue("\"sgd\""), nlohmann::json("sgd"));
+  EXPECT_EQ(ParseSetValue("sgd"), nlohmann::json("sgd"));
+  EXPECT_EQ(ParseSetValue("true"), nlohmann::json(true));
+}
+
+TEST(DidYouMeanTest, SuggestsCloseWordsOnly) {
+  EXPECT_EQ(DidYouMean("max_trails", {"max_trials", "seed"}), "max_trials");
+  EXPECT_EQ(DidYouMean("zzzzzz", {"max_trials", "seed"}), "");
+}
+
+}  // namespace
+}  // namespace sweep

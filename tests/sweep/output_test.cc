@@ -1,0 +1,54 @@
+// CLI output: CSV quoting and the stable JSON shape of a trial.
+#include "output.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace sweep {
+namespace {
+
+TEST(OutputTest, CsvQuotesOnlyWhenNeeded) {
+  EXPECT_EQ(CsvField("plain"), "plain");
+  EXPECT_EQ(CsvField("[256,128]"), "\"[256,128]\"");
+  EXPECT_EQ(CsvField("say \"hi\""), "\"say \"\"hi\"\"\"");
+}
+
+TEST(OutputTest, TrialJsonHasTheStableKeys) {
+  store::TrialRecord t;
+  t.number = 3;
+  t.status = store::TrialStatus::kCompleted;
+  t.params_json = R"({"lr":0.1})";
+  t.metrics_json = R"({"val_acc":0.9})";
+  t.epochs = 2;
+  t.started_s = 10;
+  t.ended_s = 12.5;
+  auto j = TrialJson(t);
+  EXPECT_EQ(j["trial"], 3);
+  EXPECT_EQ(j["status"], "completed");
+  EXPECT_EQ(j["params"]["lr"], 0.1);
+  EXPECT_EQ(j["metrics"]["val_acc"], 0.9);
+  EXPECT_EQ(j["epochs"], 2.0);
+  EXPECT_EQ(j["duration_s"], 2.5);
+  EXPECT_FALSE(j.contains("error"));
+}
+
+TEST(OutputTest, CsvHasOneColumnPerParameterAndMetric) {
+  store::TrialRecord a, b;
+  a.number = 0;
+  a.params_json = R"({"hidden":[256,128],"lr":0.1})";
+  a.metrics_json = R"({"val_acc":0.9})";
+  b.number = 1;
+  b.status = store::TrialStatus::kFailed;
+  b.params_json = R"({"lr":0.2})";
+  b.error = "diverged, badly";
+  std::ostringstream out;
+  PrintTrialsCsv(out, {a, b});
+  EXPECT_EQ(out.str(),
+            "trial,status,epochs,duration_s,hidden,lr,val_acc,error\n"
+            "0,pending,0,,\"[256,128]\",0.1,0.9,\n"
+            "1,failed,0,,,0.2,,\"diverged, badly\"\n");
+}
+
+}  // namespace
+}  // namespace sweep
