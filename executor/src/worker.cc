@@ -1,16 +1,17 @@
-// The worker process: a reader thread takes commands off the command pipe (so a stop request
-// reaches a trial while it runs), the main thread runs trials one at a time and writes their
-// reports and outcomes on the message pipe.
+// The worker process: one thread reads commands and runs trials one at a time, writing their
+// reports and outcomes on the message pipe. A stop request reaches a running trial because the
+// worker looks for new commands (without waiting) at each report, which is exactly where a
+// trial can stop. Messages written within a few milliseconds go out in one write, so a cheap
+// trial costs one round trip, not one per message.
 #include "executor/worker.h"
 
+#include <poll.h>
+
 #include <atomic>
-#include <condition_variable>
-#include <csignal>
+#include <chrono>
 #include <cstdlib>
 #include <deque>
-#include <mutex>
 #include <string>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -23,96 +24,106 @@ using nlohmann::json;
 
 namespace {
 
-struct Inbox {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<json> runs;
-  bool closed = false;
-  std::atomic<int64_t> current{-1};  // trial being run, -1 when idle
-  std::atomic<bool> stop{false};
-};
+constexpr auto kFlushInterval = std::chrono::milliseconds(5);
 
-void ReadCommands(int fd, Inbox* inbox) {
-  LineReader reader;
-  std::vector<std::string> lines;
-  bool open = true;
-  while (open) {
-    lines.clear();
-    open = reader.ReadSome(fd, &lines);
+class Worker {
+ public:
+  Worker(int command_fd, int message_fd) : command_fd_(command_fd), message_fd_(message_fd) {}
+
+  int Serve() {
+    const int64_t abort_trial = AbortTrialFromEnv();
+    for (;;) {
+      while (runs_.empty() && !closed_) Pump(-1);
+      if (runs_.empty()) return Flush() ? 0 : 1;
+      json msg = std::move(runs_.front());
+      runs_.pop_front();
+      auto task = TrialTaskFromJson(msg.value("task", json::object()));
+      if (!task.ok()) {
+        Send(json{{"op", "error"}, {"error", task.status().message()}});
+        if (!Flush()) return 1;
+        continue;
+      }
+      current_ = task->number;
+      stop_ = false;
+      if (task->number == abort_trial) {
+        Flush();
+        std::abort();
+      }
+      auto sink = [&](int64_t step, double epoch, const json& metrics) {
+        Send(json{{"op", "report"},
+                  {"trial", task->number},
+                  {"step", step},
+                  {"epoch", epoch},
+                  {"metrics", metrics}});
+        if (std::chrono::steady_clock::now() - last_flush_ >= kFlushInterval) Flush();
+        Pump(0);  // a stop request takes effect at this report
+      };
+      TrialOutcome outcome = RunTrial(*task, sink, stop_);
+      current_ = -1;
+      Send(json{{"op", "done"},
+                {"trial", task->number},
+                {"outcome", ToString(outcome.kind)},
+                {"error", outcome.error},
+                {"metrics", outcome.end_metrics}});
+      if (!Flush()) return 1;  // the executor is gone
+    }
+  }
+
+ private:
+  // A test hook: SWEEP_TEST_ABORT_TRIAL=N makes the worker abort when it starts trial N, the way
+  // a crashing native library would. The end-to-end tests use it to prove a crash is contained.
+  static int64_t AbortTrialFromEnv() {
+    const char* v = std::getenv("SWEEP_TEST_ABORT_TRIAL");
+    return v == nullptr ? -1 : std::atoll(v);
+  }
+
+  // Reads the commands that are available (waiting up to timeout_ms; -1: until one arrives).
+  void Pump(int timeout_ms) {
+    if (closed_) return;
+    pollfd p{command_fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return;
+    std::vector<std::string> lines;
+    if (!reader_.ReadSome(command_fd_, &lines)) closed_ = true;
     for (const std::string& line : lines) {
       json msg = json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!msg.is_object()) continue;
       std::string op = msg.value("op", "");
       if (op == "run") {
-        std::lock_guard lock(inbox->mu);
-        inbox->runs.push_back(std::move(msg));
-        inbox->cv.notify_one();
+        runs_.push_back(std::move(msg));
       } else if (op == "stop") {
-        if (msg.value("trial", int64_t{-2}) == inbox->current.load()) inbox->stop = true;
+        if (msg.value("trial", int64_t{-2}) == current_) stop_ = true;
       } else if (op == "exit") {
-        open = false;
+        closed_ = true;
       }
     }
   }
-  std::lock_guard lock(inbox->mu);
-  inbox->closed = true;
-  inbox->cv.notify_one();
-}
 
-// A test hook: SWEEP_TEST_ABORT_TRIAL=N makes the worker abort when it starts trial N, the way a
-// crashing native library would. It is how the end-to-end tests prove a crash stays contained.
-int64_t AbortTrialFromEnv() {
-  const char* v = std::getenv("SWEEP_TEST_ABORT_TRIAL");
-  return v == nullptr ? -1 : std::atoll(v);
-}
+  void Send(const json& msg) {
+    out_ += msg.dump(-1, ' ', false, json::error_handler_t::replace);
+    out_ += '\n';
+  }
+
+  bool Flush() {
+    last_flush_ = std::chrono::steady_clock::now();
+    if (out_.empty()) return true;
+    bool ok = WriteAll(message_fd_, out_);
+    out_.clear();
+    return ok;
+  }
+
+  int command_fd_;
+  int message_fd_;
+  LineReader reader_;
+  std::deque<json> runs_;
+  bool closed_ = false;
+  int64_t current_ = -1;
+  std::atomic<bool> stop_{false};
+  std::string out_;
+  std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
+};
 
 }  // namespace
 
-int RunWorker(int command_fd, int message_fd) {
-  Inbox inbox;
-  std::thread reader(ReadCommands, command_fd, &inbox);
-  reader.detach();  // it ends with the command pipe; the process may exit before that
-  const int64_t abort_trial = AbortTrialFromEnv();
-
-  for (;;) {
-    json msg;
-    {
-      std::unique_lock lock(inbox.mu);
-      inbox.cv.wait(lock, [&] { return !inbox.runs.empty() || inbox.closed; });
-      if (inbox.runs.empty()) return 0;
-      msg = std::move(inbox.runs.front());
-      inbox.runs.pop_front();
-    }
-    auto task_or = TrialTaskFromJson(msg.value("task", json::object()));
-    if (!task_or.ok()) {
-      WriteAll(message_fd,
-               json{{"op", "error"}, {"error", task_or.status().message()}}.dump() + "\n");
-      continue;
-    }
-    const TrialTask& task = *task_or;
-    inbox.stop = false;
-    inbox.current = task.number;
-    if (task.number == abort_trial) std::abort();
-
-    auto sink = [&](int64_t step, double epoch, const json& metrics) {
-      json report = {{"op", "report"},
-                     {"trial", task.number},
-                     {"step", step},
-                     {"epoch", epoch},
-                     {"metrics", metrics}};
-      WriteAll(message_fd, report.dump() + "\n");
-    };
-    TrialOutcome outcome = RunTrial(task, sink, inbox.stop);
-    inbox.current = -1;
-    json done = {{"op", "done"},
-                 {"trial", task.number},
-                 {"outcome", ToString(outcome.kind)},
-                 {"error", outcome.error},
-                 {"metrics", outcome.end_metrics}};
-    if (!WriteAll(message_fd, done.dump(-1, ' ', false, json::error_handler_t::replace) + "\n")) {
-      return 1;  // the executor is gone
-    }
-  }
-}
+int RunWorker(int command_fd, int message_fd) { return Worker(command_fd, message_fd).Serve(); }
 
 }  // namespace sweep::executor

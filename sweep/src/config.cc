@@ -102,6 +102,12 @@ std::optional<double> ParseDuration(std::string_view text) {
   return total;
 }
 
+bool IsValidSweepName(std::string_view name) {
+  return !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
+  });
+}
+
 Status CheckTrainerOption(std::string_view key, const json& value) {
   trainer::TrainOptions scratch;
   // A stand-in dataset, so that checking one option does not trip over the absent others.
@@ -416,10 +422,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
   const toml::node* name = sweep->get("name");
   if (name == nullptr) return c.Error(*sweep, "sweep.name", "missing: every sweep needs a name");
   SWEEP_ASSIGN_OR_RETURN(cfg.name, c.String(*name, "sweep.name"));
-  if (cfg.name.empty() || cfg.name.size() > 128 ||
-      !std::all_of(cfg.name.begin(), cfg.name.end(), [](char ch) {
-        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
-      })) {
+  if (!IsValidSweepName(cfg.name)) {
     return c.Error(*name, "sweep.name",
                    "use 1-128 letters, digits, '-', '_' or '.' (got \"" + cfg.name + "\")");
   }

@@ -33,6 +33,10 @@ uint64_t TrialSeed(uint64_t sweep_seed, int64_t number) {
 
 namespace {
 
+// Longest time a busy loop keeps writes uncommitted. A crash loses at most this much of the
+// record; the trials involved are still RUNNING in the store and are rerun on resume.
+constexpr double kCommitIntervalS = 0.05;
+
 std::string FormatElapsed(double s) {
   int total = static_cast<int>(s);
   char buf[32];
@@ -135,13 +139,22 @@ class Coordinator {
       }
       if (running_.empty()) break;
 
+      // Take what has arrived; commit before waiting, so readers see everything up to the
+      // moment the loop goes idle, and at least every kCommitInterval while busy.
       events.clear();
-      SWEEP_RETURN_IF_ERROR(executor_.Poll(200, &events));
-      const double t = NowSeconds();
+      SWEEP_RETURN_IF_ERROR(executor_.Poll(0, &events));
+      double t = NowSeconds();
+      if (events.empty() || t - last_commit_s_ >= kCommitIntervalS) {
+        SWEEP_RETURN_IF_ERROR(store_.Commit());
+        last_commit_s_ = t;
+      }
+      if (events.empty()) {
+        SWEEP_RETURN_IF_ERROR(executor_.Poll(200, &events));
+        t = NowSeconds();
+      }
       for (executor::WorkerEvent& ev : events) {
         SWEEP_RETURN_IF_ERROR(Handle(ev, t, stop_reason));
       }
-      SWEEP_RETURN_IF_ERROR(store_.Commit());
       ShowProgress(t, false);
     }
 
@@ -323,6 +336,7 @@ class Coordinator {
   int64_t next_number_ = 0;
   double start_s_ = 0;
   double last_progress_s_ = 0;
+  double last_commit_s_ = 0;
   std::map<int64_t, RunningTrial> running_;
   store::StatusCounts counts_;
   std::optional<double> best_;

@@ -204,9 +204,17 @@ int CmdList(const QueryArgs& a) {
 
 // ---- run ----
 
-int CmdRun(const std::string& config_path, const std::string& db_flag, const char* argv0) {
+int CmdRun(const std::string& config_path, const std::string& db_flag, const std::string& name_flag,
+           const char* argv0) {
   auto cfg = sweep::LoadConfig(config_path);
   if (!cfg.ok()) return Fail(cfg.status());
+  if (!name_flag.empty()) {
+    if (!sweep::IsValidSweepName(name_flag)) {
+      return Fail(Status::InvalidArgument("--name " + name_flag +
+                                          ": use 1-128 letters, digits, '-', '_' or '.'"));
+    }
+    cfg->name = name_flag;
+  }
   std::string db = db_flag.empty() ? cfg->store_path : db_flag;
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
@@ -363,6 +371,8 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "start a sweep from a TOML config");
   run->add_option("CONFIG", config_path, "sweep config (TOML)")->required();
   run->add_option("--db", db_flag, "SQLite file (default: [store] path, else ./sweeps.db)");
+  std::string name_flag;
+  run->add_option("--name", name_flag, "sweep name (default: [sweep] name)");
   run->footer("Example: sweep run configs/quickstart.toml --db results.db");
 
   auto* train = app.add_subcommand("train", "run one trial directly, no store");
@@ -415,7 +425,7 @@ int main(int argc, char** argv) {
     return sweep::executor::RunWorker(sweep::executor::kWorkerCommandFd,
                                       sweep::executor::kWorkerMessageFd);
   }
-  if (run->parsed()) return CmdRun(config_path, db_flag, argv[0]);
+  if (run->parsed()) return CmdRun(config_path, db_flag, name_flag, argv[0]);
   if (train->parsed()) return CmdTrain(config_path, sets, json_out, threads);
   if (best->parsed()) return CmdBest(q, top);
   if (trials->parsed()) return CmdTrials(q, status_filter, sort);

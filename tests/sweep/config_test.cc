@@ -236,3 +236,26 @@ TEST(DidYouMeanTest, SuggestsCloseWordsOnly) {
 
 }  // namespace
 }  // namespace sweep
+
+namespace sweep {
+namespace {
+
+// Every config shipped under configs/ loads as it is (the trainer ones need Debian's
+// dataset-fashion-mnist, which the set-up installs).
+TEST(ShippedConfigsTest, AllLoad) {
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(SWEEP_SOURCE_DIR) / "configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    auto cfg = LoadConfig(entry.path().string());
+    if (!cfg.ok() && cfg.status().message().find("fashion-mnist") != std::string::npos &&
+        !fs::exists("/usr/share/datasets/fashion-mnist")) {
+      continue;
+    }
+    EXPECT_TRUE(cfg.ok()) << entry.path() << ": " << cfg.status().message();
+    ++checked;
+  }
+  EXPECT_GE(checked, 1);
+}
+
+}  // namespace
+}  // namespace sweep

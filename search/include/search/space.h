@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +40,11 @@ struct Parameter {
 // Checks one distribution: min <= max, log ranges above zero, integer bounds integral,
 // non-empty values. The message names the parameter.
 Status Validate(const Parameter& parameter);
+
+// The name a config file and an error message use for a kind ("log_uniform"), and back again;
+// KindFromName gives nullopt for a name it does not know.
+std::string_view KindName(Distribution::Kind kind);
+std::optional<Distribution::Kind> KindFromName(std::string_view name);
 
 // The parameters in the order they were declared. Names are unique.
 class SearchSpace {

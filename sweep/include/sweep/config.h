@@ -64,6 +64,9 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path);
 // text is not valid TOML, the text itself as a string.
 nlohmann::json ParseSetValue(std::string_view text);
 
+// 1-128 letters, digits, '-', '_' or '.'.
+bool IsValidSweepName(std::string_view name);
+
 // Checks one trainer hyperparameter value by the trainer's own rules (type and range); the
 // message names the option.
 Status CheckTrainerOption(std::string_view key, const nlohmann::json& value);

@@ -1,0 +1,113 @@
+// Random search: every value is hashed from (seed, trial index, parameter name), so trial i is
+// the same whatever order trials are drawn in and whatever other parameters the space holds.
+// A RandomSampler is immutable after construction and safe to call from several threads.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "search/space.h"
+
+namespace sweep::search {
+namespace {
+
+uint64_t Fnv1a64(std::string_view text) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+// splitmix64's finalizer: every input bit affects every output bit, which FNV alone does not
+// give for short names or consecutive indices.
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [0, 1) with 53 bits: the top bits of the hash are the best mixed.
+double UnitInterval(uint64_t seed, int64_t index, uint64_t name_hash) {
+  uint64_t h = SplitMix64(seed);
+  h = SplitMix64(h ^ static_cast<uint64_t>(index));
+  h = SplitMix64(h ^ name_hash);
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
+
+nlohmann::json Draw(const Distribution& d, double u) {
+  using Kind = Distribution::Kind;
+  switch (d.kind) {
+    case Kind::kConstant:
+      return d.values.empty() ? nlohmann::json() : d.values[0];
+    case Kind::kCategorical: {
+      if (d.values.empty()) return nlohmann::json();
+      const size_t n = d.values.size();
+      const auto i = static_cast<size_t>(u * static_cast<double>(n));
+      return d.values[std::min(i, n - 1)];
+    }
+    case Kind::kUniform:
+      // u < 1, but rounding can still land a hair outside [min, max].
+      return std::clamp(d.min + u * (d.max - d.min), d.min, d.max);
+    case Kind::kLogUniform: {
+      const double lo = std::log(d.min);
+      const double hi = std::log(d.max);
+      return std::clamp(std::exp(lo + u * (hi - lo)), d.min, d.max);
+    }
+    case Kind::kIntUniform: {
+      const double v = std::floor(d.min + u * (d.max - d.min + 1));
+      return static_cast<int64_t>(std::clamp(v, d.min, d.max));
+    }
+    case Kind::kLogIntUniform: {
+      // Widening by half a unit each side gives the end integers their fair share of mass.
+      const double lo = std::log(d.min - 0.5);
+      const double hi = std::log(d.max + 0.5);
+      const double v = std::round(std::exp(lo + u * (hi - lo)));
+      return static_cast<int64_t>(std::clamp(v, d.min, d.max));
+    }
+  }
+  return nlohmann::json();
+}
+
+class RandomSampler final : public Sampler {
+ public:
+  RandomSampler(const SearchSpace& space, uint64_t seed) : seed_(seed) {
+    for (const Parameter& parameter : space.parameters()) {
+      entries_.push_back({parameter, Fnv1a64(parameter.name)});
+    }
+  }
+
+  std::optional<nlohmann::json> Sample(int64_t index) const override {
+    if (index < 0) return std::nullopt;
+    nlohmann::json trial = nlohmann::json::object();
+    for (const Entry& entry : entries_) {
+      const double u = UnitInterval(seed_, index, entry.name_hash);
+      trial[entry.parameter.name] = Draw(entry.parameter.distribution, u);
+    }
+    return trial;
+  }
+
+  std::optional<int64_t> size() const override { return std::nullopt; }
+
+ private:
+  struct Entry {
+    Parameter parameter;
+    uint64_t name_hash;
+  };
+  uint64_t seed_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace
+
+std::unique_ptr<Sampler> MakeRandomSampler(const SearchSpace& space, uint64_t seed) {
+  return std::make_unique<RandomSampler>(space, seed);
+}
+
+}  // namespace sweep::search

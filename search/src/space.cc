@@ -1,0 +1,130 @@
+// Validation of hyperparameter distributions and the SearchSpace that collects them.
+// Everything here is a pure function of its arguments; a SearchSpace is a plain value that
+// its owner mutates through Add and must not share across threads while doing so.
+#include <charconv>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "search/space.h"
+
+namespace sweep::search {
+namespace {
+
+using Kind = Distribution::Kind;
+
+// Integer bounds travel as doubles; beyond 2^53 a double no longer holds every integer, so a
+// bound there would silently change value on its way to the sampler.
+constexpr double kMaxExactInteger = 9007199254740992.0;  // 2^53
+
+// Shortest text that reads back as the same double, so "got 0.001" shows what the user wrote
+// rather than "0.0010000000000000000208".
+std::string FormatNumber(double x) {
+  char buffer[64];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), x);
+  if (ec != std::errc()) return std::to_string(x);
+  return std::string(buffer, end);
+}
+
+bool IsContinuous(Kind kind) { return kind == Kind::kUniform || kind == Kind::kLogUniform; }
+bool IsInteger(Kind kind) { return kind == Kind::kIntUniform || kind == Kind::kLogIntUniform; }
+
+Status ValidateRange(const std::string& name, Kind kind, double min, double max) {
+  const std::string prefix = name + ": " + std::string(KindName(kind));
+  std::string got = "(got min=";
+  got += FormatNumber(min) + ", max=" + FormatNumber(max) + ")";
+  if (!std::isfinite(min) || !std::isfinite(max)) {
+    return Status::InvalidArgument(prefix + " bounds must be finite " + got);
+  }
+  if (IsInteger(kind)) {
+    if (min != std::floor(min) || max != std::floor(max)) {
+      return Status::InvalidArgument(prefix + " bounds must be integers " + got);
+    }
+    if (std::fabs(min) > kMaxExactInteger || std::fabs(max) > kMaxExactInteger) {
+      return Status::InvalidArgument(prefix + " bounds must lie within +-2^53 " + got);
+    }
+  }
+  if (min > max) return Status::InvalidArgument(prefix + " needs min <= max " + got);
+  if (IsContinuous(kind) && min == max) {
+    return Status::InvalidArgument(prefix + " has an empty range (min == max == " +
+                                   FormatNumber(min) + "); use a constant instead");
+  }
+  if (kind == Kind::kLogUniform && min <= 0) {
+    return Status::InvalidArgument(prefix + " needs min > 0 (got " + FormatNumber(min) + ")");
+  }
+  if (kind == Kind::kLogIntUniform && min < 1) {
+    return Status::InvalidArgument(prefix + " needs min >= 1 (got " + FormatNumber(min) + ")");
+  }
+  // The random sampler scales by max - min; a width that overflows would give inf or nan.
+  if (kind == Kind::kUniform && !std::isfinite(max - min)) {
+    return Status::InvalidArgument(prefix + " range is too wide (max - min overflows) " + got);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view KindName(Distribution::Kind kind) {
+  switch (kind) {
+    case Kind::kConstant:
+      return "constant";
+    case Kind::kUniform:
+      return "uniform";
+    case Kind::kLogUniform:
+      return "log_uniform";
+    case Kind::kIntUniform:
+      return "int_uniform";
+    case Kind::kLogIntUniform:
+      return "log_int_uniform";
+    case Kind::kCategorical:
+      return "categorical";
+  }
+  return "unknown";
+}
+
+std::optional<Distribution::Kind> KindFromName(std::string_view name) {
+  for (Kind kind : {Kind::kConstant, Kind::kUniform, Kind::kLogUniform, Kind::kIntUniform,
+                    Kind::kLogIntUniform, Kind::kCategorical}) {
+    if (KindName(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
+
+Status Validate(const Parameter& parameter) {
+  const std::string& name = parameter.name;
+  const Distribution& d = parameter.distribution;
+  if (name.empty()) return Status::InvalidArgument("a parameter needs a non-empty name");
+  switch (d.kind) {
+    case Kind::kConstant:
+      if (d.values.size() != 1) {
+        return Status::InvalidArgument(name + ": constant needs exactly one value (got " +
+                                       std::to_string(d.values.size()) + ")");
+      }
+      return Status::Ok();
+    case Kind::kCategorical:
+      if (d.values.empty()) {
+        return Status::InvalidArgument(name + ": categorical needs at least one value");
+      }
+      return Status::Ok();
+    case Kind::kUniform:
+    case Kind::kLogUniform:
+    case Kind::kIntUniform:
+    case Kind::kLogIntUniform:
+      return ValidateRange(name, d.kind, d.min, d.max);
+  }
+  return Status::InvalidArgument(name + ": unknown distribution kind " +
+                                 std::to_string(static_cast<int>(d.kind)));
+}
+
+Status SearchSpace::Add(Parameter parameter) {
+  SWEEP_RETURN_IF_ERROR(Validate(parameter));
+  for (const Parameter& existing : parameters_) {
+    if (existing.name == parameter.name) {
+      return Status::InvalidArgument(parameter.name + ": parameter declared twice");
+    }
+  }
+  parameters_.push_back(std::move(parameter));
+  return Status::Ok();
+}
+
+}  // namespace sweep::search

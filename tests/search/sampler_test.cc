@@ -1,0 +1,383 @@
+// Tests for the grid and random samplers: enumeration order, exhaustion, purity of random draws,
+// bounds and rough distribution shape. Every draw uses a fixed seed, so nothing here can flake.
+// Single-threaded.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "search/space.h"
+
+namespace sweep::search {
+namespace {
+
+using Kind = Distribution::Kind;
+using nlohmann::json;
+
+Parameter Range(std::string name, Kind kind, double min, double max) {
+  Parameter p;
+  p.name = std::move(name);
+  p.distribution.kind = kind;
+  p.distribution.min = min;
+  p.distribution.max = max;
+  return p;
+}
+
+Parameter Values(std::string name, Kind kind, std::vector<json> values) {
+  Parameter p;
+  p.name = std::move(name);
+  p.distribution.kind = kind;
+  p.distribution.values = std::move(values);
+  return p;
+}
+
+// Built with += because GCC 12 at -O3 warns falsely (-Wrestrict) on "literal" + std::string.
+std::string Numbered(int i) {
+  std::string name = "p";
+  name += std::to_string(i);
+  return name;
+}
+
+SearchSpace Space(std::vector<Parameter> parameters) {
+  SearchSpace space;
+  for (Parameter& p : parameters) {
+    Status status = space.Add(std::move(p));
+    EXPECT_TRUE(status.ok()) << status.message();
+  }
+  return space;
+}
+
+std::unique_ptr<Sampler> Grid(const SearchSpace& space) {
+  auto sampler = MakeGridSampler(space);
+  EXPECT_TRUE(sampler.ok()) << sampler.status().message();
+  return sampler.ok() ? std::move(sampler).value() : nullptr;
+}
+
+// ---- Grid ----
+
+TEST(GridSamplerTest, EnumeratesThreeParametersFirstDeclaredSlowest) {
+  // Declared width, act, dropout; JSON keys come out sorted, which is a different order.
+  SearchSpace space = Space({Values("width", Kind::kCategorical, {64, 128}),
+                             Values("act", Kind::kCategorical, {"relu", "tanh", "gelu"}),
+                             Values("dropout", Kind::kCategorical, {0.0, 0.5})});
+  auto sampler = Grid(space);
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->size(), 12);
+  const std::vector<json> expected = {
+      {{"width", 64}, {"act", "relu"}, {"dropout", 0.0}},
+      {{"width", 64}, {"act", "relu"}, {"dropout", 0.5}},
+      {{"width", 64}, {"act", "tanh"}, {"dropout", 0.0}},
+      {{"width", 64}, {"act", "tanh"}, {"dropout", 0.5}},
+      {{"width", 64}, {"act", "gelu"}, {"dropout", 0.0}},
+      {{"width", 64}, {"act", "gelu"}, {"dropout", 0.5}},
+      {{"width", 128}, {"act", "relu"}, {"dropout", 0.0}},
+      {{"width", 128}, {"act", "relu"}, {"dropout", 0.5}},
+      {{"width", 128}, {"act", "tanh"}, {"dropout", 0.0}},
+      {{"width", 128}, {"act", "tanh"}, {"dropout", 0.5}},
+      {{"width", 128}, {"act", "gelu"}, {"dropout", 0.0}},
+      {{"width", 128}, {"act", "gelu"}, {"dropout", 0.5}},
+  };
+  for (int64_t i = 0; i < 12; ++i) {
+    auto trial = sampler->Sample(i);
+    ASSERT_TRUE(trial.has_value()) << i;
+    EXPECT_EQ(*trial, expected[static_cast<size_t>(i)]) << i;
+  }
+  EXPECT_EQ(sampler->Sample(0)->dump(), R"({"act":"relu","dropout":0.0,"width":64})");
+}
+
+TEST(GridSamplerTest, ExhaustedOutsideTheProduct) {
+  auto sampler = Grid(
+      Space({Values("a", Kind::kCategorical, {1, 2}), Values("b", Kind::kCategorical, {3, 4, 5})}));
+  ASSERT_NE(sampler, nullptr);
+  EXPECT_TRUE(sampler->Sample(5).has_value());
+  EXPECT_FALSE(sampler->Sample(6).has_value());
+  EXPECT_FALSE(sampler->Sample(7).has_value());
+  EXPECT_FALSE(sampler->Sample(-1).has_value());
+  EXPECT_FALSE(sampler->Sample(std::numeric_limits<int64_t>::max()).has_value());
+}
+
+TEST(GridSamplerTest, ConstantIsASingleValueAxis) {
+  auto sampler = Grid(
+      Space({Values("opt", Kind::kCategorical, {"adam", "sgd"}),
+             Values("bs", Kind::kConstant, {32}), Values("seed", Kind::kCategorical, {1, 2})}));
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->size(), 4);
+  EXPECT_EQ(*sampler->Sample(0), (json{{"opt", "adam"}, {"bs", 32}, {"seed", 1}}));
+  EXPECT_EQ(*sampler->Sample(3), (json{{"opt", "sgd"}, {"bs", 32}, {"seed", 2}}));
+}
+
+TEST(GridSamplerTest, ListsAreValuesLikeAnyOther) {
+  auto sampler = Grid(
+      Space({Values("hidden", Kind::kCategorical, {json::array({256}), json::array({512, 256})})}));
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->size(), 2);
+  EXPECT_EQ((*sampler->Sample(0))["hidden"], json::array({256}));
+  EXPECT_EQ((*sampler->Sample(1))["hidden"], json::array({512, 256}));
+}
+
+TEST(GridSamplerTest, EmptySpaceIsOneEmptyTrial) {
+  auto sampler = Grid(SearchSpace());
+  ASSERT_NE(sampler, nullptr);
+  EXPECT_EQ(sampler->size(), 1);
+  EXPECT_EQ(*sampler->Sample(0), json::object());
+  EXPECT_FALSE(sampler->Sample(1).has_value());
+}
+
+TEST(GridSamplerTest, RefusesEveryContinuousKind) {
+  const std::vector<std::pair<Parameter, std::string>> cases = {
+      {Range("x", Kind::kUniform, 0, 1),
+       "grid search cannot enumerate 'x' (uniform); give it `values = [...]`"},
+      {Range("lr", Kind::kLogUniform, 1e-4, 1e-1),
+       "grid search cannot enumerate 'lr' (log_uniform); give it `values = [...]`"},
+      {Range("n", Kind::kIntUniform, 1, 4),
+       "grid search cannot enumerate 'n' (int_uniform); give it `values = [...]`"},
+      {Range("bs", Kind::kLogIntUniform, 16, 512),
+       "grid search cannot enumerate 'bs' (log_int_uniform); give it `values = [...]`"},
+  };
+  for (const auto& [parameter, message] : cases) {
+    SearchSpace space = Space({Values("opt", Kind::kCategorical, {"adam"}), parameter});
+    auto sampler = MakeGridSampler(space);
+    ASSERT_FALSE(sampler.ok());
+    EXPECT_EQ(sampler.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(sampler.status().message(), message);
+  }
+}
+
+TEST(GridSamplerTest, DecodesLargeIndicesWithoutEnumerating) {
+  std::vector<Parameter> parameters;
+  for (int i = 0; i < 62; ++i) {
+    parameters.push_back(Values(Numbered(100 + i), Kind::kCategorical, {0, 1}));
+  }
+  auto sampler = Grid(Space(parameters));
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->size(), int64_t{1} << 62);
+  // Bit k of the index, counting from the least significant, is the (62-1-k)th parameter.
+  const int64_t index = (int64_t{1} << 61) | 5;  // p100 = 1, p159 = 1, p161 = 1, rest 0
+  json trial = *sampler->Sample(index);
+  for (int i = 0; i < 62; ++i) {
+    const int expected = (i == 0 || i == 59 || i == 61) ? 1 : 0;
+    EXPECT_EQ(trial[Numbered(100 + i)], expected) << i;
+  }
+  EXPECT_FALSE(sampler->Sample(int64_t{1} << 62).has_value());
+}
+
+TEST(GridSamplerTest, RefusesAProductBeyondInt64) {
+  std::vector<Parameter> parameters;
+  for (int i = 0; i < 63; ++i) {
+    parameters.push_back(Values(Numbered(i), Kind::kCategorical, {0, 1}));
+  }
+  auto sampler = MakeGridSampler(Space(parameters));
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_EQ(sampler.status().message(),
+            "grid search space is too large: more than 2^63 points at 'p62'");
+}
+
+// ---- Random ----
+
+SearchSpace MixedSpace() {
+  return Space(
+      {Range("lr", Kind::kLogUniform, 1e-5, 1e-1), Range("momentum", Kind::kUniform, 0.8, 0.99),
+       Range("layers", Kind::kIntUniform, 1, 6), Range("batch", Kind::kLogIntUniform, 16, 512),
+       Values("opt", Kind::kCategorical, {"adam", "sgd", "rmsprop"}),
+       Values("epochs", Kind::kConstant, {10})});
+}
+
+TEST(RandomSamplerTest, IsInfiniteAndRefusesNegativeIndices) {
+  auto sampler = MakeRandomSampler(MixedSpace(), 1);
+  EXPECT_EQ(sampler->size(), std::nullopt);
+  EXPECT_FALSE(sampler->Sample(-1).has_value());
+  EXPECT_TRUE(sampler->Sample(int64_t{1} << 50).has_value());
+}
+
+TEST(RandomSamplerTest, SameSeedSameSequence) {
+  auto a = MakeRandomSampler(MixedSpace(), 7);
+  auto b = MakeRandomSampler(MixedSpace(), 7);
+  for (int64_t i = 0; i < 200; ++i) EXPECT_EQ(*a->Sample(i), *b->Sample(i)) << i;
+}
+
+TEST(RandomSamplerTest, IndependentOfTheOrderTrialsAreDrawn) {
+  auto sampler = MakeRandomSampler(MixedSpace(), 7);
+  std::vector<json> forward;
+  for (int64_t i = 0; i < 100; ++i) forward.push_back(*sampler->Sample(i));
+  auto fresh = MakeRandomSampler(MixedSpace(), 7);
+  for (int64_t i = 99; i >= 0; --i) {
+    EXPECT_EQ(*fresh->Sample(i), forward[static_cast<size_t>(i)]) << i;
+  }
+  EXPECT_EQ(*sampler->Sample(42), forward[42]);  // asking twice changes nothing
+}
+
+TEST(RandomSamplerTest, AddingAParameterLeavesTheOthersUnchanged) {
+  auto small = MakeRandomSampler(
+      Space({Range("lr", Kind::kLogUniform, 1e-5, 1e-1), Range("layers", Kind::kIntUniform, 1, 6)}),
+      3);
+  auto large = MakeRandomSampler(
+      Space({Values("opt", Kind::kCategorical, {"adam", "sgd"}),
+             Range("lr", Kind::kLogUniform, 1e-5, 1e-1), Range("dropout", Kind::kUniform, 0, 0.5),
+             Range("layers", Kind::kIntUniform, 1, 6)}),
+      3);
+  for (int64_t i = 0; i < 100; ++i) {
+    json a = *small->Sample(i);
+    json b = *large->Sample(i);
+    EXPECT_EQ(a["lr"], b["lr"]) << i;
+    EXPECT_EQ(a["layers"], b["layers"]) << i;
+  }
+}
+
+TEST(RandomSamplerTest, DifferentSeedsDiffer) {
+  auto a = MakeRandomSampler(MixedSpace(), 1);
+  auto b = MakeRandomSampler(MixedSpace(), 2);
+  int same_lr = 0;
+  for (int64_t i = 0; i < 100; ++i) same_lr += (*a->Sample(i))["lr"] == (*b->Sample(i))["lr"];
+  EXPECT_EQ(same_lr, 0);
+}
+
+TEST(RandomSamplerTest, ConsecutiveTrialsDiffer) {
+  auto sampler = MakeRandomSampler(MixedSpace(), 1);
+  std::set<double> lrs;
+  for (int64_t i = 0; i < 1000; ++i) lrs.insert((*sampler->Sample(i))["lr"].get<double>());
+  EXPECT_EQ(lrs.size(), 1000u);
+}
+
+// Pins the hash so a change that would silently re-draw every resumed sweep fails here.
+// The value was computed independently from the documented recipe: splitmix64 over
+// (seed, index, FNV-1a 64 of the name), top 53 bits.
+TEST(RandomSamplerTest, DrawsArePinned) {
+  auto sampler = MakeRandomSampler(Space({Range("x", Kind::kUniform, 0, 1)}), 0);
+  EXPECT_EQ((*sampler->Sample(0))["x"].get<double>(), 0x1.d92798e78d107p-1);
+  EXPECT_EQ((*sampler->Sample(1))["x"].get<double>(), 0x1.c45d9cc576082p-2);
+}
+
+TEST(RandomSamplerTest, EverySampleWithinBoundsAndTyped) {
+  auto sampler = MakeRandomSampler(MixedSpace(), 12345);
+  for (int64_t i = 0; i < 10000; ++i) {
+    json t = *sampler->Sample(i);
+    ASSERT_EQ(t.size(), 6u);
+    ASSERT_TRUE(t["lr"].is_number_float());
+    EXPECT_GE(t["lr"].get<double>(), 1e-5);
+    EXPECT_LE(t["lr"].get<double>(), 1e-1);
+    ASSERT_TRUE(t["momentum"].is_number_float());
+    EXPECT_GE(t["momentum"].get<double>(), 0.8);
+    EXPECT_LE(t["momentum"].get<double>(), 0.99);
+    ASSERT_TRUE(t["layers"].is_number_integer());
+    EXPECT_GE(t["layers"].get<int64_t>(), 1);
+    EXPECT_LE(t["layers"].get<int64_t>(), 6);
+    ASSERT_TRUE(t["batch"].is_number_integer());
+    EXPECT_GE(t["batch"].get<int64_t>(), 16);
+    EXPECT_LE(t["batch"].get<int64_t>(), 512);
+    EXPECT_TRUE(t["opt"] == "adam" || t["opt"] == "sgd" || t["opt"] == "rmsprop") << t["opt"];
+    EXPECT_EQ(t["epochs"], 10);
+  }
+}
+
+TEST(RandomSamplerTest, UniformMeanNearMidpoint) {
+  auto sampler = MakeRandomSampler(Space({Range("x", Kind::kUniform, -2, 6)}), 5);
+  double sum = 0;
+  for (int64_t i = 0; i < 10000; ++i) sum += (*sampler->Sample(i))["x"].get<double>();
+  // Standard error of the mean is 8/sqrt(12)/100 = 0.023; 0.15 is over six of them.
+  EXPECT_NEAR(sum / 10000, 2.0, 0.15);
+}
+
+TEST(RandomSamplerTest, LogUniformMedianNearGeometricMean) {
+  auto sampler = MakeRandomSampler(Space({Range("lr", Kind::kLogUniform, 1e-5, 1e-1)}), 9);
+  std::vector<double> draws;
+  for (int64_t i = 0; i < 10000; ++i) draws.push_back((*sampler->Sample(i))["lr"].get<double>());
+  std::nth_element(draws.begin(), draws.begin() + 5000, draws.end());
+  // The geometric mean is 1e-3. A plain uniform draw would put the median near 0.05.
+  EXPECT_NEAR(std::log10(draws[5000]), -3.0, 0.1);
+  int below_1e4 = 0;
+  for (double d : draws) below_1e4 += d < 1e-4;
+  EXPECT_NEAR(below_1e4, 2500, 250);  // a quarter of the decades
+}
+
+TEST(RandomSamplerTest, IntUniformReachesBothEndsEvenly) {
+  auto sampler = MakeRandomSampler(Space({Range("n", Kind::kIntUniform, -3, 3)}), 11);
+  std::map<int64_t, int> counts;
+  for (int64_t i = 0; i < 7000; ++i) ++counts[(*sampler->Sample(i))["n"].get<int64_t>()];
+  ASSERT_EQ(counts.size(), 7u);
+  EXPECT_EQ(counts.begin()->first, -3);
+  EXPECT_EQ(counts.rbegin()->first, 3);
+  for (const auto& [value, count] : counts) EXPECT_NEAR(count, 1000, 150) << value;
+}
+
+TEST(RandomSamplerTest, SinglePointIntRangeIsConstant) {
+  auto sampler = MakeRandomSampler(
+      Space({Range("n", Kind::kIntUniform, 4, 4), Range("m", Kind::kLogIntUniform, 1, 1)}), 11);
+  for (int64_t i = 0; i < 100; ++i) {
+    EXPECT_EQ((*sampler->Sample(i))["n"], 4);
+    EXPECT_EQ((*sampler->Sample(i))["m"], 1);
+  }
+}
+
+TEST(RandomSamplerTest, LogIntUniformReachesBothEndsAndFavoursSmallValues) {
+  auto sampler = MakeRandomSampler(Space({Range("n", Kind::kLogIntUniform, 1, 64)}), 13);
+  std::map<int64_t, int> counts;
+  for (int64_t i = 0; i < 10000; ++i) ++counts[(*sampler->Sample(i))["n"].get<int64_t>()];
+  EXPECT_EQ(counts.begin()->first, 1);
+  EXPECT_EQ(counts.rbegin()->first, 64);
+  // Mass of 1 is ln(1.5/0.5)/ln(64.5/0.5) = 0.226; of 64 it is ln(64.5/63.5)/ln(129) = 0.0032.
+  EXPECT_NEAR(counts[1], 2260, 200);
+  EXPECT_GT(counts[64], 0);
+  EXPECT_LT(counts[64], 100);
+}
+
+TEST(RandomSamplerTest, CategoricalFrequenciesRoughlyUniform) {
+  auto sampler =
+      MakeRandomSampler(Space({Values("c", Kind::kCategorical, {"a", "b", "c", "d"})}), 17);
+  std::map<std::string, int> counts;
+  const int n = 10000;
+  for (int64_t i = 0; i < n; ++i) ++counts[(*sampler->Sample(i))["c"].get<std::string>()];
+  ASSERT_EQ(counts.size(), 4u);
+  double chi2 = 0;
+  for (const auto& [value, count] : counts) {
+    const double expected = n / 4.0;
+    chi2 += (count - expected) * (count - expected) / expected;
+  }
+  // Three degrees of freedom: P(chi2 > 30) is about 1e-6.
+  EXPECT_LT(chi2, 30.0);
+}
+
+TEST(RandomSamplerTest, ListsAsCategoricalValues) {
+  const json small = json::array({256});
+  const json large = json::array({512, 256});
+  auto sampler =
+      MakeRandomSampler(Space({Values("hidden", Kind::kCategorical, {small, large})}), 19);
+  int smalls = 0;
+  int larges = 0;
+  for (int64_t i = 0; i < 1000; ++i) {
+    json h = (*sampler->Sample(i))["hidden"];
+    ASSERT_TRUE(h.is_array());
+    smalls += h == small;
+    larges += h == large;
+  }
+  EXPECT_EQ(smalls + larges, 1000);
+  EXPECT_NEAR(smalls, 500, 100);
+}
+
+TEST(RandomSamplerTest, ParametersOfOneTrialAreUncorrelated) {
+  auto sampler = MakeRandomSampler(
+      Space({Range("a", Kind::kUniform, 0, 1), Range("b", Kind::kUniform, 0, 1)}), 23);
+  const int n = 10000;
+  double sa = 0, sb = 0, sab = 0, saa = 0, sbb = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    json t = *sampler->Sample(i);
+    const double a = t["a"].get<double>();
+    const double b = t["b"].get<double>();
+    sa += a;
+    sb += b;
+    sab += a * b;
+    saa += a * a;
+    sbb += b * b;
+  }
+  const double cov = sab / n - (sa / n) * (sb / n);
+  const double corr = cov / std::sqrt((saa / n - sa * sa / n / n) * (sbb / n - sb * sb / n / n));
+  EXPECT_LT(std::fabs(corr), 0.05);  // the standard error is 0.01
+}
+
+}  // namespace
+}  // namespace sweep::search

@@ -1,0 +1,186 @@
+// Tests for search-space validation: every refusal and its exact message, and SearchSpace::Add.
+// Messages are pinned because users read them in config errors; change them on purpose only.
+// Single-threaded.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "search/space.h"
+
+namespace sweep::search {
+namespace {
+
+using Kind = Distribution::Kind;
+using nlohmann::json;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+
+Parameter Range(std::string name, Kind kind, double min, double max) {
+  Parameter p;
+  p.name = std::move(name);
+  p.distribution.kind = kind;
+  p.distribution.min = min;
+  p.distribution.max = max;
+  return p;
+}
+
+Parameter Values(std::string name, Kind kind, std::vector<json> values) {
+  Parameter p;
+  p.name = std::move(name);
+  p.distribution.kind = kind;
+  p.distribution.values = std::move(values);
+  return p;
+}
+
+void ExpectRefused(const Parameter& p, const std::string& message) {
+  Status status = Validate(p);
+  EXPECT_EQ(status.code(), Status::Code::kInvalidArgument) << message;
+  EXPECT_EQ(status.message(), message);
+}
+
+TEST(ValidateTest, AcceptsEveryValidKind) {
+  EXPECT_TRUE(Validate(Range("a", Kind::kUniform, -1, 1)).ok());
+  EXPECT_TRUE(Validate(Range("b", Kind::kLogUniform, 1e-5, 1e-1)).ok());
+  EXPECT_TRUE(Validate(Range("c", Kind::kIntUniform, -3, 7)).ok());
+  EXPECT_TRUE(Validate(Range("d", Kind::kLogIntUniform, 1, 1024)).ok());
+  EXPECT_TRUE(Validate(Values("e", Kind::kCategorical, {"adam", "sgd"})).ok());
+  EXPECT_TRUE(Validate(Values("f", Kind::kConstant, {32})).ok());
+  EXPECT_TRUE(
+      Validate(Values("g", Kind::kCategorical, {json::array({256}), json::array({512, 256})}))
+          .ok());
+}
+
+TEST(ValidateTest, RefusesMinAboveMax) {
+  ExpectRefused(Range("lr", Kind::kUniform, 2, 1),
+                "lr: uniform needs min <= max (got min=2, max=1)");
+  ExpectRefused(Range("lr", Kind::kLogUniform, 0.1, 0.01),
+                "lr: log_uniform needs min <= max (got min=0.1, max=0.01)");
+  ExpectRefused(Range("n", Kind::kIntUniform, 5, 4),
+                "n: int_uniform needs min <= max (got min=5, max=4)");
+  ExpectRefused(Range("n", Kind::kLogIntUniform, 8, 2),
+                "n: log_int_uniform needs min <= max (got min=8, max=2)");
+}
+
+TEST(ValidateTest, RefusesEmptyContinuousRange) {
+  ExpectRefused(Range("x", Kind::kUniform, 1, 1),
+                "x: uniform has an empty range (min == max == 1); use a constant instead");
+  ExpectRefused(Range("lr", Kind::kLogUniform, 0.001, 0.001),
+                "lr: log_uniform has an empty range (min == max == 0.001); use a constant instead");
+}
+
+TEST(ValidateTest, AllowsSingleIntegerRange) {
+  EXPECT_TRUE(Validate(Range("n", Kind::kIntUniform, 3, 3)).ok());
+  EXPECT_TRUE(Validate(Range("n", Kind::kLogIntUniform, 1, 1)).ok());
+}
+
+TEST(ValidateTest, RefusesNonFiniteBounds) {
+  ExpectRefused(Range("x", Kind::kUniform, kNan, 1),
+                "x: uniform bounds must be finite (got min=nan, max=1)");
+  ExpectRefused(Range("x", Kind::kUniform, 0, kInf),
+                "x: uniform bounds must be finite (got min=0, max=inf)");
+  ExpectRefused(Range("lr", Kind::kLogUniform, 1e-3, kInf),
+                "lr: log_uniform bounds must be finite (got min=0.001, max=inf)");
+  ExpectRefused(Range("n", Kind::kIntUniform, -kInf, 3),
+                "n: int_uniform bounds must be finite (got min=-inf, max=3)");
+  ExpectRefused(Range("n", Kind::kLogIntUniform, 1, kNan),
+                "n: log_int_uniform bounds must be finite (got min=1, max=nan)");
+}
+
+TEST(ValidateTest, LogUniformNeedsPositiveMin) {
+  ExpectRefused(Range("lr", Kind::kLogUniform, 0, 1), "lr: log_uniform needs min > 0 (got 0)");
+  ExpectRefused(Range("lr", Kind::kLogUniform, -0.5, 1),
+                "lr: log_uniform needs min > 0 (got -0.5)");
+}
+
+TEST(ValidateTest, IntegerKindsNeedIntegralBounds) {
+  ExpectRefused(Range("n", Kind::kIntUniform, 1.5, 4),
+                "n: int_uniform bounds must be integers (got min=1.5, max=4)");
+  ExpectRefused(Range("n", Kind::kIntUniform, 1, 4.25),
+                "n: int_uniform bounds must be integers (got min=1, max=4.25)");
+  ExpectRefused(Range("n", Kind::kLogIntUniform, 1, 10.5),
+                "n: log_int_uniform bounds must be integers (got min=1, max=10.5)");
+}
+
+TEST(ValidateTest, IntegerKindsRefuseBoundsBeyondExactDoubles) {
+  ExpectRefused(Range("n", Kind::kIntUniform, 0, 1e17),
+                "n: int_uniform bounds must lie within +-2^53 (got min=0, max=1e+17)");
+  EXPECT_TRUE(
+      Validate(Range("n", Kind::kIntUniform, -9007199254740992.0, 9007199254740992.0)).ok());
+}
+
+TEST(ValidateTest, LogIntUniformNeedsMinAtLeastOne) {
+  ExpectRefused(Range("n", Kind::kLogIntUniform, 0, 10),
+                "n: log_int_uniform needs min >= 1 (got 0)");
+  ExpectRefused(Range("n", Kind::kLogIntUniform, -4, 10),
+                "n: log_int_uniform needs min >= 1 (got -4)");
+}
+
+TEST(ValidateTest, UniformRefusesOverflowingWidth) {
+  ExpectRefused(Range("x", Kind::kUniform, -1e308, 1e308),
+                "x: uniform range is too wide (max - min overflows) (got min=-1e+308, max=1e+308)");
+}
+
+TEST(ValidateTest, CategoricalNeedsValues) {
+  ExpectRefused(Values("opt", Kind::kCategorical, {}), "opt: categorical needs at least one value");
+}
+
+TEST(ValidateTest, ConstantNeedsExactlyOneValue) {
+  ExpectRefused(Values("bs", Kind::kConstant, {}), "bs: constant needs exactly one value (got 0)");
+  ExpectRefused(Values("bs", Kind::kConstant, {32, 64}),
+                "bs: constant needs exactly one value (got 2)");
+}
+
+TEST(ValidateTest, RefusesEmptyName) {
+  ExpectRefused(Range("", Kind::kUniform, 0, 1), "a parameter needs a non-empty name");
+}
+
+TEST(ValidateTest, RefusesUnknownKind) {
+  ExpectRefused(Range("x", static_cast<Kind>(42), 0, 1), "x: unknown distribution kind 42");
+}
+
+TEST(KindNameTest, RoundTripsEveryKind) {
+  for (Kind kind : {Kind::kConstant, Kind::kUniform, Kind::kLogUniform, Kind::kIntUniform,
+                    Kind::kLogIntUniform, Kind::kCategorical}) {
+    EXPECT_EQ(KindFromName(KindName(kind)), kind) << KindName(kind);
+  }
+  EXPECT_EQ(KindName(Kind::kLogIntUniform), "log_int_uniform");
+  EXPECT_EQ(KindFromName("loguniform"), std::nullopt);
+  EXPECT_EQ(KindFromName(""), std::nullopt);
+}
+
+TEST(SearchSpaceTest, KeepsDeclarationOrder) {
+  SearchSpace space;
+  ASSERT_TRUE(space.Add(Range("z", Kind::kUniform, 0, 1)).ok());
+  ASSERT_TRUE(space.Add(Values("a", Kind::kCategorical, {1, 2})).ok());
+  ASSERT_TRUE(space.Add(Range("m", Kind::kIntUniform, 0, 3)).ok());
+  ASSERT_EQ(space.parameters().size(), 3u);
+  EXPECT_EQ(space.parameters()[0].name, "z");
+  EXPECT_EQ(space.parameters()[1].name, "a");
+  EXPECT_EQ(space.parameters()[2].name, "m");
+}
+
+TEST(SearchSpaceTest, RefusesDuplicateName) {
+  SearchSpace space;
+  ASSERT_TRUE(space.Add(Range("lr", Kind::kLogUniform, 1e-4, 1e-1)).ok());
+  Status status = space.Add(Values("lr", Kind::kConstant, {0.1}));
+  EXPECT_EQ(status.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(status.message(), "lr: parameter declared twice");
+  EXPECT_EQ(space.parameters().size(), 1u);
+  EXPECT_EQ(space.parameters()[0].distribution.kind, Kind::kLogUniform);
+}
+
+TEST(SearchSpaceTest, RefusesInvalidParameterAndKeepsTheRest) {
+  SearchSpace space;
+  ASSERT_TRUE(space.Add(Range("x", Kind::kUniform, 0, 1)).ok());
+  Status status = space.Add(Range("lr", Kind::kLogUniform, 0, 1));
+  EXPECT_EQ(status.message(), "lr: log_uniform needs min > 0 (got 0)");
+  ASSERT_EQ(space.parameters().size(), 1u);
+  EXPECT_EQ(space.parameters()[0].name, "x");
+}
+
+}  // namespace
+}  // namespace sweep::search
