@@ -23,7 +23,7 @@ struct DatasetSpec {
   // sample, the label in `label_column`, features in every other column; a header row is
   // detected and skipped); the *_labels fields stay empty.
   std::string train_images, train_labels, test_images, test_labels;
-  int label_column = 0;  // csv only
+  int label_column = 0;  // csv only; negative counts from the end (-1: the last column)
 };
 
 struct TrainOptions {
@@ -48,21 +48,21 @@ struct TrainOptions {
 Status ApplyOption(TrainOptions* options, std::string_view key, const nlohmann::json& value);
 // Every key ApplyOption accepts.
 const std::vector<std::string>& OptionKeys();
-// Metrics Train() reports: train_loss, val_loss, val_acc, samples_per_s, data_wait_s, and
-// test_acc (at the end, when a test set is given).
+// Metrics Train() reports: train_loss, val_loss, val_acc, samples_per_s, data_wait_s, epoch_s,
+// and test_acc (at the end, when a test set is given).
 const std::vector<std::string>& MetricNames();
 // Checks values that need no data: positive sizes, known names, lr > 0, fraction in [0, 1).
 Status Validate(const TrainOptions& options);
 
 struct EpochReport {
-  int epoch = 0;              // 1-based
-  int64_t step = 0;           // optimizer steps so far
-  double train_loss = 0;      // mean over the epoch
-  double val_loss = 0;        // NaN when validation_fraction == 0
-  double val_acc = 0;         // NaN when validation_fraction == 0
-  double samples_per_s = 0;   // training samples per second of this epoch's training steps
-  double data_wait_s = 0;     // time the compute waited for batches this epoch
-  double epoch_s = 0;         // wall time of the epoch
+  int epoch = 0;             // 1-based
+  int64_t step = 0;          // optimizer steps so far
+  double train_loss = 0;     // mean over the epoch
+  double val_loss = 0;       // NaN when validation_fraction == 0
+  double val_acc = 0;        // NaN when validation_fraction == 0
+  double samples_per_s = 0;  // training samples per second of this epoch's training steps
+  double data_wait_s = 0;    // time the compute waited for batches this epoch
+  double epoch_s = 0;        // wall time of the epoch
 };
 
 struct TrainResult {

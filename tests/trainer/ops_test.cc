@@ -1,0 +1,243 @@
+// Gradient checks of the CPU kernels and of a whole Mlp against central finite differences
+// (computed in float, the losses summed in double), plus the optimizer, accuracy and the
+// seeded initialisation.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "cpu/mlp.h"
+#include "cpu/ops.h"
+#include "gtest/gtest.h"
+#include "model.h"
+#include "rng.h"
+
+namespace sweep::trainer::cpu {
+namespace {
+
+std::vector<float> Random(size_t n, uint64_t seed, double scale = 1.0) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(scale * (2.0 * rng.Uniform() - 1.0));
+  return v;
+}
+
+double Dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += double{a[i]} * b[i];
+  return s;
+}
+
+// Checks analytic[i] against the central difference of loss() in x[i]. eps is large for float
+// (1e-2): the truncation error of a smooth function is O(eps^2), the rounding error O(1e-7/eps).
+void ExpectGradient(const std::function<double()>& loss, std::vector<float>* x,
+                    const std::vector<float>& analytic, const char* what, float eps = 1e-2f) {
+  ASSERT_EQ(x->size(), analytic.size());
+  for (size_t i = 0; i < x->size(); ++i) {
+    const float keep = (*x)[i];
+    (*x)[i] = keep + eps;
+    const double up = loss();
+    (*x)[i] = keep - eps;
+    const double down = loss();
+    (*x)[i] = keep;
+    const double numeric = (up - down) / (2.0 * eps);
+    EXPECT_NEAR(analytic[i], numeric, 2e-3 + 1e-2 * std::abs(numeric)) << what << "[" << i << "]";
+  }
+}
+
+TEST(Ops, MatmulBackward) {
+  const int B = 3, C = 5, OC = 4;
+  auto inp = Random(B * C, 1), w = Random(OC * C, 2), r = Random(B * OC, 3);
+  std::vector<float> out(B * OC);
+  auto loss = [&] {
+    matmul_forward(out.data(), inp.data(), w.data(), B, C, OC);
+    return Dot(out, r);
+  };
+  // Forward against a plain triple loop.
+  loss();
+  for (int b = 0; b < B; ++b) {
+    for (int o = 0; o < OC; ++o) {
+      double s = 0;
+      for (int c = 0; c < C; ++c) s += double{inp[b * C + c]} * w[o * C + c];
+      EXPECT_NEAR(out[b * OC + o], s, 1e-5);
+    }
+  }
+  std::vector<float> dinp(B * C), dw(OC * C);
+  matmul_backward(dinp.data(), dw.data(), r.data(), inp.data(), w.data(), B, C, OC);
+  ExpectGradient(loss, &inp, dinp, "dinp");
+  ExpectGradient(loss, &w, dw, "dweight");
+
+  // accumulate adds; a null dinp is skipped.
+  std::vector<float> dw2 = dw;
+  matmul_backward(nullptr, dw2.data(), r.data(), inp.data(), w.data(), B, C, OC, true);
+  for (size_t i = 0; i < dw.size(); ++i) EXPECT_FLOAT_EQ(dw2[i], 2 * dw[i]);
+}
+
+std::string ActName(const ::testing::TestParamInfo<Activation>& p) {
+  switch (p.param) {
+    case Activation::kNone:
+      return "None";
+    case Activation::kRelu:
+      return "Relu";
+    case Activation::kTanh:
+      return "Tanh";
+    case Activation::kGelu:
+      return "Gelu";
+  }
+  return "Unknown";
+}
+
+class BiasAct : public ::testing::TestWithParam<Activation> {};
+
+TEST_P(BiasAct, Backward) {
+  const Activation act = GetParam();
+  const int B = 4, C = 6;
+  auto x = Random(B * C, 4, 2.0), bias = Random(C, 5, 0.5), r = Random(B * C, 6);
+  // ReLU has a kink at 0: keep finite differences away from it.
+  for (int b = 0; b < B; ++b) {
+    for (int c = 0; c < C; ++c) {
+      float& v = x[b * C + c];
+      if (std::abs(v + bias[c]) < 0.05f) v += 0.1f;
+    }
+  }
+  std::vector<float> pre(B * C), out(B * C);
+  auto loss = [&] {
+    pre = x;
+    bias_act_forward(out.data(), pre.data(), bias.data(), B, C, act);
+    return Dot(out, r);
+  };
+  loss();
+  std::vector<float> d = r, dbias(C);
+  bias_act_backward(d.data(), dbias.data(), pre.data(), out.data(), B, C, act);
+  for (int i = 0; i < B * C; ++i) EXPECT_FLOAT_EQ(pre[i], x[i] + bias[i % C]) << i;
+  ExpectGradient(loss, &x, d, "dpre");
+  ExpectGradient(loss, &bias, dbias, "dbias");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllActivations, BiasAct,
+                         ::testing::Values(Activation::kNone, Activation::kRelu, Activation::kTanh,
+                                           Activation::kGelu),
+                         ActName);
+
+// tanh and gelu use a rational tanh (it vectorises); it must track std::tanh closely everywhere,
+// saturation included.
+TEST(Ops, TanhAndGeluMatchTheLibraryTanh) {
+  const int n = 4001;
+  std::vector<float> x(n), zero(n, 0.0f), pre(n), out(n);
+  for (int i = 0; i < n; ++i) x[i] = -20.0f + 0.01f * i;
+  pre = x;
+  bias_act_forward(out.data(), pre.data(), zero.data(), 1, n, Activation::kTanh);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(out[i], std::tanh(double{x[i]}), 1e-6) << x[i];
+  pre = x;
+  bias_act_forward(out.data(), pre.data(), zero.data(), 1, n, Activation::kGelu);
+  for (int i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double gelu = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    EXPECT_NEAR(out[i], gelu, 1e-5 * std::max(1.0, std::abs(v))) << v;
+  }
+  EXPECT_EQ(out[0], -0.0f);  // gelu(-20) underflows to zero rather than going astray
+}
+
+TEST(Ops, SoftmaxCrossEntropy) {
+  const int B = 3, V = 5;
+  auto logits = Random(B * V, 7, 3.0);
+  logits[4] = 80.0f;  // large logits must not overflow
+  const std::vector<int32_t> labels = {4, 0, 2};
+  std::vector<float> losses(B), dlogits(B * V);
+  auto loss = [&] {
+    softmax_xent_forward_backward(nullptr, losses.data(), logits.data(), labels.data(), B, V, 0);
+    double s = 0;
+    for (float l : losses) s += l;
+    return s / B;
+  };
+  softmax_xent_forward_backward(dlogits.data(), losses.data(), logits.data(), labels.data(), B, V,
+                                1.0f / B);
+  for (int b = 0; b < B; ++b) {
+    double m = -1e30, sum = 0;
+    for (int v = 0; v < V; ++v) m = std::max(m, double{logits[b * V + v]});
+    for (int v = 0; v < V; ++v) sum += std::exp(logits[b * V + v] - m);
+    EXPECT_NEAR(losses[b], m + std::log(sum) - logits[b * V + labels[b]], 1e-5);
+  }
+  ExpectGradient(loss, &logits, dlogits, "dlogits");
+}
+
+TEST(Ops, SgdMomentumMatchesPyTorchConvention) {
+  std::vector<float> p = {1.0f, -2.0f}, v = {0.0f, 0.0f};
+  const std::vector<float> g = {0.5f, 1.0f};
+  sgd_momentum_update(p.data(), v.data(), g.data(), 2, 0.1f, 0.9f, 0.0f);
+  EXPECT_FLOAT_EQ(v[0], 0.5f);
+  EXPECT_FLOAT_EQ(p[0], 0.95f);
+  sgd_momentum_update(p.data(), v.data(), g.data(), 2, 0.1f, 0.9f, 0.0f);
+  EXPECT_FLOAT_EQ(v[0], 0.95f);   // 0.9 * 0.5 + 0.5
+  EXPECT_FLOAT_EQ(p[0], 0.855f);  // 0.95 - 0.1 * 0.95
+  EXPECT_FLOAT_EQ(v[1], 1.9f);
+  EXPECT_FLOAT_EQ(p[1], -2.29f);  // -2 - 0.1 - 0.19
+  std::vector<float> q = {2.0f}, u = {0.0f};
+  const float zero = 0.0f;
+  sgd_momentum_update(q.data(), u.data(), &zero, 1, 0.5f, 0.0f, 0.1f);  // decay alone
+  EXPECT_FLOAT_EQ(q[0], 1.9f);
+}
+
+TEST(Ops, Accuracy) {
+  const std::vector<float> logits = {0, 1, 2, /**/ 5, 1, 0, /**/ 1, 1, 0};
+  EXPECT_EQ(accuracy(logits.data(), std::vector<int32_t>{2, 0, 0}.data(), 3, 3), 3);  // tie: 0
+  EXPECT_EQ(accuracy(logits.data(), std::vector<int32_t>{1, 0, 1}.data(), 3, 3), 1);
+}
+
+class WholeMlp : public ::testing::TestWithParam<Activation> {};
+
+TEST_P(WholeMlp, GradientsMatchFiniteDifferences) {
+  const int B = 5, in = 4, classes = 3;
+  Mlp model(MlpShape::Make(in, {6, 5}, classes), GetParam(), B);
+  InitParams(model.shape(), GetParam(), 42, model.params());
+  const MlpShape& s = model.shape();
+  // Biases start at zero; give them values so their gradients are exercised off the kink.
+  Rng rng(9);
+  for (int l = 0; l < s.layers(); ++l) {
+    for (int o = 0; o < s.out(l); ++o) {
+      model.params()[s.bias_offset[l] + o] = static_cast<float>(0.2 * rng.Uniform() - 0.1);
+    }
+  }
+  const auto x = Random(B * in, 10, 1.5);
+  const std::vector<int32_t> y = {0, 1, 2, 1, 0};
+  model.ForwardBackward(x.data(), y.data(), B, 1.0f / B);
+  std::vector<float> params(model.params(), model.params() + model.num_params());
+  const std::vector<float> grads(model.grads(), model.grads() + model.num_params());
+  auto loss = [&] {
+    std::copy(params.begin(), params.end(), model.params());
+    double sum = 0;
+    int64_t correct = 0;
+    model.Evaluate(x.data(), y.data(), B, &sum, &correct);
+    return sum / B;
+  };
+  ExpectGradient(loss, &params, grads, "param", 5e-3f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Activations, WholeMlp,
+                         ::testing::Values(Activation::kRelu, Activation::kTanh, Activation::kGelu),
+                         ActName);
+
+TEST(Init, SeededScaledAndPadded) {
+  const MlpShape s = MlpShape::Make(784, {256, 128}, 10);
+  EXPECT_EQ(s.weight_offset[0], 0);
+  for (int64_t off : s.weight_offset) EXPECT_EQ(off % 16, 0);
+  for (int64_t off : s.bias_offset) EXPECT_EQ(off % 16, 0);
+  EXPECT_GE(s.num_params, 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  std::vector<float> a(s.num_params), b(s.num_params), c(s.num_params);
+  InitParams(s, Activation::kRelu, 7, a.data());
+  InitParams(s, Activation::kRelu, 7, b.data());
+  InitParams(s, Activation::kRelu, 8, c.data());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  double sq = 0;
+  for (int64_t i = 0; i < 784 * 256; ++i) sq += double{a[i]} * a[i];
+  EXPECT_NEAR(std::sqrt(sq / (784 * 256)), std::sqrt(2.0 / 784), 0.002);  // He
+  for (int64_t i = s.bias_offset[0]; i < s.weight_offset[1]; ++i) EXPECT_EQ(a[i], 0.0f);
+  InitParams(s, Activation::kTanh, 7, c.data());
+  sq = 0;
+  for (int64_t i = 0; i < 784 * 256; ++i) sq += double{c[i]} * c[i];
+  EXPECT_NEAR(std::sqrt(sq / (784 * 256)), std::sqrt(2.0 / (784 + 256)), 0.002);  // Xavier
+}
+
+}  // namespace
+}  // namespace sweep::trainer::cpu

@@ -1,0 +1,64 @@
+// MlpShape layout and the seeded initialisation. Owned by the trainer. Pure functions.
+#include "model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "rng.h"
+
+namespace sweep::trainer {
+namespace {
+
+constexpr int64_t kAlignFloats = 16;         // 64 bytes
+constexpr uint64_t kInitStream = 0x1A17ull;  // keeps init draws apart from shuffle draws
+
+int64_t AlignUp(int64_t n) { return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats; }
+
+}  // namespace
+
+bool ParseActivation(const std::string& name, Activation* act) {
+  if (name == "relu") {
+    *act = Activation::kRelu;
+  } else if (name == "tanh") {
+    *act = Activation::kTanh;
+  } else if (name == "gelu") {
+    *act = Activation::kGelu;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+int MlpShape::max_width() const { return *std::max_element(widths.begin() + 1, widths.end()); }
+
+MlpShape MlpShape::Make(int inputs, const std::vector<int>& hidden, int classes) {
+  MlpShape s;
+  s.widths.push_back(inputs);
+  s.widths.insert(s.widths.end(), hidden.begin(), hidden.end());
+  s.widths.push_back(classes);
+  int64_t at = 0;
+  for (int l = 0; l < s.layers(); ++l) {
+    s.weight_offset.push_back(at);
+    at = AlignUp(at + int64_t{s.in(l)} * s.out(l));
+    s.bias_offset.push_back(at);
+    at = AlignUp(at + s.out(l));
+  }
+  s.num_params = at;
+  return s;
+}
+
+void InitParams(const MlpShape& shape, Activation act, uint64_t seed, float* params) {
+  std::fill(params, params + shape.num_params, 0.0f);
+  for (int l = 0; l < shape.layers(); ++l) {
+    const double fan_in = shape.in(l), fan_out = shape.out(l);
+    const bool last = l == shape.layers() - 1;
+    const double stddev = (last || act == Activation::kTanh) ? std::sqrt(2.0 / (fan_in + fan_out))
+                                                             : std::sqrt(2.0 / fan_in);
+    Rng rng(MixSeed(seed, kInitStream, static_cast<uint64_t>(l)));
+    float* w = params + shape.weight_offset[static_cast<size_t>(l)];
+    const int64_t n = int64_t{shape.in(l)} * shape.out(l);
+    for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(stddev * rng.Normal());
+  }
+}
+
+}  // namespace sweep::trainer

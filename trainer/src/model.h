@@ -1,0 +1,42 @@
+// The MLP's backend-neutral description: layer widths and where each tensor sits in the flat
+// parameter buffer, plus the seeded initialisation. Parameters, gradients and optimizer state
+// each live in one contiguous buffer of this layout (as in llm.c), so a later data-parallel
+// trainer can all-reduce gradients in buckets and a CUDA backend can copy it in one go.
+// Plain values and pure functions: thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu/ops.h"
+
+namespace sweep::trainer {
+
+// Backends share the activation names; the enum is the CPU kernels' own.
+using Activation = cpu::Activation;
+
+// relu | tanh | gelu; false for anything else.
+bool ParseActivation(const std::string& name, Activation* act);
+
+struct MlpShape {
+  std::vector<int> widths;  // input, hidden..., classes
+  // Offsets (in floats) of layer l's weight [widths[l+1], widths[l]] and bias [widths[l+1]].
+  // Each tensor starts on a 64-byte boundary; the padding between them stays zero.
+  std::vector<int64_t> weight_offset, bias_offset;
+  int64_t num_params = 0;  // including padding
+
+  int layers() const { return static_cast<int>(widths.size()) - 1; }
+  int in(int l) const { return widths[static_cast<size_t>(l)]; }
+  int out(int l) const { return widths[static_cast<size_t>(l) + 1]; }
+  int max_width() const;  // widest layer output: sizes the activation buffers
+
+  static MlpShape Make(int inputs, const std::vector<int>& hidden, int classes);
+};
+
+// Fills params (shape.num_params floats) from the trial seed: hidden weights He-normal for
+// relu/gelu and Xavier-normal for tanh, the output layer Xavier-normal (it feeds a softmax,
+// not a rectifier), biases and padding zero. The same seed gives the same bits on every build.
+void InitParams(const MlpShape& shape, Activation act, uint64_t seed, float* params);
+
+}  // namespace sweep::trainer

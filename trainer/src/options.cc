@@ -1,0 +1,276 @@
+// TrainOptions from JSON (ApplyOption), the key and metric lists, and Validate(). Owned by the
+// trainer. Pure functions over the caller's TrainOptions, except that a `dataset` string naming
+// a directory is resolved against the file system. nlohmann exceptions stop here.
+#include "trainer/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model.h"
+
+namespace sweep::trainer {
+namespace {
+
+using json = nlohmann::json;
+
+// What the user gave, shortened so one wrong 10 MB value doesn't flood a log.
+std::string Shown(const json& value) {
+  std::string s = value.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+// %g, not std::to_string's fixed six decimals: "got 0.0001", "got 1e-09".
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+Status TypeError(std::string_view key, std::string_view expected, const json& value) {
+  return Status::InvalidArgument(std::string(key) + ": expected " + std::string(expected) +
+                                 ", got " + Shown(value));
+}
+
+// An integer in [lo, hi]; a float with an integral value (128.0, what a numeric search space may
+// hand over) counts as one.
+bool GetInt(const json& v, int64_t lo, int64_t hi, int64_t* out) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) return false;
+    *out = static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    *out = v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!(d == std::floor(d)) || d < -9.2e18 || d > 9.2e18) return false;
+    *out = static_cast<int64_t>(d);
+  } else {
+    return false;
+  }
+  return *out >= lo && *out <= hi;
+}
+
+Status SetInt(std::string_view key, const json& v, int64_t lo, int64_t hi, std::string_view what,
+              int64_t* out) {
+  if (!GetInt(v, lo, hi, out)) return TypeError(key, what, v);
+  return Status::Ok();
+}
+
+Status SetDouble(std::string_view key, const json& v, double* out) {
+  if (!v.is_number() || !std::isfinite(v.get<double>())) return TypeError(key, "a number", v);
+  *out = v.get<double>();
+  return Status::Ok();
+}
+
+Status SetString(std::string_view key, const json& v, std::string* out) {
+  if (!v.is_string()) return TypeError(key, "a string", v);
+  *out = v.get<std::string>();
+  return Status::Ok();
+}
+
+// "<dir>/<name>.gz" when it exists, else "<dir>/<name>" when that does, else "".
+std::string FindIdx(const std::filesystem::path& dir, const std::string& name) {
+  std::error_code ec;
+  for (const std::string& candidate : {name + ".gz", name}) {
+    const std::filesystem::path p = dir / candidate;
+    if (std::filesystem::is_regular_file(p, ec)) return p.string();
+  }
+  return "";
+}
+
+// A directory in MNIST's layout: train-images-idx3-ubyte[.gz] and friends. The test pair is
+// optional; the training pair is not.
+Status DatasetFromDirectory(const std::string& dir, DatasetSpec* spec) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return Status::InvalidArgument("dataset: \"" + dir + "\" is not a directory");
+  }
+  DatasetSpec s;
+  s.format = "idx";
+  s.train_images = FindIdx(dir, "train-images-idx3-ubyte");
+  s.train_labels = FindIdx(dir, "train-labels-idx1-ubyte");
+  s.test_images = FindIdx(dir, "t10k-images-idx3-ubyte");
+  s.test_labels = FindIdx(dir, "t10k-labels-idx1-ubyte");
+  for (const auto& [path, name] : {std::pair{s.train_images, "train-images-idx3-ubyte"},
+                                   std::pair{s.train_labels, "train-labels-idx1-ubyte"}}) {
+    if (path.empty()) {
+      return Status::InvalidArgument("dataset: directory \"" + dir + "\" has no " + name + " (or " +
+                                     name + ".gz)");
+    }
+  }
+  if (s.test_images.empty() != s.test_labels.empty()) {
+    return Status::InvalidArgument("dataset: directory \"" + dir +
+                                   "\" has only one of the t10k image and label files");
+  }
+  *spec = std::move(s);
+  return Status::Ok();
+}
+
+Status DatasetFromObject(const json& v, DatasetSpec* spec) {
+  DatasetSpec s;
+  for (const auto& [k, item] : v.items()) {
+    const std::string key = "dataset." + k;
+    if (k == "format") {
+      SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.format));
+    } else if (k == "train_images") {
+      SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.train_images));
+    } else if (k == "train_labels") {
+      SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.train_labels));
+    } else if (k == "test_images") {
+      SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.test_images));
+    } else if (k == "test_labels") {
+      SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.test_labels));
+    } else if (k == "label_column") {
+      int64_t col = 0;
+      SWEEP_RETURN_IF_ERROR(SetInt(key, item, -100000, 100000, "an integer column index", &col));
+      s.label_column = static_cast<int>(col);
+    } else {
+      return Status::InvalidArgument(
+          "dataset: unknown key \"" + k +
+          "\" (expected format, train_images, train_labels, test_images, test_labels, "
+          "label_column)");
+    }
+  }
+  *spec = std::move(s);
+  return Status::Ok();
+}
+
+Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
+  int64_t i = 0;
+  if (key == "dataset") {
+    if (v.is_string()) return DatasetFromDirectory(v.get<std::string>(), &o->dataset);
+    if (v.is_object()) return DatasetFromObject(v, &o->dataset);
+    return TypeError(key, "an object {format, train_images, ...} or a directory name", v);
+  }
+  if (key == "model") return SetString(key, v, &o->model);
+  if (key == "hidden") {
+    // One integer is taken as a single hidden layer; [] means none (a linear model).
+    const char* what = "a list of positive integers";
+    std::vector<int> hidden;
+    if (v.is_array()) {
+      for (const json& item : v) {
+        if (!GetInt(item, 1, 1 << 20, &i)) return TypeError(key, what, v);
+        hidden.push_back(static_cast<int>(i));
+      }
+    } else if (GetInt(v, 1, 1 << 20, &i)) {
+      hidden.push_back(static_cast<int>(i));
+    } else {
+      return TypeError(key, what, v);
+    }
+    o->hidden = std::move(hidden);
+    return Status::Ok();
+  }
+  if (key == "activation") return SetString(key, v, &o->activation);
+  if (key == "optimizer") return SetString(key, v, &o->optimizer);
+  if (key == "lr") return SetDouble(key, v, &o->lr);
+  if (key == "momentum") return SetDouble(key, v, &o->momentum);
+  if (key == "validation_fraction") return SetDouble(key, v, &o->validation_fraction);
+  if (key == "precision") return SetString(key, v, &o->precision);
+  if (key == "batch_size" || key == "epochs" || key == "threads") {
+    // Only the type here; Validate() says which values are in range.
+    SWEEP_RETURN_IF_ERROR(SetInt(key, v, std::numeric_limits<int>::min(),
+                                 std::numeric_limits<int>::max(), "an integer", &i));
+    int* field = key == "batch_size" ? &o->batch_size : key == "epochs" ? &o->epochs : &o->threads;
+    *field = static_cast<int>(i);
+    return Status::Ok();
+  }
+  if (key == "max_train_samples") {
+    SWEEP_RETURN_IF_ERROR(SetInt(key, v, std::numeric_limits<int64_t>::min(),
+                                 std::numeric_limits<int64_t>::max(), "an integer", &i));
+    o->max_train_samples = i;
+    return Status::Ok();
+  }
+  if (key == "seed") {
+    // Seeds span uint64: a negative one is an error rather than a silent wrap.
+    if (v.is_number_unsigned()) {
+      o->seed = v.get<uint64_t>();
+    } else if (GetInt(v, 0, std::numeric_limits<int64_t>::max(), &i)) {
+      o->seed = static_cast<uint64_t>(i);
+    } else {
+      return TypeError(key, "a non-negative integer", v);
+    }
+    return Status::Ok();
+  }
+  return Status::InvalidArgument("unknown trainer option \"" + std::string(key) + "\"");
+}
+
+}  // namespace
+
+Status ApplyOption(TrainOptions* options, std::string_view key, const nlohmann::json& value) {
+  try {
+    return ApplyOptionImpl(options, key, value);
+  } catch (const std::exception& e) {  // nlohmann type errors, bad_alloc: values, not throws
+    return Status::InvalidArgument(std::string(key) + ": " + e.what());
+  }
+}
+
+const std::vector<std::string>& OptionKeys() {
+  static const std::vector<std::string> keys = {
+      "dataset",  "model",      "hidden", "activation",          "optimizer",         "lr",
+      "momentum", "batch_size", "epochs", "validation_fraction", "max_train_samples", "precision",
+      "seed",     "threads"};
+  return keys;
+}
+
+const std::vector<std::string>& MetricNames() {
+  static const std::vector<std::string> names = {
+      "train_loss", "val_loss", "val_acc", "samples_per_s", "data_wait_s", "epoch_s", "test_acc"};
+  return names;
+}
+
+Status Validate(const TrainOptions& o) {
+  const DatasetSpec& d = o.dataset;
+  auto bad = [](std::string msg) { return Status::InvalidArgument(std::move(msg)); };
+  if (d.format != "idx" && d.format != "csv") {
+    return bad("dataset.format: expected \"idx\" or \"csv\", got \"" + d.format + "\"");
+  }
+  if (d.train_images.empty()) return bad("dataset: no training file (dataset.train_images)");
+  if (d.format == "idx") {
+    if (d.train_labels.empty()) return bad("dataset: idx needs dataset.train_labels");
+    if (d.test_images.empty() != d.test_labels.empty()) {
+      return bad("dataset: idx needs both dataset.test_images and dataset.test_labels, or neither");
+    }
+  } else if (!d.train_labels.empty() || !d.test_labels.empty()) {
+    return bad("dataset: csv takes labels from dataset.label_column; leave *_labels empty");
+  }
+  if (o.model != "mlp") return bad("model: expected \"mlp\", got \"" + o.model + "\"");
+  for (int h : o.hidden) {
+    if (h < 1) return bad("hidden: widths must be positive, got " + std::to_string(h));
+  }
+  Activation act;
+  if (!ParseActivation(o.activation, &act)) {
+    return bad("activation: expected relu, tanh or gelu, got \"" + o.activation + "\"");
+  }
+  if (o.optimizer != "sgd") return bad("optimizer: expected \"sgd\", got \"" + o.optimizer + "\"");
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) {
+    return bad("lr: must be a positive number, got " + Num(o.lr));
+  }
+  if (!(o.momentum >= 0 && o.momentum < 1)) {
+    return bad("momentum: must be in [0, 1), got " + Num(o.momentum));
+  }
+  if (o.batch_size < 1) return bad("batch_size: must be >= 1, got " + std::to_string(o.batch_size));
+  if (o.epochs < 1) return bad("epochs: must be >= 1, got " + std::to_string(o.epochs));
+  if (!(o.validation_fraction >= 0 && o.validation_fraction < 1)) {
+    return bad("validation_fraction: must be in [0, 1), got " + Num(o.validation_fraction));
+  }
+  if (o.max_train_samples < 0) {
+    return bad("max_train_samples: must be >= 0 (0: all), got " +
+               std::to_string(o.max_train_samples));
+  }
+  if (o.precision != "fp32") {
+    return bad("precision: expected \"fp32\" (the CPU trainer's only one), got \"" + o.precision +
+               "\"");
+  }
+  if (o.threads < 1 || o.threads > 1024) {
+    return bad("threads: must be in [1, 1024], got " + std::to_string(o.threads));
+  }
+  return Status::Ok();
+}
+
+}  // namespace sweep::trainer
