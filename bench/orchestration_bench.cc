@@ -2,7 +2,9 @@
 // process, its worker processes, SQLite), at 1,000 and 10,000 trials, beside Optuna's rate on a
 // no-op objective with SQLite storage (the peer script), measured in the same run.
 //
-// Usage: orchestration_bench [--peers DIR] [--skip-peer] [--sizes 1000,10000] [--repeat N]
+// Usage: orchestration_bench [--peers DIR] [--skip-peer] [--peer-all-sizes] [--sizes 1000,10000]
+//                            [--repeat N]
+// Optuna runs at the first size only unless --peer-all-sizes (10,000 Optuna trials take minutes).
 // Prints one line per measurement and a summary with the ratios the targets are about:
 //   ours_vs_optuna = our trials/s at 1,000 / Optuna's trials/s at 1,000   (target >= 100)
 //   growth = our per-trial cost at 10,000 / at 1,000                      (target <= 1.5)
@@ -74,6 +76,7 @@ double RunOptuna(const fs::path& peers, const fs::path& dir, int64_t n, std::str
 int main(int argc, char** argv) {
   fs::path peers = fs::path(SWEEP_SOURCE_DIR) / ".." / "shared" / "peers";
   bool skip_peer = false;
+  bool peer_all_sizes = false;
   std::vector<int64_t> sizes = {1000, 10000};
   int repeat = 3;
   for (int i = 1; i < argc; ++i) {
@@ -82,6 +85,8 @@ int main(int argc, char** argv) {
       peers = argv[++i];
     } else if (a == "--skip-peer") {
       skip_peer = true;
+    } else if (a == "--peer-all-sizes") {
+      peer_all_sizes = true;
     } else if (a == "--repeat" && i + 1 < argc) {
       repeat = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--sizes" && i + 1 < argc) {
@@ -90,7 +95,8 @@ int main(int argc, char** argv) {
       for (std::string s; std::getline(ss, s, ',');) sizes.push_back(std::stoll(s));
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--peers DIR] [--skip-peer] [--sizes 1000,10000] [--repeat N]\n",
+                   "usage: %s [--peers DIR] [--skip-peer] [--peer-all-sizes] [--sizes 1000,10000] "
+                   "[--repeat N]\n",
                    argv[0]);
       return 2;
     }
@@ -118,23 +124,28 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  double optuna_rate = -1;
+  std::map<int64_t, double> optuna_rate;
   std::string version = "optuna";
   if (!skip_peer) {
-    optuna_rate = RunOptuna(peers, dir, sizes.front(), &version);
-    if (optuna_rate < 0) {
-      std::printf("optuna: could not run %s (python3-optuna installed?)\n",
-                  (peers / "optuna_noop.py").c_str());
-    } else {
-      std::printf("%s storage=sqlite trials=%-6ld trials_per_s=%.1f\n", version.c_str(),
-                  static_cast<long>(sizes.front()), optuna_rate);
+    for (int64_t n : sizes) {
+      double rate = RunOptuna(peers, dir, n, &version);
+      if (rate < 0) {
+        std::printf("optuna: could not run %s (python3-optuna installed?)\n",
+                    (peers / "optuna_noop.py").c_str());
+        break;
+      }
+      optuna_rate[n] = rate;
+      std::printf("%s storage=sqlite trials=%-6ld trials_per_s=%.1f  ms_per_trial=%.3f\n",
+                  version.c_str(), static_cast<long>(n), rate, 1000.0 / rate);
+      std::fflush(stdout);
+      if (!peer_all_sizes) break;
     }
   }
   std::printf("summary:\n");
-  if (optuna_rate > 0) {
-    double ours = 1000.0 / per_trial_ms[sizes.front()];
-    std::printf("  ours_vs_optuna=%.0fx at %ld trials (target >= 100x)\n", ours / optuna_rate,
-                static_cast<long>(sizes.front()));
+  for (auto [n, rate] : optuna_rate) {
+    double ours = 1000.0 / per_trial_ms[n];
+    std::printf("  ours_vs_optuna=%.0fx at %ld trials (target >= 100x)\n", ours / rate,
+                static_cast<long>(n));
   }
   if (sizes.size() >= 2) {
     std::printf("  per_trial_cost_growth=%.2f (%ld vs %ld trials; target <= 1.5)\n",

@@ -62,7 +62,7 @@ case "$cmd" in
   bench)
     install_missing "${BENCH_PACKAGES[@]}"
     build
-    for b in "$BUILD_DIR"/bench/*_bench; do
+    for b in $(find "$BUILD_DIR/bench" -maxdepth 2 -type f -name "*_bench" -perm -u+x | sort); do
       echo "== $(basename "$b")"
       "$b" "$@"
     done
