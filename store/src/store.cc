@@ -81,7 +81,7 @@ namespace {
 // Column list shared by every query that returns TrialRecords; ReadTrial() reads this order.
 #define SWEEP_TRIAL_COLUMNS                                                                    \
   "number, status, params, placement, started, ended, error, checkpoint, metrics, objective, " \
-  "epochs"
+  "epochs, retries"
 
 bool IsMetricName(std::string_view name) {
   if (name.empty()) return false;
@@ -110,7 +110,7 @@ std::string_view QuerySql(Query query) {
              "seed, status, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
     case Query::kFindSweep:
       return "SELECT id, name, config_text, config_hash, config_path, metric, maximize, seed, "
-             "status, created, ended FROM sweeps WHERE name = ?";
+             "status, created, ended, owner, active_s FROM sweeps WHERE name = ?";
     case Query::kListSweeps:
       // Correlated subqueries so each count and best value is an index range, not a scan of the
       // sweep's trials; MIN/MAX on trials_best(sweep_id, status, objective) is one index seek.
@@ -136,8 +136,11 @@ std::string_view QuerySql(Query query) {
              "checkpoint = COALESCE(NULLIF(?, ''), checkpoint), metrics = ?, objective = ?, "
              "epochs = ? WHERE sweep_id = ? AND number = ?";
     case Query::kAddReport:
+      // A rerun trial reports its steps again: the latest report of a step wins, and the row
+      // keeps its id, so the stored order of first arrival (which replays rebuild from) holds.
       return "INSERT INTO reports (sweep_id, trial, step, epoch, metrics, time) "
-             "VALUES (?, ?, ?, ?, ?, ?)";
+             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, trial, step) DO UPDATE SET "
+             "epoch = excluded.epoch, metrics = excluded.metrics, time = excluded.time";
     case Query::kAddEvent:
       return "INSERT INTO events (sweep_id, trial, from_state, to_state, detail, time) "
              "VALUES (?, ?, ?, ?, ?, ?)";
@@ -160,6 +163,15 @@ std::string_view QuerySql(Query query) {
              "WHERE sweep_id = ? AND trial = ? ORDER BY step, id";
     case Query::kMaxTrialNumber:
       return "SELECT MAX(number) FROM trials WHERE sweep_id = ?";
+    case Query::kAllReports:
+      return "SELECT trial, step, epoch, metrics, time FROM reports WHERE sweep_id = ? "
+             "ORDER BY id";
+    case Query::kSetSweepOwner:
+      return "UPDATE sweeps SET owner = ? WHERE id = ?";
+    case Query::kSetSweepActive:
+      return "UPDATE sweeps SET active_s = ? WHERE id = ?";
+    case Query::kSetTrialRetries:
+      return "UPDATE trials SET retries = ? WHERE sweep_id = ? AND number = ?";
     case Query::kCount:
       break;
   }
@@ -278,11 +290,30 @@ CREATE TABLE events (
 );
 CREATE INDEX events_by_trial ON events (sweep_id, trial);
 )sql",
+    // 1 -> 2: resume. A trial rerun after an interruption reports its steps again, so a step is
+    // stored once per trial (the rerun's report replaces the first); trials count their retries;
+    // a sweep records who runs it and how long it has run in all.
+    R"sql(
+ALTER TABLE sweeps ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+ALTER TABLE sweeps ADD COLUMN active_s REAL NOT NULL DEFAULT 0;
+ALTER TABLE trials ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+DELETE FROM reports WHERE id NOT IN (SELECT MIN(id) FROM reports GROUP BY sweep_id, trial, step);
+DROP INDEX reports_by_trial_step;
+CREATE UNIQUE INDEX reports_by_trial_step ON reports (sweep_id, trial, step);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,
               "each schema version needs exactly one migration step");
 
 constexpr int kBusyTimeoutMs = 5000;
+
+}  // namespace
+
+std::string_view internal::MigrationSql(int from) {
+  return from >= 0 && from < kSchemaVersion ? kMigrations[from] : "";
+}
+
+namespace {
 
 // Resets a statement when it goes out of scope, so no statement is left mid-step: an
 // unfinished SELECT would hold a read snapshot open (stale reads, blocked checkpoints) and an
@@ -460,6 +491,23 @@ struct Store::Impl {
     return Run(Query::kBegin, "starting a write transaction");
   }
 
+  // One batched single-row UPDATE: `bind_fn` binds its parameters; NotFound when no row matched.
+  template <typename BindFn>
+  Status Update(Query query, std::string_view doing, BindFn&& bind_fn) {
+    SWEEP_RETURN_IF_ERROR(BeginBatch());
+    SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Prepare(query));
+    ResetOnExit reset(stmt);
+    Binder bind(stmt);
+    bind_fn(bind);
+    if (bind.rc() != SQLITE_OK) return Error(bind.rc(), doing);
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE) return Error(rc, doing);
+    if (sqlite3_changes(db) == 0) {
+      return Status::NotFound(path + ": nothing matched when " + std::string(doing));
+    }
+    return Status::Ok();
+  }
+
   Status CommitBatch() {
     if (sqlite3_get_autocommit(db)) return Status::Ok();
     return Run(Query::kCommit, "committing");
@@ -553,6 +601,7 @@ struct Store::Impl {
     trial.metrics_json = ColumnText(stmt, 8);
     trial.objective = ColumnOptReal(stmt, 9);
     trial.epochs = sqlite3_column_double(stmt, 10);
+    trial.retries = sqlite3_column_int(stmt, 11);
     return trial;
   }
 
@@ -685,6 +734,8 @@ Result<SweepRecord> Store::FindSweep(std::string_view name) {
   sweep.status = *parsed;
   sweep.created_s = sqlite3_column_double(stmt, 9);
   sweep.ended_s = ColumnOptReal(stmt, 10);
+  sweep.owner = ColumnText(stmt, 11);
+  sweep.active_s = sqlite3_column_double(stmt, 12);
   return sweep;
 }
 
@@ -921,12 +972,8 @@ Result<StatusCounts> Store::CountByStatus(int64_t sweep_id) {
   return counts;
 }
 
-Result<std::vector<ReportRecord>> Store::Reports(int64_t sweep_id, int64_t trial_number) {
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kReports));
-  ResetOnExit reset(stmt);
-  Binder bind(stmt);
-  bind.Int(sweep_id).Int(trial_number);
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the reports query");
+namespace {
+Result<std::vector<ReportRecord>> StepReports(sqlite3_stmt* stmt) {
   std::vector<ReportRecord> reports;
   int rc;
   while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
@@ -938,10 +985,50 @@ Result<std::vector<ReportRecord>> Store::Reports(int64_t sweep_id, int64_t trial
     report.time_s = sqlite3_column_double(stmt, 4);
     reports.push_back(std::move(report));
   }
-  if (rc != SQLITE_DONE) {
-    return impl_->Error(rc, "reading the reports of trial " + std::to_string(trial_number));
+  if (rc != SQLITE_DONE) return Status::IoError(std::to_string(rc));
+  return reports;
+}
+}  // namespace
+
+Result<std::vector<ReportRecord>> Store::Reports(int64_t sweep_id, int64_t trial_number) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kReports));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).Int(trial_number);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the reports query");
+  auto reports = StepReports(stmt);
+  if (!reports.ok()) {
+    return impl_->Error(sqlite3_errcode(impl_->db),
+                        "reading the reports of trial " + std::to_string(trial_number));
   }
   return reports;
+}
+
+Result<std::vector<ReportRecord>> Store::AllReports(int64_t sweep_id) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kAllReports));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the reports query");
+  auto reports = StepReports(stmt);
+  if (!reports.ok()) return impl_->Error(sqlite3_errcode(impl_->db), "reading the reports");
+  return reports;
+}
+
+Status Store::SetSweepOwner(int64_t sweep_id, std::string_view owner) {
+  return impl_->Update(Query::kSetSweepOwner, "recording the sweep's owner",
+                       [&](Binder& b) { b.Text(owner).Int(sweep_id); });
+}
+
+Status Store::SetSweepActive(int64_t sweep_id, double active_s) {
+  return impl_->Update(Query::kSetSweepActive, "recording the sweep's running time",
+                       [&](Binder& b) { b.Real(active_s).Int(sweep_id); });
+}
+
+Status Store::SetTrialRetries(int64_t sweep_id, int64_t number, int retries) {
+  return impl_->Update(Query::kSetTrialRetries,
+                       "recording the retries of trial " + std::to_string(number),
+                       [&](Binder& b) { b.Int(retries).Int(sweep_id).Int(number); });
 }
 
 Result<int64_t> Store::MaxTrialNumber(int64_t sweep_id) {

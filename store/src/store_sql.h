@@ -35,10 +35,18 @@ enum class Query {
   kCountByStatus,      // sweep_id
   kReports,            // sweep_id, trial
   kMaxTrialNumber,     // sweep_id
+  kAllReports,         // sweep_id
+  kSetSweepOwner,      // owner, id
+  kSetSweepActive,     // active_s, id
+  kSetTrialRetries,    // retries, sweep_id, number
   kCount,              // not a query: the number of them
 };
 
 std::string_view QuerySql(Query query);
+
+// The SQL that takes a database from schema version `from` to `from + 1` (tests build old
+// files with it).
+std::string_view MigrationSql(int from);
 
 // Trials() builds its statement from the sort key, so it is not in the table above.
 struct TrialsSql {

@@ -178,16 +178,98 @@ TEST_F(StoreTest, ReopensExistingFile) {
 TEST_F(StoreTest, RefusesNewerSchemaNamingBothVersions) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   store_.reset();
-  ASSERT_NO_FATAL_FAILURE(RawExec(path_, "PRAGMA user_version = 2"));
+  const std::string newer = std::to_string(kSchemaVersion + 1);
+  ASSERT_NO_FATAL_FAILURE(RawExec(path_, "PRAGMA user_version = " + newer));
   for (OpenMode mode : {OpenMode::kReadWrite, OpenMode::kReadOnly}) {
     auto store = Store::Open(path_, mode);
     ASSERT_FALSE(store.ok());
-    EXPECT_EQ(store.status().message(),
-              path_ +
-                  ": database schema version 2 is newer than this sweep binary supports (1); "
-                  "upgrade sweep");
+    EXPECT_EQ(store.status().message(), path_ + ": database schema version " + newer +
+                                            " is newer than this sweep binary supports (" +
+                                            std::to_string(kSchemaVersion) + "); upgrade sweep");
   }
-  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "2");  // left untouched
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), newer);  // left untouched
+}
+
+// A file written by schema v1 (as the first release wrote it) is migrated on open: its data
+// stays, the new columns take their defaults, and duplicate report steps collapse to the first.
+TEST_F(StoreTest, MigratesAVersion1File) {
+  ASSERT_NO_FATAL_FAILURE(RawExec(path_, std::string(internal::MigrationSql(0))));
+  ASSERT_NO_FATAL_FAILURE(RawExec(
+      path_,
+      "PRAGMA user_version = 1;"
+      "INSERT INTO sweeps (name, config_text, config_hash, config_path, metric, maximize, seed, "
+      "status, created) VALUES ('old', 'x', 'h', 'old.toml', 'val_acc', 1, 7, 'completed', 1.0);"
+      "INSERT INTO trials (sweep_id, number, params, status, metrics, objective, epochs) "
+      "VALUES (1, 0, '{\"lr\":0.1}', 'completed', '{\"val_acc\":0.8}', 0.8, 2);"
+      "INSERT INTO reports (sweep_id, trial, step, epoch, metrics, time) VALUES "
+      "(1, 0, 1, 1, '{\"val_acc\":0.7}', 2.0), (1, 0, 1, 1, '{\"val_acc\":0.6}', 2.5), "
+      "(1, 0, 2, 2, '{\"val_acc\":0.8}', 3.0);"));
+  auto opened = Store::Open(path_, OpenMode::kReadWrite);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  Store& store = **opened;
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), std::to_string(kSchemaVersion));
+  auto sweep = store.FindSweep("old");
+  ASSERT_TRUE(sweep.ok()) << sweep.status().message();
+  EXPECT_EQ(sweep->seed, 7);
+  EXPECT_EQ(sweep->owner, "");
+  EXPECT_EQ(sweep->active_s, 0);
+  auto trial = store.Trial(sweep->id, 0);
+  ASSERT_TRUE(trial.ok() && trial->has_value());
+  EXPECT_EQ((*trial)->objective, 0.8);
+  EXPECT_EQ((*trial)->retries, 0);
+  auto reports = store.Reports(sweep->id, 0);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 2u);
+  EXPECT_EQ((*reports)[0].metrics_json, "{\"val_acc\":0.7}");
+  EXPECT_EQ(RawQuery(path_, "PRAGMA integrity_check"), "ok");
+}
+
+// A rerun trial reports a step again: the step is stored once, with the latest values, and keeps
+// its place in the arrival order.
+TEST_F(StoreTest, ReportingAStepAgainReplacesIt) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  TrialRecord t;
+  t.number = 0;
+  t.params_json = "{}";
+  ASSERT_TRUE(store_->InsertTrial(sweep_id_, t).ok());
+  t.number = 1;
+  ASSERT_TRUE(store_->InsertTrial(sweep_id_, t).ok());
+  auto report = [&](int64_t trial, int64_t step, const char* metrics) {
+    ReportRecord r;
+    r.trial = trial;
+    r.step = step;
+    r.epoch = static_cast<double>(step);
+    r.metrics_json = metrics;
+    ASSERT_TRUE(store_->AddReport(sweep_id_, r).ok());
+  };
+  report(0, 1, "{\"v\":1}");
+  report(1, 1, "{\"v\":2}");
+  report(0, 1, "{\"v\":3}");
+  ASSERT_TRUE(store_->Commit().ok());
+  auto all = store_->AllReports(sweep_id_);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].trial, 0);
+  EXPECT_EQ((*all)[0].metrics_json, "{\"v\":3}");
+  EXPECT_EQ((*all)[1].trial, 1);
+}
+
+TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  TrialRecord t;
+  t.number = 4;
+  t.params_json = "{}";
+  ASSERT_TRUE(store_->InsertTrial(sweep_id_, t).ok());
+  ASSERT_TRUE(store_->SetTrialRetries(sweep_id_, 4, 2).ok());
+  ASSERT_TRUE(store_->SetSweepOwner(sweep_id_, "123@host").ok());
+  ASSERT_TRUE(store_->SetSweepActive(sweep_id_, 12.5).ok());
+  ASSERT_TRUE(store_->Commit().ok());
+  EXPECT_EQ((*store_->Trial(sweep_id_, 4))->retries, 2);
+  auto sweep = store_->FindSweep("s");
+  ASSERT_TRUE(sweep.ok());
+  EXPECT_EQ(sweep->owner, "123@host");
+  EXPECT_EQ(sweep->active_s, 12.5);
+  EXPECT_EQ(store_->SetTrialRetries(sweep_id_, 99, 1).code(), Status::Code::kNotFound);
 }
 
 TEST_F(StoreTest, RefusesFileThatIsNotADatabase) {

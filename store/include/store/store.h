@@ -17,7 +17,7 @@
 namespace sweep::store {
 
 // Current schema version, kept in PRAGMA user_version.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
 // "pending", "running", "completed", "pruned", "failed", "interrupted".
@@ -51,6 +51,8 @@ struct SweepRecord {
   SweepStatus status = SweepStatus::kRunning;
   double created_s = 0;
   std::optional<double> ended_s;
+  std::string owner;    // "pid@host" of the process that runs or last ran it
+  double active_s = 0;  // seconds it has been run for, over every run and resume
 };
 
 struct TrialRecord {
@@ -65,6 +67,7 @@ struct TrialRecord {
   std::string metrics_json;  // last reported value of each metric (plus test_acc): JSON object
   std::optional<double> objective;  // final value of the sweep's metric, when reported
   double epochs = 0;                // resource consumed (epochs, or steps for function trials)
+  int retries = 0;                  // reruns after its worker died
 };
 
 struct ReportRecord {
@@ -130,7 +133,11 @@ class Store {
                            std::string_view placement, std::optional<double> started_s);
   // Writes status, ended, error, metrics, objective, epochs, and checkpoint when not empty.
   Status FinishTrial(int64_t sweep_id, const TrialRecord& trial);
+  // A trial's step is stored once: reporting it again (a rerun) replaces the earlier report.
   Status AddReport(int64_t sweep_id, const ReportRecord& report);
+  Status SetTrialRetries(int64_t sweep_id, int64_t number, int retries);
+  Status SetSweepOwner(int64_t sweep_id, std::string_view owner);
+  Status SetSweepActive(int64_t sweep_id, double active_s);
   Status AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::string_view from,
                   std::string_view to, std::string_view detail, double time_s);
   // Commits the open transaction, if any. Cheap when nothing was written.
@@ -143,6 +150,8 @@ class Store {
   Result<StatusCounts> CountByStatus(int64_t sweep_id);
   Result<std::vector<ReportRecord>> Reports(int64_t sweep_id, int64_t trial_number);
   Result<int64_t> MaxTrialNumber(int64_t sweep_id);  // -1 when the sweep has no trial
+  // Every report of the sweep in the order it first arrived (what a scheduler replays).
+  Result<std::vector<ReportRecord>> AllReports(int64_t sweep_id);
 
  private:
   struct Impl;
