@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -57,6 +58,7 @@ struct LocalExecutor::Worker {
   std::optional<int64_t> trial;  // running trial, if any
   bool alive = true;
   bool messages_open = true;
+  std::chrono::steady_clock::time_point last_message = std::chrono::steady_clock::now();
 
   void CloseFds() {
     for (int* fd : {&command_fd, &message_fd, &log_fd}) {
@@ -137,6 +139,7 @@ Status LocalExecutor::Start(const TrialTask& task) {
   SWEEP_ASSIGN_OR_RETURN(Worker * w, IdleWorker());
   json msg = {{"op", "run"}, {"task", ToJson(task)}};
   w->trial = task.number;
+  w->last_message = std::chrono::steady_clock::now();
   // A failed write means the worker just died; Poll() reaps it and fails the trial.
   WriteAll(w->command_fd, msg.dump() + "\n");
   return Status::Ok();
@@ -168,6 +171,7 @@ void LocalExecutor::ReadLog(Worker& w) {
 void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
   std::vector<std::string> lines;
   w.messages_open = w.messages.ReadSome(w.message_fd, &lines);
+  w.last_message = std::chrono::steady_clock::now();
   for (const auto& line : lines) {
     json msg = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!msg.is_object()) continue;
@@ -188,6 +192,8 @@ void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
       ev.error = msg.value("error", "");
       ev.metrics = msg.value("metrics", json::object());
       w.trial.reset();
+    } else if (op == "hb") {
+      continue;
     } else if (op == "error" && w.trial) {
       ev.type = WorkerEvent::Type::kDone;
       ev.trial = *w.trial;
@@ -201,7 +207,7 @@ void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
   }
 }
 
-void LocalExecutor::Reap(Worker& w, std::vector<WorkerEvent>* events) {
+void LocalExecutor::Reap(Worker& w, std::vector<WorkerEvent>* events, const std::string& why) {
   // The message pipe closed: the worker exited or is exiting. Collect its last words.
   while (w.log_fd >= 0) {
     pollfd p{w.log_fd, POLLIN, 0};
@@ -224,7 +230,9 @@ void LocalExecutor::Reap(Worker& w, std::vector<WorkerEvent>* events) {
     ev.type = WorkerEvent::Type::kDone;
     ev.trial = *w.trial;
     ev.outcome = TrialOutcome::Kind::kFailed;
-    ev.error = "worker (pid " + std::to_string(w.pid) + ") " + DescribeExit(wstatus);
+    ev.worker_lost = true;
+    ev.error =
+        "worker (pid " + std::to_string(w.pid) + ") " + (why.empty() ? DescribeExit(wstatus) : why);
     std::string tail = w.log_tail + w.logs.partial();
     while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
     if (!tail.empty()) ev.error += "; last output: " + tail;
@@ -263,8 +271,19 @@ Status LocalExecutor::Poll(int timeout_ms, std::vector<WorkerEvent>* events) {
       ReadMessages(*w, events);
     }
   }
+  const auto now = std::chrono::steady_clock::now();
   for (auto& w : workers_) {
-    if (w->alive && !w->messages_open) Reap(*w, events);
+    if (!w->alive) continue;
+    if (!w->messages_open) {
+      Reap(*w, events);
+    } else if (w->trial && heartbeat_timeout_ms_ > 0 &&
+               now - w->last_message > std::chrono::milliseconds(heartbeat_timeout_ms_)) {
+      ::kill(w->pid, SIGKILL);
+      char why[96];
+      std::snprintf(why, sizeof why, "sent no heartbeat for %.3g s and was killed",
+                    static_cast<double>(heartbeat_timeout_ms_) / 1000.0);
+      Reap(*w, events, why);
+    }
   }
   return Status::Ok();
 }

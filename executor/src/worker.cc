@@ -6,12 +6,18 @@
 #include "executor/worker.h"
 
 #include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +37,22 @@ class Worker {
   Worker(int command_fd, int message_fd) : command_fd_(command_fd), message_fd_(message_fd) {}
 
   int Serve() {
+    // Die with the coordinator: a worker has no use once nobody reads its messages.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) return 1;
+    std::thread heartbeat([this] { Heartbeat(); });
+    int rc = ServeCommands();
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    heartbeat.join();
+    return rc;
+  }
+
+ private:
+  int ServeCommands() {
     const int64_t abort_trial = AbortTrialFromEnv();
     for (;;) {
       while (runs_.empty() && !closed_) Pump(-1);
@@ -69,7 +91,15 @@ class Worker {
     }
   }
 
- private:
+  // Writes a heartbeat every kWorkerHeartbeatMs while a trial runs.
+  void Heartbeat() {
+    std::unique_lock lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(kWorkerHeartbeatMs),
+                         [this] { return done_; })) {
+      if (current_ >= 0) WriteAll(message_fd_, "{\"op\":\"hb\"}\n");
+    }
+  }
+
   // A test hook: SWEEP_TEST_ABORT_TRIAL=N makes the worker abort when it starts trial N, the way
   // a crashing native library would. The end-to-end tests use it to prove a crash is contained.
   static int64_t AbortTrialFromEnv() {
@@ -106,6 +136,7 @@ class Worker {
   bool Flush() {
     last_flush_ = std::chrono::steady_clock::now();
     if (out_.empty()) return true;
+    std::lock_guard lock(mu_);  // whole lines: never interleaved with a heartbeat
     bool ok = WriteAll(message_fd_, out_);
     out_.clear();
     return ok;
@@ -116,7 +147,10 @@ class Worker {
   LineReader reader_;
   std::deque<json> runs_;
   bool closed_ = false;
-  int64_t current_ = -1;
+  std::atomic<int64_t> current_{-1};
+  std::mutex mu_;  // the message pipe, and done_
+  std::condition_variable cv_;
+  bool done_ = false;
   std::atomic<bool> stop_{false};
   std::string out_;
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();

@@ -493,7 +493,25 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
   // ---- [trial] ----
   const toml::node* kind_node = nullptr;
   if (const toml::table* trial = table("trial")) {
-    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*trial, "[trial]", {"kind", "gpus", "command"}));
+    SWEEP_RETURN_IF_ERROR(c.KnownKeys(
+        *trial, "[trial]", {"kind", "gpus", "command", "max_retries", "heartbeat_timeout"}));
+    if (const toml::node* n = trial->get("max_retries")) {
+      SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.max_retries", 0, 100));
+      cfg.max_retries = static_cast<int>(v);
+    }
+    if (const toml::node* n = trial->get("heartbeat_timeout")) {
+      std::optional<double> secs;
+      if (auto written = n->value_exact<std::string>()) {
+        secs = ParseDuration(*written);
+      } else if (n->is_number()) {
+        secs = n->value<double>();
+      }
+      if (!secs || *secs < 2) {
+        return c.Error(*n, "trial.heartbeat_timeout",
+                       "expected a duration of at least 2 s, e.g. \"60s\" or \"5m\"");
+      }
+      cfg.heartbeat_timeout_s = *secs;
+    }
     if ((kind_node = trial->get("kind"))) {
       SWEEP_ASSIGN_OR_RETURN(std::string kind,
                              c.OneOf(*kind_node, "trial.kind", {"trainer", "function", "command"}));

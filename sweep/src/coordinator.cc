@@ -1,11 +1,13 @@
-// The coordinator loop. One turn: place new trials while slots are free, wait briefly for worker
-// messages, store them, commit once, refresh the status line. Everything it keeps in memory
-// (counts, best so far) is updated incrementally so a turn costs the same at trial 10 and 10,000.
+// The coordinator loop. One turn: place trials while slots are free (trials to run again
+// first, then new ones), take the workers' messages, store them, commit before waiting, refresh
+// the status line. What it keeps in memory (counts, best so far) is updated incrementally, so a
+// turn costs the same at trial 10 and at trial 10,000; on resume it is rebuilt from the store.
 #include "sweep/coordinator.h"
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -14,6 +16,7 @@
 #include "executor/local_executor.h"
 #include "executor/slots.h"
 #include "search/space.h"
+#include "sweep_lock.h"
 
 namespace sweep {
 
@@ -54,37 +57,31 @@ std::string FormatMetric(double v) {
   return buf;
 }
 
+// A trial waiting to run again (interrupted by a dead coordinator, a lost worker or a stop).
+struct Pending {
+  int64_t number = 0;
+  json params;
+  int retries = 0;
+};
+
 struct RunningTrial {
+  json params;
   std::vector<int> slots;
   std::string placement;
   double started_s = 0;
   json metrics = json::object();  // last value of each metric
   double epochs = 0;
+  int retries = 0;
   bool stop_sent = false;
 };
 
 class Coordinator {
  public:
-  Coordinator(const SweepConfig& config, store::Store& store, const RunOptions& options)
-      : config_(config),
-        store_(store),
-        options_(options),
-        slots_(executor::DiscoverLocalSlots(config.cpu_slots)),
-        executor_(options.worker_command, options.worker_env) {}
+  Coordinator(store::Store& store, const RunOptions& options) : store_(store), options_(options) {}
 
-  Result<RunSummary> Run() {
-    if (config_.gpus > static_cast<int>(slots_.slots().size())) {
-      return Status::InvalidArgument(
-          config_.path + ": trial.gpus = " + std::to_string(config_.gpus) + " but this machine " +
-          "offers " + std::to_string(slots_.slots().size()) + " slot(s)");
-    }
-    std::unique_ptr<search::Sampler> sampler;
-    if (config_.algorithm == "grid") {
-      SWEEP_ASSIGN_OR_RETURN(sampler, search::MakeGridSampler(config_.space));
-    } else {
-      sampler = search::MakeRandomSampler(config_.space, config_.seed);
-    }
-
+  Result<RunSummary> Start(const SweepConfig& config) {
+    config_ = config;
+    SWEEP_RETURN_IF_ERROR(Prepare());
     store::NewSweep ns;
     ns.name = config_.name;
     ns.config_text = config_.text;
@@ -95,65 +92,184 @@ class Coordinator {
     start_s_ = NowSeconds();
     ns.created_s = start_s_;
     SWEEP_ASSIGN_OR_RETURN(sweep_id_, store_.CreateSweep(ns));
+    SWEEP_RETURN_IF_ERROR(TakeOwnership());
     SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, "", "running", "", start_s_));
-    Announce();
+    SWEEP_RETURN_IF_ERROR(store_.Commit());
+    Announce("");
+    return Loop();
+  }
 
+  Result<RunSummary> Resume(const std::string& name) {
+    SWEEP_ASSIGN_OR_RETURN(store::SweepRecord rec, store_.FindSweep(name));
+    sweep_id_ = rec.id;
+    auto lock = SweepLock::Acquire(store_.path(), rec.id);
+    if (!lock.ok()) {
+      if (lock.status().code() != Status::Code::kBusy) return lock.status();
+      return Status::Busy("sweep '" + name + "' is being run by " + DescribeOwner(rec.owner) +
+                          "; stop that process first (resume refuses to run a sweep twice)");
+    }
+    lock_ = std::move(lock).value();
+    auto cfg = ParseConfig(rec.config_text, rec.config_path);
+    if (!cfg.ok()) {
+      return Status::InvalidArgument(
+          "cannot resume '" + name +
+          "': its stored config no longer loads: " + cfg.status().message());
+    }
+    config_ = std::move(cfg).value();
+    config_.name = rec.name;  // it may have been renamed by `run --name`
+    SWEEP_RETURN_IF_ERROR(Prepare());
+    start_s_ = NowSeconds();
+    active_before_s_ = rec.active_s;
+    if (rec.status == store::SweepStatus::kCompleted) {
+      RunSummary summary;
+      summary.sweep_id = sweep_id_;
+      SWEEP_ASSIGN_OR_RETURN(summary.counts, store_.CountByStatus(sweep_id_));
+      summary.already_complete = true;
+      return summary;
+    }
+    SWEEP_RETURN_IF_ERROR(store_.SetSweepOwner(sweep_id_, OwnerId()));
+
+    // Trials the dead coordinator left RUNNING have no worker any more.
+    store::TrialQuery running;
+    running.status = TrialStatus::kRunning;
+    SWEEP_ASSIGN_OR_RETURN(auto orphans, store_.Trials(sweep_id_, running));
+    for (const auto& t : orphans) {
+      SWEEP_RETURN_IF_ERROR(
+          store_.UpdateTrialStatus(sweep_id_, t.number, TrialStatus::kInterrupted, "", {}));
+      SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, t.number, "running", "interrupted",
+                                            "its coordinator stopped before it ended", start_s_));
+    }
+    store::TrialQuery interrupted;
+    interrupted.status = TrialStatus::kInterrupted;
+    SWEEP_ASSIGN_OR_RETURN(auto again, store_.Trials(sweep_id_, interrupted));
+    for (const auto& t : again) {
+      json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+      if (!params.is_object()) {
+        return Status::Corruption(store_.path() + ": trial " + std::to_string(t.number) +
+                                  " has unreadable params");
+      }
+      queue_.push_back({t.number, std::move(params), t.retries});
+    }
+    SWEEP_ASSIGN_OR_RETURN(int64_t max_number, store_.MaxTrialNumber(sweep_id_));
+    next_number_ = max_number + 1;
+    SWEEP_ASSIGN_OR_RETURN(counts_, store_.CountByStatus(sweep_id_));
+    SWEEP_ASSIGN_OR_RETURN(auto best, store_.BestTrials(sweep_id_, config_.maximize, 1));
+    if (!best.empty()) {
+      best_ = best[0].objective;
+      best_trial_ = best[0].number;
+    }
+    SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, store::ToString(rec.status),
+                                          "running", "resumed by " + OwnerId(), start_s_));
+    SWEEP_RETURN_IF_ERROR(store_.SetSweepStatus(sweep_id_, store::SweepStatus::kRunning, {}));
+    Announce(" (resumed: " + std::to_string(queue_.size()) + " trial(s) to run again, " +
+             std::to_string(next_number_) + " started before)");
+    return Loop();
+  }
+
+ private:
+  Status Prepare() {
+    slots_.emplace(executor::DiscoverLocalSlots(config_.cpu_slots));
+    if (config_.gpus > static_cast<int>(slots_->slots().size())) {
+      return Status::InvalidArgument(
+          config_.path + ": trial.gpus = " + std::to_string(config_.gpus) + " but this " +
+          "machine offers " + std::to_string(slots_->slots().size()) + " slot(s)");
+    }
+    if (config_.algorithm == "grid") {
+      SWEEP_ASSIGN_OR_RETURN(sampler_, search::MakeGridSampler(config_.space));
+    } else {
+      sampler_ = search::MakeRandomSampler(config_.space, config_.seed);
+    }
+    executor_ =
+        std::make_unique<executor::LocalExecutor>(options_.worker_command, options_.worker_env);
+    executor_->set_heartbeat_timeout_ms(static_cast<int64_t>(config_.heartbeat_timeout_s * 1000));
+    return Status::Ok();
+  }
+
+  Status TakeOwnership() {
+    auto lock = SweepLock::Acquire(store_.path(), sweep_id_);
+    if (!lock.ok()) return lock.status();
+    lock_ = std::move(lock).value();
+    return store_.SetSweepOwner(sweep_id_, OwnerId());
+  }
+
+  static std::string DescribeOwner(const std::string& owner) {
+    auto at = owner.find('@');
+    if (at == std::string::npos) return "another process";
+    return "pid " + owner.substr(0, at) + " on host " + owner.substr(at + 1);
+  }
+
+  double ActiveSeconds(double now) const { return active_before_s_ + (now - start_s_); }
+
+  Status CommitNow(double now) {
+    SWEEP_RETURN_IF_ERROR(store_.SetSweepActive(sweep_id_, ActiveSeconds(now)));
+    SWEEP_RETURN_IF_ERROR(store_.Commit());
+    last_commit_s_ = now;
+    return Status::Ok();
+  }
+
+  Result<RunSummary> Loop() {
     const int max_concurrent = config_.max_concurrent > 0 ? config_.max_concurrent : 1 << 30;
     bool exhausted = false;
     bool stopping = false;
-    std::string stop_reason;
     std::vector<executor::WorkerEvent> events;
     for (;;) {
       const double now = NowSeconds();
       if (!stopping && options_.interrupt != nullptr && options_.interrupt->load()) {
         stopping = true;
         interrupted_ = true;
-        stop_reason = "interrupted by the user";
+        stop_reason_ = "interrupted by the user";
       }
-      if (!stopping && config_.time_budget_s && now - start_s_ >= *config_.time_budget_s) {
+      if (!stopping && config_.time_budget_s && ActiveSeconds(now) >= *config_.time_budget_s) {
         stopping = true;
-        stop_reason = "time budget of " + FormatElapsed(*config_.time_budget_s) + " spent";
+        stop_reason_ = "time budget of " + FormatElapsed(*config_.time_budget_s) + " spent";
       }
       if (stopping) {
         for (auto& [number, t] : running_) {
           if (!t.stop_sent) {
-            (void)executor_.Stop(number);
+            (void)executor_->Stop(number);
             t.stop_sent = true;
           }
         }
       }
 
-      // Place new trials while there is room.
-      while (!stopping && !exhausted && next_number_ < config_.max_trials &&
-             static_cast<int>(running_.size()) < max_concurrent) {
-        std::optional<std::vector<int>> got = slots_.Acquire(config_.gpus);
+      // Place trials while there is room: those to run again first, then new ones.
+      while (!stopping && static_cast<int>(running_.size()) < max_concurrent) {
+        bool fresh = queue_.empty();
+        if (fresh && (exhausted || next_number_ >= config_.max_trials)) break;
+        std::optional<std::vector<int>> got = slots_->Acquire(config_.gpus);
         if (!got) break;
-        std::optional<json> params = sampler->Sample(next_number_);
+        if (!fresh) {
+          Pending p = std::move(queue_.front());
+          queue_.pop_front();
+          SWEEP_RETURN_IF_ERROR(StartTrial(p, std::move(*got), now, /*rerun=*/true));
+          continue;
+        }
+        std::optional<json> params = sampler_->Sample(next_number_);
         if (!params) {
-          slots_.Release(*got);
+          slots_->Release(*got);
           exhausted = true;
           break;
         }
-        SWEEP_RETURN_IF_ERROR(StartTrial(next_number_, std::move(*params), std::move(*got), now));
+        Pending p{next_number_, std::move(*params), 0};
         ++next_number_;
+        SWEEP_RETURN_IF_ERROR(StartTrial(p, std::move(*got), now, /*rerun=*/false));
       }
       if (running_.empty()) break;
 
       // Take what has arrived; commit before waiting, so readers see everything up to the
-      // moment the loop goes idle, and at least every kCommitInterval while busy.
+      // moment the loop goes idle, and at least every kCommitIntervalS while busy.
       events.clear();
-      SWEEP_RETURN_IF_ERROR(executor_.Poll(0, &events));
+      SWEEP_RETURN_IF_ERROR(executor_->Poll(0, &events));
       double t = NowSeconds();
       if (events.empty() || t - last_commit_s_ >= kCommitIntervalS) {
-        SWEEP_RETURN_IF_ERROR(store_.Commit());
-        last_commit_s_ = t;
+        SWEEP_RETURN_IF_ERROR(CommitNow(t));
       }
       if (events.empty()) {
-        SWEEP_RETURN_IF_ERROR(executor_.Poll(200, &events));
+        SWEEP_RETURN_IF_ERROR(executor_->Poll(200, &events));
         t = NowSeconds();
       }
       for (executor::WorkerEvent& ev : events) {
-        SWEEP_RETURN_IF_ERROR(Handle(ev, t, stop_reason));
+        SWEEP_RETURN_IF_ERROR(Handle(ev, t, stopping));
       }
       ShowProgress(t, false);
     }
@@ -162,11 +278,14 @@ class Coordinator {
     store::SweepStatus final_status =
         interrupted_ ? store::SweepStatus::kInterrupted : store::SweepStatus::kCompleted;
     SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, "running",
-                                          store::ToString(final_status), stop_reason, end));
-    SWEEP_RETURN_IF_ERROR(store_.Commit());
-    SWEEP_RETURN_IF_ERROR(store_.SetSweepStatus(sweep_id_, final_status, end));
+                                          store::ToString(final_status), stop_reason_, end));
+    SWEEP_RETURN_IF_ERROR(CommitNow(end));
+    SWEEP_RETURN_IF_ERROR(store_.SetSweepStatus(sweep_id_, final_status,
+                                                final_status == store::SweepStatus::kCompleted
+                                                    ? std::optional<double>(end)
+                                                    : std::nullopt));
     ShowProgress(end, true);
-    executor_.Shutdown(1000);
+    executor_->Shutdown(1000);
 
     RunSummary summary;
     summary.sweep_id = sweep_id_;
@@ -177,54 +296,65 @@ class Coordinator {
     return summary;
   }
 
- private:
-  void Announce() {
+  void Announce(const std::string& extra) {
     if (options_.log == nullptr) return;
-    const auto& s = slots_.slots();
+    const auto& s = slots_->slots();
     *options_.log << "sweep '" << config_.name << "': " << config_.max_trials << " trial(s), "
                   << config_.algorithm << " search, " << (config_.maximize ? "max " : "min ")
                   << config_.metric << "; " << s.size() << " " << (s[0].gpu ? "GPU" : "CPU")
-                  << " slot(s), " << config_.gpus << " per trial; store " << store_.path() << "\n";
+                  << " slot(s), " << config_.gpus << " per trial; store " << store_.path() << extra
+                  << "\n";
   }
 
-  Status StartTrial(int64_t number, json params, std::vector<int> slots, double now) {
+  Status StartTrial(const Pending& p, std::vector<int> slots, double now, bool rerun) {
     RunningTrial t;
+    t.params = p.params;
+    t.retries = p.retries;
     t.slots = std::move(slots);
-    t.placement = slots_.Placement(t.slots);
+    t.placement = slots_->Placement(t.slots);
     t.started_s = now;
 
-    store::TrialRecord rec;
-    rec.number = number;
-    rec.status = TrialStatus::kRunning;
-    rec.params_json = params.dump();
-    rec.placement = t.placement;
-    rec.started_s = now;
-    SWEEP_RETURN_IF_ERROR(store_.InsertTrial(sweep_id_, rec));
-    SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, number, "", "running", t.placement, now));
+    if (rerun) {
+      SWEEP_RETURN_IF_ERROR(
+          store_.UpdateTrialStatus(sweep_id_, p.number, TrialStatus::kRunning, t.placement, now));
+      SWEEP_RETURN_IF_ERROR(
+          store_.AddEvent(sweep_id_, p.number, "interrupted", "running", t.placement, now));
+      --counts_.interrupted;
+    } else {
+      store::TrialRecord rec;
+      rec.number = p.number;
+      rec.status = TrialStatus::kRunning;
+      rec.params_json = p.params.dump();
+      rec.placement = t.placement;
+      rec.started_s = now;
+      SWEEP_RETURN_IF_ERROR(store_.InsertTrial(sweep_id_, rec));
+      SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, p.number, "", "running", t.placement, now));
+    }
 
     executor::TrialTask task;
-    task.number = number;
+    task.number = p.number;
     task.kind = std::string(ToString(config_.kind));
-    task.params = std::move(params);
+    task.params = p.params;
     task.settings = config_.kind == TrialKind::kTrainer ? config_.trainer : config_.function;
-    task.seed = TrialSeed(config_.seed, number);
-    bool gpu = slots_.slots()[t.slots[0]].gpu;
+    task.seed = TrialSeed(config_.seed, p.number);
+    bool gpu = slots_->slots()[t.slots[0]].gpu;
     task.threads = gpu ? 1 : static_cast<int>(t.slots.size());
     if (gpu) {
-      for (int i : t.slots) task.gpus.push_back(slots_.slots()[i].device);
+      for (int i : t.slots) task.gpus.push_back(slots_->slots()[i].device);
     }
-    Status s = executor_.Start(task);
+    ++counts_.running;
+    Status s = executor_->Start(task);
     if (!s.ok()) {
       // The worker could not even start: fail this trial, keep the sweep going.
-      slots_.Release(t.slots);
-      return FinishTrial(number, t, TrialStatus::kFailed, s.message(), now);
+      slots_->Release(t.slots);
+      --counts_.running;
+      return FinishTrial(p.number, t, TrialStatus::kFailed, s.message(), now);
     }
-    running_.emplace(number, std::move(t));
-    ++counts_.running;
+    running_.emplace(p.number, std::move(t));
     return Status::Ok();
   }
 
-  Status Handle(executor::WorkerEvent& ev, double now, const std::string& stop_reason) {
+  Status Handle(executor::WorkerEvent& ev, double now, bool stopping) {
     auto it = running_.find(ev.trial);
     if (it == running_.end()) return Status::Ok();  // a late message for a finished trial
     RunningTrial& t = it->second;
@@ -247,14 +377,27 @@ class Coordinator {
         break;
       case executor::TrialOutcome::Kind::kStopped:
         status = TrialStatus::kInterrupted;
-        error = "stopped: " + stop_reason;
+        error = "stopped: " + stop_reason_;
         break;
       case executor::TrialOutcome::Kind::kFailed:
         status = TrialStatus::kFailed;
         error = ev.error;
+        if (ev.worker_lost && stopping) {
+          status = TrialStatus::kInterrupted;
+        } else if (ev.worker_lost && t.retries < config_.max_retries) {
+          // The worker died, not the trial: run it again (from its checkpoint, if any).
+          status = TrialStatus::kInterrupted;
+          queue_.push_front({ev.trial, t.params, t.retries + 1});
+          SWEEP_RETURN_IF_ERROR(store_.SetTrialRetries(sweep_id_, ev.trial, t.retries + 1));
+          error += "; running it again (retry " + std::to_string(t.retries + 1) + " of " +
+                   std::to_string(config_.max_retries) + ")";
+        } else if (ev.worker_lost && t.retries > 0) {
+          error += " (after " + std::to_string(t.retries) + " retr" +
+                   (t.retries == 1 ? "y" : "ies") + ")";
+        }
         break;
     }
-    slots_.Release(t.slots);
+    slots_->Release(t.slots);
     RunningTrial done = std::move(t);
     running_.erase(it);
     --counts_.running;
@@ -298,8 +441,9 @@ class Coordinator {
     }
     if (options_.log != nullptr && !options_.live_status) {
       *options_.log << "trial " << number << " " << store::ToString(status);
-      if (rec.objective)
+      if (rec.objective) {
         *options_.log << " " << config_.metric << "=" << FormatMetric(*rec.objective);
+      }
       *options_.log << " (" << FormatMetric(now - t.started_s) << " s)";
       if (!error.empty()) *options_.log << ": " << error;
       *options_.log << "\n";
@@ -313,43 +457,52 @@ class Coordinator {
     if (options_.log == nullptr || !options_.live_status) return;
     if (!final && now - last_progress_s_ < 0.1) return;
     last_progress_s_ = now;
-    std::string line =
-        "\r\033[K" + config_.name + ": " +
-        std::to_string(counts_.completed + counts_.pruned + counts_.failed + counts_.interrupted) +
-        "/" + std::to_string(config_.max_trials) + " done, " + std::to_string(counts_.running) +
-        " running, " + std::to_string(counts_.pruned) + " pruned, " +
-        std::to_string(counts_.failed) + " failed";
+    std::string line = "\r\033[K" + config_.name + ": " +
+                       std::to_string(counts_.completed + counts_.pruned + counts_.failed) + "/" +
+                       std::to_string(config_.max_trials) + " done, " +
+                       std::to_string(counts_.running) + " running, " +
+                       std::to_string(counts_.pruned) + " pruned, " +
+                       std::to_string(counts_.failed) + " failed";
     if (best_) {
       line += ", best " + config_.metric + " " + FormatMetric(*best_) + " (trial " +
               std::to_string(best_trial_) + ")";
     }
-    line += ", " + FormatElapsed(now - start_s_);
+    line += ", " + FormatElapsed(ActiveSeconds(now));
     *options_.log << line << (final ? "\n" : "") << std::flush;
   }
 
-  const SweepConfig& config_;
   store::Store& store_;
   const RunOptions& options_;
-  executor::SlotPool slots_;
-  executor::LocalExecutor executor_;
+  SweepConfig config_;
+  std::optional<executor::SlotPool> slots_;
+  std::unique_ptr<search::Sampler> sampler_;
+  std::unique_ptr<executor::LocalExecutor> executor_;
+  std::unique_ptr<SweepLock> lock_;
   int64_t sweep_id_ = 0;
   int64_t next_number_ = 0;
   double start_s_ = 0;
+  double active_before_s_ = 0;  // running time of earlier runs of this sweep
   double last_progress_s_ = 0;
   double last_commit_s_ = 0;
+  std::deque<Pending> queue_;
   std::map<int64_t, RunningTrial> running_;
   store::StatusCounts counts_;
   std::optional<double> best_;
   int64_t best_trial_ = -1;
   bool interrupted_ = false;
+  std::string stop_reason_;
 };
 
 }  // namespace
 
 Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
                             const RunOptions& options) {
-  Coordinator c(config, store, options);
-  return c.Run();
+  return Coordinator(store, options).Start(config);
+}
+
+Result<RunSummary> ResumeSweep(const std::string& name, store::Store& store,
+                               const RunOptions& options) {
+  return Coordinator(store, options).Resume(name);
 }
 
 }  // namespace sweep

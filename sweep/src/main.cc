@@ -56,6 +56,7 @@ const char* kExamples = R"(
 Examples:
   sweep run configs/quickstart.toml          run a sweep (results in ./sweeps.db)
   sweep best quickstart --top 5              the best trials so far
+  sweep resume quickstart                    continue after a crash or Ctrl-C
   sweep trials quickstart --status failed    trials by state, with their errors
   sweep status quickstart --json             counts, running trials, best so far
   sweep train configs/quickstart.toml --set lr=0.1 --set hidden=[512,256]
@@ -202,10 +203,55 @@ int CmdList(const QueryArgs& a) {
   return kExitOk;
 }
 
-// ---- run ----
+// ---- run and resume ----
+
+sweep::RunOptions MakeRunOptions(const char* argv0) {
+  sweep::RunOptions options;
+  options.worker_command = {SelfExe(argv0), "worker"};
+  options.live_status = ::isatty(STDERR_FILENO) != 0;
+  options.log = &std::cerr;
+  options.interrupt = &g_interrupt;
+  std::signal(SIGINT, OnInterrupt);
+  std::signal(SIGTERM, OnInterrupt);
+  return options;
+}
+
+// What both commands print at the end: a one-line summary, then the best trials.
+int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::RunSummary& summary) {
+  auto sw = st.FindSweep(name);
+  if (!sw.ok()) return Fail(sw.status());
+  const auto& c = summary.counts;
+  if (summary.already_complete) {
+    std::cerr << "sweep '" << name << "' is already complete (" << c.total()
+              << " trials); nothing to resume\n";
+  } else {
+    std::cerr << "sweep '" << name << "' " << (summary.interrupted ? "interrupted" : "done")
+              << " in " << static_cast<int64_t>(summary.elapsed_s) << " s: " << c.completed
+              << " completed, " << c.pruned << " pruned, " << c.failed << " failed, "
+              << c.interrupted << " interrupted";
+    if (summary.interrupted) std::cerr << "; continue with `sweep resume " << name << "`";
+    std::cerr << "\n";
+  }
+  auto best = st.BestTrials(summary.sweep_id, sw->maximize, 5);
+  if (best.ok() && !best->empty()) {
+    std::cout << "best trials of '" << name << "' by " << sw->metric << " ("
+              << (sw->maximize ? "max" : "min") << "):\n";
+    sweep::PrintTrialsTable(std::cout, *best, sw->metric);
+  }
+  return summary.interrupted ? kExitRuntime : kExitOk;
+}
+
+int CmdResume(const std::string& name, const std::string& db, const char* argv0) {
+  auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
+  if (!st.ok()) return Fail(st.status());
+  sweep::RunOptions options = MakeRunOptions(argv0);
+  auto summary = sweep::ResumeSweep(name, **st, options);
+  if (!summary.ok()) return Fail(summary.status());
+  return ReportRun(**st, name, *summary);
+}
 
 int CmdRun(const std::string& config_path, const std::string& db_flag, const std::string& name_flag,
-           const char* argv0) {
+           bool resume, const char* argv0) {
   auto cfg = sweep::LoadConfig(config_path);
   if (!cfg.ok()) return Fail(cfg.status());
   if (!name_flag.empty()) {
@@ -218,29 +264,12 @@ int CmdRun(const std::string& config_path, const std::string& db_flag, const std
   std::string db = db_flag.empty() ? cfg->store_path : db_flag;
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
+  if (resume && (*st)->FindSweep(cfg->name).ok()) return CmdResume(cfg->name, db, argv0);
 
-  sweep::RunOptions options;
-  options.worker_command = {SelfExe(argv0), "worker"};
-  options.live_status = ::isatty(STDERR_FILENO) != 0;
-  options.log = &std::cerr;
-  options.interrupt = &g_interrupt;
-  std::signal(SIGINT, OnInterrupt);
-  std::signal(SIGTERM, OnInterrupt);
-
+  sweep::RunOptions options = MakeRunOptions(argv0);
   auto summary = sweep::RunSweep(*cfg, **st, options);
   if (!summary.ok()) return Fail(summary.status());
-  const auto& c = summary->counts;
-  std::cerr << "sweep '" << cfg->name << "' " << (summary->interrupted ? "interrupted" : "done")
-            << " in " << static_cast<int64_t>(summary->elapsed_s) << " s: " << c.completed
-            << " completed, " << c.pruned << " pruned, " << c.failed << " failed, " << c.interrupted
-            << " interrupted\n";
-  auto best = (*st)->BestTrials(summary->sweep_id, cfg->maximize, 5);
-  if (best.ok() && !best->empty()) {
-    std::cout << "best trials of '" << cfg->name << "' by " << cfg->metric << " ("
-              << (cfg->maximize ? "max" : "min") << "):\n";
-    sweep::PrintTrialsTable(std::cout, *best, cfg->metric);
-  }
-  return summary->interrupted ? kExitRuntime : kExitOk;
+  return ReportRun(**st, cfg->name, *summary);
 }
 
 // ---- train ----
@@ -373,6 +402,16 @@ int main(int argc, char** argv) {
   run->add_option("--db", db_flag, "SQLite file (default: [store] path, else ./sweeps.db)");
   std::string name_flag;
   run->add_option("--name", name_flag, "sweep name (default: [sweep] name)");
+  bool resume_flag = false;
+  run->add_flag("--resume", resume_flag, "continue the sweep if it exists (see resume)");
+
+  auto* resume = app.add_subcommand("resume", "continue an interrupted sweep");
+  resume->add_option("NAME", name, "sweep name")->required();
+  std::string resume_db = "sweeps.db";
+  resume->add_option("--db", resume_db, "SQLite file")->capture_default_str();
+  resume->footer(
+      "Runs again the trials that were running when it stopped (from their checkpoints) and "
+      "goes on where it left off.\nExample: sweep resume fashion-mlp");
   run->footer("Example: sweep run configs/quickstart.toml --db results.db");
 
   auto* train = app.add_subcommand("train", "run one trial directly, no store");
@@ -425,7 +464,8 @@ int main(int argc, char** argv) {
     return sweep::executor::RunWorker(sweep::executor::kWorkerCommandFd,
                                       sweep::executor::kWorkerMessageFd);
   }
-  if (run->parsed()) return CmdRun(config_path, db_flag, name_flag, argv[0]);
+  if (run->parsed()) return CmdRun(config_path, db_flag, name_flag, resume_flag, argv[0]);
+  if (resume->parsed()) return CmdResume(name, resume_db, argv[0]);
   if (train->parsed()) return CmdTrain(config_path, sets, json_out, threads);
   if (best->parsed()) return CmdBest(q, top);
   if (trials->parsed()) return CmdTrials(q, status_filter, sort);

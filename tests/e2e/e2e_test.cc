@@ -15,109 +15,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e_fixture.h"
+
 namespace {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
-
-struct Output {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-class E2eTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/sweep-e2e-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override {
-    if (!HasFailure()) fs::remove_all(dir_);
-  }
-
-  // Runs `sweep ARGS` in the test directory; `env` is prepended ("K=V K2=V2").
-  Output Sweep(const std::string& args, const std::string& env = "") {
-    Output o;
-    std::string cmd = "cd '" + dir_.string() + "' && " + env + " '" SWEEP_BINARY "' " + args +
-                      " > out.txt 2> err.txt < /dev/null";
-    int rc = std::system(cmd.c_str());
-    o.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    o.out = Slurp(dir_ / "out.txt");
-    o.err = Slurp(dir_ / "err.txt");
-    return o;
-  }
-
-  void Write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name) << text;
-  }
-
-  // Rows of a query on the test's sweeps.db, each row as strings.
-  std::vector<std::vector<std::string>> Query(const std::string& sql) {
-    sqlite3* db = nullptr;
-    EXPECT_EQ(sqlite3_open_v2((dir_ / "sweeps.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr),
-              SQLITE_OK);
-    sqlite3_stmt* st = nullptr;
-    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK)
-        << sqlite3_errmsg(db);
-    std::vector<std::vector<std::string>> rows;
-    while (st != nullptr && sqlite3_step(st) == SQLITE_ROW) {
-      std::vector<std::string> row;
-      for (int i = 0; i < sqlite3_column_count(st); ++i) {
-        auto* t = sqlite3_column_text(st, i);
-        row.push_back(t ? reinterpret_cast<const char*>(t) : "NULL");
-      }
-      rows.push_back(row);
-    }
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return rows;
-  }
-
-  // A small 4-class image dataset in IDX format (8x8 images): each class lights its own
-  // quadrant, plus noise, so a small MLP learns it in a few epochs.
-  void WriteTinyDataset(int n_train, int n_test) {
-    auto write = [&](const std::string& stem, int n, uint32_t seed) {
-      std::ofstream img(dir_ / (stem + "-images-idx3-ubyte"), std::ios::binary);
-      std::ofstream lab(dir_ / (stem + "-labels-idx1-ubyte"), std::ios::binary);
-      auto be32 = [](std::ofstream& o, uint32_t v) {
-        unsigned char b[4] = {static_cast<unsigned char>(v >> 24),
-                              static_cast<unsigned char>(v >> 16),
-                              static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
-        o.write(reinterpret_cast<char*>(b), 4);
-      };
-      be32(img, 0x00000803);
-      be32(img, n);
-      be32(img, 8);
-      be32(img, 8);
-      be32(lab, 0x00000801);
-      be32(lab, n);
-      uint32_t s = seed;
-      for (int i = 0; i < n; ++i) {
-        int c = i % 4;
-        for (int y = 0; y < 8; ++y) {
-          for (int x = 0; x < 8; ++x) {
-            s = s * 1664525u + 1013904223u;
-            int quadrant = (y / 4) * 2 + (x / 4);
-            int v = (quadrant == c ? 160 : 0) + static_cast<int>((s >> 24) % 90);
-            img.put(static_cast<char>(v));
-          }
-        }
-        lab.put(static_cast<char>(c));
-      }
-    };
-    write("train", n_train, 1);
-    write("t10k", n_test, 2);
-  }
-
-  fs::path dir_;
-};
+using sweep_e2e::E2eTest;
+using sweep_e2e::Output;
+namespace fs = std::filesystem;
 
 const char* kBranin = R"([sweep]
 name = "branin"

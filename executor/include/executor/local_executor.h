@@ -28,6 +28,8 @@ struct WorkerEvent {
   // kDone
   TrialOutcome::Kind outcome = TrialOutcome::Kind::kCompleted;
   std::string error;
+  // The worker died or stopped answering (not the trial's own failure): the trial may be rerun.
+  bool worker_lost = false;
 };
 
 class LocalExecutor {
@@ -47,6 +49,9 @@ class LocalExecutor {
   // Waits up to timeout_ms for messages; appends what arrived (possibly nothing).
   Status Poll(int timeout_ms, std::vector<WorkerEvent>* events);
   int running() const;
+  // A worker running a trial that sends nothing (not even its heartbeat, every
+  // kWorkerHeartbeatMs) for this long is killed and its trial reported lost. 0: never.
+  void set_heartbeat_timeout_ms(int64_t ms) { heartbeat_timeout_ms_ = ms; }
   int workers() const { return static_cast<int>(workers_.size()); }
   // Tells the workers to exit, waits up to grace_ms, then kills what is left.
   void Shutdown(int grace_ms);
@@ -56,11 +61,12 @@ class LocalExecutor {
   Result<Worker*> IdleWorker();
   void ReadMessages(Worker& w, std::vector<WorkerEvent>* events);
   void ReadLog(Worker& w);
-  void Reap(Worker& w, std::vector<WorkerEvent>* events);
+  void Reap(Worker& w, std::vector<WorkerEvent>* events, const std::string& why = "");
 
   std::vector<std::string> command_;
   std::vector<std::string> env_;
   std::vector<std::unique_ptr<Worker>> workers_;
+  int64_t heartbeat_timeout_ms_ = 60'000;
 };
 
 }  // namespace sweep::executor

@@ -8,6 +8,8 @@
 //      "error":"...","metrics":{...}}.
 //   3. {"op":"stop","trial":N} asks the running trial N to stop after its current epoch/step.
 //   4. {"op":"exit"} or end of input ends the worker.
+//   5. While a trial runs the worker writes {"op":"hb"} every kWorkerHeartbeatMs, from a thread
+//      of its own, so the executor can tell a stopped or wedged worker from a slow trial.
 // stdout and stderr carry only logs; the executor keeps their tail for error messages.
 #pragma once
 
@@ -15,6 +17,7 @@ namespace sweep::executor {
 
 inline constexpr int kWorkerCommandFd = 0;
 inline constexpr int kWorkerMessageFd = 3;
+inline constexpr int kWorkerHeartbeatMs = 1000;
 
 // Serves the protocol until told to exit. Returns the process exit code.
 int RunWorker(int command_fd, int message_fd);

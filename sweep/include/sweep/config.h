@@ -41,7 +41,9 @@ struct SweepConfig {
 
   // [trial]
   TrialKind kind = TrialKind::kTrainer;
-  int gpus = 1;  // slots per trial
+  int gpus = 1;                     // slots per trial
+  int max_retries = 1;              // reruns of a trial whose worker died or hung
+  double heartbeat_timeout_s = 60;  // a running worker silent this long is killed
 
   // [trainer] (defaults for trainer trials; [parameters] override them) or [function].
   nlohmann::json trainer = nlohmann::json::object();

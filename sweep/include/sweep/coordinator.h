@@ -29,11 +29,20 @@ struct RunSummary {
   bool interrupted = false;
   double elapsed_s = 0;
   int64_t trials_started = 0;
+  bool already_complete = false;  // resume found nothing left to do
 };
 
 // Records the sweep (AlreadyExists if its name is taken) and runs it to the end.
 Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
                             const RunOptions& options);
+
+// Continues the stored sweep `name` whose coordinator died or was stopped, from the store
+// alone: its config is the stored text; trials left RUNNING become INTERRUPTED; interrupted
+// trials run again first (from their checkpoints, when the trainer left one); numbering goes on
+// after the highest stored trial. Busy when another process runs the sweep (the message names
+// its pid and host); NotFound for an unknown name.
+Result<RunSummary> ResumeSweep(const std::string& name, store::Store& store,
+                               const RunOptions& options);
 
 // The seed a trial's trainer gets unless the config sets one: a mix of the sweep seed and the
 // trial number, so trials differ but a rerun repeats.

@@ -1,0 +1,285 @@
+// Resume and reliability, end to end: SIGKILL the coordinator at random moments and resume;
+// one owner per sweep; a killed or hung worker's trial runs again; readers during a run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e_fixture.h"
+
+namespace {
+
+using nlohmann::json;
+using sweep_e2e::E2eTest;
+using sweep_e2e::Output;
+namespace fs = std::filesystem;
+
+std::string SlowFunctionConfig(const std::string& name, const std::string& algorithm,
+                               int max_trials, int steps, int step_ms,
+                               const std::string& extra = "") {
+  std::string params =
+      algorithm == "grid"
+          ? "x1 = { values = [0.1, 0.4, 0.7] }\nx2 = { values = [0.2, 0.5] }\nx3 = { values = "
+            "[0.3, 0.9] }\nx4 = 0.5\nx5 = { values = [0.1, 0.6] }\nx6 = 0.65\n"
+          : "x1 = { distribution = \"uniform\", min = 0, max = 1 }\n"
+            "x2 = { distribution = \"uniform\", min = 0, max = 1 }\n"
+            "x3 = { distribution = \"uniform\", min = 0, max = 1 }\n"
+            "x4 = { distribution = \"uniform\", min = 0, max = 1 }\n"
+            "x5 = { distribution = \"uniform\", min = 0, max = 1 }\n"
+            "x6 = { distribution = \"uniform\", min = 0, max = 1 }\n";
+  return "[sweep]\nname = \"" + name + "\"\nmax_trials = " + std::to_string(max_trials) +
+         "\nseed = 9\n[search]\nalgorithm = \"" + algorithm + "\"\n[trial]\nkind = \"function\"\n" +
+         extra + "[function]\nname = \"hartmann6\"\nsteps = " + std::to_string(steps) +
+         "\nstep_ms = " + std::to_string(step_ms) + "\n[executor]\ncpu_slots = 2\n[parameters]\n" +
+         params;
+}
+
+class ResumeTest : public E2eTest {
+ protected:
+  // Checks the invariants of a finished sweep in `db` against the uninterrupted run in `ref`.
+  void ExpectSameAsUninterrupted(const std::string& name, const std::string& db,
+                                 const std::string& ref, int steps) {
+    auto params = [&](const std::string& file) {
+      std::map<std::string, std::string> out;
+      for (auto& row : Query("SELECT number, params FROM trials", file)) out[row[0]] = row[1];
+      return out;
+    };
+    EXPECT_EQ(params(db), params(ref));  // same numbers, same parameters
+    EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status NOT IN ('completed', 'pruned', "
+                    "'failed')",
+                    db)[0][0],
+              "0");
+    // Reports: steps 1..steps, once each, for every completed trial.
+    auto gaps = Query(
+        "SELECT trial, count(*), min(step), max(step) FROM reports GROUP BY trial "
+        "HAVING count(*) != max(step) OR min(step) != 1 OR max(step) != " +
+            std::to_string(steps),
+        db);
+    EXPECT_TRUE(gaps.empty()) << "trial " << gaps[0][0] << " has " << gaps[0][1] << " reports";
+    EXPECT_EQ(
+        Query("SELECT count(*) - count(DISTINCT trial || '/' || step) FROM reports", db)[0][0],
+        "0");
+    // Same values as the uninterrupted run (function trials are deterministic).
+    EXPECT_EQ(Query("SELECT number, objective FROM trials ORDER BY number", db),
+              Query("SELECT number, objective FROM trials ORDER BY number", ref));
+    EXPECT_EQ(Query("PRAGMA integrity_check", db)[0][0], "ok");
+    EXPECT_EQ(Query("SELECT status FROM sweeps WHERE name = '" + name + "'", db)[0][0],
+              "completed");
+  }
+
+  // Runs the sweep to its end, SIGKILLing the coordinator `kills` times at random moments and
+  // resuming each time. Returns the number of kills that hit a live coordinator.
+  int RunWithKills(const std::string& config, const std::string& name, const std::string& db,
+                   int kills, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> delay_ms(60, 450);
+    int landed = 0;
+    bool first = true;
+    for (int round = 0; round < kills + 50; ++round) {
+      std::string args = first ? "run " + config + " --db " + db : "resume " + name + " --db " + db;
+      pid_t pid = Start(args, "chaos.log");
+      first = false;
+      if (landed < kills) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+        if (::kill(pid, SIGKILL) == 0) {
+          int rc = Wait(pid);
+          if (rc == -SIGKILL) {
+            ++landed;
+            continue;
+          }
+          if (rc == 0) return landed;  // it finished before the kill
+          ADD_FAILURE() << "coordinator exited " << rc << ": "
+                        << sweep_e2e::Slurp(dir_ / "chaos.log");
+          return landed;
+        }
+      }
+      int rc = Wait(pid);
+      if (rc == 0) return landed;
+      ADD_FAILURE() << "resume exited " << rc << ": " << sweep_e2e::Slurp(dir_ / "chaos.log");
+      return landed;
+    }
+    return landed;
+  }
+};
+
+TEST_F(ResumeTest, ChaosKillsDuringRandomSearchLoseNothing) {
+  Write("c.toml", SlowFunctionConfig("chaos", "random", 60, 8, 15));
+  ASSERT_EQ(Sweep("run c.toml --db ref.db").code, 0);
+  int landed = RunWithKills("c.toml", "chaos", "sweeps.db", 12, 1234);
+  EXPECT_GE(landed, 10);
+  std::printf("[ chaos    ] random search survived %d coordinator kills\n", landed);
+  ExpectSameAsUninterrupted("chaos", "sweeps.db", "ref.db", 8);
+}
+
+TEST_F(ResumeTest, ChaosKillsDuringGridSearchLoseNothing) {
+  Write("g.toml", SlowFunctionConfig("chaosgrid", "grid", 24, 8, 20));
+  ASSERT_EQ(Sweep("run g.toml --db ref.db").code, 0);
+  int landed = RunWithKills("g.toml", "chaosgrid", "sweeps.db", 10, 99);
+  EXPECT_GE(landed, 10);
+  std::printf("[ chaos    ] grid search survived %d coordinator kills\n", landed);
+  ExpectSameAsUninterrupted("chaosgrid", "sweeps.db", "ref.db", 8);
+}
+
+TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
+  Write("s.toml", SlowFunctionConfig("owned", "random", 8, 20, 100));
+  pid_t first = Start("run s.toml", "first.log");
+  // Wait until the first coordinator has recorded the sweep and its owner.
+  for (int i = 0; i < 100; ++i) {
+    if (fs::exists(dir_ / "sweeps.db") &&
+        !Query("SELECT owner FROM sweeps WHERE owner != ''").empty()) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Output second = Sweep("resume owned");
+  EXPECT_EQ(second.code, 1);
+  EXPECT_NE(second.err.find("sweep 'owned' is being run by pid " + std::to_string(first)),
+            std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find(" on host "), std::string::npos);
+  Output again = Sweep("run s.toml");
+  EXPECT_EQ(again.code, 2);
+  EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
+
+  ::kill(first, SIGKILL);
+  Wait(first);
+  Output taken = Sweep("resume owned");  // the dead owner's lock is free
+  EXPECT_EQ(taken.code, 0) << taken.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "8");
+}
+
+// The worker processes of the coordinator `pid`.
+std::vector<pid_t> Workers(pid_t coordinator) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    pid_t p = std::atoi(e.path().filename().c_str());
+    if (p <= 0) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == coordinator) out.push_back(p);
+  }
+  return out;
+}
+
+TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
+  Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
+  pid_t pid = Start("run w.toml", "run.log");
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 100 && workers.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    workers = Workers(pid);
+  }
+  ASSERT_FALSE(workers.empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(workers[0], SIGKILL);
+  ASSERT_EQ(Wait(pid), 0) << sweep_e2e::Slurp(dir_ / "run.log");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "4");
+  auto retried = Query("SELECT number FROM trials WHERE retries = 1");
+  ASSERT_EQ(retried.size(), 1u);
+  auto events = Query("SELECT detail FROM events WHERE trial = " + retried[0][0] +
+                      " AND to_state = 'interrupted'");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0][0].find("killed by signal 9"), std::string::npos) << events[0][0];
+  EXPECT_NE(events[0][0].find("running it again (retry 1 of 1)"), std::string::npos);
+}
+
+TEST_F(ResumeTest, HungWorkerIsKilledAndItsTrialRunsAgain) {
+  Write("h.toml", SlowFunctionConfig("hung", "random", 3, 10, 80, "heartbeat_timeout = \"2s\"\n"));
+  pid_t pid = Start("run h.toml", "run.log");
+  std::vector<pid_t> workers;
+  for (int i = 0; i < 100 && workers.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    workers = Workers(pid);
+  }
+  ASSERT_FALSE(workers.empty());
+  ::kill(workers[0], SIGSTOP);  // alive, but silent
+  ASSERT_EQ(Wait(pid), 0) << sweep_e2e::Slurp(dir_ / "run.log");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "3");
+  auto events = Query("SELECT detail FROM events WHERE to_state = 'interrupted'");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_NE(events[0][0].find("sent no heartbeat for 2 s and was killed"), std::string::npos)
+      << events[0][0];
+}
+
+TEST_F(ResumeTest, WorkerThatKeepsDyingFailsAfterItsRetries) {
+  Write("d.toml", SlowFunctionConfig("dying", "random", 5, 2, 1, "max_retries = 2\n"));
+  Output run = Sweep("run d.toml", "SWEEP_TEST_ABORT_TRIAL=2");
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto failed = Query("SELECT number, retries, error FROM trials WHERE status = 'failed'");
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0][0], "2");
+  EXPECT_EQ(failed[0][1], "2");
+  EXPECT_NE(failed[0][2].find("(after 2 retries)"), std::string::npos) << failed[0][2];
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "4");
+}
+
+TEST_F(ResumeTest, ReadersDuringARunNeverSeeALockedDatabase) {
+  Write("r.toml", SlowFunctionConfig("busy", "random", 8000, 3, 0));
+  // The same sweep alone, for the coordinator's time without readers.
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(Sweep("run r.toml --db alone.db").code, 0);
+  double alone_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  t0 = std::chrono::steady_clock::now();
+  pid_t pid = Start("run r.toml", "run.log");
+  int queries = 0, failures = 0;
+  double worst_ms = 0;
+  std::string first_error;
+  const char* commands[] = {"status busy --json", "best busy --top 3 --json",
+                            "trials busy --status running --json", "list --json"};
+  std::atomic<bool> running{true};
+  std::mutex mu;  // the tallies above
+  // Two readers at once, as fast as they can go, until the run ends.
+  auto reader = [&](int offset) {
+    for (int i = offset; running; i += 2) {
+      auto q0 = std::chrono::steady_clock::now();
+      std::string out = (dir_ / ("reader" + std::to_string(offset) + ".txt")).string();
+      std::string cmd = "cd '" + dir_.string() + "' && '" SWEEP_BINARY "' " + commands[i % 4] +
+                        " > /dev/null 2> '" + out + "'";
+      int rc = std::system(cmd.c_str());
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - q0).count();
+      std::string err = sweep_e2e::Slurp(out);
+      std::lock_guard lock(mu);
+      worst_ms = std::max(worst_ms, ms);
+      ++queries;
+      // In the first instants the file or the sweep may not exist yet; anything else fails.
+      if (rc != 0 && err.find("no sweep named") == std::string::npos &&
+          err.find("no such database") == std::string::npos) {
+        ++failures;
+        if (first_error.empty()) first_error = err;
+      }
+    }
+  };
+  std::thread r0(reader, 0), r1(reader, 1);
+  int rc = Wait(pid);
+  double with_readers_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  running = false;
+  r0.join();
+  r1.join();
+  ASSERT_EQ(rc, 0) << sweep_e2e::Slurp(dir_ / "run.log");
+  EXPECT_EQ(failures, 0) << first_error;
+  EXPECT_GT(queries, 10);
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "8000");
+  std::printf(
+      "[ readers  ] 8000 trials: %.2f s alone, %.2f s with 2 readers; %d reader "
+      "commands, worst %.0f ms, %d failed\n",
+      alone_s, with_readers_s, queries, worst_ms, failures);
+}
+
+}  // namespace
