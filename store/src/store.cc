@@ -518,6 +518,16 @@ struct Store::Impl {
     return Run(Query::kRollback, "rolling back");
   }
 
+  Result<bool> HasNoTables() {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_master", -1, &stmt, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    bool empty = rc == SQLITE_ROW && sqlite3_column_int(stmt, 0) == 0;
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_ROW) return Error(rc, "reading the schema");
+    return empty;
+  }
+
   Result<int> UserVersion() {
     sqlite3_stmt* stmt = nullptr;
     int rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, nullptr);
@@ -664,6 +674,9 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA foreign_keys = ON", "enabling foreign keys"));
     SWEEP_RETURN_IF_ERROR(impl->Migrate(version));
   } else if (version == 0) {
+    // A file with no schema at all is one that `sweep run` is creating this instant.
+    SWEEP_ASSIGN_OR_RETURN(bool empty, impl->HasNoTables());
+    if (empty) return Status::NotFound(path + ": no sweep recorded yet (a new database)");
     return Status::Corruption(path + ": not a sweep database (it has no sweep schema)");
   } else if (version < kSchemaVersion) {
     return Status::InvalidArgument(

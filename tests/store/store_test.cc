@@ -807,3 +807,26 @@ TEST_F(StoreTest, HundredThousandTrialsQueriesUseIndexes) {
 
 }  // namespace
 }  // namespace sweep::store
+
+namespace sweep::store {
+namespace {
+
+// A reader that opens the file in the instant `sweep run` creates it (no schema yet) is told
+// there is no sweep yet, not that the file is foreign.
+TEST(StoreOpenTest, ReadOnlyOpenOfABrandNewFileSaysNoSweepYet) {
+  char tmpl[] = "/tmp/sweep-store-new-XXXXXX";
+  std::string dir = ::mkdtemp(tmpl);
+  std::string path = dir + "/new.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA journal_mode = WAL", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto store = Store::Open(path, OpenMode::kReadOnly);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(store.status().message(), path + ": no sweep recorded yet (a new database)");
+  sqlite3_close(db);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace sweep::store
