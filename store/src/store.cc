@@ -4,8 +4,11 @@
 #include "store/store.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <system_error>
@@ -409,17 +412,27 @@ struct Store::Impl {
       case SQLITE_LOCKED:
         return Status::Busy(path + ": database is locked by another process");
       case SQLITE_FULL:
-        return Status::IoError(path + ": disk full while " + what +
-                               "; free some space and run the command again");
+        return Status::IoError(path + ": disk full while " + what + "; free some space");
       case SQLITE_READONLY:
         return Status::IoError(path + ": database is read-only while " + what + " (" + detail +
                                "); check the permissions of the file and its directory");
       case SQLITE_CORRUPT:
-        return Status::Corruption(path + ": database file is corrupt (" + detail + ")");
+        return Status::Corruption(path + ": database file is corrupt (" + detail +
+                                  "); restore it from a backup, or try `sqlite3 " + path +
+                                  " .recover` to save what is left");
       case SQLITE_NOTADB:
         return Status::Corruption(path + ": not a SQLite database (" + detail + ")");
-      case SQLITE_CANTOPEN:
-        return Status::IoError(path + ": cannot open database file (" + detail + ")");
+      case SQLITE_CANTOPEN: {
+        // SQLite does not say why; the usual cause is a directory we cannot write to (the
+        // database, its journal and its lock live there).
+        std::string dir = std::filesystem::path(path).parent_path().string();
+        if (dir.empty()) dir = ".";
+        std::string why = detail;
+        if (::access(dir.c_str(), W_OK) != 0) {
+          why = "cannot write to its directory " + dir + ": " + std::strerror(errno);
+        }
+        return Status::IoError(path + ": cannot open database file (" + why + ")");
+      }
       case SQLITE_IOERR:
         return Status::IoError(path + ": I/O error while " + what + " (" + detail + ")");
       case SQLITE_PERM:

@@ -495,14 +495,33 @@ class Coordinator {
 
 }  // namespace
 
+namespace {
+
+// A sweep that stopped on a storage or system error after it was recorded can be resumed: say
+// so, since the store's own advice ("run the command again") would be refused by `run`.
+Result<RunSummary> WithResumeHint(Result<RunSummary> result, store::Store& store,
+                                  const std::string& name) {
+  if (result.ok()) return result;
+  const Status& s = result.status();
+  bool resumable = s.code() == Status::Code::kIoError || s.code() == Status::Code::kCorruption ||
+                   s.code() == Status::Code::kInternal;
+  if (!resumable || !store.FindSweep(name).ok()) return result;
+  return s.WithMessage(s.message() + "\nsweep '" + name +
+                       "' stopped; what it had committed is kept. Once the cause is fixed, "
+                       "`sweep resume " +
+                       name + " --db " + store.path() + "` continues it.");
+}
+
+}  // namespace
+
 Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
                             const RunOptions& options) {
-  return Coordinator(store, options).Start(config);
+  return WithResumeHint(Coordinator(store, options).Start(config), store, config.name);
 }
 
 Result<RunSummary> ResumeSweep(const std::string& name, store::Store& store,
                                const RunOptions& options) {
-  return Coordinator(store, options).Resume(name);
+  return WithResumeHint(Coordinator(store, options).Resume(name), store, name);
 }
 
 }  // namespace sweep

@@ -27,7 +27,9 @@ class Status {
 
   Status() = default;
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string msg) { return Status(Code::kInvalidArgument, msg); }
+  static Status InvalidArgument(std::string msg) {
+    return Status(Code::kInvalidArgument, std::move(msg));
+  }
   static Status NotFound(std::string msg) { return Status(Code::kNotFound, std::move(msg)); }
   static Status AlreadyExists(std::string msg) {
     return Status(Code::kAlreadyExists, std::move(msg));
@@ -41,6 +43,12 @@ class Status {
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
+
+  // The same code with another message.
+  Status WithMessage(std::string message) const {
+    if (ok()) return *this;
+    return Status(code_, std::move(message));
+  }
 
   // The same status with "context: " put before its message, for adding where it happened.
   Status WithContext(std::string_view context) const {

@@ -1,0 +1,144 @@
+// Storage faults, end to end: a disk that fills up mid-sweep, a read-only file system, and a
+// corrupted database file. Each gets a clear message, loses nothing already committed, and
+// (for the disk) resumes once the cause is gone. The file systems are small tmpfs mounts in a
+// private user and mount namespace (`unshare -rm`), so the test needs no privileges and leaves
+// nothing mounted; it is skipped where namespaces are not allowed.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e_fixture.h"
+
+namespace {
+
+using nlohmann::json;
+using sweep_e2e::E2eTest;
+using sweep_e2e::Output;
+using sweep_e2e::Slurp;
+namespace fs = std::filesystem;
+
+const char* kManyTrials = R"([sweep]
+name = "full"
+max_trials = 6000
+seed = 4
+[trial]
+kind = "function"
+[function]
+name = "branin"
+steps = 2
+[parameters]
+x1 = { distribution = "uniform", min = -5, max = 10 }
+x2 = { distribution = "uniform", min = 0, max = 15 }
+)";
+
+class StorageTest : public E2eTest {
+ protected:
+  void SetUp() override {
+    E2eTest::SetUp();
+    if (std::system("unshare -rm true > /dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "user and mount namespaces are not available here";
+    }
+  }
+
+  // Runs `script` with sh inside a fresh user+mount namespace, in the test directory, with
+  // $SWEEP set to the binary. Returns its exit code.
+  int InNamespace(const std::string& script) {
+    Write("script.sh", script);
+    std::string cmd = "cd '" + dir_.string() +
+                      "' && SWEEP='" SWEEP_BINARY "' unshare -rm sh script.sh > script.log 2>&1";
+    int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  }
+
+  std::string Read(const std::string& name) { return Slurp(dir_ / name); }
+};
+
+TEST_F(StorageTest, DiskFullStopsCleanlyAndResumesOnceThereIsSpace) {
+  Write("c.toml", kManyTrials);
+  fs::create_directories(dir_ / "after_full");
+  fs::create_directories(dir_ / "after_resume");
+  ASSERT_EQ(InNamespace(R"(set -u
+mkdir -p disk
+mount -t tmpfs -o size=512k tmpfs disk || exit 90
+"$SWEEP" run c.toml --db disk/s.db > run.out 2> run.err; echo $? > run.rc
+cp disk/s.db* after_full/
+mount -o remount,size=64m disk
+"$SWEEP" resume full --db disk/s.db > resume.out 2> resume.err; echo $? > resume.rc
+cp disk/s.db* after_resume/
+)"),
+            0)
+      << Read("script.log");
+  EXPECT_EQ(Read("run.rc"), "1\n");
+  std::string err = Read("run.err");
+  EXPECT_NE(err.find("disk/s.db: disk full"), std::string::npos) << err;
+  EXPECT_NE(err.find("sweep resume full --db disk/s.db"), std::string::npos) << err;
+
+  // What was committed before the disk filled up is intact and consistent.
+  auto completed =
+      Query("SELECT count(*) FROM trials WHERE status = 'completed'", "after_full/s.db");
+  EXPECT_GT(std::stoi(completed[0][0]), 0);
+  EXPECT_LT(std::stoi(completed[0][0]), 6000);
+  EXPECT_EQ(Query("PRAGMA integrity_check", "after_full/s.db")[0][0], "ok");
+  EXPECT_EQ(Query("SELECT count(*) FROM reports r WHERE NOT EXISTS (SELECT 1 FROM trials t "
+                  "WHERE t.number = r.trial)",
+                  "after_full/s.db")[0][0],
+            "0");
+
+  EXPECT_EQ(Read("resume.rc"), "0\n") << Read("resume.err");
+  EXPECT_EQ(
+      Query("SELECT count(*) FROM trials WHERE status = 'completed'", "after_resume/s.db")[0][0],
+      "6000");
+  EXPECT_EQ(Query("SELECT count(*) FROM reports", "after_resume/s.db")[0][0], "12000");
+  EXPECT_EQ(Query("PRAGMA integrity_check", "after_resume/s.db")[0][0], "ok");
+}
+
+TEST_F(StorageTest, ReadOnlyFileSystemIsAClearError) {
+  Write("c.toml", kManyTrials);
+  ASSERT_EQ(InNamespace(R"(set -u
+mkdir -p ro
+mount -t tmpfs -o size=1m tmpfs ro || exit 90
+mount -o remount,ro ro || exit 91
+"$SWEEP" run c.toml --db ro/s.db > run.out 2> run.err; echo $? > run.rc
+)"),
+            0)
+      << Read("script.log");
+  EXPECT_EQ(Read("run.rc"), "1\n");
+  std::string err = Read("run.err");
+  EXPECT_NE(err.find("ro/s.db: "), std::string::npos) << err;
+  EXPECT_TRUE(err.find("read-only") != std::string::npos ||
+              err.find("cannot open database file") != std::string::npos)
+      << err;
+}
+
+TEST_F(StorageTest, CorruptedDatabaseIsReportedNotCrashedOn) {
+  Write("c.toml", R"([sweep]
+name = "small"
+max_trials = 300
+[trial]
+kind = "function"
+[function]
+name = "branin"
+[parameters]
+x1 = { distribution = "uniform", min = -5, max = 10 }
+x2 = { distribution = "uniform", min = 0, max = 15 }
+)");
+  ASSERT_EQ(Sweep("run c.toml").code, 0);
+  ASSERT_FALSE(fs::exists(dir_ / "sweeps.db-wal") && fs::file_size(dir_ / "sweeps.db-wal") > 0);
+  {
+    // Keep the header page, overwrite every table and index page with garbage.
+    const auto size = fs::file_size(dir_ / "sweeps.db");
+    std::fstream f(dir_ / "sweeps.db", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096);
+    for (uintmax_t i = 4096; i < size; ++i) f.put(static_cast<char>(i * 131 + 7));
+  }
+  for (const char* cmd : {"trials small --json", "best small", "resume small"}) {
+    Output o = Sweep(cmd);
+    EXPECT_EQ(o.code, 1) << cmd << ": " << o.err;
+    EXPECT_NE(o.err.find("sweeps.db: "), std::string::npos) << cmd << ": " << o.err;
+    EXPECT_NE(o.err.find("corrupt"), std::string::npos) << cmd << ": " << o.err;
+  }
+}
+
+}  // namespace
