@@ -78,17 +78,44 @@ nlohmann::json Draw(const Distribution& d, double u) {
 class RandomSampler final : public Sampler {
  public:
   RandomSampler(const SearchSpace& space, uint64_t seed) : seed_(seed) {
-    for (const Parameter& parameter : space.parameters()) {
-      entries_.push_back({parameter, Fnv1a64(parameter.name)});
+    const std::vector<Parameter>& parameters = space.parameters();
+    for (const Parameter& parameter : parameters) {
+      Entry entry{parameter, Fnv1a64(parameter.name), -1};
+      if (parameter.condition) {
+        // SearchSpace::Add put the parent earlier; an unknown one leaves the child inactive.
+        for (size_t p = 0; p < entries_.size(); ++p) {
+          if (entries_[p].parameter.name == parameter.condition->parent) {
+            entry.parent = static_cast<int>(p);
+          }
+        }
+      }
+      entries_.push_back(std::move(entry));
     }
   }
 
   std::optional<nlohmann::json> Sample(int64_t index) const override {
     if (index < 0) return std::nullopt;
     nlohmann::json trial = nlohmann::json::object();
-    for (const Entry& entry : entries_) {
+    // Drawn values by declaration index; null while a parameter is inactive. They point into
+    // `trial`, whose object is a std::map: its nodes stay put as keys are added.
+    std::vector<const nlohmann::json*> drawn(entries_.size(), nullptr);
+    for (size_t j = 0; j < entries_.size(); ++j) {
+      const Entry& entry = entries_[j];
+      if (entry.parameter.condition) {
+        if (entry.parent < 0) continue;
+        const nlohmann::json* parent_value = drawn[static_cast<size_t>(entry.parent)];
+        const auto& allowed = entry.parameter.condition->values;
+        if (parent_value == nullptr ||
+            std::find(allowed.begin(), allowed.end(), *parent_value) == allowed.end()) {
+          continue;
+        }
+      }
+      // The draw depends on (seed, index, name) only, never on which other parameters are
+      // active, so conditions do not shift anyone else's values.
       const double u = UnitInterval(seed_, index, entry.name_hash);
-      trial[entry.parameter.name] = Draw(entry.parameter.distribution, u);
+      nlohmann::json& slot = trial[entry.parameter.name];
+      slot = Draw(entry.parameter.distribution, u);
+      drawn[j] = &slot;
     }
     return trial;
   }
@@ -99,6 +126,7 @@ class RandomSampler final : public Sampler {
   struct Entry {
     Parameter parameter;
     uint64_t name_hash;
+    int parent;  // declaration index of the condition's parent; -1 when none
   };
   uint64_t seed_;
   std::vector<Entry> entries_;

@@ -1,6 +1,7 @@
-// Validation of hyperparameter distributions and the SearchSpace that collects them.
+// Validation of parameters (distributions and conditions) and the SearchSpace that holds them.
 // Everything here is a pure function of its arguments; a SearchSpace is a plain value that
 // its owner mutates through Add and must not share across threads while doing so.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <string>
@@ -62,6 +63,31 @@ Status ValidateRange(const std::string& name, Kind kind, double min, double max)
   return Status::Ok();
 }
 
+Status ValidateDistribution(const Parameter& parameter) {
+  const std::string& name = parameter.name;
+  const Distribution& d = parameter.distribution;
+  switch (d.kind) {
+    case Kind::kConstant:
+      if (d.values.size() != 1) {
+        return Status::InvalidArgument(name + ": constant needs exactly one value (got " +
+                                       std::to_string(d.values.size()) + ")");
+      }
+      return Status::Ok();
+    case Kind::kCategorical:
+      if (d.values.empty()) {
+        return Status::InvalidArgument(name + ": categorical needs at least one value");
+      }
+      return Status::Ok();
+    case Kind::kUniform:
+    case Kind::kLogUniform:
+    case Kind::kIntUniform:
+    case Kind::kLogIntUniform:
+      return ValidateRange(name, d.kind, d.min, d.max);
+  }
+  return Status::InvalidArgument(name + ": unknown distribution kind " +
+                                 std::to_string(static_cast<int>(d.kind)));
+}
+
 }  // namespace
 
 std::string_view KindName(Distribution::Kind kind) {
@@ -92,35 +118,57 @@ std::optional<Distribution::Kind> KindFromName(std::string_view name) {
 
 Status Validate(const Parameter& parameter) {
   const std::string& name = parameter.name;
-  const Distribution& d = parameter.distribution;
   if (name.empty()) return Status::InvalidArgument("a parameter needs a non-empty name");
-  switch (d.kind) {
-    case Kind::kConstant:
-      if (d.values.size() != 1) {
-        return Status::InvalidArgument(name + ": constant needs exactly one value (got " +
-                                       std::to_string(d.values.size()) + ")");
-      }
-      return Status::Ok();
-    case Kind::kCategorical:
-      if (d.values.empty()) {
-        return Status::InvalidArgument(name + ": categorical needs at least one value");
-      }
-      return Status::Ok();
-    case Kind::kUniform:
-    case Kind::kLogUniform:
-    case Kind::kIntUniform:
-    case Kind::kLogIntUniform:
-      return ValidateRange(name, d.kind, d.min, d.max);
+  SWEEP_RETURN_IF_ERROR(ValidateDistribution(parameter));
+  if (parameter.condition) {
+    const Condition& c = *parameter.condition;
+    if (c.parent.empty()) {
+      return Status::InvalidArgument(name + ": a condition needs the name of its parent");
+    }
+    if (c.parent == name) {
+      return Status::InvalidArgument(name + ": a parameter cannot depend on itself");
+    }
+    if (c.values.empty()) {
+      return Status::InvalidArgument(name + ": condition on '" + c.parent +
+                                     "' lists no values, so it could never be active");
+    }
   }
-  return Status::InvalidArgument(name + ": unknown distribution kind " +
-                                 std::to_string(static_cast<int>(d.kind)));
+  return Status::Ok();
+}
+
+const Parameter* SearchSpace::Find(std::string_view name) const {
+  for (const Parameter& p : parameters_) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
 }
 
 Status SearchSpace::Add(Parameter parameter) {
   SWEEP_RETURN_IF_ERROR(Validate(parameter));
-  for (const Parameter& existing : parameters_) {
-    if (existing.name == parameter.name) {
-      return Status::InvalidArgument(parameter.name + ": parameter declared twice");
+  if (Find(parameter.name) != nullptr) {
+    return Status::InvalidArgument(parameter.name + ": parameter declared twice");
+  }
+  if (parameter.condition) {
+    // Parents come first: the samplers decide activity in declaration order, and no cycle can
+    // form when every edge points backwards.
+    const Condition& c = *parameter.condition;
+    const Parameter* parent = Find(c.parent);
+    if (parent == nullptr) {
+      return Status::InvalidArgument(parameter.name + ": condition on '" + c.parent +
+                                     "', which is not a parameter declared before it");
+    }
+    const Distribution& pd = parent->distribution;
+    if (pd.kind != Kind::kCategorical && pd.kind != Kind::kConstant) {
+      return Status::InvalidArgument(parameter.name + ": condition on '" + c.parent +
+                                     "', which is " + std::string(KindName(pd.kind)) +
+                                     "; a parent must be categorical (values = [...])");
+    }
+    for (const nlohmann::json& v : c.values) {
+      if (std::find(pd.values.begin(), pd.values.end(), v) == pd.values.end()) {
+        return Status::InvalidArgument(parameter.name + ": condition value " + v.dump() +
+                                       " is not one of " + c.parent + "'s values " +
+                                       nlohmann::json(pd.values).dump());
+      }
     }
   }
   parameters_.push_back(std::move(parameter));

@@ -379,5 +379,209 @@ TEST(RandomSamplerTest, ParametersOfOneTrialAreUncorrelated) {
   EXPECT_LT(std::fabs(corr), 0.05);  // the standard error is 0.01
 }
 
+// ---- Conditional parameters ----
+
+Parameter When(Parameter p, std::string parent, std::vector<json> values) {
+  p.condition = Condition{std::move(parent), std::move(values)};
+  return p;
+}
+
+// Every distinct assignment of the active parameters, by brute force over the full product: the
+// value index of each parameter in declaration order, -1 where inactive. A std::set orders them
+// as the grid must (activity at a position is fixed by the earlier positions, so the first
+// difference between two assignments is always between two values).
+std::vector<json> BruteForceGrid(const SearchSpace& space) {
+  const std::vector<Parameter>& ps = space.parameters();
+  std::set<std::vector<int>> distinct;
+  std::vector<int> digits(ps.size(), 0);
+  for (;;) {
+    std::vector<int> active(ps.size(), -1);
+    for (size_t j = 0; j < ps.size(); ++j) {
+      bool on = true;
+      if (ps[j].condition) {
+        on = false;
+        for (size_t p = 0; p < j; ++p) {
+          if (ps[p].name != ps[j].condition->parent || active[p] < 0) continue;
+          const json& v = ps[p].distribution.values[static_cast<size_t>(active[p])];
+          const auto& allowed = ps[j].condition->values;
+          on = std::find(allowed.begin(), allowed.end(), v) != allowed.end();
+        }
+      }
+      if (on) active[j] = digits[j];
+    }
+    distinct.insert(active);
+    size_t k = ps.size();
+    while (k > 0 && ++digits[k - 1] == static_cast<int>(ps[k - 1].distribution.values.size())) {
+      digits[--k] = 0;
+    }
+    if (k == 0) break;
+  }
+  std::vector<json> trials;
+  for (const std::vector<int>& a : distinct) {
+    json t = json::object();
+    for (size_t j = 0; j < ps.size(); ++j) {
+      if (a[j] >= 0) t[ps[j].name] = ps[j].distribution.values[static_cast<size_t>(a[j])];
+    }
+    trials.push_back(t);
+  }
+  return trials;
+}
+
+void ExpectGridMatchesBruteForce(const SearchSpace& space) {
+  auto sampler = Grid(space);
+  ASSERT_NE(sampler, nullptr);
+  const std::vector<json> expected = BruteForceGrid(space);
+  ASSERT_EQ(sampler->size(), static_cast<int64_t>(expected.size()));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(*sampler->Sample(static_cast<int64_t>(i)), expected[i]) << i;
+  }
+  EXPECT_FALSE(sampler->Sample(static_cast<int64_t>(expected.size())).has_value());
+}
+
+TEST(ConditionalGridTest, ChildMultipliesOnlyItsBranch) {
+  SearchSpace space =
+      Space({Values("optimizer", Kind::kCategorical, {"sgd", "adamw"}),
+             When(Values("momentum", Kind::kCategorical, {0.8, 0.9}), "optimizer", {"sgd"}),
+             Values("lr", Kind::kCategorical, {0.1, 0.01})});
+  auto sampler = Grid(space);
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->size(), 6);  // (2 momenta + 1) * 2 rates, not 2 * 2 * 2
+  const std::vector<json> expected = {
+      {{"optimizer", "sgd"}, {"momentum", 0.8}, {"lr", 0.1}},
+      {{"optimizer", "sgd"}, {"momentum", 0.8}, {"lr", 0.01}},
+      {{"optimizer", "sgd"}, {"momentum", 0.9}, {"lr", 0.1}},
+      {{"optimizer", "sgd"}, {"momentum", 0.9}, {"lr", 0.01}},
+      {{"optimizer", "adamw"}, {"lr", 0.1}},
+      {{"optimizer", "adamw"}, {"lr", 0.01}},
+  };
+  for (int64_t i = 0; i < 6; ++i) EXPECT_EQ(*sampler->Sample(i), expected[static_cast<size_t>(i)]);
+  EXPECT_FALSE(sampler->Sample(6).has_value());
+  EXPECT_FALSE(sampler->Sample(4)->contains("momentum"));
+}
+
+TEST(ConditionalGridTest, NestedAndSiblingConditionsMatchBruteForce) {
+  ExpectGridMatchesBruteForce(
+      Space({Values("optimizer", Kind::kCategorical, {"sgd", "adam", "rmsprop"}),
+             Values("batch", Kind::kCategorical, {32, 64}),
+             When(Values("momentum", Kind::kCategorical, {0.0, 0.9, 0.99}), "optimizer",
+                  {"sgd", "rmsprop"}),
+             When(Values("nesterov", Kind::kCategorical, {true, false}), "momentum", {0.9, 0.99}),
+             When(Values("beta2", Kind::kCategorical, {0.99, 0.999}), "optimizer", {"adam"}),
+             Values("epochs", Kind::kConstant, {10}),
+             When(Values("warmup", Kind::kCategorical, {0, 1, 5}), "batch", {64}),
+             When(Values("amsgrad", Kind::kCategorical, {true, false}), "optimizer", {"adam"})}));
+}
+
+TEST(ConditionalGridTest, ChildOfAConstantIsAlwaysThere) {
+  ExpectGridMatchesBruteForce(
+      Space({Values("epochs", Kind::kConstant, {27}),
+             When(Values("schedule", Kind::kCategorical, {"cos", "step"}), "epochs", {27})}));
+}
+
+TEST(ConditionalGridTest, DecodesLargeIndicesWithoutEnumerating) {
+  // A switch with two branches, each holding 30 binary parameters: 2^30 + 2^30 points.
+  std::vector<Parameter> parameters = {Values("branch", Kind::kCategorical, {"a", "b"})};
+  for (int i = 0; i < 60; ++i) {
+    parameters.push_back(
+        When(Values(Numbered(i), Kind::kCategorical, {0, 1}), "branch", {i < 30 ? "a" : "b"}));
+  }
+  auto sampler = Grid(Space(parameters));
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->size(), int64_t{2} << 30);
+  json last = *sampler->Sample((int64_t{2} << 30) - 1);
+  EXPECT_EQ(last["branch"], "b");
+  EXPECT_EQ(last.size(), 31u);
+  for (int i = 30; i < 60; ++i) EXPECT_EQ(last[Numbered(i)], 1) << i;
+  json first_b = *sampler->Sample(int64_t{1} << 30);
+  EXPECT_EQ(first_b["branch"], "b");
+  for (int i = 30; i < 60; ++i) EXPECT_EQ(first_b[Numbered(i)], 0) << i;
+}
+
+TEST(ConditionalGridTest, RefusesASizeBeyondInt64) {
+  std::vector<Parameter> parameters = {Values("branch", Kind::kCategorical, {"a", "b"})};
+  for (int i = 0; i < 63; ++i) {
+    parameters.push_back(When(Values(Numbered(i), Kind::kCategorical, {0, 1}), "branch", {"a"}));
+  }
+  auto sampler = MakeGridSampler(Space(parameters));
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_EQ(sampler.status().message(),
+            "grid search space is too large: more than 2^63 points at 'branch'");
+}
+
+TEST(ConditionalGridTest, RefusesAContinuousChild) {
+  auto sampler = MakeGridSampler(
+      Space({Values("optimizer", Kind::kCategorical, {"sgd", "adamw"}),
+             When(Range("momentum", Kind::kUniform, 0.8, 0.99), "optimizer", {"sgd"})}));
+  ASSERT_FALSE(sampler.ok());
+  EXPECT_EQ(sampler.status().message(),
+            "grid search cannot enumerate 'momentum' (uniform); give it `values = [...]`");
+}
+
+SearchSpace ConditionalMixedSpace() {
+  return Space(
+      {Values("optimizer", Kind::kCategorical, {"sgd", "adamw", "rmsprop"}),
+       Range("lr", Kind::kLogUniform, 1e-5, 1e-1),
+       When(Range("momentum", Kind::kUniform, 0.8, 0.99), "optimizer", {"sgd"}),
+       When(Values("nesterov", Kind::kCategorical, {true, false}), "optimizer", {"sgd"}),
+       When(Range("beta2", Kind::kUniform, 0.9, 0.9999), "optimizer", {"adamw", "rmsprop"})});
+}
+
+TEST(ConditionalRandomTest, InactiveParametersAreAbsent) {
+  auto sampler = MakeRandomSampler(ConditionalMixedSpace(), 5);
+  std::map<std::string, int> seen;
+  for (int64_t i = 0; i < 3000; ++i) {
+    json t = *sampler->Sample(i);
+    const std::string opt = t["optimizer"].get<std::string>();
+    ++seen[opt];
+    EXPECT_TRUE(t.contains("lr"));
+    EXPECT_EQ(t.contains("momentum"), opt == "sgd") << t.dump();
+    EXPECT_EQ(t.contains("nesterov"), opt == "sgd") << t.dump();
+    EXPECT_EQ(t.contains("beta2"), opt != "sgd") << t.dump();
+    EXPECT_EQ(t.size(), opt == "sgd" ? 4u : 3u);
+  }
+  for (const auto& [opt, n] : seen) EXPECT_NEAR(n, 1000, 150) << opt;
+}
+
+TEST(ConditionalRandomTest, ConditionsLeaveEveryDrawWhereItWas) {
+  // The same parameters with no conditions: every value a conditional space shows must be the
+  // one drawn here, and the unconditional parameters must not move at all.
+  auto plain =
+      MakeRandomSampler(Space({Values("optimizer", Kind::kCategorical, {"sgd", "adamw", "rmsprop"}),
+                               Range("lr", Kind::kLogUniform, 1e-5, 1e-1),
+                               Range("momentum", Kind::kUniform, 0.8, 0.99),
+                               Values("nesterov", Kind::kCategorical, {true, false}),
+                               Range("beta2", Kind::kUniform, 0.9, 0.9999)}),
+                        9);
+  auto conditional = MakeRandomSampler(ConditionalMixedSpace(), 9);
+  auto without =
+      MakeRandomSampler(Space({Values("optimizer", Kind::kCategorical, {"sgd", "adamw", "rmsprop"}),
+                               Range("lr", Kind::kLogUniform, 1e-5, 1e-1)}),
+                        9);
+  for (int64_t i = 0; i < 500; ++i) {
+    const json all = *plain->Sample(i);
+    const json some = *conditional->Sample(i);
+    for (const auto& [name, value] : some.items()) EXPECT_EQ(value, all[name]) << name << i;
+    EXPECT_EQ(*without->Sample(i), (json{{"optimizer", some["optimizer"]}, {"lr", some["lr"]}}));
+  }
+}
+
+TEST(ConditionalRandomTest, NestedConditionsFollowTheChain) {
+  auto sampler = MakeRandomSampler(
+      Space({Values("optimizer", Kind::kCategorical, {"sgd", "adamw"}),
+             When(Values("momentum", Kind::kCategorical, {0.0, 0.9}), "optimizer", {"sgd"}),
+             When(Range("dampening", Kind::kUniform, 0, 0.5), "momentum", {0.9})}),
+      11);
+  int deepest = 0;
+  for (int64_t i = 0; i < 2000; ++i) {
+    json t = *sampler->Sample(i);
+    const bool sgd = t["optimizer"] == "sgd";
+    EXPECT_EQ(t.contains("momentum"), sgd);
+    const bool damp = sgd && t["momentum"] == 0.9;
+    EXPECT_EQ(t.contains("dampening"), damp) << t.dump();
+    deepest += damp;
+  }
+  EXPECT_NEAR(deepest, 500, 100);
+}
+
 }  // namespace
 }  // namespace sweep::search

@@ -182,5 +182,91 @@ TEST(SearchSpaceTest, RefusesInvalidParameterAndKeepsTheRest) {
   EXPECT_EQ(space.parameters()[0].name, "x");
 }
 
+// ---- Conditions ----
+
+Parameter When(Parameter p, std::string parent, std::vector<json> values) {
+  p.condition = Condition{std::move(parent), std::move(values)};
+  return p;
+}
+
+SearchSpace OptimizerSpace() {
+  SearchSpace space;
+  EXPECT_TRUE(space.Add(Range("lr", Kind::kLogUniform, 1e-4, 1e-1)).ok());
+  EXPECT_TRUE(space.Add(Values("optimizer", Kind::kCategorical, {"sgd", "adamw"})).ok());
+  return space;
+}
+
+TEST(ConditionTest, ValidateChecksTheConditionsShape) {
+  ExpectRefused(When(Range("momentum", Kind::kUniform, 0.8, 0.99), "", {"sgd"}),
+                "momentum: a condition needs the name of its parent");
+  ExpectRefused(When(Values("m", Kind::kCategorical, {1, 2}), "m", {1}),
+                "m: a parameter cannot depend on itself");
+  ExpectRefused(When(Range("momentum", Kind::kUniform, 0.8, 0.99), "optimizer", {}),
+                "momentum: condition on 'optimizer' lists no values, so it could never be active");
+  // The distribution is still checked first.
+  ExpectRefused(When(Range("momentum", Kind::kUniform, 1, 0), "optimizer", {"sgd"}),
+                "momentum: uniform needs min <= max (got min=1, max=0)");
+}
+
+TEST(ConditionTest, AcceptsACategoricalParentDeclaredBefore) {
+  SearchSpace space = OptimizerSpace();
+  Status status =
+      space.Add(When(Range("momentum", Kind::kUniform, 0.8, 0.99), "optimizer", {"sgd"}));
+  ASSERT_TRUE(status.ok()) << status.message();
+  ASSERT_NE(space.Find("momentum"), nullptr);
+  EXPECT_EQ(space.Find("momentum")->condition->parent, "optimizer");
+  EXPECT_EQ(space.Find("nope"), nullptr);
+}
+
+TEST(ConditionTest, RefusesAParentNotDeclaredBefore) {
+  SearchSpace space = OptimizerSpace();
+  Status status =
+      space.Add(When(Range("momentum", Kind::kUniform, 0.8, 0.99), "optimiser", {"sgd"}));
+  EXPECT_EQ(status.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "momentum: condition on 'optimiser', which is not a parameter declared before it");
+  // Declared after the child: the same refusal, so a cycle can never be built.
+  SearchSpace later;
+  EXPECT_FALSE(
+      later.Add(When(Range("momentum", Kind::kUniform, 0.8, 0.99), "optimizer", {"sgd"})).ok());
+  EXPECT_TRUE(later.parameters().empty());
+}
+
+TEST(ConditionTest, RefusesANonCategoricalParent) {
+  SearchSpace space = OptimizerSpace();
+  Status status = space.Add(When(Values("warmup", Kind::kCategorical, {0, 5}), "lr", {0.1}));
+  EXPECT_EQ(status.message(),
+            "warmup: condition on 'lr', which is log_uniform; a parent must be categorical "
+            "(values = [...])");
+}
+
+TEST(ConditionTest, RefusesAValueTheParentNeverTakes) {
+  SearchSpace space = OptimizerSpace();
+  Status status =
+      space.Add(When(Range("momentum", Kind::kUniform, 0.8, 0.99), "optimizer", {"sgd", "sdg"}));
+  EXPECT_EQ(status.message(),
+            R"(momentum: condition value "sdg" is not one of optimizer's values ["sgd","adamw"])");
+  EXPECT_EQ(space.parameters().size(), 2u);
+}
+
+TEST(ConditionTest, ConstantParentAndNumericValuesCompareAsJson) {
+  SearchSpace space;
+  ASSERT_TRUE(space.Add(Values("epochs", Kind::kConstant, {27})).ok());
+  ASSERT_TRUE(space.Add(Values("batch", Kind::kCategorical, {64, 128})).ok());
+  EXPECT_TRUE(space.Add(When(Values("a", Kind::kCategorical, {1, 2}), "epochs", {27.0})).ok());
+  EXPECT_TRUE(space.Add(When(Range("b", Kind::kUniform, 0, 1), "batch", {128})).ok());
+  EXPECT_FALSE(space.Add(When(Range("c", Kind::kUniform, 0, 1), "batch", {"128"})).ok());
+}
+
+TEST(ConditionTest, AChildMayBeAParent) {
+  SearchSpace space = OptimizerSpace();
+  ASSERT_TRUE(
+      space.Add(When(Values("momentum", Kind::kCategorical, {0.0, 0.9}), "optimizer", {"sgd"}))
+          .ok());
+  EXPECT_TRUE(
+      space.Add(When(Values("nesterov", Kind::kCategorical, {true, false}), "momentum", {0.9}))
+          .ok());
+}
+
 }  // namespace
 }  // namespace sweep::search

@@ -32,13 +32,24 @@ struct Distribution {
   std::vector<nlohmann::json> values;  // kCategorical: the choices; kConstant: the one value
 };
 
+// A parameter that exists only in some branches of the space: it is active when its parent is
+// active and takes one of `values` (compared as JSON, so 1 matches 1.0). The parent must be a
+// categorical or constant parameter declared before the child, which also rules out cycles.
+// An inactive parameter is absent from a trial's params, not filled with a placeholder.
+struct Condition {
+  std::string parent;
+  std::vector<nlohmann::json> values;
+};
+
 struct Parameter {
   std::string name;
   Distribution distribution;
+  std::optional<Condition> condition;  // nullopt: always active
 };
 
 // Checks one distribution: min <= max, log ranges above zero, integer bounds integral,
-// non-empty values. The message names the parameter.
+// non-empty values; and the shape of a condition (a parent other than itself, some values).
+// The message names the parameter. What the condition refers to is checked by SearchSpace::Add.
 Status Validate(const Parameter& parameter);
 
 // The name a config file and an error message use for a kind ("log_uniform"), and back again;
@@ -49,8 +60,12 @@ std::optional<Distribution::Kind> KindFromName(std::string_view name);
 // The parameters in the order they were declared. Names are unique.
 class SearchSpace {
  public:
-  Status Add(Parameter parameter);  // validates; refuses a duplicate name
+  // Validates; refuses a duplicate name, and a condition whose parent is not declared yet, is
+  // not categorical or constant, or does not have every listed value among its values.
+  Status Add(Parameter parameter);
   const std::vector<Parameter>& parameters() const { return parameters_; }
+  // nullptr when no parameter has that name.
+  const Parameter* Find(std::string_view name) const;
 
  private:
   std::vector<Parameter> parameters_;
@@ -66,11 +81,17 @@ class Sampler {
   virtual std::optional<int64_t> size() const = 0;
 };
 
-// Full Cartesian product of the parameters' values, first declared parameter varying slowest.
-// Refuses a continuous distribution (uniform, log_uniform, int ranges) naming the parameter.
+// Every distinct assignment of the active parameters' values, in lexicographic order of the
+// value indices taken in declaration order (first declared varies slowest). Without conditions
+// that is the full Cartesian product. A conditional parameter multiplies only the branches where
+// it is active, and size() counts exactly the distinct assignments. Trial i costs
+// O(#parameters * log #values); nothing is enumerated. Refuses a continuous distribution
+// (uniform, log_uniform, int ranges) naming the parameter, and a space beyond 2^63 points.
 Result<std::unique_ptr<Sampler>> MakeGridSampler(const SearchSpace& space);
 
 // Independent draws; the value of parameter p in trial i depends only on (seed, i, p's name).
+// A conditional parameter is drawn (with that same value) only when active, so adding one leaves
+// every other parameter's draws unchanged.
 std::unique_ptr<Sampler> MakeRandomSampler(const SearchSpace& space, uint64_t seed);
 
 }  // namespace sweep::search
