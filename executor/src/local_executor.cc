@@ -145,15 +145,19 @@ Status LocalExecutor::Start(const TrialTask& task) {
   return Status::Ok();
 }
 
-Status LocalExecutor::Stop(int64_t number) {
+Status LocalExecutor::Send(int64_t number, const char* op) {
   for (auto& w : workers_) {
     if (w->alive && w->trial == number) {
-      WriteAll(w->command_fd, json{{"op", "stop"}, {"trial", number}}.dump() + "\n");
+      WriteAll(w->command_fd, json{{"op", op}, {"trial", number}}.dump() + "\n");
       return Status::Ok();
     }
   }
   return Status::NotFound("trial " + std::to_string(number) + " is not running");
 }
+
+Status LocalExecutor::Stop(int64_t number) { return Send(number, "stop"); }
+
+Status LocalExecutor::Continue(int64_t number) { return Send(number, "go"); }
 
 void LocalExecutor::ReadLog(Worker& w) {
   std::vector<std::string> lines;

@@ -27,10 +27,27 @@ std::string_view ToString(TrialOutcome::Kind kind) {
   return "failed";
 }
 
+bool TrialTask::IsDecisionPoint(int64_t step, double epoch, size_t* next_point) const {
+  if (decide_every_report) return true;
+  const double resource = decide_by_epoch ? epoch : static_cast<double>(step);
+  bool reached = false;
+  while (*next_point < decision_points.size() && resource >= decision_points[*next_point]) {
+    ++*next_point;
+    reached = true;
+  }
+  return reached;
+}
+
 json ToJson(const TrialTask& task) {
-  return json{{"number", task.number},     {"kind", task.kind},       {"params", task.params},
-              {"settings", task.settings}, {"threads", task.threads}, {"gpus", task.gpus},
-              {"seed", task.seed}};
+  json j = {{"number", task.number},     {"kind", task.kind},       {"params", task.params},
+            {"settings", task.settings}, {"threads", task.threads}, {"gpus", task.gpus},
+            {"seed", task.seed}};
+  if (!task.decision_points.empty() || task.decide_every_report) {
+    j["decide"] = {{"at", task.decision_points},
+                   {"every", task.decide_every_report},
+                   {"by_epoch", task.decide_by_epoch}};
+  }
+  return j;
 }
 
 Result<TrialTask> TrialTaskFromJson(const json& j) {
@@ -43,6 +60,11 @@ Result<TrialTask> TrialTaskFromJson(const json& j) {
     t.threads = j.at("threads").get<int>();
     t.gpus = j.at("gpus").get<std::vector<int>>();
     t.seed = j.at("seed").get<uint64_t>();
+    if (auto d = j.find("decide"); d != j.end()) {
+      t.decision_points = d->at("at").get<std::vector<double>>();
+      t.decide_every_report = d->at("every").get<bool>();
+      t.decide_by_epoch = d->at("by_epoch").get<bool>();
+    }
     return t;
   } catch (const json::exception& e) {
     return Status::InvalidArgument(std::string("malformed trial task: ") + e.what());

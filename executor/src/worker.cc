@@ -71,12 +71,20 @@ class Worker {
         Flush();
         std::abort();
       }
+      size_t next_point = 0;
       auto sink = [&](int64_t step, double epoch, const json& metrics) {
         Send(json{{"op", "report"},
                   {"trial", task->number},
                   {"step", step},
                   {"epoch", epoch},
                   {"metrics", metrics}});
+        if (task->IsDecisionPoint(step, epoch, &next_point) && !stop_) {
+          // Early stopping judges this report: wait for its verdict.
+          Flush();
+          verdict_ = false;
+          while (!verdict_ && !closed_) Pump(-1);
+          return;
+        }
         if (std::chrono::steady_clock::now() - last_flush_ >= kFlushInterval) Flush();
         Pump(0);  // a stop request takes effect at this report
       };
@@ -121,7 +129,9 @@ class Worker {
       if (op == "run") {
         runs_.push_back(std::move(msg));
       } else if (op == "stop") {
-        if (msg.value("trial", int64_t{-2}) == current_) stop_ = true;
+        if (msg.value("trial", int64_t{-2}) == current_) stop_ = verdict_ = true;
+      } else if (op == "go") {
+        if (msg.value("trial", int64_t{-2}) == current_) verdict_ = true;
       } else if (op == "exit") {
         closed_ = true;
       }
@@ -152,6 +162,7 @@ class Worker {
   std::condition_variable cv_;
   bool done_ = false;
   std::atomic<bool> stop_{false};
+  bool verdict_ = false;  // the go or stop awaited at a decision point arrived
   std::string out_;
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
 };

@@ -266,7 +266,27 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
     p.distribution.values = {ToJson(node)};
     return p;
   }
-  SWEEP_RETURN_IF_ERROR(c.KnownKeys(*t, key, {"distribution", "min", "max", "values"}));
+  SWEEP_RETURN_IF_ERROR(c.KnownKeys(*t, key, {"distribution", "min", "max", "values", "when"}));
+  if (const toml::node* when = t->get("when")) {
+    // when = { parent = value } or { parent = [value, ...] }: active only for those values.
+    const toml::table* w = when->as_table();
+    if (w == nullptr || w->size() != 1) {
+      return c.Error(*when, key + ".when",
+                     "expected one parent parameter and its values, e.g. when = { optimizer = "
+                     "[\"sgd\"] }");
+    }
+    search::Condition cond;
+    for (auto&& [parent, values] : *w) {
+      cond.parent = std::string(parent.str());
+      if (const toml::array* a = values.as_array()) {
+        for (auto&& v : *a) cond.values.push_back(ToJson(v));
+      } else {
+        cond.values.push_back(ToJson(values));
+      }
+      if (cond.values.empty()) return c.Error(values, key + ".when", "give at least one value");
+    }
+    p.condition = std::move(cond);
+  }
   const toml::node* dist = t->get("distribution");
   const toml::node* values = t->get("values");
   if (values != nullptr) {
@@ -390,7 +410,85 @@ Status CheckDatasetFiles(const Checker& c, const toml::node& where, const std::s
   return Status::Ok();
 }
 
+// "val_acc >= 0.9" -> {val_acc, >=, 0.9}.
+std::optional<SweepConfig::Target> ParseTarget(std::string_view text) {
+  SweepConfig::Target t;
+  size_t op = text.find_first_of("<>");
+  if (op == std::string_view::npos) return std::nullopt;
+  auto trim = [](std::string_view v) {
+    while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+    while (!v.empty() && v.back() == ' ') v.remove_suffix(1);
+    return v;
+  };
+  t.metric = std::string(trim(text.substr(0, op)));
+  size_t rest = op + 1;
+  t.op = std::string(1, text[op]);
+  if (rest < text.size() && text[rest] == '=') {
+    t.op += '=';
+    ++rest;
+  }
+  std::string number(trim(text.substr(rest)));
+  char* end = nullptr;
+  t.value = std::strtod(number.c_str(), &end);
+  if (t.metric.empty() || number.empty() || end != number.c_str() + number.size() ||
+      !std::isfinite(t.value)) {
+    return std::nullopt;
+  }
+  return t;
+}
+
+// Fills in what [early_stopping] leaves to the rest of the config, and validates it.
+Status FinishEarlyStopping(const Checker& c, const toml::table* es,
+                           const toml::node* max_resource_node, std::optional<double> natural_max,
+                           SweepConfig* cfg) {
+  auto& sc = cfg->early_stopping;
+  sc.maximize = cfg->maximize;
+  sc.metric = cfg->metric;
+  if (sc.algorithm == search::EarlyStopping::kNone) return Status::Ok();
+  const toml::node& where = *es;  // an algorithm other than none was set in [early_stopping]
+  if (cfg->kind == TrialKind::kFunction && cfg->function.value("steps", int64_t{0}) < 2) {
+    return c.Error(where, "early_stopping",
+                   "early stopping needs trials that report a curve: set function.steps");
+  }
+  const bool rungs = sc.algorithm != search::EarlyStopping::kMedian;
+  if (rungs) {
+    if (max_resource_node == nullptr) {
+      if (!natural_max) {
+        return c.Error(where, "early_stopping.max_resource",
+                       "set it: the epochs of a trial vary, so it cannot be taken from them");
+      }
+      sc.max_resource = *natural_max;
+    } else if (natural_max && sc.max_resource > *natural_max) {
+      return c.Error(*max_resource_node, "early_stopping.max_resource",
+                     "is " + FormatNumber(sc.max_resource) + " but every trial stops at " +
+                         FormatNumber(*natural_max) + "; rungs above that would never be reached");
+    }
+  }
+  Status s = search::Validate(sc);
+  if (!s.ok()) {
+    // The message starts with the key it is about; point at that key when it was written.
+    for (auto&& [k, v] : *es) {
+      if (s.message().rfind("early_stopping." + std::string(k.str()), 0) == 0) {
+        return c.Error(v, "", s.message());
+      }
+    }
+    return c.Error(where, "", s.message());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
+
+bool SweepConfig::Target::Reached(double v) const {
+  if (op == ">=") return v >= value;
+  if (op == ">") return v > value;
+  if (op == "<=") return v <= value;
+  return v < value;
+}
+
+std::string SweepConfig::Target::ToString() const {
+  return metric + " " + op + " " + FormatNumber(value);
+}
 
 Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) {
   Checker c(path);
@@ -416,9 +514,9 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
   // ---- [sweep] ----
   const toml::table* sweep = table("sweep");
   if (sweep == nullptr) return c.FileError("missing [sweep] table (it needs at least `name`)");
-  SWEEP_RETURN_IF_ERROR(c.KnownKeys(
-      *sweep, "[sweep]",
-      {"name", "metric", "mode", "max_trials", "max_concurrent", "time_budget", "seed"}));
+  SWEEP_RETURN_IF_ERROR(c.KnownKeys(*sweep, "[sweep]",
+                                    {"name", "metric", "mode", "max_trials", "max_concurrent",
+                                     "time_budget", "seed", "stop_when"}));
   const toml::node* name = sweep->get("name");
   if (name == nullptr) return c.Error(*sweep, "sweep.name", "missing: every sweep needs a name");
   SWEEP_ASSIGN_OR_RETURN(cfg.name, c.String(*name, "sweep.name"));
@@ -475,17 +573,47 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
   }
 
   // ---- [early_stopping] ----
-  if (const toml::table* es = table("early_stopping")) {
+  const toml::table* es = table("early_stopping");
+  const toml::node* max_resource_node = nullptr;
+  if (es != nullptr) {
     SWEEP_RETURN_IF_ERROR(c.KnownKeys(*es, "[early_stopping]",
                                       {"algorithm", "min_resource", "max_resource",
                                        "reduction_factor", "grace_period", "min_trials"}));
+    auto& sc = cfg.early_stopping;
     if (const toml::node* n = es->get("algorithm")) {
-      SWEEP_ASSIGN_OR_RETURN(cfg.early_stopping, c.OneOf(*n, "early_stopping.algorithm",
-                                                         {"none", "median", "asha", "hyperband"}));
-      if (cfg.early_stopping != "none") {
-        return c.Error(*n, "early_stopping.algorithm",
-                       "\"" + cfg.early_stopping +
-                           "\" is not available in this version of sweep yet; use \"none\"");
+      SWEEP_ASSIGN_OR_RETURN(std::string a, c.OneOf(*n, "early_stopping.algorithm",
+                                                    {"none", "median", "asha", "hyperband"}));
+      sc.algorithm = *search::EarlyStoppingFromName(a);
+    }
+    const bool rungs = sc.algorithm == search::EarlyStopping::kAsha ||
+                       sc.algorithm == search::EarlyStopping::kHyperband;
+    const bool median = sc.algorithm == search::EarlyStopping::kMedian;
+    // Keys the chosen algorithm ignores are refused: a setting that silently does nothing misleads.
+    const std::pair<std::string_view, bool> applies[] = {{"min_resource", rungs},
+                                                         {"max_resource", rungs},
+                                                         {"reduction_factor", rungs},
+                                                         {"grace_period", median},
+                                                         {"min_trials", median}};
+    for (auto [key, ok] : applies) {
+      const toml::node* n = es->get(key);
+      if (n == nullptr) continue;
+      std::string k = "early_stopping." + std::string(key);
+      if (!ok) {
+        return c.Error(*n, k,
+                       "does not apply to algorithm \"" +
+                           std::string(search::EarlyStoppingName(sc.algorithm)) + "\"");
+      }
+      if (key == "grace_period" || key == "min_trials") {
+        SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, k, 0, int64_t{1} << 40));
+        (key == "grace_period" ? sc.grace_period : sc.min_trials) = v;
+      } else {
+        SWEEP_ASSIGN_OR_RETURN(double v, c.Number(*n, k));
+        if (key == "min_resource") sc.min_resource = v;
+        if (key == "reduction_factor") sc.reduction_factor = v;
+        if (key == "max_resource") {
+          sc.max_resource = v;
+          max_resource_node = n;
+        }
       }
     }
   }
@@ -575,6 +703,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
                    "[function] applies to kind = \"function\" only");
   }
 
+  std::optional<double> natural_max_resource;  // what every trial runs to, when it is fixed
   if (cfg.kind == TrialKind::kTrainer) {
     trainer::TrainOptions merged;
     const toml::node* dataset_node = nullptr;
@@ -613,6 +742,11 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
           "{ format = \"idx\", train_images = \"...\", train_labels = \"...\" })");
     }
     SWEEP_RETURN_IF_ERROR(CheckDatasetFiles(c, *dataset_node, dataset_key, merged.dataset));
+    bool epochs_vary = std::any_of(params.begin(), params.end(), [](const ParamEntry& e) {
+      return e.parameter.name == "epochs" &&
+             e.parameter.distribution.kind != search::Distribution::Kind::kConstant;
+    });
+    if (!epochs_vary) natural_max_resource = merged.epochs;
     if (!metric) metric = "val_acc", mode = mode.value_or("max");
     const auto names = executor::TrialMetricNames("trainer");
     if (std::find(names.begin(), names.end(), *metric) == names.end()) {
@@ -651,8 +785,15 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
       SWEEP_ASSIGN_OR_RETURN(cfg.function["step_ms"],
                              c.Integer(*n, "function.step_ms", 0, 3'600'000));
     }
+    natural_max_resource = std::max<int64_t>(1, cfg.function.value("steps", int64_t{0}));
     std::vector<std::string> names;
-    for (const ParamEntry& e : params) names.push_back(e.parameter.name);
+    for (const ParamEntry& e : params) {
+      names.push_back(e.parameter.name);
+      if (e.parameter.condition) {
+        return c.Error(*e.node, "parameters." + e.parameter.name + ".when",
+                       "function trials need every input; conditions apply to trainer trials");
+      }
+    }
     Status s = executor::CheckFunctionParams(*executor::FindFunction(fn), names);
     if (!s.ok()) {
       const toml::node* where = table("parameters") ? root["parameters"].node() : fname;
@@ -680,6 +821,23 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
   }
   cfg.metric = *metric;
   cfg.maximize = *mode == "max";
+  SWEEP_RETURN_IF_ERROR(FinishEarlyStopping(c, es, max_resource_node, natural_max_resource, &cfg));
+  if (const toml::node* n = sweep->get("stop_when")) {
+    SWEEP_ASSIGN_OR_RETURN(std::string written, c.String(*n, "sweep.stop_when"));
+    auto target = ParseTarget(written);
+    if (!target) {
+      return c.Error(
+          *n, "sweep.stop_when",
+          "cannot read \"" + written + "\"; write METRIC OP NUMBER, e.g. \"val_acc >= 0.9\"");
+    }
+    const auto names = executor::TrialMetricNames(ToString(cfg.kind));
+    if (std::find(names.begin(), names.end(), target->metric) == names.end()) {
+      return c.Error(
+          *n, "sweep.stop_when",
+          std::string(ToString(cfg.kind)) + " trials never report '" + target->metric + "'");
+    }
+    cfg.stop_when = target;
+  }
 
   // ---- search space and trial count ----
   for (ParamEntry& e : params) {

@@ -4,6 +4,7 @@
 // turn costs the same at trial 10 and at trial 10,000; on resume it is rebuilt from the store.
 #include "sweep/coordinator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "executor/local_executor.h"
 #include "executor/slots.h"
+#include "search/early_stopping.h"
 #include "search/space.h"
 #include "sweep_lock.h"
 
@@ -73,6 +75,8 @@ struct RunningTrial {
   double epochs = 0;
   int retries = 0;
   bool stop_sent = false;
+  std::string prune_reason;  // set when early stopping asked it to stop
+  size_t next_point = 0;     // see TrialTask::IsDecisionPoint
 };
 
 class Coordinator {
@@ -139,16 +143,45 @@ class Coordinator {
       SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, t.number, "running", "interrupted",
                                             "its coordinator stopped before it ended", start_s_));
     }
+    // Early stopping's state is a function of the stored reports: replay them in order.
+    std::map<int64_t, std::string> stop_reasons;
+    if (scheduler_ != nullptr) {
+      SWEEP_ASSIGN_OR_RETURN(auto stored, store_.AllReports(sweep_id_));
+      for (const auto& r : stored) {
+        json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
+        auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics);
+        if (!report) continue;
+        search::Decision d = scheduler_->OnReport(report->trial, report->resource, report->value);
+        if (d.stop() && !stop_reasons.count(r.trial)) stop_reasons[r.trial] = d.reason;
+      }
+    }
     store::TrialQuery interrupted;
     interrupted.status = TrialStatus::kInterrupted;
     SWEEP_ASSIGN_OR_RETURN(auto again, store_.Trials(sweep_id_, interrupted));
     for (const auto& t : again) {
+      if (scheduler_ != nullptr && scheduler_->Stopped(t.number)) {
+        // Early stopping had already decided this one: it ends pruned, not run again.
+        store::TrialRecord pruned = t;
+        pruned.status = TrialStatus::kPruned;
+        pruned.ended_s = start_s_;
+        pruned.error = stop_reasons[t.number];
+        SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, pruned));
+        SWEEP_RETURN_IF_ERROR(
+            store_.AddEvent(sweep_id_, t.number, "interrupted", "pruned", pruned.error, start_s_));
+        continue;
+      }
       json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
       if (!params.is_object()) {
         return Status::Corruption(store_.path() + ": trial " + std::to_string(t.number) +
                                   " has unreadable params");
       }
       queue_.push_back({t.number, std::move(params), t.retries});
+    }
+    // Trials that survived more rungs go first.
+    if (scheduler_ != nullptr) {
+      std::stable_sort(queue_.begin(), queue_.end(), [&](const Pending& a, const Pending& b) {
+        return scheduler_->Rung(a.number) > scheduler_->Rung(b.number);
+      });
     }
     SWEEP_ASSIGN_OR_RETURN(int64_t max_number, store_.MaxTrialNumber(sweep_id_));
     next_number_ = max_number + 1;
@@ -179,6 +212,15 @@ class Coordinator {
     } else {
       sampler_ = search::MakeRandomSampler(config_.space, config_.seed);
     }
+    if (config_.early_stopping.algorithm != search::EarlyStopping::kNone) {
+      SWEEP_ASSIGN_OR_RETURN(scheduler_, search::MakeScheduler(config_.early_stopping));
+      // Where the scheduler can decide, workers wait for its verdict: rungs for ASHA and
+      // Hyperband, every report for the median rule.
+      decisions_.decide_every_report =
+          config_.early_stopping.algorithm == search::EarlyStopping::kMedian;
+      if (!decisions_.decide_every_report) decisions_.decision_points = scheduler_->RungResources();
+      decisions_.decide_by_epoch = config_.kind == TrialKind::kTrainer;
+    }
     executor_ =
         std::make_unique<executor::LocalExecutor>(options_.worker_command, options_.worker_env);
     executor_->set_heartbeat_timeout_ms(static_cast<int64_t>(config_.heartbeat_timeout_s * 1000));
@@ -196,6 +238,21 @@ class Coordinator {
     auto at = owner.find('@');
     if (at == std::string::npos) return "another process";
     return "pid " + owner.substr(0, at) + " on host " + owner.substr(at + 1);
+  }
+
+  // The scheduler's view of a report: the resource is the epoch for trainer trials and the step
+  // for the others; the value is the sweep's metric (null, as JSON writes NaN, reads as NaN).
+  // Used for live reports and for replays alike, so both see the same numbers.
+  std::optional<search::Report> SchedulerReport(int64_t trial, int64_t step, double epoch,
+                                                const json& metrics) const {
+    if (!metrics.is_object()) return std::nullopt;
+    auto m = metrics.find(config_.metric);
+    if (m == metrics.end()) return std::nullopt;
+    search::Report r;
+    r.trial = trial;
+    r.resource = config_.kind == TrialKind::kTrainer ? epoch : static_cast<double>(step);
+    r.value = m->is_number() ? m->get<double>() : std::nan("");
+    return r;
   }
 
   double ActiveSeconds(double now) const { return active_before_s_ + (now - start_s_); }
@@ -218,6 +275,9 @@ class Coordinator {
         stopping = true;
         interrupted_ = true;
         stop_reason_ = "interrupted by the user";
+      }
+      if (!stopping && target_reached_) {
+        stopping = true;  // stop_reason_ says which trial reached it
       }
       if (!stopping && config_.time_budget_s && ActiveSeconds(now) >= *config_.time_budget_s) {
         stopping = true;
@@ -337,6 +397,9 @@ class Coordinator {
     task.params = p.params;
     task.settings = config_.kind == TrialKind::kTrainer ? config_.trainer : config_.function;
     task.seed = TrialSeed(config_.seed, p.number);
+    task.decision_points = decisions_.decision_points;
+    task.decide_every_report = decisions_.decide_every_report;
+    task.decide_by_epoch = decisions_.decide_by_epoch;
     bool gpu = slots_->slots()[t.slots[0]].gpu;
     task.threads = gpu ? 1 : static_cast<int>(t.slots.size());
     if (gpu) {
@@ -367,7 +430,32 @@ class Coordinator {
       r.epoch = ev.epoch;
       r.metrics_json = ev.metrics.dump(-1, ' ', false, json::error_handler_t::replace);
       r.time_s = now;
-      return store_.AddReport(sweep_id_, r);
+      SWEEP_RETURN_IF_ERROR(store_.AddReport(sweep_id_, r));
+      const bool decision_point = decisions_.IsDecisionPoint(ev.step, ev.epoch, &t.next_point);
+      if (scheduler_ != nullptr) {
+        if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics)) {
+          search::Decision d = scheduler_->OnReport(report->trial, report->resource, report->value);
+          if (d.stop() && t.prune_reason.empty()) {
+            t.prune_reason = d.reason;
+            if (!t.stop_sent) {
+              (void)executor_->Stop(ev.trial);
+              t.stop_sent = true;
+            }
+          }
+        }
+      }
+      if (config_.stop_when && !target_reached_) {
+        auto m = ev.metrics.find(config_.stop_when->metric);
+        if (m != ev.metrics.end() && m->is_number() &&
+            config_.stop_when->Reached(m->get<double>())) {
+          target_reached_ = true;
+          stop_reason_ = "target " + config_.stop_when->ToString() + " reached by trial " +
+                         std::to_string(ev.trial);
+        }
+      }
+      // The worker waits at a decision point until told; a stop already sent is its answer.
+      if (decision_point && !t.stop_sent) (void)executor_->Continue(ev.trial);
+      return Status::Ok();
     }
     for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
     TrialStatus status = TrialStatus::kCompleted;
@@ -376,8 +464,13 @@ class Coordinator {
       case executor::TrialOutcome::Kind::kCompleted:
         break;
       case executor::TrialOutcome::Kind::kStopped:
-        status = TrialStatus::kInterrupted;
-        error = "stopped: " + stop_reason_;
+        if (!t.prune_reason.empty()) {
+          status = TrialStatus::kPruned;  // an ordinary outcome, not a failure
+          error = t.prune_reason;
+        } else {
+          status = TrialStatus::kInterrupted;
+          error = "stopped: " + stop_reason_;
+        }
         break;
       case executor::TrialOutcome::Kind::kFailed:
         status = TrialStatus::kFailed;
@@ -476,6 +569,8 @@ class Coordinator {
   SweepConfig config_;
   std::optional<executor::SlotPool> slots_;
   std::unique_ptr<search::Sampler> sampler_;
+  std::unique_ptr<search::Scheduler> scheduler_;  // null without early stopping
+  executor::TrialTask decisions_;                 // only its decision-point fields are used
   std::unique_ptr<executor::LocalExecutor> executor_;
   std::unique_ptr<SweepLock> lock_;
   int64_t sweep_id_ = 0;
@@ -490,6 +585,7 @@ class Coordinator {
   std::optional<double> best_;
   int64_t best_trial_ = -1;
   bool interrupted_ = false;
+  bool target_reached_ = false;
   std::string stop_reason_;
 };
 

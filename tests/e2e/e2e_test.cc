@@ -253,6 +253,72 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
   EXPECT_EQ(lines, 40);
 }
 
+TEST_F(E2eTest, AshaPrunesTrialsWithTheirRungAndReason) {
+  Write("a.toml", R"([sweep]
+name = "asha"
+max_trials = 60
+seed = 2
+[trial]
+kind = "function"
+[function]
+name = "hartmann6"
+steps = 27
+[early_stopping]
+algorithm = "asha"
+min_resource = 1
+reduction_factor = 3
+[parameters]
+x1 = { distribution = "uniform", min = 0, max = 1 }
+x2 = { distribution = "uniform", min = 0, max = 1 }
+x3 = { distribution = "uniform", min = 0, max = 1 }
+x4 = { distribution = "uniform", min = 0, max = 1 }
+x5 = { distribution = "uniform", min = 0, max = 1 }
+x6 = { distribution = "uniform", min = 0, max = 1 }
+)");
+  Output run = Sweep("run a.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  Output pruned = Sweep("trials asha --status pruned --json");
+  ASSERT_EQ(pruned.code, 0);
+  json arr = json::parse(pruned.out);
+  ASSERT_GT(arr.size(), 20u);  // most trials stop at a rung
+  for (const auto& t : arr) {
+    // The stop reaches the trial at the report that earned it: it ends exactly on a rung.
+    const double epochs = t["epochs"].get<double>();
+    EXPECT_TRUE(epochs == 1 || epochs == 3 || epochs == 9) << t;
+    EXPECT_EQ(t["error"].get<std::string>().rfind("pruned at rung ", 0), 0u) << t["error"];
+  }
+  auto total = Query("SELECT sum(epochs) FROM trials");
+  EXPECT_LT(std::stod(total[0][0]), 60 * 27 / 3.0);  // at most a third of the full budget
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'failed'")[0][0], "0");
+  EXPECT_EQ(Query("SELECT count(*) FROM events WHERE to_state = 'pruned'")[0][0],
+            std::to_string(arr.size()));
+}
+
+TEST_F(E2eTest, StopWhenEndsTheSweepAtItsTarget) {
+  Write("s.toml", R"([sweep]
+name = "target"
+max_trials = 5000
+stop_when = "value <= 5"
+seed = 3
+[trial]
+kind = "function"
+[function]
+name = "branin"
+[parameters]
+x1 = { distribution = "uniform", min = -5, max = 10 }
+x2 = { distribution = "uniform", min = 0, max = 15 }
+)");
+  Output run = Sweep("run s.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  int64_t trials = std::stoll(Query("SELECT count(*) FROM trials")[0][0]);
+  EXPECT_LT(trials, 5000);
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'running'")[0][0], "0");
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+  auto end = Query("SELECT detail FROM events WHERE trial IS NULL AND to_state = 'completed'");
+  ASSERT_EQ(end.size(), 1u);
+  EXPECT_NE(end[0][0].find("target value <= 5 reached by trial"), std::string::npos) << end[0][0];
+}
+
 TEST_F(E2eTest, HelpShowsAnExample) {
   Output o = Sweep("--help");
   EXPECT_EQ(o.code, 0);

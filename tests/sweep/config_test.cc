@@ -173,6 +173,71 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
   }
 }
 
+// kBranin reporting a curve of 27 steps (one line longer).
+std::string BraninWithSteps() {
+  std::string text = kBranin;
+  text.replace(text.find("name = \"branin\"\n"), 16, "name = \"branin\"\nsteps = 27\n");
+  return text;
+}
+
+TEST_F(ConfigTest, EarlyStoppingTakesItsMaxResourceFromTheTrials) {
+  auto cfg = ParseConfig(BraninWithSteps() + "[early_stopping]\nalgorithm = \"asha\"\n", "e.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->early_stopping.algorithm, search::EarlyStopping::kAsha);
+  EXPECT_EQ(cfg->early_stopping.max_resource, 27);
+  EXPECT_FALSE(cfg->early_stopping.maximize);
+  EXPECT_EQ(cfg->early_stopping.metric, "value");
+}
+
+TEST_F(ConfigTest, ConditionalParameterAndTarget) {
+  std::string text = TrainerConfig(
+      "optimizer = { values = [\"sgd\"] }\nmomentum = { distribution = \"uniform\", min = "
+      "0.8, max = 0.99, when = { optimizer = \"sgd\" } }");
+  text.replace(0, 7, "[sweep]\nstop_when = \"val_acc >= 0.9\"");
+  auto cfg = ParseConfig(text, "c.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  const auto& p = cfg->space.parameters()[1];
+  ASSERT_TRUE(p.condition.has_value());
+  EXPECT_EQ(p.condition->parent, "optimizer");
+  ASSERT_TRUE(cfg->stop_when.has_value());
+  EXPECT_TRUE(cfg->stop_when->Reached(0.95));
+  EXPECT_FALSE(cfg->stop_when->Reached(0.85));
+}
+
+TEST_F(BadConfigTest, EarlyStoppingAndConditionErrors) {
+  struct Case {
+    std::string text, expected;
+  };
+  const std::string b = kBranin;
+  const std::string bs = BraninWithSteps();
+  std::string bad_target = b, unknown_target = b;
+  bad_target.replace(b.find("seed = 3"), 8, "stop_when = \"value = 3\"");
+  unknown_target.replace(b.find("seed = 3"), 8, "stop_when = \"acc > 3\"");
+  const std::vector<Case> cases = {
+      {bs + "[early_stopping]\nalgorithm = \"asha\"\ngrace_period = 2\n",
+       "e.toml:15:16: early_stopping.grace_period: does not apply to algorithm \"asha\""},
+      {bs + "[early_stopping]\nalgorithm = \"asha\"\nreduction_factor = 1\n",
+       "e.toml:15:20: early_stopping.reduction_factor must be >= 2"},
+      {bs + "[early_stopping]\nalgorithm = \"asha\"\nmax_resource = 81\n",
+       "e.toml:15:16: early_stopping.max_resource: is 81 but every trial stops at 27"},
+      {b + "[early_stopping]\nalgorithm = \"median\"\n",
+       "early_stopping: early stopping needs trials that report a curve: set function.steps"},
+      {b + "[early_stopping]\nalgorithm = \"bohb\"\n",
+       "e.toml:13:13: early_stopping.algorithm: unknown value \"bohb\""},
+      {TrainerConfig("momentum = { distribution = \"uniform\", min = 0.8, max = 0.99, when = { "
+                     "optimiser = \"sgd\" } }"),
+       "parameters.momentum: momentum: condition on 'optimiser'"},
+      {bad_target, "e.toml:4:13: sweep.stop_when: cannot read \"value = 3\""},
+      {unknown_target, "e.toml:4:13: sweep.stop_when: function trials never report 'acc'"},
+  };
+  for (const Case& c : cases) {
+    auto cfg = ParseConfig(c.text, "e.toml");
+    ASSERT_FALSE(cfg.ok()) << c.expected;
+    EXPECT_NE(cfg.status().message().find(c.expected), std::string::npos)
+        << "got:      " << cfg.status().message() << "\nexpected: " << c.expected;
+  }
+}
+
 TEST_F(BadConfigTest, FunctionMetricMustBeValue) {
   std::string text = kBranin;
   text.replace(text.find("seed = 3"), 8, "seed = 3\nmetric = \"acc\"\nmode = \"max\"");

@@ -46,6 +46,8 @@ class LocalExecutor {
   Status Start(const TrialTask& task);
   // Asks trial `number` to stop; its kDone (kStopped) event follows.
   Status Stop(int64_t number);
+  // Lets trial `number`, waiting at a decision point, go on.
+  Status Continue(int64_t number);
   // Waits up to timeout_ms for messages; appends what arrived (possibly nothing).
   Status Poll(int timeout_ms, std::vector<WorkerEvent>* events);
   int running() const;
@@ -59,6 +61,7 @@ class LocalExecutor {
  private:
   struct Worker;
   Result<Worker*> IdleWorker();
+  Status Send(int64_t number, const char* op);
   void ReadMessages(Worker& w, std::vector<WorkerEvent>* events);
   void ReadLog(Worker& w);
   void Reap(Worker& w, std::vector<WorkerEvent>* events, const std::string& why = "");

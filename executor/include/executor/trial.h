@@ -23,6 +23,17 @@ struct TrialTask {
   int threads = 1;          // CPU threads for the trial (its number of CPU slots)
   std::vector<int> gpus;    // CUDA ordinals; empty on CPU slots
   uint64_t seed = 0;        // used when neither settings nor params give `seed`
+  // Early stopping's decision points: at a report whose resource (the epoch when
+  // decide_by_epoch, else the step) first reaches one of these, or at every report when
+  // decide_every_report, the worker waits for the coordinator's go or stop before going on, so a
+  // stop takes effect at the report that earned it. Empty and false: never wait.
+  std::vector<double> decision_points;
+  bool decide_every_report = false;
+  bool decide_by_epoch = false;
+
+  // True when the report (step, epoch) is a decision point; `next_point` walks
+  // decision_points as the trial's reports go by (start it at 0).
+  bool IsDecisionPoint(int64_t step, double epoch, size_t* next_point) const;
 };
 
 nlohmann::json ToJson(const TrialTask& task);

@@ -7,6 +7,8 @@
 //      for each report, then {"op":"done","trial":N,"outcome":"completed|stopped|failed",
 //      "error":"...","metrics":{...}}.
 //   3. {"op":"stop","trial":N} asks the running trial N to stop after its current epoch/step.
+//      At a decision point of the task (see TrialTask::IsDecisionPoint) the worker waits after
+//      writing the report until {"op":"go","trial":N} or the stop arrives.
 //   4. {"op":"exit"} or end of input ends the worker.
 //   5. While a trial runs the worker writes {"op":"hb"} every kWorkerHeartbeatMs, from a thread
 //      of its own, so the executor can tell a stopped or wedged worker from a slow trial.

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "search/early_stopping.h"
 #include "search/space.h"
 
 namespace sweep {
@@ -36,8 +37,18 @@ struct SweepConfig {
   std::string algorithm = "random";  // grid | random
   search::SearchSpace space;
 
-  // [early_stopping]
-  std::string early_stopping = "none";  // none | median | asha | hyperband
+  // [early_stopping]; maximize and metric copied from [sweep]
+  search::SchedulerConfig early_stopping;
+
+  // [sweep] stop_when: end the sweep once a report reaches a target, e.g. "val_acc >= 0.9".
+  struct Target {
+    std::string metric;
+    std::string op;  // ">=", ">", "<=", "<"
+    double value = 0;
+    bool Reached(double v) const;
+    std::string ToString() const;
+  };
+  std::optional<Target> stop_when;
 
   // [trial]
   TrialKind kind = TrialKind::kTrainer;
