@@ -4,6 +4,8 @@
 // changes; every other function is pure, so all of this is safe from any number of threads.
 #include "executor/functions.h"
 
+#include "base/hash.h"
+
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -155,24 +157,6 @@ std::string Expected(const FunctionInfo& info) {
 std::string Show(const nlohmann::json& value) {
   return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
-
-uint64_t Fnv1a64(std::string_view text) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-double UnitInterval(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
 
 }  // namespace
 

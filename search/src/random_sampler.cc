@@ -10,35 +10,17 @@
 #include <utility>
 #include <vector>
 
+#include "base/hash.h"
 #include "search/space.h"
 
 namespace sweep::search {
 namespace {
 
-uint64_t Fnv1a64(std::string_view text) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (char c : text) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
-}
-
-// splitmix64's finalizer: every input bit affects every output bit, which FNV alone does not
-// give for short names or consecutive indices.
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, 1) with 53 bits: the top bits of the hash are the best mixed.
-double UnitInterval(uint64_t seed, int64_t index, uint64_t name_hash) {
+// Uniform in [0, 1) with 53 bits, from (seed, trial index, parameter name) alone.
+double Uniform(uint64_t seed, int64_t index, uint64_t name_hash) {
   uint64_t h = SplitMix64(seed);
   h = SplitMix64(h ^ static_cast<uint64_t>(index));
-  h = SplitMix64(h ^ name_hash);
-  return static_cast<double>(h >> 11) * 0x1.0p-53;
+  return UnitInterval(SplitMix64(h ^ name_hash));
 }
 
 nlohmann::json Draw(const Distribution& d, double u) {
@@ -112,7 +94,7 @@ class RandomSampler final : public Sampler {
       }
       // The draw depends on (seed, index, name) only, never on which other parameters are
       // active, so conditions do not shift anyone else's values.
-      const double u = UnitInterval(seed_, index, entry.name_hash);
+      const double u = Uniform(seed_, index, entry.name_hash);
       nlohmann::json& slot = trial[entry.parameter.name];
       slot = Draw(entry.parameter.distribution, u);
       drawn[j] = &slot;

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/hash.h"
 #include "executor/local_executor.h"
 #include "executor/slots.h"
 #include "search/early_stopping.h"
@@ -30,10 +31,8 @@ double NowSeconds() {
 }
 
 uint64_t TrialSeed(uint64_t sweep_seed, int64_t number) {
-  uint64_t z = sweep_seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(number) + 1;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return (z ^ (z >> 31)) & 0x7FFFFFFFFFFFFFFFULL;  // fits a signed 64-bit column
+  uint64_t z = SplitMix64(SplitMix64(sweep_seed) ^ static_cast<uint64_t>(number));
+  return z & 0x7FFFFFFFFFFFFFFFULL;  // fits a signed 64-bit column
 }
 
 namespace {
