@@ -97,14 +97,19 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
     }
   }
   options.threads = std::max(1, task.threads);
+  // One replica per slot (device) unless the trial says otherwise. On CPU a single-slot trial
+  // keeps one replica and lets BLAS use its thread.
+  if (!task.settings.contains("replicas") && !task.params.contains("replicas")) {
+    options.replicas =
+        task.gpus.empty() ? std::max(1, task.threads) : static_cast<int>(task.gpus.size());
+  }
   Status valid = trainer::Validate(options);
   if (!valid.ok()) return Failed(valid.message());
 
   auto on_epoch = [&](const trainer::EpochReport& r) {
-    json metrics = {{"train_loss", r.train_loss},
-                    {"samples_per_s", r.samples_per_s},
-                    {"data_wait_s", r.data_wait_s},
-                    {"epoch_s", r.epoch_s}};
+    json metrics = {{"train_loss", r.train_loss},   {"samples_per_s", r.samples_per_s},
+                    {"data_wait_s", r.data_wait_s}, {"epoch_s", r.epoch_s},
+                    {"allreduce_s", r.allreduce_s}, {"lr", r.lr}};
     if (std::isfinite(r.val_loss)) metrics["val_loss"] = r.val_loss;
     if (std::isfinite(r.val_acc)) metrics["val_acc"] = r.val_acc;
     sink(r.step, r.epoch, metrics);

@@ -371,6 +371,11 @@ Status CheckTrainerParameter(const Checker& c, const ParamEntry& e) {
     if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
     return c.Error(e.key_source, key, msg);
   }
+  if (e.parameter.name == "checkpoint_path") {
+    return c.Error(e.key_source, key,
+                   "each trial gets a checkpoint file of its own; set [trial] checkpoint_dir to "
+                   "choose where they go");
+  }
   using Kind = search::Distribution::Kind;
   if (d.kind == Kind::kConstant || d.kind == Kind::kCategorical) {
     for (const json& v : d.values) {
@@ -622,7 +627,11 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
   const toml::node* kind_node = nullptr;
   if (const toml::table* trial = table("trial")) {
     SWEEP_RETURN_IF_ERROR(c.KnownKeys(
-        *trial, "[trial]", {"kind", "gpus", "command", "max_retries", "heartbeat_timeout"}));
+        *trial, "[trial]",
+        {"kind", "gpus", "command", "max_retries", "heartbeat_timeout", "checkpoint_dir"}));
+    if (const toml::node* n = trial->get("checkpoint_dir")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.checkpoint_dir, c.String(*n, "trial.checkpoint_dir"));
+    }
     if (const toml::node* n = trial->get("max_retries")) {
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.max_retries", 0, 100));
       cfg.max_retries = static_cast<int>(v);
@@ -713,6 +722,11 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
       for (auto&& [k, v] : *trainer_table) {
         std::string key(k.str());
         json value = ToJson(v);
+        if (key == "checkpoint_path") {
+          return c.Error(v, "trainer." + key,
+                         "each trial gets a checkpoint file of its own; set [trial] "
+                         "checkpoint_dir to choose where they go");
+        }
         SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, v, "trainer." + key, key, value));
         Status s = trainer::ApplyOption(&merged, key, value);
         if (!s.ok()) return c.Error(v, "trainer." + key, s.message());

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -220,6 +221,19 @@ class Coordinator {
       if (!decisions_.decide_every_report) decisions_.decision_points = scheduler_->RungResources();
       decisions_.decide_by_epoch = config_.kind == TrialKind::kTrainer;
     }
+    if (config_.kind == TrialKind::kTrainer) {
+      // Each trainer trial checkpoints into a file of its own, so an interrupted trial goes on
+      // from its last epoch instead of from the start.
+      checkpoint_dir_ =
+          config_.checkpoint_dir.empty() ? store_.path() + "-checkpoints" : config_.checkpoint_dir;
+      checkpoint_dir_ += "/" + config_.name;
+      std::error_code ec;
+      std::filesystem::create_directories(checkpoint_dir_, ec);
+      if (ec) {
+        return Status::IoError(checkpoint_dir_ +
+                               ": cannot create the checkpoint directory: " + ec.message());
+      }
+    }
     executor_ =
         std::make_unique<executor::LocalExecutor>(options_.worker_command, options_.worker_env);
     executor_->set_heartbeat_timeout_ms(static_cast<int64_t>(config_.heartbeat_timeout_s * 1000));
@@ -252,6 +266,11 @@ class Coordinator {
     r.resource = config_.kind == TrialKind::kTrainer ? epoch : static_cast<double>(step);
     r.value = m->is_number() ? m->get<double>() : std::nan("");
     return r;
+  }
+
+  std::string CheckpointPath(int64_t number) const {
+    if (checkpoint_dir_.empty()) return "";
+    return checkpoint_dir_ + "/trial-" + std::to_string(number) + ".ckpt";
   }
 
   double ActiveSeconds(double now) const { return active_before_s_ + (now - start_s_); }
@@ -386,6 +405,7 @@ class Coordinator {
       rec.params_json = p.params.dump();
       rec.placement = t.placement;
       rec.started_s = now;
+      rec.checkpoint = CheckpointPath(p.number);
       SWEEP_RETURN_IF_ERROR(store_.InsertTrial(sweep_id_, rec));
       SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, p.number, "", "running", t.placement, now));
     }
@@ -395,6 +415,10 @@ class Coordinator {
     task.kind = std::string(ToString(config_.kind));
     task.params = p.params;
     task.settings = config_.kind == TrialKind::kTrainer ? config_.trainer : config_.function;
+    if (config_.kind == TrialKind::kTrainer) {
+      task.settings["checkpoint_path"] = CheckpointPath(p.number);
+      if (!task.settings.contains("checkpoint_every")) task.settings["checkpoint_every"] = 1;
+    }
     task.seed = TrialSeed(config_.seed, p.number);
     task.decision_points = decisions_.decision_points;
     task.decide_every_report = decisions_.decide_every_report;
@@ -570,6 +594,7 @@ class Coordinator {
   std::unique_ptr<search::Sampler> sampler_;
   std::unique_ptr<search::Scheduler> scheduler_;  // null without early stopping
   executor::TrialTask decisions_;                 // only its decision-point fields are used
+  std::string checkpoint_dir_;                    // trainer trials' checkpoints; else empty
   std::unique_ptr<executor::LocalExecutor> executor_;
   std::unique_ptr<SweepLock> lock_;
   int64_t sweep_id_ = 0;

@@ -1,7 +1,13 @@
 // Tests of the dataset loaders (IDX raw and gzipped, CSV), their error messages, the dataset
 // cache, the fixed validation split and the background batcher. Each test writes its own
 // files into a fresh temporary directory.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <numeric>
 #include <set>
@@ -19,6 +25,11 @@ using testing::IdxBytes;
 using testing::TempDir;
 using testing::WriteBytes;
 using testing::WriteText;
+
+template <typename T>
+std::vector<T> ToVector(std::span<const T> s) {
+  return std::vector<T>(s.begin(), s.end());
+}
 
 // 3 images of 2x2 and their labels.
 const std::vector<uint8_t> kPixels = {0, 255, 51, 102, 1, 2, 3, 4, 10, 20, 30, 40};
@@ -38,7 +49,7 @@ TEST_P(IdxTest, RoundTrip) {
   EXPECT_EQ(d.dim, 4);
   EXPECT_EQ(d.shape, (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(d.num_classes, 3);
-  EXPECT_EQ(d.labels, (std::vector<int32_t>{2, 0, 1}));
+  EXPECT_EQ(ToVector(d.labels), (std::vector<int32_t>{2, 0, 1}));
   const int32_t rows[] = {0, 2};
   float x[8];
   int32_t y[2];
@@ -124,15 +135,15 @@ TEST(Csv, RoundTripWithAndWithoutHeader) {
   EXPECT_EQ((*h)->n, 2);
   EXPECT_EQ((*h)->dim, 2);
   EXPECT_EQ((*h)->num_classes, 2);
-  EXPECT_EQ((*h)->f32, (std::vector<float>{0.5f, -2.0f, 1.5f, 300.0f}));  // as-is, not scaled
-  EXPECT_EQ((*h)->labels, (std::vector<int32_t>{1, 0}));
+  EXPECT_EQ(ToVector((*h)->f32), (std::vector<float>{0.5f, -2.0f, 1.5f, 300.0f}));  // as-is
+  EXPECT_EQ(ToVector((*h)->labels), (std::vector<int32_t>{1, 0}));
 
   WriteText(dir / "n.csv", "3,0.25,0.75\n1,1,2");  // no header, no final newline
   auto n = LoadCsv(dir / "n.csv", 0);
   ASSERT_TRUE(n.ok()) << n.status().message();
   EXPECT_EQ((*n)->n, 2);
   EXPECT_EQ((*n)->num_classes, 4);
-  EXPECT_EQ((*n)->labels, (std::vector<int32_t>{3, 1}));
+  EXPECT_EQ(ToVector((*n)->labels), (std::vector<int32_t>{3, 1}));
   float x[2];
   int32_t y;
   const int32_t row = 1;
@@ -144,8 +155,8 @@ TEST(Csv, RoundTripWithAndWithoutHeader) {
   WriteText(dir / "l.csv", "0.25,0.75,3\n1,2,1\n");
   auto last = LoadCsv(dir / "l.csv", -1);  // counted from the end
   ASSERT_TRUE(last.ok()) << last.status().message();
-  EXPECT_EQ((*last)->labels, (std::vector<int32_t>{3, 1}));
-  EXPECT_EQ((*last)->f32, (std::vector<float>{0.25f, 0.75f, 1.0f, 2.0f}));
+  EXPECT_EQ(ToVector((*last)->labels), (std::vector<int32_t>{3, 1}));
+  EXPECT_EQ(ToVector((*last)->f32), (std::vector<float>{0.25f, 0.75f, 1.0f, 2.0f}));
 }
 
 std::string CsvError(const TempDir& dir, const std::string& text, int label_column = 0) {
@@ -187,7 +198,7 @@ TEST(Cache, DecodesOnceAndNoticesRewrites) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      auto r = LoadCached(spec, false);
+      auto r = LoadCached(spec, false, "");
       if (r.ok()) got[static_cast<size_t>(t)] = *r;
     });
   }
@@ -199,7 +210,7 @@ TEST(Cache, DecodesOnceAndNoticesRewrites) {
   // A relative spelling of the same file hits the same entry.
   DatasetSpec rel = spec;
   rel.train_images = std::filesystem::relative(spec.train_images).string();
-  auto again = LoadCached(rel, false);
+  auto again = LoadCached(rel, false, "");
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, got[0]);
   EXPECT_EQ(DatasetDecodeCount() - before, 1);
@@ -209,22 +220,159 @@ TEST(Cache, DecodesOnceAndNoticesRewrites) {
   img.insert(img.end(), {9, 9, 9, 9});
   WriteBytes(dir / "img.gz", img, true);
   WriteBytes(dir / "lbl.gz", IdxBytes({4}, {2, 0, 1, 1}), true);
-  auto fresh = LoadCached(spec, false);
+  auto fresh = LoadCached(spec, false, "");
   ASSERT_TRUE(fresh.ok()) << fresh.status().message();
   EXPECT_EQ((*fresh)->n, 4);
   EXPECT_EQ(DatasetDecodeCount() - before, 2);
 
   // Clearing drops the entry: the next load decodes again.
   ClearDatasetCache();
-  ASSERT_TRUE(LoadCached(spec, false).ok());
+  ASSERT_TRUE(LoadCached(spec, false, "").ok());
   EXPECT_EQ(DatasetDecodeCount() - before, 3);
 
   // Failures are not cached: a fixed file loads.
   WriteBytes(dir / "lbl.gz", IdxBytes({4}, {1}), true);
-  EXPECT_FALSE(LoadCached(spec, false).ok());
+  EXPECT_FALSE(LoadCached(spec, false, "").ok());
   WriteBytes(dir / "lbl.gz", IdxBytes({4}, {1, 1, 1, 1}), true);
-  auto fixed = LoadCached(spec, false);
+  auto fixed = LoadCached(spec, false, "");
   EXPECT_TRUE(fixed.ok());
+}
+
+// ---- the machine-wide cache file, across processes ----
+
+// In a forked child: loads `spec` through the cache in `cache_dir` with this process's own
+// cache emptied, and exits 0 when it got the expected data, having decoded `decodes` times.
+// (_exit: the child must not run the parent's gtest teardown.)
+void LoadInChild(const DatasetSpec& spec, const std::string& cache_dir, int64_t decodes) {
+  ClearDatasetCache();
+  const int64_t before = DatasetDecodeCount();
+  auto r = LoadCached(spec, false, cache_dir);
+  const bool ok = r.ok() && (*r)->mapped && (*r)->n == 3 &&
+                  std::vector<uint8_t>((*r)->u8.begin(), (*r)->u8.end()) == kPixels &&
+                  (decodes < 0 || DatasetDecodeCount() - before == decodes);
+  ::_exit(ok ? 0 : 1);
+}
+
+int Wait(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<std::string> CacheFiles(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(CacheFile, SecondProcessMapsWithoutDecoding) {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  std::filesystem::create_directories(cache);
+  WriteBytes(dir / "img.gz", IdxBytes({3, 2, 2}, kPixels), true);
+  WriteBytes(dir / "lbl", IdxBytes({3}, kLabels), false);
+  DatasetSpec spec;
+  spec.train_images = dir / "img.gz";
+  spec.train_labels = dir / "lbl";
+
+  // The first process decodes and publishes the file...
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) LoadInChild(spec, cache, 1);
+  ASSERT_EQ(Wait(pid), 0) << "first process";
+  const auto files = CacheFiles(cache);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_TRUE(files[0].ends_with(".sds")) << files[0];
+
+  // ...a second maps it without decoding...
+  pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) LoadInChild(spec, cache, 0);
+  EXPECT_EQ(Wait(pid), 0) << "second process";
+
+  // ...and so does this one, with the same contents as a decode.
+  ClearDatasetCache();
+  const int64_t decodes = DatasetDecodeCount(), maps = DatasetMapCount();
+  auto mapped = LoadCached(spec, false, cache);
+  ASSERT_TRUE(mapped.ok()) << mapped.status().message();
+  EXPECT_EQ(DatasetDecodeCount(), decodes);
+  EXPECT_EQ(DatasetMapCount(), maps + 1);
+  EXPECT_TRUE((*mapped)->mapped);
+  auto decoded = LoadIdx(spec.train_images, spec.train_labels);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ((*mapped)->source, (*decoded)->source);
+  EXPECT_EQ((*mapped)->shape, (*decoded)->shape);
+  EXPECT_EQ((*mapped)->num_classes, (*decoded)->num_classes);
+  EXPECT_EQ(ToVector((*mapped)->labels), ToVector((*decoded)->labels));
+  EXPECT_EQ(ToVector((*mapped)->u8), ToVector((*decoded)->u8));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>((*mapped)->labels.data()) % 64, 0u);
+
+  // A new mtime (same size, same bytes) is a new key: decoded again, and the stale file goes.
+  ClearDatasetCache();
+  struct timespec times[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, spec.train_images.c_str(), times, 0), 0);
+  auto fresh = LoadCached(spec, false, cache);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().message();
+  EXPECT_EQ(DatasetDecodeCount(), decodes + 1);
+  const auto after = CacheFiles(cache);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_NE(after[0], files[0]);
+  // Same identity prefix (the same files), another version.
+  EXPECT_EQ(after[0].substr(0, 17), files[0].substr(0, 17));
+
+  // A damaged cache file (cut short) is not used: the dataset is decoded and the file replaced,
+  // so the next process maps again.
+  ClearDatasetCache();
+  std::filesystem::resize_file(cache + "/" + after[0], 100);
+  auto repaired = LoadCached(spec, false, cache);
+  ASSERT_TRUE(repaired.ok()) << repaired.status().message();
+  EXPECT_EQ(DatasetDecodeCount(), decodes + 2);
+  EXPECT_EQ(ToVector((*repaired)->u8), kPixels);
+  pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) LoadInChild(spec, cache, 0);
+  EXPECT_EQ(Wait(pid), 0) << "after the repair";
+}
+
+TEST(CacheFile, ConcurrentFirstUseIsSafe) {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  std::filesystem::create_directories(cache);
+  WriteBytes(dir / "img", IdxBytes({3, 2, 2}, kPixels), false);
+  WriteBytes(dir / "lbl", IdxBytes({3}, kLabels), false);
+  DatasetSpec spec;
+  spec.train_images = dir / "img";
+  spec.train_labels = dir / "lbl";
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 6; ++i) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) LoadInChild(spec, cache, -1);  // some decode, some map: all must succeed
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) EXPECT_EQ(Wait(pid), 0);
+  const auto files = CacheFiles(cache);
+  ASSERT_EQ(files.size(), 1u) << files.size();  // one winner, no temporary files left
+  EXPECT_TRUE(files[0].ends_with(".sds"));
+}
+
+TEST(CacheFile, DefaultDirectoryFollowsXdgThenHome) {
+  TempDir dir;
+  const char* old_xdg = std::getenv("XDG_CACHE_HOME");
+  const std::string keep = old_xdg != nullptr ? old_xdg : "";
+  ::setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  EXPECT_EQ(DefaultCacheDir(), dir / "sweep");
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "sweep"));
+  ::setenv("XDG_CACHE_HOME", "relative/path", 1);  // not absolute: ignored, as the spec says
+  EXPECT_NE(DefaultCacheDir(), "relative/path/sweep");
+  if (old_xdg != nullptr) {
+    ::setenv("XDG_CACHE_HOME", keep.c_str(), 1);
+  } else {
+    ::unsetenv("XDG_CACHE_HOME");
+  }
 }
 
 TEST(Split, FixedDisjointAndComplete) {
@@ -248,15 +396,18 @@ TEST(Split, FixedDisjointAndComplete) {
 }
 
 TEST(Batcher, GathersEachEpochInOrderAndStopsMidEpoch) {
-  auto ds = std::make_shared<Dataset>();
-  ds->n = 10;
-  ds->dim = 2;
-  ds->num_classes = 10;
+  Dataset meta;
+  meta.n = 10;
+  meta.dim = 2;
+  meta.num_classes = 10;
+  std::vector<float> features;
+  std::vector<int32_t> labels;
   for (int i = 0; i < 10; ++i) {
-    ds->f32.push_back(static_cast<float>(i));
-    ds->f32.push_back(static_cast<float>(-i));
-    ds->labels.push_back(i);
+    features.push_back(static_cast<float>(i));
+    features.push_back(static_cast<float>(-i));
+    labels.push_back(i);
   }
+  const DatasetPtr ds = MakeDataset(meta, {}, std::move(features), std::move(labels));
   std::vector<int32_t> order = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
   {
     Batcher batcher(ds, 3);
@@ -265,7 +416,7 @@ TEST(Batcher, GathersEachEpochInOrderAndStopsMidEpoch) {
       batcher.StartEpoch(order.data(), 3);
       double wait = 0;
       for (int s = 0; s < 3; ++s) {
-        const Batcher::Batch b = batcher.Next(&wait);
+        const Batcher::Batch b = batcher.Next(0, &wait);
         for (int i = 0; i < 3; ++i) {
           const int32_t row = order[static_cast<size_t>(s * 3 + i)];
           EXPECT_EQ(b.y[i], row);
@@ -277,8 +428,48 @@ TEST(Batcher, GathersEachEpochInOrderAndStopsMidEpoch) {
     }
     batcher.StartEpoch(order.data(), 3);
     double wait = 0;
-    batcher.Next(&wait);
+    batcher.Next(0, &wait);
     // The destructor must stop the producer with batches unread.
+  }
+}
+
+// Several consumers (replicas) each get every batch; a slot is reused only when all of them
+// are past it, however far apart they run within the allowed lag.
+TEST(Batcher, EveryConsumerSeesEveryBatch) {
+  Dataset meta;
+  meta.n = 40;
+  meta.dim = 1;
+  meta.num_classes = 40;
+  std::vector<float> features;
+  std::vector<int32_t> labels;
+  for (int i = 0; i < 40; ++i) {
+    features.push_back(static_cast<float>(i));
+    labels.push_back(i);
+  }
+  const DatasetPtr ds = MakeDataset(meta, {}, std::move(features), std::move(labels));
+  std::vector<int32_t> order(40);
+  std::iota(order.begin(), order.end(), 0);
+  std::reverse(order.begin(), order.end());
+  Batcher batcher(ds, 4, /*consumers=*/3, /*depth=*/2, /*lag=*/2);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    batcher.StartEpoch(order.data(), 10);
+    std::vector<std::thread> threads;
+    std::vector<int> bad(3, 0);
+    for (int c = 0; c < 3; ++c) {
+      threads.emplace_back([&, c] {
+        double wait = 0;
+        for (int k = 0; k < 10; ++k) {
+          const Batcher::Batch b = batcher.Next(c, &wait);
+          if (c == 1) std::this_thread::yield();  // a slow one
+          for (int i = 0; i < 4; ++i) {
+            const int32_t row = order[static_cast<size_t>(k * 4 + i)];
+            bad[static_cast<size_t>(c)] += b.y[i] != row || b.x[i] != static_cast<float>(row);
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(bad, (std::vector<int>{0, 0, 0}));
   }
 }
 

@@ -164,18 +164,102 @@ TEST(Ops, SoftmaxCrossEntropy) {
 TEST(Ops, SgdMomentumMatchesPyTorchConvention) {
   std::vector<float> p = {1.0f, -2.0f}, v = {0.0f, 0.0f};
   const std::vector<float> g = {0.5f, 1.0f};
-  sgd_momentum_update(p.data(), v.data(), g.data(), 2, 0.1f, 0.9f, 0.0f);
+  sgd_update(p.data(), v.data(), g.data(), 2, 0.1f, 0.9f, 0.0f, false);
   EXPECT_FLOAT_EQ(v[0], 0.5f);
   EXPECT_FLOAT_EQ(p[0], 0.95f);
-  sgd_momentum_update(p.data(), v.data(), g.data(), 2, 0.1f, 0.9f, 0.0f);
+  sgd_update(p.data(), v.data(), g.data(), 2, 0.1f, 0.9f, 0.0f, false);
   EXPECT_FLOAT_EQ(v[0], 0.95f);   // 0.9 * 0.5 + 0.5
   EXPECT_FLOAT_EQ(p[0], 0.855f);  // 0.95 - 0.1 * 0.95
   EXPECT_FLOAT_EQ(v[1], 1.9f);
   EXPECT_FLOAT_EQ(p[1], -2.29f);  // -2 - 0.1 - 0.19
   std::vector<float> q = {2.0f}, u = {0.0f};
   const float zero = 0.0f;
-  sgd_momentum_update(q.data(), u.data(), &zero, 1, 0.5f, 0.0f, 0.1f);  // decay alone
+  sgd_update(q.data(), u.data(), &zero, 1, 0.5f, 0.0f, 0.1f, false);  // decay alone
   EXPECT_FLOAT_EQ(q[0], 1.9f);
+}
+
+// Nesterov, by hand (PyTorch: g' = g + wd p; v = mu v + g'; p -= lr (g' + mu v)):
+//   step 1: g' = 0.5 + 0.1 * 1 = 0.6; v = 0.6; p = 1 - 0.1 * (0.6 + 0.9 * 0.6) = 0.886
+//   step 2: g' = 0.5 + 0.0886 = 0.5886; v = 0.54 + 0.5886 = 1.1286;
+//           p = 0.886 - 0.1 * (0.5886 + 1.01574) = 0.725566
+TEST(Ops, SgdNesterovByHand) {
+  std::vector<float> p = {1.0f}, v = {0.0f};
+  const float g = 0.5f;
+  sgd_update(p.data(), v.data(), &g, 1, 0.1f, 0.9f, 0.1f, true);
+  EXPECT_FLOAT_EQ(v[0], 0.6f);
+  EXPECT_FLOAT_EQ(p[0], 0.886f);
+  sgd_update(p.data(), v.data(), &g, 1, 0.1f, 0.9f, 0.1f, true);
+  EXPECT_FLOAT_EQ(v[0], 1.1286f);
+  EXPECT_NEAR(p[0], 0.725566f, 1e-6);
+}
+
+// AdamW, by hand (PyTorch's AdamW: decay first, then the bias-corrected Adam step):
+//   step 1, g = 0.5, lr 0.01, wd 0.1: p = 1 * (1 - 0.001) = 0.999; m = 0.05; v = 0.00025;
+//     m_hat = 0.5, v_hat = 0.25: p = 0.999 - 0.01 * 0.5 / (0.5 + 1e-8) = 0.989
+//   step 2, g = -1: p = 0.989 * 0.999 = 0.988011; m = 0.045 - 0.1 = -0.055;
+//     v = 0.00024975 + 0.001 = 0.00124975; m_hat = -0.055 / 0.19 = -0.289474;
+//     v_hat = 0.00124975 / 0.001999 = 0.625188, sqrt = 0.790688;
+//     p = 0.988011 + 0.01 * 0.289474 / 0.790688 = 0.991672
+TEST(Ops, AdamwByHand) {
+  std::vector<float> p = {1.0f}, m = {0.0f}, v = {0.0f};
+  float g = 0.5f;
+  adamw_update(p.data(), m.data(), v.data(), &g, 1, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 1);
+  // 1 - beta2 is 0.00099998713 in float: v carries that 1.3e-5 relative offset.
+  EXPECT_FLOAT_EQ(m[0], 0.05f);
+  EXPECT_NEAR(v[0], 0.00025f, 0.00025 * 2e-5);
+  EXPECT_FLOAT_EQ(p[0], 0.989f);
+  g = -1.0f;
+  adamw_update(p.data(), m.data(), v.data(), &g, 1, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 2);
+  EXPECT_FLOAT_EQ(m[0], -0.055f);
+  EXPECT_NEAR(v[0], 0.00124975f, 0.00124975 * 2e-5);
+  EXPECT_NEAR(p[0], 0.991672f, 2e-6);
+  // Zero gradient, zero state (the padding between tensors): stays exactly zero.
+  std::vector<float> z = {0.0f}, zm = {0.0f}, zv = {0.0f};
+  const float zero = 0.0f;
+  adamw_update(z.data(), zm.data(), zv.data(), &zero, 1, 0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 1);
+  EXPECT_EQ(z[0], 0.0f);
+}
+
+TEST(Ops, DropoutKeepsTheRightShareAndIsAPureFunctionOfRowAndKey) {
+  const int B = 64, C = 256;
+  const float p = 0.25f;
+  std::vector<float> x(B * C, 2.0f), out(B * C), mask(B * C);
+  dropout_forward(out.data(), mask.data(), x.data(), B, C, p, 1234, 0);
+  int64_t kept = 0;
+  for (int i = 0; i < B * C; ++i) {
+    ASSERT_TRUE(mask[i] == 0.0f || mask[i] == 1.0f / 0.75f) << mask[i];
+    EXPECT_EQ(out[i], x[i] * mask[i]);
+    kept += mask[i] != 0.0f;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / (B * C), 0.75, 0.02);
+  // Rows 10.. of the batch computed alone, as a replica holding them would: the same masks.
+  std::vector<float> part_out((B - 10) * C), part_mask((B - 10) * C);
+  dropout_forward(part_out.data(), part_mask.data(), x.data(), B - 10, C, p, 1234, 10);
+  for (int i = 0; i < (B - 10) * C; ++i) EXPECT_EQ(part_mask[i], mask[10 * C + i]);
+  // Another key, other masks.
+  std::vector<float> other(B * C);
+  dropout_forward(out.data(), other.data(), x.data(), B, C, p, 1235, 0);
+  EXPECT_NE(other, mask);
+  // Backward multiplies by the mask.
+  std::vector<float> d(B * C, 1.0f);
+  dropout_backward(d.data(), mask.data(), B * C);
+  EXPECT_EQ(d, mask);
+}
+
+TEST(Ops, SumBuffersAddsInRankOrder) {
+  const std::vector<float> a = {1, 2, 3}, b = {10, 20, 30}, c = {100, 200, 300};
+  const float* three[] = {a.data(), b.data(), c.data()};
+  std::vector<float> out(3);
+  sum_buffers(out.data(), three, 3, 3);
+  EXPECT_EQ(out, (std::vector<float>{111, 222, 333}));
+  sum_buffers(out.data(), three, 1, 3);
+  EXPECT_EQ(out, a);
+  // Order is part of the contract: in float, (1e8 + -1e8) + 1 is 1 but 1e8 + (-1e8 + 1) and
+  // (1 + -1e8) + 1e8 are 0.
+  const std::vector<float> big = {1e8f}, neg = {-1e8f}, one = {1.0f};
+  const float* order[] = {big.data(), neg.data(), one.data()};
+  sum_buffers(out.data(), order, 3, 1);
+  EXPECT_EQ(out[0], 1.0f);
 }
 
 TEST(Ops, Accuracy) {
@@ -217,6 +301,49 @@ INSTANTIATE_TEST_SUITE_P(Activations, WholeMlp,
                          ::testing::Values(Activation::kRelu, Activation::kTanh, Activation::kGelu),
                          ActName);
 
+// Dropout acts in training only: evaluation of a dropout model gives exactly what the same
+// weights give without dropout, every time; a training forward pass does not.
+TEST(WholeMlp, DropoutIsOffAtEvaluation) {
+  const int B = 8, in = 5, classes = 3;
+  const MlpShape shape = MlpShape::Make(in, {32, 16}, classes);
+  Mlp dropped(shape, Activation::kRelu, B, 0.5f), plain(shape, Activation::kRelu, B, 0.0f);
+  InitParams(shape, Activation::kRelu, 5, dropped.params());
+  InitParams(shape, Activation::kRelu, 5, plain.params());
+  const auto x = Random(B * in, 11);
+  const std::vector<int32_t> y = {0, 1, 2, 0, 1, 2, 0, 1};
+  double a = 0, b = 0, c = 0;
+  int64_t ca = 0, cb = 0, cc = 0;
+  dropped.Evaluate(x.data(), y.data(), B, &a, &ca);
+  dropped.Evaluate(x.data(), y.data(), B, &b, &cb);
+  plain.Evaluate(x.data(), y.data(), B, &c, &cc);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, c);
+  EXPECT_EQ(ca, cc);
+  const double train_loss = dropped.ForwardLoss(x.data(), y.data(), B, 1.0f / B, 77, 0);
+  EXPECT_NE(train_loss, a);
+  EXPECT_EQ(train_loss, dropped.ForwardLoss(x.data(), y.data(), B, 1.0f / B, 77, 0));
+  EXPECT_NE(train_loss, dropped.ForwardLoss(x.data(), y.data(), B, 1.0f / B, 78, 0));
+}
+
+// With dropout, the gradients are those of the masked network: finite differences of the
+// training loss with the same key (the same masks) agree with Backward.
+TEST(WholeMlp, DropoutGradientsMatchFiniteDifferences) {
+  const int B = 4, in = 3, classes = 3;
+  Mlp model(MlpShape::Make(in, {8}, classes), Activation::kTanh, B, 0.3f);
+  InitParams(model.shape(), Activation::kTanh, 8, model.params());
+  const auto x = Random(B * in, 12, 1.5);
+  const std::vector<int32_t> y = {0, 1, 2, 1};
+  model.ForwardLoss(x.data(), y.data(), B, 1.0f / B, 99, 0);
+  model.Backward(x.data(), B, false);
+  std::vector<float> params(model.params(), model.params() + model.num_params());
+  const std::vector<float> grads(model.grads(), model.grads() + model.num_params());
+  auto loss = [&] {
+    std::copy(params.begin(), params.end(), model.params());
+    return model.ForwardLoss(x.data(), y.data(), B, 1.0f / B, 99, 0) / B;
+  };
+  ExpectGradient(loss, &params, grads, "param", 5e-3f);
+}
+
 TEST(Init, SeededScaledAndPadded) {
   const MlpShape s = MlpShape::Make(784, {256, 128}, 10);
   EXPECT_EQ(s.weight_offset[0], 0);
@@ -237,6 +364,18 @@ TEST(Init, SeededScaledAndPadded) {
   sq = 0;
   for (int64_t i = 0; i < 784 * 256; ++i) sq += double{c[i]} * c[i];
   EXPECT_NEAR(std::sqrt(sq / (784 * 256)), std::sqrt(2.0 / (784 + 256)), 0.002);  // Xavier
+  // Chosen explicitly, whatever the activation; the output layer stays Xavier.
+  std::vector<float> d(s.num_params);
+  InitParams(s, Activation::kTanh, 7, d.data(), InitScheme::kHe);
+  EXPECT_EQ(d, a);
+  InitParams(s, Activation::kRelu, 7, d.data(), InitScheme::kXavier);
+  EXPECT_EQ(d, c);
+  InitParams(s, Activation::kRelu, 7, d.data(), InitScheme::kHe);
+  sq = 0;
+  for (int64_t i = s.weight_offset[2]; i < s.weight_offset[2] + 128 * 10; ++i) {
+    sq += double{d[i]} * d[i];
+  }
+  EXPECT_NEAR(std::sqrt(sq / (128 * 10)), std::sqrt(2.0 / (128 + 10)), 0.01);
 }
 
 }  // namespace

@@ -44,7 +44,25 @@ TEST(Options, EveryKeyApplies) {
       {"max_train_samples", 1000},
       {"precision", "fp32"},
       {"seed", 18446744073709551615ull},
-      {"threads", 2}};
+      {"threads", 2},
+      {"init", "xavier"},
+      {"dropout", 0.2},
+      {"nesterov", true},
+      {"weight_decay", 5e-4},
+      {"beta1", 0.8},
+      {"beta2", 0.99},
+      {"eps", 1e-6},
+      {"lr_schedule", "cosine"},
+      {"warmup_epochs", 0.5},
+      {"step_size", 3},
+      {"gamma", 0.5},
+      {"scale_lr", true},
+      {"base_batch", 256},
+      {"accum_steps", 2},
+      {"replicas", 2},
+      {"checkpoint_path", "/tmp/x.ckpt"},
+      {"checkpoint_every", 2},
+      {"cache_dir", "/tmp/cache"}};
   for (const std::string& key : OptionKeys()) {
     ASSERT_TRUE(values.contains(key)) << key;
     Status s = ApplyOption(&o, key, values[key]);
@@ -64,6 +82,28 @@ TEST(Options, EveryKeyApplies) {
   EXPECT_EQ(o.max_train_samples, 1000);
   EXPECT_EQ(o.seed, 18446744073709551615ull);
   EXPECT_EQ(o.threads, 2);
+  EXPECT_EQ(o.init, "xavier");
+  EXPECT_EQ(o.dropout, 0.2);
+  EXPECT_TRUE(o.nesterov);
+  EXPECT_EQ(o.weight_decay, 5e-4);
+  EXPECT_EQ(o.beta1, 0.8);
+  EXPECT_EQ(o.beta2, 0.99);
+  EXPECT_EQ(o.eps, 1e-6);
+  EXPECT_EQ(o.lr_schedule, "cosine");
+  EXPECT_EQ(o.warmup_epochs, 0.5);
+  EXPECT_EQ(o.step_size, 3);
+  EXPECT_EQ(o.gamma, 0.5);
+  EXPECT_TRUE(o.scale_lr);
+  EXPECT_EQ(o.base_batch, 256);
+  EXPECT_EQ(o.accum_steps, 2);
+  EXPECT_EQ(o.replicas, 2);
+  EXPECT_EQ(o.checkpoint_path, "/tmp/x.ckpt");
+  EXPECT_EQ(o.checkpoint_every, 2);
+  EXPECT_EQ(o.cache_dir, "/tmp/cache");
+  // momentum was set to 0 above: Nesterov needs some.
+  EXPECT_EQ(Validate(o).message(),
+            "nesterov: needs momentum > 0 (Nesterov momentum without momentum is plain SGD)");
+  o.momentum = 0.9;
   EXPECT_TRUE(Validate(o).ok()) << Validate(o).message();
 
   ASSERT_TRUE(ApplyOption(&o, "hidden", 100).ok());  // one integer: one layer
@@ -94,6 +134,11 @@ TEST(Options, TypeErrors) {
   EXPECT_EQ(ApplyError("dataset", {{"label_column", "x"}}),
             "dataset.label_column: expected an integer column index, got \"x\"");
   EXPECT_EQ(ApplyError("learning_rate", 0.1), "unknown trainer option \"learning_rate\"");
+  EXPECT_EQ(ApplyError("nesterov", 1), "nesterov: expected true or false, got 1");
+  EXPECT_EQ(ApplyError("scale_lr", "yes"), "scale_lr: expected true or false, got \"yes\"");
+  EXPECT_EQ(ApplyError("replicas", 1.5), "replicas: expected an integer, got 1.5");
+  EXPECT_EQ(ApplyError("dropout", "0.1"), "dropout: expected a number, got \"0.1\"");
+  EXPECT_EQ(ApplyError("checkpoint_path", 3), "checkpoint_path: expected a string, got 3");
 }
 
 TEST(Options, DatasetDirectory) {
@@ -126,7 +171,7 @@ TEST(Options, DatasetDirectory) {
 TEST(Options, MetricNames) {
   const auto& m = MetricNames();
   for (const char* name : {"train_loss", "val_loss", "val_acc", "samples_per_s", "data_wait_s",
-                           "epoch_s", "test_acc"}) {
+                           "epoch_s", "allreduce_s", "lr", "test_acc"}) {
     EXPECT_NE(std::find(m.begin(), m.end(), name), m.end()) << name;
   }
 }
@@ -157,7 +202,39 @@ TEST(Options, Validate) {
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->activation = "swish"; }),
             "activation: expected relu, tanh or gelu, got \"swish\"");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->optimizer = "adam"; }),
-            "optimizer: expected \"sgd\", got \"adam\"");
+            "optimizer: expected \"sgd\" or \"adamw\", got \"adam\"");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->optimizer = "adamw"; }), "");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->init = "lecun"; }),
+            "init: expected he, xavier or auto, got \"lecun\"");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dropout = 1; }),
+            "dropout: must be in [0, 1), got 1");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->weight_decay = -1; }),
+            "weight_decay: must be >= 0, got -1");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->beta2 = 1; }),
+            "beta2: must be in [0, 1), got 1");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->eps = 0; }), "eps: must be > 0, got 0");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->lr_schedule = "linear"; }),
+            "lr_schedule: expected constant, step or cosine, got \"linear\"");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->warmup_epochs = -1; }),
+            "warmup_epochs: must be >= 0, got -1");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->step_size = 0; }),
+            "step_size: must be >= 1 (epochs), got 0");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->gamma = 0; }), "gamma: must be > 0, got 0");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->base_batch = 0; }),
+            "base_batch: must be >= 1, got 0");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->accum_steps = 0; }),
+            "accum_steps: must be in [1, 65536], got 0");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->replicas = 0; }),
+            "replicas: must be in [1, 1024], got 0");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->replicas = 3; }), "");  // 43 + 43 + 42
+  EXPECT_EQ(ValidateError([](TrainOptions* o) {
+              o->replicas = 4;
+              o->batch_size = 2;
+            }),
+            "batch_size: 2 is smaller than replicas = 4 (every replica needs a sample of each "
+            "batch)");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->checkpoint_every = -1; }),
+            "checkpoint_every: must be >= 0 (0: only when stopped and at the end), got -1");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->lr = 0; }),
             "lr: must be a positive number, got 0");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->momentum = 1; }),

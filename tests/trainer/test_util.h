@@ -1,5 +1,6 @@
-// Helpers for the trainer tests: a scratch directory and writers for tiny IDX (raw or gzipped)
-// and CSV files. Test-only; not thread-safe.
+// Helpers for the trainer tests: a scratch directory, writers for tiny IDX (raw or gzipped)
+// and CSV files, and a small separable dataset with options to train on it. Test-only; not
+// thread-safe.
 #pragma once
 
 #include <zlib.h>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "rng.h"
+#include "trainer/trainer.h"
 
 namespace sweep::trainer::testing {
 
@@ -68,6 +71,43 @@ inline std::vector<uint8_t> IdxBytes(const std::vector<uint32_t>& dims,
   }
   b.insert(b.end(), data.begin(), data.end());
   return b;
+}
+
+// n 6x6 images in 4 classes: class k lights up quadrant k (with noise everywhere). Separable.
+inline void WriteBlobs(const TempDir& dir, const std::string& prefix, uint32_t n, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<uint8_t> pixels, labels;
+  for (uint32_t i = 0; i < n; ++i) {
+    const int k = static_cast<int>(rng.Below(4));
+    labels.push_back(static_cast<uint8_t>(k));
+    for (int r = 0; r < 6; ++r) {
+      for (int c = 0; c < 6; ++c) {
+        const int quadrant = (r / 3) * 2 + c / 3;
+        const double v = (quadrant == k ? 150 : 0) + 100 * rng.Uniform();
+        pixels.push_back(static_cast<uint8_t>(v));
+      }
+    }
+  }
+  WriteBytes(dir / (prefix + "-images.gz"), IdxBytes({n, 6, 6}, pixels), true);
+  WriteBytes(dir / (prefix + "-labels"), IdxBytes({n}, labels), false);
+}
+
+inline TrainOptions BlobOptions(const TempDir& dir) {
+  WriteBlobs(dir, "train", 480, 1);
+  WriteBlobs(dir, "test", 100, 2);
+  TrainOptions o;
+  o.dataset.train_images = dir / "train-images.gz";
+  o.dataset.train_labels = dir / "train-labels";
+  o.dataset.test_images = dir / "test-images.gz";
+  o.dataset.test_labels = dir / "test-labels";
+  o.hidden = {16};
+  o.batch_size = 16;
+  o.epochs = 4;
+  o.lr = 0.05;
+  o.validation_fraction = 0.25;
+  o.seed = 3;
+  o.cache_dir = dir / "cache";  // not the user's
+  return o;
 }
 
 }  // namespace sweep::trainer::testing

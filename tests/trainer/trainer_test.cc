@@ -1,6 +1,7 @@
 // End-to-end tests of Train() on tiny datasets the tests write (and, when installed, a subset of
-// Fashion-MNIST): learning, determinism, divergence, stopping, the fixed validation split and
-// the errors a bad dataset gives.
+// Fashion-MNIST): learning, determinism, data parallelism and gradient accumulation against one
+// replica, dropout, the optimizers and schedules end to end, divergence, stopping, the fixed
+// validation split and the errors a bad dataset gives.
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -10,51 +11,17 @@
 #include "gtest/gtest.h"
 #include "rng.h"
 #include "test_util.h"
+#include "train_internal.h"
 #include "trainer/trainer.h"
 
 namespace sweep::trainer {
 namespace {
 
+using testing::BlobOptions;
 using testing::IdxBytes;
 using testing::TempDir;
 using testing::WriteBytes;
 using testing::WriteText;
-
-// n 6x6 images in 4 classes: class k lights up quadrant k (with noise everywhere). Separable.
-void WriteBlobs(const TempDir& dir, const std::string& prefix, uint32_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<uint8_t> pixels, labels;
-  for (uint32_t i = 0; i < n; ++i) {
-    const int k = static_cast<int>(rng.Below(4));
-    labels.push_back(static_cast<uint8_t>(k));
-    for (int r = 0; r < 6; ++r) {
-      for (int c = 0; c < 6; ++c) {
-        const int quadrant = (r / 3) * 2 + c / 3;
-        const double v = (quadrant == k ? 150 : 0) + 100 * rng.Uniform();
-        pixels.push_back(static_cast<uint8_t>(v));
-      }
-    }
-  }
-  WriteBytes(dir / (prefix + "-images.gz"), IdxBytes({n, 6, 6}, pixels), true);
-  WriteBytes(dir / (prefix + "-labels"), IdxBytes({n}, labels), false);
-}
-
-TrainOptions BlobOptions(const TempDir& dir) {
-  WriteBlobs(dir, "train", 480, 1);
-  WriteBlobs(dir, "test", 100, 2);
-  TrainOptions o;
-  o.dataset.train_images = dir / "train-images.gz";
-  o.dataset.train_labels = dir / "train-labels";
-  o.dataset.test_images = dir / "test-images.gz";
-  o.dataset.test_labels = dir / "test-labels";
-  o.hidden = {16};
-  o.batch_size = 16;
-  o.epochs = 4;
-  o.lr = 0.05;
-  o.validation_fraction = 0.25;
-  o.seed = 3;
-  return o;
-}
 
 TEST(Train, LearnsASeparableProblem) {
   TempDir dir;
@@ -125,6 +92,26 @@ TEST(Train, HugeLearningRateDiverges) {
   EXPECT_EQ(calls, 0);
 }
 
+// Every replica sees the same summed loss, so all of them stop at the same step: no replica is
+// left waiting in the all-reduce, and the trial fails with the message, not a hang or a crash.
+TEST(Train, DivergenceWithReplicasFailsCleanly) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.lr = 1e30;
+  o.replicas = 4;
+  o.accum_steps = 2;
+  o.batch_size = 8;
+  int calls = 0;
+  auto r = Train(o, [&](const EpochReport&) { return ++calls > 0; });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind("diverged at epoch 1, step ", 0), 0u)
+      << r.status().message();
+  EXPECT_EQ(calls, 0);
+  // The same options at a sane rate train normally in the same process afterwards.
+  o.lr = 0.05;
+  EXPECT_TRUE(Train(o, nullptr).ok());
+}
+
 TEST(Train, CallbackStopsAfterThatEpoch) {
   TempDir dir;
   TrainOptions o = BlobOptions(dir);
@@ -160,6 +147,7 @@ TEST(Train, ValidationSetIsTheSameForEverySeed) {
   TrainOptions o;
   o.dataset.format = "csv";
   o.dataset.train_images = dir / "d.csv";
+  o.cache_dir = dir / "cache";
   o.validation_fraction = 0.2;
   o.hidden = {4};
   o.batch_size = 16;
@@ -244,6 +232,182 @@ TEST(Train, DatasetErrorsNameTheFile) {
   EXPECT_EQ(r.status().message(), "lr: must be a positive number, got -1");
 }
 
+// ---- data parallelism and accumulation ----
+
+// Final weights (and optimizer state) of a run, or an empty state with a failure recorded.
+ModelState FinalState(const TrainOptions& o, std::vector<EpochReport>* reports = nullptr) {
+  ModelState state;
+  auto r = TrainWithState(
+      o,
+      [&](const EpochReport& e) {
+        if (reports != nullptr) reports->push_back(e);
+        return true;
+      },
+      &state);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return state;
+}
+
+// The largest |a - b| / max(|a|, |b|) over elements whose magnitude is at least 1e-3 of the
+// largest weight, and the largest |a - b| / max|a| over all: weights that cross zero have no
+// meaningful relative error of their own, so they are held to the tensor's scale.
+std::pair<double, double> RelativeDifference(const std::vector<float>& a,
+                                             const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double scale = 0;
+  for (float v : a) scale = std::max(scale, std::abs(double{v}));
+  double elementwise = 0, overall = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double x = a[i], y = b[i], d = std::abs(x - y);
+    const double m = std::max(std::abs(x), std::abs(y));
+    if (m >= 1e-3 * scale) elementwise = std::max(elementwise, d / m);
+    overall = std::max(overall, d / scale);
+  }
+  return {elementwise, overall};
+}
+
+void ExpectSameWeights(const ModelState& a, const ModelState& b, const std::string& what) {
+  ASSERT_FALSE(a.params.empty()) << what;
+  const auto [elementwise, overall] = RelativeDifference(a.params, b.params);
+  EXPECT_LE(elementwise, 1e-5) << what;
+  EXPECT_LE(overall, 1e-5) << what;
+  EXPECT_NE(a.params, std::vector<float>(a.params.size(), 0.0f)) << what;
+}
+
+TrainOptions ParallelOptions(const TempDir& dir) {
+  TrainOptions o = BlobOptions(dir);
+  o.hidden = {24, 12};
+  o.batch_size = 32;
+  o.epochs = 2;  // 2 x 11 steps
+  o.lr = 0.02;
+  return o;
+}
+
+TEST(Train, ReplicasMatchOneReplicaAtTheSameGlobalBatch) {
+  TempDir dir;
+  for (const char* optimizer : {"sgd", "adamw"}) {
+    TrainOptions o = ParallelOptions(dir);
+    o.optimizer = optimizer;
+    if (o.optimizer == "adamw") o.lr = 0.003;
+    o.nesterov = o.optimizer == "sgd";
+    o.weight_decay = 1e-3;
+    o.dropout = 0.2;  // masks are keyed by the sample's row in the step, not by the replica
+    std::vector<EpochReport> one_reports;
+    const ModelState one = FinalState(o, &one_reports);
+    for (int replicas : {2, 4, 3}) {  // 3: shards of 10, 11 and 11 rows
+      o.replicas = replicas;
+      std::vector<EpochReport> reports;
+      const ModelState many = FinalState(o, &reports);
+      const std::string what = std::string(optimizer) + ", replicas " + std::to_string(replicas);
+      ExpectSameWeights(one, many, what);
+      ASSERT_EQ(reports.size(), one_reports.size()) << what;
+      EXPECT_EQ(reports.back().step, one_reports.back().step) << what;
+      EXPECT_NEAR(reports.back().train_loss, one_reports.back().train_loss, 1e-5) << what;
+      EXPECT_GE(reports.back().allreduce_s, 0.0) << what;
+    }
+    EXPECT_EQ(one_reports.back().allreduce_s, 0.0);  // one replica: nothing to reduce
+  }
+}
+
+TEST(Train, ReplicasAreDeterministic) {
+  TempDir dir;
+  TrainOptions o = ParallelOptions(dir);
+  o.replicas = 4;
+  o.dropout = 0.1;
+  const ModelState a = FinalState(o), b = FinalState(o);
+  EXPECT_EQ(a.params, b.params);  // the reduction order is fixed, not first-come
+  EXPECT_EQ(a.optimizer, b.optimizer);
+}
+
+TEST(Train, AccumulationMatchesTheFullBatch) {
+  TempDir dir;
+  TrainOptions o = ParallelOptions(dir);
+  o.dropout = 0.2;
+  o.momentum = 0.5;
+  const ModelState full = FinalState(o);
+  struct Case {
+    int batch, accum, replicas;
+  };
+  for (const Case c : {Case{16, 2, 1}, Case{8, 4, 1}, Case{16, 2, 2}}) {
+    TrainOptions a = o;
+    a.batch_size = c.batch;
+    a.accum_steps = c.accum;
+    a.replicas = c.replicas;
+    std::vector<EpochReport> reports;
+    const ModelState accumulated = FinalState(a, &reports);
+    ExpectSameWeights(full, accumulated,
+                      "batch " + std::to_string(c.batch) + " x accum " + std::to_string(c.accum) +
+                          ", replicas " + std::to_string(c.replicas));
+    ASSERT_FALSE(reports.empty());
+    EXPECT_EQ(reports.back().step, 2 * 11);  // optimizer steps, not micro-batches
+  }
+}
+
+// ---- dropout, optimizers and schedules end to end ----
+
+// (That evaluation runs without dropout is checked on the model itself, in ops_test.cc.)
+TEST(Train, DropoutIsSeeded) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.dropout = 0.5;
+  o.epochs = 2;
+  std::vector<EpochReport> a, b;
+  const ModelState sa = FinalState(o, &a);
+  const ModelState sb = FinalState(o, &b);
+  EXPECT_EQ(sa.params, sb.params);  // deterministic for a seed
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(a[1].train_loss, b[1].train_loss);
+  EXPECT_EQ(a[1].val_loss, b[1].val_loss);
+  o.seed = 4;
+  EXPECT_NE(sa.params, FinalState(o).params);
+  o.seed = 3;
+  o.dropout = 0;
+  EXPECT_NE(sa.params, FinalState(o).params);  // it does drop something in training
+}
+
+TEST(Train, AdamwAndSchedulesLearnAndReportTheirRate) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.optimizer = "adamw";
+  o.lr = 0.01;
+  o.weight_decay = 0.01;
+  o.lr_schedule = "cosine";
+  o.warmup_epochs = 1;
+  std::vector<EpochReport> reports;
+  auto r = Train(o, [&](const EpochReport& e) {
+    reports.push_back(e);
+    return true;
+  });
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(reports.size(), 4u);
+  EXPECT_GE(reports.back().val_acc, 0.95);
+  // 22 steps an epoch: warmup ends at the first epoch's last step, at the peak.
+  EXPECT_DOUBLE_EQ(reports[0].lr, 0.01);
+  EXPECT_LT(reports[3].lr, reports[2].lr);
+  EXPECT_LT(reports[3].lr, 0.001);  // cosine ends near zero
+
+  o.optimizer = "sgd";
+  o.lr = 0.05;
+  o.lr_schedule = "step";
+  o.warmup_epochs = 0;
+  o.step_size = 2;
+  o.gamma = 0.5;
+  o.scale_lr = true;
+  o.base_batch = 8;  // batch 16: the rule doubles the rate
+  reports.clear();
+  r = Train(o, [&](const EpochReport& e) {
+    reports.push_back(e);
+    return true;
+  });
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(reports.size(), 4u);
+  EXPECT_DOUBLE_EQ(reports[0].lr, 0.1);
+  EXPECT_DOUBLE_EQ(reports[1].lr, 0.1);
+  EXPECT_DOUBLE_EQ(reports[2].lr, 0.05);  // epochs 3 and 4 are the second period
+  EXPECT_DOUBLE_EQ(reports[3].lr, 0.05);
+}
+
 TEST(Train, FashionMnistSubset) {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz")) {
@@ -251,6 +415,8 @@ TEST(Train, FashionMnistSubset) {
   }
   TrainOptions o;
   ASSERT_TRUE(ApplyOption(&o, "dataset", dir).ok());
+  TempDir cache;
+  o.cache_dir = cache.path();
   o.max_train_samples = 10000;
   o.epochs = 2;
   double val_acc = 0;

@@ -1,15 +1,21 @@
 // The prefetching batch gatherer. Owned by the trainer. All shared state is under mu_; the
-// producer copies rows outside the lock into a slot the consumer cannot be reading (batch k
-// goes to slot k % slots_, and the producer stays fewer than slots_ batches ahead).
+// producer copies rows outside the lock into a slot no consumer can be reading (batch k goes to
+// slot k % slots_, and the producer stays fewer than slots_ batches ahead of the slowest
+// consumer).
 #include "batcher.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
 namespace sweep::trainer {
 
-Batcher::Batcher(DatasetPtr data, int batch_size, int depth)
-    : data_(std::move(data)), batch_size_(batch_size), slots_(depth + 1) {
+Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int lag)
+    : data_(std::move(data)),
+      batch_size_(batch_size),
+      slots_(depth + lag + 1),
+      released_(static_cast<size_t>(consumers), 0),
+      holding_(static_cast<size_t>(consumers), 0) {
   for (int s = 0; s < slots_; ++s) {
     x_.emplace_back(static_cast<size_t>(batch_size) * static_cast<size_t>(data_->dim));
     y_.emplace_back(static_cast<size_t>(batch_size));
@@ -26,6 +32,10 @@ Batcher::~Batcher() {
   thread_.join();
 }
 
+int64_t Batcher::MinReleased() const {
+  return *std::min_element(released_.begin(), released_.end());
+}
+
 void Batcher::StartEpoch(const int32_t* order, int64_t steps) {
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -33,34 +43,37 @@ void Batcher::StartEpoch(const int32_t* order, int64_t steps) {
     produced_cv_.wait(lock, [&] { return !gathering_; });
     order_ = order;
     steps_ = steps;
-    produced_ = released_ = 0;
-    holding_ = false;
+    produced_ = 0;
+    std::fill(released_.begin(), released_.end(), 0);
+    std::fill(holding_.begin(), holding_.end(), 0);
   }
   freed_cv_.notify_all();
 }
 
-Batcher::Batch Batcher::Next(double* wait_s) {
+Batcher::Batch Batcher::Next(int consumer, double* wait_s) {
+  const size_t c = static_cast<size_t>(consumer);
   std::unique_lock<std::mutex> lock(mu_);
-  if (holding_) {
-    ++released_;
-    holding_ = false;
-    freed_cv_.notify_all();
+  if (holding_[c]) {
+    const int64_t before = MinReleased();
+    ++released_[c];
+    holding_[c] = 0;
+    if (MinReleased() != before) freed_cv_.notify_all();
   }
-  if (produced_ <= released_) {
+  if (produced_ <= released_[c]) {
     const auto start = std::chrono::steady_clock::now();
-    produced_cv_.wait(lock, [&] { return produced_ > released_; });
+    produced_cv_.wait(lock, [&] { return produced_ > released_[c]; });
     *wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  holding_ = true;
-  const size_t slot = static_cast<size_t>(released_ % slots_);
+  holding_[c] = 1;
+  const size_t slot = static_cast<size_t>(released_[c] % slots_);
   return {x_[slot].data(), y_[slot].data()};
 }
 
 void Batcher::Produce() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    freed_cv_.wait(lock,
-                   [&] { return stop_ || (produced_ < steps_ && produced_ - released_ < slots_); });
+    freed_cv_.wait(
+        lock, [&] { return stop_ || (produced_ < steps_ && produced_ - MinReleased() < slots_); });
     if (stop_) return;
     const int64_t k = produced_;
     const size_t slot = static_cast<size_t>(k % slots_);

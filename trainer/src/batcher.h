@@ -1,7 +1,8 @@
-// Gathers training batches on a background thread so gathering overlaps compute: up to
-// kPrefetchDepth batches are ready ahead of the one the compute thread holds. This is the shape
-// of the later input pipeline (one Batcher feeding R replicas). One producer thread inside; the
-// public methods are for a single consumer thread.
+// Gathers training batches on a background thread so gathering overlaps compute: up to `depth`
+// batches are ready ahead of the ones being computed on. One Batcher feeds the R replicas of a
+// data-parallel group: every batch goes to all of them (each reads its own rows of it), and a
+// slot is reused only once every consumer has moved past it. One producer thread inside; each
+// consumer index is used by one thread at a time; StartEpoch while no consumer is in Next.
 #pragma once
 
 #include <condition_variable>
@@ -23,7 +24,10 @@ class Batcher {
     const int32_t* y;  // [batch_size]
   };
 
-  Batcher(DatasetPtr data, int batch_size, int depth = kPrefetchDepth);
+  // lag: how many batches the fastest consumer may run ahead of the slowest without waiting
+  // for a free slot (the micro-batches of one optimizer step, when consumers sync per step).
+  Batcher(DatasetPtr data, int batch_size, int consumers = 1, int depth = kPrefetchDepth,
+          int lag = 0);
   ~Batcher();  // stops and joins the producer, also mid-epoch
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -32,16 +36,18 @@ class Batcher {
   // alive and unchanged until the next StartEpoch returns or the destructor has returned.
   // Abandons any unread batches.
   void StartEpoch(const int32_t* order, int64_t steps);
-  // The next batch, valid until the following Next/StartEpoch; blocks while it is being
-  // gathered and adds the time blocked to *wait_s. Call at most `steps` times per epoch.
-  Batch Next(double* wait_s);
+  // Consumer c's next batch, valid until c's following Next or StartEpoch; blocks while it is
+  // being gathered and adds the time blocked to *wait_s. Each consumer calls it at most
+  // `steps` times per epoch.
+  Batch Next(int consumer, double* wait_s);
 
  private:
   void Produce();
+  int64_t MinReleased() const;  // under mu_
 
   const DatasetPtr data_;
   const int batch_size_;
-  const int slots_;  // depth + the one the consumer holds
+  const int slots_;  // depth + lag + the one each consumer holds
   std::vector<std::vector<float>> x_;
   std::vector<std::vector<int32_t>> y_;
 
@@ -49,10 +55,10 @@ class Batcher {
   std::condition_variable produced_cv_, freed_cv_;
   const int32_t* order_ = nullptr;
   int64_t steps_ = 0;
-  int64_t produced_ = 0;    // batches of this epoch gathered
-  int64_t released_ = 0;    // batches of this epoch the consumer is done with
-  bool holding_ = false;    // the consumer holds batch released_
-  bool gathering_ = false;  // the producer is writing a slot outside the lock
+  int64_t produced_ = 0;           // batches of this epoch gathered
+  std::vector<int64_t> released_;  // per consumer: batches of this epoch it is done with
+  std::vector<char> holding_;      // per consumer: it holds batch released_[c]
+  bool gathering_ = false;         // the producer is writing a slot outside the lock
   bool stop_ = false;
   std::thread thread_;  // last: starts once everything above is ready
 };

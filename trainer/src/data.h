@@ -1,11 +1,13 @@
-// Datasets for the trainer: IDX (MNIST layout, gzipped or raw) and CSV loaders, a process-wide
-// cache of decoded datasets, the fixed validation split, and row gathering into batches.
+// Datasets for the trainer: IDX (MNIST layout, gzipped or raw) and CSV loaders, a two-level
+// cache of decoded datasets (in the process, then one file per dataset per machine that every
+// process maps read-only), the fixed validation split, and row gathering into batches.
 // A loaded Dataset is immutable and shared (shared_ptr<const Dataset>) between trials and
-// threads; the cache is thread-safe; everything else here is a pure function.
+// threads; the caches are thread-safe and safe across processes; the rest is pure functions.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,12 +26,15 @@ struct Dataset {
   int64_t dim = 0;             // features per sample
   int num_classes = 0;         // largest label + 1
   std::vector<int64_t> shape;  // per-sample shape from the file ({28, 28} for MNIST; {dim} csv)
-  // Exactly one of these holds the [n, dim] features. IDX pixels stay uint8 (a quarter of the
-  // memory of floats in a cache that lives as long as the worker process) and are scaled by
-  // 1/255 as they are gathered; CSV values are used as they are.
-  std::vector<uint8_t> u8;
-  std::vector<float> f32;
-  std::vector<int32_t> labels;  // [n], each in [0, num_classes)
+  // Exactly one of these views the [n, dim] features. IDX pixels stay uint8 (a quarter of the
+  // memory of floats, in a cache that outlives trials) and are scaled by 1/255 as they are
+  // gathered; CSV values are used as they are.
+  std::span<const uint8_t> u8;
+  std::span<const float> f32;
+  std::span<const int32_t> labels;  // [n], each in [0, num_classes)
+  // What the views point into: the decoder's arrays, or a read-only mapping of a cache file.
+  std::shared_ptr<const void> storage;
+  bool mapped = false;  // from the machine-wide cache file
 
   // Writes rows idx[0..count) as floats into x[count, dim] and their labels into y[count].
   void Gather(const int32_t* idx, int64_t count, float* x, int32_t* y) const;
@@ -37,20 +42,35 @@ struct Dataset {
 
 using DatasetPtr = std::shared_ptr<const Dataset>;
 
+// A Dataset owning decoded arrays (one of u8, f32 empty); `meta` gives the other fields.
+DatasetPtr MakeDataset(Dataset meta, std::vector<uint8_t> u8, std::vector<float> f32,
+                       std::vector<int32_t> labels);
+
 // Decoders, uncached. Errors name the file ("labels.gz: expected 60000 labels, found 59999").
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path);
 // label_column counts from 0; a negative one counts from the end (-1: the last column).
 Result<DatasetPtr> LoadCsv(const std::string& path, int label_column);
 
-// Loads the training (test = false) or test set of `spec` through the process-wide cache, keyed
-// by format, label column and each file's (canonical path, size, mtime): a worker reused across
-// trials decodes a file once, and a rewritten file is decoded again. Concurrent callers asking
-// for the same key wait for one decode.
-Result<DatasetPtr> LoadCached(const DatasetSpec& spec, bool test);
-// Drops every cached dataset (ones still held by callers live on until released).
+// Loads the training (test = false) or test set of `spec`, keyed by format, label column and
+// each file's (canonical path, size, mtime), through two caches: this process's (a worker
+// reused across trials decodes a file once; concurrent callers wait for one load), then, when
+// cache_dir is not empty, a file per dataset there that every process on the machine maps
+// read-only. A miss in both decodes and publishes the file (temp file, fsync, link: when
+// processes race, the first published wins and the rest map it). A rewritten dataset file has
+// a new key; publishing its cache file removes the stale ones. A cache that cannot be written
+// (read-only, full) costs speed, not correctness: the decoded arrays are used directly.
+Result<DatasetPtr> LoadCached(const DatasetSpec& spec, bool test, const std::string& cache_dir);
+// Drops every dataset cached in this process (ones still held by callers live on until
+// released; cache files stay).
 void ClearDatasetCache();
-// Number of decodes LoadCached has started since the process began (for tests).
+// Decodes (of IDX or CSV text) and cache-file maps this process has done (for tests).
 int64_t DatasetDecodeCount();
+int64_t DatasetMapCount();
+
+// Where the machine-wide cache lives when TrainOptions::cache_dir is empty: $XDG_CACHE_HOME/sweep,
+// else $HOME/.cache/sweep, else /tmp/sweep-cache-<uid> (made 0700 and checked to be ours); the
+// first that exists or can be made and is writable. "" when none is (then no file cache).
+std::string DefaultCacheDir();
 
 struct Split {
   std::vector<int32_t> train;  // in the fixed permutation's order

@@ -29,6 +29,19 @@ bool ParseActivation(const std::string& name, Activation* act) {
   return true;
 }
 
+bool ParseInit(const std::string& name, InitScheme* init) {
+  if (name == "auto") {
+    *init = InitScheme::kAuto;
+  } else if (name == "he") {
+    *init = InitScheme::kHe;
+  } else if (name == "xavier") {
+    *init = InitScheme::kXavier;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 int MlpShape::max_width() const { return *std::max_element(widths.begin() + 1, widths.end()); }
 
 MlpShape MlpShape::Make(int inputs, const std::vector<int>& hidden, int classes) {
@@ -47,13 +60,17 @@ MlpShape MlpShape::Make(int inputs, const std::vector<int>& hidden, int classes)
   return s;
 }
 
-void InitParams(const MlpShape& shape, Activation act, uint64_t seed, float* params) {
+void InitParams(const MlpShape& shape, Activation act, uint64_t seed, float* params,
+                InitScheme init) {
   std::fill(params, params + shape.num_params, 0.0f);
+  if (init == InitScheme::kAuto)
+    init = act == Activation::kTanh ? InitScheme::kXavier : InitScheme::kHe;
   for (int l = 0; l < shape.layers(); ++l) {
     const double fan_in = shape.in(l), fan_out = shape.out(l);
     const bool last = l == shape.layers() - 1;
-    const double stddev = (last || act == Activation::kTanh) ? std::sqrt(2.0 / (fan_in + fan_out))
-                                                             : std::sqrt(2.0 / fan_in);
+    const double stddev = (last || init == InitScheme::kXavier)
+                              ? std::sqrt(2.0 / (fan_in + fan_out))
+                              : std::sqrt(2.0 / fan_in);
     Rng rng(MixSeed(seed, kInitStream, static_cast<uint64_t>(l)));
     float* w = params + shape.weight_offset[static_cast<size_t>(l)];
     const int64_t n = int64_t{shape.in(l)} * shape.out(l);

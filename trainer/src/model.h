@@ -19,6 +19,13 @@ using Activation = cpu::Activation;
 // relu | tanh | gelu; false for anything else.
 bool ParseActivation(const std::string& name, Activation* act);
 
+// How hidden layers' weights are drawn: He-normal (std sqrt(2 / fan_in), for rectifiers),
+// Xavier-normal (std sqrt(2 / (fan_in + fan_out))), or auto: He for relu and gelu, Xavier for tanh.
+enum class InitScheme { kAuto, kHe, kXavier };
+
+// auto | he | xavier; false for anything else.
+bool ParseInit(const std::string& name, InitScheme* init);
+
 struct MlpShape {
   std::vector<int> widths;  // input, hidden..., classes
   // Offsets (in floats) of layer l's weight [widths[l+1], widths[l]] and bias [widths[l+1]].
@@ -30,13 +37,20 @@ struct MlpShape {
   int in(int l) const { return widths[static_cast<size_t>(l)]; }
   int out(int l) const { return widths[static_cast<size_t>(l) + 1]; }
   int max_width() const;  // widest layer output: sizes the activation buffers
+  // Layer l's weight and bias as one contiguous range [layer_begin, layer_end) of the flat
+  // buffer: the unit in which gradients become final during backward (an all-reduce bucket).
+  int64_t layer_begin(int l) const { return weight_offset[static_cast<size_t>(l)]; }
+  int64_t layer_end(int l) const {
+    return l + 1 < layers() ? weight_offset[static_cast<size_t>(l) + 1] : num_params;
+  }
 
   static MlpShape Make(int inputs, const std::vector<int>& hidden, int classes);
 };
 
-// Fills params (shape.num_params floats) from the trial seed: hidden weights He-normal for
-// relu/gelu and Xavier-normal for tanh, the output layer Xavier-normal (it feeds a softmax,
-// not a rectifier), biases and padding zero. The same seed gives the same bits on every build.
-void InitParams(const MlpShape& shape, Activation act, uint64_t seed, float* params);
+// Fills params (shape.num_params floats) from the trial seed: hidden weights by `init`, the
+// output layer Xavier-normal whatever `init` says (it feeds a softmax, not a rectifier), biases
+// and padding zero. The same seed gives the same bits on every build.
+void InitParams(const MlpShape& shape, Activation act, uint64_t seed, float* params,
+                InitScheme init = InitScheme::kAuto);
 
 }  // namespace sweep::trainer

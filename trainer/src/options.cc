@@ -68,6 +68,12 @@ Status SetDouble(std::string_view key, const json& v, double* out) {
   return Status::Ok();
 }
 
+Status SetBool(std::string_view key, const json& v, bool* out) {
+  if (!v.is_boolean()) return TypeError(key, "true or false", v);
+  *out = v.get<bool>();
+  return Status::Ok();
+}
+
 Status SetString(std::string_view key, const json& v, std::string* out) {
   if (!v.is_string()) return TypeError(key, "a string", v);
   *out = v.get<std::string>();
@@ -148,7 +154,6 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
     if (v.is_object()) return DatasetFromObject(v, &o->dataset);
     return TypeError(key, "an object {format, train_images, ...} or a directory name", v);
   }
-  if (key == "model") return SetString(key, v, &o->model);
   if (key == "hidden") {
     // One integer is taken as a single hidden layer; [] means none (a linear model).
     const char* what = "a list of positive integers";
@@ -166,17 +171,44 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
     o->hidden = std::move(hidden);
     return Status::Ok();
   }
-  if (key == "activation") return SetString(key, v, &o->activation);
-  if (key == "optimizer") return SetString(key, v, &o->optimizer);
-  if (key == "lr") return SetDouble(key, v, &o->lr);
-  if (key == "momentum") return SetDouble(key, v, &o->momentum);
-  if (key == "validation_fraction") return SetDouble(key, v, &o->validation_fraction);
-  if (key == "precision") return SetString(key, v, &o->precision);
-  if (key == "batch_size" || key == "epochs" || key == "threads") {
-    // Only the type here; Validate() says which values are in range.
+  // Strings and numbers: Validate() says which values are allowed.
+  const std::pair<std::string_view, std::string*> strings[] = {
+      {"model", &o->model},
+      {"activation", &o->activation},
+      {"init", &o->init},
+      {"optimizer", &o->optimizer},
+      {"lr_schedule", &o->lr_schedule},
+      {"precision", &o->precision},
+      {"checkpoint_path", &o->checkpoint_path},
+      {"cache_dir", &o->cache_dir}};
+  for (const auto& [name, field] : strings) {
+    if (key == name) return SetString(key, v, field);
+  }
+  const std::pair<std::string_view, double*> doubles[] = {
+      {"lr", &o->lr},
+      {"momentum", &o->momentum},
+      {"weight_decay", &o->weight_decay},
+      {"beta1", &o->beta1},
+      {"beta2", &o->beta2},
+      {"eps", &o->eps},
+      {"dropout", &o->dropout},
+      {"warmup_epochs", &o->warmup_epochs},
+      {"gamma", &o->gamma},
+      {"validation_fraction", &o->validation_fraction}};
+  for (const auto& [name, field] : doubles) {
+    if (key == name) return SetDouble(key, v, field);
+  }
+  if (key == "nesterov") return SetBool(key, v, &o->nesterov);
+  if (key == "scale_lr") return SetBool(key, v, &o->scale_lr);
+  const std::pair<std::string_view, int*> ints[] = {
+      {"batch_size", &o->batch_size}, {"accum_steps", &o->accum_steps},
+      {"epochs", &o->epochs},         {"step_size", &o->step_size},
+      {"base_batch", &o->base_batch}, {"threads", &o->threads},
+      {"replicas", &o->replicas},     {"checkpoint_every", &o->checkpoint_every}};
+  for (const auto& [name, field] : ints) {
+    if (key != name) continue;
     SWEEP_RETURN_IF_ERROR(SetInt(key, v, std::numeric_limits<int>::min(),
                                  std::numeric_limits<int>::max(), "an integer", &i));
-    int* field = key == "batch_size" ? &o->batch_size : key == "epochs" ? &o->epochs : &o->threads;
     *field = static_cast<int>(i);
     return Status::Ok();
   }
@@ -211,16 +243,45 @@ Status ApplyOption(TrainOptions* options, std::string_view key, const nlohmann::
 }
 
 const std::vector<std::string>& OptionKeys() {
-  static const std::vector<std::string> keys = {
-      "dataset",  "model",      "hidden", "activation",          "optimizer",         "lr",
-      "momentum", "batch_size", "epochs", "validation_fraction", "max_train_samples", "precision",
-      "seed",     "threads"};
+  static const std::vector<std::string> keys = {"dataset",
+                                                "model",
+                                                "hidden",
+                                                "activation",
+                                                "init",
+                                                "dropout",
+                                                "optimizer",
+                                                "lr",
+                                                "momentum",
+                                                "nesterov",
+                                                "weight_decay",
+                                                "beta1",
+                                                "beta2",
+                                                "eps",
+                                                "lr_schedule",
+                                                "warmup_epochs",
+                                                "step_size",
+                                                "gamma",
+                                                "scale_lr",
+                                                "base_batch",
+                                                "batch_size",
+                                                "accum_steps",
+                                                "epochs",
+                                                "validation_fraction",
+                                                "max_train_samples",
+                                                "precision",
+                                                "seed",
+                                                "threads",
+                                                "replicas",
+                                                "checkpoint_path",
+                                                "checkpoint_every",
+                                                "cache_dir"};
   return keys;
 }
 
 const std::vector<std::string>& MetricNames() {
-  static const std::vector<std::string> names = {
-      "train_loss", "val_loss", "val_acc", "samples_per_s", "data_wait_s", "epoch_s", "test_acc"};
+  static const std::vector<std::string> names = {"train_loss",    "val_loss",    "val_acc",
+                                                 "samples_per_s", "data_wait_s", "epoch_s",
+                                                 "allreduce_s",   "lr",          "test_acc"};
   return names;
 }
 
@@ -247,14 +308,47 @@ Status Validate(const TrainOptions& o) {
   if (!ParseActivation(o.activation, &act)) {
     return bad("activation: expected relu, tanh or gelu, got \"" + o.activation + "\"");
   }
-  if (o.optimizer != "sgd") return bad("optimizer: expected \"sgd\", got \"" + o.optimizer + "\"");
+  InitScheme init;
+  if (!ParseInit(o.init, &init)) {
+    return bad("init: expected he, xavier or auto, got \"" + o.init + "\"");
+  }
+  if (!(o.dropout >= 0 && o.dropout < 1)) {
+    return bad("dropout: must be in [0, 1), got " + Num(o.dropout));
+  }
+  if (o.optimizer != "sgd" && o.optimizer != "adamw") {
+    return bad("optimizer: expected \"sgd\" or \"adamw\", got \"" + o.optimizer + "\"");
+  }
   if (!(o.lr > 0) || !std::isfinite(o.lr)) {
     return bad("lr: must be a positive number, got " + Num(o.lr));
   }
   if (!(o.momentum >= 0 && o.momentum < 1)) {
     return bad("momentum: must be in [0, 1), got " + Num(o.momentum));
   }
+  if (o.nesterov && o.optimizer == "sgd" && o.momentum == 0) {
+    return bad("nesterov: needs momentum > 0 (Nesterov momentum without momentum is plain SGD)");
+  }
+  if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) {
+    return bad("weight_decay: must be >= 0, got " + Num(o.weight_decay));
+  }
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) return bad("beta1: must be in [0, 1), got " + Num(o.beta1));
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) return bad("beta2: must be in [0, 1), got " + Num(o.beta2));
+  if (!(o.eps > 0) || !std::isfinite(o.eps)) return bad("eps: must be > 0, got " + Num(o.eps));
+  if (o.lr_schedule != "constant" && o.lr_schedule != "step" && o.lr_schedule != "cosine") {
+    return bad("lr_schedule: expected constant, step or cosine, got \"" + o.lr_schedule + "\"");
+  }
+  if (!(o.warmup_epochs >= 0) || !std::isfinite(o.warmup_epochs)) {
+    return bad("warmup_epochs: must be >= 0, got " + Num(o.warmup_epochs));
+  }
+  if (o.step_size < 1)
+    return bad("step_size: must be >= 1 (epochs), got " + std::to_string(o.step_size));
+  if (!(o.gamma > 0) || !std::isfinite(o.gamma)) {
+    return bad("gamma: must be > 0, got " + Num(o.gamma));
+  }
+  if (o.base_batch < 1) return bad("base_batch: must be >= 1, got " + std::to_string(o.base_batch));
   if (o.batch_size < 1) return bad("batch_size: must be >= 1, got " + std::to_string(o.batch_size));
+  if (o.accum_steps < 1 || o.accum_steps > 65536) {
+    return bad("accum_steps: must be in [1, 65536], got " + std::to_string(o.accum_steps));
+  }
   if (o.epochs < 1) return bad("epochs: must be >= 1, got " + std::to_string(o.epochs));
   if (!(o.validation_fraction >= 0 && o.validation_fraction < 1)) {
     return bad("validation_fraction: must be in [0, 1), got " + Num(o.validation_fraction));
@@ -269,6 +363,17 @@ Status Validate(const TrainOptions& o) {
   }
   if (o.threads < 1 || o.threads > 1024) {
     return bad("threads: must be in [1, 1024], got " + std::to_string(o.threads));
+  }
+  if (o.replicas < 1 || o.replicas > 1024) {
+    return bad("replicas: must be in [1, 1024], got " + std::to_string(o.replicas));
+  }
+  if (o.batch_size < o.replicas) {
+    return bad("batch_size: " + std::to_string(o.batch_size) + " is smaller than replicas = " +
+               std::to_string(o.replicas) + " (every replica needs a sample of each batch)");
+  }
+  if (o.checkpoint_every < 0) {
+    return bad("checkpoint_every: must be >= 0 (0: only when stopped and at the end), got " +
+               std::to_string(o.checkpoint_every));
   }
   return Status::Ok();
 }

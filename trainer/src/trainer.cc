@@ -1,22 +1,27 @@
-// Train(): loads (through the cache), splits, trains one CPU replica with SGD+momentum and
-// reports each epoch. Owned by the trainer. Each call owns its model, buffers and prefetch
-// thread, so calls may run concurrently; the one process-wide thing it sets is OpenBLAS's
-// thread count.
+// Train(): loads the data (through the caches), splits it, builds a data-parallel replica group
+// on a backend, resumes from a checkpoint when there is one, and runs the epochs: each replica
+// thread pulls its rows of every micro-batch from one prefetching Batcher, the group all-reduces
+// and steps, and the calling thread reports, checkpoints and evaluates between epochs. Owned by
+// the trainer. Each call owns its group, buffers and threads, so calls may run concurrently;
+// the one process-wide thing it sets is OpenBLAS's thread count.
 #include "trainer/trainer.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "backend.h"
 #include "batcher.h"
-#include "cpu/mlp.h"
-#include "cpu/ops.h"
+#include "checkpoint.h"
 #include "data.h"
 #include "model.h"
 #include "rng.h"
+#include "schedule.h"
+#include "train_internal.h"
 
 namespace sweep::trainer {
 namespace {
@@ -24,6 +29,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kShuffleStream = 0x5F1Eull;  // keeps shuffle draws apart from init draws
+constexpr uint64_t kDropoutStream = 0xD809ull;  // and dropout masks apart from both
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -34,35 +40,68 @@ std::string LossText(double loss) {
   return loss > 0 ? "inf" : "-inf";
 }
 
-// Mean loss and accuracy over rows[0..n) of `data`, in chunks of the model's batch size; the last
-// chunk may be short, so every row counts. NaN for both when n == 0.
-void Evaluate(cpu::Mlp* model, const Dataset& data, const int32_t* rows, int64_t n, int batch,
-              std::vector<float>* x, std::vector<int32_t>* y, double* loss, double* acc) {
+Status Diverged(int epoch, int64_t step, const std::string& what) {
+  return Status::InvalidArgument("diverged at epoch " + std::to_string(epoch) + ", step " +
+                                 std::to_string(step) + " (" + what + ")");
+}
+
+// Mean loss and accuracy over rows[0..n) of `data`, split into one contiguous part per replica
+// and evaluated in chunks of at most `chunk` rows; parts are combined in rank order, so the
+// result does not depend on timing. NaN for both when n == 0.
+void Evaluate(ReplicaGroup* group, const Dataset& data, const int32_t* rows, int64_t n, int chunk,
+              std::vector<std::vector<float>>* x, std::vector<std::vector<int32_t>>* y,
+              double* loss, double* acc) {
   if (n == 0) {
     *loss = *acc = std::numeric_limits<double>::quiet_NaN();
     return;
   }
-  double loss_sum = 0;
-  int64_t correct = 0;
-  for (int64_t at = 0; at < n; at += batch) {
-    const int b = static_cast<int>(std::min<int64_t>(batch, n - at));
-    data.Gather(rows + at, b, x->data(), y->data());
-    model->Evaluate(x->data(), y->data(), b, &loss_sum, &correct);
+  const int R = group->size();
+  std::vector<double> loss_sum(static_cast<size_t>(R), 0.0);
+  std::vector<int64_t> correct(static_cast<size_t>(R), 0);
+  group->Run([&](int rank) {
+    const size_t r = static_cast<size_t>(rank);
+    const int64_t begin = n * rank / R, end = n * (rank + 1) / R;
+    for (int64_t at = begin; at < end; at += chunk) {
+      const int b = static_cast<int>(std::min<int64_t>(chunk, end - at));
+      data.Gather(rows + at, b, (*x)[r].data(), (*y)[r].data());
+      group->Evaluate(rank, (*x)[r].data(), (*y)[r].data(), b, &loss_sum[r], &correct[r]);
+    }
+  });
+  double total_loss = 0;
+  int64_t total_correct = 0;
+  for (int r = 0; r < R; ++r) {
+    total_loss += loss_sum[static_cast<size_t>(r)];
+    total_correct += correct[static_cast<size_t>(r)];
   }
-  *loss = loss_sum / static_cast<double>(n);
-  *acc = static_cast<double>(correct) / static_cast<double>(n);
+  *loss = total_loss / static_cast<double>(n);
+  *acc = static_cast<double>(total_correct) / static_cast<double>(n);
 }
 
-Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epoch) {
+Result<std::string> CacheDir(const TrainOptions& o) {
+  if (o.cache_dir.empty()) return DefaultCacheDir();
+  std::error_code ec;
+  std::filesystem::create_directories(o.cache_dir, ec);
+  if (!std::filesystem::is_directory(o.cache_dir, ec)) {
+    return Status::IoError("cache_dir: cannot create \"" + o.cache_dir + "\"" +
+                           (ec ? ": " + ec.message() : ""));
+  }
+  return o.cache_dir;
+}
+
+Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epoch,
+                              ModelState* final_state, CommStats* comm) {
   SWEEP_RETURN_IF_ERROR(Validate(o));
   Activation act = Activation::kRelu;
   ParseActivation(o.activation, &act);
+  InitScheme init = InitScheme::kAuto;
+  ParseInit(o.init, &init);
+  SWEEP_ASSIGN_OR_RETURN(const std::string cache_dir, CacheDir(o));
 
   // The test set loads up front too: a bad test file should fail before hours of training.
-  SWEEP_ASSIGN_OR_RETURN(DatasetPtr train, LoadCached(o.dataset, /*test=*/false));
+  SWEEP_ASSIGN_OR_RETURN(DatasetPtr train, LoadCached(o.dataset, /*test=*/false, cache_dir));
   DatasetPtr test;
   if (!o.dataset.test_images.empty()) {
-    SWEEP_ASSIGN_OR_RETURN(test, LoadCached(o.dataset, /*test=*/true));
+    SWEEP_ASSIGN_OR_RETURN(test, LoadCached(o.dataset, /*test=*/true, cache_dir));
     if (test->dim != train->dim) {
       return Status::InvalidArgument(o.dataset.test_images + ": samples have " +
                                      std::to_string(test->dim) + " features, the training set's " +
@@ -81,74 +120,180 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   if (o.max_train_samples > 0 && o.max_train_samples < static_cast<int64_t>(rows.size())) {
     rows.resize(static_cast<size_t>(o.max_train_samples));
   }
-  const int B = o.batch_size;
+  const int R = o.replicas, B = o.batch_size, K = o.accum_steps;
+  // Rank r takes rows [B r / R, B (r + 1) / R) of every micro-batch: shards differ by at most
+  // one row when R does not divide B, and the loss is scaled by B whatever the split.
+  auto shard_begin = [B, R](int rank) { return static_cast<int>(int64_t{B} * rank / R); };
+  const int shard = (B + R - 1) / R;  // the largest
+  const int64_t step_samples = int64_t{B} * K;
   const int64_t n_train = static_cast<int64_t>(rows.size());
-  if (n_train < B) {
+  if (n_train < step_samples) {
     return Status::InvalidArgument("training set has " + std::to_string(n_train) +
-                                   " samples after the validation split, fewer than batch_size " +
-                                   std::to_string(B));
+                                   " samples after the validation split, fewer than " +
+                                   (K == 1 ? "batch_size " : "batch_size * accum_steps = ") +
+                                   std::to_string(step_samples));
   }
-  // The last partial batch of each epoch is dropped: every step then has the same shape (what a
-  // later all-reduce and CUDA graphs want) and the same gradient scale; the per-epoch shuffle
-  // means no sample is left out for long.
-  const int64_t steps_per_epoch = n_train / B;
+  // The last partial step of each epoch is dropped: every step then has the same shape and the
+  // same gradient scale; the per-epoch shuffle means no sample is left out for long.
+  const int64_t steps_per_epoch = n_train / step_samples;
 
-  cpu::set_blas_threads(o.threads);
+  GroupSpec spec;
+  spec.shape = MlpShape::Make(static_cast<int>(train->dim), o.hidden, train->num_classes);
+  spec.act = act;
+  spec.dropout = static_cast<float>(o.dropout);
+  spec.replicas = R;
+  spec.max_rows = shard;
+  spec.threads = o.threads;
+  spec.optimizer.kind =
+      o.optimizer == "adamw" ? OptimizerSpec::Kind::kAdamw : OptimizerSpec::Kind::kSgd;
+  spec.optimizer.momentum = static_cast<float>(o.momentum);
+  spec.optimizer.nesterov = o.nesterov;
+  spec.optimizer.weight_decay = static_cast<float>(o.weight_decay);
+  spec.optimizer.beta1 = static_cast<float>(o.beta1);
+  spec.optimizer.beta2 = static_cast<float>(o.beta2);
+  spec.optimizer.eps = static_cast<float>(o.eps);
+  SWEEP_ASSIGN_OR_RETURN(const Backend* backend, PickBackend(spec));
+  SWEEP_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaGroup> group, backend->CreateGroup(spec));
 
-  cpu::Mlp model(MlpShape::Make(static_cast<int>(train->dim), o.hidden, train->num_classes), act,
-                 B);
-  InitParams(model.shape(), act, o.seed, model.params());
+  // ---- initial state: fresh, or the checkpoint's ----
+  TrainResult result;
+  const std::string config = TrainingConfig(o);
+  ModelState state;
+  int first_epoch = 1;
+  int64_t step = 0;
+  if (!o.checkpoint_path.empty()) {
+    Result<Checkpoint> ckpt = ReadCheckpoint(o.checkpoint_path);
+    if (ckpt.ok()) {
+      SWEEP_RETURN_IF_ERROR(CheckSameConfig(o.checkpoint_path, *ckpt, config));
+      if (ckpt->state.params.size() != static_cast<size_t>(spec.shape.num_params)) {
+        return Status::InvalidArgument(
+            o.checkpoint_path + ": checkpoint holds " + std::to_string(ckpt->state.params.size()) +
+            " parameters, this model has " + std::to_string(spec.shape.num_params));
+      }
+      state = std::move(ckpt->state);
+      first_epoch = ckpt->epoch + 1;
+      step = ckpt->step;
+      result.resumed_from_epoch = ckpt->epoch;
+      result.epochs_done = ckpt->epoch;
+    } else if (ckpt.status().code() != Status::Code::kNotFound) {
+      return ckpt.status();
+    }
+  }
+  if (state.params.empty()) {
+    state.params.resize(static_cast<size_t>(spec.shape.num_params));
+    InitParams(spec.shape, act, o.seed, state.params.data(), init);
+  }
+  SWEEP_RETURN_IF_ERROR(group->SetState(state));
+  state = ModelState();
 
+  auto checkpoint = [&](int epoch) -> Status {
+    Checkpoint c;
+    c.config = config;
+    c.epoch = epoch;
+    c.step = step;
+    c.rng_seed = o.seed;
+    c.replicas = R;
+    c.state = group->GetState();
+    SWEEP_RETURN_IF_ERROR(WriteCheckpoint(o.checkpoint_path, c));
+    result.checkpointed = true;
+    return Status::Ok();
+  };
+
+  const LrSchedule schedule = LrSchedule::Make(o, steps_per_epoch);
+  const float dloss_scale = static_cast<float>(1.0 / static_cast<double>(step_samples));
   // Declared before the batcher, so it outlives the producer thread reading it.
   std::vector<int32_t> order(rows.size());
-  Batcher batcher(train, B);
-  std::vector<float> eval_x(static_cast<size_t>(B) * static_cast<size_t>(train->dim));
-  std::vector<int32_t> eval_y(static_cast<size_t>(B));
-  const float lr = static_cast<float>(o.lr);
-  const float momentum = static_cast<float>(o.momentum);
-  const float dloss_scale = 1.0f / static_cast<float>(B);
+  // Replicas sync once per step, so within one the fastest may run K micro-batches ahead.
+  Batcher batcher(train, B, R, kPrefetchDepth, R > 1 ? K : 0);
+  std::vector<std::vector<float>> eval_x(static_cast<size_t>(R));
+  std::vector<std::vector<int32_t>> eval_y(static_cast<size_t>(R));
+  for (int r = 0; r < R; ++r) {
+    eval_x[static_cast<size_t>(r)].resize(static_cast<size_t>(shard) * train->dim);
+    eval_y[static_cast<size_t>(r)].resize(static_cast<size_t>(shard));
+  }
+  std::vector<double> wait_s(static_cast<size_t>(R));
 
-  TrainResult result;
-  int64_t step = 0;
-  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+  for (int epoch = first_epoch; epoch <= o.epochs; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
     order = rows;
     Rng(MixSeed(o.seed, kShuffleStream, static_cast<uint64_t>(epoch)))
         .Shuffle(order.data(), n_train);
-    batcher.StartEpoch(order.data(), steps_per_epoch);
+    batcher.StartEpoch(order.data(), steps_per_epoch * K);
+    std::fill(wait_s.begin(), wait_s.end(), 0.0);
+    group->TakeCommStats();
+
+    double loss_sum = 0;
+    int64_t diverged_step = 0;  // 1-based, 0: none
+    double diverged_loss = 0;
+    const Clock::time_point train_start = Clock::now();
+    group->Run([&](int rank) {
+      const size_t r = static_cast<size_t>(rank);
+      for (int64_t s = 0; s < steps_per_epoch; ++s) {
+        const int64_t t = step + s;  // 0-based over the whole run
+        StepArgs args;
+        args.lr = static_cast<float>(schedule.At(t));
+        args.t = t + 1;
+        args.dloss_scale = dloss_scale;
+        args.dropout_key = MixSeed(o.seed, kDropoutStream, static_cast<uint64_t>(t));
+        double loss = 0;
+        for (int m = 0; m < K; ++m) {
+          const Batcher::Batch batch = batcher.Next(rank, &wait_s[r]);
+          const int begin = shard_begin(rank);
+          MicroBatch mb;
+          mb.x = batch.x + static_cast<int64_t>(begin) * train->dim;
+          mb.y = batch.y + begin;
+          mb.rows = shard_begin(rank + 1) - begin;
+          mb.first_row = int64_t{m} * B + begin;
+          mb.first = m == 0;
+          mb.last = m == K - 1;
+          loss = group->TrainMicroBatch(rank, mb, args);
+        }
+        // Every rank got the same total, so all of them stop at this same step.
+        if (!std::isfinite(loss)) {
+          if (rank == 0) {
+            diverged_step = t + 1;
+            diverged_loss = loss;
+          }
+          return;
+        }
+        if (rank == 0) loss_sum += loss;
+      }
+    });
+    if (diverged_step != 0)
+      return Diverged(epoch, diverged_step, "loss " + LossText(diverged_loss));
+    const double train_s = Seconds(train_start);
+    step += steps_per_epoch;
 
     EpochReport report;
     report.epoch = epoch;
-    double loss_sum = 0;
-    const Clock::time_point train_start = Clock::now();
-    for (int64_t s = 0; s < steps_per_epoch; ++s) {
-      const Batcher::Batch batch = batcher.Next(&report.data_wait_s);
-      const double loss = model.ForwardBackward(batch.x, batch.y, B, dloss_scale) / B;
-      ++step;
-      if (!std::isfinite(loss)) {
-        return Status::InvalidArgument("diverged at epoch " + std::to_string(epoch) + ", step " +
-                                       std::to_string(step) + " (loss " + LossText(loss) + ")");
-      }
-      loss_sum += loss;
-      model.SgdStep(lr, momentum, /*weight_decay=*/0.0f);
-    }
-    const double train_s = Seconds(train_start);
     report.step = step;
-    report.train_loss = loss_sum / static_cast<double>(steps_per_epoch);
-    report.samples_per_s = static_cast<double>(steps_per_epoch * B) / std::max(train_s, 1e-9);
-    Evaluate(&model, *train, split.val.data(), static_cast<int64_t>(split.val.size()), B, &eval_x,
-             &eval_y, &report.val_loss, &report.val_acc);
+    report.train_loss = loss_sum / static_cast<double>(steps_per_epoch * step_samples);
+    report.samples_per_s =
+        static_cast<double>(steps_per_epoch * step_samples) / std::max(train_s, 1e-9);
+    report.data_wait_s = *std::max_element(wait_s.begin(), wait_s.end());
+    const CommStats epoch_comm = group->TakeCommStats();
+    report.allreduce_s = epoch_comm.exposed_s;
+    if (comm != nullptr) {
+      comm->exposed_s += epoch_comm.exposed_s;
+      comm->reduce_s += epoch_comm.reduce_s;
+    }
+    report.lr = schedule.At(step - 1);
+    Evaluate(group.get(), *train, split.val.data(), static_cast<int64_t>(split.val.size()), shard,
+             &eval_x, &eval_y, &report.val_loss, &report.val_acc);
     // A last step that blows up shows only here, in weights that no longer give a number.
     if (!split.val.empty() && !std::isfinite(report.val_loss)) {
-      return Status::InvalidArgument("diverged at epoch " + std::to_string(epoch) + ", step " +
-                                     std::to_string(step) + " (validation loss " +
-                                     LossText(report.val_loss) + ")");
+      return Diverged(epoch, step, "validation loss " + LossText(report.val_loss));
     }
     report.epoch_s = Seconds(epoch_start);
     result.epochs_done = epoch;
     if (on_epoch && !on_epoch(report)) {
       result.stopped = true;
+      if (!o.checkpoint_path.empty()) SWEEP_RETURN_IF_ERROR(checkpoint(epoch));
       break;
+    }
+    const bool due = o.checkpoint_every > 0 && epoch % o.checkpoint_every == 0;
+    if (!o.checkpoint_path.empty() && (due || epoch == o.epochs)) {
+      SWEEP_RETURN_IF_ERROR(checkpoint(epoch));
     }
   }
 
@@ -156,20 +301,27 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     std::vector<int32_t> all(static_cast<size_t>(test->n));
     for (int64_t i = 0; i < test->n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     double test_loss = 0, test_acc = 0;
-    Evaluate(&model, *test, all.data(), test->n, B, &eval_x, &eval_y, &test_loss, &test_acc);
+    Evaluate(group.get(), *test, all.data(), test->n, shard, &eval_x, &eval_y, &test_loss,
+             &test_acc);
     result.test_acc = test_acc;
   }
+  if (final_state != nullptr) *final_state = group->GetState();
   return result;
 }
 
 }  // namespace
 
-Result<TrainResult> Train(const TrainOptions& options, const EpochCallback& on_epoch) {
+Result<TrainResult> TrainWithState(const TrainOptions& options, const EpochCallback& on_epoch,
+                                   ModelState* final_state, CommStats* comm) {
   try {
-    return TrainImpl(options, on_epoch);
+    return TrainImpl(options, on_epoch, final_state, comm);
   } catch (const std::exception& e) {  // bad_alloc, std::system_error from a thread, a callback
     return Status::Internal(std::string("trainer: ") + e.what());
   }
+}
+
+Result<TrainResult> Train(const TrainOptions& options, const EpochCallback& on_epoch) {
+  return TrainWithState(options, on_epoch, nullptr);
 }
 
 }  // namespace sweep::trainer

@@ -55,6 +55,7 @@ struct SweepConfig {
   int gpus = 1;                     // slots per trial
   int max_retries = 1;              // reruns of a trial whose worker died or hung
   double heartbeat_timeout_s = 60;  // a running worker silent this long is killed
+  std::string checkpoint_dir;       // trainer trials' checkpoints; "": "<db>-checkpoints"
 
   // [trainer] (defaults for trainer trials; [parameters] override them) or [function].
   nlohmann::json trainer = nlohmann::json::object();

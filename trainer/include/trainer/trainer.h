@@ -1,7 +1,8 @@
-// The embedded trainer: trains one model on one dataset with one set of hyperparameters and
-// reports each epoch. It knows nothing of sweeps: callers fill TrainOptions (from JSON
-// hyperparameters via ApplyOption) and receive EpochReports through a callback.
-// Train() is synchronous and uses options.threads threads; separate calls may run concurrently.
+// The embedded trainer: trains one model on one dataset with one set of hyperparameters,
+// data-parallel over options.replicas replicas, and reports each epoch. It knows nothing of
+// sweeps: callers fill TrainOptions (from JSON hyperparameters via ApplyOption) and receive
+// EpochReports through a callback. Train() is synchronous (the callback runs on the calling
+// thread); separate calls may run concurrently, but OpenBLAS's thread count is process-wide.
 #pragma once
 
 #include <cstdint>
@@ -26,21 +27,51 @@ struct DatasetSpec {
   int label_column = 0;  // csv only; negative counts from the end (-1: the last column)
 };
 
+// Every field is a hyperparameter a sweep may vary (the key ApplyOption takes is the field
+// name), except where it says it is the executor's or the machine's choice.
 struct TrainOptions {
   DatasetSpec dataset;
   std::string model = "mlp";
   std::vector<int> hidden = {256, 128};  // hidden layer widths
   std::string activation = "relu";       // relu | tanh | gelu
-  std::string optimizer = "sgd";         // sgd
-  double lr = 0.05;
-  double momentum = 0.9;
-  int batch_size = 128;
+  std::string init = "auto";             // he | xavier | auto (he for relu/gelu, xavier for tanh)
+  double dropout = 0;                    // drop probability after each hidden activation, [0, 1)
+
+  std::string optimizer = "sgd";  // sgd | adamw
+  double lr = 0.05;               // peak learning rate (before scale_lr)
+  double momentum = 0.9;          // sgd
+  bool nesterov = false;          // sgd; needs momentum > 0
+  double weight_decay = 0;        // sgd: L2 added to the gradient; adamw: decoupled
+  double beta1 = 0.9;             // adamw
+  double beta2 = 0.999;           // adamw
+  double eps = 1e-8;              // adamw
+
+  std::string lr_schedule = "constant";  // constant | step | cosine (to 0 at the last step)
+  double warmup_epochs =
+      0;                  // linear warmup from lr/W to lr over this many epochs (may be a fraction)
+  int step_size = 30;     // step: multiply the lr by gamma every step_size epochs
+  double gamma = 0.1;     // step
+  bool scale_lr = false;  // linear scaling rule: lr * batch_size * accum_steps / base_batch
+  int base_batch = 128;   // the batch `lr` was tuned for
+
+  int batch_size = 128;  // samples per micro-batch over all replicas (>= replicas)
+  int accum_steps = 1;   // micro-batches per optimizer step: the effective batch is their product
   int epochs = 10;
   double validation_fraction = 0.1;  // held out of the training file, deterministic split
   int64_t max_train_samples = 0;     // 0: all; else the first N of the shuffled training set
   std::string precision = "fp32";    // fp32 on CPU
   uint64_t seed = 0;
+
+  // The executor's and the machine's choices: they change speed, not what is learned (replicas
+  // change float rounding only), and a checkpoint resumes under other values of them.
   int threads = 1;  // CPU threads for this trial
+  int replicas =
+      1;  // data-parallel model copies (CPU: threads; GPU: devices); R = 1: no all-reduce
+  std::string checkpoint_path;  // resume from / write to this file; empty: no checkpoints
+  int checkpoint_every = 0;     // epochs between checkpoints; 0: only when stopped and at the end
+  // Decoded-dataset cache shared by the processes of this machine. Empty: $XDG_CACHE_HOME/sweep,
+  // else ~/.cache/sweep, else /tmp/sweep-cache-<uid>.
+  std::string cache_dir;
 };
 
 // Sets one option from a JSON value: `key` is a TrainOptions field name ("lr", "hidden",
@@ -49,9 +80,10 @@ Status ApplyOption(TrainOptions* options, std::string_view key, const nlohmann::
 // Every key ApplyOption accepts.
 const std::vector<std::string>& OptionKeys();
 // Metrics Train() reports: train_loss, val_loss, val_acc, samples_per_s, data_wait_s, epoch_s,
-// and test_acc (at the end, when a test set is given).
+// allreduce_s, lr, and test_acc (at the end, when a test set is given).
 const std::vector<std::string>& MetricNames();
-// Checks values that need no data: positive sizes, known names, lr > 0, fraction in [0, 1).
+// Checks values that need no data: positive sizes, known names, lr > 0, fraction in [0, 1),
+// batch_size >= replicas.
 Status Validate(const TrainOptions& options);
 
 struct EpochReport {
@@ -61,21 +93,33 @@ struct EpochReport {
   double val_loss = 0;       // NaN when validation_fraction == 0
   double val_acc = 0;        // NaN when validation_fraction == 0
   double samples_per_s = 0;  // training samples per second of this epoch's training steps
-  double data_wait_s = 0;    // time the compute waited for batches this epoch
-  double epoch_s = 0;        // wall time of the epoch
+  double data_wait_s =
+      0;               // time the compute waited for batches this epoch (the most any replica did)
+  double epoch_s = 0;  // wall time of the epoch
+  // Time rank 0 spent in the gradient all-reduce this epoch after its backward had ended: what
+  // overlapping with backward did not hide (summing and waiting for the other replicas; the
+  // optimizer update fused into the reduction is not counted). 0 with one replica.
+  double allreduce_s = 0;
+  double lr = 0;  // the learning rate of the epoch's last step
 };
 
 struct TrainResult {
-  int epochs_done = 0;
+  int epochs_done = 0;             // including those done before a resume
+  int resumed_from_epoch = 0;      // the checkpoint's epoch, 0 when training started fresh
   bool stopped = false;            // the callback asked to stop
+  bool checkpointed = false;       // a checkpoint was written (at the end, or when stopped)
   std::optional<double> test_acc;  // when a test set is given and training was not stopped
 };
 
-// Return false to stop training after this epoch.
+// Return false to stop training after this epoch (a checkpoint is written first when
+// checkpoint_path is set, so the trial can resume there).
 using EpochCallback = std::function<bool(const EpochReport&)>;
 
-// Trains and reports. Errors: a missing or malformed dataset (names the file), a NaN or
-// infinite loss ("diverged at epoch E, step S"), bad options.
+// Trains and reports. With checkpoint_path set, resumes from that file when it exists (it must
+// come from the same training options: a different one, or a corrupt one, is an error naming
+// the file), and writes it atomically every checkpoint_every epochs, when stopped and after the
+// last epoch. Errors: a missing or malformed dataset (names the file), a NaN or infinite loss
+// ("diverged at epoch E, step S"), bad options, a bad checkpoint.
 Result<TrainResult> Train(const TrainOptions& options, const EpochCallback& on_epoch);
 
 }  // namespace sweep::trainer

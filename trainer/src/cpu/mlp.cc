@@ -1,5 +1,5 @@
-// The CPU replica's forward, backward and update, as sequences of cpu/ops.h kernels. Owned by
-// the trainer. An Mlp is used by one thread at a time.
+// The CPU replica's forward and backward, as sequences of cpu/ops.h kernels. Owned by the
+// trainer. An Mlp is used by one thread at a time.
 #include "cpu/mlp.h"
 
 #include <cassert>
@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cpu/ops.h"
+#include "rng.h"
 
 namespace sweep::trainer::cpu {
 
@@ -18,24 +19,28 @@ FloatBuffer::FloatBuffer(int64_t n) : size_(n) {
   std::memset(data_.get(), 0, bytes);
 }
 
-Mlp::Mlp(MlpShape shape, Activation act, int max_batch)
+Mlp::Mlp(MlpShape shape, Activation act, int max_batch, float dropout)
     : shape_(std::move(shape)),
       act_(act),
       max_batch_(max_batch),
+      dropout_(dropout),
       params_(shape_.num_params),
       grads_(shape_.num_params),
-      velocity_(shape_.num_params),
       losses_(max_batch) {
   for (int l = 0; l < shape_.layers(); ++l) {
-    pre_.emplace_back(int64_t{max_batch} * shape_.out(l));
-    const bool last = l == shape_.layers() - 1;
-    out_.emplace_back(last ? 0 : int64_t{max_batch} * shape_.out(l));
+    const int64_t n = int64_t{max_batch} * shape_.out(l);
+    const bool hidden = l < shape_.layers() - 1;
+    pre_.emplace_back(n);
+    out_.emplace_back(hidden ? n : 0);
+    drop_.emplace_back(hidden && dropout > 0 ? n : 0);
+    mask_.emplace_back(hidden && dropout > 0 ? n : 0);
   }
   for (FloatBuffer& d : d_) d = FloatBuffer(int64_t{max_batch} * shape_.max_width());
 }
 
 const float* Mlp::Forward(const float* x, int B) {
   assert(B <= max_batch_ && "activation buffers hold max_batch rows");
+  masked_ = false;
   const float* in = x;
   const float* p = params_.data();
   for (int l = 0; l < shape_.layers(); ++l) {
@@ -50,28 +55,60 @@ const float* Mlp::Forward(const float* x, int B) {
   return in;
 }
 
-double Mlp::ForwardBackward(const float* x, const int32_t* y, int B, float dloss_scale) {
-  const float* logits = Forward(x, B);
+double Mlp::ForwardLoss(const float* x, const int32_t* y, int B, float dloss_scale,
+                        uint64_t dropout_key, int64_t first_row) {
+  assert(B <= max_batch_ && "activation buffers hold max_batch rows");
   const int L = shape_.layers();
+  const float* in = x;
+  const float* p = params_.data();
+  masked_ = dropout_ > 0;
+  for (int l = 0; l < L; ++l) {
+    const bool last = l == L - 1;
+    float* pre = pre_[l].data();
+    float* out = last ? pre : out_[l].data();
+    matmul_forward(pre, in, p + shape_.weight_offset[l], B, shape_.in(l), shape_.out(l));
+    bias_act_forward(out, pre, p + shape_.bias_offset[l], B, shape_.out(l),
+                     last ? Activation::kNone : act_);
+    if (!last && masked_) {
+      // Each layer draws its own mask: the key mixes in the layer.
+      dropout_forward(drop_[l].data(), mask_[l].data(), out, B, shape_.out(l), dropout_,
+                      MixSeed(dropout_key, static_cast<uint64_t>(l)), first_row);
+      out = drop_[l].data();
+    }
+    in = out;
+  }
   float* d = d_[(L - 1) % 2].data();
-  softmax_xent_forward_backward(d, losses_.data(), logits, y, B, shape_.out(L - 1), dloss_scale);
+  softmax_xent_forward_backward(d, losses_.data(), in, y, B, shape_.out(L - 1), dloss_scale);
   double loss = 0;
   for (int b = 0; b < B; ++b) loss += losses_.data()[b];
+  return loss;
+}
 
+void Mlp::Backward(const float* x, int B, bool accumulate, LayerSink* sink) {
+  const int L = shape_.layers();
+  float* d = d_[(L - 1) % 2].data();
   const float* p = params_.data();
   float* g = grads_.data();
   for (int l = L - 1; l >= 0; --l) {
     const bool last = l == L - 1;
-    // d holds the gradient w.r.t. this layer's output; turn it into one w.r.t. pre.
+    // d holds the gradient w.r.t. what layer l + 1 consumed; through the dropout mask it
+    // becomes one w.r.t. this layer's activation, then one w.r.t. its pre-activation.
+    if (!last && masked_) dropout_backward(d, mask_[l].data(), int64_t{B} * shape_.out(l));
     bias_act_backward(d, g + shape_.bias_offset[l], pre_[l].data(),
                       last ? pre_[l].data() : out_[l].data(), B, shape_.out(l),
-                      last ? Activation::kNone : act_);
-    const float* in = l == 0 ? x : out_[l - 1].data();
+                      last ? Activation::kNone : act_, accumulate);
+    const float* in = l == 0 ? x : (masked_ ? drop_[l - 1].data() : out_[l - 1].data());
     float* d_in = l == 0 ? nullptr : d_[(l - 1) % 2].data();
     matmul_backward(d_in, g + shape_.weight_offset[l], d, in, p + shape_.weight_offset[l], B,
-                    shape_.in(l), shape_.out(l));
+                    shape_.in(l), shape_.out(l), accumulate);
+    if (sink != nullptr) sink->LayerDone(l);
     d = d_in;
   }
+}
+
+double Mlp::ForwardBackward(const float* x, const int32_t* y, int B, float dloss_scale) {
+  const double loss = ForwardLoss(x, y, B, dloss_scale);
+  Backward(x, B, /*accumulate=*/false);
   return loss;
 }
 
@@ -81,11 +118,6 @@ void Mlp::Evaluate(const float* x, const int32_t* y, int B, double* loss_sum, in
   softmax_xent_forward_backward(nullptr, losses_.data(), logits, y, B, classes, 0.0f);
   for (int b = 0; b < B; ++b) *loss_sum += losses_.data()[b];
   *correct += accuracy(logits, y, B, classes);
-}
-
-void Mlp::SgdStep(float lr, float momentum, float weight_decay) {
-  sgd_momentum_update(params_.data(), velocity_.data(), grads_.data(), shape_.num_params, lr,
-                      momentum, weight_decay);
 }
 
 }  // namespace sweep::trainer::cpu

@@ -1,7 +1,8 @@
-// One model replica on the CPU: parameters, gradients and momentum in flat buffers laid out by
-// MlpShape, and every activation and gradient buffer allocated once for max_batch rows, so a
-// training step allocates nothing. Owned by the trainer. Not thread-safe: one replica per
-// thread (a data-parallel trainer holds R of them and all-reduces grads()).
+// One model replica on the CPU: parameters and gradients in flat buffers laid out by MlpShape,
+// every activation, mask and gradient buffer allocated once for max_batch rows (a step allocates
+// nothing). Optimizer state lives in the group (cpu_backend.cc), one copy for all replicas.
+// Not thread-safe: one replica per thread; other threads may write params() only where a
+// LayerSink call has said this replica is done with them.
 #pragma once
 
 #include <cstdint>
@@ -30,35 +31,54 @@ class FloatBuffer {
   int64_t size_ = 0;
 };
 
+// Told, during Backward, that layer l's gradients (its range [layer_begin, layer_end) of
+// grads()) are final and that the replica will not read layer l's parameters again this step:
+// an all-reduce may start on them, and the optimizer may overwrite those parameters.
+class LayerSink {
+ public:
+  virtual ~LayerSink() = default;
+  virtual void LayerDone(int layer) = 0;
+};
+
 class Mlp {
  public:
-  Mlp(MlpShape shape, Activation act, int max_batch);
+  // dropout: drop probability after every hidden activation while training (0: none).
+  Mlp(MlpShape shape, Activation act, int max_batch, float dropout = 0.0f);
 
   const MlpShape& shape() const { return shape_; }
   float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
-  float* velocity() { return velocity_.data(); }
   int64_t num_params() const { return shape_.num_params; }
 
-  // Logits [B, classes] of x [B, inputs]; valid until the next call. B <= max_batch.
+  // Logits [B, classes] of x [B, inputs], no dropout; valid until the next call. B <= max_batch.
   const float* Forward(const float* x, int B);
-  // Forward, loss and backward: grads() = d(sum of losses * dloss_scale)/d params. Returns the
-  // sum of the B per-sample losses (NaN or inf when training diverged).
+  // Training forward (dropout on, masks keyed by dropout_key and the global row first_row + b)
+  // and the loss; keeps what Backward needs. Returns the sum of the B per-sample losses (NaN or
+  // inf when training diverged). The logits' gradient is scaled by dloss_scale.
+  double ForwardLoss(const float* x, const int32_t* y, int B, float dloss_scale,
+                     uint64_t dropout_key = 0, int64_t first_row = 0);
+  // Backward of the last ForwardLoss (x and B as given to it): grads() = the gradient, or +=
+  // it when `accumulate`. Tells `sink` (when not null) as each layer, last to first, is done.
+  void Backward(const float* x, int B, bool accumulate, LayerSink* sink = nullptr);
+  // ForwardLoss then Backward, without dropout masks' key or a sink.
   double ForwardBackward(const float* x, const int32_t* y, int B, float dloss_scale);
   // Adds the summed loss and the number of correct argmaxes of a batch to *loss_sum, *correct.
   void Evaluate(const float* x, const int32_t* y, int B, double* loss_sum, int64_t* correct);
-  void SgdStep(float lr, float momentum, float weight_decay);
 
  private:
   MlpShape shape_;
   Activation act_;
   int max_batch_;
-  FloatBuffer params_, grads_, velocity_;
+  float dropout_;
+  FloatBuffer params_, grads_;
   // pre_[l]: layer l's biased pre-activation; out_[l]: its activation (the last layer's logits
-  // live in pre_ alone). d_[0], d_[1]: ping-pong gradients w.r.t. layer outputs.
-  std::vector<FloatBuffer> pre_, out_;
+  // live in pre_ alone); with dropout, drop_[l] = out_[l] * mask_[l] feeds layer l + 1.
+  // d_[0], d_[1]: ping-pong gradients w.r.t. layer outputs.
+  std::vector<FloatBuffer> pre_, out_, drop_, mask_;
   FloatBuffer d_[2];
   FloatBuffer losses_;
+  bool masked_ = false;  // the last ForwardLoss applied dropout
 };
 
 }  // namespace sweep::trainer::cpu

@@ -129,6 +129,62 @@ void SgdRange(float* __restrict p, float* __restrict v, const float* __restrict 
   }
 }
 
+void NesterovRange(float* __restrict p, float* __restrict v, const float* __restrict g, int64_t n,
+                   float lr, float momentum, float weight_decay) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i] + weight_decay * p[i];
+    const float vi = momentum * v[i] + gi;
+    v[i] = vi;
+    p[i] -= lr * (gi + momentum * vi);
+  }
+}
+
+void AdamwRange(float* __restrict p, float* __restrict m, float* __restrict v,
+                const float* __restrict g, int64_t n, float decay, float beta1, float beta2,
+                float step_size, float inv_sqrt_bc2, float eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+  }
+}
+
+// A 32-bit integer hash with good avalanche (Wellons' lowbias32): plain multiply/shift/xor on
+// uint32, so the dropout loop vectorises under AVX2.
+inline uint32_t Mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  x ^= x >> 16;
+  return x;
+}
+
+void DropoutRow(float* __restrict o, float* __restrict mask, const float* __restrict x, int C,
+                uint32_t base, uint32_t key_lo, uint32_t key_hi, uint32_t threshold, float scale) {
+  for (int c = 0; c < C; ++c) {
+    const uint32_t h = Mix32(Mix32(base + static_cast<uint32_t>(c) + key_lo) ^ key_hi);
+    const float f = h >= threshold ? scale : 0.0f;
+    mask[c] = f;
+    o[c] = x[c] * f;
+  }
+}
+
+void MulInto(float* __restrict d, const float* __restrict m, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] *= m[i];
+}
+
+void Add2(float* __restrict out, const float* __restrict a, const float* __restrict b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void AddInto(float* __restrict out, const float* __restrict a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] += a[i];
+}
+
 }  // namespace
 
 void bias_act_forward(float* out, float* pre, const float* bias, int B, int C, Activation act) {
@@ -195,9 +251,48 @@ void softmax_xent_forward_backward(float* dlogits, float* losses, const float* l
   }
 }
 
-void sgd_momentum_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
-                         float momentum, float weight_decay) {
-  SgdRange(params, velocity, grads, n, lr, momentum, weight_decay);
+void sgd_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
+                float momentum, float weight_decay, bool nesterov) {
+  if (nesterov) {
+    NesterovRange(params, velocity, grads, n, lr, momentum, weight_decay);
+  } else {
+    SgdRange(params, velocity, grads, n, lr, momentum, weight_decay);
+  }
+}
+
+void adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t) {
+  // Bias corrections in double: beta^t for t in the millions is where float would lose them.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
+  AdamwRange(params, m, v, grads, n, 1.0f - lr * weight_decay, beta1, beta2,
+             static_cast<float>(lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)), eps);
+}
+
+void dropout_forward(float* out, float* mask, const float* x, int B, int C, float p, uint64_t key,
+                     int64_t first_row) {
+  // Keep when the hash is >= p * 2^32; p < 1, so the threshold fits.
+  const uint32_t threshold = static_cast<uint32_t>(std::ldexp(static_cast<double>(p), 32));
+  const float scale = 1.0f / (1.0f - p);
+  for (int b = 0; b < B; ++b) {
+    const int64_t row = static_cast<int64_t>(b) * C;
+    // Element (r, c) hashes r * C + c; wrapping at 2^32 only reuses a counter across rows
+    // billions of elements apart, under a per-step key.
+    const uint32_t base = static_cast<uint32_t>((first_row + b) * static_cast<int64_t>(C));
+    DropoutRow(out + row, mask + row, x + row, C, base, static_cast<uint32_t>(key),
+               static_cast<uint32_t>(key >> 32), threshold, scale);
+  }
+}
+
+void dropout_backward(float* d, const float* mask, int64_t n) { MulInto(d, mask, n); }
+
+void sum_buffers(float* out, const float* const* a, int count, int64_t n) {
+  if (count == 1) {
+    std::memcpy(out, a[0], sizeof(float) * static_cast<size_t>(n));
+    return;
+  }
+  Add2(out, a[0], a[1], n);
+  for (int r = 2; r < count; ++r) AddInto(out, a[r], n);
 }
 
 int64_t accuracy(const float* logits, const int32_t* labels, int B, int V) {

@@ -34,10 +34,33 @@ void bias_act_backward(float* d, float* dbias, const float* pre, const float* ou
 void softmax_xent_forward_backward(float* dlogits, float* losses, const float* logits,
                                    const int32_t* labels, int B, int V, float dloss_scale);
 
-// SGD with momentum, PyTorch's convention (no dampening, no Nesterov):
-//   g = grad + weight_decay * param; velocity = momentum * velocity + g; param -= lr * velocity.
-void sgd_momentum_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
-                         float momentum, float weight_decay);
+// SGD with momentum, PyTorch's convention (no dampening):
+//   g = grad + weight_decay * param;  velocity = momentum * velocity + g;
+//   param -= lr * (nesterov ? g + momentum * velocity : velocity).
+// With momentum 0 the velocity is still written (it is then just g).
+void sgd_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
+                float momentum, float weight_decay, bool nesterov);
+
+// AdamW, PyTorch's convention (decoupled weight decay, bias correction by the step count):
+//   param *= 1 - lr * weight_decay;  m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2;
+//   param -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+// t is the 1-based optimizer step.
+void adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t t);
+
+// Inverted dropout of x[B, C] into out: each element is kept with probability 1 - p and then
+// scaled by 1 / (1 - p); mask[B, C] receives that factor (0 or 1 / (1 - p)) for the backward
+// pass. Which elements drop is a pure function of (key, first_row + b, c): a row keeps its mask
+// whichever replica or micro-batch it lands in, so data-parallel runs match one replica.
+void dropout_forward(float* out, float* mask, const float* x, int B, int C, float p, uint64_t key,
+                     int64_t first_row);
+
+// d[n] *= mask[n]: the gradient through dropout_forward.
+void dropout_backward(float* d, const float* mask, int64_t n);
+
+// out[n] = a[0][i] + a[1][i] + ... + a[count - 1][i], summed in that order (a fixed order makes
+// the all-reduce deterministic whichever thread does it).
+void sum_buffers(float* out, const float* const* a, int count, int64_t n);
 
 // How many rows' argmax equals the label (ties go to the lowest index).
 int64_t accuracy(const float* logits, const int32_t* labels, int B, int V);

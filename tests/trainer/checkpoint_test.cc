@@ -1,0 +1,252 @@
+// Tests of checkpoints: the file round trip, a damaged file and a foreign configuration refused
+// with the file named, and through Train(): a trial stopped after epoch 2 and resumed ends with
+// the same weights and optimizer state, bit for bit, as one that never stopped.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+#include "train_internal.h"
+#include "trainer/trainer.h"
+
+namespace sweep::trainer {
+namespace {
+
+using testing::BlobOptions;
+using testing::TempDir;
+
+Checkpoint Sample() {
+  Checkpoint c;
+  c.config = TrainingConfig(TrainOptions());
+  c.epoch = 3;
+  c.step = 1234;
+  c.rng_seed = 18446744073709551615ull;
+  c.replicas = 2;
+  c.state.params = {1.5f, -2.0f, 0.0f, 3.25f};
+  c.state.optimizer = {{0.1f, 0.2f, 0.3f, 0.4f}, {1, 2, 3, 4}};
+  return c;
+}
+
+void FlipByte(const std::string& path, std::streamoff at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x20);
+  f.seekp(at);
+  f.write(&c, 1);
+}
+
+TEST(Checkpoint, RoundTrip) {
+  TempDir dir;
+  const std::string path = dir / "a.ckpt";
+  ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+  auto c = ReadCheckpoint(path);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const Checkpoint s = Sample();
+  EXPECT_EQ(c->config, s.config);
+  EXPECT_EQ(c->epoch, 3);
+  EXPECT_EQ(c->step, 1234);
+  EXPECT_EQ(c->rng_seed, s.rng_seed);
+  EXPECT_EQ(c->replicas, 2);
+  EXPECT_EQ(c->state.params, s.state.params);
+  EXPECT_EQ(c->state.optimizer, s.state.optimizer);
+  // Atomic: no temporary file is left beside it.
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.exists();
+  EXPECT_EQ(files, 1);
+  // A second write replaces the first.
+  Checkpoint later = Sample();
+  later.epoch = 4;
+  ASSERT_TRUE(WriteCheckpoint(path, later).ok());
+  EXPECT_EQ(ReadCheckpoint(path)->epoch, 4);
+}
+
+TEST(Checkpoint, DamageIsReportedWithTheFile) {
+  TempDir dir;
+  const std::string path = dir / "a.ckpt";
+  ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+  const auto size = static_cast<std::streamoff>(std::filesystem::file_size(path));
+  for (std::streamoff at : {std::streamoff{20}, size - 10, size - 1}) {  // header, data, crc
+    ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+    FlipByte(path, at);
+    auto c = ReadCheckpoint(path);
+    ASSERT_FALSE(c.ok()) << at;
+    EXPECT_EQ(c.status().code(), Status::Code::kCorruption);
+    EXPECT_EQ(c.status().message(),
+              path + ": checkpoint checksum mismatch (the file is damaged or cut short)");
+  }
+  ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+  std::filesystem::resize_file(path, static_cast<uintmax_t>(size - 7));
+  EXPECT_EQ(ReadCheckpoint(path).status().code(), Status::Code::kCorruption);
+  testing::WriteText(path, "not a checkpoint");
+  EXPECT_EQ(ReadCheckpoint(path).status().message(),
+            path + ": not a valid checkpoint: no checkpoint header (16 bytes)");
+  EXPECT_EQ(ReadCheckpoint(dir / "none").status().code(), Status::Code::kNotFound);
+}
+
+TEST(Checkpoint, ConfigurationCoversWhatTrainingComputes) {
+  TrainOptions a;
+  TrainOptions b = a;
+  b.threads = 8;  // speed only
+  b.replicas = 4;
+  b.checkpoint_path = "x";
+  b.checkpoint_every = 3;
+  b.cache_dir = "/tmp";
+  b.epochs = 50;  // not under a constant schedule: a resumed trial may run longer
+  b.dataset.test_images = "t";
+  EXPECT_EQ(TrainingConfig(a), TrainingConfig(b));
+  for (auto change : std::vector<void (*)(TrainOptions*)>{
+           [](TrainOptions* o) { o->lr = 0.1; }, [](TrainOptions* o) { o->seed = 9; },
+           [](TrainOptions* o) { o->hidden = {10}; }, [](TrainOptions* o) { o->dropout = 0.1; },
+           [](TrainOptions* o) { o->batch_size = 64; }, [](TrainOptions* o) { o->accum_steps = 2; },
+           [](TrainOptions* o) { o->optimizer = "adamw"; },
+           [](TrainOptions* o) { o->momentum = 0.5; },
+           [](TrainOptions* o) { o->dataset.train_images = "other"; }}) {
+    TrainOptions c = a;
+    change(&c);
+    EXPECT_NE(TrainingConfig(a), TrainingConfig(c));
+  }
+  TrainOptions cos = a;
+  cos.lr_schedule = "cosine";
+  TrainOptions longer = cos;
+  longer.epochs = 20;
+  EXPECT_NE(TrainingConfig(cos), TrainingConfig(longer));  // the cosine's length is its shape
+}
+
+// ---- through Train() ----
+
+TrainOptions ResumeOptions(const TempDir& dir) {
+  TrainOptions o = BlobOptions(dir);
+  o.epochs = 4;
+  o.optimizer = "adamw";
+  o.lr = 0.01;
+  o.weight_decay = 0.01;
+  o.lr_schedule = "cosine";
+  o.warmup_epochs = 1;
+  o.dropout = 0.2;
+  return o;
+}
+
+TEST(Checkpoint, ResumedTrialEndsBitForBitWhereAnUninterruptedOneDoes) {
+  for (int replicas : {1, 2}) {
+    TempDir dir;
+    TrainOptions o = ResumeOptions(dir);
+    o.replicas = replicas;
+    std::vector<EpochReport> straight;
+    ModelState expect;
+    auto r = TrainWithState(
+        o,
+        [&](const EpochReport& e) {
+          straight.push_back(e);
+          return true;
+        },
+        &expect);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_EQ(straight.size(), 4u);
+
+    o.checkpoint_path = dir / "trial.ckpt";
+    auto stopped = Train(o, [](const EpochReport& e) { return e.epoch < 2; });
+    ASSERT_TRUE(stopped.ok()) << stopped.status().message();
+    EXPECT_TRUE(stopped->stopped);
+    EXPECT_TRUE(stopped->checkpointed);
+    EXPECT_EQ(stopped->epochs_done, 2);
+    auto at_stop = ReadCheckpoint(o.checkpoint_path);
+    ASSERT_TRUE(at_stop.ok()) << at_stop.status().message();
+    EXPECT_EQ(at_stop->epoch, 2);
+    EXPECT_EQ(at_stop->step, straight[1].step);
+
+    std::vector<EpochReport> resumed;
+    ModelState got;
+    r = TrainWithState(
+        o,
+        [&](const EpochReport& e) {
+          resumed.push_back(e);
+          return true;
+        },
+        &got);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->resumed_from_epoch, 2);
+    EXPECT_EQ(r->epochs_done, 4);
+    ASSERT_EQ(resumed.size(), 2u);
+    EXPECT_EQ(resumed[0].epoch, 3);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(resumed[i].step, straight[i + 2].step);
+      EXPECT_EQ(resumed[i].train_loss, straight[i + 2].train_loss) << "replicas " << replicas;
+      EXPECT_EQ(resumed[i].val_loss, straight[i + 2].val_loss);
+      EXPECT_EQ(resumed[i].lr, straight[i + 2].lr);
+    }
+    EXPECT_EQ(got.params, expect.params) << "replicas " << replicas;
+    EXPECT_EQ(got.optimizer, expect.optimizer) << "replicas " << replicas;
+    ASSERT_TRUE(r->test_acc.has_value());
+    // Finishing also checkpointed: running again resumes at the end and only evaluates.
+    EXPECT_EQ(ReadCheckpoint(o.checkpoint_path)->epoch, 4);
+    int calls = 0;
+    auto again = Train(o, [&](const EpochReport&) { return ++calls > 0; });
+    ASSERT_TRUE(again.ok()) << again.status().message();
+    EXPECT_EQ(calls, 0);
+    EXPECT_EQ(again->resumed_from_epoch, 4);
+    EXPECT_EQ(again->test_acc, r->test_acc);
+  }
+}
+
+TEST(Checkpoint, EveryNEpochs) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.epochs = 3;
+  o.checkpoint_path = dir / "sub/every.ckpt";
+  std::filesystem::create_directories(dir / "sub");
+  o.checkpoint_every = 2;
+  std::vector<int> seen;  // the checkpoint's epoch as each epoch's report arrives
+  auto r = Train(o, [&](const EpochReport&) {
+    auto c = ReadCheckpoint(o.checkpoint_path);
+    seen.push_back(c.ok() ? c->epoch : 0);
+    return true;
+  });
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  // Written after a report's callback: at epoch 2 (every 2) and 3 (the end).
+  EXPECT_EQ(seen, (std::vector<int>{0, 0, 2}));
+  EXPECT_EQ(ReadCheckpoint(o.checkpoint_path)->epoch, 3);
+}
+
+TEST(Checkpoint, TrainRefusesADamagedOrForeignCheckpoint) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.epochs = 1;
+  o.checkpoint_path = dir / "t.ckpt";
+  ASSERT_TRUE(Train(o, nullptr).ok());
+
+  TrainOptions other = o;
+  other.lr = 0.1;
+  other.hidden = {8};
+  auto r = Train(other, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            o.checkpoint_path +
+                ": checkpoint belongs to a different training configuration (hidden [8] here, "
+                "[16] in the checkpoint, lr 0.1 here, 0.05 in the checkpoint); delete it or "
+                "point checkpoint_path elsewhere");
+
+  FlipByte(o.checkpoint_path, 100);
+  r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
+  EXPECT_EQ(
+      r.status().message(),
+      o.checkpoint_path + ": checkpoint checksum mismatch (the file is damaged or cut short)");
+
+  // A checkpoint path in a directory that does not exist: the write fails, naming it.
+  o.checkpoint_path = dir / "missing/t.ckpt";
+  r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kIoError);
+  EXPECT_NE(r.status().message().find(dir / "missing/t.ckpt.tmp."), std::string::npos)
+      << r.status().message();
+}
+
+}  // namespace
+}  // namespace sweep::trainer

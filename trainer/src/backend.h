@@ -1,0 +1,108 @@
+// The trainer's device seam (ggml-backend style): a Backend builds a ReplicaGroup, R copies of
+// the model on R devices (CPU: threads) that train data-parallel, and the training loop in
+// trainer.cc talks only to that interface. Each backend is a folder (cpu/, later cuda/) with the
+// same op names; only backend.cc knows which were compiled in. Backends are stateless singletons
+// (thread-safe); a ReplicaGroup belongs to one Train() call, see its methods for threading.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "model.h"
+
+namespace sweep::trainer {
+
+struct OptimizerSpec {
+  enum class Kind { kSgd, kAdamw };
+  Kind kind = Kind::kSgd;
+  float momentum = 0.9f;   // sgd
+  bool nesterov = false;   // sgd
+  float weight_decay = 0;  // sgd: L2 added to the gradient; adamw: decoupled
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;  // adamw
+};
+
+struct GroupSpec {
+  MlpShape shape;
+  Activation act = Activation::kRelu;
+  float dropout = 0;  // after every hidden activation, training only
+  int replicas = 1;
+  int max_rows = 1;  // most rows one replica sees at once (a micro-batch shard or eval chunk)
+  OptimizerSpec optimizer;
+  int threads = 1;  // CPU threads the trial may use
+};
+
+// One optimizer step's scalars, the same on every rank.
+struct StepArgs {
+  float lr = 0;
+  int64_t t = 1;             // 1-based optimizer step (AdamW's bias correction)
+  float dloss_scale = 1;     // 1 / (samples in the whole step, over replicas and micro-batches)
+  uint64_t dropout_key = 0;  // fresh per step
+};
+
+// One replica's share of one micro-batch.
+struct MicroBatch {
+  const float* x = nullptr;    // [rows, inputs]
+  const int32_t* y = nullptr;  // [rows]
+  int rows = 0;
+  int64_t first_row = 0;  // index of x's first row among the step's samples (keys dropout)
+  bool first = true;      // the step's first micro-batch: gradients start from zero
+  bool last = true;       // the step's last: all-reduce and optimizer follow
+};
+
+// Weights and optimizer state as host arrays, for initialisation, checkpoints and tests.
+struct ModelState {
+  std::vector<float> params;                  // shape.num_params
+  std::vector<std::vector<float>> optimizer;  // sgd: {velocity}; adamw: {m, v}
+};
+
+// Per-epoch collective timings (seconds), rank 0's.
+struct CommStats {
+  double exposed_s = 0;  // all-reduce time after backward, not hidden by it
+  double reduce_s = 0;   // all gradient summing, hidden or not
+};
+
+class ReplicaGroup {
+ public:
+  virtual ~ReplicaGroup() = default;
+  virtual int size() const = 0;
+  // Runs fn(rank) once for every replica, concurrently, each on the thread that owns that
+  // replica's device; returns when all have returned. One Run at a time.
+  virtual void Run(const std::function<void(int rank)>& fn) = 0;
+  // Inside Run, on rank's thread: forward and backward of this rank's share of a micro-batch.
+  // On the last micro-batch of a step, the gradients are all-reduced and the optimizer step
+  // applied before it returns; every replica then holds the same new weights. Returns, on the
+  // last micro-batch, the summed loss of the whole step over all ranks (the same value on every
+  // rank, so all of them see a divergence at the same step); 0 on the others.
+  virtual double TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args) = 0;
+  // Inside Run, on rank's thread: adds the summed loss and correct count of rows (<= max_rows).
+  virtual void Evaluate(int rank, const float* x, const int32_t* y, int rows, double* loss_sum,
+                        int64_t* correct) = 0;
+  // Outside Run. SetState loads every replica (optimizer may be empty: zeros).
+  virtual Status SetState(const ModelState& state) = 0;
+  virtual ModelState GetState() const = 0;
+  // Outside Run: the timings since the last call.
+  virtual CommStats TakeCommStats() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Ok when this backend can train `spec` here; otherwise why not (no device, an option it
+  // lacks). Callers ask rather than assume.
+  virtual Status Supports(const GroupSpec& spec) const = 0;
+  virtual Result<std::unique_ptr<ReplicaGroup>> CreateGroup(const GroupSpec& spec) const = 0;
+};
+
+// ---- registry (backend.cc) ----
+
+// Every backend compiled in, preferred first; the CPU backend is always there, and last.
+const std::vector<const Backend*>& Backends();
+// The first backend that supports `spec`, or an error listing why each one declined.
+Result<const Backend*> PickBackend(const GroupSpec& spec);
+
+}  // namespace sweep::trainer

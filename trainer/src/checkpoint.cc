@@ -1,0 +1,199 @@
+// Checkpoint files. Owned by the trainer. Layout (little-endian, as the hosts we run on):
+//   "SWEEPCK1"                     8 bytes, magic and format version
+//   header_bytes                   uint32
+//   header                         JSON: config, epoch, step, rng_seed, replicas, params,
+//                                  optimizer_buffers
+//   params                         float[params]
+//   optimizer buffers              optimizer_buffers x float[params]
+//   crc32                          uint32 over everything before it
+#include "checkpoint.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "file_util.h"
+
+namespace sweep::trainer {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr char kMagic[8] = {'S', 'W', 'E', 'E', 'P', 'C', 'K', '1'};
+// A header is a few hundred bytes; anything near this is not one of ours.
+constexpr uint32_t kMaxHeaderBytes = 1 << 20;
+
+uint32_t Crc(uint32_t crc, const void* data, size_t size) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (size > 0) {  // zlib takes uInt lengths
+    const uInt n = static_cast<uInt>(std::min<size_t>(size, 1u << 30));
+    crc = static_cast<uint32_t>(crc32(crc, p, n));
+    p += n;
+    size -= n;
+  }
+  return crc;
+}
+
+Status Bad(const std::string& path, const std::string& why) {
+  return Status::Corruption(path + ": not a valid checkpoint: " + why);
+}
+
+}  // namespace
+
+std::string TrainingConfig(const TrainOptions& o) {
+  json j = {
+      {"dataset",
+       {{"format", o.dataset.format},
+        {"train_images", o.dataset.train_images},
+        {"train_labels", o.dataset.train_labels},
+        {"label_column", o.dataset.label_column}}},
+      {"model", o.model},
+      {"hidden", o.hidden},
+      {"activation", o.activation},
+      {"init", o.init},
+      {"dropout", o.dropout},
+      {"optimizer", o.optimizer},
+      {"lr", o.lr},
+      {"weight_decay", o.weight_decay},
+      {"lr_schedule", o.lr_schedule},
+      {"warmup_epochs", o.warmup_epochs},
+      {"scale_lr", o.scale_lr},
+      {"batch_size", o.batch_size},
+      {"accum_steps", o.accum_steps},
+      {"validation_fraction", o.validation_fraction},
+      {"max_train_samples", o.max_train_samples},
+      {"precision", o.precision},
+      {"seed", o.seed},
+  };
+  if (o.optimizer == "sgd") {
+    j["momentum"] = o.momentum;
+    j["nesterov"] = o.nesterov;
+  } else {
+    j["beta1"] = o.beta1;
+    j["beta2"] = o.beta2;
+    j["eps"] = o.eps;
+  }
+  if (o.lr_schedule == "step") {
+    j["step_size"] = o.step_size;
+    j["gamma"] = o.gamma;
+  }
+  if (o.lr_schedule == "cosine") j["epochs"] = o.epochs;
+  if (o.scale_lr) j["base_batch"] = o.base_batch;
+  return j.dump();
+}
+
+Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
+  const json header = {{"config", c.config},
+                       {"epoch", c.epoch},
+                       {"step", c.step},
+                       {"rng_seed", c.rng_seed},
+                       {"replicas", c.replicas},
+                       {"params", c.state.params.size()},
+                       {"optimizer_buffers", c.state.optimizer.size()}};
+  const std::string text = header.dump();
+  const uint32_t header_bytes = static_cast<uint32_t>(text.size());
+  std::vector<ByteRange> pieces = {{kMagic, sizeof kMagic},
+                                   {&header_bytes, sizeof header_bytes},
+                                   {text.data(), text.size()},
+                                   {c.state.params.data(), c.state.params.size() * sizeof(float)}};
+  for (const std::vector<float>& o : c.state.optimizer) {
+    if (o.size() != c.state.params.size()) {
+      return Status::Internal(path + ": optimizer state and weights differ in size");
+    }
+    pieces.push_back({o.data(), o.size() * sizeof(float)});
+  }
+  uint32_t crc = Crc(0, nullptr, 0);
+  for (const ByteRange& p : pieces) crc = Crc(crc, p.data, p.size);
+  pieces.push_back({&crc, sizeof crc});
+  return WriteFileAtomically(path, pieces, Publish::kReplace);
+}
+
+Result<Checkpoint> ReadCheckpoint(const std::string& path) {
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) return Status::NotFound(path + ": no checkpoint");
+    return Status::IoError(path + ": cannot open checkpoint: " + std::strerror(errno));
+  }
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return Status::IoError(path + ": read failed");
+  const size_t fixed = sizeof kMagic + sizeof(uint32_t);
+  if (bytes.size() < fixed + sizeof(uint32_t) || std::memcmp(bytes.data(), kMagic, 8) != 0) {
+    return Bad(path, "no checkpoint header (" + std::to_string(bytes.size()) + " bytes)");
+  }
+  // The checksum first: any damage shows as this one message, whatever it hit.
+  uint32_t stored = 0;
+  std::memcpy(&stored, bytes.data() + bytes.size() - sizeof stored, sizeof stored);
+  if (Crc(Crc(0, nullptr, 0), bytes.data(), bytes.size() - sizeof stored) != stored) {
+    return Status::Corruption(path +
+                              ": checkpoint checksum mismatch (the file is damaged or cut short)");
+  }
+  uint32_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data() + sizeof kMagic, sizeof header_bytes);
+  if (header_bytes > kMaxHeaderBytes || fixed + header_bytes > bytes.size() - sizeof stored) {
+    return Bad(path, "header length " + std::to_string(header_bytes));
+  }
+  Checkpoint c;
+  size_t n = 0, buffers = 0;
+  try {
+    const json h = json::parse(bytes.begin() + fixed, bytes.begin() + fixed + header_bytes);
+    c.config = h.at("config").get<std::string>();
+    c.epoch = h.at("epoch").get<int>();
+    c.step = h.at("step").get<int64_t>();
+    c.rng_seed = h.at("rng_seed").get<uint64_t>();
+    c.replicas = h.at("replicas").get<int>();
+    n = h.at("params").get<size_t>();
+    buffers = h.at("optimizer_buffers").get<size_t>();
+  } catch (const std::exception& e) {
+    return Bad(path, std::string("header: ") + e.what());
+  }
+  const size_t payload = bytes.size() - sizeof stored - fixed - header_bytes;
+  if (buffers > 16 || n > std::numeric_limits<size_t>::max() / sizeof(float) / 17 ||
+      payload != n * sizeof(float) * (1 + buffers)) {
+    return Bad(path, std::to_string(payload) + " bytes of state for " + std::to_string(n) +
+                         " parameters and " + std::to_string(buffers) + " optimizer buffers");
+  }
+  const char* at = bytes.data() + fixed + header_bytes;
+  c.state.params.resize(n);
+  std::memcpy(c.state.params.data(), at, n * sizeof(float));
+  at += n * sizeof(float);
+  c.state.optimizer.resize(buffers);
+  for (std::vector<float>& o : c.state.optimizer) {
+    o.resize(n);
+    std::memcpy(o.data(), at, n * sizeof(float));
+    at += n * sizeof(float);
+  }
+  return c;
+}
+
+Status CheckSameConfig(const std::string& path, const Checkpoint& ckpt, const std::string& config) {
+  if (ckpt.config == config) return Status::Ok();
+  std::string diff;
+  try {
+    const json mine = json::parse(config), theirs = json::parse(ckpt.config);
+    for (const auto& [key, value] : mine.items()) {
+      const json other = theirs.contains(key) ? theirs[key] : json();
+      if (other == value) continue;
+      if (!diff.empty()) diff += ", ";
+      diff += key + " " + value.dump() + " here, " + (other.is_null() ? "unset" : other.dump()) +
+              " in the checkpoint";
+    }
+    for (const auto& [key, value] : theirs.items()) {
+      if (mine.contains(key)) continue;
+      if (!diff.empty()) diff += ", ";
+      diff += key + " unset here, " + value.dump() + " in the checkpoint";
+    }
+  } catch (const std::exception&) {
+    diff = "its configuration does not parse";
+  }
+  return Status::InvalidArgument(path +
+                                 ": checkpoint belongs to a different training configuration (" +
+                                 diff + "); delete it or point checkpoint_path elsewhere");
+}
+
+}  // namespace sweep::trainer

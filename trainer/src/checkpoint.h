@@ -1,0 +1,41 @@
+// Checkpoints: weights, optimizer state, RNG state, epoch and step in one file, written
+// atomically (temp file, fsync, rename) with a CRC-32, so readers see a whole file and detect a
+// damaged one. The trainer's random streams are counter-based functions of (seed, epoch, step),
+// so the seed with the epoch and step is the whole RNG state. Pure functions apart from the file
+// system; safe from several threads on different files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend.h"
+#include "base/status.h"
+#include "trainer/trainer.h"
+
+namespace sweep::trainer {
+
+struct Checkpoint {
+  std::string config;  // TrainingConfig() of the options that wrote it
+  int epoch = 0;       // epochs completed
+  int64_t step = 0;    // optimizer steps completed
+  uint64_t rng_seed = 0;
+  int replicas = 1;  // of the writer (a resume may use another count: rounding differs)
+  ModelState state;
+};
+
+// The options that decide what training computes, as canonical JSON (sorted keys, shortest
+// round-trip numbers): not threads, replicas, checkpointing or cache_dir, which change speed
+// only, and not the test set. `epochs` counts only under the cosine schedule, whose shape
+// depends on it; elsewhere a resumed trial may be given more epochs.
+std::string TrainingConfig(const TrainOptions& o);
+
+// Writes atomically; IoError names the file and the system's reason.
+Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);
+// NotFound when there is no file; Corruption (naming the file) for a bad checksum, a cut-short
+// or malformed file.
+Result<Checkpoint> ReadCheckpoint(const std::string& path);
+// InvalidArgument naming the file and the differing options when ckpt was written by another
+// training configuration than `config`.
+Status CheckSameConfig(const std::string& path, const Checkpoint& ckpt, const std::string& config);
+
+}  // namespace sweep::trainer

@@ -1,0 +1,189 @@
+// The CPU ReplicaGroup: R Mlp replicas on R threads of a ThreadTeam, one optimizer state for
+// all of them, and the optimizer step fused into the all-reduce: whichever rank reduces a chunk
+// of gradients also applies the update to that chunk of rank 0's weights and copies the result
+// into the other replicas. That is an all-reduce followed by R identical optimizer steps, done
+// once instead of R times, while the chunk is still in cache. Owned by the trainer.
+#include "cpu/cpu_backend.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cpu/collective.h"
+#include "cpu/mlp.h"
+#include "cpu/ops.h"
+#include "team.h"
+
+namespace sweep::trainer::cpu {
+namespace {
+
+// The unit of reduction work: 32 KiB, so a chunk's R sources, the sum and the weights and
+// optimizer state it updates stay in L2 while one thread works on it.
+constexpr int64_t kChunkFloats = 8192;
+
+class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
+ public:
+  explicit CpuReplicaGroup(const GroupSpec& spec)
+      : spec_(spec), team_(spec.replicas), ranks_(static_cast<size_t>(spec.replicas)) {
+    const int64_t n = spec.shape.num_params;
+    const int slots = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
+    for (int s = 0; s < slots; ++s) opt_.emplace_back(n);
+    std::vector<const float*> grads;
+    for (Rank& r : ranks_) {
+      r.model = std::make_unique<Mlp>(spec.shape, spec.act, spec.max_rows, spec.dropout);
+      r.scratch = FloatBuffer(kChunkFloats);
+      grads.push_back(r.model->grads());
+    }
+    std::vector<Bucket> buckets;  // bucket l = layer l
+    for (int l = 0; l < spec.shape.layers(); ++l) {
+      buckets.push_back({spec.shape.layer_begin(l), spec.shape.layer_end(l)});
+    }
+    comm_ =
+        std::make_unique<Communicator>(std::move(grads), std::move(buckets), kChunkFloats, this);
+    for (int i = 0; i < spec.replicas; ++i) {
+      Rank& r = ranks_[static_cast<size_t>(i)];
+      r.group = DeviceGroup{i, spec.replicas, comm_.get(), r.scratch.data()};
+      r.sink.group = &r.group;
+    }
+  }
+
+  int size() const override { return spec_.replicas; }
+
+  void Run(const std::function<void(int rank)>& fn) override { team_.Run(fn); }
+
+  double TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args) override {
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    r.args = args;
+    const double loss =
+        r.model->ForwardLoss(mb.x, mb.y, mb.rows, args.dloss_scale, args.dropout_key, mb.first_row);
+    r.loss = mb.first ? loss : r.loss + loss;
+    if (!mb.last) {
+      r.model->Backward(mb.x, mb.rows, !mb.first, nullptr);
+      return 0;
+    }
+    // Published before the first bucket is marked ready: once the all-reduce is done, every
+    // rank reads every rank's loss. Two slots, since a fast rank may already be one step on.
+    const size_t slot = static_cast<size_t>(r.steps % 2);
+    r.step_loss[slot] = r.loss;
+    r.model->Backward(mb.x, mb.rows, !mb.first, &r.sink);
+    AllReduceFinish(r.group);
+    ++r.steps;
+    double total = 0;
+    for (const Rank& other : ranks_) total += other.step_loss[slot];
+    return total;
+  }
+
+  void Evaluate(int rank, const float* x, const int32_t* y, int rows, double* loss_sum,
+                int64_t* correct) override {
+    ranks_[static_cast<size_t>(rank)].model->Evaluate(x, y, rows, loss_sum, correct);
+  }
+
+  Status SetState(const ModelState& state) override {
+    const size_t n = static_cast<size_t>(spec_.shape.num_params);
+    if (state.params.size() != n) {
+      return Status::InvalidArgument("model state has " + std::to_string(state.params.size()) +
+                                     " parameters, the model " + std::to_string(n));
+    }
+    if (!state.optimizer.empty() && state.optimizer.size() != opt_.size()) {
+      return Status::InvalidArgument("optimizer state has " +
+                                     std::to_string(state.optimizer.size()) +
+                                     " buffers, the optimizer " + std::to_string(opt_.size()));
+    }
+    for (const std::vector<float>& o : state.optimizer) {
+      if (o.size() != n) return Status::InvalidArgument("optimizer state has the wrong size");
+    }
+    for (Rank& r : ranks_) std::memcpy(r.model->params(), state.params.data(), n * sizeof(float));
+    for (size_t s = 0; s < opt_.size(); ++s) {
+      if (state.optimizer.empty()) {
+        std::memset(opt_[s].data(), 0, n * sizeof(float));
+      } else {
+        std::memcpy(opt_[s].data(), state.optimizer[s].data(), n * sizeof(float));
+      }
+    }
+    return Status::Ok();
+  }
+
+  ModelState GetState() const override {
+    ModelState s;
+    const float* p = ranks_[0].model->params();
+    s.params.assign(p, p + spec_.shape.num_params);
+    for (const FloatBuffer& o : opt_) s.optimizer.emplace_back(o.data(), o.data() + o.size());
+    return s;
+  }
+
+  CommStats TakeCommStats() override {
+    const CommTimes t = comm_->TakeTimes(0);
+    return CommStats{t.exposed_s, t.reduce_s};
+  }
+
+ private:
+  // Tells the communicator as each layer's gradients are final.
+  struct BucketSink final : LayerSink {
+    DeviceGroup* group = nullptr;
+    void LayerDone(int layer) override { AllReduceBucketReady(*group, layer); }
+  };
+
+  struct alignas(64) Rank {
+    std::unique_ptr<Mlp> model;
+    FloatBuffer scratch;
+    DeviceGroup group;
+    BucketSink sink;
+    StepArgs args;  // of the step in progress: read by the sink on this rank's thread
+    double loss = 0;
+    double step_loss[2] = {0, 0};
+    int64_t steps = 0;
+  };
+
+  // ReduceSink (public only so the communicator can hold it): the optimizer, on a reduced chunk.
+  // Runs on the reducing rank's thread, with that rank's StepArgs (every rank has the same). Every
+  // replica has finished with these weights for this step (their bucket was ready) and reads them
+  // next after Finish.
+  void Reduced(int rank, int64_t begin, int64_t end, const float* sum) override {
+    const StepArgs& a = ranks_[static_cast<size_t>(rank)].args;
+    const OptimizerSpec& o = spec_.optimizer;
+    const int64_t n = end - begin;
+    float* p0 = ranks_[0].model->params() + begin;
+    if (o.kind == OptimizerSpec::Kind::kSgd) {
+      sgd_update(p0, opt_[0].data() + begin, sum, n, a.lr, o.momentum, o.weight_decay, o.nesterov);
+    } else {
+      adamw_update(p0, opt_[0].data() + begin, opt_[1].data() + begin, sum, n, a.lr, o.beta1,
+                   o.beta2, o.eps, o.weight_decay, a.t);
+    }
+    for (size_t r = 1; r < ranks_.size(); ++r) {
+      std::memcpy(ranks_[r].model->params() + begin, p0, static_cast<size_t>(n) * sizeof(float));
+    }
+  }
+
+  const GroupSpec spec_;
+  ThreadTeam team_;
+  std::vector<Rank> ranks_;
+  std::vector<FloatBuffer> opt_;  // sgd: velocity; adamw: m, v
+  std::unique_ptr<Communicator> comm_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  Status Supports(const GroupSpec& spec) const override {
+    if (spec.replicas < 1) return Status::InvalidArgument("cpu: replicas must be >= 1");
+    return Status::Ok();
+  }
+  Result<std::unique_ptr<ReplicaGroup>> CreateGroup(const GroupSpec& spec) const override {
+    SWEEP_RETURN_IF_ERROR(Supports(spec));
+    // OpenBLAS's thread count is process-wide. Replicas are the parallelism when there are
+    // several, each GEMM on its own thread; a lone replica may spread its GEMMs instead.
+    set_blas_threads(spec.replicas > 1 ? 1 : spec.threads);
+    return std::unique_ptr<ReplicaGroup>(new CpuReplicaGroup(spec));
+  }
+};
+
+}  // namespace
+
+const Backend* GetBackend() {
+  static const CpuBackend backend;
+  return &backend;
+}
+
+}  // namespace sweep::trainer::cpu

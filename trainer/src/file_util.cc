@@ -1,0 +1,95 @@
+// WriteFileAtomically. Owned by the trainer. POSIX calls only; errno is turned into a Status
+// here, once.
+#include "file_util.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+namespace sweep::trainer {
+namespace {
+
+Status Errno(const std::string& path, const std::string& what) {
+  return Status::IoError(path + ": " + what + ": " + std::strerror(errno));
+}
+
+// Unique among the processes and threads that may write the same target at once.
+std::string TempName(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t n = counter.fetch_add(1);
+  const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n) + "." +
+         std::to_string(static_cast<uint64_t>(now) & 0xFFFFFF);
+}
+
+Status WriteAll(int fd, const std::string& path, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno(path, "write failed");
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+// The rename or link is durable only once the directory entry is on disk too.
+void SyncDirectory(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: the data itself is synced
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+Status WriteFileAtomically(const std::string& path, const std::vector<ByteRange>& pieces,
+                           Publish publish, bool* published) {
+  const std::string tmp = TempName(path);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno(tmp, "cannot create");
+  Status s;
+  for (const ByteRange& piece : pieces) {
+    s = WriteAll(fd, tmp, piece.data, piece.size);
+    if (!s.ok()) break;
+  }
+  if (s.ok() && ::fsync(fd) != 0) s = Errno(tmp, "fsync failed");
+  if (::close(fd) != 0 && s.ok()) s = Errno(tmp, "close failed");
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  bool mine = true;
+  if (publish == Publish::kFirstWins) {
+    // link() refuses to replace: exactly one writer's file ends up at `path`.
+    if (::link(tmp.c_str(), path.c_str()) == 0) {
+      ::unlink(tmp.c_str());
+    } else if (errno == EEXIST) {
+      mine = false;
+      ::unlink(tmp.c_str());
+    } else if (::rename(tmp.c_str(), path.c_str()) != 0) {  // no hard links here: last wins
+      s = Errno(path, "cannot publish " + tmp);
+      ::unlink(tmp.c_str());
+      return s;
+    }
+  } else if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = Errno(path, "cannot rename " + tmp + " to it");
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (mine) SyncDirectory(path);
+  if (published != nullptr) *published = mine;
+  return Status::Ok();
+}
+
+}  // namespace sweep::trainer
