@@ -6,7 +6,10 @@
 #include "sweep/config.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -99,6 +102,7 @@ std::optional<double> ParseDuration(std::string_view text) {
     total += number * unit;
     any = true;
   }
+  if (!std::isfinite(total)) return std::nullopt;
   return total;
 }
 
@@ -191,8 +195,13 @@ class Checker {
     for (auto&& [k, v] : table) {
       std::string key(k.str());
       if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      std::string msg = "unknown key '" + key + "' in " + std::string(section);
       std::string hint = DidYouMean(key, known);
+      if (section.empty()) {  // the top level holds tables
+        std::string msg = "unknown table [" + key + "]";
+        if (!hint.empty()) msg += "; did you mean [" + hint + "]?";
+        return Error(k.source(), key, msg);
+      }
+      std::string msg = "unknown key '" + key + "' in " + std::string(section);
       if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
       return Error(k.source(), Dotted(section, key), msg);
     }
@@ -348,7 +357,7 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
                    d + " needs min > 0 (got " + FormatNumber(p.distribution.min) + ")");
   }
   Status s = search::Validate(p);
-  if (!s.ok()) return c.Error(node, "", s.message());
+  if (!s.ok()) return c.Error(node, "", "parameters." + s.message());
   return p;
 }
 
@@ -412,6 +421,94 @@ Status CheckDatasetFiles(const Checker& c, const toml::node& where, const std::s
     if (!probe) return c.Error(where, key + "." + name, "cannot read '" + *file + "'");
   }
   if (ds.train_images.empty()) return c.Error(where, key, "no training data given");
+  return Status::Ok();
+}
+
+// True when (line, column) is the end of a line: where a string that lacks its closing quote
+// runs into the newline.
+bool AtLineEnd(std::string_view text, const toml::source_position& at) {
+  size_t i = 0;
+  for (toml::source_index line = 1; line < at.line && i < text.size(); ++i) {
+    if (text[i] == '\n') ++line;
+  }
+  i += at.column - 1;
+  return i >= text.size() || text[i] == '\n' || text[i] == '\r';
+}
+
+// Finds a byte >= 0x80 outside strings and comments (where TOML forbids it).
+Status CheckNonAsciiPlacement(const Checker& c, std::string_view text) {
+  if (text.starts_with("\xff\xfe") || text.starts_with("\xfe\xff")) {
+    return c.Error(toml::source_region{{1, 1}, {1, 1}, nullptr}, "",
+                   "the file is UTF-16; save it as UTF-8");
+  }
+  enum class In { kCode, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral };
+  In in = In::kCode;
+  int line = 1, column = 1;
+  auto advance = [&](size_t& i, size_t n) {  // skips n - 1 more ASCII bytes of a token
+    i += n - 1;
+    column += static_cast<int>(n - 1);
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
+    switch (in) {
+      case In::kCode:
+        if (ch == '#') {
+          in = In::kComment;
+        } else if (starts("\"\"\"")) {
+          in = In::kMultiBasic;
+          advance(i, 3);
+        } else if (starts("'''")) {
+          in = In::kMultiLiteral;
+          advance(i, 3);
+        } else if (ch == '"') {
+          in = In::kBasic;
+        } else if (ch == '\'') {
+          in = In::kLiteral;
+        } else if (static_cast<unsigned char>(ch) >= 0x80) {
+          toml::source_region where;
+          where.begin = {static_cast<toml::source_index>(line),
+                         static_cast<toml::source_index>(column)};
+          return c.Error(where, "",
+                         "non-ASCII character outside a string (TOML allows it only in quoted "
+                         "strings and comments; quote a key that needs it: \"clé\" = ...)");
+        }
+        break;
+      case In::kComment:
+        if (ch == '\n') in = In::kCode;
+        break;
+      case In::kBasic:
+        if (ch == '\\') {
+          advance(i, 2);
+        } else if (ch == '"' || ch == '\n') {
+          in = In::kCode;  // an unterminated string is the parser's to report
+        }
+        break;
+      case In::kLiteral:
+        if (ch == '\'' || ch == '\n') in = In::kCode;
+        break;
+      case In::kMultiBasic:
+        if (ch == '\\') {
+          advance(i, 2);
+        } else if (starts("\"\"\"")) {
+          in = In::kCode;
+          advance(i, 3);
+        }
+        break;
+      case In::kMultiLiteral:
+        if (starts("'''")) {
+          in = In::kCode;
+          advance(i, 3);
+        }
+        break;
+    }
+    if (i < text.size() && text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else if (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) {
+      ++column;  // columns count characters, not UTF-8 continuation bytes
+    }
+  }
   return Status::Ok();
 }
 
@@ -497,11 +594,19 @@ std::string SweepConfig::Target::ToString() const {
 
 Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) {
   Checker c(path);
+  // TOML allows non-ASCII only inside strings and comments; refusing it elsewhere here also keeps
+  // such bytes away from a toml++ 3.3 code path that is undefined behaviour on them.
+  SWEEP_RETURN_IF_ERROR(CheckNonAsciiPlacement(c, text));
   toml::table root;
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
-    return c.Error(e.source(), "", std::string(e.description()));
+    std::string what(e.description());
+    if (what.find("unescaped control characters") != std::string::npos &&
+        AtLineEnd(text, e.source().begin)) {
+      what = "unterminated string (a closing quote is missing): " + what;
+    }
+    return c.Error(e.source(), "", what);
   }
 
   SweepConfig cfg;
@@ -643,9 +748,9 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
       } else if (n->is_number()) {
         secs = n->value<double>();
       }
-      if (!secs || *secs < 2) {
+      if (!secs || !std::isfinite(*secs) || *secs < 2 || *secs > 7 * 86400) {
         return c.Error(*n, "trial.heartbeat_timeout",
-                       "expected a duration of at least 2 s, e.g. \"60s\" or \"5m\"");
+                       "expected a duration between 2 s and 7 days, e.g. \"60s\" or \"5m\"");
       }
       cfg.heartbeat_timeout_s = *secs;
     }
@@ -890,11 +995,21 @@ Result<SweepConfig> LoadConfig(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     return Status::InvalidArgument(path + ": is a directory, not a config file");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IoError(path + ": cannot read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ParseConfig(ss.str(), path);
+  // A config the user points at but that cannot be read is a usage error (exit 2), and a read
+  // that fails half-way must not be parsed as if the file were shorter.
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return Status::InvalidArgument(path + ": cannot read: " + std::strerror(errno));
+  }
+  std::string text;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  bool failed = std::ferror(f) != 0;
+  int err = errno;
+  std::fclose(f);
+  if (failed) return Status::InvalidArgument(path + ": cannot read: " + std::strerror(err));
+  return ParseConfig(text, path);
 }
 
 json ParseSetValue(std::string_view text) {

@@ -3,7 +3,9 @@
 // line naming the file, key, sweep or trial at fault.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -76,10 +78,24 @@ sweep::Result<std::unique_ptr<sweep::store::Store>> OpenForQuery(const QueryArgs
   return sweep::store::Store::Open(a.db, sweep::store::OpenMode::kReadOnly);
 }
 
+// FindSweep, with a suggestion when the name is close to one that exists.
+sweep::Result<sweep::store::SweepRecord> FindSweep(sweep::store::Store& st,
+                                                   const std::string& name) {
+  auto sw = st.FindSweep(name);
+  if (sw.ok() || sw.status().code() != Status::Code::kNotFound) return sw;
+  auto list = st.ListSweeps();
+  if (!list.ok()) return sw;
+  std::vector<std::string> names;
+  for (const auto& s : *list) names.push_back(s.name);
+  std::string hint = sweep::DidYouMean(name, names);
+  if (hint.empty()) return sw;
+  return sw.status().WithMessage(sw.status().message() + "; did you mean '" + hint + "'?");
+}
+
 int CmdBest(const QueryArgs& a, int64_t top) {
   auto st = OpenForQuery(a);
   if (!st.ok()) return Fail(st.status());
-  auto sw = (*st)->FindSweep(a.name);
+  auto sw = FindSweep(**st, a.name);
   if (!sw.ok()) return Fail(sw.status());
   auto trials = (*st)->BestTrials(sw->id, sw->maximize, top);
   if (!trials.ok()) return Fail(trials.status());
@@ -98,7 +114,7 @@ int CmdBest(const QueryArgs& a, int64_t top) {
 int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& sort) {
   auto st = OpenForQuery(a);
   if (!st.ok()) return Fail(st.status());
-  auto sw = (*st)->FindSweep(a.name);
+  auto sw = FindSweep(**st, a.name);
   if (!sw.ok()) return Fail(sw.status());
   sweep::store::TrialQuery q;
   if (!status.empty()) {
@@ -112,6 +128,30 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   q.sort = sort;
   auto trials = (*st)->Trials(sw->id, q);
   if (!trials.ok()) return Fail(trials.status());
+  // A metric no trial reports would sort nothing: say so rather than print the table unsorted.
+  std::string key = sort.substr(sort.starts_with("-") ? 1 : 0);
+  const std::vector<std::string> columns = {"number",  "status", "objective",
+                                            "started", "ended",  "epochs"};
+  if (std::find(columns.begin(), columns.end(), key) == columns.end() && !trials->empty()) {
+    std::vector<std::string> metrics;
+    bool seen = false;
+    for (const auto& t : *trials) {
+      json m = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
+      if (!m.is_object()) continue;
+      seen = seen || m.contains(key);
+      for (auto& [k, v] : m.items()) {
+        if (std::find(metrics.begin(), metrics.end(), k) == metrics.end()) metrics.push_back(k);
+      }
+    }
+    if (!seen) {
+      std::vector<std::string> all = columns;
+      all.insert(all.end(), metrics.begin(), metrics.end());
+      std::string msg = "--sort " + sort + ": no trial of '" + a.name + "' reports '" + key + "'";
+      std::string hint = sweep::DidYouMean(key, all);
+      if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+      return Fail(Status::InvalidArgument(msg));
+    }
+  }
   if (a.json) {
     sweep::PrintTrialsJson(std::cout, *trials);
   } else if (a.csv) {
@@ -125,7 +165,7 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
 int CmdStatus(const QueryArgs& a) {
   auto st = OpenForQuery(a);
   if (!st.ok()) return Fail(st.status());
-  auto sw = (*st)->FindSweep(a.name);
+  auto sw = FindSweep(**st, a.name);
   if (!sw.ok()) return Fail(sw.status());
   auto counts = (*st)->CountByStatus(sw->id);
   if (!counts.ok()) return Fail(counts.status());
@@ -242,6 +282,10 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
 }
 
 int CmdResume(const std::string& name, const std::string& db, const char* argv0) {
+  std::error_code ec;
+  if (!std::filesystem::exists(db, ec)) {
+    return Fail(Status::NotFound(db + ": no such database"));
+  }
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
   sweep::RunOptions options = MakeRunOptions(argv0);
@@ -317,8 +361,8 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     if (cfg->kind == sweep::TrialKind::kTrainer) {
       Status ok = sweep::CheckTrainerOption(key, value);
       if (!ok.ok()) return Fail(Status::InvalidArgument("--set " + s + ": " + ok.message()));
-    } else if (!value.is_number()) {
-      return Fail(Status::InvalidArgument("--set " + s + ": expected a number"));
+    } else if (!value.is_number() || !std::isfinite(value.get<double>())) {
+      return Fail(Status::InvalidArgument("--set " + s + ": expected a finite number"));
     }
     task.params[key] = value;
     std::erase(varied, key);
@@ -417,7 +461,8 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "run one trial directly, no store");
   train->add_option("CONFIG", config_path, "sweep config (TOML)")->required();
   train->add_option("--set", sets, "KEY=VALUE hyperparameter (a TOML value); repeatable");
-  train->add_option("--threads", threads, "CPU threads (default: [trial] gpus)");
+  train->add_option("--threads", threads, "CPU threads (default: [trial] gpus)")
+      ->check(CLI::Range(1, 4096));
   train->add_flag("--json", json_out, "print one JSON object at the end");
   train->footer(
       "Example: sweep train configs/quickstart.toml --set lr=0.05 --set hidden=[256,128]");
@@ -431,7 +476,9 @@ int main(int argc, char** argv) {
   };
   auto* best = app.add_subcommand("best", "the best trials by the sweep's metric");
   add_query(best, true, true);
-  best->add_option("--top", top, "how many")->capture_default_str()->check(CLI::PositiveNumber);
+  best->add_option("--top", top, "how many")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   best->footer("Example: sweep best fashion-mlp --top 3 --json");
   auto* trials = app.add_subcommand("trials", "all trials of a sweep");
   add_query(trials, true, true);
@@ -449,6 +496,20 @@ int main(int argc, char** argv) {
   auto* worker = app.add_subcommand("worker", "");  // hidden: spawned by the coordinator
   worker->group("");
 
+  // CLI11 says only "A subcommand is required" for a misspelt command: name it and suggest one.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> commands;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      if (!sub->get_group().empty()) commands.push_back(sub->get_name());
+    }
+    if (std::find(commands.begin(), commands.end(), argv[1]) == commands.end() &&
+        std::string_view(argv[1]) != "worker") {
+      std::string msg = std::string("unknown command '") + argv[1] + "'";
+      std::string hint = sweep::DidYouMean(argv[1], commands);
+      if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+      return Fail(Status::InvalidArgument(msg + " (sweep --help lists them)"));
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -111,7 +111,7 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
   const std::vector<BadCase> cases = {
       {"syntax error", "[sweep\nname = 1", "bad.toml:1:"},
       {"unknown top-level table", std::string(kBranin) + "[serach]\nalgorithm = \"grid\"\n",
-       "bad.toml:12:2: serach: unknown key 'serach' in ; did you mean 'search'?"},
+       "bad.toml:12:2: serach: unknown table [serach]; did you mean [search]?"},
       {"unknown key with suggestion", "[sweep]\nname = \"b\"\nmax_trails = 3\n",
        "bad.toml:3:1: sweep.max_trails: unknown key 'max_trails' in [sweep]; did you mean "
        "'max_trials'?"},
