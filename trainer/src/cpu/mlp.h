@@ -69,7 +69,7 @@ class Mlp {
  private:
   MlpShape shape_;
   Activation act_;
-  int max_batch_;
+  [[maybe_unused]] int max_batch_;  // checked by asserts only
   float dropout_;
   FloatBuffer params_, grads_;
   // pre_[l]: layer l's biased pre-activation; out_[l]: its activation (the last layer's logits

@@ -1,0 +1,17 @@
+// The CUDA backend: a replica is a GPU with its own stream and cuBLAS handle, driven by one
+// thread; the kernels are cuda/ops.h's. Owned by the registry (backend.cc); the returned
+// Backend is a stateless singleton, safe from any thread. It supports a group only where a
+// device is present at run time, so the CPU backend takes the rest.
+#pragma once
+
+#include "backend.h"
+
+namespace sweep::trainer::cuda {
+
+const Backend* GetBackend();
+
+// The number of CUDA devices this process can use, or why there are none (no driver, no
+// device). Asked once; later calls return the first answer.
+Result<int> DeviceCount();
+
+}  // namespace sweep::trainer::cuda

@@ -1,0 +1,43 @@
+// The checked wrappers' messages: "cuda: <statement>: <error> (<name>) at <file>:<line>".
+#include "cuda/cuda_check.h"
+
+#include <cstring>
+#include <string>
+
+namespace sweep::trainer::cuda {
+namespace {
+
+// The file's name without its directories: enough to find it, and stable across checkouts.
+const char* BaseName(const char* file) {
+  const char* slash = std::strrchr(file, '/');
+  return slash != nullptr ? slash + 1 : file;
+}
+
+Status Make(const char* lib, const std::string& what, const char* stmt, const char* file,
+            int line) {
+  return Status::Internal(std::string(lib) + ": " + stmt + " failed: " + what + " at " +
+                          BaseName(file) + ":" + std::to_string(line));
+}
+
+}  // namespace
+
+Status CudaStatus(cudaError_t err, const char* stmt, const char* file, int line) {
+  return Make("cuda", std::string(cudaGetErrorString(err)) + " (" + cudaGetErrorName(err) + ")",
+              stmt, file, line);
+}
+
+Status CublasStatus(cublasStatus_t err, const char* stmt, const char* file, int line) {
+  return Make("cublas", std::string(cublasGetStatusString(err)) + " (" + std::to_string(err) + ")",
+              stmt, file, line);
+}
+
+Status NcclStatus(int err, const char* error_string, const char* stmt, const char* file, int line) {
+  return Make("nccl", std::string(error_string) + " (" + std::to_string(err) + ")", stmt, file,
+              line);
+}
+
+void ThrowIfError(const Status& s) {
+  if (!s.ok()) throw CudaError(s.message());
+}
+
+}  // namespace sweep::trainer::cuda
