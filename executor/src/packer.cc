@@ -1,0 +1,457 @@
+// Packer and Queue: gang placement across servers, link-group aware best fit, and
+// reservations against starvation. See packer.h for the rules; this file only implements them.
+#include "executor/packer.h"
+
+#include <algorithm>
+#include <climits>
+#include <numeric>
+#include <string>
+#include <tuple>
+
+namespace sweep::executor {
+
+// ---- link groups ----
+
+std::vector<int> LinkGroupsFromRanks(const std::vector<std::vector<int>>& rank) {
+  const int n = static_cast<int>(rank.size());
+  std::vector<int> group(n);
+  std::iota(group.begin(), group.end(), 0);
+  for (const auto& row : rank) {
+    if (static_cast<int>(row.size()) != n) return group;
+  }
+  int best = INT_MAX;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (i != j) best = std::min(best, rank[i][j]);
+    }
+  }
+  // Union-find with the root kept at the lowest GPU, so groups are named by their lowest GPU.
+  std::vector<int> parent(group);
+  auto find = [&](int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      if (i == j || (rank[i][j] != best && rank[j][i] != best)) continue;
+      int a = find(i), b = find(j);
+      if (a != b) parent[std::max(a, b)] = std::min(a, b);
+    }
+  }
+  for (int i = 0; i < n; ++i) group[i] = find(i);
+  return group;
+}
+
+// ---- packer: set-up ----
+
+Result<Packer> Packer::Create(std::vector<Server> servers, PackerOptions options) {
+  if (servers.empty()) return Status::InvalidArgument("packer: no servers");
+  std::sort(servers.begin(), servers.end(),
+            [](const Server& a, const Server& b) { return a.id < b.id; });
+  Packer p;
+  p.options_ = options;
+  p.gpu_ = !servers[0].link_group.empty();
+  for (size_t i = 0; i < servers.size(); ++i) {
+    const Server& in = servers[i];
+    std::string name = "packer: server " + std::to_string(in.id);
+    if (i > 0 && servers[i - 1].id == in.id) return Status::InvalidArgument(name + " repeated");
+    if (p.gpu_ != !in.link_group.empty()) {
+      return Status::InvalidArgument(name + ": a cluster is all-GPU or all-CPU");
+    }
+    ServerState s;
+    s.id = in.id;
+    if (p.gpu_) {
+      // Dense group numbers in order of first appearance.
+      std::vector<int> seen;
+      for (int g : in.link_group) {
+        auto it = std::find(seen.begin(), seen.end(), g);
+        s.group_of.push_back(static_cast<int>(it - seen.begin()));
+        if (it == seen.end()) seen.push_back(g);
+      }
+      s.group_size.assign(seen.size(), 0);
+      for (int g : s.group_of) ++s.group_size[g];
+    } else {
+      if (in.cpu_slots <= 0) return Status::InvalidArgument(name + " has no slot");
+      s.group_of.assign(in.cpu_slots, 0);  // CPU shares: no link to prefer
+      s.group_size.assign(1, in.cpu_slots);
+    }
+    s.group_free = s.group_size;
+    s.slots.assign(s.group_of.size(), SlotState{});
+    s.free = static_cast<int>(s.slots.size());
+    p.total_slots_ += s.free;
+    p.largest_server_ = std::max(p.largest_server_, s.free);
+    p.servers_.push_back(std::move(s));
+  }
+  p.free_slots_ = p.total_slots_;
+  p.servers_with_free_.assign(p.largest_server_ + 1, 0);
+  for (const ServerState& s : p.servers_) p.Count(s.free, 1);
+  return p;
+}
+
+int Packer::IndexOf(int server) const {
+  auto it = std::lower_bound(servers_.begin(), servers_.end(), server,
+                             [](const ServerState& s, int id) { return s.id < id; });
+  if (it == servers_.end() || it->id != server) return -1;
+  return static_cast<int>(it - servers_.begin());
+}
+
+bool Packer::Usable(const ServerState& s, int64_t trial) const {
+  return !s.reserved_for || *s.reserved_for == trial;
+}
+
+Status Packer::Check(const Request& r) const {
+  if (r.gpus < 1) return Status::InvalidArgument("packer: a trial needs at least one slot");
+  if (r.share < 1) return Status::InvalidArgument("packer: gpu_share must be at least 1");
+  if (r.share > 1 && r.gpus != 1) {
+    return Status::InvalidArgument(
+        "packer: only 1-GPU trials share a GPU (gpus = " + std::to_string(r.gpus) +
+        ", gpu_share = " + std::to_string(r.share) + ")");
+  }
+  if (r.share > 1 && !gpu_) return Status::InvalidArgument("packer: gpu_share without GPUs");
+  if (r.gpus > largest_server_) {
+    return Status::InvalidArgument("packer: trial " + std::to_string(r.trial) + " needs " +
+                                   std::to_string(r.gpus) + " slots on one server; the largest " +
+                                   "has " + std::to_string(largest_server_));
+  }
+  return Status::Ok();
+}
+
+int Packer::free_slots(int server) const {
+  int i = IndexOf(server);
+  return i < 0 ? 0 : servers_[i].free;
+}
+
+int Packer::trials_on(int server) const {
+  int i = IndexOf(server);
+  return i < 0 ? 0 : servers_[i].trials;
+}
+
+// ---- packer: placing ----
+
+Packer::Fitting Packer::FitOn(const ServerState& s, int n) {
+  const int groups = static_cast<int>(s.group_free.size());
+  int slack = INT_MAX;
+  for (int f : s.group_free) {
+    if (f >= n) slack = std::min(slack, f - n);
+  }
+  if (slack != INT_MAX) return {1, slack};
+  // Fewest groups: take the fullest-free ones first (s.free >= n is known). Servers have a
+  // handful of groups; the copy stays on the stack for up to 64.
+  int stack[64];
+  std::vector<int> heap;
+  int* free = stack;
+  if (groups > 64) {
+    heap.resize(groups);
+    free = heap.data();
+  }
+  int m = 0;
+  for (int g = 0; g < groups; ++g) {
+    if (s.group_free[g] > 0) free[m++] = s.group_free[g];
+  }
+  std::sort(free, free + m, [](int a, int b) { return a > b; });
+  int left = n, used = 0;
+  for (int k = 0; k < m && left > 0; ++k, ++used) left -= free[k];
+  return {used, 0};
+}
+
+std::vector<int> Packer::TakeSlots(ServerState& s, int n, Fit fit) {
+  std::vector<int> got;
+  got.reserve(n);
+  const int slots = static_cast<int>(s.slots.size());
+  if (fit == Fit::kFirstFit) {
+    for (int i = 0; i < slots && static_cast<int>(got.size()) < n; ++i) {
+      if (s.slots[i].share == 0) got.push_back(i);
+    }
+    return got;
+  }
+  const int groups = static_cast<int>(s.group_free.size());
+  std::vector<bool> used(groups, false);
+  int left = n;
+  while (left > 0) {
+    // The smallest group that covers what is left, else the largest one.
+    int pick = -1;
+    for (int g = 0; g < groups; ++g) {
+      if (used[g] || s.group_free[g] < left) continue;
+      if (pick < 0 || s.group_free[g] < s.group_free[pick]) pick = g;
+    }
+    if (pick < 0) {
+      for (int g = 0; g < groups; ++g) {
+        if (used[g] || s.group_free[g] == 0) continue;
+        if (pick < 0 || s.group_free[g] > s.group_free[pick]) pick = g;
+      }
+    }
+    if (pick < 0) break;  // cannot happen when s.free >= n
+    used[pick] = true;
+    for (int i = 0; i < slots && left > 0; ++i) {
+      if (s.group_of[i] == pick && s.slots[i].share == 0) {
+        got.push_back(i);
+        --left;
+      }
+    }
+  }
+  std::sort(got.begin(), got.end());
+  return got;
+}
+
+void Packer::Take(ServerState& s, int slot, int share) {
+  SlotState& st = s.slots[slot];
+  if (st.users == 0) {
+    st.share = share;
+    Count(s.free, -1);
+    --s.free;
+    Count(s.free, 1);
+    --s.group_free[s.group_of[slot]];
+    --free_slots_;
+    if (share > 1) ++s.shared_open;
+  }
+  ++st.users;
+  if (share > 1 && st.users == share) --s.shared_open;
+}
+
+std::optional<Placement> Packer::PlaceExclusive(const Request& r) {
+  const int n = r.gpus;
+  // No server has n free slots: done without a scan (the common case in a busy cluster).
+  int most_free = largest_server_;
+  while (most_free > 0 && servers_with_free_[most_free] == 0) --most_free;
+  if (most_free < n) return std::nullopt;
+  int best = -1;
+  std::tuple<int, int, int> best_key{INT_MAX, INT_MAX, INT_MAX};
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
+    const ServerState& s = servers_[i];
+    if (s.free < n || !Usable(s, r.trial)) continue;
+    if (options_.fit == Fit::kFirstFit) {
+      best = i;
+      break;
+    }
+    Fitting f = FitOn(s, n);
+    std::tuple<int, int, int> key{f.groups, s.free - n, f.slack};
+    if (key < best_key) {  // strict: ties keep the lower id
+      best_key = key;
+      best = i;
+    }
+  }
+  if (best < 0) return std::nullopt;
+  ServerState& s = servers_[best];
+  Placement p;
+  p.trial = r.trial;
+  p.server = s.id;
+  p.share = r.share;
+  p.gpus = TakeSlots(s, n, options_.fit);
+  for (int slot : p.gpus) Take(s, slot, r.share);
+  ++s.trials;
+  return p;
+}
+
+std::optional<Placement> Packer::PlaceShared(const Request& r) {
+  // Join the fullest GPU shared k ways with room, on the fullest server; else open a free GPU.
+  int best_server = -1, best_slot = -1;
+  std::tuple<int, int> best_key{INT_MAX, INT_MAX};  // (-users, free)
+  for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
+    const ServerState& s = servers_[i];
+    if (s.shared_open == 0 || !Usable(s, r.trial)) continue;
+    for (int j = 0; j < static_cast<int>(s.slots.size()); ++j) {
+      const SlotState& st = s.slots[j];
+      if (st.share != r.share || st.users >= r.share) continue;
+      std::tuple<int, int> key{-st.users, s.free};
+      if (key < best_key) {
+        best_key = key;
+        best_server = i;
+        best_slot = j;
+      }
+    }
+    if (options_.fit == Fit::kFirstFit && best_server >= 0) break;
+  }
+  if (best_server < 0) return PlaceExclusive(r);
+  ServerState& s = servers_[best_server];
+  Take(s, best_slot, r.share);
+  ++s.trials;
+  return Placement{r.trial, s.id, {best_slot}, r.share};
+}
+
+std::optional<Placement> Packer::Place(const Request& r) {
+  if (!Check(r).ok()) return std::nullopt;
+  if (r.share > 1) return PlaceShared(r);
+  return PlaceExclusive(r);
+}
+
+Status Packer::Release(const Placement& p) {
+  int i = IndexOf(p.server);
+  if (i < 0) return Status::InvalidArgument("packer: release on unknown server");
+  ServerState& s = servers_[i];
+  if (p.gpus.empty() || p.share < 1 || s.trials == 0) {
+    return Status::InvalidArgument("packer: release of nothing held");
+  }
+  for (size_t k = 0; k < p.gpus.size(); ++k) {
+    int slot = p.gpus[k];
+    if (slot < 0 || slot >= static_cast<int>(s.slots.size()) || s.slots[slot].users == 0 ||
+        s.slots[slot].share != p.share || (k > 0 && p.gpus[k - 1] >= slot)) {
+      return Status::InvalidArgument("packer: release of slot " + std::to_string(slot) +
+                                     " on server " + std::to_string(p.server) +
+                                     ", which is not held that way");
+    }
+  }
+  for (int slot : p.gpus) {
+    SlotState& st = s.slots[slot];
+    if (st.share > 1 && st.users == st.share) ++s.shared_open;
+    if (--st.users == 0) {
+      if (st.share > 1) --s.shared_open;
+      st.share = 0;
+      Count(s.free, -1);
+      ++s.free;
+      Count(s.free, 1);
+      ++s.group_free[s.group_of[slot]];
+      ++free_slots_;
+    }
+  }
+  --s.trials;
+  return Status::Ok();
+}
+
+// ---- packer: reservations ----
+
+Status Packer::Reserve(int server, int64_t trial) {
+  int i = IndexOf(server);
+  if (i < 0) return Status::NotFound("packer: no server " + std::to_string(server));
+  ServerState& s = servers_[i];
+  if (s.reserved_for && *s.reserved_for != trial) {
+    return Status::Busy("packer: server " + std::to_string(server) + " is held for trial " +
+                        std::to_string(*s.reserved_for));
+  }
+  s.reserved_for = trial;
+  return Status::Ok();
+}
+
+void Packer::Unreserve(int server) {
+  int i = IndexOf(server);
+  if (i >= 0) servers_[i].reserved_for.reset();
+}
+
+std::optional<int64_t> Packer::reserved_for(int server) const {
+  int i = IndexOf(server);
+  if (i < 0) return std::nullopt;
+  return servers_[i].reserved_for;
+}
+
+std::optional<int> Packer::SoonestToFit(const Request& r) const {
+  std::optional<int> best;
+  std::tuple<int, int> best_key{INT_MAX, INT_MAX};
+  for (const ServerState& s : servers_) {
+    if (static_cast<int>(s.slots.size()) < r.gpus || !Usable(s, r.trial)) continue;
+    std::tuple<int, int> key{std::max(0, r.gpus - s.free), s.trials};
+    if (key < best_key) {
+      best_key = key;
+      best = s.id;
+    }
+  }
+  return best;
+}
+
+// ---- queue ----
+
+Status Queue::Push(const Request& request, const Packer& packer) {
+  SWEEP_RETURN_IF_ERROR(packer.Check(request));
+  if (key_of_.count(request.trial) != 0) {
+    return Status::AlreadyExists("queue: trial " + std::to_string(request.trial) +
+                                 " is already pending");
+  }
+  Key key{-request.priority, next_arrival_++};
+  pending_.emplace(key, Entry{request, 0, std::nullopt});
+  if (request.share > 1) ++shared_pending_;
+  key_of_.emplace(request.trial, key);
+  return Status::Ok();
+}
+
+bool Queue::Remove(int64_t trial, Packer& packer) {
+  auto k = key_of_.find(trial);
+  if (k == key_of_.end()) return false;
+  auto it = pending_.find(k->second);
+  if (it->second.reserved) {
+    packer.Unreserve(*it->second.reserved);
+    --reservations_;
+  }
+  if (it->second.request.share > 1) --shared_pending_;
+  pending_.erase(it);
+  key_of_.erase(k);
+  return true;
+}
+
+int Queue::bypasses(int64_t trial) const {
+  auto k = key_of_.find(trial);
+  return k == key_of_.end() ? -1 : pending_.at(k->second).bypasses;
+}
+
+std::optional<int> Queue::reservation(int64_t trial) const {
+  auto k = key_of_.find(trial);
+  if (k == key_of_.end()) return std::nullopt;
+  return pending_.at(k->second).reserved;
+}
+
+// One pass in queue order:
+//   1. A request that holds a server tries every server open to it (its own included); placed,
+//      it gives the reservation back.
+//   2. Any other request is tried unless one no larger already failed in this pass: the pass
+//      only takes slots, so that one would fail too (this keeps a long queue cheap).
+//   3. A request that fails gains one bypass for every request placed behind it in the pass.
+//   4. Once a 1-slot exclusive request has failed, every request left is hopeless but shared
+//      ones and reservation holders; with none of those left the pass stops early (nothing
+//      behind can be placed, so no one is passed over and no reservation is owed).
+//   5. A failed exclusive request for 2+ slots, passed over reserve_after_bypasses times,
+//      reserves the server that would soonest fit it, while fewer than max_reservations are held.
+std::vector<Placement> Queue::Schedule(Packer& packer) {
+  std::vector<Placement> placed;
+  int smallest_failed = INT_MAX;                  // exclusive requests, no reservation held
+  std::vector<int> failed_shares;                 // shared requests that found no room
+  std::vector<std::pair<Entry*, size_t>> failed;  // entry, placements made before it failed
+  int holders_seen = 0;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (smallest_failed == 1 && shared_pending_ == 0 && holders_seen == reservations_) break;
+    Entry& e = it->second;
+    const Request& r = e.request;
+    const bool holds = e.reserved.has_value();
+    if (holds) ++holders_seen;
+    bool hopeless = false;
+    if (!holds) {
+      hopeless = r.share == 1 ? r.gpus >= smallest_failed
+                              : std::find(failed_shares.begin(), failed_shares.end(), r.share) !=
+                                    failed_shares.end();
+    }
+    std::optional<Placement> p = hopeless ? std::nullopt : packer.Place(r);
+    if (p) {
+      if (holds) {
+        packer.Unreserve(*e.reserved);
+        --reservations_;
+        --holders_seen;
+      }
+      if (r.share > 1) --shared_pending_;
+      key_of_.erase(r.trial);
+      placed.push_back(std::move(*p));
+      it = pending_.erase(it);
+      continue;
+    }
+    if (!holds) {
+      if (r.share == 1) {
+        smallest_failed = std::min(smallest_failed, r.gpus);
+      } else if (!hopeless) {
+        failed_shares.push_back(r.share);
+      }
+    }
+    failed.emplace_back(&e, placed.size());
+    const bool may_reserve = options_.reserve_after_bypasses > 0 && r.share == 1 && r.gpus > 1;
+    if (may_reserve && !holds && e.bypasses >= options_.reserve_after_bypasses &&
+        reservations_ < options_.max_reservations) {
+      std::optional<int> server = packer.SoonestToFit(r);
+      if (server && packer.Reserve(*server, r.trial).ok()) {
+        e.reserved = server;
+        ++reservations_;
+        ++holders_seen;
+      }
+    }
+    ++it;
+  }
+  for (auto& [entry, before] : failed) {
+    entry->bypasses += static_cast<int>(placed.size() - before);
+  }
+  return placed;
+}
+
+}  // namespace sweep::executor

@@ -1,0 +1,302 @@
+// Packer and Queue: gang placement, link groups, best fit, priority, GPU sharing, release,
+// reservations against starvation, and determinism.
+#include "executor/packer.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <random>
+
+namespace sweep::executor {
+namespace {
+
+Server Gpus(int id, std::vector<int> link_group) { return Server{id, std::move(link_group), 0}; }
+Server Flat(int id, int gpus) { return Gpus(id, std::vector<int>(gpus, 0)); }
+
+Packer Make(std::vector<Server> servers, PackerOptions options = {}) {
+  Result<Packer> p = Packer::Create(std::move(servers), options);
+  EXPECT_TRUE(p.ok()) << p.status().message();
+  return std::move(p).value();
+}
+
+Request Req(int64_t trial, int gpus, int priority = 0, int share = 1) {
+  return Request{trial, gpus, share, priority};
+}
+
+Placement MustPlace(Packer& p, const Request& r) {
+  std::optional<Placement> got = p.Place(r);
+  EXPECT_TRUE(got.has_value()) << "trial " << r.trial;
+  return got.value_or(Placement{});
+}
+
+// ---- packer ----
+
+TEST(PackerTest, CreateRejectsBadClusters) {
+  EXPECT_FALSE(Packer::Create({}).ok());
+  EXPECT_FALSE(Packer::Create({Flat(1, 2), Flat(1, 2)}).ok());
+  EXPECT_FALSE(Packer::Create({Flat(1, 2), Server{2, {}, 4}}).ok());
+  EXPECT_FALSE(Packer::Create({Server{2, {}, 0}}).ok());
+  Result<Packer> cpu = Packer::Create({Server{3, {}, 4}});
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_FALSE(cpu->gpu());
+  EXPECT_EQ(cpu->total_slots(), 4);
+}
+
+TEST(PackerTest, CheckRejectsImpossibleRequests) {
+  Packer p = Make({Flat(0, 4), Flat(1, 8)});
+  EXPECT_TRUE(p.Check(Req(1, 8)).ok());
+  EXPECT_FALSE(p.Check(Req(1, 9)).ok());
+  EXPECT_FALSE(p.Check(Req(1, 0)).ok());
+  EXPECT_FALSE(p.Check(Req(1, 2, 0, /*share=*/2)).ok());
+  EXPECT_FALSE(p.Place(Req(1, 9)).has_value());
+  EXPECT_EQ(p.free_slots(), 12);
+}
+
+TEST(PackerTest, GangIsAllOrNothing) {
+  Packer p = Make({Flat(0, 4), Flat(1, 4)});
+  MustPlace(p, Req(1, 3));
+  MustPlace(p, Req(2, 3));
+  EXPECT_EQ(p.free_slots(), 2);  // one free on each server: a 2-GPU trial does not fit
+  EXPECT_FALSE(p.Place(Req(3, 2)).has_value());
+  EXPECT_EQ(p.free_slots(), 2);  // and took nothing
+  Placement one = MustPlace(p, Req(4, 1));
+  EXPECT_EQ(one.gpus.size(), 1u);
+}
+
+TEST(PackerTest, PrefersTheSmallestLinkGroupThatFits) {
+  Packer p = Make({Gpus(0, {7, 7, 3, 3, 3, 3})});
+  Placement a = MustPlace(p, Req(1, 2));
+  EXPECT_EQ(a.gpus, (std::vector<int>{0, 1}));  // the pair, keeping the group of four whole
+  Placement b = MustPlace(p, Req(2, 3));
+  EXPECT_EQ(b.gpus, (std::vector<int>{2, 3, 4}));
+}
+
+TEST(PackerTest, SpansTheFewestLinkGroups) {
+  Packer p = Make({Gpus(0, {0, 0, 0, 1, 1, 2})});
+  Placement a = MustPlace(p, Req(1, 5));
+  EXPECT_EQ(a.gpus, (std::vector<int>{0, 1, 2, 3, 4}));  // groups 0 and 1, not 2
+}
+
+TEST(PackerTest, PrefersOneLinkGroupAcrossServers) {
+  // Server 0: two free GPUs in different groups; server 1: four free. A pair goes where it can
+  // share a link, though server 0 is the tighter fit.
+  Packer p = Make({Gpus(0, {0, 0, 1, 1}), Gpus(1, {0, 0, 1, 1})});
+  MustPlace(p, Req(1, 1));  // server 0 gpu 0
+  Placement b = MustPlace(p, Req(2, 1));
+  ASSERT_EQ(b.server, 0);
+  ASSERT_EQ(b.gpus, (std::vector<int>{1}));  // completes group 0 first (tightest group)
+  ASSERT_TRUE(p.Release(Placement{1, 0, {0}, 1}).ok());
+  MustPlace(p, Req(3, 1));  // back on server 0, group 0 again
+  Placement c = MustPlace(p, Req(4, 1));
+  EXPECT_EQ(c.server, 0);
+  EXPECT_EQ(c.gpus, (std::vector<int>{2}));
+  Placement d = MustPlace(p, Req(5, 2));
+  EXPECT_EQ(d.server, 1);
+  EXPECT_EQ(d.gpus, (std::vector<int>{0, 1}));
+}
+
+TEST(PackerTest, BestFitAcrossServersTiesByLowerId) {
+  Packer p = Make({Flat(2, 8), Flat(0, 8), Flat(1, 8)});
+  EXPECT_EQ(MustPlace(p, Req(1, 5)).server, 0);  // all empty: lowest id
+  EXPECT_EQ(MustPlace(p, Req(2, 6)).server, 1);  // server 0 has 3 free: does not fit
+  EXPECT_EQ(MustPlace(p, Req(3, 2)).server, 1);  // 0 left on server 1 beats 1 on server 0
+  EXPECT_EQ(MustPlace(p, Req(4, 3)).server, 0);
+  EXPECT_EQ(MustPlace(p, Req(5, 4)).server, 2);
+  EXPECT_EQ(p.free_slots(0), 0);
+  EXPECT_EQ(p.free_slots(1), 0);
+  EXPECT_EQ(p.free_slots(2), 4);
+}
+
+TEST(PackerTest, FirstFitTakesTheLowestServerWithRoom) {
+  Packer p = Make({Flat(0, 8), Flat(1, 8)}, PackerOptions{Fit::kFirstFit});
+  MustPlace(p, Req(1, 6));
+  MustPlace(p, Req(2, 6));
+  EXPECT_EQ(MustPlace(p, Req(3, 1)).server, 0);  // best fit would pick either; first fit: 0
+  ASSERT_TRUE(p.Release(Placement{1, 0, {0, 1, 2, 3, 4, 5}, 1}).ok());
+  EXPECT_EQ(MustPlace(p, Req(4, 2)).server, 0);  // best fit would pick server 1 (2 free)
+}
+
+TEST(PackerTest, GpuShareFillsAGpuUpToItsLimit) {
+  Packer p = Make({Flat(0, 2)});
+  Placement a = MustPlace(p, Req(1, 1, 0, 3));
+  Placement b = MustPlace(p, Req(2, 1, 0, 3));
+  Placement c = MustPlace(p, Req(3, 1, 0, 3));
+  EXPECT_EQ(a.gpus, b.gpus);
+  EXPECT_EQ(a.gpus, c.gpus);
+  EXPECT_EQ(p.free_slots(), 1);
+  Placement d = MustPlace(p, Req(4, 1, 0, 3));  // the fourth opens the other GPU
+  EXPECT_NE(d.gpus, a.gpus);
+  EXPECT_EQ(p.free_slots(), 0);
+  EXPECT_FALSE(p.Place(Req(5, 1)).has_value());        // no whole GPU for an exclusive trial
+  EXPECT_FALSE(p.Place(Req(6, 1, 0, 2)).has_value());  // nor a GPU shared two ways
+  EXPECT_EQ(p.trials_on(0), 4);
+  ASSERT_TRUE(p.Release(a).ok());
+  ASSERT_TRUE(p.Release(b).ok());
+  EXPECT_EQ(p.free_slots(), 0);  // trial 3 still runs there
+  ASSERT_TRUE(p.Release(c).ok());
+  EXPECT_EQ(p.free_slots(), 1);
+  EXPECT_EQ(MustPlace(p, Req(5, 1)).gpus, a.gpus);
+}
+
+TEST(PackerTest, ReleaseReturnsSlotsAndRejectsWhatIsNotHeld) {
+  Packer p = Make({Gpus(0, {0, 0, 1, 1})});
+  Placement a = MustPlace(p, Req(1, 2));
+  EXPECT_EQ(p.free_slots(), 2);
+  EXPECT_FALSE(p.Release(Placement{1, 9, a.gpus, 1}).ok());  // unknown server
+  EXPECT_FALSE(p.Release(Placement{1, 0, {0, 2}, 1}).ok());  // slot 2 is free
+  EXPECT_FALSE(p.Release(Placement{1, 0, a.gpus, 2}).ok());  // not shared
+  EXPECT_FALSE(p.Release(Placement{1, 0, {7}, 1}).ok());     // no such slot
+  EXPECT_EQ(p.free_slots(), 2);                              // none of those changed anything
+  ASSERT_TRUE(p.Release(a).ok());
+  EXPECT_EQ(p.free_slots(), 4);
+  EXPECT_EQ(p.trials_on(0), 0);
+  EXPECT_FALSE(p.Release(a).ok());  // twice
+  EXPECT_EQ(MustPlace(p, Req(2, 4)).gpus, (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(PackerTest, ReservedServerTakesOnlyItsTrial) {
+  Packer p = Make({Flat(0, 4), Flat(1, 4)});
+  MustPlace(p, Req(1, 2));  // server 0
+  ASSERT_TRUE(p.Reserve(0, 9).ok());
+  EXPECT_EQ(p.Reserve(0, 8).code(), Status::Code::kBusy);
+  EXPECT_EQ(p.Reserve(5, 8).code(), Status::Code::kNotFound);
+  EXPECT_EQ(MustPlace(p, Req(2, 1)).server, 1);  // best fit would be server 0
+  EXPECT_EQ(MustPlace(p, Req(9, 2)).server, 0);  // its owner may use it
+  p.Unreserve(0);
+  EXPECT_FALSE(p.reserved_for(0).has_value());
+}
+
+TEST(PackerTest, LinkGroupsFromRanks) {
+  // NVLink pairs (rank 0) joined by PCIe (rank 1).
+  std::vector<std::vector<int>> rank = {{0, 0, 1, 1}, {0, 0, 1, 1}, {1, 1, 0, 0}, {1, 1, 0, 0}};
+  EXPECT_EQ(LinkGroupsFromRanks(rank), (std::vector<int>{0, 0, 2, 2}));
+  // A chain 0-1-2 of fast links is one group.
+  rank = {{0, 2, 5}, {2, 0, 2}, {5, 2, 0}};
+  EXPECT_EQ(LinkGroupsFromRanks(rank), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(LinkGroupsFromRanks({{0, 1}, {1}}), (std::vector<int>{0, 1}));  // malformed
+}
+
+// ---- queue ----
+
+TEST(PackerQueueTest, HigherPriorityThenArrivalGoesFirst) {
+  Packer p = Make({Flat(0, 4)});
+  Queue q;
+  ASSERT_TRUE(q.Push(Req(1, 4, /*priority=*/0), p).ok());
+  ASSERT_TRUE(q.Push(Req(2, 4, /*priority=*/2), p).ok());
+  ASSERT_TRUE(q.Push(Req(3, 4, /*priority=*/2), p).ok());
+  EXPECT_EQ(q.Push(Req(3, 1), p).code(), Status::Code::kAlreadyExists);
+  EXPECT_EQ(q.Push(Req(4, 5), p).code(), Status::Code::kInvalidArgument);
+  std::vector<int64_t> order;
+  while (!q.empty()) {
+    std::vector<Placement> got = q.Schedule(p);
+    ASSERT_EQ(got.size(), 1u);
+    order.push_back(got[0].trial);
+    ASSERT_TRUE(p.Release(got[0]).ok());
+  }
+  EXPECT_EQ(order, (std::vector<int64_t>{2, 3, 1}));
+}
+
+TEST(PackerQueueTest, BackfillsPastARequestThatDoesNotFit) {
+  Packer p = Make({Flat(0, 4)});
+  MustPlace(p, Req(1, 2));
+  Queue q;
+  ASSERT_TRUE(q.Push(Req(2, 4, 1), p).ok());
+  ASSERT_TRUE(q.Push(Req(3, 1), p).ok());
+  ASSERT_TRUE(q.Push(Req(4, 4), p).ok());
+  ASSERT_TRUE(q.Push(Req(5, 1), p).ok());
+  std::vector<Placement> got = q.Schedule(p);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].trial, 3);
+  EXPECT_EQ(got[1].trial, 5);
+  EXPECT_EQ(q.bypasses(2), 2);
+  EXPECT_EQ(q.bypasses(4), 1);
+  EXPECT_EQ(q.bypasses(3), -1);
+}
+
+// One 8-GPU server busy with 1-GPU trials; an 8-GPU request waits while a 1-GPU request arrives
+// each time a 1-GPU trial ends. Returns the step at which the big one ran, or -1.
+int StepWhenBigRuns(QueueOptions options, int steps) {
+  Packer p = Make({Flat(0, 8)});
+  Queue q(options);
+  std::deque<Placement> running;
+  int64_t next = 100;
+  for (int i = 0; i < 8; ++i) running.push_back(MustPlace(p, Req(next++, 1)));
+  EXPECT_TRUE(q.Push(Req(1, 8), p).ok());
+  for (int step = 0; step < steps; ++step) {
+    if (!running.empty()) {
+      EXPECT_TRUE(p.Release(running.front()).ok());
+      running.pop_front();
+    }
+    EXPECT_TRUE(q.Push(Req(next++, 1), p).ok());
+    for (Placement& got : q.Schedule(p)) {
+      if (got.trial == 1) return step;
+      running.push_back(std::move(got));
+    }
+  }
+  return -1;
+}
+
+TEST(PackerQueueTest, EightGpuRequestIsNotStarvedByOneGpuStream) {
+  QueueOptions options;
+  options.reserve_after_bypasses = 4;
+  int step = StepWhenBigRuns(options, 1000);
+  // 4 bypasses to reserve, then the 8 running trials drain one per step.
+  EXPECT_GE(step, 0);
+  EXPECT_LE(step, 4 + 8);
+  // Without reservations the stream takes every freed GPU: the big request never runs.
+  options.reserve_after_bypasses = 0;
+  EXPECT_EQ(StepWhenBigRuns(options, 1000), -1);
+}
+
+TEST(PackerQueueTest, RemoveGivesTheReservationBack) {
+  Packer p = Make({Flat(0, 4)});
+  MustPlace(p, Req(1, 1));
+  Queue q(QueueOptions{1, 1});
+  ASSERT_TRUE(q.Push(Req(2, 4), p).ok());
+  ASSERT_TRUE(q.Push(Req(3, 1), p).ok());
+  ASSERT_EQ(q.Schedule(p).size(), 1u);  // trial 3 passes trial 2 once
+  ASSERT_TRUE(q.Push(Req(4, 1), p).ok());
+  EXPECT_TRUE(q.Schedule(p).empty());  // trial 2 reserves server 0; trial 4 may not go there
+  EXPECT_EQ(q.reservation(2), std::optional<int>(0));
+  EXPECT_EQ(p.reserved_for(0), std::optional<int64_t>(2));
+  EXPECT_TRUE(q.Remove(2, p));
+  EXPECT_FALSE(q.Remove(2, p));
+  EXPECT_FALSE(p.reserved_for(0).has_value());
+  ASSERT_EQ(q.Schedule(p).size(), 1u);  // trial 4 runs
+}
+
+// A random stream of requests, releases and shares; the placements as text.
+std::vector<std::string> RandomRun(uint32_t seed) {
+  Packer p = Make({Gpus(3, {0, 0, 1, 1, 1, 1, 2, 2}), Flat(1, 8), Gpus(2, {0, 0, 0, 0})});
+  Queue q(QueueOptions{8, 1});
+  std::mt19937 rng(seed);
+  std::vector<Placement> running;
+  std::vector<std::string> log;
+  for (int64_t trial = 0; trial < 400; ++trial) {
+    int gpus = 1 << (rng() % 4);
+    int share = gpus == 1 && rng() % 4 == 0 ? 2 : 1;
+    EXPECT_TRUE(q.Push(Request{trial, gpus, share, static_cast<int>(rng() % 3)}, p).ok());
+    for (Placement& got : q.Schedule(p)) {
+      std::string line = std::to_string(got.trial) + "@" + std::to_string(got.server) + ":";
+      for (int g : got.gpus) line += std::to_string(g) + ",";
+      log.push_back(line);
+      running.push_back(std::move(got));
+    }
+    while (!running.empty() && rng() % 3 != 0) {
+      size_t k = rng() % running.size();
+      EXPECT_TRUE(p.Release(running[k]).ok());
+      running.erase(running.begin() + static_cast<long>(k));
+    }
+  }
+  return log;
+}
+
+TEST(PackerQueueTest, SameInputsGiveSamePlacements) {
+  std::vector<std::string> a = RandomRun(7);
+  EXPECT_GT(a.size(), 100u);
+  EXPECT_EQ(a, RandomRun(7));
+  EXPECT_NE(a, RandomRun(8));
+}
+
+}  // namespace
+}  // namespace sweep::executor
