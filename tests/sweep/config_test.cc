@@ -285,6 +285,25 @@ TEST(ParseDurationTest, Forms) {
   EXPECT_FALSE(ParseDuration("1h30").has_value());
 }
 
+// Found by the fuzzer: toml++ 3.3 misreads non-ASCII after a backslash in a multi-line string.
+TEST(NonAsciiTest, RefusedWhereTomlppCannotReadIt) {
+  auto cfg = ParseConfig("[sweep]\nname = \"\"\"a\\\n  \xc3\xa9\"\"\"\n", "m.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find("m.toml:2:12: a non-ASCII character right after a "
+                                        "backslash in a multi-line string"),
+            std::string::npos)
+      << cfg.status().message();
+  cfg = ParseConfig("[sweep]\ncaf\xc3\xa9 = 1\n", "m.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find("m.toml:2:4: non-ASCII character outside a string"),
+            std::string::npos)
+      << cfg.status().message();
+  // Inside strings and comments it is fine.
+  cfg = ParseConfig("# caf\xc3\xa9\n[sweep]\nname = \"b\" # \xc3\xa9\n", "m.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.status().message().find("non-ASCII"), std::string::npos) << cfg.status().message();
+}
+
 TEST(ParseSetValueTest, TomlValuesOrBareStrings) {
   EXPECT_EQ(ParseSetValue("0.05"), nlohmann::json(0.05));
   EXPECT_EQ(ParseSetValue("128"), nlohmann::json(128));
@@ -292,6 +311,10 @@ TEST(ParseSetValueTest, TomlValuesOrBareStrings) {
   EXPECT_EQ(ParseSetValue("\"sgd\""), nlohmann::json("sgd"));
   EXPECT_EQ(ParseSetValue("sgd"), nlohmann::json("sgd"));
   EXPECT_EQ(ParseSetValue("true"), nlohmann::json(true));
+  // Not TOML outside quotes; found by the fuzzer (toml++ 3.3 misbehaves on it).
+  EXPECT_EQ(ParseSetValue("\xc8\xba"), nlohmann::json("\xc8\xba"));
+  EXPECT_EQ(ParseSetValue("caf\xc3\xa9"), nlohmann::json("caf\xc3\xa9"));
+  EXPECT_EQ(ParseSetValue("\"caf\xc3\xa9\""), nlohmann::json("caf\xc3\xa9"));
 }
 
 TEST(DidYouMeanTest, SuggestsCloseWordsOnly) {
