@@ -24,6 +24,20 @@ namespace sweep_e2e {
 
 namespace fs = std::filesystem;
 
+// A random search over Branin (function trials): `sweep_lines` go into [sweep] after name and
+// max_trials, `function_lines` into [function], `tail` after [parameters].
+inline std::string BraninConfig(const std::string& name, int max_trials,
+                                const std::string& sweep_lines = "",
+                                const std::string& function_lines = "",
+                                const std::string& tail = "") {
+  return "[sweep]\nname = \"" + name + "\"\nmax_trials = " + std::to_string(max_trials) + "\n" +
+         sweep_lines + "[trial]\nkind = \"function\"\n[function]\nname = \"branin\"\n" +
+         function_lines +
+         "[parameters]\nx1 = { distribution = \"uniform\", min = -5, max = 10 }\n"
+         "x2 = { distribution = \"uniform\", min = 0, max = 15 }\n" +
+         tail;
+}
+
 struct Output {
   int code = -1;
   std::string out, err;

@@ -24,20 +24,8 @@ using sweep_e2e::E2eTest;
 using sweep_e2e::Output;
 namespace fs = std::filesystem;
 
-const char* kBranin = R"([sweep]
-name = "branin"
-max_trials = 40
-seed = 11
-[trial]
-kind = "function"
-[function]
-name = "branin"
-[parameters]
-x1 = { distribution = "uniform", min = -5, max = 10 }
-x2 = { distribution = "uniform", min = 0, max = 15 }
-[executor]
-cpu_slots = 2
-)";
+const std::string kBranin =
+    sweep_e2e::BraninConfig("branin", 40, "seed = 11\n", "", "[executor]\ncpu_slots = 2\n");
 
 TEST_F(E2eTest, FunctionSweepThenBestMatchesTheTrialsTable) {
   Write("b.toml", kBranin);
@@ -295,19 +283,8 @@ x6 = { distribution = "uniform", min = 0, max = 1 }
 }
 
 TEST_F(E2eTest, StopWhenEndsTheSweepAtItsTarget) {
-  Write("s.toml", R"([sweep]
-name = "target"
-max_trials = 5000
-stop_when = "value <= 5"
-seed = 3
-[trial]
-kind = "function"
-[function]
-name = "branin"
-[parameters]
-x1 = { distribution = "uniform", min = -5, max = 10 }
-x2 = { distribution = "uniform", min = 0, max = 15 }
-)");
+  Write("s.toml",
+        sweep_e2e::BraninConfig("target", 5000, "stop_when = \"value <= 5\"\nseed = 3\n"));
   Output run = Sweep("run s.toml");
   ASSERT_EQ(run.code, 0) << run.err;
   int64_t trials = std::stoll(Query("SELECT count(*) FROM trials")[0][0]);

@@ -19,19 +19,7 @@ using sweep_e2e::Output;
 using sweep_e2e::Slurp;
 namespace fs = std::filesystem;
 
-const char* kManyTrials = R"([sweep]
-name = "full"
-max_trials = 6000
-seed = 4
-[trial]
-kind = "function"
-[function]
-name = "branin"
-steps = 2
-[parameters]
-x1 = { distribution = "uniform", min = -5, max = 10 }
-x2 = { distribution = "uniform", min = 0, max = 15 }
-)";
+const std::string kManyTrials = sweep_e2e::BraninConfig("full", 6000, "seed = 4\n", "steps = 2\n");
 
 class StorageTest : public E2eTest {
  protected:
@@ -113,17 +101,7 @@ mount -o remount,ro ro || exit 91
 }
 
 TEST_F(StorageTest, CorruptedDatabaseIsReportedNotCrashedOn) {
-  Write("c.toml", R"([sweep]
-name = "small"
-max_trials = 300
-[trial]
-kind = "function"
-[function]
-name = "branin"
-[parameters]
-x1 = { distribution = "uniform", min = -5, max = 10 }
-x2 = { distribution = "uniform", min = 0, max = 15 }
-)");
+  Write("c.toml", sweep_e2e::BraninConfig("small", 300));
   ASSERT_EQ(Sweep("run c.toml").code, 0);
   ASSERT_FALSE(fs::exists(dir_ / "sweeps.db-wal") && fs::file_size(dir_ / "sweeps.db-wal") > 0);
   {
