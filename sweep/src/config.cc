@@ -878,6 +878,12 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
           "{ format = \"idx\", train_images = \"...\", train_labels = \"...\" })");
     }
     SWEEP_RETURN_IF_ERROR(CheckDatasetFiles(c, *dataset_node, dataset_key, merged.dataset));
+    // Rules across options (nesterov needs momentum, ...) on what every trial shares: [trainer]
+    // and the constant parameters. Varied values are checked per trial when it runs.
+    if (Status v = trainer::Validate(merged); !v.ok()) {
+      return c.FileError("the trainer options every trial shares do not go together: " +
+                         v.message());
+    }
     bool epochs_vary = std::any_of(params.begin(), params.end(), [](const ParamEntry& e) {
       return e.parameter.name == "epochs" &&
              e.parameter.distribution.kind != search::Distribution::Kind::kConstant;

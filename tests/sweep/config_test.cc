@@ -238,6 +238,20 @@ TEST_F(BadConfigTest, EarlyStoppingAndConditionErrors) {
   }
 }
 
+TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
+  auto cfg = ParseConfig(TrainerConfig("nesterov = true\nmomentum = 0.0"), "n.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(cfg.status().message().find(
+                "n.toml: the trainer options every trial shares do not go together: nesterov: "
+                "needs momentum > 0"),
+            std::string::npos)
+      << cfg.status().message();
+  // With momentum varied, each trial is checked when it runs.
+  EXPECT_TRUE(
+      ParseConfig(TrainerConfig("nesterov = true\nmomentum = { values = [0.0, 0.9] }"), "n.toml")
+          .ok());
+}
+
 TEST_F(BadConfigTest, FunctionMetricMustBeValue) {
   std::string text = kBranin;
   text.replace(text.find("seed = 3"), 8, "seed = 3\nmetric = \"acc\"\nmode = \"max\"");
