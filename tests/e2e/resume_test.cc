@@ -222,14 +222,20 @@ std::vector<pid_t> Workers(pid_t coordinator) {
   return out;
 }
 
-TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
-  Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
-  pid_t pid = Start("run w.toml", "run.log");
+// The coordinator's workers, once it has started some (empty after 5 s without any).
+std::vector<pid_t> WaitForWorkers(pid_t coordinator) {
   std::vector<pid_t> workers;
   for (int i = 0; i < 100 && workers.empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    workers = Workers(pid);
+    workers = Workers(coordinator);
   }
+  return workers;
+}
+
+TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
+  Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
+  pid_t pid = Start("run w.toml", "run.log");
+  std::vector<pid_t> workers = WaitForWorkers(pid);
   ASSERT_FALSE(workers.empty());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ::kill(workers[0], SIGKILL);
@@ -247,11 +253,7 @@ TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
 TEST_F(ResumeTest, HungWorkerIsKilledAndItsTrialRunsAgain) {
   Write("h.toml", SlowFunctionConfig("hung", "random", 3, 10, 80, "heartbeat_timeout = \"2s\"\n"));
   pid_t pid = Start("run h.toml", "run.log");
-  std::vector<pid_t> workers;
-  for (int i = 0; i < 100 && workers.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    workers = Workers(pid);
-  }
+  std::vector<pid_t> workers = WaitForWorkers(pid);
   ASSERT_FALSE(workers.empty());
   ::kill(workers[0], SIGSTOP);  // alive, but silent
   ASSERT_EQ(Wait(pid), 0) << sweep_e2e::Slurp(dir_ / "run.log");

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "search/space.h"
+#include "search_test_util.h"
 
 namespace sweep::search {
 namespace {
@@ -20,22 +21,8 @@ namespace {
 using Kind = Distribution::Kind;
 using nlohmann::json;
 
-Parameter Range(std::string name, Kind kind, double min, double max) {
-  Parameter p;
-  p.name = std::move(name);
-  p.distribution.kind = kind;
-  p.distribution.min = min;
-  p.distribution.max = max;
-  return p;
-}
-
-Parameter Values(std::string name, Kind kind, std::vector<json> values) {
-  Parameter p;
-  p.name = std::move(name);
-  p.distribution.kind = kind;
-  p.distribution.values = std::move(values);
-  return p;
-}
+using testing::Range;
+using testing::Values;
 
 // Built with += because GCC 12 at -O3 warns falsely (-Wrestrict) on "literal" + std::string.
 std::string Numbered(int i) {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "search/space.h"
+#include "search_test_util.h"
 
 namespace sweep::search {
 namespace {
@@ -19,22 +20,8 @@ using nlohmann::json;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
-Parameter Range(std::string name, Kind kind, double min, double max) {
-  Parameter p;
-  p.name = std::move(name);
-  p.distribution.kind = kind;
-  p.distribution.min = min;
-  p.distribution.max = max;
-  return p;
-}
-
-Parameter Values(std::string name, Kind kind, std::vector<json> values) {
-  Parameter p;
-  p.name = std::move(name);
-  p.distribution.kind = kind;
-  p.distribution.values = std::move(values);
-  return p;
-}
+using testing::Range;
+using testing::Values;
 
 void ExpectRefused(const Parameter& p, const std::string& message) {
   Status status = Validate(p);

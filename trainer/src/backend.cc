@@ -11,6 +11,23 @@
 
 namespace sweep::trainer {
 
+Status CheckModelState(const ModelState& state, size_t num_params, size_t optimizer_buffers) {
+  if (state.params.size() != num_params) {
+    return Status::InvalidArgument("model state has " + std::to_string(state.params.size()) +
+                                   " parameters, the model " + std::to_string(num_params));
+  }
+  if (!state.optimizer.empty() && state.optimizer.size() != optimizer_buffers) {
+    return Status::InvalidArgument("optimizer state has " + std::to_string(state.optimizer.size()) +
+                                   " buffers, the optimizer " + std::to_string(optimizer_buffers));
+  }
+  for (const std::vector<float>& o : state.optimizer) {
+    if (o.size() != num_params) {
+      return Status::InvalidArgument("optimizer state has the wrong size");
+    }
+  }
+  return Status::Ok();
+}
+
 const std::vector<const Backend*>& Backends() {
   static const std::vector<const Backend*> backends = {
 #if defined(SWEEP_TRAINER_CUDA)

@@ -59,6 +59,10 @@ struct ModelState {
   std::vector<std::vector<float>> optimizer;  // sgd: {velocity}; adamw: {m, v}
 };
 
+// Checks that `state` fits a model of num_params parameters and an optimizer with
+// optimizer_buffers buffers (an empty optimizer state is allowed: it means zeros).
+Status CheckModelState(const ModelState& state, size_t num_params, size_t optimizer_buffers);
+
 // Per-epoch collective timings (seconds), rank 0's.
 struct CommStats {
   double exposed_s = 0;  // all-reduce time after backward, not hidden by it

@@ -82,18 +82,7 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
 
   Status SetState(const ModelState& state) override {
     const size_t n = static_cast<size_t>(spec_.shape.num_params);
-    if (state.params.size() != n) {
-      return Status::InvalidArgument("model state has " + std::to_string(state.params.size()) +
-                                     " parameters, the model " + std::to_string(n));
-    }
-    if (!state.optimizer.empty() && state.optimizer.size() != opt_.size()) {
-      return Status::InvalidArgument("optimizer state has " +
-                                     std::to_string(state.optimizer.size()) +
-                                     " buffers, the optimizer " + std::to_string(opt_.size()));
-    }
-    for (const std::vector<float>& o : state.optimizer) {
-      if (o.size() != n) return Status::InvalidArgument("optimizer state has the wrong size");
-    }
+    SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, opt_.size()));
     for (Rank& r : ranks_) std::memcpy(r.model->params(), state.params.data(), n * sizeof(float));
     for (size_t s = 0; s < opt_.size(); ++s) {
       if (state.optimizer.empty()) {

@@ -65,18 +65,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
 
   Status SetState(const ModelState& state) override {
     const size_t n = static_cast<size_t>(spec_.shape.num_params);
-    if (state.params.size() != n) {
-      return Status::InvalidArgument("model state has " + std::to_string(state.params.size()) +
-                                     " parameters, the model " + std::to_string(n));
-    }
-    if (!state.optimizer.empty() && state.optimizer.size() != opt_.size()) {
-      return Status::InvalidArgument("optimizer state has " +
-                                     std::to_string(state.optimizer.size()) +
-                                     " buffers, the optimizer " + std::to_string(opt_.size()));
-    }
-    for (const std::vector<float>& o : state.optimizer) {
-      if (o.size() != n) return Status::InvalidArgument("optimizer state has the wrong size");
-    }
+    SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, opt_.size()));
     SWEEP_RETURN_IF_ERROR(SetDevice());
     CUDA_CHECK(cudaMemcpyAsync(model_->params(), state.params.data(), n * sizeof(float),
                                cudaMemcpyHostToDevice, stream_));

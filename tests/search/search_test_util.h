@@ -1,0 +1,34 @@
+// Builders for search-space parameters in the search tests.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "search/space.h"
+
+namespace sweep::search::testing {
+
+// A numeric distribution over [min, max].
+inline Parameter Range(std::string name, Distribution::Kind kind, double min, double max) {
+  Parameter p;
+  p.name = std::move(name);
+  p.distribution.kind = kind;
+  p.distribution.min = min;
+  p.distribution.max = max;
+  return p;
+}
+
+// A categorical or constant parameter.
+inline Parameter Values(std::string name, Distribution::Kind kind,
+                        std::vector<nlohmann::json> values) {
+  Parameter p;
+  p.name = std::move(name);
+  p.distribution.kind = kind;
+  p.distribution.values = std::move(values);
+  return p;
+}
+
+}  // namespace sweep::search::testing
