@@ -8,6 +8,7 @@
 #include <cmath>
 #include <thread>
 
+#include "command_trial.h"
 #include "executor/functions.h"
 #include "trainer/trainer.h"
 
@@ -157,6 +158,7 @@ TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink,
                       const std::atomic<bool>& stop) {
   if (task.kind == "trainer") return RunTrainerTrial(task, sink, stop);
   if (task.kind == "function") return RunFunctionTrial(task, sink, stop);
+  if (task.kind == "command") return RunCommandTrial(task, sink, stop);
   return Failed("unknown trial kind '" + task.kind + "'");
 }
 

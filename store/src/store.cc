@@ -84,7 +84,7 @@ namespace {
 // Column list shared by every query that returns TrialRecords; ReadTrial() reads this order.
 #define SWEEP_TRIAL_COLUMNS                                                                    \
   "number, status, params, placement, started, ended, error, checkpoint, metrics, objective, " \
-  "epochs, retries"
+  "epochs, retries, stdout_log, stderr_log"
 
 bool IsMetricName(std::string_view name) {
   if (name.empty()) return false;
@@ -129,8 +129,8 @@ std::string_view QuerySql(Query query) {
       return "UPDATE sweeps SET status = ?, ended = ? WHERE id = ?";
     case Query::kInsertTrial:
       return "INSERT INTO trials (sweep_id, number, params, status, placement, started, ended, "
-             "error, checkpoint, metrics, objective, epochs) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+             "error, checkpoint, metrics, objective, epochs, stdout_log, stderr_log) "
+             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     case Query::kUpdateTrialStatus:
       return "UPDATE trials SET status = ?, placement = COALESCE(NULLIF(?, ''), placement), "
              "started = COALESCE(?, started) WHERE sweep_id = ? AND number = ?";
@@ -303,6 +303,11 @@ ALTER TABLE trials ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
 DELETE FROM reports WHERE id NOT IN (SELECT MIN(id) FROM reports GROUP BY sweep_id, trial, step);
 DROP INDEX reports_by_trial_step;
 CREATE UNIQUE INDEX reports_by_trial_step ON reports (sweep_id, trial, step);
+)sql",
+    // 2 -> 3: command trials. Where a trial's program wrote its stdout and stderr.
+    R"sql(
+ALTER TABLE trials ADD COLUMN stdout_log TEXT NOT NULL DEFAULT '';
+ALTER TABLE trials ADD COLUMN stderr_log TEXT NOT NULL DEFAULT '';
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,
@@ -625,6 +630,8 @@ struct Store::Impl {
     trial.objective = ColumnOptReal(stmt, 9);
     trial.epochs = sqlite3_column_double(stmt, 10);
     trial.retries = sqlite3_column_int(stmt, 11);
+    trial.stdout_log = ColumnText(stmt, 12);
+    trial.stderr_log = ColumnText(stmt, 13);
     return trial;
   }
 
@@ -828,7 +835,9 @@ Status Store::InsertTrial(int64_t sweep_id, const TrialRecord& trial) {
       .Text(trial.checkpoint)
       .Text(metrics)
       .OptReal(trial.objective)
-      .Real(trial.epochs);
+      .Real(trial.epochs)
+      .Text(trial.stdout_log)
+      .Text(trial.stderr_log);
   if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a trial");
   int rc = sqlite3_step(stmt);
   if (rc == SQLITE_DONE) return Status::Ok();

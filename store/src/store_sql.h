@@ -23,7 +23,7 @@ enum class Query {
   kListSweeps,         // (none)
   kSetSweepStatus,     // status, ended, id
   kInsertTrial,        // sweep_id, number, params, status, placement, started, ended, error,
-                       // checkpoint, metrics, objective, epochs
+                       // checkpoint, metrics, objective, epochs, stdout_log, stderr_log
   kUpdateTrialStatus,  // status, placement ('' keeps), started (NULL keeps), sweep_id, number
   kFinishTrial,        // status, ended, error, checkpoint ('' keeps), metrics, objective, epochs,
                        // sweep_id, number

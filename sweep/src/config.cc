@@ -18,6 +18,7 @@
 
 #include <toml++/toml.h>
 
+#include "executor/command.h"
 #include "executor/functions.h"
 #include "executor/trial.h"
 #include "trainer/trainer.h"
@@ -574,7 +575,10 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
     if (max_resource_node == nullptr) {
       if (!natural_max) {
         return c.Error(where, "early_stopping.max_resource",
-                       "set it: the epochs of a trial vary, so it cannot be taken from them");
+                       cfg->kind == TrialKind::kCommand
+                           ? "set it: the epochs (or steps) a command trial runs are not known "
+                             "in advance"
+                           : "set it: the epochs of a trial vary, so it cannot be taken from them");
       }
       sc.max_resource = *natural_max;
     } else if (natural_max && sc.max_resource > *natural_max) {
@@ -747,10 +751,12 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
 
   // ---- [trial] ----
   const toml::node* kind_node = nullptr;
+  const toml::node* command_node = nullptr;
   if (const toml::table* trial = table("trial")) {
-    SWEEP_RETURN_IF_ERROR(c.KnownKeys(
-        *trial, "[trial]",
-        {"kind", "gpus", "command", "max_retries", "heartbeat_timeout", "checkpoint_dir"}));
+    SWEEP_RETURN_IF_ERROR(
+        c.KnownKeys(*trial, "[trial]",
+                    {"kind", "gpus", "command", "max_retries", "heartbeat_timeout",
+                     "checkpoint_dir", "workdir", "trials_dir", "kill_grace", "timeout"}));
     if (const toml::node* n = trial->get("checkpoint_dir")) {
       SWEEP_ASSIGN_OR_RETURN(cfg.checkpoint_dir, c.String(*n, "trial.checkpoint_dir"));
     }
@@ -758,18 +764,24 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.max_retries", 0, 100));
       cfg.max_retries = static_cast<int>(v);
     }
-    if (const toml::node* n = trial->get("heartbeat_timeout")) {
+    // A duration written "90s", "5m", "1h30m" or as a number of seconds, within [lo, hi].
+    auto duration = [&](const toml::node& n, const std::string& key, double lo, double hi,
+                        const char* range) -> Result<double> {
       std::optional<double> secs;
-      if (auto written = n->value_exact<std::string>()) {
+      if (auto written = n.value_exact<std::string>()) {
         secs = ParseDuration(*written);
-      } else if (n->is_number()) {
-        secs = n->value<double>();
+      } else if (n.is_number()) {
+        secs = n.value<double>();
       }
-      if (!secs || !std::isfinite(*secs) || *secs < 2 || *secs > 7 * 86400) {
-        return c.Error(*n, "trial.heartbeat_timeout",
-                       "expected a duration between 2 s and 7 days, e.g. \"60s\" or \"5m\"");
+      if (!secs || !std::isfinite(*secs) || *secs < lo || *secs > hi) {
+        return c.Error(n, key, std::string("expected a duration ") + range);
       }
-      cfg.heartbeat_timeout_s = *secs;
+      return *secs;
+    };
+    if (const toml::node* n = trial->get("heartbeat_timeout")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.heartbeat_timeout_s,
+                             duration(*n, "trial.heartbeat_timeout", 2, 7 * 86400,
+                                      "between 2 s and 7 days, e.g. \"60s\" or \"5m\""));
     }
     if ((kind_node = trial->get("kind"))) {
       SWEEP_ASSIGN_OR_RETURN(std::string kind,
@@ -777,18 +789,56 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
       cfg.kind = kind == "trainer"    ? TrialKind::kTrainer
                  : kind == "function" ? TrialKind::kFunction
                                       : TrialKind::kCommand;
-      if (cfg.kind == TrialKind::kCommand) {
-        return c.Error(*kind_node, "trial.kind",
-                       "\"command\" trials are not available in this version of sweep yet");
-      }
     }
     if (const toml::node* n = trial->get("gpus")) {
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.gpus", 1, 64));
       cfg.gpus = static_cast<int>(v);
     }
-    if (const toml::node* n = trial->get("command")) {
-      return c.Error(*n, "trial.command", "only for kind = \"command\"");
+    for (const char* key : {"command", "workdir", "trials_dir", "kill_grace", "timeout"}) {
+      const toml::node* n = trial->get(key);
+      if (n != nullptr && cfg.kind != TrialKind::kCommand) {
+        return c.Error(*n, std::string("trial.") + key, "only for kind = \"command\"");
+      }
     }
+    if (const toml::node* n = trial->get("command")) {
+      const toml::array* argv = n->as_array();
+      if (argv == nullptr) {
+        return c.Error(*n, "trial.command",
+                       "expected a list of strings, e.g. [\"python3\", \"train.py\", "
+                       "\"--lr={lr}\"]");
+      }
+      for (const toml::node& arg : *argv) {
+        SWEEP_ASSIGN_OR_RETURN(std::string a, c.String(arg, "trial.command"));
+        cfg.command.push_back(std::move(a));
+      }
+      command_node = n;
+    } else if (cfg.kind == TrialKind::kCommand) {
+      return c.Error(*kind_node, "trial.command",
+                     "kind = \"command\" needs the program to run: command = [\"python3\", "
+                     "\"train.py\", \"--lr={lr}\"]");
+    }
+    if (const toml::node* n = trial->get("workdir")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.workdir, c.String(*n, "trial.workdir"));
+      if (cfg.workdir.empty()) return c.Error(*n, "trial.workdir", "must not be empty");
+    }
+    if (const toml::node* n = trial->get("trials_dir")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.trials_dir, c.String(*n, "trial.trials_dir"));
+      if (cfg.trials_dir.empty()) return c.Error(*n, "trial.trials_dir", "must not be empty");
+    }
+    if (const toml::node* n = trial->get("kill_grace")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.kill_grace_s, duration(*n, "trial.kill_grace", 0, 3600,
+                                                        "between 0 s and 1 hour, e.g. \"10s\""));
+    }
+    if (const toml::node* n = trial->get("timeout")) {
+      SWEEP_ASSIGN_OR_RETURN(cfg.trial_timeout_s, duration(*n, "trial.timeout", 1, 30 * 86400,
+                                                           "between 1 s and 30 days, e.g. \"2h\""));
+    }
+  }
+  if (cfg.kind == TrialKind::kCommand) {
+    // Relative paths in the config are relative to the config's folder, wherever sweep runs.
+    std::filesystem::path base = std::filesystem::absolute(cfg.path).parent_path();
+    cfg.workdir =
+        cfg.workdir.empty() ? base.string() : (base / cfg.workdir).lexically_normal().string();
   }
 
   // ---- [executor], [store] ----
@@ -955,6 +1005,16 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
       return c.Error(*metric_node, "sweep.metric",
                      "function trials report only 'value' (got '" + *metric + "')");
     }
+  } else if (cfg.kind == TrialKind::kCommand) {
+    if (!metric) {
+      return c.Error(*sweep, "sweep.metric",
+                     "missing: name the metric to optimise, as the program reports it in its "
+                     "`sweep-report {...}` lines");
+    }
+    std::vector<std::string> names;
+    for (const ParamEntry& e : params) names.push_back(e.parameter.name);
+    Status s = executor::CheckCommandTemplate(cfg.command, names);
+    if (!s.ok()) return c.Error(*command_node, "trial.command", s.message());
   }
   if (!mode) {
     return c.Error(*metric_node, "sweep.mode",
@@ -973,7 +1033,8 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
           "cannot read \"" + written + "\"; write METRIC OP NUMBER, e.g. \"val_acc >= 0.9\"");
     }
     const auto names = executor::TrialMetricNames(ToString(cfg.kind));
-    if (std::find(names.begin(), names.end(), target->metric) == names.end()) {
+    if (cfg.kind != TrialKind::kCommand &&  // a program may report any metric
+        std::find(names.begin(), names.end(), target->metric) == names.end()) {
       return c.Error(
           *n, "sweep.stop_when",
           std::string(ToString(cfg.kind)) + " trials never report '" + target->metric + "'");

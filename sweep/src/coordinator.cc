@@ -89,7 +89,11 @@ class Coordinator {
     store::NewSweep ns;
     ns.name = config_.name;
     ns.config_text = config_.text;
-    ns.config_path = config_.path;
+    // Absolute, so that a resume from another folder finds what the config's relative paths
+    // mean.
+    std::error_code abs_ec;
+    std::filesystem::path config_abs = std::filesystem::absolute(config_.path, abs_ec);
+    ns.config_path = abs_ec ? config_.path : config_abs.lexically_normal().string();
     ns.metric = config_.metric;
     ns.maximize = config_.maximize;
     ns.seed = static_cast<int64_t>(config_.seed);
@@ -219,7 +223,7 @@ class Coordinator {
       decisions_.decide_every_report =
           config_.early_stopping.algorithm == search::EarlyStopping::kMedian;
       if (!decisions_.decide_every_report) decisions_.decision_points = scheduler_->RungResources();
-      decisions_.decide_by_epoch = config_.kind == TrialKind::kTrainer;
+      decisions_.decide_by_epoch = config_.kind != TrialKind::kFunction;
     }
     if (config_.kind == TrialKind::kTrainer) {
       // Each trainer trial checkpoints into a file of its own, so an interrupted trial goes on
@@ -232,6 +236,18 @@ class Coordinator {
       if (ec) {
         return Status::IoError(checkpoint_dir_ +
                                ": cannot create the checkpoint directory: " + ec.message());
+      }
+    }
+    if (config_.kind == TrialKind::kCommand) {
+      // Each command trial gets a directory of its own: its logs, and room for its files.
+      trials_dir_ = config_.trials_dir.empty() ? store_.path() + "-trials" : config_.trials_dir;
+      trials_dir_ =
+          std::filesystem::absolute(trials_dir_).lexically_normal().string() + "/" + config_.name;
+      std::error_code ec;
+      std::filesystem::create_directories(trials_dir_, ec);
+      if (ec) {
+        return Status::IoError(trials_dir_ +
+                               ": cannot create the trials directory: " + ec.message());
       }
     }
     executor_ =
@@ -263,9 +279,16 @@ class Coordinator {
     if (m == metrics.end()) return std::nullopt;
     search::Report r;
     r.trial = trial;
-    r.resource = config_.kind == TrialKind::kTrainer ? epoch : static_cast<double>(step);
+    // Function trials count steps; trainer and command trials count epochs (a program that
+    // does not say its epoch gets one per report).
+    r.resource = config_.kind == TrialKind::kFunction ? static_cast<double>(step) : epoch;
     r.value = m->is_number() ? m->get<double>() : std::nan("");
     return r;
+  }
+
+  std::string TrialDir(int64_t number) const {
+    if (trials_dir_.empty()) return "";
+    return trials_dir_ + "/trial-" + std::to_string(number);
   }
 
   std::string CheckpointPath(int64_t number) const {
@@ -406,6 +429,10 @@ class Coordinator {
       rec.placement = t.placement;
       rec.started_s = now;
       rec.checkpoint = CheckpointPath(p.number);
+      if (config_.kind == TrialKind::kCommand) {
+        rec.stdout_log = TrialDir(p.number) + "/stdout.log";
+        rec.stderr_log = TrialDir(p.number) + "/stderr.log";
+      }
       SWEEP_RETURN_IF_ERROR(store_.InsertTrial(sweep_id_, rec));
       SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, p.number, "", "running", t.placement, now));
     }
@@ -415,6 +442,14 @@ class Coordinator {
     task.kind = std::string(ToString(config_.kind));
     task.params = p.params;
     task.settings = config_.kind == TrialKind::kTrainer ? config_.trainer : config_.function;
+    if (config_.kind == TrialKind::kCommand) {
+      task.settings = {{"command", config_.command},
+                       {"workdir", config_.workdir},
+                       {"trial_dir", TrialDir(p.number)},
+                       {"metric", config_.metric},
+                       {"kill_grace_s", config_.kill_grace_s}};
+      if (config_.trial_timeout_s) task.settings["timeout_s"] = *config_.trial_timeout_s;
+    }
     if (config_.kind == TrialKind::kTrainer) {
       task.settings["checkpoint_path"] = CheckpointPath(p.number);
       if (!task.settings.contains("checkpoint_every")) task.settings["checkpoint_every"] = 1;
@@ -594,6 +629,7 @@ class Coordinator {
   std::unique_ptr<search::Sampler> sampler_;
   std::unique_ptr<search::Scheduler> scheduler_;  // null without early stopping
   executor::TrialTask decisions_;                 // only its decision-point fields are used
+  std::string trials_dir_;                        // command trials' directories; else empty
   std::string checkpoint_dir_;                    // trainer trials' checkpoints; else empty
   std::unique_ptr<executor::LocalExecutor> executor_;
   std::unique_ptr<SweepLock> lock_;

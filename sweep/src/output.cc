@@ -40,6 +40,9 @@ json TrialJson(const store::TrialRecord& t) {
   j["ended"] = t.ended_s ? json(*t.ended_s) : json(nullptr);
   j["duration_s"] = (t.started_s && t.ended_s) ? json(*t.ended_s - *t.started_s) : json(nullptr);
   if (!t.error.empty()) j["error"] = t.error;
+  if (!t.checkpoint.empty()) j["checkpoint"] = t.checkpoint;
+  if (!t.stdout_log.empty()) j["stdout_log"] = t.stdout_log;
+  if (!t.stderr_log.empty()) j["stderr_log"] = t.stderr_log;
   return j;
 }
 

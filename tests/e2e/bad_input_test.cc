@@ -371,9 +371,64 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        "[sweep]\nname = \"b\"\nmax_trials = 3\n[trial]\nkind = \"function\"\n[function]\nname = "
        "\"brannin\"\n",
        {"bad.toml:7:8: function.name: unknown value \"brannin\"", "(did you mean \"branin\"?)"}},
-      {"command trials",
-       "[sweep]\nname = \"b\"\nmax_trials = 3\n[trial]\nkind = \"command\"\n",
-       {"bad.toml:5:8: trial.kind: \"command\" trials are not available in this version"}},
+      // Command trials. Lines: 1 [sweep] .. 5 mode, 6 [parameters], 7 lr, 8 [trial], 9 kind.
+      {"command trial without a command",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n",
+       {"bad.toml:9:8: trial.command: kind = \"command\" needs the program to run"}},
+      {"command not a list",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n"
+       "command = \"python3 train.py\"\n",
+       {"bad.toml:10:11: trial.command: expected a list of strings"}},
+      {"command with a number",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n"
+       "command = [\"python3\", 1]\n",
+       {"bad.toml:10:23: trial.command: expected a string, got an integer"}},
+      {"command empty",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n"
+       "command = []\n",
+       {"bad.toml:10:11: trial.command: is empty"}},
+      {"command unknown placeholder",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n"
+       "command = [\"p\", \"--lr={learning_rate}\"]\n",
+       {"bad.toml:10:11: trial.command: argument 1 (\"--lr={learning_rate}\"): {learning_rate} "
+        "is neither a parameter nor a builtin (known: lr, trial, trial_dir, seed, gpus)"}},
+      {"command unbalanced brace",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n"
+       "command = [\"p\", \"--lr={lr\"]\n",
+       {"bad.toml:10:11: trial.command: argument 1 (\"--lr={lr\"): '{' without its '}'"}},
+      {"command placeholder in the program",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n"
+       "command = [\"{lr}\"]\n",
+       {"bad.toml:10:11: trial.command: the program (argument 0) cannot hold a placeholder"}},
+      {"command bad kill_grace",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n"
+       "command = [\"p\"]\nkill_grace = \"forever\"\n",
+       {"bad.toml:11:14: trial.kill_grace: expected a duration between 0 s and 1 hour"}},
+      {"command negative timeout",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n"
+       "command = [\"p\"]\ntimeout = -1\n",
+       {"bad.toml:11:11: trial.timeout: expected a duration between 1 s and 30 days"}},
+      {"command without a metric",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\n[trial]\nkind = \"command\"\ncommand = [\"p\"]\n",
+       {"bad.toml:1:1: sweep.metric: missing: name the metric to optimise"}},
+      {"command keys on another kind",
+       Fn({.trial = "command = [\"p\"]\n"}),
+       {"bad.toml:6:11: trial.command: only for kind = \"command\""}},
+      {"command asha without max_resource",
+       "[sweep]\nname = \"b\"\nmax_trials = 3\nmetric = \"acc\"\nmode = \"max\"\n[parameters]\nlr "
+       "= 0.1\n[trial]\nkind = \"command\"\n"
+       "command = [\"p\"]\n[early_stopping]\nalgorithm = \"asha\"\n",
+       {"bad.toml:11:1: early_stopping.max_resource: set it: the epochs (or steps) a command "
+        "trial runs are not known in advance"}},
 
       // -- unknown keys, with did-you-mean --
       {"unknown [sweep] key",

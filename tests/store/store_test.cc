@@ -221,7 +221,22 @@ TEST_F(StoreTest, MigratesAVersion1File) {
   ASSERT_TRUE(reports.ok());
   ASSERT_EQ(reports->size(), 2u);
   EXPECT_EQ((*reports)[0].metrics_json, "{\"val_acc\":0.7}");
+  EXPECT_EQ((*trial)->stdout_log, "");
   EXPECT_EQ(RawQuery(path_, "PRAGMA integrity_check"), "ok");
+}
+
+// A command trial's log paths are stored with it and read back.
+TEST_F(StoreTest, StoresLogPaths) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  TrialRecord t = MakeTrial(0, TrialStatus::kRunning, {});
+  t.stdout_log = "trials/s/trial-0/stdout.log";
+  t.stderr_log = "trials/s/trial-0/stderr.log";
+  ASSERT_TRUE(store_->InsertTrial(sweep_id_, t).ok());
+  ASSERT_TRUE(store_->Commit().ok());
+  auto read = store_->Trial(sweep_id_, 0);
+  ASSERT_TRUE(read.ok() && read->has_value());
+  EXPECT_EQ((*read)->stdout_log, t.stdout_log);
+  EXPECT_EQ((*read)->stderr_log, t.stderr_log);
 }
 
 // A rerun trial reports a step again: the step is stored once, with the latest values, and keeps

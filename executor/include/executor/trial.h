@@ -17,9 +17,10 @@ namespace sweep::executor {
 
 struct TrialTask {
   int64_t number = 0;
-  std::string kind;         // "trainer" | "function"
+  std::string kind;         // "trainer" | "function" | "command"
   nlohmann::json params;    // the trial's hyperparameters (object)
-  nlohmann::json settings;  // [trainer] defaults, or the [function] table (object)
+  nlohmann::json settings;  // [trainer] defaults, the [function] table, or the command's
+                            // settings (see command_trial.h) (object)
   int threads = 1;          // CPU threads for the trial (its number of CPU slots)
   std::vector<int> gpus;    // CUDA ordinals; empty on CPU slots
   uint64_t seed = 0;        // used when neither settings nor params give `seed`

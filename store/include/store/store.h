@@ -17,7 +17,7 @@
 namespace sweep::store {
 
 // Current schema version, kept in PRAGMA user_version.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
 // "pending", "running", "completed", "pruned", "failed", "interrupted".
@@ -68,6 +68,9 @@ struct TrialRecord {
   std::optional<double> objective;  // final value of the sweep's metric, when reported
   double epochs = 0;                // resource consumed (epochs, or steps for function trials)
   int retries = 0;                  // reruns after its worker died
+  // Command trials: the program's stdout and stderr, on the machine named in `placement`.
+  std::string stdout_log;
+  std::string stderr_log;
 };
 
 struct ReportRecord {

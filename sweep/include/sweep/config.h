@@ -56,6 +56,13 @@ struct SweepConfig {
   int max_retries = 1;              // reruns of a trial whose worker died or hung
   double heartbeat_timeout_s = 60;  // a running worker silent this long is killed
   std::string checkpoint_dir;       // trainer trials' checkpoints; "": "<db>-checkpoints"
+  // kind = "command": the program and its arguments, a template ("--lr={lr}").
+  std::vector<std::string> command;
+  std::string workdir;       // where the program starts: absolute (default: the config's folder)
+  std::string trials_dir;    // each trial's directory and logs: "<trials_dir>/<sweep>/trial-N";
+                             // "": "<db>-trials"
+  double kill_grace_s = 10;  // SIGTERM, then SIGKILL this much later
+  std::optional<double> trial_timeout_s;  // a run of one trial longer than this fails
 
   // [trainer] (defaults for trainer trials; [parameters] override them) or [function].
   nlohmann::json trainer = nlohmann::json::object();

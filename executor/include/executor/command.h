@@ -1,0 +1,49 @@
+// Command trials: a user's own program as a trial. This header holds the pure parts the config
+// loader shares with the runner: the argv template ("--lr={lr}") and the `sweep-report` line
+// format. The runner itself (RunTrial with kind "command") is in trial.h. Pure functions: safe
+// from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+
+namespace sweep::executor {
+
+// Placeholders every command may use besides the sweep's parameters.
+//   {trial}      the trial number         {seed}   the trial's seed
+//   {trial_dir}  its working directory    {gpus}   its CUDA ordinals, "0,1" ("" on CPU)
+const std::vector<std::string>& CommandBuiltins();
+
+// Checks a command template: not empty, argv[0] without placeholders, every `{name}` names one
+// of `names` or a builtin, braces balanced (`{{` and `}}` are literal braces). The message
+// names the argument.
+Status CheckCommandTemplate(const std::vector<std::string>& argv,
+                            const std::vector<std::string>& names);
+
+// Fills in a command template from `values` (parameters and builtins): strings as they are,
+// numbers in their shortest round-trip form, booleans as true/false, lists and tables as JSON.
+// An argument naming a value that is absent (a conditional parameter this trial does not have)
+// is left out entirely, so "--momentum={momentum}" disappears with momentum.
+Result<std::vector<std::string>> ExpandCommand(const std::vector<std::string>& argv,
+                                               const nlohmann::json& values);
+
+// One `sweep-report {...}` line from a program's stdout, read.
+struct CommandReport {
+  std::optional<int64_t> step;         // "step" when given
+  std::optional<double> epoch;         // "epoch" when given
+  nlohmann::json metrics;              // every other field with a finite number
+  std::vector<std::string> nonfinite;  // NaN or infinite (Python's json writes NaN, Infinity)
+  std::vector<std::string> ignored;    // fields that were not numbers
+};
+inline constexpr std::string_view kReportPrefix = "sweep-report ";
+// nullopt: the line is not a report (no prefix). An error: it is one, but malformed.
+std::optional<Result<CommandReport>> ParseReportLine(std::string_view line);
+
+}  // namespace sweep::executor

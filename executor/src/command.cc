@@ -1,0 +1,194 @@
+// Command templates and report lines: see executor/command.h.
+#include "executor/command.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace sweep::executor {
+
+using nlohmann::json;
+
+const std::vector<std::string>& CommandBuiltins() {
+  static const std::vector<std::string> names = {"trial", "trial_dir", "seed", "gpus"};
+  return names;
+}
+
+namespace {
+
+// One piece of an argument: literal text, or the name of a value to put in.
+struct Piece {
+  bool placeholder = false;
+  std::string text;
+};
+
+Result<std::vector<Piece>> Split(const std::string& arg, size_t index) {
+  std::vector<Piece> pieces;
+  std::string literal;
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("argument " + std::to_string(index) + " (\"" + arg +
+                                   "\"): " + why);
+  };
+  for (size_t i = 0; i < arg.size(); ++i) {
+    char c = arg[i];
+    if (c == '}') {
+      if (i + 1 < arg.size() && arg[i + 1] == '}') {
+        literal += '}';
+        ++i;
+        continue;
+      }
+      return bad("a lone '}'; write '}}' for a literal brace");
+    }
+    if (c != '{') {
+      literal += c;
+      continue;
+    }
+    if (i + 1 < arg.size() && arg[i + 1] == '{') {
+      literal += '{';
+      ++i;
+      continue;
+    }
+    size_t close = arg.find('}', i + 1);
+    if (close == std::string::npos) return bad("'{' without its '}'; write '{{' for a brace");
+    std::string name = arg.substr(i + 1, close - i - 1);
+    if (name.empty()) return bad("an empty placeholder {}");
+    if (name.find('{') != std::string::npos) return bad("a '{' inside a placeholder");
+    if (!literal.empty()) pieces.push_back({false, std::move(literal)});
+    literal.clear();
+    pieces.push_back({true, std::move(name)});
+    i = close;
+  }
+  if (!literal.empty()) pieces.push_back({false, std::move(literal)});
+  return pieces;
+}
+
+// Python's json module writes NaN, Infinity and -Infinity, which JSON does not have; they become
+// null here (outside strings only) and are reported as not finite.
+std::string NonFiniteToNull(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (std::string_view token : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.substr(i, token.size()) == token) {
+        out += "null";
+        i += token.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
+std::string Format(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  return v.dump();  // numbers: shortest round trip; lists and tables: JSON
+}
+
+}  // namespace
+
+Status CheckCommandTemplate(const std::vector<std::string>& argv,
+                            const std::vector<std::string>& names) {
+  if (argv.empty()) return Status::InvalidArgument("is empty; give the program and its arguments");
+  if (argv[0].empty()) return Status::InvalidArgument("the program (argument 0) is empty");
+  for (size_t i = 0; i < argv.size(); ++i) {
+    SWEEP_ASSIGN_OR_RETURN(std::vector<Piece> pieces, Split(argv[i], i));
+    for (const Piece& p : pieces) {
+      if (!p.placeholder) continue;
+      if (i == 0) {
+        return Status::InvalidArgument("the program (argument 0) cannot hold a placeholder");
+      }
+      const auto& builtins = CommandBuiltins();
+      bool known = std::find(names.begin(), names.end(), p.text) != names.end() ||
+                   std::find(builtins.begin(), builtins.end(), p.text) != builtins.end();
+      if (!known) {
+        std::string list;
+        for (const auto* group : {&names, &builtins}) {
+          for (const std::string& n : *group) list += (list.empty() ? "" : ", ") + n;
+        }
+        return Status::InvalidArgument(
+            "argument " + std::to_string(i) + " (\"" + argv[i] + "\"): {" + p.text +
+            "} is neither a parameter nor a builtin (known: " + list + ")");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> ExpandCommand(const std::vector<std::string>& argv,
+                                               const json& values) {
+  std::vector<std::string> out;
+  out.reserve(argv.size());
+  for (size_t i = 0; i < argv.size(); ++i) {
+    SWEEP_ASSIGN_OR_RETURN(std::vector<Piece> pieces, Split(argv[i], i));
+    std::string arg;
+    bool absent = false;
+    for (const Piece& p : pieces) {
+      if (!p.placeholder) {
+        arg += p.text;
+        continue;
+      }
+      auto it = values.find(p.text);
+      if (it == values.end() || it->is_null()) {
+        absent = true;
+        break;
+      }
+      arg += Format(*it);
+    }
+    if (!absent) out.push_back(std::move(arg));
+  }
+  return out;
+}
+
+std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
+  if (line.substr(0, kReportPrefix.size()) != kReportPrefix) return std::nullopt;
+  std::string_view body = line.substr(kReportPrefix.size());
+  if (!body.empty() && body.back() == '\r') body.remove_suffix(1);
+  json j = json::parse(NonFiniteToNull(body), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return Result<CommandReport>(
+        Status::InvalidArgument("a sweep-report line needs a JSON object, e.g. sweep-report "
+                                "{\"epoch\": 1, \"val_acc\": 0.9}"));
+  }
+  CommandReport r;
+  r.metrics = json::object();
+  for (auto& [key, v] : j.items()) {
+    bool finite_number = v.is_number() && std::isfinite(v.get<double>());
+    if (key == "step") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+        return Result<CommandReport>(
+            Status::InvalidArgument("\"step\" must be a non-negative integer, got " + v.dump()));
+      }
+      r.step = v.get<int64_t>();
+    } else if (key == "epoch") {
+      if (!finite_number || v.get<double>() < 0) {
+        return Result<CommandReport>(
+            Status::InvalidArgument("\"epoch\" must be a non-negative number, got " + v.dump()));
+      }
+      r.epoch = v.get<double>();
+    } else if (finite_number) {
+      r.metrics[key] = v;
+    } else if (v.is_null() || v.is_number()) {
+      r.nonfinite.push_back(key);  // NaN or an infinity: the metric diverged
+    } else {
+      r.ignored.push_back(key);
+    }
+  }
+  return Result<CommandReport>(std::move(r));
+}
+
+}  // namespace sweep::executor

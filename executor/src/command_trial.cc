@@ -1,0 +1,438 @@
+// The command-trial runner: starts the user's program in a process group of its own, reads its
+// stdout line by line (copying it to stdout.log and turning `sweep-report` lines into reports),
+// sends its stderr straight to stderr.log, and ends it with SIGTERM, then SIGKILL after the
+// grace period, when the trial is stopped, times out or diverges. Runs on the worker's thread.
+#include "command_trial.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "executor/command.h"
+#include "line_io.h"
+
+extern char** environ;
+
+namespace sweep::executor {
+
+using nlohmann::json;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+TrialOutcome Failed(std::string error) {
+  TrialOutcome out;
+  out.kind = TrialOutcome::Kind::kFailed;
+  out.error = std::move(error);
+  return out;
+}
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() { Reset(); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  void Reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+// The program to execve: a path with a '/' as it is (relative ones from the working
+// directory), a bare name from PATH.
+std::string ResolveProgram(const std::string& name, const std::string& workdir) {
+  if (name.find('/') != std::string::npos) {
+    if (name[0] == '/' || workdir.empty()) return name;
+    return workdir + "/" + name;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
+std::string GpuList(const std::vector<int>& gpus) {
+  std::string s;
+  for (int g : gpus) s += (s.empty() ? "" : ",") + std::to_string(g);
+  return s;
+}
+
+// The last `max_lines` lines a file gained after `offset`, at most about 2 KiB.
+std::string Tail(const std::string& path, off_t offset, int max_lines) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return "";
+  off_t end = ::lseek(fd.get(), 0, SEEK_END);
+  if (end <= offset) return "";
+  off_t from = std::max<off_t>(offset, end - 2048);
+  std::string text(static_cast<size_t>(end - from), '\0');
+  ssize_t n = ::pread(fd.get(), text.data(), text.size(), from);
+  if (n <= 0) return "";
+  text.resize(static_cast<size_t>(n));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  size_t pos = text.size();
+  for (int lines = 0; lines < max_lines && pos != std::string::npos && pos > 0; ++lines) {
+    pos = text.rfind('\n', pos - 1);
+  }
+  if (pos != std::string::npos && pos > 0) text = text.substr(pos + 1);
+  return text;
+}
+
+std::string Now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string SignalName(int sig) {
+  const char* d = ::strsignal(sig);
+  return "signal " + std::to_string(sig) + (d != nullptr ? std::string(" (") + d + ")" : "");
+}
+
+class CommandRun {
+ public:
+  CommandRun(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop)
+      : task_(task), sink_(sink), stop_(stop) {}
+
+  TrialOutcome Run() {
+    const json& s = task_.settings;
+    std::vector<std::string> argv_template;
+    try {
+      argv_template = s.at("command").get<std::vector<std::string>>();
+    } catch (const json::exception&) {
+      return Failed("command trial without a `command` list of strings");
+    }
+    workdir_ = s.value("workdir", "");
+    trial_dir_ = s.value("trial_dir", "");
+    metric_ = s.value("metric", "");
+    kill_grace_ = std::chrono::duration<double>(s.value("kill_grace_s", 10.0));
+    double timeout_s = s.value("timeout_s", 0.0);
+    if (timeout_s > 0) timeout_ = std::chrono::duration<double>(timeout_s);
+    if (trial_dir_.empty()) return Failed("command trial without a trial directory");
+
+    json values = task_.params.is_object() ? task_.params : json::object();
+    values["trial"] = task_.number;
+    values["trial_dir"] = trial_dir_;
+    values["seed"] = task_.seed;
+    values["gpus"] = GpuList(task_.gpus);
+    Result<std::vector<std::string>> argv = ExpandCommand(argv_template, values);
+    if (!argv.ok()) return Failed("command: " + argv.status().message());
+
+    std::error_code ec;
+    std::filesystem::create_directories(trial_dir_, ec);
+    if (ec) return Failed(trial_dir_ + ": cannot create the trial directory: " + ec.message());
+    stdout_path_ = trial_dir_ + "/stdout.log";
+    stderr_path_ = trial_dir_ + "/stderr.log";
+    Fd out_log(::open(stdout_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    Fd err_log(::open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (out_log.get() < 0 || err_log.get() < 0) {
+      return Failed(trial_dir_ + ": cannot open the trial's log files: " + std::strerror(errno));
+    }
+    stdout_start_ = ::lseek(out_log.get(), 0, SEEK_END);
+    std::string started = "[sweep] " + Now() + " trial " + std::to_string(task_.number) + ":";
+    for (const std::string& a : *argv) started += " " + a;
+    Note(err_log.get(), started);
+    stderr_start_ = ::lseek(err_log.get(), 0, SEEK_END);
+
+    std::string program = ResolveProgram((*argv)[0], workdir_);
+    if (program.empty()) {
+      return Failed("command: '" + (*argv)[0] + "' is not an executable program on PATH");
+    }
+    Status spawned = Spawn(program, *argv, err_log.get());
+    if (!spawned.ok()) return Failed(spawned.message());
+    return Supervise(out_log.get(), err_log.get());
+  }
+
+ private:
+  static void Note(int fd, const std::string& line) { WriteAll(fd, line + "\n"); }
+
+  std::vector<std::string> Environment() const {
+    std::vector<std::pair<std::string, std::string>> set = {
+        {"CUDA_VISIBLE_DEVICES", GpuList(task_.gpus)},
+        {"SWEEP_PARAMS", task_.params.dump(-1, ' ', false, json::error_handler_t::replace)},
+        {"SWEEP_TRIAL_DIR", trial_dir_},
+        {"SWEEP_TRIAL", std::to_string(task_.number)},
+        {"SWEEP_SEED", std::to_string(task_.seed)},
+        // Reports should arrive when printed, not when a block buffer fills.
+        {"PYTHONUNBUFFERED", "1"},
+    };
+    if (task_.gpus.empty()) set.emplace_back("OMP_NUM_THREADS", std::to_string(task_.threads));
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      std::string_view entry(*e);
+      bool replaced = false;
+      for (const auto& [k, v] : set) {
+        if (entry.substr(0, k.size() + 1) == k + "=") replaced = true;
+      }
+      if (!replaced) env.emplace_back(entry);
+    }
+    for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+    return env;
+  }
+
+  // Starts the program: its pid in pid_, its stdout pipe in pipe_. An error says why it could
+  // not start (exec refused, no working directory).
+  Status Spawn(const std::string& program, const std::vector<std::string>& argv, int err_log) {
+    std::vector<std::string> env = Environment();
+    std::vector<char*> cargv, cenv;
+    for (const std::string& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    for (const std::string& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
+    cenv.push_back(nullptr);
+
+    int out_pipe[2], err_pipe[2];
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+      return Status::IoError(std::string("pipe: ") + std::strerror(errno));
+    }
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      ::close(out_pipe[0]);
+      ::close(out_pipe[1]);
+      return Status::IoError(std::string("pipe: ") + std::strerror(errno));
+    }
+    Fd null_in(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    const pid_t parent = ::getpid();
+    const char* dir = workdir_.empty() ? nullptr : workdir_.c_str();
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      // The child: only async-signal-safe calls until execve.
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with its worker
+      if (::getppid() != parent) ::_exit(127);
+      sigset_t none;
+      ::sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT}) ::signal(sig, SIG_DFL);
+      if (null_in.get() >= 0) ::dup2(null_in.get(), 0);
+      ::dup2(out_pipe[1], 1);
+      ::dup2(err_log, 2);
+      int stage = 0;  // 0: chdir, 1: execve
+      if (dir == nullptr || ::chdir(dir) == 0) {
+        stage = 1;
+        ::execve(program.c_str(), cargv.data(), cenv.data());
+      }
+      int report[2] = {stage, errno};
+      (void)!::write(err_pipe[1], report, sizeof report);
+      ::_exit(127);
+    }
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    pipe_.Reset(out_pipe[0]);
+    Fd exec_status(err_pipe[0]);
+    if (pid < 0) return Status::IoError(std::string("fork: ") + std::strerror(errno));
+    pid_ = pid;
+    ::setpgid(pid, pid);  // also here, so the group exists before any kill below
+    int report[2];
+    ssize_t n;
+    do {
+      n = ::read(exec_status.get(), report, sizeof report);
+    } while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(sizeof report)) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      pid_ = -1;
+      std::string why = std::strerror(report[1]);
+      if (report[0] == 0) {
+        return Status::NotFound(workdir_ + ": cannot enter the working directory: " + why);
+      }
+      return Status::IoError("command: cannot run '" + argv[0] + "' (" + program + "): " + why);
+    }
+    return Status::Ok();
+  }
+
+  // Reads the program's output until it ends; stops it when asked, on timeout or divergence.
+  TrialOutcome Supervise(int out_log, int err_log) {
+    ::fcntl(pipe_.get(), F_SETFL, ::fcntl(pipe_.get(), F_GETFL) | O_NONBLOCK);
+    const Clock::time_point start = Clock::now();
+    Clock::time_point term_sent{};
+    bool term = false, killed = false, pipe_open = true, exited = false;
+    int wait_status = 0;
+    Clock::time_point exited_at{};
+    std::string why_stopped;  // non-empty: we ended it (timeout, divergence)
+    std::string partial;
+    char buf[65536];
+
+    for (;;) {
+      if (pipe_open) {
+        pollfd p{pipe_.get(), POLLIN, 0};
+        int ready = ::poll(&p, 1, exited ? 20 : 100);
+        if (ready > 0) {
+          ssize_t n = ::read(pipe_.get(), buf, sizeof buf);
+          if (n > 0) {
+            WriteAll(out_log, std::string(buf, static_cast<size_t>(n)));
+            partial.append(buf, static_cast<size_t>(n));
+            size_t pos;
+            while ((pos = partial.find('\n')) != std::string::npos) {
+              Line(partial.substr(0, pos), err_log, &why_stopped);
+              partial.erase(0, pos + 1);
+            }
+          } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            pipe_open = false;
+          }
+        }
+      }
+      if (!exited) {
+        pid_t r = ::waitpid(pid_, &wait_status, WNOHANG);
+        if (r == pid_) {
+          exited = true;
+          exited_at = Clock::now();
+          // What the program left behind in its group (helpers, data loaders) goes with it.
+          ::kill(-pid_, SIGKILL);
+        } else if (!pipe_open) {
+          // Its stdout is closed but it runs on: wait without spinning.
+          ::usleep(20'000);
+        }
+      }
+      // Once it exited, read what is left; a descendant holding the pipe gets 1 s.
+      if (exited && (!pipe_open || Clock::now() - exited_at > std::chrono::seconds(1))) break;
+      if (exited) continue;
+
+      const Clock::time_point now = Clock::now();
+      if (!term && why_stopped.empty() && timeout_ && now - start > *timeout_) {
+        why_stopped = "timed out after " + FormatSeconds(timeout_->count());
+      }
+      if (!term && (stop_.load(std::memory_order_relaxed) || !why_stopped.empty())) {
+        ::kill(-pid_, SIGTERM);
+        term = true;
+        term_sent = now;
+        Note(err_log, "[sweep] " + Now() + " sent SIGTERM" +
+                          (why_stopped.empty() ? std::string(" (stopped)") : ": " + why_stopped));
+      }
+      if (term && !killed && now - term_sent > kill_grace_) {
+        ::kill(-pid_, SIGKILL);
+        killed = true;
+        Note(err_log, "[sweep] " + Now() + " sent SIGKILL: still running " +
+                          FormatSeconds(kill_grace_.count()) + " after SIGTERM");
+      }
+    }
+    if (!partial.empty()) Line(partial, err_log, &why_stopped);
+    pid_ = -1;
+
+    TrialOutcome out;
+    out.end_metrics = json::object();
+    if (!why_stopped.empty()) return Failed(why_stopped + LastLines());
+    if (term) {
+      out.kind = TrialOutcome::Kind::kStopped;
+      return out;
+    }
+    if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
+      if (reports_ == 0) {
+        return Failed(
+            "the program exited 0 without reporting: print lines `sweep-report {\"epoch\": 1, "
+            "\"" +
+            (metric_.empty() ? std::string("val_acc") : metric_) + "\": 0.9}` on its stdout");
+      }
+      return out;
+    }
+    if (WIFEXITED(wait_status)) {
+      return Failed("exited with code " + std::to_string(WEXITSTATUS(wait_status)) + LastLines());
+    }
+    return Failed("killed by " + SignalName(WTERMSIG(wait_status)) + LastLines());
+  }
+
+  // One line of the program's stdout.
+  void Line(const std::string& line, int err_log, std::string* why_stopped) {
+    ++lines_;
+    std::optional<Result<CommandReport>> parsed = ParseReportLine(line);
+    if (!parsed) return;
+    if (!parsed->ok()) {
+      Note(err_log, "[sweep] stdout line " + std::to_string(lines_) +
+                        " is not a report: " + parsed->status().message());
+      return;
+    }
+    CommandReport& r = **parsed;
+    if (!r.ignored.empty() && !warned_ignored_) {
+      std::string keys;
+      for (const std::string& k : r.ignored) keys += (keys.empty() ? "" : ", ") + k;
+      Note(err_log, "[sweep] stdout line " + std::to_string(lines_) +
+                        ": fields that are not numbers are not metrics (" + keys + ")");
+      warned_ignored_ = true;
+    }
+    ++reports_;
+    const int64_t step = r.step.value_or(reports_);
+    const double epoch = r.epoch.value_or(static_cast<double>(step));
+    for (const std::string& k : r.nonfinite) {
+      r.metrics[k] = nullptr;
+      if (k == metric_ && why_stopped->empty()) {
+        *why_stopped = "reported " + k + " = NaN or infinity at step " + std::to_string(step) +
+                       ": the run diverged";
+      }
+    }
+    sink_(step, epoch, r.metrics);
+  }
+
+  std::string LastLines() const {
+    std::string tail = Tail(stderr_path_, stderr_start_, 10);
+    std::string from = "stderr";
+    if (tail.empty()) {
+      tail = Tail(stdout_path_, stdout_start_, 10);
+      from = "stdout";
+    }
+    if (tail.empty()) return "";
+    return "; last lines of " + from + ":\n" + tail;
+  }
+
+  static std::string FormatSeconds(double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g s", s);
+    return buf;
+  }
+
+  const TrialTask& task_;
+  const ReportSink& sink_;
+  const std::atomic<bool>& stop_;
+  std::string workdir_, trial_dir_, metric_;
+  std::string stdout_path_, stderr_path_;
+  off_t stdout_start_ = 0, stderr_start_ = 0;
+  std::chrono::duration<double> kill_grace_{10};
+  std::optional<std::chrono::duration<double>> timeout_;
+  Fd pipe_;
+  pid_t pid_ = -1;
+  int64_t lines_ = 0;
+  int64_t reports_ = 0;
+  bool warned_ignored_ = false;
+};
+
+}  // namespace
+
+TrialOutcome RunCommandTrial(const TrialTask& task, const ReportSink& sink,
+                             const std::atomic<bool>& stop) {
+  return CommandRun(task, sink, stop).Run();
+}
+
+}  // namespace sweep::executor

@@ -1,0 +1,17 @@
+// The runner behind RunTrial for kind "command" (see executor/command.h for the template and
+// report format). Private to sweep_executor.
+#pragma once
+
+#include <atomic>
+
+#include "executor/trial.h"
+
+namespace sweep::executor {
+
+// Settings it reads from task.settings: command (argv template), workdir, trial_dir (stdout.log
+// and stderr.log go there; created when missing), metric (a NaN in it fails the trial),
+// kill_grace_s (SIGTERM to SIGKILL, default 10), timeout_s (0 or absent: none).
+TrialOutcome RunCommandTrial(const TrialTask& task, const ReportSink& sink,
+                             const std::atomic<bool>& stop);
+
+}  // namespace sweep::executor

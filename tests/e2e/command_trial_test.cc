@@ -1,0 +1,186 @@
+// End-to-end tests of command trials: the real `sweep` binary runs a user's program (a shell
+// script written by the test, and the shipped Python example) per trial, and the store records
+// reports, failures with their exit code and last lines, pruning by SIGTERM/SIGKILL, timeouts,
+// and where each trial's logs are.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e_fixture.h"
+
+namespace {
+
+using nlohmann::json;
+using sweep_e2e::E2eTest;
+using sweep_e2e::Output;
+namespace fs = std::filesystem;
+
+// A "training program": reports `epochs` epochs of a curve set by --x; --mode=crash fails after
+// one epoch, --mode=stubborn ignores SIGTERM, --mode=hang stops reporting.
+const char* kProgram = R"(#!/bin/sh
+x=0; mode=ok; epochs=9
+for a in "$@"; do
+  case "$a" in
+    --x=*) x=${a#--x=} ;;
+    --mode=*) mode=${a#--mode=} ;;
+    --epochs=*) epochs=${a#--epochs=} ;;
+  esac
+done
+echo "params=$SWEEP_PARAMS trial=$SWEEP_TRIAL" >&2
+[ "$mode" = stubborn ] && trap '' TERM
+e=1
+while [ $e -le $epochs ]; do
+  echo "epoch $e of $epochs"
+  echo "sweep-report {\"epoch\": $e, \"score\": $(awk "BEGIN { print $x * $e / $epochs }")}"
+  if [ "$mode" = crash ]; then echo "Traceback: out of memory" >&2; exit 3; fi
+  if [ "$mode" = hang ]; then sleep 300; fi
+  sleep 0.1
+  e=$((e + 1))
+done
+)";
+
+class CommandTrialE2eTest : public E2eTest {
+ protected:
+  void SetUp() override {
+    E2eTest::SetUp();
+    Write("train.sh", kProgram);
+    fs::permissions(dir_ / "train.sh", fs::perms::owner_all);
+  }
+
+  std::map<int, std::vector<std::string>> TrialsByNumber() {
+    std::map<int, std::vector<std::string>> out;
+    for (auto& row : Query("SELECT number, status, error, stdout_log, stderr_log, objective FROM "
+                           "trials ORDER BY number")) {
+      out[std::stoi(row[0])] = row;
+    }
+    return out;
+  }
+};
+
+TEST_F(CommandTrialE2eTest, ReportsFailuresAndLogsAreStored) {
+  Write("c.toml", R"([sweep]
+name = "cmd"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[parameters]
+x = { values = [1, 2] }
+mode = { values = ["ok", "crash"] }
+[trial]
+kind = "command"
+command = ["./train.sh", "--x={x}", "--mode={mode}", "--epochs=3"]
+[executor]
+cpu_slots = 2
+)");
+  Output o = Sweep("run c.toml");
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 4u);
+  // Grid order: x varies slowest (declaration order): (1, ok), (1, crash), (2, ok), (2, crash).
+  EXPECT_EQ(trials[0][1], "completed");
+  EXPECT_EQ(std::stod(trials[0][5]), 1.0);
+  EXPECT_EQ(trials[2][1], "completed");
+  EXPECT_EQ(std::stod(trials[2][5]), 2.0);
+  for (int n : {1, 3}) {
+    EXPECT_EQ(trials[n][1], "failed");
+    EXPECT_EQ(trials[n][2].rfind("exited with code 3; last lines of stderr:\n", 0), 0u)
+        << trials[n][2];
+    EXPECT_NE(trials[n][2].find("Traceback: out of memory"), std::string::npos) << trials[n][2];
+  }
+  // Logs: stored paths, absolute, holding what the program wrote.
+  const std::string out0 = trials[0][3];
+  EXPECT_EQ(out0, fs::canonical(dir_).string() + "/sweeps.db-trials/cmd/trial-0/stdout.log");
+  EXPECT_NE(sweep_e2e::Slurp(out0).find("epoch 3 of 3\nsweep-report {\"epoch\": 3"),
+            std::string::npos);
+  std::string err0 = sweep_e2e::Slurp(trials[0][4]);
+  EXPECT_NE(err0.find("params={\"mode\":\"ok\",\"x\":1} trial=0"), std::string::npos) << err0;
+  // Every report is stored; `best` ranks by the program's metric.
+  EXPECT_EQ(Query("SELECT COUNT(*) FROM reports WHERE trial = 2")[0][0], "3");
+  Output best = Sweep("best cmd --json");
+  ASSERT_EQ(best.code, 0) << best.err;
+  json j = json::parse(best.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["trial"], 2);
+  EXPECT_EQ(j[0]["stdout_log"],
+            fs::canonical(dir_).string() + "/sweeps.db-trials/cmd/trial-2/stdout.log");
+}
+
+// ASHA prunes command trials with SIGTERM; one that ignores it is killed after kill_grace. A
+// program that stops reporting fails on its timeout. The sweep ends with every trial accounted
+// for.
+TEST_F(CommandTrialE2eTest, PrunedStubbornAndHungProgramsAreEnded) {
+  Write("c.toml", R"([sweep]
+name = "cmd"
+metric = "score"
+mode = "max"
+max_trials = 9
+seed = 5
+[search]
+algorithm = "random"
+[early_stopping]
+algorithm = "asha"
+min_resource = 1
+max_resource = 9
+reduction_factor = 3
+[parameters]
+x = { distribution = "uniform", min = 0, max = 1 }
+mode = { values = ["stubborn", "hang"] }
+[trial]
+kind = "command"
+command = ["./train.sh", "--x={x}", "--mode={mode}"]
+kill_grace = 0.2
+timeout = "3s"
+[executor]
+cpu_slots = 2
+)");
+  Output o = Sweep("run c.toml");
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 9u);
+  int pruned = 0, timed_out = 0, completed = 0;
+  for (auto& [n, row] : trials) {
+    std::string err = sweep_e2e::Slurp(row[4]);
+    if (row[1] == "pruned") {
+      ++pruned;
+      EXPECT_NE(row[2].find("rung"), std::string::npos) << row[2];
+      EXPECT_NE(err.find("sent SIGTERM (stopped)"), std::string::npos) << err;
+      if (err.find("--mode=stubborn") != std::string::npos) {
+        EXPECT_NE(err.find("sent SIGKILL"), std::string::npos) << "trial " << n << err;
+      } else {
+        EXPECT_EQ(err.find("sent SIGKILL"), std::string::npos) << "trial " << n << err;
+      }
+    } else if (row[1] == "failed") {
+      ++timed_out;
+      EXPECT_EQ(row[2].rfind("timed out after 3 s", 0), 0u) << row[2];
+    } else {
+      EXPECT_EQ(row[1], "completed") << n << ": " << row[2];
+      ++completed;
+    }
+  }
+  EXPECT_GT(pruned, 0);
+  EXPECT_GT(timed_out, 0);
+  EXPECT_EQ(pruned + timed_out + completed, 9);
+  EXPECT_EQ(Query("PRAGMA integrity_check")[0][0], "ok");
+}
+
+TEST_F(CommandTrialE2eTest, ShippedExampleRuns) {
+  if (std::system("command -v python3 > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 is not installed";
+  }
+  const fs::path config = fs::path(SWEEP_SOURCE_DIR) / "configs" / "command_example.toml";
+  Output o = Sweep("run '" + config.string() + "'");
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE((o.out + o.err).find("0 failed"), std::string::npos) << o.out << o.err;
+  auto rows = Query("SELECT COUNT(*), SUM(status = 'completed'), MAX(objective) FROM trials");
+  EXPECT_EQ(rows[0][0], "24");
+  EXPECT_GE(std::stoi(rows[0][1]), 3);
+  EXPECT_GT(std::stod(rows[0][2]), 0.85);
+}
+
+}  // namespace

@@ -1,0 +1,345 @@
+// Tests for command trials: the argv template, `sweep-report` lines, and the runner against
+// real /bin/sh programs (reports, environment, exit codes, signals, stop with SIGTERM then
+// SIGKILL, timeouts, divergence, programs that cannot start). Single-threaded.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "executor/command.h"
+#include "executor/trial.h"
+
+namespace sweep::executor {
+namespace {
+
+using nlohmann::json;
+
+// ---- template ----
+
+TEST(CommandTemplateTest, AcceptsParametersBuiltinsAndLiteralBraces) {
+  EXPECT_TRUE(CheckCommandTemplate({"python3", "train.py", "--lr={lr}", "--out={trial_dir}/m",
+                                    "{{not a placeholder}}", "--seed={seed}"},
+                                   {"lr"})
+                  .ok());
+}
+
+TEST(CommandTemplateTest, RefusesUnknownPlaceholderNamingIt) {
+  Status s = CheckCommandTemplate({"python3", "train.py", "--lr={learning_rate}"}, {"lr"});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("argument 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("{learning_rate}"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("lr, trial"), std::string::npos) << s.message();
+}
+
+TEST(CommandTemplateTest, RefusesMalformedTemplates) {
+  EXPECT_FALSE(CheckCommandTemplate({}, {}).ok());
+  EXPECT_FALSE(CheckCommandTemplate({""}, {}).ok());
+  EXPECT_FALSE(CheckCommandTemplate({"{lr}"}, {"lr"}).ok());  // the program itself
+  EXPECT_FALSE(CheckCommandTemplate({"p", "--lr={lr"}, {"lr"}).ok());
+  EXPECT_FALSE(CheckCommandTemplate({"p", "a}b"}, {}).ok());
+  EXPECT_FALSE(CheckCommandTemplate({"p", "{}"}, {}).ok());
+}
+
+TEST(CommandTemplateTest, ExpandsValuesByType) {
+  json values = {{"lr", 0.001},    {"layers", json::array({256, 128})},
+                 {"opt", "adamw"}, {"nesterov", true},
+                 {"batch", 64},    {"trial", 7}};
+  auto argv = ExpandCommand({"p", "--lr={lr}", "--layers={layers}", "{opt}", "--n={nesterov}",
+                             "b{batch}x{trial}", "{{{opt}}}"},
+                            values);
+  ASSERT_TRUE(argv.ok()) << argv.status().message();
+  EXPECT_EQ(*argv, (std::vector<std::string>{"p", "--lr=0.001", "--layers=[256,128]", "adamw",
+                                             "--n=true", "b64x7", "{adamw}"}));
+}
+
+// A conditional parameter the trial does not have takes its whole argument with it.
+TEST(CommandTemplateTest, LeavesOutArgumentsOfAbsentParameters) {
+  auto argv = ExpandCommand({"p", "--opt={opt}", "--momentum={momentum}"}, json{{"opt", "adamw"}});
+  ASSERT_TRUE(argv.ok());
+  EXPECT_EQ(*argv, (std::vector<std::string>{"p", "--opt=adamw"}));
+}
+
+// ---- report lines ----
+
+TEST(ReportLineTest, ReadsStepEpochAndMetrics) {
+  auto r = ParseReportLine(R"(sweep-report {"epoch": 2, "step": 40, "val_acc": 0.91, "loss": 1})");
+  ASSERT_TRUE(r.has_value());
+  ASSERT_TRUE(r->ok()) << r->status().message();
+  EXPECT_EQ((*r)->step, 40);
+  EXPECT_EQ((*r)->epoch, 2.0);
+  EXPECT_EQ((*r)->metrics, (json{{"val_acc", 0.91}, {"loss", 1}}));
+}
+
+TEST(ReportLineTest, OtherLinesAreNotReports) {
+  EXPECT_FALSE(ParseReportLine("epoch 1 loss 0.3").has_value());
+  EXPECT_FALSE(ParseReportLine("sweep-reportx {}").has_value());
+  EXPECT_FALSE(ParseReportLine(" sweep-report {}").has_value());
+}
+
+TEST(ReportLineTest, MalformedReportsSayWhy) {
+  for (const char* line : {"sweep-report [1, 2]", "sweep-report {\"a\": ", "sweep-report 3",
+                           "sweep-report {\"step\": -1}", "sweep-report {\"step\": 1.5}",
+                           "sweep-report {\"epoch\": \"one\"}"}) {
+    auto r = ParseReportLine(line);
+    ASSERT_TRUE(r.has_value()) << line;
+    EXPECT_FALSE(r->ok()) << line;
+  }
+}
+
+// Python's json.dumps writes NaN and Infinity; they are read as not finite, and strings inside
+// values are left alone.
+TEST(ReportLineTest, ReadsPythonNonFiniteValues) {
+  auto r = ParseReportLine(
+      R"(sweep-report {"loss": NaN, "val": -Infinity, "note": "NaN here", "acc": 0.5})");
+  ASSERT_TRUE(r.has_value() && r->ok());
+  EXPECT_EQ((*r)->nonfinite, (std::vector<std::string>{"loss", "val"}));
+  EXPECT_EQ((*r)->ignored, (std::vector<std::string>{"note"}));
+  EXPECT_EQ((*r)->metrics, (json{{"acc", 0.5}}));
+}
+
+// ---- the runner ----
+
+class CommandTrialTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "command_trial_" + std::to_string(::getpid()) + "_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Braces doubled, so the script is taken literally rather than as a template.
+  static std::string Literal(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+      out += c;
+      if (c == '{' || c == '}') out += c;
+    }
+    return out;
+  }
+
+  // A task running `sh -c SCRIPT` (with "$@" = extra, which may hold placeholders).
+  TrialTask ShellTask(const std::string& script, std::vector<std::string> extra = {}) {
+    TrialTask task;
+    task.number = 3;
+    task.kind = "command";
+    task.params = json{{"lr", 0.05}, {"opt", "sgd"}};
+    task.seed = 99;
+    task.threads = 2;
+    std::vector<std::string> argv = {"sh", "-c", Literal(script), "sh"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    task.settings = {{"command", argv},
+                     {"workdir", dir_},
+                     {"trial_dir", dir_ + "/trial-3"},
+                     {"metric", "val_acc"},
+                     {"kill_grace_s", 0.3}};
+    return task;
+  }
+
+  struct Run {
+    TrialOutcome outcome;
+    std::vector<std::tuple<int64_t, double, json>> reports;
+    double seconds = 0;
+  };
+  Run RunIt(const TrialTask& task, std::atomic<bool>* stop = nullptr, int stop_after_reports = -1) {
+    std::atomic<bool> own_stop{false};
+    std::atomic<bool>& flag = stop != nullptr ? *stop : own_stop;
+    Run run;
+    auto sink = [&](int64_t step, double epoch, const json& metrics) {
+      run.reports.emplace_back(step, epoch, metrics);
+      if (static_cast<int>(run.reports.size()) == stop_after_reports) flag = true;
+    };
+    auto start = std::chrono::steady_clock::now();
+    run.outcome = RunTrial(task, sink, flag);
+    run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return run;
+  }
+
+  std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  std::string dir_;
+};
+
+TEST_F(CommandTrialTest, ReportsLinesAndCompletes) {
+  Run run = RunIt(ShellTask(
+      "echo starting; "
+      "echo 'sweep-report {\"epoch\": 1, \"val_acc\": 0.5}'; "
+      "echo 'sweep-report {\"val_acc\": 0.7, \"loss\": 0.2}'; "
+      "printf 'sweep-report {\"step\": 10, \"epoch\": 3, \"val_acc\": 0.8}'"));  // no newline
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  ASSERT_EQ(run.reports.size(), 3u);
+  EXPECT_EQ(run.reports[0], std::make_tuple(int64_t{1}, 1.0, json{{"val_acc", 0.5}}));
+  EXPECT_EQ(run.reports[1],
+            std::make_tuple(int64_t{2}, 2.0, json{{"val_acc", 0.7}, {"loss", 0.2}}));
+  EXPECT_EQ(run.reports[2], std::make_tuple(int64_t{10}, 3.0, json{{"val_acc", 0.8}}));
+  std::string out = Read(dir_ + "/trial-3/stdout.log");
+  EXPECT_EQ(out.rfind("starting\nsweep-report", 0), 0u) << out;
+}
+
+TEST_F(CommandTrialTest, GivesTheProgramItsEnvironmentAndArguments) {
+  TrialTask task = ShellTask(
+      "echo \"$SWEEP_PARAMS|$SWEEP_TRIAL|$SWEEP_SEED|$SWEEP_TRIAL_DIR|$CUDA_VISIBLE_DEVICES|"
+      "$OMP_NUM_THREADS|$PWD|$1|$2\" >&2; echo 'sweep-report {\"val_acc\": 1}'",
+      {"--lr={lr}", "{opt}-{trial}"});
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  std::string err = Read(dir_ + "/trial-3/stderr.log");
+  std::string expected =
+      "{\"lr\":0.05,\"opt\":\"sgd\"}|3|99|" + dir_ + "/trial-3||2|" + dir_ + "|--lr=0.05|sgd-3\n";
+  EXPECT_NE(err.find(expected), std::string::npos) << err;
+
+  task.gpus = {2, 5};
+  task.settings["command"] = {"sh", "-c",
+                              "echo \"gpus=$CUDA_VISIBLE_DEVICES\" >&2; "
+                              "echo 'sweep-report {{\"val_acc\": 1}}'"};
+  run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("gpus=2,5\n"), std::string::npos);
+}
+
+TEST_F(CommandTrialTest, NonZeroExitFailsWithCodeAndLastLines) {
+  Run run = RunIt(ShellTask(
+      "echo 'sweep-report {\"val_acc\": 0.1}'; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo "
+      "\"line $i\" >&2; done; echo 'Traceback: boom' >&2; exit 3"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_EQ(run.outcome.error.rfind("exited with code 3; last lines of stderr:\n", 0), 0u)
+      << run.outcome.error;
+  EXPECT_NE(run.outcome.error.find("Traceback: boom"), std::string::npos);
+  EXPECT_NE(run.outcome.error.find("line 12"), std::string::npos);
+  EXPECT_EQ(run.outcome.error.find("line 2\n"), std::string::npos) << "only the last lines";
+  EXPECT_EQ(run.reports.size(), 1u);
+}
+
+TEST_F(CommandTrialTest, CrashBySignalIsNamed) {
+  Run run = RunIt(ShellTask("echo 'sweep-report {\"val_acc\": 0.1}'; kill -SEGV $$"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(run.outcome.error.find("killed by signal 11"), std::string::npos) << run.outcome.error;
+}
+
+TEST_F(CommandTrialTest, ExitingWithoutAReportIsAFailureThatSaysHow) {
+  Run run = RunIt(ShellTask("echo hello"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(run.outcome.error.find("sweep-report"), std::string::npos) << run.outcome.error;
+  EXPECT_NE(run.outcome.error.find("val_acc"), std::string::npos) << run.outcome.error;
+}
+
+// A stop (pruning) sends SIGTERM; a program that ends on it is stopped at once.
+TEST_F(CommandTrialTest, StopSendsSigtermToTheProgram) {
+  std::atomic<bool> stop{false};
+  Run run = RunIt(ShellTask("trap 'echo got-term >&2; exit 0' TERM; i=0; while true; do "
+                            "i=$((i+1)); echo \"sweep-report {\\\"val_acc\\\": 0.$i}\"; sleep "
+                            "0.05; done"),
+                  &stop, 2);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kStopped) << run.outcome.error;
+  EXPECT_GE(run.reports.size(), 2u);
+  std::string err = Read(dir_ + "/trial-3/stderr.log");
+  EXPECT_NE(err.find("sent SIGTERM (stopped)"), std::string::npos) << err;
+  EXPECT_NE(err.find("got-term"), std::string::npos) << err;
+  EXPECT_EQ(err.find("SIGKILL"), std::string::npos) << err;
+}
+
+// A program that ignores SIGTERM gets SIGKILL after kill_grace; its whole process group goes.
+TEST_F(CommandTrialTest, HungProgramIgnoringSigtermIsKilledAfterTheGrace) {
+  std::atomic<bool> stop{false};
+  TrialTask task = ShellTask(
+      "trap '' TERM; (trap '' TERM; sleep 300) & echo $! > child.pid; "
+      "echo 'sweep-report {\"val_acc\": 0.1}'; while true; do sleep 1; done");
+  Run run = RunIt(task, &stop, 1);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kStopped) << run.outcome.error;
+  EXPECT_GE(run.seconds, 0.3);
+  EXPECT_LT(run.seconds, 20);
+  std::string err = Read(dir_ + "/trial-3/stderr.log");
+  EXPECT_NE(err.find("sent SIGKILL"), std::string::npos) << err;
+  pid_t child = std::stoi(Read(dir_ + "/child.pid"));
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = ::kill(child, 0) != 0 ||
+           Read("/proc/" + std::to_string(child) + "/stat").find(") Z ") != std::string::npos;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(gone) << "the program's background process " << child << " survived";
+}
+
+TEST_F(CommandTrialTest, TimeoutFailsTheTrial) {
+  TrialTask task = ShellTask("echo 'sweep-report {\"val_acc\": 0.1}'; sleep 300");
+  task.settings["timeout_s"] = 0.5;
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_EQ(run.outcome.error.rfind("timed out after 0.5 s", 0), 0u) << run.outcome.error;
+  EXPECT_LT(run.seconds, 20);
+}
+
+// NaN in the sweep's metric ends the program and fails the trial, naming the metric and step.
+TEST_F(CommandTrialTest, NanInTheMetricFailsTheTrial) {
+  Run run =
+      RunIt(ShellTask("echo 'sweep-report {\"val_acc\": 0.3, \"loss\": NaN}'; "
+                      "echo 'sweep-report {\"val_acc\": NaN}'; sleep 300"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_EQ(run.outcome.error.rfind("reported val_acc = NaN or infinity at step 2", 0), 0u)
+      << run.outcome.error;
+  ASSERT_EQ(run.reports.size(), 2u);
+  EXPECT_TRUE(std::get<2>(run.reports[0])["loss"].is_null());  // another metric: kept as null
+  EXPECT_LT(run.seconds, 20);
+}
+
+TEST_F(CommandTrialTest, MalformedReportLinesAreLoggedNotFatal) {
+  Run run =
+      RunIt(ShellTask("echo 'sweep-report {oops'; echo 'sweep-report {\"val_acc\": 1, "
+                      "\"tag\": \"x\"}'"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  EXPECT_EQ(run.reports.size(), 1u);
+  std::string err = Read(dir_ + "/trial-3/stderr.log");
+  EXPECT_NE(err.find("stdout line 1 is not a report"), std::string::npos) << err;
+  EXPECT_NE(err.find("not metrics (tag)"), std::string::npos) << err;
+}
+
+TEST_F(CommandTrialTest, ProgramThatCannotStartSaysWhy) {
+  TrialTask task = ShellTask("true");
+  task.settings["command"] = {"no-such-program-here", "x"};
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(run.outcome.error.find("'no-such-program-here' is not an executable program on PATH"),
+            std::string::npos)
+      << run.outcome.error;
+
+  task.settings["command"] = {"./missing.sh"};
+  run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(run.outcome.error.find("cannot run './missing.sh'"), std::string::npos)
+      << run.outcome.error;
+
+  task.settings["command"] = {"sh", "-c", "true"};
+  task.settings["workdir"] = dir_ + "/nowhere";
+  run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(run.outcome.error.find("cannot enter the working directory"), std::string::npos)
+      << run.outcome.error;
+}
+
+// A rerun appends to the same logs, so the first attempt's output is kept.
+TEST_F(CommandTrialTest, RerunAppendsToTheLogs) {
+  TrialTask task = ShellTask("echo \"run-$$\"; echo 'sweep-report {\"val_acc\": 1}'");
+  ASSERT_EQ(RunIt(task).outcome.kind, TrialOutcome::Kind::kCompleted);
+  ASSERT_EQ(RunIt(task).outcome.kind, TrialOutcome::Kind::kCompleted);
+  std::string out = Read(dir_ + "/trial-3/stdout.log");
+  size_t first = out.find("run-");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_NE(out.find("run-", first + 1), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace sweep::executor
