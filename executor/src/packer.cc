@@ -45,47 +45,65 @@ std::vector<int> LinkGroupsFromRanks(const std::vector<std::vector<int>>& rank) 
 // ---- packer: set-up ----
 
 Result<Packer> Packer::Create(std::vector<Server> servers, PackerOptions options) {
-  if (servers.empty()) return Status::InvalidArgument("packer: no servers");
-  std::sort(servers.begin(), servers.end(),
-            [](const Server& a, const Server& b) { return a.id < b.id; });
   Packer p;
   p.options_ = options;
-  p.gpu_ = !servers[0].link_group.empty();
-  for (size_t i = 0; i < servers.size(); ++i) {
-    const Server& in = servers[i];
-    std::string name = "packer: server " + std::to_string(in.id);
-    if (i > 0 && servers[i - 1].id == in.id) return Status::InvalidArgument(name + " repeated");
-    if (p.gpu_ != !in.link_group.empty()) {
-      return Status::InvalidArgument(name + ": a cluster is all-GPU or all-CPU");
-    }
-    ServerState s;
-    s.id = in.id;
-    if (p.gpu_) {
-      // Dense group numbers in order of first appearance.
-      std::vector<int> seen;
-      for (int g : in.link_group) {
-        auto it = std::find(seen.begin(), seen.end(), g);
-        s.group_of.push_back(static_cast<int>(it - seen.begin()));
-        if (it == seen.end()) seen.push_back(g);
-      }
-      s.group_size.assign(seen.size(), 0);
-      for (int g : s.group_of) ++s.group_size[g];
-    } else {
-      if (in.cpu_slots <= 0) return Status::InvalidArgument(name + " has no slot");
-      s.group_of.assign(in.cpu_slots, 0);  // CPU shares: no link to prefer
-      s.group_size.assign(1, in.cpu_slots);
-    }
-    s.group_free = s.group_size;
-    s.slots.assign(s.group_of.size(), SlotState{});
-    s.free = static_cast<int>(s.slots.size());
-    p.total_slots_ += s.free;
-    p.largest_server_ = std::max(p.largest_server_, s.free);
-    p.servers_.push_back(std::move(s));
-  }
-  p.free_slots_ = p.total_slots_;
-  p.servers_with_free_.assign(p.largest_server_ + 1, 0);
-  for (const ServerState& s : p.servers_) p.Count(s.free, 1);
+  p.servers_with_free_.assign(1, 0);
+  for (const Server& in : servers) SWEEP_RETURN_IF_ERROR(p.AddServer(in));
   return p;
+}
+
+Status Packer::AddServer(const Server& in) {
+  std::string name = "packer: server " + std::to_string(in.id);
+  if (IndexOf(in.id) >= 0) return Status::InvalidArgument(name + " repeated");
+  ServerState s;
+  s.id = in.id;
+  s.gpu = !in.link_group.empty();
+  if (s.gpu) {
+    // Dense group numbers in order of first appearance.
+    std::vector<int> seen;
+    for (int g : in.link_group) {
+      auto it = std::find(seen.begin(), seen.end(), g);
+      s.group_of.push_back(static_cast<int>(it - seen.begin()));
+      if (it == seen.end()) seen.push_back(g);
+    }
+    s.group_size.assign(seen.size(), 0);
+    for (int g : s.group_of) ++s.group_size[g];
+  } else {
+    if (in.cpu_slots <= 0) return Status::InvalidArgument(name + " has no slot");
+    s.group_of.assign(in.cpu_slots, 0);  // CPU shares: no link to prefer
+    s.group_size.assign(1, in.cpu_slots);
+  }
+  s.group_free = s.group_size;
+  s.slots.assign(s.group_of.size(), SlotState{});
+  s.free = static_cast<int>(s.slots.size());
+  total_slots_ += s.free;
+  free_slots_ += s.free;
+  largest_server_ = std::max(largest_server_, s.free);
+  if (static_cast<int>(servers_with_free_.size()) <= largest_server_) {
+    servers_with_free_.resize(largest_server_ + 1, 0);
+  }
+  Count(s.free, 1);
+  if (s.gpu) ++gpu_servers_;
+  auto at = std::lower_bound(servers_.begin(), servers_.end(), in.id,
+                             [](const ServerState& x, int id) { return x.id < id; });
+  servers_.insert(at, std::move(s));
+  return Status::Ok();
+}
+
+Status Packer::RemoveServer(int server) {
+  int i = IndexOf(server);
+  if (i < 0) return Status::NotFound("packer: no server " + std::to_string(server));
+  const ServerState& s = servers_[i];
+  Count(s.free, -1);
+  total_slots_ -= static_cast<int>(s.slots.size());
+  free_slots_ -= s.free;
+  if (s.gpu) --gpu_servers_;
+  servers_.erase(servers_.begin() + i);
+  largest_server_ = 0;
+  for (const ServerState& x : servers_) {
+    largest_server_ = std::max(largest_server_, static_cast<int>(x.slots.size()));
+  }
+  return Status::Ok();
 }
 
 int Packer::IndexOf(int server) const {
@@ -107,7 +125,9 @@ Status Packer::Check(const Request& r) const {
         "packer: only 1-GPU trials share a GPU (gpus = " + std::to_string(r.gpus) +
         ", gpu_share = " + std::to_string(r.share) + ")");
   }
-  if (r.share > 1 && !gpu_) return Status::InvalidArgument("packer: gpu_share without GPUs");
+  if (r.share > 1 && gpu_servers_ == 0) {
+    return Status::InvalidArgument("packer: gpu_share without GPUs");
+  }
   if (r.gpus > largest_server_) {
     return Status::InvalidArgument("packer: trial " + std::to_string(r.trial) + " needs " +
                                    std::to_string(r.gpus) + " slots on one server; the largest " +
@@ -218,7 +238,7 @@ std::optional<Placement> Packer::PlaceExclusive(const Request& r) {
   std::tuple<int, int, int> best_key{INT_MAX, INT_MAX, INT_MAX};
   for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
     const ServerState& s = servers_[i];
-    if (s.free < n || !Usable(s, r.trial)) continue;
+    if (s.free < n || !Usable(s, r.trial) || (r.share > 1 && !s.gpu)) continue;
     if (options_.fit == Fit::kFirstFit) {
       best = i;
       break;

@@ -59,38 +59,4 @@ std::vector<Slot> DiscoverLocalSlots(int cpu_slots) {
   return slots;
 }
 
-SlotPool::SlotPool(std::vector<Slot> slots)
-    : slots_(std::move(slots)),
-      busy_(slots_.size(), false),
-      free_count_(static_cast<int>(slots_.size())) {}
-
-std::optional<std::vector<int>> SlotPool::Acquire(int n) {
-  if (n <= 0 || n > free_count_) return std::nullopt;
-  std::vector<int> got;
-  for (size_t i = 0; i < busy_.size() && static_cast<int>(got.size()) < n; ++i) {
-    if (!busy_[i]) got.push_back(static_cast<int>(i));
-  }
-  for (int i : got) busy_[i] = true;
-  free_count_ -= n;
-  return got;
-}
-
-void SlotPool::Release(const std::vector<int>& indexes) {
-  for (int i : indexes) {
-    if (i >= 0 && i < static_cast<int>(busy_.size()) && busy_[i]) {
-      busy_[i] = false;
-      ++free_count_;
-    }
-  }
-}
-
-std::string SlotPool::Placement(const std::vector<int>& indexes) const {
-  std::string out = "local:";
-  for (size_t i = 0; i < indexes.size(); ++i) {
-    if (i) out += ',';
-    out += slots_[indexes[i]].name;
-  }
-  return out;
-}
-
 }  // namespace sweep::executor

@@ -753,10 +753,10 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
   const toml::node* kind_node = nullptr;
   const toml::node* command_node = nullptr;
   if (const toml::table* trial = table("trial")) {
-    SWEEP_RETURN_IF_ERROR(
-        c.KnownKeys(*trial, "[trial]",
-                    {"kind", "gpus", "command", "max_retries", "heartbeat_timeout",
-                     "checkpoint_dir", "workdir", "trials_dir", "kill_grace", "timeout"}));
+    SWEEP_RETURN_IF_ERROR(c.KnownKeys(
+        *trial, "[trial]",
+        {"kind", "gpus", "command", "max_retries", "heartbeat_timeout", "checkpoint_dir", "workdir",
+         "trials_dir", "kill_grace", "timeout", "gpu_share"}));
     if (const toml::node* n = trial->get("checkpoint_dir")) {
       SWEEP_ASSIGN_OR_RETURN(cfg.checkpoint_dir, c.String(*n, "trial.checkpoint_dir"));
     }
@@ -793,6 +793,15 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
     if (const toml::node* n = trial->get("gpus")) {
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.gpus", 1, 64));
       cfg.gpus = static_cast<int>(v);
+    }
+    if (const toml::node* n = trial->get("gpu_share")) {
+      SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.gpu_share", 1, 64));
+      cfg.gpu_share = static_cast<int>(v);
+      if (cfg.gpu_share > 1 && cfg.gpus > 1) {
+        return c.Error(*n, "trial.gpu_share",
+                       "only 1-GPU trials share a GPU (this sweep has trial.gpus = " +
+                           std::to_string(cfg.gpus) + ")");
+      }
     }
     for (const char* key : {"command", "workdir", "trials_dir", "kill_grace", "timeout"}) {
       const toml::node* n = trial->get(key);

@@ -17,6 +17,7 @@
 
 #include "base/hash.h"
 #include "executor/local_executor.h"
+#include "executor/packer.h"
 #include "executor/slots.h"
 #include "search/early_stopping.h"
 #include "search/space.h"
@@ -66,9 +67,15 @@ struct Pending {
   int retries = 0;
 };
 
+// A server trials are placed on: this machine (id 0), later remote agents.
+struct ServerInfo {
+  std::string name;                   // what placements show: "local", an agent's name
+  std::vector<executor::Slot> slots;  // by the packer's slot index
+};
+
 struct RunningTrial {
   json params;
-  std::vector<int> slots;
+  executor::Placement where;  // server and slot indexes held in the packer
   std::string placement;
   double started_s = 0;
   json metrics = json::object();  // last value of each metric
@@ -78,6 +85,8 @@ struct RunningTrial {
   std::string prune_reason;  // set when early stopping asked it to stop
   size_t next_point = 0;     // see TrialTask::IsDecisionPoint
 };
+
+constexpr int kLocalServer = 0;
 
 class Coordinator {
  public:
@@ -205,11 +214,17 @@ class Coordinator {
 
  private:
   Status Prepare() {
-    slots_.emplace(executor::DiscoverLocalSlots(config_.cpu_slots));
-    if (config_.gpus > static_cast<int>(slots_->slots().size())) {
+    SWEEP_ASSIGN_OR_RETURN(packer_, executor::Packer::Create({}));
+    SWEEP_RETURN_IF_ERROR(
+        AddServer(kLocalServer, "local", executor::DiscoverLocalSlots(config_.cpu_slots)));
+    if (config_.gpus > packer_->largest_server()) {
       return Status::InvalidArgument(
           config_.path + ": trial.gpus = " + std::to_string(config_.gpus) + " but this " +
-          "machine offers " + std::to_string(slots_->slots().size()) + " slot(s)");
+          "machine offers " + std::to_string(packer_->largest_server()) + " slot(s)");
+    }
+    if (config_.gpu_share > 1 && !packer_->gpu() && options_.log != nullptr) {
+      *options_.log << "sweep: trial.gpu_share = " << config_.gpu_share
+                    << " applies to GPUs; this machine offers CPU slots, one trial each\n";
     }
     if (config_.algorithm == "grid") {
       SWEEP_ASSIGN_OR_RETURN(sampler_, search::MakeGridSampler(config_.space));
@@ -286,6 +301,21 @@ class Coordinator {
     return r;
   }
 
+  // A server joins: its slots go to the packer (GPUs grouped by their fastest link).
+  Status AddServer(int id, std::string name, std::vector<executor::Slot> slots) {
+    if (slots.empty()) return Status::InvalidArgument(name + ": offers no slot");
+    executor::Server server;
+    server.id = id;
+    if (slots[0].gpu) {
+      for (const executor::Slot& slot : slots) server.link_group.push_back(slot.link_group);
+    } else {
+      server.cpu_slots = static_cast<int>(slots.size());
+    }
+    SWEEP_RETURN_IF_ERROR(packer_->AddServer(server));
+    servers_[id] = ServerInfo{std::move(name), std::move(slots)};
+    return Status::Ok();
+  }
+
   std::string TrialDir(int64_t number) const {
     if (trials_dir_.empty()) return "";
     return trials_dir_ + "/trial-" + std::to_string(number);
@@ -337,7 +367,11 @@ class Coordinator {
       while (!stopping && static_cast<int>(running_.size()) < max_concurrent) {
         bool fresh = queue_.empty();
         if (fresh && (exhausted || next_number_ >= config_.max_trials)) break;
-        std::optional<std::vector<int>> got = slots_->Acquire(config_.gpus);
+        executor::Request request;
+        request.trial = fresh ? next_number_ : queue_.front().number;
+        request.gpus = config_.gpus;
+        request.share = packer_->gpu() ? config_.gpu_share : 1;
+        std::optional<executor::Placement> got = packer_->Place(request);
         if (!got) break;
         if (!fresh) {
           Pending p = std::move(queue_.front());
@@ -347,7 +381,7 @@ class Coordinator {
         }
         std::optional<json> params = sampler_->Sample(next_number_);
         if (!params) {
-          slots_->Release(*got);
+          (void)packer_->Release(*got);
           exhausted = true;
           break;
         }
@@ -399,20 +433,27 @@ class Coordinator {
 
   void Announce(const std::string& extra) {
     if (options_.log == nullptr) return;
-    const auto& s = slots_->slots();
     *options_.log << "sweep '" << config_.name << "': " << config_.max_trials << " trial(s), "
                   << config_.algorithm << " search, " << (config_.maximize ? "max " : "min ")
-                  << config_.metric << "; " << s.size() << " " << (s[0].gpu ? "GPU" : "CPU")
-                  << " slot(s), " << config_.gpus << " per trial; store " << store_.path() << extra
-                  << "\n";
+                  << config_.metric << "; " << packer_->total_slots() << " "
+                  << (packer_->gpu() ? "GPU" : "CPU") << " slot(s), " << config_.gpus
+                  << " per trial";
+    if (config_.gpu_share > 1 && packer_->gpu()) {
+      *options_.log << ", up to " << config_.gpu_share << " per GPU";
+    }
+    *options_.log << "; store " << store_.path() << extra << "\n";
   }
 
-  Status StartTrial(const Pending& p, std::vector<int> slots, double now, bool rerun) {
+  Status StartTrial(const Pending& p, executor::Placement where, double now, bool rerun) {
     RunningTrial t;
     t.params = p.params;
     t.retries = p.retries;
-    t.slots = std::move(slots);
-    t.placement = slots_->Placement(t.slots);
+    t.where = std::move(where);
+    const ServerInfo& server = servers_.at(t.where.server);
+    t.placement = server.name + ":";
+    for (size_t i = 0; i < t.where.gpus.size(); ++i) {
+      t.placement += (i > 0 ? "," : "") + server.slots[t.where.gpus[i]].name;
+    }
     t.started_s = now;
 
     if (rerun) {
@@ -458,16 +499,16 @@ class Coordinator {
     task.decision_points = decisions_.decision_points;
     task.decide_every_report = decisions_.decide_every_report;
     task.decide_by_epoch = decisions_.decide_by_epoch;
-    bool gpu = slots_->slots()[t.slots[0]].gpu;
-    task.threads = gpu ? 1 : static_cast<int>(t.slots.size());
+    bool gpu = server.slots[t.where.gpus[0]].gpu;
+    task.threads = gpu ? 1 : static_cast<int>(t.where.gpus.size());
     if (gpu) {
-      for (int i : t.slots) task.gpus.push_back(slots_->slots()[i].device);
+      for (int i : t.where.gpus) task.gpus.push_back(server.slots[i].device);
     }
     ++counts_.running;
     Status s = executor_->Start(task);
     if (!s.ok()) {
       // The worker could not even start: fail this trial, keep the sweep going.
-      slots_->Release(t.slots);
+      (void)packer_->Release(t.where);
       --counts_.running;
       return FinishTrial(p.number, t, TrialStatus::kFailed, s.message(), now);
     }
@@ -548,7 +589,7 @@ class Coordinator {
         }
         break;
     }
-    slots_->Release(t.slots);
+    (void)packer_->Release(t.where);
     RunningTrial done = std::move(t);
     running_.erase(it);
     --counts_.running;
@@ -625,7 +666,8 @@ class Coordinator {
   store::Store& store_;
   const RunOptions& options_;
   SweepConfig config_;
-  std::optional<executor::SlotPool> slots_;
+  std::optional<executor::Packer> packer_;  // every server's slots, free and held
+  std::map<int, ServerInfo> servers_;       // by packer server id
   std::unique_ptr<search::Sampler> sampler_;
   std::unique_ptr<search::Scheduler> scheduler_;  // null without early stopping
   executor::TrialTask decisions_;                 // only its decision-point fields are used

@@ -420,6 +420,11 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
       {"command without a metric",
        "[sweep]\nname = \"b\"\nmax_trials = 3\n[trial]\nkind = \"command\"\ncommand = [\"p\"]\n",
        {"bad.toml:1:1: sweep.metric: missing: name the metric to optimise"}},
+      {"gpu_share with a multi-GPU trial",
+       Fn({.trial = "gpus = 2\ngpu_share = 2\n"}),
+       {"bad.toml:7:13: trial.gpu_share: only 1-GPU trials share a GPU (this sweep has "
+        "trial.gpus = 2)"}},
+      {"gpu_share zero", Fn({.trial = "gpu_share = 0\n"}), {"bad.toml:6:13: trial.gpu_share"}},
       {"command keys on another kind",
        Fn({.trial = "command = [\"p\"]\n"}),
        {"bad.toml:6:11: trial.command: only for kind = \"command\""}},

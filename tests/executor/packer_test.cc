@@ -32,14 +32,43 @@ Placement MustPlace(Packer& p, const Request& r) {
 // ---- packer ----
 
 TEST(PackerTest, CreateRejectsBadClusters) {
-  EXPECT_FALSE(Packer::Create({}).ok());
   EXPECT_FALSE(Packer::Create({Flat(1, 2), Flat(1, 2)}).ok());
-  EXPECT_FALSE(Packer::Create({Flat(1, 2), Server{2, {}, 4}}).ok());
   EXPECT_FALSE(Packer::Create({Server{2, {}, 0}}).ok());
   Result<Packer> cpu = Packer::Create({Server{3, {}, 4}});
   ASSERT_TRUE(cpu.ok());
   EXPECT_FALSE(cpu->gpu());
   EXPECT_EQ(cpu->total_slots(), 4);
+}
+
+// Servers join and leave (remote agents): totals follow, a request waits for a server big
+// enough, and what was placed on a server that left cannot be released.
+TEST(PackerTest, ServersJoinAndLeave) {
+  Result<Packer> made = Packer::Create({});
+  ASSERT_TRUE(made.ok());
+  Packer& p = *made;
+  EXPECT_EQ(p.total_slots(), 0);
+  EXPECT_FALSE(p.Check(Req(1, 1)).ok());
+  EXPECT_FALSE(p.Place(Req(1, 1)).has_value());
+  ASSERT_TRUE(p.AddServer(Flat(5, 2)).ok());
+  EXPECT_FALSE(p.AddServer(Flat(5, 4)).ok());
+  ASSERT_TRUE(p.AddServer(Server{2, {}, 4}).ok());  // CPU shares beside GPUs
+  EXPECT_EQ(p.total_slots(), 6);
+  EXPECT_EQ(p.largest_server(), 4);
+  Placement a = MustPlace(p, Req(1, 3));
+  EXPECT_EQ(a.server, 2);
+  Placement b = MustPlace(p, Req(2, 1, 0, /*share=*/2));  // shared: GPUs only
+  EXPECT_EQ(b.server, 5);
+  ASSERT_TRUE(p.RemoveServer(2).ok());
+  EXPECT_EQ(p.RemoveServer(2).code(), Status::Code::kNotFound);
+  EXPECT_EQ(p.total_slots(), 2);
+  EXPECT_EQ(p.free_slots(), 1);
+  EXPECT_EQ(p.largest_server(), 2);
+  EXPECT_FALSE(p.Release(a).ok());
+  EXPECT_FALSE(p.Check(Req(3, 3)).ok());
+  ASSERT_TRUE(p.Release(b).ok());
+  EXPECT_EQ(p.free_slots(), 2);
+  ASSERT_TRUE(p.AddServer(Server{2, {}, 4}).ok());  // it comes back
+  EXPECT_EQ(MustPlace(p, Req(4, 4)).server, 2);
 }
 
 TEST(PackerTest, CheckRejectsImpossibleRequests) {

@@ -1,7 +1,7 @@
 // Packer: places gang requests (n slots at once, on one server) across many servers, and Queue,
 // which orders pending requests (priority, then arrival) and keeps big ones from starving.
 // Pure: no clocks, no I/O, no globals; the same calls give the same placements. Neither class is
-// thread-safe: the coordinator loop owns both, as it owns SlotPool.
+// thread-safe: the coordinator loop owns both.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +18,8 @@ namespace sweep::executor {
 // ---- servers and their links ----
 
 // One machine the packer places on. Its slots are its GPUs, or `cpu_slots` CPU shares when it
-// has none. A cluster is all-GPU or all-CPU.
+// has none. A cluster may mix both: a request takes n slots of one server either way (CPU
+// shares run n threads), and only GPUs are shared (gpu_share).
 struct Server {
   int id = 0;  // unique; between equally good servers the lower id wins
   // One entry per GPU: GPUs with equal values share the fastest link (NVLink, peer access).
@@ -74,9 +75,15 @@ struct PackerOptions {
 // the fullest server), else opens a free GPU chosen as for n = 1.
 class Packer {
  public:
-  // Fails (InvalidArgument) on no servers, a repeated id, a server with no slot, or a mix of
-  // GPU and CPU servers.
+  // Fails (InvalidArgument) on a repeated id or a server with no slot. No servers is allowed:
+  // servers may join later (remote agents).
   static Result<Packer> Create(std::vector<Server> servers, PackerOptions options = {});
+  // A server joins. InvalidArgument for an id already present or a server with no slot.
+  Status AddServer(const Server& server);
+  // A server leaves (its agent was lost): its slots leave the totals, held or not, and the
+  // placements on it are void (the caller forgets them; Release of one fails). NotFound for an
+  // unknown id.
+  Status RemoveServer(int server);
 
   // Ok when some server could hold the request once empty; InvalidArgument otherwise.
   Status Check(const Request& request) const;
@@ -97,7 +104,8 @@ class Packer {
   std::optional<int> SoonestToFit(const Request& request) const;
 
   int server_count() const { return static_cast<int>(servers_.size()); }
-  bool gpu() const { return gpu_; }  // false: the slots are CPU shares
+  bool gpu() const { return gpu_servers_ > 0; }  // some server offers GPUs
+  bool has_server(int server) const { return IndexOf(server) >= 0; }
   int total_slots() const { return total_slots_; }
   int free_slots() const { return free_slots_; }  // not held at all (shared GPUs count as used)
   int free_slots(int server) const;               // 0 for an unknown server
@@ -111,6 +119,7 @@ class Packer {
   };
   struct ServerState {
     int id = 0;
+    bool gpu = false;
     std::vector<int> group_of;    // slot -> dense link group
     std::vector<int> group_size;  // slots per group
     std::vector<int> group_free;  // free slots per group
@@ -138,7 +147,7 @@ class Packer {
 
   PackerOptions options_;
   std::vector<ServerState> servers_;  // ascending id
-  bool gpu_ = true;
+  int gpu_servers_ = 0;
   int total_slots_ = 0;
   int free_slots_ = 0;
   int largest_server_ = 0;

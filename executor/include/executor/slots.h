@@ -1,6 +1,6 @@
 // Slots: the units of hardware a trial is placed on. A slot is one GPU, or with no GPU one CPU
 // share (a trial with gpus = n then runs n threads). Discovery runs once at start-up; the
-// returned values are plain data. SlotPool is not thread-safe: the coordinator loop owns it.
+// returned values are plain data; executor::Packer (packer.h) allocates them.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,8 @@ struct Slot {
   std::string name;          // "gpu0", "cpu1": what the placement column shows
   std::string model;         // GPU name, empty for CPU
   int64_t memory_bytes = 0;  // GPU memory; 0 for CPU
+  // GPUs with equal values share the fastest link (peer access); 0 for CPU shares.
+  int link_group = 0;
 };
 
 // Number of CUDA devices this process can use; 0 without a driver, a device, or a CUDA build.
@@ -25,23 +27,5 @@ int CudaDeviceCount();
 // hardware thread).
 std::vector<Slot> DiscoverLocalSlots(int cpu_slots);
 int DefaultCpuSlots();
-
-// All-or-nothing allocation of n slots on this machine (gang allocation).
-class SlotPool {
- public:
-  explicit SlotPool(std::vector<Slot> slots);
-  const std::vector<Slot>& slots() const { return slots_; }
-  int free_count() const { return free_count_; }
-  // The indexes of n free slots, lowest first, or nullopt when fewer than n are free.
-  std::optional<std::vector<int>> Acquire(int n);
-  void Release(const std::vector<int>& indexes);
-  // "local:cpu0,cpu1" for the given slot indexes.
-  std::string Placement(const std::vector<int>& indexes) const;
-
- private:
-  std::vector<Slot> slots_;
-  std::vector<bool> busy_;
-  int free_count_ = 0;
-};
 
 }  // namespace sweep::executor

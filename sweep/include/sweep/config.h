@@ -53,6 +53,7 @@ struct SweepConfig {
   // [trial]
   TrialKind kind = TrialKind::kTrainer;
   int gpus = 1;                     // slots per trial
+  int gpu_share = 1;                // k > 1: up to k 1-GPU trials share one GPU (opt-in)
   int max_retries = 1;              // reruns of a trial whose worker died or hung
   double heartbeat_timeout_s = 60;  // a running worker silent this long is killed
   std::string checkpoint_dir;       // trainer trials' checkpoints; "": "<db>-checkpoints"
