@@ -388,7 +388,8 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
       std::string line;
       drawn_lines = 0;
       while (std::getline(lines, line)) {
-        frame += report::ClipColumns(line, width > 1 ? width - 1 : width) + "\n";
+        // The final table is printed whole: nothing redraws over it.
+        frame += (ended ? line : report::ClipColumns(line, width > 1 ? width - 1 : width)) + "\n";
         ++drawn_lines;
       }
       std::cout << frame << std::flush;
