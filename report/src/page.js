@@ -302,7 +302,8 @@
       Object.keys(r.params).forEach(function (k) { if (params.indexOf(k) < 0) params.push(k); });
     });
     var head = table.insertRow();
-    ['trial', data.sweep.metric, 'epochs', 'duration (s)'].concat(params).forEach(function (h) {
+    var done = data.sweep.resource === 'epoch' ? 'epochs run' : 'steps run';
+    ['trial', data.sweep.metric, done, 'duration (s)'].concat(params).forEach(function (h) {
       var th = document.createElement('th');
       th.textContent = h;
       head.appendChild(th);

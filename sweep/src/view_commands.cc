@@ -219,7 +219,9 @@ int CmdShow(const ShowArgs& a) {
       size_t cut = rest.size();
       if (report::DisplayWidth(rest) > room) {
         cut = report::ClipColumns(rest, room).size();
-        size_t space = rest.rfind(' ', cut);
+        // Break between "key value" pairs (two spaces) before breaking inside one.
+        size_t space = rest.rfind("  ", cut);
+        if (space == std::string::npos || space <= cut / 2) space = rest.rfind(' ', cut);
         if (space != std::string::npos && space > cut / 2) cut = space;
       }
       out << report::ClipColumns(head + rest.substr(0, cut), static_cast<size_t>(width)) << "\n";

@@ -386,3 +386,23 @@ TEST_F(ReportE2eTest, StatusWatchWithoutATerminalPrintsTablesOneAfterAnother) {
 
 }  // namespace
 }  // namespace sweep_e2e
+
+namespace sweep_e2e {
+namespace {
+
+TEST_F(ReportE2eTest, StatusWatchEndsWhenTheCoordinatorDied) {
+  Write("b.toml", BraninConfig("dead", 200, "max_concurrent = 1\n", "steps = 5\nstep_ms = 50\n"));
+  pid_t run = Start("run b.toml", "run.log");
+  WaitUntilRecorded("dead");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(run, SIGKILL);
+  EXPECT_EQ(Wait(run), -SIGKILL);
+  Output o = Sweep("status dead --watch --interval 0.1");
+  EXPECT_EQ(o.code, 1);
+  EXPECT_NE(o.out.find("sweep dead (running)"), std::string::npos) << o.out;
+  EXPECT_NE(o.err.find("no process runs it"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("sweep resume dead"), std::string::npos) << o.err;
+}
+
+}  // namespace
+}  // namespace sweep_e2e
