@@ -14,7 +14,7 @@ JOBS=${JOBS:-$(nproc)}
 PACKAGES=(build-essential cmake ninja-build pkg-config
           libsqlite3-dev sqlite3 libcli11-dev libtomlplusplus-dev libboost-dev
           libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
-          dataset-fashion-mnist python3)
+          dataset-fashion-mnist python3 chromium)
 # Only the peer comparison in bench/ needs these.
 BENCH_PACKAGES=(python3 python3-optuna python3-torch)
 

@@ -23,6 +23,7 @@
 #include "sweep/config.h"
 #include "sweep/coordinator.h"
 #include "trainer/trainer.h"
+#include "view_commands.h"
 
 namespace {
 
@@ -495,6 +496,8 @@ int main(int argc, char** argv) {
   add_query(list, false, false);
   auto* worker = app.add_subcommand("worker", "");  // hidden: spawned by the coordinator
   worker->group("");
+  // show, export, report and status --watch: sweep/src/view_commands.h.
+  std::unique_ptr<sweep::ViewCommands> views = sweep::AddViewCommands(app);
 
   // CLI11 says only "A subcommand is required" for a misspelt command: name it and suggest one.
   if (argc > 1 && argv[1][0] != '-') {
@@ -520,6 +523,7 @@ int main(int argc, char** argv) {
     app.exit(e);
     return kExitUsage;
   }
+  if (std::optional<int> code = views->Run()) return *code;
 
   if (worker->parsed()) {
     return sweep::executor::RunWorker(sweep::executor::kWorkerCommandFd,

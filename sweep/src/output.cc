@@ -122,4 +122,26 @@ void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& 
   }
 }
 
+void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
+                     const store::StatusCounts& counts,
+                     const std::vector<store::TrialRecord>& running,
+                     const std::vector<store::TrialRecord>& best, double now_s) {
+  const double elapsed = (sweep.ended_s ? *sweep.ended_s : now_s) - sweep.created_s;
+  const auto& c = counts;
+  out << "sweep " << sweep.name << " (" << store::ToString(sweep.status) << "), "
+      << (sweep.maximize ? "max " : "min ") << sweep.metric << ", elapsed "
+      << static_cast<int64_t>(elapsed) << " s\n"
+      << "  trials: " << c.total() << " (" << c.completed << " completed, " << c.running
+      << " running, " << c.pruned << " pruned, " << c.failed << " failed, " << c.interrupted
+      << " interrupted, " << c.pending << " pending)\n";
+  for (const auto& t : running) {
+    out << "  running: trial " << t.number << " on " << t.placement << "\n";
+  }
+  if (!best.empty()) {
+    const auto& b = best.front();
+    out << "  best: trial " << b.number << " " << sweep.metric << " = "
+        << (b.objective ? json(*b.objective).dump() : "-") << "  " << b.params_json << "\n";
+  }
+}
+
 }  // namespace sweep

@@ -21,4 +21,12 @@ void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& 
 
 std::string CsvField(const std::string& text);
 
+// The text of `sweep status`: the sweep's state and elapsed time, counts by state, the running
+// trials and their slots, the best trial. `now_s` is Unix time, for the elapsed time of a
+// sweep that has not ended.
+void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
+                     const store::StatusCounts& counts,
+                     const std::vector<store::TrialRecord>& running,
+                     const std::vector<store::TrialRecord>& best, double now_s);
+
 }  // namespace sweep

@@ -29,6 +29,25 @@ Result<std::unique_ptr<SweepLock>> SweepLock::Acquire(const std::string& db_path
   return std::unique_ptr<SweepLock>(new SweepLock(fd));
 }
 
+Result<bool> SweepLock::IsHeld(const std::string& db_path, int64_t sweep_id) {
+  const std::string path = db_path + ".lock";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return false;
+    return Status::IoError(path + ": " + std::strerror(errno));
+  }
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = sweep_id;
+  lock.l_len = 1;
+  int rc = ::fcntl(fd, F_OFD_GETLK, &lock);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::IoError(path + ": cannot test the lock: " + std::strerror(err));
+  return lock.l_type != F_UNLCK;
+}
+
 SweepLock::~SweepLock() { ::close(fd_); }
 
 std::string OwnerId() {

@@ -16,6 +16,9 @@ class SweepLock {
  public:
   // Busy when another process holds it.
   static Result<std::unique_ptr<SweepLock>> Acquire(const std::string& db_path, int64_t sweep_id);
+  // Whether some process holds the lock now, without taking it (a reader's question: is this
+  // sweep's coordinator alive?). False when the lock file does not exist.
+  static Result<bool> IsHeld(const std::string& db_path, int64_t sweep_id);
   ~SweepLock();
   SweepLock(const SweepLock&) = delete;
   SweepLock& operator=(const SweepLock&) = delete;

@@ -1,0 +1,487 @@
+// show, export, report and status --watch: reading a sweep's results, never writing them.
+// Every command opens the store read-only, so it works while the sweep runs.
+#include "view_commands.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "output.h"
+#include "report/charts.h"
+#include "report/export.h"
+#include "report/html.h"
+#include "report/sweep_data.h"
+#include "report/terminal.h"
+#include "store/store.h"
+#include "sweep/config.h"
+#include "sweep/coordinator.h"
+#include "sweep_lock.h"
+
+namespace sweep {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kExitOk = 0;
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+
+// As every other command: a user's mistake (a bad flag, an unknown sweep or trial) exits 2.
+int Fail(const Status& s) {
+  std::cerr << "sweep: " << s.message() << "\n";
+  switch (s.code()) {
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kNotFound:
+    case Status::Code::kAlreadyExists:
+      return kExitUsage;
+    default:
+      return kExitRuntime;
+  }
+}
+
+// FindSweep, with a suggestion when the name is close to one that exists.
+Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name) {
+  auto sw = st.FindSweep(name);
+  if (sw.ok() || sw.status().code() != Status::Code::kNotFound) return sw;
+  auto list = st.ListSweeps();
+  if (!list.ok()) return sw;
+  std::vector<std::string> names;
+  for (const auto& s : *list) names.push_back(s.name);
+  std::string hint = DidYouMean(name, names);
+  if (hint.empty()) return sw;
+  return sw.status().WithMessage(sw.status().message() + "; did you mean '" + hint + "'?");
+}
+
+// What the charts need from the sweep's stored config: each parameter's distribution, the
+// resource its reports count in, the rungs. A config this binary no longer accepts still gives
+// a report, with the parameters' scales guessed from their values.
+void ApplyConfig(report::SweepData& data) {
+  auto cfg =
+      ParseConfig(data.sweep.config_text, data.sweep.config_path.empty() ? data.sweep.name + ".toml"
+                                                                         : data.sweep.config_path);
+  if (!cfg.ok()) {
+    std::cerr << "sweep: the stored config of '" << data.sweep.name << "' does not parse here ("
+              << cfg.status().message() << "); parameter scales are guessed from the trials\n";
+    report::CompleteParams(data);
+    return;
+  }
+  using Kind = search::Distribution::Kind;
+  for (const search::Parameter& p : cfg->space.parameters()) {
+    const search::Distribution& d = p.distribution;
+    if (d.kind == Kind::kConstant) continue;
+    report::ParamSpec spec;
+    spec.name = p.name;
+    spec.min = d.min;
+    spec.max = d.max;
+    spec.integer = d.kind == Kind::kIntUniform || d.kind == Kind::kLogIntUniform;
+    switch (d.kind) {
+      case Kind::kLogUniform:
+      case Kind::kLogIntUniform:
+        spec.scale = report::Scale::kLog;
+        break;
+      case Kind::kCategorical:
+        spec.scale = report::Scale::kCategorical;
+        spec.values = d.values;
+        break;
+      default:
+        spec.scale = report::Scale::kLinear;
+    }
+    data.params.push_back(std::move(spec));
+  }
+  report::CompleteParams(data);
+  data.resource = cfg->kind == TrialKind::kTrainer ? "epoch" : "step";
+  const search::SchedulerConfig& es = cfg->early_stopping;
+  data.early_stopping = std::string(search::EarlyStoppingName(es.algorithm));
+  data.rungs.enabled = es.algorithm == search::EarlyStopping::kAsha ||
+                       es.algorithm == search::EarlyStopping::kHyperband;
+  data.rungs.min_resource = es.min_resource;
+  data.rungs.reduction_factor = es.reduction_factor;
+  data.rungs.max_resource = es.max_resource;
+}
+
+// Whether the sweep's trials report progress in epochs (trainer) or steps (function, command).
+bool ResourceIsEpoch(const store::SweepRecord& sweep) {
+  auto cfg = ParseConfig(sweep.config_text, sweep.config_path);
+  return !cfg.ok() || cfg->kind == TrialKind::kTrainer;
+}
+
+Result<report::SweepData> LoadView(const std::string& db, const std::string& name) {
+  SWEEP_ASSIGN_OR_RETURN(auto st, store::Store::Open(db, store::OpenMode::kReadOnly));
+  SWEEP_ASSIGN_OR_RETURN(store::SweepRecord sw, FindSweepOrSuggest(*st, name));
+  SWEEP_ASSIGN_OR_RETURN(report::SweepData data, report::LoadSweepData(*st, sw));
+  ApplyConfig(data);
+  return data;
+}
+
+// Writes `text` to `path` through a temporary file, so a reader never sees half a file.
+Status WriteFile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::IoError(path + ": cannot write: " + std::strerror(errno));
+    out << text;
+    out.flush();
+    if (!out) return Status::IoError(path + ": cannot write: " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status s = Status::IoError(path + ": cannot write: " + std::strerror(errno));
+    std::remove(tmp.c_str());
+    return s;
+  }
+  return Status::Ok();
+}
+
+std::string LocalTime(double unix_s) {
+  std::time_t t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+std::string Value(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) return report::ShortNumber(v.get<double>());
+  return v.dump();
+}
+
+// ---- show ----
+
+struct ShowArgs {
+  std::string db = "sweeps.db";
+  std::string name;
+  int64_t trial = 0;
+  bool json = false;
+};
+
+int CmdShow(const ShowArgs& a) {
+  auto st = store::Store::Open(a.db, store::OpenMode::kReadOnly);
+  if (!st.ok()) return Fail(st.status());
+  auto sw = FindSweepOrSuggest(**st, a.name);
+  if (!sw.ok()) return Fail(sw.status());
+  auto trial = (*st)->Trial(sw->id, a.trial);
+  if (!trial.ok()) return Fail(trial.status());
+  if (!trial->has_value()) {
+    auto last = (*st)->MaxTrialNumber(sw->id);
+    std::string msg = "no trial " + std::to_string(a.trial) + " in sweep '" + a.name + "'";
+    if (last.ok()) {
+      msg += *last < 0 ? " (it has no trial yet)"
+                       : " (its trials are numbered 0 to " + std::to_string(*last) + ")";
+    }
+    return Fail(Status::NotFound(msg));
+  }
+  const store::TrialRecord& t = **trial;
+  auto reports = (*st)->Reports(sw->id, t.number);
+  if (!reports.ok()) return Fail(reports.status());
+
+  if (a.json) {
+    json j = TrialJson(t);
+    j["objective"] = t.objective ? json(*t.objective) : json(nullptr);
+    j["retries"] = t.retries;
+    if (t.status == store::TrialStatus::kPruned) j["pruned_reason"] = t.error;
+    json rs = json::array();
+    for (const store::ReportRecord& r : *reports) {
+      rs.push_back({{"step", r.step},
+                    {"epoch", r.epoch},
+                    {"time", r.time_s},
+                    {"metrics", report::ParseObject(r.metrics_json)}});
+    }
+    j["reports"] = std::move(rs);
+    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    return kExitOk;
+  }
+
+  const int width = report::TerminalColumns(STDOUT_FILENO);
+  std::ostringstream out;
+  out << "trial " << t.number << " of sweep " << sw->name << ": " << store::ToString(t.status)
+      << "\n";
+  // "  key         value", the value wrapped at spaces to the terminal's width.
+  auto row = [&](const std::string& key, const std::string& value) {
+    const size_t indent = 14;
+    const size_t room = std::max<size_t>(20, static_cast<size_t>(width) - indent);
+    std::string rest = value;
+    std::string head = "  " + key + std::string(key.size() < 12 ? 12 - key.size() : 1, ' ');
+    do {
+      size_t cut = rest.size();
+      if (report::DisplayWidth(rest) > room) {
+        cut = report::ClipColumns(rest, room).size();
+        // Break between "key value" pairs (two spaces) before breaking inside one.
+        size_t space = rest.rfind("  ", cut);
+        if (space == std::string::npos || space <= cut / 2) space = rest.rfind(' ', cut);
+        if (space != std::string::npos && space > cut / 2) cut = space;
+      }
+      out << report::ClipColumns(head + rest.substr(0, cut), static_cast<size_t>(width)) << "\n";
+      rest = rest.substr(cut);
+      while (!rest.empty() && rest.front() == ' ') rest.erase(0, 1);
+      head = std::string(indent, ' ');
+    } while (!rest.empty());
+  };
+  json params = report::ParseObject(t.params_json);
+  if (params.empty()) row("params", "(none)");
+  for (auto& [k, v] : params.items())
+    row(k == params.begin().key() ? "params" : "", k + " = " + Value(v));
+  row(sw->metric, t.objective ? report::ShortNumber(*t.objective) + "  (" +
+                                    (sw->maximize ? "max" : "min") + ", last reported)"
+                              : "-");
+  json metrics = report::ParseObject(t.metrics_json);
+  std::string ms;
+  for (auto& [k, v] : metrics.items()) ms += (ms.empty() ? "" : "  ") + k + " " + Value(v);
+  if (!ms.empty()) row("metrics", ms);
+  row("placement", t.placement.empty() ? "-" : t.placement);
+  row("started", t.started_s ? LocalTime(*t.started_s) : "-");
+  row("ended", t.ended_s ? LocalTime(*t.ended_s) : "-");
+  if (t.started_s && t.ended_s) {
+    row("duration", report::ShortNumber(*t.ended_s - *t.started_s) + " s");
+  } else if (t.started_s && t.status == store::TrialStatus::kRunning) {
+    row("duration", "running for " + report::ShortNumber(NowSeconds() - *t.started_s) + " s");
+  }
+  const bool by_epoch = ResourceIsEpoch(*sw);
+  row(by_epoch ? "epochs" : "steps", report::ShortNumber(t.epochs));
+  if (t.retries > 0) row("retries", std::to_string(t.retries));
+  if (!t.error.empty()) {
+    row(t.status == store::TrialStatus::kPruned ? "pruned" : "error", t.error);
+  }
+
+  // One chart per metric the reports carry, the sweep's metric first.
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  std::vector<json> parsed;
+  for (const store::ReportRecord& r : *reports) {
+    parsed.push_back(report::ParseObject(r.metrics_json));
+    for (auto& [k, v] : parsed.back().items()) {
+      if (v.is_number() && seen.insert(k).second) names.push_back(k);
+    }
+  }
+  std::stable_partition(names.begin(), names.end(),
+                        [&](const std::string& n) { return n == sw->metric; });
+  if (reports->empty()) out << "\nno reports\n";
+  for (const std::string& name : names) {
+    std::vector<std::pair<double, double>> points;
+    for (size_t i = 0; i < reports->size(); ++i) {
+      auto v = report::NumberIn(parsed[i], name);
+      const double x = by_epoch ? (*reports)[i].epoch : static_cast<double>((*reports)[i].step);
+      points.emplace_back(x, v ? *v : std::nan(""));
+    }
+    report::LineChartOptions o;
+    o.width = width;
+    o.height = 4;
+    o.x_label = by_epoch ? "epoch" : "step";
+    const auto& last = points.back();
+    o.title = name + "  (" + std::to_string(points.size()) + " reports, last " +
+              report::ShortNumber(last.second) + ")";
+    out << "\n" << report::LineChart(points, o);
+  }
+  std::cout << out.str();
+  return kExitOk;
+}
+
+// ---- export ----
+
+struct ExportArgs {
+  std::string db = "sweeps.db";
+  std::string name;
+  std::string format = "csv";
+  bool reports = false;
+  std::string output;
+};
+
+int CmdExport(const ExportArgs& a) {
+  auto data = LoadView(a.db, a.name);
+  if (!data.ok()) return Fail(data.status());
+  report::Table table = a.reports ? report::ReportsTable(*data) : report::TrialsTable(*data);
+  std::ostringstream text;
+  if (a.format == "json") {
+    report::WriteJson(text, table);
+  } else {
+    report::WriteCsv(text, table);
+  }
+  if (a.output.empty() || a.output == "-") {
+    std::cout << text.str();
+    return kExitOk;
+  }
+  Status s = WriteFile(a.output, text.str());
+  if (!s.ok()) return Fail(s);
+  std::cerr << "wrote " << a.output << ": " << table.rows.size()
+            << (a.reports ? " reports" : " trials") << ", " << table.columns.size() << " columns\n";
+  return kExitOk;
+}
+
+// ---- report ----
+
+struct ReportArgs {
+  std::string db = "sweeps.db";
+  std::string name;
+  std::string output;
+  int top = 10;
+};
+
+int CmdReport(const ReportArgs& a) {
+  const auto start = std::chrono::steady_clock::now();
+  auto data = LoadView(a.db, a.name);
+  if (!data.ok()) return Fail(data.status());
+  report::ReportOptions options;
+  options.top_curves = a.top;
+  const std::string html = report::RenderHtml(*data, options);
+  const std::string path = a.output.empty() ? a.name + ".html" : a.output;
+  Status s = WriteFile(path, html);
+  if (!s.ok()) return Fail(s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cerr << "wrote " << path << ": " << data->trials.size() << " trials, "
+            << data->reports.size() << " reports, " << (html.size() + 1023) / 1024 << " KiB in "
+            << report::ShortNumber(seconds) << " s\n";
+  return kExitOk;
+}
+
+// ---- status --watch ----
+
+struct WatchArgs {
+  bool watch = false;
+  double interval_s = 2;
+};
+
+int CmdWatch(const std::string& db, const std::string& name, double interval_s) {
+  auto st = store::Store::Open(db, store::OpenMode::kReadOnly);
+  if (!st.ok()) return Fail(st.status());
+  const bool terminal = ::isatty(STDOUT_FILENO) != 0;
+  size_t drawn_lines = 0;
+  int ownerless = 0;  // polls in a row that found a running sweep with no process holding it
+  while (true) {
+    auto sw = FindSweepOrSuggest(**st, name);
+    if (!sw.ok()) return Fail(sw.status());
+    auto counts = (*st)->CountByStatus(sw->id);
+    if (!counts.ok()) return Fail(counts.status());
+    store::TrialQuery q;
+    q.status = store::TrialStatus::kRunning;
+    auto running = (*st)->Trials(sw->id, q);
+    if (!running.ok()) return Fail(running.status());
+    auto best = (*st)->BestTrials(sw->id, sw->maximize, 1);
+    if (!best.ok()) return Fail(best.status());
+    std::ostringstream table;
+    PrintStatusText(table, *sw, *counts, *running, *best, NowSeconds());
+
+    const bool ended = sw->status != store::SweepStatus::kRunning;
+    if (!ended) {
+      auto held = SweepLock::IsHeld(db, sw->id);
+      ownerless = held.ok() && !*held ? ownerless + 1 : 0;
+    }
+    if (terminal) {
+      // Redraw in place: back to the first line drawn last time, clear to the end, draw again.
+      // Lines are clipped to the terminal's width so that none wraps and the count holds.
+      const size_t width = static_cast<size_t>(report::TerminalColumns(STDOUT_FILENO));
+      std::string frame;
+      if (drawn_lines > 0) frame += "\033[" + std::to_string(drawn_lines) + "F";
+      frame += "\033[J";
+      std::istringstream lines(table.str());
+      std::string line;
+      drawn_lines = 0;
+      while (std::getline(lines, line)) {
+        // The final table is printed whole: nothing redraws over it.
+        frame += (ended ? line : report::ClipColumns(line, width > 1 ? width - 1 : width)) + "\n";
+        ++drawn_lines;
+      }
+      std::cout << frame << std::flush;
+    } else {
+      std::cout << table.str() << "\n" << std::flush;
+    }
+    if (ended) return kExitOk;
+    if (ownerless >= 2) {
+      std::cerr << "sweep: '" << name
+                << "' is marked running but no process runs it (its coordinator died); "
+                   "continue it with `sweep resume "
+                << name << "`\n";
+      return kExitRuntime;
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+  }
+}
+
+// ---- registration ----
+
+class ViewCommandsImpl final : public ViewCommands {
+ public:
+  explicit ViewCommandsImpl(CLI::App& app) {
+    show_cmd_ = app.add_subcommand("show", "one trial: parameters, state, timings, metric curves");
+    show_cmd_->add_option("NAME", show_.name, "sweep name")->required();
+    show_cmd_->add_option("TRIAL", show_.trial, "trial number")
+        ->required()
+        ->check(CLI::NonNegativeNumber);
+    show_cmd_->add_option("--db", show_.db, "SQLite file")->capture_default_str();
+    show_cmd_->add_flag("--json", show_.json, "JSON output, with every report");
+    show_cmd_->footer("Example: sweep show fashion-mlp 7");
+
+    export_cmd_ = app.add_subcommand("export", "every trial (or report) as CSV or JSON");
+    export_cmd_->add_option("NAME", export_.name, "sweep name")->required();
+    export_cmd_->add_option("--format", export_.format, "csv or json")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"csv", "json"}));
+    export_cmd_->add_flag("--reports", export_.reports, "one row per report instead of per trial");
+    export_cmd_->add_option("-o,--output", export_.output, "file to write (default: stdout)");
+    export_cmd_->add_option("--db", export_.db, "SQLite file")->capture_default_str();
+    export_cmd_->footer(
+        "Columns: trial, status, objective, ..., param.<name>, metric.<name>, error.\n"
+        "Example: sweep export fashion-mlp --format csv -o trials.csv   "
+        "(pandas: pd.read_csv(\"trials.csv\"))");
+
+    report_cmd_ = app.add_subcommand("report", "one self-contained HTML page of a sweep's results");
+    report_cmd_->add_option("NAME", report_.name, "sweep name")->required();
+    report_cmd_->add_option("-o,--output", report_.output, "HTML file (default: NAME.html)");
+    report_cmd_->add_option("--top", report_.top, "learning curves of this many best trials")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 1000));
+    report_cmd_->add_option("--db", report_.db, "SQLite file")->capture_default_str();
+    report_cmd_->footer("Example: sweep report fashion-mlp -o report.html");
+
+    status_cmd_ = app.get_subcommand("status");
+    auto* watch = status_cmd_->add_flag("--watch", watch_.watch,
+                                        "refresh until the sweep ends, then print the final table");
+    status_cmd_
+        ->add_option("--interval", watch_.interval_s, "seconds between refreshes with --watch")
+        ->capture_default_str()
+        ->check(CLI::Range(0.01, 86400.0));
+    if (auto* json_flag = status_cmd_->get_option_no_throw("--json")) watch->excludes(json_flag);
+  }
+
+  std::optional<int> Run() override {
+    if (show_cmd_->parsed()) return CmdShow(show_);
+    if (export_cmd_->parsed()) return CmdExport(export_);
+    if (report_cmd_->parsed()) return CmdReport(report_);
+    if (status_cmd_->parsed() && watch_.watch) {
+      return CmdWatch(status_cmd_->get_option("--db")->as<std::string>(),
+                      status_cmd_->get_option("NAME")->as<std::string>(), watch_.interval_s);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  CLI::App* show_cmd_ = nullptr;
+  CLI::App* export_cmd_ = nullptr;
+  CLI::App* report_cmd_ = nullptr;
+  CLI::App* status_cmd_ = nullptr;
+  ShowArgs show_;
+  ExportArgs export_;
+  ReportArgs report_;
+  WatchArgs watch_;
+};
+
+}  // namespace
+
+std::unique_ptr<ViewCommands> AddViewCommands(CLI::App& app) {
+  return std::make_unique<ViewCommandsImpl>(app);
+}
+
+}  // namespace sweep
