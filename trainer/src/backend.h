@@ -45,6 +45,12 @@ struct GroupSpec {
   // a row double it.
   float initial_loss_scale = 65536.0f;
   int loss_scale_window = 2000;
+  // GPU, fp32: GEMMs on tensor cores in TF32 (10-bit mantissa products); false: exact fp32.
+  bool tf32 = true;
+  // Several GPUs: the least floats in one all-reduce bucket (layers join from the output down
+  // until a bucket holds this many). 4 MiB: near NCCL's bus bandwidth, small enough that
+  // several start while backward runs on a large model. 1: one bucket per layer.
+  int64_t bucket_floats = int64_t{1} << 20;
 };
 
 // One optimizer step's scalars, the same on every rank.

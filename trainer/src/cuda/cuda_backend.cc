@@ -45,12 +45,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// TF32 GEMMs in fp32 mode: fp32 storage and accumulation, 10-bit mantissa products.
-constexpr bool kTf32 = true;
-// Gradient buckets of at least 4 MiB (1M floats): large enough that NCCL runs near its bus
-// bandwidth, small enough that several start while backward still runs on a large model.
-constexpr int64_t kBucketFloats = int64_t{1} << 20;
-
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -267,7 +261,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
 
   CudaReplicaGroup(const GroupSpec& spec, std::vector<int> devices)
       : spec_(spec),
-        buckets_(MakeGradBuckets(spec.shape, kBucketFloats)),
+        buckets_(MakeGradBuckets(spec.shape, spec.bucket_floats)),
         team_(static_cast<int>(devices.size())),
         ranks_(devices.size()) {
     for (size_t i = 0; i < devices.size(); ++i) ranks_[i].device = devices[i];
@@ -304,7 +298,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
     SWEEP_RETURN_IF_ERROR(SetDevice(rank));
     CUDA_CHECK(cudaStreamCreateWithFlags(&r.compute, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
-    SWEEP_RETURN_IF_ERROR(CreateBlasHandle(r.compute, kTf32, &r.blas));
+    SWEEP_RETURN_IF_ERROR(CreateBlasHandle(r.compute, spec_.tf32, &r.blas));
     SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(spec_.shape, spec_.act, spec_.max_rows,
                                                 spec_.dropout, spec_.precision, r.compute, r.blas));
     const int slots = spec_.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
