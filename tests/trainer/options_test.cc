@@ -175,7 +175,7 @@ TEST(Options, DatasetDirectory) {
 TEST(Options, MetricNames) {
   const auto& m = MetricNames();
   for (const char* name : {"train_loss", "val_loss", "val_acc", "samples_per_s", "data_wait_s",
-                           "epoch_s", "allreduce_s", "lr", "test_acc"}) {
+                           "epoch_s", "allreduce_s", "lr", "skipped_steps", "test_acc"}) {
     EXPECT_NE(std::find(m.begin(), m.end(), name), m.end()) << name;
   }
 }
