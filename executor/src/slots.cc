@@ -3,7 +3,11 @@
 // runtime fails softly (no driver, no device) and we then offer CPU slots.
 #include "executor/slots.h"
 
+#include <algorithm>
+#include <climits>
 #include <thread>
+
+#include "executor/packer.h"
 
 #ifdef SWEEP_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -24,10 +28,65 @@ int CudaDeviceCount() {
 #endif
 }
 
+std::vector<int> LinkGroupsFromPeers(const std::vector<std::vector<bool>>& peer,
+                                     const std::vector<std::vector<int>>& rank) {
+  const size_t n = peer.size();
+  std::vector<int> alone(n);
+  for (size_t i = 0; i < n; ++i) alone[i] = static_cast<int>(i);
+  if (rank.size() != n) return alone;
+  for (size_t i = 0; i < n; ++i) {
+    if (peer[i].size() != n || rank[i].size() != n) return alone;
+  }
+  // No peer access is worse than every rank CUDA reports; with none at all, nothing is joined.
+  bool any = false;
+  std::vector<std::vector<int>> link(n, std::vector<int>(n, INT_MAX));
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i == j || !peer[i][j] || !peer[j][i]) continue;
+      link[i][j] = std::max(0, std::min(rank[i][j], INT_MAX - 1));
+      any = true;
+    }
+  }
+  return any ? LinkGroupsFromRanks(link) : alone;
+}
+
 int DefaultCpuSlots() {
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
 }
+
+namespace {
+
+// What this machine's CUDA runtime says about every pair of GPUs; a pair it cannot answer for
+// counts as having no peer access.
+std::vector<int> LocalLinkGroups(int gpus) {
+  const size_t n = static_cast<size_t>(gpus);
+  std::vector<std::vector<bool>> peer(n, std::vector<bool>(n, false));
+  std::vector<std::vector<int>> rank(n, std::vector<int>(n, 0));
+#ifdef SWEEP_HAVE_CUDA
+  for (int i = 0; i < gpus; ++i) {
+    for (int j = 0; j < gpus; ++j) {
+      if (i == j) continue;
+      int can = 0, perf = 0;
+      const size_t a = static_cast<size_t>(i), b = static_cast<size_t>(j);
+      if (cudaDeviceCanAccessPeer(&can, i, j) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      if (can == 0) continue;
+      if (cudaDeviceGetP2PAttribute(&perf, cudaDevP2PAttrPerformanceRank, i, j) != cudaSuccess) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      peer[a][b] = true;
+      rank[a][b] = perf;
+    }
+  }
+#endif
+  return LinkGroupsFromPeers(peer, rank);
+}
+
+}  // namespace
 
 std::vector<Slot> DiscoverLocalSlots(int cpu_slots) {
   std::vector<Slot> slots;
@@ -43,11 +102,18 @@ std::vector<Slot> DiscoverLocalSlots(int cpu_slots) {
     if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) {
       s.model = prop.name;
       s.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+      s.compute_capability = prop.major * 10 + prop.minor;
+    } else {
+      (void)cudaGetLastError();
     }
 #endif
     slots.push_back(s);
   }
-  if (!slots.empty()) return slots;
+  if (!slots.empty()) {
+    const std::vector<int> groups = LocalLinkGroups(gpus);
+    for (size_t i = 0; i < slots.size(); ++i) slots[i].link_group = groups[i];
+    return slots;
+  }
   int n = cpu_slots > 0 ? cpu_slots : DefaultCpuSlots();
   for (int i = 0; i < n; ++i) {
     Slot s;

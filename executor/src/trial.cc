@@ -104,6 +104,8 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
     options.replicas =
         task.gpus.empty() ? std::max(1, task.threads) : static_cast<int>(task.gpus.size());
   }
+  // The trial's slots are the GPUs its replicas train on.
+  if (!task.gpus.empty()) options.devices = task.gpus;
   Status valid = trainer::Validate(options);
   if (!valid.ok()) return Failed(valid.message());
 
@@ -111,6 +113,7 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
     json metrics = {{"train_loss", r.train_loss},   {"samples_per_s", r.samples_per_s},
                     {"data_wait_s", r.data_wait_s}, {"epoch_s", r.epoch_s},
                     {"allreduce_s", r.allreduce_s}, {"lr", r.lr}};
+    metrics["skipped_steps"] = r.skipped_steps;
     if (std::isfinite(r.val_loss)) metrics["val_loss"] = r.val_loss;
     if (std::isfinite(r.val_acc)) metrics["val_acc"] = r.val_acc;
     sink(r.step, r.epoch, metrics);

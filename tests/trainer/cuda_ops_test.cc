@@ -1,10 +1,16 @@
 // Every CUDA kernel against the CPU kernel of the same name, on random inputs with odd shapes.
 // Errors are normalised: |gpu - cpu|_2 / |cpu|_2. Tolerances: exact-fp32 GEMMs 1e-5 (summation
-// order only), TF32 GEMMs 5e-3 (10-bit mantissa products), elementwise kernels 1e-5 (CUDA's
-// tanhf/expf against the CPU's rational tanh and std::exp), dropout masks and counts exact.
-// Skipped (GTEST_SKIP) where no CUDA device is present; ctest label `gpu`.
+// order only), TF32 GEMMs 5e-3 (10-bit mantissa products), bf16-input GEMMs 1e-2 (8-bit
+// significands: each input off by up to 2^-9 relative, about 2.3e-3 rms on a product of two),
+// fp16-input GEMMs 2e-3 (11-bit: 2^-12 per input), elementwise kernels 1e-5 (CUDA's tanhf/expf
+// against the CPU's rational tanh and std::exp), dropout masks, bf16 casts and counts exact.
+// Each comparison prints its error and bound. Skipped (GTEST_SKIP) where no CUDA device is
+// present; ctest label `gpu`.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "cpu/ops.h"
@@ -31,6 +37,54 @@ double NormErr(const std::vector<float>& gpu, const std::vector<float>& cpu) {
     ref += double{cpu[i]} * cpu[i];
   }
   return std::sqrt(diff) / std::max(std::sqrt(ref), 1e-30);
+}
+
+// Prints what is compared, then checks it: the GPU run's log then shows every margin.
+void ExpectErr(const char* what, double err, double bound) {
+  std::printf("  %-44s normalised error %.3g (bound %.3g)\n", what, err, bound);
+  EXPECT_LT(err, bound) << what;
+}
+
+// The bf16 nearest to x, ties to even (finite x), as its bits: the reference for the cast.
+uint16_t HostBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float FromBf16(uint16_t h) {
+  const uint32_t bits = uint32_t{h} << 16;
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+float FromFp16(uint16_t h) {
+  const int sign = h >> 15, exp = (h >> 10) & 0x1F, frac = h & 0x3FF;
+  float v;
+  if (exp == 0) {
+    v = std::ldexp(static_cast<float>(frac), -24);
+  } else if (exp == 31) {
+    v = frac == 0 ? std::numeric_limits<float>::infinity()
+                  : std::numeric_limits<float>::quiet_NaN();
+  } else {
+    v = std::ldexp(static_cast<float>(frac + 1024), exp - 25);
+  }
+  return sign ? -v : v;
+}
+
+std::vector<uint16_t> HostBf16(const std::vector<float>& x) {
+  std::vector<uint16_t> out;
+  for (float v : x) out.push_back(HostBf16(v));
+  return out;
+}
+
+// The fp32 values a 16-bit array holds.
+std::vector<float> Widen(const std::vector<uint16_t>& h, HalfType type) {
+  std::vector<float> out;
+  for (uint16_t v : h) out.push_back(type == HalfType::kBf16 ? FromBf16(v) : FromFp16(v));
+  return out;
 }
 
 template <typename T>
@@ -194,6 +248,141 @@ TEST_F(CudaOps, DropoutMatchesCpuBitForBit) {
   auto d_d = Up(g);
   ASSERT_TRUE(dropout_backward(d_d.data(), d_mask.data(), B * C, nullptr).ok());
   EXPECT_EQ(Down(d_d), d);
+}
+
+// A wide layer: the column sums run as 32-column blocks of 16 row groups.
+TEST_F(CudaOps, BiasBackwardWideLayer) {
+  const int rows = 300, cols = 1000;
+  const auto g = Random(static_cast<size_t>(rows) * cols, 16), db0 = Random(cols, 17);
+  for (bool accumulate : {false, true}) {
+    std::vector<float> d = g, db = db0;
+    const std::vector<float> none(static_cast<size_t>(rows) * cols);
+    cpu::bias_act_backward(d.data(), db.data(), none.data(), none.data(), rows, cols,
+                           Activation::kNone, accumulate);
+    auto d_d = Up(g), d_db = Up(db0), d_none = Up(none);
+    ASSERT_TRUE(bias_act_backward(d_d.data(), d_db.data(), d_none.data(), d_none.data(), rows, cols,
+                                  Activation::kNone, nullptr, accumulate)
+                    .ok());
+    ExpectErr(accumulate ? "column sums 300x1000, accumulate" : "column sums 300x1000",
+              NormErr(Down(d_db), db), 1e-5);
+  }
+}
+
+TEST_F(CudaOps, CastToHalf) {
+  std::vector<float> x = Random(4099, 18, 100.0);
+  x[0] = 0.0f;
+  x[1] = -0.0f;
+  x[2] = 1.0f + 1.0f / 256;  // halfway between two bf16 values: ties to even (1.0)
+  x[3] = 1e-30f;             // below fp16's smallest subnormal: 0 there
+  auto d_x = Up(x);
+  for (HalfType type : {HalfType::kBf16, HalfType::kFp16}) {
+    auto d_h = Up(std::vector<uint16_t>(x.size()));
+    ASSERT_TRUE(
+        cast_to_half(d_h.data(), d_x.data(), static_cast<int64_t>(x.size()), type, nullptr).ok());
+    const std::vector<uint16_t> h = Down(d_h);
+    if (type == HalfType::kBf16) {
+      EXPECT_EQ(h, HostBf16(x)) << "bf16 bits differ from round-to-nearest-even";
+      EXPECT_EQ(FromBf16(h[2]), 1.0f);
+    }
+    // Every value within half a unit in the last place of its format.
+    const double ulp = type == HalfType::kBf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    const std::vector<float> back = Widen(h, type);
+    double worst = 0;
+    for (size_t i = 4; i < x.size(); ++i) {
+      worst = std::max(worst, std::abs(double{back[i]} - x[i]) / std::abs(double{x[i]}));
+    }
+    std::printf("  cast to %s: worst relative error %.3g (bound %.3g)\n",
+                type == HalfType::kBf16 ? "bf16" : "fp16", worst, ulp / 2 * 1.0001);
+    EXPECT_LE(worst, ulp / 2 * 1.0001);
+    EXPECT_EQ(back[0], 0.0f);
+    EXPECT_EQ(back[3], 0.0f);
+  }
+  // Beyond fp16's largest finite value (65504): inf, which is what loss scaling detects.
+  auto d_big = Up(std::vector<float>{70000.0f, -1e9f});
+  auto d_h = Up(std::vector<uint16_t>(2));
+  ASSERT_TRUE(cast_to_half(d_h.data(), d_big.data(), 2, HalfType::kFp16, nullptr).ok());
+  const std::vector<float> big = Widen(Down(d_h), HalfType::kFp16);
+  EXPECT_EQ(big[0], std::numeric_limits<float>::infinity());
+  EXPECT_EQ(big[1], -std::numeric_limits<float>::infinity());
+}
+
+// The 16-bit GEMMs against the CPU's fp32 GEMM on the same (unrounded) inputs.
+TEST_F(CudaOps, MatmulHalfForwardAndBackward) {
+  const auto inp = Random(B * C, 1), w = Random(OC * C, 2), dout = Random(B * OC, 3);
+  std::vector<float> out(B * OC), dinp(B * C);
+  const auto dw0 = Random(OC * C, 4);
+  cpu::matmul_forward(out.data(), inp.data(), w.data(), B, C, OC);
+  auto d_inp = Up(inp), d_w = Up(w), d_dout = Up(dout);
+  for (HalfType type : {HalfType::kBf16, HalfType::kFp16}) {
+    const bool bf16 = type == HalfType::kBf16;
+    const double bound = bf16 ? 1e-2 : 2e-3;
+    auto h_inp = Up(std::vector<uint16_t>(B * C)), h_w = Up(std::vector<uint16_t>(OC * C));
+    auto h_dout = Up(std::vector<uint16_t>(B * OC));
+    ASSERT_TRUE(cast_to_half(h_inp.data(), d_inp.data(), B * C, type, nullptr).ok());
+    ASSERT_TRUE(cast_to_half(h_w.data(), d_w.data(), OC * C, type, nullptr).ok());
+    ASSERT_TRUE(cast_to_half(h_dout.data(), d_dout.data(), B * OC, type, nullptr).ok());
+    auto d_out = Up(std::vector<float>(B * OC));
+    ASSERT_TRUE(
+        matmul_forward_half(fp32_, d_out.data(), h_inp.data(), h_w.data(), B, C, OC, type).ok());
+    ExpectErr(bf16 ? "matmul_forward_half bf16" : "matmul_forward_half fp16",
+              NormErr(Down(d_out), out), bound);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> dw = dw0;
+      cpu::matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), B, C, OC,
+                           accumulate);
+      auto d_dw = Up(dw0), d_dinp = Up(std::vector<float>(B * C));
+      ASSERT_TRUE(matmul_backward_half(fp32_, d_dinp.data(), d_dw.data(), h_dout.data(),
+                                       h_inp.data(), h_w.data(), B, C, OC, type, accumulate)
+                      .ok());
+      ExpectErr(bf16 ? "matmul_backward_half bf16 dinp" : "matmul_backward_half fp16 dinp",
+                NormErr(Down(d_dinp), dinp), bound);
+      ExpectErr(bf16 ? "matmul_backward_half bf16 dweight" : "matmul_backward_half fp16 dweight",
+                NormErr(Down(d_dw), dw), bound);
+    }
+  }
+}
+
+// fp16's loss scaling, kernel by kernel: scale, unscale and detect, skip, and the scale's walk.
+TEST_F(CudaOps, LossScaling) {
+  const auto g = Random(1000, 19);
+  auto d_g = Up(g);
+  auto d_scale = Up(std::vector<float>{1024.0f});
+  ASSERT_TRUE(scale_by(d_g.data(), 1000, d_scale.data(), nullptr).ok());
+  auto d_found = Up(std::vector<int>{0});
+  ASSERT_TRUE(unscale_check(d_g.data(), 1000, d_scale.data(), d_found.data(), nullptr).ok());
+  EXPECT_EQ(Down(d_g), g);  // times 1024, then divided by it: exact in binary
+  EXPECT_EQ(Down(d_found)[0], 0);
+
+  std::vector<float> bad = g;
+  bad[517] = std::numeric_limits<float>::infinity();
+  auto d_bad = Up(bad);
+  ASSERT_TRUE(unscale_check(d_bad.data(), 1000, d_scale.data(), d_found.data(), nullptr).ok());
+  EXPECT_EQ(Down(d_found)[0], 1);
+  // A set flag makes the optimizers change nothing.
+  const auto p0 = Random(1000, 20);
+  auto d_p = Up(p0), d_vel = Up(std::vector<float>(1000)), d_v = Up(std::vector<float>(1000));
+  ASSERT_TRUE(sgd_update(d_p.data(), d_vel.data(), d_bad.data(), 1000, 0.1f, 0.9f, 0, false,
+                         nullptr, d_found.data())
+                  .ok());
+  ASSERT_TRUE(adamw_update(d_p.data(), d_vel.data(), d_v.data(), d_bad.data(), 1000, 0.1f, 0.9f,
+                           0.999f, 1e-8f, 0.01f, 1, nullptr, d_found.data())
+                  .ok());
+  EXPECT_EQ(Down(d_p), p0);
+
+  // window 2: overflow halves and counts; two good steps double; the flag is cleared each time.
+  auto d_good = Up(std::vector<int>{0});
+  auto d_skipped = Up(std::vector<unsigned long long>{0});
+  const int found_seq[] = {1, 0, 0, 1, 0};
+  const float scale_seq[] = {512, 512, 1024, 512, 512};
+  for (int i = 0; i < 5; ++i) {
+    auto d_flag = Up(std::vector<int>{found_seq[i]});
+    ASSERT_TRUE(update_loss_scale(d_scale.data(), d_good.data(), d_flag.data(), d_skipped.data(), 2,
+                                  nullptr)
+                    .ok());
+    EXPECT_EQ(Down(d_scale)[0], scale_seq[i]) << "after update " << i;
+    EXPECT_EQ(Down(d_flag)[0], 0);
+  }
+  EXPECT_EQ(Down(d_skipped)[0], 2u);
 }
 
 TEST_F(CudaOps, EmptyBatchesLaunchNothing) {

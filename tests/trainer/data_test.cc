@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -471,6 +472,58 @@ TEST(Batcher, EveryConsumerSeesEveryBatch) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(bad, (std::vector<int>{0, 0, 0}));
   }
+}
+
+// A backend's allocator (pinned memory on a GPU) holds every slot, and gets each one back.
+TEST(Batcher, SlotsComeFromTheGivenAllocator) {
+  class CountingAllocator final : public HostAllocator {
+   public:
+    void* Allocate(size_t bytes) override {
+      ++live;
+      blocks.emplace_back(new char[bytes]);
+      return blocks.back().get();
+    }
+    void Free(void* p) override {
+      --live;
+      for (const auto& b : blocks) freed += b.get() == p;
+    }
+    int live = 0, freed = 0;
+    std::vector<std::unique_ptr<char[]>> blocks;
+  };
+  Dataset meta;
+  meta.n = 8;
+  meta.dim = 3;
+  meta.num_classes = 8;
+  std::vector<float> features;
+  std::vector<int32_t> labels;
+  for (int i = 0; i < 8; ++i) {
+    for (int d = 0; d < 3; ++d) features.push_back(static_cast<float>(10 * i + d));
+    labels.push_back(i);
+  }
+  const DatasetPtr ds = MakeDataset(meta, {}, std::move(features), std::move(labels));
+  std::vector<int32_t> order = {7, 6, 5, 4, 3, 2, 1, 0};
+  CountingAllocator alloc;
+  {
+    Batcher batcher(ds, 2, /*consumers=*/1, /*depth=*/2, /*lag=*/0, &alloc);
+    EXPECT_EQ(alloc.live, 3);  // depth + the one the consumer holds
+    batcher.StartEpoch(order.data(), 4);
+    double wait = 0;
+    for (int s = 0; s < 4; ++s) {
+      const Batcher::Batch b = batcher.Next(0, &wait);
+      bool inside = false;
+      for (const auto& block : alloc.blocks) {
+        inside = inside || reinterpret_cast<const char*>(b.x) == block.get();
+      }
+      EXPECT_TRUE(inside) << "batch " << s << " is not in an allocated block";
+      for (int i = 0; i < 2; ++i) {
+        const int32_t row = order[static_cast<size_t>(2 * s + i)];
+        EXPECT_EQ(b.y[i], row);
+        EXPECT_EQ(b.x[3 * i + 2], static_cast<float>(10 * row + 2));
+      }
+    }
+  }
+  EXPECT_EQ(alloc.live, 0);
+  EXPECT_EQ(alloc.freed, 3);
 }
 
 }  // namespace

@@ -378,5 +378,50 @@ TEST(Init, SeededScaledAndPadded) {
   EXPECT_NEAR(std::sqrt(sq / (128 * 10)), std::sqrt(2.0 / (128 + 10)), 0.01);
 }
 
+// The GPU all-reduce's buckets: contiguous, covering the buffer once, in backward's order.
+TEST(GradBuckets, CoverTheBufferInBackwardOrder) {
+  const MlpShape s = MlpShape::Make(784, {4096, 4096, 4096, 4096}, 10);
+  for (int64_t min_floats : {int64_t{0}, int64_t{1} << 20, int64_t{1} << 24, int64_t{1} << 40}) {
+    const std::vector<GradBucket> b = MakeGradBuckets(s, min_floats);
+    ASSERT_FALSE(b.empty());
+    EXPECT_EQ(b.front().last_layer, s.layers() - 1);
+    EXPECT_EQ(b.front().end, s.num_params);
+    EXPECT_EQ(b.back().first_layer, 0);
+    EXPECT_EQ(b.back().begin, 0);
+    for (size_t i = 0; i < b.size(); ++i) {
+      EXPECT_EQ(b[i].begin, s.layer_begin(b[i].first_layer));
+      EXPECT_EQ(b[i].end, s.layer_end(b[i].last_layer));
+      if (i + 1 < b.size()) {
+        EXPECT_EQ(b[i + 1].last_layer, b[i].first_layer - 1) << min_floats;
+        EXPECT_EQ(b[i + 1].end, b[i].begin) << min_floats;
+        // Every bucket but the input layer's holds at least min_floats.
+        EXPECT_GE(b[i].end - b[i].begin, min_floats);
+      }
+    }
+  }
+  // One per layer when any size will do; everything in one when none is big enough.
+  EXPECT_EQ(MakeGradBuckets(s, 0).size(), 5u);
+  EXPECT_EQ(MakeGradBuckets(s, int64_t{1} << 40).size(), 1u);
+  // 4 MiB buckets: the 10-class head joins the last hidden layer; the others stand alone.
+  const std::vector<GradBucket> mib = MakeGradBuckets(s, int64_t{1} << 20);
+  ASSERT_EQ(mib.size(), 4u);
+  EXPECT_EQ(mib[0].first_layer, 3);
+  EXPECT_EQ(mib[0].last_layer, 4);
+  // The Fashion-MNIST MLP is one bucket at that size: nothing to overlap, one NCCL call.
+  EXPECT_EQ(MakeGradBuckets(MlpShape::Make(784, {256, 128}, 10), int64_t{1} << 20).size(), 1u);
+}
+
+TEST(Precision, Names) {
+  Precision p = Precision::kFp32;
+  EXPECT_TRUE(ParsePrecision("bf16", &p));
+  EXPECT_EQ(p, Precision::kBf16);
+  EXPECT_TRUE(ParsePrecision("fp16", &p));
+  EXPECT_EQ(p, Precision::kFp16);
+  EXPECT_TRUE(ParsePrecision("fp32", &p));
+  EXPECT_EQ(p, Precision::kFp32);
+  EXPECT_FALSE(ParsePrecision("FP32", &p));
+  EXPECT_FALSE(ParsePrecision("tf32", &p));
+}
+
 }  // namespace
 }  // namespace sweep::trainer::cpu

@@ -60,6 +60,8 @@ TEST(Options, EveryKeyApplies) {
       {"base_batch", 256},
       {"accum_steps", 2},
       {"replicas", 2},
+      {"backend", "cuda"},
+      {"devices", {3, 1}},
       {"checkpoint_path", "/tmp/x.ckpt"},
       {"checkpoint_every", 2},
       {"cache_dir", "/tmp/cache"}};
@@ -69,6 +71,8 @@ TEST(Options, EveryKeyApplies) {
     EXPECT_TRUE(s.ok()) << key << ": " << s.message();
   }
   EXPECT_EQ(values.size(), OptionKeys().size());
+  EXPECT_EQ(o.backend, "cuda");
+  EXPECT_EQ(o.devices, (std::vector<int>{3, 1}));
   EXPECT_EQ(o.dataset.format, "csv");
   EXPECT_EQ(o.dataset.train_images, "a.csv");
   EXPECT_EQ(o.dataset.label_column, -1);
@@ -171,7 +175,7 @@ TEST(Options, DatasetDirectory) {
 TEST(Options, MetricNames) {
   const auto& m = MetricNames();
   for (const char* name : {"train_loss", "val_loss", "val_acc", "samples_per_s", "data_wait_s",
-                           "epoch_s", "allreduce_s", "lr", "test_acc"}) {
+                           "epoch_s", "allreduce_s", "lr", "skipped_steps", "test_acc"}) {
     EXPECT_NE(std::find(m.begin(), m.end(), name), m.end()) << name;
   }
 }
@@ -246,10 +250,41 @@ TEST(Options, Validate) {
             "validation_fraction: must be in [0, 1), got 1");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->max_train_samples = -1; }),
             "max_train_samples: must be >= 0 (0: all), got -1");
-  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->precision = "bf16"; }),
-            "precision: expected \"fp32\" (the CPU trainer's only one), got \"bf16\"");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->precision = "fp8"; }),
+            "precision: expected fp32, bf16 or fp16, got \"fp8\"");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->backend = "tpu"; }),
+            "backend: expected auto, cpu or cuda, got \"tpu\"");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) {
+              o->devices = {0, 1};
+            }),
+            "devices: 2 GPUs given for replicas = 1 (one device per replica)");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) {
+              o->replicas = 2;
+              o->devices = {1, 1};
+            }),
+            "devices: GPU 1 is given twice (one replica per device)");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) {
+              o->backend = "cpu";
+              o->devices = {0};
+            }),
+            "devices: GPUs are given, but backend = \"cpu\"");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->threads = 0; }),
             "threads: must be in [1, 1024], got 0");
+}
+
+// bf16 and fp16 are GPU modes: the check knows the backend, and says so on the CPU.
+TEST(Options, HalfPrecisionNeedsAGpu) {
+  for (const char* precision : {"bf16", "fp16"}) {
+    EXPECT_EQ(ValidateError([&](TrainOptions* o) {
+                o->precision = precision;
+                o->backend = "cpu";
+              }),
+              "precision: \"" + std::string(precision) +
+                  "\" needs a GPU (backend cuda, or auto on a machine with one); the CPU backend "
+                  "trains in fp32 only");
+    // Where the backend is not chosen yet (a coordinator whose agents have the GPUs), it passes.
+    EXPECT_EQ(ValidateError([&](TrainOptions* o) { o->precision = precision; }), "");
+  }
 }
 
 }  // namespace

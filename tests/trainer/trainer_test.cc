@@ -145,6 +145,7 @@ TEST(Train, ValidationSetIsTheSameForEverySeed) {
   }
   WriteText(dir / "d.csv", csv);
   TrainOptions o;
+  o.backend = "cpu";
   o.dataset.format = "csv";
   o.dataset.train_images = dir / "d.csv";
   o.cache_dir = dir / "cache";

@@ -38,12 +38,20 @@ const std::vector<const Backend*>& Backends() {
   return backends;
 }
 
-Result<const Backend*> PickBackend(const GroupSpec& spec) {
+Result<const Backend*> PickBackend(const GroupSpec& spec, std::string_view only) {
   std::string why;
+  bool known = only.empty();
   for (const Backend* b : Backends()) {
+    if (!only.empty() && b->name() != only) continue;
+    known = true;
     const Status s = b->Supports(spec);
     if (s.ok()) return b;
+    if (s.code() != Status::Code::kNotFound) return s;
     why += (why.empty() ? "" : "; ") + s.message();
+  }
+  if (!known) {
+    return Status::InvalidArgument("backend: \"" + std::string(only) +
+                                   "\" is not compiled into this build");
   }
   return Status::InvalidArgument("no backend can train this model: " + why);
 }

@@ -1,6 +1,6 @@
 // The trainer's device seam (ggml-backend style): a Backend builds a ReplicaGroup, R copies of
 // the model on R devices (CPU: threads) that train data-parallel, and the training loop in
-// trainer.cc talks only to that interface. Each backend is a folder (cpu/, later cuda/) with the
+// trainer.cc talks only to that interface. Each backend is a folder (cpu/, cuda/) with the
 // same op names; only backend.cc knows which were compiled in. Backends are stateless singletons
 // (thread-safe); a ReplicaGroup belongs to one Train() call, see its methods for threading.
 #pragma once
@@ -15,6 +15,8 @@
 #include "model.h"
 
 namespace sweep::trainer {
+
+class HostAllocator;  // batcher.h
 
 struct OptimizerSpec {
   enum class Kind { kSgd, kAdamw };
@@ -33,6 +35,22 @@ struct GroupSpec {
   int max_rows = 1;  // most rows one replica sees at once (a micro-batch shard or eval chunk)
   OptimizerSpec optimizer;
   int threads = 1;  // CPU threads the trial may use
+  Precision precision = Precision::kFp32;
+  // CUDA ordinals, one per replica; empty: 0 .. replicas - 1 on a GPU backend. A CPU backend
+  // refuses a spec that names devices.
+  std::vector<int> devices;
+  // fp16's dynamic loss scaling (PyTorch GradScaler's defaults): the loss is multiplied by the
+  // scale before backward and the gradients divided by it before the optimizer; a step whose
+  // gradients are not finite is skipped and halves the scale; `loss_scale_window` good steps in
+  // a row double it.
+  float initial_loss_scale = 65536.0f;
+  int loss_scale_window = 2000;
+  // GPU, fp32: GEMMs on tensor cores in TF32 (10-bit mantissa products); false: exact fp32.
+  bool tf32 = true;
+  // Several GPUs: the least floats in one all-reduce bucket (layers join from the output down
+  // until a bucket holds this many). 4 MiB: near NCCL's bus bandwidth, small enough that
+  // several start while backward runs on a large model. 1: one bucket per layer.
+  int64_t bucket_floats = int64_t{1} << 20;
 };
 
 // One optimizer step's scalars, the same on every rank.
@@ -78,10 +96,25 @@ class ReplicaGroup {
   virtual void Run(const std::function<void(int rank)>& fn) = 0;
   // Inside Run, on rank's thread: forward and backward of this rank's share of a micro-batch.
   // On the last micro-batch of a step, the gradients are all-reduced and the optimizer step
-  // applied before it returns; every replica then holds the same new weights. Returns, on the
-  // last micro-batch, the summed loss of the whole step over all ranks (the same value on every
-  // rank, so all of them see a divergence at the same step); 0 on the others.
-  virtual double TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args) = 0;
+  // applied; every replica then holds the same new weights. mb's arrays may be reused once it
+  // returns. Appends to *finished the loss of each step that finished during the call, summed
+  // over all ranks, oldest first (the same values on every rank, so all of them see a
+  // divergence at the same step). The CPU finishes a step within its last micro-batch's call;
+  // a device may keep one micro-batch queued and report a step during a later call.
+  virtual void TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args,
+                               std::vector<double>* finished) = 0;
+  // Inside Run, on rank's thread: waits until every step queued is done and appends the losses
+  // not reported yet. Call it before Run's function returns.
+  virtual void FinishSteps(int rank, std::vector<double>* finished) {
+    (void)rank;
+    (void)finished;
+  }
+  // Inside Run, on rank's thread: seconds this rank's device waited for input since the last
+  // call, beyond what the Batcher reports (copies to the device that compute did not hide).
+  virtual double TakeDataWait(int rank) {
+    (void)rank;
+    return 0;
+  }
   // Inside Run, on rank's thread: adds the summed loss and correct count of rows (<= max_rows).
   virtual void Evaluate(int rank, const float* x, const int32_t* y, int rows, double* loss_sum,
                         int64_t* correct) = 0;
@@ -90,14 +123,21 @@ class ReplicaGroup {
   virtual ModelState GetState() const = 0;
   // Outside Run: the timings since the last call.
   virtual CommStats TakeCommStats() = 0;
+  // Outside Run: optimizer steps skipped since the last call (fp16 loss scaling).
+  virtual int64_t TakeSkippedSteps() { return 0; }
+  // Where the Batcher should put the batches this group reads (pinned memory for a GPU, so that
+  // copies from it are asynchronous); null: ordinary memory. Owned by the group.
+  virtual HostAllocator* host_allocator() { return nullptr; }
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-  // Ok when this backend can train `spec` here; otherwise why not (no device, an option it
-  // lacks). Callers ask rather than assume.
+  // Ok when this backend can train `spec` here; otherwise why not. NotFound means "not for this
+  // machine" (no device): the registry asks the next backend. Any other error means the trial
+  // is this backend's but cannot be trained as asked (two GPUs without NCCL): the registry stops
+  // there rather than fall back to a backend that would train it differently.
   virtual Status Supports(const GroupSpec& spec) const = 0;
   virtual Result<std::unique_ptr<ReplicaGroup>> CreateGroup(const GroupSpec& spec) const = 0;
 };
@@ -106,7 +146,8 @@ class Backend {
 
 // Every backend compiled in, preferred first; the CPU backend is always there, and last.
 const std::vector<const Backend*>& Backends();
-// The first backend that supports `spec`, or an error listing why each one declined.
-Result<const Backend*> PickBackend(const GroupSpec& spec);
+// The first backend that supports `spec`; the first refusal that is not NotFound; or an error
+// listing why each one declined. `only` (not empty): consider the backend of that name alone.
+Result<const Backend*> PickBackend(const GroupSpec& spec, std::string_view only = {});
 
 }  // namespace sweep::trainer

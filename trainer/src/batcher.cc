@@ -10,15 +10,33 @@
 
 namespace sweep::trainer {
 
-Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int lag)
+Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int lag,
+                 HostAllocator* alloc)
     : data_(std::move(data)),
       batch_size_(batch_size),
       slots_(depth + lag + 1),
+      blocks_(static_cast<size_t>(slots_)),
       released_(static_cast<size_t>(consumers), 0),
       holding_(static_cast<size_t>(consumers), 0) {
-  for (int s = 0; s < slots_; ++s) {
-    x_.emplace_back(static_cast<size_t>(batch_size) * static_cast<size_t>(data_->dim));
-    y_.emplace_back(static_cast<size_t>(batch_size));
+  // x first (floats), then y (int32): the labels start 4-byte aligned.
+  const size_t x_bytes =
+      static_cast<size_t>(batch_size) * static_cast<size_t>(data_->dim) * sizeof(float);
+  const size_t bytes = x_bytes + static_cast<size_t>(batch_size) * sizeof(int32_t);
+  try {
+    for (Block& b : blocks_) {
+      if (alloc != nullptr) {
+        b.p = alloc->Allocate(bytes);
+        b.alloc = alloc;
+      } else {
+        b.own.resize(bytes);
+        b.p = b.own.data();
+      }
+      x_.push_back(static_cast<float*>(b.p));
+      y_.push_back(reinterpret_cast<int32_t*>(static_cast<char*>(b.p) + x_bytes));
+    }
+  } catch (...) {
+    for (Block& b : blocks_) Release(&b);
+    throw;
   }
   thread_ = std::thread([this] { Produce(); });
 }
@@ -30,6 +48,13 @@ Batcher::~Batcher() {
   }
   freed_cv_.notify_all();
   thread_.join();
+  for (Block& b : blocks_) Release(&b);
+}
+
+void Batcher::Release(Block* b) {
+  if (b->alloc != nullptr && b->p != nullptr) b->alloc->Free(b->p);
+  b->p = nullptr;
+  b->alloc = nullptr;
 }
 
 int64_t Batcher::MinReleased() const {
@@ -66,7 +91,7 @@ Batcher::Batch Batcher::Next(int consumer, double* wait_s) {
   }
   holding_[c] = 1;
   const size_t slot = static_cast<size_t>(released_[c] % slots_);
-  return {x_[slot].data(), y_[slot].data()};
+  return {x_[slot], y_[slot]};
 }
 
 void Batcher::Produce() {
@@ -80,7 +105,7 @@ void Batcher::Produce() {
     const int32_t* rows = order_ + k * batch_size_;
     gathering_ = true;
     lock.unlock();
-    data_->Gather(rows, batch_size_, x_[slot].data(), y_[slot].data());
+    data_->Gather(rows, batch_size_, x_[slot], y_[slot]);
     lock.lock();
     gathering_ = false;
     ++produced_;

@@ -17,6 +17,16 @@ namespace sweep::trainer {
 
 inline constexpr int kPrefetchDepth = 2;
 
+// Memory for the Batcher's slots, from a backend (a GPU's pinned host memory, so that copies out
+// of the slots are asynchronous DMA). Allocate throws on failure (Train() catches it); both are
+// called from the thread that builds or destroys the Batcher.
+class HostAllocator {
+ public:
+  virtual ~HostAllocator() = default;
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+};
+
 class Batcher {
  public:
   struct Batch {
@@ -26,8 +36,9 @@ class Batcher {
 
   // lag: how many batches the fastest consumer may run ahead of the slowest without waiting
   // for a free slot (the micro-batches of one optimizer step, when consumers sync per step).
+  // alloc (null: ordinary memory) holds the slots; it must outlive the Batcher.
   Batcher(DatasetPtr data, int batch_size, int consumers = 1, int depth = kPrefetchDepth,
-          int lag = 0);
+          int lag = 0, HostAllocator* alloc = nullptr);
   ~Batcher();  // stops and joins the producer, also mid-epoch
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -47,9 +58,18 @@ class Batcher {
 
   const DatasetPtr data_;
   const int batch_size_;
+  // One block per slot: x [batch_size, dim] floats, then y [batch_size] labels.
+  struct Block {
+    HostAllocator* alloc = nullptr;
+    void* p = nullptr;
+    std::vector<char> own;  // when there is no allocator
+  };
+  static void Release(Block* b);
+
   const int slots_;  // depth + lag + the one each consumer holds
-  std::vector<std::vector<float>> x_;
-  std::vector<std::vector<int32_t>> y_;
+  std::vector<Block> blocks_;
+  std::vector<float*> x_;
+  std::vector<int32_t*> y_;
 
   std::mutex mu_;
   std::condition_variable produced_cv_, freed_cv_;

@@ -42,6 +42,32 @@ bool ParseInit(const std::string& name, InitScheme* init) {
   return true;
 }
 
+bool ParsePrecision(const std::string& name, Precision* precision) {
+  if (name == "fp32") {
+    *precision = Precision::kFp32;
+  } else if (name == "bf16") {
+    *precision = Precision::kBf16;
+  } else if (name == "fp16") {
+    *precision = Precision::kFp16;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::vector<GradBucket> MakeGradBuckets(const MlpShape& shape, int64_t min_floats) {
+  std::vector<GradBucket> buckets;
+  int last = shape.layers() - 1;
+  for (int l = shape.layers() - 1; l >= 0; --l) {
+    const int64_t floats = shape.layer_end(last) - shape.layer_begin(l);
+    if (floats >= min_floats || l == 0) {
+      buckets.push_back({l, last, shape.layer_begin(l), shape.layer_end(last)});
+      last = l - 1;
+    }
+  }
+  return buckets;
+}
+
 int MlpShape::max_width() const { return *std::max_element(widths.begin() + 1, widths.end()); }
 
 MlpShape MlpShape::Make(int inputs, const std::vector<int>& hidden, int classes) {

@@ -26,6 +26,14 @@ enum class InitScheme { kAuto, kHe, kXavier };
 // auto | he | xavier; false for anything else.
 bool ParseInit(const std::string& name, InitScheme* init);
 
+// The numbers the GEMMs multiply: fp32 (on a GPU, TF32 tensor-core products), or bf16 / fp16
+// inputs with fp32 accumulation. Master weights, optimizer state, activations kept for the
+// elementwise kernels and gradients stay fp32 in every mode.
+enum class Precision { kFp32, kBf16, kFp16 };
+
+// fp32 | bf16 | fp16; false for anything else.
+bool ParsePrecision(const std::string& name, Precision* precision);
+
 struct MlpShape {
   std::vector<int> widths;  // input, hidden..., classes
   // Offsets (in floats) of layer l's weight [widths[l+1], widths[l]] and bias [widths[l+1]].
@@ -46,6 +54,20 @@ struct MlpShape {
 
   static MlpShape Make(int inputs, const std::vector<int>& hidden, int classes);
 };
+
+// A gradient bucket of the data-parallel all-reduce: layers [first_layer, last_layer], which are
+// the contiguous range [begin, end) of the flat buffer. Backward finishes layers last to first,
+// so a bucket is complete once backward has finished first_layer.
+struct GradBucket {
+  int first_layer = 0, last_layer = 0;
+  int64_t begin = 0, end = 0;
+};
+
+// Buckets in the order backward completes them (the last layers' first): consecutive layers
+// from the output down are gathered until a bucket holds at least min_floats floats; the input
+// layer closes the last one. min_floats <= 1 gives one bucket per layer. Together they cover
+// [0, num_params) once.
+std::vector<GradBucket> MakeGradBuckets(const MlpShape& shape, int64_t min_floats);
 
 // Fills params (shape.num_params floats) from the trial seed: hidden weights by `init`, the
 // output layer Xavier-normal whatever `init` says (it feeds a softmax, not a rectifier), biases

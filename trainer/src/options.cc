@@ -171,6 +171,17 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
     o->hidden = std::move(hidden);
     return Status::Ok();
   }
+  if (key == "devices") {
+    const char* what = "a list of CUDA device ordinals (integers >= 0)";
+    std::vector<int> devices;
+    if (!v.is_array()) return TypeError(key, what, v);
+    for (const json& item : v) {
+      if (!GetInt(item, 0, 1 << 20, &i)) return TypeError(key, what, v);
+      devices.push_back(static_cast<int>(i));
+    }
+    o->devices = std::move(devices);
+    return Status::Ok();
+  }
   // Strings and numbers: Validate() says which values are allowed.
   const std::pair<std::string_view, std::string*> strings[] = {
       {"model", &o->model},
@@ -179,6 +190,7 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
       {"optimizer", &o->optimizer},
       {"lr_schedule", &o->lr_schedule},
       {"precision", &o->precision},
+      {"backend", &o->backend},
       {"checkpoint_path", &o->checkpoint_path},
       {"cache_dir", &o->cache_dir}};
   for (const auto& [name, field] : strings) {
@@ -272,6 +284,8 @@ const std::vector<std::string>& OptionKeys() {
                                                 "seed",
                                                 "threads",
                                                 "replicas",
+                                                "backend",
+                                                "devices",
                                                 "checkpoint_path",
                                                 "checkpoint_every",
                                                 "cache_dir"};
@@ -279,9 +293,9 @@ const std::vector<std::string>& OptionKeys() {
 }
 
 const std::vector<std::string>& MetricNames() {
-  static const std::vector<std::string> names = {"train_loss",    "val_loss",    "val_acc",
-                                                 "samples_per_s", "data_wait_s", "epoch_s",
-                                                 "allreduce_s",   "lr",          "test_acc"};
+  static const std::vector<std::string> names = {
+      "train_loss", "val_loss",    "val_acc", "samples_per_s", "data_wait_s",
+      "epoch_s",    "allreduce_s", "lr",      "skipped_steps", "test_acc"};
   return names;
 }
 
@@ -357,9 +371,17 @@ Status Validate(const TrainOptions& o) {
     return bad("max_train_samples: must be >= 0 (0: all), got " +
                std::to_string(o.max_train_samples));
   }
-  if (o.precision != "fp32") {
-    return bad("precision: expected \"fp32\" (the CPU trainer's only one), got \"" + o.precision +
-               "\"");
+  Precision precision;
+  if (!ParsePrecision(o.precision, &precision)) {
+    return bad("precision: expected fp32, bf16 or fp16, got \"" + o.precision + "\"");
+  }
+  if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda") {
+    return bad("backend: expected auto, cpu or cuda, got \"" + o.backend + "\"");
+  }
+  if (precision != Precision::kFp32 && o.backend == "cpu") {
+    return bad("precision: \"" + o.precision +
+               "\" needs a GPU (backend cuda, or auto on a machine with one); the CPU backend "
+               "trains in fp32 only");
   }
   if (o.threads < 1 || o.threads > 1024) {
     return bad("threads: must be in [1, 1024], got " + std::to_string(o.threads));
@@ -370,6 +392,21 @@ Status Validate(const TrainOptions& o) {
   if (o.batch_size < o.replicas) {
     return bad("batch_size: " + std::to_string(o.batch_size) + " is smaller than replicas = " +
                std::to_string(o.replicas) + " (every replica needs a sample of each batch)");
+  }
+  if (!o.devices.empty()) {
+    if (static_cast<int>(o.devices.size()) != o.replicas) {
+      return bad("devices: " + std::to_string(o.devices.size()) + " GPUs given for replicas = " +
+                 std::to_string(o.replicas) + " (one device per replica)");
+    }
+    for (size_t a = 0; a < o.devices.size(); ++a) {
+      for (size_t b = a + 1; b < o.devices.size(); ++b) {
+        if (o.devices[a] == o.devices[b]) {
+          return bad("devices: GPU " + std::to_string(o.devices[a]) +
+                     " is given twice (one replica per device)");
+        }
+      }
+    }
+    if (o.backend == "cpu") return bad("devices: GPUs are given, but backend = \"cpu\"");
   }
   if (o.checkpoint_every < 0) {
     return bad("checkpoint_every: must be >= 0 (0: only when stopped and at the end), got " +

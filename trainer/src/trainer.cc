@@ -152,7 +152,10 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   spec.optimizer.beta1 = static_cast<float>(o.beta1);
   spec.optimizer.beta2 = static_cast<float>(o.beta2);
   spec.optimizer.eps = static_cast<float>(o.eps);
-  SWEEP_ASSIGN_OR_RETURN(const Backend* backend, PickBackend(spec));
+  ParsePrecision(o.precision, &spec.precision);
+  spec.devices = o.devices;
+  SWEEP_ASSIGN_OR_RETURN(const Backend* backend,
+                         PickBackend(spec, o.backend == "auto" ? "" : o.backend));
   SWEEP_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaGroup> group, backend->CreateGroup(spec));
 
   // ---- initial state: fresh, or the checkpoint's ----
@@ -204,7 +207,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   // Declared before the batcher, so it outlives the producer thread reading it.
   std::vector<int32_t> order(rows.size());
   // Replicas sync once per step, so within one the fastest may run K micro-batches ahead.
-  Batcher batcher(train, B, R, kPrefetchDepth, R > 1 ? K : 0);
+  Batcher batcher(train, B, R, kPrefetchDepth, R > 1 ? K : 0, group->host_allocator());
   std::vector<std::vector<float>> eval_x(static_cast<size_t>(R));
   std::vector<std::vector<int32_t>> eval_y(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
@@ -221,6 +224,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     batcher.StartEpoch(order.data(), steps_per_epoch * K);
     std::fill(wait_s.begin(), wait_s.end(), 0.0);
     group->TakeCommStats();
+    group->TakeSkippedSteps();
 
     double loss_sum = 0;
     int64_t diverged_step = 0;  // 1-based, 0: none
@@ -228,6 +232,25 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     const Clock::time_point train_start = Clock::now();
     group->Run([&](int rank) {
       const size_t r = static_cast<size_t>(rank);
+      // Losses arrive in step order, possibly a call or more after their step was queued (a GPU
+      // keeps one in flight); every rank sees the same values, so all stop at the same call.
+      std::vector<double> finished;
+      int64_t seen = 0;  // steps of this epoch whose loss has arrived
+      auto take = [&]() -> bool {
+        for (const double loss : finished) {
+          const int64_t t = step + seen++;
+          if (!std::isfinite(loss)) {
+            if (rank == 0) {
+              diverged_step = t + 1;
+              diverged_loss = loss;
+            }
+            return false;
+          }
+          if (rank == 0) loss_sum += loss;
+        }
+        finished.clear();
+        return true;
+      };
       for (int64_t s = 0; s < steps_per_epoch; ++s) {
         const int64_t t = step + s;  // 0-based over the whole run
         StepArgs args;
@@ -235,7 +258,6 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
         args.t = t + 1;
         args.dloss_scale = dloss_scale;
         args.dropout_key = MixSeed(o.seed, kDropoutStream, static_cast<uint64_t>(t));
-        double loss = 0;
         for (int m = 0; m < K; ++m) {
           const Batcher::Batch batch = batcher.Next(rank, &wait_s[r]);
           const int begin = shard_begin(rank);
@@ -246,18 +268,13 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
           mb.first_row = int64_t{m} * B + begin;
           mb.first = m == 0;
           mb.last = m == K - 1;
-          loss = group->TrainMicroBatch(rank, mb, args);
+          group->TrainMicroBatch(rank, mb, args, &finished);
         }
-        // Every rank got the same total, so all of them stop at this same step.
-        if (!std::isfinite(loss)) {
-          if (rank == 0) {
-            diverged_step = t + 1;
-            diverged_loss = loss;
-          }
-          return;
-        }
-        if (rank == 0) loss_sum += loss;
+        if (!take()) return;
       }
+      group->FinishSteps(rank, &finished);
+      wait_s[r] += group->TakeDataWait(rank);
+      take();
     });
     if (diverged_step != 0)
       return Diverged(epoch, diverged_step, "loss " + LossText(diverged_loss));
@@ -273,6 +290,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     report.data_wait_s = *std::max_element(wait_s.begin(), wait_s.end());
     const CommStats epoch_comm = group->TakeCommStats();
     report.allreduce_s = epoch_comm.exposed_s;
+    report.skipped_steps = group->TakeSkippedSteps();
     if (comm != nullptr) {
       comm->exposed_s += epoch_comm.exposed_s;
       comm->reduce_s += epoch_comm.reduce_s;

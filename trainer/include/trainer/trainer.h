@@ -59,7 +59,9 @@ struct TrainOptions {
   int epochs = 10;
   double validation_fraction = 0.1;  // held out of the training file, deterministic split
   int64_t max_train_samples = 0;     // 0: all; else the first N of the shuffled training set
-  std::string precision = "fp32";    // fp32 on CPU
+  // fp32 (GPU: TF32 GEMMs) | bf16 | fp16: the GEMMs' inputs in 16 bits with fp32 accumulation,
+  // fp32 master weights and fp32 everything else; fp16 adds dynamic loss scaling. GPU only.
+  std::string precision = "fp32";
   uint64_t seed = 0;
 
   // The executor's and the machine's choices: they change speed, not what is learned (replicas
@@ -67,6 +69,12 @@ struct TrainOptions {
   int threads = 1;  // CPU threads for this trial
   int replicas =
       1;  // data-parallel model copies (CPU: threads; GPU: devices); R = 1: no all-reduce
+  // auto: the GPU backend when this process sees a GPU (and it was compiled in), else the CPU;
+  // cpu | cuda: that one, or an error.
+  std::string backend = "auto";
+  // CUDA ordinals of the replicas' GPUs, one per replica (the executor passes the trial's slots).
+  // Empty: devices 0 .. replicas - 1 on the GPU backend.
+  std::vector<int> devices;
   std::string checkpoint_path;  // resume from / write to this file; empty: no checkpoints
   int checkpoint_every = 0;     // epochs between checkpoints; 0: only when stopped and at the end
   // Decoded-dataset cache shared by the processes of this machine. Empty: $XDG_CACHE_HOME/sweep,
@@ -80,10 +88,12 @@ Status ApplyOption(TrainOptions* options, std::string_view key, const nlohmann::
 // Every key ApplyOption accepts.
 const std::vector<std::string>& OptionKeys();
 // Metrics Train() reports: train_loss, val_loss, val_acc, samples_per_s, data_wait_s, epoch_s,
-// allreduce_s, lr, and test_acc (at the end, when a test set is given).
+// allreduce_s, lr, skipped_steps, and test_acc (at the end, when a test set is given).
 const std::vector<std::string>& MetricNames();
 // Checks values that need no data: positive sizes, known names, lr > 0, fraction in [0, 1),
-// batch_size >= replicas.
+// batch_size >= replicas, one device per replica, and what the chosen backend can train (bf16
+// and fp16 need a GPU: refused with backend = "cpu"; with "auto" a machine without a GPU
+// refuses them when training starts).
 Status Validate(const TrainOptions& options);
 
 struct EpochReport {
@@ -101,6 +111,9 @@ struct EpochReport {
   // optimizer update fused into the reduction is not counted). 0 with one replica.
   double allreduce_s = 0;
   double lr = 0;  // the learning rate of the epoch's last step
+  // fp16: optimizer steps skipped this epoch because the scaled gradients overflowed (inf/nan);
+  // each halves the loss scale. 0 in fp32 and bf16.
+  int64_t skipped_steps = 0;
 };
 
 struct TrainResult {

@@ -53,7 +53,8 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
 
   void Run(const std::function<void(int rank)>& fn) override { team_.Run(fn); }
 
-  double TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args) override {
+  void TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args,
+                       std::vector<double>* finished) override {
     Rank& r = ranks_[static_cast<size_t>(rank)];
     r.args = args;
     const double loss =
@@ -61,7 +62,7 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
     r.loss = mb.first ? loss : r.loss + loss;
     if (!mb.last) {
       r.model->Backward(mb.x, mb.rows, !mb.first, nullptr);
-      return 0;
+      return;
     }
     // Published before the first bucket is marked ready: once the all-reduce is done, every
     // rank reads every rank's loss. Two slots, since a fast rank may already be one step on.
@@ -72,7 +73,7 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
     ++r.steps;
     double total = 0;
     for (const Rank& other : ranks_) total += other.step_loss[slot];
-    return total;
+    finished->push_back(total);
   }
 
   void Evaluate(int rank, const float* x, const int32_t* y, int rows, double* loss_sum,
@@ -157,6 +158,15 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   Status Supports(const GroupSpec& spec) const override {
     if (spec.replicas < 1) return Status::InvalidArgument("cpu: replicas must be >= 1");
+    // NotFound: the registry then lists every backend's reason (the GPU one's among them).
+    if (spec.precision != Precision::kFp32) {
+      return Status::NotFound(
+          "cpu: precision bf16 and fp16 need a GPU (the CUDA backend); the CPU trains in fp32 "
+          "only");
+    }
+    if (!spec.devices.empty()) {
+      return Status::NotFound("cpu: the trial names GPUs (devices), which the CPU cannot use");
+    }
     return Status::Ok();
   }
   Result<std::unique_ptr<ReplicaGroup>> CreateGroup(const GroupSpec& spec) const override {

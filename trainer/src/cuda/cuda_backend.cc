@@ -1,16 +1,39 @@
-// The CUDA ReplicaGroup, single GPU: one replica on device 0 with a non-blocking stream and a
-// TF32 cuBLAS handle; forward, backward and the optimizer run as kernels on that stream, and
-// the host waits only to read a step's loss or an evaluation's sums. A CUDA, cuBLAS or NCCL
-// error becomes a Status naming the statement, file and line; the ReplicaGroup methods that
-// return no Status throw it as CudaError, which Train() turns into a failed trial. Several
-// replicas (NCCL) are not implemented yet: Supports() declines them and the CPU takes them.
+// The CUDA ReplicaGroup: one replica per GPU of the trial, each driven by its own thread (a
+// ThreadTeam rank) with three non-blocking streams: compute (forward, backward, optimizer; its
+// cuBLAS handle), copy (the next micro-batch's input, host to device) and, with several GPUs,
+// comm (NCCL). A CUDA, cuBLAS or NCCL error becomes a Status naming the statement, file and
+// line; the ReplicaGroup methods that return no Status throw it as CudaError, which Train()
+// turns into a failed trial. Owned by the trainer; the group is used as backend.h says.
+//
+// One training micro-batch m on one rank, as TrainMicroBatch queues it:
+//   1. copy stream: wait until compute has finished with input slot m % 2 (micro-batch m - 2),
+//      copy the rows from the Batcher's pinned slot into it, record `copied`.
+//   2. compute stream: wait for `copied`, forward, backward. On the step's last micro-batch with
+//      several GPUs, as backward queues the last layer of a gradient bucket it records an event
+//      that the comm stream waits on before all-reducing that bucket (ncclSum: the loss is
+//      already scaled by the global batch), so reduction overlaps the rest of backward; then the
+//      comm stream sums the ranks' losses and records `comm_done`, and the compute stream waits
+//      for it. fp16: unscale and check the gradients. The optimizer (skipped on the device when
+//      fp16 found inf/nan), fp16's loss-scale update, the loss copied to pinned host memory,
+//      and `done` recorded.
+//   3. host: wait for micro-batch m - 1's `done` (the GPU now has m queued behind it), report
+//      its step's loss if it ended a step, then wait for m's `copied`: the time blocked there is
+//      time the GPU waited for input (data_wait_s). The Batcher's slot is free once it returns.
+// The host never waits for the step it has just queued, so input copies, kernel launches and the
+// Batcher's gathering overlap the GPU's work. One GPU: no comm stream, no NCCL.
 #include "cuda/cuda_backend.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#if defined(SWEEP_HAVE_NCCL)
+#include <nccl.h>
+#endif
+
+#include "batcher.h"
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
 #include "cuda/mlp.h"
@@ -20,64 +43,149 @@
 namespace sweep::trainer::cuda {
 namespace {
 
-// TF32 GEMMs: fp32 storage and accumulation, 10-bit mantissa products (tensor cores).
-constexpr bool kTf32 = true;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The Batcher's slots in pinned memory, portable to every device of the process, so the copy
+// stream's cudaMemcpyAsync from them is a DMA that does not block the host.
+class PinnedAllocator final : public HostAllocator {
+ public:
+  void* Allocate(size_t bytes) override {
+    void* p = nullptr;
+    ThrowIfError(Alloc(bytes, &p));
+    return p;
+  }
+  void Free(void* p) override { cudaFreeHost(p); }  // an error here has nowhere to go
+
+ private:
+  static Status Alloc(size_t bytes, void** p) {
+    CUDA_CHECK(cudaHostAlloc(p, bytes, cudaHostAllocPortable));
+    return Status::Ok();
+  }
+};
+
+#if defined(SWEEP_HAVE_NCCL)
+using Comm = ncclComm_t;
+#else
+using Comm = void*;
+#endif
+
+class CudaReplicaGroup;
+
+// Starts each gradient bucket's all-reduce as backward queues its last layer.
+class BucketHook final : public LayerHook {
+ public:
+  BucketHook(CudaReplicaGroup* group, int rank) : group_(group), rank_(rank) {}
+  void Reset() { next_ = 0; }
+  Status LayerDone(int layer) override;
+
+ private:
+  CudaReplicaGroup* group_;
+  int rank_;
+  size_t next_ = 0;  // the next bucket to start
+};
 
 class CudaReplicaGroup final : public ReplicaGroup {
  public:
-  static Result<std::unique_ptr<ReplicaGroup>> Create(const GroupSpec& spec) {
-    std::unique_ptr<CudaReplicaGroup> g(new CudaReplicaGroup(spec));
+  static Result<std::unique_ptr<ReplicaGroup>> Create(const GroupSpec& spec,
+                                                      std::vector<int> devices) {
+    std::unique_ptr<CudaReplicaGroup> g(new CudaReplicaGroup(spec, std::move(devices)));
     SWEEP_RETURN_IF_ERROR(g->Init());
     return std::unique_ptr<ReplicaGroup>(std::move(g));
   }
 
   ~CudaReplicaGroup() override {
-    // Errors here have nowhere to go; the buffers free before the stream they were used on.
-    cudaSetDevice(device_);
-    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-    model_.reset();
-    opt_.clear();
-    if (blas_ != nullptr) cublasDestroy(blas_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    // Errors here have nowhere to go. Every rank's queued work ends before its communicator,
+    // buffers, events and streams go, each on its own device.
+    for (Rank& r : ranks_) {
+      cudaSetDevice(r.device);
+      for (cudaStream_t s : {r.compute, r.copy, r.comm}) {
+        if (s != nullptr) cudaStreamSynchronize(s);
+      }
+    }
+#if defined(SWEEP_HAVE_NCCL)
+    for (Rank& r : ranks_) {
+      if (r.nccl != nullptr) ncclCommDestroy(r.nccl);
+    }
+#endif
+    for (Rank& r : ranks_) {
+      cudaSetDevice(r.device);
+      r.model.reset();
+      r.opt.clear();
+      r.loss_total = DeviceBuffer<double>();
+      r.loss_scale = DeviceBuffer<float>();
+      r.good_steps = DeviceBuffer<int>();
+      r.found_inf = DeviceBuffer<int>();
+      r.skipped = DeviceBuffer<unsigned long long>();
+      for (cudaEvent_t e : r.AllEvents()) {
+        if (e != nullptr) cudaEventDestroy(e);
+      }
+      if (r.loss_host != nullptr) cudaFreeHost(r.loss_host);
+      if (r.blas != nullptr) cublasDestroy(r.blas);
+      for (cudaStream_t s : {r.compute, r.copy, r.comm}) {
+        if (s != nullptr) cudaStreamDestroy(s);
+      }
+    }
   }
 
-  int size() const override { return 1; }
+  int size() const override { return static_cast<int>(ranks_.size()); }
 
   void Run(const std::function<void(int rank)>& fn) override {
     team_.Run([&](int rank) {
-      ThrowIfError(SetDevice());
+      ThrowIfError(SetDevice(rank));
       fn(rank);
     });
   }
 
-  double TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args) override {
-    (void)rank;
-    double loss = 0;
-    ThrowIfError(Train(mb, args, &loss));
-    return loss;
+  void TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args,
+                       std::vector<double>* finished) override {
+    ThrowIfError(Queue(rank, mb, args, finished));
+  }
+
+  void FinishSteps(int rank, std::vector<double>* finished) override {
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    if (r.queued > 0) ThrowIfError(Observe(rank, r.queued - 1, finished));
+  }
+
+  double TakeDataWait(int rank) override {
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    const double w = r.data_wait_s;
+    r.data_wait_s = 0;
+    return w;
   }
 
   void Evaluate(int rank, const float* x, const int32_t* y, int rows, double* loss_sum,
                 int64_t* correct) override {
-    (void)rank;
-    ThrowIfError(model_->Evaluate(x, y, rows, loss_sum, correct));
+    ThrowIfError(ranks_[static_cast<size_t>(rank)].model->Evaluate(x, y, rows, loss_sum, correct));
   }
 
   Status SetState(const ModelState& state) override {
     const size_t n = static_cast<size_t>(spec_.shape.num_params);
-    SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, opt_.size()));
-    SWEEP_RETURN_IF_ERROR(SetDevice());
-    CUDA_CHECK(cudaMemcpyAsync(model_->params(), state.params.data(), n * sizeof(float),
-                               cudaMemcpyHostToDevice, stream_));
-    for (size_t s = 0; s < opt_.size(); ++s) {
+    SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, ranks_[0].opt.size()));
+    // Rank 0 loads the host state; the others receive it by broadcast, so every replica starts
+    // from the same bits whatever the host holds.
+    Rank& r0 = ranks_[0];
+    SWEEP_RETURN_IF_ERROR(SetDevice(0));
+    CUDA_CHECK(cudaMemcpyAsync(r0.model->params(), state.params.data(), n * sizeof(float),
+                               cudaMemcpyHostToDevice, r0.compute));
+    for (size_t s = 0; s < r0.opt.size(); ++s) {
       if (state.optimizer.empty()) {
-        CUDA_CHECK(cudaMemsetAsync(opt_[s].data(), 0, opt_[s].bytes(), stream_));
+        CUDA_CHECK(cudaMemsetAsync(r0.opt[s].data(), 0, r0.opt[s].bytes(), r0.compute));
       } else {
-        CUDA_CHECK(cudaMemcpyAsync(opt_[s].data(), state.optimizer[s].data(), n * sizeof(float),
-                                   cudaMemcpyHostToDevice, stream_));
+        CUDA_CHECK(cudaMemcpyAsync(r0.opt[s].data(), state.optimizer[s].data(), n * sizeof(float),
+                                   cudaMemcpyHostToDevice, r0.compute));
       }
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (size() > 1) SWEEP_RETURN_IF_ERROR(BroadcastFromRank0());
+    for (int i = 0; i < size(); ++i) {
+      Rank& r = ranks_[static_cast<size_t>(i)];
+      SWEEP_RETURN_IF_ERROR(SetDevice(i));
+      CUDA_CHECK(cudaStreamSynchronize(r.compute));
+      r.model->ParamsChanged();
+    }
     return Status::Ok();
   }
 
@@ -87,91 +195,408 @@ class CudaReplicaGroup final : public ReplicaGroup {
     return s;
   }
 
-  // One GPU: nothing to communicate.
-  CommStats TakeCommStats() override { return CommStats{}; }
+  CommStats TakeCommStats() override {
+    const CommStats s = ranks_[0].comm_stats;
+    ranks_[0].comm_stats = CommStats{};
+    return s;
+  }
+
+  int64_t TakeSkippedSteps() override {
+    int64_t skipped = 0;
+    ThrowIfError(ReadSkipped(&skipped));
+    const int64_t delta = skipped - skipped_reported_;
+    skipped_reported_ = skipped;
+    return delta;
+  }
+
+  HostAllocator* host_allocator() override { return &pinned_; }
 
  private:
-  explicit CudaReplicaGroup(const GroupSpec& spec) : spec_(spec), team_(1) {}
+  friend class BucketHook;
 
-  Status SetDevice() const {
-    CUDA_CHECK(cudaSetDevice(device_));
+  struct Rank {
+    int device = 0;
+    cudaStream_t compute = nullptr, copy = nullptr, comm = nullptr;
+    cublasHandle_t blas = nullptr;
+    std::unique_ptr<Mlp> model;
+    std::vector<DeviceBuffer<float>> opt;  // sgd: velocity; adamw: m, v
+    Comm nccl = nullptr;
+    std::unique_ptr<BucketHook> hook;
+    // The pipeline. Per input slot: `copied` (the copy stream filled it) and `input_free`
+    // (compute is done with it). Per micro-batch parity: `done` (all its work).
+    cudaEvent_t copied[Mlp::kInputSlots] = {}, input_free[Mlp::kInputSlots] = {};
+    cudaEvent_t done[2] = {};
+    bool ends_step[2] = {false, false};  // micro-batch of that parity was a step's last
+    int64_t step_of[2] = {0, 0};         // and the step it belongs to
+    int64_t queued = 0;                  // micro-batches queued so far
+    int64_t observed = 0;                // micro-batches whose `done` the host has seen
+    int64_t steps = 0;                   // steps queued so far
+    double* loss_host = nullptr;         // pinned [2]: the step's total loss, by step parity
+    double data_wait_s = 0;
+    // Several GPUs: the summed loss; per bucket, "backward has queued it"; per step parity, the
+    // timing events for CommStats (end of backward, first reduction, last reduction).
+    DeviceBuffer<double> loss_total;
+    std::vector<cudaEvent_t> bucket_ready;
+    cudaEvent_t backward_end[2] = {}, comm_start[2] = {}, comm_done[2] = {};
+    CommStats comm_stats;
+    // fp16: the loss scale and its bookkeeping, on the device.
+    DeviceBuffer<float> loss_scale;
+    DeviceBuffer<int> good_steps, found_inf;
+    DeviceBuffer<unsigned long long> skipped;
+
+    std::vector<cudaEvent_t> AllEvents() const {
+      std::vector<cudaEvent_t> all(bucket_ready);
+      for (int i = 0; i < Mlp::kInputSlots; ++i) {
+        all.push_back(copied[i]);
+        all.push_back(input_free[i]);
+      }
+      for (int i = 0; i < 2; ++i) {
+        for (cudaEvent_t e : {done[i], backward_end[i], comm_start[i], comm_done[i]}) {
+          all.push_back(e);
+        }
+      }
+      return all;
+    }
+  };
+
+  CudaReplicaGroup(const GroupSpec& spec, std::vector<int> devices)
+      : spec_(spec),
+        buckets_(MakeGradBuckets(spec.shape, spec.bucket_floats)),
+        team_(static_cast<int>(devices.size())),
+        ranks_(devices.size()) {
+    for (size_t i = 0; i < devices.size(); ++i) ranks_[i].device = devices[i];
+  }
+
+  bool fp16() const { return spec_.precision == Precision::kFp16; }
+
+  Status SetDevice(int rank) const {
+    CUDA_CHECK(cudaSetDevice(ranks_[static_cast<size_t>(rank)].device));
     return Status::Ok();
   }
 
   Status Init() {
-    SWEEP_RETURN_IF_ERROR(SetDevice());
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    SWEEP_RETURN_IF_ERROR(CreateBlasHandle(stream_, kTf32, &blas_));
-    SWEEP_ASSIGN_OR_RETURN(
-        model_, Mlp::Create(spec_.shape, spec_.act, spec_.max_rows, spec_.dropout, stream_, blas_));
-    const int slots = spec_.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
-    opt_.resize(static_cast<size_t>(slots));
-    for (DeviceBuffer<float>& o : opt_) {
-      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(spec_.shape.num_params, &o));
+    const int R = size();
+    for (int i = 0; i < R; ++i) SWEEP_RETURN_IF_ERROR(InitRank(i));
+    if (R > 1) {
+#if defined(SWEEP_HAVE_NCCL)
+      // One communicator per rank, made together from this thread, kept for the whole trial.
+      std::vector<ncclComm_t> comms(static_cast<size_t>(R), nullptr);
+      std::vector<int> devices;
+      for (const Rank& r : ranks_) devices.push_back(r.device);
+      NCCL_CHECK(ncclCommInitAll(comms.data(), R, devices.data()));
+      for (int i = 0; i < R; ++i)
+        ranks_[static_cast<size_t>(i)].nccl = comms[static_cast<size_t>(i)];
+#else
+      return Status::InvalidArgument("cuda: several GPUs need NCCL, which this build lacks");
+#endif
     }
     return Status::Ok();
   }
 
-  // The step's loss is summed on the device across micro-batches and read once, at the last.
-  Status Train(const MicroBatch& mb, const StepArgs& args, double* loss) {
-    SWEEP_RETURN_IF_ERROR(model_->Upload(mb.x, mb.y, mb.rows));
-    SWEEP_RETURN_IF_ERROR(
-        model_->ForwardLoss(mb.rows, args.dloss_scale, args.dropout_key, mb.first_row, !mb.first));
-    SWEEP_RETURN_IF_ERROR(model_->Backward(mb.rows, !mb.first));
-    if (!mb.last) return Status::Ok();
-    const OptimizerSpec& o = spec_.optimizer;
-    const int64_t n = spec_.shape.num_params;
-    if (o.kind == OptimizerSpec::Kind::kSgd) {
-      SWEEP_RETURN_IF_ERROR(sgd_update(model_->params(), opt_[0].data(), model_->grads(), n,
-                                       args.lr, o.momentum, o.weight_decay, o.nesterov, stream_));
-    } else {
-      SWEEP_RETURN_IF_ERROR(adamw_update(model_->params(), opt_[0].data(), opt_[1].data(),
-                                         model_->grads(), n, args.lr, o.beta1, o.beta2, o.eps,
-                                         o.weight_decay, args.t, stream_));
+  Status InitRank(int rank) {
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    SWEEP_RETURN_IF_ERROR(SetDevice(rank));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&r.compute, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
+    SWEEP_RETURN_IF_ERROR(CreateBlasHandle(r.compute, spec_.tf32, &r.blas));
+    SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(spec_.shape, spec_.act, spec_.max_rows,
+                                                spec_.dropout, spec_.precision, r.compute, r.blas));
+    const int slots = spec_.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
+    r.opt.resize(static_cast<size_t>(slots));
+    for (DeviceBuffer<float>& o : r.opt) {
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(spec_.shape.num_params, &o));
     }
-    SWEEP_ASSIGN_OR_RETURN(*loss, model_->ReadLoss());
+    // Events that only order work carry no timestamps (cheaper to record and wait on).
+    for (int i = 0; i < Mlp::kInputSlots; ++i) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&r.copied[i], cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&r.input_free[i], cudaEventDisableTiming));
+    }
+    for (cudaEvent_t& e : r.done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    void* loss_host = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&loss_host, 2 * sizeof(double), cudaHostAllocPortable));
+    r.loss_host = static_cast<double*>(loss_host);
+    if (size() > 1) {
+      CUDA_CHECK(cudaStreamCreateWithFlags(&r.comm, cudaStreamNonBlocking));
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &r.loss_total));
+      r.bucket_ready.resize(buckets_.size(), nullptr);
+      for (cudaEvent_t& e : r.bucket_ready) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      }
+      for (int i = 0; i < 2; ++i) {
+        CUDA_CHECK(cudaEventCreate(&r.backward_end[i]));
+        CUDA_CHECK(cudaEventCreate(&r.comm_start[i]));
+        CUDA_CHECK(cudaEventCreate(&r.comm_done[i]));
+      }
+      r.hook = std::make_unique<BucketHook>(this, rank);
+    }
+    if (fp16()) {
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(1, &r.loss_scale));
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<int>::Make(1, &r.good_steps));
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<int>::Make(1, &r.found_inf));
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<unsigned long long>::Make(1, &r.skipped));
+      CUDA_CHECK(cudaMemcpy(r.loss_scale.data(), &spec_.initial_loss_scale, sizeof(float),
+                            cudaMemcpyHostToDevice));
+    }
+    // The buffers were zeroed on the legacy stream, which the non-blocking streams do not wait
+    // for: let that finish before any of them runs.
+    CUDA_CHECK(cudaDeviceSynchronize());
     return Status::Ok();
+  }
+
+  Status BroadcastFromRank0() {
+#if defined(SWEEP_HAVE_NCCL)
+    // One thread drives every communicator here, so the calls form one NCCL group.
+    const size_t n = static_cast<size_t>(spec_.shape.num_params);
+    NCCL_CHECK(ncclGroupStart());
+    Status first = Status::Ok();
+    auto keep = [&first](Status s) {
+      if (first.ok()) first = std::move(s);
+    };
+    for (Rank& r : ranks_) {
+      keep([&]() -> Status {
+        NCCL_CHECK(ncclBroadcast(r.model->params(), r.model->params(), n, ncclFloat, 0, r.nccl,
+                                 r.compute));
+        for (DeviceBuffer<float>& o : r.opt) {
+          NCCL_CHECK(ncclBroadcast(o.data(), o.data(), n, ncclFloat, 0, r.nccl, r.compute));
+        }
+        return Status::Ok();
+      }());
+    }
+    keep([]() -> Status {
+      NCCL_CHECK(ncclGroupEnd());
+      return Status::Ok();
+    }());
+    return first;
+#else
+    return Status::InvalidArgument("cuda: several GPUs need NCCL, which this build lacks");
+#endif
+  }
+
+  // Step 3 of the protocol for micro-batch m (< queued): waits for its `done` unless seen.
+  Status Observe(int rank, int64_t m, std::vector<double>* finished) {
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    if (m < r.observed) return Status::Ok();
+    const size_t parity = static_cast<size_t>(m % 2);
+    CUDA_CHECK(cudaEventSynchronize(r.done[parity]));
+    r.observed = m + 1;
+    if (!r.ends_step[parity]) return Status::Ok();
+    const size_t sp = static_cast<size_t>(r.step_of[parity] % 2);
+    finished->push_back(r.loss_host[sp]);
+    if (size() > 1) {
+      float exposed_ms = 0, span_ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&exposed_ms, r.backward_end[sp], r.comm_done[sp]));
+      CUDA_CHECK(cudaEventElapsedTime(&span_ms, r.comm_start[sp], r.comm_done[sp]));
+      r.comm_stats.exposed_s += exposed_ms > 0 ? exposed_ms * 1e-3 : 0.0;
+      r.comm_stats.reduce_s += span_ms > 0 ? span_ms * 1e-3 : 0.0;
+    }
+    return Status::Ok();
+  }
+
+  Status Queue(int rank, const MicroBatch& mb, const StepArgs& args,
+               std::vector<double>* finished) {
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    Mlp& model = *r.model;
+    const int64_t m = r.queued;
+    const int slot = static_cast<int>(m % Mlp::kInputSlots);
+    const size_t parity = static_cast<size_t>(m % 2);
+    const size_t rows = static_cast<size_t>(mb.rows);
+    // 1. The input, on the copy stream.
+    CUDA_CHECK(cudaStreamWaitEvent(r.copy, r.input_free[slot], 0));
+    CUDA_CHECK(cudaMemcpyAsync(model.x(slot), mb.x,
+                               rows * static_cast<size_t>(spec_.shape.in(0)) * sizeof(float),
+                               cudaMemcpyHostToDevice, r.copy));
+    CUDA_CHECK(cudaMemcpyAsync(model.y(slot), mb.y, rows * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               r.copy));
+    CUDA_CHECK(cudaEventRecord(r.copied[slot], r.copy));
+    // 2. Compute.
+    CUDA_CHECK(cudaStreamWaitEvent(r.compute, r.copied[slot], 0));
+    SWEEP_RETURN_IF_ERROR(model.ForwardLoss(slot, mb.rows, args.dloss_scale,
+                                            fp16() ? r.loss_scale.data() : nullptr,
+                                            args.dropout_key, mb.first_row, !mb.first));
+    const bool reduce = mb.last && size() > 1;
+    if (reduce) r.hook->Reset();
+    SWEEP_RETURN_IF_ERROR(
+        model.Backward(slot, mb.rows, !mb.first, reduce ? r.hook.get() : nullptr));
+    CUDA_CHECK(cudaEventRecord(r.input_free[slot], r.compute));
+    r.ends_step[parity] = mb.last;
+    r.step_of[parity] = r.steps;
+    if (mb.last) SWEEP_RETURN_IF_ERROR(FinishStep(rank, args));
+    CUDA_CHECK(cudaEventRecord(r.done[parity], r.compute));
+    ++r.queued;
+    if (mb.last) ++r.steps;
+    // 3. The previous micro-batch, then this one's input.
+    if (m > 0) SWEEP_RETURN_IF_ERROR(Observe(rank, m - 1, finished));
+    const Clock::time_point wait_start = Clock::now();
+    CUDA_CHECK(cudaEventSynchronize(r.copied[slot]));
+    r.data_wait_s += Since(wait_start);
+    return Status::Ok();
+  }
+
+  // The end of a step on the compute stream (after the last micro-batch's backward).
+  Status FinishStep(int rank, const StepArgs& args) {
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    Mlp& model = *r.model;
+    const size_t sp = static_cast<size_t>(r.steps % 2);
+    const double* loss = model.summed_loss();
+    if (size() > 1) {
+#if defined(SWEEP_HAVE_NCCL)
+      // Every bucket's all-reduce is queued on the comm stream, which has waited for the last
+      // bucket (recorded after the loss was summed): add the ranks' losses there too.
+      CUDA_CHECK(cudaEventRecord(r.backward_end[sp], r.compute));
+      NCCL_CHECK(ncclAllReduce(model.summed_loss(), r.loss_total.data(), 1, ncclDouble, ncclSum,
+                               r.nccl, r.comm));
+      CUDA_CHECK(cudaEventRecord(r.comm_done[sp], r.comm));
+      CUDA_CHECK(cudaStreamWaitEvent(r.compute, r.comm_done[sp], 0));
+      loss = r.loss_total.data();
+#else
+      return Status::InvalidArgument("cuda: several GPUs need NCCL, which this build lacks");
+#endif
+    }
+    const int64_t n = spec_.shape.num_params;
+    const int* skip = nullptr;
+    if (fp16()) {
+      SWEEP_RETURN_IF_ERROR(
+          unscale_check(model.grads(), n, r.loss_scale.data(), r.found_inf.data(), r.compute));
+      skip = r.found_inf.data();
+    }
+    const OptimizerSpec& o = spec_.optimizer;
+    if (o.kind == OptimizerSpec::Kind::kSgd) {
+      SWEEP_RETURN_IF_ERROR(sgd_update(model.params(), r.opt[0].data(), model.grads(), n, args.lr,
+                                       o.momentum, o.weight_decay, o.nesterov, r.compute, skip));
+    } else {
+      SWEEP_RETURN_IF_ERROR(adamw_update(model.params(), r.opt[0].data(), r.opt[1].data(),
+                                         model.grads(), n, args.lr, o.beta1, o.beta2, o.eps,
+                                         o.weight_decay, args.t, r.compute, skip));
+    }
+    if (fp16()) {
+      SWEEP_RETURN_IF_ERROR(update_loss_scale(r.loss_scale.data(), r.good_steps.data(),
+                                              r.found_inf.data(), r.skipped.data(),
+                                              spec_.loss_scale_window, r.compute));
+    }
+    model.ParamsChanged();
+    CUDA_CHECK(
+        cudaMemcpyAsync(&r.loss_host[sp], loss, sizeof(double), cudaMemcpyDeviceToHost, r.compute));
+    return Status::Ok();
+  }
+
+  // BucketHook's work: bucket `b` of rank's gradients is queued on compute; reduce it on comm.
+  Status StartBucket(int rank, size_t b) {
+#if defined(SWEEP_HAVE_NCCL)
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    const GradBucket& bucket = buckets_[b];
+    CUDA_CHECK(cudaEventRecord(r.bucket_ready[b], r.compute));
+    CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.bucket_ready[b], 0));
+    if (b == 0) CUDA_CHECK(cudaEventRecord(r.comm_start[static_cast<size_t>(r.steps % 2)], r.comm));
+    float* g = r.model->grads() + bucket.begin;
+    NCCL_CHECK(ncclAllReduce(g, g, static_cast<size_t>(bucket.end - bucket.begin), ncclFloat,
+                             ncclSum, r.nccl, r.comm));
+    return Status::Ok();
+#else
+    (void)rank;
+    (void)b;
+    return Status::InvalidArgument("cuda: several GPUs need NCCL, which this build lacks");
+#endif
   }
 
   Status ReadState(ModelState* s) const {
-    SWEEP_RETURN_IF_ERROR(SetDevice());
+    const Rank& r = ranks_[0];  // every replica holds the same weights and optimizer state
+    SWEEP_RETURN_IF_ERROR(SetDevice(0));
     const size_t n = static_cast<size_t>(spec_.shape.num_params);
     s->params.resize(n);
-    CUDA_CHECK(cudaMemcpyAsync(s->params.data(), model_->params(), n * sizeof(float),
-                               cudaMemcpyDeviceToHost, stream_));
-    for (const DeviceBuffer<float>& o : opt_) {
+    CUDA_CHECK(cudaMemcpyAsync(s->params.data(), r.model->params(), n * sizeof(float),
+                               cudaMemcpyDeviceToHost, r.compute));
+    for (const DeviceBuffer<float>& o : r.opt) {
       s->optimizer.emplace_back(n);
       CUDA_CHECK(cudaMemcpyAsync(s->optimizer.back().data(), o.data(), n * sizeof(float),
-                                 cudaMemcpyDeviceToHost, stream_));
+                                 cudaMemcpyDeviceToHost, r.compute));
     }
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaStreamSynchronize(r.compute));
+    return Status::Ok();
+  }
+
+  Status ReadSkipped(int64_t* skipped) const {
+    *skipped = 0;
+    if (!fp16()) return Status::Ok();
+    const Rank& r = ranks_[0];  // every rank skips the same steps
+    SWEEP_RETURN_IF_ERROR(SetDevice(0));
+    unsigned long long count = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&count, r.skipped.data(), sizeof(count), cudaMemcpyDeviceToHost,
+                               r.compute));
+    CUDA_CHECK(cudaStreamSynchronize(r.compute));
+    *skipped = static_cast<int64_t>(count);
     return Status::Ok();
   }
 
   const GroupSpec spec_;
-  const int device_ = 0;  // rank 0's device; a device per rank comes with NCCL
+  const std::vector<GradBucket> buckets_;  // in the order backward completes them
   ThreadTeam team_;
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t blas_ = nullptr;
-  std::unique_ptr<Mlp> model_;
-  std::vector<DeviceBuffer<float>> opt_;  // sgd: velocity; adamw: m, v
+  std::vector<Rank> ranks_;
+  PinnedAllocator pinned_;
+  int64_t skipped_reported_ = 0;
 };
+
+Status BucketHook::LayerDone(int layer) {
+  // Buckets complete in order, each when backward has queued its lowest layer.
+  if (next_ < group_->buckets_.size() && group_->buckets_[next_].first_layer == layer) {
+    SWEEP_RETURN_IF_ERROR(group_->StartBucket(rank_, next_));
+    ++next_;
+  }
+  return Status::Ok();
+}
+
+bool HaveNccl() {
+#if defined(SWEEP_HAVE_NCCL)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// The ordinals the group will use: spec.devices, or 0 .. replicas - 1.
+Result<std::vector<int>> GroupDevices(const GroupSpec& spec, int count) {
+  std::vector<int> devices = spec.devices;
+  if (devices.empty()) {
+    if (spec.replicas > count) {
+      return Status::InvalidArgument("cuda: replicas = " + std::to_string(spec.replicas) +
+                                     " needs as many GPUs; this " + "process sees " +
+                                     std::to_string(count) + " (set replicas, or devices = [...])");
+    }
+    for (int d = 0; d < spec.replicas; ++d) devices.push_back(d);
+  }
+  if (static_cast<int>(devices.size()) != spec.replicas) {
+    return Status::InvalidArgument("cuda: " + std::to_string(devices.size()) +
+                                   " devices for replicas = " + std::to_string(spec.replicas));
+  }
+  for (int d : devices) {
+    if (d < 0 || d >= count) {
+      return Status::InvalidArgument("cuda: device " + std::to_string(d) +
+                                     " is not present; this process sees " + std::to_string(count) +
+                                     " GPU(s)");
+    }
+  }
+  return devices;
+}
 
 class CudaBackend final : public Backend {
  public:
   std::string_view name() const override { return "cuda"; }
   Status Supports(const GroupSpec& spec) const override {
-    const Result<int> devices = DeviceCount();
-    if (!devices.ok()) return devices.status();
-    if (spec.replicas != 1) {
-      return Status::InvalidArgument("cuda: " + std::to_string(spec.replicas) +
-                                     " replicas need the multi-GPU (NCCL) path, not built yet");
+    const Result<int> count = DeviceCount();
+    if (!count.ok()) return count.status();  // NotFound: the CPU may take it
+    if (spec.replicas < 1) return Status::InvalidArgument("cuda: replicas must be >= 1");
+    if (spec.replicas > 1 && !HaveNccl()) {
+      return Status::InvalidArgument(
+          "cuda: replicas = " + std::to_string(spec.replicas) +
+          " needs NCCL for the gradient all-reduce, and this build has none (install NCCL and "
+          "rebuild, or run the trial with gpus = 1)");
     }
-    return Status::Ok();
+    return GroupDevices(spec, *count).status();
   }
   Result<std::unique_ptr<ReplicaGroup>> CreateGroup(const GroupSpec& spec) const override {
     SWEEP_RETURN_IF_ERROR(Supports(spec));
-    return CudaReplicaGroup::Create(spec);
+    SWEEP_ASSIGN_OR_RETURN(const int count, DeviceCount());
+    SWEEP_ASSIGN_OR_RETURN(std::vector<int> devices, GroupDevices(spec, count));
+    return CudaReplicaGroup::Create(spec, std::move(devices));
   }
 };
 

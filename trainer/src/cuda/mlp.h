@@ -1,8 +1,10 @@
 // One model replica on one GPU, cpu/mlp.h's Mlp with device buffers: parameters and gradients
-// flat in MlpShape's layout, every activation buffer allocated once for max_batch rows, the
-// host's batch copied in by Upload. All work is queued on the replica's stream through its
-// cuBLAS handle (both owned by the caller, which outlives the Mlp). Not thread-safe: one thread,
-// with the replica's device current, uses it.
+// flat in MlpShape's layout, every activation buffer allocated once for max_batch rows, and
+// kInputSlots device input buffers that the caller fills (asynchronously, on its copy stream)
+// while the replica computes on another. In bf16 / fp16 the GEMMs read 16-bit copies of the
+// weights and activations; everything else stays fp32. All work is queued on the replica's
+// stream through its cuBLAS handle (both owned by the caller, which outlives the Mlp). Not
+// thread-safe: one thread, with the replica's device current, uses it.
 #pragma once
 
 #include <cublas_v2.h>
@@ -14,53 +16,80 @@
 
 #include "base/status.h"
 #include "cuda/device_buffer.h"
+#include "cuda/ops.h"
 #include "model.h"
 
 namespace sweep::trainer::cuda {
 
+// Told, during Backward, that layer l's gradients are queued in full on the replica's stream
+// (what runs after that point on the stream sees them final): a bucket's all-reduce may start.
+class LayerHook {
+ public:
+  virtual ~LayerHook() = default;
+  virtual Status LayerDone(int layer) = 0;
+};
+
 class Mlp {
  public:
+  static constexpr int kInputSlots = 2;  // one being computed on, one being copied into
+
   static Result<std::unique_ptr<Mlp>> Create(const MlpShape& shape, Activation act, int max_batch,
-                                             float dropout, cudaStream_t stream,
-                                             cublasHandle_t blas);
+                                             float dropout, Precision precision,
+                                             cudaStream_t stream, cublasHandle_t blas);
 
   const MlpShape& shape() const { return shape_; }
   float* params() { return params_.data(); }
   float* grads() { return grads_.data(); }
+  // Input slot s (< kInputSlots): x [max_batch, inputs], y [max_batch], for the caller to fill.
+  float* x(int slot) { return x_[slot].data(); }
+  int32_t* y(int slot) { return y_[slot].data(); }
+  // [1] on the device: the loss ForwardLoss sums.
+  double* summed_loss() { return loss_.data(); }
 
-  // Copies x [B, inputs] and y [B] from (pageable) host memory; the host arrays may be reused
-  // when it returns. B <= max_batch.
-  Status Upload(const float* x, const int32_t* y, int B);
-  // Training forward of the uploaded batch and its loss, summed into the device's loss
-  // accumulator (reset first unless accumulate_loss); keeps what Backward needs.
-  Status ForwardLoss(int B, float dloss_scale, uint64_t dropout_key, int64_t first_row,
-                     bool accumulate_loss);
-  // Backward of the last ForwardLoss: grads() = the gradient, or += it when `accumulate`.
-  Status Backward(int B, bool accumulate);
-  // Waits for the stream and returns the loss accumulator.
-  Result<double> ReadLoss();
-  // Uploads a batch and adds its summed loss and correct count (no dropout); waits for the stream.
+  // The weights changed (an optimizer step, a load): the 16-bit copy is remade before the next
+  // forward. No-op in fp32.
+  void ParamsChanged() { half_params_fresh_ = false; }
+
+  // Training forward of the B rows in input slot `slot` and its loss, summed into summed_loss()
+  // (reset first unless accumulate_loss); keeps what Backward needs. The logits' gradient is
+  // scaled by dloss_scale and, when loss_scale (a device float) is not null, by *loss_scale.
+  Status ForwardLoss(int slot, int B, float dloss_scale, const float* loss_scale,
+                     uint64_t dropout_key, int64_t first_row, bool accumulate_loss);
+  // Backward of the last ForwardLoss: grads() = the gradient, or += it when `accumulate`. Tells
+  // `hook` (when not null) as each layer, last to first, is queued.
+  Status Backward(int slot, int B, bool accumulate, LayerHook* hook);
+  // Copies a host batch into slot 0 on the stream, adds its summed loss and correct count (no
+  // dropout), and waits for the stream. Only while no training work is queued.
   Status Evaluate(const float* x, const int32_t* y, int B, double* loss_sum, int64_t* correct);
 
  private:
-  Mlp(const MlpShape& shape, Activation act, int max_batch, float dropout, cudaStream_t stream,
-      cublasHandle_t blas);
+  Mlp(const MlpShape& shape, Activation act, int max_batch, float dropout, Precision precision,
+      cudaStream_t stream, cublasHandle_t blas);
   Status Allocate();
-  // Forward of the uploaded batch; the logits end in pre_.back().
-  Status Forward(int B, bool train, uint64_t dropout_key, int64_t first_row);
+  bool half() const { return precision_ != Precision::kFp32; }
+  // Forward of input slot `slot`; the logits end in pre_.back().
+  Status Forward(int slot, int B, bool train, uint64_t dropout_key, int64_t first_row);
 
   MlpShape shape_;
   Activation act_;
   int max_batch_;
   float dropout_;
+  Precision precision_;
+  HalfType half_type_;
   cudaStream_t stream_;
   cublasHandle_t blas_;
-  DeviceBuffer<float> params_, grads_, x_;
-  DeviceBuffer<int32_t> y_;
+  DeviceBuffer<float> params_, grads_;
+  DeviceBuffer<float> x_[kInputSlots];
+  DeviceBuffer<int32_t> y_[kInputSlots];
   // As in cpu::Mlp: pre_[l] biased pre-activation, out_[l] activation (hidden layers), drop_[l]
   // and mask_[l] with dropout, d_[0..1] ping-pong gradients.
   std::vector<DeviceBuffer<float>> pre_, out_, drop_, mask_;
   DeviceBuffer<float> d_[2];
+  // bf16 / fp16 only: the GEMMs' inputs. params16_ mirrors params_; x16_ the input; act16_[l]
+  // what hidden layer l feeds layer l + 1; d16_ the gradient a backward GEMM reads.
+  DeviceBuffer<uint16_t> params16_, x16_, d16_;
+  std::vector<DeviceBuffer<uint16_t>> act16_;
+  bool half_params_fresh_ = false;
   DeviceBuffer<float> losses_;
   DeviceBuffer<double> loss_;                 // [1]: the summed loss
   DeviceBuffer<unsigned long long> correct_;  // [1]: Evaluate's count

@@ -1,7 +1,10 @@
 // CUDA kernels for cuda/ops.h: cuBLAS for the GEMMs, and plain grid-stride loops (one thread
 // per element, or per row or column where a row or column is the unit) for the rest. Simple on
-// purpose: no shared-memory tiling except in the one-block loss sum, no warp shuffles, no
-// vector loads. Owned by the trainer; stateless.
+// purpose: no shared-memory tiling except in the one-block loss sum and the column sums, no warp
+// shuffles, no vector loads. Owned by the trainer; stateless.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -62,13 +65,28 @@ __global__ void ActBackwardKernel(float* d, const float* pre, const float* out, 
   }
 }
 
-// One thread per column, summing down the rows in order: neighbouring threads read neighbouring
-// addresses, and the result does not depend on scheduling.
+// A block of 32 columns x kSumRows row groups: thread (c, g) sums rows g, g + kSumRows, ... of
+// column c in order, then the kSumRows partial sums are added in group order. Neighbouring
+// threads read neighbouring addresses, a wide matrix gets C / 32 blocks, and the result does not
+// depend on scheduling.
+constexpr int kSumCols = 32;
+constexpr int kSumRows = 16;
+
 __global__ void ColumnSumKernel(float* dbias, const float* d, int B, int C, bool accumulate) {
-  for (int64_t c = FirstIndex(); c < C; c += Stride()) {
-    float s = 0.0f;
-    for (int b = 0; b < B; ++b) s += d[static_cast<int64_t>(b) * C + c];
-    dbias[c] = accumulate ? dbias[c] + s : s;
+  __shared__ float partial[kSumRows][kSumCols];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
+  float s = 0.0f;
+  if (c < C) {
+    for (int b = static_cast<int>(threadIdx.y); b < B; b += kSumRows) {
+      s += d[static_cast<int64_t>(b) * C + c];
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float total = 0.0f;
+    for (int g = 0; g < kSumRows; ++g) total += partial[g][threadIdx.x];
+    dbias[c] = accumulate ? dbias[c] + total : total;
   }
 }
 
@@ -101,7 +119,8 @@ __global__ void SoftmaxXentKernel(float* dlogits, float* losses, const float* lo
 // ---- optimizers ----
 
 __global__ void SgdKernel(float* p, float* vel, const float* g, int64_t n, float lr, float momentum,
-                          float weight_decay, bool nesterov) {
+                          float weight_decay, bool nesterov, const int* skip) {
+  if (skip != nullptr && *skip != 0) return;
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const float gi = g[i] + weight_decay * p[i];
     const float vi = momentum * vel[i] + gi;
@@ -112,7 +131,8 @@ __global__ void SgdKernel(float* p, float* vel, const float* g, int64_t n, float
 
 __global__ void AdamwKernel(float* p, float* m, float* v, const float* g, int64_t n, float decay,
                             float beta1, float beta2, float step_size, float inv_sqrt_bc2,
-                            float eps) {
+                            float eps, const int* skip) {
+  if (skip != nullptr && *skip != 0) return;
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const float gi = g[i];
     const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
@@ -121,6 +141,46 @@ __global__ void AdamwKernel(float* p, float* m, float* v, const float* g, int64_
     v[i] = vi;
     p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
   }
+}
+
+// ---- 16-bit casts and loss scaling ----
+
+__global__ void CastKernel(uint16_t* out, const float* in, int64_t n, bool bf16) {
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+    out[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16(in[i]))
+                  : __half_as_ushort(__float2half(in[i]));
+  }
+}
+
+__global__ void ScaleByKernel(float* x, int64_t n, const float* scale) {
+  const float s = *scale;
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) x[i] *= s;
+}
+
+__global__ void UnscaleCheckKernel(float* g, int64_t n, const float* scale, int* found_inf) {
+  const float inv = 1.0f / *scale;
+  bool bad = false;
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+    const float v = g[i] * inv;
+    g[i] = v;
+    bad = bad || !isfinite(v);
+  }
+  if (bad) *found_inf = 1;  // every writer writes the same value: no atomic needed
+}
+
+constexpr float kMaxLossScale = 16777216.0f;  // 2^24
+
+__global__ void UpdateLossScaleKernel(float* scale, int* good_steps, int* found_inf,
+                                      unsigned long long* skipped, int window) {
+  if (*found_inf != 0) {
+    *scale *= 0.5f;
+    *good_steps = 0;
+    *skipped += 1ull;
+  } else if (++*good_steps >= window) {
+    *scale = fminf(*scale * 2.0f, kMaxLossScale);
+    *good_steps = 0;
+  }
+  *found_inf = 0;
 }
 
 // ---- dropout ----
@@ -223,6 +283,72 @@ Status matmul_backward(cublasHandle_t handle, float* dinp, float* dweight, const
   return Status::Ok();
 }
 
+namespace {
+
+cudaDataType_t DataType(HalfType type) {
+  return type == HalfType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+}  // namespace
+
+// The same products as matmul_forward / matmul_backward, with 16-bit A and B, fp32 C, and fp32
+// compute (CUBLAS_COMPUTE_32F: the scalars are floats).
+Status matmul_forward_half(cublasHandle_t handle, float* out, const uint16_t* inp,
+                           const uint16_t* weight, int B, int C, int OC, HalfType type) {
+  const float one = 1.0f, zero = 0.0f;
+  const cudaDataType_t t = DataType(type);
+  CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, B, C, &one, weight, t, C, inp, t,
+                            C, &zero, out, CUDA_R_32F, OC, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+  return Status::Ok();
+}
+
+Status matmul_backward_half(cublasHandle_t handle, float* dinp, float* dweight,
+                            const uint16_t* dout, const uint16_t* inp, const uint16_t* weight,
+                            int B, int C, int OC, HalfType type, bool accumulate) {
+  const float one = 1.0f, zero = 0.0f;
+  const float beta = accumulate ? 1.0f : 0.0f;
+  const cudaDataType_t t = DataType(type);
+  CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, B, &one, inp, t, C, dout, t,
+                            OC, &beta, dweight, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+  if (dinp != nullptr) {
+    CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, C, B, OC, &one, weight, t, C, dout,
+                              t, OC, &zero, dinp, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+  }
+  return Status::Ok();
+}
+
+Status cast_to_half(uint16_t* out, const float* in, int64_t n, HalfType type, cudaStream_t stream) {
+  if (n == 0) return Status::Ok();
+  CastKernel<<<Blocks(n), kThreads, 0, stream>>>(out, in, n, type == HalfType::kBf16);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status scale_by(float* x, int64_t n, const float* scale, cudaStream_t stream) {
+  if (n == 0) return Status::Ok();
+  ScaleByKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, scale);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status unscale_check(float* grads, int64_t n, const float* scale, int* found_inf,
+                     cudaStream_t stream) {
+  if (n == 0) return Status::Ok();
+  UnscaleCheckKernel<<<Blocks(n), kThreads, 0, stream>>>(grads, n, scale, found_inf);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status update_loss_scale(float* scale, int* good_steps, int* found_inf, unsigned long long* skipped,
+                         int window, cudaStream_t stream) {
+  UpdateLossScaleKernel<<<1, 1, 0, stream>>>(scale, good_steps, found_inf, skipped, window);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
 Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C, Activation act,
                         cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(B) * C;
@@ -240,7 +366,8 @@ Status bias_act_backward(float* d, float* dbias, const float* pre, const float* 
     ActBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(d, pre, out, n, act);
     CUDA_CHECK(cudaGetLastError());
   }
-  ColumnSumKernel<<<Blocks(C), kThreads, 0, stream>>>(dbias, d, B, C, accumulate);
+  const dim3 block(kSumCols, kSumRows);
+  ColumnSumKernel<<<(C + kSumCols - 1) / kSumCols, block, 0, stream>>>(dbias, d, B, C, accumulate);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -256,24 +383,25 @@ Status softmax_xent_forward_backward(float* dlogits, float* losses, const float*
 }
 
 Status sgd_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
-                  float momentum, float weight_decay, bool nesterov, cudaStream_t stream) {
+                  float momentum, float weight_decay, bool nesterov, cudaStream_t stream,
+                  const int* skip) {
   if (n == 0) return Status::Ok();
   SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(params, velocity, grads, n, lr, momentum,
-                                                weight_decay, nesterov);
+                                                weight_decay, nesterov, skip);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 Status adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, const int* skip) {
   if (n == 0) return Status::Ok();
   // The scalars exactly as cpu::adamw_update computes them (bias corrections in double).
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
-  AdamwKernel<<<Blocks(n), kThreads, 0, stream>>>(params, m, v, grads, n, 1.0f - lr * weight_decay,
-                                                  beta1, beta2, static_cast<float>(lr / bc1),
-                                                  static_cast<float>(1.0 / std::sqrt(bc2)), eps);
+  AdamwKernel<<<Blocks(n), kThreads, 0, stream>>>(
+      params, m, v, grads, n, 1.0f - lr * weight_decay, beta1, beta2, static_cast<float>(lr / bc1),
+      static_cast<float>(1.0 / std::sqrt(bc2)), eps, skip);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

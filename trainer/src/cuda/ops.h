@@ -31,6 +31,22 @@ Status matmul_backward(cublasHandle_t handle, float* dinp, float* dweight, const
                        const float* inp, const float* weight, int B, int C, int OC,
                        bool accumulate = false);
 
+// ---- 16-bit GEMM inputs (precision bf16 / fp16) ----
+
+// The 16-bit formats a GEMM may read. Such arrays are passed as uint16_t: the values' bits.
+enum class HalfType { kBf16, kFp16 };
+
+// out[n] = in rounded to the nearest 16-bit value (ties to even; beyond fp16's range: inf).
+Status cast_to_half(uint16_t* out, const float* in, int64_t n, HalfType type, cudaStream_t stream);
+
+// matmul_forward and matmul_backward with 16-bit inputs (cublasGemmEx: products of the 16-bit
+// values, fp32 accumulation, fp32 outputs; tensor cores).
+Status matmul_forward_half(cublasHandle_t handle, float* out, const uint16_t* inp,
+                           const uint16_t* weight, int B, int C, int OC, HalfType type);
+Status matmul_backward_half(cublasHandle_t handle, float* dinp, float* dweight,
+                            const uint16_t* dout, const uint16_t* inp, const uint16_t* weight,
+                            int B, int C, int OC, HalfType type, bool accumulate = false);
+
 // pre[B, C] += bias, out = act(pre); for kNone out may be pre.
 Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C, Activation act,
                         cudaStream_t stream);
@@ -47,12 +63,27 @@ Status softmax_xent_forward_backward(float* dlogits, float* losses, const float*
 
 // The optimizers, as cpu/ops.h defines them. The parameters, gradients and optimizer state are
 // each one flat buffer holding every tensor, so one launch updates all of them (the
-// multi-tensor form without a pointer list).
+// multi-tensor form without a pointer list). skip (a device int, may be null): when it holds a
+// non-zero value the kernel changes nothing (fp16's overflowed step), decided on the device.
 Status sgd_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
-                  float momentum, float weight_decay, bool nesterov, cudaStream_t stream);
+                  float momentum, float weight_decay, bool nesterov, cudaStream_t stream,
+                  const int* skip = nullptr);
 Status adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                    cudaStream_t stream);
+                    cudaStream_t stream, const int* skip = nullptr);
+
+// ---- dynamic loss scaling (fp16); every scalar lives on the device, so no step waits ----
+
+// x[n] *= *scale.
+Status scale_by(float* x, int64_t n, const float* scale, cudaStream_t stream);
+// grads[n] *= 1 / *scale, and *found_inf = 1 when any result is inf or nan (else untouched).
+Status unscale_check(float* grads, int64_t n, const float* scale, int* found_inf,
+                     cudaStream_t stream);
+// After a step: when *found_inf, halves *scale, zeroes *good_steps and counts the step in
+// *skipped; otherwise counts a good step and doubles *scale after `window` of them in a row
+// (never above 2^24, so that a fp32 scaled loss stays finite). Resets *found_inf to 0.
+Status update_loss_scale(float* scale, int* good_steps, int* found_inf, unsigned long long* skipped,
+                         int window, cudaStream_t stream);
 
 // Inverted dropout with cpu::dropout_forward's counter-based hash: the same (key, row, column)
 // drops the same element on both backends, bit for bit.

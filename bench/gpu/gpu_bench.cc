@@ -1,0 +1,438 @@
+// The CUDA backend on Fashion-MNIST against its PyTorch twin (torch_mlp_gpu.py), in one run:
+//   1. MLP 784-256-128-10, batch 256, fp32 (TF32 GEMMs on both sides): samples/s, ours / torch
+//      (target >= 1.0x), with torch reading batches from host memory as we do and, as the
+//      harder reference, from a dataset resident on the GPU;
+//   2. the same at batch 4096 in bf16;
+//   3. a GEMM-heavy MLP (784-4096x4-10, batch 4096, bf16): the TFLOP/s our training steps
+//      achieve against cuBLAS alone on the same GEMM shapes (target >= 60%);
+//   4. for each, data_wait_s as a share of the training time (target < 5%);
+//   5. with 2+ GPUs: the all-reduce time one rank spends after backward (per step) and NCCL's bus
+//      bandwidth for the GEMM-heavy model's gradients as 4 MiB buckets vs one large all-reduce.
+// Our samples/s and torch's both exclude the first epoch (warm-up: cuBLAS heuristics, the
+// dataset cache) and evaluation. Every figure is printed with what it is compared to.
+//
+// Usage: gpu_bench [--data DIR] [--epochs N] [--heavy-epochs N] [--torch SCRIPT] [--skip-torch]
+//                  [--python PYTHON]
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#if defined(SWEEP_HAVE_NCCL)
+#include <nccl.h>
+#endif
+
+#include "cuda/cuda_backend.h"
+#include "cuda/device_buffer.h"
+#include "cuda/ops.h"
+#include "model.h"
+#include "train_internal.h"
+#include "trainer/trainer.h"
+
+namespace fs = std::filesystem;
+using sweep::Status;
+using sweep::trainer::ApplyOption;
+using sweep::trainer::CommStats;
+using sweep::trainer::EpochReport;
+using sweep::trainer::MlpShape;
+using sweep::trainer::TrainOptions;
+namespace cuda = sweep::trainer::cuda;
+
+namespace {
+
+struct Config {
+  std::string name;
+  std::vector<int> hidden;
+  int batch = 256;
+  std::string precision = "fp32";
+  int epochs = 3;
+};
+
+// GEMM FLOPs per training sample: forward 2 in out per layer, the weight gradient as much
+// again, the input gradient of every layer but the first as much again.
+double FlopsPerSample(const MlpShape& s) {
+  double f = 0;
+  for (int l = 0; l < s.layers(); ++l) {
+    const double mn = 2.0 * s.in(l)*s.out(l);
+    f += mn * (l == 0 ? 2 : 3);
+  }
+  return f;
+}
+
+struct OursRun {
+  bool ok = false;
+  std::string error;
+  double samples_per_s = 0;
+  double wait_share = 0;  // data_wait_s / training time, counted epochs
+  double test_acc = -1;
+  double exposed_ms_per_step = 0, span_ms_per_step = 0;
+};
+
+OursRun RunOurs(const std::string& data, const Config& c, int replicas) {
+  OursRun run;
+  TrainOptions o;
+  if (Status s = ApplyOption(&o, "dataset", data); !s.ok()) {
+    run.error = s.message();
+    return run;
+  }
+  o.backend = "cuda";
+  o.hidden = c.hidden;
+  o.batch_size = c.batch;
+  o.precision = c.precision;
+  o.epochs = c.epochs;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  o.replicas = replicas;
+  o.validation_fraction = 0.1;
+  double samples = 0, seconds = 0, wait = 0;
+  int64_t steps_before = 0, counted_steps = 0;
+  CommStats comm;
+  auto r = sweep::trainer::TrainWithState(
+      o,
+      [&](const EpochReport& e) {
+        const int64_t steps = e.step - steps_before;
+        steps_before = e.step;
+        std::printf(
+            "    epoch %d: %.0f samples/s, data_wait %.4f s, epoch %.3f s, train_loss "
+            "%.4f, val_acc %.4f, allreduce_s %.5f, skipped %lld\n",
+            e.epoch, e.samples_per_s, e.data_wait_s, e.epoch_s, e.train_loss, e.val_acc,
+            e.allreduce_s, static_cast<long long>(e.skipped_steps));
+        std::fflush(stdout);
+        if (e.epoch == 1 && c.epochs > 1) return true;  // warm-up
+        const double n = static_cast<double>(steps) * c.batch;
+        samples += n;
+        seconds += n / e.samples_per_s;
+        wait += e.data_wait_s;
+        counted_steps += steps;
+        return true;
+      },
+      nullptr, &comm);
+  if (!r.ok()) {
+    run.error = r.status().message();
+    return run;
+  }
+  run.ok = true;
+  run.samples_per_s = samples / seconds;
+  run.wait_share = wait / seconds;
+  run.test_acc = r->test_acc.value_or(-1);
+  // comm sums every epoch, the warm-up's too.
+  const double all_steps = static_cast<double>(steps_before);
+  run.exposed_ms_per_step = 1e3 * comm.exposed_s / all_steps;
+  run.span_ms_per_step = 1e3 * comm.reduce_s / all_steps;
+  (void)counted_steps;
+  return run;
+}
+
+struct TorchRun {
+  double samples_per_s = -1;
+  double test_acc = -1;
+  std::string header;
+};
+
+TorchRun RunTorch(const std::string& python, const std::string& script, const std::string& data,
+                  const Config& c, const std::string& input) {
+  TorchRun run;
+  std::string hidden;
+  for (int h : c.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
+  const fs::path out =
+      fs::temp_directory_path() / ("sweep_gpu_bench_torch_" + std::to_string(::getpid()) + ".txt");
+  const std::string cmd = python + " '" + script + "' --data '" + data + "' --epochs " +
+                          std::to_string(c.epochs) + " --batch " + std::to_string(c.batch) +
+                          " --hidden " + hidden + " --precision " + c.precision + " --input " +
+                          input + " > '" + out.string() + "' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(out);
+  std::string text;
+  for (std::string line; std::getline(in, line);) {
+    text += line + "\n";
+    if (line.rfind("samples_per_s=", 0) == 0) run.samples_per_s = std::atof(line.c_str() + 14);
+    if (line.rfind("test_accuracy=", 0) == 0) run.test_acc = std::atof(line.c_str() + 14);
+    if (line.rfind("torch ", 0) == 0) run.header = line;
+  }
+  std::error_code ec;
+  fs::remove(out, ec);
+  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0 || run.samples_per_s <= 0) {
+    std::printf("    torch (%s) failed: %s\n%s", input.c_str(), cmd.c_str(), text.c_str());
+    run.samples_per_s = -1;
+  }
+  return run;
+}
+
+// ---- cuBLAS alone on one training step's GEMMs ----
+
+#define BENCH_CHECK(stmt)                                                                    \
+  do {                                                                                       \
+    if (auto e_ = (stmt); e_ != decltype(e_){}) {                                            \
+      std::printf("    %s failed (%d) at line %d\n", #stmt, static_cast<int>(e_), __LINE__); \
+      return -1;                                                                             \
+    }                                                                                        \
+  } while (0)
+
+// TFLOP/s of the GEMMs one training step of shape/batch runs, in bf16 with fp32 output, back to
+// back on one stream (no other kernel between them): the ceiling our step can approach.
+double CublasStepTflops(const MlpShape& s, int batch) {
+  BENCH_CHECK(cudaSetDevice(0));
+  cudaStream_t stream = nullptr;
+  BENCH_CHECK(cudaStreamCreate(&stream));
+  cublasHandle_t h = nullptr;
+  if (!cuda::CreateBlasHandle(stream, true, &h).ok()) return -1;
+  const int64_t widest = *std::max_element(s.widths.begin(), s.widths.end());
+  cuda::DeviceBuffer<uint16_t> w16, a16, d16;
+  cuda::DeviceBuffer<float> out, dw, din;
+  if (!cuda::DeviceBuffer<uint16_t>::Make(s.num_params, &w16).ok() ||
+      !cuda::DeviceBuffer<uint16_t>::Make(int64_t{batch} * widest, &a16).ok() ||
+      !cuda::DeviceBuffer<uint16_t>::Make(int64_t{batch} * widest, &d16).ok() ||
+      !cuda::DeviceBuffer<float>::Make(int64_t{batch} * widest, &out).ok() ||
+      !cuda::DeviceBuffer<float>::Make(s.num_params, &dw).ok() ||
+      !cuda::DeviceBuffer<float>::Make(int64_t{batch} * widest, &din).ok()) {
+    return -1;
+  }
+  const auto type = cuda::HalfType::kBf16;
+  auto step = [&]() -> bool {
+    for (int l = 0; l < s.layers(); ++l) {
+      if (!cuda::matmul_forward_half(h, out.data(), a16.data(), w16.data() + s.weight_offset[l],
+                                     batch, s.in(l), s.out(l), type)
+               .ok()) {
+        return false;
+      }
+    }
+    for (int l = s.layers() - 1; l >= 0; --l) {
+      if (!cuda::matmul_backward_half(
+               h, l == 0 ? nullptr : din.data(), dw.data() + s.weight_offset[l], d16.data(),
+               a16.data(), w16.data() + s.weight_offset[l], batch, s.in(l), s.out(l), type)
+               .ok()) {
+        return false;
+      }
+    }
+    return true;
+  };
+  for (int i = 0; i < 5; ++i) {
+    if (!step()) return -1;
+  }
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  const int iters = 30;
+  BENCH_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < iters; ++i) {
+    if (!step()) return -1;
+  }
+  BENCH_CHECK(cudaEventRecord(stop, stream));
+  BENCH_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cublasDestroy(h);
+  cudaStreamDestroy(stream);
+  return FlopsPerSample(s) * batch * iters / (ms * 1e-3) / 1e12;
+}
+
+// ---- NCCL: bucketed vs one all-reduce ----
+
+#if defined(SWEEP_HAVE_NCCL)
+// Bus bandwidth (GB/s, NCCL's convention: 2 (n - 1) / n x bytes / time) of all-reducing
+// `floats` floats on n GPUs, as the given ranges, each range its own all-reduce.
+double AllReduceBusGbps(int n, int64_t floats,
+                        const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  std::vector<ncclComm_t> comms(static_cast<size_t>(n));
+  std::vector<int> devs;
+  for (int d = 0; d < n; ++d) devs.push_back(d);
+  BENCH_CHECK(ncclCommInitAll(comms.data(), n, devs.data()));
+  std::vector<cuda::DeviceBuffer<float>> bufs(static_cast<size_t>(n));
+  std::vector<cudaStream_t> streams(static_cast<size_t>(n));
+  for (int d = 0; d < n; ++d) {
+    BENCH_CHECK(cudaSetDevice(d));
+    if (!cuda::DeviceBuffer<float>::Make(floats, &bufs[static_cast<size_t>(d)]).ok()) return -1;
+    BENCH_CHECK(cudaStreamCreate(&streams[static_cast<size_t>(d)]));
+  }
+  auto once = [&]() -> ncclResult_t {
+    for (const auto& [begin, end] : ranges) {
+      if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return r;
+      for (int d = 0; d < n; ++d) {
+        float* p = bufs[static_cast<size_t>(d)].data() + begin;
+        if (ncclResult_t r =
+                ncclAllReduce(p, p, static_cast<size_t>(end - begin), ncclFloat, ncclSum,
+                              comms[static_cast<size_t>(d)], streams[static_cast<size_t>(d)]);
+            r != ncclSuccess) {
+          return r;
+        }
+      }
+      if (ncclResult_t r = ncclGroupEnd(); r != ncclSuccess) return r;
+    }
+    return ncclSuccess;
+  };
+  auto sync = [&]() -> cudaError_t {
+    for (int d = 0; d < n; ++d) {
+      cudaSetDevice(d);
+      if (cudaError_t e = cudaStreamSynchronize(streams[static_cast<size_t>(d)]);
+          e != cudaSuccess) {
+        return e;
+      }
+    }
+    return cudaSuccess;
+  };
+  for (int i = 0; i < 3; ++i) BENCH_CHECK(once());
+  BENCH_CHECK(sync());
+  const int iters = 20;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) BENCH_CHECK(once());
+  BENCH_CHECK(sync());
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  for (int d = 0; d < n; ++d) {
+    cudaSetDevice(d);
+    cudaStreamDestroy(streams[static_cast<size_t>(d)]);
+    bufs[static_cast<size_t>(d)] = cuda::DeviceBuffer<float>();
+    ncclCommDestroy(comms[static_cast<size_t>(d)]);
+  }
+  const double bytes = static_cast<double>(floats) * sizeof(float);
+  return 2.0 * (n - 1) / n * bytes / s / 1e9;
+}
+#endif
+
+std::string Ratio(double ours, double theirs) {
+  if (ours <= 0 || theirs <= 0) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", ours / theirs);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string torch_script = fs::path(SWEEP_SOURCE_DIR) / "bench/gpu/torch_mlp_gpu.py";
+  std::string python = "python3";
+  int epochs = 3, heavy_epochs = 4;
+  bool skip_torch = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (a == "--data") {
+      data = next();
+    } else if (a == "--epochs") {
+      epochs = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--heavy-epochs") {
+      heavy_epochs = std::max(1, std::atoi(next().c_str()));
+    } else if (a == "--torch") {
+      torch_script = next();
+    } else if (a == "--python") {
+      python = next();
+    } else if (a == "--skip-torch") {
+      skip_torch = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: gpu_bench [--data DIR] [--epochs N] [--heavy-epochs N] "
+                   "[--torch SCRIPT] [--python PYTHON] [--skip-torch]\n");
+      return 2;
+    }
+  }
+  const sweep::Result<int> gpus = cuda::DeviceCount();
+  if (!gpus.ok()) {
+    std::printf("gpu_bench: %s; nothing to measure\n", gpus.status().message().c_str());
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("gpu_bench: %d GPU(s), device 0: %s (sm_%d%d, %.0f GiB); dataset %s\n", *gpus,
+              prop.name, prop.major, prop.minor, prop.totalGlobalMem / 1073741824.0, data.c_str());
+
+  const std::vector<Config> configs = {
+      {"MLP 784-256-128-10, batch 256, fp32 (TF32)", {256, 128}, 256, "fp32", epochs},
+      // 13 steps an epoch at this batch: more epochs, so that the figure rests on enough steps.
+      {"MLP 784-256-128-10, batch 4096, bf16", {256, 128}, 4096, "bf16", std::max(epochs, 6)},
+      {"GEMM-heavy MLP 784-4096x4-10, batch 4096, bf16",
+       {4096, 4096, 4096, 4096},
+       4096,
+       "bf16",
+       heavy_epochs},
+  };
+  for (const Config& c : configs) {
+    std::printf("\n== %s, %d epochs (the first is warm-up) ==\n", c.name.c_str(), c.epochs);
+    std::fflush(stdout);
+    const OursRun ours = RunOurs(data, c, 1);
+    if (!ours.ok) {
+      std::printf("  ours: FAILED: %s\n", ours.error.c_str());
+      continue;
+    }
+    std::printf("  ours:  %.0f samples/s, test_acc %.4f\n", ours.samples_per_s, ours.test_acc);
+    std::printf("  data_wait_s / training time: %.2f%% (target < 5%%)\n", 100 * ours.wait_share);
+    if (!skip_torch) {
+      const TorchRun host = RunTorch(python, torch_script, data, c, "host");
+      const TorchRun resident = RunTorch(python, torch_script, data, c, "resident");
+      if (!host.header.empty()) std::printf("  %s\n", host.header.c_str());
+      std::printf(
+          "  torch, batches from host memory: %.0f samples/s, test_acc %.4f; ours / torch "
+          "= %s (target >= 1.0x)\n",
+          host.samples_per_s, host.test_acc, Ratio(ours.samples_per_s, host.samples_per_s).c_str());
+      std::printf(
+          "  torch, dataset resident on the GPU: %.0f samples/s, test_acc %.4f; ours / "
+          "torch = %s\n",
+          resident.samples_per_s, resident.test_acc,
+          Ratio(ours.samples_per_s, resident.samples_per_s).c_str());
+    }
+    const MlpShape shape = MlpShape::Make(784, c.hidden, 10);
+    const double ours_tflops = ours.samples_per_s * FlopsPerSample(shape) / 1e12;
+    if (c.hidden.size() > 2) {
+      const double blas = CublasStepTflops(shape, c.batch);
+      std::printf(
+          "  GEMM TFLOP/s: ours %.1f (whole training steps), cuBLAS alone on the same "
+          "GEMM shapes %.1f: %.0f%% (target >= 60%%)\n",
+          ours_tflops, blas, blas > 0 ? 100 * ours_tflops / blas : 0.0);
+    } else {
+      std::printf("  GEMM TFLOP/s: ours %.2f (this model is launch- and input-bound)\n",
+                  ours_tflops);
+    }
+    std::fflush(stdout);
+  }
+
+  std::printf("\n== all-reduce ==\n");
+  std::printf("  1 GPU: no communicator, no all-reduce (allreduce_s is 0 by construction)\n");
+#if defined(SWEEP_HAVE_NCCL)
+  if (*gpus >= 2) {
+    Config heavy = configs[2];
+    heavy.epochs = heavy_epochs;
+    std::vector<int> counts = {2};
+    if (*gpus > 2) counts.push_back(*gpus);
+    for (int n : counts) {
+      std::printf("  %d GPUs, %s:\n", n, heavy.name.c_str());
+      const OursRun dp = RunOurs(data, heavy, n);
+      if (!dp.ok) {
+        std::printf("    FAILED: %s\n", dp.error.c_str());
+      } else {
+        std::printf(
+            "    %.0f samples/s; rank 0 all-reduce after backward %.3f ms/step, comm "
+            "stream busy from first bucket to last %.3f ms/step\n",
+            dp.samples_per_s, dp.exposed_ms_per_step, dp.span_ms_per_step);
+      }
+    }
+    const MlpShape shape = MlpShape::Make(784, heavy.hidden, 10);
+    std::vector<std::pair<int64_t, int64_t>> one = {{0, shape.num_params}}, buckets;
+    for (const auto& b : sweep::trainer::MakeGradBuckets(shape, int64_t{1} << 20)) {
+      buckets.emplace_back(b.begin, b.end);
+    }
+    const double single = AllReduceBusGbps(*gpus, shape.num_params, one);
+    const double bucketed = AllReduceBusGbps(*gpus, shape.num_params, buckets);
+    std::printf(
+        "  NCCL bus bandwidth on %d GPUs, %.0f MiB of gradients: one all-reduce %.1f GB/s, "
+        "%zu buckets %.1f GB/s (%.0f%% of one)\n",
+        *gpus, shape.num_params * 4.0 / 1048576, single, buckets.size(), bucketed,
+        single > 0 ? 100 * bucketed / single : 0.0);
+  } else {
+    std::printf("  one GPU here: the multi-GPU figures need 2 or more\n");
+  }
+#else
+  std::printf("  built without NCCL: no multi-GPU figures\n");
+#endif
+  return 0;
+}

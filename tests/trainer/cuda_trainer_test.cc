@@ -1,0 +1,313 @@
+// The CUDA ReplicaGroup against the CPU one, N optimizer steps from the same weights on the same
+// batches: one GPU against the CPU reference (exact fp32 GEMMs: 1e-4 normalised error in the
+// final weights, summation order only; TF32: 2e-2; bf16: 5e-2; fp16: 2e-2, the bounds an input
+// rounding per GEMM allows after a few steps), two GPUs against one (exact fp32: 1e-5; NCCL's
+// sum order), fp16's loss scaling skipping a step whose scaled gradients overflow, and Train()
+// on the GPU end to end. Every comparison prints its figures. Skipped without a CUDA device
+// (the two-GPU test without two); ctest label `gpu`.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "cpu/cpu_backend.h"
+#include "cuda/cuda_backend.h"
+#include "gtest/gtest.h"
+#include "rng.h"
+#include "test_util.h"
+#include "trainer/trainer.h"
+
+namespace sweep::trainer {
+namespace {
+
+using testing::BlobOptions;
+using testing::TempDir;
+
+constexpr int kInputs = 24, kClasses = 5, kBatch = 32;
+
+double NormErr(const std::vector<float>& a, const std::vector<float>& ref) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    diff += (double{a[i]} - ref[i]) * (double{a[i]} - ref[i]);
+    norm += double{ref[i]} * ref[i];
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+// Random inputs and labels for `steps` steps of `accum` micro-batches of kBatch rows.
+struct Batches {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+};
+
+Batches MakeBatches(int micro_batches, uint64_t seed) {
+  Rng rng(seed);
+  Batches b;
+  for (int i = 0; i < micro_batches * kBatch; ++i) {
+    const int label = static_cast<int>(rng.Below(kClasses));
+    b.y.push_back(label);
+    for (int f = 0; f < kInputs; ++f) {
+      b.x.push_back(static_cast<float>(rng.Uniform() + (f % kClasses == label ? 1.0 : 0.0)));
+    }
+  }
+  return b;
+}
+
+GroupSpec Spec(int replicas, OptimizerSpec::Kind kind, float dropout) {
+  GroupSpec spec;
+  spec.shape = MlpShape::Make(kInputs, {40, 24}, kClasses);
+  spec.act = Activation::kGelu;
+  spec.dropout = dropout;
+  spec.replicas = replicas;
+  spec.max_rows = kBatch;
+  spec.optimizer.kind = kind;
+  spec.optimizer.weight_decay = 1e-3f;
+  return spec;
+}
+
+struct RunResult {
+  ModelState state;
+  std::vector<double> losses;  // per step, as rank 0 saw them
+  int64_t skipped = 0;
+};
+
+// Trains `steps` steps of `accum` micro-batches on the group from the seeded initial weights,
+// each rank taking its rows of every micro-batch, as trainer.cc does.
+RunResult RunSteps(ReplicaGroup* group, const GroupSpec& spec, int steps, int accum,
+                   const Batches& data) {
+  ModelState init;
+  init.params.resize(static_cast<size_t>(spec.shape.num_params));
+  InitParams(spec.shape, spec.act, 11, init.params.data());
+  EXPECT_TRUE(group->SetState(init).ok());
+  const int R = group->size();
+  RunResult out;
+  std::vector<std::vector<double>> seen(static_cast<size_t>(R));
+  group->Run([&](int rank) {
+    std::vector<double>& finished = seen[static_cast<size_t>(rank)];
+    const int begin = kBatch * rank / R, end = kBatch * (rank + 1) / R;
+    for (int s = 0; s < steps; ++s) {
+      StepArgs args;
+      args.lr = 0.05f;
+      args.t = s + 1;
+      args.dloss_scale = 1.0f / static_cast<float>(kBatch * accum);
+      args.dropout_key = MixSeed(99, static_cast<uint64_t>(s));
+      for (int m = 0; m < accum; ++m) {
+        const int64_t row0 = int64_t{s * accum + m} * kBatch + begin;
+        MicroBatch mb;
+        mb.x = data.x.data() + row0 * kInputs;
+        mb.y = data.y.data() + row0;
+        mb.rows = end - begin;
+        mb.first_row = int64_t{m} * kBatch + begin;
+        mb.first = m == 0;
+        mb.last = m == accum - 1;
+        group->TrainMicroBatch(rank, mb, args, &finished);
+      }
+    }
+    group->FinishSteps(rank, &finished);
+  });
+  for (int r = 1; r < R; ++r) {
+    EXPECT_EQ(seen[static_cast<size_t>(r)], seen[0]) << "rank " << r << " saw other losses";
+  }
+  out.losses = seen[0];
+  out.state = group->GetState();
+  out.skipped = group->TakeSkippedSteps();
+  return out;
+}
+
+class CudaGroup : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Result<int> devices = cuda::DeviceCount();
+    if (!devices.ok()) GTEST_SKIP() << devices.status().message();
+    devices_ = *devices;
+  }
+
+  // The same steps on the CPU backend.
+  static RunResult Reference(GroupSpec spec, int steps, int accum, const Batches& data) {
+    spec.precision = Precision::kFp32;
+    spec.devices.clear();
+    Result<std::unique_ptr<ReplicaGroup>> g = cpu::GetBackend()->CreateGroup(spec);
+    EXPECT_TRUE(g.ok());
+    return RunSteps(g->get(), spec, steps, accum, data);
+  }
+
+  static RunResult OnGpu(const GroupSpec& spec, int steps, int accum, const Batches& data) {
+    Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+    EXPECT_TRUE(g.ok()) << g.status().message();
+    if (!g.ok()) return {};
+    return RunSteps(g->get(), spec, steps, accum, data);
+  }
+
+  static void Compare(const char* what, const RunResult& gpu, const RunResult& ref, double bound) {
+    ASSERT_EQ(gpu.losses.size(), ref.losses.size()) << what;
+    ASSERT_EQ(gpu.state.params.size(), ref.state.params.size()) << what;
+    const double err = NormErr(gpu.state.params, ref.state.params);
+    double worst_loss = 0;
+    for (size_t s = 0; s < ref.losses.size(); ++s) {
+      worst_loss = std::max(worst_loss, std::abs(gpu.losses[s] - ref.losses[s]) / ref.losses[s]);
+    }
+    std::printf("  %-40s weights %.3g, worst step loss %.3g (bound %.3g); last loss %.6f vs %.6f\n",
+                what, err, worst_loss, bound, gpu.losses.back(), ref.losses.back());
+    EXPECT_LT(err, bound) << what;
+    EXPECT_LT(worst_loss, bound) << what;
+    for (size_t b = 0; b < ref.state.optimizer.size(); ++b) {
+      EXPECT_LT(NormErr(gpu.state.optimizer[b], ref.state.optimizer[b]), bound * 10)
+          << what << " optimizer buffer " << b;
+    }
+  }
+
+  int devices_ = 0;
+};
+
+TEST_F(CudaGroup, OneGpuMatchesTheCpuReference) {
+  const Batches data = MakeBatches(24, 1);
+  struct Case {
+    const char* name;
+    OptimizerSpec::Kind kind;
+    float dropout;
+    int accum;
+  } cases[] = {{"sgd, 12 steps", OptimizerSpec::Kind::kSgd, 0.0f, 1},
+               {"adamw + dropout, 12 steps", OptimizerSpec::Kind::kAdamw, 0.2f, 1},
+               {"sgd, accum_steps 2, 12 steps", OptimizerSpec::Kind::kSgd, 0.0f, 2}};
+  for (const Case& c : cases) {
+    GroupSpec spec = Spec(1, c.kind, c.dropout);
+    const int steps = 24 / c.accum;
+    const RunResult ref = Reference(spec, steps, c.accum, data);
+    spec.tf32 = false;
+    Compare((std::string("exact fp32, ") + c.name).c_str(), OnGpu(spec, steps, c.accum, data), ref,
+            1e-4);
+    spec.tf32 = true;
+    Compare((std::string("tf32, ") + c.name).c_str(), OnGpu(spec, steps, c.accum, data), ref, 2e-2);
+  }
+}
+
+TEST_F(CudaGroup, HalfPrecisionStaysCloseToTheCpuReference) {
+  const Batches data = MakeBatches(12, 2);
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+  const RunResult ref = Reference(spec, 12, 1, data);
+  spec.precision = Precision::kBf16;
+  Compare("bf16 GEMM inputs, 12 steps", OnGpu(spec, 12, 1, data), ref, 5e-2);
+  spec.precision = Precision::kFp16;
+  const RunResult fp16 = OnGpu(spec, 12, 1, data);
+  Compare("fp16 GEMM inputs, loss scale 65536, 12 steps", fp16, ref, 2e-2);
+  std::printf("  fp16 skipped steps: %lld (expected 0)\n", static_cast<long long>(fp16.skipped));
+  EXPECT_EQ(fp16.skipped, 0);
+}
+
+// An injected overflow: a loss scale of 2^40 makes the scaled logit gradients (about 2^40 / 32)
+// inf once cast to fp16, so the first step must be skipped, leaving the weights as they were,
+// and the scale halves every step until the gradients fit (below about 2^21), then training
+// goes on.
+TEST_F(CudaGroup, Fp16SkipsStepsWhoseGradientsOverflow) {
+  const Batches data = MakeBatches(40, 3);
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.precision = Precision::kFp16;
+  spec.initial_loss_scale = std::ldexp(1.0f, 40);
+  ModelState init;
+  init.params.resize(static_cast<size_t>(spec.shape.num_params));
+  InitParams(spec.shape, spec.act, 11, init.params.data());
+
+  Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const RunResult one = RunSteps(g->get(), spec, 1, 1, data);
+  std::printf("  after 1 step at scale 2^40: skipped %lld (expected 1), loss %.6f, weights %s\n",
+              static_cast<long long>(one.skipped), one.losses.empty() ? -1.0 : one.losses[0],
+              one.state.params == init.params ? "unchanged" : "CHANGED");
+  EXPECT_EQ(one.skipped, 1);
+  EXPECT_EQ(one.state.params, init.params);
+  ASSERT_EQ(one.losses.size(), 1u);
+  EXPECT_TRUE(std::isfinite(one.losses[0]));  // the loss itself is not scaled
+
+  Result<std::unique_ptr<ReplicaGroup>> g2 = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_TRUE(g2.ok()) << g2.status().message();
+  const RunResult many = RunSteps(g2->get(), spec, 40, 1, data);
+  std::printf(
+      "  after 40 steps from scale 2^40: skipped %lld (expected 17 to 22), last loss %.6f\n",
+      static_cast<long long>(many.skipped), many.losses.back());
+  EXPECT_GE(many.skipped, 17);
+  EXPECT_LE(many.skipped, 22);
+  EXPECT_NE(many.state.params, init.params);
+  EXPECT_LT(many.losses.back(), many.losses.front());
+}
+
+TEST_F(CudaGroup, TwoGpusMatchOne) {
+  if (devices_ < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << devices_;
+  const Batches data = MakeBatches(24, 4);
+  for (const int64_t bucket_floats : {int64_t{1}, int64_t{1} << 20}) {
+    for (const OptimizerSpec::Kind kind :
+         {OptimizerSpec::Kind::kSgd, OptimizerSpec::Kind::kAdamw}) {
+      GroupSpec one = Spec(1, kind, 0.1f);
+      one.tf32 = false;
+      const RunResult ref = OnGpu(one, 12, 2, data);
+      GroupSpec two = one;
+      two.replicas = 2;
+      two.devices = {0, 1};
+      two.bucket_floats = bucket_floats;
+      const std::string what = std::string("2 GPUs vs 1, ") +
+                               (kind == OptimizerSpec::Kind::kSgd ? "sgd" : "adamw") +
+                               (bucket_floats == 1 ? ", a bucket per layer" : ", one bucket");
+      Compare(what.c_str(), OnGpu(two, 12, 2, data), ref, 1e-5);
+    }
+  }
+}
+
+// Train() end to end on the GPU: it learns, reports what it measured, and with bf16/fp16 too.
+TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
+  TempDir dir;
+  for (const char* precision : {"fp32", "bf16", "fp16"}) {
+    TrainOptions o = BlobOptions(dir);
+    o.backend = "cuda";
+    o.precision = precision;
+    std::vector<EpochReport> reports;
+    auto r = Train(o, [&](const EpochReport& e) {
+      reports.push_back(e);
+      return true;
+    });
+    ASSERT_TRUE(r.ok()) << precision << ": " << r.status().message();
+    ASSERT_EQ(reports.size(), 4u);
+    const EpochReport& last = reports.back();
+    std::printf(
+        "  %s: val_acc %.4f, train_loss %.4f -> %.4f, %.0f samples/s, data_wait %.4f s "
+        "of %.4f s, skipped %lld, test_acc %.4f\n",
+        precision, last.val_acc, reports.front().train_loss, last.train_loss, last.samples_per_s,
+        last.data_wait_s, last.epoch_s, static_cast<long long>(last.skipped_steps),
+        r->test_acc.value_or(-1));
+    EXPECT_GE(last.val_acc, 0.99) << precision;
+    EXPECT_LT(last.train_loss, reports.front().train_loss) << precision;
+    EXPECT_EQ(last.skipped_steps, 0) << precision;
+    EXPECT_GE(last.data_wait_s, 0);
+    EXPECT_GE(last.epoch_s, last.data_wait_s);
+  }
+  if (devices_ >= 2) {
+    TrainOptions o = BlobOptions(dir);
+    o.backend = "cuda";
+    o.replicas = 2;
+    o.devices = {1, 0};
+    double val_acc = 0, allreduce_s = -1;
+    auto r = Train(o, [&](const EpochReport& e) {
+      val_acc = e.val_acc;
+      allreduce_s = e.allreduce_s;
+      return true;
+    });
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    std::printf("  2 GPUs (devices 1, 0): val_acc %.4f, allreduce_s %.6f\n", val_acc, allreduce_s);
+    EXPECT_GE(val_acc, 0.99);
+    EXPECT_GE(allreduce_s, 0);
+  }
+}
+
+// The errors a user can cause name what is wrong.
+TEST_F(CudaGroup, RefusesDevicesItDoesNotHave) {
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.devices = {devices_};
+  const Status s = cuda::GetBackend()->Supports(spec);
+  std::printf("  devices = [%d]: %s\n", devices_, s.message().c_str());
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("device " + std::to_string(devices_) + " is not present"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace sweep::trainer
