@@ -26,7 +26,9 @@ json Message(MessageType type) { return json{{"type", ToString(type)}}; }
 // Reads fields of one JSON object, naming the message and field in each error.
 class FieldReader {
  public:
-  FieldReader(const json& j, std::string_view what) : j_(j), what_(what) {}
+  // `index` >= 0 names an array element: "what[index]". The name is built only on error.
+  FieldReader(const json& j, std::string_view what, int64_t index = -1)
+      : j_(j), what_(what), index_(index) {}
 
   Status CheckObject() const {
     if (!j_.is_object()) return Error("", "must be a JSON object");
@@ -83,6 +85,7 @@ class FieldReader {
   }
   Status Error(std::string_view key, std::string_view problem) const {
     std::string msg(what_);
+    if (index_ >= 0) msg += "[" + std::to_string(index_) + "]";
     msg += ": ";
     if (!key.empty()) {
       msg += key;
@@ -104,6 +107,7 @@ class FieldReader {
 
   const json& j_;
   std::string_view what_;
+  int64_t index_ = -1;
 };
 
 constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
@@ -246,8 +250,7 @@ Result<Hello> HelloFromJson(const json& j) {
   if (slots->size() > kMaxSlots) return r.Error("slots", "has more than 4096 entries");
   std::set<int> devices;
   for (size_t i = 0; i < slots->size(); ++i) {
-    const std::string where = "hello: slots[" + std::to_string(i) + "]";
-    FieldReader s((*slots)[i], where);
+    FieldReader s((*slots)[i], "hello: slots", static_cast<int64_t>(i));
     SWEEP_RETURN_IF_ERROR(s.CheckObject());
     Slot slot;
     slot.index = static_cast<int>(i);
@@ -379,8 +382,7 @@ Status ReportsFromJson(json& j, std::vector<WorkerEvent>* events) {
   events->reserve(first + list->size());
   for (size_t i = 0; i < list->size(); ++i) {
     json& item = (*list)[i];
-    const std::string where = "reports[" + std::to_string(i) + "]";
-    FieldReader f(item, where);
+    FieldReader f(item, "reports", static_cast<int64_t>(i));
     Status st = f.CheckObject();
     WorkerEvent ev;
     ev.type = WorkerEvent::Type::kReport;

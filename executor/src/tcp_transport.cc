@@ -133,7 +133,7 @@ class TcpConnection : public Connection, public std::enable_shared_from_this<Tcp
 
 class TcpTransport : public Transport {
  public:
-  explicit TcpTransport(asio::io_context& io) : io_(io), acceptor_(io) {}
+  explicit TcpTransport(asio::io_context& io) : io_(io), acceptor_(io), retry_(io) {}
 
   Result<int> Listen(const std::string& host, int port, AcceptHandler on_accept) override {
     boost::system::error_code ec;
@@ -163,6 +163,7 @@ class TcpTransport : public Transport {
   void StopListening() override {
     boost::system::error_code ec;
     acceptor_.close(ec);
+    retry_.cancel();
   }
 
   void Connect(const std::string& host, int port, ConnectHandler done) override {
@@ -195,14 +196,22 @@ class TcpTransport : public Transport {
   void Accept() {
     acceptor_.async_accept([this](const boost::system::error_code& ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
-      if (!ec) on_accept_(std::make_shared<TcpConnection>(std::move(socket)));
-      // Other errors (too many open files) concern one connection; keep accepting.
-      Accept();
+      if (!ec) {
+        on_accept_(std::make_shared<TcpConnection>(std::move(socket)));
+        Accept();
+        return;
+      }
+      // Out of file descriptors or memory: try again shortly instead of spinning.
+      retry_.expires_after(std::chrono::milliseconds(100));
+      retry_.async_wait([this](const boost::system::error_code& wait_ec) {
+        if (!wait_ec && acceptor_.is_open()) Accept();
+      });
     });
   }
 
   asio::io_context& io_;
   tcp::acceptor acceptor_;
+  asio::steady_timer retry_;
   AcceptHandler on_accept_;
 };
 
