@@ -58,10 +58,10 @@ class AgentHubTest : public ::testing::Test {
     return events_.Worker(trial, WorkerEvent::Type::kReport).size();
   }
 
+  SharedLog hub_log_;  // outlives the hub, whose thread writes to it
   net::MemoryNetwork network_{7};
   AgentHub hub_;
   HubEvents events_{hub_};
-  SharedLog hub_log_;
 };
 
 TEST_F(AgentHubTest, AgentJoinsAndRunsATrial) {

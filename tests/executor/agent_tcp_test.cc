@@ -77,9 +77,9 @@ class AgentTcpTest : public ::testing::Test {
     return c.Read();
   }
 
+  SharedLog hub_log_;  // outlives the hub, whose thread writes to it
   AgentHub hub_;
   HubEvents events_{hub_};
-  SharedLog hub_log_;
 };
 
 TEST_F(AgentTcpTest, AgentRunsAFunctionTrial) {
