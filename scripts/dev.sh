@@ -12,7 +12,7 @@ JOBS=${JOBS:-$(nproc)}
 
 # Debian packages the build, the tests and the default sweep need.
 PACKAGES=(build-essential cmake ninja-build pkg-config
-          libsqlite3-dev sqlite3 libcli11-dev libtomlplusplus-dev libboost-dev
+          libsqlite3-dev sqlite3 libcli11-dev libtomlplusplus-dev libboost-dev libssl-dev
           libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
           dataset-fashion-mnist python3 chromium)
 # Only the peer comparison in bench/ needs these.

@@ -257,6 +257,10 @@ Status LocalExecutor::Poll(int timeout_ms, std::vector<WorkerEvent>* events) {
       owners.emplace_back(w.get(), true);
     }
   }
+  if (wake_fd_ >= 0) {
+    fds.push_back({wake_fd_, POLLIN, 0});
+    owners.emplace_back(nullptr, false);
+  }
   if (fds.empty()) {
     if (timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
     return Status::Ok();
@@ -269,6 +273,7 @@ Status LocalExecutor::Poll(int timeout_ms, std::vector<WorkerEvent>* events) {
   for (size_t i = 0; i < fds.size(); ++i) {
     if (fds[i].revents == 0) continue;
     auto [w, is_log] = owners[i];
+    if (w == nullptr) continue;  // the wake fd: the caller reads it
     if (is_log) {
       if (w->log_fd >= 0) ReadLog(*w);
     } else {

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -67,6 +68,17 @@ class Worker {
       }
       current_ = task->number;
       stop_ = false;
+      if (stopped_early_.erase(task->number) > 0) {
+        // Stopped before it began (the stop overtook the start): it ends without running.
+        current_ = -1;
+        Send(json{{"op", "done"},
+                  {"trial", task->number},
+                  {"outcome", ToString(TrialOutcome::Kind::kStopped)},
+                  {"error", ""},
+                  {"metrics", json::object()}});
+        if (!Flush()) return 1;
+        continue;
+      }
       if (task->number == abort_trial) {
         Flush();
         std::abort();
@@ -129,7 +141,16 @@ class Worker {
       if (op == "run") {
         runs_.push_back(std::move(msg));
       } else if (op == "stop") {
-        if (msg.value("trial", int64_t{-2}) == current_) stop_ = verdict_ = true;
+        const int64_t trial = msg.value("trial", int64_t{-2});
+        if (trial == current_) {
+          stop_ = verdict_ = true;
+        } else {
+          for (const json& run : runs_) {
+            if (run.value("task", json::object()).value("number", int64_t{-3}) == trial) {
+              stopped_early_.insert(trial);
+            }
+          }
+        }
       } else if (op == "go") {
         if (msg.value("trial", int64_t{-2}) == current_) verdict_ = true;
       } else if (op == "exit") {
@@ -156,6 +177,7 @@ class Worker {
   int message_fd_;
   LineReader reader_;
   std::deque<json> runs_;
+  std::set<int64_t> stopped_early_;  // queued runs stopped before they began
   bool closed_ = false;
   std::atomic<int64_t> current_{-1};
   std::mutex mu_;  // the message pipe, and done_

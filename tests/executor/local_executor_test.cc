@@ -2,9 +2,12 @@
 #include "executor/local_executor.h"
 
 #include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <map>
+#include <thread>
 
 #include "executor/functions.h"
 
@@ -122,6 +125,51 @@ TEST(LocalExecutorTest, MissingWorkerProgramIsAnError) {
   Status s = ex.Start(BraninTask(1, 1.0, 2.0));
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("/nonexistent/sweep-worker"), std::string::npos);
+}
+
+// A stop sent right after the start can reach the worker before the trial begins (a fresh
+// worker is still starting): the trial then ends stopped at once instead of running to its end.
+TEST(LocalExecutorTest, StopThatOvertakesTheStartIsKept) {
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(ex.Start(BraninTask(4, 1.0, 2.0, {{"steps", 1000}, {"step_ms", 20}})).ok());
+  ASSERT_TRUE(ex.Stop(4).ok());
+  auto events = RunUntilDone(ex, 1);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().type, WorkerEvent::Type::kDone);
+  EXPECT_EQ(events.back().outcome, TrialOutcome::Kind::kStopped);
+  EXPECT_LT(events.size(), 10u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(LocalExecutorTest, PollReturnsEarlyWhenTheWakeFdIsReadable) {
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ex.set_wake_fd(fd);
+  // With a trial running (workers to poll) and with none.
+  ASSERT_TRUE(ex.Start(BraninTask(1, 1.0, 2.0, {{"steps", 1000}, {"step_ms", 50}})).ok());
+  for (int round = 0; round < 2; ++round) {
+    std::thread waker([fd] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      uint64_t one = 1;
+      EXPECT_EQ(::write(fd, &one, sizeof one), 8);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<WorkerEvent> events;
+    while (std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+      ASSERT_TRUE(ex.Poll(10'000, &events).ok());
+      uint64_t count = 0;
+      if (::read(fd, &count, sizeof count) == 8) break;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+    waker.join();
+    if (round == 0) {
+      ASSERT_TRUE(ex.Stop(1).ok());
+      RunUntilDone(ex, 1);
+    }
+  }
+  ::close(fd);
 }
 
 }  // namespace

@@ -48,8 +48,13 @@ class LocalExecutor {
   Status Stop(int64_t number);
   // Lets trial `number`, waiting at a decision point, go on.
   Status Continue(int64_t number);
-  // Waits up to timeout_ms for messages; appends what arrived (possibly nothing).
+  // Waits up to timeout_ms for messages; appends what arrived (possibly nothing). Returns
+  // early when the wake fd (set_wake_fd) is readable.
   Status Poll(int timeout_ms, std::vector<WorkerEvent>* events);
+  // An fd Poll also waits on, e.g. AgentHub::wake_fd(), so one thread can wait for local
+  // workers and something else at once. Poll only watches it: reading it is the owner's job.
+  // -1 (the default): none. The executor does not own it.
+  void set_wake_fd(int fd) { wake_fd_ = fd; }
   int running() const;
   // A worker running a trial that sends nothing (not even its heartbeat, every
   // kWorkerHeartbeatMs) for this long is killed and its trial reported lost. 0: never.
@@ -70,6 +75,7 @@ class LocalExecutor {
   std::vector<std::string> env_;
   std::vector<std::unique_ptr<Worker>> workers_;
   int64_t heartbeat_timeout_ms_ = 60'000;
+  int wake_fd_ = -1;
 };
 
 }  // namespace sweep::executor

@@ -1,0 +1,64 @@
+// The agent: `sweep agent --connect HOST:PORT --token-file F` serves one coordinator. RunAgent
+// connects (retrying with backoff for as long as it runs), authenticates, advertises its slots,
+// runs the trials it is assigned in local worker processes (a LocalExecutor), and streams their
+// reports back in batches. When the connection drops it stops its trials (the coordinator has
+// requeued them) and connects again; it returns once `stop` is set, after saying bye.
+// RunAgent blocks the calling thread and runs a second one for the workers; `stop` may be set
+// from any thread (a signal handler included: it is only loaded).
+#pragma once
+
+#include <atomic>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "executor/net_protocol.h"
+#include "executor/slots.h"
+#include "executor/transport.h"
+
+namespace sweep::executor {
+
+struct AgentOptions {
+  std::string host;  // the coordinator's --listen address
+  int port = 0;
+  std::string token;  // from net::ReadTokenFile; empty only against a coordinator without one
+  std::string name;   // empty: this machine's host name
+  // The worker program, as the coordinator runs it: {the sweep binary's path, "worker"}.
+  std::vector<std::string> worker_command;
+  std::vector<std::string> worker_env;  // "KEY=VALUE" added to the workers' environment
+  // What to advertise: AgentSlots() gives them from --gpus / --cpu-slots.
+  std::vector<Slot> slots;
+  // One entry per GPU slot (Server::link_group); empty: all GPUs in one group.
+  std::vector<int> link_group;
+
+  // Reconnecting: the wait starts at backoff_initial_ms and doubles up to backoff_max_ms, each
+  // wait drawn at random between half and all of it so agents do not come back in step.
+  int backoff_initial_ms = 200;
+  int backoff_max_ms = 5000;
+  // Reports go out in batches: at the latest flush_ms after the first one waiting, at once when
+  // max_batch_reports wait, and always before the trial's done.
+  int flush_ms = 2;
+  int max_batch_reports = 2048;
+  // When the connection drops, running trials get this long to stop before being killed.
+  int stop_grace_ms = 10'000;
+  // Give up a handshake that has not finished in this long.
+  int handshake_timeout_ms = 10'000;
+  size_t max_frame_bytes = net::kDefaultMaxFrameBytes;
+  std::ostream* log = nullptr;      // nullptr: std::cerr
+  net::TransportFactory transport;  // empty: TCP
+};
+
+// The slots `sweep agent` advertises: the GPUs listed in `gpus` (their CUDA ordinals; each must
+// exist: InvalidArgument naming the first that does not), else every GPU, else `cpu_slots` CPU
+// shares (<= 0: one per hardware thread). `--cpu-slots N` on a machine with GPUs: pass
+// gpus = {} (an empty list, not nullopt) and N to offer CPU shares only.
+Result<std::vector<Slot>> AgentSlots(const std::optional<std::vector<int>>& gpus, int cpu_slots);
+
+// Serves until `stop` is set. InvalidArgument for unusable options (no slots, no worker
+// command, a bad port) before connecting; Ok after a clean stop. Network failures are never
+// returned: they are logged, and the agent tries again.
+Status RunAgent(const AgentOptions& options, const std::atomic<bool>& stop);
+
+}  // namespace sweep::executor

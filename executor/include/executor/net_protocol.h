@@ -1,0 +1,161 @@
+// The coordinator <-> agent wire protocol: frames and the messages they carry (executor/README.md
+// describes the whole exchange). Pure: no I/O, no clocks. Encoders and parsers are free
+// functions safe from any thread; a FrameDecoder is one connection's state and is not
+// thread-safe. Every parser validates every field (types and ranges) and names the field that
+// is wrong, so a peer's bad message becomes a Status, never an exception.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "executor/local_executor.h"
+#include "executor/slots.h"
+#include "executor/trial.h"
+
+namespace sweep::executor::net {
+
+// Both sides must speak the same version; a mismatch is refused in the handshake.
+inline constexpr int kProtocolVersion = 1;
+inline constexpr size_t kDefaultMaxFrameBytes = size_t{1} << 20;  // 1 MiB of payload
+inline constexpr size_t kFrameHeaderBytes = 4;                    // big-endian payload length
+inline constexpr size_t kNonceBytes = 32;                         // sent as 64 hex digits
+
+// ---- frames ----
+
+enum class MessageType {
+  kHello,      // agent -> coordinator, first frame
+  kChallenge,  // coordinator -> agent
+  kAuth,       // agent -> coordinator
+  kWelcome,    // coordinator -> agent: registered
+  kAssign,     // coordinator -> agent: run a trial
+  kReports,    // agent -> coordinator: a batch of reports
+  kDone,       // agent -> coordinator: a trial ended
+  kStop,       // coordinator -> agent: stop a trial
+  kContinue,   // coordinator -> agent: a trial waiting at a decision point goes on
+  kHeartbeat,  // both ways
+  kBye,        // both ways: closing, with a reason
+};
+std::string_view ToString(MessageType type);
+std::optional<MessageType> MessageTypeFromString(std::string_view name);
+
+// One decoded frame: its type and its whole JSON object (type and seq included).
+struct Frame {
+  MessageType type = MessageType::kHeartbeat;
+  nlohmann::json body;
+};
+
+// Appends `message` (a JSON object) framed: 4-byte big-endian length, then its JSON text.
+// InvalidArgument when the text is longer than max_frame_bytes (nothing is appended).
+Status AppendFrame(const nlohmann::json& message, size_t max_frame_bytes, std::string* out);
+
+// Takes bytes as they arrive, in pieces of any size, and yields whole frames. The first error
+// (a length over the limit, a zero length, text that is not JSON, not an object, or without a
+// known string `type`) is final: the stream cannot be trusted after it, so Feed keeps
+// returning it. Frames decoded before the error in the same Feed are still appended.
+class FrameDecoder {
+ public:
+  explicit FrameDecoder(size_t max_frame_bytes = kDefaultMaxFrameBytes)
+      : max_frame_bytes_(max_frame_bytes) {}
+  Status Feed(const char* data, size_t size, std::vector<Frame>* frames);
+  size_t buffered() const { return buffer_.size() - start_; }
+
+ private:
+  Status Fail(Status status);
+  size_t max_frame_bytes_;
+  std::string buffer_;
+  size_t start_ = 0;  // first unconsumed byte of buffer_
+  Status error_;
+};
+
+// ---- messages ----
+// Every message is a JSON object {"type": ..., "seq": N, ...}. seq counts the frames a side has
+// sent on this connection, from 1; the sessions use it to drop duplicates and to notice loss.
+// The ToJson functions leave seq out (the session adds it); the FromJson functions ignore it.
+
+// hello: the agent introduces itself and its slots (all GPUs or all CPU shares).
+struct Hello {
+  int version = kProtocolVersion;
+  std::string name;  // the agent's name (default: its host name)
+  std::string host;  // the agent machine's host name
+  int64_t pid = 0;   // the agent process
+  std::vector<Slot> slots;
+  // One entry per GPU slot: equal values share the fastest link (Server::link_group).
+  // Empty for CPU slots.
+  std::vector<int> link_group;
+  std::string nonce;  // the agent's challenge to the coordinator: kNonceBytes, hex
+};
+nlohmann::json ToJson(const Hello& hello);
+// Checks the version first, so an agent of another version gets the message naming both
+// versions, whatever else it sent.
+Result<Hello> HelloFromJson(const nlohmann::json& json);
+
+// challenge: the coordinator's nonce.
+struct Challenge {
+  std::string nonce;
+};
+nlohmann::json ToJson(const Challenge& challenge);
+Result<Challenge> ChallengeFromJson(const nlohmann::json& json);
+
+// auth: the agent's proof that it holds the token (AgentProof, net_auth.h).
+struct Auth {
+  std::string proof;  // hex
+};
+nlohmann::json ToJson(const Auth& auth);
+Result<Auth> AuthFromJson(const nlohmann::json& json);
+
+// welcome: the agent is registered. Carries the coordinator's own proof.
+struct Welcome {
+  int64_t agent_id = 0;              // >= 1, new for every registration
+  int heartbeat_ms = 1000;           // each side sends a heartbeat this often
+  int heartbeat_timeout_ms = 10000;  // silence for this long means the peer is gone
+  std::string proof;                 // CoordinatorProof, hex
+};
+nlohmann::json ToJson(const Welcome& welcome);
+Result<Welcome> WelcomeFromJson(const nlohmann::json& json);
+
+// assign: run this trial (the TrialTask as executor::ToJson gives it).
+nlohmann::json AssignToJson(const TrialTask& task);
+Result<TrialTask> AssignFromJson(const nlohmann::json& json);
+
+// reports: [{trial, step, epoch, metrics}, ...]. Parsing appends kReport WorkerEvents.
+// Builds a batch incrementally, so the agent can add reports as they come.
+class ReportBatchWriter {
+ public:
+  void Add(int64_t trial, int64_t step, double epoch, const nlohmann::json& metrics);
+  size_t size() const { return reports_.size(); }
+  bool empty() const { return reports_.empty(); }
+  // The message, leaving the writer empty.
+  nlohmann::json Take();
+
+ private:
+  nlohmann::json reports_ = nlohmann::json::array();
+};
+// Appends one WorkerEvent per report; on error appends nothing. Moves metrics out of `json`.
+Status ReportsFromJson(nlohmann::json& json, std::vector<WorkerEvent>* events);
+
+// done: a trial ended (WorkerEvent kDone: outcome, error, end metrics in `metrics`, worker_lost).
+nlohmann::json DoneToJson(const WorkerEvent& done);
+Result<WorkerEvent> DoneFromJson(nlohmann::json& json);
+
+// stop / continue: {trial}.
+nlohmann::json TrialCommandToJson(MessageType type, int64_t trial);
+Result<int64_t> TrialCommandFromJson(const nlohmann::json& json);
+
+// heartbeat: no fields.
+nlohmann::json HeartbeatToJson();
+
+// bye: the sender is closing; `reason` says why ("agent stopping", "authentication failed").
+nlohmann::json ByeToJson(std::string_view reason);
+Result<std::string> ByeFromJson(const nlohmann::json& json);
+
+// The seq of a frame: a positive integer. InvalidArgument otherwise.
+Result<int64_t> SeqOf(const nlohmann::json& json);
+
+}  // namespace sweep::executor::net

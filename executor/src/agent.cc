@@ -1,0 +1,698 @@
+// The agent: two threads.
+//   - The session (the calling thread) runs the Asio io_context: the connection, the handshake,
+//     heartbeats, report batching, reconnecting with backoff, and the stop flag (checked on a
+//     short tick, since a flag cannot wake anyone).
+//   - The pump owns the LocalExecutor: it takes commands (start / stop / continue / stop all)
+//     from the session through a queue and an eventfd that wakes LocalExecutor::Poll, and posts
+//     worker events back to the io_context in bulk.
+//
+// The session's steps, from its point of view:
+//   1. connect (on failure: wait with backoff, log the error when it changed, go to 1);
+//   2. send hello {version, name, host, pid, slots, nonce Na};
+//   3. challenge {Nh} -> send auth {HMAC(token, "sweep agent proof v1\nNa\nNh")};
+//   4. welcome -> check its proof HMAC(token, "sweep coordinator proof v1\nNa\nNh"); a bye
+//      instead means refused (wrong token, another version): log it, go to 1 after backoff;
+//   5. serve; when the connection ends, stop the running trials, wait until they have, go to 1.
+#include "executor/agent.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <iostream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "executor/local_executor.h"
+#include "executor/net_auth.h"
+
+namespace sweep::executor {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+using net::MessageType;
+using nlohmann::json;
+
+namespace {
+
+std::string HostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+std::string Seconds(int ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g s", ms / 1000.0);
+  return buf;
+}
+
+// ---- the pump: the LocalExecutor's thread ----
+
+class Pump {
+ public:
+  using Deliver = std::function<void(std::vector<WorkerEvent>)>;
+  using Idle = std::function<void()>;
+
+  Pump(std::vector<std::string> command, std::vector<std::string> env, Deliver deliver)
+      : executor_(std::move(command), std::move(env)), deliver_(std::move(deliver)) {
+    wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    executor_.set_wake_fd(wake_fd_);
+  }
+  ~Pump() {
+    if (thread_.joinable()) thread_.join();
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+  }
+  Status Begin() {
+    if (wake_fd_ < 0) return Status::IoError("cannot create the agent's eventfd");
+    thread_ = std::thread([this] { Loop(); });
+    return Status::Ok();
+  }
+
+  void Start(TrialTask task) {
+    Push(Command{Command::Type::kStart, task.number, std::move(task), 0, {}});
+  }
+  void Stop(int64_t trial) { Push(Command{Command::Type::kStop, trial, {}, 0, {}}); }
+  void Continue(int64_t trial) { Push(Command{Command::Type::kContinue, trial, {}, 0, {}}); }
+  // Stops every running trial; `idle` runs (on the pump thread) once none is left, after at
+  // most grace_ms (then the workers are killed).
+  void StopAll(int grace_ms, Idle idle) {
+    Push(Command{Command::Type::kStopAll, 0, {}, grace_ms, std::move(idle)});
+  }
+  // Ends the thread once no trial runs.
+  void Exit() { Push(Command{Command::Type::kExit, 0, {}, 0, {}}); }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Command {
+    enum class Type { kStart, kStop, kContinue, kStopAll, kExit };
+    Type type;
+    int64_t trial = 0;
+    TrialTask task;
+    int grace_ms = 0;
+    Idle idle;
+  };
+
+  void Push(Command c) {
+    {
+      std::lock_guard lock(mu_);
+      commands_.push_back(std::move(c));
+    }
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  void Loop() {
+    std::vector<WorkerEvent> events;
+    std::deque<Command> commands;
+    std::set<int64_t> running;
+    std::vector<Idle> waiting;  // StopAll callers
+    Clock::time_point deadline{};
+    bool exiting = false;
+    for (;;) {
+      const bool busy = !running.empty();
+      Status st = executor_.Poll(busy ? 20 : 200, &events);
+      if (!st.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      uint64_t count = 0;
+      [[maybe_unused]] ssize_t n = ::read(wake_fd_, &count, sizeof count);
+      {
+        std::lock_guard lock(mu_);
+        commands.swap(commands_);
+      }
+      for (auto& c : commands) {
+        switch (c.type) {
+          case Command::Type::kStart: {
+            Status started = executor_.Start(c.task);
+            if (started.ok()) {
+              running.insert(c.trial);
+            } else {
+              WorkerEvent ev;
+              ev.type = WorkerEvent::Type::kDone;
+              ev.trial = c.trial;
+              ev.outcome = TrialOutcome::Kind::kFailed;
+              ev.error = started.message();
+              events.push_back(std::move(ev));
+            }
+            break;
+          }
+          case Command::Type::kStop:
+            (void)executor_.Stop(c.trial);  // NotFound: it just ended
+            break;
+          case Command::Type::kContinue:
+            (void)executor_.Continue(c.trial);
+            break;
+          case Command::Type::kStopAll:
+          case Command::Type::kExit:
+            for (int64_t t : running) (void)executor_.Stop(t);
+            if (waiting.empty()) deadline = Clock::now() + std::chrono::milliseconds(c.grace_ms);
+            if (c.idle) waiting.push_back(std::move(c.idle));
+            exiting = exiting || c.type == Command::Type::kExit;
+            break;
+        }
+      }
+      commands.clear();
+      for (const auto& ev : events) {
+        if (ev.type == WorkerEvent::Type::kDone) running.erase(ev.trial);
+      }
+      if (!events.empty()) {
+        deliver_(std::move(events));
+        events = {};
+      }
+      if (!running.empty() && (!waiting.empty() || exiting) && Clock::now() >= deadline) {
+        executor_.Shutdown(0);  // kills what did not stop in time
+        running.clear();
+      }
+      if (running.empty()) {
+        for (auto& idle : waiting) idle();
+        waiting.clear();
+        if (exiting) break;
+      }
+    }
+    executor_.Shutdown(1000);
+  }
+
+  LocalExecutor executor_;
+  Deliver deliver_;
+  int wake_fd_ = -1;
+  std::mutex mu_;
+  std::deque<Command> commands_;
+  std::thread thread_;
+};
+
+// ---- the session: the io thread ----
+
+class Session {
+ public:
+  Session(const AgentOptions& options, const std::atomic<bool>& stop)
+      : options_(options),
+        stop_(stop),
+        log_(options.log ? *options.log : std::cerr),
+        work_(asio::make_work_guard(io_)),
+        tick_(io_),
+        backoff_timer_(io_),
+        flush_timer_(io_),
+        pump_(options.worker_command, options.worker_env,
+              [this](std::vector<WorkerEvent> events) {
+                asio::post(
+                    io_, [this, events = std::move(events)]() mutable { OnWorkerEvents(events); });
+              }),
+        rng_(std::random_device{}()),
+        backoff_ms_(options.backoff_initial_ms) {
+    hello_.name = options.name.empty() ? HostName() : options.name;
+    hello_.host = HostName();
+    hello_.pid = ::getpid();
+    hello_.slots = options.slots;
+    for (size_t i = 0; i < hello_.slots.size(); ++i) hello_.slots[i].index = static_cast<int>(i);
+    if (!hello_.slots.empty() && hello_.slots[0].gpu) {
+      hello_.link_group = options.link_group;
+      hello_.link_group.resize(hello_.slots.size(), 0);
+    }
+    where_ = options.host + ":" + std::to_string(options.port);
+  }
+
+  Status Run() {
+    transport_ = options_.transport ? options_.transport(io_) : net::MakeTcpTransport(io_);
+    SWEEP_RETURN_IF_ERROR(pump_.Begin());
+    Log("agent '" + hello_.name + "' with " + std::to_string(hello_.slots.size()) +
+        (hello_.link_group.empty() ? " CPU" : " GPU") + " slot" +
+        (hello_.slots.size() == 1 ? "" : "s") + ", coordinator " + where_);
+    ScheduleTick();
+    Connect();
+    io_.run();
+    pump_.Join();
+    return Status::Ok();
+  }
+
+ private:
+  enum class State { kBackoff, kConnecting, kChallenge, kWelcome, kServing, kDraining, kDone };
+
+  void Log(const std::string& line) {
+    std::string text = line;
+    text += '\n';
+    log_ << text << std::flush;
+  }
+  // Connection failures repeat every few seconds while a coordinator is down: say each once.
+  void LogFailure(const std::string& line) {
+    if (line == last_failure_) return;
+    last_failure_ = line;
+    Log(line + "; retrying with backoff up to " + Seconds(options_.backoff_max_ms));
+  }
+
+  // ---- connecting ----
+
+  void Connect() {
+    if (stopping_) return;
+    state_ = State::kConnecting;
+    const uint64_t gen = ++generation_;
+    transport_->Connect(options_.host, options_.port,
+                        [this, gen](Result<std::shared_ptr<net::Connection>> c) {
+                          if (gen != generation_) return;
+                          if (!c.ok()) {
+                            LogFailure(c.status().message());
+                            Backoff();
+                            return;
+                          }
+                          Opened(std::move(*c));
+                        });
+  }
+
+  void Backoff() {
+    state_ = State::kBackoff;
+    if (stopping_) {
+      Finish();
+      return;
+    }
+    std::uniform_int_distribution<int> wait(std::max(1, backoff_ms_ / 2), backoff_ms_);
+    backoff_timer_.expires_after(std::chrono::milliseconds(wait(rng_)));
+    backoff_ms_ = std::min(backoff_ms_ * 2, options_.backoff_max_ms);
+    backoff_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec && state_ == State::kBackoff) Connect();
+    });
+  }
+
+  void Opened(std::shared_ptr<net::Connection> connection) {
+    if (stopping_) {
+      connection->Close();
+      Backoff();
+      return;
+    }
+    const uint64_t gen = generation_;
+    connection_ = std::move(connection);
+    decoder_ = net::FrameDecoder(options_.max_frame_bytes);
+    rx_seq_ = tx_seq_ = 0;
+    opened_ = last_rx_ = last_tx_ = Clock::now();
+    auto nonce = net::NewNonce();
+    if (!nonce.ok()) {
+      Drop(nonce.status().message());
+      return;
+    }
+    hello_.nonce = *nonce;
+    state_ = State::kChallenge;
+    connection_->Start(
+        [this, gen](const char* data, size_t n) {
+          if (gen == generation_) OnData(data, n);
+        },
+        [this, gen](const Status& why) {
+          if (gen == generation_) Drop(why.message());
+        });
+    Send(net::ToJson(hello_));
+  }
+
+  // ---- receiving ----
+
+  void OnData(const char* data, size_t n) {
+    last_rx_ = Clock::now();
+    frames_.clear();
+    Status st = decoder_.Feed(data, n, &frames_);
+    const uint64_t gen = generation_;
+    for (auto& frame : frames_) {
+      if (gen != generation_ || state_ == State::kDraining) return;
+      Handle(frame);
+    }
+    if (!st.ok() && gen == generation_ && state_ != State::kDraining) {
+      Send(net::ByeToJson("closing the connection: " + st.message()));
+      Drop("bad frame from the coordinator: " + st.message());
+    }
+  }
+
+  void Handle(net::Frame& frame) {
+    auto seq = net::SeqOf(frame.body);
+    if (!seq.ok()) {
+      Drop("bad frame from the coordinator: " + seq.status().message());
+      return;
+    }
+    if (*seq <= rx_seq_) return;  // a duplicate
+    if (*seq != rx_seq_ + 1) {
+      Drop("frames from the coordinator were lost (frame " + std::to_string(*seq) + " came after " +
+           std::to_string(rx_seq_) + ")");
+      return;
+    }
+    rx_seq_ = *seq;
+    if (frame.type == MessageType::kBye) {
+      auto reason = net::ByeFromJson(frame.body);
+      std::string why = reason.ok() ? *reason : reason.status().message();
+      if (state_ == State::kServing) {
+        Drop("the coordinator said bye: " + why);
+      } else {
+        // Refused in the handshake: the same refusal would repeat on every retry.
+        LogFailure("the coordinator at " + where_ + " refused this agent: " + why);
+        Drop("", /*log=*/false);
+      }
+      return;
+    }
+    switch (state_) {
+      case State::kChallenge:
+        return OnChallenge(frame);
+      case State::kWelcome:
+        return OnWelcome(frame);
+      case State::kServing:
+        return OnServing(frame);
+      default:
+        return;
+    }
+  }
+
+  void OnChallenge(net::Frame& frame) {
+    if (frame.type != MessageType::kChallenge) {
+      return Refused("expected challenge, got " + std::string(ToString(frame.type)));
+    }
+    auto challenge = net::ChallengeFromJson(frame.body);
+    if (!challenge.ok()) return Refused(challenge.status().message());
+    coordinator_nonce_ = challenge->nonce;
+    state_ = State::kWelcome;
+    Send(net::ToJson(net::Auth{net::AgentProof(options_.token, hello_.nonce, coordinator_nonce_)}));
+  }
+
+  void OnWelcome(net::Frame& frame) {
+    if (frame.type != MessageType::kWelcome) {
+      return Refused("expected welcome, got " + std::string(ToString(frame.type)));
+    }
+    auto welcome = net::WelcomeFromJson(frame.body);
+    if (!welcome.ok()) return Refused(welcome.status().message());
+    const std::string expected =
+        net::CoordinatorProof(options_.token, hello_.nonce, coordinator_nonce_);
+    if (!net::ProofsEqual(welcome->proof, expected)) {
+      return Refused(
+          "it failed to prove that it holds the token (the tokens differ, or it is not a sweep "
+          "coordinator)");
+    }
+    agent_id_ = welcome->agent_id;
+    heartbeat_ms_ = welcome->heartbeat_ms;
+    heartbeat_timeout_ms_ = welcome->heartbeat_timeout_ms;
+    state_ = State::kServing;
+    backoff_ms_ = options_.backoff_initial_ms;
+    last_failure_.clear();
+    Log("registered with the coordinator at " + where_ + " (" + connection_->peer() +
+        ") as agent " + std::to_string(agent_id_));
+  }
+
+  void Refused(const std::string& why) {
+    Send(net::ByeToJson(why));
+    LogFailure("cannot register with the coordinator at " + where_ + ": " + why);
+    Drop("", /*log=*/false);
+  }
+
+  void OnServing(net::Frame& frame) {
+    switch (frame.type) {
+      case MessageType::kAssign: {
+        auto task = net::AssignFromJson(frame.body);
+        if (!task.ok()) {
+          Send(net::ByeToJson("closing the connection: " + task.status().message()));
+          Drop("bad assign from the coordinator: " + task.status().message());
+          return;
+        }
+        if (!assigned_.insert(task->number).second) return;  // already running here
+        pump_.Start(std::move(*task));
+        return;
+      }
+      case MessageType::kStop:
+      case MessageType::kContinue: {
+        auto trial = net::TrialCommandFromJson(frame.body);
+        if (!trial.ok()) {
+          Drop("bad frame from the coordinator: " + trial.status().message());
+          return;
+        }
+        if (!assigned_.contains(*trial)) return;
+        if (frame.type == MessageType::kStop) {
+          pump_.Stop(*trial);
+        } else {
+          pump_.Continue(*trial);
+        }
+        return;
+      }
+      case MessageType::kHeartbeat:
+        return;
+      default:
+        Send(net::ByeToJson("unexpected " + std::string(ToString(frame.type))));
+        Drop("unexpected " + std::string(ToString(frame.type)) + " from the coordinator");
+        return;
+    }
+  }
+
+  // ---- sending ----
+
+  void Send(json body) {
+    if (!connection_) return;
+    body["seq"] = ++tx_seq_;
+    std::string bytes;
+    Status st = net::AppendFrame(body, options_.max_frame_bytes, &bytes);
+    if (!st.ok()) {
+      --tx_seq_;
+      Log("cannot send " + body.value("type", std::string("?")) + ": " + st.message());
+      return;
+    }
+    last_tx_ = Clock::now();
+    connection_->Send(std::move(bytes));
+  }
+
+  void OnWorkerEvents(std::vector<WorkerEvent>& events) {
+    if (state_ != State::kServing) return;  // trials of a lost connection: already requeued
+    for (auto& ev : events) {
+      if (!assigned_.contains(ev.trial)) continue;
+      if (ev.type == WorkerEvent::Type::kReport) {
+        batch_.Add(ev.trial, ev.step, ev.epoch, ev.metrics);
+        if (batch_.size() >= static_cast<size_t>(options_.max_batch_reports)) Flush();
+      } else {
+        Flush();
+        assigned_.erase(ev.trial);
+        Send(net::DoneToJson(ev));
+      }
+    }
+    if (!batch_.empty() && !flush_armed_) {
+      flush_armed_ = true;
+      flush_timer_.expires_after(std::chrono::milliseconds(options_.flush_ms));
+      flush_timer_.async_wait([this](const boost::system::error_code& ec) {
+        flush_armed_ = false;
+        if (!ec) Flush();
+      });
+    }
+  }
+
+  void Flush() {
+    if (batch_.empty()) return;
+    json message = batch_.Take();
+    if (state_ != State::kServing) return;
+    SendReports(message);
+  }
+
+  // A batch too big for one frame (very many or very large metrics) goes out in halves.
+  void SendReports(json& message) {
+    json& reports = message["reports"];
+    std::string probe;
+    if (reports.size() <= 1 || net::AppendFrame(message, options_.max_frame_bytes, &probe).ok()) {
+      Send(std::move(message));
+      return;
+    }
+    const size_t half = reports.size() / 2;
+    json first = json{{"type", message["type"]}, {"reports", json::array()}};
+    json second = first;
+    for (size_t i = 0; i < reports.size(); ++i) {
+      (i < half ? first : second)["reports"].push_back(std::move(reports[i]));
+    }
+    SendReports(first);
+    SendReports(second);
+  }
+
+  // ---- losing the connection, stopping ----
+
+  // Ends the connection: the running trials are stopped, then the agent connects again (or
+  // finishes, when stopping).
+  void Drop(const std::string& why, bool log = true) {
+    if (state_ == State::kDraining || state_ == State::kDone || state_ == State::kBackoff) return;
+    const bool was_serving = state_ == State::kServing;
+    ++generation_;  // late callbacks of this connection are ignored
+    if (connection_) connection_->Close();
+    connection_.reset();
+    const size_t running = assigned_.size();
+    assigned_.clear();
+    batch_.Take();
+    state_ = State::kDraining;
+    if (log && !why.empty()) {
+      if (was_serving) {
+        Log("connection to the coordinator at " + where_ + " lost: " + why +
+            (running > 0 ? "; stopping " + std::to_string(running) + " running trial" +
+                               (running == 1 ? "" : "s")
+                         : std::string()));
+      } else {
+        LogFailure("cannot register with the coordinator at " + where_ + ": " + why);
+      }
+    }
+    pump_.StopAll(options_.stop_grace_ms, [this] { asio::post(io_, [this] { AfterDrain(); }); });
+  }
+
+  void AfterDrain() {
+    if (state_ != State::kDraining) return;
+    if (stopping_) {
+      Finish();
+    } else {
+      Backoff();
+    }
+  }
+
+  void BeginStop() {
+    stopping_ = true;
+    Log("stopping" +
+        std::string(state_ == State::kServing ? ": saying bye to the coordinator" : ""));
+    switch (state_) {
+      case State::kServing:
+        Flush();
+        Send(net::ByeToJson("the agent is stopping"));
+        Drop("", /*log=*/false);
+        return;
+      case State::kChallenge:
+      case State::kWelcome:
+        Drop("", /*log=*/false);
+        return;
+      case State::kBackoff:
+        backoff_timer_.cancel();
+        Finish();
+        return;
+      case State::kConnecting:  // Opened() or the failure sees stopping_
+      case State::kDraining:    // AfterDrain() sees it
+      case State::kDone:
+        return;
+    }
+  }
+
+  void Finish() {
+    if (state_ == State::kDone) return;
+    state_ = State::kDone;
+    ++generation_;
+    tick_.cancel();
+    backoff_timer_.cancel();
+    flush_timer_.cancel();
+    pump_.Exit();
+    work_.reset();
+    Log("stopped");
+  }
+
+  void ScheduleTick() {
+    tick_.expires_after(std::chrono::milliseconds(20));
+    tick_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || state_ == State::kDone) return;
+      Tick();
+      if (state_ != State::kDone) ScheduleTick();
+    });
+  }
+
+  void Tick() {
+    if (stop_.load() && !stopping_) {
+      BeginStop();
+      return;
+    }
+    const auto now = Clock::now();
+    if (state_ == State::kChallenge || state_ == State::kWelcome) {
+      if (now - opened_ > std::chrono::milliseconds(options_.handshake_timeout_ms)) {
+        Drop("no answer to the handshake within " + Seconds(options_.handshake_timeout_ms));
+      }
+    } else if (state_ == State::kServing) {
+      if (now - last_rx_ > std::chrono::milliseconds(heartbeat_timeout_ms_)) {
+        Drop("nothing received for " + Seconds(heartbeat_timeout_ms_));
+      } else if (now - last_tx_ >= std::chrono::milliseconds(heartbeat_ms_)) {
+        Send(net::HeartbeatToJson());
+      }
+    }
+  }
+
+  const AgentOptions& options_;
+  const std::atomic<bool>& stop_;
+  std::ostream& log_;
+  std::string where_;
+
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  asio::steady_timer tick_;
+  asio::steady_timer backoff_timer_;
+  asio::steady_timer flush_timer_;
+  std::unique_ptr<net::Transport> transport_;
+  Pump pump_;
+  std::mt19937 rng_;
+
+  State state_ = State::kConnecting;
+  uint64_t generation_ = 0;
+  bool stopping_ = false;
+  bool flush_armed_ = false;
+  int backoff_ms_;
+  std::string last_failure_;
+
+  net::Hello hello_;
+  std::shared_ptr<net::Connection> connection_;
+  net::FrameDecoder decoder_;
+  std::vector<net::Frame> frames_;
+  int64_t rx_seq_ = 0;
+  int64_t tx_seq_ = 0;
+  Clock::time_point opened_, last_rx_, last_tx_;
+  std::string coordinator_nonce_;
+  int64_t agent_id_ = 0;
+  int heartbeat_ms_ = 1000;
+  int heartbeat_timeout_ms_ = 10'000;
+  std::set<int64_t> assigned_;  // trials of this connection not yet done
+  net::ReportBatchWriter batch_;
+};
+
+}  // namespace
+
+Result<std::vector<Slot>> AgentSlots(const std::optional<std::vector<int>>& gpus, int cpu_slots) {
+  if (!gpus) return DiscoverLocalSlots(cpu_slots);
+  std::vector<Slot> slots;
+  if (gpus->empty()) {
+    const int n = cpu_slots > 0 ? cpu_slots : DefaultCpuSlots();
+    for (int i = 0; i < n; ++i) {
+      Slot s;
+      s.index = i;
+      s.device = i;
+      s.name = "cpu" + std::to_string(i);
+      slots.push_back(s);
+    }
+    return slots;
+  }
+  std::vector<Slot> found = DiscoverLocalSlots(1);
+  for (int want : *gpus) {
+    auto it = std::find_if(found.begin(), found.end(),
+                           [&](const Slot& s) { return s.gpu && s.device == want; });
+    if (it == found.end()) {
+      return Status::InvalidArgument("--gpus: this machine has no GPU " + std::to_string(want) +
+                                     " (it has " + std::to_string(CudaDeviceCount()) + ")");
+    }
+    if (std::any_of(slots.begin(), slots.end(), [&](const Slot& s) { return s.device == want; })) {
+      return Status::InvalidArgument("--gpus: GPU " + std::to_string(want) + " is listed twice");
+    }
+    Slot s = *it;
+    s.index = static_cast<int>(slots.size());
+    slots.push_back(s);
+  }
+  return slots;
+}
+
+Status RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
+  if (options.host.empty()) return Status::InvalidArgument("agent: no coordinator host");
+  if (options.port < 1 || options.port > 65535) {
+    return Status::InvalidArgument("agent: the coordinator port must be in 1..65535, not " +
+                                   std::to_string(options.port));
+  }
+  if (options.slots.empty()) return Status::InvalidArgument("agent: no slots to offer");
+  if (options.worker_command.empty()) {
+    return Status::InvalidArgument("agent: no worker command");
+  }
+  if (options.backoff_initial_ms < 1 || options.backoff_max_ms < options.backoff_initial_ms ||
+      options.flush_ms < 0 || options.max_batch_reports < 1 || options.stop_grace_ms < 0 ||
+      options.handshake_timeout_ms < 1) {
+    return Status::InvalidArgument("agent: a backoff, batching or timeout option is out of range");
+  }
+  Session session(options, stop);
+  return session.Run();
+}
+
+}  // namespace sweep::executor

@@ -1,0 +1,220 @@
+// The hub and agents over real TCP on loopback, in one process (threads): a function trial end
+// to end, and the handshake's refusals (wrong token both ways, a replayed proof, another
+// protocol version), an oversized frame, a silent peer. Misbehaving peers are raw sockets.
+#include <gtest/gtest.h>
+
+#include "executor/agent.h"
+#include "executor/agent_hub.h"
+#include "executor/functions.h"
+#include "executor/net_auth.h"
+#include "net_test_util.h"
+
+namespace sweep::executor {
+namespace {
+
+using net::MessageType;
+using nlohmann::json;
+using testing::AgentThread;
+using testing::FunctionTask;
+using testing::HubEvents;
+using testing::RawClient;
+using testing::SharedLog;
+
+class AgentTcpTest : public ::testing::Test {
+ protected:
+  void Listen(const std::string& token = "tcp-token") {
+    HubOptions o;
+    o.heartbeat_ms = 100;
+    o.heartbeat_timeout_ms = 2000;
+    o.handshake_timeout_ms = 500;
+    o.log = [this](std::string_view line) {
+      std::string text(line);
+      text += '\n';
+      hub_log_.sputn(text.data(), static_cast<std::streamsize>(text.size()));
+    };
+    ASSERT_TRUE(hub_.Listen("127.0.0.1", 0, token, o).ok());
+    ASSERT_GT(hub_.port(), 0);
+  }
+
+  AgentOptions Agent(const std::string& token = "tcp-token", int port = 0) {
+    AgentOptions o;
+    o.host = "127.0.0.1";
+    o.port = port != 0 ? port : hub_.port();
+    o.token = token;
+    o.name = "tcp-agent";
+    o.worker_command = {SWEEP_TEST_WORKER};
+    o.slots = testing::CpuSlots(2);
+    o.backoff_initial_ms = 20;
+    o.backoff_max_ms = 200;
+    return o;
+  }
+
+  net::Hello RawHello(const std::string& nonce) {
+    net::Hello h;
+    h.name = "raw";
+    h.host = "raw-host";
+    h.pid = 1;
+    h.slots = testing::CpuSlots(1);
+    h.nonce = nonce;
+    return h;
+  }
+
+  // Runs the agent side of the handshake by hand; the welcome (or the bye) that comes back.
+  std::optional<net::Frame> Handshake(RawClient& c, const std::string& token,
+                                      const std::string& nonce, std::string* proof_sent) {
+    if (!c.Send(net::ToJson(RawHello(nonce)))) return std::nullopt;
+    auto challenge = c.Read();
+    if (!challenge || challenge->type != MessageType::kChallenge) return challenge;
+    std::string proof = net::AgentProof(token, nonce, challenge->body["nonce"].get<std::string>());
+    if (proof_sent != nullptr) {
+      if (proof_sent->empty()) {
+        *proof_sent = proof;
+      } else {
+        proof = *proof_sent;  // replay
+      }
+    }
+    c.Send(net::ToJson(net::Auth{proof}));
+    return c.Read();
+  }
+
+  SharedLog hub_log_;  // outlives the hub, whose thread writes to it
+  AgentHub hub_;
+  HubEvents events_{hub_};
+};
+
+TEST_F(AgentTcpTest, AgentRunsAFunctionTrial) {
+  Listen();
+  AgentThread agent(Agent());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+  EXPECT_NE(events_.Joined()[0]->address.find("127.0.0.1:"), std::string::npos);
+  TrialTask task = FunctionTask(21);
+  task.params = {{"x1", 3.14159}, {"x2", 2.275}};
+  ASSERT_TRUE(hub_.Start(events_.JoinedId(0), task).ok());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Done(21); }));
+  auto reports = events_.Worker(21, WorkerEvent::Type::kReport);
+  ASSERT_EQ(reports.size(), 1u);
+  auto expected = EvaluateFunction("branin", task.params);
+  ASSERT_TRUE(expected.ok());
+  EXPECT_DOUBLE_EQ(reports[0].metrics["value"].get<double>(), *expected);
+  EXPECT_EQ(events_.Worker(21, WorkerEvent::Type::kDone)[0].outcome,
+            TrialOutcome::Kind::kCompleted);
+  EXPECT_TRUE(agent.Stop().ok());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Lost().size() == 1; }));
+  EXPECT_EQ(events_.Lost()[0].second->reason, AgentLost::Reason::kBye);
+}
+
+TEST_F(AgentTcpTest, WrongTokenIsRefused) {
+  Listen();
+  AgentThread agent(Agent("not-the-token"));
+  ASSERT_TRUE(events_.WaitFor([&] { return hub_log_.Count("authentication failed") >= 1; }));
+  EXPECT_NE(hub_log_.text().find("at 127.0.0.1:"), std::string::npos) << hub_log_.text();
+  EXPECT_TRUE(events_.Joined().empty());
+  for (int i = 0; i < 100 && agent.log.Count("refused this agent") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(agent.log.text().find("refused this agent: authentication failed"), std::string::npos)
+      << agent.log.text();
+}
+
+TEST_F(AgentTcpTest, ReplayedProofFailsBecauseTheNonceIsNew) {
+  Listen();
+  auto nonce = net::NewNonce();
+  ASSERT_TRUE(nonce.ok());
+  std::string proof;
+  RawClient first(hub_.port());
+  auto welcome = Handshake(first, "tcp-token", *nonce, &proof);
+  ASSERT_TRUE(welcome.has_value());
+  ASSERT_EQ(welcome->type, MessageType::kWelcome) << welcome->body.dump();
+  // The same hello and the recorded proof, on a new connection: the coordinator's nonce
+  // differs, so the proof does not match.
+  RawClient second(hub_.port());
+  auto refused = Handshake(second, "tcp-token", *nonce, &proof);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->type, MessageType::kBye);
+  EXPECT_NE(refused->body["reason"].get<std::string>().find("authentication failed"),
+            std::string::npos);
+  EXPECT_TRUE(second.Closed());
+  EXPECT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+}
+
+TEST_F(AgentTcpTest, AnotherProtocolVersionIsRefusedNamingBoth) {
+  Listen();
+  RawClient c(hub_.port());
+  json hello = net::ToJson(RawHello(std::string(64, 'b')));
+  hello["version"] = net::kProtocolVersion + 1;
+  ASSERT_TRUE(c.Send(hello));
+  auto bye = c.Read();
+  ASSERT_TRUE(bye.has_value());
+  ASSERT_EQ(bye->type, MessageType::kBye);
+  const std::string reason = bye->body["reason"];
+  EXPECT_NE(reason.find("agent speaks version " + std::to_string(net::kProtocolVersion + 1)),
+            std::string::npos)
+      << reason;
+  EXPECT_NE(reason.find("coordinator version " + std::to_string(net::kProtocolVersion)),
+            std::string::npos)
+      << reason;
+  EXPECT_TRUE(c.Closed());
+}
+
+TEST_F(AgentTcpTest, AgentRefusesACoordinatorThatCannotProveTheToken) {
+  testing::RawListener fake;
+  AgentThread agent(Agent("tcp-token", fake.port()));
+  auto c = fake.Accept();
+  ASSERT_NE(c, nullptr);
+  auto hello = c->Read();
+  ASSERT_TRUE(hello.has_value());
+  ASSERT_EQ(hello->type, MessageType::kHello);
+  auto parsed = net::HelloFromJson(hello->body);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  const std::string nh = *net::NewNonce();
+  c->Send(net::ToJson(net::Challenge{nh}));
+  auto auth = c->Read();
+  ASSERT_TRUE(auth.has_value());
+  ASSERT_EQ(auth->type, MessageType::kAuth);
+  net::Welcome w;
+  w.agent_id = 1;
+  w.proof = net::CoordinatorProof("guessed-token", parsed->nonce, nh);
+  c->Send(net::ToJson(w));
+  auto bye = c->ReadType(MessageType::kBye);
+  ASSERT_TRUE(bye.has_value());
+  EXPECT_NE(bye->body["reason"].get<std::string>().find("failed to prove"), std::string::npos);
+  EXPECT_TRUE(c->Closed());
+  EXPECT_NE(agent.log.text().find("failed to prove that it holds the token"), std::string::npos)
+      << agent.log.text();
+}
+
+TEST_F(AgentTcpTest, OversizedFrameClosesOnlyThatConnection) {
+  Listen();
+  AgentThread agent(Agent());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+  const int64_t good = events_.JoinedId(0);
+  RawClient bad(hub_.port());
+  auto welcome = Handshake(bad, "tcp-token", *net::NewNonce(), nullptr);
+  ASSERT_TRUE(welcome.has_value() && welcome->type == MessageType::kWelcome);
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 2; }));
+  const int64_t bad_id = events_.JoinedId(1);
+  ASSERT_TRUE(bad.SendBytes(std::string("\x00\x20\x00\x00", 4)));  // 2 MiB announced
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Lost().size() == 1; }));
+  auto [lost_id, lost] = events_.Lost()[0];
+  EXPECT_EQ(lost_id, bad_id);
+  EXPECT_EQ(lost->reason, AgentLost::Reason::kMalformedFrame);
+  EXPECT_NE(lost->detail.find("exceeds the limit of 1048576 bytes"), std::string::npos)
+      << lost->detail;
+  EXPECT_TRUE(bad.Closed());
+  // The other agent is untouched.
+  EXPECT_EQ(hub_.agents(), 1);
+  ASSERT_TRUE(hub_.Start(good, FunctionTask(1, {{"steps", 5}})).ok());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Done(1); }));
+  EXPECT_EQ(events_.Worker(1, WorkerEvent::Type::kReport).size(), 5u);
+}
+
+TEST_F(AgentTcpTest, PeerThatNeverSpeaksIsClosed) {
+  Listen();
+  RawClient c(hub_.port());
+  ASSERT_TRUE(c.connected());
+  EXPECT_TRUE(c.Closed(5000));
+  EXPECT_NE(hub_log_.text().find("no handshake within"), std::string::npos) << hub_log_.text();
+}
+
+}  // namespace
+}  // namespace sweep::executor

@@ -1,0 +1,300 @@
+// The agent protocol's frames and messages: the decoder against split reads, oversized and
+// garbage input; every message's validation.
+#include "executor/net_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace sweep::executor::net {
+namespace {
+
+using nlohmann::json;
+
+std::string Framed(const json& j, size_t max = kDefaultMaxFrameBytes) {
+  std::string out;
+  EXPECT_TRUE(AppendFrame(j, max, &out).ok());
+  return out;
+}
+
+std::string RawFrame(const std::string& text) {
+  const auto n = static_cast<uint32_t>(text.size());
+  std::string out = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                     static_cast<char>(n >> 8), static_cast<char>(n)};
+  return out + text;
+}
+
+Hello GoodHello() {
+  Hello h;
+  h.name = "gpu-box";
+  h.host = "gpu-box.example";
+  h.pid = 4242;
+  for (int i = 0; i < 2; ++i) {
+    Slot s;
+    s.gpu = true;
+    s.device = i;
+    s.name = "gpu" + std::to_string(i);
+    s.model = "H100";
+    s.memory_bytes = int64_t{80} << 30;
+    h.slots.push_back(s);
+  }
+  h.link_group = {0, 0};
+  h.nonce = std::string(64, 'a');
+  return h;
+}
+
+// ---- frames ----
+
+TEST(FrameDecoderTest, DecodesFramesFedOneByteAtATime) {
+  std::string bytes = Framed(HeartbeatToJson()) + Framed(ByeToJson("done"));
+  FrameDecoder d;
+  std::vector<Frame> frames;
+  for (char c : bytes) ASSERT_TRUE(d.Feed(&c, 1, &frames).ok());
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[0].type, MessageType::kHeartbeat);
+  EXPECT_EQ(frames[1].type, MessageType::kBye);
+  EXPECT_EQ(frames[1].body["reason"], "done");
+  EXPECT_EQ(d.buffered(), 0u);
+}
+
+TEST(FrameDecoderTest, DecodesManyFramesInOneRead) {
+  std::string bytes;
+  for (int i = 0; i < 100; ++i) bytes += Framed(TrialCommandToJson(MessageType::kStop, i));
+  FrameDecoder d;
+  std::vector<Frame> frames;
+  ASSERT_TRUE(d.Feed(bytes.data(), bytes.size() - 3, &frames).ok());
+  EXPECT_EQ(frames.size(), 99u);
+  ASSERT_TRUE(d.Feed(bytes.data() + bytes.size() - 3, 3, &frames).ok());
+  ASSERT_EQ(frames.size(), 100u);
+  EXPECT_EQ(frames[99].body["trial"], 99);
+}
+
+TEST(FrameDecoderTest, RefusesAnOversizedLengthBeforeReadingIt) {
+  FrameDecoder d(1024);
+  std::vector<Frame> frames;
+  const char header[] = {0, 0, 4, 1};  // 1025 bytes announced
+  Status st = d.Feed(header, 4, &frames);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("1025 bytes exceeds the limit of 1024"), std::string::npos)
+      << st.message();
+  // The error is final.
+  std::string ok = Framed(HeartbeatToJson());
+  EXPECT_FALSE(d.Feed(ok.data(), ok.size(), &frames).ok());
+  EXPECT_TRUE(frames.empty());
+}
+
+TEST(FrameDecoderTest, AppendFrameRefusesAMessageOverTheLimit) {
+  std::string out;
+  Status st = AppendFrame(ByeToJson(std::string(2000, 'x')), 1024, &out);
+  EXPECT_FALSE(st.ok());
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(FrameDecoderTest, RefusesGarbage) {
+  struct Case {
+    std::string bytes;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {RawFrame("{not json"), "not valid JSON"},
+      {RawFrame("[1,2]"), "not a JSON object"},
+      {RawFrame("{\"seq\":1}"), "no string 'type'"},
+      {RawFrame("{\"type\":7}"), "no string 'type'"},
+      {RawFrame("{\"type\":\"launch\"}"), "unknown message type 'launch'"},
+      {std::string(4, '\0'), "empty frame"},
+      {std::string("\xff\xff\xff\xff", 4), "exceeds the limit"},
+  };
+  for (const auto& c : cases) {
+    FrameDecoder d;
+    std::vector<Frame> frames;
+    std::string bytes = Framed(HeartbeatToJson()) + c.bytes;
+    Status st = d.Feed(bytes.data(), bytes.size(), &frames);
+    ASSERT_FALSE(st.ok()) << c.message;
+    EXPECT_NE(st.message().find(c.message), std::string::npos) << st.message();
+    EXPECT_EQ(frames.size(), 1u) << "the good frame before the garbage is still decoded";
+  }
+}
+
+// ---- messages ----
+
+TEST(MessageTest, HelloRoundTrips) {
+  json j = ToJson(GoodHello());
+  auto h = HelloFromJson(j);
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_EQ(h->name, "gpu-box");
+  ASSERT_EQ(h->slots.size(), 2u);
+  EXPECT_TRUE(h->slots[1].gpu);
+  EXPECT_EQ(h->slots[1].device, 1);
+  EXPECT_EQ(h->slots[1].model, "H100");
+  EXPECT_EQ(h->slots[1].memory_bytes, int64_t{80} << 30);
+  EXPECT_EQ(h->link_group, (std::vector<int>{0, 0}));
+}
+
+TEST(MessageTest, CpuHelloHasNoLinkGroups) {
+  Hello h = GoodHello();
+  for (auto& s : h.slots) {
+    s.gpu = false;
+    s.model.clear();
+    s.memory_bytes = 0;
+  }
+  auto parsed = HelloFromJson(ToJson(h));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->link_group.empty());
+}
+
+TEST(MessageTest, VersionMismatchNamesBothVersions) {
+  json j = ToJson(GoodHello());
+  j["version"] = 7;
+  j.erase("slots");  // a newer agent may send other fields: the version is checked first
+  auto h = HelloFromJson(j);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("agent speaks version 7"), std::string::npos);
+  EXPECT_NE(h.status().message().find("coordinator version " + std::to_string(kProtocolVersion)),
+            std::string::npos)
+      << h.status().message();
+}
+
+TEST(MessageTest, HelloFieldsAreChecked) {
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {[](json& j) { j["pid"] = 0; }, "pid must be an integer in [1,"},
+      {[](json& j) { j["pid"] = "12"; }, "pid must be an integer"},
+      {[](json& j) { j["name"] = ""; }, "name must not be empty"},
+      {[](json& j) { j["name"] = std::string(300, 'n'); }, "name is longer than 256"},
+      {[](json& j) { j.erase("host"); }, "host is missing"},
+      {[](json& j) { j["nonce"] = "abc"; }, "nonce must be 64 lowercase hex digits"},
+      {[](json& j) { j["slots"] = json::array(); }, "slots must be a non-empty array"},
+      {[](json& j) { j["slots"][1]["device"] = -1; }, "slots[1]: device must be an integer"},
+      {[](json& j) { j["slots"][1]["device"] = 0; }, "device 0 is listed twice"},
+      {[](json& j) { j["slots"][1]["gpu"] = false; }, "mixes GPU and CPU slots"},
+      {[](json& j) { j["slots"][0]["memory_bytes"] = -5; }, "memory_bytes must be an integer"},
+      {[](json& j) { j["slots"][0]["gpu"] = 1; }, "gpu must be true or false"},
+      {[](json& j) { j["slots"][0] = 3; }, "slots[0]: must be a JSON object"},
+      {[](json& j) { j["version"] = 1.5; }, "version must be an integer"},
+  };
+  for (const auto& c : cases) {
+    json j = ToJson(GoodHello());
+    c.edit(j);
+    auto h = HelloFromJson(j);
+    ASSERT_FALSE(h.ok()) << c.message;
+    EXPECT_NE(h.status().message().find(c.message), std::string::npos) << h.status().message();
+  }
+}
+
+TEST(MessageTest, WelcomeNeedsATimeoutAboveTheInterval) {
+  Welcome w;
+  w.agent_id = 3;
+  w.proof = std::string(64, '0');
+  ASSERT_TRUE(WelcomeFromJson(ToJson(w)).ok());
+  w.heartbeat_timeout_ms = w.heartbeat_ms;
+  auto bad = WelcomeFromJson(ToJson(w));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("heartbeat_timeout_ms"), std::string::npos);
+  w.heartbeat_timeout_ms = 5000;
+  w.agent_id = 0;
+  EXPECT_FALSE(WelcomeFromJson(ToJson(w)).ok());
+}
+
+TEST(MessageTest, AssignCarriesTheTrialTask) {
+  TrialTask t;
+  t.number = 12;
+  t.kind = "function";
+  t.params = {{"x1", 1.0}, {"x2", 2.0}};
+  t.settings = {{"name", "branin"}};
+  t.gpus = {1, 3};
+  t.decision_points = {1, 3, 9};
+  auto parsed = AssignFromJson(AssignToJson(t));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->number, 12);
+  EXPECT_EQ(parsed->gpus, (std::vector<int>{1, 3}));
+  EXPECT_EQ(parsed->decision_points, (std::vector<double>{1, 3, 9}));
+
+  t.threads = 0;
+  EXPECT_FALSE(AssignFromJson(AssignToJson(t)).ok());
+  json j = AssignToJson(t);
+  j["task"].erase("kind");
+  auto missing = AssignFromJson(j);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("assign"), std::string::npos);
+}
+
+TEST(MessageTest, ReportBatchRoundTrips) {
+  ReportBatchWriter w;
+  w.Add(4, 1, 0.5, {{"loss", 0.7}});
+  w.Add(4, 2, 1.0, {{"loss", 0.6}, {"val_acc", 0.8}});
+  w.Add(5, 1, 1.0, {{"value", nullptr}});  // a NaN, as JSON carries it
+  json message = w.Take();
+  EXPECT_TRUE(w.empty());
+  std::vector<WorkerEvent> events;
+  ASSERT_TRUE(ReportsFromJson(message, &events).ok());
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[1].trial, 4);
+  EXPECT_EQ(events[1].step, 2);
+  EXPECT_DOUBLE_EQ(events[1].epoch, 1.0);
+  EXPECT_DOUBLE_EQ(events[1].metrics["val_acc"].get<double>(), 0.8);
+  EXPECT_EQ(events[2].type, WorkerEvent::Type::kReport);
+}
+
+TEST(MessageTest, ABadReportRefusesTheWholeBatch) {
+  struct Case {
+    json report;
+    std::string message;
+  };
+  std::vector<Case> cases = {
+      {{{"trial", -1}, {"step", 1}, {"epoch", 1}, {"metrics", json::object()}}, "trial"},
+      {{{"trial", 1}, {"step", 1}, {"epoch", -1}, {"metrics", json::object()}}, "epoch"},
+      {{{"trial", 1}, {"step", 1}, {"epoch", "1"}, {"metrics", json::object()}}, "epoch"},
+      {{{"trial", 1}, {"step", 1}, {"epoch", 1}, {"metrics", 3}}, "metrics must be an object"},
+      {{{"trial", 1}, {"step", 1}, {"epoch", 1}, {"metrics", {{"loss", "low"}}}},
+       "'loss' must be a number"},
+      {{{"trial", 1}, {"epoch", 1}, {"metrics", json::object()}}, "step is missing"},
+  };
+  for (const auto& c : cases) {
+    json message = {
+        {"type", "reports"},
+        {"reports",
+         {{{"trial", 1}, {"step", 1}, {"epoch", 1}, {"metrics", {{"loss", 1}}}}, c.report}}};
+    std::vector<WorkerEvent> events;
+    Status st = ReportsFromJson(message, &events);
+    ASSERT_FALSE(st.ok()) << c.message;
+    EXPECT_NE(st.message().find(c.message), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("reports[1]"), std::string::npos) << st.message();
+    EXPECT_TRUE(events.empty());
+  }
+}
+
+TEST(MessageTest, DoneRoundTripsAndChecksTheOutcome) {
+  WorkerEvent done;
+  done.type = WorkerEvent::Type::kDone;
+  done.trial = 9;
+  done.outcome = TrialOutcome::Kind::kStopped;
+  done.metrics = {{"test_acc", 0.9}};
+  json j = DoneToJson(done);
+  auto parsed = DoneFromJson(j);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->outcome, TrialOutcome::Kind::kStopped);
+  EXPECT_EQ(parsed->metrics["test_acc"], 0.9);
+  EXPECT_FALSE(parsed->worker_lost);
+
+  json bad = DoneToJson(done);
+  bad["outcome"] = "exploded";
+  auto refused = DoneFromJson(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("'exploded'"), std::string::npos);
+  json no_flag = DoneToJson(done);
+  no_flag.erase("worker_lost");
+  EXPECT_FALSE(DoneFromJson(no_flag).ok());
+}
+
+TEST(MessageTest, SeqMustBePositive) {
+  EXPECT_TRUE(SeqOf(json{{"seq", 1}}).ok());
+  EXPECT_FALSE(SeqOf(json{{"seq", 0}}).ok());
+  EXPECT_FALSE(SeqOf(json{{"seq", "1"}}).ok());
+  EXPECT_FALSE(SeqOf(json::object()).ok());
+  EXPECT_FALSE(TrialCommandFromJson(json{{"trial", -3}}).ok());
+  EXPECT_EQ(*TrialCommandFromJson(TrialCommandToJson(MessageType::kContinue, 8)), 8);
+}
+
+}  // namespace
+}  // namespace sweep::executor::net
