@@ -4,6 +4,7 @@
 // turn costs the same at trial 10 and at trial 10,000; on resume it is rebuilt from the store.
 #include "sweep/coordinator.h"
 
+#include <poll.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -11,11 +12,13 @@
 #include <deque>
 #include <filesystem>
 #include <map>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <variant>
 
 #include "base/hash.h"
+#include "executor/agent_hub.h"
 #include "executor/local_executor.h"
 #include "executor/packer.h"
 #include "executor/slots.h"
@@ -67,10 +70,11 @@ struct Pending {
   int retries = 0;
 };
 
-// A server trials are placed on: this machine (id 0), later remote agents.
+// A server trials are placed on: this machine (id 0) or a remote agent.
 struct ServerInfo {
   std::string name;                   // what placements show: "local", an agent's name
   std::vector<executor::Slot> slots;  // by the packer's slot index
+  std::optional<int64_t> agent;       // the hub's agent id; none for this machine
 };
 
 struct RunningTrial {
@@ -215,9 +219,25 @@ class Coordinator {
  private:
   Status Prepare() {
     SWEEP_ASSIGN_OR_RETURN(packer_, executor::Packer::Create({}));
-    SWEEP_RETURN_IF_ERROR(
-        AddServer(kLocalServer, "local", executor::DiscoverLocalSlots(config_.cpu_slots)));
-    if (config_.gpus > packer_->largest_server()) {
+    if (options_.local_slots) {
+      SWEEP_RETURN_IF_ERROR(
+          AddServer(kLocalServer, "local", executor::DiscoverLocalSlots(config_.cpu_slots)));
+    }
+    if (!options_.listen_host.empty()) {
+      hub_ = std::make_unique<executor::AgentHub>();
+      executor::HubOptions hub_options;
+      hub_options.heartbeat_timeout_ms = options_.agent_timeout_ms;
+      std::ostream* log = options_.log;
+      hub_options.log = [log](std::string_view line) {
+        if (log != nullptr) *log << "sweep: " << line << "\n";
+      };
+      SWEEP_RETURN_IF_ERROR(
+          hub_->Listen(options_.listen_host, options_.listen_port, options_.token, hub_options));
+      if (options_.log != nullptr) {
+        *options_.log << "sweep: listening for agents on " << options_.listen_host << ":"
+                      << hub_->port() << "\n";
+      }
+    } else if (config_.gpus > packer_->largest_server()) {
       return Status::InvalidArgument(
           config_.path + ": trial.gpus = " + std::to_string(config_.gpus) + " but this " +
           "machine offers " + std::to_string(packer_->largest_server()) + " slot(s)");
@@ -268,6 +288,7 @@ class Coordinator {
     executor_ =
         std::make_unique<executor::LocalExecutor>(options_.worker_command, options_.worker_env);
     executor_->set_heartbeat_timeout_ms(static_cast<int64_t>(config_.heartbeat_timeout_s * 1000));
+    if (hub_ != nullptr) executor_->set_wake_fd(hub_->wake_fd());
     return Status::Ok();
   }
 
@@ -301,8 +322,79 @@ class Coordinator {
     return r;
   }
 
+  // ---- servers and remote agents ----
+
+  const ServerInfo* Server(int id) const {
+    auto it = servers_.find(id);
+    return it == servers_.end() ? nullptr : &it->second;
+  }
+
+  Status StopTrial(int64_t number, const RunningTrial& t) {
+    const ServerInfo* server = Server(t.where.server);
+    if (server != nullptr && server->agent) return hub_->Stop(*server->agent, number);
+    return executor_->Stop(number);
+  }
+
+  // Trials still to start: reruns, or new ones the sampler and max_trials allow.
+  bool WorkLeft(bool exhausted) const {
+    return !queue_.empty() || (!exhausted && next_number_ < config_.max_trials);
+  }
+
+  // Whether waiting can ever let a trial start: a server big enough is here, or agents may
+  // still join.
+  bool MayPlaceLater() const {
+    return hub_ != nullptr || config_.gpus <= packer_->largest_server();
+  }
+
+  bool HubHasEvents() const {
+    if (hub_ == nullptr) return false;
+    pollfd p{hub_->wake_fd(), POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+
+  // Agents joining and leaving, and their trials' reports and outcomes.
+  Status DrainHub(double now, bool stopping) {
+    if (hub_ == nullptr) return Status::Ok();
+    hub_events_.clear();
+    hub_->Drain(&hub_events_);
+    if (hub_events_.empty()) return Status::Ok();
+    // A lost agent's trials get their kDone just before its AgentLost, in the same batch.
+    std::set<int64_t> lost;
+    for (const executor::HubEvent& e : hub_events_) {
+      if (std::holds_alternative<executor::AgentLost>(e.event)) lost.insert(e.agent_id);
+    }
+    for (executor::HubEvent& e : hub_events_) {
+      if (auto* ev = std::get_if<executor::WorkerEvent>(&e.event)) {
+        SWEEP_RETURN_IF_ERROR(Handle(*ev, now, stopping, lost.count(e.agent_id) > 0));
+      } else if (auto* joined = std::get_if<executor::AgentJoined>(&e.event)) {
+        std::vector<executor::Slot> slots = joined->slots;
+        if (joined->link_group.size() == slots.size()) {
+          for (size_t i = 0; i < slots.size(); ++i) slots[i].link_group = joined->link_group[i];
+        }
+        Status added = AddServer(next_server_++, joined->name, std::move(slots), e.agent_id);
+        if (!added.ok() && options_.log != nullptr) {
+          *options_.log << "sweep: agent " << joined->name << " not used: " << added.message()
+                        << "\n";
+        } else if (options_.log != nullptr && config_.gpus > packer_->largest_server()) {
+          *options_.log << "sweep: trials need " << config_.gpus
+                        << " slots on one server; waiting for an agent that has them\n";
+        }
+      } else if (std::holds_alternative<executor::AgentLost>(e.event)) {
+        for (auto it = servers_.begin(); it != servers_.end(); ++it) {
+          if (it->second.agent == e.agent_id) {
+            (void)packer_->RemoveServer(it->first);
+            servers_.erase(it);
+            break;
+          }
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
   // A server joins: its slots go to the packer (GPUs grouped by their fastest link).
-  Status AddServer(int id, std::string name, std::vector<executor::Slot> slots) {
+  Status AddServer(int id, std::string name, std::vector<executor::Slot> slots,
+                   std::optional<int64_t> agent = std::nullopt) {
     if (slots.empty()) return Status::InvalidArgument(name + ": offers no slot");
     executor::Server server;
     server.id = id;
@@ -312,7 +404,7 @@ class Coordinator {
       server.cpu_slots = static_cast<int>(slots.size());
     }
     SWEEP_RETURN_IF_ERROR(packer_->AddServer(server));
-    servers_[id] = ServerInfo{std::move(name), std::move(slots)};
+    servers_[id] = ServerInfo{std::move(name), std::move(slots), agent};
     return Status::Ok();
   }
 
@@ -357,7 +449,7 @@ class Coordinator {
       if (stopping) {
         for (auto& [number, t] : running_) {
           if (!t.stop_sent) {
-            (void)executor_->Stop(number);
+            (void)StopTrial(number, t);
             t.stop_sent = true;
           }
         }
@@ -389,8 +481,7 @@ class Coordinator {
         ++next_number_;
         SWEEP_RETURN_IF_ERROR(StartTrial(p, std::move(*got), now, /*rerun=*/false));
       }
-      if (running_.empty()) break;
-
+      if (running_.empty() && (stopping || !WorkLeft(exhausted) || !MayPlaceLater())) break;
       // Take what has arrived; commit before waiting, so readers see everything up to the
       // moment the loop goes idle, and at least every kCommitIntervalS while busy.
       events.clear();
@@ -399,13 +490,14 @@ class Coordinator {
       if (events.empty() || t - last_commit_s_ >= kCommitIntervalS) {
         SWEEP_RETURN_IF_ERROR(CommitNow(t));
       }
-      if (events.empty()) {
+      if (events.empty() && !HubHasEvents()) {
         SWEEP_RETURN_IF_ERROR(executor_->Poll(200, &events));
         t = NowSeconds();
       }
       for (executor::WorkerEvent& ev : events) {
         SWEEP_RETURN_IF_ERROR(Handle(ev, t, stopping));
       }
+      SWEEP_RETURN_IF_ERROR(DrainHub(t, stopping));
       ShowProgress(t, false);
     }
 
@@ -421,7 +513,7 @@ class Coordinator {
                                                     : std::nullopt));
     ShowProgress(end, true);
     executor_->Shutdown(1000);
-
+    if (hub_ != nullptr) hub_->Shutdown();
     RunSummary summary;
     summary.sweep_id = sweep_id_;
     summary.counts = counts_;
@@ -505,7 +597,7 @@ class Coordinator {
       for (int i : t.where.gpus) task.gpus.push_back(server.slots[i].device);
     }
     ++counts_.running;
-    Status s = executor_->Start(task);
+    Status s = server.agent ? hub_->Start(*server.agent, task) : executor_->Start(task);
     if (!s.ok()) {
       // The worker could not even start: fail this trial, keep the sweep going.
       (void)packer_->Release(t.where);
@@ -516,7 +608,7 @@ class Coordinator {
     return Status::Ok();
   }
 
-  Status Handle(executor::WorkerEvent& ev, double now, bool stopping) {
+  Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool agent_lost = false) {
     auto it = running_.find(ev.trial);
     if (it == running_.end()) return Status::Ok();  // a late message for a finished trial
     RunningTrial& t = it->second;
@@ -537,7 +629,7 @@ class Coordinator {
           if (d.stop() && t.prune_reason.empty()) {
             t.prune_reason = d.reason;
             if (!t.stop_sent) {
-              (void)executor_->Stop(ev.trial);
+              (void)StopTrial(ev.trial, t);
               t.stop_sent = true;
             }
           }
@@ -553,7 +645,14 @@ class Coordinator {
         }
       }
       // The worker waits at a decision point until told; a stop already sent is its answer.
-      if (decision_point && !t.stop_sent) (void)executor_->Continue(ev.trial);
+      if (decision_point && !t.stop_sent) {
+        const ServerInfo* server = Server(t.where.server);
+        if (server != nullptr && server->agent) {
+          (void)hub_->Continue(*server->agent, ev.trial);
+        } else {
+          (void)executor_->Continue(ev.trial);
+        }
+      }
       return Status::Ok();
     }
     for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
@@ -576,6 +675,12 @@ class Coordinator {
         error = ev.error;
         if (ev.worker_lost && stopping) {
           status = TrialStatus::kInterrupted;
+        } else if (ev.worker_lost && agent_lost) {
+          // Its agent went away, not the trial's fault: it runs again (from its checkpoint when
+          // that is on storage the next server shares), without using up a retry.
+          status = TrialStatus::kInterrupted;
+          queue_.push_front({ev.trial, t.params, t.retries});
+          error += "; running it again";
         } else if (ev.worker_lost && t.retries < config_.max_retries) {
           // The worker died, not the trial: run it again (from its checkpoint, if any).
           status = TrialStatus::kInterrupted;
@@ -666,8 +771,11 @@ class Coordinator {
   store::Store& store_;
   const RunOptions& options_;
   SweepConfig config_;
-  std::optional<executor::Packer> packer_;  // every server's slots, free and held
-  std::map<int, ServerInfo> servers_;       // by packer server id
+  std::optional<executor::Packer> packer_;   // every server's slots, free and held
+  std::map<int, ServerInfo> servers_;        // by packer server id
+  std::unique_ptr<executor::AgentHub> hub_;  // remote agents; null without --listen
+  std::vector<executor::HubEvent> hub_events_;
+  int next_server_ = kLocalServer + 1;
   std::unique_ptr<search::Sampler> sampler_;
   std::unique_ptr<search::Scheduler> scheduler_;  // null without early stopping
   executor::TrialTask decisions_;                 // only its decision-point fields are used

@@ -1,4 +1,5 @@
-// The `sweep` command line: run, train, best, trials, status, list, and the hidden worker.
+// The `sweep` command line: run, resume, agent, train, the queries (best, trials, status, list,
+// show, export, report), and the hidden worker.
 // Exit codes: 0 success; 1 runtime failure; 2 usage or config error. Errors go to stderr as one
 // line naming the file, key, sweep or trial at fault.
 #include <unistd.h>
@@ -11,11 +12,15 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "executor/agent.h"
 #include "executor/functions.h"
+#include "executor/net_auth.h"
+#include "executor/slots.h"
 #include "executor/trial.h"
 #include "executor/worker.h"
 #include "output.h"
@@ -246,6 +251,35 @@ int CmdList(const QueryArgs& a) {
 
 // ---- run and resume ----
 
+// `--listen HOST:PORT --token-file F [--no-local]` of run and resume.
+struct RemoteArgs {
+  std::string listen;
+  std::string token_file;
+  bool no_local = false;
+};
+
+// Fills in the remote-agent options; a usage error for a bad address, an unreadable token file,
+// or a non-loopback address without a token.
+Status ApplyRemoteArgs(const RemoteArgs& a, sweep::RunOptions* options) {
+  namespace net = sweep::executor::net;
+  if (a.listen.empty()) {
+    if (!a.token_file.empty()) return Status::InvalidArgument("--token-file needs --listen");
+    if (a.no_local) {
+      return Status::InvalidArgument("--no-local needs --listen: trials need somewhere to run");
+    }
+    return Status::Ok();
+  }
+  SWEEP_ASSIGN_OR_RETURN(auto host_port, net::ParseHostPort(a.listen));
+  if (!a.token_file.empty()) {
+    SWEEP_ASSIGN_OR_RETURN(options->token, net::ReadTokenFile(a.token_file));
+  }
+  SWEEP_RETURN_IF_ERROR(net::ValidateListen(host_port.first, !options->token.empty()));
+  options->listen_host = host_port.first;
+  options->listen_port = host_port.second;
+  options->local_slots = !a.no_local;
+  return Status::Ok();
+}
+
 sweep::RunOptions MakeRunOptions(const char* argv0) {
   sweep::RunOptions options;
   options.worker_command = {SelfExe(argv0), "worker"};
@@ -282,7 +316,8 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
   return summary.interrupted ? kExitRuntime : kExitOk;
 }
 
-int CmdResume(const std::string& name, const std::string& db, const char* argv0) {
+int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& remote,
+              const char* argv0) {
   std::error_code ec;
   if (!std::filesystem::exists(db, ec)) {
     return Fail(Status::NotFound(db + ": no such database"));
@@ -290,13 +325,14 @@ int CmdResume(const std::string& name, const std::string& db, const char* argv0)
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
   sweep::RunOptions options = MakeRunOptions(argv0);
+  if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
   auto summary = sweep::ResumeSweep(name, **st, options);
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, name, *summary);
 }
 
 int CmdRun(const std::string& config_path, const std::string& db_flag, const std::string& name_flag,
-           bool resume, const char* argv0) {
+           bool resume, const RemoteArgs& remote, const char* argv0) {
   auto cfg = sweep::LoadConfig(config_path);
   if (!cfg.ok()) return Fail(cfg.status());
   if (!name_flag.empty()) {
@@ -309,12 +345,74 @@ int CmdRun(const std::string& config_path, const std::string& db_flag, const std
   std::string db = db_flag.empty() ? cfg->store_path : db_flag;
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
-  if (resume && (*st)->FindSweep(cfg->name).ok()) return CmdResume(cfg->name, db, argv0);
+  if (resume && (*st)->FindSweep(cfg->name).ok()) {
+    return CmdResume(cfg->name, db, remote, argv0);
+  }
 
   sweep::RunOptions options = MakeRunOptions(argv0);
+  if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
   auto summary = sweep::RunSweep(*cfg, **st, options);
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, cfg->name, *summary);
+}
+
+// ---- agent ----
+
+struct AgentArgs {
+  std::string connect;
+  std::string token_file;
+  std::string gpus;  // "0,1"; empty: every GPU
+  int cpu_slots = 0;
+  std::string name;
+};
+
+int CmdAgent(const AgentArgs& a, const char* argv0) {
+  namespace ex = sweep::executor;
+  auto host_port = ex::net::ParseHostPort(a.connect);
+  if (!host_port.ok()) return Fail(host_port.status());
+  ex::AgentOptions options;
+  options.host = host_port->first;
+  options.port = host_port->second;
+  if (!a.token_file.empty()) {
+    auto token = ex::net::ReadTokenFile(a.token_file);
+    if (!token.ok()) return Fail(token.status());
+    options.token = *token;
+  }
+  std::optional<std::vector<int>> gpus;
+  if (!a.gpus.empty()) {
+    gpus.emplace();
+    size_t start = 0;
+    while (start <= a.gpus.size()) {
+      size_t end = a.gpus.find(',', start);
+      if (end == std::string::npos) end = a.gpus.size();
+      std::string item = a.gpus.substr(start, end - start);
+      char* rest = nullptr;
+      long v = std::strtol(item.c_str(), &rest, 10);
+      if (item.empty() || *rest != '\0' || v < 0 || v > 1023) {
+        return Fail(Status::InvalidArgument("--gpus " + a.gpus +
+                                            ": expected GPU ordinals separated by commas, e.g. "
+                                            "0,1"));
+      }
+      gpus->push_back(static_cast<int>(v));
+      start = end + 1;
+    }
+  } else if (a.cpu_slots > 0 && sweep::executor::CudaDeviceCount() > 0) {
+    gpus.emplace();  // --cpu-slots on a machine with GPUs: offer CPU shares only
+  }
+  auto slots = ex::AgentSlots(gpus, a.cpu_slots);
+  if (!slots.ok()) return Fail(slots.status());
+  options.slots = std::move(*slots);
+  for (const ex::Slot& s : options.slots) {
+    if (s.gpu) options.link_group.push_back(s.link_group);
+  }
+  options.name = a.name;
+  options.worker_command = {SelfExe(argv0), "worker"};
+  options.log = &std::cerr;
+  std::signal(SIGINT, OnInterrupt);
+  std::signal(SIGTERM, OnInterrupt);
+  Status s = ex::RunAgent(options, g_interrupt);
+  if (!s.ok()) return Fail(s);
+  return kExitOk;
 }
 
 // ---- train ----
@@ -449,11 +547,21 @@ int main(int argc, char** argv) {
   run->add_option("--name", name_flag, "sweep name (default: [sweep] name)");
   bool resume_flag = false;
   run->add_flag("--resume", resume_flag, "continue the sweep if it exists (see resume)");
+  RemoteArgs remote;
+  auto add_remote = [&remote](CLI::App* sub) {
+    sub->add_option("--listen", remote.listen,
+                    "accept remote agents on HOST:PORT (port 0: any free port)");
+    sub->add_option("--token-file", remote.token_file,
+                    "shared secret the agents prove they hold (needed off loopback)");
+    sub->add_flag("--no-local", remote.no_local, "run trials on remote agents only");
+  };
+  add_remote(run);
 
   auto* resume = app.add_subcommand("resume", "continue an interrupted sweep");
   resume->add_option("NAME", name, "sweep name")->required();
   std::string resume_db = "sweeps.db";
   resume->add_option("--db", resume_db, "SQLite file")->capture_default_str();
+  add_remote(resume);
   resume->footer(
       "Runs again the trials that were running when it stopped (from their checkpoints) and "
       "goes on where it left off.\nExample: sweep resume fashion-mlp");
@@ -494,6 +602,17 @@ int main(int argc, char** argv) {
   add_query(status, true, false);
   auto* list = app.add_subcommand("list", "the sweeps in the store");
   add_query(list, false, false);
+  AgentArgs agent_args;
+  auto* agent = app.add_subcommand("agent", "serve a coordinator started with --listen");
+  agent->add_option("--connect", agent_args.connect, "the coordinator's HOST:PORT")->required();
+  agent->add_option("--token-file", agent_args.token_file, "the shared secret");
+  agent->add_option("--gpus", agent_args.gpus, "GPUs to offer, e.g. 0,1 (default: all)");
+  agent->add_option("--cpu-slots", agent_args.cpu_slots, "CPU slots to offer (no GPU)")
+      ->check(CLI::Range(1, 4096));
+  agent->add_option("--name", agent_args.name, "name in placements (default: host name)");
+  agent->footer(
+      "Example: sweep agent --connect coordinator:7070 --token-file ~/.sweep-token --gpus 0,1\n"
+      "Reconnects with backoff when the coordinator restarts (sweep resume --listen ...).");
   auto* worker = app.add_subcommand("worker", "");  // hidden: spawned by the coordinator
   worker->group("");
   // show, export, report and status --watch: sweep/src/view_commands.h.
@@ -529,8 +648,9 @@ int main(int argc, char** argv) {
     return sweep::executor::RunWorker(sweep::executor::kWorkerCommandFd,
                                       sweep::executor::kWorkerMessageFd);
   }
-  if (run->parsed()) return CmdRun(config_path, db_flag, name_flag, resume_flag, argv[0]);
-  if (resume->parsed()) return CmdResume(name, resume_db, argv[0]);
+  if (run->parsed()) return CmdRun(config_path, db_flag, name_flag, resume_flag, remote, argv[0]);
+  if (resume->parsed()) return CmdResume(name, resume_db, remote, argv[0]);
+  if (agent->parsed()) return CmdAgent(agent_args, argv[0]);
   if (train->parsed()) return CmdTrain(config_path, sets, json_out, threads);
   if (best->parsed()) return CmdBest(q, top);
   if (trials->parsed()) return CmdTrials(q, status_filter, sort);

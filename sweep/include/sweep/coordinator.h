@@ -21,6 +21,13 @@ struct RunOptions {
   bool live_status = false;                      // one rewritten status line (a terminal)
   std::ostream* log = nullptr;                   // progress; nullptr: quiet
   const std::atomic<bool>* interrupt = nullptr;  // set: stop trials, record, return
+  // Remote agents (`--listen HOST:PORT`): empty listen_host means none. The caller has checked
+  // the address (executor::ValidateListen); listen_port 0 picks a free port (logged).
+  std::string listen_host;
+  int listen_port = 0;
+  std::string token;              // shared secret for the agents' challenge-response
+  bool local_slots = true;        // also run trials on this machine's slots
+  int agent_timeout_ms = 10'000;  // an agent silent this long is lost
 };
 
 struct RunSummary {
