@@ -35,24 +35,12 @@ namespace {
 using nlohmann::json;
 using sweep::Status;
 
-constexpr int kExitOk = 0;
-constexpr int kExitRuntime = 1;
-constexpr int kExitUsage = 2;
-
+using sweep::Fail;
+using sweep::kExitOk;
+using sweep::kExitRuntime;
+using sweep::kExitUsage;
 std::atomic<bool> g_interrupt{false};
 extern "C" void OnInterrupt(int) { g_interrupt = true; }
-
-int Fail(const Status& s) {
-  std::cerr << "sweep: " << s.message() << "\n";
-  switch (s.code()) {
-    case Status::Code::kInvalidArgument:
-    case Status::Code::kNotFound:
-    case Status::Code::kAlreadyExists:
-      return kExitUsage;
-    default:
-      return kExitRuntime;
-  }
-}
 
 std::string SelfExe(const char* argv0) {
   std::error_code ec;
@@ -84,24 +72,10 @@ sweep::Result<std::unique_ptr<sweep::store::Store>> OpenForQuery(const QueryArgs
   return sweep::store::Store::Open(a.db, sweep::store::OpenMode::kReadOnly);
 }
 
-// FindSweep, with a suggestion when the name is close to one that exists.
-sweep::Result<sweep::store::SweepRecord> FindSweep(sweep::store::Store& st,
-                                                   const std::string& name) {
-  auto sw = st.FindSweep(name);
-  if (sw.ok() || sw.status().code() != Status::Code::kNotFound) return sw;
-  auto list = st.ListSweeps();
-  if (!list.ok()) return sw;
-  std::vector<std::string> names;
-  for (const auto& s : *list) names.push_back(s.name);
-  std::string hint = sweep::DidYouMean(name, names);
-  if (hint.empty()) return sw;
-  return sw.status().WithMessage(sw.status().message() + "; did you mean '" + hint + "'?");
-}
-
 int CmdBest(const QueryArgs& a, int64_t top) {
   auto st = OpenForQuery(a);
   if (!st.ok()) return Fail(st.status());
-  auto sw = FindSweep(**st, a.name);
+  auto sw = sweep::FindSweepOrSuggest(**st, a.name);
   if (!sw.ok()) return Fail(sw.status());
   auto trials = (*st)->BestTrials(sw->id, sw->maximize, top);
   if (!trials.ok()) return Fail(trials.status());
@@ -120,7 +94,7 @@ int CmdBest(const QueryArgs& a, int64_t top) {
 int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& sort) {
   auto st = OpenForQuery(a);
   if (!st.ok()) return Fail(st.status());
-  auto sw = FindSweep(**st, a.name);
+  auto sw = sweep::FindSweepOrSuggest(**st, a.name);
   if (!sw.ok()) return Fail(sw.status());
   sweep::store::TrialQuery q;
   if (!status.empty()) {
@@ -171,7 +145,7 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
 int CmdStatus(const QueryArgs& a) {
   auto st = OpenForQuery(a);
   if (!st.ok()) return Fail(st.status());
-  auto sw = FindSweep(**st, a.name);
+  auto sw = sweep::FindSweepOrSuggest(**st, a.name);
   if (!sw.ok()) return Fail(sw.status());
   auto counts = (*st)->CountByStatus(sw->id);
   if (!counts.ok()) return Fail(counts.status());
@@ -206,20 +180,7 @@ int CmdStatus(const QueryArgs& a) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  std::cout << "sweep " << sw->name << " (" << sweep::store::ToString(sw->status) << "), "
-            << (sw->maximize ? "max " : "min ") << sw->metric << ", elapsed "
-            << static_cast<int64_t>(elapsed) << " s\n"
-            << "  trials: " << c.total() << " (" << c.completed << " completed, " << c.running
-            << " running, " << c.pruned << " pruned, " << c.failed << " failed, " << c.interrupted
-            << " interrupted, " << c.pending << " pending)\n";
-  for (const auto& t : *running) {
-    std::cout << "  running: trial " << t.number << " on " << t.placement << "\n";
-  }
-  if (!best->empty()) {
-    const auto& b = best->front();
-    std::cout << "  best: trial " << b.number << " " << sw->metric << " = "
-              << (b.objective ? json(*b.objective).dump() : "-") << "  " << b.params_json << "\n";
-  }
+  sweep::PrintStatusText(std::cout, *sw, c, *running, *best, sweep::NowSeconds());
   return kExitOk;
 }
 

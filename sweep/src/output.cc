@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
 #include <map>
 #include <set>
+
+#include "sweep/config.h"
 
 namespace sweep {
 
@@ -142,6 +145,30 @@ void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
     out << "  best: trial " << b.number << " " << sweep.metric << " = "
         << (b.objective ? json(*b.objective).dump() : "-") << "  " << b.params_json << "\n";
   }
+}
+
+int Fail(const Status& s) {
+  std::cerr << "sweep: " << s.message() << "\n";
+  switch (s.code()) {
+    case Status::Code::kInvalidArgument:
+    case Status::Code::kNotFound:
+    case Status::Code::kAlreadyExists:
+      return kExitUsage;
+    default:
+      return kExitRuntime;
+  }
+}
+
+Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name) {
+  auto sw = st.FindSweep(name);
+  if (sw.ok() || sw.status().code() != Status::Code::kNotFound) return sw;
+  auto list = st.ListSweeps();
+  if (!list.ok()) return sw;
+  std::vector<std::string> names;
+  for (const auto& s : *list) names.push_back(s.name);
+  std::string hint = DidYouMean(name, names);
+  if (hint.empty()) return sw;
+  return sw.status().WithMessage(sw.status().message() + "; did you mean '" + hint + "'?");
 }
 
 }  // namespace sweep

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status.h"
 #include "store/store.h"
 
 namespace sweep {
@@ -20,6 +21,16 @@ void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& 
                       const std::string& metric);
 
 std::string CsvField(const std::string& text);
+
+// Exit codes of every command: 0 success; 1 runtime failure; 2 usage or config error.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntime = 1;
+inline constexpr int kExitUsage = 2;
+// Prints "sweep: MESSAGE" on stderr and returns the exit code for it: a user's mistake (a bad
+// flag or config, an unknown sweep or trial, a name taken) exits 2, anything else 1.
+int Fail(const Status& s);
+// Store::FindSweep, with "did you mean ..." when the name is close to one that exists.
+Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name);
 
 // The text of `sweep status`: the sweep's state and elapsed time, counts by state, the running
 // trials and their slots, the best trial. `now_s` is Unix time, for the elapsed time of a

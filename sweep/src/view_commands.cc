@@ -35,36 +35,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kExitOk = 0;
-constexpr int kExitRuntime = 1;
-constexpr int kExitUsage = 2;
-
-// As every other command: a user's mistake (a bad flag, an unknown sweep or trial) exits 2.
-int Fail(const Status& s) {
-  std::cerr << "sweep: " << s.message() << "\n";
-  switch (s.code()) {
-    case Status::Code::kInvalidArgument:
-    case Status::Code::kNotFound:
-    case Status::Code::kAlreadyExists:
-      return kExitUsage;
-    default:
-      return kExitRuntime;
-  }
-}
-
-// FindSweep, with a suggestion when the name is close to one that exists.
-Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name) {
-  auto sw = st.FindSweep(name);
-  if (sw.ok() || sw.status().code() != Status::Code::kNotFound) return sw;
-  auto list = st.ListSweeps();
-  if (!list.ok()) return sw;
-  std::vector<std::string> names;
-  for (const auto& s : *list) names.push_back(s.name);
-  std::string hint = DidYouMean(name, names);
-  if (hint.empty()) return sw;
-  return sw.status().WithMessage(sw.status().message() + "; did you mean '" + hint + "'?");
-}
-
 // What the charts need from the sweep's stored config: each parameter's distribution, the
 // resource its reports count in, the rungs. A config this binary no longer accepts still gives
 // a report, with the parameters' scales guessed from their values.
