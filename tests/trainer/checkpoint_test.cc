@@ -65,6 +65,14 @@ TEST(Checkpoint, RoundTrip) {
   EXPECT_EQ(ReadCheckpoint(path)->epoch, 4);
 }
 
+// A remote agent writes to the coordinator's checkpoint path, whose folder it may not have.
+TEST(Checkpoint, WritingCreatesTheFolder) {
+  TempDir dir;
+  const std::string path = dir / "sweeps.db-checkpoints/s/trial-3.ckpt";
+  ASSERT_TRUE(WriteCheckpoint(path, Sample()).ok());
+  EXPECT_EQ(ReadCheckpoint(path)->epoch, 3);
+}
+
 TEST(Checkpoint, DamageIsReportedWithTheFile) {
   TempDir dir;
   const std::string path = dir / "a.ckpt";
@@ -239,12 +247,13 @@ TEST(Checkpoint, TrainRefusesADamagedOrForeignCheckpoint) {
       r.status().message(),
       o.checkpoint_path + ": checkpoint checksum mismatch (the file is damaged or cut short)");
 
-  // A checkpoint path in a directory that does not exist: the write fails, naming it.
-  o.checkpoint_path = dir / "missing/t.ckpt";
+  // A checkpoint folder that cannot be there (a file is in the way): refused, naming the path.
+  std::ofstream(dir / "blocked") << "x";
+  o.checkpoint_path = dir / "blocked/t.ckpt";
   r = Train(o, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kIoError);
-  EXPECT_NE(r.status().message().find(dir / "missing/t.ckpt.tmp."), std::string::npos)
+  EXPECT_NE(r.status().message().find(dir / "blocked/t.ckpt"), std::string::npos)
       << r.status().message();
 }
 

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -110,6 +111,13 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   uint32_t crc = Crc(0, nullptr, 0);
   for (const ByteRange& p : pieces) crc = Crc(crc, p.data, p.size);
   pieces.push_back({&crc, sizeof crc});
+  // A trial run by a remote agent gets the coordinator's path, which may not exist there yet.
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return Status::IoError(dir.string() +
+                           ": cannot create the checkpoint directory: " + ec.message());
   return WriteFileAtomically(path, pieces, Publish::kReplace);
 }
 
