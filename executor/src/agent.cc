@@ -647,17 +647,7 @@ class Session {
 Result<std::vector<Slot>> AgentSlots(const std::optional<std::vector<int>>& gpus, int cpu_slots) {
   if (!gpus) return DiscoverLocalSlots(cpu_slots);
   std::vector<Slot> slots;
-  if (gpus->empty()) {
-    const int n = cpu_slots > 0 ? cpu_slots : DefaultCpuSlots();
-    for (int i = 0; i < n; ++i) {
-      Slot s;
-      s.index = i;
-      s.device = i;
-      s.name = "cpu" + std::to_string(i);
-      slots.push_back(s);
-    }
-    return slots;
-  }
+  if (gpus->empty()) return CpuSlots(cpu_slots);
   std::vector<Slot> found = DiscoverLocalSlots(1);
   for (int want : *gpus) {
     auto it = std::find_if(found.begin(), found.end(),

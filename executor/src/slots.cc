@@ -114,7 +114,12 @@ std::vector<Slot> DiscoverLocalSlots(int cpu_slots) {
     for (size_t i = 0; i < slots.size(); ++i) slots[i].link_group = groups[i];
     return slots;
   }
-  int n = cpu_slots > 0 ? cpu_slots : DefaultCpuSlots();
+  return CpuSlots(cpu_slots);
+}
+
+std::vector<Slot> CpuSlots(int n) {
+  if (n <= 0) n = DefaultCpuSlots();
+  std::vector<Slot> slots;
   for (int i = 0; i < n; ++i) {
     Slot s;
     s.index = i;

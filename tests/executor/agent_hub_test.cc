@@ -45,7 +45,7 @@ class AgentHubTest : public ::testing::Test {
     o.token = token;
     o.name = name;
     o.worker_command = {SWEEP_TEST_WORKER};
-    o.slots = testing::CpuSlots(2);
+    o.slots = CpuSlots(2);
     o.transport = network_.Factory();
     o.backoff_initial_ms = 10;
     o.backoff_max_ms = 100;

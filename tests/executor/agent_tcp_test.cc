@@ -43,7 +43,7 @@ class AgentTcpTest : public ::testing::Test {
     o.token = token;
     o.name = "tcp-agent";
     o.worker_command = {SWEEP_TEST_WORKER};
-    o.slots = testing::CpuSlots(2);
+    o.slots = CpuSlots(2);
     o.backoff_initial_ms = 20;
     o.backoff_max_ms = 200;
     return o;
@@ -54,7 +54,7 @@ class AgentTcpTest : public ::testing::Test {
     h.name = "raw";
     h.host = "raw-host";
     h.pid = 1;
-    h.slots = testing::CpuSlots(1);
+    h.slots = CpuSlots(1);
     h.nonce = nonce;
     return h;
   }

@@ -154,18 +154,6 @@ class AgentThread {
   std::thread thread_;
 };
 
-inline std::vector<Slot> CpuSlots(int n) {
-  std::vector<Slot> slots;
-  for (int i = 0; i < n; ++i) {
-    Slot s;
-    s.index = i;
-    s.device = i;
-    s.name = "cpu" + std::to_string(i);
-    slots.push_back(s);
-  }
-  return slots;
-}
-
 // A blocking TCP client on 127.0.0.1 that writes and reads raw frames.
 class RawClient {
  public:

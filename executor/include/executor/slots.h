@@ -37,6 +37,8 @@ int CudaDeviceCount();
 // This machine's GPUs, or `cpu_slots` CPU shares when it has none (cpu_slots <= 0: one per
 // hardware thread).
 std::vector<Slot> DiscoverLocalSlots(int cpu_slots);
+// n CPU shares, "cpu0" .. "cpu<n-1>" (n <= 0: one per hardware thread).
+std::vector<Slot> CpuSlots(int n);
 int DefaultCpuSlots();
 
 }  // namespace sweep::executor
