@@ -13,6 +13,8 @@
 #include <limits>
 #include <vector>
 
+#include <cublas_v2.h>
+
 #include "cpu/ops.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_buffer.h"
@@ -122,6 +124,15 @@ class CudaOps : public ::testing::Test {
   cublasHandle_t fp32_ = nullptr, tf32_ = nullptr;
   static constexpr int B = 37, C = 53, OC = 29;
 };
+
+// cuBLAS is opened at its first call (cuda_libs.cc), not at start-up; this needs no device, so
+// it runs wherever the toolkit's libraries are installed.
+TEST(CudaLibs, CublasIsLoadedOnFirstCall) {
+  // The library's own words, not the loader's "could not be loaded".
+  EXPECT_STREQ(cublasGetStatusString(CUBLAS_STATUS_SUCCESS), "success");
+  EXPECT_STREQ(cublasGetStatusString(CUBLAS_STATUS_NOT_INITIALIZED),
+               "the library was not initialized");
+}
 
 TEST_F(CudaOps, MatmulForward) {
   const auto inp = Random(B * C, 1), w = Random(OC * C, 2);

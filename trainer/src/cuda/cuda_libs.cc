@@ -1,0 +1,162 @@
+// cuBLAS and NCCL, loaded when first called. Linked at build time, libcublasLt's static
+// initialisers alone cost every `sweep` process (each worker, each query) about 0.1 s and 200 MB
+// of resident memory before main, on CPU-only runs too, and a machine without the toolkit
+// could not start the binary at all. Here the functions the backend uses are defined with their
+// real signatures (from the toolkit's headers) and forward to the library, opened with dlopen
+// on the first call; a library that cannot be found makes each call fail with a status whose
+// string says why, so the trial fails with that message. Thread-safe (function-local statics).
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <string>
+
+#include <cublas_v2.h>
+#if defined(SWEEP_HAVE_NCCL)
+#include <nccl.h>
+#endif
+
+namespace {
+
+struct Library {
+  void* handle = nullptr;
+  std::string error;  // why it could not be opened
+};
+
+// Opens `soname` through the usual search (LD_LIBRARY_PATH, the system's), then in `fallback_dir`
+// (the toolkit's library folder found at build time).
+Library Open(const char* soname, const char* fallback_dir) {
+  Library lib;
+  lib.handle = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+  if (lib.handle != nullptr) return lib;
+  lib.error = ::dlerror();
+  if (fallback_dir != nullptr && fallback_dir[0] != '\0') {
+    const std::string path = std::string(fallback_dir) + "/" + soname;
+    lib.handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib.handle != nullptr) lib.error.clear();
+  }
+  return lib;
+}
+
+const Library& Cublas() {
+  static const Library lib = Open(SWEEP_CUBLAS_SONAME, SWEEP_CUDA_LIBRARY_DIR);
+  return lib;
+}
+
+template <typename Fn>
+Fn Symbol(const Library& lib, const char* name) {
+  if (lib.handle == nullptr) return nullptr;
+  return reinterpret_cast<Fn>(::dlsym(lib.handle, name));
+}
+
+// The status a call gets when its library or symbol is missing.
+constexpr cublasStatus_t kCublasMissing = CUBLAS_STATUS_NOT_INITIALIZED;
+
+}  // namespace
+
+#define SWEEP_CUBLAS_FORWARD(name, fn_type, ...)           \
+  static const auto fn = Symbol<fn_type>(Cublas(), #name); \
+  if (fn == nullptr) return kCublasMissing;                \
+  return fn(__VA_ARGS__)
+
+extern "C" {
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  SWEEP_CUBLAS_FORWARD(cublasCreate_v2, decltype(&cublasCreate_v2), handle);
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  SWEEP_CUBLAS_FORWARD(cublasDestroy_v2, decltype(&cublasDestroy_v2), handle);
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  SWEEP_CUBLAS_FORWARD(cublasSetStream_v2, decltype(&cublasSetStream_v2), handle, stream);
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  SWEEP_CUBLAS_FORWARD(cublasSetMathMode, decltype(&cublasSetMathMode), handle, mode);
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
+                              cublasOperation_t transb, int m, int n, int k, const float* alpha,
+                              const float* A, int lda, const float* B, int ldb, const float* beta,
+                              float* C, int ldc) {
+  SWEEP_CUBLAS_FORWARD(cublasSgemm_v2, decltype(&cublasSgemm_v2), handle, transa, transb, m, n, k,
+                       alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// cublas_api.h also has a C++ overload taking cudaDataType: name the C one's type explicitly.
+using GemmExFn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                    int, const void*, const void*, cudaDataType, int, const void*,
+                                    cudaDataType, int, const void*, void*, cudaDataType, int,
+                                    cublasComputeType_t, cublasGemmAlgo_t);
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                            const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C,
+                            cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t algo) {
+  SWEEP_CUBLAS_FORWARD(cublasGemmEx, GemmExFn, handle, transa, transb, m, n, k, alpha, A, Atype,
+                       lda, B, Btype, ldb, beta, C, Ctype, ldc, computeType, algo);
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  static const auto fn =
+      Symbol<decltype(&cublasGetStatusString)>(Cublas(), "cublasGetStatusString");
+  if (fn != nullptr) return fn(status);
+  static const std::string why =
+      "cuBLAS (" SWEEP_CUBLAS_SONAME ") could not be loaded: " + Cublas().error;
+  return why.c_str();
+}
+
+}  // extern "C"
+
+#if defined(SWEEP_HAVE_NCCL)
+
+namespace {
+
+const Library& Nccl() {
+  static const Library lib = Open("libnccl.so.2", SWEEP_CUDA_LIBRARY_DIR);
+  return lib;
+}
+
+}  // namespace
+
+#define SWEEP_NCCL_FORWARD(name, ...)                            \
+  static const auto fn = Symbol<decltype(&name)>(Nccl(), #name); \
+  if (fn == nullptr) return ncclSystemError;                     \
+  return fn(__VA_ARGS__)
+
+extern "C" {
+
+ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  SWEEP_NCCL_FORWARD(ncclCommInitAll, comm, ndev, devlist);
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) { SWEEP_NCCL_FORWARD(ncclCommDestroy, comm); }
+
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
+  SWEEP_NCCL_FORWARD(ncclBroadcast, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
+  SWEEP_NCCL_FORWARD(ncclAllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream);
+}
+
+ncclResult_t ncclGroupStart() { SWEEP_NCCL_FORWARD(ncclGroupStart); }
+
+ncclResult_t ncclGroupEnd() { SWEEP_NCCL_FORWARD(ncclGroupEnd); }
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  static const auto fn = Symbol<decltype(&ncclGetErrorString)>(Nccl(), "ncclGetErrorString");
+  if (fn != nullptr) return fn(result);
+  static const std::string why = "NCCL (libnccl.so.2) could not be loaded: " + Nccl().error;
+  return why.c_str();
+}
+
+}  // extern "C"
+
+#endif  // SWEEP_HAVE_NCCL
