@@ -72,7 +72,7 @@ void ApplyConfig(report::SweepData& data) {
     data.params.push_back(std::move(spec));
   }
   report::CompleteParams(data);
-  data.resource = cfg->kind == TrialKind::kTrainer ? "epoch" : "step";
+  data.resource = cfg->kind == TrialKind::kFunction ? "step" : "epoch";
   const search::SchedulerConfig& es = cfg->early_stopping;
   data.early_stopping = std::string(search::EarlyStoppingName(es.algorithm));
   data.rungs.enabled = es.algorithm == search::EarlyStopping::kAsha ||
@@ -85,7 +85,7 @@ void ApplyConfig(report::SweepData& data) {
 // Whether the sweep's trials report progress in epochs (trainer) or steps (function, command).
 bool ResourceIsEpoch(const store::SweepRecord& sweep) {
   auto cfg = ParseConfig(sweep.config_text, sweep.config_path);
-  return !cfg.ok() || cfg->kind == TrialKind::kTrainer;
+  return !cfg.ok() || cfg->kind != TrialKind::kFunction;
 }
 
 Result<report::SweepData> LoadView(const std::string& db, const std::string& name) {
@@ -222,6 +222,9 @@ int CmdShow(const ShowArgs& a) {
   const bool by_epoch = ResourceIsEpoch(*sw);
   row(by_epoch ? "epochs" : "steps", report::ShortNumber(t.epochs));
   if (t.retries > 0) row("retries", std::to_string(t.retries));
+  if (!t.checkpoint.empty()) row("checkpoint", t.checkpoint);
+  if (!t.stdout_log.empty()) row("stdout", t.stdout_log);
+  if (!t.stderr_log.empty()) row("stderr", t.stderr_log);
   if (!t.error.empty()) {
     row(t.status == store::TrialStatus::kPruned ? "pruned" : "error", t.error);
   }
