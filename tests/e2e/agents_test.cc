@@ -430,4 +430,62 @@ TEST_F(AgentsTest, StartUpRefusals) {
       << "a refused run recorded its sweep";
 }
 
+// Agents on other hosts, as far as one machine allows: the coordinator listens on 0.0.0.0 in a
+// network namespace of its own, and each agent runs in a nested one, joined to it by a veth
+// pair with its own subnet (10.77.N.0/24). The coordinator sees three peer addresses.
+TEST_F(AgentsTest, AgentsInTheirOwnNetworkNamespaces) {
+  if (std::system("unshare -rn sh -c 'ip link add va type veth peer name vb && unshare -n true' "
+                  "> /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "user and network namespaces (or veth links) are not available here";
+  }
+  const int kTrials = 30, kSteps = 20;
+  Write("c.toml", AshaBranin("netns", kTrials, kSteps, 20));
+  // agent.sh N PORT: runs in a new network namespace; says so, waits for its link, then serves.
+  Write("agent.sh", R"(set -u
+touch ns$1.ready
+for i in $(seq 1 500); do [ -e link$1.ready ] && break; sleep 0.02; done
+ip link set lo up && ip addr add 10.77.$1.2/24 dev a$1 && ip link set a$1 up || exit 91
+exec "$SWEEP" agent --connect 10.77.$1.1:$2 --token-file tok --cpu-slots 2 --name n$1 \
+  > agent-n$1.log 2>&1
+)");
+  Write("net.sh", R"(set -u
+agents=""
+trap 'kill $agents 2> /dev/null; wait' EXIT
+ip link set lo up
+"$SWEEP" run c.toml --listen 0.0.0.0:0 --token-file tok --no-local > coordinator.log 2>&1 &
+coordinator=$!
+for i in $(seq 1 500); do grep -q 'listening for agents' coordinator.log && break; sleep 0.02; done
+port=$(sed -n 's/.*listening for agents on [^ ]*:\([0-9]*\)$/\1/p' coordinator.log)
+[ -n "$port" ] || exit 92
+for n in 1 2 3; do
+  unshare -n sh agent.sh $n $port &
+  pid=$!
+  agents="$agents $pid"
+  for i in $(seq 1 500); do [ -e ns$n.ready ] && break; sleep 0.02; done
+  ip link add h$n type veth peer name a$n netns $pid || exit 93
+  ip addr add 10.77.$n.1/24 dev h$n && ip link set h$n up || exit 94
+  touch link$n.ready
+done
+wait $coordinator
+echo $? > coordinator.rc
+)");
+  std::string cmd = "cd '" + dir_.string() +
+                    "' && SWEEP='" SWEEP_BINARY
+                    "' timeout -k 5 50 unshare -rn sh net.sh > "
+                    "net.log 2>&1";
+  int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << Log("net.log") << Log("coordinator.log");
+  EXPECT_EQ(Log("coordinator.rc"), "0\n") << Log("coordinator.log");
+  std::string log = Log("coordinator.log");
+  for (int n = 1; n <= 3; ++n) {
+    EXPECT_TRUE(std::regex_search(
+        log, std::regex("agent 'n" + std::to_string(n) + "' \\(id [0-9]+, 10\\.77\\." +
+                        std::to_string(n) + "\\.2:[0-9]+\\) joined")))
+        << log;
+  }
+  ExpectEveryTrialAccountedFor(kTrials, kSteps);
+  EXPECT_EQ(PlacedOn("SELECT detail FROM events WHERE to_state = 'running' AND trial IS NOT NULL"),
+            (std::set<std::string>{"n1", "n2", "n3"}));
+}
+
 }  // namespace
