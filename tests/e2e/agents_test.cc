@@ -430,6 +430,19 @@ TEST_F(AgentsTest, StartUpRefusals) {
       << "a refused run recorded its sweep";
 }
 
+// Resuming a sweep that already completed has nothing to run: it must not open a port and
+// register agents only to drop them again.
+TEST_F(AgentsTest, ResumeOfACompletedSweepDoesNotListenForAgents) {
+  Write("c.toml", AshaBranin("finished", 4, 5, 0));
+  Output run = Sweep("run c.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  Output again = Sweep("resume finished --listen 127.0.0.1:0 --token-file tok --no-local");
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.err.find("sweep 'finished' is already complete (4 trials)"), std::string::npos)
+      << again.err;
+  EXPECT_EQ(again.err.find("listening for agents"), std::string::npos) << again.err;
+}
+
 // Agents on other hosts, as far as one machine allows: the coordinator listens on 0.0.0.0 in a
 // network namespace of its own, and each agent runs in a nested one, joined to it by a veth
 // pair with its own subnet (10.77.N.0/24). The coordinator sees three peer addresses.
