@@ -674,7 +674,13 @@ class Coordinator {
       case executor::TrialOutcome::Kind::kFailed:
         status = TrialStatus::kFailed;
         error = ev.error;
-        if (ev.worker_lost && stopping) {
+        if (ev.worker_lost && !t.prune_reason.empty()) {
+          // Early stopping had already decided; its worker or agent vanished while it was
+          // stopping. It ends pruned, as resume would record it, rather than run again only to
+          // be pruned anew.
+          status = TrialStatus::kPruned;
+          error = t.prune_reason;
+        } else if (ev.worker_lost && stopping) {
           status = TrialStatus::kInterrupted;
         } else if (ev.worker_lost && agent_lost) {
           // Its agent went away, not the trial's fault: it runs again (from its checkpoint when

@@ -443,6 +443,63 @@ TEST_F(AgentsTest, ResumeOfACompletedSweepDoesNotListenForAgents) {
   EXPECT_EQ(again.err.find("listening for agents"), std::string::npos) << again.err;
 }
 
+// A trial that early stopping has pruned but that has not ended yet (its program ignores
+// SIGTERM and has a long grace period) when its agent is lost: the decision stands, so it ends
+// pruned, as `sweep resume` records such a trial, and is not run again only to be pruned anew.
+TEST_F(AgentsTest, PrunedTrialOfALostAgentEndsPrunedNotRunAgain) {
+  Write("train.sh", R"(#!/bin/sh
+trap '' TERM
+case $1 in 0.1) n=100 ;; *) n=9 ;; esac
+e=1
+while [ $e -le $n ]; do
+  echo "sweep-report {\"epoch\": $e, \"score\": $(awk "BEGIN { print $1 * $e }")}"
+  sleep 0.1
+  e=$((e + 1))
+done
+)");
+  fs::permissions(dir_ / "train.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "stubborn"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[early_stopping]
+algorithm = "asha"
+min_resource = 1
+max_resource = 9
+[parameters]
+x = { values = [1.0, 0.1] }
+[trial]
+kind = "command"
+command = ["./train.sh", "{x}"]
+kill_grace = "60s"
+)");
+  pid_t coordinator =
+      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
+  const int port = ListenPort("coordinator.log");
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  pid_t a = Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
+                      " --token-file tok --cpu-slots 1 --name a",
+                  "agent-a.log");
+  // Trial 0 (x = 1) runs first, alone; trial 1 (x = 0.1) is pruned at its first rung (epoch 1)
+  // and goes on reporting, deaf to SIGTERM. Two epochs past the rung the stop has long been sent.
+  ASSERT_TRUE(
+      WaitUntil([&] { return Scalar("SELECT count(*) FROM reports WHERE trial = 1") >= 3; }, 30))
+      << Log("coordinator.log");
+  KillNow(a);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "agent 'a' (id", 10, 2)) << Log("coordinator.log");
+  StartAgent("b", port);  // where a rerun would go
+  EXPECT_EQ(WaitExit(coordinator, 20), 0) << Log("coordinator.log");
+  auto trials = Query("SELECT number, status, error FROM trials ORDER BY number");
+  ASSERT_EQ(trials.size(), 2u);
+  EXPECT_EQ(trials[1][1], "pruned") << trials[1][2];
+  EXPECT_NE(trials[1][2].find("pruned at rung 0"), std::string::npos) << trials[1][2];
+  EXPECT_EQ(PlacedOn("SELECT detail FROM events WHERE trial = 1 AND to_state = 'running'"),
+            std::set<std::string>{"a"});
+  EXPECT_EQ(Query("PRAGMA integrity_check")[0][0], "ok");
+}
+
 // Agents on other hosts, as far as one machine allows: the coordinator listens on 0.0.0.0 in a
 // network namespace of its own, and each agent runs in a nested one, joined to it by a veth
 // pair with its own subnet (10.77.N.0/24). The coordinator sees three peer addresses.
