@@ -1,9 +1,10 @@
 // Remote agents, end to end: a real coordinator (`sweep run --listen ... --no-local`) and real
 // `sweep agent` processes on loopback. A sweep spread over three agents survives one of them
-// being killed; a wrong token, garbage and oversized frames are refused without harming the
-// sweep; a killed coordinator is resumed on the same port and the agents come back on their
-// own; bad start-up options are refused with exit code 2. Where user and network namespaces
-// are allowed, agents also run behind their own virtual links with distinct addresses.
+// being killed, and one frozen; a wrong token, garbage and oversized frames are refused without
+// harming the sweep; a killed coordinator is resumed on the same port and the agents come back
+// on their own; bad start-up options are refused with exit code 2. Where user and network
+// namespaces are allowed, agents also run behind their own virtual links with distinct
+// addresses. Every wait has a deadline; TearDown kills whatever a failed test left running.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -498,6 +499,53 @@ kill_grace = "60s"
   EXPECT_EQ(PlacedOn("SELECT detail FROM events WHERE trial = 1 AND to_state = 'running'"),
             std::set<std::string>{"a"});
   EXPECT_EQ(Query("PRAGMA integrity_check")[0][0], "ok");
+}
+
+// An agent that freezes (SIGSTOP: its connection stays open, only its heartbeats stop) is lost
+// after the heartbeat timeout (10 s); its trials run again on the other agent. Thawed, it finds
+// its connection closed and stops its stale trials; nothing of theirs is recorded.
+TEST_F(AgentsTest, FrozenAgentIsLostByMissedHeartbeats) {
+  const int kTrials = 40, kSteps = 30;
+  Write("c.toml", AshaBranin("frozen", kTrials, kSteps, 20));
+  pid_t coordinator =
+      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
+  const int port = ListenPort("coordinator.log");
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  StartAgent("a", port);
+  pid_t b = StartAgent("b", port);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 15, 2)) << Log("coordinator.log");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Scalar(
+                   "SELECT count(*) FROM trials WHERE placement LIKE 'b:%' AND status = "
+                   "'running'") > 0;
+      },
+      30));
+  ::kill(b, SIGSTOP);
+  const auto frozen_at = Clock::now();
+  EXPECT_TRUE(WaitForLine("coordinator.log", "lost (missed heartbeats)", 25))
+      << Log("coordinator.log");
+  const double silent_s = std::chrono::duration<double>(Clock::now() - frozen_at).count();
+  EXPECT_GT(silent_s, 8.0);
+  ::kill(b, SIGCONT);
+  EXPECT_TRUE(WaitForLine("agent-b.log", "connection to the coordinator at 127.0.0.1:", 15))
+      << Log("agent-b.log");
+  EXPECT_EQ(WaitExit(coordinator, 40), 0) << Log("coordinator.log");
+  EXPECT_TRUE(std::regex_search(
+      Log("coordinator.log"),
+      std::regex("agent 'b' \\(id [0-9]+, 127\\.0\\.0\\.1:[0-9]+\\) lost \\(missed heartbeats\\)")))
+      << Log("coordinator.log");
+  ExpectEveryTrialAccountedFor(kTrials, kSteps);
+  auto lost = Query(
+      "SELECT trial FROM events WHERE from_state = 'running' AND to_state = 'interrupted' AND "
+      "detail LIKE '%agent ''b''%missed heartbeats%'");
+  EXPECT_FALSE(lost.empty());
+  for (auto& row : lost) {
+    EXPECT_EQ(Scalar("SELECT count(*) FROM events WHERE trial = " + row[0] +
+                     " AND from_state = 'interrupted' AND to_state = 'running'"),
+              1)
+        << "trial " << row[0];
+  }
 }
 
 // Agents on other hosts, as far as one machine allows: the coordinator listens on 0.0.0.0 in a
