@@ -138,16 +138,17 @@ class Coordinator {
     }
     config_ = std::move(cfg).value();
     config_.name = rec.name;  // it may have been renamed by `run --name`
-    SWEEP_RETURN_IF_ERROR(Prepare());
-    start_s_ = NowSeconds();
-    active_before_s_ = rec.active_s;
     if (rec.status == store::SweepStatus::kCompleted) {
+      // Nothing to run: no slots to discover, no agents to accept.
       RunSummary summary;
       summary.sweep_id = sweep_id_;
       SWEEP_ASSIGN_OR_RETURN(summary.counts, store_.CountByStatus(sweep_id_));
       summary.already_complete = true;
       return summary;
     }
+    SWEEP_RETURN_IF_ERROR(Prepare());
+    start_s_ = NowSeconds();
+    active_before_s_ = rec.active_s;
     SWEEP_RETURN_IF_ERROR(store_.SetSweepOwner(sweep_id_, OwnerId()));
 
     // Trials the dead coordinator left RUNNING have no worker any more.
@@ -673,7 +674,13 @@ class Coordinator {
       case executor::TrialOutcome::Kind::kFailed:
         status = TrialStatus::kFailed;
         error = ev.error;
-        if (ev.worker_lost && stopping) {
+        if (ev.worker_lost && !t.prune_reason.empty()) {
+          // Early stopping had already decided; its worker or agent vanished while it was
+          // stopping. It ends pruned, as resume would record it, rather than run again only to
+          // be pruned anew.
+          status = TrialStatus::kPruned;
+          error = t.prune_reason;
+        } else if (ev.worker_lost && stopping) {
           status = TrialStatus::kInterrupted;
         } else if (ev.worker_lost && agent_lost) {
           // Its agent went away, not the trial's fault: it runs again (from its checkpoint when

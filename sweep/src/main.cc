@@ -230,13 +230,16 @@ Status ApplyRemoteArgs(const RemoteArgs& a, sweep::RunOptions* options) {
     }
     return Status::Ok();
   }
-  SWEEP_ASSIGN_OR_RETURN(auto host_port, net::ParseHostPort(a.listen));
+  auto host_port = net::ParseHostPort(a.listen);
+  if (!host_port.ok()) {
+    return host_port.status().WithMessage("--listen " + host_port.status().message());
+  }
   if (!a.token_file.empty()) {
     SWEEP_ASSIGN_OR_RETURN(options->token, net::ReadTokenFile(a.token_file));
   }
-  SWEEP_RETURN_IF_ERROR(net::ValidateListen(host_port.first, !options->token.empty()));
-  options->listen_host = host_port.first;
-  options->listen_port = host_port.second;
+  SWEEP_RETURN_IF_ERROR(net::ValidateListen(host_port->first, !options->token.empty()));
+  options->listen_host = host_port->first;
+  options->listen_port = host_port->second;
   options->local_slots = !a.no_local;
   return Status::Ok();
 }
@@ -330,7 +333,9 @@ struct AgentArgs {
 int CmdAgent(const AgentArgs& a, const char* argv0) {
   namespace ex = sweep::executor;
   auto host_port = ex::net::ParseHostPort(a.connect);
-  if (!host_port.ok()) return Fail(host_port.status());
+  if (!host_port.ok()) {
+    return Fail(host_port.status().WithMessage("--connect " + host_port.status().message()));
+  }
   ex::AgentOptions options;
   options.host = host_port->first;
   options.port = host_port->second;

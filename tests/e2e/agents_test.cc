@@ -1,0 +1,609 @@
+// Remote agents, end to end: a real coordinator (`sweep run --listen ... --no-local`) and real
+// `sweep agent` processes on loopback. A sweep spread over three agents survives one of them
+// being killed, and one frozen; a wrong token, garbage and oversized frames are refused without
+// harming the sweep; a killed coordinator is resumed on the same port and the agents come back
+// on their own; bad start-up options are refused with exit code 2. Where user and network
+// namespaces are allowed, agents also run behind their own virtual links with distinct
+// addresses. Every wait has a deadline; TearDown kills whatever a failed test left running.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <functional>
+#include <regex>
+#include <set>
+
+#include "e2e_fixture.h"
+
+namespace {
+
+using sweep_e2e::E2eTest;
+using sweep_e2e::Output;
+using sweep_e2e::Slurp;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// Branin over `steps` steps with ASHA (rungs at steps 3, 9, 27), so trials wait for the
+// coordinator's verdict at each rung: the conversation with the agents is two-way.
+std::string AshaBranin(const std::string& name, int max_trials, int steps, int step_ms) {
+  return sweep_e2e::BraninConfig(
+      name, max_trials, "seed = 5\n",
+      "steps = " + std::to_string(steps) + "\nstep_ms = " + std::to_string(step_ms) + "\n",
+      "[early_stopping]\nalgorithm = \"asha\"\nmin_resource = 3\n");
+}
+
+class AgentsTest : public E2eTest {
+ protected:
+  void SetUp() override {
+    E2eTest::SetUp();
+    WriteToken("tok");
+  }
+
+  // Leftover processes (a failed test's agents, a coordinator that did not end) are killed.
+  void TearDown() override {
+    for (pid_t pid : pids_) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    pids_.clear();
+    E2eTest::TearDown();
+  }
+
+  void WriteToken(const std::string& name) {
+    std::string bytes(32, '\0');
+    std::ifstream("/dev/urandom", std::ios::binary).read(bytes.data(), 32);
+    std::string hex;
+    for (unsigned char c : bytes) {
+      const char* digits = "0123456789abcdef";
+      hex += digits[c >> 4];
+      hex += digits[c & 15];
+    }
+    Write(name, hex + "\n");
+    ::chmod((dir_ / name).c_str(), 0600);
+  }
+
+  // Starts `sweep ARGS` in the background; TearDown kills it if the test does not reap it.
+  pid_t Spawn(const std::string& args, const std::string& log) {
+    pid_t pid = Start(args, log);
+    pids_.push_back(pid);
+    return pid;
+  }
+
+  pid_t StartAgent(const std::string& name, int port, const std::string& token = "tok") {
+    return Spawn("agent --connect 127.0.0.1:" + std::to_string(port) + " --token-file " + token +
+                     " --cpu-slots 2 --name " + name,
+                 "agent-" + name + ".log");
+  }
+
+  // Waits up to `timeout_s` for the process to exit: its exit code, -signal, or -1000 when it
+  // is still running (then it is left for TearDown).
+  int WaitExit(pid_t pid, double timeout_s) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    for (;;) {
+      int status = 0;
+      pid_t got = ::waitpid(pid, &status, WNOHANG);
+      if (got == pid) {
+        pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+      }
+      if (Clock::now() > deadline) return -1000;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  void KillNow(pid_t pid) {
+    ::kill(pid, SIGKILL);
+    EXPECT_EQ(WaitExit(pid, 10), -SIGKILL);
+  }
+
+  static bool Alive(pid_t pid) {
+    int status = 0;
+    return ::waitpid(pid, &status, WNOHANG) == 0;
+  }
+
+  // Polls `done` every 20 ms until it holds or `timeout_s` passes.
+  static bool WaitUntil(const std::function<bool()>& done, double timeout_s) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (Clock::now() < deadline) {
+      if (done()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return done();
+  }
+
+  std::string Log(const std::string& name) { return Slurp(dir_ / name); }
+
+  static int Count(const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  }
+
+  // Waits until LOG holds `what` at least `times` times.
+  bool WaitForLine(const std::string& log, const std::string& what, double timeout_s,
+                   int times = 1) {
+    return WaitUntil([&] { return Count(Log(log), what) >= times; }, timeout_s);
+  }
+
+  // The port the coordinator logging to LOG listens on; 0 if it never says.
+  int ListenPort(const std::string& log) {
+    static const std::regex kListening("listening for agents on [^ ]*:([0-9]+)\n");
+    std::smatch m;
+    std::string text;
+    WaitUntil(
+        [&] {
+          text = Log(log);
+          return std::regex_search(text, m, kListening);
+        },
+        15);
+    return m.empty() ? 0 : std::stoi(m[1]);
+  }
+
+  int64_t Scalar(const std::string& sql) {
+    auto rows = Query(sql);
+    return rows.empty() ? -1 : std::stoll(rows[0][0]);
+  }
+
+  // What every finished sweep here must hold: max_trials terminal trials numbered 0..n-1 once
+  // each, nothing left running or interrupted, completed trials with all their steps, reports
+  // without gaps or duplicates, and a sound file.
+  void ExpectEveryTrialAccountedFor(int max_trials, int steps) {
+    EXPECT_EQ(Scalar("SELECT count(*) FROM trials"), max_trials);
+    EXPECT_EQ(Scalar("SELECT count(DISTINCT number) FROM trials"), max_trials);
+    EXPECT_EQ(Scalar("SELECT min(number) FROM trials"), 0);
+    EXPECT_EQ(Scalar("SELECT max(number) FROM trials"), max_trials - 1);
+    EXPECT_EQ(Scalar("SELECT count(*) FROM trials WHERE status NOT IN ('completed', 'pruned')"), 0)
+        << ::testing::PrintToString(
+               Query("SELECT number, status, error FROM trials WHERE status NOT IN "
+                     "('completed', 'pruned')"));
+    EXPECT_GT(Scalar("SELECT count(*) FROM trials WHERE status = 'completed'"), 0);
+    auto gaps = Query(
+        "SELECT trial, count(*), min(step), max(step) FROM reports GROUP BY trial "
+        "HAVING count(*) != max(step) OR min(step) != 1");
+    EXPECT_TRUE(gaps.empty()) << ::testing::PrintToString(gaps);
+    EXPECT_EQ(Scalar("SELECT count(*) FROM trials t WHERE NOT EXISTS (SELECT 1 FROM reports r "
+                     "WHERE r.trial = t.number)"),
+              0);
+    EXPECT_EQ(Scalar("SELECT count(*) FROM trials t WHERE t.status = 'completed' AND (SELECT "
+                     "max(step) FROM reports r WHERE r.trial = t.number) != " +
+                     std::to_string(steps)),
+              0);
+    EXPECT_EQ(Scalar("SELECT count(*) - count(DISTINCT trial || '/' || step) FROM reports"), 0);
+    EXPECT_EQ(Query("PRAGMA integrity_check"), (std::vector<std::vector<std::string>>{{"ok"}}));
+  }
+
+  // The servers named in the placements of `table` (trials or events).
+  std::set<std::string> PlacedOn(const std::string& sql) {
+    std::set<std::string> names;
+    for (auto& row : Query(sql)) names.insert(row[0].substr(0, row[0].find(':')));
+    return names;
+  }
+
+  std::vector<pid_t> pids_;
+};
+
+// A connected TCP socket to 127.0.0.1:port, with a receive timeout.
+int RawConnect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+std::string LocalAddress(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+}
+
+std::string LengthPrefix(uint32_t n) {
+  return {static_cast<char>(n >> 24), static_cast<char>(n >> 16), static_cast<char>(n >> 8),
+          static_cast<char>(n)};
+}
+
+// Sends `bytes` and reads until the peer closes: true when it does within the socket's receive
+// timeout. Whatever the peer says first (a bye) goes to `said`.
+bool SendAndExpectClose(int fd, const std::string& bytes, std::string* said) {
+  if (::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+    return false;
+  }
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) return true;  // orderly close
+    if (n < 0) return errno == ECONNRESET;
+    said->append(buf, static_cast<size_t>(n));
+  }
+}
+
+TEST_F(AgentsTest, SweepSpreadOverThreeAgentsSurvivesOneKilled) {
+  const int kTrials = 60, kSteps = 30;
+  Write("c.toml", AshaBranin("spread", kTrials, kSteps, 20));
+  pid_t coordinator =
+      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
+  const int port = ListenPort("coordinator.log");
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  StartAgent("a", port);
+  pid_t b = StartAgent("b", port);
+  StartAgent("c", port);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 15, 3)) << Log("coordinator.log");
+
+  // Kill b early, once it has finished a trial and holds running ones (it keeps both slots
+  // busy while trials remain).
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Scalar(
+                   "SELECT count(*) FROM trials WHERE placement LIKE 'b:%' AND status IN "
+                   "('completed', 'pruned')") > 0 &&
+               Scalar(
+                   "SELECT count(*) FROM trials WHERE placement LIKE 'b:%' AND status = "
+                   "'running'") > 0;
+      },
+      30));
+  ASSERT_LT(Scalar("SELECT count(*) FROM trials WHERE status IN ('completed', 'pruned')"),
+            kTrials / 2)
+      << "the sweep ran too fast to kill an agent in the middle of it";
+  KillNow(b);
+  EXPECT_TRUE(WaitForLine("coordinator.log", "agent 'b' (id", 10)) << Log("coordinator.log");
+
+  EXPECT_EQ(WaitExit(coordinator, 50), 0) << Log("coordinator.log");
+  std::string log = Log("coordinator.log");
+  EXPECT_TRUE(std::regex_search(
+      log, std::regex("agent 'b' \\(id [0-9]+, 127\\.0\\.0\\.1:[0-9]+\\) lost \\(disconnected\\)")))
+      << log;
+  ExpectEveryTrialAccountedFor(kTrials, kSteps);
+  EXPECT_EQ(PlacedOn("SELECT placement FROM trials"), (std::set<std::string>{"a", "b", "c"}));
+
+  // b's running trials were interrupted, then ran again on a or c.
+  auto lost = Query(
+      "SELECT trial FROM events WHERE from_state = 'running' AND to_state = 'interrupted' AND "
+      "detail LIKE '%agent ''b''%'");
+  ASSERT_FALSE(lost.empty()) << ::testing::PrintToString(
+      Query("SELECT trial, from_state, to_state, detail FROM events WHERE to_state = "
+            "'interrupted'"));
+  for (auto& row : lost) {
+    auto again = Query("SELECT detail FROM events WHERE trial = " + row[0] +
+                       " AND from_state = 'interrupted' AND to_state = 'running'");
+    ASSERT_EQ(again.size(), 1u) << "trial " << row[0];
+    EXPECT_TRUE(again[0][0].rfind("a:", 0) == 0 || again[0][0].rfind("c:", 0) == 0)
+        << "trial " << row[0] << " ran again on " << again[0][0];
+  }
+}
+
+TEST_F(AgentsTest, WrongTokenIsRefusedAndTheSweepGoesOn) {
+  WriteToken("wrong");
+  Write("c.toml", AshaBranin("tokens", 12, 10, 5));
+  pid_t coordinator =
+      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
+  const int port = ListenPort("coordinator.log");
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  pid_t intruder = StartAgent("intruder", port, "wrong");
+  ASSERT_TRUE(WaitForLine("coordinator.log", "refused agent 'intruder'", 15))
+      << Log("coordinator.log");
+  EXPECT_TRUE(std::regex_search(
+      Log("coordinator.log"),
+      std::regex("refused agent 'intruder' at 127\\.0\\.0\\.1:[0-9]+: authentication failed")))
+      << Log("coordinator.log");
+  EXPECT_TRUE(WaitForLine("agent-intruder.log", "refused this agent: authentication failed", 10))
+      << Log("agent-intruder.log");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM trials"), 0);  // nothing ran on the intruder
+
+  StartAgent("good", port);
+  EXPECT_EQ(WaitExit(coordinator, 50), 0) << Log("coordinator.log");
+  ExpectEveryTrialAccountedFor(12, 10);
+  EXPECT_EQ(PlacedOn("SELECT detail FROM events WHERE to_state = 'running' AND trial IS NOT NULL"),
+            std::set<std::string>{"good"});
+  EXPECT_TRUE(Alive(intruder)) << "a refused agent keeps retrying";
+  EXPECT_EQ(Count(Log("coordinator.log"), "joined from host"), 1);
+}
+
+TEST_F(AgentsTest, GarbageAndOversizedFramesCloseOnlyTheirConnection) {
+  const int kTrials = 40, kSteps = 20;
+  Write("c.toml", AshaBranin("garbage", kTrials, kSteps, 20));
+  pid_t coordinator =
+      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
+  const int port = ListenPort("coordinator.log");
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  StartAgent("solo", port);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 15)) << Log("coordinator.log");
+
+  const std::string kNotJson = "this is not JSON";
+  const std::vector<std::pair<std::string, std::string>> attacks = {
+      {"not JSON", LengthPrefix(static_cast<uint32_t>(kNotJson.size())) + kNotJson},
+      {"oversized", LengthPrefix(64u << 20) + std::string(1000, 'x')},
+      {"HTTP", "GET / HTTP/1.1\r\nHost: x\r\n\r\n"},
+      {"invalid hello", LengthPrefix(28) + R"({"type":"hello","seq":1,"x":)" + "1}"},
+      {"empty frame", LengthPrefix(0)},
+  };
+  for (const auto& [what, bytes] : attacks) {
+    int fd = RawConnect(port);
+    ASSERT_GE(fd, 0) << what;
+    std::string me = LocalAddress(fd), said;
+    EXPECT_TRUE(SendAndExpectClose(fd, bytes, &said)) << what << " did not close the connection";
+    EXPECT_NE(said.find("\"reason\":\"closing the connection: "), std::string::npos)
+        << what << ": " << said;
+    ::close(fd);
+    EXPECT_TRUE(WaitForLine("coordinator.log", me, 10)) << what << " from " << me << " not logged\n"
+                                                        << Log("coordinator.log");
+  }
+  // The sweep was not disturbed: the agent stayed registered and finished it.
+  EXPECT_TRUE(Alive(coordinator)) << "the sweep ended before the attacks were over";
+  EXPECT_EQ(WaitExit(coordinator, 50), 0) << Log("coordinator.log");
+  std::string log = Log("coordinator.log");
+  EXPECT_EQ(Count(log, "joined from host"), 1) << log;
+  // Lost once: when the sweep ended and the coordinator said goodbye.
+  EXPECT_EQ(Count(log, " lost ("), 1) << log;
+  EXPECT_EQ(Count(log, " lost (shutdown)"), 1) << log;
+  EXPECT_EQ(Count(Log("agent-solo.log"), "registered with the coordinator"), 1);
+  ExpectEveryTrialAccountedFor(kTrials, kSteps);
+  EXPECT_EQ(PlacedOn("SELECT placement FROM trials"), std::set<std::string>{"solo"});
+}
+
+TEST_F(AgentsTest, AgentsReconnectToAResumedCoordinatorOnTheSamePort) {
+  const int kTrials = 80, kSteps = 30;
+  Write("c.toml", AshaBranin("restart", kTrials, kSteps, 20));
+  pid_t coordinator =
+      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "run.log");
+  const int port = ListenPort("run.log");
+  ASSERT_GT(port, 0) << Log("run.log");
+  pid_t a = StartAgent("a", port);
+  pid_t b = StartAgent("b", port);
+  ASSERT_TRUE(WaitForLine("run.log", "joined from host", 15, 2)) << Log("run.log");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Scalar("SELECT count(*) FROM trials WHERE status IN ('completed', 'pruned')") >= 8;
+      },
+      30));
+  KillNow(coordinator);
+  const int64_t done_before = Scalar("SELECT count(*) FROM trials WHERE status != 'running'");
+  ASSERT_LT(done_before, kTrials) << "the sweep ended before the coordinator was killed";
+
+  // The agents notice, stop their trials and keep trying to connect.
+  for (const char* name : {"agent-a.log", "agent-b.log"}) {
+    EXPECT_TRUE(WaitForLine(name, "connection to the coordinator at 127.0.0.1:", 15)) << Log(name);
+    EXPECT_TRUE(WaitForLine(name, "Connection refused; retrying with backoff", 15)) << Log(name);
+  }
+  pid_t resumed = Spawn(
+      "resume restart --listen 127.0.0.1:" + std::to_string(port) + " --token-file tok --no-local",
+      "resume.log");
+  EXPECT_EQ(WaitExit(resumed, 50), 0) << Log("resume.log");
+  EXPECT_TRUE(Alive(a) && Alive(b)) << "the agents were never restarted";
+  for (const char* name : {"agent-a.log", "agent-b.log"}) {
+    EXPECT_EQ(Count(Log(name), "registered with the coordinator"), 2) << Log(name);
+  }
+  EXPECT_EQ(Count(Log("resume.log"), "joined from host"), 2) << Log("resume.log");
+  ExpectEveryTrialAccountedFor(kTrials, kSteps);
+
+  // Both agents ran trials for the resumed coordinator, among them the orphans it requeued.
+  auto resumed_at = Query("SELECT max(id) FROM events WHERE detail LIKE 'resumed by%'");
+  ASSERT_EQ(resumed_at.size(), 1u);
+  EXPECT_EQ(PlacedOn("SELECT detail FROM events WHERE to_state = 'running' AND trial IS NOT "
+                     "NULL AND id > " +
+                     resumed_at[0][0]),
+            (std::set<std::string>{"a", "b"}));
+  EXPECT_GT(Scalar("SELECT count(*) FROM events WHERE from_state = 'interrupted' AND to_state = "
+                   "'running' AND id > " +
+                   resumed_at[0][0]),
+            0);
+}
+
+TEST_F(AgentsTest, StartUpRefusals) {
+  Write("c.toml", AshaBranin("refused", 4, 5, 0));
+  Write("open-token", "0123456789abcdef\n");
+  ::chmod((dir_ / "open-token").c_str(), 0644);
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"run c.toml --listen 0.0.0.0:0",
+       "--listen 0.0.0.0: listening on a non-loopback address needs --token-file"},
+      {"run c.toml --listen 127.0.0.1:0 --token-file open-token",
+       "token file open-token is accessible by group or others (mode 0644); run: chmod 600 "
+       "open-token"},
+      {"run c.toml --no-local", "--no-local needs --listen"},
+      {"resume refused --no-local", "--no-local needs --listen"},
+      {"run c.toml --listen nowhere --token-file tok", "--listen 'nowhere': no port"},
+      {"agent --connect nowhere --token-file tok", "--connect 'nowhere': no port"},
+      {"agent --connect 127.0.0.1:70000 --token-file tok",
+       "--connect '127.0.0.1:70000': the port must be a number in 0..65535"},
+      {"agent --connect :7000 --token-file tok", "--connect ':7000': no host"},
+      {"agent --connect 127.0.0.1:7000 --token-file open-token",
+       "token file open-token is accessible by group or others"},
+  };
+  for (const Case& c : cases) {
+    Output o = Sweep(c.args);
+    EXPECT_EQ(o.code, 2) << c.args << "\n" << o.err;
+    EXPECT_NE(o.err.find(c.message), std::string::npos) << c.args << "\n" << o.err;
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db") &&
+               !Query("SELECT name FROM sweeps WHERE name = 'refused'").empty())
+      << "a refused run recorded its sweep";
+}
+
+// Resuming a sweep that already completed has nothing to run: it must not open a port and
+// register agents only to drop them again.
+TEST_F(AgentsTest, ResumeOfACompletedSweepDoesNotListenForAgents) {
+  Write("c.toml", AshaBranin("finished", 4, 5, 0));
+  Output run = Sweep("run c.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  Output again = Sweep("resume finished --listen 127.0.0.1:0 --token-file tok --no-local");
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.err.find("sweep 'finished' is already complete (4 trials)"), std::string::npos)
+      << again.err;
+  EXPECT_EQ(again.err.find("listening for agents"), std::string::npos) << again.err;
+}
+
+// A trial that early stopping has pruned but that has not ended yet (its program ignores
+// SIGTERM and has a long grace period) when its agent is lost: the decision stands, so it ends
+// pruned, as `sweep resume` records such a trial, and is not run again only to be pruned anew.
+TEST_F(AgentsTest, PrunedTrialOfALostAgentEndsPrunedNotRunAgain) {
+  Write("train.sh", R"(#!/bin/sh
+trap '' TERM
+case $1 in 0.1) n=100 ;; *) n=9 ;; esac
+e=1
+while [ $e -le $n ]; do
+  echo "sweep-report {\"epoch\": $e, \"score\": $(awk "BEGIN { print $1 * $e }")}"
+  sleep 0.1
+  e=$((e + 1))
+done
+)");
+  fs::permissions(dir_ / "train.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "stubborn"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[early_stopping]
+algorithm = "asha"
+min_resource = 1
+max_resource = 9
+[parameters]
+x = { values = [1.0, 0.1] }
+[trial]
+kind = "command"
+command = ["./train.sh", "{x}"]
+kill_grace = "60s"
+)");
+  pid_t coordinator =
+      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
+  const int port = ListenPort("coordinator.log");
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  pid_t a = Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
+                      " --token-file tok --cpu-slots 1 --name a",
+                  "agent-a.log");
+  // Trial 0 (x = 1) runs first, alone; trial 1 (x = 0.1) is pruned at its first rung (epoch 1)
+  // and goes on reporting, deaf to SIGTERM. Two epochs past the rung the stop has long been sent.
+  ASSERT_TRUE(
+      WaitUntil([&] { return Scalar("SELECT count(*) FROM reports WHERE trial = 1") >= 3; }, 30))
+      << Log("coordinator.log");
+  KillNow(a);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "agent 'a' (id", 10, 2)) << Log("coordinator.log");
+  StartAgent("b", port);  // where a rerun would go
+  EXPECT_EQ(WaitExit(coordinator, 20), 0) << Log("coordinator.log");
+  auto trials = Query("SELECT number, status, error FROM trials ORDER BY number");
+  ASSERT_EQ(trials.size(), 2u);
+  EXPECT_EQ(trials[1][1], "pruned") << trials[1][2];
+  EXPECT_NE(trials[1][2].find("pruned at rung 0"), std::string::npos) << trials[1][2];
+  EXPECT_EQ(PlacedOn("SELECT detail FROM events WHERE trial = 1 AND to_state = 'running'"),
+            std::set<std::string>{"a"});
+  EXPECT_EQ(Query("PRAGMA integrity_check")[0][0], "ok");
+}
+
+// An agent that freezes (SIGSTOP: its connection stays open, only its heartbeats stop) is lost
+// after the heartbeat timeout (10 s); its trials run again on the other agent. Thawed, it finds
+// its connection closed and stops its stale trials; nothing of theirs is recorded.
+TEST_F(AgentsTest, FrozenAgentIsLostByMissedHeartbeats) {
+  const int kTrials = 40, kSteps = 30;
+  Write("c.toml", AshaBranin("frozen", kTrials, kSteps, 20));
+  pid_t coordinator =
+      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
+  const int port = ListenPort("coordinator.log");
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  StartAgent("a", port);
+  pid_t b = StartAgent("b", port);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 15, 2)) << Log("coordinator.log");
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Scalar(
+                   "SELECT count(*) FROM trials WHERE placement LIKE 'b:%' AND status = "
+                   "'running'") > 0;
+      },
+      30));
+  ::kill(b, SIGSTOP);
+  const auto frozen_at = Clock::now();
+  EXPECT_TRUE(WaitForLine("coordinator.log", "lost (missed heartbeats)", 25))
+      << Log("coordinator.log");
+  const double silent_s = std::chrono::duration<double>(Clock::now() - frozen_at).count();
+  EXPECT_GT(silent_s, 8.0);
+  ::kill(b, SIGCONT);
+  EXPECT_TRUE(WaitForLine("agent-b.log", "connection to the coordinator at 127.0.0.1:", 15))
+      << Log("agent-b.log");
+  EXPECT_EQ(WaitExit(coordinator, 40), 0) << Log("coordinator.log");
+  EXPECT_TRUE(std::regex_search(
+      Log("coordinator.log"),
+      std::regex("agent 'b' \\(id [0-9]+, 127\\.0\\.0\\.1:[0-9]+\\) lost \\(missed heartbeats\\)")))
+      << Log("coordinator.log");
+  ExpectEveryTrialAccountedFor(kTrials, kSteps);
+  auto lost = Query(
+      "SELECT trial FROM events WHERE from_state = 'running' AND to_state = 'interrupted' AND "
+      "detail LIKE '%agent ''b''%missed heartbeats%'");
+  EXPECT_FALSE(lost.empty());
+  for (auto& row : lost) {
+    EXPECT_EQ(Scalar("SELECT count(*) FROM events WHERE trial = " + row[0] +
+                     " AND from_state = 'interrupted' AND to_state = 'running'"),
+              1)
+        << "trial " << row[0];
+  }
+}
+
+// Agents on other hosts, as far as one machine allows: the coordinator listens on 0.0.0.0 in a
+// network namespace of its own, and each agent runs in a nested one, joined to it by a veth
+// pair with its own subnet (10.77.N.0/24). The coordinator sees three peer addresses.
+TEST_F(AgentsTest, AgentsInTheirOwnNetworkNamespaces) {
+  if (std::system("unshare -rn sh -c 'ip link add va type veth peer name vb && unshare -n true' "
+                  "> /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "user and network namespaces (or veth links) are not available here";
+  }
+  const int kTrials = 30, kSteps = 20;
+  Write("c.toml", AshaBranin("netns", kTrials, kSteps, 20));
+  // agent.sh N PORT: runs in a new network namespace; says so, waits for its link, then serves.
+  Write("agent.sh", R"(set -u
+touch ns$1.ready
+for i in $(seq 1 500); do [ -e link$1.ready ] && break; sleep 0.02; done
+ip link set lo up && ip addr add 10.77.$1.2/24 dev a$1 && ip link set a$1 up || exit 91
+exec "$SWEEP" agent --connect 10.77.$1.1:$2 --token-file tok --cpu-slots 2 --name n$1 \
+  > agent-n$1.log 2>&1
+)");
+  Write("net.sh", R"(set -u
+agents=""
+trap 'kill $agents 2> /dev/null; wait' EXIT
+ip link set lo up
+"$SWEEP" run c.toml --listen 0.0.0.0:0 --token-file tok --no-local > coordinator.log 2>&1 &
+coordinator=$!
+for i in $(seq 1 500); do grep -q 'listening for agents' coordinator.log && break; sleep 0.02; done
+port=$(sed -n 's/.*listening for agents on [^ ]*:\([0-9]*\)$/\1/p' coordinator.log)
+[ -n "$port" ] || exit 92
+for n in 1 2 3; do
+  unshare -n sh agent.sh $n $port &
+  pid=$!
+  agents="$agents $pid"
+  for i in $(seq 1 500); do [ -e ns$n.ready ] && break; sleep 0.02; done
+  ip link add h$n type veth peer name a$n netns $pid || exit 93
+  ip addr add 10.77.$n.1/24 dev h$n && ip link set h$n up || exit 94
+  touch link$n.ready
+done
+wait $coordinator
+echo $? > coordinator.rc
+)");
+  std::string cmd = "cd '" + dir_.string() +
+                    "' && SWEEP='" SWEEP_BINARY
+                    "' timeout -k 5 50 unshare -rn sh net.sh > "
+                    "net.log 2>&1";
+  int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc) && WEXITSTATUS(rc) == 0) << Log("net.log") << Log("coordinator.log");
+  EXPECT_EQ(Log("coordinator.rc"), "0\n") << Log("coordinator.log");
+  std::string log = Log("coordinator.log");
+  for (int n = 1; n <= 3; ++n) {
+    EXPECT_TRUE(std::regex_search(
+        log, std::regex("agent 'n" + std::to_string(n) + "' \\(id [0-9]+, 10\\.77\\." +
+                        std::to_string(n) + "\\.2:[0-9]+\\) joined")))
+        << log;
+  }
+  ExpectEveryTrialAccountedFor(kTrials, kSteps);
+  EXPECT_EQ(PlacedOn("SELECT detail FROM events WHERE to_state = 'running' AND trial IS NOT NULL"),
+            (std::set<std::string>{"n1", "n2", "n3"}));
+}
+
+}  // namespace
