@@ -528,9 +528,14 @@ class Coordinator {
     if (options_.log == nullptr) return;
     *options_.log << "sweep '" << config_.name << "': " << config_.max_trials << " trial(s), "
                   << config_.algorithm << " search, " << (config_.maximize ? "max " : "min ")
-                  << config_.metric << "; " << packer_->total_slots() << " "
-                  << (packer_->gpu() ? "GPU" : "CPU") << " slot(s), " << config_.gpus
-                  << " per trial";
+                  << config_.metric << "; ";
+    if (packer_->total_slots() == 0) {
+      *options_.log << "no local slots (trials run on agents), ";
+    } else {
+      *options_.log << packer_->total_slots() << " " << (packer_->gpu() ? "GPU" : "CPU")
+                    << " slot(s), ";
+    }
+    *options_.log << config_.gpus << " per trial";
     if (config_.gpu_share > 1 && packer_->gpu()) {
       *options_.log << ", up to " << config_.gpu_share << " per GPU";
     }
