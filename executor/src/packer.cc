@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -120,6 +121,10 @@ bool Packer::Usable(const ServerState& s, int64_t trial) const {
 Status Packer::Check(const Request& r) const {
   if (r.gpus < 1) return Status::InvalidArgument("packer: a trial needs at least one slot");
   if (r.share < 1) return Status::InvalidArgument("packer: gpu_share must be at least 1");
+  if (!std::isfinite(r.cost_s) || r.cost_s < 0) {
+    return Status::InvalidArgument("packer: trial " + std::to_string(r.trial) +
+                                   " has an expected duration that is not a finite number >= 0");
+  }
   if (r.share > 1 && r.gpus != 1) {
     return Status::InvalidArgument(
         "packer: only 1-GPU trials share a GPU (gpus = " + std::to_string(r.gpus) +
@@ -368,30 +373,36 @@ std::optional<int> Packer::SoonestToFit(const Request& r) const {
 
 // ---- queue ----
 
+int Queue::ClassOf(const Request& r) { return r.share == 1 ? r.gpus : -r.share; }
+
 Status Queue::Push(const Request& request, const Packer& packer) {
   SWEEP_RETURN_IF_ERROR(packer.Check(request));
   if (key_of_.count(request.trial) != 0) {
     return Status::AlreadyExists("queue: trial " + std::to_string(request.trial) +
                                  " is already pending");
   }
-  Key key{-request.priority, next_arrival_++};
+  Key key{-request.priority, -request.cost_s, next_arrival_++};
   pending_.emplace(key, Entry{request, 0, std::nullopt});
-  if (request.share > 1) ++shared_pending_;
+  classes_[ClassOf(request)].insert(key);
   key_of_.emplace(request.trial, key);
   return Status::Ok();
+}
+
+void Queue::Forget(std::map<Key, Entry>::iterator it) {
+  auto c = classes_.find(ClassOf(it->second.request));
+  if (c != classes_.end()) c->second.erase(it->first);
+  holders_.erase(it->first);
+  key_of_.erase(it->second.request.trial);
+  pending_.erase(it);
 }
 
 bool Queue::Remove(int64_t trial, Packer& packer) {
   auto k = key_of_.find(trial);
   if (k == key_of_.end()) return false;
   auto it = pending_.find(k->second);
-  if (it->second.reserved) {
-    packer.Unreserve(*it->second.reserved);
-    --reservations_;
-  }
-  if (it->second.request.share > 1) --shared_pending_;
-  pending_.erase(it);
-  key_of_.erase(k);
+  if (it->second.reserved) packer.Unreserve(*it->second.reserved);
+  Forget(it);
+  std::erase_if(classes_, [](const auto& c) { return c.second.empty(); });
   return true;
 }
 
@@ -409,68 +420,92 @@ std::optional<int> Queue::reservation(int64_t trial) const {
 // One pass in queue order:
 //   1. A request that holds a server tries every server open to it (its own included); placed,
 //      it gives the reservation back.
-//   2. Any other request is tried unless one no larger already failed in this pass: the pass
-//      only takes slots, so that one would fail too (this keeps a long queue cheap).
+//   2. Any other request is tried unless one of its class (exclusive and no larger, or shared
+//      the same way) already failed in this pass: the pass only takes slots, so it would fail
+//      too. Such hopeless requests are not visited at all: the pass walks each class in queue
+//      order and merges the classes still open, so a long queue of big requests that cannot
+//      fit costs a pass nothing.
 //   3. A request that fails gains one bypass for every request placed behind it in the pass.
-//   4. Once a 1-slot exclusive request has failed, every request left is hopeless but shared
-//      ones and reservation holders; with none of those left the pass stops early (nothing
-//      behind can be placed, so no one is passed over and no reservation is owed).
-//   5. A failed exclusive request for 2+ slots, passed over reserve_after_bypasses times,
+//      (Within a class the first one to fail is the one that would reserve first.)
+//   4. A failed exclusive request for 2+ slots, passed over reserve_after_bypasses times,
 //      reserves the server that would soonest fit it, while fewer than max_reservations are held.
 std::vector<Placement> Queue::Schedule(Packer& packer) {
   std::vector<Placement> placed;
   int smallest_failed = INT_MAX;                  // exclusive requests, no reservation held
   std::vector<int> failed_shares;                 // shared requests that found no room
   std::vector<std::pair<Entry*, size_t>> failed;  // entry, placements made before it failed
-  int holders_seen = 0;
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (smallest_failed == 1 && shared_pending_ == 0 && holders_seen == reservations_) break;
+  struct Cursor {
+    int cls;
+    std::set<Key>::iterator at, end;
+  };
+  std::vector<Cursor> cursors;
+  for (auto& [cls, keys] : classes_) cursors.push_back(Cursor{cls, keys.begin(), keys.end()});
+  auto hopeless = [&](int cls) {
+    return cls > 0
+               ? cls >= smallest_failed
+               : std::find(failed_shares.begin(), failed_shares.end(), -cls) != failed_shares.end();
+  };
+  auto holder = holders_.begin();  // holders are visited from here, not from their class
+  for (;;) {
+    // The next request in queue order among the reservation holders and the open classes.
+    Cursor* from = nullptr;
+    const Key* next = nullptr;
+    for (Cursor& c : cursors) {
+      if (hopeless(c.cls)) continue;
+      while (c.at != c.end && holders_.count(*c.at) != 0) ++c.at;
+      if (c.at != c.end && (next == nullptr || *c.at < *next)) {
+        next = &*c.at;
+        from = &c;
+      }
+    }
+    if (holder != holders_.end() && (next == nullptr || *holder < *next)) {
+      next = &*holder;
+      from = nullptr;
+    }
+    if (next == nullptr) break;
+    const Key key = *next;
+    if (from != nullptr) {
+      ++from->at;
+    } else {
+      ++holder;
+    }
+    auto it = pending_.find(key);
     Entry& e = it->second;
     const Request& r = e.request;
     const bool holds = e.reserved.has_value();
-    if (holds) ++holders_seen;
-    bool hopeless = false;
-    if (!holds) {
-      hopeless = r.share == 1 ? r.gpus >= smallest_failed
-                              : std::find(failed_shares.begin(), failed_shares.end(), r.share) !=
-                                    failed_shares.end();
-    }
-    std::optional<Placement> p = hopeless ? std::nullopt : packer.Place(r);
+    std::optional<Placement> p = packer.Place(r);
     if (p) {
-      if (holds) {
-        packer.Unreserve(*e.reserved);
-        --reservations_;
-        --holders_seen;
-      }
-      if (r.share > 1) --shared_pending_;
-      key_of_.erase(r.trial);
+      if (holds) packer.Unreserve(*e.reserved);
       placed.push_back(std::move(*p));
-      it = pending_.erase(it);
+      // A holder's class cursor may rest on it (skipped lazily): move that past it first.
+      for (Cursor& c : cursors) {
+        if (c.at != c.end && *c.at == key) ++c.at;
+      }
+      Forget(it);
       continue;
     }
     if (!holds) {
       if (r.share == 1) {
         smallest_failed = std::min(smallest_failed, r.gpus);
-      } else if (!hopeless) {
+      } else {
         failed_shares.push_back(r.share);
       }
     }
     failed.emplace_back(&e, placed.size());
     const bool may_reserve = options_.reserve_after_bypasses > 0 && r.share == 1 && r.gpus > 1;
     if (may_reserve && !holds && e.bypasses >= options_.reserve_after_bypasses &&
-        reservations_ < options_.max_reservations) {
+        static_cast<int>(holders_.size()) < options_.max_reservations) {
       std::optional<int> server = packer.SoonestToFit(r);
       if (server && packer.Reserve(*server, r.trial).ok()) {
         e.reserved = server;
-        ++reservations_;
-        ++holders_seen;
+        holders_.insert(key);  // before `holder`: this pass does not visit it again
       }
     }
-    ++it;
   }
   for (auto& [entry, before] : failed) {
     entry->bypasses += static_cast<int>(placed.size() - before);
   }
+  std::erase_if(classes_, [](const auto& c) { return c.second.empty(); });
   return placed;
 }
 

@@ -4,8 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
+#include <cmath>
 #include <deque>
+#include <limits>
 #include <random>
+#include <tuple>
 
 namespace sweep::executor {
 namespace {
@@ -225,6 +230,34 @@ TEST(PackerQueueTest, HigherPriorityThenArrivalGoesFirst) {
   EXPECT_EQ(order, (std::vector<int64_t>{2, 3, 1}));
 }
 
+TEST(PackerQueueTest, LongerExpectedDurationFirstWithinAPriority) {
+  Packer p = Make({Flat(0, 1)});
+  Queue q;
+  auto with_cost = [](int64_t trial, int priority, double cost_s) {
+    Request r = Req(trial, 1, priority);
+    r.cost_s = cost_s;
+    return r;
+  };
+  ASSERT_TRUE(q.Push(with_cost(1, 0, 60), p).ok());
+  ASSERT_TRUE(q.Push(with_cost(2, 0, 3600), p).ok());
+  ASSERT_TRUE(q.Push(with_cost(3, 0, 0), p).ok());     // unknown: after those with an estimate
+  ASSERT_TRUE(q.Push(with_cost(4, 1, 10), p).ok());    // a rung survived beats any duration
+  ASSERT_TRUE(q.Push(with_cost(5, 0, 3600), p).ok());  // a tie keeps arrival order
+  std::vector<int64_t> order;
+  while (!q.empty()) {
+    std::vector<Placement> got = q.Schedule(p);
+    ASSERT_EQ(got.size(), 1u);
+    order.push_back(got[0].trial);
+    ASSERT_TRUE(p.Release(got[0]).ok());
+  }
+  EXPECT_EQ(order, (std::vector<int64_t>{4, 2, 5, 1, 3}));
+  for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    Status s = q.Push(with_cost(9, 0, bad), p);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
+    EXPECT_NE(s.message().find("trial 9"), std::string::npos) << s.message();
+  }
+}
+
 TEST(PackerQueueTest, BackfillsPastARequestThatDoesNotFit) {
   Packer p = Make({Flat(0, 4)});
   MustPlace(p, Req(1, 2));
@@ -238,7 +271,9 @@ TEST(PackerQueueTest, BackfillsPastARequestThatDoesNotFit) {
   EXPECT_EQ(got[0].trial, 3);
   EXPECT_EQ(got[1].trial, 5);
   EXPECT_EQ(q.bypasses(2), 2);
-  EXPECT_EQ(q.bypasses(4), 1);
+  // Trial 4 is of trial 2's class, behind it: hopeless once 2 failed, so not visited. Only the
+  // first of a class to fail counts bypasses; it is the one that would reserve first.
+  EXPECT_EQ(q.bypasses(4), 0);
   EXPECT_EQ(q.bypasses(3), -1);
 }
 
@@ -318,6 +353,66 @@ std::vector<std::string> RandomRun(uint32_t seed) {
     }
   }
   return log;
+}
+
+// Schedule skips the requests a pass cannot place; what it places must be what a plain walk over
+// every pending request in queue order places (no reservations here, so no holder to visit).
+TEST(PackerQueueTest, SkippingHopelessRequestsPlacesWhatAPlainWalkPlaces) {
+  std::mt19937 rng(11);
+  Packer p = Make({Gpus(0, {0, 0, 1, 1, 1, 1, 2, 2}), Flat(1, 8), Gpus(2, {0, 0, 0, 0})});
+  Queue q(QueueOptions{0, 1});
+  std::vector<std::pair<std::tuple<int, double, int64_t>, Request>> pending;  // the reference
+  std::vector<Placement> running;
+  int64_t placed_total = 0;
+  for (int64_t trial = 0; trial < 3000; ++trial) {
+    Request r;
+    r.trial = trial;
+    r.gpus = 1 << (rng() % 4);
+    r.share = r.gpus == 1 && rng() % 4 == 0 ? 2 + static_cast<int>(rng() % 2) : 1;
+    r.priority = static_cast<int>(rng() % 3);
+    r.cost_s = static_cast<double>(rng() % 50);
+    ASSERT_TRUE(q.Push(r, p).ok());
+    pending.push_back({{-r.priority, -r.cost_s, trial}, r});
+    // The reference pass, on a copy of the packer.
+    Packer ref = p;
+    std::sort(pending.begin(), pending.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<std::string> want;
+    int smallest_failed = INT_MAX;
+    std::vector<int> failed_shares;
+    for (auto it = pending.begin(); it != pending.end();) {
+      const Request& x = it->second;
+      bool hopeless = x.share == 1
+                          ? x.gpus >= smallest_failed
+                          : std::count(failed_shares.begin(), failed_shares.end(), x.share) > 0;
+      std::optional<Placement> got = hopeless ? std::nullopt : ref.Place(x);
+      if (got) {
+        want.push_back(std::to_string(got->trial) + "@" + std::to_string(got->server));
+        it = pending.erase(it);
+        continue;
+      }
+      if (x.share == 1) {
+        smallest_failed = std::min(smallest_failed, x.gpus);
+      } else {
+        failed_shares.push_back(x.share);
+      }
+      ++it;
+    }
+    std::vector<std::string> have;
+    for (Placement& got : q.Schedule(p)) {
+      have.push_back(std::to_string(got.trial) + "@" + std::to_string(got.server));
+      running.push_back(std::move(got));
+    }
+    ASSERT_EQ(have, want) << "after trial " << trial;
+    placed_total += static_cast<int64_t>(have.size());
+    while (!running.empty() && rng() % 2 != 0) {
+      size_t k = rng() % running.size();
+      ASSERT_TRUE(p.Release(running[k]).ok());
+      running.erase(running.begin() + static_cast<long>(k));
+    }
+  }
+  EXPECT_GT(placed_total, 1000);
+  EXPECT_GT(q.size(), 100u);  // a long queue built up, so the skipping was exercised
 }
 
 TEST(PackerQueueTest, SameInputsGiveSamePlacements) {

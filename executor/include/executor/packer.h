@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -42,7 +44,8 @@ struct Request {
   // 1: the slots are the trial's own. k > 1 (with gpus = 1): up to k trials asking share = k
   // run on one GPU ([trial] gpu_share = k, opt-in).
   int share = 1;
-  int priority = 0;  // rungs survived under early stopping; higher is placed first
+  int priority = 0;   // rungs survived under early stopping; higher is placed first
+  double cost_s = 0;  // expected seconds on its slots; longer first within a priority; 0: unknown
 };
 
 struct Placement {
@@ -165,9 +168,9 @@ struct QueueOptions {
   int max_reservations = 1;  // servers held back at once, so the cost in idle slots is bounded
 };
 
-// Pending requests in order of (priority desc, arrival). Schedule places as many as fit, in that
-// order, backfilling past those that do not fit; the reservation rule above bounds how long a
-// big request can be passed over.
+// Pending requests in order of (priority desc, cost_s desc, arrival). Schedule places as many as
+// fit, in that order, backfilling past those that do not fit; the reservation rule above bounds how
+// long a big request can be passed over.
 class Queue {
  public:
   explicit Queue(QueueOptions options = {}) : options_(options) {}
@@ -188,19 +191,23 @@ class Queue {
   std::optional<int> reservation(int64_t trial) const;
 
  private:
-  using Key = std::pair<int, int64_t>;  // (-priority, arrival)
+  using Key = std::tuple<int, double, int64_t>;  // (-priority, -cost, arrival)
   struct Entry {
     Request request;
     int bypasses = 0;
     std::optional<int> reserved;  // server id
   };
 
+  // Requests that fail alike in a pass: exclusive ones by slots (n > 0), shared ones by -share.
+  static int ClassOf(const Request& r);
+  void Forget(std::map<Key, Entry>::iterator it);  // drops a pending entry from every index
+
   QueueOptions options_;
   std::map<Key, Entry> pending_;
+  std::map<int, std::set<Key>> classes_;     // ClassOf -> keys, in queue order
   std::unordered_map<int64_t, Key> key_of_;  // lookup only; never iterated
+  std::set<Key> holders_;                    // keys of entries holding a reservation
   int64_t next_arrival_ = 0;
-  int reservations_ = 0;
-  int shared_pending_ = 0;  // pending requests with share > 1
 };
 
 }  // namespace sweep::executor
