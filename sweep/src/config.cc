@@ -756,7 +756,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
     SWEEP_RETURN_IF_ERROR(c.KnownKeys(
         *trial, "[trial]",
         {"kind", "gpus", "command", "max_retries", "heartbeat_timeout", "checkpoint_dir", "workdir",
-         "trials_dir", "kill_grace", "timeout", "gpu_share"}));
+         "trials_dir", "kill_grace", "timeout", "gpu_share", "order"}));
     if (const toml::node* n = trial->get("checkpoint_dir")) {
       SWEEP_ASSIGN_OR_RETURN(cfg.checkpoint_dir, c.String(*n, "trial.checkpoint_dir"));
     }
@@ -789,6 +789,17 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
       cfg.kind = kind == "trainer"    ? TrialKind::kTrainer
                  : kind == "function" ? TrialKind::kFunction
                                       : TrialKind::kCommand;
+    }
+    if (const toml::node* n = trial->get("order")) {
+      SWEEP_ASSIGN_OR_RETURN(std::string order,
+                             c.OneOf(*n, "trial.order", {"sampled", "longest_first"}));
+      cfg.longest_first = order == "longest_first";
+      if (cfg.longest_first && cfg.kind != TrialKind::kTrainer) {
+        return c.Error(*n, "trial.order",
+                       "\"longest_first\" ranks trials by the work their [trainer] options and "
+                       "parameters imply; kind = \"" +
+                           std::string(ToString(cfg.kind)) + "\" trials have no such estimate");
+      }
     }
     if (const toml::node* n = trial->get("gpus")) {
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.gpus", 1, 64));

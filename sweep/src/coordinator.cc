@@ -25,6 +25,7 @@
 #include "search/early_stopping.h"
 #include "search/space.h"
 #include "sweep_lock.h"
+#include "trainer/trainer.h"
 
 namespace sweep {
 
@@ -45,6 +46,8 @@ namespace {
 // Longest time a busy loop keeps writes uncommitted. A crash loses at most this much of the
 // record; the trials involved are still RUNNING in the store and are rerun on resume.
 constexpr double kCommitIntervalS = 0.05;
+// order = "longest_first" draws the sweep ahead, up to this many trials at a time.
+constexpr size_t kMaxDrawnAhead = 100000;
 
 std::string FormatElapsed(double s) {
   int total = static_cast<int>(s);
@@ -203,6 +206,16 @@ class Coordinator {
     }
     SWEEP_ASSIGN_OR_RETURN(int64_t max_number, store_.MaxTrialNumber(sweep_id_));
     next_number_ = max_number + 1;
+    // order = "longest_first" starts trials out of number order: those drawn but not started
+    // when the sweep stopped are drawn again (the sampler gives a number the same parameters).
+    SWEEP_ASSIGN_OR_RETURN(auto stored, store_.Trials(sweep_id_, store::TrialQuery{}));
+    std::vector<bool> seen(static_cast<size_t>(next_number_), false);
+    for (const auto& t : stored) {
+      if (t.number >= 0 && t.number < next_number_) seen[static_cast<size_t>(t.number)] = true;
+    }
+    for (int64_t n = 0; n < next_number_; ++n) {
+      if (!seen[static_cast<size_t>(n)]) gaps_.push_back(n);
+    }
     SWEEP_ASSIGN_OR_RETURN(counts_, store_.CountByStatus(sweep_id_));
     SWEEP_ASSIGN_OR_RETURN(auto best, store_.BestTrials(sweep_id_, config_.maximize, 1));
     if (!best.empty()) {
@@ -213,7 +226,7 @@ class Coordinator {
                                           "running", "resumed by " + OwnerId(), start_s_));
     SWEEP_RETURN_IF_ERROR(store_.SetSweepStatus(sweep_id_, store::SweepStatus::kRunning, {}));
     Announce(" (resumed: " + std::to_string(queue_.size()) + " trial(s) to run again, " +
-             std::to_string(next_number_) + " started before)");
+             std::to_string(stored.size()) + " started before)");
     return Loop();
   }
 
@@ -337,8 +350,61 @@ class Coordinator {
   }
 
   // Trials still to start: reruns, or new ones the sampler and max_trials allow.
-  bool WorkLeft(bool exhausted) const {
-    return !queue_.empty() || (!exhausted && next_number_ < config_.max_trials);
+  bool WorkLeft(bool exhausted) const { return !queue_.empty() || FreshLeft(exhausted); }
+
+  bool FreshLeft(bool exhausted) const {
+    return !gaps_.empty() || !ahead_.empty() || (!exhausted && next_number_ < config_.max_trials);
+  }
+
+  // The next new trial: numbers a resume found never started first, then the sampler's next; or,
+  // with order = "longest_first", the one with the most work among all drawn ahead.
+  std::optional<Pending> NextFresh(bool* exhausted) {
+    auto draw = [&]() -> std::optional<Pending> {
+      const bool gap = !gaps_.empty();
+      if (!gap && (*exhausted || next_number_ >= config_.max_trials)) return std::nullopt;
+      const int64_t number = gap ? gaps_.front() : next_number_;
+      std::optional<json> params = sampler_->Sample(number);
+      if (gap) {
+        gaps_.pop_front();
+      } else if (params) {
+        ++next_number_;
+      } else {
+        *exhausted = true;
+      }
+      if (!params) return std::nullopt;
+      return Pending{number, std::move(*params), 0};
+    };
+    if (!config_.longest_first) {
+      while (!gaps_.empty() || (!*exhausted && next_number_ < config_.max_trials)) {
+        if (std::optional<Pending> p = draw()) return p;
+      }
+      return std::nullopt;
+    }
+    while (ahead_.size() < kMaxDrawnAhead) {
+      std::optional<Pending> p = draw();
+      if (!p) {
+        if (gaps_.empty() && (*exhausted || next_number_ >= config_.max_trials)) break;
+        continue;
+      }
+      ahead_.emplace(std::make_pair(-EstimatedWork(p->params), p->number), std::move(p->params));
+    }
+    if (ahead_.empty()) return std::nullopt;
+    auto first = ahead_.begin();
+    Pending p{first->first.second, std::move(first->second), 0};
+    ahead_.erase(first);
+    return p;
+  }
+
+  // Multiply-adds a trainer trial will do with these parameters (0 when they are unreadable:
+  // the trial will fail at its start, which may as well come late).
+  double EstimatedWork(const json& params) const {
+    trainer::TrainOptions options;
+    for (const json* source : {&config_.trainer, &params}) {
+      for (const auto& [key, value] : source->items()) {
+        if (!trainer::ApplyOption(&options, key, value).ok()) return 0;
+      }
+    }
+    return trainer::EstimatedWork(options);
   }
 
   // Whether waiting can ever let a trial start: a server big enough is here, or agents may
@@ -459,7 +525,7 @@ class Coordinator {
       // Place trials while there is room: those to run again first, then new ones.
       while (!stopping && static_cast<int>(running_.size()) < max_concurrent) {
         bool fresh = queue_.empty();
-        if (fresh && (exhausted || next_number_ >= config_.max_trials)) break;
+        if (fresh && !FreshLeft(exhausted)) break;
         executor::Request request;
         request.trial = fresh ? next_number_ : queue_.front().number;
         request.gpus = config_.gpus;
@@ -472,15 +538,13 @@ class Coordinator {
           SWEEP_RETURN_IF_ERROR(StartTrial(p, std::move(*got), now, /*rerun=*/true));
           continue;
         }
-        std::optional<json> params = sampler_->Sample(next_number_);
-        if (!params) {
+        std::optional<Pending> p = NextFresh(&exhausted);
+        if (!p) {
           (void)packer_->Release(*got);
-          exhausted = true;
           break;
         }
-        Pending p{next_number_, std::move(*params), 0};
-        ++next_number_;
-        SWEEP_RETURN_IF_ERROR(StartTrial(p, std::move(*got), now, /*rerun=*/false));
+        got->trial = p->number;
+        SWEEP_RETURN_IF_ERROR(StartTrial(*p, std::move(*got), now, /*rerun=*/false));
       }
       if (running_.empty() && (stopping || !WorkLeft(exhausted) || !MayPlaceLater())) break;
       // Take what has arrived; commit before waiting, so readers see everything up to the
@@ -520,7 +584,7 @@ class Coordinator {
     summary.counts = counts_;
     summary.interrupted = interrupted_;
     summary.elapsed_s = end - start_s_;
-    summary.trials_started = next_number_;
+    summary.trials_started = started_;
     return summary;
   }
 
@@ -543,6 +607,7 @@ class Coordinator {
   }
 
   Status StartTrial(const Pending& p, executor::Placement where, double now, bool rerun) {
+    ++started_;
     RunningTrial t;
     t.params = p.params;
     t.retries = p.retries;
@@ -796,7 +861,11 @@ class Coordinator {
   std::unique_ptr<executor::LocalExecutor> executor_;
   std::unique_ptr<SweepLock> lock_;
   int64_t sweep_id_ = 0;
-  int64_t next_number_ = 0;
+  int64_t next_number_ = 0;   // the next trial number the sampler has not been asked for
+  std::deque<int64_t> gaps_;  // numbers below next_number_ that never started (after a resume)
+  // order = "longest_first": drawn from the sampler, not started yet; most work first.
+  std::map<std::pair<double, int64_t>, json> ahead_;  // (-work, number) -> params
+  int64_t started_ = 0;                               // trials started by this run
   double start_s_ = 0;
   double active_before_s_ = 0;  // running time of earlier runs of this sweep
   double last_progress_s_ = 0;

@@ -425,6 +425,13 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        {"bad.toml:7:13: trial.gpu_share: only 1-GPU trials share a GPU (this sweep has "
         "trial.gpus = 2)"}},
       {"gpu_share zero", Fn({.trial = "gpu_share = 0\n"}), {"bad.toml:6:13: trial.gpu_share"}},
+      {"longest_first without a work estimate",
+       Fn({.trial = "order = \"longest_first\"\n"}),
+       {"bad.toml:6:9: trial.order: \"longest_first\" ranks trials by the work their [trainer] "
+        "options and parameters imply; kind = \"function\" trials have no such estimate"}},
+      {"unknown order",
+       Tr("", "", "[trial]\norder = \"shortest_first\"\n"),
+       {"bad.toml:7:9: trial.order", "sampled", "longest_first"}},
       {"command keys on another kind",
        Fn({.trial = "command = [\"p\"]\n"}),
        {"bad.toml:6:11: trial.command: only for kind = \"command\""}},

@@ -5,13 +5,16 @@
 #include <sqlite3.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -157,6 +160,61 @@ TEST_F(E2eTest, TrainerSweepOnASmallDataset) {
       "objective DESC, number LIMIT 1");
   EXPECT_EQ(arr[0]["trial"].get<int64_t>(), std::stoll(top[0][0]));
   EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "12");  // 4 trials x 3 epochs
+}
+
+// order = "longest_first": the trial with the most work starts first, numbers start out of
+// order, and a sweep killed with trials drawn but not started draws them again on resume.
+TEST_F(E2eTest, LongestFirstStartsTheMostWorkFirstAndResumeDrawsTheRestAgain) {
+  WriteTinyDataset(3000, 200);
+  Write("l.toml",
+        "[sweep]\nname = \"lpt\"\nmax_trials = 10\nseed = 3\n"
+        "[parameters]\nhidden = { values = [[8], [64], [16], [256], [32]] }\n"
+        "epochs = { values = [1, 40] }\nbatch_size = 32\n"
+        "[search]\nalgorithm = \"grid\"\n[trial]\norder = \"longest_first\"\n"
+        "[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  // Each trial's work, by number, as the grid lists them.
+  auto work_of = [](const json& params) {
+    int width = params["hidden"][0].get<int>();
+    return static_cast<double>(width) * params["epochs"].get<int>();
+  };
+  pid_t pid = Start("run l.toml", "l.log");
+  for (int i = 0; i < 6000; ++i) {
+    if (fs::exists(dir_ / "sweeps.db") &&
+        Query("SELECT count(*) FROM sqlite_master WHERE name = 'trials'") ==
+            std::vector<std::vector<std::string>>{{"1"}} &&
+        Query("SELECT count(*) FROM trials WHERE status = 'completed'") !=
+            std::vector<std::vector<std::string>>{{"0"}}) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGKILL);
+  ASSERT_EQ(Wait(pid), -SIGKILL) << "the sweep ended before it could be killed";
+  auto first = Query("SELECT number, params FROM trials ORDER BY started, number");
+  ASSERT_FALSE(first.empty());
+  ASSERT_LT(first.size(), 10u);
+  json p0 = json::parse(first[0][1]);
+  EXPECT_EQ(p0["hidden"], json::array({256}));
+  EXPECT_EQ(p0["epochs"], 40);
+  for (size_t i = 1; i < first.size(); ++i) {
+    EXPECT_GE(work_of(json::parse(first[i - 1][1])), work_of(json::parse(first[i][1])));
+  }
+  std::set<int64_t> seen;
+  for (const auto& r : first) seen.insert(std::stoll(r[0]));
+  EXPECT_GT(*seen.rbegin(), static_cast<int64_t>(seen.size()) - 1) << "numbers left a gap";
+
+  Output resumed = Sweep("resume lpt");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  auto all = Query("SELECT number, status, params FROM trials ORDER BY number");
+  ASSERT_EQ(all.size(), 10u);
+  std::set<std::string> grid;
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i][0], std::to_string(i));
+    EXPECT_EQ(all[i][1], "completed") << "trial " << i;
+    grid.insert(json::parse(all[i][2]).dump());
+  }
+  EXPECT_EQ(grid.size(), 10u);  // every point of the grid once
 }
 
 TEST_F(E2eTest, TrainPrintsMetricsAndJson) {

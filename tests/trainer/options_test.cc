@@ -287,5 +287,24 @@ TEST(Options, HalfPrecisionNeedsAGpu) {
   }
 }
 
+// The work estimate ranks trials for order = "longest_first": three GEMMs per layer per sample.
+TEST(Options, EstimatedWorkCountsTheLayersSamplesAndEpochs) {
+  TrainOptions o;
+  o.hidden = {100};
+  o.epochs = 2;
+  o.validation_fraction = 0.5;
+  // 30,000 training samples x (784 x 100 + 100 x 10) x 3 x 2 epochs.
+  EXPECT_DOUBLE_EQ(EstimatedWork(o), 30000.0 * (784 * 100 + 100 * 10) * 3 * 2);
+  TrainOptions wider = o;
+  wider.hidden = {100, 400};
+  EXPECT_GT(EstimatedWork(wider), EstimatedWork(o));
+  TrainOptions fewer = o;
+  fewer.max_train_samples = 1000;
+  EXPECT_DOUBLE_EQ(EstimatedWork(fewer), EstimatedWork(o) / 30);
+  TrainOptions none = o;
+  none.epochs = 0;
+  EXPECT_EQ(EstimatedWork(none), 0);
+}
+
 }  // namespace
 }  // namespace sweep::trainer

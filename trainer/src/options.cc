@@ -3,6 +3,7 @@
 // a directory is resolved against the file system. nlohmann exceptions stop here.
 #include "trainer/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -297,6 +298,21 @@ const std::vector<std::string>& MetricNames() {
       "train_loss", "val_loss",    "val_acc", "samples_per_s", "data_wait_s",
       "epoch_s",    "allreduce_s", "lr",      "skipped_steps", "test_acc"};
   return names;
+}
+
+double EstimatedWork(const TrainOptions& o) {
+  constexpr double kInputs = 784, kClasses = 10, kImages = 60000;
+  double samples = kImages * (1.0 - std::clamp(o.validation_fraction, 0.0, 1.0));
+  if (o.max_train_samples > 0)
+    samples = std::min(samples, static_cast<double>(o.max_train_samples));
+  double per_sample = 0, width = kInputs;
+  for (int h : o.hidden) {
+    per_sample += width * h;
+    width = h;
+  }
+  per_sample += width * kClasses;
+  // Forward, and backward for the inputs' and the weights' gradients: three GEMMs per layer.
+  return 3.0 * per_sample * samples * std::max(0, o.epochs);
 }
 
 Status Validate(const TrainOptions& o) {

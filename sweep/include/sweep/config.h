@@ -52,8 +52,11 @@ struct SweepConfig {
 
   // [trial]
   TrialKind kind = TrialKind::kTrainer;
-  int gpus = 1;                     // slots per trial
-  int gpu_share = 1;                // k > 1: up to k 1-GPU trials share one GPU (opt-in)
+  int gpus = 1;       // slots per trial
+  int gpu_share = 1;  // k > 1: up to k 1-GPU trials share one GPU (opt-in)
+  // order = "longest_first": draw the whole sweep from the sampler ahead and start the trials
+  // with the most work first (trainer trials only), so no long one runs alone at the end.
+  bool longest_first = false;
   int max_retries = 1;              // reruns of a trial whose worker died or hung
   double heartbeat_timeout_s = 60;  // a running worker silent this long is killed
   std::string checkpoint_dir;       // trainer trials' checkpoints; "": "<db>-checkpoints"

@@ -96,6 +96,14 @@ const std::vector<std::string>& MetricNames();
 // refuses them when training starts).
 Status Validate(const TrainOptions& options);
 
+// The work a run of these options does, in multiply-adds (forward and backward over every
+// training sample, every epoch), to rank trials by how long they will take: it counts the
+// layers' GEMMs on the training split (max_train_samples when set) and does not open the
+// dataset, so it takes the input width and split of Fashion-MNIST (784 features, 10 classes,
+// 60,000 images). Trials of one sweep share their dataset, so the ranking holds when the dataset
+// differs; the absolute figure does not.
+double EstimatedWork(const TrainOptions& options);
+
 struct EpochReport {
   int epoch = 0;             // 1-based
   int64_t step = 0;          // optimizer steps so far
