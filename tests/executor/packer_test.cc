@@ -212,6 +212,19 @@ TEST(PackerTest, LinkGroupsFromRanks) {
 
 // ---- queue ----
 
+// Empties a queue whose requests each fill the cluster: the order they ran in.
+std::vector<int64_t> RunOneAtATime(Queue& q, Packer& p) {
+  std::vector<int64_t> order;
+  while (!q.empty()) {
+    std::vector<Placement> got = q.Schedule(p);
+    EXPECT_EQ(got.size(), 1u);
+    if (got.empty()) break;
+    order.push_back(got[0].trial);
+    EXPECT_TRUE(p.Release(got[0]).ok());
+  }
+  return order;
+}
+
 TEST(PackerQueueTest, HigherPriorityThenArrivalGoesFirst) {
   Packer p = Make({Flat(0, 4)});
   Queue q;
@@ -220,14 +233,7 @@ TEST(PackerQueueTest, HigherPriorityThenArrivalGoesFirst) {
   ASSERT_TRUE(q.Push(Req(3, 4, /*priority=*/2), p).ok());
   EXPECT_EQ(q.Push(Req(3, 1), p).code(), Status::Code::kAlreadyExists);
   EXPECT_EQ(q.Push(Req(4, 5), p).code(), Status::Code::kInvalidArgument);
-  std::vector<int64_t> order;
-  while (!q.empty()) {
-    std::vector<Placement> got = q.Schedule(p);
-    ASSERT_EQ(got.size(), 1u);
-    order.push_back(got[0].trial);
-    ASSERT_TRUE(p.Release(got[0]).ok());
-  }
-  EXPECT_EQ(order, (std::vector<int64_t>{2, 3, 1}));
+  EXPECT_EQ(RunOneAtATime(q, p), (std::vector<int64_t>{2, 3, 1}));
 }
 
 TEST(PackerQueueTest, LongerExpectedDurationFirstWithinAPriority) {
@@ -243,14 +249,7 @@ TEST(PackerQueueTest, LongerExpectedDurationFirstWithinAPriority) {
   ASSERT_TRUE(q.Push(with_cost(3, 0, 0), p).ok());     // unknown: after those with an estimate
   ASSERT_TRUE(q.Push(with_cost(4, 1, 10), p).ok());    // a rung survived beats any duration
   ASSERT_TRUE(q.Push(with_cost(5, 0, 3600), p).ok());  // a tie keeps arrival order
-  std::vector<int64_t> order;
-  while (!q.empty()) {
-    std::vector<Placement> got = q.Schedule(p);
-    ASSERT_EQ(got.size(), 1u);
-    order.push_back(got[0].trial);
-    ASSERT_TRUE(p.Release(got[0]).ok());
-  }
-  EXPECT_EQ(order, (std::vector<int64_t>{4, 2, 5, 1, 3}));
+  EXPECT_EQ(RunOneAtATime(q, p), (std::vector<int64_t>{4, 2, 5, 1, 3}));
   for (double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
     Status s = q.Push(with_cost(9, 0, bad), p);
     EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << bad;
