@@ -397,12 +397,16 @@ class Coordinator {
 
   // Multiply-adds a trainer trial will do with these parameters (0 when they are unreadable:
   // the trial will fail at its start, which may as well come late).
-  double EstimatedWork(const json& params) const {
-    trainer::TrainOptions options;
-    for (const json* source : {&config_.trainer, &params}) {
-      for (const auto& [key, value] : source->items()) {
-        if (!trainer::ApplyOption(&options, key, value).ok()) return 0;
+  double EstimatedWork(const json& params) {
+    if (!work_base_) {  // [trainer] once (a dataset directory is resolved on disk), not per trial
+      work_base_.emplace();
+      for (const auto& [key, value] : config_.trainer.items()) {
+        (void)trainer::ApplyOption(&*work_base_, key, value);
       }
+    }
+    trainer::TrainOptions options = *work_base_;
+    for (const auto& [key, value] : params.items()) {
+      if (!trainer::ApplyOption(&options, key, value).ok()) return 0;
     }
     return trainer::EstimatedWork(options);
   }
@@ -866,6 +870,7 @@ class Coordinator {
   // order = "longest_first": drawn from the sampler, not started yet; most work first.
   std::map<std::pair<double, int64_t>, json> ahead_;  // (-work, number) -> params
   int64_t started_ = 0;                               // trials started by this run
+  std::optional<trainer::TrainOptions> work_base_;    // [trainer] applied, for EstimatedWork
   double start_s_ = 0;
   double active_before_s_ = 0;  // running time of earlier runs of this sweep
   double last_progress_s_ = 0;
