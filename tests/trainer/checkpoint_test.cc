@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
 
 #include "checkpoint.h"
 #include "gtest/gtest.h"
@@ -54,6 +55,18 @@ TEST(Checkpoint, RoundTrip) {
   EXPECT_EQ(c->replicas, 2);
   EXPECT_EQ(c->state.params, s.state.params);
   EXPECT_EQ(c->state.optimizer, s.state.optimizer);
+  EXPECT_FALSE(c->state.loss_scale.has_value());
+  // fp16's loss scale travels with the weights.
+  Checkpoint fp16 = Sample();
+  fp16.state.loss_scale = LossScaleState{0.125f, 1999, 123456789012ull};
+  ASSERT_TRUE(WriteCheckpoint(dir / "fp16.ckpt", fp16).ok());
+  auto back = ReadCheckpoint(dir / "fp16.ckpt");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_TRUE(back->state.loss_scale.has_value());
+  EXPECT_EQ(back->state.loss_scale->scale, 0.125f);
+  EXPECT_EQ(back->state.loss_scale->good_steps, 1999);
+  EXPECT_EQ(back->state.loss_scale->skipped, 123456789012ull);
+  std::filesystem::remove(dir / "fp16.ckpt");
   // Atomic: no temporary file is left beside it.
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) files += e.exists();
@@ -140,65 +153,74 @@ TrainOptions ResumeOptions(const TempDir& dir) {
 }
 
 TEST(Checkpoint, ResumedTrialEndsBitForBitWhereAnUninterruptedOneDoes) {
-  for (int replicas : {1, 2}) {
-    TempDir dir;
-    TrainOptions o = ResumeOptions(dir);
-    o.replicas = replicas;
-    std::vector<EpochReport> straight;
-    ModelState expect;
-    auto r = TrainWithState(
-        o,
-        [&](const EpochReport& e) {
-          straight.push_back(e);
-          return true;
-        },
-        &expect);
-    ASSERT_TRUE(r.ok()) << r.status().message();
-    ASSERT_EQ(straight.size(), 4u);
+  for (const char* precision : {"fp32", "fp16"})
+    for (int replicas : {1, 2}) {
+      SCOPED_TRACE(std::string(precision) + ", " + std::to_string(replicas) + " replica(s)");
+      TempDir dir;
+      TrainOptions o = ResumeOptions(dir);
+      o.replicas = replicas;
+      o.precision = precision;
+      std::vector<EpochReport> straight;
+      ModelState expect;
+      auto r = TrainWithState(
+          o,
+          [&](const EpochReport& e) {
+            straight.push_back(e);
+            return true;
+          },
+          &expect);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      ASSERT_EQ(straight.size(), 4u);
 
-    o.checkpoint_path = dir / "trial.ckpt";
-    auto stopped = Train(o, [](const EpochReport& e) { return e.epoch < 2; });
-    ASSERT_TRUE(stopped.ok()) << stopped.status().message();
-    EXPECT_TRUE(stopped->stopped);
-    EXPECT_TRUE(stopped->checkpointed);
-    EXPECT_EQ(stopped->epochs_done, 2);
-    auto at_stop = ReadCheckpoint(o.checkpoint_path);
-    ASSERT_TRUE(at_stop.ok()) << at_stop.status().message();
-    EXPECT_EQ(at_stop->epoch, 2);
-    EXPECT_EQ(at_stop->step, straight[1].step);
+      o.checkpoint_path = dir / "trial.ckpt";
+      auto stopped = Train(o, [](const EpochReport& e) { return e.epoch < 2; });
+      ASSERT_TRUE(stopped.ok()) << stopped.status().message();
+      EXPECT_TRUE(stopped->stopped);
+      EXPECT_TRUE(stopped->checkpointed);
+      EXPECT_EQ(stopped->epochs_done, 2);
+      auto at_stop = ReadCheckpoint(o.checkpoint_path);
+      ASSERT_TRUE(at_stop.ok()) << at_stop.status().message();
+      EXPECT_EQ(at_stop->epoch, 2);
+      EXPECT_EQ(at_stop->step, straight[1].step);
+      // fp16's loss scale is saved: every step so far was good (none overflowed at 65536).
+      ASSERT_EQ(at_stop->state.loss_scale.has_value(), std::string(precision) == "fp16");
+      if (at_stop->state.loss_scale.has_value()) {
+        EXPECT_EQ(at_stop->state.loss_scale->good_steps, at_stop->step);
+        EXPECT_EQ(at_stop->state.loss_scale->skipped, 0u);
+      }
 
-    std::vector<EpochReport> resumed;
-    ModelState got;
-    r = TrainWithState(
-        o,
-        [&](const EpochReport& e) {
-          resumed.push_back(e);
-          return true;
-        },
-        &got);
-    ASSERT_TRUE(r.ok()) << r.status().message();
-    EXPECT_EQ(r->resumed_from_epoch, 2);
-    EXPECT_EQ(r->epochs_done, 4);
-    ASSERT_EQ(resumed.size(), 2u);
-    EXPECT_EQ(resumed[0].epoch, 3);
-    for (size_t i = 0; i < 2; ++i) {
-      EXPECT_EQ(resumed[i].step, straight[i + 2].step);
-      EXPECT_EQ(resumed[i].train_loss, straight[i + 2].train_loss) << "replicas " << replicas;
-      EXPECT_EQ(resumed[i].val_loss, straight[i + 2].val_loss);
-      EXPECT_EQ(resumed[i].lr, straight[i + 2].lr);
+      std::vector<EpochReport> resumed;
+      ModelState got;
+      r = TrainWithState(
+          o,
+          [&](const EpochReport& e) {
+            resumed.push_back(e);
+            return true;
+          },
+          &got);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      EXPECT_EQ(r->resumed_from_epoch, 2);
+      EXPECT_EQ(r->epochs_done, 4);
+      ASSERT_EQ(resumed.size(), 2u);
+      EXPECT_EQ(resumed[0].epoch, 3);
+      for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(resumed[i].step, straight[i + 2].step);
+        EXPECT_EQ(resumed[i].train_loss, straight[i + 2].train_loss) << "replicas " << replicas;
+        EXPECT_EQ(resumed[i].val_loss, straight[i + 2].val_loss);
+        EXPECT_EQ(resumed[i].lr, straight[i + 2].lr);
+      }
+      EXPECT_EQ(got.params, expect.params) << "replicas " << replicas;
+      EXPECT_EQ(got.optimizer, expect.optimizer) << "replicas " << replicas;
+      ASSERT_TRUE(r->test_acc.has_value());
+      // Finishing also checkpointed: running again resumes at the end and only evaluates.
+      EXPECT_EQ(ReadCheckpoint(o.checkpoint_path)->epoch, 4);
+      int calls = 0;
+      auto again = Train(o, [&](const EpochReport&) { return ++calls > 0; });
+      ASSERT_TRUE(again.ok()) << again.status().message();
+      EXPECT_EQ(calls, 0);
+      EXPECT_EQ(again->resumed_from_epoch, 4);
+      EXPECT_EQ(again->test_acc, r->test_acc);
     }
-    EXPECT_EQ(got.params, expect.params) << "replicas " << replicas;
-    EXPECT_EQ(got.optimizer, expect.optimizer) << "replicas " << replicas;
-    ASSERT_TRUE(r->test_acc.has_value());
-    // Finishing also checkpointed: running again resumes at the end and only evaluates.
-    EXPECT_EQ(ReadCheckpoint(o.checkpoint_path)->epoch, 4);
-    int calls = 0;
-    auto again = Train(o, [&](const EpochReport&) { return ++calls > 0; });
-    ASSERT_TRUE(again.ok()) << again.status().message();
-    EXPECT_EQ(calls, 0);
-    EXPECT_EQ(again->resumed_from_epoch, 4);
-    EXPECT_EQ(again->test_acc, r->test_acc);
-  }
 }
 
 TEST(Checkpoint, EveryNEpochs) {

@@ -295,6 +295,10 @@ TEST_F(CudaOps, CastToHalf) {
       EXPECT_EQ(h, HostBf16(x)) << "bf16 bits differ from round-to-nearest-even";
       EXPECT_EQ(FromBf16(h[2]), 1.0f);
     }
+    // The CPU backend's emulation rounds to the same values, so it is the GPU's reference.
+    std::vector<float> cpu_rounded(x.size());
+    cpu::round_to_half(cpu_rounded.data(), x.data(), static_cast<int64_t>(x.size()), type);
+    EXPECT_EQ(Widen(h, type), cpu_rounded) << "cast_to_half and cpu::round_to_half differ";
     // Every value within half a unit in the last place of its format.
     const double ulp = type == HalfType::kBf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
     const std::vector<float> back = Widen(h, type);
@@ -317,7 +321,9 @@ TEST_F(CudaOps, CastToHalf) {
   EXPECT_EQ(big[1], -std::numeric_limits<float>::infinity());
 }
 
-// The 16-bit GEMMs against the CPU's fp32 GEMM on the same (unrounded) inputs.
+// The 16-bit GEMMs against the CPU's fp32 GEMM on the same (unrounded) inputs, and against the
+// CPU's emulation (fp32 GEMMs on inputs rounded by cpu::round_to_half): products of two 16-bit
+// values are exact in fp32, so there only the summation order differs (bound 1e-4).
 TEST_F(CudaOps, MatmulHalfForwardAndBackward) {
   const auto inp = Random(B * C, 1), w = Random(OC * C, 2), dout = Random(B * OC, 3);
   std::vector<float> out(B * OC), dinp(B * C);
@@ -337,6 +343,30 @@ TEST_F(CudaOps, MatmulHalfForwardAndBackward) {
         matmul_forward_half(fp32_, d_out.data(), h_inp.data(), h_w.data(), B, C, OC, type).ok());
     ExpectErr(bf16 ? "matmul_forward_half bf16" : "matmul_forward_half fp16",
               NormErr(Down(d_out), out), bound);
+    auto rounded = [type](std::vector<float> v) {
+      cpu::round_to_half(v.data(), v.data(), static_cast<int64_t>(v.size()), type);
+      return v;
+    };
+    const auto r_inp = rounded(inp), r_w = rounded(w), r_dout = rounded(dout);
+    std::vector<float> emulated(B * OC), e_dinp(B * C), e_dw(OC * C);
+    cpu::matmul_forward(emulated.data(), r_inp.data(), r_w.data(), B, C, OC);
+    ExpectErr(bf16 ? "matmul_forward_half bf16 vs CPU emulation"
+                   : "matmul_forward_half fp16 vs CPU emulation",
+              NormErr(Down(d_out), emulated), 1e-4);
+    cpu::matmul_backward(e_dinp.data(), e_dw.data(), r_dout.data(), r_inp.data(), r_w.data(), B, C,
+                         OC);
+    {
+      auto d_dw = Up(std::vector<float>(OC * C)), d_dinp = Up(std::vector<float>(B * C));
+      ASSERT_TRUE(matmul_backward_half(fp32_, d_dinp.data(), d_dw.data(), h_dout.data(),
+                                       h_inp.data(), h_w.data(), B, C, OC, type)
+                      .ok());
+      ExpectErr(bf16 ? "matmul_backward_half bf16 dinp vs CPU emulation"
+                     : "matmul_backward_half fp16 dinp vs CPU emulation",
+                NormErr(Down(d_dinp), e_dinp), 1e-4);
+      ExpectErr(bf16 ? "matmul_backward_half bf16 dweight vs CPU emulation"
+                     : "matmul_backward_half fp16 dweight vs CPU emulation",
+                NormErr(Down(d_dw), e_dw), 1e-4);
+    }
     for (bool accumulate : {false, true}) {
       std::vector<float> dw = dw0;
       cpu::matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), B, C, OC,
@@ -353,21 +383,23 @@ TEST_F(CudaOps, MatmulHalfForwardAndBackward) {
   }
 }
 
-// fp16's loss scaling, kernel by kernel: scale, unscale and detect, skip, and the scale's walk.
+// fp16's loss scaling, kernel by kernel: scale, unscale and detect, skip, the scale's walk, and
+// AdamW counting only the steps applied.
 TEST_F(CudaOps, LossScaling) {
   const auto g = Random(1000, 19);
   auto d_g = Up(g);
-  auto d_scale = Up(std::vector<float>{1024.0f});
-  ASSERT_TRUE(scale_by(d_g.data(), 1000, d_scale.data(), nullptr).ok());
+  auto d_state = Up(std::vector<LossScaleState>{LossScaleState{1024.0f, 0, 0}});
+  const float* d_scale = &d_state.data()->scale;
+  ASSERT_TRUE(scale_by(d_g.data(), 1000, d_scale, nullptr).ok());
   auto d_found = Up(std::vector<int>{0});
-  ASSERT_TRUE(unscale_check(d_g.data(), 1000, d_scale.data(), d_found.data(), nullptr).ok());
+  ASSERT_TRUE(unscale_check(d_g.data(), 1000, d_scale, d_found.data(), nullptr).ok());
   EXPECT_EQ(Down(d_g), g);  // times 1024, then divided by it: exact in binary
   EXPECT_EQ(Down(d_found)[0], 0);
 
   std::vector<float> bad = g;
   bad[517] = std::numeric_limits<float>::infinity();
   auto d_bad = Up(bad);
-  ASSERT_TRUE(unscale_check(d_bad.data(), 1000, d_scale.data(), d_found.data(), nullptr).ok());
+  ASSERT_TRUE(unscale_check(d_bad.data(), 1000, d_scale, d_found.data(), nullptr).ok());
   EXPECT_EQ(Down(d_found)[0], 1);
   // A set flag makes the optimizers change nothing.
   const auto p0 = Random(1000, 20);
@@ -381,19 +413,31 @@ TEST_F(CudaOps, LossScaling) {
   EXPECT_EQ(Down(d_p), p0);
 
   // window 2: overflow halves and counts; two good steps double; the flag is cleared each time.
-  auto d_good = Up(std::vector<int>{0});
-  auto d_skipped = Up(std::vector<unsigned long long>{0});
   const int found_seq[] = {1, 0, 0, 1, 0};
   const float scale_seq[] = {512, 512, 1024, 512, 512};
   for (int i = 0; i < 5; ++i) {
     auto d_flag = Up(std::vector<int>{found_seq[i]});
-    ASSERT_TRUE(update_loss_scale(d_scale.data(), d_good.data(), d_flag.data(), d_skipped.data(), 2,
-                                  nullptr)
-                    .ok());
-    EXPECT_EQ(Down(d_scale)[0], scale_seq[i]) << "after update " << i;
+    ASSERT_TRUE(update_loss_scale(d_state.data(), d_flag.data(), 2, nullptr).ok());
+    EXPECT_EQ(Down(d_state)[0].scale, scale_seq[i]) << "after update " << i;
     EXPECT_EQ(Down(d_flag)[0], 0);
   }
-  EXPECT_EQ(Down(d_skipped)[0], 2u);
+  const LossScaleState end = Down(d_state)[0];
+  EXPECT_EQ(end.skipped, 2u);
+  EXPECT_EQ(end.good_steps, 1);
+
+  // With the state given, AdamW's step 5 after 2 skipped steps is the CPU's step 3.
+  const auto p1 = Random(1000, 21), m1 = Random(1000, 22), v1 = Random(1000, 23, 0.01);
+  std::vector<float> v1_abs = v1;
+  for (float& x : v1_abs) x = std::abs(x);
+  std::vector<float> cp = p1, cm = m1, cv = v1_abs;
+  cpu::adamw_update(cp.data(), cm.data(), cv.data(), g.data(), 1000, 0.01f, 0.9f, 0.999f, 1e-8f,
+                    0.01f, 3);
+  auto a_p = Up(p1), a_m = Up(m1), a_v = Up(v1_abs), a_g = Up(g);
+  ASSERT_TRUE(adamw_update(a_p.data(), a_m.data(), a_v.data(), a_g.data(), 1000, 0.01f, 0.9f,
+                           0.999f, 1e-8f, 0.01f, 5, nullptr, nullptr, d_state.data())
+                  .ok());
+  ExpectErr("adamw_update, step 5 less 2 skipped, vs the CPU's step 3", NormErr(Down(a_p), cp),
+            1e-6);
 }
 
 TEST_F(CudaOps, EmptyBatchesLaunchNothing) {

@@ -1,7 +1,8 @@
 // The CUDA ReplicaGroup against the CPU one, N optimizer steps from the same weights on the same
 // batches: one GPU against the CPU reference (exact fp32 GEMMs: 1e-4 normalised error in the
 // final weights, summation order only; TF32: 2e-2; bf16: 5e-2; fp16: 2e-2, the bounds an input
-// rounding per GEMM allows after a few steps), two GPUs against one (exact fp32: 1e-5; NCCL's
+// rounding per GEMM allows after a few steps; against the CPU's own bf16 / fp16, which rounds
+// the same inputs, 1e-2 and 5e-3), two GPUs against one (exact fp32: 1e-5; NCCL's
 // sum order), fp16's loss scaling skipping a step whose scaled gradients overflow, and Train()
 // on the GPU end to end. Every comparison prints its figures. Skipped without a CUDA device
 // (the two-GPU test without two); ctest label `gpu`.
@@ -14,6 +15,7 @@
 #include "backend.h"
 #include "cpu/cpu_backend.h"
 #include "cuda/cuda_backend.h"
+#include "group_util.h"
 #include "gtest/gtest.h"
 #include "rng.h"
 #include "test_util.h"
@@ -25,96 +27,13 @@ namespace {
 using testing::BlobOptions;
 using testing::TempDir;
 
-constexpr int kInputs = 24, kClasses = 5, kBatch = 32;
-
-double NormErr(const std::vector<float>& a, const std::vector<float>& ref) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    diff += (double{a[i]} - ref[i]) * (double{a[i]} - ref[i]);
-    norm += double{ref[i]} * ref[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
-}
-
-// Random inputs and labels for `steps` steps of `accum` micro-batches of kBatch rows.
-struct Batches {
-  std::vector<float> x;
-  std::vector<int32_t> y;
-};
-
-Batches MakeBatches(int micro_batches, uint64_t seed) {
-  Rng rng(seed);
-  Batches b;
-  for (int i = 0; i < micro_batches * kBatch; ++i) {
-    const int label = static_cast<int>(rng.Below(kClasses));
-    b.y.push_back(label);
-    for (int f = 0; f < kInputs; ++f) {
-      b.x.push_back(static_cast<float>(rng.Uniform() + (f % kClasses == label ? 1.0 : 0.0)));
-    }
-  }
-  return b;
-}
-
-GroupSpec Spec(int replicas, OptimizerSpec::Kind kind, float dropout) {
-  GroupSpec spec;
-  spec.shape = MlpShape::Make(kInputs, {40, 24}, kClasses);
-  spec.act = Activation::kGelu;
-  spec.dropout = dropout;
-  spec.replicas = replicas;
-  spec.max_rows = kBatch;
-  spec.optimizer.kind = kind;
-  spec.optimizer.weight_decay = 1e-3f;
-  return spec;
-}
-
-struct RunResult {
-  ModelState state;
-  std::vector<double> losses;  // per step, as rank 0 saw them
-  int64_t skipped = 0;
-};
-
-// Trains `steps` steps of `accum` micro-batches on the group from the seeded initial weights,
-// each rank taking its rows of every micro-batch, as trainer.cc does.
-RunResult RunSteps(ReplicaGroup* group, const GroupSpec& spec, int steps, int accum,
-                   const Batches& data) {
-  ModelState init;
-  init.params.resize(static_cast<size_t>(spec.shape.num_params));
-  InitParams(spec.shape, spec.act, 11, init.params.data());
-  EXPECT_TRUE(group->SetState(init).ok());
-  const int R = group->size();
-  RunResult out;
-  std::vector<std::vector<double>> seen(static_cast<size_t>(R));
-  group->Run([&](int rank) {
-    std::vector<double>& finished = seen[static_cast<size_t>(rank)];
-    const int begin = kBatch * rank / R, end = kBatch * (rank + 1) / R;
-    for (int s = 0; s < steps; ++s) {
-      StepArgs args;
-      args.lr = 0.05f;
-      args.t = s + 1;
-      args.dloss_scale = 1.0f / static_cast<float>(kBatch * accum);
-      args.dropout_key = MixSeed(99, static_cast<uint64_t>(s));
-      for (int m = 0; m < accum; ++m) {
-        const int64_t row0 = int64_t{s * accum + m} * kBatch + begin;
-        MicroBatch mb;
-        mb.x = data.x.data() + row0 * kInputs;
-        mb.y = data.y.data() + row0;
-        mb.rows = end - begin;
-        mb.first_row = int64_t{m} * kBatch + begin;
-        mb.first = m == 0;
-        mb.last = m == accum - 1;
-        group->TrainMicroBatch(rank, mb, args, &finished);
-      }
-    }
-    group->FinishSteps(rank, &finished);
-  });
-  for (int r = 1; r < R; ++r) {
-    EXPECT_EQ(seen[static_cast<size_t>(r)], seen[0]) << "rank " << r << " saw other losses";
-  }
-  out.losses = seen[0];
-  out.state = group->GetState();
-  out.skipped = group->TakeSkippedSteps();
-  return out;
-}
+using testing::Batches;
+using testing::kBatch;
+using testing::MakeBatches;
+using testing::NormErr;
+using testing::RunResult;
+using testing::RunSteps;
+using testing::Spec;
 
 class CudaGroup : public ::testing::Test {
  protected:
@@ -124,9 +43,11 @@ class CudaGroup : public ::testing::Test {
     devices_ = *devices;
   }
 
-  // The same steps on the CPU backend.
-  static RunResult Reference(GroupSpec spec, int steps, int accum, const Batches& data) {
-    spec.precision = Precision::kFp32;
+  // The same steps on the CPU backend: in fp32, or in spec's precision (the CPU's emulation of
+  // 16-bit GEMM inputs) when same_precision.
+  static RunResult Reference(GroupSpec spec, int steps, int accum, const Batches& data,
+                             bool same_precision = false) {
+    if (!same_precision) spec.precision = Precision::kFp32;
     spec.devices.clear();
     Result<std::unique_ptr<ReplicaGroup>> g = cpu::GetBackend()->CreateGroup(spec);
     EXPECT_TRUE(g.ok());
@@ -188,10 +109,15 @@ TEST_F(CudaGroup, HalfPrecisionStaysCloseToTheCpuReference) {
   GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
   const RunResult ref = Reference(spec, 12, 1, data);
   spec.precision = Precision::kBf16;
-  Compare("bf16 GEMM inputs, 12 steps", OnGpu(spec, 12, 1, data), ref, 5e-2);
+  const RunResult bf16 = OnGpu(spec, 12, 1, data);
+  Compare("bf16 GEMM inputs, 12 steps", bf16, ref, 5e-2);
+  // Against the CPU's bf16 (the same rounded inputs): only summation order differs, and the
+  // roundings it flips.
+  Compare("bf16 vs the CPU's bf16, 12 steps", bf16, Reference(spec, 12, 1, data, true), 1e-2);
   spec.precision = Precision::kFp16;
   const RunResult fp16 = OnGpu(spec, 12, 1, data);
   Compare("fp16 GEMM inputs, loss scale 65536, 12 steps", fp16, ref, 2e-2);
+  Compare("fp16 vs the CPU's fp16, 12 steps", fp16, Reference(spec, 12, 1, data, true), 5e-3);
   std::printf("  fp16 skipped steps: %lld (expected 0)\n", static_cast<long long>(fp16.skipped));
   EXPECT_EQ(fp16.skipped, 0);
 }

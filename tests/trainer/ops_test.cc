@@ -3,7 +3,9 @@
 // seeded initialisation.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "cpu/mlp.h"
@@ -421,6 +423,80 @@ TEST(Precision, Names) {
   EXPECT_EQ(p, Precision::kFp32);
   EXPECT_FALSE(ParsePrecision("FP32", &p));
   EXPECT_FALSE(ParsePrecision("tf32", &p));
+}
+
+// Every positive finite value of a 16-bit format, ascending, as floats.
+std::vector<float> HalfValues(HalfType type) {
+  std::vector<float> v;
+  if (type == HalfType::kBf16) {
+    for (uint32_t h = 0; h <= 0x7F7Fu; ++h) {
+      const uint32_t bits = h << 16;
+      float x;
+      std::memcpy(&x, &bits, sizeof x);
+      v.push_back(x);
+    }
+  } else {
+    for (int h = 0; h <= 0x7BFF; ++h) {
+      const int exp = h >> 10, frac = h & 0x3FF;
+      v.push_back(exp == 0 ? std::ldexp(static_cast<float>(frac), -24)
+                           : std::ldexp(static_cast<float>(frac + 1024), exp - 25));
+    }
+  }
+  return v;
+}
+
+float Round(float x, HalfType type) {
+  float out;
+  round_to_half(&out, &x, 1, type);
+  return out;
+}
+
+// Exhaustive over the format: every value rounds to itself; between two neighbours, the exact
+// midpoint goes to the one with an even last bit and the floats either side of it to the
+// nearer; the sign is kept. Then the ends: past the largest value, inf and NaN.
+TEST(Ops, RoundToHalfIsNearestTiesToEvenOverEveryValue) {
+  for (HalfType type : {HalfType::kBf16, HalfType::kFp16}) {
+    SCOPED_TRACE(type == HalfType::kBf16 ? "bf16" : "fp16");
+    const std::vector<float> v = HalfValues(type);
+    int bad = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      const float lo = v[i];
+      if (Round(lo, type) != lo || Round(-lo, type) != -lo) ++bad;
+      if (i + 1 == v.size()) break;
+      const float hi = v[i + 1];
+      const float mid = lo + (hi - lo) / 2;  // exact: one more bit than the format has
+      const float even = i % 2 == 0 ? lo : hi;
+      if (Round(mid, type) != even || Round(-mid, type) != -even) ++bad;
+      if (Round(std::nextafter(mid, lo), type) != lo) ++bad;
+      if (Round(std::nextafter(mid, hi), type) != hi) ++bad;
+      if (Round(-std::nextafter(mid, hi), type) != -hi) ++bad;
+      if (bad > 0) {
+        ADD_FAILURE() << "between " << lo << " and " << hi;
+        break;
+      }
+    }
+    // The largest value's last bit is odd: from half a step above it on, the result is inf.
+    const float top = v.back(), step = v.back() - v[v.size() - 2];
+    const float inf = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(Round(std::nextafter(top + step / 2, 0.0f), type), top);
+    EXPECT_EQ(Round(top + step / 2, type), inf);
+    EXPECT_EQ(Round(-(top + step / 2), type), -inf);
+    EXPECT_EQ(Round(3.4e38f, type), inf);
+    EXPECT_EQ(Round(inf, type), inf);
+    EXPECT_EQ(Round(-inf, type), -inf);
+    EXPECT_TRUE(std::isnan(Round(std::numeric_limits<float>::quiet_NaN(), type)));
+    EXPECT_TRUE(std::signbit(Round(-0.0f, type)));
+  }
+  EXPECT_EQ(Round(1e-30f, HalfType::kFp16), 0.0f);             // below half the smallest subnormal
+  EXPECT_EQ(Round(1e-30f, HalfType::kBf16), 9.98402083e-31f);  // bf16 has float's exponents
+  EXPECT_EQ(Round(65504.0f, HalfType::kFp16), 65504.0f);
+  EXPECT_EQ(Round(65520.0f, HalfType::kFp16), std::numeric_limits<float>::infinity());
+  // In place, over an array.
+  std::vector<float> a = {1.0f + 1.0f / 4096, 3.14159265f, -4e-8f};
+  round_to_half(a.data(), a.data(), 3, HalfType::kFp16);
+  EXPECT_EQ(a[0], 1.0f);  // 2^-12 is below half of fp16's step at 1 (2^-10)
+  EXPECT_EQ(a[1], 3.140625f);
+  EXPECT_EQ(a[2], -std::ldexp(1.0f, -24));  // the smallest subnormal, 5.96e-8
 }
 
 }  // namespace

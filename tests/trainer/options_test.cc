@@ -272,18 +272,17 @@ TEST(Options, Validate) {
             "threads: must be in [1, 1024], got 0");
 }
 
-// bf16 and fp16 are GPU modes: the check knows the backend, and says so on the CPU.
-TEST(Options, HalfPrecisionNeedsAGpu) {
+// bf16 and fp16 train on either backend: the CPU rounds the GEMMs' inputs as the GPU does.
+TEST(Options, HalfPrecisionOnEveryBackend) {
   for (const char* precision : {"bf16", "fp16"}) {
-    EXPECT_EQ(ValidateError([&](TrainOptions* o) {
-                o->precision = precision;
-                o->backend = "cpu";
-              }),
-              "precision: \"" + std::string(precision) +
-                  "\" needs a GPU (backend cuda, or auto on a machine with one); the CPU backend "
-                  "trains in fp32 only");
-    // Where the backend is not chosen yet (a coordinator whose agents have the GPUs), it passes.
-    EXPECT_EQ(ValidateError([&](TrainOptions* o) { o->precision = precision; }), "");
+    for (const char* backend : {"auto", "cpu", "cuda"}) {
+      EXPECT_EQ(ValidateError([&](TrainOptions* o) {
+                  o->precision = precision;
+                  o->backend = backend;
+                }),
+                "")
+          << precision << " " << backend;
+    }
   }
 }
 

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
 #include "model.h"
+#include "step_math.h"
 
 namespace sweep::trainer {
 
@@ -56,7 +58,9 @@ struct GroupSpec {
 // One optimizer step's scalars, the same on every rank.
 struct StepArgs {
   float lr = 0;
-  int64_t t = 1;             // 1-based optimizer step (AdamW's bias correction)
+  // 1-based step of the run. AdamW's bias correction counts the steps applied: t minus those
+  // fp16 skipped, which the group subtracts (on a GPU, without waiting for the device).
+  int64_t t = 1;
   float dloss_scale = 1;     // 1 / (samples in the whole step, over replicas and micro-batches)
   uint64_t dropout_key = 0;  // fresh per step
 };
@@ -75,6 +79,9 @@ struct MicroBatch {
 struct ModelState {
   std::vector<float> params;                  // shape.num_params
   std::vector<std::vector<float>> optimizer;  // sgd: {velocity}; adamw: {m, v}
+  // fp16: the dynamic loss scale and the steps skipped so far (AdamW's step count leaves them
+  // out). Empty: start from GroupSpec's initial scale, none skipped. Other precisions: empty.
+  std::optional<LossScaleState> loss_scale;
 };
 
 // Checks that `state` fits a model of num_params parameters and an optimizer with

@@ -2,7 +2,8 @@
 //   "SWEEPCK1"                     8 bytes, magic and format version
 //   header_bytes                   uint32
 //   header                         JSON: config, epoch, step, rng_seed, replicas, params,
-//                                  optimizer_buffers
+//                                  optimizer_buffers; fp16 also loss_scale {scale, good_steps,
+//                                  skipped} (absent in files from before it: start afresh)
 //   params                         float[params]
 //   optimizer buffers              optimizer_buffers x float[params]
 //   crc32                          uint32 over everything before it
@@ -11,6 +12,7 @@
 #include <zlib.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -89,13 +91,18 @@ std::string TrainingConfig(const TrainOptions& o) {
 }
 
 Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
-  const json header = {{"config", c.config},
-                       {"epoch", c.epoch},
-                       {"step", c.step},
-                       {"rng_seed", c.rng_seed},
-                       {"replicas", c.replicas},
-                       {"params", c.state.params.size()},
-                       {"optimizer_buffers", c.state.optimizer.size()}};
+  json header = {{"config", c.config},
+                 {"epoch", c.epoch},
+                 {"step", c.step},
+                 {"rng_seed", c.rng_seed},
+                 {"replicas", c.replicas},
+                 {"params", c.state.params.size()},
+                 {"optimizer_buffers", c.state.optimizer.size()}};
+  if (c.state.loss_scale.has_value()) {
+    const LossScaleState& ls = *c.state.loss_scale;
+    header["loss_scale"] = {
+        {"scale", ls.scale}, {"good_steps", ls.good_steps}, {"skipped", ls.skipped}};
+  }
   const std::string text = header.dump();
   const uint32_t header_bytes = static_cast<uint32_t>(text.size());
   std::vector<ByteRange> pieces = {{kMagic, sizeof kMagic},
@@ -157,6 +164,16 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
     c.replicas = h.at("replicas").get<int>();
     n = h.at("params").get<size_t>();
     buffers = h.at("optimizer_buffers").get<size_t>();
+    if (h.contains("loss_scale")) {
+      const json& ls = h.at("loss_scale");
+      c.state.loss_scale =
+          LossScaleState{ls.at("scale").get<float>(), ls.at("good_steps").get<int32_t>(),
+                         ls.at("skipped").get<uint64_t>()};
+      if (!(c.state.loss_scale->scale > 0) || !std::isfinite(c.state.loss_scale->scale) ||
+          c.state.loss_scale->good_steps < 0) {
+        return Bad(path, "loss_scale " + ls.dump());
+      }
+    }
   } catch (const std::exception& e) {
     return Bad(path, std::string("header: ") + e.what());
   }

@@ -394,11 +394,6 @@ Status Validate(const TrainOptions& o) {
   if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda") {
     return bad("backend: expected auto, cpu or cuda, got \"" + o.backend + "\"");
   }
-  if (precision != Precision::kFp32 && o.backend == "cpu") {
-    return bad("precision: \"" + o.precision +
-               "\" needs a GPU (backend cuda, or auto on a machine with one); the CPU backend "
-               "trains in fp32 only");
-  }
   if (o.threads < 1 || o.threads > 1024) {
     return bad("threads: must be in [1, 1024], got " + std::to_string(o.threads));
   }

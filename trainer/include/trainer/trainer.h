@@ -60,7 +60,8 @@ struct TrainOptions {
   double validation_fraction = 0.1;  // held out of the training file, deterministic split
   int64_t max_train_samples = 0;     // 0: all; else the first N of the shuffled training set
   // fp32 (GPU: TF32 GEMMs) | bf16 | fp16: the GEMMs' inputs in 16 bits with fp32 accumulation,
-  // fp32 master weights and fp32 everything else; fp16 adds dynamic loss scaling. GPU only.
+  // fp32 master weights and fp32 everything else; fp16 adds dynamic loss scaling. A GPU runs
+  // 16-bit GEMMs; the CPU rounds the inputs the same way and runs fp32 ones (same numbers).
   std::string precision = "fp32";
   uint64_t seed = 0;
 
@@ -91,9 +92,7 @@ const std::vector<std::string>& OptionKeys();
 // allreduce_s, lr, skipped_steps, and test_acc (at the end, when a test set is given).
 const std::vector<std::string>& MetricNames();
 // Checks values that need no data: positive sizes, known names, lr > 0, fraction in [0, 1),
-// batch_size >= replicas, one device per replica, and what the chosen backend can train (bf16
-// and fp16 need a GPU: refused with backend = "cpu"; with "auto" a machine without a GPU
-// refuses them when training starts).
+// batch_size >= replicas, one device per replica, and what the chosen backend can train.
 Status Validate(const TrainOptions& options);
 
 // The work a run of these options does, in multiply-adds (forward and backward over every

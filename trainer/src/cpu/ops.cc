@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "step_math.h"
+
 namespace sweep::trainer::cpu {
 namespace {
 
@@ -262,11 +264,55 @@ void sgd_update(float* params, float* velocity, const float* grads, int64_t n, f
 
 void adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t t) {
-  // Bias corrections in double: beta^t for t in the millions is where float would lose them.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
-  AdamwRange(params, m, v, grads, n, 1.0f - lr * weight_decay, beta1, beta2,
-             static_cast<float>(lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)), eps);
+  const AdamwScalars a = MakeAdamwScalars(lr, beta1, beta2, weight_decay, t);
+  AdamwRange(params, m, v, grads, n, a.decay, beta1, beta2, a.step_size, a.inv_sqrt_bc2, eps);
+}
+
+namespace {
+
+uint32_t Bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+float FromBits(uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+// bf16 keeps float's exponent and the top 7 of its 23 fraction bits: round the low 16 bits
+// away, ties to even. Overflow past bf16's largest value carries into the exponent: inf.
+float RoundBf16(float x) {
+  const uint32_t b = Bits(x);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return FromBits((b & 0xFFFF0000u) | 0x00400000u);  // NaN
+  return FromBits((b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u);
+}
+
+// fp16: 10 fraction bits, exponents down to -14, subnormals in steps of 2^-24.
+float RoundFp16(float x) {
+  constexpr float kOverflow = 65520.0f;  // halfway from 65504 (the largest) to 2^16: rounds up
+  constexpr float kMinNormal = 6.103515625e-05f;  // 2^-14
+  const float a = std::fabs(x);
+  if (!(a < kOverflow)) return a == a ? std::copysign(HUGE_VALF, x) : x;  // inf, or NaN as is
+  if (a < kMinNormal) {
+    // Floats in [0.5, 1) are spaced 2^-24 apart, so the addition rounds a to that grid, ties to
+    // even, as fp16's subnormals are.
+    return std::copysign((a + 0.5f) - 0.5f, x);
+  }
+  const uint32_t b = Bits(x);
+  return FromBits((b + 0xFFFu + ((b >> 13) & 1u)) & 0xFFFFE000u);
+}
+
+}  // namespace
+
+void round_to_half(float* out, const float* in, int64_t n, HalfType type) {
+  if (type == HalfType::kBf16) {
+    for (int64_t i = 0; i < n; ++i) out[i] = RoundBf16(in[i]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = RoundFp16(in[i]);
+  }
 }
 
 void dropout_forward(float* out, float* mask, const float* x, int B, int C, float p, uint64_t key,

@@ -48,6 +48,15 @@ void sgd_update(float* params, float* velocity, const float* grads, int64_t n, f
 void adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t t);
 
+// The 16-bit formats the GEMMs read in precision bf16 / fp16 (the CUDA backend's too).
+enum class HalfType { kBf16, kFp16 };
+
+// out[n] = in rounded to the nearest value of `type`, ties to even, kept as a float: what a GEMM
+// with 16-bit inputs multiplies, so fp32 GEMMs on rounded inputs give the CPU the GPU's bf16 and
+// fp16 numbers up to summation order. fp16: subnormals kept, beyond its range (|x| >= 65520)
+// inf; NaN stays NaN. out may be in.
+void round_to_half(float* out, const float* in, int64_t n, HalfType type);
+
 // Inverted dropout of x[B, C] into out: each element is kept with probability 1 - p and then
 // scaled by 1 / (1 - p); mask[B, C] receives that factor (0 or 1 / (1 - p)) for the backward
 // pass. Which elements drop is a pure function of (key, first_row + b, c): a row keeps its mask

@@ -116,10 +116,8 @@ class CudaReplicaGroup final : public ReplicaGroup {
       r.model.reset();
       r.opt.clear();
       r.loss_total = DeviceBuffer<double>();
-      r.loss_scale = DeviceBuffer<float>();
-      r.good_steps = DeviceBuffer<int>();
+      r.loss_scale = DeviceBuffer<LossScaleState>();
       r.found_inf = DeviceBuffer<int>();
-      r.skipped = DeviceBuffer<unsigned long long>();
       for (cudaEvent_t e : r.AllEvents()) {
         if (e != nullptr) cudaEventDestroy(e);
       }
@@ -180,12 +178,20 @@ class CudaReplicaGroup final : public ReplicaGroup {
       }
     }
     if (size() > 1) SWEEP_RETURN_IF_ERROR(BroadcastFromRank0());
+    // fp16: every rank gets the same loss scale state from the host (a few bytes).
+    const LossScaleState scale =
+        state.loss_scale.value_or(LossScaleState{spec_.initial_loss_scale, 0, 0});
     for (int i = 0; i < size(); ++i) {
       Rank& r = ranks_[static_cast<size_t>(i)];
       SWEEP_RETURN_IF_ERROR(SetDevice(i));
+      if (fp16()) {
+        CUDA_CHECK(cudaMemcpyAsync(r.loss_scale.data(), &scale, sizeof scale,
+                                   cudaMemcpyHostToDevice, r.compute));
+      }
       CUDA_CHECK(cudaStreamSynchronize(r.compute));
       r.model->ParamsChanged();
     }
+    skipped_reported_ = static_cast<int64_t>(scale.skipped);
     return Status::Ok();
   }
 
@@ -239,10 +245,9 @@ class CudaReplicaGroup final : public ReplicaGroup {
     std::vector<cudaEvent_t> bucket_ready;
     cudaEvent_t backward_end[2] = {}, comm_start[2] = {}, comm_done[2] = {};
     CommStats comm_stats;
-    // fp16: the loss scale and its bookkeeping, on the device.
-    DeviceBuffer<float> loss_scale;
-    DeviceBuffer<int> good_steps, found_inf;
-    DeviceBuffer<unsigned long long> skipped;
+    // fp16: the loss scale and its bookkeeping, on the device; found_inf is this step's.
+    DeviceBuffer<LossScaleState> loss_scale;
+    DeviceBuffer<int> found_inf;
 
     std::vector<cudaEvent_t> AllEvents() const {
       std::vector<cudaEvent_t> all(bucket_ready);
@@ -330,12 +335,10 @@ class CudaReplicaGroup final : public ReplicaGroup {
       r.hook = std::make_unique<BucketHook>(this, rank);
     }
     if (fp16()) {
-      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(1, &r.loss_scale));
-      SWEEP_RETURN_IF_ERROR(DeviceBuffer<int>::Make(1, &r.good_steps));
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<LossScaleState>::Make(1, &r.loss_scale));
       SWEEP_RETURN_IF_ERROR(DeviceBuffer<int>::Make(1, &r.found_inf));
-      SWEEP_RETURN_IF_ERROR(DeviceBuffer<unsigned long long>::Make(1, &r.skipped));
-      CUDA_CHECK(cudaMemcpy(r.loss_scale.data(), &spec_.initial_loss_scale, sizeof(float),
-                            cudaMemcpyHostToDevice));
+      const LossScaleState initial{spec_.initial_loss_scale, 0, 0};
+      CUDA_CHECK(cudaMemcpy(r.loss_scale.data(), &initial, sizeof initial, cudaMemcpyHostToDevice));
     }
     // The buffers were zeroed on the legacy stream, which the non-blocking streams do not wait
     // for: let that finish before any of them runs.
@@ -411,7 +414,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
     // 2. Compute.
     CUDA_CHECK(cudaStreamWaitEvent(r.compute, r.copied[slot], 0));
     SWEEP_RETURN_IF_ERROR(model.ForwardLoss(slot, mb.rows, args.dloss_scale,
-                                            fp16() ? r.loss_scale.data() : nullptr,
+                                            fp16() ? &r.loss_scale.data()->scale : nullptr,
                                             args.dropout_key, mb.first_row, !mb.first));
     const bool reduce = mb.last && size() > 1;
     if (reduce) r.hook->Reset();
@@ -455,8 +458,8 @@ class CudaReplicaGroup final : public ReplicaGroup {
     const int64_t n = spec_.shape.num_params;
     const int* skip = nullptr;
     if (fp16()) {
-      SWEEP_RETURN_IF_ERROR(
-          unscale_check(model.grads(), n, r.loss_scale.data(), r.found_inf.data(), r.compute));
+      SWEEP_RETURN_IF_ERROR(unscale_check(model.grads(), n, &r.loss_scale.data()->scale,
+                                          r.found_inf.data(), r.compute));
       skip = r.found_inf.data();
     }
     const OptimizerSpec& o = spec_.optimizer;
@@ -466,11 +469,11 @@ class CudaReplicaGroup final : public ReplicaGroup {
     } else {
       SWEEP_RETURN_IF_ERROR(adamw_update(model.params(), r.opt[0].data(), r.opt[1].data(),
                                          model.grads(), n, args.lr, o.beta1, o.beta2, o.eps,
-                                         o.weight_decay, args.t, r.compute, skip));
+                                         o.weight_decay, args.t, r.compute, skip,
+                                         fp16() ? r.loss_scale.data() : nullptr));
     }
     if (fp16()) {
-      SWEEP_RETURN_IF_ERROR(update_loss_scale(r.loss_scale.data(), r.good_steps.data(),
-                                              r.found_inf.data(), r.skipped.data(),
+      SWEEP_RETURN_IF_ERROR(update_loss_scale(r.loss_scale.data(), r.found_inf.data(),
                                               spec_.loss_scale_window, r.compute));
     }
     model.ParamsChanged();
@@ -510,7 +513,13 @@ class CudaReplicaGroup final : public ReplicaGroup {
       CUDA_CHECK(cudaMemcpyAsync(s->optimizer.back().data(), o.data(), n * sizeof(float),
                                  cudaMemcpyDeviceToHost, r.compute));
     }
+    LossScaleState scale;
+    if (fp16()) {
+      CUDA_CHECK(cudaMemcpyAsync(&scale, r.loss_scale.data(), sizeof scale, cudaMemcpyDeviceToHost,
+                                 r.compute));
+    }
     CUDA_CHECK(cudaStreamSynchronize(r.compute));
+    if (fp16()) s->loss_scale = scale;
     return Status::Ok();
   }
 
@@ -519,11 +528,11 @@ class CudaReplicaGroup final : public ReplicaGroup {
     if (!fp16()) return Status::Ok();
     const Rank& r = ranks_[0];  // every rank skips the same steps
     SWEEP_RETURN_IF_ERROR(SetDevice(0));
-    unsigned long long count = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&count, r.skipped.data(), sizeof(count), cudaMemcpyDeviceToHost,
+    LossScaleState scale;
+    CUDA_CHECK(cudaMemcpyAsync(&scale, r.loss_scale.data(), sizeof scale, cudaMemcpyDeviceToHost,
                                r.compute));
     CUDA_CHECK(cudaStreamSynchronize(r.compute));
-    *skipped = static_cast<int64_t>(count);
+    *skipped = static_cast<int64_t>(scale.skipped);
     return Status::Ok();
   }
 

@@ -129,17 +129,28 @@ __global__ void SgdKernel(float* p, float* vel, const float* g, int64_t n, float
   }
 }
 
-__global__ void AdamwKernel(float* p, float* m, float* v, const float* g, int64_t n, float decay,
-                            float beta1, float beta2, float step_size, float inv_sqrt_bc2,
-                            float eps, const int* skip) {
+// s: the step's scalars, computed on the host; or, with loss_scale (fp16), by each block from
+// t minus the steps skipped so far, which only the device knows without waiting.
+__global__ void AdamwKernel(float* p, float* m, float* v, const float* g, int64_t n, float beta1,
+                            float beta2, float eps, AdamwScalars s, float lr, float weight_decay,
+                            int64_t t, const int* skip, const LossScaleState* loss_scale) {
   if (skip != nullptr && *skip != 0) return;
+  if (loss_scale != nullptr) {
+    __shared__ AdamwScalars block_s;
+    if (threadIdx.x == 0) {
+      block_s = MakeAdamwScalars(lr, beta1, beta2, weight_decay,
+                                 t - static_cast<int64_t>(loss_scale->skipped));
+    }
+    __syncthreads();
+    s = block_s;
+  }
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const float gi = g[i];
     const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
     const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    p[i] = p[i] * s.decay - s.step_size * mi / (sqrtf(vi) * s.inv_sqrt_bc2 + eps);
   }
 }
 
@@ -168,18 +179,8 @@ __global__ void UnscaleCheckKernel(float* g, int64_t n, const float* scale, int*
   if (bad) *found_inf = 1;  // every writer writes the same value: no atomic needed
 }
 
-constexpr float kMaxLossScale = 16777216.0f;  // 2^24
-
-__global__ void UpdateLossScaleKernel(float* scale, int* good_steps, int* found_inf,
-                                      unsigned long long* skipped, int window) {
-  if (*found_inf != 0) {
-    *scale *= 0.5f;
-    *good_steps = 0;
-    *skipped += 1ull;
-  } else if (++*good_steps >= window) {
-    *scale = fminf(*scale * 2.0f, kMaxLossScale);
-    *good_steps = 0;
-  }
+__global__ void UpdateLossScaleKernel(LossScaleState* state, int* found_inf, int window) {
+  AdvanceLossScale(state, *found_inf != 0, window);
   *found_inf = 0;
 }
 
@@ -342,9 +343,8 @@ Status unscale_check(float* grads, int64_t n, const float* scale, int* found_inf
   return Status::Ok();
 }
 
-Status update_loss_scale(float* scale, int* good_steps, int* found_inf, unsigned long long* skipped,
-                         int window, cudaStream_t stream) {
-  UpdateLossScaleKernel<<<1, 1, 0, stream>>>(scale, good_steps, found_inf, skipped, window);
+Status update_loss_scale(LossScaleState* state, int* found_inf, int window, cudaStream_t stream) {
+  UpdateLossScaleKernel<<<1, 1, 0, stream>>>(state, found_inf, window);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -394,14 +394,12 @@ Status sgd_update(float* params, float* velocity, const float* grads, int64_t n,
 
 Status adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                    cudaStream_t stream, const int* skip) {
+                    cudaStream_t stream, const int* skip, const LossScaleState* loss_scale) {
   if (n == 0) return Status::Ok();
-  // The scalars exactly as cpu::adamw_update computes them (bias corrections in double).
-  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t));
-  AdamwKernel<<<Blocks(n), kThreads, 0, stream>>>(
-      params, m, v, grads, n, 1.0f - lr * weight_decay, beta1, beta2, static_cast<float>(lr / bc1),
-      static_cast<float>(1.0 / std::sqrt(bc2)), eps, skip);
+  // The scalars as cpu::adamw_update computes them (step_math.h, bias corrections in double).
+  const AdamwScalars s = MakeAdamwScalars(lr, beta1, beta2, weight_decay, t);
+  AdamwKernel<<<Blocks(n), kThreads, 0, stream>>>(params, m, v, grads, n, beta1, beta2, eps, s, lr,
+                                                  weight_decay, t, skip, loss_scale);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

@@ -12,10 +12,12 @@
 
 #include "base/status.h"
 #include "cpu/ops.h"
+#include "step_math.h"
 
 namespace sweep::trainer::cuda {
 
 using Activation = cpu::Activation;
+using LossScaleState = trainer::LossScaleState;
 
 // A cuBLAS handle for `stream`, in TF32 tensor-op mode when `tf32` (fp32 storage, 10-bit
 // mantissa products, fp32 accumulation: about 1e-3 relative error per GEMM) and exact fp32
@@ -33,8 +35,9 @@ Status matmul_backward(cublasHandle_t handle, float* dinp, float* dweight, const
 
 // ---- 16-bit GEMM inputs (precision bf16 / fp16) ----
 
-// The 16-bit formats a GEMM may read. Such arrays are passed as uint16_t: the values' bits.
-enum class HalfType { kBf16, kFp16 };
+// The 16-bit formats a GEMM may read (cpu::round_to_half gives the CPU the same values). Such
+// arrays are passed as uint16_t: the values' bits.
+using HalfType = cpu::HalfType;
 
 // out[n] = in rounded to the nearest 16-bit value (ties to even; beyond fp16's range: inf).
 Status cast_to_half(uint16_t* out, const float* in, int64_t n, HalfType type, cudaStream_t stream);
@@ -65,12 +68,15 @@ Status softmax_xent_forward_backward(float* dlogits, float* losses, const float*
 // each one flat buffer holding every tensor, so one launch updates all of them (the
 // multi-tensor form without a pointer list). skip (a device int, may be null): when it holds a
 // non-zero value the kernel changes nothing (fp16's overflowed step), decided on the device.
+// AdamW's t is the run's 1-based step; with loss_scale (device, fp16) the kernel takes
+// t - loss_scale->skipped, the steps actually applied, as PyTorch's step count does.
 Status sgd_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
                   float momentum, float weight_decay, bool nesterov, cudaStream_t stream,
                   const int* skip = nullptr);
 Status adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                    cudaStream_t stream, const int* skip = nullptr);
+                    cudaStream_t stream, const int* skip = nullptr,
+                    const LossScaleState* loss_scale = nullptr);
 
 // ---- dynamic loss scaling (fp16); every scalar lives on the device, so no step waits ----
 
@@ -79,11 +85,8 @@ Status scale_by(float* x, int64_t n, const float* scale, cudaStream_t stream);
 // grads[n] *= 1 / *scale, and *found_inf = 1 when any result is inf or nan (else untouched).
 Status unscale_check(float* grads, int64_t n, const float* scale, int* found_inf,
                      cudaStream_t stream);
-// After a step: when *found_inf, halves *scale, zeroes *good_steps and counts the step in
-// *skipped; otherwise counts a good step and doubles *scale after `window` of them in a row
-// (never above 2^24, so that a fp32 scaled loss stays finite). Resets *found_inf to 0.
-Status update_loss_scale(float* scale, int* good_steps, int* found_inf, unsigned long long* skipped,
-                         int window, cudaStream_t stream);
+// After a step: AdvanceLossScale (step_math.h) on *state with *found_inf, then *found_inf = 0.
+Status update_loss_scale(LossScaleState* state, int* found_inf, int window, cudaStream_t stream);
 
 // Inverted dropout with cpu::dropout_forward's counter-based hash: the same (key, row, column)
 // drops the same element on both backends, bit for bit.
