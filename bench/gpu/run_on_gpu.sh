@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Everything a GPU machine should run on a prebuilt tree, all output on stdout:
-#   1. which shared libraries the binaries resolve (ldd); when cuBLAS or NCCL are missing, the
-#      lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH;
-#   2. the GPU tests: ctest -L gpu --output-on-failure;
+#   1. which shared libraries the binaries resolve (ldd); a library the machine lacks is taken
+#      from BUILD_DIR/gpu-libs (bench/gpu/bundle_libs.sh fills it where the tree was built), and
+#      the lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH for cuBLAS and NCCL,
+#      which the binaries open at their first call (ldd does not list them);
+#   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths);
 #   3. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store;
 #   4. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin.
 # Run from the repository root: bench/gpu/run_on_gpu.sh [BUILD_DIR] [DATA_DIR]
@@ -30,16 +32,9 @@ python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.versio
 missing() { ldd "$1" 2>/dev/null | grep -E 'not found' ; }
 
 step "shared libraries (ldd)"
-need_path=0
-for b in "${binaries[@]}"; do
-  if [[ ! -x "$b" ]]; then echo "missing binary: $b"; status=1; continue; fi
-  echo "$b:"
-  ldd "$b" | grep -E 'cublas|cudart|nccl|not found' | sed 's/^/  /'
-  [[ -n "$(missing "$b")" ]] && need_path=1
-done
-if [[ $need_path == 1 ]]; then
-  # pip's nvidia-cublas-*, nvidia-nccl-* ... put their libraries in nvidia/<name>/lib.
-  extra=$(python3 - <<'EOF' 2>/dev/null
+# cuBLAS and NCCL are dlopen()ed, so ldd cannot say whether they will be found: always offer
+# python's nvidia-* packages (nvidia/<name>/lib), after whatever LD_LIBRARY_PATH already has.
+extra=$(python3 - <<'EOF' 2>/dev/null
 import glob, os
 try:
     import nvidia
@@ -51,23 +46,42 @@ for root in list(nvidia.__path__):
 print(":".join(dirs))
 EOF
 )
-  if [[ -n "$extra" ]]; then
-    export LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    echo "LD_LIBRARY_PATH += python's nvidia packages: $extra"
-    for b in "${binaries[@]}"; do
-      [[ -x "$b" ]] || continue
-      if [[ -n "$(missing "$b")" ]]; then
-        echo "$b still lacks:"; missing "$b" | sed 's/^/  /'; status=1
-      fi
-    done
-  else
-    echo "libraries are missing and python has no nvidia-* packages to take them from"
-    status=1
-  fi
+if [[ -n "$extra" ]]; then
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$extra"
+  echo "LD_LIBRARY_PATH += python's nvidia packages: $extra"
 fi
+# What this machine lacks, from the bundle, alone in a folder of its own: the bundle's other
+# libraries must not shadow the system's (python's ssl would load the build machine's libcrypto).
+libs=$(mktemp -d)
+for b in "${binaries[@]}"; do
+  [[ -x "$b" ]] || continue
+  for so in $(missing "$b" | awk '{print $1}'); do
+    if [[ -e "$build/gpu-libs/$so" ]]; then
+      ln -sf "$(cd "$build/gpu-libs" && pwd)/$so" "$libs/$so"
+    fi
+  done
+done
+if [[ -n "$(ls -A "$libs")" ]]; then
+  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "from $build/gpu-libs: $(ls "$libs" | tr "\n" " ")"
+fi
+for b in "${binaries[@]}"; do
+  if [[ ! -x "$b" ]]; then echo "missing binary: $b"; status=1; continue; fi
+  echo "$b:"
+  ldd "$b" | grep -E 'openblas|sqlite|toml|not found' | sed 's/^/  /'
+  if [[ -n "$(missing "$b")" ]]; then echo "  still lacks libraries"; status=1; fi
+done
+for so in libcublas.so.13 libnccl.so.2; do
+  found=""
+  IFS=: read -r -a dirs <<< "${LD_LIBRARY_PATH:-}"
+  for d in "${dirs[@]}" /usr/local/cuda/lib64 /usr/local/cuda/lib; do
+    if [[ -n "$d" && -e "$d/$so" ]]; then found="$d/$so"; break; fi
+  done
+  echo "$so: ${found:-not in LD_LIBRARY_PATH or /usr/local/cuda (ld.so.cache may still have it)}"
+done
 
-step "ctest -L gpu --output-on-failure"
-ctest --test-dir "$build" -L gpu --output-on-failure || status=1
+step "GPU tests (sweep_trainer_cuda_tests)"
+"$build/tests/trainer/sweep_trainer_cuda_tests" || status=1
 
 step "sweep run configs/quickstart.toml (on the GPU)"
 scratch=$(mktemp -d)

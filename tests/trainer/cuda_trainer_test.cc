@@ -89,8 +89,8 @@ TEST_F(CudaGroup, OneGpuMatchesTheCpuReference) {
     OptimizerSpec::Kind kind;
     float dropout;
     int accum;
-  } cases[] = {{"sgd, 12 steps", OptimizerSpec::Kind::kSgd, 0.0f, 1},
-               {"adamw + dropout, 12 steps", OptimizerSpec::Kind::kAdamw, 0.2f, 1},
+  } cases[] = {{"sgd, 24 steps", OptimizerSpec::Kind::kSgd, 0.0f, 1},
+               {"adamw + dropout, 24 steps", OptimizerSpec::Kind::kAdamw, 0.2f, 1},
                {"sgd, accum_steps 2, 12 steps", OptimizerSpec::Kind::kSgd, 0.0f, 2}};
   for (const Case& c : cases) {
     GroupSpec spec = Spec(1, c.kind, c.dropout);
