@@ -28,10 +28,12 @@ inline double NormErr(const std::vector<float>& a, const std::vector<float>& ref
   return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
 }
 
-// Inputs and labels for micro-batches of kBatch rows, one after another.
+// Inputs and labels for micro-batches of kBatch rows, one after another; or, when idx is not
+// empty, the row numbers of a set the group holds (ReplicaGroup::HoldDataset).
 struct Batches {
   std::vector<float> x;
   std::vector<int32_t> y;
+  std::vector<int32_t> idx;
 };
 
 inline Batches MakeBatches(int micro_batches, uint64_t seed) {
@@ -102,8 +104,12 @@ inline RunResult RunSteps(ReplicaGroup* group, const GroupSpec& spec, int steps,
       for (int m = 0; m < accum; ++m) {
         const int64_t row0 = int64_t{step * accum + m} * kBatch + begin;
         MicroBatch mb;
-        mb.x = data.x.data() + row0 * kInputs;
-        mb.y = data.y.data() + row0;
+        if (data.idx.empty()) {
+          mb.x = data.x.data() + row0 * kInputs;
+          mb.y = data.y.data() + row0;
+        } else {
+          mb.idx = data.idx.data() + row0;
+        }
         mb.rows = end - begin;
         mb.first_row = int64_t{m} * kBatch + begin;
         mb.first = m == 0;

@@ -19,6 +19,7 @@
 namespace sweep::trainer {
 
 class HostAllocator;  // batcher.h
+struct Dataset;       // data.h
 
 struct OptimizerSpec {
   enum class Kind { kSgd, kAdamw };
@@ -65,10 +66,12 @@ struct StepArgs {
   uint64_t dropout_key = 0;  // fresh per step
 };
 
-// One replica's share of one micro-batch.
+// One replica's share of one micro-batch: its rows as arrays, or, for a group that holds the
+// training set (ReplicaGroup::HoldDataset), as row numbers of that set.
 struct MicroBatch {
-  const float* x = nullptr;    // [rows, inputs]
-  const int32_t* y = nullptr;  // [rows]
+  const float* x = nullptr;      // [rows, inputs]
+  const int32_t* y = nullptr;    // [rows]
+  const int32_t* idx = nullptr;  // [rows]: rows of the held set; x and y are then unused
   int rows = 0;
   int64_t first_row = 0;  // index of x's first row among the step's samples (keys dropout)
   bool first = true;      // the step's first micro-batch: gradients start from zero
@@ -135,6 +138,14 @@ class ReplicaGroup {
   // Where the Batcher should put the batches this group reads (pinned memory for a GPU, so that
   // copies from it are asynchronous); null: ordinary memory. Owned by the group.
   virtual HostAllocator* host_allocator() { return nullptr; }
+  // Outside Run: offers the group the training set. True when it copied the set to its devices
+  // and will take training micro-batches as row numbers (MicroBatch::idx), gathering them
+  // there; false (the CPU; a GPU without room for it) when batches must come as arrays. The
+  // group keeps no reference to `data`.
+  virtual Result<bool> HoldDataset(const Dataset& data) {
+    (void)data;
+    return false;
+  }
 };
 
 class Backend {

@@ -213,6 +213,7 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
   }
   if (key == "nesterov") return SetBool(key, v, &o->nesterov);
   if (key == "scale_lr") return SetBool(key, v, &o->scale_lr);
+  if (key == "dataset_on_gpu") return SetBool(key, v, &o->dataset_on_gpu);
   const std::pair<std::string_view, int*> ints[] = {
       {"batch_size", &o->batch_size}, {"accum_steps", &o->accum_steps},
       {"epochs", &o->epochs},         {"step_size", &o->step_size},
@@ -287,6 +288,7 @@ const std::vector<std::string>& OptionKeys() {
                                                 "replicas",
                                                 "backend",
                                                 "devices",
+                                                "dataset_on_gpu",
                                                 "checkpoint_path",
                                                 "checkpoint_every",
                                                 "cache_dir"};

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -206,8 +207,19 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   const float dloss_scale = static_cast<float>(1.0 / static_cast<double>(step_samples));
   // Declared before the batcher, so it outlives the producer thread reading it.
   std::vector<int32_t> order(rows.size());
-  // Replicas sync once per step, so within one the fastest may run K micro-batches ahead.
-  Batcher batcher(train, B, R, kPrefetchDepth, R > 1 ? K : 0, group->host_allocator());
+  // A GPU with room for the training set holds it and gathers each micro-batch itself from the
+  // row numbers: no gathering on the host and no copies of features per batch. Otherwise the
+  // Batcher gathers ahead on its thread. Replicas sync once per step, so within one the fastest
+  // may run K micro-batches ahead.
+  bool resident = false;
+  if (o.dataset_on_gpu) {
+    SWEEP_ASSIGN_OR_RETURN(resident, group->HoldDataset(*train));
+  }
+  std::unique_ptr<Batcher> batcher;
+  if (!resident) {
+    batcher = std::make_unique<Batcher>(train, B, R, kPrefetchDepth, R > 1 ? K : 0,
+                                        group->host_allocator());
+  }
   std::vector<std::vector<float>> eval_x(static_cast<size_t>(R));
   std::vector<std::vector<int32_t>> eval_y(static_cast<size_t>(R));
   for (int r = 0; r < R; ++r) {
@@ -221,7 +233,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     order = rows;
     Rng(MixSeed(o.seed, kShuffleStream, static_cast<uint64_t>(epoch)))
         .Shuffle(order.data(), n_train);
-    batcher.StartEpoch(order.data(), steps_per_epoch * K);
+    if (batcher) batcher->StartEpoch(order.data(), steps_per_epoch * K);
     std::fill(wait_s.begin(), wait_s.end(), 0.0);
     group->TakeCommStats();
     group->TakeSkippedSteps();
@@ -259,11 +271,16 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
         args.dloss_scale = dloss_scale;
         args.dropout_key = MixSeed(o.seed, kDropoutStream, static_cast<uint64_t>(t));
         for (int m = 0; m < K; ++m) {
-          const Batcher::Batch batch = batcher.Next(rank, &wait_s[r]);
           const int begin = shard_begin(rank);
           MicroBatch mb;
-          mb.x = batch.x + static_cast<int64_t>(begin) * train->dim;
-          mb.y = batch.y + begin;
+          if (resident) {
+            // The Batcher's batch j is order[j B, (j + 1) B); this is batch s K + m.
+            mb.idx = order.data() + (s * K + m) * int64_t{B} + begin;
+          } else {
+            const Batcher::Batch batch = batcher->Next(rank, &wait_s[r]);
+            mb.x = batch.x + static_cast<int64_t>(begin) * train->dim;
+            mb.y = batch.y + begin;
+          }
           mb.rows = shard_begin(rank + 1) - begin;
           mb.first_row = int64_t{m} * B + begin;
           mb.first = m == 0;

@@ -76,6 +76,9 @@ struct TrainOptions {
   // CUDA ordinals of the replicas' GPUs, one per replica (the executor passes the trial's slots).
   // Empty: devices 0 .. replicas - 1 on the GPU backend.
   std::vector<int> devices;
+  // GPU backend: keep the training set in GPU memory (when it takes at most a quarter of each
+  // device's free memory) and gather batches there; false: stream them from pinned host memory.
+  bool dataset_on_gpu = true;
   std::string checkpoint_path;  // resume from / write to this file; empty: no checkpoints
   int checkpoint_every = 0;     // epochs between checkpoints; 0: only when stopped and at the end
   // Decoded-dataset cache shared by the processes of this machine. Empty: $XDG_CACHE_HOME/sweep,

@@ -7,7 +7,9 @@
 //
 // One training micro-batch m on one rank, as TrainMicroBatch queues it:
 //   1. copy stream: wait until compute has finished with input slot m % 2 (micro-batch m - 2),
-//      copy the rows from the Batcher's pinned slot into it, record `copied`.
+//      copy the rows from the Batcher's pinned slot into it, record `copied`. When the group
+//      holds the training set (HoldDataset), the micro-batch's row numbers go through a pinned
+//      staging slot instead and a gather kernel on the copy stream fills the input slot.
 //   2. compute stream: wait for `copied`, forward, backward. On the step's last micro-batch with
 //      several GPUs, as backward queues the last layer of a gradient bucket it records an event
 //      that the comm stream waits on before all-reducing that bucket (ncclSum: the loss is
@@ -24,6 +26,7 @@
 #include "cuda/cuda_backend.h"
 
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -38,6 +41,7 @@
 #include "cuda/device_buffer.h"
 #include "cuda/mlp.h"
 #include "cuda/ops.h"
+#include "data.h"
 #include "team.h"
 
 namespace sweep::trainer::cuda {
@@ -118,6 +122,11 @@ class CudaReplicaGroup final : public ReplicaGroup {
       r.loss_total = DeviceBuffer<double>();
       r.loss_scale = DeviceBuffer<LossScaleState>();
       r.found_inf = DeviceBuffer<int>();
+      r.data_u8 = DeviceBuffer<uint8_t>();
+      r.data_f32 = DeviceBuffer<float>();
+      r.data_labels = DeviceBuffer<int32_t>();
+      for (DeviceBuffer<int32_t>& idx : r.idx) idx = DeviceBuffer<int32_t>();
+      if (r.idx_host != nullptr) cudaFreeHost(r.idx_host);
       for (cudaEvent_t e : r.AllEvents()) {
         if (e != nullptr) cudaEventDestroy(e);
       }
@@ -217,6 +226,45 @@ class CudaReplicaGroup final : public ReplicaGroup {
 
   HostAllocator* host_allocator() override { return &pinned_; }
 
+  Result<bool> HoldDataset(const Dataset& data) override {
+    const bool u8 = !data.u8.empty();
+    const size_t n = static_cast<size_t>(data.n), dim = static_cast<size_t>(data.dim);
+    const size_t bytes = n * dim * (u8 ? 1 : sizeof(float)) + n * sizeof(int32_t);
+    // A quarter of free memory at most: the trial's activations, and other trials sharing the
+    // GPU, keep the rest.
+    for (int i = 0; i < size(); ++i) {
+      SWEEP_RETURN_IF_ERROR(SetDevice(i));
+      size_t free = 0, total = 0;
+      CUDA_CHECK(cudaMemGetInfo(&free, &total));
+      if (bytes > free / 4) return false;
+    }
+    for (int i = 0; i < size(); ++i) {
+      Rank& r = ranks_[static_cast<size_t>(i)];
+      SWEEP_RETURN_IF_ERROR(SetDevice(i));
+      if (u8) {
+        SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(data.n * data.dim, &r.data_u8));
+        CUDA_CHECK(cudaMemcpy(r.data_u8.data(), data.u8.data(), n * dim, cudaMemcpyHostToDevice));
+      } else {
+        SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(data.n * data.dim, &r.data_f32));
+        CUDA_CHECK(cudaMemcpy(r.data_f32.data(), data.f32.data(), n * dim * sizeof(float),
+                              cudaMemcpyHostToDevice));
+      }
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(data.n, &r.data_labels));
+      CUDA_CHECK(cudaMemcpy(r.data_labels.data(), data.labels.data(), n * sizeof(int32_t),
+                            cudaMemcpyHostToDevice));
+      for (DeviceBuffer<int32_t>& idx : r.idx) {
+        SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(spec_.max_rows, &idx));
+      }
+      void* staging = nullptr;
+      CUDA_CHECK(cudaHostAlloc(&staging, Mlp::kInputSlots * sizeof(int32_t) * spec_.max_rows,
+                               cudaHostAllocPortable));
+      r.idx_host = static_cast<int32_t*>(staging);
+      r.data_dim = data.dim;
+      r.data_rows = data.n;
+    }
+    return true;
+  }
+
  private:
   friend class BucketHook;
 
@@ -248,6 +296,15 @@ class CudaReplicaGroup final : public ReplicaGroup {
     // fp16: the loss scale and its bookkeeping, on the device; found_inf is this step's.
     DeviceBuffer<LossScaleState> loss_scale;
     DeviceBuffer<int> found_inf;
+    // HoldDataset: the training set (one of data_u8, data_f32), its labels, and per input slot
+    // the micro-batch's row numbers on the device and in pinned staging (idx_host, kInputSlots x
+    // max_rows).
+    DeviceBuffer<uint8_t> data_u8;
+    DeviceBuffer<float> data_f32;
+    DeviceBuffer<int32_t> data_labels;
+    DeviceBuffer<int32_t> idx[Mlp::kInputSlots];
+    int32_t* idx_host = nullptr;
+    int64_t data_dim = 0, data_rows = 0;
 
     std::vector<cudaEvent_t> AllEvents() const {
       std::vector<cudaEvent_t> all(bucket_ready);
@@ -405,11 +462,28 @@ class CudaReplicaGroup final : public ReplicaGroup {
     const size_t rows = static_cast<size_t>(mb.rows);
     // 1. The input, on the copy stream.
     CUDA_CHECK(cudaStreamWaitEvent(r.copy, r.input_free[slot], 0));
-    CUDA_CHECK(cudaMemcpyAsync(model.x(slot), mb.x,
-                               rows * static_cast<size_t>(spec_.shape.in(0)) * sizeof(float),
-                               cudaMemcpyHostToDevice, r.copy));
-    CUDA_CHECK(cudaMemcpyAsync(model.y(slot), mb.y, rows * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               r.copy));
+    if (mb.idx != nullptr) {
+      if (r.data_labels.data() == nullptr || mb.rows > spec_.max_rows) {
+        return Status::Internal(
+            "cuda: a micro-batch of row numbers, but the group holds no "
+            "training set or the batch exceeds max_rows");
+      }
+      // The staging slot's last copy (micro-batch m - 2) finished: the host waited for its
+      // `copied` at the end of that call.
+      int32_t* staged = r.idx_host + static_cast<size_t>(slot) * spec_.max_rows;
+      std::memcpy(staged, mb.idx, rows * sizeof(int32_t));
+      CUDA_CHECK(cudaMemcpyAsync(r.idx[slot].data(), staged, rows * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, r.copy));
+      SWEEP_RETURN_IF_ERROR(gather_rows(model.x(slot), model.y(slot), r.idx[slot].data(), mb.rows,
+                                        r.data_u8.data(), r.data_f32.data(), r.data_labels.data(),
+                                        r.data_dim, r.copy));
+    } else {
+      CUDA_CHECK(cudaMemcpyAsync(model.x(slot), mb.x,
+                                 rows * static_cast<size_t>(spec_.shape.in(0)) * sizeof(float),
+                                 cudaMemcpyHostToDevice, r.copy));
+      CUDA_CHECK(cudaMemcpyAsync(model.y(slot), mb.y, rows * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, r.copy));
+    }
     CUDA_CHECK(cudaEventRecord(r.copied[slot], r.copy));
     // 2. Compute.
     CUDA_CHECK(cudaStreamWaitEvent(r.compute, r.copied[slot], 0));

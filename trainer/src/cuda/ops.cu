@@ -184,6 +184,30 @@ __global__ void UpdateLossScaleKernel(LossScaleState* state, int* found_inf, int
   *found_inf = 0;
 }
 
+// ---- input ----
+
+// A block per row (grid-stride over rows), its threads across the features: coalesced reads of
+// one dataset row and writes of one batch row, no division by dim.
+__global__ void GatherRowsKernel(float* x, int32_t* y, const int32_t* idx, int rows,
+                                 const uint8_t* u8, const float* f32, const int32_t* labels,
+                                 int64_t dim) {
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int64_t row = idx[r];
+    float* dst = x + static_cast<int64_t>(r) * dim;
+    if (u8 != nullptr) {
+      const uint8_t* src = u8 + row * dim;
+      // Division, not a multiply by 1/255, as Dataset::Gather: the same bits on both backends.
+      for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+        dst[j] = static_cast<float>(src[j]) / 255.0f;
+      }
+    } else {
+      const float* src = f32 + row * dim;
+      for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) dst[j] = src[j];
+    }
+    if (threadIdx.x == 0) y[r] = labels[row];
+  }
+}
+
 // ---- dropout ----
 
 // cpu/ops.cc's Mix32 (Wellons' lowbias32), unchanged: the masks match the CPU's bit for bit.
@@ -413,6 +437,15 @@ Status dropout_forward(float* out, float* mask, const float* x, int B, int C, fl
   DropoutForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(
       out, mask, x, n, C, first_row, static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32),
       threshold, scale);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status gather_rows(float* x, int32_t* y, const int32_t* idx, int rows, const uint8_t* u8,
+                   const float* f32, const int32_t* labels, int64_t dim, cudaStream_t stream) {
+  if (rows <= 0) return Status::Ok();
+  const int blocks = static_cast<int>(std::min<int64_t>(rows, kMaxBlocks));
+  GatherRowsKernel<<<blocks, kThreads, 0, stream>>>(x, y, idx, rows, u8, f32, labels, dim);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

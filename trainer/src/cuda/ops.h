@@ -94,6 +94,14 @@ Status dropout_forward(float* out, float* mask, const float* x, int B, int C, fl
                        int64_t first_row, cudaStream_t stream);
 Status dropout_backward(float* d, const float* mask, int64_t n, cudaStream_t stream);
 
+// ---- input ----
+
+// Dataset::Gather on the device, from a training set held in GPU memory: x[r, :] = row idx[r] of
+// the features (u8 / 255, as the CPU divides, or f32 as stored; exactly one of u8 and f32 is not
+// null) and y[r] = labels[idx[r]], for r < rows. Every idx[r] must be a row of the set.
+Status gather_rows(float* x, int32_t* y, const int32_t* idx, int rows, const uint8_t* u8,
+                   const float* f32, const int32_t* labels, int64_t dim, cudaStream_t stream);
+
 // ---- metric reductions (the CPU sums these in its callers' loops) ----
 
 // *out (+)= losses[0] + ... + losses[B - 1], in double, in a fixed order (one block): the same
