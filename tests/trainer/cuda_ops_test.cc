@@ -187,6 +187,55 @@ TEST_F(CudaOps, BiasActForwardAndBackward) {
   }
 }
 
+// The kernels that also write a 16-bit copy of their output (what the next 16-bit GEMM reads):
+// the copy must be exactly that output rounded, as cast_to_half and cpu::round_to_half round it.
+TEST_F(CudaOps, FusedHalfCopiesAreTheirOutputsRounded) {
+  for (HalfType type : {HalfType::kBf16, HalfType::kFp16}) {
+    const char* name = type == HalfType::kBf16 ? "bf16" : "fp16";
+    auto rounded = [type](std::vector<float> v) {
+      cpu::round_to_half(v.data(), v.data(), static_cast<int64_t>(v.size()), type);
+      return v;
+    };
+    auto half_of = [type](const DeviceBuffer<uint16_t>& h) { return Widen(Down(h), type); };
+    for (Activation act : {Activation::kNone, Activation::kRelu, Activation::kGelu}) {
+      auto d_pre = Up(Random(B * C, 30, 3.0)), d_bias = Up(Random(C, 31));
+      auto d_out = Up(std::vector<float>(B * C));
+      auto d_out16 = Up(std::vector<uint16_t>(B * C));
+      ASSERT_TRUE(bias_act_forward(d_out.data(), d_pre.data(), d_bias.data(), B, C, act, nullptr,
+                                   d_out16.data(), type)
+                      .ok());
+      EXPECT_EQ(half_of(d_out16), rounded(Down(d_out))) << name << " bias_act_forward";
+      auto d_d = Up(Random(B * C, 32)), d_db = Up(std::vector<float>(C));
+      auto d_d16 = Up(std::vector<uint16_t>(B * C));
+      ASSERT_TRUE(bias_act_backward(d_d.data(), d_db.data(), d_pre.data(), d_out.data(), B, C, act,
+                                    nullptr, false, d_d16.data(), type)
+                      .ok());
+      EXPECT_EQ(half_of(d_d16), rounded(Down(d_d))) << name << " bias_act_backward";
+    }
+    auto d_x = Up(Random(B * C, 33)), d_drop = Up(std::vector<float>(B * C));
+    auto d_mask = Up(std::vector<float>(B * C));
+    auto d_drop16 = Up(std::vector<uint16_t>(B * C));
+    ASSERT_TRUE(dropout_forward(d_drop.data(), d_mask.data(), d_x.data(), B, C, 0.3f, 77, 5,
+                                nullptr, d_drop16.data(), type)
+                    .ok());
+    EXPECT_EQ(half_of(d_drop16), rounded(Down(d_drop))) << name << " dropout_forward";
+
+    const int64_t n = 1000;
+    const auto g = Random(n, 34);
+    auto d_g = Up(g), d_p = Up(Random(n, 35)), d_vel = Up(std::vector<float>(n));
+    auto d_p16 = Up(std::vector<uint16_t>(n));
+    ASSERT_TRUE(sgd_update(d_p.data(), d_vel.data(), d_g.data(), n, 0.1f, 0.9f, 1e-4f, true,
+                           nullptr, nullptr, d_p16.data(), type)
+                    .ok());
+    EXPECT_EQ(half_of(d_p16), rounded(Down(d_p))) << name << " sgd_update";
+    auto d_m = Up(std::vector<float>(n)), d_v = Up(std::vector<float>(n));
+    ASSERT_TRUE(adamw_update(d_p.data(), d_m.data(), d_v.data(), d_g.data(), n, 0.01f, 0.9f, 0.999f,
+                             1e-8f, 0.01f, 1, nullptr, nullptr, nullptr, d_p16.data(), type)
+                    .ok());
+    EXPECT_EQ(half_of(d_p16), rounded(Down(d_p))) << name << " adamw_update";
+  }
+}
+
 TEST_F(CudaOps, SoftmaxXent) {
   const int V = 10;
   const auto logits = Random(B * V, 9, 4.0);

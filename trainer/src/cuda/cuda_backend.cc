@@ -539,18 +539,19 @@ class CudaReplicaGroup final : public ReplicaGroup {
     const OptimizerSpec& o = spec_.optimizer;
     if (o.kind == OptimizerSpec::Kind::kSgd) {
       SWEEP_RETURN_IF_ERROR(sgd_update(model.params(), r.opt[0].data(), model.grads(), n, args.lr,
-                                       o.momentum, o.weight_decay, o.nesterov, r.compute, skip));
+                                       o.momentum, o.weight_decay, o.nesterov, r.compute, skip,
+                                       model.params16(), model.half_type()));
     } else {
-      SWEEP_RETURN_IF_ERROR(adamw_update(model.params(), r.opt[0].data(), r.opt[1].data(),
-                                         model.grads(), n, args.lr, o.beta1, o.beta2, o.eps,
-                                         o.weight_decay, args.t, r.compute, skip,
-                                         fp16() ? r.loss_scale.data() : nullptr));
+      SWEEP_RETURN_IF_ERROR(adamw_update(
+          model.params(), r.opt[0].data(), r.opt[1].data(), model.grads(), n, args.lr, o.beta1,
+          o.beta2, o.eps, o.weight_decay, args.t, r.compute, skip,
+          fp16() ? r.loss_scale.data() : nullptr, model.params16(), model.half_type()));
     }
     if (fp16()) {
       SWEEP_RETURN_IF_ERROR(update_loss_scale(r.loss_scale.data(), r.found_inf.data(),
                                               spec_.loss_scale_window, r.compute));
     }
-    model.ParamsChanged();
+    // The optimizer wrote the 16-bit copy of the weights too (bf16 / fp16): it stays current.
     CUDA_CHECK(
         cudaMemcpyAsync(&r.loss_host[sp], loss, sizeof(double), cudaMemcpyDeviceToHost, r.compute));
     return Status::Ok();

@@ -1,6 +1,8 @@
 // The GPU replica's forward and backward, as sequences of cuda/ops.h kernels in the order of
-// cpu/mlp.cc; in bf16 / fp16 each GEMM input is first cast to its 16-bit copy. Owned by the
-// trainer; one thread at a time.
+// cpu/mlp.cc. In bf16 / fp16 every GEMM input has a 16-bit copy, written by the kernel that makes
+// the input (bias + activation, dropout, activation backward; the optimizer for the weights) in
+// the same pass; only the batch, and the weights after a load, take a cast of their own. Owned
+// by the trainer; one thread at a time.
 #include "cuda/mlp.h"
 
 #include <string>
@@ -101,19 +103,18 @@ Status Mlp::Forward(int slot, int B, bool train, uint64_t dropout_key, int64_t f
       SWEEP_RETURN_IF_ERROR(matmul_forward(blas_, pre, in, p + shape_.weight_offset[i], B,
                                            shape_.in(l), shape_.out(l)));
     }
+    // The 16-bit copy the next GEMM reads is written by whichever kernel writes its input last.
+    uint16_t* next16 = !last && half() ? act16_[i].data() : nullptr;
     SWEEP_RETURN_IF_ERROR(bias_act_forward(out, pre, p + shape_.bias_offset[i], B, shape_.out(l),
-                                           last ? Activation::kNone : act_, stream_));
+                                           last ? Activation::kNone : act_, stream_,
+                                           masked_ ? nullptr : next16, half_type_));
     if (!last && masked_) {
-      SWEEP_RETURN_IF_ERROR(
-          dropout_forward(drop_[i].data(), mask_[i].data(), out, B, shape_.out(l), dropout_,
-                          MixSeed(dropout_key, static_cast<uint64_t>(l)), first_row, stream_));
+      SWEEP_RETURN_IF_ERROR(dropout_forward(
+          drop_[i].data(), mask_[i].data(), out, B, shape_.out(l), dropout_,
+          MixSeed(dropout_key, static_cast<uint64_t>(l)), first_row, stream_, next16, half_type_));
       out = drop_[i].data();
     }
-    if (!last && half()) {
-      SWEEP_RETURN_IF_ERROR(
-          cast_to_half(act16_[i].data(), out, int64_t{B} * shape_.out(l), half_type_, stream_));
-      in16 = act16_[i].data();
-    }
+    if (next16 != nullptr) in16 = next16;
     in = out;
   }
   return Status::Ok();
@@ -147,11 +148,10 @@ Status Mlp::Backward(int slot, int B, bool accumulate, LayerHook* hook) {
     }
     SWEEP_RETURN_IF_ERROR(bias_act_backward(
         d, g + shape_.bias_offset[i], pre_[i].data(), last ? pre_[i].data() : out_[i].data(), B,
-        shape_.out(l), last ? Activation::kNone : act_, stream_, accumulate));
+        shape_.out(l), last ? Activation::kNone : act_, stream_, accumulate,
+        half() ? d16_.data() : nullptr, half_type_));
     float* d_in = l == 0 ? nullptr : d_[(l - 1) % 2].data();
     if (half()) {
-      SWEEP_RETURN_IF_ERROR(
-          cast_to_half(d16_.data(), d, int64_t{B} * shape_.out(l), half_type_, stream_));
       const uint16_t* in16 = l == 0 ? x16_.data() : act16_[i - 1].data();
       SWEEP_RETURN_IF_ERROR(
           matmul_backward_half(blas_, d_in, g + shape_.weight_offset[i], d16_.data(), in16,

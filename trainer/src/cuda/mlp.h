@@ -46,9 +46,13 @@ class Mlp {
   // [1] on the device: the loss ForwardLoss sums.
   double* summed_loss() { return loss_.data(); }
 
-  // The weights changed (an optimizer step, a load): the 16-bit copy is remade before the next
-  // forward. No-op in fp32.
+  // The weights changed (a load): the 16-bit copy is remade before the next forward. No-op in
+  // fp32. An optimizer step that writes params16() (cuda/ops.h) keeps the copy current instead.
   void ParamsChanged() { half_params_fresh_ = false; }
+  // bf16 / fp16: the 16-bit copy of the weights the GEMMs read (current after any forward);
+  // null in fp32.
+  uint16_t* params16() { return half() ? params16_.data() : nullptr; }
+  HalfType half_type() const { return half_type_; }
 
   // Training forward of the B rows in input slot `slot` and its loss, summed into summed_loss()
   // (reset first unless accumulate_loss); keeps what Backward needs. The logits' gradient is

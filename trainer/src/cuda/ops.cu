@@ -29,10 +29,16 @@ __device__ int64_t Stride() { return static_cast<int64_t>(blockDim.x) * gridDim.
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
 
+// The 16-bit value nearest x (ties to even; fp16 overflows to inf), as its bits: what
+// cast_to_half writes, and what the kernels that also write a 16-bit copy of their output write.
+__device__ uint16_t HalfBits(float x, bool bf16) {
+  return bf16 ? __bfloat16_as_ushort(__float2bfloat16(x)) : __half_as_ushort(__float2half(x));
+}
+
 // ---- bias + activation ----
 
 __global__ void BiasActForwardKernel(float* out, float* pre, const float* bias, int64_t n, int C,
-                                     Activation act) {
+                                     Activation act, uint16_t* out16, bool bf16) {
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const float x = pre[i] + bias[i % C];
     pre[i] = x;
@@ -45,23 +51,27 @@ __global__ void BiasActForwardKernel(float* out, float* pre, const float* bias, 
       y = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
     }
     out[i] = y;
+    if (out16 != nullptr) out16[i] = HalfBits(y, bf16);
   }
 }
 
 __global__ void ActBackwardKernel(float* d, const float* pre, const float* out, int64_t n,
-                                  Activation act) {
+                                  Activation act, uint16_t* d16, bool bf16) {
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const float g = d[i];
+    float r = g;
     if (act == Activation::kRelu) {
-      d[i] = out[i] > 0.0f ? g : 0.0f;
+      r = out[i] > 0.0f ? g : 0.0f;
     } else if (act == Activation::kTanh) {
-      d[i] = g * (1.0f - out[i] * out[i]);
+      r = g * (1.0f - out[i] * out[i]);
     } else if (act == Activation::kGelu) {
       const float x = pre[i];
       const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
       const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-      d[i] = g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+      r = g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
     }
+    d[i] = r;
+    if (d16 != nullptr) d16[i] = HalfBits(r, bf16);
   }
 }
 
@@ -119,13 +129,16 @@ __global__ void SoftmaxXentKernel(float* dlogits, float* losses, const float* lo
 // ---- optimizers ----
 
 __global__ void SgdKernel(float* p, float* vel, const float* g, int64_t n, float lr, float momentum,
-                          float weight_decay, bool nesterov, const int* skip) {
+                          float weight_decay, bool nesterov, const int* skip, uint16_t* p16,
+                          bool bf16) {
   if (skip != nullptr && *skip != 0) return;
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const float gi = g[i] + weight_decay * p[i];
     const float vi = momentum * vel[i] + gi;
     vel[i] = vi;
-    p[i] -= lr * (nesterov ? gi + momentum * vi : vi);
+    const float pi = p[i] - lr * (nesterov ? gi + momentum * vi : vi);
+    p[i] = pi;
+    if (p16 != nullptr) p16[i] = HalfBits(pi, bf16);
   }
 }
 
@@ -133,7 +146,8 @@ __global__ void SgdKernel(float* p, float* vel, const float* g, int64_t n, float
 // t minus the steps skipped so far, which only the device knows without waiting.
 __global__ void AdamwKernel(float* p, float* m, float* v, const float* g, int64_t n, float beta1,
                             float beta2, float eps, AdamwScalars s, float lr, float weight_decay,
-                            int64_t t, const int* skip, const LossScaleState* loss_scale) {
+                            int64_t t, const int* skip, const LossScaleState* loss_scale,
+                            uint16_t* p16, bool bf16) {
   if (skip != nullptr && *skip != 0) return;
   if (loss_scale != nullptr) {
     __shared__ AdamwScalars block_s;
@@ -150,17 +164,16 @@ __global__ void AdamwKernel(float* p, float* m, float* v, const float* g, int64_
     const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * s.decay - s.step_size * mi / (sqrtf(vi) * s.inv_sqrt_bc2 + eps);
+    const float pi = p[i] * s.decay - s.step_size * mi / (sqrtf(vi) * s.inv_sqrt_bc2 + eps);
+    p[i] = pi;
+    if (p16 != nullptr) p16[i] = HalfBits(pi, bf16);
   }
 }
 
 // ---- 16-bit casts and loss scaling ----
 
 __global__ void CastKernel(uint16_t* out, const float* in, int64_t n, bool bf16) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    out[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16(in[i]))
-                  : __half_as_ushort(__float2half(in[i]));
-  }
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) out[i] = HalfBits(in[i], bf16);
 }
 
 __global__ void ScaleByKernel(float* x, int64_t n, const float* scale) {
@@ -222,7 +235,7 @@ __device__ uint32_t Mix32(uint32_t x) {
 
 __global__ void DropoutForwardKernel(float* out, float* mask, const float* x, int64_t n, int C,
                                      int64_t first_row, uint32_t key_lo, uint32_t key_hi,
-                                     uint32_t threshold, float scale) {
+                                     uint32_t threshold, float scale, uint16_t* out16, bool bf16) {
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const int64_t b = i / C;
     const int64_t c = i % C;
@@ -230,7 +243,9 @@ __global__ void DropoutForwardKernel(float* out, float* mask, const float* x, in
     const uint32_t h = Mix32(Mix32(base + static_cast<uint32_t>(c) + key_lo) ^ key_hi);
     const float f = h >= threshold ? scale : 0.0f;
     mask[i] = f;
-    out[i] = x[i] * f;
+    const float y = x[i] * f;
+    out[i] = y;
+    if (out16 != nullptr) out16[i] = HalfBits(y, bf16);
   }
 }
 
@@ -374,20 +389,26 @@ Status update_loss_scale(LossScaleState* state, int* found_inf, int window, cuda
 }
 
 Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C, Activation act,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, uint16_t* out16, HalfType type) {
   const int64_t n = static_cast<int64_t>(B) * C;
   if (n == 0) return Status::Ok();
-  BiasActForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(out, pre, bias, n, C, act);
+  BiasActForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(out, pre, bias, n, C, act, out16,
+                                                           type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 Status bias_act_backward(float* d, float* dbias, const float* pre, const float* out, int B, int C,
-                         Activation act, cudaStream_t stream, bool accumulate) {
+                         Activation act, cudaStream_t stream, bool accumulate, uint16_t* d16,
+                         HalfType type) {
   const int64_t n = static_cast<int64_t>(B) * C;
   if (C == 0) return Status::Ok();
   if (n > 0 && act != Activation::kNone) {
-    ActBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(d, pre, out, n, act);
+    ActBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(d, pre, out, n, act, d16,
+                                                          type == HalfType::kBf16);
+    CUDA_CHECK(cudaGetLastError());
+  } else if (n > 0 && d16 != nullptr) {
+    CastKernel<<<Blocks(n), kThreads, 0, stream>>>(d16, d, n, type == HalfType::kBf16);
     CUDA_CHECK(cudaGetLastError());
   }
   const dim3 block(kSumCols, kSumRows);
@@ -408,35 +429,38 @@ Status softmax_xent_forward_backward(float* dlogits, float* losses, const float*
 
 Status sgd_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
                   float momentum, float weight_decay, bool nesterov, cudaStream_t stream,
-                  const int* skip) {
+                  const int* skip, uint16_t* params16, HalfType type) {
   if (n == 0) return Status::Ok();
   SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(params, velocity, grads, n, lr, momentum,
-                                                weight_decay, nesterov, skip);
+                                                weight_decay, nesterov, skip, params16,
+                                                type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 Status adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int64_t t,
-                    cudaStream_t stream, const int* skip, const LossScaleState* loss_scale) {
+                    cudaStream_t stream, const int* skip, const LossScaleState* loss_scale,
+                    uint16_t* params16, HalfType type) {
   if (n == 0) return Status::Ok();
   // The scalars as cpu::adamw_update computes them (step_math.h, bias corrections in double).
   const AdamwScalars s = MakeAdamwScalars(lr, beta1, beta2, weight_decay, t);
   AdamwKernel<<<Blocks(n), kThreads, 0, stream>>>(params, m, v, grads, n, beta1, beta2, eps, s, lr,
-                                                  weight_decay, t, skip, loss_scale);
+                                                  weight_decay, t, skip, loss_scale, params16,
+                                                  type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 Status dropout_forward(float* out, float* mask, const float* x, int B, int C, float p, uint64_t key,
-                       int64_t first_row, cudaStream_t stream) {
+                       int64_t first_row, cudaStream_t stream, uint16_t* out16, HalfType type) {
   const int64_t n = static_cast<int64_t>(B) * C;
   if (n == 0) return Status::Ok();
   const uint32_t threshold = static_cast<uint32_t>(std::ldexp(static_cast<double>(p), 32));
   const float scale = 1.0f / (1.0f - p);
   DropoutForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(
       out, mask, x, n, C, first_row, static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32),
-      threshold, scale);
+      threshold, scale, out16, type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

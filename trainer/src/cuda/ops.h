@@ -50,13 +50,19 @@ Status matmul_backward_half(cublasHandle_t handle, float* dinp, float* dweight,
                             const uint16_t* dout, const uint16_t* inp, const uint16_t* weight,
                             int B, int C, int OC, HalfType type, bool accumulate = false);
 
+// Kernels whose output a 16-bit GEMM reads next take an optional out16 (bf16 / fp16): they also
+// write cast_to_half of what they write there, in the same pass over memory.
+
 // pre[B, C] += bias, out = act(pre); for kNone out may be pre.
 Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C, Activation act,
-                        cudaStream_t stream);
+                        cudaStream_t stream, uint16_t* out16 = nullptr,
+                        HalfType type = HalfType::kBf16);
 
-// d: gradient w.r.t. out on entry, w.r.t. pre on return; dbias[C] (+)= its column sums.
+// d: gradient w.r.t. out on entry, w.r.t. pre on return; dbias[C] (+)= its column sums; d16 (may
+// be null): the returned d cast to 16 bits.
 Status bias_act_backward(float* d, float* dbias, const float* pre, const float* out, int B, int C,
-                         Activation act, cudaStream_t stream, bool accumulate = false);
+                         Activation act, cudaStream_t stream, bool accumulate = false,
+                         uint16_t* d16 = nullptr, HalfType type = HalfType::kBf16);
 
 // losses[B] = cross-entropy of softmax(logits); dlogits (unless null) = (softmax - onehot) *
 // dloss_scale. Labels must lie in [0, V).
@@ -69,14 +75,18 @@ Status softmax_xent_forward_backward(float* dlogits, float* losses, const float*
 // multi-tensor form without a pointer list). skip (a device int, may be null): when it holds a
 // non-zero value the kernel changes nothing (fp16's overflowed step), decided on the device.
 // AdamW's t is the run's 1-based step; with loss_scale (device, fp16) the kernel takes
-// t - loss_scale->skipped, the steps actually applied, as PyTorch's step count does.
+// t - loss_scale->skipped, the steps actually applied, as PyTorch's step count does. params16
+// (bf16 / fp16, may be null): the updated weights cast to 16 bits, so the next forward need not
+// cast them again (a skipped step leaves both as they were).
 Status sgd_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
                   float momentum, float weight_decay, bool nesterov, cudaStream_t stream,
-                  const int* skip = nullptr);
+                  const int* skip = nullptr, uint16_t* params16 = nullptr,
+                  HalfType type = HalfType::kBf16);
 Status adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int64_t t,
                     cudaStream_t stream, const int* skip = nullptr,
-                    const LossScaleState* loss_scale = nullptr);
+                    const LossScaleState* loss_scale = nullptr, uint16_t* params16 = nullptr,
+                    HalfType type = HalfType::kBf16);
 
 // ---- dynamic loss scaling (fp16); every scalar lives on the device, so no step waits ----
 
@@ -91,7 +101,8 @@ Status update_loss_scale(LossScaleState* state, int* found_inf, int window, cuda
 // Inverted dropout with cpu::dropout_forward's counter-based hash: the same (key, row, column)
 // drops the same element on both backends, bit for bit.
 Status dropout_forward(float* out, float* mask, const float* x, int B, int C, float p, uint64_t key,
-                       int64_t first_row, cudaStream_t stream);
+                       int64_t first_row, cudaStream_t stream, uint16_t* out16 = nullptr,
+                       HalfType type = HalfType::kBf16);
 Status dropout_backward(float* d, const float* mask, int64_t n, cudaStream_t stream);
 
 // ---- input ----
