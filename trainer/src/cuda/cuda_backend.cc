@@ -23,11 +23,21 @@
 //      time the GPU waited for input (data_wait_s). The Batcher's slot is free once it returns.
 // The host never waits for the step it has just queued, so input copies, kernel launches and the
 // Batcher's gathering overlap the GPU's work. One GPU: no comm stream, no NCCL.
+//
+// Several GPUs and a rank that fails (a CUDA error on its device): the others would wait for
+// ever in all-reduces it never joins. The failing rank aborts every communicator
+// (ncclCommAbort ends the NCCL kernels they wait behind); the others then fail at their next
+// NCCL call, and Run rethrows the first failure, so the trial fails with its cause. NCCL calls
+// hold nccl_mu_ shared and the abort holds it exclusively, so no call uses a freed
+// communicator; after an abort the group only reports errors.
 #include "cuda/cuda_backend.h"
 
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -112,7 +122,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
     }
 #if defined(SWEEP_HAVE_NCCL)
     for (Rank& r : ranks_) {
-      if (r.nccl != nullptr) ncclCommDestroy(r.nccl);
+      if (r.nccl != nullptr) ncclCommDestroy(r.nccl);  // null once aborted
     }
 #endif
     for (Rank& r : ranks_) {
@@ -141,10 +151,26 @@ class CudaReplicaGroup final : public ReplicaGroup {
   int size() const override { return static_cast<int>(ranks_.size()); }
 
   void Run(const std::function<void(int rank)>& fn) override {
-    team_.Run([&](int rank) {
-      ThrowIfError(SetDevice(rank));
-      fn(rank);
-    });
+    std::mutex first_mu;
+    std::exception_ptr first;  // the failure that started an abort, not its echoes
+    try {
+      team_.Run([&](int rank) {
+        try {
+          ThrowIfError(SetDevice(rank));
+          fn(rank);
+        } catch (...) {
+          {
+            std::lock_guard<std::mutex> lock(first_mu);
+            if (!first) first = std::current_exception();
+          }
+          AbortCommunicators();
+          throw;
+        }
+      });
+    } catch (...) {
+      if (first) std::rethrow_exception(first);
+      throw;
+    }
   }
 
   void TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args,
@@ -403,8 +429,27 @@ class CudaReplicaGroup final : public ReplicaGroup {
     return Status::Ok();
   }
 
+  // Every rank's communicator, aborted once (several GPUs; a no-op with one).
+  void AbortCommunicators() {
+#if defined(SWEEP_HAVE_NCCL)
+    std::unique_lock<std::shared_mutex> lock(nccl_mu_);
+    if (aborted_ || size() == 1) return;
+    aborted_ = true;
+    for (Rank& r : ranks_) {
+      if (r.nccl != nullptr) ncclCommAbort(r.nccl);  // an error here has nowhere to go
+      r.nccl = nullptr;
+    }
+#endif
+  }
+
+  Status Aborted() const {
+    return Status::Aborted("cuda: another GPU of this trial failed; its all-reduce was aborted");
+  }
+
   Status BroadcastFromRank0() {
 #if defined(SWEEP_HAVE_NCCL)
+    std::shared_lock<std::shared_mutex> lock(nccl_mu_);
+    if (aborted_) return Aborted();
     // One thread drives every communicator here, so the calls form one NCCL group.
     const size_t n = static_cast<size_t>(spec_.shape.num_params);
     NCCL_CHECK(ncclGroupStart());
@@ -520,8 +565,12 @@ class CudaReplicaGroup final : public ReplicaGroup {
       // Every bucket's all-reduce is queued on the comm stream, which has waited for the last
       // bucket (recorded after the loss was summed): add the ranks' losses there too.
       CUDA_CHECK(cudaEventRecord(r.backward_end[sp], r.compute));
-      NCCL_CHECK(ncclAllReduce(model.summed_loss(), r.loss_total.data(), 1, ncclDouble, ncclSum,
-                               r.nccl, r.comm));
+      {
+        std::shared_lock<std::shared_mutex> lock(nccl_mu_);
+        if (aborted_) return Aborted();
+        NCCL_CHECK(ncclAllReduce(model.summed_loss(), r.loss_total.data(), 1, ncclDouble, ncclSum,
+                                 r.nccl, r.comm));
+      }
       CUDA_CHECK(cudaEventRecord(r.comm_done[sp], r.comm));
       CUDA_CHECK(cudaStreamWaitEvent(r.compute, r.comm_done[sp], 0));
       loss = r.loss_total.data();
@@ -566,6 +615,8 @@ class CudaReplicaGroup final : public ReplicaGroup {
     CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.bucket_ready[b], 0));
     if (b == 0) CUDA_CHECK(cudaEventRecord(r.comm_start[static_cast<size_t>(r.steps % 2)], r.comm));
     float* g = r.model->grads() + bucket.begin;
+    std::shared_lock<std::shared_mutex> lock(nccl_mu_);
+    if (aborted_) return Aborted();
     NCCL_CHECK(ncclAllReduce(g, g, static_cast<size_t>(bucket.end - bucket.begin), ncclFloat,
                              ncclSum, r.nccl, r.comm));
     return Status::Ok();
@@ -617,6 +668,9 @@ class CudaReplicaGroup final : public ReplicaGroup {
   std::vector<Rank> ranks_;
   PinnedAllocator pinned_;
   int64_t skipped_reported_ = 0;
+  // Several GPUs: NCCL calls hold it shared, AbortCommunicators exclusively; aborted_ under it.
+  std::shared_mutex nccl_mu_;
+  bool aborted_ = false;
 };
 
 Status BucketHook::LayerDone(int layer) {

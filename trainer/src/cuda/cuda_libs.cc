@@ -134,6 +134,8 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) { SWEEP_NCCL_FORWARD(ncclCommDestroy, comm); }
 
+ncclResult_t ncclCommAbort(ncclComm_t comm) { SWEEP_NCCL_FORWARD(ncclCommAbort, comm); }
+
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm,
                            cudaStream_t stream) {
