@@ -57,6 +57,7 @@ struct LocalExecutor::Worker {
   std::string log_tail;
   std::optional<int64_t> trial;  // running trial, if any
   bool alive = true;
+  bool retiring = false;  // said "retire": it exits after its trial and takes no other
   bool messages_open = true;
   std::chrono::steady_clock::time_point last_message = std::chrono::steady_clock::now();
 
@@ -84,7 +85,7 @@ int LocalExecutor::running() const {
 
 Result<LocalExecutor::Worker*> LocalExecutor::IdleWorker() {
   for (auto& w : workers_) {
-    if (w->alive && !w->trial) return w.get();
+    if (w->alive && !w->trial && !w->retiring) return w.get();
   }
   // Replace dead workers' entries rather than letting the vector grow.
   std::erase_if(workers_, [](const auto& w) { return !w->alive; });
@@ -197,6 +198,13 @@ void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
       ev.metrics = msg.value("metrics", json::object());
       w.trial.reset();
     } else if (op == "hb") {
+      continue;
+    } else if (op == "retire") {
+      // Its GPU context is broken (trainer::GpuContextFault): the next trial gets a new worker.
+      w.retiring = true;
+      std::fprintf(stderr, "sweep: worker (pid %d) exits after trial %lld: %s\n",
+                   static_cast<int>(w.pid), static_cast<long long>(ev.trial),
+                   msg.value("why", std::string("no reason given")).c_str());
       continue;
     } else if (op == "error" && w.trial) {
       ev.type = WorkerEvent::Type::kDone;

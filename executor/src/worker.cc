@@ -2,7 +2,9 @@
 // reports and outcomes on the message pipe. A stop request reaches a running trial because the
 // worker looks for new commands (without waiting) at each report, which is exactly where a
 // trial can stop. Messages written within a few milliseconds go out in one write, so a cheap
-// trial costs one round trip, not one per message.
+// trial costs one round trip, not one per message. A worker whose GPU context a failed trial
+// broke (trainer::GpuContextFault) says so with "retire" before the trial's "done" and exits, so
+// the executor replaces it instead of failing every later GPU trial in a broken process.
 #include "executor/worker.h"
 
 #include <poll.h>
@@ -24,6 +26,7 @@
 
 #include "executor/trial.h"
 #include "line_io.h"
+#include "trainer/trainer.h"
 
 namespace sweep::executor {
 
@@ -54,7 +57,8 @@ class Worker {
 
  private:
   int ServeCommands() {
-    const int64_t abort_trial = AbortTrialFromEnv();
+    const int64_t abort_trial = TrialFromEnv("SWEEP_TEST_ABORT_TRIAL");
+    const int64_t retire_after = TrialFromEnv("SWEEP_TEST_RETIRE_AFTER_TRIAL");
     for (;;) {
       while (runs_.empty() && !closed_) Pump(-1);
       if (runs_.empty()) return Flush() ? 0 : 1;
@@ -102,12 +106,23 @@ class Worker {
       };
       TrialOutcome outcome = RunTrial(*task, sink, stop_);
       current_ = -1;
+      std::string fault;
+      if (task->number == retire_after) {
+        fault = "test hook SWEEP_TEST_RETIRE_AFTER_TRIAL";
+      } else if (outcome.kind == TrialOutcome::Kind::kFailed) {
+        fault = trainer::GpuContextFault();
+      }
+      if (!fault.empty()) {
+        // First, so the executor gives this worker nothing more once it reads the "done".
+        Send(json{{"op", "retire"}, {"trial", task->number}, {"why", fault}});
+      }
       Send(json{{"op", "done"},
                 {"trial", task->number},
                 {"outcome", ToString(outcome.kind)},
                 {"error", outcome.error},
                 {"metrics", outcome.end_metrics}});
       if (!Flush()) return 1;  // the executor is gone
+      if (!fault.empty()) return 0;
     }
   }
 
@@ -120,10 +135,12 @@ class Worker {
     }
   }
 
-  // A test hook: SWEEP_TEST_ABORT_TRIAL=N makes the worker abort when it starts trial N, the way
-  // a crashing native library would. The end-to-end tests use it to prove a crash is contained.
-  static int64_t AbortTrialFromEnv() {
-    const char* v = std::getenv("SWEEP_TEST_ABORT_TRIAL");
+  // Test hooks: SWEEP_TEST_ABORT_TRIAL=N makes the worker abort when it starts trial N, the way
+  // a crashing native library would; SWEEP_TEST_RETIRE_AFTER_TRIAL=N makes it retire after trial
+  // N as if a GPU fault had broken its CUDA context. The tests use them to prove a crash is
+  // contained and a broken worker replaced.
+  static int64_t TrialFromEnv(const char* name) {
+    const char* v = std::getenv(name);
     return v == nullptr ? -1 : std::atoll(v);
   }
 

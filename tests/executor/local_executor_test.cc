@@ -110,6 +110,25 @@ TEST(LocalExecutorTest, AbortingWorkerFailsOnlyItsTrial) {
   EXPECT_EQ(after.back().outcome, TrialOutcome::Kind::kCompleted);
 }
 
+// A worker whose GPU context broke retires after its trial: the executor starts the next trial
+// on a fresh worker instead of handing it to the one that is exiting (where it would fail as a
+// lost worker).
+TEST(LocalExecutorTest, RetiringWorkerIsReplacedNotReused) {
+  LocalExecutor ex({SWEEP_TEST_WORKER}, {"SWEEP_TEST_RETIRE_AFTER_TRIAL=1"});
+  ASSERT_TRUE(ex.Start(BraninTask(1, 1.0, 2.0)).ok());
+  auto first = RunUntilDone(ex, 1);
+  ASSERT_FALSE(first.empty());
+  EXPECT_EQ(first.back().outcome, TrialOutcome::Kind::kCompleted);
+  for (int64_t trial : {2, 3}) {
+    ASSERT_TRUE(ex.Start(BraninTask(trial, 1.0, 2.0)).ok());
+    auto next = RunUntilDone(ex, 1);
+    ASSERT_FALSE(next.empty());
+    EXPECT_EQ(next.back().trial, trial);
+    EXPECT_EQ(next.back().outcome, TrialOutcome::Kind::kCompleted) << next.back().error;
+    EXPECT_FALSE(next.back().worker_lost);
+  }
+}
+
 TEST(LocalExecutorTest, BadTaskFailsWithItsError) {
   LocalExecutor ex({SWEEP_TEST_WORKER});
   TrialTask t = BraninTask(4, 1.0, 2.0);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cpu/cpu_backend.h"
+#include "trainer/trainer.h"
 #if defined(SWEEP_TRAINER_CUDA)
 #include "cuda/cuda_backend.h"
 #endif
@@ -54,6 +55,14 @@ Result<const Backend*> PickBackend(const GroupSpec& spec, std::string_view only)
                                    "\" is not compiled into this build");
   }
   return Status::InvalidArgument("no backend can train this model: " + why);
+}
+
+std::string GpuContextFault() {
+#if defined(SWEEP_TRAINER_CUDA)
+  return cuda::ContextFault();
+#else
+  return "";
+#endif
 }
 
 }  // namespace sweep::trainer

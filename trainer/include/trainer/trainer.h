@@ -145,4 +145,11 @@ using EpochCallback = std::function<bool(const EpochReport&)>;
 // ("diverged at epoch E, step S"), bad options, a bad checkpoint.
 Result<TrainResult> Train(const TrainOptions& options, const EpochCallback& on_epoch);
 
+// Whether every GPU this process has trained on can still be used. A fault inside a kernel (an
+// illegal address, an uncorrectable ECC error) breaks that GPU's CUDA context for the rest of the
+// process: every later call fails, so a process that reuses itself across trials must be replaced
+// rather than fail each GPU trial after it. Empty when healthy, else why not. Cheap: one
+// synchronisation per GPU used. Always empty without a GPU.
+std::string GpuContextFault();
+
 }  // namespace sweep::trainer

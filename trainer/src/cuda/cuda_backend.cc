@@ -37,6 +37,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -89,6 +90,15 @@ using Comm = void*;
 
 class CudaReplicaGroup;
 
+// The devices this process has built groups on, for ContextFault.
+std::mutex used_mu;
+std::set<int> used_devices;
+
+void NoteDevicesUsed(const std::vector<int>& devices) {
+  std::lock_guard<std::mutex> lock(used_mu);
+  used_devices.insert(devices.begin(), devices.end());
+}
+
 // Starts each gradient bucket's all-reduce as backward queues its last layer.
 class BucketHook final : public LayerHook {
  public:
@@ -106,6 +116,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
  public:
   static Result<std::unique_ptr<ReplicaGroup>> Create(const GroupSpec& spec,
                                                       std::vector<int> devices) {
+    NoteDevicesUsed(devices);
     std::unique_ptr<CudaReplicaGroup> g(new CudaReplicaGroup(spec, std::move(devices)));
     SWEEP_RETURN_IF_ERROR(g->Init());
     return std::unique_ptr<ReplicaGroup>(std::move(g));
@@ -760,6 +771,30 @@ Result<int> DeviceCount() {
 const Backend* GetBackend() {
   static const CudaBackend backend;
   return &backend;
+}
+
+std::string ContextFault() {
+  std::set<int> devices;
+  {
+    std::lock_guard<std::mutex> lock(used_mu);
+    devices = used_devices;
+  }
+  if (devices.empty()) return "";
+  int current = 0;
+  const bool restore = cudaGetDevice(&current) == cudaSuccess;
+  std::string fault;
+  for (const int d : devices) {
+    // A broken context fails these with its sticky error; a healthy idle one returns at once.
+    cudaError_t err = cudaSetDevice(d);
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) {
+      fault = "GPU " + std::to_string(d) + ": " + cudaGetErrorName(err) + " (" +
+              cudaGetErrorString(err) + ")";
+      break;
+    }
+  }
+  if (restore) cudaSetDevice(current);
+  return fault;
 }
 
 }  // namespace sweep::trainer::cuda

@@ -4,6 +4,8 @@
 // device is present at run time, so the CPU backend takes the rest.
 #pragma once
 
+#include <string>
+
 #include "backend.h"
 
 namespace sweep::trainer::cuda {
@@ -13,5 +15,9 @@ const Backend* GetBackend();
 // The number of CUDA devices this process can use, or why there are none (no driver, no
 // device). Asked once; later calls return the first answer.
 Result<int> DeviceCount();
+
+// trainer::GpuContextFault for the devices this process has built groups on: "" when each still
+// synchronises cleanly, else the first device's error.
+std::string ContextFault();
 
 }  // namespace sweep::trainer::cuda
