@@ -81,7 +81,16 @@ for so in libcublas.so.13 libnccl.so.2; do
 done
 
 step "GPU tests (sweep_trainer_cuda_tests)"
-"$build/tests/trainer/sweep_trainer_cuda_tests" || status=1
+# The tests skip without a usable device; where nvidia-smi sees a GPU, skipping is a failure (a
+# driver older than the CUDA runtime linked into the binaries says so here, and nowhere else).
+tests_out=$(mktemp)
+"$build/tests/trainer/sweep_trainer_cuda_tests" 2>&1 | tee "$tests_out"
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+if nvidia-smi -L > /dev/null 2>&1 && grep -q "no usable device" "$tests_out"; then
+  echo "run_on_gpu.sh: nvidia-smi lists a GPU, but the tests found no usable device (above)"
+  status=1
+fi
+rm -f "$tests_out"
 
 step "sweep run configs/quickstart.toml (on the GPU)"
 scratch=$(mktemp -d)

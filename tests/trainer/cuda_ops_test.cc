@@ -374,6 +374,36 @@ TEST_F(CudaOps, CastToHalf) {
   const std::vector<float> big = Widen(Down(d_h), HalfType::kFp16);
   EXPECT_EQ(big[0], std::numeric_limits<float>::infinity());
   EXPECT_EQ(big[1], -std::numeric_limits<float>::infinity());
+
+  // The cases cpu::round_to_half treats apart, on the GPU: fp16's largest value and its overflow
+  // threshold (65520 ties away from 65504 to inf), its smallest normal, its subnormals and their
+  // ties (2^-25 to 0, 3 x 2^-25 to 2^-23), and bf16's overflow past its largest value.
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> edges = {65504.0f,
+                                    std::nextafter(65520.0f, 0.0f),
+                                    65520.0f,
+                                    -65520.0f,
+                                    std::ldexp(1.0f, -14),
+                                    std::nextafter(std::ldexp(1.0f, -14), 0.0f),
+                                    std::ldexp(1.0f, -24),
+                                    std::ldexp(1.0f, -25),
+                                    std::ldexp(3.0f, -25),
+                                    -std::ldexp(5.0f, -26),
+                                    3.3895314e38f,
+                                    std::numeric_limits<float>::max(),
+                                    inf,
+                                    -inf};
+  auto d_edges = Up(edges);
+  for (HalfType type : {HalfType::kBf16, HalfType::kFp16}) {
+    auto d_e = Up(std::vector<uint16_t>(edges.size()));
+    ASSERT_TRUE(
+        cast_to_half(d_e.data(), d_edges.data(), static_cast<int64_t>(edges.size()), type, nullptr)
+            .ok());
+    std::vector<float> cpu_rounded(edges.size());
+    cpu::round_to_half(cpu_rounded.data(), edges.data(), static_cast<int64_t>(edges.size()), type);
+    EXPECT_EQ(Widen(Down(d_e), type), cpu_rounded)
+        << (type == HalfType::kBf16 ? "bf16" : "fp16") << ": edge cases differ";
+  }
 }
 
 // The 16-bit GEMMs against the CPU's fp32 GEMM on the same (unrounded) inputs, and against the

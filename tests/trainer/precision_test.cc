@@ -104,6 +104,34 @@ TEST(CpuHalfPrecision, Fp16SkipsStepsWhoseGradientsOverflow) {
   }
 }
 
+// fp16 with accumulation (two micro-batches per step) on two replicas: the ranks meet at the
+// step-end barrier once per step, not per micro-batch; skipped steps and the scale's walk match
+// one replica, and the weights differ by the order of the gradient sums only.
+TEST(CpuHalfPrecision, Fp16AccumulatesAcrossReplicas) {
+  const Batches data = MakeBatches(40, 6);
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kAdamw, 0.1f);
+  spec.precision = Precision::kFp16;
+  spec.initial_loss_scale = std::ldexp(1.0f, 30);  // overflows for the first several steps
+  std::unique_ptr<ReplicaGroup> one = Group(spec);
+  spec.replicas = 2;
+  std::unique_ptr<ReplicaGroup> two = Group(spec);
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  const RunResult a = RunSteps(one.get(), spec, 20, 2, data);
+  const RunResult b = RunSteps(two.get(), spec, 20, 2, data);
+  const double err = NormErr(b.state.params, a.state.params);
+  std::printf(
+      "  20 steps of 2 micro-batches from 2^30: skipped %lld / %lld, 2 replicas vs 1 %.3g\n",
+      static_cast<long long>(a.skipped), static_cast<long long>(b.skipped), err);
+  EXPECT_GT(a.skipped, 0);
+  EXPECT_LT(a.skipped, 20);
+  EXPECT_EQ(b.skipped, a.skipped);
+  ASSERT_TRUE(a.state.loss_scale.has_value() && b.state.loss_scale.has_value());
+  EXPECT_EQ(b.state.loss_scale->scale, a.state.loss_scale->scale);
+  EXPECT_LT(err, 1e-3);
+  EXPECT_LT(a.losses.back(), a.losses.front());
+}
+
 // PyTorch's AdamW never sees a step GradScaler skipped, so its bias correction counts applied
 // steps only: after 7 skipped steps, step 8 of the run is AdamW's step 1. A group told so by its
 // state must end bit for bit where a fresh one numbered from 1 ends; skipping steps changes

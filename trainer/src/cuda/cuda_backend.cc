@@ -298,6 +298,9 @@ class CudaReplicaGroup final : public ReplicaGroup {
       r.idx_host = static_cast<int32_t*>(staging);
       r.data_dim = data.dim;
       r.data_rows = data.n;
+      // The zeroing and the copies ran on the legacy stream, which the copy stream does not wait
+      // for, and a copy from pageable memory may still be landing when cudaMemcpy returns.
+      CUDA_CHECK(cudaDeviceSynchronize());
     }
     return true;
   }
@@ -528,6 +531,15 @@ class CudaReplicaGroup final : public ReplicaGroup {
       // `copied` at the end of that call.
       int32_t* staged = r.idx_host + static_cast<size_t>(slot) * spec_.max_rows;
       std::memcpy(staged, mb.idx, rows * sizeof(int32_t));
+      // A row outside the set would be an illegal address on the device, which ends the context
+      // for every later trial of the process: refuse it here (a few hundred compares).
+      for (size_t i = 0; i < rows; ++i) {
+        if (staged[i] < 0 || staged[i] >= r.data_rows) {
+          return Status::Internal("cuda: row " + std::to_string(staged[i]) +
+                                  " of a micro-batch is outside the held set of " +
+                                  std::to_string(r.data_rows) + " rows");
+        }
+      }
       CUDA_CHECK(cudaMemcpyAsync(r.idx[slot].data(), staged, rows * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, r.copy));
       SWEEP_RETURN_IF_ERROR(gather_rows(model.x(slot), model.y(slot), r.idx[slot].data(), mb.rows,
