@@ -136,6 +136,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
       if (r.nccl != nullptr) ncclCommDestroy(r.nccl);  // null once aborted
     }
 #endif
+    ReleaseDataset();
     for (Rank& r : ranks_) {
       cudaSetDevice(r.device);
       r.model.reset();
@@ -143,11 +144,6 @@ class CudaReplicaGroup final : public ReplicaGroup {
       r.loss_total = DeviceBuffer<double>();
       r.loss_scale = DeviceBuffer<LossScaleState>();
       r.found_inf = DeviceBuffer<int>();
-      r.data_u8 = DeviceBuffer<uint8_t>();
-      r.data_f32 = DeviceBuffer<float>();
-      r.data_labels = DeviceBuffer<int32_t>();
-      for (DeviceBuffer<int32_t>& idx : r.idx) idx = DeviceBuffer<int32_t>();
-      if (r.idx_host != nullptr) cudaFreeHost(r.idx_host);
       for (cudaEvent_t e : r.AllEvents()) {
         if (e != nullptr) cudaEventDestroy(e);
       }
@@ -276,31 +272,14 @@ class CudaReplicaGroup final : public ReplicaGroup {
       if (bytes > free / 4) return false;
     }
     for (int i = 0; i < size(); ++i) {
-      Rank& r = ranks_[static_cast<size_t>(i)];
-      SWEEP_RETURN_IF_ERROR(SetDevice(i));
-      if (u8) {
-        SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(data.n * data.dim, &r.data_u8));
-        CUDA_CHECK(cudaMemcpy(r.data_u8.data(), data.u8.data(), n * dim, cudaMemcpyHostToDevice));
-      } else {
-        SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(data.n * data.dim, &r.data_f32));
-        CUDA_CHECK(cudaMemcpy(r.data_f32.data(), data.f32.data(), n * dim * sizeof(float),
-                              cudaMemcpyHostToDevice));
+      const Status held = HoldOn(i, data);
+      if (!held.ok()) {
+        // Most likely another trial took the memory after the check above: stream the batches
+        // instead. A broken device shows again at the next call that needs it.
+        ReleaseDataset();
+        cudaGetLastError();  // not sticky (an allocation): clear it for the next launch
+        return false;
       }
-      SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(data.n, &r.data_labels));
-      CUDA_CHECK(cudaMemcpy(r.data_labels.data(), data.labels.data(), n * sizeof(int32_t),
-                            cudaMemcpyHostToDevice));
-      for (DeviceBuffer<int32_t>& idx : r.idx) {
-        SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(spec_.max_rows, &idx));
-      }
-      void* staging = nullptr;
-      CUDA_CHECK(cudaHostAlloc(&staging, Mlp::kInputSlots * sizeof(int32_t) * spec_.max_rows,
-                               cudaHostAllocPortable));
-      r.idx_host = static_cast<int32_t*>(staging);
-      r.data_dim = data.dim;
-      r.data_rows = data.n;
-      // The zeroing and the copies ran on the legacy stream, which the copy stream does not wait
-      // for, and a copy from pageable memory may still be landing when cudaMemcpy returns.
-      CUDA_CHECK(cudaDeviceSynchronize());
     }
     return true;
   }
@@ -458,6 +437,52 @@ class CudaReplicaGroup final : public ReplicaGroup {
 
   Status Aborted() const {
     return Status::Aborted("cuda: another GPU of this trial failed; its all-reduce was aborted");
+  }
+
+  // HoldDataset's copy of `data` on rank i's device.
+  Status HoldOn(int i, const Dataset& data) {
+    Rank& r = ranks_[static_cast<size_t>(i)];
+    SWEEP_RETURN_IF_ERROR(SetDevice(i));
+    const size_t n = static_cast<size_t>(data.n), dim = static_cast<size_t>(data.dim);
+    if (!data.u8.empty()) {
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(data.n * data.dim, &r.data_u8));
+      CUDA_CHECK(cudaMemcpy(r.data_u8.data(), data.u8.data(), n * dim, cudaMemcpyHostToDevice));
+    } else {
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(data.n * data.dim, &r.data_f32));
+      CUDA_CHECK(cudaMemcpy(r.data_f32.data(), data.f32.data(), n * dim * sizeof(float),
+                            cudaMemcpyHostToDevice));
+    }
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(data.n, &r.data_labels));
+    CUDA_CHECK(cudaMemcpy(r.data_labels.data(), data.labels.data(), n * sizeof(int32_t),
+                          cudaMemcpyHostToDevice));
+    for (DeviceBuffer<int32_t>& idx : r.idx) {
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(spec_.max_rows, &idx));
+    }
+    void* staging = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&staging, Mlp::kInputSlots * sizeof(int32_t) * spec_.max_rows,
+                             cudaHostAllocPortable));
+    r.idx_host = static_cast<int32_t*>(staging);
+    r.data_dim = data.dim;
+    r.data_rows = data.n;
+    // The zeroing and the copies ran on the legacy stream, which the copy stream does not wait
+    // for, and a copy from pageable memory may still be landing when cudaMemcpy returns.
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return Status::Ok();
+  }
+
+  // Frees what HoldOn made, on every rank.
+  void ReleaseDataset() {
+    for (int i = 0; i < size(); ++i) {
+      Rank& r = ranks_[static_cast<size_t>(i)];
+      cudaSetDevice(r.device);
+      r.data_u8 = DeviceBuffer<uint8_t>();
+      r.data_f32 = DeviceBuffer<float>();
+      r.data_labels = DeviceBuffer<int32_t>();
+      for (DeviceBuffer<int32_t>& idx : r.idx) idx = DeviceBuffer<int32_t>();
+      if (r.idx_host != nullptr) cudaFreeHost(r.idx_host);
+      r.idx_host = nullptr;
+      r.data_dim = r.data_rows = 0;
+    }
   }
 
   Status BroadcastFromRank0() {
