@@ -92,6 +92,9 @@ if nvidia-smi -L > /dev/null 2>&1 && grep -q "no usable device" "$tests_out"; th
 fi
 rm -f "$tests_out"
 
+step "sweep devices (what trials are placed on)"
+"$build/sweep/sweep" devices || status=1
+
 step "sweep run configs/quickstart.toml (on the GPU)"
 scratch=$(mktemp -d)
 sed "s|/usr/share/datasets/fashion-mnist|$data|" configs/quickstart.toml > "$scratch/quickstart.toml"

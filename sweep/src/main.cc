@@ -210,6 +210,51 @@ int CmdList(const QueryArgs& a) {
   return kExitOk;
 }
 
+// ---- devices ----
+
+// What a sweep run here, or `sweep agent`, would place trials on: every GPU this process can use
+// with its model, memory, compute capability and link group (GPUs of one group reach each other
+// over the fastest link, where a multi-GPU trial's replicas are placed), or the CPU slots.
+int CmdDevices(bool as_json, int cpu_slots) {
+  const std::vector<sweep::executor::Slot> slots = sweep::executor::DiscoverLocalSlots(cpu_slots);
+  if (as_json) {
+    json arr = json::array();
+    for (const auto& s : slots) {
+      arr.push_back({{"slot", s.name},
+                     {"gpu", s.gpu},
+                     {"device", s.device},
+                     {"model", s.model},
+                     {"memory_bytes", s.memory_bytes},
+                     {"compute_capability", s.compute_capability},
+                     {"link_group", s.link_group}});
+    }
+    std::cout << arr.dump(2) << "\n";
+    return kExitOk;
+  }
+  if (slots.empty() || !slots[0].gpu) {
+    std::cout << "no CUDA device this process can use: " << slots.size()
+              << " CPU slots (trials with gpus = n take n of them)\n";
+    return kExitOk;
+  }
+  std::map<int, std::vector<int>> groups;
+  for (const auto& s : slots) {
+    char line[256];
+    std::snprintf(line, sizeof line, "%-6s %-28s %7.1f GiB  sm_%d  link group %d\n", s.name.c_str(),
+                  s.model.c_str(), static_cast<double>(s.memory_bytes) / (1024.0 * 1024 * 1024),
+                  s.compute_capability, s.link_group);
+    std::cout << line;
+    groups[s.link_group].push_back(s.device);
+  }
+  for (const auto& [group, devices] : groups) {
+    if (devices.size() < 2) continue;
+    std::cout << "GPUs";
+    for (size_t i = 0; i < devices.size(); ++i) std::cout << (i == 0 ? " " : ",") << devices[i];
+    std::cout << " share the fastest link (peer access): multi-GPU trials are placed within one "
+                 "group first\n";
+  }
+  return kExitOk;
+}
+
 // ---- run and resume ----
 
 // `--listen HOST:PORT --token-file F [--no-local]` of run and resume.
@@ -568,6 +613,11 @@ int main(int argc, char** argv) {
   add_query(status, true, false);
   auto* list = app.add_subcommand("list", "the sweeps in the store");
   add_query(list, false, false);
+  auto* devices = app.add_subcommand("devices", "the GPUs (or CPU slots) trials would run on here");
+  devices->add_flag("--json", json_out, "print JSON");
+  int devices_cpu_slots = 0;
+  devices->add_option("--cpu-slots", devices_cpu_slots, "CPU slots where there is no GPU")
+      ->check(CLI::Range(1, 4096));
   AgentArgs agent_args;
   auto* agent = app.add_subcommand("agent", "serve a coordinator started with --listen");
   agent->add_option("--connect", agent_args.connect, "the coordinator's HOST:PORT")->required();
@@ -622,5 +672,6 @@ int main(int argc, char** argv) {
   if (trials->parsed()) return CmdTrials(q, status_filter, sort);
   if (status->parsed()) return CmdStatus(q);
   if (list->parsed()) return CmdList(q);
+  if (devices->parsed()) return CmdDevices(json_out, devices_cpu_slots);
   return kExitUsage;
 }

@@ -354,6 +354,30 @@ TEST_F(E2eTest, StopWhenEndsTheSweepAtItsTarget) {
   EXPECT_NE(end[0][0].find("target value <= 5 reached by trial"), std::string::npos) << end[0][0];
 }
 
+// `sweep devices` lists what trials would run on here: GPUs with their model, memory, compute
+// capability and link group, or (as on the test machines) the CPU slots.
+TEST_F(E2eTest, DevicesListsTheSlotsTrialsWouldUse) {
+  Output o = Sweep("devices --json --cpu-slots 3");
+  ASSERT_EQ(o.code, 0) << o.err;
+  const json slots = json::parse(o.out);
+  ASSERT_TRUE(slots.is_array());
+  ASSERT_FALSE(slots.empty());
+  if (slots[0]["gpu"].get<bool>()) {
+    for (const json& s : slots) {
+      EXPECT_FALSE(s["model"].get<std::string>().empty()) << s.dump();
+      EXPECT_GT(s["memory_bytes"].get<int64_t>(), 0) << s.dump();
+      EXPECT_GE(s["compute_capability"].get<int>(), 30) << s.dump();
+    }
+  } else {
+    ASSERT_EQ(slots.size(), 3u) << o.out;
+    EXPECT_EQ(slots[2]["slot"], "cpu2");
+    Output text = Sweep("devices --cpu-slots 3");
+    ASSERT_EQ(text.code, 0) << text.err;
+    EXPECT_NE(text.out.find("3 CPU slots"), std::string::npos) << text.out;
+  }
+  EXPECT_EQ(Sweep("devices --cpu-slots 0").code, 2);
+}
+
 TEST_F(E2eTest, HelpShowsAnExample) {
   Output o = Sweep("--help");
   EXPECT_EQ(o.code, 0);
