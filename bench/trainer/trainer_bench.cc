@@ -84,6 +84,9 @@ TrainOptions PeerModel() {
   o.optimizer = "sgd";
   o.lr = 0.05;
   o.momentum = 0.9;
+  // This bench measures the CPU backend against PyTorch on the CPU; on a machine with a GPU,
+  // bench/gpu/gpu_bench measures that one.
+  o.backend = "cpu";
   return o;
 }
 
