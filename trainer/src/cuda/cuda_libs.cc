@@ -8,7 +8,9 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <cublas_v2.h>
 #if defined(SWEEP_HAVE_NCCL)
@@ -22,17 +24,33 @@ struct Library {
   std::string error;  // why it could not be opened
 };
 
-// Opens `soname` through the usual search (LD_LIBRARY_PATH, the system's), then in `fallback_dir`
-// (the toolkit's library folder found at build time).
-Library Open(const char* soname, const char* fallback_dir) {
+// Opens `soname` through the usual search (LD_LIBRARY_PATH, the system's), then in the toolkit's
+// library folder found at build time, then in the folders a toolkit installed elsewhere usually
+// has ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda): a machine whose loader was never told about its
+// toolkit still finds it. The error kept is the first one, from the usual search.
+Library Open(const char* soname, const char* build_dir) {
   Library lib;
   lib.handle = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL);
   if (lib.handle != nullptr) return lib;
   lib.error = ::dlerror();
-  if (fallback_dir != nullptr && fallback_dir[0] != '\0') {
-    const std::string path = std::string(fallback_dir) + "/" + soname;
+  std::vector<std::string> dirs = {build_dir};
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
+    const char* root = std::getenv(var);
+    if (root != nullptr && root[0] != '\0') {
+      dirs.push_back(std::string(root) + "/lib64");
+      dirs.push_back(std::string(root) + "/lib");
+    }
+  }
+  dirs.push_back("/usr/local/cuda/lib64");
+  dirs.push_back("/usr/local/cuda/targets/x86_64-linux/lib");
+  for (const std::string& dir : dirs) {
+    if (dir.empty()) continue;
+    const std::string path = dir + "/" + soname;
     lib.handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib.handle != nullptr) lib.error.clear();
+    if (lib.handle != nullptr) {
+      lib.error.clear();
+      return lib;
+    }
   }
   return lib;
 }
