@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -187,6 +188,38 @@ TEST_F(CudaOps, BiasActForwardAndBackward) {
   }
 }
 
+// The 16-bit path keeps no fp32 activation (cuda::Mlp::keeps_out): bias_act_forward without out
+// must write the same pre and 16-bit copy, and bias_act_backward, taking the activation from pre
+// (relu's sign, tanh again), the same gradients, bit for bit.
+TEST_F(CudaOps, BiasActWithoutFp32OutputIsTheSameBits) {
+  for (Activation act : {Activation::kRelu, Activation::kTanh, Activation::kGelu}) {
+    const auto pre0 = Random(B * C, 40, 3.0), bias = Random(C, 41), g = Random(B * C, 42);
+    auto d_pre = Up(pre0), d_pre_no = Up(pre0), d_bias = Up(bias);
+    auto d_out = Up(std::vector<float>(B * C));
+    auto d_out16 = Up(std::vector<uint16_t>(B * C)), d_no16 = Up(std::vector<uint16_t>(B * C));
+    ASSERT_TRUE(bias_act_forward(d_out.data(), d_pre.data(), d_bias.data(), B, C, act, nullptr,
+                                 d_out16.data(), HalfType::kBf16)
+                    .ok());
+    ASSERT_TRUE(bias_act_forward(nullptr, d_pre_no.data(), d_bias.data(), B, C, act, nullptr,
+                                 d_no16.data(), HalfType::kBf16)
+                    .ok());
+    EXPECT_EQ(Down(d_pre_no), Down(d_pre)) << static_cast<int>(act);
+    EXPECT_EQ(Down(d_no16), Down(d_out16)) << static_cast<int>(act);
+    auto d_d = Up(g), d_d_no = Up(g);
+    auto d_db = Up(std::vector<float>(C)), d_db_no = Up(std::vector<float>(C));
+    auto d_d16 = Up(std::vector<uint16_t>(B * C)), d_d16_no = Up(std::vector<uint16_t>(B * C));
+    ASSERT_TRUE(bias_act_backward(d_d.data(), d_db.data(), d_pre.data(), d_out.data(), B, C, act,
+                                  nullptr, false, d_d16.data(), HalfType::kBf16)
+                    .ok());
+    ASSERT_TRUE(bias_act_backward(d_d_no.data(), d_db_no.data(), d_pre.data(), nullptr, B, C, act,
+                                  nullptr, false, d_d16_no.data(), HalfType::kBf16)
+                    .ok());
+    EXPECT_EQ(Down(d_d_no), Down(d_d)) << static_cast<int>(act);
+    EXPECT_EQ(Down(d_db_no), Down(d_db)) << static_cast<int>(act);
+    EXPECT_EQ(Down(d_d16_no), Down(d_d16)) << static_cast<int>(act);
+  }
+}
+
 // The kernels that also write a 16-bit copy of their output (what the next 16-bit GEMM reads):
 // the copy must be exactly that output rounded, as cast_to_half and cpu::round_to_half round it.
 TEST_F(CudaOps, FusedHalfCopiesAreTheirOutputsRounded) {
@@ -311,20 +344,25 @@ TEST_F(CudaOps, DropoutMatchesCpuBitForBit) {
 }
 
 // A wide layer: the column sums run as 32-column blocks of 16 row groups.
+// Row counts around the column-sum kernel's unrolled steps (32 row groups x 4 running sums:
+// 128 rows a turn) and its remainder.
 TEST_F(CudaOps, BiasBackwardWideLayer) {
-  const int rows = 300, cols = 1000;
-  const auto g = Random(static_cast<size_t>(rows) * cols, 16), db0 = Random(cols, 17);
-  for (bool accumulate : {false, true}) {
-    std::vector<float> d = g, db = db0;
-    const std::vector<float> none(static_cast<size_t>(rows) * cols);
-    cpu::bias_act_backward(d.data(), db.data(), none.data(), none.data(), rows, cols,
-                           Activation::kNone, accumulate);
-    auto d_d = Up(g), d_db = Up(db0), d_none = Up(none);
-    ASSERT_TRUE(bias_act_backward(d_d.data(), d_db.data(), d_none.data(), d_none.data(), rows, cols,
-                                  Activation::kNone, nullptr, accumulate)
-                    .ok());
-    ExpectErr(accumulate ? "column sums 300x1000, accumulate" : "column sums 300x1000",
-              NormErr(Down(d_db), db), 1e-5);
+  const int cols = 1000;
+  for (int rows : {1, 97, 128, 129, 300}) {
+    const auto g = Random(static_cast<size_t>(rows) * cols, 16), db0 = Random(cols, 17);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> d = g, db = db0;
+      const std::vector<float> none(static_cast<size_t>(rows) * cols);
+      cpu::bias_act_backward(d.data(), db.data(), none.data(), none.data(), rows, cols,
+                             Activation::kNone, accumulate);
+      auto d_d = Up(g), d_db = Up(db0), d_none = Up(none);
+      ASSERT_TRUE(bias_act_backward(d_d.data(), d_db.data(), d_none.data(), d_none.data(), rows,
+                                    cols, Activation::kNone, nullptr, accumulate)
+                      .ok());
+      const std::string what =
+          "column sums " + std::to_string(rows) + "x1000" + (accumulate ? ", accumulate" : "");
+      ExpectErr(what.c_str(), NormErr(Down(d_db), db), 1e-5);
+    }
   }
 }
 

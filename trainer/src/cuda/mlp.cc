@@ -51,7 +51,7 @@ Status Mlp::Allocate() {
     const int64_t n = rows * shape_.out(l);
     const bool hidden = l < L - 1;
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(n, &pre_[i]));
-    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(hidden ? n : 0, &out_[i]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(hidden && keeps_out() ? n : 0, &out_[i]));
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(hidden && dropout_ > 0 ? n : 0, &drop_[i]));
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(hidden && dropout_ > 0 ? n : 0, &mask_[i]));
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(hidden && half() ? n : 0, &act16_[i]));
@@ -94,7 +94,7 @@ Status Mlp::Forward(int slot, int B, bool train, uint64_t dropout_key, int64_t f
     const size_t i = static_cast<size_t>(l);
     const bool last = l == L - 1;
     float* pre = pre_[i].data();
-    float* out = last ? pre : out_[i].data();
+    float* out = last ? pre : out_[i].data();  // null for a hidden layer unless keeps_out()
     if (half()) {
       SWEEP_RETURN_IF_ERROR(matmul_forward_half(blas_, pre, in16,
                                                 params16_.data() + shape_.weight_offset[i], B,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "cuda/cuda_check.h"
 #include "cuda/ops.h"
@@ -37,33 +38,44 @@ __device__ uint16_t HalfBits(float x, bool bf16) {
 
 // ---- bias + activation ----
 
-__global__ void BiasActForwardKernel(float* out, float* pre, const float* bias, int64_t n, int C,
+__device__ float ActForward(float x, Activation act) {
+  if (act == Activation::kRelu) return x > 0.0f ? x : 0.0f;
+  if (act == Activation::kTanh) return tanhf(x);
+  if (act == Activation::kGelu) {
+    return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
+  }
+  return x;
+}
+
+// Index: int where n fits (the column is i % C, and a 64-bit remainder costs a few dozen
+// instructions per element on the GPU), else int64_t. out may be null (the 16-bit path keeps no
+// fp32 activation: the backward reads pre instead).
+template <typename Index>
+__global__ void BiasActForwardKernel(float* out, float* pre, const float* bias, Index n, int C,
                                      Activation act, uint16_t* out16, bool bf16) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  const Index stride = static_cast<Index>(blockDim.x) * gridDim.x;
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float x = pre[i] + bias[i % C];
     pre[i] = x;
-    float y = x;
-    if (act == Activation::kRelu) {
-      y = x > 0.0f ? x : 0.0f;
-    } else if (act == Activation::kTanh) {
-      y = tanhf(x);
-    } else if (act == Activation::kGelu) {
-      y = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
-    }
-    out[i] = y;
+    const float y = ActForward(x, act);
+    if (out != nullptr) out[i] = y;
     if (out16 != nullptr) out16[i] = HalfBits(y, bf16);
   }
 }
 
+// out null: the activation is taken from pre (relu: out > 0 exactly when pre > 0; tanh: the
+// forward's tanhf(pre) again, the same bits).
 __global__ void ActBackwardKernel(float* d, const float* pre, const float* out, int64_t n,
                                   Activation act, uint16_t* d16, bool bf16) {
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const float g = d[i];
     float r = g;
     if (act == Activation::kRelu) {
-      r = out[i] > 0.0f ? g : 0.0f;
+      const bool on = out != nullptr ? out[i] > 0.0f : pre[i] > 0.0f;
+      r = on ? g : 0.0f;
     } else if (act == Activation::kTanh) {
-      r = g * (1.0f - out[i] * out[i]);
+      const float y = out != nullptr ? out[i] : tanhf(pre[i]);
+      r = g * (1.0f - y * y);
     } else if (act == Activation::kGelu) {
       const float x = pre[i];
       const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
@@ -76,20 +88,33 @@ __global__ void ActBackwardKernel(float* d, const float* pre, const float* out, 
 }
 
 // A block of 32 columns x kSumRows row groups: thread (c, g) sums rows g, g + kSumRows, ... of
-// column c in order, then the kSumRows partial sums are added in group order. Neighbouring
-// threads read neighbouring addresses, a wide matrix gets C / 32 blocks, and the result does not
-// depend on scheduling.
+// column c into kSumLanes running sums taken in turn (independent loads in flight: one block per
+// 32 columns is all the parallelism a 4096-wide layer offers), adds them in lane order, then the
+// kSumRows partial sums are added in group order. Neighbouring threads read neighbouring
+// addresses, and the result does not depend on scheduling.
 constexpr int kSumCols = 32;
-constexpr int kSumRows = 16;
+constexpr int kSumRows = 32;
+constexpr int kSumLanes = 4;
 
-__global__ void ColumnSumKernel(float* dbias, const float* d, int B, int C, bool accumulate) {
+__global__ void __launch_bounds__(kSumCols* kSumRows)
+    ColumnSumKernel(float* dbias, const float* d, int B, int C, bool accumulate) {
   __shared__ float partial[kSumRows][kSumCols];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
   float s = 0.0f;
   if (c < C) {
-    for (int b = static_cast<int>(threadIdx.y); b < B; b += kSumRows) {
-      s += d[static_cast<int64_t>(b) * C + c];
+    float lane[kSumLanes] = {};
+    int b = static_cast<int>(threadIdx.y);
+    for (; b + (kSumLanes - 1) * kSumRows < B; b += kSumLanes * kSumRows) {
+#pragma unroll
+      for (int k = 0; k < kSumLanes; ++k) {
+        lane[k] += d[static_cast<int64_t>(b + k * kSumRows) * C + c];
+      }
     }
+#pragma unroll
+    for (int k = 0; k < kSumLanes - 1; ++k) {  // the rows left: fewer than kSumLanes
+      if (b + k * kSumRows < B) lane[k] += d[static_cast<int64_t>(b + k * kSumRows) * C + c];
+    }
+    for (int k = 0; k < kSumLanes; ++k) s += lane[k];
   }
   partial[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
@@ -392,8 +417,15 @@ Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C,
                         cudaStream_t stream, uint16_t* out16, HalfType type) {
   const int64_t n = static_cast<int64_t>(B) * C;
   if (n == 0) return Status::Ok();
-  BiasActForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(out, pre, bias, n, C, act, out16,
-                                                           type == HalfType::kBf16);
+  const bool bf16 = type == HalfType::kBf16;
+  // int indices where i + stride cannot overflow either.
+  if (n <= std::numeric_limits<int>::max() - kMaxBlocks * kThreads) {
+    BiasActForwardKernel<int><<<Blocks(n), kThreads, 0, stream>>>(
+        out, pre, bias, static_cast<int>(n), C, act, out16, bf16);
+  } else {
+    BiasActForwardKernel<int64_t>
+        <<<Blocks(n), kThreads, 0, stream>>>(out, pre, bias, n, C, act, out16, bf16);
+  }
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

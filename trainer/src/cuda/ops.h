@@ -53,13 +53,15 @@ Status matmul_backward_half(cublasHandle_t handle, float* dinp, float* dweight,
 // Kernels whose output a 16-bit GEMM reads next take an optional out16 (bf16 / fp16): they also
 // write cast_to_half of what they write there, in the same pass over memory.
 
-// pre[B, C] += bias, out = act(pre); for kNone out may be pre.
+// pre[B, C] += bias, out = act(pre); for kNone out may be pre. out may be null where nothing
+// reads it (the 16-bit path without dropout: the GEMMs read out16, bias_act_backward pre).
 Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C, Activation act,
                         cudaStream_t stream, uint16_t* out16 = nullptr,
                         HalfType type = HalfType::kBf16);
 
 // d: gradient w.r.t. out on entry, w.r.t. pre on return; dbias[C] (+)= its column sums; d16 (may
-// be null): the returned d cast to 16 bits.
+// be null): the returned d cast to 16 bits. out (may be null) spares recomputing act(pre): the
+// result is the same bits either way.
 Status bias_act_backward(float* d, float* dbias, const float* pre, const float* out, int B, int C,
                          Activation act, cudaStream_t stream, bool accumulate = false,
                          uint16_t* d16 = nullptr, HalfType type = HalfType::kBf16);
