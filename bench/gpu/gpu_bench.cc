@@ -263,9 +263,9 @@ double CublasStepTflops(const MlpShape& s, int batch) {
 // ---- NCCL: bucketed vs one all-reduce ----
 
 #if defined(SWEEP_HAVE_NCCL)
-// Bus bandwidth (GB/s, NCCL's convention: 2 (n - 1) / n x bytes / time) of all-reducing
-// `floats` floats on n GPUs, as the given ranges, each range its own all-reduce.
-double AllReduceBusGbps(int n, int64_t floats,
+// Seconds to all-reduce `floats` floats on n GPUs (n may be 1: a one-rank communicator), as the
+// given ranges, each range its own all-reduce; -1 on failure.
+double AllReduceSeconds(int n, int64_t floats,
                         const std::vector<std::pair<int64_t, int64_t>>& ranges) {
   std::vector<ncclComm_t> comms(static_cast<size_t>(n));
   std::vector<int> devs;
@@ -318,8 +318,13 @@ double AllReduceBusGbps(int n, int64_t floats,
     bufs[static_cast<size_t>(d)] = cuda::DeviceBuffer<float>();
     ncclCommDestroy(comms[static_cast<size_t>(d)]);
   }
-  const double bytes = static_cast<double>(floats) * sizeof(float);
-  return 2.0 * (n - 1) / n * bytes / s / 1e9;
+  return s;
+}
+
+// NCCL's bus bandwidth convention, GB/s: 2 (n - 1) / n x bytes / time.
+double BusGbps(int n, int64_t floats, double seconds) {
+  if (seconds <= 0) return -1;
+  return 2.0 * (n - 1) / n * static_cast<double>(floats) * sizeof(float) / seconds / 1e9;
 }
 #endif
 
@@ -439,10 +444,18 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\n== all-reduce ==\n");
-  std::printf("  1 GPU: no communicator, no all-reduce (allreduce_s is 0 by construction)\n");
+  std::printf("  1 GPU: the trainer makes no communicator and no NCCL call (allreduce_s is 0)\n");
 #if defined(SWEEP_HAVE_NCCL)
+  const Config& heavy_config = configs[2];
+  const MlpShape heavy_shape = MlpShape::Make(784, heavy_config.hidden, 10);
+  // The gradient buckets the trainer uses (GroupSpec::bucket_floats: 4 MiB), and one range.
+  std::vector<std::pair<int64_t, int64_t>> one = {{0, heavy_shape.num_params}}, buckets;
+  for (const auto& b : sweep::trainer::MakeGradBuckets(heavy_shape, int64_t{1} << 20)) {
+    buckets.emplace_back(b.begin, b.end);
+  }
+  const double mib = heavy_shape.num_params * 4.0 / 1048576;
   if (*gpus >= 2) {
-    Config heavy = configs[2];
+    Config heavy = heavy_config;
     heavy.epochs = heavy_epochs;
     std::vector<int> counts = {2};
     if (*gpus > 2) counts.push_back(*gpus);
@@ -458,20 +471,23 @@ int main(int argc, char** argv) {
             dp.samples_per_s, dp.exposed_ms_per_step, dp.span_ms_per_step);
       }
     }
-    const MlpShape shape = MlpShape::Make(784, heavy.hidden, 10);
-    std::vector<std::pair<int64_t, int64_t>> one = {{0, shape.num_params}}, buckets;
-    for (const auto& b : sweep::trainer::MakeGradBuckets(shape, int64_t{1} << 20)) {
-      buckets.emplace_back(b.begin, b.end);
-    }
-    const double single = AllReduceBusGbps(*gpus, shape.num_params, one);
-    const double bucketed = AllReduceBusGbps(*gpus, shape.num_params, buckets);
+    const double single = BusGbps(*gpus, heavy_shape.num_params,
+                                  AllReduceSeconds(*gpus, heavy_shape.num_params, one));
+    const double bucketed = BusGbps(*gpus, heavy_shape.num_params,
+                                    AllReduceSeconds(*gpus, heavy_shape.num_params, buckets));
     std::printf(
         "  NCCL bus bandwidth on %d GPUs, %.0f MiB of gradients: one all-reduce %.1f GB/s, "
         "%zu buckets %.1f GB/s (%.0f%% of one)\n",
-        *gpus, shape.num_params * 4.0 / 1048576, single, buckets.size(), bucketed,
-        single > 0 ? 100 * bucketed / single : 0.0);
+        *gpus, mib, single, buckets.size(), bucketed, single > 0 ? 100 * bucketed / single : 0.0);
   } else {
-    std::printf("  one GPU here: the multi-GPU figures need 2 or more\n");
+    // What the bucketed path would cost per step through a one-rank communicator (a local
+    // copy at most): the overhead that skipping NCCL on one GPU saves.
+    const double single = AllReduceSeconds(1, heavy_shape.num_params, one);
+    const double bucketed = AllReduceSeconds(1, heavy_shape.num_params, buckets);
+    std::printf(
+        "  one-rank NCCL communicator, %.0f MiB of gradients (the GEMM-heavy model): one "
+        "all-reduce %.3f ms, %zu buckets %.3f ms; the multi-GPU figures need 2 or more GPUs\n",
+        mib, 1e3 * single, buckets.size(), 1e3 * bucketed);
   }
 #else
   std::printf("  built without NCCL: no multi-GPU figures\n");
