@@ -188,9 +188,10 @@ TEST_F(CudaOps, BiasActForwardAndBackward) {
   }
 }
 
-// The 16-bit path keeps no fp32 activation (cuda::Mlp::keeps_out): bias_act_forward without out
-// must write the same pre and 16-bit copy, and bias_act_backward, taking the activation from pre
-// (relu's sign, tanh again), the same gradients, bit for bit.
+// The 16-bit path keeps no fp32 activation (cuda::Mlp::keeps_out) and no fp32 gradient w.r.t. pre:
+// bias_act_forward without out must write the same pre and 16-bit copy, and bias_act_backward,
+// taking the activation from pre (relu's sign, tanh again) and with keep_d = false, the same
+// gradients, bit for bit.
 TEST_F(CudaOps, BiasActWithoutFp32OutputIsTheSameBits) {
   for (Activation act : {Activation::kRelu, Activation::kTanh, Activation::kGelu}) {
     const auto pre0 = Random(B * C, 40, 3.0), bias = Random(C, 41), g = Random(B * C, 42);
@@ -217,7 +218,23 @@ TEST_F(CudaOps, BiasActWithoutFp32OutputIsTheSameBits) {
     EXPECT_EQ(Down(d_d_no), Down(d_d)) << static_cast<int>(act);
     EXPECT_EQ(Down(d_db_no), Down(d_db)) << static_cast<int>(act);
     EXPECT_EQ(Down(d_d16_no), Down(d_d16)) << static_cast<int>(act);
+    // keep_d = false: the same 16-bit gradient and bias gradient, d left as it came.
+    auto d_d_kept = Up(g), d_db_kept = Up(std::vector<float>(C));
+    auto d_d16_kept = Up(std::vector<uint16_t>(B * C));
+    ASSERT_TRUE(bias_act_backward(d_d_kept.data(), d_db_kept.data(), d_pre.data(), nullptr, B, C,
+                                  act, nullptr, false, d_d16_kept.data(), HalfType::kBf16,
+                                  /*keep_d=*/false)
+                    .ok());
+    EXPECT_EQ(Down(d_d_kept), g) << static_cast<int>(act);
+    EXPECT_EQ(Down(d_db_kept), Down(d_db)) << static_cast<int>(act);
+    EXPECT_EQ(Down(d_d16_kept), Down(d_d16)) << static_cast<int>(act);
   }
+  // keep_d = false without a 16-bit copy would compute nothing anyone reads: refused.
+  DeviceBuffer<float> none;
+  EXPECT_FALSE(bias_act_backward(none.data(), none.data(), none.data(), none.data(), B, C,
+                                 Activation::kRelu, nullptr, false, nullptr, HalfType::kBf16,
+                                 /*keep_d=*/false)
+                   .ok());
 }
 
 // The kernels that also write a 16-bit copy of their output (what the next 16-bit GEMM reads):

@@ -149,7 +149,7 @@ Status Mlp::Backward(int slot, int B, bool accumulate, LayerHook* hook) {
     SWEEP_RETURN_IF_ERROR(bias_act_backward(
         d, g + shape_.bias_offset[i], pre_[i].data(), last ? pre_[i].data() : out_[i].data(), B,
         shape_.out(l), last ? Activation::kNone : act_, stream_, accumulate,
-        half() ? d16_.data() : nullptr, half_type_));
+        half() ? d16_.data() : nullptr, half_type_, /*keep_d=*/!half()));
     float* d_in = l == 0 ? nullptr : d_[(l - 1) % 2].data();
     if (half()) {
       const uint16_t* in16 = l == 0 ? x16_.data() : act16_[i - 1].data();

@@ -63,57 +63,71 @@ __global__ void BiasActForwardKernel(float* out, float* pre, const float* bias, 
   }
 }
 
-// out null: the activation is taken from pre (relu: out > 0 exactly when pre > 0; tanh: the
-// forward's tanhf(pre) again, the same bits).
-__global__ void ActBackwardKernel(float* d, const float* pre, const float* out, int64_t n,
-                                  Activation act, uint16_t* d16, bool bf16) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    const float g = d[i];
-    float r = g;
-    if (act == Activation::kRelu) {
-      const bool on = out != nullptr ? out[i] > 0.0f : pre[i] > 0.0f;
-      r = on ? g : 0.0f;
-    } else if (act == Activation::kTanh) {
-      const float y = out != nullptr ? out[i] : tanhf(pre[i]);
-      r = g * (1.0f - y * y);
-    } else if (act == Activation::kGelu) {
-      const float x = pre[i];
-      const float t = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
-      const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-      r = g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
-    }
-    d[i] = r;
-    if (d16 != nullptr) d16[i] = HalfBits(r, bf16);
+// The gradient w.r.t. pre from g (w.r.t. out) and a: out, or pre when a_is_pre (relu: out > 0
+// exactly when pre > 0; tanh: the forward's tanhf(pre) again, the same bits; gelu always reads
+// pre).
+__device__ float ActGrad(float g, float a, Activation act, bool a_is_pre) {
+  if (act == Activation::kRelu) return a > 0.0f ? g : 0.0f;
+  if (act == Activation::kTanh) {
+    const float y = a_is_pre ? tanhf(a) : a;
+    return g * (1.0f - y * y);
   }
+  if (act == Activation::kGelu) {
+    const float t = tanhf(kGeluScale * (a + kGeluCubic * a * a * a));
+    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * a * a);
+    return g * (0.5f * (1.0f + t) + 0.5f * a * (1.0f - t * t) * du);
+  }
+  return g;
 }
 
-// A block of 32 columns x kSumRows row groups: thread (c, g) sums rows g, g + kSumRows, ... of
-// column c into kSumLanes running sums taken in turn (independent loads in flight: one block per
-// 32 columns is all the parallelism a 4096-wide layer offers), adds them in lane order, then the
-// kSumRows partial sums are added in group order. Neighbouring threads read neighbouring
-// addresses, and the result does not depend on scheduling.
+// The activation's backward and the bias gradient in one pass over d: a block of 32 columns x
+// kSumRows row groups, thread (c, g) taking rows g, g + kSumRows, ... of column c, kSumLanes rows
+// a turn (all their loads issued before any store: independent loads in flight, as one block per
+// 32 columns is all the parallelism a 4096-wide layer offers). Each row's result goes to d
+// (keep_d, and only when the activation changed it) and d16 (when not null), and into the
+// thread's running sum for that lane; the lanes are added in order, then the kSumRows partial
+// sums in group order. Neighbouring threads touch neighbouring addresses, and the sums do not
+// depend on scheduling. a: pre or out, as ActGrad takes it (unused for kNone).
 constexpr int kSumCols = 32;
 constexpr int kSumRows = 32;
 constexpr int kSumLanes = 4;
 
 __global__ void __launch_bounds__(kSumCols* kSumRows)
-    ColumnSumKernel(float* dbias, const float* d, int B, int C, bool accumulate) {
+    BiasActBackwardKernel(float* __restrict__ d, float* __restrict__ dbias,
+                          const float* __restrict__ a, int B, int C, Activation act, bool a_is_pre,
+                          bool accumulate, bool keep_d, uint16_t* __restrict__ d16, bool bf16) {
   __shared__ float partial[kSumRows][kSumCols];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kSumCols + threadIdx.x;
+  const int c = static_cast<int>(blockIdx.x) * kSumCols + static_cast<int>(threadIdx.x);
+  const bool write_d = keep_d && act != Activation::kNone;
   float s = 0.0f;
   if (c < C) {
     float lane[kSumLanes] = {};
-    int b = static_cast<int>(threadIdx.y);
-    for (; b + (kSumLanes - 1) * kSumRows < B; b += kSumLanes * kSumRows) {
+    // One turn: rows b, b + kSumRows, ... (k < count), loads first.
+    auto turn = [&](int b, int count) {
+      float g[kSumLanes] = {}, x[kSumLanes] = {};
 #pragma unroll
       for (int k = 0; k < kSumLanes; ++k) {
-        lane[k] += d[static_cast<int64_t>(b + k * kSumRows) * C + c];
+        if (k < count) {
+          const int64_t i = static_cast<int64_t>(b + k * kSumRows) * C + c;
+          g[k] = d[i];
+          x[k] = act == Activation::kNone ? 0.0f : a[i];
+        }
       }
-    }
 #pragma unroll
-    for (int k = 0; k < kSumLanes - 1; ++k) {  // the rows left: fewer than kSumLanes
-      if (b + k * kSumRows < B) lane[k] += d[static_cast<int64_t>(b + k * kSumRows) * C + c];
-    }
+      for (int k = 0; k < kSumLanes; ++k) {
+        if (k < count) {
+          const int64_t i = static_cast<int64_t>(b + k * kSumRows) * C + c;
+          const float r = ActGrad(g[k], x[k], act, a_is_pre);
+          if (write_d) d[i] = r;
+          if (d16 != nullptr) d16[i] = HalfBits(r, bf16);
+          lane[k] += r;
+        }
+      }
+    };
+    int b = static_cast<int>(threadIdx.y);
+    for (; b + (kSumLanes - 1) * kSumRows < B; b += kSumLanes * kSumRows) turn(b, kSumLanes);
+    if (b < B) turn(b, (B - b + kSumRows - 1) / kSumRows);  // the rows left: fewer than kSumLanes
+#pragma unroll
     for (int k = 0; k < kSumLanes; ++k) s += lane[k];
   }
   partial[threadIdx.y][threadIdx.x] = s;
@@ -432,19 +446,17 @@ Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C,
 
 Status bias_act_backward(float* d, float* dbias, const float* pre, const float* out, int B, int C,
                          Activation act, cudaStream_t stream, bool accumulate, uint16_t* d16,
-                         HalfType type) {
-  const int64_t n = static_cast<int64_t>(B) * C;
+                         HalfType type, bool keep_d) {
   if (C == 0) return Status::Ok();
-  if (n > 0 && act != Activation::kNone) {
-    ActBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(d, pre, out, n, act, d16,
-                                                          type == HalfType::kBf16);
-    CUDA_CHECK(cudaGetLastError());
-  } else if (n > 0 && d16 != nullptr) {
-    CastKernel<<<Blocks(n), kThreads, 0, stream>>>(d16, d, n, type == HalfType::kBf16);
-    CUDA_CHECK(cudaGetLastError());
+  if (!keep_d && d16 == nullptr) {
+    return Status::InvalidArgument("bias_act_backward: keep_d = false needs d16");
   }
+  // gelu reads pre; relu and tanh read out where the caller kept it.
+  const bool a_is_pre = act == Activation::kGelu || out == nullptr;
+  const float* a = a_is_pre ? pre : out;
   const dim3 block(kSumCols, kSumRows);
-  ColumnSumKernel<<<(C + kSumCols - 1) / kSumCols, block, 0, stream>>>(dbias, d, B, C, accumulate);
+  BiasActBackwardKernel<<<(C + kSumCols - 1) / kSumCols, block, 0, stream>>>(
+      d, dbias, a, B, C, act, a_is_pre, accumulate, keep_d, d16, type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

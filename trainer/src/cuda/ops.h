@@ -61,10 +61,13 @@ Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C,
 
 // d: gradient w.r.t. out on entry, w.r.t. pre on return; dbias[C] (+)= its column sums; d16 (may
 // be null): the returned d cast to 16 bits. out (may be null) spares recomputing act(pre): the
-// result is the same bits either way.
+// result is the same bits either way. keep_d = false (only with d16) leaves d as it came: what
+// the 16-bit GEMMs read is d16, and the fp32 result would cost 4 bytes an element unread. One
+// pass over d for all of it.
 Status bias_act_backward(float* d, float* dbias, const float* pre, const float* out, int B, int C,
                          Activation act, cudaStream_t stream, bool accumulate = false,
-                         uint16_t* d16 = nullptr, HalfType type = HalfType::kBf16);
+                         uint16_t* d16 = nullptr, HalfType type = HalfType::kBf16,
+                         bool keep_d = true);
 
 // losses[B] = cross-entropy of softmax(logits); dlogits (unless null) = (softmax - onehot) *
 // dloss_scale. Labels must lie in [0, V).
