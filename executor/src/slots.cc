@@ -59,10 +59,15 @@ namespace {
 
 // What this machine's CUDA runtime says about every pair of GPUs; a pair it cannot answer for
 // counts as having no peer access.
-std::vector<int> LocalLinkGroups(int gpus) {
+struct PeerMatrix {
+  std::vector<std::vector<bool>> peer;  // [i][j]: i can access j's memory
+  std::vector<std::vector<int>> rank;   // [i][j]: CUDA's performance rank of that link
+};
+
+PeerMatrix LocalPeers(int gpus) {
   const size_t n = static_cast<size_t>(gpus);
-  std::vector<std::vector<bool>> peer(n, std::vector<bool>(n, false));
-  std::vector<std::vector<int>> rank(n, std::vector<int>(n, 0));
+  PeerMatrix m{std::vector<std::vector<bool>>(n, std::vector<bool>(n, false)),
+               std::vector<std::vector<int>>(n, std::vector<int>(n, 0))};
 #ifdef SWEEP_HAVE_CUDA
   for (int i = 0; i < gpus; ++i) {
     for (int j = 0; j < gpus; ++j) {
@@ -78,12 +83,12 @@ std::vector<int> LocalLinkGroups(int gpus) {
         (void)cudaGetLastError();
         continue;
       }
-      peer[a][b] = true;
-      rank[a][b] = perf;
+      m.peer[a][b] = true;
+      m.rank[a][b] = perf;
     }
   }
 #endif
-  return LinkGroupsFromPeers(peer, rank);
+  return m;
 }
 
 }  // namespace
@@ -110,8 +115,14 @@ std::vector<Slot> DiscoverLocalSlots(int cpu_slots) {
     slots.push_back(s);
   }
   if (!slots.empty()) {
-    const std::vector<int> groups = LocalLinkGroups(gpus);
-    for (size_t i = 0; i < slots.size(); ++i) slots[i].link_group = groups[i];
+    const PeerMatrix m = LocalPeers(gpus);
+    const std::vector<int> groups = LinkGroupsFromPeers(m.peer, m.rank);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      slots[i].link_group = groups[i];
+      for (size_t j = 0; j < slots.size(); ++j) {
+        if (m.peer[i][j] && m.peer[j][i]) slots[i].peers.push_back(static_cast<int>(j));
+      }
+    }
     return slots;
   }
   return CpuSlots(cpu_slots);

@@ -213,8 +213,9 @@ int CmdList(const QueryArgs& a) {
 // ---- devices ----
 
 // What a sweep run here, or `sweep agent`, would place trials on: every GPU this process can use
-// with its model, memory, compute capability and link group (GPUs of one group reach each other
-// over the fastest link, where a multi-GPU trial's replicas are placed), or the CPU slots.
+// with its model, memory, compute capability, the GPUs it has peer access to, and link group (GPUs
+// of one group reach each other over the fastest link, where a multi-GPU trial's replicas are
+// placed), or the CPU slots.
 int CmdDevices(bool as_json, int cpu_slots) {
   const std::vector<sweep::executor::Slot> slots = sweep::executor::DiscoverLocalSlots(cpu_slots);
   if (as_json) {
@@ -226,7 +227,8 @@ int CmdDevices(bool as_json, int cpu_slots) {
                      {"model", s.model},
                      {"memory_bytes", s.memory_bytes},
                      {"compute_capability", s.compute_capability},
-                     {"link_group", s.link_group}});
+                     {"link_group", s.link_group},
+                     {"peers", s.peers}});
     }
     std::cout << arr.dump(2) << "\n";
     return kExitOk;
@@ -239,10 +241,15 @@ int CmdDevices(bool as_json, int cpu_slots) {
   std::map<int, std::vector<int>> groups;
   for (const auto& s : slots) {
     char line[256];
-    std::snprintf(line, sizeof line, "%-6s %-28s %7.1f GiB  sm_%d  link group %d\n", s.name.c_str(),
+    std::snprintf(line, sizeof line,
+                  "%-6s %-28s %7.1f GiB  sm_%d  link group %d  peer access: ", s.name.c_str(),
                   s.model.c_str(), static_cast<double>(s.memory_bytes) / (1024.0 * 1024 * 1024),
                   s.compute_capability, s.link_group);
     std::cout << line;
+    if (s.peers.empty()) std::cout << "none";
+    for (size_t i = 0; i < s.peers.size(); ++i)
+      std::cout << (i == 0 ? "gpu" : ",gpu") << s.peers[i];
+    std::cout << "\n";
     groups[s.link_group].push_back(s.device);
   }
   for (const auto& [group, devices] : groups) {

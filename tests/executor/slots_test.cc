@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace sweep::executor {
 namespace {
 
@@ -32,6 +34,33 @@ TEST(SlotsTest, CpuSlotsHaveNoGpuFields) {
     EXPECT_FALSE(s.gpu);
     EXPECT_EQ(s.compute_capability, 0);
     EXPECT_EQ(s.link_group, 0);
+    EXPECT_TRUE(s.peers.empty());
+  }
+}
+
+// Where there are GPUs: peer access is listed both ways and never to itself, and a GPU that
+// shares its link group has peer access to another GPU of that group (groups join GPUs linked
+// at the fastest rank, transitively).
+TEST(SlotsTest, GpuPeersAreMutualAndJoinTheirLinkGroup) {
+  const std::vector<Slot> slots = DiscoverLocalSlots(0);
+  if (slots.empty() || !slots[0].gpu) GTEST_SKIP() << "no GPU here";
+  auto has = [](const Slot& s, int d) {
+    return std::find(s.peers.begin(), s.peers.end(), d) != s.peers.end();
+  };
+  for (const Slot& a : slots) {
+    EXPECT_FALSE(has(a, a.device)) << a.name;
+    bool shares_group = false, peer_in_group = false;
+    for (const Slot& b : slots) {
+      if (a.device == b.device) continue;
+      EXPECT_EQ(has(a, b.device), has(b, a.device)) << a.name << " " << b.name;
+      if (a.link_group == b.link_group) {
+        shares_group = true;
+        peer_in_group = peer_in_group || has(a, b.device);
+      }
+    }
+    if (shares_group) {
+      EXPECT_TRUE(peer_in_group) << a.name;
+    }
   }
 }
 

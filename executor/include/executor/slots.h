@@ -22,6 +22,9 @@ struct Slot {
   // has (NVLink, a PCIe switch): a trial's replicas belong in one group. Named by the group's
   // lowest ordinal; a lone GPU, or one without peer access, is a group of its own. 0 for CPU.
   int link_group = 0;
+  // The CUDA ordinals this GPU has peer access to (both ways), lowest first; empty for CPU and for
+  // a GPU without any. link_group is drawn from these pairs and their performance rank.
+  std::vector<int> peers;
 };
 
 // Link groups of n GPUs from what CUDA reports for each ordered pair (i, j), i != j:
