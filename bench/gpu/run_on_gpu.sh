@@ -11,6 +11,9 @@
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
 # running all of them.
 set -u
+# Each step gets at most STEP_TIMEOUT seconds (default 300): a hang in one must not take the
+# others' output with it.
+step_timeout=${STEP_TIMEOUT:-300}
 build=${1:-build}
 data=${2:-/usr/share/datasets/fashion-mnist}
 status=0
@@ -52,17 +55,25 @@ if [[ -n "$extra" ]]; then
 fi
 # What this machine lacks, from the bundle, alone in a folder of its own: the bundle's other
 # libraries must not shadow the system's (python's ssl would load the build machine's libcrypto).
+# ldd lists what a library it cannot find needs only once that library is found (OpenBLAS's
+# libgfortran, say): link what is missing, put the folder on the path, and look again until a
+# pass links nothing new.
 libs=$(mktemp -d)
-for b in "${binaries[@]}"; do
-  [[ -x "$b" ]] || continue
-  for so in $(missing "$b" | awk '{print $1}'); do
-    if [[ -e "$build/gpu-libs/$so" ]]; then
-      ln -sf "$(cd "$build/gpu-libs" && pwd)/$so" "$libs/$so"
-    fi
+export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for pass in 1 2 3 4 5; do
+  linked=0
+  for b in "${binaries[@]}"; do
+    [[ -x "$b" ]] || continue
+    for so in $(missing "$b" | awk '{print $1}'); do
+      if [[ -e "$build/gpu-libs/$so" && ! -e "$libs/$so" ]]; then
+        ln -sf "$(cd "$build/gpu-libs" && pwd)/$so" "$libs/$so"
+        linked=1
+      fi
+    done
   done
+  [[ $linked -eq 1 ]] || break
 done
 if [[ -n "$(ls -A "$libs")" ]]; then
-  export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "from $build/gpu-libs: $(ls "$libs" | tr "\n" " ")"
 fi
 for b in "${binaries[@]}"; do
@@ -84,7 +95,7 @@ step "GPU tests (sweep_trainer_cuda_tests)"
 # The tests skip without a usable device; where nvidia-smi sees a GPU, skipping is a failure (a
 # driver older than the CUDA runtime linked into the binaries says so here, and nowhere else).
 tests_out=$(mktemp)
-"$build/tests/trainer/sweep_trainer_cuda_tests" 2>&1 | tee "$tests_out"
+timeout "$step_timeout" "$build/tests/trainer/sweep_trainer_cuda_tests" 2>&1 | tee "$tests_out"
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 if nvidia-smi -L > /dev/null 2>&1 && grep -q "no usable device" "$tests_out"; then
   echo "run_on_gpu.sh: nvidia-smi lists a GPU, but the tests found no usable device (above)"
@@ -93,17 +104,19 @@ fi
 rm -f "$tests_out"
 
 step "sweep devices (what trials are placed on)"
-"$build/sweep/sweep" devices || status=1
+timeout "$step_timeout" "$build/sweep/sweep" devices || status=1
 
 step "sweep run configs/quickstart.toml (on the GPU)"
 scratch=$(mktemp -d)
 sed "s|/usr/share/datasets/fashion-mnist|$data|" configs/quickstart.toml > "$scratch/quickstart.toml"
-"$build/sweep/sweep" run "$scratch/quickstart.toml" --db "$scratch/sweeps.db" || status=1
+timeout "$step_timeout" "$build/sweep/sweep" run "$scratch/quickstart.toml" \
+  --db "$scratch/sweeps.db" || status=1
 "$build/sweep/sweep" trials quickstart --db "$scratch/sweeps.db" || status=1
 rm -rf "$scratch"
 
 step "bench/gpu/gpu_bench --data $data"
-"$build/bench/gpu/gpu_bench" --data "$data" --torch bench/gpu/torch_mlp_gpu.py || status=1
+timeout "$step_timeout" "$build/bench/gpu/gpu_bench" --data "$data" \
+  --torch bench/gpu/torch_mlp_gpu.py || status=1
 
 step "done: exit status $status"
 exit $status
