@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <cublas_v2.h>
@@ -361,26 +362,56 @@ TEST_F(CudaOps, DropoutMatchesCpuBitForBit) {
 }
 
 // A wide layer: the column sums run as 32-column blocks of 16 row groups.
-// Row counts around the column-sum kernel's unrolled steps (32 row groups x 4 running sums:
-// 128 rows a turn) and its remainder.
-TEST_F(CudaOps, BiasBackwardWideLayer) {
-  const int cols = 1000;
-  for (int rows : {1, 97, 128, 129, 300}) {
-    const auto g = Random(static_cast<size_t>(rows) * cols, 16), db0 = Random(cols, 17);
-    for (bool accumulate : {false, true}) {
-      std::vector<float> d = g, db = db0;
-      const std::vector<float> none(static_cast<size_t>(rows) * cols);
-      cpu::bias_act_backward(d.data(), db.data(), none.data(), none.data(), rows, cols,
-                             Activation::kNone, accumulate);
-      auto d_d = Up(g), d_db = Up(db0), d_none = Up(none);
-      ASSERT_TRUE(bias_act_backward(d_d.data(), d_db.data(), d_none.data(), d_none.data(), rows,
-                                    cols, Activation::kNone, nullptr, accumulate)
-                      .ok());
-      const std::string what =
-          "column sums " + std::to_string(rows) + "x1000" + (accumulate ? ", accumulate" : "");
-      ExpectErr(what.c_str(), NormErr(Down(d_db), db), 1e-5);
+// Shapes around the bias-gradient kernel's turns (32 row groups x 4 running sums: 128 rows a
+// turn) and its remainder, and narrow layers at a large batch, where scratch splits the rows
+// into ranges (2 ranges for 300 x 1000, 32 for 4096 x 10 and 4096 x 256): with and without
+// scratch, against the CPU.
+TEST_F(CudaOps, BiasBackwardShapesAndRowRanges) {
+  const std::vector<std::pair<int, int>> shapes = {
+      {1, 1000}, {97, 1000}, {128, 1000}, {129, 1000}, {300, 1000}, {4096, 10}, {4096, 256}};
+  for (const auto& [rows, cols] : shapes) {
+    const size_t n = static_cast<size_t>(rows) * cols;
+    const auto g = Random(n, 16), db0 = Random(static_cast<size_t>(cols), 17);
+    const auto pre = Random(n, 18);
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = pre[i] > 0 ? pre[i] : 0.0f;
+    DeviceBuffer<float> scratch;
+    ASSERT_TRUE(DeviceBuffer<float>::Make(BiasGradScratchFloats(rows, cols), &scratch).ok());
+    for (Activation act : {Activation::kNone, Activation::kRelu}) {
+      for (bool accumulate : {false, true}) {
+        std::vector<float> d = g, db = db0;
+        cpu::bias_act_backward(d.data(), db.data(), pre.data(), out.data(), rows, cols, act,
+                               accumulate);
+        for (bool split : {false, true}) {
+          auto d_d = Up(g), d_db = Up(db0), d_pre = Up(pre), d_out = Up(out);
+          ASSERT_TRUE(bias_act_backward(d_d.data(), d_db.data(), d_pre.data(), d_out.data(), rows,
+                                        cols, act, nullptr, accumulate, nullptr, HalfType::kBf16,
+                                        true, split ? scratch.data() : nullptr)
+                          .ok());
+          const std::string what =
+              "bias gradient " + std::to_string(rows) + "x" + std::to_string(cols) +
+              (act == Activation::kRelu ? " relu" : "") + (accumulate ? ", accumulate" : "") +
+              (split ? ", row ranges" : "");
+          ExpectErr(what.c_str(), NormErr(Down(d_db), db), 1e-5);
+          EXPECT_LT(NormErr(Down(d_d), d), 1e-6) << what;
+        }
+      }
     }
   }
+}
+
+// Scratch grows with the batch, so a buffer sized for the largest batch fits every smaller one
+// (host arithmetic only: runs without a GPU).
+TEST(CudaOpsHost, BiasGradScratchGrowsWithTheBatch) {
+  for (int cols : {10, 128, 256, 4096}) {
+    int64_t last = 0;
+    for (int rows = 0; rows <= 8192; rows += 16) {
+      EXPECT_GE(BiasGradScratchFloats(rows, cols), last) << rows << "x" << cols;
+      last = BiasGradScratchFloats(rows, cols);
+    }
+    EXPECT_GT(last, 0) << cols;  // a large batch is split
+  }
+  EXPECT_EQ(BiasGradScratchFloats(37, 53), 0);  // one turn of rows: nothing to split
 }
 
 TEST_F(CudaOps, CastToHalf) {

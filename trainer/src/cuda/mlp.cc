@@ -5,6 +5,7 @@
 // by the trainer; one thread at a time.
 #include "cuda/mlp.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -64,6 +65,11 @@ Status Mlp::Allocate() {
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(rows * shape_.in(0), &x16_));
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(rows * shape_.max_width(), &d16_));
   }
+  int64_t scratch = 0;
+  for (int l = 0; l < L; ++l) {
+    scratch = std::max(scratch, BiasGradScratchFloats(max_batch_, shape_.out(l)));
+  }
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(scratch, &bias_scratch_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(rows, &losses_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &loss_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<unsigned long long>::Make(1, &correct_));
@@ -149,7 +155,7 @@ Status Mlp::Backward(int slot, int B, bool accumulate, LayerHook* hook) {
     SWEEP_RETURN_IF_ERROR(bias_act_backward(
         d, g + shape_.bias_offset[i], pre_[i].data(), last ? pre_[i].data() : out_[i].data(), B,
         shape_.out(l), last ? Activation::kNone : act_, stream_, accumulate,
-        half() ? d16_.data() : nullptr, half_type_, /*keep_d=*/!half()));
+        half() ? d16_.data() : nullptr, half_type_, /*keep_d=*/!half(), bias_scratch_.data()));
     float* d_in = l == 0 ? nullptr : d_[(l - 1) % 2].data();
     if (half()) {
       const uint16_t* in16 = l == 0 ? x16_.data() : act16_[i - 1].data();

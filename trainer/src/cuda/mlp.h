@@ -99,6 +99,8 @@ class Mlp {
   DeviceBuffer<uint16_t> params16_, x16_, d16_;
   std::vector<DeviceBuffer<uint16_t>> act16_;
   bool half_params_fresh_ = false;
+  // bias_act_backward's scratch for the widest need of any layer at max_batch rows.
+  DeviceBuffer<float> bias_scratch_;
   DeviceBuffer<float> losses_;
   DeviceBuffer<double> loss_;                 // [1]: the summed loss
   DeviceBuffer<unsigned long long> correct_;  // [1]: Evaluate's count

@@ -81,21 +81,24 @@ __device__ float ActGrad(float g, float a, Activation act, bool a_is_pre) {
 }
 
 // The activation's backward and the bias gradient in one pass over d: a block of 32 columns x
-// kSumRows row groups, thread (c, g) taking rows g, g + kSumRows, ... of column c, kSumLanes rows
-// a turn (all their loads issued before any store: independent loads in flight, as one block per
-// 32 columns is all the parallelism a 4096-wide layer offers). Each row's result goes to d
+// kSumRows row groups over one range of rows (blockIdx.y: one of `splits` ranges), thread (c, g)
+// taking rows begin + g, begin + g + kSumRows, ... of column c, kSumLanes rows a turn (all their
+// loads issued before any store: independent loads in flight). Each row's result goes to d
 // (keep_d, and only when the activation changed it) and d16 (when not null), and into the
 // thread's running sum for that lane; the lanes are added in order, then the kSumRows partial
-// sums in group order. Neighbouring threads touch neighbouring addresses, and the sums do not
-// depend on scheduling. a: pre or out, as ActGrad takes it (unused for kNone).
+// sums in group order. With one range the block writes dbias; with several it writes its range's
+// sums to partials[range][C] and SumRangesKernel adds the ranges in order. Neighbouring threads
+// touch neighbouring addresses, and the sums depend only on (B, C), never on scheduling or the
+// GPU. a: pre or out, as ActGrad takes it (unused for kNone).
 constexpr int kSumCols = 32;
 constexpr int kSumRows = 32;
 constexpr int kSumLanes = 4;
 
 __global__ void __launch_bounds__(kSumCols* kSumRows)
     BiasActBackwardKernel(float* __restrict__ d, float* __restrict__ dbias,
-                          const float* __restrict__ a, int B, int C, Activation act, bool a_is_pre,
-                          bool accumulate, bool keep_d, uint16_t* __restrict__ d16, bool bf16) {
+                          float* __restrict__ partials, const float* __restrict__ a, int B, int C,
+                          int rows_per_range, Activation act, bool a_is_pre, bool accumulate,
+                          bool keep_d, uint16_t* __restrict__ d16, bool bf16) {
   __shared__ float partial[kSumRows][kSumCols];
   const int c = static_cast<int>(blockIdx.x) * kSumCols + static_cast<int>(threadIdx.x);
   const bool write_d = keep_d && act != Activation::kNone;
@@ -124,9 +127,11 @@ __global__ void __launch_bounds__(kSumCols* kSumRows)
         }
       }
     };
-    int b = static_cast<int>(threadIdx.y);
-    for (; b + (kSumLanes - 1) * kSumRows < B; b += kSumLanes * kSumRows) turn(b, kSumLanes);
-    if (b < B) turn(b, (B - b + kSumRows - 1) / kSumRows);  // the rows left: fewer than kSumLanes
+    const int begin = static_cast<int>(blockIdx.y) * rows_per_range;
+    const int end = min(B, begin + rows_per_range);
+    int b = begin + static_cast<int>(threadIdx.y);
+    for (; b + (kSumLanes - 1) * kSumRows < end; b += kSumLanes * kSumRows) turn(b, kSumLanes);
+    if (b < end) turn(b, (end - b + kSumRows - 1) / kSumRows);  // the rows left: < kSumLanes
 #pragma unroll
     for (int k = 0; k < kSumLanes; ++k) s += lane[k];
   }
@@ -135,8 +140,36 @@ __global__ void __launch_bounds__(kSumCols* kSumRows)
   if (threadIdx.y == 0 && c < C) {
     float total = 0.0f;
     for (int g = 0; g < kSumRows; ++g) total += partial[g][threadIdx.x];
+    if (gridDim.y > 1) {
+      partials[static_cast<int64_t>(blockIdx.y) * C + c] = total;
+    } else {
+      dbias[c] = accumulate ? dbias[c] + total : total;
+    }
+  }
+}
+
+// dbias[c] (+)= partials[0][c] + partials[1][c] + ..., in range order.
+__global__ void SumRangesKernel(float* dbias, const float* partials, int ranges, int C,
+                                bool accumulate) {
+  for (int64_t c = FirstIndex(); c < C; c += Stride()) {
+    float total = 0.0f;
+    for (int r = 0; r < ranges; ++r) total += partials[r * static_cast<int64_t>(C) + c];
     dbias[c] = accumulate ? dbias[c] + total : total;
   }
+}
+
+// How many row ranges bias_act_backward splits B rows of C columns into: enough blocks for two
+// per SM of a 132-SM GPU (a constant, so that the sums never depend on the GPU they ran on), at
+// least one turn of rows (kSumRows x kSumLanes) per range, and at most kMaxRanges.
+constexpr int kTargetBlocks = 264;
+constexpr int kMaxRanges = 64;
+
+int RowRanges(int B, int C) {
+  const int col_blocks = (C + kSumCols - 1) / kSumCols;
+  if (col_blocks == 0) return 1;
+  const int want = (kTargetBlocks + col_blocks - 1) / col_blocks;
+  const int by_rows = std::max(1, B / (kSumRows * kSumLanes));
+  return std::max(1, std::min({want, by_rows, kMaxRanges}));
 }
 
 // ---- loss ----
@@ -444,9 +477,14 @@ Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C,
   return Status::Ok();
 }
 
+int64_t BiasGradScratchFloats(int B, int C) {
+  const int ranges = RowRanges(B, C);
+  return ranges > 1 ? int64_t{ranges} * C : 0;
+}
+
 Status bias_act_backward(float* d, float* dbias, const float* pre, const float* out, int B, int C,
                          Activation act, cudaStream_t stream, bool accumulate, uint16_t* d16,
-                         HalfType type, bool keep_d) {
+                         HalfType type, bool keep_d, float* scratch) {
   if (C == 0) return Status::Ok();
   if (!keep_d && d16 == nullptr) {
     return Status::InvalidArgument("bias_act_backward: keep_d = false needs d16");
@@ -454,10 +492,18 @@ Status bias_act_backward(float* d, float* dbias, const float* pre, const float* 
   // gelu reads pre; relu and tanh read out where the caller kept it.
   const bool a_is_pre = act == Activation::kGelu || out == nullptr;
   const float* a = a_is_pre ? pre : out;
+  const int ranges = scratch != nullptr ? RowRanges(B, C) : 1;
+  const int rows_per_range = (B + ranges - 1) / ranges;
+  const dim3 grid((C + kSumCols - 1) / kSumCols, ranges);
   const dim3 block(kSumCols, kSumRows);
-  BiasActBackwardKernel<<<(C + kSumCols - 1) / kSumCols, block, 0, stream>>>(
-      d, dbias, a, B, C, act, a_is_pre, accumulate, keep_d, d16, type == HalfType::kBf16);
+  BiasActBackwardKernel<<<grid, block, 0, stream>>>(d, dbias, scratch, a, B, C, rows_per_range, act,
+                                                    a_is_pre, accumulate, keep_d, d16,
+                                                    type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
+  if (ranges > 1) {
+    SumRangesKernel<<<Blocks(C), kThreads, 0, stream>>>(dbias, scratch, ranges, C, accumulate);
+    CUDA_CHECK(cudaGetLastError());
+  }
   return Status::Ok();
 }
 

@@ -63,11 +63,16 @@ Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C,
 // be null): the returned d cast to 16 bits. out (may be null) spares recomputing act(pre): the
 // result is the same bits either way. keep_d = false (only with d16) leaves d as it came: what
 // the 16-bit GEMMs read is d16, and the fp32 result would cost 4 bytes an element unread. One
-// pass over d for all of it.
+// pass over d for all of it. scratch (may be null; else BiasGradScratchFloats(B, C) floats on
+// the device, unused by anything else while this runs on `stream`) lets the rows be split over
+// several blocks, so a narrow layer at a large batch fills the GPU; the column sums then add
+// the ranges' sums in order. With scratch or without, a given (B, C) sums in one fixed order.
 Status bias_act_backward(float* d, float* dbias, const float* pre, const float* out, int B, int C,
                          Activation act, cudaStream_t stream, bool accumulate = false,
                          uint16_t* d16 = nullptr, HalfType type = HalfType::kBf16,
-                         bool keep_d = true);
+                         bool keep_d = true, float* scratch = nullptr);
+// The scratch bias_act_backward uses for B rows of C columns (0: none), non-decreasing in B.
+int64_t BiasGradScratchFloats(int B, int C);
 
 // losses[B] = cross-entropy of softmax(logits); dlogits (unless null) = (softmax - onehot) *
 // dloss_scale. Labels must lie in [0, V).
