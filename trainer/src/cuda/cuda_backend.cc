@@ -33,6 +33,7 @@
 #include "cuda/cuda_backend.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -361,6 +362,12 @@ class CudaReplicaGroup final : public ReplicaGroup {
     if (R > 1) {
 #if defined(SWEEP_HAVE_NCCL)
       // One communicator per rank, made together from this thread, kept for the whole trial.
+      // Every connection is made here rather than at a collective's first call (NCCL 2.22+
+      // connects lazily, which needs every rank inside the same call): a rank that fails before
+      // its first all-reduce would otherwise leave the others blocked in ncclAllReduce, holding
+      // nccl_mu_, and the abort that should free them waiting for it. A value the user set wins.
+      static std::once_flag eager_connect;
+      std::call_once(eager_connect, [] { ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0); });
       std::vector<ncclComm_t> comms(static_cast<size_t>(R), nullptr);
       std::vector<int> devices;
       for (const Rank& r : ranks_) devices.push_back(r.device);
