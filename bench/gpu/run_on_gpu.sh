@@ -5,7 +5,8 @@
 #      the lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH for cuBLAS and NCCL,
 #      which the binaries open at their first call (ldd does not list them);
 #   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths);
-#   3. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store;
+#   3. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store, then the same
+#      sweep on the CPU, and bench/gpu/compare_rankings.py on the two (same ranking quality);
 #   4. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin.
 # Run from the repository root: bench/gpu/run_on_gpu.sh [BUILD_DIR] [DATA_DIR]
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
@@ -110,8 +111,20 @@ step "sweep run configs/quickstart.toml (on the GPU)"
 scratch=$(mktemp -d)
 sed "s|/usr/share/datasets/fashion-mnist|$data|" configs/quickstart.toml > "$scratch/quickstart.toml"
 timeout "$step_timeout" "$build/sweep/sweep" run "$scratch/quickstart.toml" \
-  --db "$scratch/sweeps.db" || status=1
-"$build/sweep/sweep" trials quickstart --db "$scratch/sweeps.db" || status=1
+  --db "$scratch/gpu.db" || status=1
+"$build/sweep/sweep" trials quickstart --db "$scratch/gpu.db" || status=1
+
+step "the same sweep on the CPU (CUDA_VISIBLE_DEVICES=''), and the two rankings compared"
+CUDA_VISIBLE_DEVICES='' timeout "$step_timeout" "$build/sweep/sweep" run \
+  "$scratch/quickstart.toml" --db "$scratch/cpu.db" > /dev/null || status=1
+for run in gpu cpu; do
+  "$build/sweep/sweep" trials quickstart --db "$scratch/$run.db" --json > "$scratch/$run.json" ||
+    status=1
+done
+expect=()
+nvidia-smi -L > /dev/null 2>&1 && expect=(--expect-gpu)
+python3 bench/gpu/compare_rankings.py "$scratch/gpu.json" "$scratch/cpu.json" "${expect[@]}" ||
+  status=1
 rm -rf "$scratch"
 
 step "bench/gpu/gpu_bench --data $data"
