@@ -189,10 +189,10 @@ TEST_F(CudaOps, BiasActForwardAndBackward) {
   }
 }
 
-// The 16-bit path keeps no fp32 activation (cuda::Mlp::keeps_out) and no fp32 gradient w.r.t. pre:
-// bias_act_forward without out must write the same pre and 16-bit copy, and bias_act_backward,
-// taking the activation from pre (relu's sign, tanh again) and with keep_d = false, the same
-// gradients, bit for bit.
+// The 16-bit path keeps no fp32 activation (cuda::Mlp::keeps_out), no biased pre and no fp32
+// gradient w.r.t. pre: bias_act_forward without out (and without writing pre back) must write
+// the same 16-bit copy, and bias_act_backward, taking the activation from pre (relu's sign, tanh
+// again, the bias added back) and with keep_d = false, the same gradients, bit for bit.
 TEST_F(CudaOps, BiasActWithoutFp32OutputIsTheSameBits) {
   for (Activation act : {Activation::kRelu, Activation::kTanh, Activation::kGelu}) {
     const auto pre0 = Random(B * C, 40, 3.0), bias = Random(C, 41), g = Random(B * C, 42);
@@ -229,7 +229,27 @@ TEST_F(CudaOps, BiasActWithoutFp32OutputIsTheSameBits) {
     EXPECT_EQ(Down(d_d_kept), g) << static_cast<int>(act);
     EXPECT_EQ(Down(d_db_kept), Down(d_db)) << static_cast<int>(act);
     EXPECT_EQ(Down(d_d16_kept), Down(d_d16)) << static_cast<int>(act);
+    // keep_pre = false: pre stays as it came, the 16-bit copy is the same, and the backward that
+    // adds the bias back (pre_bias) gives the same gradients.
+    auto d_raw = Up(pre0);
+    auto d_raw16 = Up(std::vector<uint16_t>(B * C));
+    ASSERT_TRUE(bias_act_forward(nullptr, d_raw.data(), d_bias.data(), B, C, act, nullptr,
+                                 d_raw16.data(), HalfType::kBf16, /*keep_pre=*/false)
+                    .ok());
+    EXPECT_EQ(Down(d_raw), pre0) << static_cast<int>(act);
+    EXPECT_EQ(Down(d_raw16), Down(d_out16)) << static_cast<int>(act);
+    auto d_d_raw = Up(g), d_db_raw = Up(std::vector<float>(C));
+    auto d_d16_raw = Up(std::vector<uint16_t>(B * C));
+    ASSERT_TRUE(bias_act_backward(d_d_raw.data(), d_db_raw.data(), d_raw.data(), nullptr, B, C, act,
+                                  nullptr, false, d_d16_raw.data(), HalfType::kBf16,
+                                  /*keep_d=*/false, nullptr, /*pre_bias=*/d_bias.data())
+                    .ok());
+    EXPECT_EQ(Down(d_db_raw), Down(d_db)) << static_cast<int>(act);
+    EXPECT_EQ(Down(d_d16_raw), Down(d_d16)) << static_cast<int>(act);
   }
+  EXPECT_FALSE(bias_act_forward(nullptr, nullptr, nullptr, B, C, Activation::kRelu, nullptr,
+                                nullptr, HalfType::kBf16, /*keep_pre=*/false)
+                   .ok());
   // keep_d = false without a 16-bit copy would compute nothing anyone reads: refused.
   DeviceBuffer<float> none;
   EXPECT_FALSE(bias_act_backward(none.data(), none.data(), none.data(), none.data(), B, C,

@@ -73,8 +73,8 @@ class Mlp {
   bool half() const { return precision_ != Precision::kFp32; }
   // Whether hidden layers keep their fp32 activation: an fp32 GEMM or dropout reads it. In
   // bf16 / fp16 without dropout the GEMMs read the 16-bit copy and the activation's backward
-  // reads pre, so writing it would only cost bandwidth (4 of the 14 bytes an element of the
-  // forward moves).
+  // reads pre, so writing it would only cost bandwidth; pre then stays as the GEMM wrote it,
+  // without the bias, which the backward adds back (6 bytes an element of the forward, not 14).
   bool keeps_out() const { return !half() || dropout_ > 0; }
   // Forward of input slot `slot`; the logits end in pre_.back().
   Status Forward(int slot, int B, bool train, uint64_t dropout_key, int64_t first_row);
@@ -90,8 +90,9 @@ class Mlp {
   DeviceBuffer<float> params_, grads_;
   DeviceBuffer<float> x_[kInputSlots];
   DeviceBuffer<int32_t> y_[kInputSlots];
-  // As in cpu::Mlp: pre_[l] biased pre-activation, out_[l] activation (hidden layers, when
-  // keeps_out()), drop_[l] and mask_[l] with dropout, d_[0..1] ping-pong gradients.
+  // As in cpu::Mlp: pre_[l] biased pre-activation (a hidden layer's without its bias unless
+  // keeps_out()), out_[l] activation (hidden layers, when keeps_out()), drop_[l] and mask_[l]
+  // with dropout, d_[0..1] ping-pong gradients.
   std::vector<DeviceBuffer<float>> pre_, out_, drop_, mask_;
   DeviceBuffer<float> d_[2];
   // bf16 / fp16 only: the GEMMs' inputs. params16_ mirrors params_; x16_ the input; act16_[l]

@@ -49,14 +49,15 @@ __device__ float ActForward(float x, Activation act) {
 
 // Index: int where n fits (the column is i % C, and a 64-bit remainder costs a few dozen
 // instructions per element on the GPU), else int64_t. out may be null (the 16-bit path keeps no
-// fp32 activation: the backward reads pre instead).
+// fp32 activation: the backward reads pre instead), and keep_pre false leaves pre without its
+// bias (the backward adds it again).
 template <typename Index>
 __global__ void BiasActForwardKernel(float* out, float* pre, const float* bias, Index n, int C,
-                                     Activation act, uint16_t* out16, bool bf16) {
+                                     Activation act, uint16_t* out16, bool bf16, bool keep_pre) {
   const Index stride = static_cast<Index>(blockDim.x) * gridDim.x;
   for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float x = pre[i] + bias[i % C];
-    pre[i] = x;
+    if (keep_pre) pre[i] = x;
     const float y = ActForward(x, act);
     if (out != nullptr) out[i] = y;
     if (out16 != nullptr) out16[i] = HalfBits(y, bf16);
@@ -89,21 +90,25 @@ __device__ float ActGrad(float g, float a, Activation act, bool a_is_pre) {
 // sums in group order. With one range the block writes dbias; with several it writes its range's
 // sums to partials[range][C] and SumRangesKernel adds the ranges in order. Neighbouring threads
 // touch neighbouring addresses, and the sums depend only on (B, C), never on scheduling or the
-// GPU. a: pre or out, as ActGrad takes it (unused for kNone).
+// GPU. a: pre or out, as ActGrad takes it (unused for kNone); a_bias (not null only when a is a
+// pre kept without its bias) is added to a.
 constexpr int kSumCols = 32;
 constexpr int kSumRows = 32;
 constexpr int kSumLanes = 4;
 
 __global__ void __launch_bounds__(kSumCols* kSumRows)
     BiasActBackwardKernel(float* __restrict__ d, float* __restrict__ dbias,
-                          float* __restrict__ partials, const float* __restrict__ a, int B, int C,
-                          int rows_per_range, Activation act, bool a_is_pre, bool accumulate,
-                          bool keep_d, uint16_t* __restrict__ d16, bool bf16) {
+                          float* __restrict__ partials, const float* __restrict__ a,
+                          const float* __restrict__ a_bias, int B, int C, int rows_per_range,
+                          Activation act, bool a_is_pre, bool accumulate, bool keep_d,
+                          uint16_t* __restrict__ d16, bool bf16) {
   __shared__ float partial[kSumRows][kSumCols];
   const int c = static_cast<int>(blockIdx.x) * kSumCols + static_cast<int>(threadIdx.x);
   const bool write_d = keep_d && act != Activation::kNone;
   float s = 0.0f;
   if (c < C) {
+    // pre left without its bias by the forward (keep_pre false): add it back, the same sum.
+    const float shift = a_bias != nullptr ? a_bias[c] : 0.0f;
     float lane[kSumLanes] = {};
     // One turn: rows b, b + kSumRows, ... (k < count), loads first.
     auto turn = [&](int b, int count) {
@@ -113,7 +118,7 @@ __global__ void __launch_bounds__(kSumCols* kSumRows)
         if (k < count) {
           const int64_t i = static_cast<int64_t>(b + k * kSumRows) * C + c;
           g[k] = d[i];
-          x[k] = act == Activation::kNone ? 0.0f : a[i];
+          x[k] = act == Activation::kNone ? 0.0f : a_bias != nullptr ? a[i] + shift : a[i];
         }
       }
 #pragma unroll
@@ -461,17 +466,20 @@ Status update_loss_scale(LossScaleState* state, int* found_inf, int window, cuda
 }
 
 Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C, Activation act,
-                        cudaStream_t stream, uint16_t* out16, HalfType type) {
+                        cudaStream_t stream, uint16_t* out16, HalfType type, bool keep_pre) {
+  if (!keep_pre && out == nullptr && out16 == nullptr) {
+    return Status::InvalidArgument("bias_act_forward: keep_pre = false needs out or out16");
+  }
   const int64_t n = static_cast<int64_t>(B) * C;
   if (n == 0) return Status::Ok();
   const bool bf16 = type == HalfType::kBf16;
   // int indices where i + stride cannot overflow either.
   if (n <= std::numeric_limits<int>::max() - kMaxBlocks * kThreads) {
     BiasActForwardKernel<int><<<Blocks(n), kThreads, 0, stream>>>(
-        out, pre, bias, static_cast<int>(n), C, act, out16, bf16);
+        out, pre, bias, static_cast<int>(n), C, act, out16, bf16, keep_pre);
   } else {
     BiasActForwardKernel<int64_t>
-        <<<Blocks(n), kThreads, 0, stream>>>(out, pre, bias, n, C, act, out16, bf16);
+        <<<Blocks(n), kThreads, 0, stream>>>(out, pre, bias, n, C, act, out16, bf16, keep_pre);
   }
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
@@ -484,7 +492,7 @@ int64_t BiasGradScratchFloats(int B, int C) {
 
 Status bias_act_backward(float* d, float* dbias, const float* pre, const float* out, int B, int C,
                          Activation act, cudaStream_t stream, bool accumulate, uint16_t* d16,
-                         HalfType type, bool keep_d, float* scratch) {
+                         HalfType type, bool keep_d, float* scratch, const float* pre_bias) {
   if (C == 0) return Status::Ok();
   if (!keep_d && d16 == nullptr) {
     return Status::InvalidArgument("bias_act_backward: keep_d = false needs d16");
@@ -492,13 +500,14 @@ Status bias_act_backward(float* d, float* dbias, const float* pre, const float* 
   // gelu reads pre; relu and tanh read out where the caller kept it.
   const bool a_is_pre = act == Activation::kGelu || out == nullptr;
   const float* a = a_is_pre ? pre : out;
+  const float* a_bias = a_is_pre && act != Activation::kNone ? pre_bias : nullptr;
   const int ranges = scratch != nullptr ? RowRanges(B, C) : 1;
   const int rows_per_range = (B + ranges - 1) / ranges;
   const dim3 grid((C + kSumCols - 1) / kSumCols, ranges);
   const dim3 block(kSumCols, kSumRows);
-  BiasActBackwardKernel<<<grid, block, 0, stream>>>(d, dbias, scratch, a, B, C, rows_per_range, act,
-                                                    a_is_pre, accumulate, keep_d, d16,
-                                                    type == HalfType::kBf16);
+  BiasActBackwardKernel<<<grid, block, 0, stream>>>(d, dbias, scratch, a, a_bias, B, C,
+                                                    rows_per_range, act, a_is_pre, accumulate,
+                                                    keep_d, d16, type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   if (ranges > 1) {
     SumRangesKernel<<<Blocks(C), kThreads, 0, stream>>>(dbias, scratch, ranges, C, accumulate);
