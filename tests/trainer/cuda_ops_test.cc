@@ -189,73 +189,101 @@ TEST_F(CudaOps, BiasActForwardAndBackward) {
   }
 }
 
-// The 16-bit path keeps no fp32 activation (cuda::Mlp::keeps_out), no biased pre and no fp32
-// gradient w.r.t. pre: bias_act_forward without out (and without writing pre back) must write
-// the same 16-bit copy, and bias_act_backward, taking the activation from pre (relu's sign, tanh
-// again, the bias added back) and with keep_d = false, the same gradients, bit for bit.
-TEST_F(CudaOps, BiasActWithoutFp32OutputIsTheSameBits) {
-  for (Activation act : {Activation::kRelu, Activation::kTanh, Activation::kGelu}) {
-    const auto pre0 = Random(B * C, 40, 3.0), bias = Random(C, 41), g = Random(B * C, 42);
-    auto d_pre = Up(pre0), d_pre_no = Up(pre0), d_bias = Up(bias);
-    auto d_out = Up(std::vector<float>(B * C));
-    auto d_out16 = Up(std::vector<uint16_t>(B * C)), d_no16 = Up(std::vector<uint16_t>(B * C));
-    ASSERT_TRUE(bias_act_forward(d_out.data(), d_pre.data(), d_bias.data(), B, C, act, nullptr,
-                                 d_out16.data(), HalfType::kBf16)
-                    .ok());
-    ASSERT_TRUE(bias_act_forward(nullptr, d_pre_no.data(), d_bias.data(), B, C, act, nullptr,
-                                 d_no16.data(), HalfType::kBf16)
-                    .ok());
-    EXPECT_EQ(Down(d_pre_no), Down(d_pre)) << static_cast<int>(act);
-    EXPECT_EQ(Down(d_no16), Down(d_out16)) << static_cast<int>(act);
-    auto d_d = Up(g), d_d_no = Up(g);
-    auto d_db = Up(std::vector<float>(C)), d_db_no = Up(std::vector<float>(C));
-    auto d_d16 = Up(std::vector<uint16_t>(B * C)), d_d16_no = Up(std::vector<uint16_t>(B * C));
-    ASSERT_TRUE(bias_act_backward(d_d.data(), d_db.data(), d_pre.data(), d_out.data(), B, C, act,
-                                  nullptr, false, d_d16.data(), HalfType::kBf16)
-                    .ok());
-    ASSERT_TRUE(bias_act_backward(d_d_no.data(), d_db_no.data(), d_pre.data(), nullptr, B, C, act,
-                                  nullptr, false, d_d16_no.data(), HalfType::kBf16)
-                    .ok());
-    EXPECT_EQ(Down(d_d_no), Down(d_d)) << static_cast<int>(act);
-    EXPECT_EQ(Down(d_db_no), Down(d_db)) << static_cast<int>(act);
-    EXPECT_EQ(Down(d_d16_no), Down(d_d16)) << static_cast<int>(act);
-    // keep_d = false: the same 16-bit gradient and bias gradient, d left as it came.
-    auto d_d_kept = Up(g), d_db_kept = Up(std::vector<float>(C));
-    auto d_d16_kept = Up(std::vector<uint16_t>(B * C));
-    ASSERT_TRUE(bias_act_backward(d_d_kept.data(), d_db_kept.data(), d_pre.data(), nullptr, B, C,
-                                  act, nullptr, false, d_d16_kept.data(), HalfType::kBf16,
-                                  /*keep_d=*/false)
-                    .ok());
-    EXPECT_EQ(Down(d_d_kept), g) << static_cast<int>(act);
-    EXPECT_EQ(Down(d_db_kept), Down(d_db)) << static_cast<int>(act);
-    EXPECT_EQ(Down(d_d16_kept), Down(d_d16)) << static_cast<int>(act);
-    // keep_pre = false: pre stays as it came, the 16-bit copy is the same, and the backward that
-    // adds the bias back (pre_bias) gives the same gradients.
-    auto d_raw = Up(pre0);
-    auto d_raw16 = Up(std::vector<uint16_t>(B * C));
-    ASSERT_TRUE(bias_act_forward(nullptr, d_raw.data(), d_bias.data(), B, C, act, nullptr,
-                                 d_raw16.data(), HalfType::kBf16, /*keep_pre=*/false)
-                    .ok());
-    EXPECT_EQ(Down(d_raw), pre0) << static_cast<int>(act);
-    EXPECT_EQ(Down(d_raw16), Down(d_out16)) << static_cast<int>(act);
-    auto d_d_raw = Up(g), d_db_raw = Up(std::vector<float>(C));
-    auto d_d16_raw = Up(std::vector<uint16_t>(B * C));
-    ASSERT_TRUE(bias_act_backward(d_d_raw.data(), d_db_raw.data(), d_raw.data(), nullptr, B, C, act,
-                                  nullptr, false, d_d16_raw.data(), HalfType::kBf16,
-                                  /*keep_d=*/false, nullptr, /*pre_bias=*/d_bias.data())
-                    .ok());
-    EXPECT_EQ(Down(d_db_raw), Down(d_db)) << static_cast<int>(act);
-    EXPECT_EQ(Down(d_d16_raw), Down(d_d16)) << static_cast<int>(act);
+// Bit-for-bit equality of two host copies, naming the first element that differs (gtest would
+// print every element of a large vector).
+template <typename T>
+void ExpectSameBits(const std::vector<T>& got, const std::vector<T>& want,
+                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      ADD_FAILURE() << what << ": element " << i << " of " << got.size() << " is " << +got[i]
+                    << ", want " << +want[i];
+      return;
+    }
   }
-  EXPECT_FALSE(bias_act_forward(nullptr, nullptr, nullptr, B, C, Activation::kRelu, nullptr,
+}
+
+// The 16-bit path as cuda::Mlp runs it without dropout (keeps_out() false): no fp32 activation,
+// pre left as the GEMM wrote it (the backward adds the bias back), no fp32 gradient w.r.t. pre,
+// and with the replica's scratch. It must write the same 16-bit activation, 16-bit gradient and
+// bias gradient as the fp32-activation path, bit for bit; and the backward without out (relu's
+// sign and tanh taken from pre) the same fp32 gradient too. Shapes with one block of rows, two
+// row ranges, and 32 ranges; bf16 and fp16.
+TEST_F(CudaOps, BiasActWithoutFp32OutputIsTheSameBits) {
+  const std::vector<std::pair<int, int>> shapes = {{B, C}, {300, 1000}, {4096, 10}};
+  for (const auto& [rows, cols] : shapes) {
+    const size_t n = static_cast<size_t>(rows) * cols;
+    const auto pre0 = Random(n, 40, 3.0), bias = Random(static_cast<size_t>(cols), 41);
+    const auto g = Random(n, 42);
+    DeviceBuffer<float> scratch;
+    ASSERT_TRUE(DeviceBuffer<float>::Make(BiasGradScratchFloats(rows, cols), &scratch).ok());
+    for (HalfType type : {HalfType::kBf16, HalfType::kFp16}) {
+      for (Activation act : {Activation::kRelu, Activation::kTanh, Activation::kGelu}) {
+        const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " " +
+                                 (type == HalfType::kBf16 ? "bf16" : "fp16") + " act " +
+                                 std::to_string(static_cast<int>(act));
+        auto d_bias = Up(bias);
+        // The fp32-activation path.
+        auto d_pre = Up(pre0), d_out = Up(std::vector<float>(n));
+        auto d_out16 = Up(std::vector<uint16_t>(n));
+        ASSERT_TRUE(bias_act_forward(d_out.data(), d_pre.data(), d_bias.data(), rows, cols, act,
+                                     nullptr, d_out16.data(), type)
+                        .ok());
+        auto d_d = Up(g), d_db = Up(std::vector<float>(cols));
+        auto d_d16 = Up(std::vector<uint16_t>(n));
+        ASSERT_TRUE(bias_act_backward(d_d.data(), d_db.data(), d_pre.data(), d_out.data(), rows,
+                                      cols, act, nullptr, false, d_d16.data(), type, true,
+                                      scratch.data())
+                        .ok());
+        // The 16-bit path.
+        auto d_raw = Up(pre0);
+        auto d_raw16 = Up(std::vector<uint16_t>(n));
+        ASSERT_TRUE(bias_act_forward(nullptr, d_raw.data(), d_bias.data(), rows, cols, act, nullptr,
+                                     d_raw16.data(), type, /*keep_pre=*/false)
+                        .ok());
+        ExpectSameBits(Down(d_raw), pre0, what + ": pre left as it came");
+        ExpectSameBits(Down(d_raw16), Down(d_out16), what + ": 16-bit activation");
+        auto d_d2 = Up(g), d_db2 = Up(std::vector<float>(cols));
+        auto d_d16_2 = Up(std::vector<uint16_t>(n));
+        ASSERT_TRUE(bias_act_backward(d_d2.data(), d_db2.data(), d_raw.data(), nullptr, rows, cols,
+                                      act, nullptr, false, d_d16_2.data(), type,
+                                      /*keep_d=*/false, scratch.data(),
+                                      /*pre_bias=*/d_bias.data())
+                        .ok());
+        ExpectSameBits(Down(d_d2), g, what + ": d left as it came");
+        ExpectSameBits(Down(d_db2), Down(d_db), what + ": bias gradient");
+        ExpectSameBits(Down(d_d16_2), Down(d_d16), what + ": 16-bit gradient");
+        // Without out, from the biased pre, d kept.
+        auto d_d3 = Up(g), d_db3 = Up(std::vector<float>(cols));
+        auto d_d16_3 = Up(std::vector<uint16_t>(n));
+        ASSERT_TRUE(bias_act_backward(d_d3.data(), d_db3.data(), d_pre.data(), nullptr, rows, cols,
+                                      act, nullptr, false, d_d16_3.data(), type, true,
+                                      scratch.data())
+                        .ok());
+        ExpectSameBits(Down(d_d3), Down(d_d), what + ": gradient without out");
+        ExpectSameBits(Down(d_db3), Down(d_db), what + ": bias gradient without out");
+        ExpectSameBits(Down(d_d16_3), Down(d_d16), what + ": 16-bit gradient without out");
+      }
+    }
+  }
+  // What the options cannot mean is refused before any launch.
+  DeviceBuffer<float> a, b;
+  ASSERT_TRUE(DeviceBuffer<float>::Make(int64_t{B} * C, &a).ok());
+  ASSERT_TRUE(DeviceBuffer<float>::Make(C, &b).ok());
+  EXPECT_FALSE(bias_act_backward(a.data(), b.data(), a.data(), nullptr, B, C, Activation::kRelu,
+                                 nullptr, false, nullptr, HalfType::kBf16, /*keep_d=*/false)
+                   .ok())
+      << "keep_d = false without d16";
+  EXPECT_FALSE(bias_act_forward(nullptr, a.data(), b.data(), B, C, Activation::kRelu, nullptr,
                                 nullptr, HalfType::kBf16, /*keep_pre=*/false)
-                   .ok());
-  // keep_d = false without a 16-bit copy would compute nothing anyone reads: refused.
-  DeviceBuffer<float> none;
-  EXPECT_FALSE(bias_act_backward(none.data(), none.data(), none.data(), none.data(), B, C,
-                                 Activation::kRelu, nullptr, false, nullptr, HalfType::kBf16,
-                                 /*keep_d=*/false)
-                   .ok());
+                   .ok())
+      << "keep_pre = false writing nothing";
+  EXPECT_FALSE(bias_act_forward(a.data(), a.data(), b.data(), B, C, Activation::kRelu, nullptr,
+                                nullptr, HalfType::kBf16, /*keep_pre=*/false)
+                   .ok())
+      << "keep_pre = false with out = pre";
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 // The kernels that also write a 16-bit copy of their output (what the next 16-bit GEMM reads):
@@ -411,7 +439,7 @@ TEST_F(CudaOps, BiasBackwardShapesAndRowRanges) {
           const std::string what =
               "bias gradient " + std::to_string(rows) + "x" + std::to_string(cols) +
               (act == Activation::kRelu ? " relu" : "") + (accumulate ? ", accumulate" : "") +
-              (split ? ", row ranges" : "");
+              (split && scratch.size() > 0 ? ", row ranges" : "");
           ExpectErr(what.c_str(), NormErr(Down(d_db), db), 1e-5);
           EXPECT_LT(NormErr(Down(d_d), d), 1e-6) << what;
         }

@@ -163,9 +163,10 @@ __global__ void SumRangesKernel(float* dbias, const float* partials, int ranges,
   }
 }
 
-// How many row ranges bias_act_backward splits B rows of C columns into: enough blocks for two
-// per SM of a 132-SM GPU (a constant, so that the sums never depend on the GPU they ran on), at
-// least one turn of rows (kSumRows x kSumLanes) per range, and at most kMaxRanges.
+// How many row ranges bias_act_backward splits B rows of C columns into: about kTargetBlocks
+// blocks, two waves of one 1024-thread block per SM on a 132-SM GPU (a constant, so that the sums
+// never depend on the GPU they ran on), at least one turn of rows (kSumRows x kSumLanes) per
+// range, and at most kMaxRanges.
 constexpr int kTargetBlocks = 264;
 constexpr int kMaxRanges = 64;
 
@@ -467,8 +468,9 @@ Status update_loss_scale(LossScaleState* state, int* found_inf, int window, cuda
 
 Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C, Activation act,
                         cudaStream_t stream, uint16_t* out16, HalfType type, bool keep_pre) {
-  if (!keep_pre && out == nullptr && out16 == nullptr) {
-    return Status::InvalidArgument("bias_act_forward: keep_pre = false needs out or out16");
+  if (!keep_pre && ((out == nullptr && out16 == nullptr) || out == pre)) {
+    return Status::InvalidArgument(
+        "bias_act_forward: keep_pre = false needs out or out16, and out apart from pre");
   }
   const int64_t n = static_cast<int64_t>(B) * C;
   if (n == 0) return Status::Ok();
@@ -494,7 +496,7 @@ Status bias_act_backward(float* d, float* dbias, const float* pre, const float* 
                          Activation act, cudaStream_t stream, bool accumulate, uint16_t* d16,
                          HalfType type, bool keep_d, float* scratch, const float* pre_bias) {
   if (C == 0) return Status::Ok();
-  if (!keep_d && d16 == nullptr) {
+  if (!keep_d && d16 == nullptr && B > 0) {
     return Status::InvalidArgument("bias_act_backward: keep_d = false needs d16");
   }
   // gelu reads pre; relu and tanh read out where the caller kept it.

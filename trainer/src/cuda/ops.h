@@ -55,20 +55,20 @@ Status matmul_backward_half(cublasHandle_t handle, float* dinp, float* dweight,
 
 // pre[B, C] += bias, out = act(pre); for kNone out may be pre. out may be null where nothing
 // reads it (the 16-bit path without dropout: the GEMMs read out16, bias_act_backward pre).
-// keep_pre = false (with out or out16) leaves pre as it came, without the bias: 4 bytes an
-// element not written; bias_act_backward then takes the bias as pre_bias.
+// keep_pre = false (with out or out16, and out not pre) leaves pre as it came, without the bias:
+// 4 bytes an element not written; bias_act_backward then takes the bias as pre_bias.
 Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C, Activation act,
                         cudaStream_t stream, uint16_t* out16 = nullptr,
                         HalfType type = HalfType::kBf16, bool keep_pre = true);
 
 // d: gradient w.r.t. out on entry, w.r.t. pre on return; dbias[C] (+)= its column sums; d16 (may
 // be null): the returned d cast to 16 bits. out (may be null) spares recomputing act(pre): the
-// result is the same bits either way. keep_d = false (only with d16) leaves d as it came: what
+// result is the same bits either way. keep_d = false (with d16) leaves d as it came: what
 // the 16-bit GEMMs read is d16, and the fp32 result would cost 4 bytes an element unread. One
 // pass over d for all of it. scratch (may be null; else BiasGradScratchFloats(B, C) floats on
 // the device, unused by anything else while this runs on `stream`) lets the rows be split over
 // several blocks, so a narrow layer at a large batch fills the GPU; the column sums then add
-// the ranges' sums in order. With scratch or without, a given (B, C) sums in one fixed order.
+// the ranges' sums in order. A given (B, C), with scratch or without, sums in one fixed order.
 // pre_bias (may be null): pre was left without its bias (bias_act_forward's keep_pre = false);
 // the bias is added back wherever pre is read, the same sums as the forward's, bit for bit.
 Status bias_act_backward(float* d, float* dbias, const float* pre, const float* out, int B, int C,
