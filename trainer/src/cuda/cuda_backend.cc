@@ -133,9 +133,13 @@ class CudaReplicaGroup final : public ReplicaGroup {
       }
     }
 #if defined(SWEEP_HAVE_NCCL)
+    // One thread destroys every rank's communicator: as a group, since a destroy may wait for
+    // the other ranks' (it finalizes the communicator, an intra-node collective).
+    ncclGroupStart();
     for (Rank& r : ranks_) {
       if (r.nccl != nullptr) ncclCommDestroy(r.nccl);  // null once aborted
     }
+    ncclGroupEnd();
 #endif
     ReleaseDataset();
     for (Rank& r : ranks_) {
