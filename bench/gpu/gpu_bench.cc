@@ -260,6 +260,107 @@ double CublasStepTflops(const MlpShape& s, int batch) {
   return FlopsPerSample(s) * batch * iters / (ms * 1e-3) / 1e12;
 }
 
+// ---- the step's other kernels, alone ----
+
+// Milliseconds per training step of the kernels that are not GEMMs, each kind timed alone on
+// the shapes the bf16 step of shape/batch runs them on (hidden layers without dropout, SGD with
+// momentum), with the bytes each moves: where a step's time goes besides cuBLAS, so that a
+// missed GEMM-share target says which kernel to look at. -1 entries: a failure (printed).
+struct ElementwiseTimes {
+  double forward_ms = -1, backward_ms = -1, optimizer_ms = -1;
+  double forward_gb = 0, backward_gb = 0, optimizer_gb = 0;
+};
+
+ElementwiseTimes ElementwiseStepTimes(const MlpShape& s, int batch) {
+  ElementwiseTimes t;
+  if (cudaSetDevice(0) != cudaSuccess) return t;
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return t;
+  const int64_t widest = *std::max_element(s.widths.begin(), s.widths.end());
+  const int64_t act = int64_t{batch} * widest;
+  cuda::DeviceBuffer<float> pre, d, params, grads, velocity, scratch;
+  cuda::DeviceBuffer<uint16_t> out16, d16, params16;
+  int64_t scratch_floats = 0;
+  for (int l = 0; l < s.layers(); ++l) {
+    scratch_floats = std::max(scratch_floats, cuda::BiasGradScratchFloats(batch, s.out(l)));
+  }
+  if (!cuda::DeviceBuffer<float>::Make(act, &pre).ok() ||
+      !cuda::DeviceBuffer<float>::Make(act, &d).ok() ||
+      !cuda::DeviceBuffer<float>::Make(s.num_params, &params).ok() ||
+      !cuda::DeviceBuffer<float>::Make(s.num_params, &grads).ok() ||
+      !cuda::DeviceBuffer<float>::Make(s.num_params, &velocity).ok() ||
+      !cuda::DeviceBuffer<float>::Make(scratch_floats, &scratch).ok() ||
+      !cuda::DeviceBuffer<uint16_t>::Make(act, &out16).ok() ||
+      !cuda::DeviceBuffer<uint16_t>::Make(act, &d16).ok() ||
+      !cuda::DeviceBuffer<uint16_t>::Make(s.num_params, &params16).ok()) {
+    std::printf("    elementwise timing: allocation failed\n");
+    cudaStreamDestroy(stream);
+    return t;
+  }
+  const auto type = cuda::HalfType::kBf16;
+  const auto relu = cuda::Activation::kRelu;
+  const int hidden = s.layers() - 1;
+  auto forward = [&]() {
+    for (int l = 0; l < hidden; ++l) {
+      if (!cuda::bias_act_forward(nullptr, pre.data(), params.data() + s.bias_offset[l], batch,
+                                  s.out(l), relu, stream, out16.data(), type, false)
+               .ok()) {
+        return false;
+      }
+    }
+    return true;
+  };
+  auto backward = [&]() {
+    for (int l = hidden; l >= 0; --l) {
+      const bool last = l == hidden;
+      const float* bias = params.data() + s.bias_offset[l];
+      if (!cuda::bias_act_backward(d.data(), grads.data() + s.bias_offset[l], pre.data(),
+                                   last ? pre.data() : nullptr, batch, s.out(l),
+                                   last ? cuda::Activation::kNone : relu, stream, false, d16.data(),
+                                   type, false, scratch.data(), last ? nullptr : bias)
+               .ok()) {
+        return false;
+      }
+    }
+    return true;
+  };
+  auto optimizer = [&]() {
+    return cuda::sgd_update(params.data(), velocity.data(), grads.data(), s.num_params, 0.01f, 0.9f,
+                            0.0f, false, stream, nullptr, params16.data(), type)
+        .ok();
+  };
+  auto time_ms = [&](auto&& fn) -> double {
+    for (int i = 0; i < 3; ++i) {
+      if (!fn()) return -1;
+    }
+    cudaEvent_t a = nullptr, b = nullptr;
+    const int iters = 20;
+    bool ok = cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess &&
+              cudaEventRecord(a, stream) == cudaSuccess;
+    for (int i = 0; ok && i < iters; ++i) ok = fn();
+    float ms = 0;
+    ok = ok && cudaEventRecord(b, stream) == cudaSuccess &&
+         cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
+    if (a != nullptr) cudaEventDestroy(a);
+    if (b != nullptr) cudaEventDestroy(b);
+    return ok ? ms / iters : -1;
+  };
+  int64_t hidden_elems = 0;
+  for (int l = 0; l < hidden; ++l) hidden_elems += int64_t{batch} * s.out(l);
+  const int64_t logits = int64_t{batch} * s.out(hidden);
+  t.forward_ms = time_ms(forward);
+  t.backward_ms = time_ms(backward);
+  t.optimizer_ms = time_ms(optimizer);
+  // Bytes: forward reads pre and writes the 16-bit copy; backward reads d and pre and writes the
+  // 16-bit gradient (the logits: d in, d16 out); SGD reads p, v, g and writes p, v, p16.
+  t.forward_gb = 6.0 * static_cast<double>(hidden_elems) / 1e9;
+  t.backward_gb =
+      (10.0 * static_cast<double>(hidden_elems) + 6.0 * static_cast<double>(logits)) / 1e9;
+  t.optimizer_gb = 22.0 * static_cast<double>(s.num_params) / 1e9;
+  cudaStreamDestroy(stream);
+  return t;
+}
+
 // ---- NCCL: bucketed vs one all-reduce ----
 
 #if defined(SWEEP_HAVE_NCCL)
@@ -438,6 +539,19 @@ int main(int argc, char** argv) {
           "  GEMM TFLOP/s: ours %.1f (whole training steps), cuBLAS alone on the same "
           "GEMM shapes %.1f: %.0f%% (target >= 60%%)\n",
           ours_tflops, blas, blas > 0 ? 100 * ours_tflops / blas : 0.0);
+      // Where the rest of a step goes: one step's GEMMs at cuBLAS's rate, then each kind of
+      // other kernel alone, with the bandwidth it reached.
+      const double gemm_ms = blas > 0 ? FlopsPerSample(shape) * c.batch / (blas * 1e12) * 1e3 : -1;
+      const double step_ms = ours.samples_per_s > 0 ? c.batch / ours.samples_per_s * 1e3 : -1;
+      const ElementwiseTimes e = ElementwiseStepTimes(shape, c.batch);
+      auto rate = [](double gb, double ms) { return ms > 0 ? gb / (ms * 1e-3) : 0.0; };
+      std::printf(
+          "  one step: %.3f ms measured; GEMMs at cuBLAS's rate %.3f ms; bias+activation "
+          "forward %.3f ms (%.2f GB, %.0f GB/s), its backward with the bias gradient %.3f ms "
+          "(%.2f GB, %.0f GB/s), SGD update %.3f ms (%.2f GB, %.0f GB/s)\n",
+          step_ms, gemm_ms, e.forward_ms, e.forward_gb, rate(e.forward_gb, e.forward_ms),
+          e.backward_ms, e.backward_gb, rate(e.backward_gb, e.backward_ms), e.optimizer_ms,
+          e.optimizer_gb, rate(e.optimizer_gb, e.optimizer_ms));
     } else {
       std::printf("  GEMM TFLOP/s: ours %.2f (this model is launch- and input-bound)\n",
                   ours_tflops);
