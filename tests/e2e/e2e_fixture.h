@@ -93,6 +93,16 @@ class E2eTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
 
+  // Whether the test's sweeps.db (or `db`) exists and has committed `table`: what a test that
+  // polls a running sweep checks before it queries the table (the file appears before its
+  // schema does).
+  bool HasTable(const std::string& table, const std::string& db_name = "sweeps.db") {
+    return fs::exists(dir_ / db_name) &&
+           Query(
+               "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '" + table + "'",
+               db_name) == std::vector<std::vector<std::string>>{{"1"}};
+  }
+
   // Rows of a query on the test's sweeps.db (or `db`), each row as strings.
   std::vector<std::vector<std::string>> Query(const std::string& sql,
                                               const std::string& db_name = "sweeps.db") {

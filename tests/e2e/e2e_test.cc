@@ -180,11 +180,8 @@ TEST_F(E2eTest, LongestFirstStartsTheMostWorkFirstAndResumeDrawsTheRestAgain) {
   };
   pid_t pid = Start("run l.toml", "l.log");
   for (int i = 0; i < 6000; ++i) {
-    if (fs::exists(dir_ / "sweeps.db") &&
-        Query("SELECT count(*) FROM sqlite_master WHERE name = 'trials'") ==
-            std::vector<std::vector<std::string>>{{"1"}} &&
-        Query("SELECT count(*) FROM trials WHERE status = 'completed'") !=
-            std::vector<std::vector<std::string>>{{"0"}}) {
+    if (HasTable("trials") && Query("SELECT count(*) FROM trials WHERE status = 'completed'") !=
+                                  std::vector<std::vector<std::string>>{{"0"}}) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

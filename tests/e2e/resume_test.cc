@@ -179,8 +179,7 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   pid_t first = Start("run s.toml", "first.log");
   // Wait until the first coordinator has recorded the sweep and its owner.
   for (int i = 0; i < 100; ++i) {
-    if (fs::exists(dir_ / "sweeps.db") &&
-        !Query("SELECT owner FROM sweeps WHERE owner != ''").empty()) {
+    if (HasTable("sweeps") && !Query("SELECT owner FROM sweeps WHERE owner != ''").empty()) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
