@@ -171,6 +171,27 @@ TorchRun RunTorch(const std::string& python, const std::string& script, const st
   return run;
 }
 
+// ---- timing on a stream ----
+
+// Milliseconds per call of fn (which queues work on `stream` and returns false on failure), over
+// `iters` calls after `warmup`, by CUDA events; -1 when fn or an event call fails.
+template <typename Fn>
+double StreamMs(cudaStream_t stream, int warmup, int iters, Fn&& fn) {
+  for (int i = 0; i < warmup; ++i) {
+    if (!fn()) return -1;
+  }
+  cudaEvent_t a = nullptr, b = nullptr;
+  bool ok = cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess &&
+            cudaEventRecord(a, stream) == cudaSuccess;
+  for (int i = 0; ok && i < iters; ++i) ok = fn();
+  float ms = 0;
+  ok = ok && cudaEventRecord(b, stream) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess &&
+       cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
+  if (a != nullptr) cudaEventDestroy(a);
+  if (b != nullptr) cudaEventDestroy(b);
+  return ok ? ms / iters : -1;
+}
+
 // ---- cuBLAS alone on one training step's GEMMs ----
 
 #define BENCH_CHECK(stmt)                                                                    \
@@ -238,26 +259,10 @@ double CublasStepTflops(const MlpShape& s, int batch) {
     }
     return true;
   };
-  for (int i = 0; i < 5; ++i) {
-    if (!step()) return -1;
-  }
-  cudaEvent_t start, stop;
-  BENCH_CHECK(cudaEventCreate(&start));
-  BENCH_CHECK(cudaEventCreate(&stop));
-  const int iters = 30;
-  BENCH_CHECK(cudaEventRecord(start, stream));
-  for (int i = 0; i < iters; ++i) {
-    if (!step()) return -1;
-  }
-  BENCH_CHECK(cudaEventRecord(stop, stream));
-  BENCH_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  const double ms = StreamMs(stream, 5, 30, step);
   cublasDestroy(h);
   cudaStreamDestroy(stream);
-  return FlopsPerSample(s) * batch * iters / (ms * 1e-3) / 1e12;
+  return ms > 0 ? FlopsPerSample(s) * batch / (ms * 1e-3) / 1e12 : -1;
 }
 
 // ---- the step's other kernels, alone ----
@@ -329,28 +334,12 @@ ElementwiseTimes ElementwiseStepTimes(const MlpShape& s, int batch) {
                             0.0f, false, stream, nullptr, params16.data(), type)
         .ok();
   };
-  auto time_ms = [&](auto&& fn) -> double {
-    for (int i = 0; i < 3; ++i) {
-      if (!fn()) return -1;
-    }
-    cudaEvent_t a = nullptr, b = nullptr;
-    const int iters = 20;
-    bool ok = cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess &&
-              cudaEventRecord(a, stream) == cudaSuccess;
-    for (int i = 0; ok && i < iters; ++i) ok = fn();
-    float ms = 0;
-    ok = ok && cudaEventRecord(b, stream) == cudaSuccess &&
-         cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
-    if (a != nullptr) cudaEventDestroy(a);
-    if (b != nullptr) cudaEventDestroy(b);
-    return ok ? ms / iters : -1;
-  };
   int64_t hidden_elems = 0;
   for (int l = 0; l < hidden; ++l) hidden_elems += int64_t{batch} * s.out(l);
   const int64_t logits = int64_t{batch} * s.out(hidden);
-  t.forward_ms = time_ms(forward);
-  t.backward_ms = time_ms(backward);
-  t.optimizer_ms = time_ms(optimizer);
+  t.forward_ms = StreamMs(stream, 3, 20, forward);
+  t.backward_ms = StreamMs(stream, 3, 20, backward);
+  t.optimizer_ms = StreamMs(stream, 3, 20, optimizer);
   // Bytes: forward reads pre and writes the 16-bit copy; backward reads d and pre and writes the
   // 16-bit gradient (the logits: d in, d16 out); SGD reads p, v, g and writes p, v, p16.
   t.forward_gb = 6.0 * static_cast<double>(hidden_elems) / 1e9;

@@ -116,7 +116,7 @@ Status Mlp::Forward(int slot, int B, bool train, uint64_t dropout_key, int64_t f
     SWEEP_RETURN_IF_ERROR(bias_act_forward(out, pre, p + shape_.bias_offset[i], B, shape_.out(l),
                                            last ? Activation::kNone : act_, stream_,
                                            masked_ ? nullptr : next16, half_type_,
-                                           /*keep_pre=*/last || keeps_out()));
+                                           /*keep_pre=*/pre_has_bias(l)));
     if (!last && masked_) {
       SWEEP_RETURN_IF_ERROR(dropout_forward(
           drop_[i].data(), mask_[i].data(), out, B, shape_.out(l), dropout_,
@@ -159,7 +159,7 @@ Status Mlp::Backward(int slot, int B, bool accumulate, LayerHook* hook) {
         d, g + shape_.bias_offset[i], pre_[i].data(), last ? pre_[i].data() : out_[i].data(), B,
         shape_.out(l), last ? Activation::kNone : act_, stream_, accumulate,
         half() ? d16_.data() : nullptr, half_type_, /*keep_d=*/!half(), bias_scratch_.data(),
-        /*pre_bias=*/last || keeps_out() ? nullptr : p + shape_.bias_offset[i]));
+        /*pre_bias=*/pre_has_bias(l) ? nullptr : p + shape_.bias_offset[i]));
     float* d_in = l == 0 ? nullptr : d_[(l - 1) % 2].data();
     if (half()) {
       const uint16_t* in16 = l == 0 ? x16_.data() : act16_[i - 1].data();

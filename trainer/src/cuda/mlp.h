@@ -76,6 +76,9 @@ class Mlp {
   // reads pre, so writing it would only cost bandwidth; pre then stays as the GEMM wrote it,
   // without the bias, which the backward adds back (6 bytes an element of the forward, not 14).
   bool keeps_out() const { return !half() || dropout_ > 0; }
+  // Whether layer l's pre_ holds its bias: the logits always do; a hidden layer when it keeps
+  // its fp32 activation.
+  bool pre_has_bias(int l) const { return l == shape_.layers() - 1 || keeps_out(); }
   // Forward of input slot `slot`; the logits end in pre_.back().
   Status Forward(int slot, int B, bool train, uint64_t dropout_key, int64_t first_row);
 

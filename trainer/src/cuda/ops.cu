@@ -38,12 +38,13 @@ __device__ uint16_t HalfBits(float x, bool bf16) {
 
 // ---- bias + activation ----
 
+// GELU's tanh approximation: the tanh both its forward and its backward take.
+__device__ float GeluTanh(float x) { return tanhf(kGeluScale * (x + kGeluCubic * x * x * x)); }
+
 __device__ float ActForward(float x, Activation act) {
   if (act == Activation::kRelu) return x > 0.0f ? x : 0.0f;
   if (act == Activation::kTanh) return tanhf(x);
-  if (act == Activation::kGelu) {
-    return 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
-  }
+  if (act == Activation::kGelu) return 0.5f * x * (1.0f + GeluTanh(x));
   return x;
 }
 
@@ -74,7 +75,7 @@ __device__ float ActGrad(float g, float a, Activation act, bool a_is_pre) {
     return g * (1.0f - y * y);
   }
   if (act == Activation::kGelu) {
-    const float t = tanhf(kGeluScale * (a + kGeluCubic * a * a * a));
+    const float t = GeluTanh(a);
     const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * a * a);
     return g * (0.5f * (1.0f + t) + 0.5f * a * (1.0f - t * t) * du);
   }
