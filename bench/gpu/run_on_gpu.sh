@@ -5,16 +5,28 @@
 #      the lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH for cuBLAS and NCCL,
 #      which the binaries open at their first call (ldd does not list them);
 #   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths);
-#   3. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store, then the same
-#      sweep on the CPU, and bench/gpu/compare_rankings.py on the two (same ranking quality);
-#   4. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin.
+#   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin;
+#   4. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store, then the same
+#      sweep on the CPU, and bench/gpu/compare_rankings.py on the two (same ranking quality).
 # Run from the repository root: bench/gpu/run_on_gpu.sh [BUILD_DIR] [DATA_DIR]
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
 # running all of them.
 set -u
 # Each step gets at most STEP_TIMEOUT seconds (default 300): a hang in one must not take the
-# others' output with it.
+# others' output with it. The whole script ends within DEADLINE seconds (default 570, inside a
+# 10-minute limit on one command): a step gets what is left, and one with under 30 s left is
+# skipped and counted as failed. The steps run in order of what matters most.
 step_timeout=${STEP_TIMEOUT:-300}
+deadline=$((SECONDS + ${DEADLINE:-570}))
+# Prints the seconds the next step may take, or (failing) why it is skipped.
+allot() {
+  local left=$((deadline - SECONDS - 5))
+  if ((left < 30)); then
+    echo "run_on_gpu.sh: skipped, ${left} s left of DEADLINE"
+    return 1
+  fi
+  echo $((left < step_timeout ? left : step_timeout))
+}
 build=${1:-build}
 data=${2:-/usr/share/datasets/fashion-mnist}
 status=0
@@ -29,7 +41,8 @@ binaries=("$build/sweep/sweep" "$build/tests/trainer/sweep_trainer_cuda_tests"
           "$build/bench/gpu/gpu_bench")
 
 step "machine"
-nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv 2>&1 || true
+nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_mode --format=csv 2>&1 ||
+  true
 nvidia-smi topo -m 2>&1 || true
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>&1 || true
 
@@ -96,40 +109,60 @@ step "GPU tests (sweep_trainer_cuda_tests)"
 # The tests skip without a usable device; where nvidia-smi sees a GPU, skipping is a failure (a
 # driver older than the CUDA runtime linked into the binaries says so here, and nowhere else).
 tests_out=$(mktemp)
-timeout "$step_timeout" "$build/tests/trainer/sweep_trainer_cuda_tests" 2>&1 | tee "$tests_out"
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-if nvidia-smi -L > /dev/null 2>&1 && grep -q "no usable device" "$tests_out"; then
-  echo "run_on_gpu.sh: nvidia-smi lists a GPU, but the tests found no usable device (above)"
+if t=$(allot); then
+  timeout "$t" "$build/tests/trainer/sweep_trainer_cuda_tests" 2>&1 | tee "$tests_out"
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  if nvidia-smi -L > /dev/null 2>&1 && grep -q "no usable device" "$tests_out"; then
+    echo "run_on_gpu.sh: nvidia-smi lists a GPU, but the tests found no usable device (above)"
+    status=1
+  fi
+else
+  echo "$t"
   status=1
 fi
 rm -f "$tests_out"
 
+step "bench/gpu/gpu_bench --data $data"
+if t=$(allot); then
+  timeout "$t" "$build/bench/gpu/gpu_bench" --data "$data" --torch bench/gpu/torch_mlp_gpu.py ||
+    status=1
+else
+  echo "$t"
+  status=1
+fi
+
 step "sweep devices (what trials are placed on)"
-timeout "$step_timeout" "$build/sweep/sweep" devices || status=1
+timeout 60 "$build/sweep/sweep" devices || status=1
 
 step "sweep run configs/quickstart.toml (on the GPU)"
 scratch=$(mktemp -d)
 sed "s|/usr/share/datasets/fashion-mnist|$data|" configs/quickstart.toml > "$scratch/quickstart.toml"
-timeout "$step_timeout" "$build/sweep/sweep" run "$scratch/quickstart.toml" \
-  --db "$scratch/gpu.db" || status=1
-"$build/sweep/sweep" trials quickstart --db "$scratch/gpu.db" || status=1
+if t=$(allot); then
+  timeout "$t" "$build/sweep/sweep" run "$scratch/quickstart.toml" --db "$scratch/gpu.db" ||
+    status=1
+  "$build/sweep/sweep" trials quickstart --db "$scratch/gpu.db" || status=1
+else
+  echo "$t"
+  status=1
+fi
 
 step "the same sweep on the CPU (CUDA_VISIBLE_DEVICES=''), and the two rankings compared"
-CUDA_VISIBLE_DEVICES='' timeout "$step_timeout" "$build/sweep/sweep" run \
-  "$scratch/quickstart.toml" --db "$scratch/cpu.db" > /dev/null || status=1
-for run in gpu cpu; do
-  "$build/sweep/sweep" trials quickstart --db "$scratch/$run.db" --json > "$scratch/$run.json" ||
+if t=$(allot); then
+  CUDA_VISIBLE_DEVICES='' timeout "$t" "$build/sweep/sweep" run "$scratch/quickstart.toml" \
+    --db "$scratch/cpu.db" > /dev/null || status=1
+  for run in gpu cpu; do
+    "$build/sweep/sweep" trials quickstart --db "$scratch/$run.db" --json > "$scratch/$run.json" ||
+      status=1
+  done
+  expect=()
+  nvidia-smi -L > /dev/null 2>&1 && expect=(--expect-gpu)
+  python3 bench/gpu/compare_rankings.py "$scratch/gpu.json" "$scratch/cpu.json" "${expect[@]}" ||
     status=1
-done
-expect=()
-nvidia-smi -L > /dev/null 2>&1 && expect=(--expect-gpu)
-python3 bench/gpu/compare_rankings.py "$scratch/gpu.json" "$scratch/cpu.json" "${expect[@]}" ||
+else
+  echo "$t"
   status=1
+fi
 rm -rf "$scratch"
-
-step "bench/gpu/gpu_bench --data $data"
-timeout "$step_timeout" "$build/bench/gpu/gpu_bench" --data "$data" \
-  --torch bench/gpu/torch_mlp_gpu.py || status=1
 
 step "done: exit status $status"
 exit $status
