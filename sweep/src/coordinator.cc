@@ -688,6 +688,10 @@ class Coordinator {
     if (it == running_.end()) return Status::Ok();  // a late message for a finished trial
     RunningTrial& t = it->second;
     if (ev.type == executor::WorkerEvent::Type::kReport) {
+      // Early stopping has decided on this trial: what it reports while it stops (a program
+      // that ignores SIGTERM for its grace period, say) is not its result, is not stored, and
+      // reaches no scheduler, as resume would replay the store.
+      if (!t.prune_reason.empty()) return Status::Ok();
       for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
       t.epochs = std::max(t.epochs, ev.epoch);
       store::ReportRecord r;
@@ -715,6 +719,7 @@ class Coordinator {
         if (m != ev.metrics.end() && m->is_number() &&
             config_.stop_when->Reached(m->get<double>())) {
           target_reached_ = true;
+          target_trial_ = ev.trial;
           stop_reason_ = "target " + config_.stop_when->ToString() + " reached by trial " +
                          std::to_string(ev.trial);
         }
@@ -740,6 +745,9 @@ class Coordinator {
         if (!t.prune_reason.empty()) {
           status = TrialStatus::kPruned;  // an ordinary outcome, not a failure
           error = t.prune_reason;
+        } else if (target_trial_ == ev.trial) {
+          // It reached the target that ended the sweep: its result is the one sought.
+          error = "reached the target " + config_.stop_when->ToString() + "; the sweep stopped";
         } else {
           status = TrialStatus::kInterrupted;
           error = "stopped: " + stop_reason_;
@@ -882,6 +890,7 @@ class Coordinator {
   int64_t best_trial_ = -1;
   bool interrupted_ = false;
   bool target_reached_ = false;
+  std::optional<int64_t> target_trial_;  // the trial whose report reached stop_when
   std::string stop_reason_;
 };
 

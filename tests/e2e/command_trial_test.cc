@@ -149,6 +149,17 @@ cpu_slots = 2
     if (row[1] == "pruned") {
       ++pruned;
       EXPECT_NE(row[2].find("rung"), std::string::npos) << row[2];
+      // Its result is what it reported at the rung where it was pruned: the epochs a stubborn
+      // program goes on reporting through its grace period are neither its result nor stored.
+      const size_t at = row[2].find("(resource ");
+      ASSERT_NE(at, std::string::npos) << row[2];
+      const double resource = std::stod(row[2].substr(at + 10));
+      const std::string num = std::to_string(n);
+      EXPECT_EQ(std::stod(Query("SELECT epochs FROM trials WHERE number = " + num)[0][0]), resource)
+          << "trial " << n;
+      EXPECT_EQ(std::stod(Query("SELECT max(epoch) FROM reports WHERE trial = " + num)[0][0]),
+                resource)
+          << "trial " << n;
       EXPECT_NE(err.find("sent SIGTERM (stopped)"), std::string::npos) << err;
       if (err.find("--mode=stubborn") != std::string::npos) {
         EXPECT_NE(err.find("sent SIGKILL"), std::string::npos) << "trial " << n << err;

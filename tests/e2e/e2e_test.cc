@@ -348,7 +348,40 @@ TEST_F(E2eTest, StopWhenEndsTheSweepAtItsTarget) {
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
   auto end = Query("SELECT detail FROM events WHERE trial IS NULL AND to_state = 'completed'");
   ASSERT_EQ(end.size(), 1u);
-  EXPECT_NE(end[0][0].find("target value <= 5 reached by trial"), std::string::npos) << end[0][0];
+  const std::string& why = end[0][0];
+  const size_t at = why.find("target value <= 5 reached by trial ");
+  ASSERT_NE(at, std::string::npos) << why;
+  // The trial that reached the target completed (it holds the result sought), and `best` has
+  // a result within the target (that one, or another that finished alongside it).
+  const std::string winner = std::to_string(std::stoi(why.substr(at + 35)));
+  auto row = Query("SELECT status, objective FROM trials WHERE number = " + winner);
+  ASSERT_EQ(row.size(), 1u);
+  EXPECT_EQ(row[0][0], "completed") << "trial " << winner;
+  EXPECT_LE(std::stod(row[0][1]), 5.0);
+  Output best = Sweep("best target --top 1 --json");
+  ASSERT_EQ(best.code, 0) << best.err;
+  EXPECT_LE(json::parse(best.out)[0]["metrics"]["value"].get<double>(), 5.0) << best.out;
+}
+
+// A trial that reports a curve reaches the target part-way: the sweep stops it there, and it
+// ends completed with the value that met the target, not interrupted.
+TEST_F(E2eTest, StopWhenCompletesTheTrialThatReachedItsTargetPartWay) {
+  Write("s.toml", sweep_e2e::BraninConfig("curve", 200,
+                                          "stop_when = \"value <= 30\"\nmax_concurrent = 1\n"
+                                          "seed = 3\n",
+                                          "steps = 5\nstep_ms = 100\n"));
+  Output run = Sweep("run s.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto rows = Query("SELECT number, status, objective, epochs, error FROM trials ORDER BY number");
+  ASSERT_FALSE(rows.empty());
+  const auto& last = rows.back();
+  EXPECT_EQ(last[1], "completed") << last[4];
+  EXPECT_LE(std::stod(last[2]), 30.0);
+  EXPECT_LT(std::stod(last[3]), 5.0) << "it was stopped before its last step";
+  EXPECT_NE(last[4].find("reached the target value <= 30"), std::string::npos) << last[4];
+  Output best = Sweep("best curve --top 1 --json");
+  ASSERT_EQ(best.code, 0) << best.err;
+  EXPECT_EQ(json::parse(best.out)[0]["trial"].get<int>(), std::stoi(last[0])) << best.out;
 }
 
 // `sweep devices` lists what trials would run on here: GPUs with their model, memory, compute
