@@ -613,7 +613,7 @@ std::string SweepConfig::Target::ToString() const {
   return metric + " " + op + " " + FormatNumber(value);
 }
 
-Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) {
+Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, ConfigUse use) {
   Checker c(path);
   // TOML allows non-ASCII only inside strings and comments; refusing it elsewhere here also keeps
   // such bytes away from a toml++ 3.3 code path that is undefined behaviour on them.
@@ -1082,16 +1082,22 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path) 
     int64_t size = (*grid)->size().value_or(1);
     cfg.max_trials = max_trials ? std::min(*max_trials, size) : size;
   } else {
-    if (!max_trials) {
+    // Without max_trials a random search draws until its time budget is spent or its target
+    // is reached (as Optuna's timeout); with neither it would never end.
+    if (max_trials) {
+      cfg.max_trials = *max_trials;
+    } else if (cfg.time_budget_s || cfg.stop_when || use == ConfigUse::kOneTrial) {
+      cfg.max_trials = kUnboundedTrials;
+    } else {
       return c.Error(*sweep, "sweep.max_trials",
-                     "random search needs max_trials (how many trials to draw)");
+                     "random search needs max_trials (how many trials to draw), or time_budget "
+                     "or stop_when to end it");
     }
-    cfg.max_trials = *max_trials;
   }
   return cfg;
 }
 
-Result<SweepConfig> LoadConfig(const std::string& path) {
+Result<SweepConfig> LoadConfig(const std::string& path, ConfigUse use) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     return Status::NotFound(path + ": no such config file");
@@ -1113,7 +1119,7 @@ Result<SweepConfig> LoadConfig(const std::string& path) {
   int err = errno;
   std::fclose(f);
   if (failed) return Status::InvalidArgument(path + ": cannot read: " + std::strerror(err));
-  return ParseConfig(text, path);
+  return ParseConfig(text, path, use);
 }
 
 json ParseSetValue(std::string_view text) {

@@ -594,8 +594,14 @@ class Coordinator {
 
   void Announce(const std::string& extra) {
     if (options_.log == nullptr) return;
-    *options_.log << "sweep '" << config_.name << "': " << config_.max_trials << " trial(s), "
-                  << config_.algorithm << " search, " << (config_.maximize ? "max " : "min ")
+    *options_.log << "sweep '" << config_.name << "': ";
+    if (config_.max_trials == kUnboundedTrials) {
+      *options_.log << "trials until " << (config_.time_budget_s ? "its time budget" : "its target")
+                    << ", ";
+    } else {
+      *options_.log << config_.max_trials << " trial(s), ";
+    }
+    *options_.log << config_.algorithm << " search, " << (config_.maximize ? "max " : "min ")
                   << config_.metric << "; ";
     if (packer_->total_slots() == 0) {
       *options_.log << "no local slots (trials run on agents), ";
@@ -843,12 +849,13 @@ class Coordinator {
     if (options_.log == nullptr || !options_.live_status) return;
     if (!final && now - last_progress_s_ < 0.1) return;
     last_progress_s_ = now;
-    std::string line = "\r\033[K" + config_.name + ": " +
-                       std::to_string(counts_.completed + counts_.pruned + counts_.failed) + "/" +
-                       std::to_string(config_.max_trials) + " done, " +
-                       std::to_string(counts_.running) + " running, " +
-                       std::to_string(counts_.pruned) + " pruned, " +
-                       std::to_string(counts_.failed) + " failed";
+    std::string line =
+        "\r\033[K" + config_.name + ": " +
+        std::to_string(counts_.completed + counts_.pruned + counts_.failed) +
+        (config_.max_trials == kUnboundedTrials ? std::string()
+                                                : "/" + std::to_string(config_.max_trials)) +
+        " done, " + std::to_string(counts_.running) + " running, " +
+        std::to_string(counts_.pruned) + " pruned, " + std::to_string(counts_.failed) + " failed";
     if (best_) {
       line += ", best " + config_.metric + " " + FormatMetric(*best_) + " (trial " +
               std::to_string(best_trial_) + ")";

@@ -329,7 +329,15 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
               << (sw->maximize ? "max" : "min") << "):\n";
     sweep::PrintTrialsTable(std::cout, *best, sw->metric);
   }
-  return summary.interrupted ? kExitRuntime : kExitOk;
+  if (summary.interrupted) return kExitRuntime;
+  // A sweep in which every trial failed has no result: scripts must see that as a failure.
+  // Some failed trials among good ones are ordinary (a learning rate that diverges).
+  if (!summary.already_complete && c.failed > 0 && c.completed == 0 && c.pruned == 0) {
+    std::cerr << "sweep '" << name << "': every trial failed; their errors: `sweep trials " << name
+              << " --status failed`\n";
+    return kExitRuntime;
+  }
+  return kExitOk;
 }
 
 int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& remote,
@@ -437,7 +445,7 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
 
 int CmdTrain(const std::string& config_path, const std::vector<std::string>& sets, bool as_json,
              int threads) {
-  auto cfg = sweep::LoadConfig(config_path);
+  auto cfg = sweep::LoadConfig(config_path, sweep::ConfigUse::kOneTrial);
   if (!cfg.ok()) return Fail(cfg.status());
   if (cfg->kind != sweep::TrialKind::kTrainer && cfg->kind != sweep::TrialKind::kFunction) {
     return Fail(Status::InvalidArgument("sweep train runs trainer or function trials only"));

@@ -85,7 +85,11 @@ void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& tr
     if (t.started_s && t.ended_s) out << Cell(json(*t.ended_s - *t.started_s));
     for (const auto& k : pkeys) {
       out << ",";
-      if (params[i].contains(k)) out << CsvField(Cell(params[i][k]));
+      // In full (shortest round trip), as the metrics: a table rounds, a CSV is data.
+      if (params[i].contains(k)) {
+        const json& v = params[i][k];
+        out << CsvField(v.is_string() ? v.get<std::string>() : v.dump());
+      }
     }
     for (const auto& k : mkeys) {
       out << ",";

@@ -484,10 +484,16 @@ kill_grace = "60s"
                       " --token-file tok --cpu-slots 1 --name a",
                   "agent-a.log");
   // Trial 0 (x = 1) runs first, alone; trial 1 (x = 0.1) is pruned at its first rung (epoch 1)
-  // and goes on reporting, deaf to SIGTERM. Two epochs past the rung the stop has long been sent.
-  ASSERT_TRUE(
-      WaitUntil([&] { return Scalar("SELECT count(*) FROM reports WHERE trial = 1") >= 3; }, 30))
+  // and goes on reporting, deaf to SIGTERM (reports the coordinator now drops). Its stderr log
+  // says when the stop has arrived; it then has 60 s of grace and 10 s of program left.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto log = Query("SELECT stderr_log FROM trials WHERE number = 1");
+        return !log.empty() && Slurp(log[0][0]).find("sent SIGTERM") != std::string::npos;
+      },
+      30))
       << Log("coordinator.log");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM reports WHERE trial = 1"), 1);
   KillNow(a);
   ASSERT_TRUE(WaitForLine("coordinator.log", "agent 'a' (id", 10, 2)) << Log("coordinator.log");
   StartAgent("b", port);  // where a rerun would go

@@ -111,6 +111,30 @@ cpu_slots = 2
             fs::canonical(dir_).string() + "/sweeps.db-trials/cmd/trial-2/stdout.log");
 }
 
+// Some failed trials among good ones leave the exit status 0 (above); a sweep in which every
+// trial failed has no result, and `run` says so with exit status 1.
+TEST_F(CommandTrialE2eTest, ASweepWhereEveryTrialFailedExitsOne) {
+  Write("c.toml", R"([sweep]
+name = "broken"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[parameters]
+x = { values = [1, 2, 3] }
+[trial]
+kind = "command"
+command = ["./train.sh", "--x={x}", "--mode=crash"]
+[executor]
+cpu_slots = 2
+)");
+  Output o = Sweep("run c.toml");
+  EXPECT_EQ(o.code, 1) << o.out << o.err;
+  EXPECT_NE(o.err.find("0 completed, 0 pruned, 3 failed"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("every trial failed"), std::string::npos) << o.err;
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+}
+
 // ASHA prunes command trials with SIGTERM; one that ignores it is killed after kill_grace. A
 // program that stops reporting fails on its timeout. The sweep ends with every trial accounted
 // for.

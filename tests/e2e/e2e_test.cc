@@ -285,6 +285,11 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
   std::string header;
   std::getline(in, header);
   EXPECT_EQ(header, "trial,status,epochs,duration_s,x1,x2,value,error");
+  // Parameters in full, as stored (shortest round trip), not rounded as in the table.
+  Output js = Sweep("trials branin --json");
+  ASSERT_EQ(js.code, 0) << js.err;
+  std::map<int, json> params;
+  for (const json& t : json::parse(js.out)) params[t["trial"].get<int>()] = t["params"];
   int lines = 0;
   double prev = -1e300;
   for (std::string line; std::getline(in, line);) {
@@ -292,6 +297,13 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
     double v = std::stod(line.substr(line.rfind(',', line.size() - 2) + 1));
     EXPECT_GE(v, prev);
     prev = v;
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
+    ASSERT_GE(f.size(), 6u) << line;
+    const json& p = params[std::stoi(f[0])];
+    EXPECT_EQ(std::stod(f[4]), p["x1"].get<double>()) << line;
+    EXPECT_EQ(std::stod(f[5]), p["x2"].get<double>()) << line;
   }
   EXPECT_EQ(lines, 40);
 }
@@ -361,6 +373,36 @@ TEST_F(E2eTest, StopWhenEndsTheSweepAtItsTarget) {
   Output best = Sweep("best target --top 1 --json");
   ASSERT_EQ(best.code, 0) << best.err;
   EXPECT_LE(json::parse(best.out)[0]["metrics"]["value"].get<double>(), 5.0) << best.out;
+}
+
+// Without max_trials a random search draws trials until its time budget is spent.
+TEST_F(E2eTest, RandomSearchWithOnlyATimeBudgetRunsUntilItIsSpent) {
+  Write("t.toml", R"([sweep]
+name = "open"
+time_budget = "2s"
+seed = 3
+[trial]
+kind = "function"
+[function]
+name = "branin"
+steps = 3
+step_ms = 50
+[parameters]
+x1 = { distribution = "uniform", min = -5, max = 10 }
+x2 = { distribution = "uniform", min = 0, max = 15 }
+[executor]
+cpu_slots = 2
+)");
+  Output run = Sweep("run t.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.err.find("trials until its time budget"), std::string::npos) << run.err;
+  EXPECT_GT(std::stoi(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0]), 4);
+  auto end = Query("SELECT detail FROM events WHERE trial IS NULL AND to_state = 'completed'");
+  ASSERT_EQ(end.size(), 1u);
+  EXPECT_NE(end[0][0].find("time budget of"), std::string::npos) << end[0][0];
+  // One trial of the same config needs no end.
+  Output one = Sweep("train t.toml --set x1=1 --set x2=2");
+  EXPECT_EQ(one.code, 0) << one.err;
 }
 
 // A trial that reports a curve reaches the target part-way: the sweep stops it there, and it

@@ -65,6 +65,29 @@ TEST_F(ConfigTest, FunctionConfigParses) {
   EXPECT_EQ(cfg->store_path, "sweeps.db");
 }
 
+// A random search without max_trials draws until its time budget or target ends it; with
+// neither it is refused for a sweep, but one trial (`sweep train`) needs no end.
+TEST_F(ConfigTest, RandomSearchWithoutMaxTrialsNeedsAnotherEnd) {
+  std::string open = kBranin;
+  open.erase(open.find("max_trials = 10\n"), 16);
+  for (const char* end : {"time_budget = \"30s\"\n", "stop_when = \"value <= 1\"\n"}) {
+    std::string text = open;
+    text.insert(text.find("seed = 3"), end);
+    auto cfg = ParseConfig(text, "b.toml");
+    ASSERT_TRUE(cfg.ok()) << end << cfg.status().message();
+    EXPECT_EQ(cfg->max_trials, sweep::kUnboundedTrials) << end;
+  }
+  auto refused = ParseConfig(open, "b.toml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("b.toml:1:1: sweep.max_trials: random search needs "
+                                            "max_trials (how many trials to draw), or "
+                                            "time_budget or stop_when to end it"),
+            std::string::npos)
+      << refused.status().message();
+  auto one = ParseConfig(open, "b.toml", sweep::ConfigUse::kOneTrial);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+}
+
 TEST_F(ConfigTest, TrainerConfigParsesAndKeepsDeclarationOrder) {
   auto cfg = ParseConfig(TrainerConfig("lr = { distribution = \"log_uniform\", min = 1e-3, max = "
                                        "0.3 }\nbatch_size = { values = [64, 128] }\nhidden = { "

@@ -79,11 +79,19 @@ struct SweepConfig {
   std::string store_path = "sweeps.db";
 };
 
+// max_trials of a random search with no max_trials, which its time_budget or stop_when ends.
+inline constexpr int64_t kUnboundedTrials = int64_t{1} << 40;
+
+// What a config is read for: a sweep needs to know when its search ends; one trial
+// (`sweep train`) does not.
+enum class ConfigUse { kSweep, kOneTrial };
+
 // Reads and validates `path`. InvalidArgument (with file:line:column) for every user error;
 // NotFound/IoError when the file cannot be read.
-Result<SweepConfig> LoadConfig(const std::string& path);
+Result<SweepConfig> LoadConfig(const std::string& path, ConfigUse use = ConfigUse::kSweep);
 // Same, from text already in memory; `path` is used in messages.
-Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path);
+Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path,
+                                ConfigUse use = ConfigUse::kSweep);
 
 // Parses a `--set KEY=VALUE` value: a TOML value (0.05, [256, 128], "sgd", true), or, when the
 // text is not valid TOML, the text itself as a string.
