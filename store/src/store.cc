@@ -144,6 +144,9 @@ std::string_view QuerySql(Query query) {
       return "INSERT INTO reports (sweep_id, trial, step, epoch, metrics, time) "
              "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, trial, step) DO UPDATE SET "
              "epoch = excluded.epoch, metrics = excluded.metrics, time = excluded.time";
+    case Query::kTrialProgress:
+      return "UPDATE trials SET metrics = ?, objective = ?, epochs = ? "
+             "WHERE sweep_id = ? AND number = ? AND status = 'running'";
     case Query::kAddEvent:
       return "INSERT INTO events (sweep_id, trial, from_state, to_state, detail, time) "
              "VALUES (?, ?, ?, ?, ?, ?)";
@@ -907,6 +910,21 @@ Status Store::AddReport(int64_t sweep_id, const ReportRecord& report) {
   if (rc == SQLITE_DONE) return Status::Ok();
   if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) return impl_->NoSuchTrial(sweep_id, report.trial);
   return impl_->Error(rc, "adding a report for trial " + std::to_string(report.trial));
+}
+
+Status Store::SetTrialProgress(int64_t sweep_id, const TrialRecord& trial) {
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kTrialProgress));
+  ResetOnExit reset(stmt);
+  std::string metrics = JsonOrEmptyObject(trial.metrics_json);
+  Binder bind(stmt);
+  bind.Text(metrics).OptReal(trial.objective).Real(trial.epochs).Int(sweep_id).Int(trial.number);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a trial's progress");
+  int rc = sqlite3_step(stmt);
+  if (rc != SQLITE_DONE) {
+    return impl_->Error(rc, "storing the progress of trial " + std::to_string(trial.number));
+  }
+  return Status::Ok();
 }
 
 Status Store::AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::string_view from,

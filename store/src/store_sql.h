@@ -28,6 +28,7 @@ enum class Query {
   kFinishTrial,        // status, ended, error, checkpoint ('' keeps), metrics, objective, epochs,
                        // sweep_id, number
   kAddReport,          // sweep_id, trial, step, epoch, metrics, time
+  kTrialProgress,      // metrics, objective, epochs, sweep_id, number (running trials only)
   kAddEvent,           // sweep_id, trial, from_state, to_state, detail, time
   kBestTrialsMax,      // sweep_id, limit
   kBestTrialsMin,      // sweep_id, limit

@@ -491,7 +491,28 @@ class Coordinator {
 
   double ActiveSeconds(double now) const { return active_before_s_ + (now - start_s_); }
 
+  // The configured metric's value in `metrics`, when it is a finite number.
+  std::optional<double> Objective(const json& metrics) const {
+    auto m = metrics.find(config_.metric);
+    if (m != metrics.end() && m->is_number() && std::isfinite(m->get<double>())) {
+      return m->get<double>();
+    }
+    return std::nullopt;
+  }
+
   Status CommitNow(double now) {
+    // Running trials that reported since the last commit: their latest metrics, once each.
+    for (int64_t number : progressed_) {
+      auto it = running_.find(number);
+      if (it == running_.end()) continue;
+      store::TrialRecord rec;
+      rec.number = number;
+      rec.metrics_json = it->second.metrics.dump(-1, ' ', false, json::error_handler_t::replace);
+      rec.objective = Objective(it->second.metrics);
+      rec.epochs = it->second.epochs;
+      SWEEP_RETURN_IF_ERROR(store_.SetTrialProgress(sweep_id_, rec));
+    }
+    progressed_.clear();
     SWEEP_RETURN_IF_ERROR(store_.SetSweepActive(sweep_id_, ActiveSeconds(now)));
     SWEEP_RETURN_IF_ERROR(store_.Commit());
     last_commit_s_ = now;
@@ -707,6 +728,7 @@ class Coordinator {
       r.metrics_json = ev.metrics.dump(-1, ' ', false, json::error_handler_t::replace);
       r.time_s = now;
       SWEEP_RETURN_IF_ERROR(store_.AddReport(sweep_id_, r));
+      progressed_.insert(ev.trial);
       const bool decision_point = decisions_.IsDecisionPoint(ev.step, ev.epoch, &t.next_point);
       if (scheduler_ != nullptr) {
         if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics)) {
@@ -805,10 +827,7 @@ class Coordinator {
     rec.error = error;
     rec.metrics_json = t.metrics.dump(-1, ' ', false, json::error_handler_t::replace);
     rec.epochs = t.epochs;
-    auto m = t.metrics.find(config_.metric);
-    if (m != t.metrics.end() && m->is_number() && std::isfinite(m->get<double>())) {
-      rec.objective = m->get<double>();
-    }
+    rec.objective = Objective(t.metrics);
     SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, rec));
     SWEEP_RETURN_IF_ERROR(
         store_.AddEvent(sweep_id_, number, "running", store::ToString(status), error, now));
@@ -898,6 +917,7 @@ class Coordinator {
   bool interrupted_ = false;
   bool target_reached_ = false;
   std::optional<int64_t> target_trial_;  // the trial whose report reached stop_when
+  std::set<int64_t> progressed_;         // running trials with reports not yet in their row
   std::string stop_reason_;
 };
 

@@ -375,6 +375,40 @@ TEST_F(E2eTest, StopWhenEndsTheSweepAtItsTarget) {
   EXPECT_LE(json::parse(best.out)[0]["metrics"]["value"].get<double>(), 5.0) << best.out;
 }
 
+// A running trial's row holds its latest reported metrics and epochs, written in the same
+// commit as the reports: `trials` and `best`'s readers see progress before the trial ends.
+TEST_F(E2eTest, RunningTrialsShowTheirLatestMetrics) {
+  Write("l.toml",
+        sweep_e2e::BraninConfig("live", 2, "max_concurrent = 1\n", "steps = 40\nstep_ms = 50\n"));
+  pid_t run = Start("run l.toml", "run.log");
+  const std::string snapshot =
+      "SELECT t.number, t.metrics, t.epochs, (SELECT max(r.epoch) FROM reports r WHERE "
+      "r.sweep_id = t.sweep_id AND r.trial = t.number) FROM trials t WHERE t.status = 'running'";
+  bool seen = false;
+  for (int i = 0; i < 400 && !seen; ++i) {
+    if (HasTable("reports")) {
+      for (const auto& row : Query(snapshot)) {
+        if (row[3] == "NULL" || std::stod(row[3]) < 3) continue;
+        seen = true;
+        EXPECT_EQ(std::stod(row[2]), std::stod(row[3])) << "trial " << row[0];
+        const json metrics = json::parse(row[1]);
+        EXPECT_TRUE(metrics.contains("value")) << row[1];
+        Output trials = Sweep("trials live --json");
+        ASSERT_EQ(trials.code, 0) << trials.err;
+        for (const json& t : json::parse(trials.out)) {
+          // The same trial, unless it ended in between (then its final row is checked elsewhere).
+          if (t["trial"].get<int>() != std::stoi(row[0]) || t["status"] != "running") continue;
+          EXPECT_GE(t["epochs"].get<double>(), 3) << t.dump();
+          EXPECT_TRUE(t["metrics"].contains("value")) << t.dump();
+        }
+      }
+    }
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_TRUE(seen) << "no running trial with 3 reports was seen";
+  EXPECT_EQ(Wait(run), 0) << sweep_e2e::Slurp(dir_ / "run.log");
+}
+
 // Without max_trials a random search draws trials until its time budget is spent.
 TEST_F(E2eTest, RandomSearchWithOnlyATimeBudgetRunsUntilItIsSpent) {
   Write("t.toml", R"([sweep]

@@ -450,6 +450,35 @@ TEST_F(StoreTest, TrialLifecycleRoundTrips) {
   EXPECT_EQ(t.epochs, 3);
 }
 
+// A running trial's progress lands in its row; once it has ended, a late progress write
+// leaves its final values alone.
+TEST_F(StoreTest, ProgressUpdatesOnlyARunningTrial) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Insert(MakeTrial(0, TrialStatus::kPending, {}));
+  ASSERT_OK(store_->UpdateTrialStatus(sweep_id_, 0, TrialStatus::kRunning, "local:cpu0", 1.0));
+  TrialRecord progress = MakeTrial(0, TrialStatus::kRunning, 0.5, R"({"val_acc":0.5})");
+  progress.epochs = 2;
+  ASSERT_OK(store_->SetTrialProgress(sweep_id_, progress));
+  auto got = store_->Trial(sweep_id_, 0);
+  ASSERT_OK(got);
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->status, TrialStatus::kRunning);
+  EXPECT_EQ((*got)->metrics_json, R"({"val_acc":0.5})");
+  EXPECT_EQ((*got)->objective, 0.5);
+  EXPECT_EQ((*got)->epochs, 2);
+
+  TrialRecord done = MakeTrial(0, TrialStatus::kCompleted, 0.9, R"({"val_acc":0.9})");
+  done.epochs = 5;
+  ASSERT_OK(store_->FinishTrial(sweep_id_, done));
+  ASSERT_OK(store_->SetTrialProgress(sweep_id_, progress));
+  got = store_->Trial(sweep_id_, 0);
+  ASSERT_OK(got);
+  EXPECT_EQ((*got)->status, TrialStatus::kCompleted);
+  EXPECT_EQ((*got)->metrics_json, R"({"val_acc":0.9})");
+  EXPECT_EQ((*got)->objective, 0.9);
+  EXPECT_EQ((*got)->epochs, 5);
+}
+
 TEST_F(StoreTest, UpdateTrialStatusKeepsPlacementAndStartWhenNotGiven) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   Insert(MakeTrial(0, TrialStatus::kPending, {}));

@@ -138,6 +138,9 @@ class Store {
   Status FinishTrial(int64_t sweep_id, const TrialRecord& trial);
   // A trial's step is stored once: reporting it again (a rerun) replaces the earlier report.
   Status AddReport(int64_t sweep_id, const ReportRecord& report);
+  // A running trial's latest metrics, objective and epochs, so that readers see its progress
+  // before it ends; a trial no longer running is left alone.
+  Status SetTrialProgress(int64_t sweep_id, const TrialRecord& trial);
   Status SetTrialRetries(int64_t sweep_id, int64_t number, int retries);
   Status SetSweepOwner(int64_t sweep_id, std::string_view owner);
   Status SetSweepActive(int64_t sweep_id, double active_s);
