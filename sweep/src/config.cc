@@ -570,6 +570,13 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
     return c.Error(where, "early_stopping",
                    "early stopping needs trials that report a curve: set function.steps");
   }
+  // The trainer measures test_acc once, after its last epoch: no rung or median ever sees it.
+  if (cfg->kind == TrialKind::kTrainer && cfg->metric == "test_acc") {
+    return c.Error(where, "early_stopping",
+                   "early stopping compares trials on a metric they report every epoch; the "
+                   "trainer reports 'test_acc' only at the end: use metric = \"val_acc\" or "
+                   "\"val_loss\"");
+  }
   const bool rungs = sc.algorithm != search::EarlyStopping::kMedian;
   if (rungs) {
     if (max_resource_node == nullptr) {

@@ -153,6 +153,14 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
        "parameters.batch_size.min: log_int_uniform needs min > 0"},
       {"empty values", trainer("batch_size = { values = [] }"),
        "bad.toml:7:25: parameters.batch_size.values: empty `values`"},
+      {"early stopping on test_acc",
+       [&] {
+         std::string t = TrainerConfig("lr = 0.1");
+         return t.replace(t.find("val_acc"), 7, "test_acc") +
+                "[early_stopping]\nalgorithm = \"asha\"\n";
+       }(),
+       "bad.toml:10:1: early_stopping: early stopping compares trials on a metric they report "
+       "every epoch; the trainer reports 'test_acc' only at the end"},
       {"grid over continuous",
        trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5 }",
                "[search]\nalgorithm = \"grid\"\n"),
