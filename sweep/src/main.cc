@@ -157,9 +157,11 @@ int CmdStatus(const QueryArgs& a) {
   if (!best.ok()) return Fail(best.status());
   double elapsed = (sw->ended_s ? *sw->ended_s : sweep::NowSeconds()) - sw->created_s;
   const auto& c = *counts;
+  const bool gone = sweep::CoordinatorGone(a.db, *sw);
   if (a.json) {
     json j = {{"name", sw->name},
               {"status", sweep::store::ToString(sw->status)},
+              {"coordinator_gone", gone},
               {"metric", sw->metric},
               {"mode", sw->maximize ? "max" : "min"},
               {"counts",
@@ -180,7 +182,7 @@ int CmdStatus(const QueryArgs& a) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  sweep::PrintStatusText(std::cout, *sw, c, *running, *best, sweep::NowSeconds());
+  sweep::PrintStatusText(std::cout, *sw, c, *running, *best, sweep::NowSeconds(), gone);
   return kExitOk;
 }
 
@@ -189,11 +191,18 @@ int CmdList(const QueryArgs& a) {
   if (!st.ok()) return Fail(st.status());
   auto list = (*st)->ListSweeps();
   if (!list.ok()) return Fail(list.status());
+  // A sweep stored as running whose coordinator died says so (sweep resume continues it).
+  auto gone = [&](const sweep::store::SweepSummary& s) {
+    if (s.status != sweep::store::SweepStatus::kRunning) return false;
+    auto sw = (*st)->FindSweep(s.name);
+    return sw.ok() && sweep::CoordinatorGone(a.db, *sw);
+  };
   if (a.json) {
     json arr = json::array();
     for (const auto& s : *list) {
       arr.push_back({{"name", s.name},
                      {"status", sweep::store::ToString(s.status)},
+                     {"coordinator_gone", gone(s)},
                      {"trials", s.trials},
                      {"metric", s.metric},
                      {"mode", s.maximize ? "max" : "min"},
@@ -203,9 +212,10 @@ int CmdList(const QueryArgs& a) {
     return kExitOk;
   }
   for (const auto& s : *list) {
-    std::cout << s.name << "  " << sweep::store::ToString(s.status) << "  " << s.trials
-              << " trials  best " << s.metric << " = " << (s.best ? json(*s.best).dump() : "-")
-              << "\n";
+    std::cout << s.name << "  " << sweep::store::ToString(s.status)
+              << (gone(s) ? " (coordinator gone: sweep resume " + s.name + ")" : "") << "  "
+              << s.trials << " trials  best " << s.metric << " = "
+              << (s.best ? json(*s.best).dump() : "-") << "\n";
   }
   return kExitOk;
 }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "sweep/config.h"
+#include "sweep_lock.h"
 
 namespace sweep {
 
@@ -129,13 +130,20 @@ void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& 
   }
 }
 
+bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep) {
+  if (sweep.status != store::SweepStatus::kRunning || sweep.owner.empty()) return false;
+  Result<bool> held = SweepLock::IsHeld(db_path, sweep.id);
+  return held.ok() && !*held;
+}
+
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
                      const store::StatusCounts& counts,
                      const std::vector<store::TrialRecord>& running,
-                     const std::vector<store::TrialRecord>& best, double now_s) {
+                     const std::vector<store::TrialRecord>& best, double now_s, bool gone) {
   const double elapsed = (sweep.ended_s ? *sweep.ended_s : now_s) - sweep.created_s;
   const auto& c = counts;
-  out << "sweep " << sweep.name << " (" << store::ToString(sweep.status) << "), "
+  out << "sweep " << sweep.name << " (" << store::ToString(sweep.status)
+      << (gone ? ", but its coordinator is gone: `sweep resume " + sweep.name + "`" : "") << "), "
       << (sweep.maximize ? "max " : "min ") << sweep.metric << ", elapsed "
       << static_cast<int64_t>(elapsed) << " s\n"
       << "  trials: " << c.total() << " (" << c.completed << " completed, " << c.running

@@ -32,12 +32,17 @@ int Fail(const Status& s);
 // Store::FindSweep, with "did you mean ..." when the name is close to one that exists.
 Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name);
 
+// Whether a sweep stored as running has lost its coordinator (killed, crashed, its machine
+// rebooted): it has an owner, and no process holds its lock in `db_path`.lock. False for a
+// sweep that has ended, or whose coordinator is still starting (no owner yet).
+bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep);
+
 // The text of `sweep status`: the sweep's state and elapsed time, counts by state, the running
 // trials and their slots, the best trial. `now_s` is Unix time, for the elapsed time of a
-// sweep that has not ended.
+// sweep that has not ended; `gone`: its coordinator died (CoordinatorGone), said in its state.
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
                      const store::StatusCounts& counts,
                      const std::vector<store::TrialRecord>& running,
-                     const std::vector<store::TrialRecord>& best, double now_s);
+                     const std::vector<store::TrialRecord>& best, double now_s, bool gone = false);
 
 }  // namespace sweep

@@ -193,9 +193,21 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   Output again = Sweep("run s.toml");
   EXPECT_EQ(again.code, 2);
   EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
+  Output alive = Sweep("status owned --json");
+  ASSERT_EQ(alive.code, 0) << alive.err;
+  EXPECT_FALSE(json::parse(alive.out)["coordinator_gone"].get<bool>()) << alive.out;
 
   ::kill(first, SIGKILL);
   Wait(first);
+  // Readers tell a sweep whose coordinator died from one that runs.
+  Output status = Sweep("status owned");
+  EXPECT_NE(status.out.find("sweep owned (running, but its coordinator is gone: `sweep resume "
+                            "owned`)"),
+            std::string::npos)
+      << status.out;
+  Output list = Sweep("list --json");
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_TRUE(json::parse(list.out)[0]["coordinator_gone"].get<bool>()) << list.out;
   Output taken = Sweep("resume owned");  // the dead owner's lock is free
   EXPECT_EQ(taken.code, 0) << taken.err;
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "8");
