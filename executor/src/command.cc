@@ -158,11 +158,20 @@ std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
   if (line.substr(0, kReportPrefix.size()) != kReportPrefix) return std::nullopt;
   std::string_view body = line.substr(kReportPrefix.size());
   if (!body.empty() && body.back() == '\r') body.remove_suffix(1);
-  json j = json::parse(NonFiniteToNull(body), nullptr, /*allow_exceptions=*/false);
+  json j;
+  std::string why;  // the parser's own words, when the text is not JSON
+  try {
+    j = json::parse(NonFiniteToNull(body));
+  } catch (const json::exception& e) {
+    why = e.what();
+    // "[json.exception.parse_error.101] parse error at line 1, column 7: ..." -> from "at"
+    if (const size_t at = why.find("] "); at != std::string::npos) why = why.substr(at + 2);
+  }
   if (!j.is_object()) {
-    return Result<CommandReport>(
-        Status::InvalidArgument("a sweep-report line needs a JSON object, e.g. sweep-report "
-                                "{\"epoch\": 1, \"val_acc\": 0.9}"));
+    return Result<CommandReport>(Status::InvalidArgument(
+        "a sweep-report line needs a JSON object, e.g. sweep-report {\"epoch\": 1, "
+        "\"val_acc\": 0.9}" +
+        (why.empty() ? std::string() : " (" + why + ")")));
   }
   CommandReport r;
   r.metrics = json::object();

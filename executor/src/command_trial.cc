@@ -351,6 +351,11 @@ class CommandRun {
       return out;
     }
     if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
+      if (reports_ == 0 && !first_unread_.empty()) {
+        return Failed(
+            "the program exited 0 without a report that could be read: " + std::to_string(unread_) +
+            " sweep-report line(s) could not be; the first, " + first_unread_);
+      }
       if (reports_ == 0) {
         return Failed(
             "the program exited 0 without reporting: print lines `sweep-report {\"epoch\": 1, "
@@ -371,8 +376,10 @@ class CommandRun {
     std::optional<Result<CommandReport>> parsed = ParseReportLine(line);
     if (!parsed) return;
     if (!parsed->ok()) {
-      Note(err_log, "[sweep] stdout line " + std::to_string(lines_) +
-                        " is not a report: " + parsed->status().message());
+      const std::string why = "stdout line " + std::to_string(lines_) +
+                              " is not a report: " + parsed->status().message();
+      Note(err_log, "[sweep] " + why);
+      if (unread_++ == 0) first_unread_ = why;
       return;
     }
     CommandReport& r = **parsed;
@@ -425,6 +432,8 @@ class CommandRun {
   pid_t pid_ = -1;
   int64_t lines_ = 0;
   int64_t reports_ = 0;
+  int64_t unread_ = 0;        // sweep-report lines that could not be read
+  std::string first_unread_;  // and why the first could not
   bool warned_ignored_ = false;
 };
 

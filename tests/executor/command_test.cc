@@ -92,6 +92,16 @@ TEST(ReportLineTest, MalformedReportsSayWhy) {
     ASSERT_TRUE(r.has_value()) << line;
     EXPECT_FALSE(r->ok()) << line;
   }
+  // Text that is not JSON: the parser's words say where and what.
+  auto overflow = ParseReportLine(R"(sweep-report {"epoch": 1, "score": 1e400})");
+  ASSERT_TRUE(overflow.has_value());
+  ASSERT_FALSE(overflow->ok());
+  EXPECT_NE(overflow->status().message().find("number overflow parsing '1e400'"), std::string::npos)
+      << overflow->status().message();
+  auto cut = ParseReportLine(R"(sweep-report {"a": )");
+  ASSERT_TRUE(cut.has_value());
+  EXPECT_NE(cut->status().message().find("parse error at line 1, column"), std::string::npos)
+      << cut->status().message();
 }
 
 // Python's json.dumps writes NaN and Infinity; they are read as not finite, and strings inside
@@ -305,6 +315,20 @@ TEST_F(CommandTrialTest, MalformedReportLinesAreLoggedNotFatal) {
   std::string err = Read(dir_ + "/trial-3/stderr.log");
   EXPECT_NE(err.find("stdout line 1 is not a report"), std::string::npos) << err;
   EXPECT_NE(err.find("not metrics (tag)"), std::string::npos) << err;
+}
+
+// A program whose every report is unreadable fails with the first reason, not as silent.
+TEST_F(CommandTrialTest, OnlyUnreadableReportsFailWithTheFirstReason) {
+  Run run = RunIt(ShellTask("echo 'sweep-report {\"val_acc\": 1e400}'; echo 'sweep-report 3'"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_EQ(run.outcome.error.rfind("the program exited 0 without a report that could be read: 2 "
+                                    "sweep-report line(s) could not be; the first, stdout line 1 "
+                                    "is not a report: ",
+                                    0),
+            0u)
+      << run.outcome.error;
+  EXPECT_NE(run.outcome.error.find("number overflow parsing '1e400'"), std::string::npos)
+      << run.outcome.error;
 }
 
 TEST_F(CommandTrialTest, ProgramThatCannotStartSaysWhy) {
