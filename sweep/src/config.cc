@@ -175,10 +175,14 @@ class Checker {
  public:
   explicit Checker(std::string path) : path_(std::move(path)) {}
 
+  // "file:line:column" of a node.
+  std::string Where(const toml::source_region& where) const {
+    return path_ + ":" + std::to_string(where.begin.line) + ":" +
+           std::to_string(where.begin.column);
+  }
   Status Error(const toml::source_region& where, std::string_view key,
                std::string_view message) const {
-    std::string out = path_ + ":" + std::to_string(where.begin.line) + ":" +
-                      std::to_string(where.begin.column) + ": ";
+    std::string out = Where(where) + ": ";
     if (!key.empty()) out += std::string(key) + ": ";
     out += message;
     return Status::InvalidArgument(out);
@@ -811,6 +815,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     if (const toml::node* n = trial->get("gpus")) {
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.gpus", 1, 64));
       cfg.gpus = static_cast<int>(v);
+      cfg.gpus_where = c.Where(n->source());
     }
     if (const toml::node* n = trial->get("gpu_share")) {
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.gpu_share", 1, 64));

@@ -253,8 +253,9 @@ class Coordinator {
       }
     } else if (config_.gpus > packer_->largest_server()) {
       return Status::InvalidArgument(
-          config_.path + ": trial.gpus = " + std::to_string(config_.gpus) + " but this " +
-          "machine offers " + std::to_string(packer_->largest_server()) + " slot(s)");
+          (config_.gpus_where.empty() ? config_.path : config_.gpus_where) + ": trial.gpus: " +
+          std::to_string(config_.gpus) + " slots per trial, but this " + "machine offers " +
+          std::to_string(packer_->largest_server()) + " (add agents with --listen, or lower it)");
     }
     if (config_.gpu_share > 1 && !packer_->gpu() && options_.log != nullptr) {
       *options_.log << "sweep: trial.gpu_share = " << config_.gpu_share

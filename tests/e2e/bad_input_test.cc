@@ -681,6 +681,15 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
   }
 }
 
+// A trial that asks for more slots than the machine has (known only once its slots are
+// discovered) is refused with the line of trial.gpus, and no sweep is recorded.
+TEST_F(BadInputTest, MoreSlotsPerTrialThanTheMachineOffersNamesTheLine) {
+  Write("bad.toml", Fn({.trial = "gpus = 5\n", .tail = "[executor]\ncpu_slots = 2\n"}));
+  Check("gpus over the slots", Sweep("run bad.toml"), kUsage,
+        {"sweep: bad.toml:6:8: trial.gpus: 5 slots per trial, but this machine offers 2"});
+  EXPECT_EQ(Sweep("list --json").out, "[]\n");
+}
+
 // ---- config files that cannot be read ----
 
 TEST_F(BadInputTest, MissingUnreadableAndDirectoryConfigs) {

@@ -52,8 +52,9 @@ struct SweepConfig {
 
   // [trial]
   TrialKind kind = TrialKind::kTrainer;
-  int gpus = 1;       // slots per trial
-  int gpu_share = 1;  // k > 1: up to k 1-GPU trials share one GPU (opt-in)
+  int gpus = 1;            // slots per trial
+  std::string gpus_where;  // "file:line:column" of trial.gpus, for errors found when placing
+  int gpu_share = 1;       // k > 1: up to k 1-GPU trials share one GPU (opt-in)
   // order = "longest_first": draw the whole sweep from the sampler ahead and start the trials
   // with the most work first (trainer trials only), so no long one runs alone at the end.
   bool longest_first = false;
