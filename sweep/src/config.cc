@@ -760,6 +760,21 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     }
   }
 
+  // A duration written "90s", "5m", "1h30m" or as a number of seconds, within [lo, hi].
+  auto duration = [&](const toml::node& n, const std::string& key, double lo, double hi,
+                      const char* range) -> Result<double> {
+    std::optional<double> secs;
+    if (auto written = n.value_exact<std::string>()) {
+      secs = ParseDuration(*written);
+    } else if (n.is_number()) {
+      secs = n.value<double>();
+    }
+    if (!secs || !std::isfinite(*secs) || *secs < lo || *secs > hi) {
+      return c.Error(n, key, std::string("expected a duration ") + range);
+    }
+    return *secs;
+  };
+
   // ---- [trial] ----
   const toml::node* kind_node = nullptr;
   const toml::node* command_node = nullptr;
@@ -775,20 +790,6 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.max_retries", 0, 100));
       cfg.max_retries = static_cast<int>(v);
     }
-    // A duration written "90s", "5m", "1h30m" or as a number of seconds, within [lo, hi].
-    auto duration = [&](const toml::node& n, const std::string& key, double lo, double hi,
-                        const char* range) -> Result<double> {
-      std::optional<double> secs;
-      if (auto written = n.value_exact<std::string>()) {
-        secs = ParseDuration(*written);
-      } else if (n.is_number()) {
-        secs = n.value<double>();
-      }
-      if (!secs || !std::isfinite(*secs) || *secs < lo || *secs > hi) {
-        return c.Error(n, key, std::string("expected a duration ") + range);
-      }
-      return *secs;
-    };
     if (const toml::node* n = trial->get("heartbeat_timeout")) {
       SWEEP_ASSIGN_OR_RETURN(cfg.heartbeat_timeout_s,
                              duration(*n, "trial.heartbeat_timeout", 2, 7 * 86400,
@@ -875,10 +876,15 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
 
   // ---- [executor], [store] ----
   if (const toml::table* ex = table("executor")) {
-    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*ex, "[executor]", {"cpu_slots"}));
+    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*ex, "[executor]", {"cpu_slots", "agent_timeout"}));
     if (const toml::node* n = ex->get("cpu_slots")) {
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "executor.cpu_slots", 1, 4096));
       cfg.cpu_slots = static_cast<int>(v);
+    }
+    if (const toml::node* n = ex->get("agent_timeout")) {
+      // Agents send a heartbeat every second: the timeout must leave room for a few.
+      SWEEP_ASSIGN_OR_RETURN(cfg.agent_timeout_s, duration(*n, "executor.agent_timeout", 3, 3600,
+                                                           "between 3 s and 1 hour, e.g. \"30s\""));
     }
   }
   if (const toml::table* st = table("store")) {

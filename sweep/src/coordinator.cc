@@ -240,7 +240,7 @@ class Coordinator {
     if (!options_.listen_host.empty()) {
       hub_ = std::make_unique<executor::AgentHub>();
       executor::HubOptions hub_options;
-      hub_options.heartbeat_timeout_ms = options_.agent_timeout_ms;
+      hub_options.heartbeat_timeout_ms = static_cast<int>(config_.agent_timeout_s * 1000);
       std::ostream* log = options_.log;
       hub_options.log = [log](std::string_view line) {
         if (log != nullptr) *log << "sweep: " << line << "\n";

@@ -74,7 +74,8 @@ struct SweepConfig {
   nlohmann::json function = nlohmann::json::object();
 
   // [executor]
-  int cpu_slots = 0;  // 0: one per hardware thread
+  int cpu_slots = 0;            // 0: one per hardware thread
+  double agent_timeout_s = 10;  // a remote agent silent this long is lost
 
   // [store]
   std::string store_path = "sweeps.db";

@@ -25,9 +25,8 @@ struct RunOptions {
   // the address (executor::ValidateListen); listen_port 0 picks a free port (logged).
   std::string listen_host;
   int listen_port = 0;
-  std::string token;              // shared secret for the agents' challenge-response
-  bool local_slots = true;        // also run trials on this machine's slots
-  int agent_timeout_ms = 10'000;  // an agent silent this long is lost
+  std::string token;        // shared secret for the agents' challenge-response
+  bool local_slots = true;  // also run trials on this machine's slots
 };
 
 struct RunSummary {
