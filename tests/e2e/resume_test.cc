@@ -243,6 +243,39 @@ std::vector<pid_t> WaitForWorkers(pid_t coordinator) {
   return workers;
 }
 
+// A signal to the coordinator's whole process group (what `timeout`, `systemctl stop` and
+// Slurm's scancel send, and Ctrl-C on a terminal) stops the sweep cleanly: the workers, each in
+// a process group of its own, are not hit; the coordinator stops the trials after their
+// current step and records them interrupted without using a retry; resume finishes them.
+TEST_F(ResumeTest, SignalToTheCoordinatorsGroupInterruptsTrialsWithoutRetries) {
+  Write("g.toml", SlowFunctionConfig("grp", "random", 4, 60, 50));
+  // `env setsid sweep ...`: the coordinator leads a new process group, as under a service
+  // manager or a shell's job control.
+  pid_t pid = Start("run g.toml", "grp.log", "setsid");
+  bool running = false;
+  for (int i = 0; i < 400 && !running; ++i) {
+    running = HasTable("reports") &&
+              Query("SELECT count(*) FROM trials WHERE status = 'running'")[0][0] == "2" &&
+              std::stoi(Query("SELECT count(*) FROM reports")[0][0]) >= 4;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(running) << sweep_e2e::Slurp(dir_ / "grp.log");
+  const std::vector<pid_t> workers = Workers(pid);
+  ASSERT_FALSE(workers.empty());
+  for (pid_t w : workers) EXPECT_NE(::getpgid(w), ::getpgid(pid)) << "worker " << w;
+  ASSERT_EQ(::kill(-pid, SIGTERM), 0);
+  EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "grp.log");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'failed'")[0][0], "0");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'interrupted'")[0][0], "2");
+  EXPECT_EQ(Query("SELECT max(retries) FROM trials")[0][0], "0");
+  for (const auto& row : Query("SELECT error FROM trials")) {
+    EXPECT_EQ(row[0].find("killed by"), std::string::npos) << row[0];
+  }
+  Output resumed = Sweep("resume grp");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "4");
+}
+
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
   Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
   pid_t pid = Start("run w.toml", "run.log");
