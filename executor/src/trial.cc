@@ -87,14 +87,13 @@ TrialOutcome Failed(std::string error) {
   return out;
 }
 
-TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
-                             const std::atomic<bool>& stop) {
+// The trainer's options for a task: its settings, then its parameters, then its slots.
+Result<trainer::TrainOptions> TrainerOptions(const TrialTask& task) {
   trainer::TrainOptions options;
   options.seed = task.seed;
   for (const json* source : {&task.settings, &task.params}) {
     for (const auto& [key, value] : source->items()) {
-      Status s = trainer::ApplyOption(&options, key, value);
-      if (!s.ok()) return Failed(s.message());
+      SWEEP_RETURN_IF_ERROR(trainer::ApplyOption(&options, key, value));
     }
   }
   options.threads = std::max(1, task.threads);
@@ -106,8 +105,15 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   }
   // The trial's slots are the GPUs its replicas train on.
   if (!task.gpus.empty()) options.devices = task.gpus;
-  Status valid = trainer::Validate(options);
-  if (!valid.ok()) return Failed(valid.message());
+  SWEEP_RETURN_IF_ERROR(trainer::Validate(options));
+  return options;
+}
+
+TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
+                             const std::atomic<bool>& stop) {
+  Result<trainer::TrainOptions> built = TrainerOptions(task);
+  if (!built.ok()) return Failed(built.status().message());
+  trainer::TrainOptions& options = *built;
 
   auto on_epoch = [&](const trainer::EpochReport& r) {
     json metrics = {{"train_loss", r.train_loss},   {"samples_per_s", r.samples_per_s},
@@ -156,6 +162,8 @@ TrialOutcome RunFunctionTrial(const TrialTask& task, const ReportSink& sink,
 }
 
 }  // namespace
+
+Status CheckTrainerTask(const TrialTask& task) { return TrainerOptions(task).status(); }
 
 TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink,
                       const std::atomic<bool>& stop) {

@@ -118,7 +118,7 @@ Status CheckTrainerOption(std::string_view key, const json& value) {
   // A stand-in dataset, so that checking one option does not trip over the absent others.
   scratch.dataset.train_images = scratch.dataset.train_labels = "-";
   Status s = trainer::ApplyOption(&scratch, key, value);
-  if (s.ok()) s = trainer::Validate(scratch);
+  if (s.ok()) s = trainer::Validate(scratch, trainer::ValidateScope::kEachOption);
   return s;
 }
 
@@ -969,8 +969,8 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     // Rules across options (nesterov needs momentum, ...) on what every trial shares: [trainer]
     // and the constant parameters. Varied values are checked per trial when it runs.
     if (Status v = trainer::Validate(merged); !v.ok()) {
-      return c.FileError("the trainer options every trial shares do not go together: " +
-                         v.message());
+      const std::string msg = "the options every trial shares do not go together: " + v.message();
+      return trainer_table != nullptr ? c.Error(*trainer_table, "trainer", msg) : c.FileError(msg);
     }
     bool epochs_vary = std::any_of(params.begin(), params.end(), [](const ParamEntry& e) {
       return e.parameter.name == "epochs" &&
@@ -992,6 +992,20 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                      "'" + *metric +
                          "' needs a validation split; set trainer.validation_fraction "
                          "> 0");
+    }
+    // A varied validation_fraction must give every trial a split to measure the metric on.
+    for (const ParamEntry& e : params) {
+      if (metric->rfind("val_", 0) != 0 || e.parameter.name != "validation_fraction") continue;
+      const auto& d = e.parameter.distribution;
+      const bool listed = d.kind == search::Distribution::Kind::kCategorical ||
+                          d.kind == search::Distribution::Kind::kConstant;
+      bool zero = !listed && d.min <= 0;
+      for (const json& v : d.values) zero = zero || (v.is_number() && v.get<double>() <= 0);
+      if (zero) {
+        return c.Error(*e.node, "parameters.validation_fraction",
+                       "a trial with 0 has no validation split to measure '" + *metric +
+                           "' on; keep every value > 0");
+      }
     }
     if (*metric == "test_acc" && merged.dataset.test_images.empty()) {
       return c.Error(*metric_node, "sweep.metric",

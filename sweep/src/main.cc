@@ -502,6 +502,15 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     task.params[key] = value;
     std::erase(varied, key);
   }
+  // Each value was checked alone above; here, how they go together (batch_size >= replicas,
+  // nesterov with momentum, ...), as the trial would find at its start.
+  if (cfg->kind == sweep::TrialKind::kTrainer) {
+    if (Status v = sweep::executor::CheckTrainerTask(task); !v.ok()) {
+      return Fail(
+          Status::InvalidArgument(config_path + (sets.empty() ? "" : " with --set") +
+                                  ": the trainer options do not go together: " + v.message()));
+    }
+  }
   if (cfg->kind == sweep::TrialKind::kFunction && !varied.empty()) {
     return Fail(Status::InvalidArgument("give a value for " + varied.front() + " with --set " +
                                         varied.front() + "=VALUE"));

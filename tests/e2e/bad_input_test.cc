@@ -770,7 +770,8 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
        {"sweep: --set hidden=[256,-1]: hidden: expected a list of positive integers"}},
       {"train t.toml --set 'hidden=[256,'",
        kUsage,
-       {"sweep: --set hidden=[256,: hidden: expected a list of positive integers, got \"[256,\""}},
+       {"sweep: --set hidden=[256,: hidden: expected a list of positive integers, each at most "
+        "1048576, got \"[256,\""}},
       {"train t.toml --set epochs=1e30",
        kUsage,
        {"sweep: --set epochs=1e30: epochs: expected an integer"}},
@@ -780,6 +781,15 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
       {"train t.toml --set dataset=/nonexistent",
        kUsage,
        {"sweep: --set dataset=/nonexistent: dataset: \"/nonexistent\""}},
+      // values that are fine alone but not together, refused before anything runs
+      {"train t.toml --set nesterov=true --set momentum=0",
+       kUsage,
+       {"sweep: t.toml with --set: the trainer options do not go together: nesterov: needs "
+        "momentum > 0"}},
+      {"train t.toml --set replicas=4 --set batch_size=2",
+       kUsage,
+       {"sweep: t.toml with --set: the trainer options do not go together: batch_size: 2 is "
+        "smaller than replicas = 4"}},
       // the config itself
       {"train nope.toml", kUsage, {"sweep: nope.toml: no such config file"}},
   };

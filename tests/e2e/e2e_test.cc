@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -241,6 +242,17 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
   Output unknown = Sweep("train t.toml --set lrr=0.1");
   EXPECT_EQ(unknown.code, 2);
   EXPECT_NE(unknown.err.find("did you mean 'lr'"), std::string::npos) << unknown.err;
+  // A model that cannot fit in any machine's memory (1.1 trillion parameters) fails with its
+  // size, before any allocation the kernel would answer by killing the process.
+  Output huge = Sweep("train t.toml --set lr=0.1 --set hidden=[1048576,1048576] --json");
+  EXPECT_EQ(huge.code, 1) << huge.err;
+  const json failed = json::parse(huge.out);
+  EXPECT_EQ(failed["status"], "failed");
+  EXPECT_TRUE(std::regex_search(
+      failed["error"].get<std::string>(),
+      std::regex("^the model does not fit in memory: 1[0-9]{12} parameters need at least [0-9.]+ "
+                 "GiB .*, this machine has [0-9.]+ GiB")))
+      << failed["error"];
 }
 
 TEST_F(E2eTest, BadConfigsExitTwoWithTheirMessage) {

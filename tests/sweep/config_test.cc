@@ -161,6 +161,10 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
        }(),
        "bad.toml:10:1: early_stopping: early stopping compares trials on a metric they report "
        "every epoch; the trainer reports 'test_acc' only at the end"},
+      {"validation_fraction that can be 0 with a val_ metric",
+       trainer("validation_fraction = { values = [0.0, 0.1] }"),
+       "bad.toml:7:23: parameters.validation_fraction: a trial with 0 has no validation split "
+       "to measure 'val_acc' on; keep every value > 0"},
       {"grid over continuous",
        trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5 }",
                "[search]\nalgorithm = \"grid\"\n"),
@@ -273,10 +277,23 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
   auto cfg = ParseConfig(TrainerConfig("nesterov = true\nmomentum = 0.0"), "n.toml");
   ASSERT_FALSE(cfg.ok());
   EXPECT_NE(cfg.status().message().find(
-                "n.toml: the trainer options every trial shares do not go together: nesterov: "
-                "needs momentum > 0"),
+                "n.toml:9:1: trainer: the options every trial shares do not go together: "
+                "nesterov: needs momentum > 0"),
             std::string::npos)
       << cfg.status().message();
+  // Each option alone is checked against the others as the trial will have them, not against
+  // the trainer's defaults: replicas = 200 with batch_size 512 (the default is 128), devices
+  // for two replicas (the default is one).
+  auto many = ParseConfig(TrainerConfig("batch_size = 512\nreplicas = 200"), "n.toml");
+  EXPECT_TRUE(many.ok()) << many.status().message();
+  auto devices =
+      ParseConfig(TrainerConfig("lr = 0.1") + "replicas = 2\ndevices = [0, 1]\n", "n.toml");
+  EXPECT_TRUE(devices.ok()) << devices.status().message();
+  auto too_many = ParseConfig(TrainerConfig("batch_size = 64\nreplicas = 200"), "n.toml");
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("batch_size: 64 is smaller than replicas = 200"),
+            std::string::npos)
+      << too_many.status().message();
   // With momentum varied, each trial is checked when it runs.
   EXPECT_TRUE(
       ParseConfig(TrainerConfig("nesterov = true\nmomentum = { values = [0.0, 0.9] }"), "n.toml")

@@ -157,7 +157,7 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
   }
   if (key == "hidden") {
     // One integer is taken as a single hidden layer; [] means none (a linear model).
-    const char* what = "a list of positive integers";
+    const char* what = "a list of positive integers, each at most 1048576";
     std::vector<int> hidden;
     if (v.is_array()) {
       for (const json& item : v) {
@@ -317,7 +317,8 @@ double EstimatedWork(const TrainOptions& o) {
   return 3.0 * per_sample * samples * std::max(0, o.epochs);
 }
 
-Status Validate(const TrainOptions& o) {
+Status Validate(const TrainOptions& o, ValidateScope scope) {
+  const bool together = scope == ValidateScope::kAll;
   const DatasetSpec& d = o.dataset;
   auto bad = [](std::string msg) { return Status::InvalidArgument(std::move(msg)); };
   if (d.format != "idx" && d.format != "csv") {
@@ -356,7 +357,7 @@ Status Validate(const TrainOptions& o) {
   if (!(o.momentum >= 0 && o.momentum < 1)) {
     return bad("momentum: must be in [0, 1), got " + Num(o.momentum));
   }
-  if (o.nesterov && o.optimizer == "sgd" && o.momentum == 0) {
+  if (together && o.nesterov && o.optimizer == "sgd" && o.momentum == 0) {
     return bad("nesterov: needs momentum > 0 (Nesterov momentum without momentum is plain SGD)");
   }
   if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) {
@@ -402,12 +403,12 @@ Status Validate(const TrainOptions& o) {
   if (o.replicas < 1 || o.replicas > 1024) {
     return bad("replicas: must be in [1, 1024], got " + std::to_string(o.replicas));
   }
-  if (o.batch_size < o.replicas) {
+  if (together && o.batch_size < o.replicas) {
     return bad("batch_size: " + std::to_string(o.batch_size) + " is smaller than replicas = " +
                std::to_string(o.replicas) + " (every replica needs a sample of each batch)");
   }
   if (!o.devices.empty()) {
-    if (static_cast<int>(o.devices.size()) != o.replicas) {
+    if (together && static_cast<int>(o.devices.size()) != o.replicas) {
       return bad("devices: " + std::to_string(o.devices.size()) + " GPUs given for replicas = " +
                  std::to_string(o.replicas) + " (one device per replica)");
     }
@@ -419,7 +420,9 @@ Status Validate(const TrainOptions& o) {
         }
       }
     }
-    if (o.backend == "cpu") return bad("devices: GPUs are given, but backend = \"cpu\"");
+    if (together && o.backend == "cpu") {
+      return bad("devices: GPUs are given, but backend = \"cpu\"");
+    }
   }
   if (o.checkpoint_every < 0) {
     return bad("checkpoint_every: must be >= 0 (0: only when stopped and at the end), got " +

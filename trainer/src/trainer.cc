@@ -6,10 +6,14 @@
 // the one process-wide thing it sets is OpenBLAS's thread count.
 #include "trainer/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -49,6 +53,48 @@ Status Diverged(int epoch, int64_t step, const std::string& what) {
 // Mean loss and accuracy over rows[0..n) of `data`, split into one contiguous part per replica
 // and evaluated in chunks of at most `chunk` rows; parts are combined in rank order, so the
 // result does not depend on timing. NaN for both when n == 0.
+// Bytes of memory this process may use: the machine's, or its cgroup's limit when lower.
+double MemoryLimitBytes() {
+  double bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                 static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  for (const char* file :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(file);
+    double limit = 0;
+    if (in >> limit && limit > 0) bytes = std::min(bytes, limit);  // "max" reads as no number
+  }
+  return bytes;
+}
+
+// A model too large for this machine fails its trial here, with its size, rather than at an
+// allocation the kernel answers by killing the process (and perhaps others). The estimate is a
+// lower bound: in host memory the weights, the state kept for checkpoints and, on the CPU, each
+// replica's gradients, the optimizer's state and the activations of a micro-batch.
+Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
+  const double params = static_cast<double>(spec.shape.num_params);
+  const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2
+                     : spec.optimizer.momentum > 0                      ? 1
+                                                                        : 0;
+  double floats = 2 * params;
+  if (on_cpu) {
+    double widths = 0;
+    for (int l = 0; l < spec.shape.layers(); ++l) widths += spec.shape.out(l);
+    floats += params * (spec.replicas + states) +
+              2.0 * spec.replicas * spec.max_rows * (spec.shape.in(0) + widths);
+  }
+  const double need = floats * sizeof(float), have = MemoryLimitBytes();
+  if (have > 0 && need > have) {
+    char msg[256];
+    std::snprintf(msg, sizeof msg,
+                  "the model does not fit in memory: %.0f parameters need at least %.1f GiB "
+                  "(weights, gradients, optimizer state, activations), this machine has %.1f GiB; "
+                  "make hidden or batch_size smaller",
+                  params, need / 1073741824.0, have / 1073741824.0);
+    return Status::InvalidArgument(msg);
+  }
+  return Status::Ok();
+}
+
 void Evaluate(ReplicaGroup* group, const Dataset& data, const int32_t* rows, int64_t n, int chunk,
               std::vector<std::vector<float>>* x, std::vector<std::vector<int32_t>>* y,
               double* loss, double* acc) {
@@ -157,6 +203,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   spec.devices = o.devices;
   SWEEP_ASSIGN_OR_RETURN(const Backend* backend,
                          PickBackend(spec, o.backend == "auto" ? "" : o.backend));
+  SWEEP_RETURN_IF_ERROR(CheckHostMemory(spec, backend->name() == "cpu"));
   SWEEP_ASSIGN_OR_RETURN(std::unique_ptr<ReplicaGroup> group, backend->CreateGroup(spec));
 
   // ---- initial state: fresh, or the checkpoint's ----

@@ -55,6 +55,10 @@ using ReportSink = std::function<void(int64_t step, double epoch, const nlohmann
 // Runs the task to its end, or until `stop` is set (then kStopped after the current epoch/step).
 TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop);
 
+// Whether a trainer task's settings and parameters, with its slots, make options the trainer
+// accepts together (what the trial would fail with at its start, found without running it).
+Status CheckTrainerTask(const TrialTask& task);
+
 // Metrics a trial of this kind reports ("trainer": the trainer's; "function": "value").
 std::vector<std::string> TrialMetricNames(std::string_view kind);
 

@@ -94,9 +94,13 @@ const std::vector<std::string>& OptionKeys();
 // Metrics Train() reports: train_loss, val_loss, val_acc, samples_per_s, data_wait_s, epoch_s,
 // allreduce_s, lr, skipped_steps, and test_acc (at the end, when a test set is given).
 const std::vector<std::string>& MetricNames();
+// What Validate checks: every rule, or only each option's own (its type and range, not how it
+// goes with the others: batch_size >= replicas, nesterov with momentum, one device per
+// replica), for checking one option alone against defaults it will not run with.
+enum class ValidateScope { kAll, kEachOption };
 // Checks values that need no data: positive sizes, known names, lr > 0, fraction in [0, 1),
 // batch_size >= replicas, one device per replica, and what the chosen backend can train.
-Status Validate(const TrainOptions& options);
+Status Validate(const TrainOptions& options, ValidateScope scope = ValidateScope::kAll);
 
 // The work a run of these options does, in multiply-adds (forward and backward over every
 // training sample, every epoch), to rank trials by how long they will take: it counts the
