@@ -76,9 +76,13 @@ void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& tr
     for (auto& [k, v] : metrics.back().items()) mkeys.insert(k);
   }
   out << "trial,status,epochs,duration_s";
-  for (const auto& k : pkeys) out << "," << CsvField(k);
+  // A parameter named like a fixed column (`epochs`, in most trainer sweeps) keeps both apart.
+  const std::set<std::string> fixed = {"trial", "status", "epochs", "duration_s", "error"};
+  for (const auto& k : pkeys) out << "," << CsvField(fixed.count(k) ? "param." + k : k);
   // A metric named like a parameter keeps both columns apart.
-  for (const auto& k : mkeys) out << "," << CsvField(pkeys.count(k) ? "metric." + k : k);
+  for (const auto& k : mkeys) {
+    out << "," << CsvField(pkeys.count(k) || fixed.count(k) ? "metric." + k : k);
+  }
   out << ",error\n";
   for (size_t i = 0; i < trials.size(); ++i) {
     const auto& t = trials[i];

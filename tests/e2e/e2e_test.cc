@@ -161,6 +161,18 @@ TEST_F(E2eTest, TrainerSweepOnASmallDataset) {
       "objective DESC, number LIMIT 1");
   EXPECT_EQ(arr[0]["trial"].get<int64_t>(), std::stoll(top[0][0]));
   EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "12");  // 4 trials x 3 epochs
+  // CSV: every column name once; the `epochs` parameter is apart from the epochs consumed.
+  Output csv = Sweep("trials tiny --csv");
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  const std::string header = csv.out.substr(0, csv.out.find('\n'));
+  EXPECT_EQ(header.rfind("trial,status,epochs,duration_s,batch_size,param.epochs,hidden,lr,", 0),
+            0u)
+      << header;
+  std::set<std::string> names;
+  std::istringstream cols(header);
+  for (std::string col; std::getline(cols, col, ',');) {
+    EXPECT_TRUE(names.insert(col).second) << "twice: " << col << " in " << header;
+  }
 }
 
 // order = "longest_first": the trial with the most work starts first, numbers start out of
