@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -309,6 +310,10 @@ int CmdReport(const ReportArgs& a) {
   report::ReportOptions options;
   options.top_curves = a.top;
   const std::string html = report::RenderHtml(*data, options);
+  if (a.output == "-") {  // as export: standard output
+    std::cout << html;
+    return kExitOk;
+  }
   const std::string path = a.output.empty() ? a.name + ".html" : a.output;
   Status s = WriteFile(path, html);
   if (!s.ok()) return Fail(s);
@@ -392,7 +397,17 @@ class ViewCommandsImpl final : public ViewCommands {
     show_cmd_->add_option("NAME", show_.name, "sweep name")->required();
     show_cmd_->add_option("TRIAL", show_.trial, "trial number")
         ->required()
-        ->check(CLI::NonNegativeNumber);
+        ->check(CLI::Validator(
+            [](const std::string& text) -> std::string {
+              int64_t n = -1;
+              const char* end = text.data() + text.size();
+              auto [at, ec] = std::from_chars(text.data(), end, n);
+              if (ec != std::errc() || at != end || n < 0) {
+                return "a trial number is a whole number from 0, got '" + text + "'";
+              }
+              return {};
+            },
+            "TRIAL"));
     show_cmd_->add_option("--db", show_.db, "SQLite file")->capture_default_str();
     show_cmd_->add_flag("--json", show_.json, "JSON output, with every report");
     show_cmd_->footer("Example: sweep show fashion-mlp 7");
@@ -412,7 +427,8 @@ class ViewCommandsImpl final : public ViewCommands {
 
     report_cmd_ = app.add_subcommand("report", "one self-contained HTML page of a sweep's results");
     report_cmd_->add_option("NAME", report_.name, "sweep name")->required();
-    report_cmd_->add_option("-o,--output", report_.output, "HTML file (default: NAME.html)");
+    report_cmd_->add_option("-o,--output", report_.output,
+                            "HTML file (default: NAME.html; - for stdout)");
     report_cmd_->add_option("--top", report_.top, "learning curves of this many best trials")
         ->capture_default_str()
         ->check(CLI::Range(1, 1000));

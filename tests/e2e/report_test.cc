@@ -225,6 +225,19 @@ TEST_F(ReportE2eTest, ShowPrintsOneTrialAndItsCurves) {
   EXPECT_EQ(unknown.code, 2);
   EXPECT_NE(unknown.err.find("no sweep named 'shh'"), std::string::npos) << unknown.err;
   EXPECT_NE(unknown.err.find("did you mean 'sh'?"), std::string::npos) << unknown.err;
+  for (const char* bad : {"-1", "abc", "1.5"}) {
+    Output refused = Sweep(std::string("show sh ") + bad);
+    EXPECT_EQ(refused.code, 2) << bad;
+    EXPECT_NE(refused.err.find(
+                  std::string("TRIAL: a trial number is a whole number from 0, got '") + bad + "'"),
+              std::string::npos)
+        << refused.err;
+  }
+  // `report -o -` writes the page to standard output, as `export -o -` does, and no file "-".
+  Output page = Sweep("report sh -o -");
+  ASSERT_EQ(page.code, 0) << page.err;
+  EXPECT_EQ(page.out.rfind("<!DOCTYPE html>", 0), 0u) << page.out.substr(0, 80);
+  EXPECT_FALSE(fs::exists(dir_ / "-"));
 }
 
 TEST_F(ReportE2eTest, ExportWritesEveryTrialAndEveryReport) {
