@@ -248,8 +248,10 @@ class Coordinator {
       SWEEP_RETURN_IF_ERROR(
           hub_->Listen(options_.listen_host, options_.listen_port, options_.token, hub_options));
       if (options_.log != nullptr) {
-        *options_.log << "sweep: listening for agents on " << options_.listen_host << ":"
-                      << hub_->port() << "\n";
+        // An IPv6 address in brackets, as --connect takes it.
+        const bool v6 = options_.listen_host.find(':') != std::string::npos;
+        *options_.log << "sweep: listening for agents on " << (v6 ? "[" : "")
+                      << options_.listen_host << (v6 ? "]" : "") << ":" << hub_->port() << "\n";
       }
     } else if (config_.gpus > packer_->largest_server()) {
       return Status::InvalidArgument(
