@@ -232,6 +232,7 @@ class Session {
     Connect();
     io_.run();
     pump_.Join();
+    if (!refusal_.empty()) return Status::InvalidArgument(refusal_);
     return Status::Ok();
   }
 
@@ -345,8 +346,12 @@ class Session {
       std::string why = reason.ok() ? *reason : reason.status().message();
       if (state_ == State::kServing) {
         Drop("the coordinator said bye: " + why);
+      } else if (why.rfind(net::kAuthFailed, 0) == 0) {
+        // The tokens differ: no retry can change that, so the agent ends and says why.
+        EndRefused("the coordinator at " + where_ + " refused this agent: " + why +
+                   (options_.token.empty() ? " (this agent was given no --token-file)" : ""));
       } else {
-        // Refused in the handshake: the same refusal would repeat on every retry.
+        // Refused in the handshake (another version, a coordinator shutting down): try again.
         LogFailure("the coordinator at " + where_ + " refused this agent: " + why);
         Drop("", /*log=*/false);
       }
@@ -384,9 +389,11 @@ class Session {
     const std::string expected =
         net::CoordinatorProof(options_.token, hello_.nonce, coordinator_nonce_);
     if (!net::ProofsEqual(welcome->proof, expected)) {
-      return Refused(
+      const std::string why =
           "it failed to prove that it holds the token (the tokens differ, or it is not a sweep "
-          "coordinator)");
+          "coordinator)";
+      Send(net::ByeToJson(why));
+      return EndRefused("cannot register with the coordinator at " + where_ + ": " + why);
     }
     agent_id_ = welcome->agent_id;
     heartbeat_ms_ = welcome->heartbeat_ms;
@@ -396,6 +403,14 @@ class Session {
     last_failure_.clear();
     Log("registered with the coordinator at " + where_ + " (" + connection_->peer() +
         ") as agent " + std::to_string(agent_id_));
+  }
+
+  // A refusal no retry can change: log it, stop, and have Run() return it.
+  void EndRefused(const std::string& why) {
+    refusal_ = why;
+    Log(why);
+    stopping_ = true;
+    Drop("", /*log=*/false);
   }
 
   void Refused(const std::string& why) {
@@ -608,6 +623,7 @@ class Session {
 
   const AgentOptions& options_;
   const std::atomic<bool>& stop_;
+  std::string refusal_;  // why the coordinator refused this agent for good (EndRefused)
   std::ostream& log_;
   std::string where_;
 

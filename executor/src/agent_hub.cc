@@ -301,7 +301,8 @@ class AgentHub::Impl {
     }
     const std::string expected = net::AgentProof(token_, peer->agent_nonce, peer->hub_nonce);
     if (!net::ProofsEqual(auth->proof, expected)) {
-      Refuse(peer, "authentication failed: the agent's token does not match the coordinator's");
+      Refuse(peer, std::string(net::kAuthFailed) +
+                       ": the agent's token does not match the coordinator's");
       return;
     }
     peer->id = next_id_++;

@@ -297,6 +297,11 @@ TEST_F(AgentsTest, WrongTokenIsRefusedAndTheSweepGoesOn) {
       << Log("coordinator.log");
   EXPECT_TRUE(WaitForLine("agent-intruder.log", "refused this agent: authentication failed", 10))
       << Log("agent-intruder.log");
+  // No retry can change a token: the refused agent ends, with exit status 2 and the reason.
+  EXPECT_EQ(WaitExit(intruder, 10), 2) << Log("agent-intruder.log");
+  EXPECT_NE(Log("agent-intruder.log").find("sweep: the coordinator at 127.0.0.1:"),
+            std::string::npos)
+      << Log("agent-intruder.log");
   EXPECT_EQ(Scalar("SELECT count(*) FROM trials"), 0);  // nothing ran on the intruder
 
   StartAgent("good", port);
@@ -304,8 +309,8 @@ TEST_F(AgentsTest, WrongTokenIsRefusedAndTheSweepGoesOn) {
   ExpectEveryTrialAccountedFor(12, 10);
   EXPECT_EQ(PlacedOn("SELECT detail FROM events WHERE to_state = 'running' AND trial IS NOT NULL"),
             std::set<std::string>{"good"});
-  EXPECT_TRUE(Alive(intruder)) << "a refused agent keeps retrying";
   EXPECT_EQ(Count(Log("coordinator.log"), "joined from host"), 1);
+  EXPECT_EQ(Count(Log("coordinator.log"), "refused agent 'intruder'"), 1);
 }
 
 TEST_F(AgentsTest, GarbageAndOversizedFramesCloseOnlyTheirConnection) {

@@ -273,11 +273,14 @@ TEST_F(AgentHubTest, StartRacingALostAgentStillGetsItsDone) {
 TEST_F(AgentHubTest, WrongTokenIsRefusedAndLoggedWithTheAddress) {
   Listen("right");
   AgentThread agent(Agent("wrong"));
-  ASSERT_TRUE(events_.WaitFor([&] { return hub_log_.Count("authentication failed") >= 2; }));
+  ASSERT_TRUE(events_.WaitFor([&] { return agent.log.Count("stopped") >= 1; }));
   EXPECT_TRUE(events_.Joined().empty());
   EXPECT_NE(hub_log_.text().find("at memory-peer-"), std::string::npos) << hub_log_.text();
-  // The agent keeps retrying but says so once.
+  // A token no retry can change: the agent says so once and ends with the refusal.
   EXPECT_EQ(agent.log.Count("refused this agent: authentication failed"), 1u) << agent.log.text();
+  EXPECT_EQ(hub_log_.Count("authentication failed"), 1u) << hub_log_.text();
+  Status ended = agent.Stop();
+  EXPECT_EQ(ended.code(), Status::Code::kInvalidArgument) << ended.message();
 }
 
 TEST_F(AgentHubTest, AgentRetriesUntilTheHubListensAndLogsTheFailureOnce) {

@@ -114,6 +114,14 @@ TEST_F(AgentTcpTest, WrongTokenIsRefused) {
   }
   EXPECT_NE(agent.log.text().find("refused this agent: authentication failed"), std::string::npos)
       << agent.log.text();
+  // No retry can change a token: the agent ends by itself, with the refusal as its status.
+  for (int i = 0; i < 250 && agent.log.Count("stopped") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  Status ended = agent.Stop();
+  EXPECT_EQ(ended.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(ended.message().find("authentication failed"), std::string::npos) << ended.message();
+  EXPECT_EQ(hub_log_.Count("authentication failed"), 1) << hub_log_.text();
 }
 
 TEST_F(AgentTcpTest, ReplayedProofFailsBecauseTheNonceIsNew) {

@@ -23,6 +23,9 @@ namespace sweep::executor::net {
 
 // Both sides must speak the same version; a mismatch is refused in the handshake.
 inline constexpr int kProtocolVersion = 1;
+// How a coordinator's bye to an agent whose token does not match begins: a refusal that no retry
+// can change, so the agent ends rather than retry forever.
+inline constexpr std::string_view kAuthFailed = "authentication failed";
 inline constexpr size_t kDefaultMaxFrameBytes = size_t{1} << 20;  // 1 MiB of payload
 inline constexpr size_t kFrameHeaderBytes = 4;                    // big-endian payload length
 inline constexpr size_t kNonceBytes = 32;                         // sent as 64 hex digits
