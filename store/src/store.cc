@@ -209,6 +209,10 @@ Result<TrialsSql> BuildTrialsSql(const TrialQuery& query) {
   } else if (key == "status" || key == "objective" || key == "started" || key == "ended" ||
              key == "epochs") {
     out.sql += std::string(key) + direction + " NULLS LAST, number ASC";
+  } else if (key.starts_with("param.") && IsMetricName(key.substr(6))) {
+    // A hyperparameter, bound as a JSON path like a metric.
+    out.sql += std::string("json_extract(params, ?)") + direction + " NULLS LAST, number ASC";
+    out.metric_path = "$.\"" + std::string(key.substr(6)) + "\"";
   } else if (IsMetricName(key)) {
     // The name is bound as a JSON path parameter, never pasted into the SQL; quoting the key
     // keeps '.' and '-' in a metric name literal rather than path syntax.

@@ -108,27 +108,47 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   q.sort = sort;
   auto trials = (*st)->Trials(sw->id, q);
   if (!trials.ok()) return Fail(trials.status());
-  // A metric no trial reports would sort nothing: say so rather than print the table unsorted.
-  std::string key = sort.substr(sort.starts_with("-") ? 1 : 0);
+  // A key that is no column is a metric, else a hyperparameter (param.NAME, or NAME when no
+  // metric has that name). One that no trial has would sort nothing: say so, with what would.
+  const bool descending = sort.starts_with("-");
+  std::string key = sort.substr(descending ? 1 : 0);
   const std::vector<std::string> columns = {"number",  "status", "objective",
                                             "started", "ended",  "epochs"};
   if (std::find(columns.begin(), columns.end(), key) == columns.end() && !trials->empty()) {
-    std::vector<std::string> metrics;
-    bool seen = false;
+    std::vector<std::string> metrics, params;
+    bool metric_seen = false, param_seen = false;
+    const std::string param = key.starts_with("param.") ? key.substr(6) : key;
+    auto add = [](std::vector<std::string>* names, const std::string& k) {
+      if (std::find(names->begin(), names->end(), k) == names->end()) names->push_back(k);
+    };
     for (const auto& t : *trials) {
       json m = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
-      if (!m.is_object()) continue;
-      seen = seen || m.contains(key);
-      for (auto& [k, v] : m.items()) {
-        if (std::find(metrics.begin(), metrics.end(), k) == metrics.end()) metrics.push_back(k);
+      json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+      if (m.is_object()) {
+        metric_seen = metric_seen || (!key.starts_with("param.") && m.contains(key));
+        for (auto& [k, v] : m.items()) add(&metrics, k);
+      }
+      if (p.is_object()) {
+        param_seen = param_seen || p.contains(param);
+        for (auto& [k, v] : p.items()) add(&params, k);
       }
     }
-    if (!seen) {
+    if (!metric_seen && param_seen && !key.starts_with("param.")) {
+      q.sort = std::string(descending ? "-" : "") + "param." + key;
+      trials = (*st)->Trials(sw->id, q);
+      if (!trials.ok()) return Fail(trials.status());
+    } else if (!metric_seen && !param_seen) {
       std::vector<std::string> all = columns;
       all.insert(all.end(), metrics.begin(), metrics.end());
-      std::string msg = "--sort " + sort + ": no trial of '" + a.name + "' reports '" + key + "'";
-      std::string hint = sweep::DidYouMean(key, all);
+      for (const auto& p : params) all.push_back("param." + p);
+      std::string list;
+      for (const auto& k : all) list += (list.empty() ? "" : ", ") + k;
+      std::string msg = "--sort " + sort + ": no trial of '" + a.name + "' has '" + key + "'";
+      std::vector<std::string> near = all;  // a hyperparameter may be named bare, too
+      near.insert(near.end(), params.begin(), params.end());
+      std::string hint = sweep::DidYouMean(key, near);
       if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+      msg += " (sort keys: " + list + ")";
       return Fail(Status::InvalidArgument(msg));
     }
   }
@@ -639,7 +659,8 @@ int main(int argc, char** argv) {
   trials->add_option("--status", status_filter, "only trials in this state");
   trials
       ->add_option("--sort", sort,
-                   "number, objective, started, ended, epochs or a metric; "
+                   "number, objective, started, ended, epochs, a metric, or a hyperparameter "
+                   "(param.NAME); "
                    "-KEY for descending")
       ->capture_default_str();
   trials->footer("Example: sweep trials fashion-mlp --sort -val_acc --csv > trials.csv");

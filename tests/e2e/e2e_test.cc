@@ -330,6 +330,27 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
     EXPECT_EQ(std::stod(f[5]), p["x2"].get<double>()) << line;
   }
   EXPECT_EQ(lines, 40);
+
+  // By a hyperparameter: param.NAME, or NAME where no metric has that name; descending with '-'.
+  for (const char* key : {"-x1", "-param.x1"}) {
+    Output by = Sweep(std::string("trials branin --json --sort ") + key);
+    ASSERT_EQ(by.code, 0) << by.err;
+    double last = 1e300;
+    for (const json& t : json::parse(by.out)) {
+      const double x1 = t["params"]["x1"].get<double>();
+      EXPECT_LE(x1, last) << key;
+      last = x1;
+    }
+  }
+  Output unknown = Sweep("trials branin --sort x9");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("no trial of 'branin' has 'x9'; did you mean 'x1'?"),
+            std::string::npos)
+      << unknown.err;
+  EXPECT_NE(unknown.err.find("sort keys: number, status, objective, started, ended, epochs, "
+                             "value, param.x1, param.x2)"),
+            std::string::npos)
+      << unknown.err;
 }
 
 TEST_F(E2eTest, AshaPrunesTrialsWithTheirRungAndReason) {
