@@ -122,6 +122,15 @@ TEST(IdxErrors, EveryMalformedFileIsNamed) {
             std::string::npos)
       << cut.status().message();
 
+  // Corrupt gzip data (its checksum no longer matches): zlib's words, the file named once.
+  std::ifstream whole(dir / "full.gz", std::ios::binary);
+  std::vector<uint8_t> bad((std::istreambuf_iterator<char>(whole)), {});
+  bad[bad.size() - 6] ^= 0xff;  // a byte of the CRC-32 trailer
+  WriteBytes(dir / "crc.gz", bad, /*gz=*/false);
+  auto crc = LoadIdx(dir / "crc.gz", dir / "labels.idx");
+  ASSERT_FALSE(crc.ok());
+  EXPECT_EQ(crc.status().message(), dir / "crc.gz" + ": bad gzip data: incorrect data check");
+
   auto missing = LoadIdx(dir / "nope", lbl);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), Status::Code::kNotFound);

@@ -1,7 +1,9 @@
 // Tests of ApplyOption (every key, type errors, the dataset forms), OptionKeys, MetricNames and
 // Validate.
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 
 // GCC 12 at -O3 reports a false -Wrestrict inside std::string assignment once the lambdas below
 // are inlined (GCC bug 105329); nothing here overlaps.
@@ -127,6 +129,9 @@ TEST(Options, TypeErrors) {
             "hidden: expected a list of positive integers, each at most 1048576, got [1.5]");
   EXPECT_EQ(ApplyError("lr", "0.1"), "lr: expected a number, got \"0.1\"");
   EXPECT_EQ(ApplyError("lr", true), "lr: expected a number, got true");
+  EXPECT_EQ(ApplyError("lr", std::numeric_limits<double>::infinity()),
+            "lr: expected a number, got inf");
+  EXPECT_EQ(ApplyError("lr", std::nan("")), "lr: expected a number, got nan");
   EXPECT_EQ(ApplyError("momentum", nullptr), "momentum: expected a number, got null");
   EXPECT_EQ(ApplyError("batch_size", 12.5), "batch_size: expected an integer, got 12.5");
   EXPECT_EQ(ApplyError("batch_size", 1e12), "batch_size: expected an integer, got 1000000000000.0");

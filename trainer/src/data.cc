@@ -71,7 +71,12 @@ Result<std::vector<uint8_t>> ReadFile(const std::string& path) {
                               std::to_string(size) + " bytes");
   }
   if (errnum == Z_ERRNO) return Status::IoError(path + ": read failed: " + std::strerror(errno));
-  if (errnum != Z_OK) return Status::Corruption(path + ": bad gzip data: " + zmsg);
+  if (errnum != Z_OK) {
+    // zlib's message may begin with the file's name: say it once.
+    std::string why = zmsg;
+    if (why.rfind(path + ": ", 0) == 0) why = why.substr(path.size() + 2);
+    return Status::Corruption(path + ": bad gzip data: " + why);
+  }
   bytes.resize(size);
   bytes.shrink_to_fit();
   return bytes;

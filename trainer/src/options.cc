@@ -21,6 +21,11 @@ using json = nlohmann::json;
 
 // What the user gave, shortened so one wrong 10 MB value doesn't flood a log.
 std::string Shown(const json& value) {
+  // JSON has no infinity or NaN (dump() writes null): name them.
+  if (value.is_number_float() && !std::isfinite(value.get<double>())) {
+    const double v = value.get<double>();
+    return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+  }
   std::string s = value.dump();
   if (s.size() > 80) s = s.substr(0, 77) + "...";
   return s;
