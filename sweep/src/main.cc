@@ -192,7 +192,8 @@ int CmdStatus(const QueryArgs& a) {
                 {"failed", c.failed},
                 {"interrupted", c.interrupted},
                 {"total", c.total()}}},
-              {"elapsed_s", elapsed}};
+              {"elapsed_s", elapsed},
+              {"running_s", sw->active_s}};
     json r = json::array();
     for (const auto& t : *running) {
       r.push_back({{"trial", t.number}, {"placement", t.placement}, {"started", *t.started_s}});

@@ -149,7 +149,14 @@ void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
   out << "sweep " << sweep.name << " (" << store::ToString(sweep.status)
       << (gone ? ", but its coordinator is gone: `sweep resume " + sweep.name + "`" : "") << "), "
       << (sweep.maximize ? "max " : "min ") << sweep.metric << ", elapsed "
-      << static_cast<int64_t>(elapsed) << " s\n"
+      << static_cast<int64_t>(elapsed)
+      << " s"
+      // Time spent running, over every run and resume (as of the last commit), when it differs
+      // from the wall time since creation: a resumed sweep, or one whose coordinator died.
+      << (elapsed - sweep.active_s >= 1
+              ? " (running " + std::to_string(static_cast<int64_t>(sweep.active_s)) + " s)"
+              : std::string())
+      << "\n"
       << "  trials: " << c.total() << " (" << c.completed << " completed, " << c.running
       << " running, " << c.pruned << " pruned, " << c.failed << " failed, " << c.interrupted
       << " interrupted, " << c.pending << " pending)\n";

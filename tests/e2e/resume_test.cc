@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -199,8 +200,16 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
 
   ::kill(first, SIGKILL);
   Wait(first);
-  // Readers tell a sweep whose coordinator died from one that runs.
+  // Readers tell a sweep whose coordinator died from one that runs, and its running time from
+  // the wall time since it was created.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
   Output status = Sweep("status owned");
+  EXPECT_TRUE(
+      std::regex_search(status.out, std::regex(", elapsed [0-9]+ s \\(running [0-9]+ s\\)")))
+      << status.out;
+  Output status_json = Sweep("status owned --json");
+  const json sj = json::parse(status_json.out);
+  EXPECT_GE(sj["elapsed_s"].get<double>() - sj["running_s"].get<double>(), 1.0) << status_json.out;
   EXPECT_NE(status.out.find("sweep owned (running, but its coordinator is gone: `sweep resume "
                             "owned`)"),
             std::string::npos)
