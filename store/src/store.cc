@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -660,6 +661,34 @@ struct Store::Impl {
   }
 };
 
+namespace {
+
+// Whether `path` sits in a folder this process cannot write and has no -wal file beside it.
+bool CanOnlyReadInPlace(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path + "-wal", ec)) return false;
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  return ::access(dir.c_str(), W_OK) != 0;
+}
+
+// `path` for a file: URI (percent-encoding what a URI would read as syntax).
+std::string UriPath(const std::string& path) {
+  std::string out;
+  for (char ch : path) {
+    if (ch == '%' || ch == '?' || ch == '#') {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", static_cast<unsigned char>(ch));
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 // ---- Store ----
 
 Store::Store(std::string path, std::unique_ptr<Impl> impl)
@@ -690,7 +719,21 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
 
   // Reading the version is also the first read of the file header: a file that is not a
   // database fails here with NOTADB.
-  SWEEP_ASSIGN_OR_RETURN(int version, impl->UserVersion());
+  Result<int> read = impl->UserVersion();
+  if (!read.ok() && impl->read_only && CanOnlyReadInPlace(path)) {
+    // A reader of a WAL database needs to create its -shm file beside it. In a folder this
+    // user cannot write, with no -wal file (the last writer closed it cleanly, and no writer
+    // can be at work where nobody may create one), the file is complete and unchanging: read
+    // it as immutable, which needs no -shm.
+    sqlite3_close(impl->db);
+    impl->db = nullptr;
+    rc = sqlite3_open_v2(("file:" + UriPath(path) + "?immutable=1").c_str(), &impl->db,
+                         SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK) return impl->Error(rc, "opening the database");
+    sqlite3_extended_result_codes(impl->db, 1);
+    read = impl->UserVersion();
+  }
+  SWEEP_ASSIGN_OR_RETURN(int version, std::move(read));
   if (version > kSchemaVersion) return impl->TooNew(version);
 
   if (!impl->read_only) {

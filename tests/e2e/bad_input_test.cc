@@ -802,6 +802,38 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
 
 // ---- queries ----
 
+// A finished sweep's database in a folder the reader cannot write (a shared results folder, a
+// read-only mount): queries still work, though SQLite cannot create its -shm file there. Staged
+// as root by reading as the user nobody; skipped where that cannot be arranged.
+TEST_F(BadInputTest, QueriesWorkInAFolderTheReaderCannotWrite) {
+  if (::geteuid() != 0 || std::system("command -v setpriv > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs root and setpriv to read as another user";
+  }
+  fs::create_directory(dir_ / "ro");
+  Write("ro/b.toml", Fn({}));
+  ASSERT_EQ(Sweep("run ro/b.toml --db ro/s.db").code, 0);
+  ASSERT_FALSE(fs::exists(dir_ / "ro/s.db-wal"));
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(dir_ / "ro", fs::perms::owner_read | fs::perms::owner_exec |
+                                   fs::perms::group_read | fs::perms::group_exec |
+                                   fs::perms::others_read | fs::perms::others_exec);
+  const std::string as_nobody = "cd '" + dir_.string() +
+                                "' && setpriv --reuid=65534 --regid=65534 --clear-groups '" +
+                                SWEEP_BINARY "' ";
+  if (std::system((as_nobody + "--help > /dev/null 2>&1").c_str()) != 0) {
+    fs::permissions(dir_ / "ro", fs::perms::owner_all);
+    GTEST_SKIP() << "the user nobody cannot run " SWEEP_BINARY;
+  }
+  for (const char* query : {"list", "best b --json", "trials b --csv", "status b"}) {
+    const std::string out = (dir_ / "out.txt").string();
+    const int rc = std::system((as_nobody + query + " --db ro/s.db > '" + out + "' 2>&1").c_str());
+    EXPECT_EQ(rc, 0) << query << ": " << sweep_e2e::Slurp(out);
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "ro/s.db-shm"));
+  fs::permissions(dir_ / "ro", fs::perms::owner_all);  // so the fixture can remove it
+}
+
 TEST_F(BadInputTest, QueriesOnAMissingDatabase) {
   for (const std::string args :
        {"best branin", "trials branin", "status branin", "status branin --json", "list"}) {
