@@ -36,6 +36,23 @@ Table TrialsTable(const SweepData& data) {
   for (const auto& k : pkeys) table.columns.push_back("param." + k);
   for (const auto& k : mkeys) table.columns.push_back("metric." + k);
   table.columns.push_back("error");
+  // Where a trial's files are, for the kinds that have them: the trainer's checkpoint, a
+  // command's logs. A column appears when some trial has its file.
+  using Path = std::string store::TrialRecord::*;
+  const std::vector<std::pair<const char*, Path>> files = {
+      {"checkpoint", &store::TrialRecord::checkpoint},
+      {"stdout_log", &store::TrialRecord::stdout_log},
+      {"stderr_log", &store::TrialRecord::stderr_log}};
+  std::vector<Path> present;
+  for (const auto& [name, member] : files) {
+    for (const store::TrialRecord& t : data.trials) {
+      if (!(t.*member).empty()) {
+        table.columns.push_back(name);
+        present.push_back(member);
+        break;
+      }
+    }
+  }
   for (size_t i = 0; i < data.trials.size(); ++i) {
     const store::TrialRecord& t = data.trials[i];
     std::vector<json> row = {t.number,
@@ -50,6 +67,7 @@ Table TrialsTable(const SweepData& data) {
     for (const auto& k : pkeys) row.push_back(Lookup(params[i], k));
     for (const auto& k : mkeys) row.push_back(Lookup(metrics[i], k));
     row.push_back(NonEmpty(t.error));
+    for (Path member : present) row.push_back(NonEmpty(t.*member));
     table.rows.push_back(std::move(row));
   }
   return table;

@@ -80,6 +80,18 @@ TEST(ExportTest, TrialsTableColumns) {
   EXPECT_TRUE(t.rows[2][2].is_null());  // failed: no objective
   EXPECT_TRUE(t.rows[2][9].is_null());  // no hidden
   EXPECT_EQ(t.rows[0][1], "completed");
+
+  // Trials with files (a trainer's checkpoint, a command's logs) get a column for each kind,
+  // null where a trial has none.
+  SweepData with_files = Tricky();
+  with_files.trials[1].stdout_log = "/runs/trial-1/stdout.log";
+  with_files.trials[1].stderr_log = "/runs/trial-1/stderr.log";
+  Table f = TrialsTable(with_files);
+  ASSERT_EQ(f.columns.size(), expected.size() + 2);
+  EXPECT_EQ(f.columns[expected.size()], "stdout_log");
+  EXPECT_EQ(f.columns[expected.size() + 1], "stderr_log");
+  EXPECT_EQ(f.rows[1][expected.size()], "/runs/trial-1/stdout.log");
+  EXPECT_TRUE(f.rows[0][expected.size()].is_null());
 }
 
 TEST(ExportTest, CsvRoundTrip) {
