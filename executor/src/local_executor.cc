@@ -115,18 +115,8 @@ Result<LocalExecutor::Worker*> LocalExecutor::IdleWorker() {
   for (auto& e : env_storage) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  // A process group of its own: a signal to the coordinator's (or agent's) group — Ctrl-C,
-  // `timeout`, `systemctl stop`, Slurm's scancel — reaches the coordinator, which stops the
-  // trials after their current epoch and records them interrupted, instead of killing the
-  // workers under it (which would read as crashes and use up retries). Workers still die with
-  // their parent (PR_SET_PDEATHSIG).
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), envp.data());
-  posix_spawnattr_destroy(&attr);
+  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(cmd[0]);
   ::close(msg[1]);

@@ -43,6 +43,13 @@ class Worker {
   int Serve() {
     // Die with the coordinator: a worker has no use once nobody reads its messages.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Deaf to SIGINT and SIGTERM: Ctrl-C, `timeout`, `systemctl stop` or a batch system's cancel
+    // signal the coordinator's whole group (or cgroup), and the coordinator stops the trials
+    // after their current epoch and records them interrupted. A worker killed by that signal
+    // would read as a crash. The coordinator ends a worker with its stop message, or SIGKILL;
+    // a command trial's program gets the default actions back before it starts.
+    ::signal(SIGINT, SIG_IGN);
+    ::signal(SIGTERM, SIG_IGN);
     if (::getppid() == 1) return 1;
     std::thread heartbeat([this] { Heartbeat(); });
     int rc = ServeCommands();

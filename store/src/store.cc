@@ -732,6 +732,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     if (rc != SQLITE_OK) return impl->Error(rc, "opening the database");
     sqlite3_extended_result_codes(impl->db, 1);
     read = impl->UserVersion();
+    // A writer (another user, who may write there) that opened it meanwhile has made a -wal
+    // file: an immutable reader would not see its commits. Refuse rather than read stale data.
+    if (read.ok() && !CanOnlyReadInPlace(path)) {
+      return Status::IoError(path +
+                             ": being written by another user while this one cannot "
+                             "write its folder; read it again when that sweep ends");
+    }
   }
   SWEEP_ASSIGN_OR_RETURN(int version, std::move(read));
   if (version > kSchemaVersion) return impl->TooNew(version);

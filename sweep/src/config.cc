@@ -778,6 +778,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   // ---- [trial] ----
   const toml::node* kind_node = nullptr;
   const toml::node* command_node = nullptr;
+  const toml::node* order_node = nullptr;
   if (const toml::table* trial = table("trial")) {
     SWEEP_RETURN_IF_ERROR(c.KnownKeys(
         *trial, "[trial]",
@@ -803,6 +804,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                                       : TrialKind::kCommand;
     }
     if (const toml::node* n = trial->get("order")) {
+      order_node = n;
       SWEEP_ASSIGN_OR_RETURN(std::string order,
                              c.OneOf(*n, "trial.order", {"sampled", "longest_first"}));
       cfg.longest_first = order == "longest_first";
@@ -1118,8 +1120,14 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     // is reached (as Optuna's timeout); with neither it would never end.
     if (max_trials) {
       cfg.max_trials = *max_trials;
+    } else if (cfg.longest_first && use == ConfigUse::kSweep && order_node != nullptr) {
+      // It starts the heaviest of the trials drawn ahead: with no end to the draw, it would
+      // start only the heaviest the sampler can give.
+      return c.Error(*order_node, "trial.order",
+                     "\"longest_first\" orders a sweep of known size; set sweep.max_trials");
     } else if (cfg.time_budget_s || cfg.stop_when || use == ConfigUse::kOneTrial) {
       cfg.max_trials = kUnboundedTrials;
+      cfg.unbounded_trials = true;
     } else {
       return c.Error(*sweep, "sweep.max_trials",
                      "random search needs max_trials (how many trials to draw), or time_budget "

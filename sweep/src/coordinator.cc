@@ -164,22 +164,42 @@ class Coordinator {
       SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, t.number, "running", "interrupted",
                                             "its coordinator stopped before it ended", start_s_));
     }
-    // Early stopping's state is a function of the stored reports: replay them in order.
+    // Early stopping's state, and whether stop_when was met, are functions of the stored
+    // reports: replay them in order, as they were decided live.
     std::map<int64_t, std::string> stop_reasons;
-    if (scheduler_ != nullptr) {
+    if (scheduler_ != nullptr || config_.stop_when) {
       SWEEP_ASSIGN_OR_RETURN(auto stored, store_.AllReports(sweep_id_));
       for (const auto& r : stored) {
         json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
-        auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics);
-        if (!report) continue;
-        search::Decision d = scheduler_->OnReport(report->trial, report->resource, report->value);
-        if (d.stop() && !stop_reasons.count(r.trial)) stop_reasons[r.trial] = d.reason;
+        bool pruned_here = false;
+        if (scheduler_ != nullptr) {
+          if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics)) {
+            search::Decision d =
+                scheduler_->OnReport(report->trial, report->resource, report->value);
+            if (d.stop() && !stop_reasons.count(r.trial)) {
+              stop_reasons[r.trial] = d.reason;
+              pruned_here = true;
+            }
+          }
+        }
+        if (!pruned_here && !stop_reasons.count(r.trial)) NoteTarget(r.trial, metrics);
       }
     }
     store::TrialQuery interrupted;
     interrupted.status = TrialStatus::kInterrupted;
     SWEEP_ASSIGN_OR_RETURN(auto again, store_.Trials(sweep_id_, interrupted));
     for (const auto& t : again) {
+      if (target_trial_ == t.number) {
+        // It met stop_when before the coordinator died: it ends completed, as it would have.
+        store::TrialRecord done = t;
+        done.status = TrialStatus::kCompleted;
+        done.ended_s = start_s_;
+        done.error = TargetNote();
+        SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, done));
+        SWEEP_RETURN_IF_ERROR(
+            store_.AddEvent(sweep_id_, t.number, "interrupted", "completed", done.error, start_s_));
+        continue;
+      }
       if (scheduler_ != nullptr && scheduler_->Stopped(t.number)) {
         // Early stopping had already decided this one: it ends pruned, not run again.
         store::TrialRecord pruned = t;
@@ -494,6 +514,23 @@ class Coordinator {
 
   double ActiveSeconds(double now) const { return active_before_s_ + (now - start_s_); }
 
+  // Records that `trial`'s report `metrics` met stop_when, if it is the first to.
+  void NoteTarget(int64_t trial, const json& metrics) {
+    if (!config_.stop_when || target_reached_) return;
+    auto m = metrics.find(config_.stop_when->metric);
+    if (m == metrics.end() || !m->is_number() || !config_.stop_when->Reached(m->get<double>())) {
+      return;
+    }
+    target_reached_ = true;
+    target_trial_ = trial;
+    stop_reason_ =
+        "target " + config_.stop_when->ToString() + " reached by trial " + std::to_string(trial);
+  }
+  // The note of the trial that met stop_when.
+  std::string TargetNote() const {
+    return "reached the target " + config_.stop_when->ToString() + "; the sweep stopped";
+  }
+
   // The configured metric's value in `metrics`, when it is a finite number.
   std::optional<double> Objective(const json& metrics) const {
     auto m = metrics.find(config_.metric);
@@ -619,8 +656,11 @@ class Coordinator {
   void Announce(const std::string& extra) {
     if (options_.log == nullptr) return;
     *options_.log << "sweep '" << config_.name << "': ";
-    if (config_.max_trials == kUnboundedTrials) {
-      *options_.log << "trials until " << (config_.time_budget_s ? "its time budget" : "its target")
+    if (config_.unbounded_trials) {
+      *options_.log << "trials until "
+                    << (config_.time_budget_s && config_.stop_when ? "its time budget or target"
+                        : config_.time_budget_s                    ? "its time budget"
+                                                                   : "its target")
                     << ", ";
     } else {
       *options_.log << config_.max_trials << " trial(s), ";
@@ -714,6 +754,8 @@ class Coordinator {
   }
 
   Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool agent_lost = false) {
+    // Ctrl-C or SIGTERM has arrived, perhaps since this loop turn began.
+    const bool signalled = options_.interrupt != nullptr && options_.interrupt->load();
     auto it = running_.find(ev.trial);
     if (it == running_.end()) return Status::Ok();  // a late message for a finished trial
     RunningTrial& t = it->second;
@@ -745,16 +787,9 @@ class Coordinator {
           }
         }
       }
-      if (config_.stop_when && !target_reached_) {
-        auto m = ev.metrics.find(config_.stop_when->metric);
-        if (m != ev.metrics.end() && m->is_number() &&
-            config_.stop_when->Reached(m->get<double>())) {
-          target_reached_ = true;
-          target_trial_ = ev.trial;
-          stop_reason_ = "target " + config_.stop_when->ToString() + " reached by trial " +
-                         std::to_string(ev.trial);
-        }
-      }
+      // A report that pruned its trial, or one that arrives while the sweep is already
+      // stopping, does not end the sweep by its target.
+      if (!stopping && t.prune_reason.empty()) NoteTarget(ev.trial, ev.metrics);
       // The worker waits at a decision point until told; a stop already sent is its answer.
       if (decision_point && !t.stop_sent) {
         const ServerInfo* server = Server(t.where.server);
@@ -771,6 +806,13 @@ class Coordinator {
     std::string error;
     switch (ev.outcome) {
       case executor::TrialOutcome::Kind::kCompleted:
+        // Pruned at a rung while its program ran on to its end (a command trial's worker waits
+        // for the verdict as the program goes on): the decision stands, as do the metrics it
+        // had there.
+        if (!t.prune_reason.empty()) {
+          status = TrialStatus::kPruned;
+          error = t.prune_reason;
+        }
         break;
       case executor::TrialOutcome::Kind::kStopped:
         if (!t.prune_reason.empty()) {
@@ -778,7 +820,7 @@ class Coordinator {
           error = t.prune_reason;
         } else if (target_trial_ == ev.trial) {
           // It reached the target that ended the sweep: its result is the one sought.
-          error = "reached the target " + config_.stop_when->ToString() + "; the sweep stopped";
+          error = TargetNote();
         } else {
           status = TrialStatus::kInterrupted;
           error = "stopped: " + stop_reason_;
@@ -793,7 +835,10 @@ class Coordinator {
           // be pruned anew.
           status = TrialStatus::kPruned;
           error = t.prune_reason;
-        } else if (ev.worker_lost && stopping) {
+        } else if ((ev.worker_lost && stopping) || signalled) {
+          // The sweep is being stopped: a signal to every process (systemd's stop, a batch
+          // system's cancel) also ends the trial's program or worker. Not the trial's fault:
+          // it runs again on resume, without using up a retry.
           status = TrialStatus::kInterrupted;
         } else if (ev.worker_lost && agent_lost) {
           // Its agent went away, not the trial's fault: it runs again (from its checkpoint when
@@ -817,6 +862,7 @@ class Coordinator {
     (void)packer_->Release(t.where);
     RunningTrial done = std::move(t);
     running_.erase(it);
+    progressed_.erase(ev.trial);  // its final row is written below, not a progress update
     --counts_.running;
     return FinishTrial(ev.trial, done, status, error, now);
   }
@@ -874,8 +920,7 @@ class Coordinator {
     std::string line =
         "\r\033[K" + config_.name + ": " +
         std::to_string(counts_.completed + counts_.pruned + counts_.failed) +
-        (config_.max_trials == kUnboundedTrials ? std::string()
-                                                : "/" + std::to_string(config_.max_trials)) +
+        (config_.unbounded_trials ? std::string() : "/" + std::to_string(config_.max_trials)) +
         " done, " + std::to_string(counts_.running) + " running, " +
         std::to_string(counts_.pruned) + " pruned, " + std::to_string(counts_.failed) + " failed";
     if (best_) {

@@ -361,11 +361,12 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
     sweep::PrintTrialsTable(std::cout, *best, sw->metric);
   }
   if (summary.interrupted) return kExitRuntime;
-  // A sweep in which every trial failed has no result: scripts must see that as a failure.
+  // A sweep that ends with failures and no result has failed: scripts must see that.
   // Some failed trials among good ones are ordinary (a learning rate that diverges).
   if (!summary.already_complete && c.failed > 0 && c.completed == 0 && c.pruned == 0) {
-    std::cerr << "sweep '" << name << "': every trial failed; their errors: `sweep trials " << name
-              << " --status failed`\n";
+    std::cerr << "sweep '" << name << "': no trial completed (" << c.failed << " failed"
+              << (c.interrupted > 0 ? ", " + std::to_string(c.interrupted) + " interrupted" : "")
+              << "); their errors: `sweep trials " << name << " --status failed`\n";
     return kExitRuntime;
   }
   return kExitOk;

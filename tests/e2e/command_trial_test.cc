@@ -131,7 +131,10 @@ cpu_slots = 2
   Output o = Sweep("run c.toml");
   EXPECT_EQ(o.code, 1) << o.out << o.err;
   EXPECT_NE(o.err.find("0 completed, 0 pruned, 3 failed"), std::string::npos) << o.err;
-  EXPECT_NE(o.err.find("every trial failed"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("sweep 'broken': no trial completed (3 failed); their errors: `sweep "
+                       "trials broken --status failed`"),
+            std::string::npos)
+      << o.err;
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
 }
 

@@ -88,6 +88,23 @@ TEST_F(ConfigTest, RandomSearchWithoutMaxTrialsNeedsAnotherEnd) {
   ASSERT_TRUE(one.ok()) << one.status().message();
 }
 
+// longest_first starts the heaviest of the trials drawn ahead: without max_trials the draw has
+// no end, and it would start only the heaviest the sampler gives.
+TEST_F(ConfigTest, LongestFirstNeedsMaxTrials) {
+  std::string text =
+      TrainerConfig("lr = { distribution = \"log_uniform\", min = 0.01, max = 0.1 }");
+  text.erase(text.find("max_trials = 4\n"), 15);
+  text.insert(text.find("[parameters]"), "time_budget = \"1h\"\n");
+  text += "[trial]\norder = \"longest_first\"\n";
+  auto cfg = ParseConfig(text, "l.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_NE(
+      cfg.status().message().find(
+          "trial.order: \"longest_first\" orders a sweep of known size; set sweep.max_trials"),
+      std::string::npos)
+      << cfg.status().message();
+}
+
 TEST_F(ConfigTest, TrainerConfigParsesAndKeepsDeclarationOrder) {
   auto cfg = ParseConfig(TrainerConfig("lr = { distribution = \"log_uniform\", min = 1e-3, max = "
                                        "0.3 }\nbatch_size = { values = [64, 128] }\nhidden = { "

@@ -50,9 +50,6 @@ Status Diverged(int epoch, int64_t step, const std::string& what) {
                                  std::to_string(step) + " (" + what + ")");
 }
 
-// Mean loss and accuracy over rows[0..n) of `data`, split into one contiguous part per replica
-// and evaluated in chunks of at most `chunk` rows; parts are combined in rank order, so the
-// result does not depend on timing. NaN for both when n == 0.
 // Bytes of memory this process may use: the machine's, or its cgroup's limit when lower.
 double MemoryLimitBytes() {
   double bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
@@ -95,6 +92,9 @@ Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
   return Status::Ok();
 }
 
+// Mean loss and accuracy over rows[0..n) of `data`, split into one contiguous part per replica
+// and evaluated in chunks of at most `chunk` rows; parts are combined in rank order, so the
+// result does not depend on timing. NaN for both when n == 0.
 void Evaluate(ReplicaGroup* group, const Dataset& data, const int32_t* rows, int64_t n, int chunk,
               std::vector<std::vector<float>>* x, std::vector<std::vector<int32_t>>* y,
               double* loss, double* acc) {

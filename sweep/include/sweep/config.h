@@ -29,6 +29,7 @@ struct SweepConfig {
   std::string metric;
   bool maximize = true;
   int64_t max_trials = 0;
+  bool unbounded_trials = false;        // random search ended by time_budget or stop_when alone
   int max_concurrent = 0;               // 0: as many as the slots allow
   std::optional<double> time_budget_s;  // wall-clock budget
   uint64_t seed = 0;
