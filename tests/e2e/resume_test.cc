@@ -283,6 +283,49 @@ TEST_F(ResumeTest, SignalToTheCoordinatorsGroupInterruptsTrialsWithoutRetries) {
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "4");
 }
 
+// A coordinator that died after a trial met stop_when, before that trial ended: resume finds
+// the target in the stored reports, ends that trial completed (it does not run again) and ends
+// the sweep. The state is staged from a finished sweep, as the coordinator would have left it.
+TEST_F(ResumeTest, ResumeAfterTheTargetWasMetEndsTheSweep) {
+  Write("s.toml", sweep_e2e::BraninConfig("target", 200,
+                                          "stop_when = \"value <= 30\"\nmax_concurrent = 1\n"
+                                          "seed = 3\n",
+                                          "steps = 20\nstep_ms = 10\n"));
+  ASSERT_EQ(Sweep("run s.toml").code, 0);
+  const std::string winner =
+      Query("SELECT number FROM trials WHERE error LIKE 'reached the target%'")[0][0];
+  const std::string trials = Query("SELECT count(*) FROM trials")[0][0];
+  // Back to the moment of the kill: the sweep and the winner running, the end not recorded.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "sweeps.db").c_str(), &db), SQLITE_OK);
+  const std::string undo =
+      "UPDATE sweeps SET status = 'running', ended = NULL;"
+      "UPDATE trials SET status = 'running', ended = NULL, error = '' WHERE number = " +
+      winner +
+      ";"
+      "DELETE FROM events WHERE (trial IS NULL AND to_state = 'completed') OR (trial = " +
+      winner + " AND to_state = 'completed');";
+  ASSERT_EQ(sqlite3_exec(db, undo.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+
+  Output resumed = Sweep("resume target");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], trials);  // nothing new drawn
+  auto row = Query("SELECT status, error FROM trials WHERE number = " + winner);
+  EXPECT_EQ(row[0][0], "completed");
+  EXPECT_EQ(row[0][1].rfind("reached the target value <= 30", 0), 0u) << row[0][1];
+  // It ended from the stored reports: it was not run again.
+  EXPECT_EQ(Query("SELECT group_concat(to_state) FROM (SELECT to_state FROM events WHERE trial = " +
+                  winner + " ORDER BY id)")[0][0],
+            "running,interrupted,completed");
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+  auto end = Query("SELECT detail FROM events WHERE trial IS NULL AND to_state = 'completed'");
+  ASSERT_EQ(end.size(), 1u);
+  EXPECT_NE(end[0][0].find("target value <= 30 reached by trial " + winner), std::string::npos)
+      << end[0][0];
+}
+
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
   Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
   pid_t pid = Start("run w.toml", "run.log");
