@@ -60,10 +60,12 @@
     var pad = (hi - lo) * 0.04;
     return [lo - pad, hi + pad];
   }
-  // Round tick values inside [lo, hi]: steps of 1, 2 or 5 times a power of ten, about 5.
-  function ticks(lo, hi) {
+  // Round tick values inside [lo, hi]: steps of 1, 2 or 5 times a power of ten, about 5;
+  // whole numbers only when `whole` (trial numbers).
+  function ticks(lo, hi, whole) {
     var raw = (hi - lo) / 5, mag = Math.pow(10, Math.floor(Math.log10(raw))), step = mag;
     [1, 2, 5, 10].some(function (k) { step = k * mag; return step >= raw; });
+    if (whole && step < 1) step = 1;
     var out = [];
     for (var v = Math.ceil(lo / step) * step; v <= hi && out.length < 20; v += step) {
       out.push(Math.abs(v) < step * 1e-9 ? 0 : parseFloat(v.toPrecision(12)));
@@ -71,7 +73,7 @@
     return out;
   }
   // A plot frame with round labels on each axis; returns the value-to-pixel maps.
-  function frame(c, xr, yr, xname, yname) {
+  function frame(c, xr, yr, xname, yname, xWhole) {
     var m = {l: 64, r: 16, t: 12, b: 36};
     var ctx = c.ctx, pw = c.w - m.l - m.r, ph = c.h - m.t - m.b;
     var X = function (x) { return m.l + (x - xr[0]) / (xr[1] - xr[0]) * pw; };
@@ -86,7 +88,9 @@
       ctx.fillText(fmt(yv), m.l - 6, y);
     });
     ctx.textAlign = 'center'; ctx.textBaseline = 'top';
-    ticks(xr[0], xr[1]).forEach(function (xv) { ctx.fillText(fmt(xv), X(xv), m.t + ph + 6); });
+    ticks(xr[0], xr[1], xWhole).forEach(function (xv) {
+      ctx.fillText(fmt(xv), X(xv), m.t + ph + 6);
+    });
     ctx.fillText(xname, m.l + pw / 2, m.t + ph + 20);
     ctx.save();
     ctx.translate(12, m.t + ph / 2); ctx.rotate(-Math.PI / 2);
@@ -123,7 +127,7 @@
     if (!h.points.length) { empty(c, 'no trial has a value of ' + h.metric + ' yet'); return 0; }
     var xs = h.points.map(function (p) { return p[0]; });
     var ys = h.points.map(function (p) { return p[1]; });
-    var f = frame(c, range(xs), range(ys), 'trial', h.metric + ' (' + h.mode + ')');
+    var f = frame(c, range(xs), range(ys), 'trial', h.metric + ' (' + h.mode + ')', true);
     var ctx = c.ctx, n = 0;
     var size = h.points.length > 2000 ? 2 : 4;
     ctx.globalAlpha = h.points.length > 2000 ? 0.6 : 0.9;
