@@ -114,13 +114,20 @@ TEST(IdxErrors, EveryMalformedFileIsNamed) {
   WriteBytes(dir / "full.gz", IdxBytes({3, 2, 2}, kPixels), /*gz=*/true);
   std::ifstream in(dir / "full.gz", std::ios::binary);
   std::vector<uint8_t> gz((std::istreambuf_iterator<char>(in)), {});
-  gz.resize(gz.size() - 12);
+  ASSERT_GT(gz.size(), 12u);
+  gz.erase(gz.end() - 12, gz.end());  // cut the trailer and a little data
   WriteBytes(dir / "cut.gz", gz, /*gz=*/false);
   auto cut = LoadIdx(dir / "cut.gz", dir / "labels.idx");
   ASSERT_FALSE(cut.ok());
   EXPECT_NE(cut.status().message().find(dir / "cut.gz" + ": gzip data ends early"),
             std::string::npos)
       << cut.status().message();
+
+  // A stray label far above the others: most classes would have no sample.
+  EXPECT_EQ(IdxError(dir, good_img, IdxBytes({3}, {0, 1, 255})),
+            lbl +
+                ": labels go up to 255, but 253 of the classes 0 to 255 have no sample; labels "
+                "must be numbered 0 to C-1");
 
   // Corrupt gzip data (its checksum no longer matches): zlib's words, the file named once.
   std::ifstream whole(dir / "full.gz", std::ios::binary);
