@@ -1110,6 +1110,18 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                        "grid search cannot enumerate a continuous distribution; give it `values "
                        "= [...]` or use search.algorithm = \"random\"");
       }
+      // The same value twice would run the same trials twice (1 and 1.0 are the same value).
+      const auto& values = e.parameter.distribution.values;
+      for (size_t i = 0; i < values.size(); ++i) {
+        for (size_t j = i + 1; j < values.size(); ++j) {
+          if (values[i] == values[j]) {
+            return c.Error(*e.node, "parameters." + e.parameter.name,
+                           "grid search would run every trial with " + values[j].dump() +
+                               " twice: it is listed at positions " + std::to_string(i + 1) +
+                               " and " + std::to_string(j + 1));
+          }
+        }
+      }
     }
     auto grid = search::MakeGridSampler(cfg.space);
     if (!grid.ok()) return c.FileError(grid.status().message());

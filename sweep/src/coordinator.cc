@@ -89,8 +89,9 @@ struct RunningTrial {
   double epochs = 0;
   int retries = 0;
   bool stop_sent = false;
-  std::string prune_reason;  // set when early stopping asked it to stop
-  size_t next_point = 0;     // see TrialTask::IsDecisionPoint
+  std::string prune_reason;      // set when early stopping asked it to stop
+  bool at_max_resource = false;  // stopped on reaching early_stopping.max_resource
+  size_t next_point = 0;         // see TrialTask::IsDecisionPoint
 };
 
 constexpr int kLocalServer = 0;
@@ -421,6 +422,12 @@ class Coordinator {
   // Multiply-adds a trainer trial will do with these parameters (0 when they are unreadable:
   // the trial will fail at its start, which may as well come late).
   double EstimatedWork(const json& params) {
+    std::optional<trainer::TrainOptions> options = TrainerOptions(params);
+    return options ? trainer::EstimatedWork(*options) : 0;
+  }
+
+  // A trainer trial's options: [trainer], then its parameters; none when they do not apply.
+  std::optional<trainer::TrainOptions> TrainerOptions(const json& params) {
     if (!work_base_) {  // [trainer] once (a dataset directory is resolved on disk), not per trial
       work_base_.emplace();
       for (const auto& [key, value] : config_.trainer.items()) {
@@ -429,9 +436,23 @@ class Coordinator {
     }
     trainer::TrainOptions options = *work_base_;
     for (const auto& [key, value] : params.items()) {
-      if (!trainer::ApplyOption(&options, key, value).ok()) return 0;
+      if (!trainer::ApplyOption(&options, key, value).ok()) return std::nullopt;
     }
-    return trainer::EstimatedWork(options);
+    return options;
+  }
+
+  // The resource a trial runs to on its own: a function's steps, a trainer's epochs; none for
+  // a command.
+  std::optional<double> TrialLength(const json& params) {
+    if (config_.kind == TrialKind::kFunction) {
+      const int64_t steps = config_.function.value("steps", int64_t{0});
+      return static_cast<double>(std::max<int64_t>(1, steps));
+    }
+    if (config_.kind == TrialKind::kTrainer) {
+      std::optional<trainer::TrainOptions> options = TrainerOptions(params);
+      if (options) return static_cast<double>(options->epochs);
+    }
+    return std::nullopt;
   }
 
   // Whether waiting can ever let a trial start: a server big enough is here, or agents may
@@ -760,10 +781,10 @@ class Coordinator {
     if (it == running_.end()) return Status::Ok();  // a late message for a finished trial
     RunningTrial& t = it->second;
     if (ev.type == executor::WorkerEvent::Type::kReport) {
-      // Early stopping has decided on this trial: what it reports while it stops (a program
-      // that ignores SIGTERM for its grace period, say) is not its result, is not stored, and
-      // reaches no scheduler, as resume would replay the store.
-      if (!t.prune_reason.empty()) return Status::Ok();
+      // Early stopping has decided on this trial (pruned, or at max_resource): what it reports
+      // while it stops (a program that ignores SIGTERM for its grace period, say) is not its
+      // result, is not stored, and reaches no scheduler, as resume would replay the store.
+      if (!t.prune_reason.empty() || t.at_max_resource) return Status::Ok();
       for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
       t.epochs = std::max(t.epochs, ev.epoch);
       store::ReportRecord r;
@@ -785,6 +806,21 @@ class Coordinator {
               t.stop_sent = true;
             }
           }
+        }
+        // A survivor runs to max_resource (ASHA's and Hyperband's), not past it, whatever
+        // its own epochs or steps: there it ends completed (Ray Tune's max_t). A trial whose
+        // length is known is stopped on reaching it, if it would go on; a command, whose length
+        // is not, once it reports past it (so a program that ends there anyway finishes
+        // undisturbed).
+        const double resource =
+            config_.kind == TrialKind::kFunction ? static_cast<double>(ev.step) : ev.epoch;
+        const double cap = scheduler_->MaxResource(ev.trial);
+        const std::optional<double> length = TrialLength(t.params);
+        const bool beyond = length ? *length > cap && resource >= cap : resource > cap;
+        if (t.prune_reason.empty() && !t.stop_sent && beyond) {
+          t.at_max_resource = true;
+          (void)StopTrial(ev.trial, t);
+          t.stop_sent = true;
         }
       }
       // A report that pruned its trial, or one that arrives while the sweep is already
@@ -821,6 +857,8 @@ class Coordinator {
         } else if (target_trial_ == ev.trial) {
           // It reached the target that ended the sweep: its result is the one sought.
           error = TargetNote();
+        } else if (t.at_max_resource) {
+          error = "ran to early_stopping.max_resource = " + FormatMetric(t.epochs);
         } else {
           status = TrialStatus::kInterrupted;
           error = "stopped: " + stop_reason_;
@@ -829,10 +867,10 @@ class Coordinator {
       case executor::TrialOutcome::Kind::kFailed:
         status = TrialStatus::kFailed;
         error = ev.error;
-        if (ev.worker_lost && !t.prune_reason.empty()) {
-          // Early stopping had already decided; its worker or agent vanished while it was
-          // stopping. It ends pruned, as resume would record it, rather than run again only to
-          // be pruned anew.
+        if (!t.prune_reason.empty()) {
+          // Early stopping had already decided. Whatever ended it while it stopped (its worker
+          // or agent vanished, its program failed or diverged), the decision stands: it ends
+          // pruned, as resume would record it, rather than failed or run again.
           status = TrialStatus::kPruned;
           error = t.prune_reason;
         } else if ((ev.worker_lost && stopping) || signalled) {

@@ -394,6 +394,25 @@ x6 = { distribution = "uniform", min = 0, max = 1 }
             std::to_string(arr.size()));
 }
 
+// early_stopping.max_resource below the trials' own length: survivors stop there and end
+// completed (Ray Tune's max_t); none runs or reports past it.
+TEST_F(E2eTest, SurvivorsStopAtMaxResource) {
+  Write("m.toml", sweep_e2e::BraninConfig(
+                      "cap", 20, "seed = 5\nmax_concurrent = 1\n", "steps = 27\nstep_ms = 2\n",
+                      "[early_stopping]\nalgorithm = \"asha\"\nmin_resource = 1\n"
+                      "reduction_factor = 3\nmax_resource = 9\n"));
+  Output run = Sweep("run m.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_EQ(Query("SELECT max(epochs) FROM trials")[0][0], "9.0");
+  EXPECT_EQ(Query("SELECT max(step) FROM reports")[0][0], "9");
+  auto survivors = Query("SELECT number, epochs, error FROM trials WHERE status = 'completed'");
+  ASSERT_FALSE(survivors.empty());
+  for (const auto& row : survivors) {
+    EXPECT_EQ(row[1], "9.0") << "trial " << row[0];
+    EXPECT_EQ(row[2], "ran to early_stopping.max_resource = 9") << "trial " << row[0];
+  }
+}
+
 TEST_F(E2eTest, StopWhenEndsTheSweepAtItsTarget) {
   Write("s.toml",
         sweep_e2e::BraninConfig("target", 5000, "stop_when = \"value <= 5\"\nseed = 3\n"));

@@ -182,6 +182,10 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
        trainer("validation_fraction = { values = [0.0, 0.1] }"),
        "bad.toml:7:23: parameters.validation_fraction: a trial with 0 has no validation split "
        "to measure 'val_acc' on; keep every value > 0"},
+      {"grid with a value listed twice",
+       trainer("batch_size = { values = [64, 128, 64.0] }", "[search]\nalgorithm = \"grid\"\n"),
+       "bad.toml:7:14: parameters.batch_size: grid search would run every trial with 64.0 twice: "
+       "it is listed at positions 1 and 3"},
       {"grid over continuous",
        trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5 }",
                "[search]\nalgorithm = \"grid\"\n"),
