@@ -237,26 +237,22 @@ DatasetPtr MakeDataset(Dataset meta, std::vector<uint8_t> u8, std::vector<float>
   return ds;
 }
 
-namespace {
-
-// The model has one output per class 0..max label. Labels that leave most of those classes
-// without a sample are not numbered 0..C-1 (a stray 255 among the digits 0-9, a file of other
-// data): refuse them rather than train a model whose outputs are mostly for nothing.
-Status CheckLabelsAreDense(const std::string& path, const std::vector<int32_t>& labels,
-                           int num_classes) {
-  std::vector<bool> seen(static_cast<size_t>(num_classes), false);
-  for (int32_t l : labels) seen[static_cast<size_t>(l)] = true;
+Status CheckLabelsAreDense(const Dataset& data) {
+  // A small set may miss classes by chance: judge only one with several samples per class.
+  if (data.num_classes <= 2 || data.n < 4 * static_cast<int64_t>(data.num_classes)) {
+    return Status::Ok();
+  }
+  std::vector<bool> seen(static_cast<size_t>(data.num_classes), false);
+  for (int32_t l : data.labels) seen[static_cast<size_t>(l)] = true;
   const int64_t empty = std::count(seen.begin(), seen.end(), false);
-  if (num_classes > 2 && empty * 2 > num_classes) {
-    return Status::Corruption(path + ": labels go up to " + std::to_string(num_classes - 1) +
-                              ", but " + std::to_string(empty) + " of the classes 0 to " +
-                              std::to_string(num_classes - 1) +
-                              " have no sample; labels must be numbered 0 to C-1");
+  if (empty * 2 > data.num_classes) {
+    return Status::Corruption(
+        data.source + ": labels go up to " + std::to_string(data.num_classes - 1) + ", but " +
+        std::to_string(empty) + " of the classes 0 to " + std::to_string(data.num_classes - 1) +
+        " have no sample; labels must be numbered 0 to C-1");
   }
   return Status::Ok();
 }
-
-}  // namespace
 
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path) {
   auto images = ReadIdx(images_path, /*labels=*/false);
@@ -276,7 +272,6 @@ Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& la
   meta.dim = static_cast<int64_t>(images->bytes.size()) / n;
   std::vector<int32_t> label_values(labels->bytes.begin(), labels->bytes.end());
   meta.num_classes = *std::max_element(label_values.begin(), label_values.end()) + 1;
-  SWEEP_RETURN_IF_ERROR(CheckLabelsAreDense(labels_path, label_values, meta.num_classes));
   return MakeDataset(std::move(meta), std::move(images->bytes), {}, std::move(label_values));
 }
 
@@ -357,7 +352,6 @@ Result<DatasetPtr> LoadCsv(const std::string& path, int label_column) {
   meta.dim = columns - 1;
   meta.shape = {meta.dim};
   meta.num_classes = max_label + 1;
-  SWEEP_RETURN_IF_ERROR(CheckLabelsAreDense(path, label_values, meta.num_classes));
   features.shrink_to_fit();
   label_values.shrink_to_fit();
   return MakeDataset(std::move(meta), {}, std::move(features), std::move(label_values));

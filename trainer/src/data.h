@@ -46,6 +46,13 @@ using DatasetPtr = std::shared_ptr<const Dataset>;
 DatasetPtr MakeDataset(Dataset meta, std::vector<uint8_t> u8, std::vector<float> f32,
                        std::vector<int32_t> labels);
 
+// The model has one output per class 0..max label. A training set whose labels leave most of
+// those classes without a sample is not numbered 0..C-1 (a stray 255 among the digits 0-9, a
+// file of other data): refused, rather than a model trained whose outputs are mostly for
+// nothing. A set with fewer than 4 samples per class is not judged (it may miss classes by
+// chance).
+Status CheckLabelsAreDense(const Dataset& data);
+
 // Decoders, uncached. Errors name the file ("labels.gz: expected 60000 labels, found 59999").
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path);
 // label_column counts from 0; a negative one counts from the end (-1: the last column).

@@ -146,6 +146,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
 
   // The test set loads up front too: a bad test file should fail before hours of training.
   SWEEP_ASSIGN_OR_RETURN(DatasetPtr train, LoadCached(o.dataset, /*test=*/false, cache_dir));
+  SWEEP_RETURN_IF_ERROR(CheckLabelsAreDense(*train));
   DatasetPtr test;
   if (!o.dataset.test_images.empty()) {
     SWEEP_ASSIGN_OR_RETURN(test, LoadCached(o.dataset, /*test=*/true, cache_dir));
@@ -379,7 +380,9 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     }
   }
 
-  if (test != nullptr && !result.stopped) {
+  // Measured for a stopped run too: a trial stopped at early stopping's max_resource is a
+  // finished one, and a pruned one's figure costs one pass over the test set.
+  if (test != nullptr) {
     std::vector<int32_t> all(static_cast<size_t>(test->n));
     for (int64_t i = 0; i < test->n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     double test_loss = 0, test_acc = 0;
