@@ -127,8 +127,9 @@ std::string SignalName(int sig) {
 
 class CommandRun {
  public:
-  CommandRun(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop)
-      : task_(task), sink_(sink), stop_(stop) {}
+  CommandRun(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
+             const std::function<void()>& idle)
+      : task_(task), sink_(sink), stop_(stop), idle_(idle) {}
 
   TrialOutcome Run() {
     const json& s = task_.settings;
@@ -322,6 +323,7 @@ class CommandRun {
       if (exited && (!pipe_open || Clock::now() - exited_at > std::chrono::seconds(1))) break;
       if (exited) continue;
 
+      if (idle_) idle_();  // a stop may have come while the program was silent
       const Clock::time_point now = Clock::now();
       if (!term && why_stopped.empty() && timeout_ && now - start > *timeout_) {
         why_stopped = "timed out after " + FormatSeconds(timeout_->count());
@@ -423,6 +425,7 @@ class CommandRun {
   const TrialTask& task_;
   const ReportSink& sink_;
   const std::atomic<bool>& stop_;
+  const std::function<void()>& idle_;
   std::string workdir_, trial_dir_, metric_;
   std::string stdout_path_, stderr_path_;
   off_t stdout_start_ = 0, stderr_start_ = 0;
@@ -440,8 +443,8 @@ class CommandRun {
 }  // namespace
 
 TrialOutcome RunCommandTrial(const TrialTask& task, const ReportSink& sink,
-                             const std::atomic<bool>& stop) {
-  return CommandRun(task, sink, stop).Run();
+                             const std::atomic<bool>& stop, const std::function<void()>& idle) {
+  return CommandRun(task, sink, stop, idle).Run();
 }
 
 }  // namespace sweep::executor

@@ -165,11 +165,11 @@ TrialOutcome RunFunctionTrial(const TrialTask& task, const ReportSink& sink,
 
 Status CheckTrainerTask(const TrialTask& task) { return TrainerOptions(task).status(); }
 
-TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink,
-                      const std::atomic<bool>& stop) {
+TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
+                      const std::function<void()>& idle) {
   if (task.kind == "trainer") return RunTrainerTrial(task, sink, stop);
   if (task.kind == "function") return RunFunctionTrial(task, sink, stop);
-  if (task.kind == "command") return RunCommandTrial(task, sink, stop);
+  if (task.kind == "command") return RunCommandTrial(task, sink, stop, idle);
   return Failed("unknown trial kind '" + task.kind + "'");
 }
 

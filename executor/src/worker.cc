@@ -108,10 +108,11 @@ class Worker {
           while (!verdict_ && !closed_) Pump(-1);
           return;
         }
-        if (std::chrono::steady_clock::now() - last_flush_ >= kFlushInterval) Flush();
+        if (FlushDue()) Flush();
         Pump(0);  // a stop request takes effect at this report
       };
-      TrialOutcome outcome = RunTrial(*task, sink, stop_);
+      // Between reports (a command trial's silent epoch), a stop is read as it arrives.
+      TrialOutcome outcome = RunTrial(*task, sink, stop_, [&] { Pump(0); });
       current_ = -1;
       std::string fault;
       if (task->number == retire_after) {
@@ -133,12 +134,27 @@ class Worker {
     }
   }
 
-  // Writes a heartbeat every kWorkerHeartbeatMs while a trial runs.
+  // Writes a heartbeat every kWorkerHeartbeatMs while a trial runs, and sends what the trial
+  // thread left unsent within kFlushInterval: a report followed by a long silence (a command
+  // trial's next epoch) reaches the coordinator now, not with the next report.
   void Heartbeat() {
     std::unique_lock lock(mu_);
-    while (!cv_.wait_for(lock, std::chrono::milliseconds(kWorkerHeartbeatMs),
-                         [this] { return done_; })) {
-      if (current_ >= 0) WriteAll(message_fd_, "{\"op\":\"hb\"}\n");
+    auto beat = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWorkerHeartbeatMs);
+    while (!done_) {
+      if (!out_.empty()) {
+        cv_.wait_for(lock, kFlushInterval, [this] { return done_; });
+        if (!out_.empty()) {
+          WriteAll(message_fd_, out_);
+          out_.clear();
+          last_flush_ = std::chrono::steady_clock::now();
+        }
+        continue;
+      }
+      cv_.wait_until(lock, beat, [this] { return done_ || !out_.empty(); });
+      if (std::chrono::steady_clock::now() >= beat) {
+        if (current_ >= 0) WriteAll(message_fd_, "{\"op\":\"hb\"}\n");
+        beat = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWorkerHeartbeatMs);
+      }
     }
   }
 
@@ -184,17 +200,30 @@ class Worker {
   }
 
   void Send(const json& msg) {
-    out_ += msg.dump(-1, ' ', false, json::error_handler_t::replace);
-    out_ += '\n';
+    std::string line = msg.dump(-1, ' ', false, json::error_handler_t::replace);
+    line += '\n';
+    bool was_empty = false;
+    {
+      std::lock_guard lock(mu_);
+      was_empty = out_.empty();
+      out_ += line;
+    }
+    if (was_empty) cv_.notify_all();  // the heartbeat thread sends it if no Flush comes first
   }
 
   bool Flush() {
+    std::lock_guard lock(mu_);  // whole lines: never interleaved with a heartbeat
     last_flush_ = std::chrono::steady_clock::now();
     if (out_.empty()) return true;
-    std::lock_guard lock(mu_);  // whole lines: never interleaved with a heartbeat
     bool ok = WriteAll(message_fd_, out_);
     out_.clear();
     return ok;
+  }
+
+  // Whether kFlushInterval has passed since the last write of pending messages.
+  bool FlushDue() {
+    std::lock_guard lock(mu_);
+    return std::chrono::steady_clock::now() - last_flush_ >= kFlushInterval;
   }
 
   int command_fd_;
@@ -204,7 +233,7 @@ class Worker {
   std::set<int64_t> stopped_early_;  // queued runs stopped before they began
   bool closed_ = false;
   std::atomic<int64_t> current_{-1};
-  std::mutex mu_;  // the message pipe, and done_
+  std::mutex mu_;  // the message pipe, out_, last_flush_ and done_
   std::condition_variable cv_;
   bool done_ = false;
   std::atomic<bool> stop_{false};

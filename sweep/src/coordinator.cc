@@ -168,9 +168,13 @@ class Coordinator {
     // Early stopping's state, and whether stop_when was met, are functions of the stored
     // reports: replay them in order, as they were decided live.
     std::map<int64_t, std::string> stop_reasons;
+    std::map<int64_t, double> reached;  // the largest resource each trial reported
     if (scheduler_ != nullptr || config_.stop_when) {
       SWEEP_ASSIGN_OR_RETURN(auto stored, store_.AllReports(sweep_id_));
       for (const auto& r : stored) {
+        const double resource =
+            config_.kind == TrialKind::kFunction ? static_cast<double>(r.step) : r.epoch;
+        reached[r.trial] = std::max(reached[r.trial], resource);
         json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
         bool pruned_here = false;
         if (scheduler_ != nullptr) {
@@ -196,6 +200,22 @@ class Coordinator {
         done.status = TrialStatus::kCompleted;
         done.ended_s = start_s_;
         done.error = TargetNote();
+        SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, done));
+        SWEEP_RETURN_IF_ERROR(
+            store_.AddEvent(sweep_id_, t.number, "interrupted", "completed", done.error, start_s_));
+        continue;
+      }
+      json params_of = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+      const std::optional<double> length =
+          params_of.is_object() ? TrialLength(params_of) : std::nullopt;
+      if (scheduler_ != nullptr && !scheduler_->Stopped(t.number) && reached.count(t.number) &&
+          reached[t.number] >= scheduler_->MaxResource(t.number) && length &&
+          *length > scheduler_->MaxResource(t.number)) {
+        // It had run to max_resource, where it would have been stopped: completed, as live.
+        store::TrialRecord done = t;
+        done.status = TrialStatus::kCompleted;
+        done.ended_s = start_s_;
+        done.error = CapNote();
         SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, done));
         SWEEP_RETURN_IF_ERROR(
             store_.AddEvent(sweep_id_, t.number, "interrupted", "completed", done.error, start_s_));
@@ -295,7 +315,12 @@ class Coordinator {
       // Hyperband, every report for the median rule.
       decisions_.decide_every_report =
           config_.early_stopping.algorithm == search::EarlyStopping::kMedian;
-      if (!decisions_.decide_every_report) decisions_.decision_points = scheduler_->RungResources();
+      if (!decisions_.decide_every_report) {
+        decisions_.decision_points = scheduler_->RungResources();
+        // And max_resource, where a longer survivor is stopped: it waits there for the
+        // verdict, so it stops at the cap, not an epoch past it.
+        decisions_.decision_points.push_back(config_.early_stopping.max_resource);
+      }
       decisions_.decide_by_epoch = config_.kind != TrialKind::kFunction;
     }
     if (config_.kind == TrialKind::kTrainer) {
@@ -547,6 +572,11 @@ class Coordinator {
     stop_reason_ =
         "target " + config_.stop_when->ToString() + " reached by trial " + std::to_string(trial);
   }
+  // The note of a trial stopped at max_resource.
+  std::string CapNote() const {
+    return "ran to early_stopping.max_resource = " +
+           FormatMetric(config_.early_stopping.max_resource);
+  }
   // The note of the trial that met stop_when.
   std::string TargetNote() const {
     return "reached the target " + config_.stop_when->ToString() + "; the sweep stopped";
@@ -559,6 +589,25 @@ class Coordinator {
       return m->get<double>();
     }
     return std::nullopt;
+  }
+
+  // A second interrupt: the local workers end now (no grace), and every running trial is
+  // recorded interrupted; resume continues each from its last checkpoint. Agents were told to
+  // stop at the first interrupt and stop theirs when this coordinator goes.
+  Status StopAtOnce(double now) {
+    executor_->Shutdown(0);
+    while (!running_.empty()) {
+      auto it = running_.begin();
+      const int64_t number = it->first;
+      RunningTrial t = std::move(it->second);
+      running_.erase(it);
+      (void)packer_->Release(t.where);
+      --counts_.running;
+      progressed_.erase(number);
+      SWEEP_RETURN_IF_ERROR(FinishTrial(number, t, TrialStatus::kInterrupted,
+                                        "stopped at once by a second interrupt", now));
+    }
+    return Status::Ok();
   }
 
   Status CommitNow(double now) {
@@ -591,6 +640,15 @@ class Coordinator {
         stopping = true;
         interrupted_ = true;
         stop_reason_ = "interrupted by the user";
+        if (options_.log != nullptr && !running_.empty()) {
+          *options_.log << "\nsweep: stopping " << running_.size()
+                        << " running trial(s) after their current epoch; interrupt again to "
+                           "stop them at once\n";
+        }
+      }
+      if (stopping && !running_.empty() && options_.interrupt_again != nullptr &&
+          options_.interrupt_again->load()) {
+        SWEEP_RETURN_IF_ERROR(StopAtOnce(now));
       }
       if (!stopping && target_reached_) {
         stopping = true;  // stop_reason_ says which trial reached it
@@ -858,7 +916,7 @@ class Coordinator {
           // It reached the target that ended the sweep: its result is the one sought.
           error = TargetNote();
         } else if (t.at_max_resource) {
-          error = "ran to early_stopping.max_resource = " + FormatMetric(t.epochs);
+          error = CapNote();
         } else {
           status = TrialStatus::kInterrupted;
           error = "stopped: " + stop_reason_;
@@ -867,7 +925,11 @@ class Coordinator {
       case executor::TrialOutcome::Kind::kFailed:
         status = TrialStatus::kFailed;
         error = ev.error;
-        if (!t.prune_reason.empty()) {
+        if (t.at_max_resource) {
+          // It had reached max_resource; what ended it while it stopped does not undo that.
+          status = TrialStatus::kCompleted;
+          error = CapNote();
+        } else if (!t.prune_reason.empty()) {
           // Early stopping had already decided. Whatever ended it while it stopped (its worker
           // or agent vanished, its program failed or diverged), the decision stands: it ends
           // pruned, as resume would record it, rather than failed or run again.

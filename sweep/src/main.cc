@@ -40,7 +40,11 @@ using sweep::kExitOk;
 using sweep::kExitRuntime;
 using sweep::kExitUsage;
 std::atomic<bool> g_interrupt{false};
-extern "C" void OnInterrupt(int) { g_interrupt = true; }
+std::atomic<bool> g_interrupt_again{false};  // a second Ctrl-C / SIGTERM: stop at once
+extern "C" void OnInterrupt(int) {
+  if (g_interrupt.load()) g_interrupt_again = true;
+  g_interrupt = true;
+}
 
 std::string SelfExe(const char* argv0) {
   std::error_code ec;
@@ -333,6 +337,7 @@ sweep::RunOptions MakeRunOptions(const char* argv0) {
   options.live_status = ::isatty(STDERR_FILENO) != 0;
   options.log = &std::cerr;
   options.interrupt = &g_interrupt;
+  options.interrupt_again = &g_interrupt_again;
   std::signal(SIGINT, OnInterrupt);
   std::signal(SIGTERM, OnInterrupt);
   return options;

@@ -326,6 +326,96 @@ TEST_F(ResumeTest, ResumeAfterTheTargetWasMetEndsTheSweep) {
       << end[0][0];
 }
 
+// A program silent between its reports (a long epoch) gets the stop as it is sent, not at its
+// next report: one interrupt ends the sweep in moments, its trials interrupted. (Its one report
+// also reaches the store at once, not with the next.)
+TEST_F(ResumeTest, AStopReachesAProgramBetweenItsReports) {
+  Write("slow.sh", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\nexec sleep 300\n");
+  fs::permissions(dir_ / "slow.sh", fs::perms::owner_all);
+  Write("s.toml", R"([sweep]
+name = "slow"
+metric = "score"
+mode = "max"
+max_trials = 2
+[search]
+algorithm = "grid"
+[parameters]
+x = { values = [1, 2] }
+[trial]
+kind = "command"
+command = ["./slow.sh", "{x}"]
+[executor]
+cpu_slots = 2
+)");
+  pid_t pid = Start("run s.toml", "slow.log");
+  bool running = false;
+  for (int i = 0; i < 400 && !running; ++i) {
+    running = HasTable("reports") && Query("SELECT count(*) FROM reports")[0][0] == "2";
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(running) << sweep_e2e::Slurp(dir_ / "slow.log");
+  const auto sent = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "slow.log");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count(), 20.0);
+  for (const auto& row : Query("SELECT status, stderr_log FROM trials")) {
+    EXPECT_EQ(row[0], "interrupted");
+    EXPECT_NE(sweep_e2e::Slurp(row[1]).find("sent SIGTERM (stopped)"), std::string::npos)
+        << sweep_e2e::Slurp(row[1]);
+  }
+}
+
+// The first interrupt waits for the running trials to stop after their current epoch; a
+// second one does not wait (here, programs deaf to SIGTERM with a minute of grace): the
+// workers end at once and the trials are recorded interrupted, for resume to continue.
+TEST_F(ResumeTest, SecondInterruptStopsAtOnce) {
+  Write("deaf.sh",
+        "#!/bin/sh\ntrap '' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n"
+        "exec sleep 300\n");
+  fs::permissions(dir_ / "deaf.sh", fs::perms::owner_all);
+  Write("d.toml", R"([sweep]
+name = "deaf"
+metric = "score"
+mode = "max"
+max_trials = 2
+[search]
+algorithm = "grid"
+[parameters]
+x = { values = [1, 2] }
+[trial]
+kind = "command"
+command = ["./deaf.sh", "{x}"]
+kill_grace = "60s"
+[executor]
+cpu_slots = 2
+)");
+  pid_t pid = Start("run d.toml", "deaf.log", "setsid");
+  bool running = false;
+  for (int i = 0; i < 400 && !running; ++i) {
+    running = HasTable("reports") && Query("SELECT count(*) FROM reports")[0][0] == "2";
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(running) << sweep_e2e::Slurp(dir_ / "deaf.log");
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, WNOHANG), 0) << "the first interrupt waits for the trials";
+  EXPECT_NE(sweep_e2e::Slurp(dir_ / "deaf.log").find("interrupt again to stop them at once"),
+            std::string::npos)
+      << sweep_e2e::Slurp(dir_ / "deaf.log");
+  const auto second = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "deaf.log");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - second).count(), 20.0);
+  auto rows = Query("SELECT status, error FROM trials ORDER BY number");
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    EXPECT_EQ(row[0], "interrupted");
+    EXPECT_EQ(row[1], "stopped at once by a second interrupt");
+  }
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "interrupted");
+}
+
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
   Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
   pid_t pid = Start("run w.toml", "run.log");

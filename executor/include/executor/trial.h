@@ -53,7 +53,10 @@ std::string_view ToString(TrialOutcome::Kind kind);
 using ReportSink = std::function<void(int64_t step, double epoch, const nlohmann::json& metrics)>;
 
 // Runs the task to its end, or until `stop` is set (then kStopped after the current epoch/step).
-TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop);
+// `idle`, when set, is called on the calling thread between reports while a command trial's
+// program is silent (about every 100 ms), so that the caller can read a stop meant for it.
+TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
+                      const std::function<void()>& idle = {});
 
 // Whether a trainer task's settings and parameters, with its slots, make options the trainer
 // accepts together (what the trial would fail with at its start, found without running it).

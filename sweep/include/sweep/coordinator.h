@@ -21,6 +21,9 @@ struct RunOptions {
   bool live_status = false;                      // one rewritten status line (a terminal)
   std::ostream* log = nullptr;                   // progress; nullptr: quiet
   const std::atomic<bool>* interrupt = nullptr;  // set: stop trials, record, return
+  // Set too (a second signal): do not wait for the current epoch; end the workers now and
+  // record their trials interrupted (they continue from their last checkpoint on resume).
+  const std::atomic<bool>* interrupt_again = nullptr;
   // Remote agents (`--listen HOST:PORT`): empty listen_host means none. The caller has checked
   // the address (executor::ValidateListen); listen_port 0 picks a free port (logged).
   std::string listen_host;
