@@ -35,6 +35,7 @@ using nlohmann::json;
 namespace {
 
 constexpr auto kFlushInterval = std::chrono::milliseconds(5);
+constexpr auto kPendingCheck = std::chrono::milliseconds(50);
 
 class Worker {
  public:
@@ -135,25 +136,23 @@ class Worker {
   }
 
   // Writes a heartbeat every kWorkerHeartbeatMs while a trial runs, and sends what the trial
-  // thread left unsent within kFlushInterval: a report followed by a long silence (a command
-  // trial's next epoch) reaches the coordinator now, not with the next report.
+  // thread has left unsent for kFlushInterval (it checks every kPendingCheck): a report followed
+  // by a long silence (a command trial's next epoch) reaches the coordinator now, not with the
+  // next report. It polls rather than being woken per message, which would cost every short
+  // trial a context switch.
   void Heartbeat() {
     std::unique_lock lock(mu_);
     auto beat = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWorkerHeartbeatMs);
-    while (!done_) {
-      if (!out_.empty()) {
-        cv_.wait_for(lock, kFlushInterval, [this] { return done_; });
-        if (!out_.empty()) {
-          WriteAll(message_fd_, out_);
-          out_.clear();
-          last_flush_ = std::chrono::steady_clock::now();
-        }
-        continue;
+    while (!cv_.wait_for(lock, kPendingCheck, [this] { return done_; })) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!out_.empty() && now - last_flush_ >= kFlushInterval) {
+        WriteAll(message_fd_, out_);
+        out_.clear();
+        last_flush_ = now;
       }
-      cv_.wait_until(lock, beat, [this] { return done_ || !out_.empty(); });
-      if (std::chrono::steady_clock::now() >= beat) {
+      if (now >= beat) {
         if (current_ >= 0) WriteAll(message_fd_, "{\"op\":\"hb\"}\n");
-        beat = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWorkerHeartbeatMs);
+        beat = now + std::chrono::milliseconds(kWorkerHeartbeatMs);
       }
     }
   }
@@ -202,13 +201,8 @@ class Worker {
   void Send(const json& msg) {
     std::string line = msg.dump(-1, ' ', false, json::error_handler_t::replace);
     line += '\n';
-    bool was_empty = false;
-    {
-      std::lock_guard lock(mu_);
-      was_empty = out_.empty();
-      out_ += line;
-    }
-    if (was_empty) cv_.notify_all();  // the heartbeat thread sends it if no Flush comes first
+    std::lock_guard lock(mu_);
+    out_ += line;  // the heartbeat thread sends it if no Flush comes first
   }
 
   bool Flush() {
