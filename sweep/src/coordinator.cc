@@ -196,13 +196,7 @@ class Coordinator {
     for (const auto& t : again) {
       if (target_trial_ == t.number) {
         // It met stop_when before the coordinator died: it ends completed, as it would have.
-        store::TrialRecord done = t;
-        done.status = TrialStatus::kCompleted;
-        done.ended_s = start_s_;
-        done.error = TargetNote();
-        SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, done));
-        SWEEP_RETURN_IF_ERROR(
-            store_.AddEvent(sweep_id_, t.number, "interrupted", "completed", done.error, start_s_));
+        SWEEP_RETURN_IF_ERROR(CompleteOnResume(t, TargetNote()));
         continue;
       }
       json params_of = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
@@ -212,13 +206,7 @@ class Coordinator {
           reached[t.number] >= scheduler_->MaxResource(t.number) && length &&
           *length > scheduler_->MaxResource(t.number)) {
         // It had run to max_resource, where it would have been stopped: completed, as live.
-        store::TrialRecord done = t;
-        done.status = TrialStatus::kCompleted;
-        done.ended_s = start_s_;
-        done.error = CapNote();
-        SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, done));
-        SWEEP_RETURN_IF_ERROR(
-            store_.AddEvent(sweep_id_, t.number, "interrupted", "completed", done.error, start_s_));
+        SWEEP_RETURN_IF_ERROR(CompleteOnResume(t, CapNote()));
         continue;
       }
       if (scheduler_ != nullptr && scheduler_->Stopped(t.number)) {
@@ -572,6 +560,17 @@ class Coordinator {
     stop_reason_ =
         "target " + config_.stop_when->ToString() + " reached by trial " + std::to_string(trial);
   }
+  // Resume: an interrupted trial whose stored reports show it had finished (it met stop_when,
+  // or reached max_resource) ends completed with its stored metrics, not run again.
+  Status CompleteOnResume(const store::TrialRecord& t, const std::string& note) {
+    store::TrialRecord done = t;
+    done.status = TrialStatus::kCompleted;
+    done.ended_s = start_s_;
+    done.error = note;
+    SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, done));
+    return store_.AddEvent(sweep_id_, t.number, "interrupted", "completed", note, start_s_);
+  }
+
   // The note of a trial stopped at max_resource.
   std::string CapNote() const {
     return "ran to early_stopping.max_resource = " +

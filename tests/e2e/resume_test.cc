@@ -42,8 +42,29 @@ std::string SlowFunctionConfig(const std::string& name, const std::string& algor
          params;
 }
 
+// Two command trials (x = 1, 2) of `script` on 2 CPU slots; `trial_extra` adds [trial] lines.
+std::string TwoCommandTrials(const std::string& name, const std::string& script,
+                             const std::string& trial_extra = "") {
+  return "[sweep]\nname = \"" + name +
+         "\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 2\n[search]\nalgorithm = "
+         "\"grid\"\n[parameters]\nx = { values = [1, 2] }\n[trial]\nkind = \"command\"\n"
+         "command = [\"./" +
+         script + "\", \"{x}\"]\n" + trial_extra + "[executor]\ncpu_slots = 2\n";
+}
+
 class ResumeTest : public E2eTest {
  protected:
+  // Waits (up to 10 s) until the store holds `n` reports.
+  bool WaitForReports(int n) {
+    for (int i = 0; i < 400; ++i) {
+      if (HasTable("reports") && Query("SELECT count(*) FROM reports")[0][0] == std::to_string(n)) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  }
+
   // Checks the invariants of a finished sweep in `db` against the uninterrupted run in `ref`.
   // With early stopping, which trials are pruned depends on the order reports arrive in, so
   // only the set of trials and the shape of their reports are compared (`exact` = false).
@@ -332,28 +353,9 @@ TEST_F(ResumeTest, ResumeAfterTheTargetWasMetEndsTheSweep) {
 TEST_F(ResumeTest, AStopReachesAProgramBetweenItsReports) {
   Write("slow.sh", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\nexec sleep 300\n");
   fs::permissions(dir_ / "slow.sh", fs::perms::owner_all);
-  Write("s.toml", R"([sweep]
-name = "slow"
-metric = "score"
-mode = "max"
-max_trials = 2
-[search]
-algorithm = "grid"
-[parameters]
-x = { values = [1, 2] }
-[trial]
-kind = "command"
-command = ["./slow.sh", "{x}"]
-[executor]
-cpu_slots = 2
-)");
+  Write("s.toml", TwoCommandTrials("slow", "slow.sh"));
   pid_t pid = Start("run s.toml", "slow.log");
-  bool running = false;
-  for (int i = 0; i < 400 && !running; ++i) {
-    running = HasTable("reports") && Query("SELECT count(*) FROM reports")[0][0] == "2";
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(running) << sweep_e2e::Slurp(dir_ / "slow.log");
+  ASSERT_TRUE(WaitForReports(2)) << sweep_e2e::Slurp(dir_ / "slow.log");
   const auto sent = std::chrono::steady_clock::now();
   ASSERT_EQ(::kill(pid, SIGINT), 0);
   EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "slow.log");
@@ -373,29 +375,9 @@ TEST_F(ResumeTest, SecondInterruptStopsAtOnce) {
         "#!/bin/sh\ntrap '' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n"
         "exec sleep 300\n");
   fs::permissions(dir_ / "deaf.sh", fs::perms::owner_all);
-  Write("d.toml", R"([sweep]
-name = "deaf"
-metric = "score"
-mode = "max"
-max_trials = 2
-[search]
-algorithm = "grid"
-[parameters]
-x = { values = [1, 2] }
-[trial]
-kind = "command"
-command = ["./deaf.sh", "{x}"]
-kill_grace = "60s"
-[executor]
-cpu_slots = 2
-)");
+  Write("d.toml", TwoCommandTrials("deaf", "deaf.sh", "kill_grace = \"60s\"\n"));
   pid_t pid = Start("run d.toml", "deaf.log", "setsid");
-  bool running = false;
-  for (int i = 0; i < 400 && !running; ++i) {
-    running = HasTable("reports") && Query("SELECT count(*) FROM reports")[0][0] == "2";
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(running) << sweep_e2e::Slurp(dir_ / "deaf.log");
+  ASSERT_TRUE(WaitForReports(2)) << sweep_e2e::Slurp(dir_ / "deaf.log");
   ASSERT_EQ(::kill(pid, SIGINT), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   int status = 0;
