@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <tuple>
+#include <utility>
 #include <variant>
 
 #include "base/hash.h"
@@ -590,9 +592,21 @@ class Coordinator {
     return std::nullopt;
   }
 
-  // A second interrupt: the local workers end now (no grace), and every running trial is
-  // recorded interrupted; resume continues each from its last checkpoint. Agents were told to
-  // stop at the first interrupt and stop theirs when this coordinator goes.
+  // How a trial that was stopped ends: pruned (early stopping decided), completed (it met
+  // stop_when, or reached max_resource), or else interrupted with `why`.
+  std::pair<TrialStatus, std::string> StoppedOutcome(int64_t number, const RunningTrial& t,
+                                                     const std::string& why) const {
+    if (!t.prune_reason.empty()) return {TrialStatus::kPruned, t.prune_reason};
+    // It reached the target that ended the sweep: its result is the one sought.
+    if (target_trial_ == number) return {TrialStatus::kCompleted, TargetNote()};
+    if (t.at_max_resource) return {TrialStatus::kCompleted, CapNote()};
+    return {TrialStatus::kInterrupted, why};
+  }
+
+  // A second interrupt: the local workers end now (no grace), and each running trial ends as
+  // its stop would have ended it (interrupted, unless it was already pruned or finished);
+  // resume continues the interrupted ones from their last checkpoints. Trials on agents stop
+  // when this coordinator goes.
   Status StopAtOnce(double now) {
     executor_->Shutdown(0);
     while (!running_.empty()) {
@@ -603,8 +617,9 @@ class Coordinator {
       (void)packer_->Release(t.where);
       --counts_.running;
       progressed_.erase(number);
-      SWEEP_RETURN_IF_ERROR(FinishTrial(number, t, TrialStatus::kInterrupted,
-                                        "stopped at once by a second interrupt", now));
+      const auto [status, note] =
+          StoppedOutcome(number, t, "stopped at once by a second interrupt");
+      SWEEP_RETURN_IF_ERROR(FinishTrial(number, t, status, note, now));
     }
     return Status::Ok();
   }
@@ -908,18 +923,7 @@ class Coordinator {
         }
         break;
       case executor::TrialOutcome::Kind::kStopped:
-        if (!t.prune_reason.empty()) {
-          status = TrialStatus::kPruned;  // an ordinary outcome, not a failure
-          error = t.prune_reason;
-        } else if (target_trial_ == ev.trial) {
-          // It reached the target that ended the sweep: its result is the one sought.
-          error = TargetNote();
-        } else if (t.at_max_resource) {
-          error = CapNote();
-        } else {
-          status = TrialStatus::kInterrupted;
-          error = "stopped: " + stop_reason_;
-        }
+        std::tie(status, error) = StoppedOutcome(ev.trial, t, "stopped: " + stop_reason_);
         break;
       case executor::TrialOutcome::Kind::kFailed:
         status = TrialStatus::kFailed;
