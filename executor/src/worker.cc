@@ -109,7 +109,7 @@ class Worker {
           while (!verdict_ && !closed_) Pump(-1);
           return;
         }
-        if (FlushDue()) Flush();
+        FlushIfDue();
         Pump(0);  // a stop request takes effect at this report
       };
       // Between reports (a command trial's silent epoch), a stop is read as it arrives.
@@ -145,11 +145,7 @@ class Worker {
     auto beat = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWorkerHeartbeatMs);
     while (!cv_.wait_for(lock, kPendingCheck, [this] { return done_; })) {
       const auto now = std::chrono::steady_clock::now();
-      if (!out_.empty() && now - last_flush_ >= kFlushInterval) {
-        WriteAll(message_fd_, out_);
-        out_.clear();
-        last_flush_ = now;
-      }
+      if (!out_.empty() && now - last_flush_ >= kFlushInterval) WritePending();
       if (now >= beat) {
         if (current_ >= 0) WriteAll(message_fd_, "{\"op\":\"hb\"}\n");
         beat = now + std::chrono::milliseconds(kWorkerHeartbeatMs);
@@ -207,17 +203,22 @@ class Worker {
 
   bool Flush() {
     std::lock_guard lock(mu_);  // whole lines: never interleaved with a heartbeat
+    return WritePending();
+  }
+
+  // Flush, when kFlushInterval has passed since the last write of pending messages.
+  void FlushIfDue() {
+    std::lock_guard lock(mu_);
+    if (std::chrono::steady_clock::now() - last_flush_ >= kFlushInterval) WritePending();
+  }
+
+  // Writes out_ and empties it; mu_ held.
+  bool WritePending() {
     last_flush_ = std::chrono::steady_clock::now();
     if (out_.empty()) return true;
     bool ok = WriteAll(message_fd_, out_);
     out_.clear();
     return ok;
-  }
-
-  // Whether kFlushInterval has passed since the last write of pending messages.
-  bool FlushDue() {
-    std::lock_guard lock(mu_);
-    return std::chrono::steady_clock::now() - last_flush_ >= kFlushInterval;
   }
 
   int command_fd_;

@@ -93,6 +93,7 @@ struct RunningTrial {
   bool stop_sent = false;
   std::string prune_reason;      // set when early stopping asked it to stop
   bool at_max_resource = false;  // stopped on reaching early_stopping.max_resource
+  std::optional<double> length;  // the resource it runs to on its own (with early stopping)
   size_t next_point = 0;         // see TrialTask::IsDecisionPoint
 };
 
@@ -174,9 +175,7 @@ class Coordinator {
     if (scheduler_ != nullptr || config_.stop_when) {
       SWEEP_ASSIGN_OR_RETURN(auto stored, store_.AllReports(sweep_id_));
       for (const auto& r : stored) {
-        const double resource =
-            config_.kind == TrialKind::kFunction ? static_cast<double>(r.step) : r.epoch;
-        reached[r.trial] = std::max(reached[r.trial], resource);
+        reached[r.trial] = std::max(reached[r.trial], Resource(r.step, r.epoch));
         json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
         bool pruned_here = false;
         if (scheduler_ != nullptr) {
@@ -358,6 +357,12 @@ class Coordinator {
     return "pid " + owner.substr(0, at) + " on host " + owner.substr(at + 1);
   }
 
+  // Early stopping's resource of a report: function trials count steps; trainer and command
+  // trials count epochs (a program that does not say its epoch gets one per report).
+  double Resource(int64_t step, double epoch) const {
+    return config_.kind == TrialKind::kFunction ? static_cast<double>(step) : epoch;
+  }
+
   // The scheduler's view of a report: the resource is the epoch for trainer trials and the step
   // for the others; the value is the sweep's metric (null, as JSON writes NaN, reads as NaN).
   // Used for live reports and for replays alike, so both see the same numbers.
@@ -368,9 +373,7 @@ class Coordinator {
     if (m == metrics.end()) return std::nullopt;
     search::Report r;
     r.trial = trial;
-    // Function trials count steps; trainer and command trials count epochs (a program that
-    // does not say its epoch gets one per report).
-    r.resource = config_.kind == TrialKind::kFunction ? static_cast<double>(step) : epoch;
+    r.resource = Resource(step, epoch);
     r.value = m->is_number() ? m->get<double>() : std::nan("");
     return r;
   }
@@ -778,6 +781,7 @@ class Coordinator {
     RunningTrial t;
     t.params = p.params;
     t.retries = p.retries;
+    if (scheduler_ != nullptr) t.length = TrialLength(t.params);
     t.where = std::move(where);
     const ServerInfo& server = servers_.at(t.where.server);
     t.placement = server.name + ":";
@@ -884,11 +888,9 @@ class Coordinator {
         // length is known is stopped on reaching it, if it would go on; a command, whose length
         // is not, once it reports past it (so a program that ends there anyway finishes
         // undisturbed).
-        const double resource =
-            config_.kind == TrialKind::kFunction ? static_cast<double>(ev.step) : ev.epoch;
+        const double resource = Resource(ev.step, ev.epoch);
         const double cap = scheduler_->MaxResource(ev.trial);
-        const std::optional<double> length = TrialLength(t.params);
-        const bool beyond = length ? *length > cap && resource >= cap : resource > cap;
+        const bool beyond = t.length ? *t.length > cap && resource >= cap : resource > cap;
         if (t.prune_reason.empty() && !t.stop_sent && beyond) {
           t.at_max_resource = true;
           (void)StopTrial(ev.trial, t);

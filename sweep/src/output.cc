@@ -75,9 +75,10 @@ void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& tr
     for (auto& [k, v] : params.back().items()) pkeys.insert(k);
     for (auto& [k, v] : metrics.back().items()) mkeys.insert(k);
   }
-  out << "trial,status,epochs,duration_s";
-  // A parameter named like a fixed column (`epochs`, in most trainer sweeps) keeps both apart.
+  // The fixed columns; a parameter or metric named like one (`epochs`, in most trainer sweeps)
+  // takes a prefix, so that no column name appears twice.
   const std::set<std::string> fixed = {"trial", "status", "epochs", "duration_s", "error"};
+  out << "trial,status,epochs,duration_s";
   for (const auto& k : pkeys) out << "," << CsvField(fixed.count(k) ? "param." + k : k);
   // A metric named like a parameter keeps both columns apart.
   for (const auto& k : mkeys) {
