@@ -128,8 +128,8 @@ std::string SignalName(int sig) {
 class CommandRun {
  public:
   CommandRun(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
-             const std::function<void()>& idle)
-      : task_(task), sink_(sink), stop_(stop), idle_(idle) {}
+             const TrialHooks& hooks)
+      : task_(task), sink_(sink), stop_(stop), hooks_(hooks) {}
 
   TrialOutcome Run() {
     const json& s = task_.settings;
@@ -177,6 +177,7 @@ class CommandRun {
     }
     Status spawned = Spawn(program, *argv, err_log.get());
     if (!spawned.ok()) return Failed(spawned.message());
+    if (hooks_.started) hooks_.started(pid_);
     return Supervise(out_log.get(), err_log.get());
   }
 
@@ -323,7 +324,7 @@ class CommandRun {
       if (exited && (!pipe_open || Clock::now() - exited_at > std::chrono::seconds(1))) break;
       if (exited) continue;
 
-      if (idle_) idle_();  // a stop may have come while the program was silent
+      if (hooks_.idle) hooks_.idle();  // a stop may have come while the program was silent
       const Clock::time_point now = Clock::now();
       if (!term && why_stopped.empty() && timeout_ && now - start > *timeout_) {
         why_stopped = "timed out after " + FormatSeconds(timeout_->count());
@@ -425,7 +426,7 @@ class CommandRun {
   const TrialTask& task_;
   const ReportSink& sink_;
   const std::atomic<bool>& stop_;
-  const std::function<void()>& idle_;
+  const TrialHooks& hooks_;
   std::string workdir_, trial_dir_, metric_;
   std::string stdout_path_, stderr_path_;
   off_t stdout_start_ = 0, stderr_start_ = 0;
@@ -443,8 +444,8 @@ class CommandRun {
 }  // namespace
 
 TrialOutcome RunCommandTrial(const TrialTask& task, const ReportSink& sink,
-                             const std::atomic<bool>& stop, const std::function<void()>& idle) {
-  return CommandRun(task, sink, stop, idle).Run();
+                             const std::atomic<bool>& stop, const TrialHooks& hooks) {
+  return CommandRun(task, sink, stop, hooks).Run();
 }
 
 }  // namespace sweep::executor

@@ -12,9 +12,10 @@ namespace sweep::executor {
 // Settings it reads from task.settings: command (argv template), workdir, trial_dir (stdout.log
 // and stderr.log go there; created when missing), metric (a NaN in it fails the trial),
 // kill_grace_s (SIGTERM to SIGKILL, default 10), timeout_s (0 or absent: none).
-// `idle` (when set) is called about every 100 ms while the program runs, between its
-// reports: where the caller reads its own messages (a stop) during a long silent epoch.
+// `hooks.idle` (when set) is called about every 100 ms while the program runs, between its
+// reports: where the caller reads its own messages (a stop) during a long silent epoch;
+// `hooks.started` gets the program's process group as soon as it runs.
 TrialOutcome RunCommandTrial(const TrialTask& task, const ReportSink& sink,
-                             const std::atomic<bool>& stop, const std::function<void()>& idle);
+                             const std::atomic<bool>& stop, const TrialHooks& hooks);
 
 }  // namespace sweep::executor

@@ -56,10 +56,24 @@ struct LocalExecutor::Worker {
   LineReader logs;
   std::string log_tail;
   std::optional<int64_t> trial;  // running trial, if any
+  pid_t program_group = -1;      // its command program's process group, while it runs
   bool alive = true;
   bool retiring = false;  // said "retire": it exits after its trial and takes no other
   bool messages_open = true;
   std::chrono::steady_clock::time_point last_message = std::chrono::steady_clock::now();
+
+  // After the worker died: its command program died with it (PR_SET_PDEATHSIG), not the
+  // program's helpers in the program's group.
+  void KillProgramGroup() {
+    if (program_group > 0) ::kill(-program_group, SIGKILL);
+    program_group = -1;
+  }
+
+  // Kills the worker, its command program and everything in the program's group.
+  void Kill() {
+    KillProgramGroup();
+    ::kill(pid, SIGKILL);
+  }
 
   void CloseFds() {
     for (int* fd : {&command_fd, &message_fd, &log_fd}) {
@@ -197,7 +211,11 @@ void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
       ev.error = msg.value("error", "");
       ev.metrics = msg.value("metrics", json::object());
       w.trial.reset();
+      w.program_group = -1;  // the program's group ended with it
     } else if (op == "hb") {
+      continue;
+    } else if (op == "group") {
+      if (w.trial && ev.trial == *w.trial) w.program_group = msg.value("pgid", -1);
       continue;
     } else if (op == "retire") {
       // Its GPU context is broken (trainer::GpuContextFault): the next trial gets a new worker.
@@ -232,9 +250,10 @@ void LocalExecutor::Reap(Worker& w, std::vector<WorkerEvent>* events, const std:
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (r == 0) {
-    ::kill(w.pid, SIGKILL);
+    w.Kill();
     ::waitpid(w.pid, &wstatus, 0);
   }
+  w.KillProgramGroup();
   w.alive = false;
   w.CloseFds();
   if (w.trial) {
@@ -295,7 +314,7 @@ Status LocalExecutor::Poll(int timeout_ms, std::vector<WorkerEvent>* events) {
       Reap(*w, events);
     } else if (w->trial && heartbeat_timeout_ms_ > 0 &&
                now - w->last_message > std::chrono::milliseconds(heartbeat_timeout_ms_)) {
-      ::kill(w->pid, SIGKILL);
+      w->Kill();
       char why[96];
       std::snprintf(why, sizeof why, "sent no heartbeat for %.3g s and was killed",
                     static_cast<double>(heartbeat_timeout_ms_) / 1000.0);
@@ -318,7 +337,9 @@ void LocalExecutor::Shutdown(int grace_ms) {
     int wstatus = 0;
     while (::waitpid(w->pid, &wstatus, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() >= deadline) {
-        ::kill(w->pid, SIGKILL);
+        std::vector<WorkerEvent> unread;  // a program group it reported since the last Poll
+        if (w->message_fd >= 0) ReadMessages(*w, &unread);
+        w->Kill();
         ::waitpid(w->pid, &wstatus, 0);
         break;
       }

@@ -166,10 +166,10 @@ TrialOutcome RunFunctionTrial(const TrialTask& task, const ReportSink& sink,
 Status CheckTrainerTask(const TrialTask& task) { return TrainerOptions(task).status(); }
 
 TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
-                      const std::function<void()>& idle) {
+                      const TrialHooks& hooks) {
   if (task.kind == "trainer") return RunTrainerTrial(task, sink, stop);
   if (task.kind == "function") return RunFunctionTrial(task, sink, stop);
-  if (task.kind == "command") return RunCommandTrial(task, sink, stop, idle);
+  if (task.kind == "command") return RunCommandTrial(task, sink, stop, hooks);
   return Failed("unknown trial kind '" + task.kind + "'");
 }
 

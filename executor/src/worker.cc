@@ -7,6 +7,7 @@
 // the executor replaces it instead of failing every later GPU trial in a broken process.
 #include "executor/worker.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -52,6 +53,9 @@ class Worker {
     ::signal(SIGINT, SIG_IGN);
     ::signal(SIGTERM, SIG_IGN);
     if (::getppid() == 1) return 1;
+    // Not inherited by a command trial's program: its helpers, outliving this worker, would
+    // hold the message pipe open and hide the worker's end from the executor.
+    ::fcntl(message_fd_, F_SETFD, FD_CLOEXEC);
     std::thread heartbeat([this] { Heartbeat(); });
     int rc = ServeCommands();
     {
@@ -112,8 +116,15 @@ class Worker {
         FlushIfDue();
         Pump(0);  // a stop request takes effect at this report
       };
+      TrialHooks hooks;
       // Between reports (a command trial's silent epoch), a stop is read as it arrives.
-      TrialOutcome outcome = RunTrial(*task, sink, stop_, [&] { Pump(0); });
+      hooks.idle = [&] { Pump(0); };
+      // The executor kills this group if it has to kill this worker (see TrialHooks).
+      hooks.started = [&](int pgid) {
+        Send(json{{"op", "group"}, {"trial", task->number}, {"pgid", pgid}});
+        Flush();
+      };
+      TrialOutcome outcome = RunTrial(*task, sink, stop_, hooks);
       current_ = -1;
       std::string fault;
       if (task->number == retire_after) {

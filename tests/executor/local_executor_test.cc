@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -190,6 +193,109 @@ TEST(LocalExecutorTest, PollReturnsEarlyWhenTheWakeFdIsReadable) {
   }
   ::close(fd);
 }
+
+// Whether the process is gone (no longer exists, or is a zombie nobody reaped yet).
+bool Gone(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return true;
+  return stat[paren + 2] == 'Z' || stat[paren + 2] == 'X';
+}
+
+bool GoneWithin(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!Gone(pid)) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+pid_t ReadPid(const std::filesystem::path& file) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    std::ifstream in(file);
+    pid_t pid = 0;
+    if (in >> pid && pid > 0) return pid;
+    if (std::chrono::steady_clock::now() > deadline) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+enum class WorkerEnd { kShutdown, kKilled, kHung };
+
+// A worker that ends outright (the sweep's second interrupt, a crash, a missed heartbeat)
+// takes its command program's helpers with it. The program dies with its worker
+// (PR_SET_PDEATHSIG), but a data loader it started in the background would live on, holding
+// its memory and GPU: the executor kills the program's whole process group.
+class WorkerEndTest : public ::testing::TestWithParam<WorkerEnd> {};
+
+TEST_P(WorkerEndTest, TakesTheProgramsHelpersWithIt) {
+  namespace fs = std::filesystem;
+  const fs::path dir = ::testing::TempDir() + "worker_end_" + std::to_string(::getpid()) + "_" +
+                       std::to_string(static_cast<int>(GetParam()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  TrialTask task;
+  task.number = 7;
+  task.kind = "command";
+  task.settings = {{"command",
+                    {"sh", "-c",
+                     "echo $PPID > worker.pid; sleep 300 & echo $! > helper.pid; "
+                     "echo 'sweep-report {{\"epoch\": 1, \"score\": 1}}'; exec sleep 300"}},
+                   {"workdir", dir.string()},
+                   {"trial_dir", (dir / "trial-7").string()}};
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  ex.set_heartbeat_timeout_ms(GetParam() == WorkerEnd::kHung ? 1000 : 60'000);
+  ASSERT_TRUE(ex.Start(task).ok());
+  std::vector<WorkerEvent> events;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (events.empty() && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(ex.Poll(100, &events).ok());
+  }
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].type, WorkerEvent::Type::kReport);
+  const pid_t worker = ReadPid(dir / "worker.pid");
+  const pid_t helper = ReadPid(dir / "helper.pid");
+  ASSERT_GT(worker, 0);
+  ASSERT_GT(helper, 0);
+  ASSERT_FALSE(Gone(helper));
+
+  switch (GetParam()) {
+    case WorkerEnd::kShutdown:
+      ex.Shutdown(0);
+      break;
+    case WorkerEnd::kKilled:
+    case WorkerEnd::kHung: {
+      ASSERT_EQ(::kill(worker, GetParam() == WorkerEnd::kKilled ? SIGKILL : SIGSTOP), 0);
+      auto done = RunUntilDone(ex, 1);
+      ASSERT_FALSE(done.empty());
+      EXPECT_EQ(done.back().outcome, TrialOutcome::Kind::kFailed);
+      EXPECT_TRUE(done.back().worker_lost);
+      break;
+    }
+  }
+  EXPECT_TRUE(GoneWithin(helper, std::chrono::seconds(5))) << "helper " << helper;
+  if (!Gone(helper)) ::kill(helper, SIGKILL);
+  ex.Shutdown(0);
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ends, WorkerEndTest,
+                         ::testing::Values(WorkerEnd::kShutdown, WorkerEnd::kKilled,
+                                           WorkerEnd::kHung),
+                         [](const auto& param_info) {
+                           switch (param_info.param) {
+                             case WorkerEnd::kShutdown:
+                               return "Shutdown";
+                             case WorkerEnd::kKilled:
+                               return "Killed";
+                             case WorkerEnd::kHung:
+                               return "Hung";
+                           }
+                           return "";
+                         });
 
 }  // namespace
 }  // namespace sweep::executor

@@ -52,11 +52,20 @@ std::string_view ToString(TrialOutcome::Kind kind);
 // resource consumed so far), and a JSON object of metric -> number.
 using ReportSink = std::function<void(int64_t step, double epoch, const nlohmann::json& metrics)>;
 
+// What RunTrial tells its caller while a trial runs, on the calling thread. Either may be unset.
+struct TrialHooks {
+  // Called between reports while a command trial's program is silent (about every 100 ms), so
+  // that the caller can read a stop meant for it.
+  std::function<void()> idle;
+  // Called with the process group of a command trial's program once it runs. Its helpers (data
+  // loaders) share that group, and only the program itself dies with its parent: whoever may
+  // have to kill the caller outright kills this group first, so nothing is left behind.
+  std::function<void(int pgid)> started;
+};
+
 // Runs the task to its end, or until `stop` is set (then kStopped after the current epoch/step).
-// `idle`, when set, is called on the calling thread between reports while a command trial's
-// program is silent (about every 100 ms), so that the caller can read a stop meant for it.
 TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
-                      const std::function<void()>& idle = {});
+                      const TrialHooks& hooks = {});
 
 // Whether a trainer task's settings and parameters, with its slots, make options the trainer
 // accepts together (what the trial would fail with at its start, found without running it).
