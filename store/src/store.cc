@@ -179,6 +179,8 @@ std::string_view QuerySql(Query query) {
       return "UPDATE sweeps SET active_s = ? WHERE id = ?";
     case Query::kSetTrialRetries:
       return "UPDATE trials SET retries = ? WHERE sweep_id = ? AND number = ?";
+    case Query::kDropCheckpoint:
+      return "UPDATE trials SET checkpoint = '' WHERE sweep_id = ? AND number = ?";
     case Query::kCount:
       break;
   }
@@ -1136,6 +1138,12 @@ Status Store::SetTrialRetries(int64_t sweep_id, int64_t number, int retries) {
   return impl_->Update(Query::kSetTrialRetries,
                        "recording the retries of trial " + std::to_string(number),
                        [&](Binder& b) { b.Int(retries).Int(sweep_id).Int(number); });
+}
+
+Status Store::DropTrialCheckpoint(int64_t sweep_id, int64_t number) {
+  return impl_->Update(Query::kDropCheckpoint,
+                       "forgetting the checkpoint of trial " + std::to_string(number),
+                       [&](Binder& b) { b.Int(sweep_id).Int(number); });
 }
 
 Result<int64_t> Store::MaxTrialNumber(int64_t sweep_id) {

@@ -40,6 +40,7 @@ enum class Query {
   kSetSweepOwner,      // owner, id
   kSetSweepActive,     // active_s, id
   kSetTrialRetries,    // retries, sweep_id, number
+  kDropCheckpoint,     // sweep_id, number
   kCount,              // not a query: the number of them
 };
 

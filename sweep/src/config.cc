@@ -780,10 +780,11 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   const toml::node* command_node = nullptr;
   const toml::node* order_node = nullptr;
   if (const toml::table* trial = table("trial")) {
-    SWEEP_RETURN_IF_ERROR(c.KnownKeys(
-        *trial, "[trial]",
-        {"kind", "gpus", "command", "max_retries", "heartbeat_timeout", "checkpoint_dir", "workdir",
-         "trials_dir", "kill_grace", "timeout", "gpu_share", "order"}));
+    SWEEP_RETURN_IF_ERROR(
+        c.KnownKeys(*trial, "[trial]",
+                    {"kind", "gpus", "command", "max_retries", "heartbeat_timeout",
+                     "checkpoint_dir", "keep_checkpoints", "workdir", "trials_dir", "kill_grace",
+                     "timeout", "gpu_share", "order"}));
     if (const toml::node* n = trial->get("checkpoint_dir")) {
       SWEEP_ASSIGN_OR_RETURN(cfg.checkpoint_dir, c.String(*n, "trial.checkpoint_dir"));
     }
@@ -802,6 +803,23 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       cfg.kind = kind == "trainer"    ? TrialKind::kTrainer
                  : kind == "function" ? TrialKind::kFunction
                                       : TrialKind::kCommand;
+    }
+    if (const toml::node* n = trial->get("keep_checkpoints")) {
+      if (cfg.kind != TrialKind::kTrainer) {
+        return c.Error(*n, "trial.keep_checkpoints",
+                       "only for kind = \"trainer\" (a command trial's program keeps its own "
+                       "files, in its trial directory)");
+      }
+      if (n->is_string()) {
+        if (n->value_or(std::string()) != "all") {
+          return c.Error(*n, "trial.keep_checkpoints",
+                         "expected \"all\" or a number of trials (the N best completed trials "
+                         "keep their checkpoints)");
+        }
+      } else {
+        SWEEP_ASSIGN_OR_RETURN(cfg.keep_checkpoints,
+                               c.Integer(*n, "trial.keep_checkpoints", 0, 1'000'000));
+      }
     }
     if (const toml::node* n = trial->get("order")) {
       order_node = n;

@@ -6,6 +6,7 @@
 
 #include <poll.h>
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,11 +16,13 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <variant>
 
 #include "base/hash.h"
+#include "checkpoint_keeper.h"
 #include "executor/agent_hub.h"
 #include "executor/local_executor.h"
 #include "executor/packer.h"
@@ -168,6 +171,7 @@ class Coordinator {
       SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, t.number, "running", "interrupted",
                                             "its coordinator stopped before it ended", start_s_));
     }
+    SWEEP_RETURN_IF_ERROR(RebuildKeptCheckpoints());
     // Early stopping's state, and whether stop_when was met, are functions of the stored
     // reports: replay them in order, as they were decided live.
     std::map<int64_t, std::string> stop_reasons;
@@ -219,6 +223,7 @@ class Coordinator {
         SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, pruned));
         SWEEP_RETURN_IF_ERROR(
             store_.AddEvent(sweep_id_, t.number, "interrupted", "pruned", pruned.error, start_s_));
+        SWEEP_RETURN_IF_ERROR(KeepCheckpoints(t.number, TrialStatus::kPruned, t.objective));
         continue;
       }
       json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
@@ -324,6 +329,7 @@ class Coordinator {
         return Status::IoError(checkpoint_dir_ +
                                ": cannot create the checkpoint directory: " + ec.message());
       }
+      if (config_.keep_checkpoints) keeper_.emplace(*config_.keep_checkpoints, config_.maximize);
     }
     if (config_.kind == TrialKind::kCommand) {
       // Each command trial gets a directory of its own: its logs, and room for its files.
@@ -565,6 +571,24 @@ class Coordinator {
     stop_reason_ =
         "target " + config_.stop_when->ToString() + " reached by trial " + std::to_string(trial);
   }
+  // Resume with keep_checkpoints: the ended trials that keep theirs are the best of those whose
+  // checkpoints the store still names (the best N do not depend on the order). An ended trial whose
+  // checkpoint the store no longer names lost it just before the coordinator stopped: its file goes
+  // now.
+  Status RebuildKeptCheckpoints() {
+    if (!keeper_) return Status::Ok();
+    SWEEP_ASSIGN_OR_RETURN(auto trials, store_.Trials(sweep_id_, store::TrialQuery{}));
+    for (const auto& t : trials) {
+      if (!store::IsTerminal(t.status)) continue;
+      if (t.checkpoint.empty()) {
+        doomed_.insert(t.number);
+      } else {
+        SWEEP_RETURN_IF_ERROR(KeepCheckpoints(t.number, t.status, t.objective));
+      }
+    }
+    return Status::Ok();
+  }
+
   // Resume: an interrupted trial whose stored reports show it had finished (it met stop_when,
   // or reached max_resource) ends completed with its stored metrics, not run again.
   Status CompleteOnResume(const store::TrialRecord& t, const std::string& note) {
@@ -573,6 +597,7 @@ class Coordinator {
     done.ended_s = start_s_;
     done.error = note;
     SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, done));
+    SWEEP_RETURN_IF_ERROR(KeepCheckpoints(t.number, TrialStatus::kCompleted, t.objective));
     return store_.AddEvent(sweep_id_, t.number, "interrupted", "completed", note, start_s_);
   }
 
@@ -643,7 +668,56 @@ class Coordinator {
     SWEEP_RETURN_IF_ERROR(store_.SetSweepActive(sweep_id_, ActiveSeconds(now)));
     SWEEP_RETURN_IF_ERROR(store_.Commit());
     last_commit_s_ = now;
+    DeleteDoomedCheckpoints();
     return Status::Ok();
+  }
+
+  // keep_checkpoints: trial `number` ended with `status`. The checkpoints no longer kept (its
+  // own, or a trial's it pushed out of the best) are forgotten in the store now and their files
+  // deleted once that commits: a crash in between leaves a file that resume deletes, never a
+  // row that names a deleted file.
+  Status KeepCheckpoints(int64_t number, TrialStatus status, std::optional<double> objective) {
+    if (!keeper_ || !store::IsTerminal(status)) return Status::Ok();
+    for (int64_t n : keeper_->Ended(number, status == TrialStatus::kCompleted, objective)) {
+      SWEEP_RETURN_IF_ERROR(store_.DropTrialCheckpoint(sweep_id_, n));
+      doomed_.insert(n);
+    }
+    return Status::Ok();
+  }
+
+  // Deletes the doomed trials' checkpoint files, with the temporary files of a write that a
+  // killed worker left behind. What cannot be deleted is said, not fatal.
+  void DeleteDoomedCheckpoints() {
+    if (doomed_.empty()) return;
+    std::error_code ec;
+    std::vector<std::filesystem::path> files;
+    for (auto it = std::filesystem::directory_iterator(checkpoint_dir_, ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      const auto trial = CheckpointTrial(name);
+      if (trial && doomed_.count(*trial)) files.push_back(it->path());
+    }
+    for (const auto& f : files) {
+      if (!std::filesystem::remove(f, ec) && ec && options_.log != nullptr) {
+        *options_.log << "sweep: cannot delete " << f.string() << ": " << ec.message() << "\n";
+      }
+    }
+    doomed_.clear();
+  }
+
+  // The trial whose checkpoint (or temporary checkpoint) file `name` is: "trial-N.ckpt" or
+  // "trial-N.ckpt.tmp.*".
+  static std::optional<int64_t> CheckpointTrial(const std::string& name) {
+    constexpr std::string_view kPrefix = "trial-", kSuffix = ".ckpt";
+    if (name.rfind(kPrefix, 0) != 0) return std::nullopt;
+    size_t end = kPrefix.size();
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end]))) ++end;
+    if (end == kPrefix.size() || end - kPrefix.size() > 18) return std::nullopt;
+    const std::string rest = name.substr(end);
+    if (rest != kSuffix && rest.rfind(std::string(kSuffix) + ".tmp.", 0) != 0) {
+      return std::nullopt;
+    }
+    return std::stoll(name.substr(kPrefix.size(), end - kPrefix.size()));
   }
 
   Result<RunSummary> Loop() {
@@ -985,6 +1059,7 @@ class Coordinator {
     SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, rec));
     SWEEP_RETURN_IF_ERROR(
         store_.AddEvent(sweep_id_, number, "running", store::ToString(status), error, now));
+    SWEEP_RETURN_IF_ERROR(KeepCheckpoints(number, status, rec.objective));
     switch (status) {
       case TrialStatus::kCompleted:
         ++counts_.completed;
@@ -1049,6 +1124,8 @@ class Coordinator {
   executor::TrialTask decisions_;                 // only its decision-point fields are used
   std::string trials_dir_;                        // command trials' directories; else empty
   std::string checkpoint_dir_;                    // trainer trials' checkpoints; else empty
+  std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
+  std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits
   std::unique_ptr<executor::LocalExecutor> executor_;
   std::unique_ptr<SweepLock> lock_;
   int64_t sweep_id_ = 0;

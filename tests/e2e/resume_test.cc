@@ -398,6 +398,73 @@ TEST_F(ResumeTest, SecondInterruptStopsAtOnce) {
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "interrupted");
 }
 
+// keep_checkpoints = 1: once trials end, only the best completed trial keeps its checkpoint,
+// across an interrupt and a resume; what a coordinator stopped before deleting (a file the store
+// no longer names, a killed write's temporary) goes on resume.
+TEST_F(ResumeTest, KeepCheckpointsKeepsOnlyTheBest) {
+  WriteTinyDataset(6000, 200);
+  Write("k.toml",
+        "[sweep]\nname = \"keep\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n"
+        "[parameters]\nlr = { values = [0.003, 0.2, 0.01, 0.05, 0.001] }\nepochs = 4\n"
+        "batch_size = 32\n[trial]\nkeep_checkpoints = 1\n[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  const fs::path ckpts = dir_ / "sweeps.db-checkpoints" / "keep";
+  auto files = [&] {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(ckpts)) out.insert(e.path().filename().string());
+    return out;
+  };
+  // Which trials the store names a checkpoint for, and the best completed trial.
+  auto named = [&] {
+    std::set<std::string> out;
+    for (auto& row : Query("SELECT number FROM trials WHERE checkpoint != ''")) {
+      out.insert("trial-" + row[0] + ".ckpt");
+    }
+    return out;
+  };
+  auto best = [&] {
+    auto rows = Query(
+        "SELECT number FROM trials WHERE status = 'completed' ORDER BY objective DESC, number "
+        "LIMIT 1");
+    return rows.empty() ? std::string() : "trial-" + rows[0][0] + ".ckpt";
+  };
+
+  pid_t pid = Start("run k.toml", "keep.log");
+  for (int i = 0; i < 800; ++i) {
+    if (HasTable("trials") &&
+        Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0] >= "2") {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ::kill(pid, SIGINT);
+  ASSERT_EQ(Wait(pid), 1) << "interrupted before its end\n" << sweep_e2e::Slurp(dir_ / "keep.log");
+  // Ended trials other than the best kept nothing; a running one (now interrupted) keeps its.
+  std::set<std::string> expected = {best()};
+  for (auto& row : Query("SELECT number FROM trials WHERE status = 'interrupted'")) {
+    expected.insert("trial-" + row[0] + ".ckpt");
+  }
+  EXPECT_EQ(named(), expected);
+  EXPECT_EQ(files(), expected);
+
+  // As if the coordinator had died after forgetting a checkpoint but before deleting it.
+  auto dropped =
+      Query("SELECT number FROM trials WHERE status = 'completed' AND checkpoint = '' LIMIT 1");
+  ASSERT_EQ(dropped.size(), 1u) << "two trials completed, one kept";
+  Write("sweeps.db-checkpoints/keep/trial-" + dropped[0][0] + ".ckpt", "stale");
+  Write("sweeps.db-checkpoints/keep/trial-" + dropped[0][0] + ".ckpt.tmp.1.2.3", "partial");
+  Write("sweeps.db-checkpoints/keep/notes.txt", "not ours");
+
+  Output resumed = Sweep("resume keep");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "5");
+  EXPECT_EQ(named(), std::set<std::string>{best()});
+  EXPECT_EQ(files(), (std::set<std::string>{best(), "notes.txt"}));
+  Output top = Sweep("best keep --top 1 --json");
+  ASSERT_EQ(top.code, 0) << top.err;
+  EXPECT_EQ(fs::path(json::parse(top.out)[0]["checkpoint"].get<std::string>()).filename(), best());
+}
+
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
   Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
   pid_t pid = Start("run w.toml", "run.log");

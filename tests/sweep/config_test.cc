@@ -117,6 +117,15 @@ TEST_F(ConfigTest, TrainerConfigParsesAndKeepsDeclarationOrder) {
   EXPECT_TRUE(cfg->trainer.contains("dataset"));
 }
 
+TEST_F(ConfigTest, KeepCheckpointsTakesACountOrAll) {
+  auto cfg = ParseConfig(TrainerConfig("lr = 0.1") + "[trial]\nkeep_checkpoints = 2\n", "k.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->keep_checkpoints, 2);
+  cfg = ParseConfig(TrainerConfig("lr = 0.1") + "[trial]\nkeep_checkpoints = \"all\"\n", "k.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_FALSE(cfg->keep_checkpoints);
+}
+
 TEST_F(ConfigTest, GridMaxTrialsDefaultsToTheGridSize) {
   auto cfg = ParseConfig(R"([sweep]
 name = "g"
@@ -219,6 +228,14 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
        "[function]\nname = \"branin\"\n[parameters]\nx1 = 1.0\ny = 2.0\n",
        "parameters: branin"},
       {"bad name", "[sweep]\nname = \"a b\"\n", "bad.toml:2:8: sweep.name: use 1-128 letters"},
+      {"keep_checkpoints for function trials",
+       std::string(kBranin).replace(std::string(kBranin).find("kind = \"function\""), 17,
+                                    "kind = \"function\"\nkeep_checkpoints = 3"),
+       "trial.keep_checkpoints: only for kind = \"trainer\""},
+      {"keep_checkpoints as a word", trainer("lr = 0.1", "[trial]\nkeep_checkpoints = \"best\"\n"),
+       "bad.toml:11:20: trial.keep_checkpoints: expected \"all\" or a number of trials"},
+      {"negative keep_checkpoints", trainer("lr = 0.1", "[trial]\nkeep_checkpoints = -1\n"),
+       "bad.toml:11:20: trial.keep_checkpoints: must be between 0 and"},
   };
   for (const BadCase& c : cases) {
     auto cfg = ParseConfig(c.text, "bad.toml");

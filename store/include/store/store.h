@@ -142,6 +142,8 @@ class Store {
   // before it ends; a trial no longer running is left alone.
   Status SetTrialProgress(int64_t sweep_id, const TrialRecord& trial);
   Status SetTrialRetries(int64_t sweep_id, int64_t number, int retries);
+  // The trial's checkpoint is no longer kept (its file is deleted once this commits).
+  Status DropTrialCheckpoint(int64_t sweep_id, int64_t number);
   Status SetSweepOwner(int64_t sweep_id, std::string_view owner);
   Status SetSweepActive(int64_t sweep_id, double active_s);
   Status AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::string_view from,

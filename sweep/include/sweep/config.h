@@ -62,6 +62,9 @@ struct SweepConfig {
   int max_retries = 1;              // reruns of a trial whose worker died or hung
   double heartbeat_timeout_s = 60;  // a running worker silent this long is killed
   std::string checkpoint_dir;       // trainer trials' checkpoints; "": "<db>-checkpoints"
+  // Only the checkpoints of this many best completed trials are kept (see CheckpointKeeper);
+  // unset: every trial's.
+  std::optional<int64_t> keep_checkpoints;
   // kind = "command": the program and its arguments, a template ("--lr={lr}").
   std::vector<std::string> command;
   std::string workdir;       // where the program starts: absolute (default: the config's folder)
