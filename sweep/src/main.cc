@@ -548,13 +548,15 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     std::cerr << " (vary them with --set)\n";
   }
 
-  json epochs = json::array();
+  json reports = json::array();
   json last = json::object();
+  double consumed = 0;
   auto sink = [&](int64_t step, double epoch, const json& metrics) {
     json row = metrics;
     row["epoch"] = epoch;
     row["step"] = step;
-    epochs.push_back(row);
+    reports.push_back(row);
+    consumed = epoch;
     for (auto& [k, v] : metrics.items()) last[k] = v;
     if (!as_json) {
       std::printf("epoch %-4g", epoch);
@@ -569,22 +571,24 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
   sweep::executor::TrialOutcome out = sweep::executor::RunTrial(task, sink, g_interrupt);
   for (auto& [k, v] : out.end_metrics.items()) last[k] = v;
   if (as_json) {
+    // As `sweep trials --json` gives a trial (epochs: the resource consumed), with every report.
     json j = {{"status", sweep::executor::ToString(out.kind)},
               {"params", task.params},
               {"metrics", last},
-              {"epochs", epochs}};
+              {"epochs", consumed},
+              {"reports", reports}};
     for (const char* k : {"samples_per_s", "data_wait_s", "test_acc"}) {
       j[k] = last.contains(k) ? last[k] : json(nullptr);
     }
     if (!out.error.empty()) j["error"] = out.error;
     // Mean over epochs is the figure of merit for throughput; the last epoch alone is noisy.
     double sps = 0, wait = 0;
-    for (const auto& e : epochs) {
+    for (const auto& e : reports) {
       sps += e.value("samples_per_s", 0.0);
       wait += e.value("data_wait_s", 0.0);
     }
-    if (!epochs.empty() && cfg->kind == sweep::TrialKind::kTrainer) {
-      j["samples_per_s"] = sps / static_cast<double>(epochs.size());
+    if (!reports.empty() && cfg->kind == sweep::TrialKind::kTrainer) {
+      j["samples_per_s"] = sps / static_cast<double>(reports.size());
       j["data_wait_s"] = wait;
     }
     std::cout << j.dump(2) << "\n";

@@ -243,7 +243,10 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
   json r = json::parse(j.out);
   EXPECT_EQ(r["status"], "completed");
   EXPECT_EQ(r["params"]["hidden"], json({32, 16}));
-  EXPECT_EQ(r["epochs"].size(), 2u);
+  EXPECT_EQ(r["epochs"], 2.0);  // consumed, as `trials --json` says it
+  ASSERT_EQ(r["reports"].size(), 2u);
+  EXPECT_EQ(r["reports"][1]["epoch"], 2.0);
+  EXPECT_TRUE(r["reports"][1]["val_acc"].is_number());
   EXPECT_TRUE(r["samples_per_s"].is_number());
   EXPECT_TRUE(r["data_wait_s"].is_number());
   EXPECT_TRUE(r["test_acc"].is_number());
