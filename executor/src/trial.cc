@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <thread>
 
 #include "command_trial.h"
@@ -43,6 +44,7 @@ json ToJson(const TrialTask& task) {
   json j = {{"number", task.number},     {"kind", task.kind},       {"params", task.params},
             {"settings", task.settings}, {"threads", task.threads}, {"gpus", task.gpus},
             {"seed", task.seed}};
+  if (task.fresh) j["fresh"] = true;
   if (!task.decision_points.empty() || task.decide_every_report) {
     j["decide"] = {{"at", task.decision_points},
                    {"every", task.decide_every_report},
@@ -61,6 +63,7 @@ Result<TrialTask> TrialTaskFromJson(const json& j) {
     t.threads = j.at("threads").get<int>();
     t.gpus = j.at("gpus").get<std::vector<int>>();
     t.seed = j.at("seed").get<uint64_t>();
+    t.fresh = j.value("fresh", false);
     if (auto d = j.find("decide"); d != j.end()) {
       t.decision_points = d->at("at").get<std::vector<double>>();
       t.decide_every_report = d->at("every").get<bool>();
@@ -114,6 +117,14 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   Result<trainer::TrainOptions> built = TrainerOptions(task);
   if (!built.ok()) return Failed(built.status().message());
   trainer::TrainOptions& options = *built;
+  if (task.fresh && !options.checkpoint_path.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(options.checkpoint_path, ec);
+    if (ec) {
+      return Failed(options.checkpoint_path +
+                    ": cannot delete the checkpoint an earlier sweep left there: " + ec.message());
+    }
+  }
 
   auto on_epoch = [&](const trainer::EpochReport& r) {
     json metrics = {{"train_loss", r.train_loss},   {"samples_per_s", r.samples_per_s},

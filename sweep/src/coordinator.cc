@@ -865,6 +865,16 @@ class Coordinator {
     t.started_s = now;
 
     if (rerun) {
+      // What it reported before stands until it reports again: a trainer trial whose
+      // checkpoint holds its last epoch reports nothing more, and ends with these.
+      SWEEP_ASSIGN_OR_RETURN(auto before, store_.Reports(sweep_id_, p.number));
+      for (const auto& r : before) {
+        json m = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
+        if (m.is_object()) {
+          for (auto& [k, v] : m.items()) t.metrics[k] = v;
+        }
+        t.epochs = std::max(t.epochs, r.epoch);
+      }
       SWEEP_RETURN_IF_ERROR(
           store_.UpdateTrialStatus(sweep_id_, p.number, TrialStatus::kRunning, t.placement, now));
       SWEEP_RETURN_IF_ERROR(
@@ -904,6 +914,7 @@ class Coordinator {
       if (!task.settings.contains("checkpoint_every")) task.settings["checkpoint_every"] = 1;
     }
     task.seed = TrialSeed(config_.seed, p.number);
+    task.fresh = !rerun;
     task.decision_points = decisions_.decision_points;
     task.decide_every_report = decisions_.decide_every_report;
     task.decide_by_epoch = decisions_.decide_by_epoch;

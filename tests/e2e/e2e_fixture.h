@@ -103,6 +103,19 @@ class E2eTest : public ::testing::Test {
                db_name) == std::vector<std::vector<std::string>>{{"1"}};
   }
 
+  // Runs `sql` on the test's sweeps.db (or `db`), to stage a state a crash would leave.
+  void Exec(const std::string& sql, const std::string& db_name = "sweeps.db") {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open_v2((dir_ / db_name).c_str(), &db, SQLITE_OPEN_READWRITE, nullptr),
+              SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    char* error = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK)
+        << (error != nullptr ? error : "");
+    sqlite3_free(error);
+    sqlite3_close(db);
+  }
+
   // Rows of a query on the test's sweeps.db (or `db`), each row as strings.
   std::vector<std::vector<std::string>> Query(const std::string& sql,
                                               const std::string& db_name = "sweeps.db") {

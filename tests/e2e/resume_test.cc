@@ -465,6 +465,54 @@ TEST_F(ResumeTest, KeepCheckpointsKeepsOnlyTheBest) {
   EXPECT_EQ(fs::path(json::parse(top.out)[0]["checkpoint"].get<std::string>()).filename(), best());
 }
 
+// A coordinator killed after a trainer trial wrote the checkpoint of its last epoch, but before
+// its end was committed: resume runs it again, the trainer has no epoch left to train, and the
+// trial ends with the metrics it had reported, ranked as before.
+TEST_F(ResumeTest, TrialWhoseCheckpointHoldsItsLastEpochKeepsItsResult) {
+  WriteTinyDataset(800, 200);
+  Write("l.toml",
+        "[sweep]\nname = \"last\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n"
+        "[parameters]\nlr = { values = [0.05, 0.2] }\nepochs = 2\nbatch_size = 32\n"
+        "[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  ASSERT_EQ(Sweep("run l.toml").code, 0);
+  const std::string rows = "SELECT number, status, objective, epochs FROM trials ORDER BY number";
+  const auto before = Query(rows);
+  ASSERT_EQ(before.size(), 2u);
+  ASSERT_NE(before[0][2], "");
+  Exec(
+      "UPDATE trials SET status = 'running', ended = NULL; UPDATE sweeps SET status = "
+      "'running', ended = NULL");
+  Output resumed = Sweep("resume last");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query(rows), before);
+  Output best = Sweep("best last --json");
+  ASSERT_EQ(best.code, 0) << best.err;
+  EXPECT_EQ(json::parse(best.out).size(), 2u);
+}
+
+// A store made anew (the old file deleted, its checkpoints left): the new sweep's trials train
+// from the start, not from the old sweep's checkpoints of the same names.
+TEST_F(ResumeTest, ANewStoreDoesNotResumeFromAnOldSweepsCheckpoints) {
+  WriteTinyDataset(800, 200);
+  Write("l.toml",
+        "[sweep]\nname = \"again\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n"
+        "[parameters]\nlr = { values = [0.05, 0.2] }\nepochs = 2\nbatch_size = 32\n"
+        "[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  ASSERT_EQ(Sweep("run l.toml").code, 0);
+  ASSERT_TRUE(fs::exists(dir_ / "sweeps.db-checkpoints" / "again" / "trial-0.ckpt"));
+  for (const char* f : {"sweeps.db", "sweeps.db-wal", "sweeps.db-shm", "sweeps.db.lock"}) {
+    fs::remove(dir_ / f);
+  }
+  Output again = Sweep("run l.toml");
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "4");  // 2 trials x 2 epochs
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed' AND objective IS NOT "
+                  "NULL")[0][0],
+            "2");
+}
+
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
   Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
   pid_t pid = Start("run w.toml", "run.log");

@@ -24,6 +24,9 @@ struct TrialTask {
   int threads = 1;          // CPU threads for the trial (its number of CPU slots)
   std::vector<int> gpus;    // CUDA ordinals; empty on CPU slots
   uint64_t seed = 0;        // used when neither settings nor params give `seed`
+  // A trial's first run: a trainer checkpoint already at its checkpoint_path cannot be its own
+  // (an earlier sweep's, in a store made anew) and is deleted rather than resumed from.
+  bool fresh = false;
   // Early stopping's decision points: at a report whose resource (the epoch when
   // decide_by_epoch, else the step) first reaches one of these, or at every report when
   // decide_every_report, the worker waits for the coordinator's go or stop before going on, so a
