@@ -19,6 +19,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -365,6 +366,13 @@ class CommandRun {
             "\"" +
             (metric_.empty() ? std::string("val_acc") : metric_) + "\": 0.9}` on its stdout");
       }
+      if (!metric_.empty() && !metric_seen_) {
+        // A misspelt metric would otherwise make a sweep of successes with nothing to rank.
+        std::string names;
+        for (const std::string& k : reported_) names += (names.empty() ? "" : ", ") + k;
+        return Failed("the program exited 0 but never reported the sweep's metric '" + metric_ +
+                      "' (its reports had: " + (names.empty() ? "no numbers" : names) + ")");
+      }
       return out;
     }
     if (WIFEXITED(wait_status)) {
@@ -394,6 +402,10 @@ class CommandRun {
       warned_ignored_ = true;
     }
     ++reports_;
+    for (const auto& [k, v] : r.metrics.items()) {
+      if (k == metric_) metric_seen_ = true;
+      if (reported_.size() < 20) reported_.insert(k);
+    }
     const int64_t step = r.step.value_or(reports_);
     const double epoch = r.epoch.value_or(static_cast<double>(step));
     for (const std::string& k : r.nonfinite) {
@@ -439,6 +451,8 @@ class CommandRun {
   int64_t unread_ = 0;        // sweep-report lines that could not be read
   std::string first_unread_;  // and why the first could not
   bool warned_ignored_ = false;
+  bool metric_seen_ = false;        // a report had the sweep's metric
+  std::set<std::string> reported_;  // the metrics its reports had (the first 20 names)
 };
 
 }  // namespace

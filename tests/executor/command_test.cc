@@ -331,6 +331,17 @@ TEST_F(CommandTrialTest, OnlyUnreadableReportsFailWithTheFirstReason) {
       << run.outcome.error;
 }
 
+// A program that reports, but never the sweep's metric (a misspelt name), fails: a sweep of
+// such trials would be all successes with nothing to rank.
+TEST_F(CommandTrialTest, ProgramThatNeverReportsTheMetricFails) {
+  Run run = RunIt(ShellTask("echo 'sweep-report {\"loss\": 1, \"val_accuracy\": 0.5}'"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_EQ(run.outcome.error,
+            "the program exited 0 but never reported the sweep's metric 'val_acc' (its reports "
+            "had: loss, val_accuracy)");
+  EXPECT_EQ(run.reports.size(), 1u);  // still stored
+}
+
 TEST_F(CommandTrialTest, ProgramThatCannotStartSaysWhy) {
   TrialTask task = ShellTask("true");
   task.settings["command"] = {"no-such-program-here", "x"};
