@@ -568,6 +568,7 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     }
   };
   std::signal(SIGINT, OnInterrupt);
+  std::signal(SIGTERM, OnInterrupt);
   sweep::executor::TrialOutcome out = sweep::executor::RunTrial(task, sink, g_interrupt);
   for (auto& [k, v] : out.end_metrics.items()) last[k] = v;
   if (as_json) {
@@ -597,6 +598,11 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
   }
   if (out.kind == sweep::executor::TrialOutcome::Kind::kFailed) {
     std::cerr << "sweep: trial failed: " << out.error << "\n";
+    return kExitRuntime;
+  }
+  if (out.kind == sweep::executor::TrialOutcome::Kind::kStopped) {
+    // Not a finished run: a script's `sweep train ... && next` must not go on.
+    std::cerr << "sweep: interrupted at epoch " << consumed << ", before the trial's end\n";
     return kExitRuntime;
   }
   return kExitOk;

@@ -270,6 +270,24 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
       << failed["error"];
 }
 
+// `sweep train` stopped by Ctrl-C (or SIGTERM) before its end exits 1, so that a script's
+// `sweep train ... && next` does not go on with a half-trained result.
+TEST_F(E2eTest, TrainStoppedBeforeItsEndExitsOne) {
+  Write("slow.toml", sweep_e2e::BraninConfig("slow", 1, "", "steps = 200\nstep_ms = 20\n"));
+  for (int sig : {SIGINT, SIGTERM}) {
+    const std::string log = "train-" + std::to_string(sig) + ".log";
+    pid_t pid = Start("train slow.toml --set x1=1 --set x2=2", log);
+    for (int i = 0; i < 400 && sweep_e2e::Slurp(dir_ / log).find("epoch 2") == std::string::npos;
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::kill(pid, sig);
+    EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / log);
+    EXPECT_NE(sweep_e2e::Slurp(dir_ / log).find("before the trial's end"), std::string::npos)
+        << sweep_e2e::Slurp(dir_ / log);
+  }
+}
+
 TEST_F(E2eTest, BadConfigsExitTwoWithTheirMessage) {
   Write("bad1.toml", "[sweep]\nname = \"x\"\nmax_trails = 3\n");
   Output o = Sweep("run bad1.toml");
