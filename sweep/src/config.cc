@@ -108,9 +108,11 @@ std::optional<double> ParseDuration(std::string_view text) {
 }
 
 bool IsValidSweepName(std::string_view name) {
-  return !name.empty() && name.size() <= 128 && std::all_of(name.begin(), name.end(), [](char ch) {
-    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.';
-  });
+  return !name.empty() && name.size() <= 128 && name != "." && name != ".." &&
+         std::all_of(name.begin(), name.end(), [](char ch) {
+           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+                  ch == '.';
+         });
 }
 
 Status CheckTrainerOption(std::string_view key, const json& value) {
@@ -664,7 +666,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   SWEEP_ASSIGN_OR_RETURN(cfg.name, c.String(*name, "sweep.name"));
   if (!IsValidSweepName(cfg.name)) {
     return c.Error(*name, "sweep.name",
-                   "use 1-128 letters, digits, '-', '_' or '.' (got \"" + cfg.name + "\")");
+                   std::string(kSweepNameRule) + " (got \"" + cfg.name + "\")");
   }
   std::optional<std::string> metric, mode;
   const toml::node* metric_node = sweep->get("metric");

@@ -392,22 +392,34 @@ int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& 
   return ReportRun(**st, name, *summary);
 }
 
-int CmdRun(const std::string& config_path, const std::string& db_flag, const std::string& name_flag,
-           bool resume, const RemoteArgs& remote, const char* argv0) {
+int CmdRun(const std::string& config_path, const std::string& db_flag,
+           const std::optional<std::string>& name_flag, bool resume, const RemoteArgs& remote,
+           const char* argv0) {
   auto cfg = sweep::LoadConfig(config_path);
   if (!cfg.ok()) return Fail(cfg.status());
-  if (!name_flag.empty()) {
-    if (!sweep::IsValidSweepName(name_flag)) {
-      return Fail(Status::InvalidArgument("--name " + name_flag +
-                                          ": use 1-128 letters, digits, '-', '_' or '.'"));
+  if (name_flag) {
+    if (!sweep::IsValidSweepName(*name_flag)) {
+      return Fail(Status::InvalidArgument("--name '" + *name_flag +
+                                          "': " + std::string(sweep::kSweepNameRule)));
     }
-    cfg->name = name_flag;
+    cfg->name = *name_flag;
   }
   std::string db = db_flag.empty() ? cfg->store_path : db_flag;
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
-  if (resume && (*st)->FindSweep(cfg->name).ok()) {
-    return CmdResume(cfg->name, db, remote, argv0);
+  if (resume) {
+    if (auto existing = (*st)->FindSweep(cfg->name); existing.ok()) {
+      // It goes on with the config it started with (resume rebuilds from the store): an edited
+      // CONFIG would be silently ignored.
+      if (existing->config_text != cfg->text) {
+        return Fail(Status::InvalidArgument(
+            config_path + ": sweep '" + cfg->name + "' in " + db +
+            " was started from another version of this config; --resume goes on only with the "
+            "config a sweep started with. Continue it as it was with `sweep resume " +
+            cfg->name + "`, or start the edited config under a new name (--name)"));
+      }
+      return CmdResume(cfg->name, db, remote, argv0);
+    }
   }
 
   sweep::RunOptions options = MakeRunOptions(argv0);
@@ -625,7 +637,7 @@ int main(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "start a sweep from a TOML config");
   run->add_option("CONFIG", config_path, "sweep config (TOML)")->required();
   run->add_option("--db", db_flag, "SQLite file (default: [store] path, else ./sweeps.db)");
-  std::string name_flag;
+  std::optional<std::string> name_flag;
   run->add_option("--name", name_flag, "sweep name (default: [sweep] name)");
   bool resume_flag = false;
   run->add_flag("--resume", resume_flag, "continue the sweep if it exists (see resume)");

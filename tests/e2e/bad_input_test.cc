@@ -172,7 +172,11 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        {"bad.toml:1:1: sweep.name: missing: every sweep needs a name"}},
       {"name with a space",
        "[sweep]\nname = \"a b\"\n",
-       {"bad.toml:2:8: sweep.name: use 1-128 letters, digits, '-', '_' or '.' (got \"a b\")"}},
+       {"bad.toml:2:8: sweep.name: use 1-128 letters, digits, '-', '_' or '.' (not \".\" or "
+        "\"..\") (got \"a b\")"}},
+      {"name that is a parent folder",
+       "[sweep]\nname = \"..\"\n",
+       {"bad.toml:2:8: sweep.name: use 1-128 letters", "(got \"..\")"}},
 
       // -- wrong types, [sweep] --
       {"sweep.name integer",

@@ -313,6 +313,26 @@ TEST_F(E2eTest, ExistingNameIsRefusedAndUnknownNamesAreReported) {
   EXPECT_NE(again.err.find("sweep resume branin"), std::string::npos) << again.err;
   EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "40");  // nothing lost or added
 
+  // --resume goes on with the config the sweep started with: an edited one is refused, not
+  // silently ignored; the same one resumes (here, a finished sweep: nothing to do).
+  Write("edited.toml", kBranin + "# a comment, and max_trials below\n");
+  Output edited = Sweep("run edited.toml --resume");
+  EXPECT_EQ(edited.code, 2);
+  EXPECT_NE(edited.err.find("edited.toml: sweep 'branin' in sweeps.db was started from another "
+                            "version of this config"),
+            std::string::npos)
+      << edited.err;
+  EXPECT_NE(edited.err.find("sweep resume branin"), std::string::npos) << edited.err;
+  Output same = Sweep("run b.toml --resume");
+  EXPECT_EQ(same.code, 0) << same.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "40");
+  // --name: a name as the config's would be; never silently the config's own.
+  for (const char* bad : {"''", "..", "'a b'"}) {
+    Output o = Sweep(std::string("run b.toml --name ") + bad);
+    EXPECT_EQ(o.code, 2) << bad;
+    EXPECT_NE(o.err.find("use 1-128 letters"), std::string::npos) << bad << ": " << o.err;
+  }
+
   Output unknown = Sweep("best nosuch");
   EXPECT_EQ(unknown.code, 2);
   EXPECT_NE(unknown.err.find("no sweep named 'nosuch'"), std::string::npos) << unknown.err;

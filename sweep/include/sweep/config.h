@@ -103,8 +103,11 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path,
 // text is not valid TOML, the text itself as a string.
 nlohmann::json ParseSetValue(std::string_view text);
 
-// 1-128 letters, digits, '-', '_' or '.'.
+// 1-128 letters, digits, '-', '_' or '.', but not "." or ".." (a name is also a folder's name,
+// under the checkpoint and trial folders).
 bool IsValidSweepName(std::string_view name);
+inline constexpr std::string_view kSweepNameRule =
+    "use 1-128 letters, digits, '-', '_' or '.' (not \".\" or \"..\")";
 
 // Checks one trainer hyperparameter value by the trainer's own rules (type and range); the
 // message names the option.
