@@ -6,13 +6,16 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 
@@ -748,7 +751,19 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
   if (!impl->read_only) {
     // WAL lets readers (sweep status, dashboards) run while the coordinator writes; NORMAL
     // sync is durable across process crashes and only risks the last commits on power loss.
-    SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA journal_mode = WAL", "enabling WAL mode"));
+    // Switching a new file to WAL needs it to itself, and SQLite answers BUSY at once, without
+    // its busy handler, while another process is doing the same (two sweeps started together
+    // on a new file): wait for that one here, as busy_timeout would.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+    for (int attempt = 0;; ++attempt) {
+      Status wal = impl->Exec("PRAGMA journal_mode = WAL", "enabling WAL mode");
+      if (wal.ok()) break;
+      if (wal.code() != Status::Code::kBusy || std::chrono::steady_clock::now() >= deadline) {
+        return wal;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 + 5 * attempt, 50)));
+    }
     SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA synchronous = NORMAL", "setting synchronous"));
     SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA foreign_keys = ON", "enabling foreign keys"));
     SWEEP_RETURN_IF_ERROR(impl->Migrate(version));

@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -165,6 +168,38 @@ TEST_F(StoreTest, CreatesNewFileWithCurrentSchemaInWalMode) {
   EXPECT_EQ(RawQuery(path_, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(RawQuery(path_, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"),
             "events\nreports\nsweeps\ntrials");
+}
+
+// Two processes creating the same new file at once (two sweeps started together on a new
+// --db): both open it, neither sees "locked" while the other switches it to WAL.
+TEST_F(StoreTest, ProcessesCreatingTheSameNewFileTogetherBothOpenIt) {
+  for (int round = 0; round < 20; ++round) {
+    const std::string path = dir_ + "/new-" + std::to_string(round) + ".db";
+    int go[2];
+    ASSERT_EQ(::pipe(go), 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < 3; ++i) {
+      pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(go[1]);
+        char c;
+        (void)!::read(go[0], &c, 1);  // all start together, when the pipe closes
+        auto store = Store::Open(path, OpenMode::kReadWrite);
+        if (!store.ok()) std::fprintf(stderr, "%s\n", store.status().message().c_str());
+        ::_exit(store.ok() ? 0 : 1);
+      }
+      children.push_back(pid);
+    }
+    ::close(go[0]);
+    ::close(go[1]);
+    for (pid_t pid : children) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "round " << round;
+    }
+    EXPECT_EQ(RawQuery(path, "PRAGMA journal_mode"), "wal");
+  }
 }
 
 TEST_F(StoreTest, ReopensExistingFile) {
