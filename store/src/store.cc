@@ -219,6 +219,10 @@ Result<TrialsSql> BuildTrialsSql(const TrialQuery& query) {
     // A hyperparameter, bound as a JSON path like a metric.
     out.sql += std::string("json_extract(params, ?)") + direction + " NULLS LAST, number ASC";
     out.metric_path = "$.\"" + std::string(key.substr(6)) + "\"";
+  } else if (key.starts_with("metric.") && IsMetricName(key.substr(7))) {
+    // A metric named explicitly (where a hyperparameter has the same name).
+    out.sql += std::string("json_extract(metrics, ?)") + direction + " NULLS LAST, number ASC";
+    out.metric_path = "$.\"" + std::string(key.substr(7)) + "\"";
   } else if (IsMetricName(key)) {
     // The name is bound as a JSON path parameter, never pasted into the SQL; quoting the key
     // keeps '.' and '-' in a metric name literal rather than path syntax.

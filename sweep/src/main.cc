@@ -112,8 +112,9 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   q.sort = sort;
   auto trials = (*st)->Trials(sw->id, q);
   if (!trials.ok()) return Fail(trials.status());
-  // A key that is no column is a metric, else a hyperparameter (param.NAME, or NAME when no
-  // metric has that name). One that no trial has would sort nothing: say so, with what would.
+  // A key that is no column is a metric (metric.NAME, or NAME) or a hyperparameter (param.NAME,
+  // or NAME). A bare NAME that is both is refused as ambiguous; one that no trial has would
+  // sort nothing: say so, with what would.
   const bool descending = sort.starts_with("-");
   std::string key = sort.substr(descending ? 1 : 0);
   const std::vector<std::string> columns = {"number",  "status", "objective",
@@ -121,7 +122,8 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   if (std::find(columns.begin(), columns.end(), key) == columns.end() && !trials->empty()) {
     std::vector<std::string> metrics, params;
     bool metric_seen = false, param_seen = false;
-    const std::string param = key.starts_with("param.") ? key.substr(6) : key;
+    const bool as_param = key.starts_with("param."), as_metric = key.starts_with("metric.");
+    const std::string bare = as_param ? key.substr(6) : as_metric ? key.substr(7) : key;
     auto add = [](std::vector<std::string>* names, const std::string& k) {
       if (std::find(names->begin(), names->end(), k) == names->end()) names->push_back(k);
     };
@@ -129,15 +131,20 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
       json m = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
       json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
       if (m.is_object()) {
-        metric_seen = metric_seen || (!key.starts_with("param.") && m.contains(key));
+        metric_seen = metric_seen || (!as_param && m.contains(bare));
         for (auto& [k, v] : m.items()) add(&metrics, k);
       }
       if (p.is_object()) {
-        param_seen = param_seen || p.contains(param);
+        param_seen = param_seen || (!as_metric && p.contains(bare));
         for (auto& [k, v] : p.items()) add(&params, k);
       }
     }
-    if (!metric_seen && param_seen && !key.starts_with("param.")) {
+    if (metric_seen && param_seen && !as_param && !as_metric) {
+      return Fail(Status::InvalidArgument("--sort " + sort + ": '" + key +
+                                          "' is both a hyperparameter and a metric; say param." +
+                                          key + " or metric." + key));
+    }
+    if (!metric_seen && param_seen && !as_param) {
       q.sort = std::string(descending ? "-" : "") + "param." + key;
       trials = (*st)->Trials(sw->id, q);
       if (!trials.ok()) return Fail(trials.status());
@@ -688,9 +695,8 @@ int main(int argc, char** argv) {
   trials->add_option("--status", status_filter, "only trials in this state");
   trials
       ->add_option("--sort", sort,
-                   "number, objective, started, ended, epochs, a metric, or a hyperparameter "
-                   "(param.NAME); "
-                   "-KEY for descending")
+                   "number, objective, started, ended, epochs, a metric (NAME or metric.NAME), or "
+                   "a hyperparameter (NAME or param.NAME); -KEY for descending")
       ->capture_default_str();
   trials->footer("Example: sweep trials fashion-mlp --sort -val_acc --csv > trials.csv");
   auto* status = app.add_subcommand("status", "counts, running trials, best so far");

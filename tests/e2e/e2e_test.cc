@@ -394,6 +394,34 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
       << unknown.err;
 }
 
+// A hyperparameter and a metric of the same name: a bare --sort key is refused as ambiguous;
+// param.NAME and metric.NAME say which (as the CSV's columns name them).
+TEST_F(E2eTest, SortKeyNamedByBothAParameterAndAMetric) {
+  Write("r.sh", "#!/bin/sh\necho \"sweep-report {\\\"score\\\": $1, \\\"x\\\": $((10 - $1))}\"\n");
+  fs::permissions(dir_ / "r.sh", fs::perms::owner_all);
+  Write("c.toml",
+        "[sweep]\nname = \"both\"\nmetric = \"score\"\nmode = \"max\"\n[search]\n"
+        "algorithm = \"grid\"\n[parameters]\nx = { values = [2, 1, 3] }\n[trial]\n"
+        "kind = \"command\"\ncommand = [\"./r.sh\", \"{x}\"]\n");
+  Output run = Sweep("run c.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  Output bare = Sweep("trials both --sort x");
+  EXPECT_EQ(bare.code, 2);
+  EXPECT_NE(bare.err.find("'x' is both a hyperparameter and a metric; say param.x or metric.x"),
+            std::string::npos)
+      << bare.err;
+  auto order = [&](const std::string& key) {
+    Output o = Sweep("trials both --json --sort " + key);
+    EXPECT_EQ(o.code, 0) << o.err;
+    std::vector<int64_t> xs;
+    for (const json& t : json::parse(o.out)) xs.push_back(t["params"]["x"].get<int64_t>());
+    return xs;
+  };
+  EXPECT_EQ(order("param.x"), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(order("metric.x"), (std::vector<int64_t>{3, 2, 1}));  // 10 - x
+  EXPECT_EQ(order("-metric.x"), (std::vector<int64_t>{1, 2, 3}));
+}
+
 TEST_F(E2eTest, AshaPrunesTrialsWithTheirRungAndReason) {
   Write("a.toml", R"([sweep]
 name = "asha"
