@@ -320,9 +320,11 @@ class Coordinator {
     if (config_.kind == TrialKind::kTrainer) {
       // Each trainer trial checkpoints into a file of its own, so an interrupted trial goes on
       // from its last epoch instead of from the start.
+      // Absolute, as stored with each trial: readers in other folders find the files.
       checkpoint_dir_ =
           config_.checkpoint_dir.empty() ? store_.path() + "-checkpoints" : config_.checkpoint_dir;
-      checkpoint_dir_ += "/" + config_.name;
+      checkpoint_dir_ = std::filesystem::absolute(checkpoint_dir_).lexically_normal().string() +
+                        "/" + config_.name;
       std::error_code ec;
       std::filesystem::create_directories(checkpoint_dir_, ec);
       if (ec) {

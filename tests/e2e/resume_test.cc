@@ -502,6 +502,9 @@ TEST_F(ResumeTest, ANewStoreDoesNotResumeFromAnOldSweepsCheckpoints) {
             dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
   ASSERT_EQ(Sweep("run l.toml").code, 0);
   ASSERT_TRUE(fs::exists(dir_ / "sweeps.db-checkpoints" / "again" / "trial-0.ckpt"));
+  // Stored absolute (the sweep ran in dir_ with a relative --db): readable from anywhere.
+  EXPECT_EQ(Query("SELECT checkpoint FROM trials WHERE number = 0")[0][0],
+            (dir_ / "sweeps.db-checkpoints" / "again" / "trial-0.ckpt").string());
   for (const char* f : {"sweeps.db", "sweeps.db-wal", "sweeps.db-shm", "sweeps.db.lock"}) {
     fs::remove(dir_ / f);
   }
