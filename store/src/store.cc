@@ -711,10 +711,15 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
   impl->read_only = mode == OpenMode::kReadOnly;
 
   int flags = SQLITE_OPEN_NOMUTEX;  // one Store per thread, so SQLite's own mutex is waste
+  std::error_code ec;
+  const auto type = std::filesystem::status(path, ec).type();
+  if (type == std::filesystem::file_type::directory) {
+    // SQLite would say "disk I/O error" (reading) or "unable to open" (writing).
+    return Status::InvalidArgument(path + ": is a directory, not a database file");
+  }
   if (impl->read_only) {
     // SQLite would report CANTOPEN for a missing file; say plainly that it is missing.
-    std::error_code ec;
-    if (std::filesystem::status(path, ec).type() == std::filesystem::file_type::not_found) {
+    if (type == std::filesystem::file_type::not_found) {
       return Status::NotFound(path + ": no such database");
     }
     flags |= SQLITE_OPEN_READONLY;

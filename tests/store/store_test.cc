@@ -202,6 +202,15 @@ TEST_F(StoreTest, ProcessesCreatingTheSameNewFileTogetherBothOpenIt) {
   }
 }
 
+TEST_F(StoreTest, RefusesADirectoryByName) {
+  for (OpenMode mode : {OpenMode::kReadWrite, OpenMode::kReadOnly}) {
+    auto store = Store::Open(dir_, mode);
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(store.status().message(), dir_ + ": is a directory, not a database file");
+  }
+}
+
 TEST_F(StoreTest, ReopensExistingFile) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   store_.reset();
