@@ -307,9 +307,14 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
   const toml::node* values = t->get("values");
   if (values != nullptr) {
     if (dist != nullptr) {
-      SWEEP_ASSIGN_OR_RETURN(std::string d,
-                             c.OneOf(*dist, key + ".distribution", {"categorical", "values"}));
-      (void)d;
+      SWEEP_ASSIGN_OR_RETURN(std::string d, c.String(*dist, key + ".distribution"));
+      if (d != "categorical" && d != "values") {
+        // A distribution samples from min..max; `values` lists the choices: one or the other.
+        return c.Error(*dist, key + ".distribution",
+                       "\"" + d +
+                           "\" with `values`: give either `values = [...]` (the choices) or " +
+                           "a distribution with `min` and `max`, not both");
+      }
     }
     for (const char* k : {"min", "max"}) {
       if (const toml::node* extra = t->get(k)) {
@@ -983,9 +988,11 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       }
     }
     if (dataset_node == nullptr) {
-      return c.FileError(
+      const std::string msg =
           "[trainer] needs a `dataset` (e.g. dataset = \"/usr/share/datasets/fashion-mnist\", or "
-          "{ format = \"idx\", train_images = \"...\", train_labels = \"...\" })");
+          "{ format = \"idx\", train_images = \"...\", train_labels = \"...\" })";
+      return trainer_table != nullptr ? c.Error(*trainer_table, "trainer.dataset", msg)
+                                      : c.FileError(msg);
     }
     SWEEP_RETURN_IF_ERROR(CheckDatasetFiles(c, *dataset_node, dataset_key, merged.dataset));
     // Rules across options (nesterov needs momentum, ...) on what every trial shares: [trainer]
@@ -1035,7 +1042,8 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     }
   } else if (cfg.kind == TrialKind::kFunction) {
     if (function_table == nullptr) {
-      return c.FileError("kind = \"function\" needs a [function] table with `name`");
+      const std::string msg = "kind = \"function\" needs a [function] table with `name`";
+      return kind_node != nullptr ? c.Error(*kind_node, "trial.kind", msg) : c.FileError(msg);
     }
     SWEEP_RETURN_IF_ERROR(c.KnownKeys(*function_table, "[function]", {"name", "steps", "step_ms"}));
     std::vector<std::string> fnames;
@@ -1062,6 +1070,12 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     }
     Status s = executor::CheckFunctionParams(*executor::FindFunction(fn), names);
     if (!s.ok()) {
+      // At the parameter it names (unexpected, or given twice), else at [parameters].
+      for (const ParamEntry& e : params) {
+        if (s.message().find("'" + e.parameter.name + "'") != std::string::npos) {
+          return c.Error(*e.node, "parameters." + e.parameter.name, s.message());
+        }
+      }
       const toml::node* where = table("parameters") ? root["parameters"].node() : fname;
       return c.Error(*where, "parameters", s.message());
     }
@@ -1144,7 +1158,11 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       }
     }
     auto grid = search::MakeGridSampler(cfg.space);
-    if (!grid.ok()) return c.FileError(grid.status().message());
+    if (!grid.ok()) {
+      return algorithm_node != nullptr
+                 ? c.Error(*algorithm_node, "search.algorithm", grid.status().message())
+                 : c.FileError(grid.status().message());
+    }
     int64_t size = (*grid)->size().value_or(1);
     cfg.max_trials = max_trials ? std::min(*max_trials, size) : size;
   } else {

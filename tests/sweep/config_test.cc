@@ -177,6 +177,23 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
       {"log int with min <= 0",
        trainer("batch_size = { distribution = \"log_int_uniform\", min = 0, max = 256 }"),
        "parameters.batch_size.min: log_int_uniform needs min > 0"},
+      {"[trainer] without a dataset",
+       "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\nlr = 0.1\n",
+       "bad.toml:4:1: trainer.dataset: [trainer] needs a `dataset`"},
+      {"grid too large to count",
+       [] {
+         std::string t =
+             "[sweep]\nname = \"g\"\nmetric = \"score\"\nmode = \"max\"\n[search]\n"
+             "algorithm = \"grid\"\n[trial]\nkind = \"command\"\ncommand = [\"true\"]\n"
+             "[parameters]\n";
+         for (int i = 0; i < 64; ++i) t += "p" + std::to_string(i) + " = { values = [1, 2] }\n";
+         return t;
+       }(),
+       "bad.toml:6:13: search.algorithm: grid search space is too large"},
+      {"distribution and values together",
+       trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5, values = [0.2] }"),
+       "bad.toml:7:23: parameters.lr.distribution: \"uniform\" with `values`: give either "
+       "`values = [...]` (the choices) or a distribution with `min` and `max`, not both"},
       {"empty values", trainer("batch_size = { values = [] }"),
        "bad.toml:7:25: parameters.batch_size.values: empty `values`"},
       {"early stopping on test_acc",
@@ -226,7 +243,7 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
       {"function params",
        "[sweep]\nname = \"b\"\nmax_trials = 3\n[trial]\nkind = \"function\"\n"
        "[function]\nname = \"branin\"\n[parameters]\nx1 = 1.0\ny = 2.0\n",
-       "parameters: branin"},
+       "bad.toml:10:5: parameters.y: branin: unexpected parameter 'y'"},
       {"bad name", "[sweep]\nname = \"a b\"\n", "bad.toml:2:8: sweep.name: use 1-128 letters"},
       {"keep_checkpoints for function trials",
        std::string(kBranin).replace(std::string(kBranin).find("kind = \"function\""), 17,
