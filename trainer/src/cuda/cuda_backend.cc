@@ -485,6 +485,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
     void* staging = nullptr;
     CUDA_CHECK(cudaHostAlloc(&staging, Mlp::kInputSlots * sizeof(int32_t) * spec_.max_rows,
                              cudaHostAllocPortable));
+    if (r.idx_host != nullptr) cudaFreeHost(r.idx_host);  // held before: replaced
     r.idx_host = static_cast<int32_t*>(staging);
     r.data_dim = data.dim;
     r.data_rows = data.n;
@@ -567,14 +568,20 @@ class CudaReplicaGroup final : public ReplicaGroup {
     const int64_t m = r.queued;
     const int slot = static_cast<int>(m % Mlp::kInputSlots);
     const size_t parity = static_cast<size_t>(m % 2);
+    // The input slots hold max_rows rows: a larger batch would overwrite what lies after them.
+    if (mb.rows < 0 || mb.rows > spec_.max_rows) {
+      return Status::Internal("cuda: a micro-batch of " + std::to_string(mb.rows) +
+                              " rows; the group was made for at most " +
+                              std::to_string(spec_.max_rows));
+    }
     const size_t rows = static_cast<size_t>(mb.rows);
     // 1. The input, on the copy stream.
     CUDA_CHECK(cudaStreamWaitEvent(r.copy, r.input_free[slot], 0));
     if (mb.idx != nullptr) {
-      if (r.data_labels.data() == nullptr || mb.rows > spec_.max_rows) {
+      if (r.data_labels.data() == nullptr) {
         return Status::Internal(
             "cuda: a micro-batch of row numbers, but the group holds no "
-            "training set or the batch exceeds max_rows");
+            "training set");
       }
       // The staging slot's last copy (micro-batch m - 2) finished: the host waited for its
       // `copied` at the end of that call.

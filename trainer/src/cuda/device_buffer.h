@@ -41,6 +41,9 @@ class DeviceBuffer {
       b.data_ = static_cast<T*>(p);
       b.size_ = n;
       CUDA_CHECK(cudaMemset(p, 0, bytes));
+      // The zeroing runs on the legacy stream, which the group's non-blocking streams do not
+      // wait for: it is done before the buffer is handed out.
+      CUDA_CHECK(cudaStreamSynchronize(nullptr));
     }
     *out = std::move(b);
     return Status::Ok();
