@@ -2,6 +2,7 @@
 #include "report/export.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -17,6 +18,14 @@ json NonEmpty(const std::string& s) { return s.empty() ? json(nullptr) : json(s)
 json Lookup(const json& object, const std::string& key) {
   auto it = object.find(key);
   return it == object.end() ? json(nullptr) : *it;
+}
+
+// A metric's cell: absent is null (an empty CSV cell); a value reported as NaN or infinity,
+// stored as null (JSON holds neither), is NaN (CSV "nan"; JSON null again).
+json MetricCell(const json& metrics, const std::string& key) {
+  auto it = metrics.find(key);
+  if (it == metrics.end()) return json(nullptr);
+  return it->is_null() ? json(std::numeric_limits<double>::quiet_NaN()) : *it;
 }
 
 }  // namespace
@@ -65,7 +74,7 @@ Table TrialsTable(const SweepData& data) {
                              t.started_s && t.ended_s ? json(*t.ended_s - *t.started_s) : json(),
                              NonEmpty(t.placement)};
     for (const auto& k : pkeys) row.push_back(Lookup(params[i], k));
-    for (const auto& k : mkeys) row.push_back(Lookup(metrics[i], k));
+    for (const auto& k : mkeys) row.push_back(MetricCell(metrics[i], k));
     row.push_back(NonEmpty(t.error));
     for (Path member : present) row.push_back(NonEmpty(t.*member));
     table.rows.push_back(std::move(row));
@@ -102,7 +111,7 @@ Table ReportsTable(const SweepData& data) {
     for (const auto& k : pkeys) {
       row.push_back(t == trial_index.end() ? json(nullptr) : Lookup(params[t->second], k));
     }
-    for (const auto& k : mkeys) row.push_back(Lookup(metrics[i], k));
+    for (const auto& k : mkeys) row.push_back(MetricCell(metrics[i], k));
     table.rows.push_back(std::move(row));
   }
   return table;

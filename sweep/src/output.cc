@@ -22,6 +22,7 @@ json ParseOrEmpty(const std::string& text) {
 }
 
 std::string Cell(const json& v) {
+  if (v.is_null()) return "nan";  // a metric reported NaN or infinity (JSON holds neither)
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number_float()) {
     char buf[32];
@@ -99,8 +100,9 @@ void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& tr
     }
     for (const auto& k : mkeys) {
       out << ",";
-      if (metrics[i].contains(k) && !metrics[i][k].is_null()) {
-        out << CsvField(metrics[i][k].dump());
+      // Empty: not reported; nan: reported, not finite (stored as null).
+      if (metrics[i].contains(k)) {
+        out << CsvField(metrics[i][k].is_null() ? "nan" : metrics[i][k].dump());
       }
     }
     out << "," << CsvField(t.error) << "\n";
@@ -118,7 +120,7 @@ void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& 
     for (auto& [k, v] : p.items()) ps += (ps.empty() ? "" : " ") + k + "=" + Cell(v);
     if (!t.error.empty()) ps += (ps.empty() ? "" : "  ") + ("[" + t.error + "]");
     rows.push_back({std::to_string(t.number), std::string(store::ToString(t.status)),
-                    m.contains(metric) && !m[metric].is_null() ? Cell(m[metric]) : "-",
+                    m.contains(metric) ? Cell(m[metric]) : "-",
                     Cell(json(t.epochs)), ps});
   }
   std::vector<size_t> width(rows[0].size(), 0);

@@ -125,6 +125,7 @@ std::string LocalTime(double unix_s) {
 }
 
 std::string Value(const json& v) {
+  if (v.is_null()) return "nan";  // a metric reported NaN or infinity (JSON holds neither)
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number_float()) return report::ShortNumber(v.get<double>());
   return v.dump();

@@ -111,6 +111,31 @@ cpu_slots = 2
             fs::canonical(dir_).string() + "/sweeps.db-trials/cmd/trial-2/stdout.log");
 }
 
+// A metric reported as NaN or infinity (not the sweep's) is kept as null, which JSON allows,
+// and shown as nan, so a diverged loss is told from one never reported.
+TEST_F(CommandTrialE2eTest, NonFiniteMetricsShowAsNan) {
+  Write("n.sh",
+        "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1, \"loss\": NaN, \"big\": "
+        "Infinity}'\n");
+  fs::permissions(dir_ / "n.sh", fs::perms::owner_all);
+  Write("n.toml",
+        "[sweep]\nname = \"nan\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"./n.sh\"]\n[parameters]\nx = 1\n");
+  ASSERT_EQ(Sweep("run n.toml").code, 0);
+  Output csv = Sweep("trials nan --csv");
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  EXPECT_NE(csv.out.find(",big,loss,score,"), std::string::npos) << csv.out;
+  EXPECT_NE(csv.out.find(",nan,nan,1,"), std::string::npos) << csv.out;
+  Output exported = Sweep("export nan --format csv -o -");
+  ASSERT_EQ(exported.code, 0) << exported.err;
+  EXPECT_NE(exported.out.find(",nan,nan,1,"), std::string::npos) << exported.out;
+  Output show = Sweep("show nan 0");
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("big nan  loss nan  score 1"), std::string::npos) << show.out;
+  Output js = Sweep("trials nan --json");
+  EXPECT_TRUE(json::parse(js.out)[0]["metrics"]["loss"].is_null()) << js.out;
+}
+
 // Some failed trials among good ones leave the exit status 0 (above); a sweep in which every
 // trial failed has no result, and `run` says so with exit status 1.
 TEST_F(CommandTrialE2eTest, ASweepWhereEveryTrialFailedExitsOne) {

@@ -504,7 +504,7 @@ TEST_F(ResumeTest, ANewStoreDoesNotResumeFromAnOldSweepsCheckpoints) {
   ASSERT_TRUE(fs::exists(dir_ / "sweeps.db-checkpoints" / "again" / "trial-0.ckpt"));
   // Stored absolute (the sweep ran in dir_ with a relative --db): readable from anywhere.
   EXPECT_EQ(Query("SELECT checkpoint FROM trials WHERE number = 0")[0][0],
-            (dir_ / "sweeps.db-checkpoints" / "again" / "trial-0.ckpt").string());
+            (fs::canonical(dir_) / "sweeps.db-checkpoints" / "again" / "trial-0.ckpt").string());
   for (const char* f : {"sweeps.db", "sweeps.db-wal", "sweeps.db-shm", "sweeps.db.lock"}) {
     fs::remove(dir_ / f);
   }
