@@ -1016,15 +1016,34 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       if (!hint.empty()) msg += " (did you mean '" + hint + "'?)";
       return c.Error(*metric_node, "sweep.metric", msg);
     }
-    if (metric->rfind("val_", 0) == 0 && merged.validation_fraction <= 0) {
-      return c.Error(*metric_node, "sweep.metric",
-                     "'" + *metric +
-                         "' needs a validation split; set trainer.validation_fraction "
-                         "> 0");
+    // (`sweep train` runs one trial and ranks nothing: it may train on every sample.)
+    const bool needs_val = use == ConfigUse::kSweep && metric->rfind("val_", 0) == 0;
+    if (needs_val && merged.validation_fraction <= 0) {
+      if (metric_node != nullptr) {
+        return c.Error(*metric_node, "sweep.metric",
+                       "'" + *metric +
+                           "' needs a validation split; set trainer.validation_fraction "
+                           "> 0");
+      }
+      // The metric is the default one: point at the 0 that leaves nothing to measure it on.
+      const toml::node* zero =
+          trainer_table != nullptr ? trainer_table->get("validation_fraction") : nullptr;
+      std::string zero_key = "trainer.validation_fraction";
+      for (const ParamEntry& e : params) {
+        if (e.parameter.name == "validation_fraction") {
+          zero = e.node;
+          zero_key = "parameters.validation_fraction";
+        }
+      }
+      const std::string msg =
+          "0 leaves no validation split to measure the sweep's metric, '" + *metric +
+          "' (the default), on; keep it > 0, or set sweep.metric and sweep.mode (e.g. "
+          "\"train_loss\" and \"min\")";
+      return zero != nullptr ? c.Error(*zero, zero_key, msg) : c.FileError(msg);
     }
     // A varied validation_fraction must give every trial a split to measure the metric on.
     for (const ParamEntry& e : params) {
-      if (metric->rfind("val_", 0) != 0 || e.parameter.name != "validation_fraction") continue;
+      if (!needs_val || e.parameter.name != "validation_fraction") continue;
       const auto& d = e.parameter.distribution;
       const bool listed = d.kind == search::Distribution::Kind::kCategorical ||
                           d.kind == search::Distribution::Kind::kConstant;

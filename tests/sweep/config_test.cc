@@ -117,6 +117,16 @@ TEST_F(ConfigTest, TrainerConfigParsesAndKeepsDeclarationOrder) {
   EXPECT_TRUE(cfg->trainer.contains("dataset"));
 }
 
+// `sweep train` runs one trial and ranks nothing: it may train on every sample, which a sweep
+// ranking by a val_ metric may not.
+TEST_F(ConfigTest, OneTrialMayTrainWithoutAValidationSplit) {
+  const std::string text =
+      "[sweep]\nname = \"t\"\n[trainer]\ndataset = " + Dataset() + "\nvalidation_fraction = 0\n";
+  EXPECT_FALSE(ParseConfig(text, "v.toml").ok());
+  auto one = ParseConfig(text, "v.toml", ConfigUse::kOneTrial);
+  EXPECT_TRUE(one.ok()) << one.status().message();
+}
+
 TEST_F(ConfigTest, KeepCheckpointsTakesACountOrAll) {
   auto cfg = ParseConfig(TrainerConfig("lr = 0.1") + "[trial]\nkeep_checkpoints = 2\n", "k.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
@@ -190,6 +200,16 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
          return t;
        }(),
        "bad.toml:6:13: search.algorithm: grid search space is too large"},
+      {"validation_fraction = 0 with the default metric",
+       "[sweep]\nname = \"t\"\nmax_trials = 1\n[trainer]\ndataset = " + ds +
+           "\nvalidation_fraction = 0\n",
+       "bad.toml:6:23: trainer.validation_fraction: 0 leaves no validation split to measure the "
+       "sweep's metric, 'val_acc' (the default), on"},
+      {"validation_fraction = 0 as a parameter with the default metric",
+       "[sweep]\nname = \"t\"\nmax_trials = 1\n[parameters]\nvalidation_fraction = 0\n"
+       "[trainer]\ndataset = " +
+           ds + "\n",
+       "bad.toml:5:23: parameters.validation_fraction: 0 leaves no validation split"},
       {"distribution and values together",
        trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5, values = [0.2] }"),
        "bad.toml:7:23: parameters.lr.distribution: \"uniform\" with `values`: give either "
