@@ -23,6 +23,22 @@ using testing::TempDir;
 using testing::WriteBytes;
 using testing::WriteText;
 
+// A stop asked for at the last epoch (Ctrl-C during it) leaves a run that reached its end: it
+// is not stopped, so it is not run again.
+TEST(Train, AStopAtTheLastEpochIsNoStop) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.epochs = 2;
+  auto at_last = Train(o, [](const EpochReport&) { return false; });
+  ASSERT_TRUE(at_last.ok()) << at_last.status().message();
+  EXPECT_TRUE(at_last->stopped);  // asked at epoch 1 of 2
+  EXPECT_EQ(at_last->epochs_done, 1);
+  auto at_end = Train(o, [](const EpochReport& e) { return e.epoch < 2; });
+  ASSERT_TRUE(at_end.ok()) << at_end.status().message();
+  EXPECT_FALSE(at_end->stopped);
+  EXPECT_EQ(at_end->epochs_done, 2);
+}
+
 TEST(Train, LearnsASeparableProblem) {
   TempDir dir;
   const TrainOptions o = BlobOptions(dir);

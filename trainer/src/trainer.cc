@@ -370,7 +370,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     report.epoch_s = Seconds(epoch_start);
     result.epochs_done = epoch;
     if (on_epoch && !on_epoch(report)) {
-      result.stopped = true;
+      // Asked to stop after its last epoch: it has run to its end all the same.
+      result.stopped = epoch < o.epochs;
       if (!o.checkpoint_path.empty()) SWEEP_RETURN_IF_ERROR(checkpoint(epoch));
       break;
     }

@@ -133,7 +133,7 @@ struct EpochReport {
 struct TrainResult {
   int epochs_done = 0;             // including those done before a resume
   int resumed_from_epoch = 0;      // the checkpoint's epoch, 0 when training started fresh
-  bool stopped = false;            // the callback asked to stop
+  bool stopped = false;            // the callback asked to stop before the last epoch
   bool checkpointed = false;       // a checkpoint was written (at the end, or when stopped)
   std::optional<double> test_acc;  // when a test set is given and training was not stopped
 };
