@@ -948,6 +948,16 @@ class Coordinator {
       // while it stops (a program that ignores SIGTERM for its grace period, say) is not its
       // result, is not stored, and reaches no scheduler, as resume would replay the store.
       if (!t.prune_reason.empty() || t.at_max_resource) return Status::Ok();
+      // A command (its length unknown) is stopped once it reports past max_resource; its
+      // result is its last report within it (as a pruned trial's is its report at the rung),
+      // unless it has no other.
+      if (scheduler_ != nullptr && !t.length && !t.stop_sent && !t.metrics.empty() &&
+          Resource(ev.step, ev.epoch) > scheduler_->MaxResource(ev.trial)) {
+        t.at_max_resource = true;
+        (void)StopTrial(ev.trial, t);
+        t.stop_sent = true;
+        return Status::Ok();
+      }
       for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
       t.epochs = std::max(t.epochs, ev.epoch);
       store::ReportRecord r;
@@ -1009,6 +1019,8 @@ class Coordinator {
         if (!t.prune_reason.empty()) {
           status = TrialStatus::kPruned;
           error = t.prune_reason;
+        } else if (t.at_max_resource) {
+          error = CapNote();  // it ended by itself just as it was stopped there
         }
         break;
       case executor::TrialOutcome::Kind::kStopped:

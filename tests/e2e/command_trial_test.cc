@@ -163,6 +163,47 @@ cpu_slots = 2
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
 }
 
+// A program that would run past max_resource is stopped once it reports past it; its result is
+// its report at max_resource (not the one past it), whether it goes on (stopped) or ended by
+// itself soon after.
+TEST_F(CommandTrialE2eTest, ResultOfAProgramCappedAtMaxResourceIsItsReportThere) {
+  Write("c.toml", R"([sweep]
+name = "cap"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[early_stopping]
+algorithm = "asha"
+min_resource = 1
+max_resource = 3
+reduction_factor = 3
+[parameters]
+x = 1
+epochs = { values = [9, 4] }
+[trial]
+kind = "command"
+command = ["./train.sh", "--x={x}", "--epochs={epochs}"]
+kill_grace = 0.2
+[executor]
+cpu_slots = 1
+)");
+  Output o = Sweep("run c.toml");
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 2u);
+  for (auto& [n, row] : trials) {
+    const std::string num = std::to_string(n);
+    EXPECT_EQ(row[1], "completed") << "trial " << n;
+    EXPECT_EQ(row[2], "ran to early_stopping.max_resource = 3") << "trial " << n;
+    EXPECT_EQ(Query("SELECT epochs FROM trials WHERE number = " + num)[0][0], "3.0");
+    EXPECT_EQ(Query("SELECT max(epoch) FROM reports WHERE trial = " + num)[0][0], "3.0");
+  }
+  // score = x * epoch / epochs at epoch 3 (awk prints 6 digits)
+  EXPECT_NEAR(std::stod(trials[0][5]), 3.0 / 9, 1e-6);
+  EXPECT_NEAR(std::stod(trials[1][5]), 3.0 / 4, 1e-6);
+}
+
 // ASHA prunes command trials with SIGTERM; one that ignores it is killed after kill_grace. A
 // program that stops reporting fails on its timeout. The sweep ends with every trial accounted
 // for.
