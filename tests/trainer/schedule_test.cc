@@ -52,7 +52,7 @@ TEST(Schedule, LinearWarmupThenTheSchedule) {
   o.lr_schedule = "cosine";
   o.warmup_epochs = 0.5;  // 50 steps
   const LrSchedule s = LrSchedule::Make(o, 100);
-  EXPECT_EQ(s.warmup_steps, 50);
+  EXPECT_EQ(s.warmup_steps, 50.0);
   EXPECT_DOUBLE_EQ(s.At(0), 0.1 / 50);  // the first step already moves
   EXPECT_DOUBLE_EQ(s.At(24), 0.1 * 25 / 50);
   EXPECT_DOUBLE_EQ(s.At(49), 0.1);      // warmup's last step reaches the peak
@@ -62,6 +62,25 @@ TEST(Schedule, LinearWarmupThenTheSchedule) {
   const LrSchedule c = LrSchedule::Make(o, 100);
   EXPECT_DOUBLE_EQ(c.At(9), 0.1 * 10 / 50);
   EXPECT_DOUBLE_EQ(c.At(70), 0.1);
+}
+
+// W = warmup_epochs x steps per epoch is not rounded: 1.5 epochs of 7 steps warm up over 10.5
+// steps, and a warmup shorter than a step still starts below the peak.
+TEST(Schedule, FractionalWarmupFollowsTheFormula) {
+  TrainOptions o = Base();
+  o.epochs = 2;
+  o.warmup_epochs = 1.5;
+  const LrSchedule s = LrSchedule::Make(o, 7);
+  EXPECT_DOUBLE_EQ(s.At(6), 0.1 * 7 / 10.5);
+  EXPECT_DOUBLE_EQ(s.At(9), 0.1 * 10 / 10.5);
+  EXPECT_DOUBLE_EQ(s.At(10), 0.1);  // (s + 1) = 11 > W
+  o.lr_schedule = "cosine";
+  const LrSchedule c = LrSchedule::Make(o, 7);  // 14 steps: the cosine spans 14 - 10.5
+  EXPECT_NEAR(c.At(12), 0.1 * 0.5 * (1 + std::cos(std::numbers::pi * 1.5 / 3.5)), 1e-15);
+  o.lr_schedule = "constant";
+  o.warmup_epochs = 0.04;  // W = 0.48 at 12 steps per epoch
+  const LrSchedule tiny = LrSchedule::Make(o, 12);
+  EXPECT_DOUBLE_EQ(tiny.At(0), 0.1);  // (0 + 1) / 0.48 > 1: the peak at once
 }
 
 TEST(Schedule, LinearScalingRule) {

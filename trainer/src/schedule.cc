@@ -16,7 +16,8 @@ LrSchedule LrSchedule::Make(const TrainOptions& o, int64_t steps_per_epoch) {
     s.peak *= static_cast<double>(o.batch_size) * o.accum_steps / static_cast<double>(o.base_batch);
   }
   s.steps_per_epoch = std::max<int64_t>(1, steps_per_epoch);
-  s.warmup_steps = static_cast<int64_t>(std::llround(o.warmup_epochs * s.steps_per_epoch));
+  // Fractional, as documented: 1.5 epochs of 7 steps warm up over 10.5 steps.
+  s.warmup_steps = o.warmup_epochs * static_cast<double>(s.steps_per_epoch);
   s.total_steps = s.steps_per_epoch * o.epochs;
   s.step_size = o.step_size;
   s.gamma = o.gamma;
@@ -34,13 +35,15 @@ double LrSchedule::At(int64_t step) const {
       break;
     }
     case Kind::kCosine: {
-      const int64_t span = std::max<int64_t>(1, total_steps - warmup_steps);
-      const double p = std::clamp(static_cast<double>(step - warmup_steps) / span, 0.0, 1.0);
+      const double span = std::max(1.0, static_cast<double>(total_steps) - warmup_steps);
+      const double p = std::clamp((static_cast<double>(step) - warmup_steps) / span, 0.0, 1.0);
       lr *= 0.5 * (1.0 + std::cos(3.141592653589793 * p));
       break;
     }
   }
-  if (step < warmup_steps) lr *= static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (static_cast<double>(step + 1) < warmup_steps) {
+    lr *= static_cast<double>(step + 1) / warmup_steps;
+  }
   return lr;
 }
 
