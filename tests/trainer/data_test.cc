@@ -222,6 +222,25 @@ TEST(Csv, ErrorsNameFileAndLine) {
   // A first row of numbers is data, not a header, so its bad label is reported.
   EXPECT_EQ(CsvError(dir, "3.5,1\n"),
             f + ":1: label \"3.5\" is not a class index (an integer in [0, 100000))");
+  // So is a bad value among numbers in the first row: it is data, not column names.
+  EXPECT_EQ(CsvError(dir, "1,0.5,NA\n0,1,2\n"), f + ":1: column 3: \"NA\" is not a finite number");
+}
+
+// `header` says what the first row is, where its look does not: names that are numbers (a
+// pandas frame's 0, 1, 2), or a first data row that must not be skipped.
+TEST(Csv, HeaderCanBeSaid) {
+  TempDir dir;
+  WriteText(dir / "numbered.csv", "0,1,2\n1,0.5,0.25\n0,1,2\n");
+  auto detected = LoadCsv(dir / "numbered.csv", 0);
+  ASSERT_TRUE(detected.ok()) << detected.status().message();
+  EXPECT_EQ((*detected)->n, 3);  // numbers: read as data
+  auto named = LoadCsv(dir / "numbered.csv", 0, true);
+  ASSERT_TRUE(named.ok()) << named.status().message();
+  EXPECT_EQ((*named)->n, 2);
+  EXPECT_EQ(ToVector((*named)->labels), (std::vector<int32_t>{1, 0}));
+  WriteText(dir / "words.csv", "a,b,c\n1,2,3\n");
+  EXPECT_EQ(LoadCsv(dir / "words.csv", 0, false).status().message(),
+            dir / "words.csv" + ":1: label \"a\" is not a class index (an integer in [0, 100000))");
 }
 
 TEST(Cache, DecodesOnceAndNoticesRewrites) {

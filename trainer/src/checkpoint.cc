@@ -73,6 +73,8 @@ std::string TrainingConfig(const TrainOptions& o) {
       {"precision", o.precision},
       {"seed", o.seed},
   };
+  // Only when given, so a checkpoint written before the key existed still matches.
+  if (o.dataset.header) j["dataset"]["header"] = *o.dataset.header;
   if (o.optimizer == "sgd") {
     j["momentum"] = o.momentum;
     j["nesterov"] = o.nesterov;

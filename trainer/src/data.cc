@@ -275,7 +275,7 @@ Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& la
   return MakeDataset(std::move(meta), std::move(images->bytes), {}, std::move(label_values));
 }
 
-Result<DatasetPtr> LoadCsv(const std::string& path, int label_column) {
+Result<DatasetPtr> LoadCsv(const std::string& path, int label_column, std::optional<bool> header) {
   auto read = ReadFile(path);
   if (!read.ok()) return read.status();
   const std::string_view text(reinterpret_cast<const char*>(read->data()), read->size());
@@ -317,11 +317,10 @@ Result<DatasetPtr> LoadCsv(const std::string& path, int label_column) {
     }
     if (first) {
       first = false;
-      // A header is a first row with anything that is not a number in it.
       float v;
-      const bool header =
-          std::any_of(fields.begin(), fields.end(), [&](auto f) { return !ParseFloat(f, &v); });
-      if (header) continue;
+      const bool names = header.value_or(
+          std::none_of(fields.begin(), fields.end(), [&](auto f) { return ParseFloat(f, &v); }));
+      if (names) continue;
     }
     for (int64_t c = 0; c < ncols; ++c) {
       float v = 0;
@@ -573,7 +572,7 @@ Result<DatasetPtr> Decode(const DatasetSpec& spec, const std::string& images,
                           const std::string& labels) {
   g_decodes.fetch_add(1);
   try {
-    if (spec.format == "csv") return LoadCsv(images, spec.label_column);
+    if (spec.format == "csv") return LoadCsv(images, spec.label_column, spec.header);
     return LoadIdx(images, labels);
   } catch (const std::exception& e) {  // bad_alloc on a huge file
     return Status::IoError(images + ": cannot load: " + e.what());
@@ -615,8 +614,12 @@ Result<DatasetPtr> LoadCached(const DatasetSpec& spec, bool test, const std::str
   const auto labels_id =
       csv ? std::optional<FileIdentity>(FileIdentity{"-", "-"}) : Identify(labels);
   if (!images_id || !labels_id) return Decode(spec, images, labels);
-  const std::string identity = spec.format + "|" + (csv ? std::to_string(spec.label_column) : "") +
-                               "|" + images_id->path + "|" + labels_id->path;
+  const std::string csv_reading =
+      csv ? std::to_string(spec.label_column) +
+                (spec.header ? (*spec.header ? ",header" : ",no header") : "")
+          : "";
+  const std::string identity =
+      spec.format + "|" + csv_reading + "|" + images_id->path + "|" + labels_id->path;
   const std::string key = identity + "|" + images_id->version + "|" + labels_id->version;
 
   Cache& cache = GetCache();

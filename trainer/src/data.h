@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -56,7 +57,10 @@ Status CheckLabelsAreDense(const Dataset& data);
 // Decoders, uncached. Errors name the file ("labels.gz: expected 60000 labels, found 59999").
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path);
 // label_column counts from 0; a negative one counts from the end (-1: the last column).
-Result<DatasetPtr> LoadCsv(const std::string& path, int label_column);
+// `header`: whether the first row is column names; unset: it is when none of its fields is a
+// number (a first row with a bad value among numbers is data, and its error is reported).
+Result<DatasetPtr> LoadCsv(const std::string& path, int label_column,
+                           std::optional<bool> header = std::nullopt);
 
 // Loads the training (test = false) or test set of `spec`, keyed by format, label column and
 // each file's (canonical path, size, mtime), through two caches: this process's (a worker

@@ -142,11 +142,22 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       int64_t col = 0;
       SWEEP_RETURN_IF_ERROR(SetInt(key, item, -100000, 100000, "an integer column index", &col));
       s.label_column = static_cast<int>(col);
+    } else if (k == "header") {
+      if (item.is_string() && item.get<std::string>() == "auto") {
+        s.header.reset();
+      } else if (item.is_boolean()) {
+        s.header = item.get<bool>();
+      } else {
+        return Status::InvalidArgument(key +
+                                       ": expected true, false or \"auto\" (a first row "
+                                       "without a number in it is a header), got " +
+                                       item.dump());
+      }
     } else {
       return Status::InvalidArgument(
           "dataset: unknown key \"" + k +
           "\" (expected format, train_images, train_labels, test_images, test_labels, "
-          "label_column)");
+          "label_column, header)");
     }
   }
   *spec = std::move(s);
@@ -335,6 +346,7 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
     if (d.test_images.empty() != d.test_labels.empty()) {
       return bad("dataset: idx needs both dataset.test_images and dataset.test_labels, or neither");
     }
+    if (d.header) return bad("dataset.header: only for format = \"csv\" (idx files have none)");
   } else if (!d.train_labels.empty() || !d.test_labels.empty()) {
     return bad("dataset: csv takes labels from dataset.label_column; leave *_labels empty");
   }

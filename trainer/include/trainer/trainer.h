@@ -21,10 +21,13 @@ namespace sweep::trainer {
 struct DatasetSpec {
   std::string format = "idx";  // "idx" (MNIST layout, gzipped or not) or "csv"
   // idx: image and label files. csv: train_images / test_images hold the CSV files (one row per
-  // sample, the label in `label_column`, features in every other column; a header row is
-  // detected and skipped); the *_labels fields stay empty.
+  // sample, the label in `label_column`, features in every other column; a first row without
+  // one number in it is a header, unless `header` says); the *_labels fields stay empty.
   std::string train_images, train_labels, test_images, test_labels;
   int label_column = 0;  // csv only; negative counts from the end (-1: the last column)
+  // csv only: whether the first row is a header (column names); unset: it is when none of its
+  // fields is a number.
+  std::optional<bool> header;
 };
 
 // Every field is a hyperparameter a sweep may vary (the key ApplyOption takes is the field
