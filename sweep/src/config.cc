@@ -599,6 +599,14 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
                            : "set it: the epochs of a trial vary, so it cannot be taken from them");
       }
       sc.max_resource = *natural_max;
+      // max_resource was not written: the key to blame is min_resource, if it was.
+      const toml::node* min_node = es->get("min_resource");
+      if (min_node != nullptr && sc.min_resource >= sc.max_resource) {
+        return c.Error(*min_node, "early_stopping.min_resource",
+                       "is " + FormatNumber(sc.min_resource) + " but the trials run to " +
+                           FormatNumber(sc.max_resource) +
+                           " (max_resource defaults to that): the first rung must come before");
+      }
     } else if (natural_max && sc.max_resource > *natural_max) {
       return c.Error(*max_resource_node, "early_stopping.max_resource",
                      "is " + FormatNumber(sc.max_resource) + " but every trial stops at " +

@@ -154,6 +154,8 @@ x2 = { values = [0, 5] }
   EXPECT_EQ(cfg->max_trials, 6);
 }
 
+std::string BraninWithSteps();  // below
+
 struct BadCase {
   const char* what;
   std::string text;
@@ -210,6 +212,11 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
        "[trainer]\ndataset = " +
            ds + "\n",
        "bad.toml:5:23: parameters.validation_fraction: 0 leaves no validation split"},
+      {"min_resource past the trials' own length",
+       std::string(BraninWithSteps()) +
+           "[early_stopping]\nalgorithm = \"asha\"\nmin_resource = 30\n",
+       "early_stopping.min_resource: is 30 but the trials run to 27 (max_resource defaults to "
+       "that)"},
       {"distribution and values together",
        trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5, values = [0.2] }"),
        "bad.toml:7:23: parameters.lr.distribution: \"uniform\" with `values`: give either "
