@@ -35,6 +35,22 @@ using nlohmann::json;
 
 namespace {
 
+// Sent to the worker when the process that started it (the coordinator or agent) dies.
+constexpr int kParentDeathSignal = SIGUSR1;
+
+// The process group of the command program the worker runs now; 0: none. Read by
+// OnParentDeath, which may run at any moment.
+volatile sig_atomic_t g_program_group = 0;
+
+// The parent died (even by SIGKILL): the program would die with this worker (its own
+// PR_SET_PDEATHSIG), but helpers it started in its group would be orphaned, holding memory
+// and GPUs. Only async-signal-safe calls here.
+extern "C" void OnParentDeath(int) {
+  const pid_t group = g_program_group;
+  if (group > 0) ::kill(-group, SIGKILL);
+  ::_exit(1);
+}
+
 constexpr auto kFlushInterval = std::chrono::milliseconds(5);
 constexpr auto kPendingCheck = std::chrono::milliseconds(50);
 
@@ -43,8 +59,13 @@ class Worker {
   Worker(int command_fd, int message_fd) : command_fd_(command_fd), message_fd_(message_fd) {}
 
   int Serve() {
-    // Die with the coordinator: a worker has no use once nobody reads its messages.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Die with the coordinator (or agent): a worker has no use once nobody reads its
+    // messages. It takes its command program's process group with it.
+    struct sigaction on_death {};
+    on_death.sa_handler = OnParentDeath;
+    ::sigemptyset(&on_death.sa_mask);
+    ::sigaction(kParentDeathSignal, &on_death, nullptr);
+    ::prctl(PR_SET_PDEATHSIG, kParentDeathSignal);
     // Deaf to SIGINT and SIGTERM: Ctrl-C, `timeout`, `systemctl stop` or a batch system's cancel
     // signal the coordinator's whole group (or cgroup), and the coordinator stops the trials
     // after their current epoch and records them interrupted. A worker killed by that signal
@@ -121,10 +142,12 @@ class Worker {
       hooks.idle = [&] { Pump(0); };
       // The executor kills this group if it has to kill this worker (see TrialHooks).
       hooks.started = [&](int pgid) {
+        g_program_group = pgid;
         Send(json{{"op", "group"}, {"trial", task->number}, {"pgid", pgid}});
         Flush();
       };
       TrialOutcome outcome = RunTrial(*task, sink, stop_, hooks);
+      g_program_group = 0;  // the runner killed what was left in the group
       current_ = -1;
       std::string fault;
       if (task->number == retire_after) {

@@ -243,6 +243,16 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "8");
 }
 
+// Whether process `pid` is gone (no longer there, or a zombie nobody reaped yet).
+bool Gone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] == 'Z' ||
+         line[close + 2] == 'X';
+}
+
 // The worker processes of the coordinator `pid`.
 std::vector<pid_t> Workers(pid_t coordinator) {
   std::vector<pid_t> out;
@@ -514,6 +524,34 @@ TEST_F(ResumeTest, ANewStoreDoesNotResumeFromAnOldSweepsCheckpoints) {
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed' AND objective IS NOT "
                   "NULL")[0][0],
             "2");
+}
+
+// A coordinator killed with SIGKILL takes its command trials' programs with it, and the helpers
+// they started in their process group (a data loader holding memory or a GPU): each worker
+// kills its program's group when its parent dies.
+TEST_F(ResumeTest, KilledCoordinatorLeavesNoHelperBehind) {
+  Write("h.sh",
+        "#!/bin/sh\nsleep 300 &\necho $! > helper.$1\necho 'sweep-report {\"epoch\": 1, \"score\": "
+        "1}'\nexec sleep 300\n");
+  fs::permissions(dir_ / "h.sh", fs::perms::owner_all);
+  Write("h.toml", TwoCommandTrials("helpers", "h.sh"));
+  pid_t pid = Start("run h.toml", "h.log");
+  ASSERT_TRUE(WaitForReports(2)) << sweep_e2e::Slurp(dir_ / "h.log");
+  std::vector<pid_t> helpers;
+  for (const char* x : {"1", "2"}) {
+    helpers.push_back(std::atoi(sweep_e2e::Slurp(dir_ / (std::string("helper.") + x)).c_str()));
+    ASSERT_GT(helpers.back(), 0);
+    ASSERT_FALSE(Gone(helpers.back()));
+  }
+  ::kill(pid, SIGKILL);
+  Wait(pid);
+  for (pid_t helper : helpers) {
+    for (int i = 0; i < 500 && !Gone(helper); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(Gone(helper)) << "helper " << helper << " outlived its coordinator";
+    if (!Gone(helper)) ::kill(helper, SIGKILL);
+  }
 }
 
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
