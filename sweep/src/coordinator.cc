@@ -76,7 +76,13 @@ struct Pending {
   int64_t number = 0;
   json params;
   int retries = 0;
+  int agent_losses = 0;  // agents lost while it ran, in this run of the coordinator
 };
+
+// Losing the agent a trial runs on uses up no retry (a preempted or rebooted server is not the
+// trial's fault), but a trial whose agent is lost this many times is failed: it is likely what
+// takes the agent down (out of memory), and would otherwise be run again for ever.
+constexpr int kMaxAgentLosses = 3;
 
 // A server trials are placed on: this machine (id 0) or a remote agent.
 struct ServerInfo {
@@ -93,6 +99,7 @@ struct RunningTrial {
   json metrics = json::object();  // last value of each metric
   double epochs = 0;
   int retries = 0;
+  int agent_losses = 0;
   bool stop_sent = false;
   std::string prune_reason;      // set when early stopping asked it to stop
   bool at_max_resource = false;  // stopped on reaching early_stopping.max_resource
@@ -857,6 +864,7 @@ class Coordinator {
     RunningTrial t;
     t.params = p.params;
     t.retries = p.retries;
+    t.agent_losses = p.agent_losses;
     if (scheduler_ != nullptr) t.length = TrialLength(t.params);
     t.where = std::move(where);
     const ServerInfo& server = servers_.at(t.where.server);
@@ -1044,11 +1052,16 @@ class Coordinator {
           // system's cancel) also ends the trial's program or worker. Not the trial's fault:
           // it runs again on resume, without using up a retry.
           status = TrialStatus::kInterrupted;
+        } else if (ev.worker_lost && agent_lost && t.agent_losses + 1 >= kMaxAgentLosses) {
+          error = "its agent was lost " + std::to_string(kMaxAgentLosses) +
+                  " times while it ran (is the trial what takes it down? out of memory?); the "
+                  "last time: " +
+                  error;
         } else if (ev.worker_lost && agent_lost) {
           // Its agent went away, not the trial's fault: it runs again (from its checkpoint when
           // that is on storage the next server shares), without using up a retry.
           status = TrialStatus::kInterrupted;
-          queue_.push_front({ev.trial, t.params, t.retries});
+          queue_.push_front({ev.trial, t.params, t.retries, t.agent_losses + 1});
           error += "; running it again";
         } else if (ev.worker_lost && t.retries < config_.max_retries) {
           // The worker died, not the trial: run it again (from its checkpoint, if any).

@@ -516,6 +516,42 @@ kill_grace = "60s"
 // after the config's agent_timeout (6 s here; 10 s by default); its trials run again on the
 // other agent. Thawed, it finds its connection closed and stops its stale trials; nothing of
 // theirs is recorded.
+// A trial that takes its agent down (here it kills it; in life, the out-of-memory killer) is
+// run again without using up a retry, as any trial of a lost agent, but not for ever: after its
+// third lost agent it fails, and the sweep finishes, with agents restarted by a supervisor.
+TEST_F(AgentsTest, TrialThatKeepsKillingItsAgentFails) {
+  Write(
+      "k.sh",
+      "#!/bin/sh\nif [ \"$SWEEP_TRIAL\" = 1 ]; then kill -9 $(awk '{print $4}' /proc/$PPID/stat); "
+      "sleep 5; fi\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
+  fs::permissions(dir_ / "k.sh", fs::perms::owner_all);
+  Write("k.toml",
+        "[sweep]\nname = \"poison\"\nmetric = \"score\"\nmode = \"max\"\n[search]\n"
+        "algorithm = \"grid\"\n[parameters]\nx = { values = [1, 2, 3] }\n[trial]\n"
+        "kind = \"command\"\ncommand = [\"./k.sh\"]\n");
+  pid_t coordinator =
+      Spawn("run k.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
+  const int port = ListenPort("coordinator.log");
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  int code = -1000;
+  for (int i = 0; i < 8 && code == -1000; ++i) {  // the supervisor
+    pid_t agent = Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
+                            " --token-file tok --cpu-slots 1 --name a",
+                        "agent-" + std::to_string(i) + ".log");
+    while (Alive(agent) && (code = WaitExit(coordinator, 0.1)) == -1000) {
+    }
+  }
+  ASSERT_EQ(code, 0) << Log("coordinator.log");
+  auto rows = Query("SELECT number, status, error, retries FROM trials ORDER BY number");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0][1], "completed");
+  EXPECT_EQ(rows[2][1], "completed");
+  EXPECT_EQ(rows[1][1], "failed");
+  EXPECT_EQ(rows[1][2].rfind("its agent was lost 3 times while it ran", 0), 0u) << rows[1][2];
+  EXPECT_EQ(rows[1][3], "0");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM events WHERE trial = 1 AND to_state = 'interrupted'"), 2);
+}
+
 TEST_F(AgentsTest, FrozenAgentIsLostByMissedHeartbeats) {
   const int kTrials = 40, kSteps = 30;
   Write("c.toml",
