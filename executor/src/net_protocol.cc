@@ -71,6 +71,16 @@ class FieldReader {
     }
     return s;
   }
+  // A name that is shown in logs and tables: no control characters (a line break or an
+  // escape sequence from a peer not yet authenticated would forge log lines or drive the
+  // operator's terminal).
+  Result<std::string> Name(const char* key, size_t max_chars, bool allow_empty) const {
+    SWEEP_ASSIGN_OR_RETURN(std::string s, String(key, max_chars, allow_empty));
+    for (unsigned char c : s) {
+      if (c < 0x20 || c == 0x7f) return Error(key, "must not hold control characters");
+    }
+    return s;
+  }
   Result<std::string> Hex(const char* key, size_t bytes) const {
     auto it = j_.find(key);
     if (it == j_.end()) return Missing(key);
@@ -239,8 +249,8 @@ Result<Hello> HelloFromJson(const json& j) {
                                    std::to_string(kProtocolVersion));
   }
   h.version = static_cast<int>(version);
-  SWEEP_ASSIGN_OR_RETURN(h.name, r.String("name", kMaxNameChars, false));
-  SWEEP_ASSIGN_OR_RETURN(h.host, r.String("host", kMaxNameChars, false));
+  SWEEP_ASSIGN_OR_RETURN(h.name, r.Name("name", kMaxNameChars, false));
+  SWEEP_ASSIGN_OR_RETURN(h.host, r.Name("host", kMaxNameChars, false));
   SWEEP_ASSIGN_OR_RETURN(h.pid, r.Int("pid", 1, kMaxInt32));
   SWEEP_ASSIGN_OR_RETURN(h.nonce, r.Hex("nonce", kNonceBytes));
   auto slots = j.find("slots");
@@ -257,8 +267,8 @@ Result<Hello> HelloFromJson(const json& j) {
     SWEEP_ASSIGN_OR_RETURN(slot.gpu, s.Bool("gpu"));
     SWEEP_ASSIGN_OR_RETURN(int64_t device, s.Int("device", 0, kMaxInt32));
     slot.device = static_cast<int>(device);
-    SWEEP_ASSIGN_OR_RETURN(slot.name, s.String("name", kMaxNameChars, false));
-    SWEEP_ASSIGN_OR_RETURN(slot.model, s.String("model", kMaxNameChars, true));
+    SWEEP_ASSIGN_OR_RETURN(slot.name, s.Name("name", kMaxNameChars, false));
+    SWEEP_ASSIGN_OR_RETURN(slot.model, s.Name("model", kMaxNameChars, true));
     SWEEP_ASSIGN_OR_RETURN(slot.memory_bytes, s.Int("memory_bytes", 0, kMaxInt));
     SWEEP_ASSIGN_OR_RETURN(int64_t group, s.Int("link_group", 0, kMaxInt32));
     if (slot.gpu != (*slots)[0].value("gpu", false)) {

@@ -487,6 +487,12 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
   for (const ex::Slot& s : options.slots) {
     if (s.gpu) options.link_group.push_back(s.link_group);
   }
+  // Shown in the coordinator's log and in placements, where it must read as one name.
+  if (a.name.size() > 256 || std::any_of(a.name.begin(), a.name.end(),
+                                         [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+    return Fail(Status::InvalidArgument(
+        "--name: at most 256 bytes, without control characters (line breaks, escapes)"));
+  }
   options.name = a.name;
   options.worker_command = {SelfExe(argv0), "worker"};
   options.log = &std::cerr;

@@ -163,6 +163,11 @@ TEST(MessageTest, HelloFieldsAreChecked) {
       {[](json& j) { j["name"] = ""; }, "name must not be empty"},
       {[](json& j) { j["name"] = std::string(300, 'n'); }, "name is longer than 256"},
       {[](json& j) { j.erase("host"); }, "host is missing"},
+      // Names reach logs and tables: no forged lines, no terminal escapes.
+      {[](json& j) { j["name"] = "evil\nsweep: agent 'root' joined"; },
+       "name must not hold control characters"},
+      {[](json& j) { j["host"] = "h\x1b[2J"; }, "host must not hold control characters"},
+      {[](json& j) { j["slots"][0]["name"] = "gpu\r0"; }, "name must not hold control characters"},
       {[](json& j) { j["nonce"] = "abc"; }, "nonce must be 64 lowercase hex digits"},
       {[](json& j) { j["slots"] = json::array(); }, "slots must be a non-empty array"},
       {[](json& j) { j["slots"][1]["device"] = -1; }, "slots[1]: device must be an integer"},
