@@ -519,7 +519,23 @@ class Coordinator {
         if (joined->link_group.size() == slots.size()) {
           for (size_t i = 0; i < slots.size(); ++i) slots[i].link_group = joined->link_group[i];
         }
-        Status added = AddServer(next_server_++, joined->name, std::move(slots), e.agent_id);
+        // Placements must tell servers apart: a second agent of a name (two on one host
+        // without --name) gets a suffix.
+        std::string name = joined->name;
+        auto taken = [&](const std::string& n) {
+          return std::any_of(servers_.begin(), servers_.end(),
+                             [&](const auto& s) { return s.second.name == n; });
+        };
+        if (taken(name)) {
+          int k = 2;
+          while (taken(joined->name + "#" + std::to_string(k))) ++k;
+          name = joined->name + "#" + std::to_string(k);
+          if (options_.log != nullptr) {
+            *options_.log << "sweep: agent '" << joined->name << "' (id " << e.agent_id << ") is '"
+                          << name << "' in placements: another server has its name\n";
+          }
+        }
+        Status added = AddServer(next_server_++, name, std::move(slots), e.agent_id);
         if (!added.ok() && options_.log != nullptr) {
           *options_.log << "sweep: agent " << joined->name << " not used: " << added.message()
                         << "\n";

@@ -552,6 +552,23 @@ TEST_F(AgentsTest, TrialThatKeepsKillingItsAgentFails) {
   EXPECT_EQ(Scalar("SELECT count(*) FROM events WHERE trial = 1 AND to_state = 'interrupted'"), 2);
 }
 
+// Two agents of one name (two on a host, without --name) are told apart in placements.
+TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
+  Write("c.toml", sweep_e2e::BraninConfig("same", 24, "seed = 5\n", "steps = 5\nstep_ms = 50\n"));
+  pid_t coordinator =
+      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
+  const int port = ListenPort("coordinator.log");
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  StartAgent("twin", port);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 15)) << Log("coordinator.log");
+  StartAgent("twin", port);
+  EXPECT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  EXPECT_NE(Log("coordinator.log").find("is 'twin#2' in placements: another server has its name"),
+            std::string::npos)
+      << Log("coordinator.log");
+  EXPECT_EQ(PlacedOn("SELECT placement FROM trials"), (std::set<std::string>{"twin", "twin#2"}));
+}
+
 TEST_F(AgentsTest, FrozenAgentIsLostByMissedHeartbeats) {
   const int kTrials = 40, kSteps = 30;
   Write("c.toml",
