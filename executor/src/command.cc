@@ -158,6 +158,11 @@ std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
   if (line.substr(0, kReportPrefix.size()) != kReportPrefix) return std::nullopt;
   std::string_view body = line.substr(kReportPrefix.size());
   if (!body.empty() && body.back() == '\r') body.remove_suffix(1);
+  if (line.size() > kMaxReportBytes) {
+    return Result<CommandReport>(Status::InvalidArgument(
+        "it is " + std::to_string(line.size()) + " bytes long; a report line may hold at most " +
+        std::to_string(kMaxReportBytes) + " (report fewer metrics per line)"));
+  }
   json j;
   std::string why;  // the parser's own words, when the text is not JSON
   try {

@@ -304,6 +304,12 @@ class CommandRun {
               Line(partial.substr(0, pos), err_log, &why_stopped);
               partial.erase(0, pos + 1);
             }
+            if (partial.size() > kMaxReportBytes) {
+              // No line break for this long (a progress bar redrawn with \r, binary output):
+              // read what came as a line (an overlong report is refused), keep no more.
+              Line(partial, err_log, &why_stopped);
+              partial.clear();
+            }
           } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
             pipe_open = false;
           }

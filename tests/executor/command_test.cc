@@ -78,6 +78,20 @@ TEST(ReportLineTest, ReadsStepEpochAndMetrics) {
   EXPECT_EQ((*r)->metrics, (json{{"val_acc", 0.91}, {"loss", 1}}));
 }
 
+// A report line too long to cross from an agent in one frame is refused wherever it runs.
+TEST(ReportLineTest, OverlongLinesAreRefused) {
+  std::string line = "sweep-report {\"epoch\": 1";
+  for (int i = 0; line.size() <= kMaxReportBytes; ++i)
+    line += ", \"m" + std::to_string(i) + "\": 1";
+  line += "}";
+  auto r = ParseReportLine(line);
+  ASSERT_TRUE(r.has_value());
+  ASSERT_FALSE(r->ok());
+  EXPECT_EQ(r->status().message(), "it is " + std::to_string(line.size()) +
+                                       " bytes long; a report line may hold at most 262144 "
+                                       "(report fewer metrics per line)");
+}
+
 TEST(ReportLineTest, OtherLinesAreNotReports) {
   EXPECT_FALSE(ParseReportLine("epoch 1 loss 0.3").has_value());
   EXPECT_FALSE(ParseReportLine("sweep-reportx {}").has_value());

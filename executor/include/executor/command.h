@@ -43,6 +43,9 @@ struct CommandReport {
   std::vector<std::string> ignored;    // fields that were not numbers
 };
 inline constexpr std::string_view kReportPrefix = "sweep-report ";
+// The longest report line read (thousands of metrics fit): one that could not cross from an
+// agent to the coordinator in one frame is refused alike wherever the trial runs.
+inline constexpr size_t kMaxReportBytes = 256 * 1024;
 // nullopt: the line is not a report (no prefix). An error: it is one, but malformed.
 std::optional<Result<CommandReport>> ParseReportLine(std::string_view line);
 
