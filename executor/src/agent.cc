@@ -219,7 +219,9 @@ class Session {
       hello_.link_group = options.link_group;
       hello_.link_group.resize(hello_.slots.size(), 0);
     }
-    where_ = options.host + ":" + std::to_string(options.port);
+    // An IPv6 address in brackets, as --connect takes it.
+    const bool v6 = options.host.find(':') != std::string::npos;
+    where_ = (v6 ? "[" + options.host + "]" : options.host) + ":" + std::to_string(options.port);
   }
 
   Status Run() {
