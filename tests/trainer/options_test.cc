@@ -142,9 +142,12 @@ TEST(Options, TypeErrors) {
             "dataset: expected an object {format, train_images, ...} or a directory name, got 3");
   EXPECT_EQ(ApplyError("dataset", {{"train_image", "x"}}),
             "dataset: unknown key \"train_image\" (expected format, train_images, train_labels, "
-            "test_images, test_labels, label_column)");
+            "test_images, test_labels, label_column, header)");
   EXPECT_EQ(ApplyError("dataset", {{"label_column", "x"}}),
             "dataset.label_column: expected an integer column index, got \"x\"");
+  EXPECT_EQ(ApplyError("dataset", {{"header", 1}}),
+            "dataset.header: expected true, false or \"auto\" (a first row without a number in "
+            "it is a header), got 1");
   EXPECT_EQ(ApplyError("learning_rate", 0.1), "unknown trainer option \"learning_rate\"");
   EXPECT_EQ(ApplyError("nesterov", 1), "nesterov: expected true or false, got 1");
   EXPECT_EQ(ApplyError("scale_lr", "yes"), "scale_lr: expected true or false, got \"yes\"");
