@@ -301,8 +301,16 @@ class AgentHub::Impl {
     }
     const std::string expected = net::AgentProof(token_, peer->agent_nonce, peer->hub_nonce);
     if (!net::ProofsEqual(auth->proof, expected)) {
-      Refuse(peer, std::string(net::kAuthFailed) +
-                       ": the agent's token does not match the coordinator's");
+      // Which side lacks a token, when one does, says what to fix.
+      const bool agent_has_none =
+          net::ProofsEqual(auth->proof, net::AgentProof("", peer->agent_nonce, peer->hub_nonce));
+      Refuse(peer, std::string(net::kAuthFailed) + ": " +
+                       (token_.empty()   ? "the coordinator runs without a token (no --token-file) "
+                                           "but the agent gave one; give both the same token, or "
+                                           "neither"
+                        : agent_has_none ? "the agent gave no token (--token-file) and the "
+                                           "coordinator needs one"
+                                         : "the agent's token does not match the coordinator's"));
       return;
     }
     peer->id = next_id_++;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <set>
 
 #include "executor/agent.h"
@@ -282,6 +284,28 @@ TEST_F(AgentHubTest, WrongTokenIsRefusedAndLoggedWithTheAddress) {
   Status ended = agent.Stop();
   EXPECT_EQ(ended.code(), Status::Code::kInvalidArgument) << ended.message();
 }
+
+// When one side has no token at all, the refusal says which, not only that they differ.
+class TokenRefusalTest : public AgentHubTest,
+                         public ::testing::WithParamInterface<std::array<const char*, 3>> {};
+
+TEST_P(TokenRefusalTest, SaysWhichSideHasNoToken) {
+  const auto& [hub_token, agent_token, says] = GetParam();
+  Listen(hub_token);
+  AgentThread agent(Agent(agent_token));
+  ASSERT_TRUE(events_.WaitFor([&] { return agent.log.Count("stopped") >= 1; }));
+  EXPECT_EQ(agent.log.Count(says), 1u) << agent.log.text();
+  (void)agent.Stop();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Tokens, TokenRefusalTest,
+    ::testing::Values(std::array<const char*, 3>{"", "tok", "the coordinator runs without a token"},
+                      std::array<const char*, 3>{"tok", "",
+                                                 "the agent gave no token (--token-file) and the "
+                                                 "coordinator needs one"},
+                      std::array<const char*, 3>{"right", "wrong",
+                                                 "the agent's token does not match"}));
 
 TEST_F(AgentHubTest, AgentRetriesUntilTheHubListensAndLogsTheFailureOnce) {
   AgentOptions o = Agent();
