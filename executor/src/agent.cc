@@ -350,8 +350,8 @@ class Session {
         Drop("the coordinator said bye: " + why);
       } else if (why.rfind(net::kAuthFailed, 0) == 0) {
         // The tokens differ: no retry can change that, so the agent ends and says why.
-        EndRefused("the coordinator at " + where_ + " refused this agent: " + why +
-                   (options_.token.empty() ? " (this agent was given no --token-file)" : ""));
+        // (The coordinator's reason says which side has no token, if one has none.)
+        EndRefused("the coordinator at " + where_ + " refused this agent: " + why);
       } else {
         // Refused in the handshake (another version, a coordinator shutting down): try again.
         LogFailure("the coordinator at " + where_ + " refused this agent: " + why);
