@@ -45,6 +45,16 @@ extern "C" void OnInterrupt(int) {
   if (g_interrupt.load()) g_interrupt_again = true;
   g_interrupt = true;
 }
+// `sweep train`: the first Ctrl-C / SIGTERM stops after the current epoch; a second ends the
+// process at once, by that signal (only async-signal-safe calls).
+extern "C" void OnTrainInterrupt(int sig) {
+  if (g_interrupt.load()) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_interrupt = true;
+}
 
 std::string SelfExe(const char* argv0) {
   std::error_code ec;
@@ -113,8 +123,9 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   auto trials = (*st)->Trials(sw->id, q);
   if (!trials.ok()) return Fail(trials.status());
   // A key that is no column is a metric (metric.NAME, or NAME) or a hyperparameter (param.NAME,
-  // or NAME). A bare NAME that is both is refused as ambiguous; one that no trial has would
-  // sort nothing: say so, with what would.
+  // or NAME). A bare NAME that is both is the hyperparameter, as the CSV's columns name them
+  // (`lr`, the trainer's metric too, and `metric.lr`). One that no trial has would sort nothing:
+  // say so, with what would.
   const bool descending = sort.starts_with("-");
   std::string key = sort.substr(descending ? 1 : 0);
   const std::vector<std::string> columns = {"number",  "status", "objective",
@@ -139,12 +150,7 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
         for (auto& [k, v] : p.items()) add(&params, k);
       }
     }
-    if (metric_seen && param_seen && !as_param && !as_metric) {
-      return Fail(Status::InvalidArgument("--sort " + sort + ": '" + key +
-                                          "' is both a hyperparameter and a metric; say param." +
-                                          key + " or metric." + key));
-    }
-    if (!metric_seen && param_seen && !as_param) {
+    if (param_seen && !as_param && !as_metric) {
       q.sort = std::string(descending ? "-" : "") + "param." + key;
       trials = (*st)->Trials(sw->id, q);
       if (!trials.ok()) return Fail(trials.status());
@@ -592,8 +598,8 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
       std::fflush(stdout);
     }
   };
-  std::signal(SIGINT, OnInterrupt);
-  std::signal(SIGTERM, OnInterrupt);
+  std::signal(SIGINT, OnTrainInterrupt);
+  std::signal(SIGTERM, OnTrainInterrupt);
   sweep::executor::TrialOutcome out = sweep::executor::RunTrial(task, sink, g_interrupt);
   for (auto& [k, v] : out.end_metrics.items()) last[k] = v;
   if (as_json) {
