@@ -222,14 +222,19 @@ TEST(Csv, ErrorsNameFileAndLine) {
   // A first row of numbers is data, not a header, so its bad label is reported.
   EXPECT_EQ(CsvError(dir, "3.5,1\n"),
             f + ":1: label \"3.5\" is not a class index (an integer in [0, 100000))");
-  // So is a bad value among numbers in the first row: it is data, not column names.
+  // So is a bad feature value in a first row with a label: it is data, not column names.
   EXPECT_EQ(CsvError(dir, "1,0.5,NA\n0,1,2\n"), f + ":1: column 3: \"NA\" is not a finite number");
 }
 
-// `header` says what the first row is, where its look does not: names that are numbers (a
-// pandas frame's 0, 1, 2), or a first data row that must not be skipped.
+// Integer feature names with a named label (as pandas writes them) are a header; `header` says
+// what the first row is where its look does not: names that are all numbers, or a first data
+// row that must not be skipped.
 TEST(Csv, HeaderCanBeSaid) {
   TempDir dir;
+  WriteText(dir / "pandas.csv", "label,0,1\n1,0.5,0.25\n0,1,2\n");
+  auto pandas = LoadCsv(dir / "pandas.csv", 0);
+  ASSERT_TRUE(pandas.ok()) << pandas.status().message();
+  EXPECT_EQ((*pandas)->n, 2);
   WriteText(dir / "numbered.csv", "0,1,2\n1,0.5,0.25\n0,1,2\n");
   auto detected = LoadCsv(dir / "numbered.csv", 0);
   ASSERT_TRUE(detected.ok()) << detected.status().message();

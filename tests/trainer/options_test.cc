@@ -146,8 +146,8 @@ TEST(Options, TypeErrors) {
   EXPECT_EQ(ApplyError("dataset", {{"label_column", "x"}}),
             "dataset.label_column: expected an integer column index, got \"x\"");
   EXPECT_EQ(ApplyError("dataset", {{"header", 1}}),
-            "dataset.header: expected true, false or \"auto\" (a first row without a number in "
-            "it is a header), got 1");
+            "dataset.header: expected true, false or \"auto\" (a first row whose label is not a "
+            "number is a header), got 1");
   EXPECT_EQ(ApplyError("learning_rate", 0.1), "unknown trainer option \"learning_rate\"");
   EXPECT_EQ(ApplyError("nesterov", 1), "nesterov: expected true or false, got 1");
   EXPECT_EQ(ApplyError("scale_lr", "yes"), "scale_lr: expected true or false, got \"yes\"");

@@ -317,9 +317,10 @@ Result<DatasetPtr> LoadCsv(const std::string& path, int label_column, std::optio
     }
     if (first) {
       first = false;
+      // Column names, unless said: a label that is no number ("label,0,1,...,783", as pandas
+      // writes integer feature names). A first data row's bad feature is then reported.
       float v;
-      const bool names = header.value_or(
-          std::none_of(fields.begin(), fields.end(), [&](auto f) { return ParseFloat(f, &v); }));
+      const bool names = header.value_or(!ParseFloat(fields[label_at], &v));
       if (names) continue;
     }
     for (int64_t c = 0; c < ncols; ++c) {

@@ -57,8 +57,8 @@ Status CheckLabelsAreDense(const Dataset& data);
 // Decoders, uncached. Errors name the file ("labels.gz: expected 60000 labels, found 59999").
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path);
 // label_column counts from 0; a negative one counts from the end (-1: the last column).
-// `header`: whether the first row is column names; unset: it is when none of its fields is a
-// number (a first row with a bad value among numbers is data, and its error is reported).
+// `header`: whether the first row is column names; unset: it is when its label field is not a
+// number (a first row with a bad feature value is data, and its error is reported).
 Result<DatasetPtr> LoadCsv(const std::string& path, int label_column,
                            std::optional<bool> header = std::nullopt);
 

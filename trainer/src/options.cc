@@ -150,7 +150,7 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       } else {
         return Status::InvalidArgument(key +
                                        ": expected true, false or \"auto\" (a first row "
-                                       "without a number in it is a header), got " +
+                                       "whose label is not a number is a header), got " +
                                        item.dump());
       }
     } else {

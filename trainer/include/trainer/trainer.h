@@ -21,12 +21,12 @@ namespace sweep::trainer {
 struct DatasetSpec {
   std::string format = "idx";  // "idx" (MNIST layout, gzipped or not) or "csv"
   // idx: image and label files. csv: train_images / test_images hold the CSV files (one row per
-  // sample, the label in `label_column`, features in every other column; a first row without
-  // one number in it is a header, unless `header` says); the *_labels fields stay empty.
+  // sample, the label in `label_column`, features in every other column; a first row whose
+  // label is not a number is a header, unless `header` says); the *_labels fields stay empty.
   std::string train_images, train_labels, test_images, test_labels;
   int label_column = 0;  // csv only; negative counts from the end (-1: the last column)
-  // csv only: whether the first row is a header (column names); unset: it is when none of its
-  // fields is a number.
+  // csv only: whether the first row is a header (column names); unset: it is when its label
+  // field is not a number.
   std::optional<bool> header;
 };
 
