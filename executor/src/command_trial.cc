@@ -316,12 +316,16 @@ class CommandRun {
         }
       }
       if (!exited) {
-        pid_t r = ::waitpid(pid_, &wait_status, WNOHANG);
-        if (r == pid_) {
+        siginfo_t info{};
+        if (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            info.si_pid == pid_) {
           exited = true;
           exited_at = Clock::now();
-          // What the program left behind in its group (helpers, data loaders) goes with it.
+          // What the program left behind in its group (helpers, data loaders) goes with it,
+          // while the unreaped program still holds the group's id.
           ::kill(-pid_, SIGKILL);
+          if (hooks_.ended) hooks_.ended();
+          ::waitpid(pid_, &wait_status, 0);
         } else if (!pipe_open) {
           // Its stdout is closed but it runs on: wait without spinning.
           ::usleep(20'000);

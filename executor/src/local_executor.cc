@@ -215,6 +215,7 @@ void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
     } else if (op == "hb") {
       continue;
     } else if (op == "group") {
+      // 0: the group is gone (its id may be reused).
       if (w.trial && ev.trial == *w.trial) w.program_group = msg.value("pgid", -1);
       continue;
     } else if (op == "retire") {

@@ -146,8 +146,13 @@ class Worker {
         Send(json{{"op", "group"}, {"trial", task->number}, {"pgid", pgid}});
         Flush();
       };
+      hooks.ended = [&] {
+        g_program_group = 0;
+        Send(json{{"op", "group"}, {"trial", task->number}, {"pgid", 0}});
+        Flush();
+      };
       TrialOutcome outcome = RunTrial(*task, sink, stop_, hooks);
-      g_program_group = 0;  // the runner killed what was left in the group
+      g_program_group = 0;  // ended, or the program never ran
       current_ = -1;
       std::string fault;
       if (task->number == retire_after) {

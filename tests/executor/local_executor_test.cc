@@ -247,7 +247,8 @@ TEST_P(WorkerEndTest, TakesTheProgramsHelpersWithIt) {
                    {"workdir", dir.string()},
                    {"trial_dir", (dir / "trial-7").string()}};
   LocalExecutor ex({SWEEP_TEST_WORKER});
-  ex.set_heartbeat_timeout_ms(GetParam() == WorkerEnd::kHung ? 1000 : 60'000);
+  // Above the worker's heartbeat interval (1 s), with room for a slow start.
+  ex.set_heartbeat_timeout_ms(GetParam() == WorkerEnd::kHung ? 3000 : 60'000);
   ASSERT_TRUE(ex.Start(task).ok());
   std::vector<WorkerEvent> events;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

@@ -64,6 +64,10 @@ struct TrialHooks {
   // loaders) share that group, and only the program itself dies with its parent: whoever may
   // have to kill the caller outright kills this group first, so nothing is left behind.
   std::function<void(int pgid)> started;
+  // Called when that group has been killed after the program exited, while the program (not
+  // yet reaped) still holds its id: from here on the id may name another group, which nobody
+  // must kill.
+  std::function<void()> ended;
 };
 
 // Runs the task to its end, or until `stop` is set (then kStopped after the current epoch/step).
