@@ -327,11 +327,13 @@ class Coordinator {
     if (config_.kind == TrialKind::kTrainer) {
       // Each trainer trial checkpoints into a file of its own, so an interrupted trial goes on
       // from its last epoch instead of from the start.
-      // Absolute, as stored with each trial: readers in other folders find the files.
+      // As configured (relative to the working folder, the coordinator's or an agent's), for
+      // the workers; stored absolute, so readers in other folders find the files.
       checkpoint_dir_ =
           config_.checkpoint_dir.empty() ? store_.path() + "-checkpoints" : config_.checkpoint_dir;
-      checkpoint_dir_ = std::filesystem::absolute(checkpoint_dir_).lexically_normal().string() +
-                        "/" + config_.name;
+      checkpoint_dir_ += "/" + config_.name;
+      stored_checkpoint_dir_ =
+          std::filesystem::absolute(checkpoint_dir_).lexically_normal().string();
       std::error_code ec;
       std::filesystem::create_directories(checkpoint_dir_, ec);
       if (ec) {
@@ -577,6 +579,14 @@ class Coordinator {
     return trials_dir_ + "/trial-" + std::to_string(number);
   }
 
+  // Where the coordinator records trial `number`'s checkpoint: absolute.
+  std::string StoredCheckpointPath(int64_t number) const {
+    if (stored_checkpoint_dir_.empty()) return "";
+    return stored_checkpoint_dir_ + "/trial-" + std::to_string(number) + ".ckpt";
+  }
+
+  // Where its worker writes it: as configured (an agent resolves a relative path in its own
+  // working folder).
   std::string CheckpointPath(int64_t number) const {
     if (checkpoint_dir_.empty()) return "";
     return checkpoint_dir_ + "/trial-" + std::to_string(number) + ".ckpt";
@@ -913,7 +923,14 @@ class Coordinator {
       rec.params_json = p.params.dump();
       rec.placement = t.placement;
       rec.started_s = now;
-      rec.checkpoint = CheckpointPath(p.number);
+      rec.checkpoint = StoredCheckpointPath(p.number);
+      // Its first run: a file at its path is an earlier sweep's (a store made anew). The worker
+      // deletes it too (on an agent's own disk), but a coordinator killed before that would
+      // resume this trial from it.
+      if (!rec.checkpoint.empty()) {
+        std::error_code ec;
+        std::filesystem::remove(rec.checkpoint, ec);
+      }
       if (config_.kind == TrialKind::kCommand) {
         rec.stdout_log = TrialDir(p.number) + "/stdout.log";
         rec.stderr_log = TrialDir(p.number) + "/stderr.log";
@@ -1082,7 +1099,7 @@ class Coordinator {
         } else if (ev.worker_lost && t.retries < config_.max_retries) {
           // The worker died, not the trial: run it again (from its checkpoint, if any).
           status = TrialStatus::kInterrupted;
-          queue_.push_front({ev.trial, t.params, t.retries + 1});
+          queue_.push_front({ev.trial, t.params, t.retries + 1, t.agent_losses});
           SWEEP_RETURN_IF_ERROR(store_.SetTrialRetries(sweep_id_, ev.trial, t.retries + 1));
           error += "; running it again (retry " + std::to_string(t.retries + 1) + " of " +
                    std::to_string(config_.max_retries) + ")";
@@ -1178,6 +1195,7 @@ class Coordinator {
   executor::TrialTask decisions_;                 // only its decision-point fields are used
   std::string trials_dir_;                        // command trials' directories; else empty
   std::string checkpoint_dir_;                    // trainer trials' checkpoints; else empty
+  std::string stored_checkpoint_dir_;             // the same, absolute
   std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
   std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits
   std::unique_ptr<executor::LocalExecutor> executor_;

@@ -554,7 +554,8 @@ TEST_F(AgentsTest, TrialThatKeepsKillingItsAgentFails) {
 
 // Two agents of one name (two on a host, without --name) are told apart in placements.
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
-  Write("c.toml", sweep_e2e::BraninConfig("same", 24, "seed = 5\n", "steps = 5\nstep_ms = 50\n"));
+  // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.
+  Write("c.toml", sweep_e2e::BraninConfig("same", 24, "seed = 5\n", "steps = 10\nstep_ms = 100\n"));
   pid_t coordinator =
       Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
   const int port = ListenPort("coordinator.log");

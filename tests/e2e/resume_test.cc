@@ -440,14 +440,14 @@ TEST_F(ResumeTest, KeepCheckpointsKeepsOnlyTheBest) {
   };
 
   pid_t pid = Start("run k.toml", "keep.log");
-  for (int i = 0; i < 800; ++i) {
-    if (HasTable("trials") &&
-        Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0] >= "2") {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  bool two_done = false;
+  for (int i = 0; i < 800 && !two_done; ++i) {
+    two_done = HasTable("trials") &&
+               Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0] >= "2";
+    if (!two_done) std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   ::kill(pid, SIGINT);
+  ASSERT_TRUE(two_done) << sweep_e2e::Slurp(dir_ / "keep.log");
   ASSERT_EQ(Wait(pid), 1) << "interrupted before its end\n" << sweep_e2e::Slurp(dir_ / "keep.log");
   // Ended trials other than the best kept nothing; a running one (now interrupted) keeps its.
   std::set<std::string> expected = {best()};
