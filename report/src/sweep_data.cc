@@ -39,8 +39,13 @@ std::optional<double> NumberIn(const json& object, const std::string& key) {
 Result<SweepData> LoadSweepData(store::Store& store, const store::SweepRecord& sweep) {
   SweepData data;
   data.sweep = sweep;
-  SWEEP_ASSIGN_OR_RETURN(data.trials, store.Trials(sweep.id, store::TrialQuery{}));
-  SWEEP_ASSIGN_OR_RETURN(data.reports, store.AllReports(sweep.id));
+  // One state of the file: a running sweep's commits between the two reads would give reports
+  // of trials the first did not see.
+  SWEEP_RETURN_IF_ERROR(store.ReadTogether([&]() -> Status {
+    SWEEP_ASSIGN_OR_RETURN(data.trials, store.Trials(sweep.id, store::TrialQuery{}));
+    SWEEP_ASSIGN_OR_RETURN(data.reports, store.AllReports(sweep.id));
+    return Status::Ok();
+  }));
   std::stable_sort(data.reports.begin(), data.reports.end(),
                    [](const store::ReportRecord& a, const store::ReportRecord& b) {
                      return a.trial != b.trial ? a.trial < b.trial : a.step < b.step;

@@ -1026,6 +1026,14 @@ Status Store::AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::stri
 
 Status Store::Commit() { return impl_->CommitBatch(); }
 
+Status Store::ReadTogether(const std::function<Status()>& reads) {
+  if (!sqlite3_get_autocommit(impl_->db)) return reads();  // inside the write batch
+  SWEEP_RETURN_IF_ERROR(impl_->Exec("BEGIN DEFERRED", "starting a read transaction"));
+  Status status = reads();
+  Status ended = impl_->Exec(status.ok() ? "COMMIT" : "ROLLBACK", "ending a read transaction");
+  return status.ok() ? ended : status;
+}
+
 // ---- queries ----
 
 Result<std::vector<TrialRecord>> Store::BestTrials(int64_t sweep_id, bool maximize, int64_t top) {

@@ -458,6 +458,36 @@ TEST_F(StoreTest, ListSweepsGivesTrialCountAndBest) {
 
 // ---- trials, reports, events ----
 
+// Reads made together see one state of the file, not a writer's commit between them.
+TEST_F(StoreTest, ReadsTogetherSeeOneStateOfTheFile) {
+  OpenWithSweep();
+  TrialRecord t;
+  t.number = 0;
+  t.params_json = "{}";
+  Insert(t);
+  ASSERT_OK(store_->Commit());
+  auto reader = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_OK(reader);
+  size_t first = 0, second = 0;
+  ASSERT_OK((*reader)->ReadTogether([&]() -> Status {
+    auto a = (*reader)->Trials(sweep_id_, TrialQuery{});
+    if (!a.ok()) return a.status();
+    first = a->size();
+    t.number = 1;
+    Insert(t);  // another connection commits meanwhile
+    if (Status s = store_->Commit(); !s.ok()) return s;
+    auto b = (*reader)->Trials(sweep_id_, TrialQuery{});
+    if (!b.ok()) return b.status();
+    second = b->size();
+    return Status::Ok();
+  }));
+  EXPECT_EQ(first, 1u);
+  EXPECT_EQ(second, 1u);
+  auto after = (*reader)->Trials(sweep_id_, TrialQuery{});
+  ASSERT_OK(after);
+  EXPECT_EQ(after->size(), 2u);
+}
+
 TEST_F(StoreTest, TrialLifecycleRoundTrips) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   TrialRecord trial = MakeTrial(0, TrialStatus::kPending, {});

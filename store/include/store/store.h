@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -150,6 +151,10 @@ class Store {
                   std::string_view to, std::string_view detail, double time_s);
   // Commits the open transaction, if any. Cheap when nothing was written.
   Status Commit();
+  // Runs `reads` (queries on this Store) in one read transaction, so that they see one state of
+  // the file, not the commits a running sweep makes between them (trials, then their reports).
+  // Within an open write batch they already do.
+  Status ReadTogether(const std::function<Status()>& reads);
 
   // ---- queries ----
   Result<std::vector<TrialRecord>> BestTrials(int64_t sweep_id, bool maximize, int64_t top);
