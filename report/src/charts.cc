@@ -300,6 +300,21 @@ CurvesData ComputeCurves(const SweepData& data, int top_k, size_t max_points) {
     if (points.empty()) continue;
     out.pruned.push_back({t.number, points.back().first, points.back().second});
   }
+  for (const store::TrialRecord& t : data.trials) {
+    if (t.status != store::TrialStatus::kRunning && t.status != store::TrialStatus::kInterrupted) {
+      continue;
+    }
+    auto points = curve_of(t.number);
+    if (points.empty()) continue;
+    const double latest = points.back().second;
+    out.unfinished.push_back({t.number, latest, Decimate(points, max_points)});
+  }
+  const bool maximize = data.sweep.maximize;
+  std::stable_sort(
+      out.unfinished.begin(), out.unfinished.end(),
+      [&](const Curve& a, const Curve& b) { return Better(a.value, b.value, maximize); });
+  if (static_cast<int>(out.unfinished.size()) > top_k)
+    out.unfinished.resize(static_cast<size_t>(top_k));
   double largest = 0;
   for (const store::ReportRecord& r : data.reports) largest = std::max(largest, Resource(data, r));
   out.rungs = RungResources(data.rungs, largest);
@@ -439,21 +454,23 @@ json ToJson(const ParallelData& parallel) {
 }
 
 json ToJson(const CurvesData& curves) {
-  json top = json::array();
-  for (const Curve& c : curves.top) {
-    json points = json::array();
-    for (const auto& [x, y] : c.points) points.push_back(json::array({x, y}));
-    top.push_back({{"trial", c.trial}, {"value", c.value}, {"points", std::move(points)}});
-  }
+  auto list = [](const std::vector<Curve>& curves_of) {
+    json arr = json::array();
+    for (const Curve& c : curves_of) {
+      json points = json::array();
+      for (const auto& [x, y] : c.points) points.push_back(json::array({x, y}));
+      arr.push_back({{"trial", c.trial}, {"value", c.value}, {"points", std::move(points)}});
+    }
+    return arr;
+  };
+  json top = list(curves.top);
   json pruned = json::array();
   for (const StopPoint& s : curves.pruned) {
     pruned.push_back(json::array({s.trial, s.resource, s.value}));
   }
-  return {{"metric", curves.metric},
-          {"resource", curves.resource},
-          {"top", std::move(top)},
-          {"pruned", std::move(pruned)},
-          {"rungs", curves.rungs}};
+  return {{"metric", curves.metric},     {"resource", curves.resource},
+          {"top", std::move(top)},       {"unfinished", list(curves.unfinished)},
+          {"pruned", std::move(pruned)}, {"rungs", curves.rungs}};
 }
 
 json ToJson(const std::vector<Importance>& importance) {

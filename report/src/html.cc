@@ -78,8 +78,9 @@ std::string RenderHtml(const SweepData& data, const ReportOptions& options) {
       "breaks where a conditional parameter is absent.</p>\n<canvas id=\"parallel\"></canvas>\n";
   html +=
       "<h2>Learning curves</h2>\n<p class=\"note\">The best completed trials over their "
-      "reports; &times; marks the last report of each pruned trial; dashed lines are the "
-      "early-stopping rungs.</p>\n<canvas id=\"curves\"></canvas>\n<div "
+      "reports; &times; marks the last report of each pruned trial; grey dashed curves are "
+      "running or interrupted trials so far; vertical dashed lines are the early-stopping "
+      "rungs.</p>\n<canvas id=\"curves\"></canvas>\n<div "
       "id=\"curves-legend\"></div>\n";
   html +=
       "<h2>Parameter importance</h2>\n<p class=\"note\">Share of the metric's variance over "

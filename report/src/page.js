@@ -217,11 +217,11 @@
 
   function drawCurves() {
     var cv = data.curves, c = setup(document.getElementById('curves'));
-    if (!cv.top.length && !cv.pruned.length) {
+    if (!cv.top.length && !cv.pruned.length && !cv.unfinished.length) {
       empty(c, 'no reports of ' + cv.metric + ' yet'); return 0;
     }
     var xs = [], ys = [];
-    cv.top.forEach(function (t) {
+    cv.top.concat(cv.unfinished).forEach(function (t) {
       t.points.forEach(function (p) { xs.push(p[0]); ys.push(p[1]); });
     });
     cv.pruned.forEach(function (p) { xs.push(p[1]); ys.push(p[2]); });
@@ -248,6 +248,19 @@
       ctx.stroke();
       n++;
     });
+    ctx.lineWidth = 1.5;
+    ctx.setLineDash([5, 3]);  // running or interrupted: dashed, grey, under the finished
+    ctx.strokeStyle = '#999';
+    cv.unfinished.forEach(function (t) {
+      ctx.beginPath();
+      t.points.forEach(function (p, j) {
+        if (j) ctx.lineTo(f.X(p[0]), f.Y(p[1])); else ctx.moveTo(f.X(p[0]), f.Y(p[1]));
+      });
+      if (t.points.length === 1) ctx.arc(f.X(t.points[0][0]), f.Y(t.points[0][1]), 2, 0, 7);
+      ctx.stroke();
+      n++;
+    });
+    ctx.setLineDash([]);
     ctx.lineWidth = 2;
     for (var i = cv.top.length - 1; i >= 0; i--) {  // the best last, on top
       var t = cv.top[i];
@@ -270,8 +283,15 @@
     });
     if (cv.pruned.length) {
       var s = document.createElement('span');
-      s.textContent = '\u00D7 where a pruned trial stopped (' + cv.pruned.length + ')';
+      s.textContent = '\u00D7 where a pruned trial stopped (' + cv.pruned.length + ')  ';
       legend.appendChild(s);
+    }
+    if (cv.unfinished.length) {
+      var u = document.createElement('span');
+      u.style.color = '#777';
+      u.textContent = '- - running or interrupted: trial' + (cv.unfinished.length > 1 ? 's ' : ' ') +
+          cv.unfinished.map(function (t) { return t.trial; }).join(', ');
+      legend.appendChild(u);
     }
     return n;
   }

@@ -164,6 +164,23 @@ TEST(CurvesTest, TopTrialsBestFirstAndPrunedStopPoints) {
   EXPECT_TRUE(c.rungs.empty());  // no early stopping
 }
 
+// A sweep under way or stopped: its running and interrupted trials' curves so far, best latest
+// value first, at most top_k; trials without reports have none.
+TEST(CurvesTest, UnfinishedTrialsShowTheirProgress) {
+  SweepBuilder b("loss", false);
+  b.Trial({}, TrialStatus::kRunning, std::nullopt, {{1, 0.9}, {2, 0.7}})
+      .Trial({}, TrialStatus::kInterrupted, std::nullopt, {{1, 0.8}, {2, 0.5}, {3, 0.4}})
+      .Trial({}, TrialStatus::kRunning, std::nullopt, {})
+      .Trial({}, TrialStatus::kRunning, std::nullopt, {{1, 0.95}});
+  CurvesData c = ComputeCurves(b.data(), /*top_k=*/2);
+  EXPECT_TRUE(c.top.empty());
+  ASSERT_EQ(c.unfinished.size(), 2u);
+  EXPECT_EQ(c.unfinished[0].trial, 1);  // latest 0.4, the lowest (mode min)
+  EXPECT_DOUBLE_EQ(c.unfinished[0].value, 0.4);
+  EXPECT_EQ(c.unfinished[0].points.size(), 3u);
+  EXPECT_EQ(c.unfinished[1].trial, 0);
+}
+
 TEST(CurvesTest, RungsOfAshaAndHyperband) {
   RungSpec spec;
   spec.enabled = true;

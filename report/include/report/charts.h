@@ -89,7 +89,10 @@ struct CurvesData {
   std::string resource;           // "epoch" or "step"
   std::vector<Curve> top;         // the best `top_k` completed trials, best first
   std::vector<StopPoint> pruned;  // every pruned trial that reported the metric, by number
-  std::vector<double> rungs;      // the rung resources (empty without ASHA / Hyperband)
+  // Running and interrupted trials with reports so far (value: their latest), best first, at
+  // most `top_k`: a sweep under way, or stopped, shows its progress.
+  std::vector<Curve> unfinished;
+  std::vector<double> rungs;  // the rung resources (empty without ASHA / Hyperband)
 };
 // Each curve keeps at most `max_points` points (see Decimate).
 CurvesData ComputeCurves(const SweepData& data, int top_k, size_t max_points = 400);
