@@ -226,6 +226,17 @@ int CmdStatus(const QueryArgs& a) {
 
 int CmdList(const QueryArgs& a) {
   auto st = OpenForQuery(a);
+  std::error_code ec;
+  if (!st.ok() && st.status().code() == Status::Code::kNotFound &&
+      std::filesystem::is_regular_file(a.db, ec)) {
+    // A database made this instant, or left empty: it holds no sweep, which is no error.
+    if (a.json) {
+      std::cout << "[]\n";
+    } else {
+      std::cout << "no sweeps in " << a.db << "\n";
+    }
+    return kExitOk;
+  }
   if (!st.ok()) return Fail(st.status());
   auto list = (*st)->ListSweeps();
   if (!list.ok()) return Fail(list.status());
@@ -249,6 +260,7 @@ int CmdList(const QueryArgs& a) {
     std::cout << arr.dump(2) << "\n";
     return kExitOk;
   }
+  if (list->empty()) std::cout << "no sweeps in " << a.db << "\n";
   for (const auto& s : *list) {
     std::cout << s.name << "  " << sweep::store::ToString(s.status)
               << (gone(s) ? " (coordinator gone: sweep resume " + s.name + ")" : "") << "  "

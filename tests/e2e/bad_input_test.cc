@@ -851,6 +851,15 @@ TEST_F(BadInputTest, QueriesOnAMissingDatabase) {
   Output resume = Sweep("resume branin");
   if (fs::exists(dir_ / "sweeps.db")) resume.err = "[sweeps.db created] " + resume.err;
   Check("resume branin", resume, kUsage, {"sweep: sweeps.db: no such database"});
+  // An empty file (a database `run` is making this instant) holds no sweep: `list` says so and
+  // succeeds, as on a store with a schema and no sweep.
+  Write("empty.db", "");
+  Output empty = Sweep("list --db empty.db --json");
+  EXPECT_EQ(empty.code, 0) << empty.err;
+  EXPECT_EQ(empty.out, "[]\n");
+  Output text = Sweep("list --db empty.db");
+  EXPECT_EQ(text.code, 0) << text.err;
+  EXPECT_EQ(text.out, "no sweeps in empty.db\n");
 }
 
 TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
