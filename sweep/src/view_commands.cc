@@ -159,12 +159,15 @@ int CmdShow(const ShowArgs& a) {
   const store::TrialRecord& t = **trial;
   auto reports = (*st)->Reports(sw->id, t.number);
   if (!reports.ok()) return Fail(reports.status());
+  // Stored as running, but nothing runs it: its coordinator died (resume runs it again).
+  const bool orphaned = t.status == store::TrialStatus::kRunning && CoordinatorGone(a.db, *sw);
 
   if (a.json) {
     json j = TrialJson(t);
     j["objective"] = t.objective ? json(*t.objective) : json(nullptr);
     j["retries"] = t.retries;
     if (t.status == store::TrialStatus::kPruned) j["pruned_reason"] = t.error;
+    j["coordinator_gone"] = orphaned;
     json rs = json::array();
     for (const store::ReportRecord& r : *reports) {
       rs.push_back({{"step", r.step},
@@ -180,6 +183,7 @@ int CmdShow(const ShowArgs& a) {
   const int width = report::TerminalColumns(STDOUT_FILENO);
   std::ostringstream out;
   out << "trial " << t.number << " of sweep " << sw->name << ": " << store::ToString(t.status)
+      << (orphaned ? " (its coordinator is gone: sweep resume " + sw->name + " runs it again)" : "")
       << "\n";
   // "  key         value", the value wrapped at spaces to the terminal's width.
   auto row = [&](const std::string& key, const std::string& value) {
@@ -218,7 +222,7 @@ int CmdShow(const ShowArgs& a) {
   row("ended", t.ended_s ? LocalTime(*t.ended_s) : "-");
   if (t.started_s && t.ended_s) {
     row("duration", report::ShortNumber(*t.ended_s - *t.started_s) + " s");
-  } else if (t.started_s && t.status == store::TrialStatus::kRunning) {
+  } else if (t.started_s && t.status == store::TrialStatus::kRunning && !orphaned) {
     row("duration", "running for " + report::ShortNumber(NowSeconds() - *t.started_s) + " s");
   }
   const bool by_epoch = ResourceIsEpoch(*sw);

@@ -238,6 +238,17 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   Output list = Sweep("list --json");
   ASSERT_EQ(list.code, 0) << list.err;
   EXPECT_TRUE(json::parse(list.out)[0]["coordinator_gone"].get<bool>()) << list.out;
+  // A trial left running says nothing runs it, rather than how long it has been "running".
+  auto left = Query("SELECT number FROM trials WHERE status = 'running' LIMIT 1");
+  if (!left.empty()) {
+    Output show = Sweep("show owned " + left[0][0]);
+    EXPECT_NE(show.out.find("running (its coordinator is gone: sweep resume owned runs it again)"),
+              std::string::npos)
+        << show.out;
+    EXPECT_EQ(show.out.find("running for"), std::string::npos) << show.out;
+    EXPECT_TRUE(json::parse(Sweep("show owned " + left[0][0] + " --json").out)["coordinator_gone"]
+                    .get<bool>());
+  }
   Output taken = Sweep("resume owned");  // the dead owner's lock is free
   EXPECT_EQ(taken.code, 0) << taken.err;
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "8");
