@@ -120,8 +120,24 @@ void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& 
     for (auto& [k, v] : p.items()) ps += (ps.empty() ? "" : " ") + k + "=" + Cell(v);
     if (!t.error.empty()) ps += (ps.empty() ? "" : "  ") + ("[" + t.error + "]");
     rows.push_back({std::to_string(t.number), std::string(store::ToString(t.status)),
-                    m.contains(metric) ? Cell(m[metric]) : "-",
-                    Cell(json(t.epochs)), ps});
+                    m.contains(metric) ? Cell(m[metric]) : "-", Cell(json(t.epochs)), ps});
+  }
+  for (auto& r : rows) {
+    // One row per line: a multi-line error (a program's last lines) or a value holding a
+    // carriage return would break the table or move the cursor.
+    for (std::string& cell : r) {
+      std::string flat;
+      for (char ch : cell) {
+        if (ch == '\n') {
+          flat += " | ";
+        } else if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+          flat += ' ';
+        } else {
+          flat += ch;
+        }
+      }
+      cell = std::move(flat);
+    }
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& r : rows) {

@@ -185,13 +185,29 @@ int CmdShow(const ShowArgs& a) {
   out << "trial " << t.number << " of sweep " << sw->name << ": " << store::ToString(t.status)
       << (orphaned ? " (its coordinator is gone: sweep resume " + sw->name + " runs it again)" : "")
       << "\n";
-  // "  key         value", the value wrapped at spaces to the terminal's width.
+  // "  key         value", the value wrapped at spaces to the terminal's width; its own line
+  // breaks (a program's last lines in an error) keep the indent, other control characters
+  // (a carriage return in a value) become spaces.
   auto row = [&](const std::string& key, const std::string& value) {
     const size_t indent = 14;
     const size_t room = std::max<size_t>(20, static_cast<size_t>(width) - indent);
-    std::string rest = value;
+    std::string rest;
+    for (char ch : value) {
+      const bool control = static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
+      rest += ch == '\n' ? '\n' : control ? ' ' : ch;
+    }
+    while (!rest.empty() && rest.back() == '\n') rest.pop_back();
     std::string head = "  " + key + std::string(key.size() < 12 ? 12 - key.size() : 1, ' ');
     do {
+      if (const size_t nl = rest.find('\n'); nl != std::string::npos) {
+        // A line break of the value's own, before it needs wrapping.
+        if (report::DisplayWidth(rest.substr(0, nl)) <= room) {
+          out << report::ClipColumns(head + rest.substr(0, nl), static_cast<size_t>(width)) << "\n";
+          rest = rest.substr(nl + 1);
+          head = std::string(indent, ' ');
+          continue;
+        }
+      }
       size_t cut = rest.size();
       if (report::DisplayWidth(rest) > room) {
         cut = report::ClipColumns(rest, room).size();

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace sweep {
@@ -31,6 +32,24 @@ TEST(OutputTest, TrialJsonHasTheStableKeys) {
   EXPECT_EQ(j["epochs"], 2.0);
   EXPECT_EQ(j["duration_s"], 2.5);
   EXPECT_FALSE(j.contains("error"));
+}
+
+// One trial per line: a program's last lines in an error, or a carriage return in a value,
+// neither break the table nor move the cursor.
+TEST(OutputTest, TableKeepsEachTrialOnOneLine) {
+  store::TrialRecord t;
+  t.number = 4;
+  t.status = store::TrialStatus::kFailed;
+  t.params_json = R"({"tag":"a\rb"})";
+  t.error = "exited with code 3; last lines of stderr:\nboom\n";
+  std::ostringstream out;
+  PrintTrialsTable(out, {t}, "score");
+  const std::string text = out.str();
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;  // header and the trial
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_NE(text.find("tag=a b  [exited with code 3; last lines of stderr: | boom | ]"),
+            std::string::npos)
+      << text;
 }
 
 TEST(OutputTest, CsvHasOneColumnPerParameterAndMetric) {
