@@ -23,6 +23,17 @@ int TerminalColumns(int fd) {
   return 80;
 }
 
+int TerminalRows(int fd) {
+  struct winsize ws {};
+  if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0) return ws.ws_row;
+  if (const char* lines = std::getenv("LINES")) {
+    char* end = nullptr;
+    long v = std::strtol(lines, &end, 10);
+    if (end != lines && *end == '\0' && v > 0 && v < 100000) return static_cast<int>(v);
+  }
+  return 24;
+}
+
 size_t DisplayWidth(const std::string& text) {
   size_t n = 0;
   for (unsigned char c : text) n += (c & 0xC0) != 0x80;

@@ -380,17 +380,26 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
     }
     if (terminal) {
       // Redraw in place: back to the first line drawn last time, clear to the end, draw again.
-      // Lines are clipped to the terminal's width so that none wraps and the count holds.
+      // Lines are clipped to the terminal's width so that none wraps and the count holds, and
+      // to its height, since the cursor cannot go back above the screen's top.
       const size_t width = static_cast<size_t>(report::TerminalColumns(STDOUT_FILENO));
+      const size_t height = static_cast<size_t>(std::max(2, report::TerminalRows(STDOUT_FILENO)));
       std::string frame;
       if (drawn_lines > 0) frame += "\033[" + std::to_string(drawn_lines) + "F";
       frame += "\033[J";
+      std::vector<std::string> all;
       std::istringstream lines(table.str());
-      std::string line;
+      for (std::string line; std::getline(lines, line);) all.push_back(std::move(line));
       drawn_lines = 0;
-      while (std::getline(lines, line)) {
+      for (size_t i = 0; i < all.size(); ++i) {
         // The final table is printed whole: nothing redraws over it.
-        frame += (ended ? line : report::ClipColumns(line, width > 1 ? width - 1 : width)) + "\n";
+        if (!ended && drawn_lines + 1 == height - 1 && i + 1 < all.size()) {
+          frame += "... " + std::to_string(all.size() - i) + " more lines\n";
+          ++drawn_lines;
+          break;
+        }
+        frame +=
+            (ended ? all[i] : report::ClipColumns(all[i], width > 1 ? width - 1 : width)) + "\n";
         ++drawn_lines;
       }
       std::cout << frame << std::flush;

@@ -348,6 +348,27 @@ TEST_F(ReportE2eTest, ShowOnATerminalFitsItsWidth) {
   }
 }
 
+// A table taller than the terminal is cut to its height while it is redrawn (the cursor cannot
+// go back above the screen's top, so a taller one would pile up copies in the scrollback).
+TEST_F(ReportE2eTest, StatusWatchFitsAShortTerminal) {
+  Write("b.toml", BraninConfig("short", 24, "max_concurrent = 8\n",
+                               "steps = 8\nstep_ms = 100\n[executor]\ncpu_slots = 8\n"));
+  pid_t run = Start("run b.toml", "run.log");
+  WaitUntilRecorded("short");
+  PtyRun r = RunOnPty(dir_, {"status", "short", "--watch", "--interval", "0.1"}, 90, 8);
+  EXPECT_EQ(Wait(run), 0) << Slurp(dir_ / "run.log");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::regex up("\x1b\\[([0-9]+)F");
+  int redraws = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), up); it != std::sregex_iterator();
+       ++it) {
+    EXPECT_LE(std::stoi((*it)[1]), 7) << "a redraw moved up past the screen's top";
+    ++redraws;
+  }
+  EXPECT_GE(redraws, 3) << r.out;
+  EXPECT_NE(r.out.find(" more lines"), std::string::npos) << r.out;
+}
+
 TEST_F(ReportE2eTest, StatusWatchRedrawsInPlaceUntilTheSweepEnds) {
   Write("b.toml", BraninConfig("wt", 16, "max_concurrent = 2\n", "steps = 4\nstep_ms = 60\n"));
   pid_t run = Start("run b.toml", "run.log");

@@ -11,6 +11,8 @@ namespace sweep::report {
 
 // The width of the terminal on `fd` (ioctl TIOCGWINSZ), else $COLUMNS, else 80.
 int TerminalColumns(int fd);
+// Its height (ioctl TIOCGWINSZ), else $LINES, else 24.
+int TerminalRows(int fd);
 
 struct LineChartOptions {
   int width = 80;  // columns of the whole chart, labels included (at least 20)
