@@ -409,6 +409,8 @@ struct Store::Impl {
   std::string path;
   sqlite3* db = nullptr;
   bool read_only = false;
+  std::chrono::milliseconds lock_wait{0};             // see Store::WaitForLocks
+  std::function<void(double waited_s)> on_lock_wait;  // called after each busy wait
   std::array<sqlite3_stmt*, static_cast<size_t>(Query::kCount)> statements{};
   // Trials() statements keyed by SQL text: a few dozen shapes at most (sort key x direction x
   // filter), since metric names are bound rather than part of the text.
@@ -519,11 +521,26 @@ struct Store::Impl {
     return Status::Internal(path + ": cannot write: this Store was opened read-only");
   }
 
-  // Opens the write batch if none is open; later writes join it until Commit().
+  // Opens the write batch if none is open; later writes join it until Commit(). Another
+  // process holding the write lock past busy_timeout is waited for up to lock_wait, the wait
+  // told to on_lock_wait: nothing is written, so nothing is lost, meanwhile.
   Status BeginBatch() {
     SWEEP_RETURN_IF_ERROR(RefuseWriteIfReadOnly());
     if (!sqlite3_get_autocommit(db)) return Status::Ok();
-    return Run(Query::kBegin, "starting a write transaction");
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      Status begun = Run(Query::kBegin, "starting a write transaction");
+      if (begun.ok() || begun.code() != Status::Code::kBusy) return begun;
+      const auto waited = std::chrono::steady_clock::now() - start;
+      if (waited >= lock_wait) {
+        if (lock_wait.count() == 0) return begun;
+        return Status::Busy(path + ": locked by another process for over " +
+                            std::to_string(lock_wait.count() / 1000) +
+                            " s (a sqlite3 shell or a viewer holding a write transaction?); "
+                            "what was stored before is kept");
+      }
+      if (on_lock_wait) on_lock_wait(std::chrono::duration<double>(waited).count());
+    }
   }
 
   // One batched single-row UPDATE: `bind_fn` binds its parameters; NotFound when no row matched.
@@ -1025,6 +1042,12 @@ Status Store::AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::stri
 }
 
 Status Store::Commit() { return impl_->CommitBatch(); }
+
+void Store::WaitForLocks(std::chrono::milliseconds limit,
+                         std::function<void(double waited_s)> on_wait) {
+  impl_->lock_wait = limit;
+  impl_->on_lock_wait = std::move(on_wait);
+}
 
 Status Store::ReadTogether(const std::function<Status()>& reads) {
   if (!sqlite3_get_autocommit(impl_->db)) return reads();  // inside the write batch

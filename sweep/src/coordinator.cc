@@ -111,7 +111,20 @@ constexpr int kLocalServer = 0;
 
 class Coordinator {
  public:
-  Coordinator(store::Store& store, const RunOptions& options) : store_(store), options_(options) {}
+  Coordinator(store::Store& store, const RunOptions& options) : store_(store), options_(options) {
+    // Another process holding a write transaction (a sqlite3 shell, a viewer) does not end the
+    // sweep: its writes wait, said every half minute, for up to ten minutes.
+    std::ostream* log = options_.log;
+    store_.WaitForLocks(std::chrono::minutes(10),
+                        [log, path = store_.path(), said = -1.0](double waited_s) mutable {
+                          if (log == nullptr || (said >= 0 && waited_s < said + 30)) return;
+                          said = waited_s;
+                          *log << "sweep: " << path
+                               << " is locked by another process (a sqlite3 shell or a viewer "
+                                  "holding a write transaction?); waiting to write, "
+                               << static_cast<int>(waited_s) << " s so far\n";
+                        });
+  }
 
   Result<RunSummary> Start(const SweepConfig& config) {
     config_ = config;

@@ -565,6 +565,33 @@ TEST_F(ResumeTest, KilledCoordinatorLeavesNoHelperBehind) {
   }
 }
 
+// Another process holding a write transaction past SQLite's busy timeout (a sqlite3 shell, a
+// viewer) makes the sweep wait, and say so, not end: every trial completes.
+TEST_F(ResumeTest, ALockHeldByAnotherProcessIsWaitedFor) {
+  Write("l.toml", SlowFunctionConfig("locked", "random", 12, 5, 60));
+  pid_t pid = Start("run l.toml", "locked.log");
+  bool started = false;
+  for (int i = 0; i < 400 && !started; ++i) {
+    started = HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0;
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(started) << sweep_e2e::Slurp(dir_ / "locked.log");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "sweeps.db").c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 10000);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  std::this_thread::sleep_for(std::chrono::seconds(7));  // past the 5 s busy timeout
+  ASSERT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_EQ(Wait(pid), 0) << sweep_e2e::Slurp(dir_ / "locked.log");
+  EXPECT_NE(sweep_e2e::Slurp(dir_ / "locked.log").find("sweeps.db is locked by another process"),
+            std::string::npos)
+      << sweep_e2e::Slurp(dir_ / "locked.log");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "12");
+  EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "60");
+}
+
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
   Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
   pid_t pid = Start("run w.toml", "run.log");

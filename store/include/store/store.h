@@ -5,6 +5,7 @@
 // Commit(), so a coordinator commits once per loop turn rather than once per row.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -151,6 +152,11 @@ class Store {
                   std::string_view to, std::string_view detail, double time_s);
   // Commits the open transaction, if any. Cheap when nothing was written.
   Status Commit();
+  // A write that finds the file locked by another process (past SQLite's 5 s busy timeout)
+  // waits, up to `limit`, instead of failing; `on_wait` hears how long it has waited after
+  // each 5 s. The default, 0: fail at once with kBusy.
+  void WaitForLocks(std::chrono::milliseconds limit,
+                    std::function<void(double waited_s)> on_wait = {});
   // Runs `reads` (queries on this Store) in one read transaction, so that they see one state of
   // the file, not the commits a running sweep makes between them (trials, then their reports).
   // Within an open write batch they already do.
