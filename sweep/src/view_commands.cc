@@ -254,11 +254,20 @@ int CmdShow(const ShowArgs& a) {
   // One chart per metric the reports carry, the sweep's metric first.
   std::vector<std::string> names;
   std::set<std::string> seen;
+  std::vector<std::string> never_finite;  // reported, but NaN or infinite (null) every time
   std::vector<json> parsed;
   for (const store::ReportRecord& r : *reports) {
     parsed.push_back(report::ParseObject(r.metrics_json));
     for (auto& [k, v] : parsed.back().items()) {
       if (v.is_number() && seen.insert(k).second) names.push_back(k);
+    }
+  }
+  for (const json& m : parsed) {
+    for (auto& [k, v] : m.items()) {
+      if (v.is_null() && !seen.count(k) &&
+          std::find(never_finite.begin(), never_finite.end(), k) == never_finite.end()) {
+        never_finite.push_back(k);
+      }
     }
   }
   std::stable_partition(names.begin(), names.end(),
@@ -279,6 +288,9 @@ int CmdShow(const ShowArgs& a) {
     o.title = name + "  (" + std::to_string(points.size()) + " reports, last " +
               report::ShortNumber(last.second) + ")";
     out << "\n" << report::LineChart(points, o);
+  }
+  for (const std::string& name : never_finite) {
+    out << "\n" << name << "  (no chart: nan, NaN or infinite, in every report)\n";
   }
   std::cout << out.str();
   return kExitOk;

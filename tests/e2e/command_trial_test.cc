@@ -132,6 +132,9 @@ TEST_F(CommandTrialE2eTest, NonFiniteMetricsShowAsNan) {
   Output show = Sweep("show nan 0");
   ASSERT_EQ(show.code, 0) << show.err;
   EXPECT_NE(show.out.find("big nan  loss nan  score 1"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("loss  (no chart: nan, NaN or infinite, in every report)"),
+            std::string::npos)
+      << show.out;
   Output js = Sweep("trials nan --json");
   EXPECT_TRUE(json::parse(js.out)[0]["metrics"]["loss"].is_null()) << js.out;
 }
