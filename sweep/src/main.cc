@@ -517,6 +517,9 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
   std::signal(SIGINT, OnInterrupt);
   std::signal(SIGTERM, OnInterrupt);
   Status s = ex::RunAgent(options, g_interrupt);
+  // A refusal by the coordinator (the only InvalidArgument once the options above are checked)
+  // was logged as it came: its exit code, not a second copy of the line.
+  if (!s.ok() && s.code() == Status::Code::kInvalidArgument) return kExitUsage;
   if (!s.ok()) return Fail(s);
   return kExitOk;
 }
