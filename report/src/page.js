@@ -251,27 +251,21 @@
     ctx.lineWidth = 1.5;
     ctx.setLineDash([5, 3]);  // running or interrupted: dashed, grey, under the finished
     ctx.strokeStyle = '#999';
-    cv.unfinished.forEach(function (t) {
+    function stroke(points) {  // a curve; a single point as a dot
       ctx.beginPath();
-      t.points.forEach(function (p, j) {
+      points.forEach(function (p, j) {
         if (j) ctx.lineTo(f.X(p[0]), f.Y(p[1])); else ctx.moveTo(f.X(p[0]), f.Y(p[1]));
       });
-      if (t.points.length === 1) ctx.arc(f.X(t.points[0][0]), f.Y(t.points[0][1]), 2, 0, 7);
+      if (points.length === 1) ctx.arc(f.X(points[0][0]), f.Y(points[0][1]), 2, 0, 7);
       ctx.stroke();
       n++;
-    });
+    }
+    cv.unfinished.forEach(function (t) { stroke(t.points); });
     ctx.setLineDash([]);
     ctx.lineWidth = 2;
     for (var i = cv.top.length - 1; i >= 0; i--) {  // the best last, on top
-      var t = cv.top[i];
       ctx.strokeStyle = palette[i % palette.length];
-      ctx.beginPath();
-      t.points.forEach(function (p, j) {
-        if (j) ctx.lineTo(f.X(p[0]), f.Y(p[1])); else ctx.moveTo(f.X(p[0]), f.Y(p[1]));
-      });
-      if (t.points.length === 1) ctx.arc(f.X(t.points[0][0]), f.Y(t.points[0][1]), 2, 0, 7);
-      ctx.stroke();
-      n++;
+      stroke(cv.top[i].points);
     }
     var legend = document.getElementById('curves-legend');
     legend.textContent = '';

@@ -12,27 +12,28 @@
 
 namespace sweep::report {
 
-int TerminalColumns(int fd) {
+namespace {
+
+// The terminal's size on `fd` in one dimension, else the environment variable's, else `dflt`.
+int TerminalSize(int fd, bool columns, const char* variable, int dflt) {
   struct winsize ws {};
-  if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  if (const char* columns = std::getenv("COLUMNS")) {
-    char* end = nullptr;
-    long v = std::strtol(columns, &end, 10);
-    if (end != columns && *end == '\0' && v > 0 && v < 100000) return static_cast<int>(v);
+  if (::ioctl(fd, TIOCGWINSZ, &ws) == 0) {
+    const int n = columns ? ws.ws_col : ws.ws_row;
+    if (n > 0) return n;
   }
-  return 80;
+  if (const char* text = std::getenv(variable)) {
+    char* end = nullptr;
+    long v = std::strtol(text, &end, 10);
+    if (end != text && *end == '\0' && v > 0 && v < 100000) return static_cast<int>(v);
+  }
+  return dflt;
 }
 
-int TerminalRows(int fd) {
-  struct winsize ws {};
-  if (::ioctl(fd, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0) return ws.ws_row;
-  if (const char* lines = std::getenv("LINES")) {
-    char* end = nullptr;
-    long v = std::strtol(lines, &end, 10);
-    if (end != lines && *end == '\0' && v > 0 && v < 100000) return static_cast<int>(v);
-  }
-  return 24;
-}
+}  // namespace
+
+int TerminalColumns(int fd) { return TerminalSize(fd, true, "COLUMNS", 80); }
+
+int TerminalRows(int fd) { return TerminalSize(fd, false, "LINES", 24); }
 
 size_t DisplayWidth(const std::string& text) {
   size_t n = 0;

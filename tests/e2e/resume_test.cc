@@ -54,6 +54,16 @@ std::string TwoCommandTrials(const std::string& name, const std::string& script,
 
 class ResumeTest : public E2eTest {
  protected:
+  // l.toml: a grid of two trainer trials of 2 epochs on a tiny dataset, one at a time.
+  void WriteTwoTinyTrainerTrials(const std::string& name) {
+    WriteTinyDataset(800, 200);
+    Write("l.toml", "[sweep]\nname = \"" + name +
+                        "\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n[parameters]\nlr = { "
+                        "values = [0.05, 0.2] }\nepochs = 2\nbatch_size = 32\n[trainer]\n"
+                        "dataset = \"" +
+                        dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  }
+
   // Waits (up to 10 s) until the store holds `n` reports.
   bool WaitForReports(int n) {
     for (int i = 0; i < 400; ++i) {
@@ -490,12 +500,7 @@ TEST_F(ResumeTest, KeepCheckpointsKeepsOnlyTheBest) {
 // its end was committed: resume runs it again, the trainer has no epoch left to train, and the
 // trial ends with the metrics it had reported, ranked as before.
 TEST_F(ResumeTest, TrialWhoseCheckpointHoldsItsLastEpochKeepsItsResult) {
-  WriteTinyDataset(800, 200);
-  Write("l.toml",
-        "[sweep]\nname = \"last\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n"
-        "[parameters]\nlr = { values = [0.05, 0.2] }\nepochs = 2\nbatch_size = 32\n"
-        "[trainer]\ndataset = \"" +
-            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  WriteTwoTinyTrainerTrials("last");
   ASSERT_EQ(Sweep("run l.toml").code, 0);
   const std::string rows = "SELECT number, status, objective, epochs FROM trials ORDER BY number";
   const auto before = Query(rows);
@@ -515,12 +520,7 @@ TEST_F(ResumeTest, TrialWhoseCheckpointHoldsItsLastEpochKeepsItsResult) {
 // A store made anew (the old file deleted, its checkpoints left): the new sweep's trials train
 // from the start, not from the old sweep's checkpoints of the same names.
 TEST_F(ResumeTest, ANewStoreDoesNotResumeFromAnOldSweepsCheckpoints) {
-  WriteTinyDataset(800, 200);
-  Write("l.toml",
-        "[sweep]\nname = \"again\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n"
-        "[parameters]\nlr = { values = [0.05, 0.2] }\nepochs = 2\nbatch_size = 32\n"
-        "[trainer]\ndataset = \"" +
-            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  WriteTwoTinyTrainerTrials("again");
   ASSERT_EQ(Sweep("run l.toml").code, 0);
   ASSERT_TRUE(fs::exists(dir_ / "sweeps.db-checkpoints" / "again" / "trial-0.ckpt"));
   // Stored absolute (the sweep ran in dir_ with a relative --db): readable from anywhere.
