@@ -88,7 +88,7 @@ namespace {
 // Column list shared by every query that returns TrialRecords; ReadTrial() reads this order.
 #define SWEEP_TRIAL_COLUMNS                                                                    \
   "number, status, params, placement, started, ended, error, checkpoint, metrics, objective, " \
-  "epochs, retries, stdout_log, stderr_log"
+  "epochs, retries, stdout_log, stderr_log, agent_losses"
 
 bool IsMetricName(std::string_view name) {
   if (name.empty()) return false;
@@ -182,6 +182,8 @@ std::string_view QuerySql(Query query) {
       return "UPDATE sweeps SET active_s = ? WHERE id = ?";
     case Query::kSetTrialRetries:
       return "UPDATE trials SET retries = ? WHERE sweep_id = ? AND number = ?";
+    case Query::kSetTrialAgentLosses:
+      return "UPDATE trials SET agent_losses = ? WHERE sweep_id = ? AND number = ?";
     case Query::kDropCheckpoint:
       return "UPDATE trials SET checkpoint = '' WHERE sweep_id = ? AND number = ?";
     case Query::kCount:
@@ -325,6 +327,11 @@ CREATE UNIQUE INDEX reports_by_trial_step ON reports (sweep_id, trial, step);
     R"sql(
 ALTER TABLE trials ADD COLUMN stdout_log TEXT NOT NULL DEFAULT '';
 ALTER TABLE trials ADD COLUMN stderr_log TEXT NOT NULL DEFAULT '';
+)sql",
+    // 3 -> 4: how many times the agent running a trial was lost while it ran (a trial that
+    // takes its agent down fails after a few, across resumes too).
+    R"sql(
+ALTER TABLE trials ADD COLUMN agent_losses INTEGER NOT NULL DEFAULT 0;
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,
@@ -664,6 +671,7 @@ struct Store::Impl {
     trial.objective = ColumnOptReal(stmt, 9);
     trial.epochs = sqlite3_column_double(stmt, 10);
     trial.retries = sqlite3_column_int(stmt, 11);
+    trial.agent_losses = sqlite3_column_int(stmt, 14);
     trial.stdout_log = ColumnText(stmt, 12);
     trial.stderr_log = ColumnText(stmt, 13);
     return trial;
@@ -1193,6 +1201,12 @@ Status Store::SetTrialRetries(int64_t sweep_id, int64_t number, int retries) {
   return impl_->Update(Query::kSetTrialRetries,
                        "recording the retries of trial " + std::to_string(number),
                        [&](Binder& b) { b.Int(retries).Int(sweep_id).Int(number); });
+}
+
+Status Store::SetTrialAgentLosses(int64_t sweep_id, int64_t number, int losses) {
+  return impl_->Update(Query::kSetTrialAgentLosses,
+                       "recording the lost agents of trial " + std::to_string(number),
+                       [&](Binder& b) { b.Int(losses).Int(sweep_id).Int(number); });
 }
 
 Status Store::DropTrialCheckpoint(int64_t sweep_id, int64_t number) {

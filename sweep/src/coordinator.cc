@@ -76,7 +76,7 @@ struct Pending {
   int64_t number = 0;
   json params;
   int retries = 0;
-  int agent_losses = 0;  // agents lost while it ran, in this run of the coordinator
+  int agent_losses = 0;  // agents lost while it ran (stored with the trial)
 };
 
 // Losing the agent a trial runs on uses up no retry (a preempted or rebooted server is not the
@@ -251,7 +251,7 @@ class Coordinator {
         return Status::Corruption(store_.path() + ": trial " + std::to_string(t.number) +
                                   " has unreadable params");
       }
-      queue_.push_back({t.number, std::move(params), t.retries});
+      queue_.push_back({t.number, std::move(params), t.retries, t.agent_losses});
     }
     // Trials that survived more rungs go first.
     if (scheduler_ != nullptr) {
@@ -1108,6 +1108,8 @@ class Coordinator {
           // that is on storage the next server shares), without using up a retry.
           status = TrialStatus::kInterrupted;
           queue_.push_front({ev.trial, t.params, t.retries, t.agent_losses + 1});
+          SWEEP_RETURN_IF_ERROR(
+              store_.SetTrialAgentLosses(sweep_id_, ev.trial, t.agent_losses + 1));
           error += "; running it again";
         } else if (ev.worker_lost && t.retries < config_.max_retries) {
           // The worker died, not the trial: run it again (from its checkpoint, if any).

@@ -320,10 +320,12 @@ TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   t.params_json = "{}";
   ASSERT_TRUE(store_->InsertTrial(sweep_id_, t).ok());
   ASSERT_TRUE(store_->SetTrialRetries(sweep_id_, 4, 2).ok());
+  ASSERT_TRUE(store_->SetTrialAgentLosses(sweep_id_, 4, 1).ok());
   ASSERT_TRUE(store_->SetSweepOwner(sweep_id_, "123@host").ok());
   ASSERT_TRUE(store_->SetSweepActive(sweep_id_, 12.5).ok());
   ASSERT_TRUE(store_->Commit().ok());
   EXPECT_EQ((*store_->Trial(sweep_id_, 4))->retries, 2);
+  EXPECT_EQ((*store_->Trial(sweep_id_, 4))->agent_losses, 1);
   auto sweep = store_->FindSweep("s");
   ASSERT_TRUE(sweep.ok());
   EXPECT_EQ(sweep->owner, "123@host");

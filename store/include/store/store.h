@@ -19,7 +19,7 @@
 namespace sweep::store {
 
 // Current schema version, kept in PRAGMA user_version.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
 // "pending", "running", "completed", "pruned", "failed", "interrupted".
@@ -70,6 +70,7 @@ struct TrialRecord {
   std::optional<double> objective;  // final value of the sweep's metric, when reported
   double epochs = 0;                // resource consumed (epochs, or steps for function trials)
   int retries = 0;                  // reruns after its worker died
+  int agent_losses = 0;             // agents lost while it ran (it runs again, up to a limit)
   // Command trials: the program's stdout and stderr, on the machine named in `placement`.
   std::string stdout_log;
   std::string stderr_log;
@@ -144,6 +145,7 @@ class Store {
   // before it ends; a trial no longer running is left alone.
   Status SetTrialProgress(int64_t sweep_id, const TrialRecord& trial);
   Status SetTrialRetries(int64_t sweep_id, int64_t number, int retries);
+  Status SetTrialAgentLosses(int64_t sweep_id, int64_t number, int losses);
   // The trial's checkpoint is no longer kept (its file is deleted once this commits).
   Status DropTrialCheckpoint(int64_t sweep_id, int64_t number);
   Status SetSweepOwner(int64_t sweep_id, std::string_view owner);
