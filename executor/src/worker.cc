@@ -41,11 +41,16 @@ constexpr int kParentDeathSignal = SIGUSR1;
 // The process group of the command program the worker runs now; 0: none. Read by
 // OnParentDeath, which may run at any moment.
 volatile sig_atomic_t g_program_group = 0;
+// The process that started this worker.
+volatile sig_atomic_t g_parent = 0;
 
 // The parent died (even by SIGKILL): the program would die with this worker (its own
 // PR_SET_PDEATHSIG), but helpers it started in its group would be orphaned, holding memory
 // and GPUs. Only async-signal-safe calls here.
 extern "C" void OnParentDeath(int) {
+  // The same signal sent for another reason (a batch system's warning to every process of a
+  // job) while the parent lives is not its death.
+  if (::getppid() == g_parent) return;
   const pid_t group = g_program_group;
   if (group > 0) ::kill(-group, SIGKILL);
   ::_exit(1);
@@ -61,6 +66,7 @@ class Worker {
   int Serve() {
     // Die with the coordinator (or agent): a worker has no use once nobody reads its
     // messages. It takes its command program's process group with it.
+    g_parent = ::getppid();
     struct sigaction on_death {};
     on_death.sa_handler = OnParentDeath;
     ::sigemptyset(&on_death.sa_mask);

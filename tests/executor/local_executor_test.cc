@@ -283,6 +283,35 @@ TEST_P(WorkerEndTest, TakesTheProgramsHelpersWithIt) {
   fs::remove_all(dir);
 }
 
+// The signal a worker takes as its parent's death, sent for another reason while the parent
+// lives (a batch system warns every process of a job with SIGUSR1), is ignored: the trial
+// goes on.
+TEST(LocalExecutorTest, AStraySignalIsNotTheParentsDeath) {
+  namespace fs = std::filesystem;
+  const fs::path dir = ::testing::TempDir() + "stray_" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  TrialTask task;
+  task.number = 1;
+  task.kind = "command";
+  task.settings = {{"command",
+                    {"sh", "-c",
+                     "echo $PPID > worker.pid; sleep 0.5; echo 'sweep-report {{\"epoch\": 1, "
+                     "\"score\": 1}}'"}},
+                   {"workdir", dir.string()},
+                   {"trial_dir", (dir / "trial-1").string()}};
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  ASSERT_TRUE(ex.Start(task).ok());
+  const pid_t worker = ReadPid(dir / "worker.pid");
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(::kill(worker, SIGUSR1), 0);
+  auto events = RunUntilDone(ex, 1);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().outcome, TrialOutcome::Kind::kCompleted) << events.back().error;
+  EXPECT_FALSE(events.back().worker_lost);
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ends, WorkerEndTest,
                          ::testing::Values(WorkerEnd::kShutdown, WorkerEnd::kKilled,
                                            WorkerEnd::kHung),
