@@ -147,16 +147,14 @@ class Worker {
       // Between reports (a command trial's silent epoch), a stop is read as it arrives.
       hooks.idle = [&] { Pump(0); };
       // The executor kills this group if it has to kill this worker (see TrialHooks).
-      hooks.started = [&](int pgid) {
+      // The program's group, or 0 once it is gone, for OnParentDeath and for the executor.
+      auto tell_group = [&](int pgid) {
         g_program_group = pgid;
         Send(json{{"op", "group"}, {"trial", task->number}, {"pgid", pgid}});
         Flush();
       };
-      hooks.ended = [&] {
-        g_program_group = 0;
-        Send(json{{"op", "group"}, {"trial", task->number}, {"pgid", 0}});
-        Flush();
-      };
+      hooks.started = tell_group;
+      hooks.ended = [&] { tell_group(0); };
       TrialOutcome outcome = RunTrial(*task, sink, stop_, hooks);
       g_program_group = 0;  // ended, or the program never ran
       current_ = -1;

@@ -991,6 +991,13 @@ class Coordinator {
     return Status::Ok();
   }
 
+  // A survivor reached early_stopping.max_resource: it stops there and ends completed.
+  void StopAtMaxResource(int64_t number, RunningTrial& t) {
+    t.at_max_resource = true;
+    (void)StopTrial(number, t);
+    t.stop_sent = true;
+  }
+
   Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool agent_lost = false) {
     // Ctrl-C or SIGTERM has arrived, perhaps since this loop turn began.
     const bool signalled = options_.interrupt != nullptr && options_.interrupt->load();
@@ -1007,9 +1014,7 @@ class Coordinator {
       // unless it has no other.
       if (scheduler_ != nullptr && !t.length && !t.stop_sent && !t.metrics.empty() &&
           Resource(ev.step, ev.epoch) > scheduler_->MaxResource(ev.trial)) {
-        t.at_max_resource = true;
-        (void)StopTrial(ev.trial, t);
-        t.stop_sent = true;
+        StopAtMaxResource(ev.trial, t);
         return Status::Ok();
       }
       for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
@@ -1042,11 +1047,7 @@ class Coordinator {
         const double resource = Resource(ev.step, ev.epoch);
         const double cap = scheduler_->MaxResource(ev.trial);
         const bool beyond = t.length ? *t.length > cap && resource >= cap : resource > cap;
-        if (t.prune_reason.empty() && !t.stop_sent && beyond) {
-          t.at_max_resource = true;
-          (void)StopTrial(ev.trial, t);
-          t.stop_sent = true;
-        }
+        if (t.prune_reason.empty() && !t.stop_sent && beyond) StopAtMaxResource(ev.trial, t);
       }
       // A report that pruned its trial, or one that arrives while the sweep is already
       // stopping, does not end the sweep by its target.

@@ -227,18 +227,13 @@ int CmdStatus(const QueryArgs& a) {
 int CmdList(const QueryArgs& a) {
   auto st = OpenForQuery(a);
   std::error_code ec;
-  if (!st.ok() && st.status().code() == Status::Code::kNotFound &&
-      std::filesystem::is_regular_file(a.db, ec)) {
-    // A database made this instant, or left empty: it holds no sweep, which is no error.
-    if (a.json) {
-      std::cout << "[]\n";
-    } else {
-      std::cout << "no sweeps in " << a.db << "\n";
-    }
-    return kExitOk;
-  }
-  if (!st.ok()) return Fail(st.status());
-  auto list = (*st)->ListSweeps();
+  // A database made this instant, or left empty, holds no sweep, which is no error.
+  const bool empty_file = !st.ok() && st.status().code() == Status::Code::kNotFound &&
+                          std::filesystem::is_regular_file(a.db, ec);
+  if (!st.ok() && !empty_file) return Fail(st.status());
+  auto list = empty_file ? sweep::Result<std::vector<sweep::store::SweepSummary>>(
+                               std::vector<sweep::store::SweepSummary>{})
+                         : (*st)->ListSweeps();
   if (!list.ok()) return Fail(list.status());
   // A sweep stored as running whose coordinator died says so (sweep resume continues it).
   auto gone = [&](const sweep::store::SweepSummary& s) {

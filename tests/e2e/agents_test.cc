@@ -71,6 +71,15 @@ class AgentsTest : public E2eTest {
     return pid;
   }
 
+  // Starts `sweep run CONFIG` listening for agents on a free loopback port, with no local
+  // slots, logging to coordinator.log; `*port` is the port (0 if it never said).
+  pid_t StartCoordinator(const std::string& config, int* port) {
+    pid_t pid = Spawn("run " + config + " --listen 127.0.0.1:0 --token-file tok --no-local",
+                      "coordinator.log");
+    *port = ListenPort("coordinator.log");
+    return pid;
+  }
+
   pid_t StartAgent(const std::string& name, int port, const std::string& token = "tok") {
     return Spawn("agent --connect 127.0.0.1:" + std::to_string(port) + " --token-file " + token +
                      " --cpu-slots 2 --name " + name,
@@ -230,9 +239,8 @@ bool SendAndExpectClose(int fd, const std::string& bytes, std::string* said) {
 TEST_F(AgentsTest, SweepSpreadOverThreeAgentsSurvivesOneKilled) {
   const int kTrials = 60, kSteps = 30;
   Write("c.toml", AshaBranin("spread", kTrials, kSteps, 20));
-  pid_t coordinator =
-      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
-  const int port = ListenPort("coordinator.log");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
   StartAgent("a", port);
   pid_t b = StartAgent("b", port);
@@ -284,9 +292,8 @@ TEST_F(AgentsTest, SweepSpreadOverThreeAgentsSurvivesOneKilled) {
 TEST_F(AgentsTest, WrongTokenIsRefusedAndTheSweepGoesOn) {
   WriteToken("wrong");
   Write("c.toml", AshaBranin("tokens", 12, 10, 5));
-  pid_t coordinator =
-      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
-  const int port = ListenPort("coordinator.log");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
   pid_t intruder = StartAgent("intruder", port, "wrong");
   ASSERT_TRUE(WaitForLine("coordinator.log", "refused agent 'intruder'", 15))
@@ -316,9 +323,8 @@ TEST_F(AgentsTest, WrongTokenIsRefusedAndTheSweepGoesOn) {
 TEST_F(AgentsTest, GarbageAndOversizedFramesCloseOnlyTheirConnection) {
   const int kTrials = 40, kSteps = 20;
   Write("c.toml", AshaBranin("garbage", kTrials, kSteps, 20));
-  pid_t coordinator =
-      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
-  const int port = ListenPort("coordinator.log");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
   StartAgent("solo", port);
   ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 15)) << Log("coordinator.log");
@@ -481,9 +487,8 @@ kind = "command"
 command = ["./train.sh", "{x}"]
 kill_grace = "60s"
 )");
-  pid_t coordinator =
-      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
-  const int port = ListenPort("coordinator.log");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
   pid_t a = Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
                       " --token-file tok --cpu-slots 1 --name a",
@@ -529,9 +534,8 @@ TEST_F(AgentsTest, TrialThatKeepsKillingItsAgentFails) {
         "[sweep]\nname = \"poison\"\nmetric = \"score\"\nmode = \"max\"\n[search]\n"
         "algorithm = \"grid\"\n[parameters]\nx = { values = [1, 2, 3] }\n[trial]\n"
         "kind = \"command\"\ncommand = [\"./k.sh\"]\n");
-  pid_t coordinator =
-      Spawn("run k.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
-  const int port = ListenPort("coordinator.log");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("k.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
   int code = -1000;
   for (int i = 0; i < 8 && code == -1000; ++i) {  // the supervisor
@@ -558,9 +562,8 @@ TEST_F(AgentsTest, TrialThatKeepsKillingItsAgentFails) {
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
   // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.
   Write("c.toml", sweep_e2e::BraninConfig("same", 24, "seed = 5\n", "steps = 10\nstep_ms = 100\n"));
-  pid_t coordinator =
-      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
-  const int port = ListenPort("coordinator.log");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
   StartAgent("twin", port);
   ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 15)) << Log("coordinator.log");
@@ -576,9 +579,8 @@ TEST_F(AgentsTest, FrozenAgentIsLostByMissedHeartbeats) {
   const int kTrials = 40, kSteps = 30;
   Write("c.toml",
         AshaBranin("frozen", kTrials, kSteps, 20) + "[executor]\nagent_timeout = \"6s\"\n");
-  pid_t coordinator =
-      Spawn("run c.toml --listen 127.0.0.1:0 --token-file tok --no-local", "coordinator.log");
-  const int port = ListenPort("coordinator.log");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
   StartAgent("a", port);
   pid_t b = StartAgent("b", port);

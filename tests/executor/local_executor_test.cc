@@ -223,6 +223,28 @@ pid_t ReadPid(const std::filesystem::path& file) {
   }
 }
 
+// A fresh folder for one test, removed at its end.
+struct ScratchDir {
+  explicit ScratchDir(const std::string& name)
+      : path(::testing::TempDir() + name + "_" + std::to_string(::getpid())) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path); }
+  std::filesystem::path path;
+};
+
+// Trial `number` running `sh -c SCRIPT` in `dir` (braces doubled, as in a command template).
+TrialTask ShellTrial(int64_t number, const std::filesystem::path& dir, const std::string& script) {
+  TrialTask task;
+  task.number = number;
+  task.kind = "command";
+  task.settings = {{"command", {"sh", "-c", script}},
+                   {"workdir", dir.string()},
+                   {"trial_dir", (dir / ("trial-" + std::to_string(number))).string()}};
+  return task;
+}
+
 enum class WorkerEnd { kShutdown, kKilled, kHung };
 
 // A worker that ends outright (the sweep's second interrupt, a crash, a missed heartbeat)
@@ -232,20 +254,12 @@ enum class WorkerEnd { kShutdown, kKilled, kHung };
 class WorkerEndTest : public ::testing::TestWithParam<WorkerEnd> {};
 
 TEST_P(WorkerEndTest, TakesTheProgramsHelpersWithIt) {
-  namespace fs = std::filesystem;
-  const fs::path dir = ::testing::TempDir() + "worker_end_" + std::to_string(::getpid()) + "_" +
-                       std::to_string(static_cast<int>(GetParam()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  TrialTask task;
-  task.number = 7;
-  task.kind = "command";
-  task.settings = {{"command",
-                    {"sh", "-c",
-                     "echo $PPID > worker.pid; sleep 300 & echo $! > helper.pid; "
-                     "echo 'sweep-report {{\"epoch\": 1, \"score\": 1}}'; exec sleep 300"}},
-                   {"workdir", dir.string()},
-                   {"trial_dir", (dir / "trial-7").string()}};
+  const ScratchDir scratch("worker_end_" + std::to_string(static_cast<int>(GetParam())));
+  const std::filesystem::path& dir = scratch.path;
+  const TrialTask task =
+      ShellTrial(7, dir,
+                 "echo $PPID > worker.pid; sleep 300 & echo $! > helper.pid; "
+                 "echo 'sweep-report {{\"epoch\": 1, \"score\": 1}}'; exec sleep 300");
   LocalExecutor ex({SWEEP_TEST_WORKER});
   // Above the worker's heartbeat interval (1 s), with room for a slow start.
   ex.set_heartbeat_timeout_ms(GetParam() == WorkerEnd::kHung ? 3000 : 60'000);
@@ -280,36 +294,6 @@ TEST_P(WorkerEndTest, TakesTheProgramsHelpersWithIt) {
   EXPECT_TRUE(GoneWithin(helper, std::chrono::seconds(5))) << "helper " << helper;
   if (!Gone(helper)) ::kill(helper, SIGKILL);
   ex.Shutdown(0);
-  fs::remove_all(dir);
-}
-
-// The signal a worker takes as its parent's death, sent for another reason while the parent
-// lives (a batch system warns every process of a job with SIGUSR1), is ignored: the trial
-// goes on.
-TEST(LocalExecutorTest, AStraySignalIsNotTheParentsDeath) {
-  namespace fs = std::filesystem;
-  const fs::path dir = ::testing::TempDir() + "stray_" + std::to_string(::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  TrialTask task;
-  task.number = 1;
-  task.kind = "command";
-  task.settings = {{"command",
-                    {"sh", "-c",
-                     "echo $PPID > worker.pid; sleep 0.5; echo 'sweep-report {{\"epoch\": 1, "
-                     "\"score\": 1}}'"}},
-                   {"workdir", dir.string()},
-                   {"trial_dir", (dir / "trial-1").string()}};
-  LocalExecutor ex({SWEEP_TEST_WORKER});
-  ASSERT_TRUE(ex.Start(task).ok());
-  const pid_t worker = ReadPid(dir / "worker.pid");
-  ASSERT_GT(worker, 0);
-  ASSERT_EQ(::kill(worker, SIGUSR1), 0);
-  auto events = RunUntilDone(ex, 1);
-  ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events.back().outcome, TrialOutcome::Kind::kCompleted) << events.back().error;
-  EXPECT_FALSE(events.back().worker_lost);
-  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ends, WorkerEndTest,
@@ -326,6 +310,25 @@ INSTANTIATE_TEST_SUITE_P(Ends, WorkerEndTest,
                            }
                            return "";
                          });
+
+// The signal a worker takes as its parent's death, sent for another reason while the parent
+// lives (a batch system warns every process of a job with SIGUSR1), is ignored: the trial
+// goes on.
+TEST(LocalExecutorTest, AStraySignalIsNotTheParentsDeath) {
+  const ScratchDir scratch("stray");
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  ASSERT_TRUE(ex.Start(ShellTrial(1, scratch.path,
+                                  "echo $PPID > worker.pid; sleep 0.5; echo 'sweep-report "
+                                  "{{\"epoch\": 1, \"score\": 1}}'"))
+                  .ok());
+  const pid_t worker = ReadPid(scratch.path / "worker.pid");
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(::kill(worker, SIGUSR1), 0);
+  auto events = RunUntilDone(ex, 1);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().outcome, TrialOutcome::Kind::kCompleted) << events.back().error;
+  EXPECT_FALSE(events.back().worker_lost);
+}
 
 }  // namespace
 }  // namespace sweep::executor
