@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "cuda/cuda_check.h"
+#include "cuda/launch.h"
 #include "cuda/ops.h"
 
 namespace sweep::trainer::cuda {
@@ -441,14 +442,14 @@ Status matmul_backward_half(cublasHandle_t handle, float* dinp, float* dweight,
 
 Status cast_to_half(uint16_t* out, const float* in, int64_t n, HalfType type, cudaStream_t stream) {
   if (n == 0) return Status::Ok();
-  CastKernel<<<Blocks(n), kThreads, 0, stream>>>(out, in, n, type == HalfType::kBf16);
+  Launch(CastKernel, Blocks(n), kThreads, stream, out, in, n, type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 Status scale_by(float* x, int64_t n, const float* scale, cudaStream_t stream) {
   if (n == 0) return Status::Ok();
-  ScaleByKernel<<<Blocks(n), kThreads, 0, stream>>>(x, n, scale);
+  Launch(ScaleByKernel, Blocks(n), kThreads, stream, x, n, scale);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -456,13 +457,13 @@ Status scale_by(float* x, int64_t n, const float* scale, cudaStream_t stream) {
 Status unscale_check(float* grads, int64_t n, const float* scale, int* found_inf,
                      cudaStream_t stream) {
   if (n == 0) return Status::Ok();
-  UnscaleCheckKernel<<<Blocks(n), kThreads, 0, stream>>>(grads, n, scale, found_inf);
+  Launch(UnscaleCheckKernel, Blocks(n), kThreads, stream, grads, n, scale, found_inf);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 Status update_loss_scale(LossScaleState* state, int* found_inf, int window, cudaStream_t stream) {
-  UpdateLossScaleKernel<<<1, 1, 0, stream>>>(state, found_inf, window);
+  Launch(UpdateLossScaleKernel, 1, 1, stream, state, found_inf, window);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -478,11 +479,11 @@ Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C,
   const bool bf16 = type == HalfType::kBf16;
   // int indices where i + stride cannot overflow either.
   if (n <= std::numeric_limits<int>::max() - kMaxBlocks * kThreads) {
-    BiasActForwardKernel<int><<<Blocks(n), kThreads, 0, stream>>>(
-        out, pre, bias, static_cast<int>(n), C, act, out16, bf16, keep_pre);
+    Launch(BiasActForwardKernel<int>, Blocks(n), kThreads, stream, out, pre, bias,
+           static_cast<int>(n), C, act, out16, bf16, keep_pre);
   } else {
-    BiasActForwardKernel<int64_t>
-        <<<Blocks(n), kThreads, 0, stream>>>(out, pre, bias, n, C, act, out16, bf16, keep_pre);
+    Launch(BiasActForwardKernel<int64_t>, Blocks(n), kThreads, stream, out, pre, bias, n, C, act,
+           out16, bf16, keep_pre);
   }
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
@@ -508,12 +509,11 @@ Status bias_act_backward(float* d, float* dbias, const float* pre, const float* 
   const int rows_per_range = (B + ranges - 1) / ranges;
   const dim3 grid((C + kSumCols - 1) / kSumCols, ranges);
   const dim3 block(kSumCols, kSumRows);
-  BiasActBackwardKernel<<<grid, block, 0, stream>>>(d, dbias, scratch, a, a_bias, B, C,
-                                                    rows_per_range, act, a_is_pre, accumulate,
-                                                    keep_d, d16, type == HalfType::kBf16);
+  Launch(BiasActBackwardKernel, grid, block, stream, d, dbias, scratch, a, a_bias, B, C,
+         rows_per_range, act, a_is_pre, accumulate, keep_d, d16, type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   if (ranges > 1) {
-    SumRangesKernel<<<Blocks(C), kThreads, 0, stream>>>(dbias, scratch, ranges, C, accumulate);
+    Launch(SumRangesKernel, Blocks(C), kThreads, stream, dbias, scratch, ranges, C, accumulate);
     CUDA_CHECK(cudaGetLastError());
   }
   return Status::Ok();
@@ -523,8 +523,8 @@ Status softmax_xent_forward_backward(float* dlogits, float* losses, const float*
                                      const int32_t* labels, int B, int V, float dloss_scale,
                                      cudaStream_t stream) {
   if (B == 0) return Status::Ok();
-  SoftmaxXentKernel<<<Blocks(B), kThreads, 0, stream>>>(dlogits, losses, logits, labels, B, V,
-                                                        dloss_scale);
+  Launch(SoftmaxXentKernel, Blocks(B), kThreads, stream, dlogits, losses, logits, labels, B, V,
+         dloss_scale);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -533,9 +533,8 @@ Status sgd_update(float* params, float* velocity, const float* grads, int64_t n,
                   float momentum, float weight_decay, bool nesterov, cudaStream_t stream,
                   const int* skip, uint16_t* params16, HalfType type) {
   if (n == 0) return Status::Ok();
-  SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(params, velocity, grads, n, lr, momentum,
-                                                weight_decay, nesterov, skip, params16,
-                                                type == HalfType::kBf16);
+  Launch(SgdKernel, Blocks(n), kThreads, stream, params, velocity, grads, n, lr, momentum,
+         weight_decay, nesterov, skip, params16, type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -547,9 +546,8 @@ Status adamw_update(float* params, float* m, float* v, const float* grads, int64
   if (n == 0) return Status::Ok();
   // The scalars as cpu::adamw_update computes them (step_math.h, bias corrections in double).
   const AdamwScalars s = MakeAdamwScalars(lr, beta1, beta2, weight_decay, t);
-  AdamwKernel<<<Blocks(n), kThreads, 0, stream>>>(params, m, v, grads, n, beta1, beta2, eps, s, lr,
-                                                  weight_decay, t, skip, loss_scale, params16,
-                                                  type == HalfType::kBf16);
+  Launch(AdamwKernel, Blocks(n), kThreads, stream, params, m, v, grads, n, beta1, beta2, eps, s, lr,
+         weight_decay, t, skip, loss_scale, params16, type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -560,9 +558,9 @@ Status dropout_forward(float* out, float* mask, const float* x, int B, int C, fl
   if (n == 0) return Status::Ok();
   const uint32_t threshold = static_cast<uint32_t>(std::ldexp(static_cast<double>(p), 32));
   const float scale = 1.0f / (1.0f - p);
-  DropoutForwardKernel<<<Blocks(n), kThreads, 0, stream>>>(
-      out, mask, x, n, C, first_row, static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32),
-      threshold, scale, out16, type == HalfType::kBf16);
+  Launch(DropoutForwardKernel, Blocks(n), kThreads, stream, out, mask, x, n, C, first_row,
+         static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32), threshold, scale, out16,
+         type == HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -571,20 +569,20 @@ Status gather_rows(float* x, int32_t* y, const int32_t* idx, int rows, const uin
                    const float* f32, const int32_t* labels, int64_t dim, cudaStream_t stream) {
   if (rows <= 0) return Status::Ok();
   const int blocks = static_cast<int>(std::min<int64_t>(rows, kMaxBlocks));
-  GatherRowsKernel<<<blocks, kThreads, 0, stream>>>(x, y, idx, rows, u8, f32, labels, dim);
+  Launch(GatherRowsKernel, blocks, kThreads, stream, x, y, idx, rows, u8, f32, labels, dim);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 Status dropout_backward(float* d, const float* mask, int64_t n, cudaStream_t stream) {
   if (n == 0) return Status::Ok();
-  MulIntoKernel<<<Blocks(n), kThreads, 0, stream>>>(d, mask, n);
+  Launch(MulIntoKernel, Blocks(n), kThreads, stream, d, mask, n);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 Status loss_sum(double* out, const float* losses, int B, cudaStream_t stream, bool accumulate) {
-  LossSumKernel<<<1, kThreads, 0, stream>>>(out, losses, B, accumulate);
+  Launch(LossSumKernel, 1, kThreads, stream, out, losses, B, accumulate);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -592,7 +590,7 @@ Status loss_sum(double* out, const float* losses, int B, cudaStream_t stream, bo
 Status accuracy(unsigned long long* correct, const float* logits, const int32_t* labels, int B,
                 int V, cudaStream_t stream) {
   if (B == 0) return Status::Ok();
-  AccuracyKernel<<<Blocks(B), kThreads, 0, stream>>>(correct, logits, labels, B, V);
+  Launch(AccuracyKernel, Blocks(B), kThreads, stream, correct, logits, labels, B, V);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

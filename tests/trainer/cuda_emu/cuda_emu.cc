@@ -1,0 +1,443 @@
+// The kernel emulator (include/cuda_runtime_api.h says what it models and what not): launches
+// run block by block, each thread a fiber (ucontext) that yields at __syncthreads(); device
+// memory is host memory ending against an unmapped page; cuBLAS's GEMMs are computed from their
+// documented contract.
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+#include "cuda_runtime_api.h"
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace {
+
+thread_local cudaError_t last_error = cudaSuccess;
+
+// ---- launches ----
+
+constexpr size_t kStackBytes = size_t{128} << 10;
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+
+enum class FiberState { kReady, kAtBarrier, kDone };
+
+struct Fiber {
+  ucontext_t context;
+  std::unique_ptr<char[]> stack;
+  uint3 index;
+  FiberState state;
+};
+
+// One per OS thread that launches: the fibers of the block being run, and where they return.
+struct Scheduler {
+  ucontext_t main;
+  std::deque<Fiber> fibers;  // a ucontext_t points into itself: it never moves
+  Fiber* current = nullptr;
+  void (*body)(void*) = nullptr;
+  void* body_context = nullptr;
+};
+
+thread_local Scheduler scheduler;
+
+void FiberEntry() {
+  scheduler.body(scheduler.body_context);
+  scheduler.current->state = FiberState::kDone;
+  // Returning resumes uc_link: the scheduler.
+}
+
+[[noreturn]] void Die(const char* what) {
+  std::fprintf(stderr, "cuda_emu: %s (block %u,%u,%u of grid %u,%u,%u)\n", what, blockIdx.x,
+               blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);
+  std::abort();
+}
+
+void RunBlock(unsigned threads) {
+  Scheduler& s = scheduler;
+  while (s.fibers.size() < threads) {
+    s.fibers.emplace_back();
+    Fiber& f = s.fibers.back();
+    f.stack = std::make_unique<char[]>(kStackBytes);
+    if (getcontext(&f.context) != 0) Die("getcontext failed");
+  }
+  for (unsigned t = 0; t < threads; ++t) {
+    Fiber& f = s.fibers[t];
+    f.index = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
+    f.state = FiberState::kReady;
+    f.context.uc_stack.ss_sp = f.stack.get();
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &s.main;
+    makecontext(&f.context, FiberEntry, 0);
+  }
+  for (;;) {
+    unsigned at_barrier = 0, done = 0;
+    for (unsigned t = 0; t < threads; ++t) {
+      Fiber& f = s.fibers[t];
+      if (f.state == FiberState::kReady) {
+        s.current = &f;
+        threadIdx = f.index;
+        if (swapcontext(&s.main, &f.context) != 0) Die("swapcontext failed");
+      }
+      (f.state == FiberState::kDone ? done : at_barrier) += 1;
+    }
+    s.current = nullptr;
+    if (at_barrier == 0) return;
+    if (done > 0) {
+      char what[160];
+      std::snprintf(what, sizeof what,
+                    "__syncthreads() waited for by %u threads, never reached by %u that ended",
+                    at_barrier, done);
+      Die(what);  // a GPU would hang here, or worse
+    }
+    for (unsigned t = 0; t < threads; ++t) s.fibers[t].state = FiberState::kReady;
+  }
+}
+
+// ---- device memory ----
+
+struct Mapping {
+  void* base;
+  size_t bytes;
+};
+
+std::mutex memory_mu;
+std::map<void*, Mapping>& Allocations() {
+  static auto* allocations = new std::map<void*, Mapping>();
+  return *allocations;
+}
+
+size_t PageBytes() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+// The TF32 value nearest x (10 explicit significand bits, ties to even), as tensor cores read
+// fp32 inputs in CUBLAS_TF32_TENSOR_OP_MATH.
+float RoundTf32(float x) {
+  if (!std::isfinite(x)) return x;
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits += 0xFFFu + ((bits >> 13) & 1u);
+  bits &= ~0x1FFFu;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+float Widen(const void* p, int64_t i, cudaDataType_t type) {
+  if (type == CUDA_R_32F) return static_cast<const float*>(p)[i];
+  const uint16_t h = static_cast<const uint16_t*>(p)[i];
+  if (type == CUDA_R_16BF) {
+    const uint32_t bits = uint32_t{h} << 16;
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    return x;
+  }
+  __extension__ _Float16 f;
+  std::memcpy(&f, &h, sizeof h);
+  return static_cast<float>(f);
+}
+
+}  // namespace
+
+// ---- device functions ----
+
+unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
+  const unsigned long long old = *address;  // one OS thread runs the launch: no race
+  *address = old + value;
+  return old;
+}
+int atomicAdd(int* address, int value) {
+  const int old = *address;
+  *address = old + value;
+  return old;
+}
+float atomicAdd(float* address, float value) {
+  const float old = *address;
+  *address = old + value;
+  return old;
+}
+
+void __syncthreads() {
+  Scheduler& s = scheduler;
+  if (s.current == nullptr) Die("__syncthreads() outside a kernel");
+  s.current->state = FiberState::kAtBarrier;
+  if (swapcontext(&s.current->context, &s.main) != 0) Die("swapcontext failed");
+}
+
+__half __float2half(float f) {
+  if (std::isnan(f)) return {0x7FFF};
+  __extension__ const _Float16 h = static_cast<_Float16>(f);
+  uint16_t bits;
+  std::memcpy(&bits, &h, sizeof bits);
+  return {bits};
+}
+
+namespace cuda_emu {
+
+void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  if (threads == 0 || threads > kMaxThreadsPerBlock || block.z > 64 || blocks == 0 ||
+      grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
+    last_error = cudaErrorInvalidConfiguration;
+    return;
+  }
+  Scheduler& s = scheduler;
+  if (s.body != nullptr) Die("a launch from inside a kernel");
+  s.body = body;
+  s.body_context = ctx;
+  gridDim = grid;
+  blockDim = block;
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = {x, y, z};
+        RunBlock(static_cast<unsigned>(threads));
+      }
+    }
+  }
+  s.body = nullptr;
+  s.body_context = nullptr;
+}
+
+int64_t LiveAllocations() {
+  std::lock_guard<std::mutex> lock(memory_mu);
+  return static_cast<int64_t>(Allocations().size());
+}
+
+}  // namespace cuda_emu
+
+// ---- runtime ----
+
+const char* cudaGetErrorString(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorMemoryAllocation:
+      return "out of memory";
+    case cudaErrorInvalidConfiguration:
+      return "invalid configuration argument";
+    case cudaErrorNoDevice:
+      return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+  }
+  return "unknown error";
+}
+
+const char* cudaGetErrorName(cudaError_t err) {
+  switch (err) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorNoDevice:
+      return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+  }
+  return "cudaErrorUnknown";
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t err = last_error;
+  last_error = cudaSuccess;
+  return err;
+}
+
+cudaError_t cudaPeekAtLastError() { return last_error; }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+
+cudaError_t cudaMalloc(void** ptr, size_t bytes) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  if (bytes == 0) {
+    *ptr = nullptr;
+    return cudaSuccess;
+  }
+  // The buffer ends exactly where the guard page starts, so a one-element overrun faults. Its
+  // start is then aligned to the largest power of two dividing bytes: n * sizeof(T) bytes keep
+  // T's alignment, which sizeof(T) is a multiple of.
+  const size_t page = PageBytes();
+  const size_t used = bytes;
+  const size_t data_pages = (used + page - 1) / page;
+  const size_t mapped = (data_pages + 1) * page;
+  void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return cudaErrorMemoryAllocation;
+  char* guard = static_cast<char*>(base) + data_pages * page;
+  if (mprotect(guard, page, PROT_NONE) != 0) {
+    munmap(base, mapped);
+    return cudaErrorMemoryAllocation;
+  }
+  void* p = guard - used;
+  std::memset(p, 0xA5, used);  // not zero: cudaMalloc's memory holds whatever was there
+  {
+    std::lock_guard<std::mutex> lock(memory_mu);
+    Allocations()[p] = Mapping{base, mapped};
+  }
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  Mapping m;
+  {
+    std::lock_guard<std::mutex> lock(memory_mu);
+    auto it = Allocations().find(ptr);
+    if (it == Allocations().end()) return cudaErrorInvalidValue;
+    m = it->second;
+    Allocations().erase(it);
+  }
+  munmap(m.base, m.bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
+  if (ptr == nullptr && bytes > 0) return cudaErrorInvalidValue;
+  if (bytes > 0) std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
+  return cudaMemset(ptr, value, bytes);
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+  if ((dst == nullptr || src == nullptr) && bytes > 0) return cudaErrorInvalidValue;
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+// ---- cuBLAS ----
+
+struct cublasContext {
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+};
+
+cublasStatus_t cublasCreate(cublasHandle_t* handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *handle = new cublasContext();
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy(cublasHandle_t handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t) {
+  return handle == nullptr ? CUBLAS_STATUS_NOT_INITIALIZED : CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->math = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS:
+      return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "the functionality requested is not supported";
+  }
+  return "unknown error";
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
+                            cublasOperation_t transb, int m, int n, int k, const void* alpha,
+                            const void* A, cudaDataType_t Atype, int lda, const void* B,
+                            cudaDataType_t Btype, int ldb, const void* beta, void* C,
+                            cudaDataType_t Ctype, int ldc, cublasComputeType_t computeType,
+                            cublasGemmAlgo_t) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  auto op_ok = [](cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T; };
+  if (!op_ok(transa) || !op_ok(transb) || m < 0 || n < 0 || k < 0) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  const bool ta = transa == CUBLAS_OP_T, tb = transb == CUBLAS_OP_T;
+  if (lda < std::max(1, ta ? k : m) || ldb < std::max(1, tb ? n : k) || ldc < std::max(1, m)) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (Ctype != CUDA_R_32F || computeType != CUBLAS_COMPUTE_32F ||
+      (Atype == CUDA_R_32F) != (Btype == CUDA_R_32F)) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+  const bool tf32 = handle->math == CUBLAS_TF32_TENSOR_OP_MATH && Atype == CUDA_R_32F;
+  auto in = [tf32](const void* p, int64_t i, cudaDataType_t t) {
+    const float x = Widen(p, i, t);
+    return tf32 ? RoundTf32(x) : x;
+  };
+  float* c = static_cast<float*>(C);
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      double sum = 0;
+      for (int l = 0; l < k; ++l) {
+        const int64_t ai = ta ? l + int64_t{i} * lda : i + int64_t{l} * lda;
+        const int64_t bi = tb ? j + int64_t{l} * ldb : l + int64_t{j} * ldb;
+        sum += double{in(A, ai, Atype)} * in(B, bi, Btype);
+      }
+      float& out = c[i + int64_t{j} * ldc];
+      // beta == 0: C is not read (it may hold NaN).
+      out = static_cast<float>(a * sum + (b == 0.0f ? 0.0 : double{b} * out));
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
+                           cublasOperation_t transb, int m, int n, int k, const float* alpha,
+                           const float* A, int lda, const float* B, int ldb, const float* beta,
+                           float* C, int ldc) {
+  return cublasGemmEx(handle, transa, transb, m, n, k, alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F,
+                      ldb, beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}

@@ -1,0 +1,137 @@
+// The kernel emulator itself: what it must catch (a barrier not every thread reaches, a write
+// past a buffer's end, a launch CUDA refuses, a GEMM's bad leading dimension) and what it must
+// compute (shared memory across a barrier, cuBLAS's column-major products with transposes,
+// TF32's rounding). The kernels' own tests (cuda_ops_test.cc) trust these.
+#include <cstdint>
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_runtime_api.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+// Reverses each block's slice through shared memory: right only if every thread's write is
+// seen by every other thread after the barrier.
+__global__ void ReverseInBlocks(int* x) {
+  __shared__ int tile[256];
+  const unsigned base = blockIdx.x * blockDim.x;
+  tile[threadIdx.x] = x[base + threadIdx.x];
+  __syncthreads();
+  x[base + threadIdx.x] = tile[blockDim.x - 1 - threadIdx.x];
+}
+
+__global__ void BarrierSkippedByOneWarp(int* x) {
+  if (threadIdx.x < 32) return;
+  __syncthreads();
+  x[threadIdx.x] = 1;
+}
+
+__global__ void WriteOnePastTheEnd(float* x, int n) {
+  if (threadIdx.x == 0) x[n] = 1.0f;
+}
+
+__global__ void Count(unsigned long long* count) { atomicAdd(count, 1ull); }
+
+template <typename F>
+void LaunchOnHost(dim3 grid, dim3 block, F&& f) {
+  cuda_emu::Launch(grid, block, nullptr, f);
+}
+
+template <typename T>
+T* Alloc(size_t n) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess);
+  return static_cast<T*>(p);
+}
+
+TEST(CudaEmu, SharedMemoryIsSeenAcrossTheBarrier) {
+  int* x = Alloc<int>(512);
+  std::vector<int> h(512);
+  for (int i = 0; i < 512; ++i) h[i] = i;
+  ASSERT_EQ(cudaMemcpy(x, h.data(), 512 * sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+  LaunchOnHost(2, 256, [&] { ReverseInBlocks(x); });
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(h.data(), x, 512 * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(h[0], 255);
+  EXPECT_EQ(h[255], 0);
+  EXPECT_EQ(h[256], 511);
+  EXPECT_EQ(h[511], 256);
+  EXPECT_EQ(cudaFree(x), cudaSuccess);
+}
+
+TEST(CudaEmu, EveryThreadOfTheGridRuns) {
+  auto* count = Alloc<unsigned long long>(1);
+  ASSERT_EQ(cudaMemset(count, 0, sizeof *count), cudaSuccess);
+  LaunchOnHost(dim3(3, 2, 2), dim3(32, 4, 2), [&] { Count(count); });
+  EXPECT_EQ(*count, 3ull * 2 * 2 * 32 * 4 * 2);
+  EXPECT_EQ(cudaFree(count), cudaSuccess);
+}
+
+TEST(CudaEmuDeathTest, ABarrierSomeThreadsNeverReachEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenBLAS has started its threads
+  int* x = Alloc<int>(64);
+  EXPECT_DEATH(LaunchOnHost(1, 64, [&] { BarrierSkippedByOneWarp(x); }),
+               "__syncthreads\\(\\) waited for by 32 threads, never reached by 32");
+  EXPECT_EQ(cudaFree(x), cudaSuccess);
+}
+
+TEST(CudaEmuDeathTest, AWritePastABuffersEndFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  float* x = Alloc<float>(37);  // an odd count: no padding hides the overrun
+  EXPECT_EXIT(LaunchOnHost(1, 32, [&] { WriteOnePastTheEnd(x, 37); }),
+              testing::KilledBySignal(SIGSEGV), "");
+  LaunchOnHost(1, 32, [&] { WriteOnePastTheEnd(x, 36); });  // the last element is fine
+  EXPECT_EQ(cudaFree(x), cudaSuccess);
+}
+
+TEST(CudaEmu, LaunchesCudaRefusesRunNothing) {
+  auto* count = Alloc<unsigned long long>(1);
+  ASSERT_EQ(cudaMemset(count, 0, sizeof *count), cudaSuccess);
+  for (const auto& [grid, block] :
+       {std::pair{dim3(0), dim3(32)}, std::pair{dim3(1), dim3(0)}, std::pair{dim3(1), dim3(1025)},
+        std::pair{dim3(1, 65536), dim3(32)}}) {
+    LaunchOnHost(grid, block, [&] { Count(count); });
+    EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // read once, then cleared
+  }
+  EXPECT_EQ(*count, 0ull);
+  EXPECT_EQ(cudaFree(count), cudaSuccess);
+  EXPECT_EQ(cudaFree(count), cudaErrorInvalidValue);  // not a live allocation any more
+}
+
+// C (2 x 2) = A^T (2 x 3) B (3 x 2), column-major: A is stored 3 x 2 with lda 3 (padded to 4 to
+// check lda is used), B 3 x 2 with ldb 3.
+TEST(CudaEmu, GemmFollowsCublasColumnMajorContract) {
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  const std::vector<float> a = {1, 2, 3, -1, 4, 5, 6, -1};  // columns (1,2,3) and (4,5,6), lda 4
+  const std::vector<float> b = {1, 0, 2, 0, 1, 1};          // columns (1,0,2) and (0,1,1)
+  float* d_a = Alloc<float>(a.size());
+  float* d_b = Alloc<float>(b.size());
+  float* d_c = Alloc<float>(4);
+  cudaMemcpy(d_a, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemcpy(d_b, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice);
+  const float one = 1, zero = 0;
+  ASSERT_EQ(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 2, 3, &one, d_a, 4, d_b, 3, &zero, d_c, 2),
+            CUBLAS_STATUS_SUCCESS);
+  // row 0 of A^T is (1,2,3), row 1 is (4,5,6): C = [[7, 5], [16, 11]], stored by columns.
+  EXPECT_EQ(std::vector<float>(d_c, d_c + 4), (std::vector<float>{7, 16, 5, 11}));
+  // A leading dimension below op(A)'s rows as stored is refused, as cuBLAS refuses it.
+  EXPECT_EQ(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 2, 3, &one, d_a, 2, d_b, 3, &zero, d_c, 2),
+            CUBLAS_STATUS_INVALID_VALUE);
+  EXPECT_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 3, &one, d_a, 4, d_b, 3, &zero, d_c, 1),
+            CUBLAS_STATUS_INVALID_VALUE);
+  // TF32 keeps 10 significand bits: 1 + 2^-12 is read as 1.
+  ASSERT_EQ(cublasSetMathMode(h, CUBLAS_TF32_TENSOR_OP_MATH), CUBLAS_STATUS_SUCCESS);
+  const float x = 1.0f + 1.0f / 4096;
+  cudaMemcpy(d_a, &x, sizeof x, cudaMemcpyHostToDevice);
+  cudaMemcpy(d_b, &one, sizeof one, cudaMemcpyHostToDevice);
+  ASSERT_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, d_a, 1, d_b, 1, &zero, d_c, 1),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(d_c[0], 1.0f);
+  EXPECT_EQ(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
+  for (float* p : {d_a, d_b, d_c}) EXPECT_EQ(cudaFree(p), cudaSuccess);
+}
+
+}  // namespace

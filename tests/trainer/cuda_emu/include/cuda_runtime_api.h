@@ -1,0 +1,108 @@
+// The kernel emulator's stand-in for the CUDA runtime: the part of its API that the trainer's
+// kernels (trainer/src/cuda/ops.cu) and their tests use, implemented on the host, so that the
+// kernels' own source compiles with g++ and runs on a machine without a GPU.
+//
+// - A launch (cuda/launch.h) runs at once, on the calling thread: every block in turn, and in a
+//   block every thread as a fiber that runs until it ends or reaches __syncthreads(). A barrier
+//   that some threads of a block never reach, a block over 1024 threads, an empty grid or a grid
+//   past CUDA's limits is reported as CUDA reports it (cudaGetLastError), or, for the barrier,
+//   ends the process with the block's index, as a GPU would hang there.
+// - Streams are accepted and ignored: every call completes before it returns.
+// - cudaMalloc places each buffer's end against an unmapped page, so a kernel (or an emulated
+//   cuBLAS call) that reads or writes past a buffer's end faults at that access.
+// What it does not model: concurrency between threads (a data race runs as if serialised),
+// warp-level operations, timing, and the device's math library (libm's expf stands in for the
+// GPU's, within an ulp or two).
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+// Shared memory is per block; blocks of one launch run one after another on one OS thread.
+#define __shared__ static thread_local
+
+struct uint3 {
+  unsigned int x, y, z;
+};
+
+struct dim3 {
+  unsigned int x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1)
+      : x(vx), y(vy), z(vz) {}
+};
+
+// The running thread's coordinates, set by the emulator before each thread resumes.
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern thread_local dim3 blockDim;
+extern thread_local dim3 gridDim;
+
+// Device functions that the kernels call by their CUDA names.
+using std::isfinite;
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+unsigned long long atomicAdd(unsigned long long* address, unsigned long long value);
+int atomicAdd(int* address, int value);
+float atomicAdd(float* address, float value);
+void __syncthreads();
+
+enum cudaError_t {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInvalidConfiguration = 9,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorNoDevice = 100,
+};
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4,
+};
+
+struct CUstream_st;
+using cudaStream_t = CUstream_st*;
+
+const char* cudaGetErrorString(cudaError_t err);
+const char* cudaGetErrorName(cudaError_t err);
+cudaError_t cudaGetLastError();
+cudaError_t cudaPeekAtLastError();
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaMalloc(void** ptr, size_t bytes);
+cudaError_t cudaFree(void* ptr);
+cudaError_t cudaMemset(void* ptr, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream = nullptr);
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t stream = nullptr);
+cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+
+namespace cuda_emu {
+
+// Runs body(ctx) once for every thread of grid x block (see the top of this file). An invalid
+// configuration runs nothing and becomes the thread's last error.
+void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx);
+
+template <typename F>
+void Launch(dim3 grid, dim3 block, cudaStream_t /*stream*/, F&& f) {
+  using Fn = std::remove_reference_t<F>;
+  LaunchBody(
+      grid, block, [](void* p) { (*static_cast<Fn*>(p))(); }, &f);
+}
+
+// How many buffers cudaMalloc has handed out and not yet had back (tests check for leaks).
+int64_t LiveAllocations();
+
+}  // namespace cuda_emu
