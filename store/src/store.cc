@@ -143,11 +143,12 @@ std::string_view QuerySql(Query query) {
              "checkpoint = COALESCE(NULLIF(?, ''), checkpoint), metrics = ?, objective = ?, "
              "epochs = ? WHERE sweep_id = ? AND number = ?";
     case Query::kAddReport:
-      // A rerun trial reports its steps again: the latest report of a step wins, and the row
-      // keeps its id, so the stored order of first arrival (which replays rebuild from) holds.
+      // A step reported again (a rerun trial going over its steps once more, or a program
+      // printing one twice) keeps its first report: that is the one early stopping decided
+      // on (it ignores a resource it has seen), and resume replays the stored reports in
+      // order of arrival, so the replay decides exactly as the live run did.
       return "INSERT INTO reports (sweep_id, trial, step, epoch, metrics, time) "
-             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, trial, step) DO UPDATE SET "
-             "epoch = excluded.epoch, metrics = excluded.metrics, time = excluded.time";
+             "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (sweep_id, trial, step) DO NOTHING";
     case Query::kTrialProgress:
       return "UPDATE trials SET metrics = ?, objective = ?, epochs = ? "
              "WHERE sweep_id = ? AND number = ? AND status = 'running'";

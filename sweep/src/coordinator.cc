@@ -401,10 +401,14 @@ class Coordinator {
     if (!metrics.is_object()) return std::nullopt;
     auto m = metrics.find(config_.metric);
     if (m == metrics.end()) return std::nullopt;
+    // NaN or an infinity (stored as null) in the sweep's metric: the trial diverged, and its
+    // worker fails it so ("the run diverged"), whether or not the report fell on a rung. Early
+    // stopping does not see it, so the failure is not recorded as a prune, live or on replay.
+    if (!m->is_number() || !std::isfinite(m->get<double>())) return std::nullopt;
     search::Report r;
     r.trial = trial;
     r.resource = Resource(step, epoch);
-    r.value = m->is_number() ? m->get<double>() : std::nan("");
+    r.value = m->get<double>();
     return r;
   }
 

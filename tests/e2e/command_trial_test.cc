@@ -290,4 +290,45 @@ TEST_F(CommandTrialE2eTest, ShippedExampleRuns) {
   EXPECT_GT(std::stod(rows[0][2]), 0.85);
 }
 
+// The sweep's metric turning NaN or infinite fails the trial as diverged, wherever the report
+// falls: on a rung (where early stopping would have ranked it last and pruned it) or between.
+TEST_F(CommandTrialE2eTest, ADivergedMetricFailsTheTrialOnARungToo) {
+  Write("d.sh", R"(#!/bin/sh
+echo 'sweep-report {"epoch": 1, "score": 1}'
+case "$1" in
+  rung) echo 'sweep-report {"epoch": 2, "score": NaN}' ;;
+  between) echo 'sweep-report {"epoch": 1.5, "score": Infinity}' ;;
+esac
+sleep 5
+)");
+  fs::permissions(dir_ / "d.sh", fs::perms::owner_all);
+  Write("d.toml", R"([sweep]
+name = "div"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[early_stopping]
+algorithm = "asha"
+min_resource = 1
+max_resource = 4
+reduction_factor = 2
+[parameters]
+where = { values = ["rung", "between"] }
+[trial]
+kind = "command"
+command = ["./d.sh", "{where}"]
+[executor]
+cpu_slots = 2
+)");
+  Output o = Sweep("run d.toml");
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 2u) << o.out << o.err;
+  for (int n : {0, 1}) {
+    EXPECT_EQ(trials[n][1], "failed") << n << ": " << trials[n][2];
+    EXPECT_NE(trials[n][2].find("the run diverged"), std::string::npos) << trials[n][2];
+  }
+  EXPECT_EQ(o.code, 1) << "no trial completed or was pruned, and some failed";
+}
+
 }  // namespace

@@ -633,6 +633,26 @@ TEST_F(StoreTest, ReportsRoundTripInStepOrder) {
   }
 }
 
+// Early stopping decides on a step's first report and ignores the step when it comes again;
+// resume replays the stored reports, so the store must hold what was decided on.
+TEST_F(StoreTest, AStepReportedAgainKeepsItsFirstReport) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  Insert(MakeTrial(0, TrialStatus::kRunning, {}));
+  for (const char* value : {"0.5", "50.0"}) {
+    ReportRecord report;
+    report.trial = 0;
+    report.step = 1;
+    report.epoch = 1;
+    report.metrics_json = std::string("{\"loss\":") + value + "}";
+    ASSERT_OK(store_->AddReport(sweep_id_, report));
+  }
+  ASSERT_OK(store_->Commit());
+  auto reports = store_->Reports(sweep_id_, 0);
+  ASSERT_OK(reports);
+  ASSERT_EQ(reports->size(), 1u);
+  EXPECT_EQ((*reports)[0].metrics_json, "{\"loss\":0.5}");
+}
+
 TEST_F(StoreTest, EventsAreStoredWithOptionalTrial) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   Insert(MakeTrial(0, TrialStatus::kPending, {}));
