@@ -70,6 +70,19 @@ std::vector<double> RungLadder(const SchedulerConfig& c) {
   return ladder;
 }
 
+// Hyperband's s_max = floor(log_eta(max_resource / min_resource)): brackets 0..K-1 stop early,
+// bracket b from rung b on, and bracket K runs every trial to max_resource. Where max / min is
+// not a power of eta the ladder has one rung more than K (min * eta^K < max); no bracket starts
+// there, as none would judge a trial only just before its end.
+size_t HyperbandStoppingBrackets(const SchedulerConfig& c) {
+  size_t k = 0;
+  for (double r = c.min_resource * c.reduction_factor; r <= c.max_resource * (1 + kRungTolerance);
+       r *= c.reduction_factor) {
+    ++k;
+  }
+  return k;
+}
+
 // n_b for b = 0..K (Hyperband's bracket sizes, s = K - b), as doubles so that a huge
 // configuration can be refused before anything is converted.
 std::vector<double> BracketSizes(size_t rungs, double eta) {
@@ -175,12 +188,18 @@ class MedianScheduler final : public Scheduler {
 
 class HyperbandScheduler final : public Scheduler {
  public:
-  // `cycle` empty: plain ASHA, a single bracket 0.
+  // `cycle` empty: plain ASHA, a single bracket 0. Otherwise brackets 0..K, K the cycle's
+  // largest: bracket b < K judges at rungs b.. of the ladder, bracket K nowhere.
   HyperbandScheduler(SchedulerConfig config, std::vector<double> ladder, std::vector<uint8_t> cycle)
       : config_(std::move(config)), ladder_(std::move(ladder)), cycle_(std::move(cycle)) {
-    const size_t brackets = cycle_.empty() ? 1 : ladder_.size() + 1;
-    rungs_.resize(brackets);
-    for (size_t b = 0; b < brackets; ++b) {
+    if (cycle_.empty()) {
+      rungs_.assign(1, std::vector<internal::TopFraction>(
+                           ladder_.size(), internal::TopFraction(config_.reduction_factor)));
+      return;
+    }
+    const size_t last = *std::max_element(cycle_.begin(), cycle_.end());
+    rungs_.resize(last + 1);
+    for (size_t b = 0; b < last; ++b) {
       rungs_[b].assign(ladder_.size() - std::min(b, ladder_.size()),
                        internal::TopFraction(config_.reduction_factor));
     }
@@ -199,6 +218,8 @@ class HyperbandScheduler final : public Scheduler {
         1;
     const int bracket = Bracket(trial);
     if (reached < bracket || reached <= t.recorded) return Continue();
+    const auto& bracket_rungs = rungs_[static_cast<size_t>(bracket)];
+    if (static_cast<size_t>(reached - bracket) >= bracket_rungs.size()) return Continue();
     t.recorded = reached;
 
     internal::TopFraction& rung =
@@ -350,7 +371,7 @@ Status Validate(const SchedulerConfig& c) {
                                        got(c.reduction_factor));
       }
       if (c.algorithm == EarlyStopping::kHyperband) {
-        auto cycle = HyperbandCycle(c, RungLadder(c).size());
+        auto cycle = HyperbandCycle(c, HyperbandStoppingBrackets(c));
         if (!cycle.ok()) return cycle.status();
       }
       return Status::Ok();
@@ -371,7 +392,8 @@ Result<std::unique_ptr<Scheduler>> MakeScheduler(const SchedulerConfig& config) 
           std::make_unique<HyperbandScheduler>(config, RungLadder(config), std::vector<uint8_t>()));
     case EarlyStopping::kHyperband: {
       std::vector<double> ladder = RungLadder(config);
-      SWEEP_ASSIGN_OR_RETURN(std::vector<uint8_t> cycle, HyperbandCycle(config, ladder.size()));
+      SWEEP_ASSIGN_OR_RETURN(std::vector<uint8_t> cycle,
+                             HyperbandCycle(config, HyperbandStoppingBrackets(config)));
       return std::unique_ptr<Scheduler>(
           std::make_unique<HyperbandScheduler>(config, std::move(ladder), std::move(cycle)));
     }

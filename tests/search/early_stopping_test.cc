@@ -339,6 +339,40 @@ int64_t FirstInBracket(const Scheduler& s, int bracket, int64_t skip = 0) {
   }
 }
 
+// Where max / min is not a power of eta, the brackets are still the paper's s_max + 1 with
+// s_max = floor(log_eta(R / r)): R = 10, eta = 3 gives 3 brackets (9, 5, 3 trials), not a fourth
+// whose only rung (9) would judge a trial one epoch before its end; and the last bracket,
+// whose trials run to max_resource, is never judged at the ladder's extra rung either.
+TEST(HyperbandTest, BracketsAreFloorOfLogWhenTheRatioIsNotAPower) {
+  SchedulerConfig c = Hyperband();
+  c.max_resource = 10;
+  auto s = Make(c);
+  EXPECT_EQ(s->RungResources(), (std::vector<double>{1, 3, 9}));
+  std::vector<int> counts(4, 0);
+  for (int64_t i = 0; i < 17; ++i) ++counts[static_cast<size_t>(s->Bracket(i))];
+  EXPECT_EQ(counts, (std::vector<int>{9, 5, 3, 0}));
+  for (int64_t i = 0; i < 100; ++i) EXPECT_LE(s->Bracket(i), 2) << i;
+  // Bracket 2 runs to the end: a poor value at resource 9 does not stop it, however many trials
+  // of its bracket did better there.
+  const int64_t first = FirstInBracket(*s, 2);
+  for (int64_t skip = 1; skip <= 3; ++skip) {
+    const int64_t t = FirstInBracket(*s, 2, skip);
+    EXPECT_FALSE(s->OnReport(t, 9, 0.9).stop());
+  }
+  EXPECT_FALSE(s->OnReport(first, 9, 0.0).stop());
+  // Bracket 1 still judges at 3 and 9.
+  const int64_t b1 = FirstInBracket(*s, 1), b1_next = FirstInBracket(*s, 1, 1);
+  EXPECT_FALSE(s->OnReport(b1, 3, 0.9).stop());
+  EXPECT_TRUE(s->OnReport(b1_next, 3, 0.1).stop());
+
+  // R = 28: 4 brackets (27, 12, 6, 4), as for 27.
+  c.max_resource = 28;
+  auto t = Make(c);
+  std::vector<int> four(5, 0);
+  for (int64_t i = 0; i < 49; ++i) ++four[static_cast<size_t>(t->Bracket(i))];
+  EXPECT_EQ(four, (std::vector<int>{27, 12, 6, 4, 0}));
+}
+
 TEST(HyperbandTest, EachBracketStartsAtItsOwnRungAndRanksOnlyItsTrials) {
   auto s = Make(Hyperband());
   const int64_t a0 = FirstInBracket(*s, 0);
