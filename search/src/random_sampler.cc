@@ -16,14 +16,19 @@
 namespace sweep::search {
 namespace {
 
-// Uniform in [0, 1) with 53 bits, from (seed, trial index, parameter name) alone.
-double Uniform(uint64_t seed, int64_t index, uint64_t name_hash) {
+// 64 random bits from (seed, trial index, parameter name) alone.
+uint64_t Bits(uint64_t seed, int64_t index, uint64_t name_hash) {
   uint64_t h = SplitMix64(seed);
   h = SplitMix64(h ^ static_cast<uint64_t>(index));
-  return UnitInterval(SplitMix64(h ^ name_hash));
+  return SplitMix64(h ^ name_hash);
 }
 
-nlohmann::json Draw(const Distribution& d, double u) {
+constexpr double kTwoTo53 = 9007199254740992.0;
+
+// A draw from d, from 64 random bits: u, their top 53 as a uniform in [0, 1), serves every
+// distribution but an integer range of more than 2^53 values, whose every integer needs all 64.
+nlohmann::json Draw(const Distribution& d, uint64_t bits) {
+  const double u = UnitInterval(bits);
   using Kind = Distribution::Kind;
   switch (d.kind) {
     case Kind::kConstant:
@@ -43,6 +48,15 @@ nlohmann::json Draw(const Distribution& d, double u) {
       return std::clamp(std::exp(lo + u * (hi - lo)), d.min, d.max);
     }
     case Kind::kIntUniform: {
+      // Bounds lie within +-2^53 (SearchSpace refuses others), so they and the width are exact.
+      const auto lo = static_cast<int64_t>(d.min), hi = static_cast<int64_t>(d.max);
+      const uint64_t width = static_cast<uint64_t>(hi - lo) + 1;
+      if (static_cast<double>(width) > kTwoTo53) {
+        // floor(width * bits / 2^64): every integer of the range reachable, equally likely to
+        // within 2^-10 of its share.
+        __extension__ using Wide = unsigned __int128;
+        return lo + static_cast<int64_t>((static_cast<Wide>(bits) * width) >> 64);
+      }
       const double v = std::floor(d.min + u * (d.max - d.min + 1));
       return static_cast<int64_t>(std::clamp(v, d.min, d.max));
     }
@@ -94,9 +108,8 @@ class RandomSampler final : public Sampler {
       }
       // The draw depends on (seed, index, name) only, never on which other parameters are
       // active, so conditions do not shift anyone else's values.
-      const double u = Uniform(seed_, index, entry.name_hash);
       nlohmann::json& slot = trial[entry.parameter.name];
-      slot = Draw(entry.parameter.distribution, u);
+      slot = Draw(entry.parameter.distribution, Bits(seed_, index, entry.name_hash));
       drawn[j] = &slot;
     }
     return trial;

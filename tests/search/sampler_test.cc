@@ -292,6 +292,23 @@ TEST(RandomSamplerTest, IntUniformReachesBothEndsEvenly) {
   for (const auto& [value, count] : counts) EXPECT_NEAR(count, 1000, 150) << value;
 }
 
+// A range of more than 2^53 integers (bounds up to +-2^53 are accepted): a 53-bit uniform
+// would reach only every second one of them, so no odd value would ever be drawn.
+TEST(RandomSamplerTest, IntUniformWiderThan2To53ReachesOddValues) {
+  const double big = 9007199254740992.0;  // 2^53
+  auto sampler = MakeRandomSampler(Space({Range("n", Kind::kIntUniform, -big, big)}), 11);
+  int odd = 0, negative = 0;
+  for (int64_t i = 0; i < 2000; ++i) {
+    const auto n = (*sampler->Sample(i))["n"].get<int64_t>();
+    ASSERT_GE(n, -(int64_t{1} << 53));
+    ASSERT_LE(n, int64_t{1} << 53);
+    odd += n % 2 != 0;
+    negative += n < 0;
+  }
+  EXPECT_NEAR(odd, 1000, 120);
+  EXPECT_NEAR(negative, 1000, 120);
+}
+
 TEST(RandomSamplerTest, SinglePointIntRangeIsConstant) {
   auto sampler = MakeRandomSampler(
       Space({Range("n", Kind::kIntUniform, 4, 4), Range("m", Kind::kLogIntUniform, 1, 1)}), 11);
