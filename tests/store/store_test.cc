@@ -283,9 +283,10 @@ TEST_F(StoreTest, StoresLogPaths) {
   EXPECT_EQ((*read)->stderr_log, t.stderr_log);
 }
 
-// A rerun trial reports a step again: the step is stored once, with the latest values, and keeps
-// its place in the arrival order.
-TEST_F(StoreTest, ReportingAStepAgainReplacesIt) {
+// A step reported again (a rerun trial, a program printing it twice) is stored once, with its
+// first values, in its place in the arrival order: early stopping decided on the first and
+// ignores the second, and resume replays the stored reports, so the replay decides alike.
+TEST_F(StoreTest, ReportingAStepAgainKeepsTheFirstReport) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   TrialRecord t;
   t.number = 0;
@@ -309,7 +310,7 @@ TEST_F(StoreTest, ReportingAStepAgainReplacesIt) {
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 2u);
   EXPECT_EQ((*all)[0].trial, 0);
-  EXPECT_EQ((*all)[0].metrics_json, "{\"v\":3}");
+  EXPECT_EQ((*all)[0].metrics_json, "{\"v\":1}");
   EXPECT_EQ((*all)[1].trial, 1);
 }
 
@@ -631,26 +632,6 @@ TEST_F(StoreTest, ReportsRoundTripInStepOrder) {
     EXPECT_EQ(r.metrics_json, "{\"val_acc\":" + std::to_string(i) + "}");
     EXPECT_EQ(r.time_s, 100.0 + i);
   }
-}
-
-// Early stopping decides on a step's first report and ignores the step when it comes again;
-// resume replays the stored reports, so the store must hold what was decided on.
-TEST_F(StoreTest, AStepReportedAgainKeepsItsFirstReport) {
-  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
-  Insert(MakeTrial(0, TrialStatus::kRunning, {}));
-  for (const char* value : {"0.5", "50.0"}) {
-    ReportRecord report;
-    report.trial = 0;
-    report.step = 1;
-    report.epoch = 1;
-    report.metrics_json = std::string("{\"loss\":") + value + "}";
-    ASSERT_OK(store_->AddReport(sweep_id_, report));
-  }
-  ASSERT_OK(store_->Commit());
-  auto reports = store_->Reports(sweep_id_, 0);
-  ASSERT_OK(reports);
-  ASSERT_EQ(reports->size(), 1u);
-  EXPECT_EQ((*reports)[0].metrics_json, "{\"loss\":0.5}");
 }
 
 TEST_F(StoreTest, EventsAreStoredWithOptionalTrial) {
