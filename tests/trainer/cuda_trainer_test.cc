@@ -5,7 +5,8 @@
 // the same inputs, 1e-2 and 5e-3), two GPUs against one (exact fp32: 1e-5; NCCL's
 // sum order), fp16's loss scaling skipping a step whose scaled gradients overflow, and Train()
 // on the GPU end to end. Every comparison prints its figures. Skipped without a CUDA device
-// (the two-GPU test without two); ctest label `gpu`.
+// (the two-GPU test without two); ctest label `gpu`. The same file also runs on every machine
+// against the emulator (cuda_emu/: two emulated GPUs, NCCL between threads), as `emu.` tests.
 #include <cmath>
 #include <cstdio>
 #include <memory>

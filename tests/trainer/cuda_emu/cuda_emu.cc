@@ -6,6 +6,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "cublas_v2.h"
@@ -29,6 +31,8 @@ thread_local dim3 gridDim;
 namespace {
 
 thread_local cudaError_t last_error = cudaSuccess;
+thread_local int current_device = 0;
+constexpr int kDevices = 2;
 
 // ---- launches ----
 
@@ -238,6 +242,10 @@ const char* cudaGetErrorString(cudaError_t err) {
       return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice:
       return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    case cudaErrorNotReady:
+      return "device not ready";
   }
   return "unknown error";
 }
@@ -256,6 +264,10 @@ const char* cudaGetErrorName(cudaError_t err) {
       return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice:
       return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+      return "cudaErrorNotReady";
   }
   return "cudaErrorUnknown";
 }
@@ -269,11 +281,26 @@ cudaError_t cudaGetLastError() {
 cudaError_t cudaPeekAtLastError() { return last_error; }
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = kDevices;
   return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= kDevices) return cudaErrorInvalidDevice;
+  current_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = current_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  *total = size_t{16} << 30;
+  *free = size_t{12} << 30;
+  return cudaSuccess;
+}
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
@@ -341,7 +368,120 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+// ---- pinned memory, streams, events ----
+
+struct CUstream_st {
+  int device;
+};
+
+struct CUevent_st {
+  bool timing;
+  bool recorded = false;
+  std::chrono::steady_clock::time_point when;
+};
+
+namespace {
+
+// Live handles and pinned blocks: using one after its destroy, or one never made, is an error.
+std::mutex handles_mu;
+std::set<uintptr_t>& Handles() {
+  static auto* handles = new std::set<uintptr_t>();
+  return *handles;
+}
+
+// Handles are kept as numbers: the set never reads what they point to.
+uintptr_t Key(const void* handle) { return reinterpret_cast<uintptr_t>(handle); }
+
+bool Live(const void* handle) {
+  std::lock_guard<std::mutex> lock(handles_mu);
+  return Handles().count(Key(handle)) > 0;
+}
+
+void Track(uintptr_t key) {
+  std::lock_guard<std::mutex> lock(handles_mu);
+  Handles().insert(key);
+}
+
+bool Untrack(const void* handle) {
+  std::lock_guard<std::mutex> lock(handles_mu);
+  return Handles().erase(Key(handle)) > 0;
+}
+
+// The legacy stream (null) is always there.
+bool StreamOk(cudaStream_t s) { return s == nullptr || Live(s); }
+
+}  // namespace
+
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  void* p = std::malloc(bytes > 0 ? bytes : 1);
+  if (p == nullptr) return cudaErrorMemoryAllocation;
+  Track(reinterpret_cast<uintptr_t>(p));
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  if (!Untrack(ptr)) return cudaErrorInvalidValue;  // not from cudaHostAlloc, or freed twice
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  *stream = new CUstream_st{current_device};
+  Track(Key(*stream));
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (stream == nullptr || !Untrack(stream)) return cudaErrorInvalidResourceHandle;
+  delete stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  return StreamOk(stream) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
+  return StreamOk(stream) && Live(event) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  *event = new CUevent_st{(flags & cudaEventDisableTiming) == 0, false, {}};
+  Track(Key(*event));
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (event == nullptr || !Untrack(event)) return cudaErrorInvalidResourceHandle;
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  if (!Live(event) || !StreamOk(stream)) return cudaErrorInvalidResourceHandle;
+  event->recorded = true;
+  event->when = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return Live(event) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!Live(start) || !Live(end)) return cudaErrorInvalidResourceHandle;
+  // As CUDA: events made without timing cannot be timed; ones never recorded are not ready.
+  if (!start->timing || !end->timing) return cudaErrorInvalidResourceHandle;
+  if (!start->recorded || !end->recorded) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return cudaSuccess;
+}
 
 // ---- cuBLAS ----
 

@@ -1,13 +1,17 @@
-// The kernel emulator itself: what it must catch (a barrier not every thread reaches, a write
-// past a buffer's end, a launch CUDA refuses, a GEMM's bad leading dimension) and what it must
-// compute (shared memory across a barrier, cuBLAS's column-major products with transposes,
-// TF32's rounding). The kernels' own tests (cuda_ops_test.cc) trust these.
+// The emulator itself: what it must catch (a barrier not every thread reaches, a write past a
+// buffer's end, a launch CUDA refuses, a GEMM's bad leading dimension, ranks that disagree on a
+// collective) and what it must compute (shared memory across a barrier, cuBLAS's column-major
+// products with transposes, TF32's rounding, NCCL's sums and broadcasts between rank threads
+// and from one thread in a group). The backend's tests (cuda_ops_test.cc,
+// cuda_trainer_test.cc) trust these.
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "cublas_v2.h"
 #include "cuda_runtime_api.h"
 #include "gtest/gtest.h"
+#include "nccl.h"
 
 namespace {
 
@@ -132,6 +136,53 @@ TEST(CudaEmu, GemmFollowsCublasColumnMajorContract) {
   EXPECT_EQ(d_c[0], 1.0f);
   EXPECT_EQ(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
   for (float* p : {d_a, d_b, d_c}) EXPECT_EQ(cudaFree(p), cudaSuccess);
+}
+
+// Two ranks on two threads: each all-reduces its own buffer in place and gets the sum.
+TEST(NcclEmu, AllReduceSumsAcrossRankThreads) {
+  ncclComm_t comms[2] = {};
+  const int devices[2] = {0, 1};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devices), ncclSuccess);
+  std::vector<float> a = {1, 2, 3}, b = {10, 20, 30};
+  std::vector<double> la = {0.5}, lb = {0.25};
+  auto rank = [&](int r, std::vector<float>* g, std::vector<double>* loss) {
+    EXPECT_EQ(ncclAllReduce(g->data(), g->data(), g->size(), ncclFloat, ncclSum, comms[r], nullptr),
+              ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(loss->data(), loss->data(), 1, ncclDouble, ncclSum, comms[r], nullptr),
+              ncclSuccess);
+  };
+  std::thread t0(rank, 0, &a, &la), t1(rank, 1, &b, &lb);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(a, (std::vector<float>{11, 22, 33}));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(la[0], 0.75);
+  EXPECT_EQ(lb[0], 0.75);
+  // One thread, in a group: rank 0's values reach rank 1.
+  std::vector<float> x = {7, 8}, y = {0, 0};
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclBroadcast(x.data(), x.data(), 2, ncclFloat, 0, comms[0], nullptr), ncclSuccess);
+  EXPECT_EQ(ncclBroadcast(y.data(), y.data(), 2, ncclFloat, 0, comms[1], nullptr), ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(y, x);
+  EXPECT_EQ(ncclAllReduce(x.data(), x.data(), 2, ncclFloat, static_cast<ncclRedOp_t>(3), comms[0],
+                          nullptr),
+            ncclInvalidArgument);  // only sums are emulated
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+TEST(NcclEmuDeathTest, RanksThatDisagreeEndTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto disagree = [] {
+    ncclComm_t comms[2] = {};
+    ncclCommInitAll(comms, 2, nullptr);
+    std::vector<float> a(4), b(3);
+    ncclGroupStart();
+    ncclAllReduce(a.data(), a.data(), 4, ncclFloat, ncclSum, comms[0], nullptr);
+    ncclAllReduce(b.data(), b.data(), 3, ncclFloat, ncclSum, comms[1], nullptr);
+    ncclGroupEnd();
+  };
+  EXPECT_DEATH(disagree(), "rank 0 all-reduces 4 floats but rank 1 all-reduces 3 floats");
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 //   that some threads of a block never reach, a block over 1024 threads, an empty grid or a grid
 //   past CUDA's limits is reported as CUDA reports it (cudaGetLastError), or, for the barrier,
 //   ends the process with the block's index, as a GPU would hang there.
-// - Streams are accepted and ignored: every call completes before it returns.
+// - Streams and events are real handles (a destroyed or foreign one is refused), but every call
+//   completes before it returns, so stream order is never violated: what the emulator checks
+//   is the work, not the synchronisation. It has two devices that share the host's memory.
 // - cudaMalloc places each buffer's end against an unmapped page, so a kernel (or an emulated
 //   cuBLAS call) that reads or writes past a buffer's end faults at that access.
 // What it does not model: concurrency between threads (a data race runs as if serialised),
@@ -58,8 +60,10 @@ enum cudaError_t {
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
-  cudaErrorInvalidDevice = 101,
   cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
 };
 
 enum cudaMemcpyKind {
@@ -72,6 +76,12 @@ enum cudaMemcpyKind {
 
 struct CUstream_st;
 using cudaStream_t = CUstream_st*;
+struct CUevent_st;
+using cudaEvent_t = CUevent_st*;
+
+constexpr unsigned int cudaStreamNonBlocking = 0x01;
+constexpr unsigned int cudaEventDisableTiming = 0x02;
+constexpr unsigned int cudaHostAllocPortable = 0x01;
 
 const char* cudaGetErrorString(cudaError_t err);
 const char* cudaGetErrorName(cudaError_t err);
@@ -87,7 +97,20 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream = nullptr);
 cudaError_t cudaDeviceSynchronize();
+cudaError_t cudaGetDevice(int* device);
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
+cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags);
+cudaError_t cudaFreeHost(void* ptr);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
+cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags);
+cudaError_t cudaEventCreate(cudaEvent_t* event);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
+cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
+cudaError_t cudaEventSynchronize(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 namespace cuda_emu {
 

@@ -1,0 +1,216 @@
+// The emulator's NCCL (include/nccl.h says what it models). A clique is the communicators made
+// by one ncclCommInitAll; the k-th collective each rank calls is the clique's collective k,
+// done by whichever rank joins it last.
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nccl.h"
+
+namespace {
+
+enum class Kind { kAllReduce, kBroadcast };
+
+struct Op {
+  Kind kind;
+  const void* send;
+  void* recv;
+  size_t count;
+  ncclDataType_t type;
+  int root;
+};
+
+struct Clique {
+  explicit Clique(int n) : ranks(n) {}
+  const int ranks;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool aborted = false;
+  std::map<uint64_t, std::vector<std::unique_ptr<Op>>> joined;  // collective -> per rank
+  std::map<uint64_t, bool> done;
+};
+
+}  // namespace
+
+struct ncclComm {
+  std::shared_ptr<Clique> clique;
+  int rank;
+  uint64_t next = 0;  // this rank's next collective
+};
+
+namespace {
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "nccl_emu: %s\n", what.c_str());
+  std::abort();
+}
+
+const char* Name(const Op& op) { return op.kind == Kind::kAllReduce ? "all-reduce" : "broadcast"; }
+
+std::string Describe(int rank, const Op& op) {
+  return "rank " + std::to_string(rank) + " " + Name(op) + "s " + std::to_string(op.count) +
+         (op.type == ncclFloat ? " floats" : " doubles") +
+         (op.kind == Kind::kBroadcast ? " from rank " + std::to_string(op.root) : "");
+}
+
+template <typename T>
+void Run(const std::vector<std::unique_ptr<Op>>& ops) {
+  const Op& first = *ops[0];
+  std::vector<T> result(first.count);
+  if (first.kind == Kind::kAllReduce) {
+    for (const auto& op : ops) {  // in rank order, so the sum is the same bits on every rank
+      const T* in = static_cast<const T*>(op->send);
+      for (size_t i = 0; i < first.count; ++i) result[i] += in[i];
+    }
+  } else {
+    std::memcpy(result.data(), ops[static_cast<size_t>(first.root)]->send, first.count * sizeof(T));
+  }
+  for (const auto& op : ops) std::memcpy(op->recv, result.data(), first.count * sizeof(T));
+}
+
+// Called with the clique's lock held, when every rank has joined collective k.
+void Complete(Clique& c, uint64_t k) {
+  auto& ops = c.joined[k];
+  for (int r = 1; r < c.ranks; ++r) {
+    const Op& a = *ops[0];
+    const Op& b = *ops[static_cast<size_t>(r)];
+    if (a.kind != b.kind || a.count != b.count || a.type != b.type || a.root != b.root) {
+      Die("collective " + std::to_string(k) + ": " + Describe(0, a) + " but " + Describe(r, b));
+    }
+  }
+  if (ops[0]->type == ncclFloat) {
+    Run<float>(ops);
+  } else {
+    Run<double>(ops);
+  }
+  c.joined.erase(k);
+  c.done[k] = true;
+  c.cv.notify_all();
+}
+
+// This thread's open groups: their collectives are joined at once and waited for at the end.
+thread_local int group_depth = 0;
+thread_local std::vector<std::pair<std::shared_ptr<Clique>, uint64_t>> group_waits;
+
+ncclResult_t Wait(const std::shared_ptr<Clique>& c, uint64_t k) {
+  std::unique_lock<std::mutex> lock(c->mu);
+  const bool joined = c->cv.wait_for(lock, std::chrono::minutes(1),
+                                     [&] { return c->aborted || c->done.count(k) > 0; });
+  if (!joined) {
+    Die("collective " + std::to_string(k) + " waited a minute for a rank that never joined");
+  }
+  return c->aborted ? ncclRemoteError : ncclSuccess;
+}
+
+ncclResult_t Join(ncclComm_t comm, const Op& op) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  if (op.type != ncclFloat && op.type != ncclDouble) return ncclInvalidArgument;
+  if (op.count > 0 && (op.send == nullptr || op.recv == nullptr)) return ncclInvalidArgument;
+  const std::shared_ptr<Clique> c = comm->clique;
+  const uint64_t k = comm->next++;
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    if (c->aborted) return ncclRemoteError;
+    auto& ops = c->joined[k];
+    ops.resize(static_cast<size_t>(c->ranks));
+    ops[static_cast<size_t>(comm->rank)] = std::make_unique<Op>(op);
+    bool all = true;
+    for (const auto& o : ops) all = all && o != nullptr;
+    if (all) Complete(*c, k);
+  }
+  if (group_depth > 0) {
+    group_waits.emplace_back(c, k);
+    return ncclSuccess;
+  }
+  return Wait(c, k);
+}
+
+}  // namespace
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess:
+      return "no error";
+    case ncclUnhandledCudaError:
+      return "unhandled cuda error";
+    case ncclSystemError:
+      return "unhandled system error";
+    case ncclInternalError:
+      return "internal error";
+    case ncclInvalidArgument:
+      return "invalid argument";
+    case ncclInvalidUsage:
+      return "invalid usage";
+    case ncclRemoteError:
+      return "remote process exited or there was a network error";
+  }
+  return "unknown result code";
+}
+
+ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  if (comms == nullptr || ndev < 1) return ncclInvalidArgument;
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  auto clique = std::make_shared<Clique>(ndev);
+  for (int r = 0; r < ndev; ++r) {
+    const int device = devlist != nullptr ? devlist[r] : r;
+    if (device < 0 || device >= count) return ncclInvalidArgument;
+    comms[r] = new ncclComm{clique, r};
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclInvalidArgument;
+  {
+    std::lock_guard<std::mutex> lock(comm->clique->mu);
+    comm->clique->aborted = true;
+    comm->clique->cv.notify_all();
+  }
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart() {
+  ++group_depth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return ncclInvalidUsage;
+  if (--group_depth > 0) return ncclSuccess;
+  ncclResult_t result = ncclSuccess;
+  auto waits = std::move(group_waits);
+  group_waits.clear();
+  for (const auto& [clique, k] : waits) {
+    const ncclResult_t r = Wait(clique, k);
+    if (result == ncclSuccess) result = r;
+  }
+  return result;
+}
+
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  if (op != ncclSum) return ncclInvalidArgument;
+  return Join(comm, Op{Kind::kAllReduce, sendbuff, recvbuff, count, datatype, 0});
+}
+
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
+  if (comm == nullptr || root < 0 || root >= comm->clique->ranks) return ncclInvalidArgument;
+  return Join(comm, Op{Kind::kBroadcast, sendbuff, recvbuff, count, datatype, root});
+}
