@@ -6,12 +6,14 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +24,7 @@
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
 #include "cuda_runtime_api.h"
+#include "emu_streams.h"
 
 thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
@@ -33,6 +36,9 @@ namespace {
 thread_local cudaError_t last_error = cudaSuccess;
 thread_local int current_device = 0;
 constexpr int kDevices = 2;
+
+// Runs every stream's queued work on `device` (streams, below).
+void DrainDevice(int device);
 
 // ---- launches ----
 
@@ -142,6 +148,10 @@ float RoundTf32(float x) {
   return x;
 }
 
+void Gemm(bool ta, bool tb, int m, int n, int k, float a, const void* A, cudaDataType_t Atype,
+          int lda, const void* B, cudaDataType_t Btype, int ldb, float b, float* c, int ldc,
+          bool tf32);
+
 float Widen(const void* p, int64_t i, cudaDataType_t type) {
   if (type == CUDA_R_32F) return static_cast<const float*>(p)[i];
   const uint16_t h = static_cast<const uint16_t*>(p)[i];
@@ -193,14 +203,19 @@ __half __float2half(float f) {
 
 namespace cuda_emu {
 
-void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx) {
+bool CheckLaunch(dim3 grid, dim3 block) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
   if (threads == 0 || threads > kMaxThreadsPerBlock || block.z > 64 || blocks == 0 ||
       grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
     last_error = cudaErrorInvalidConfiguration;
-    return;
+    return false;
   }
+  return true;
+}
+
+void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   Scheduler& s = scheduler;
   if (s.body != nullptr) Die("a launch from inside a kernel");
   s.body = body;
@@ -334,6 +349,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  DrainDevice(current_device);  // cudaFree waits for the device, as CUDA's does
   Mapping m;
   {
     std::lock_guard<std::mutex> lock(memory_mu);
@@ -346,14 +362,180 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
+// ---- streams ----
+
+struct CUstream_st {
+  explicit CUstream_st(int d) : device(d) {}
+  const int device;
+  uint64_t id = 0;                // creation order
+  std::recursive_mutex drain_mu;  // held while running queued work, so it runs in order
+  std::mutex queue_mu;            // guards what follows
+  std::deque<std::function<void()>> queue;
+  uint64_t queued = 0;  // work ever queued; the k-th has position k
+  uint64_t ran = 0;     // work ever run: positions 1..ran
+  bool running = false;
+};
+
+struct CUevent_st {
+  explicit CUevent_st(bool t) : timing(t) {}
+  const bool timing;
+  // Its last record: the stream and position (null stream: recorded at once), and when it ran.
+  cudaStream_t stream = nullptr;
+  uint64_t position = 0;
+  bool recorded = false;
+  std::chrono::steady_clock::time_point when;
+};
+
+namespace {
+
+// Live handles (streams, events, pinned blocks with their sizes): using one after its destroy,
+// or one never made, is an error.
+std::mutex handles_mu;
+std::map<uintptr_t, size_t>& Handles() {
+  static auto* handles = new std::map<uintptr_t, size_t>();
+  return *handles;
+}
+// Every live stream by creation: DrainDevice runs them in that order.
+std::map<uint64_t, cudaStream_t>& Streams() {
+  static auto* streams = new std::map<uint64_t, cudaStream_t>();
+  return *streams;
+}
+std::mutex events_mu;  // an event's fields: set by its record's work, read by the host
+
+// Handles are kept as numbers: the map never reads what they point to.
+uintptr_t Key(const void* handle) { return reinterpret_cast<uintptr_t>(handle); }
+
+bool Live(const void* handle) {
+  std::lock_guard<std::mutex> lock(handles_mu);
+  return Handles().count(Key(handle)) > 0;
+}
+
+void Track(uintptr_t key, size_t bytes = 0) {
+  std::lock_guard<std::mutex> lock(handles_mu);
+  Handles()[key] = bytes;
+}
+
+bool Untrack(const void* handle) {
+  std::lock_guard<std::mutex> lock(handles_mu);
+  return Handles().erase(Key(handle)) > 0;
+}
+
+// Whether [p, p + bytes) lies in a block from cudaHostAlloc.
+bool Pinned(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(handles_mu);
+  auto it = Handles().upper_bound(Key(p));
+  if (it == Handles().begin()) return false;
+  --it;
+  return Key(p) + bytes <= it->first + it->second && it->second > 0;
+}
+
+// The legacy stream (null) is always there.
+bool StreamOk(cudaStream_t s) { return s == nullptr || Live(s); }
+
+// Runs s's queued work up to position `upto`, in order, on this thread.
+void DrainTo(cudaStream_t s, uint64_t upto) {
+  if (s == nullptr) return;
+  std::lock_guard<std::recursive_mutex> drain(s->drain_mu);
+  for (;;) {
+    std::function<void()> work;
+    {
+      std::lock_guard<std::mutex> lock(s->queue_mu);
+      if (s->ran >= upto || s->queue.empty()) return;
+      // Work that waits, through other streams, for work queued after itself on this one.
+      if (s->running) Die("a stream's work waits for later work on the same stream");
+      work = std::move(s->queue.front());
+      s->queue.pop_front();
+      s->running = true;
+    }
+    work();
+    std::lock_guard<std::mutex> lock(s->queue_mu);
+    s->running = false;
+    ++s->ran;
+  }
+}
+
+uint64_t Queued(cudaStream_t s) {
+  std::lock_guard<std::mutex> lock(s->queue_mu);
+  return s->queued;
+}
+
+void Drain(cudaStream_t s) {
+  if (s != nullptr) DrainTo(s, Queued(s));
+}
+
+// CUDA_EMU_SCHEDULE picks the order in which streams run their queued work:
+// - lazy (the default): only the work the host waits for, and what it waits for in turn, as
+//   late as possible: the host reading a result it did not wait for reads it unwritten;
+// - greedy: wherever the host waits, every stream of the device first runs all it has queued,
+//   in the order the streams were made (in the trainer: compute, copy, comm), so work runs
+//   before another stream's that it should have waited for, unless the wait is there;
+// - greedy-reverse: the same, newest stream first (comm before compute).
+enum class Schedule { kLazy, kGreedy, kGreedyReverse };
+
+Schedule Order() {
+  static const Schedule order = [] {
+    const char* v = std::getenv("CUDA_EMU_SCHEDULE");
+    if (v == nullptr || std::strcmp(v, "lazy") == 0) return Schedule::kLazy;
+    if (std::strcmp(v, "greedy") == 0) return Schedule::kGreedy;
+    if (std::strcmp(v, "greedy-reverse") == 0) return Schedule::kGreedyReverse;
+    Die("CUDA_EMU_SCHEDULE must be lazy, greedy or greedy-reverse");
+  }();
+  return order;
+}
+
+// The host waits for work on `device` (null stream: the current device's).
+void HostWaits(cudaStream_t s) {
+  if (Order() != Schedule::kLazy) DrainDevice(s != nullptr ? s->device : current_device);
+}
+
+void DrainDevice(int device) {
+  std::vector<cudaStream_t> streams;
+  {
+    std::lock_guard<std::mutex> lock(handles_mu);
+    for (const auto& [id, s] : Streams()) {
+      if (s->device == device) streams.push_back(s);
+    }
+  }
+  if (Order() == Schedule::kGreedyReverse) std::reverse(streams.begin(), streams.end());
+  for (cudaStream_t s : streams) Drain(s);
+}
+
+}  // namespace
+
+namespace cuda_emu {
+
+uint64_t NextPosition(cudaStream_t stream) { return Queued(stream) + 1; }
+
+bool TryRunTo(cudaStream_t stream, uint64_t position) {
+  std::unique_lock<std::recursive_mutex> drain(stream->drain_mu, std::try_to_lock);
+  if (!drain.owns_lock()) return false;
+  DrainTo(stream, position);
+  return true;
+}
+
+void Enqueue(cudaStream_t stream, std::function<void()> fn) {
+  if (stream == nullptr) {
+    fn();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(stream->queue_mu);
+  stream->queue.push_back(std::move(fn));
+  ++stream->queued;
+}
+
+}  // namespace cuda_emu
+
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
   if (ptr == nullptr && bytes > 0) return cudaErrorInvalidValue;
   if (bytes > 0) std::memset(ptr, value, bytes);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
-  return cudaMemset(ptr, value, bytes);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
+  if (ptr == nullptr && bytes > 0) return cudaErrorInvalidValue;
+  if (!StreamOk(stream)) return cudaErrorInvalidResourceHandle;
+  cuda_emu::Enqueue(stream, [=] { std::memset(ptr, value, bytes); });
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
@@ -363,94 +545,91 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind)
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+                            cudaStream_t stream) {
+  if ((dst == nullptr || src == nullptr) && bytes > 0) return cudaErrorInvalidValue;
+  if (!StreamOk(stream)) return cudaErrorInvalidResourceHandle;
+  // Pageable host memory: CUDA copies in the stream's order but before returning (from the
+  // host's buffer to staging, or into it), so the host may reuse or read it at once.
+  const bool pageable = (kind == cudaMemcpyHostToDevice && !Pinned(src, bytes)) ||
+                        (kind == cudaMemcpyDeviceToHost && !Pinned(dst, bytes));
+  if (pageable) {
+    HostWaits(stream);
+    if (stream != nullptr) Drain(stream);
+    return cudaMemcpy(dst, src, bytes, kind);
+  }
+  cuda_emu::Enqueue(stream, [=] { std::memmove(dst, src, bytes); });
+  return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() {
+  DrainDevice(current_device);
+  return cudaSuccess;
+}
 
 // ---- pinned memory, streams, events ----
-
-struct CUstream_st {
-  int device;
-};
-
-struct CUevent_st {
-  bool timing;
-  bool recorded = false;
-  std::chrono::steady_clock::time_point when;
-};
-
-namespace {
-
-// Live handles and pinned blocks: using one after its destroy, or one never made, is an error.
-std::mutex handles_mu;
-std::set<uintptr_t>& Handles() {
-  static auto* handles = new std::set<uintptr_t>();
-  return *handles;
-}
-
-// Handles are kept as numbers: the set never reads what they point to.
-uintptr_t Key(const void* handle) { return reinterpret_cast<uintptr_t>(handle); }
-
-bool Live(const void* handle) {
-  std::lock_guard<std::mutex> lock(handles_mu);
-  return Handles().count(Key(handle)) > 0;
-}
-
-void Track(uintptr_t key) {
-  std::lock_guard<std::mutex> lock(handles_mu);
-  Handles().insert(key);
-}
-
-bool Untrack(const void* handle) {
-  std::lock_guard<std::mutex> lock(handles_mu);
-  return Handles().erase(Key(handle)) > 0;
-}
-
-// The legacy stream (null) is always there.
-bool StreamOk(cudaStream_t s) { return s == nullptr || Live(s); }
-
-}  // namespace
 
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
   void* p = std::malloc(bytes > 0 ? bytes : 1);
   if (p == nullptr) return cudaErrorMemoryAllocation;
-  Track(reinterpret_cast<uintptr_t>(p));
+  Track(reinterpret_cast<uintptr_t>(p), bytes > 0 ? bytes : 1);
   *ptr = p;
   return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  DrainDevice(current_device);                      // as cudaFree: queued copies may still read it
   if (!Untrack(ptr)) return cudaErrorInvalidValue;  // not from cudaHostAlloc, or freed twice
   std::free(ptr);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
-  *stream = new CUstream_st{current_device};
+  *stream = new CUstream_st(current_device);
   Track(Key(*stream));
+  std::lock_guard<std::mutex> lock(handles_mu);
+  static uint64_t created = 0;
+  (*stream)->id = ++created;
+  Streams()[(*stream)->id] = *stream;
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (stream == nullptr || !Untrack(stream)) return cudaErrorInvalidResourceHandle;
+  if (stream == nullptr || !Live(stream)) return cudaErrorInvalidResourceHandle;
+  Drain(stream);  // CUDA lets queued work finish first
+  Untrack(stream);
+  {
+    std::lock_guard<std::mutex> lock(handles_mu);
+    Streams().erase(stream->id);
+  }
   delete stream;
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return StreamOk(stream) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  if (!StreamOk(stream)) return cudaErrorInvalidResourceHandle;
+  HostWaits(stream);
+  Drain(stream);
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-  return StreamOk(stream) && Live(event) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  if (!StreamOk(stream) || !Live(event)) return cudaErrorInvalidResourceHandle;
+  // The record the event has now; a later record does not move the wait.
+  cudaStream_t on;
+  uint64_t position;
+  {
+    std::lock_guard<std::mutex> lock(events_mu);
+    on = event->stream;
+    position = event->position;
+  }
+  cuda_emu::Enqueue(stream, [on, position] { DrainTo(on, position); });
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
-  *event = new CUevent_st{(flags & cudaEventDisableTiming) == 0, false, {}};
+  *event = new CUevent_st((flags & cudaEventDisableTiming) == 0);
   Track(Key(*event));
   return cudaSuccess;
 }
@@ -465,19 +644,39 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!Live(event) || !StreamOk(stream)) return cudaErrorInvalidResourceHandle;
-  event->recorded = true;
-  event->when = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(events_mu);
+    event->stream = stream;
+    event->position = stream != nullptr ? Queued(stream) + 1 : 0;
+    event->recorded = false;
+  }
+  cuda_emu::Enqueue(stream, [event] {
+    std::lock_guard<std::mutex> lock(events_mu);
+    event->recorded = true;
+    event->when = std::chrono::steady_clock::now();
+  });
   return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return Live(event) ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  if (!Live(event)) return cudaErrorInvalidResourceHandle;
+  cudaStream_t on;
+  uint64_t position;
+  {
+    std::lock_guard<std::mutex> lock(events_mu);
+    on = event->stream;
+    position = event->position;
+  }
+  HostWaits(on);
+  DrainTo(on, position);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   if (!Live(start) || !Live(end)) return cudaErrorInvalidResourceHandle;
-  // As CUDA: events made without timing cannot be timed; ones never recorded are not ready.
+  // As CUDA: events made without timing cannot be timed; ones not yet reached are not ready.
   if (!start->timing || !end->timing) return cudaErrorInvalidResourceHandle;
+  std::lock_guard<std::mutex> lock(events_mu);
   if (!start->recorded || !end->recorded) return cudaErrorNotReady;
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
   return cudaSuccess;
@@ -487,6 +686,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 
 struct cublasContext {
   cublasMath_t math = CUBLAS_DEFAULT_MATH;
+  cudaStream_t stream = nullptr;
 };
 
 cublasStatus_t cublasCreate(cublasHandle_t* handle) {
@@ -501,8 +701,10 @@ cublasStatus_t cublasDestroy(cublasHandle_t handle) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t) {
-  return handle == nullptr ? CUBLAS_STATUS_NOT_INITIALIZED : CUBLAS_STATUS_SUCCESS;
+cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
 }
 
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
@@ -551,13 +753,24 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  // Host pointer mode: the scalars are read now; the product runs in the handle's stream.
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
   const bool tf32 = handle->math == CUBLAS_TF32_TENSOR_OP_MATH && Atype == CUDA_R_32F;
+  cuda_emu::Enqueue(handle->stream, [=] {
+    Gemm(ta, tb, m, n, k, a, A, Atype, lda, B, Btype, ldb, b, static_cast<float*>(C), ldc, tf32);
+  });
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+namespace {
+
+void Gemm(bool ta, bool tb, int m, int n, int k, float a, const void* A, cudaDataType_t Atype,
+          int lda, const void* B, cudaDataType_t Btype, int ldb, float b, float* c, int ldc,
+          bool tf32) {
   auto in = [tf32](const void* p, int64_t i, cudaDataType_t t) {
     const float x = Widen(p, i, t);
     return tf32 ? RoundTf32(x) : x;
   };
-  float* c = static_cast<float*>(C);
   for (int j = 0; j < n; ++j) {
     for (int i = 0; i < m; ++i) {
       double sum = 0;
@@ -571,8 +784,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
       out = static_cast<float>(a * sum + (b == 0.0f ? 0.0 : double{b} * out));
     }
   }
-  return CUBLAS_STATUS_SUCCESS;
 }
+
+}  // namespace
 
 cublasStatus_t cublasSgemm(cublasHandle_t handle, cublasOperation_t transa,
                            cublasOperation_t transb, int m, int n, int k, const float* alpha,

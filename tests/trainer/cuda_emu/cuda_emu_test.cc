@@ -104,6 +104,43 @@ TEST(CudaEmu, LaunchesCudaRefusesRunNothing) {
   EXPECT_EQ(cudaFree(count), cudaErrorInvalidValue);  // not a live allocation any more
 }
 
+// Work queued on a stream runs when the host waits for it (the default, lazy order): a result
+// read before the wait is not there yet, and a wait on another stream's event runs that work
+// first.
+TEST(CudaEmu, StreamsRunTheirWorkWhenWaitedFor) {
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t copied = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), cudaSuccess);
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, 4 * sizeof(int), cudaHostAllocPortable), cudaSuccess);
+  int* host = static_cast<int*>(pinned);
+  int* x = Alloc<int>(4);
+  int* y = Alloc<int>(4);
+  for (int i = 0; i < 4; ++i) host[i] = i + 1;
+  ASSERT_EQ(cudaMemcpyAsync(x, host, 4 * sizeof(int), cudaMemcpyHostToDevice, a), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(copied, a), cudaSuccess);
+  // b copies x on once a's copy is done; then the host reads y back through pinned memory.
+  ASSERT_EQ(cudaStreamWaitEvent(b, copied, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(y, x, 4 * sizeof(int), cudaMemcpyDeviceToDevice, b), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(host, y, 4 * sizeof(int), cudaMemcpyDeviceToHost, b), cudaSuccess);
+  host[0] = 100;          // the host writes again before a's copy ran: the copy reads this
+  EXPECT_NE(y[1], 2);  // nothing has run yet (the emulator's device memory is the host's)
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  EXPECT_EQ(host[0], 100);
+  EXPECT_EQ(host[3], 4);
+  // Timing: events made without it cannot be timed.
+  float ms = 0;
+  EXPECT_EQ(cudaEventElapsedTime(&ms, copied, copied), cudaErrorInvalidResourceHandle);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaErrorInvalidValue);
+  for (int* p : {x, y}) EXPECT_EQ(cudaFree(p), cudaSuccess);
+  EXPECT_EQ(cudaEventDestroy(copied), cudaSuccess);
+  for (cudaStream_t s : {a, b}) EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(a), cudaErrorInvalidResourceHandle);  // destroyed
+}
+
 // C (2 x 2) = A^T (2 x 3) B (3 x 2), column-major: A is stored 3 x 2 with lda 3 (padded to 4 to
 // check lda is used), B 3 x 2 with ldb 3.
 TEST(CudaEmu, GemmFollowsCublasColumnMajorContract) {

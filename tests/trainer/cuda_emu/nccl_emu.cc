@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "emu_streams.h"
 #include "nccl.h"
 
 namespace {
@@ -36,6 +37,8 @@ struct Clique {
   bool aborted = false;
   std::map<uint64_t, std::vector<std::unique_ptr<Op>>> joined;  // collective -> per rank
   std::map<uint64_t, bool> done;
+  // Collective -> per rank, where its part is queued (stream, position), until it runs.
+  std::map<uint64_t, std::map<int, std::pair<cudaStream_t, uint64_t>>> queued;
 };
 
 }  // namespace
@@ -96,41 +99,79 @@ void Complete(Clique& c, uint64_t k) {
   c.cv.notify_all();
 }
 
-// This thread's open groups: their collectives are joined at once and waited for at the end.
+// This thread's open groups: collectives on the legacy stream are joined at once and waited for
+// at the end.
 thread_local int group_depth = 0;
 thread_local std::vector<std::pair<std::shared_ptr<Clique>, uint64_t>> group_waits;
 
+// Waits for collective k. A rank whose part was queued in a group (one thread queued every
+// rank's part) gets that part run from here, unless another thread is running its stream.
 ncclResult_t Wait(const std::shared_ptr<Clique>& c, uint64_t k) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
   std::unique_lock<std::mutex> lock(c->mu);
-  const bool joined = c->cv.wait_for(lock, std::chrono::minutes(1),
-                                     [&] { return c->aborted || c->done.count(k) > 0; });
-  if (!joined) {
-    Die("collective " + std::to_string(k) + " waited a minute for a rank that never joined");
+  while (!c->aborted && c->done.count(k) == 0) {
+    std::vector<std::pair<cudaStream_t, uint64_t>> parts;
+    for (const auto& [rank, where] : c->queued[k]) parts.push_back(where);
+    lock.unlock();
+    bool ran = false;
+    for (const auto& [stream, position] : parts) ran = cuda_emu::TryRunTo(stream, position) || ran;
+    lock.lock();
+    if (c->aborted || c->done.count(k) > 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      Die("collective " + std::to_string(k) + " waited a minute for a rank that never joined");
+    }
+    if (!ran) c->cv.wait_for(lock, std::chrono::milliseconds(10));
   }
   return c->aborted ? ncclRemoteError : ncclSuccess;
 }
 
-ncclResult_t Join(ncclComm_t comm, const Op& op) {
+// Rank's part of collective k arrives; the last one to arrive does the collective.
+void Arrive(Clique& c, uint64_t k, int rank, const Op& op) {
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.aborted) return;
+  c.queued[k].erase(rank);
+  auto& ops = c.joined[k];
+  ops.resize(static_cast<size_t>(c.ranks));
+  ops[static_cast<size_t>(rank)] = std::make_unique<Op>(op);
+  bool all = true;
+  for (const auto& o : ops) all = all && o != nullptr;
+  if (all) {
+    c.queued.erase(k);
+    Complete(c, k);
+  }
+}
+
+// A collective's part, queued on the stream as CUDA would queue NCCL's kernel: it arrives when
+// the stream gets there, and the stream goes on once the collective is done. On the legacy
+// stream it arrives now, and is waited for now, or at the group's end.
+ncclResult_t Join(ncclComm_t comm, const Op& op, cudaStream_t stream) {
   if (comm == nullptr) return ncclInvalidArgument;
   if (op.type != ncclFloat && op.type != ncclDouble) return ncclInvalidArgument;
   if (op.count > 0 && (op.send == nullptr || op.recv == nullptr)) return ncclInvalidArgument;
   const std::shared_ptr<Clique> c = comm->clique;
   const uint64_t k = comm->next++;
+  const int rank = comm->rank;
+  if (stream == nullptr) {
+    Arrive(*c, k, rank, op);
+    if (group_depth > 0) {
+      group_waits.emplace_back(c, k);
+      return ncclSuccess;
+    }
+    return Wait(c, k);
+  }
   {
     std::lock_guard<std::mutex> lock(c->mu);
     if (c->aborted) return ncclRemoteError;
-    auto& ops = c->joined[k];
-    ops.resize(static_cast<size_t>(c->ranks));
-    ops[static_cast<size_t>(comm->rank)] = std::make_unique<Op>(op);
-    bool all = true;
-    for (const auto& o : ops) all = all && o != nullptr;
-    if (all) Complete(*c, k);
+    // In a group one thread queues several ranks' parts, and only it will wait for them: a
+    // wait runs them. Outside a group each rank's own thread runs its streams, and nobody else
+    // may (two threads each running the other's streams could wait on each other for ever).
+    if (group_depth > 0) c->queued[k][rank] = {stream, cuda_emu::NextPosition(stream)};
   }
-  if (group_depth > 0) {
-    group_waits.emplace_back(c, k);
-    return ncclSuccess;
-  }
-  return Wait(c, k);
+  cuda_emu::Enqueue(stream, [c, k, rank, op] {
+    Arrive(*c, k, rank, op);
+    Wait(c, k);
+  });
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -204,13 +245,15 @@ ncclResult_t ncclGroupEnd() {
 }
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t stream) {
   if (op != ncclSum) return ncclInvalidArgument;
-  return Join(comm, Op{Kind::kAllReduce, sendbuff, recvbuff, count, datatype, 0});
+  return Join(comm, Op{Kind::kAllReduce, sendbuff, recvbuff, count, datatype, 0}, stream);
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                           ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t) {
+                           ncclDataType_t datatype, int root, ncclComm_t comm,
+                           cudaStream_t stream) {
   if (comm == nullptr || root < 0 || root >= comm->clique->ranks) return ncclInvalidArgument;
-  return Join(comm, Op{Kind::kBroadcast, sendbuff, recvbuff, count, datatype, root});
+  return Join(comm, Op{Kind::kBroadcast, sendbuff, recvbuff, count, datatype, root}, stream);
 }

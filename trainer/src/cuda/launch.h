@@ -14,7 +14,7 @@ void Launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t strea
 #if defined(__CUDACC__)
   kernel<<<grid, block, 0, stream>>>(args...);
 #else
-  cuda_emu::Launch(grid, block, stream, [&] { kernel(args...); });
+  cuda_emu::Launch(grid, block, stream, [=] { kernel(args...); });
 #endif
 }
 

@@ -7,9 +7,15 @@
 //   that some threads of a block never reach, a block over 1024 threads, an empty grid or a grid
 //   past CUDA's limits is reported as CUDA reports it (cudaGetLastError), or, for the barrier,
 //   ends the process with the block's index, as a GPU would hang there.
-// - Streams and events are real handles (a destroyed or foreign one is refused), but every call
-//   completes before it returns, so stream order is never violated: what the emulator checks
-//   is the work, not the synchronisation. It has two devices that share the host's memory.
+// - Streams are lazy: work queued on a stream (a kernel, an async copy or memset, a GEMM, a
+//   collective, an event's record) runs only when the host waits for it (cudaStreamSynchronize,
+//   cudaEventSynchronize, cudaDeviceSynchronize, cudaFree), or another stream's queued
+//   cudaStreamWaitEvent needs it, in the stream's order. So a missing wait is not a rare race
+//   but a certain one: the host reads a result not yet written, a kernel reads an input not yet
+//   copied, a pinned buffer rewritten before its queued copy reads what the host wrote last.
+//   Copies to or from pageable memory, and the legacy stream's work, happen at once, as CUDA
+//   does them synchronously. Destroyed or unknown handles are refused. Two devices share the
+//   host's memory.
 // - cudaMalloc places each buffer's end against an unmapped page, so a kernel (or an emulated
 //   cuBLAS call) that reads or writes past a buffer's end faults at that access.
 // What it does not model: concurrency between threads (a data race runs as if serialised),
@@ -20,7 +26,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <type_traits>
+#include <functional>
 
 #define __global__
 #define __device__
@@ -114,15 +120,22 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 namespace cuda_emu {
 
-// Runs body(ctx) once for every thread of grid x block (see the top of this file). An invalid
-// configuration runs nothing and becomes the thread's last error.
+// Runs body(ctx) once for every thread of grid x block, now (see the top of this file).
 void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx);
 
+// Whether CUDA accepts the configuration; if not, it becomes the thread's last error.
+bool CheckLaunch(dim3 grid, dim3 block);
+
+// Queues fn on stream, to run when something waits for it (the legacy stream: runs it now).
+void Enqueue(cudaStream_t stream, std::function<void()> fn);
+
 template <typename F>
-void Launch(dim3 grid, dim3 block, cudaStream_t /*stream*/, F&& f) {
-  using Fn = std::remove_reference_t<F>;
-  LaunchBody(
-      grid, block, [](void* p) { (*static_cast<Fn*>(p))(); }, &f);
+void Launch(dim3 grid, dim3 block, cudaStream_t stream, F f) {
+  if (!CheckLaunch(grid, block)) return;
+  Enqueue(stream, [grid, block, f]() mutable {
+    LaunchBody(
+        grid, block, [](void* p) { (*static_cast<F*>(p))(); }, &f);
+  });
 }
 
 // How many buffers cudaMalloc has handed out and not yet had back (tests check for leaks).
