@@ -2,6 +2,8 @@
 // Every command opens the store read-only, so it works while the sweep runs.
 #include "view_commands.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,7 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <ctime>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -97,22 +99,76 @@ Result<report::SweepData> LoadView(const std::string& db, const std::string& nam
   return data;
 }
 
-// Writes `text` to `path` through a temporary file, so a reader never sees half a file.
-Status WriteFile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IoError(path + ": cannot write: " + std::strerror(errno));
-    out << text;
-    out.flush();
-    if (!out) return Status::IoError(path + ": cannot write: " + std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = Status::IoError(path + ": cannot write: " + std::strerror(errno));
-    std::remove(tmp.c_str());
-    return s;
+// Writes all of `text` to the open descriptor `fd`.
+Status WriteAll(int fd, const std::string& text, const std::string& path) {
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::IoError(path + ": cannot write: " + std::strerror(errno));
+    done += static_cast<size_t>(n);
   }
   return Status::Ok();
+}
+
+// The file a chain of symbolic links starting at `path` ends at (`path` itself when it is no
+// link), whether or not that file exists: -o through a link writes its target and keeps the
+// link, as a shell's `>` does.
+Result<std::string> FollowLinks(const std::string& path) {
+  std::filesystem::path at = path;
+  for (int hops = 0; hops < 40; ++hops) {  // the kernel's own limit on a chain of links
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return at.string();
+    std::error_code ec;
+    std::filesystem::path target = std::filesystem::read_symlink(at, ec);
+    if (ec) return Status::IoError(path + ": cannot write: " + ec.message());
+    at = target.is_absolute() ? target : at.parent_path() / target;
+  }
+  return Status::IoError(path + ": cannot write: " + std::strerror(ELOOP));
+}
+
+// Writes `text` to `path`. A regular file, or a new one, is replaced atomically, so a reader
+// never sees half a file: the text goes to a temporary file of a unique name in the same
+// directory (two writers of one path do not share it), which is synced and then renamed over
+// the old file, with the old file's permission bits. Anything else there (/dev/null, a FIFO, a
+// terminal) is written in place: renaming over it would replace the device with a file.
+Status WriteFile(const std::string& path, const std::string& text) {
+  SWEEP_ASSIGN_OR_RETURN(const std::string target, FollowLinks(path));
+  struct stat old {};
+  const bool exists = ::stat(target.c_str(), &old) == 0;
+  if (exists && !S_ISREG(old.st_mode)) {
+    const int fd = ::open(target.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return Status::IoError(path + ": cannot write: " + std::strerror(errno));
+    Status s = WriteAll(fd, text, path);
+    if (::close(fd) != 0 && s.ok()) {
+      s = Status::IoError(path + ": cannot write: " + std::strerror(errno));
+    }
+    return s;
+  }
+
+  std::filesystem::path dir = std::filesystem::path(target).parent_path();
+  if (dir.empty()) dir = ".";
+  std::string tmp =
+      (dir / ("." + std::filesystem::path(target).filename().string() + ".XXXXXX")).string();
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) return Status::IoError(path + ": cannot write: " + std::strerror(errno));
+  // mkostemp creates the file 0600; a new file gets what the shell's `>` would give it.
+  mode_t mode = old.st_mode & 07777;
+  if (!exists) {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    mode = 0666 & ~mask;
+  }
+  Status s = WriteAll(fd, text, path);
+  auto fail = [&](Status& status) {
+    if (status.ok()) status = Status::IoError(path + ": cannot write: " + std::strerror(errno));
+  };
+  if (::fchmod(fd, mode) != 0) fail(s);
+  if (s.ok() && ::fsync(fd) != 0) fail(s);
+  if (::close(fd) != 0) fail(s);
+  if (s.ok() && ::rename(tmp.c_str(), target.c_str()) != 0) fail(s);
+  if (!s.ok()) ::unlink(tmp.c_str());
+  return s;
 }
 
 std::string LocalTime(double unix_s) {

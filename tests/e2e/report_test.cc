@@ -5,6 +5,8 @@
 #include <poll.h>
 #include <pty.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -274,6 +276,62 @@ TEST_F(ReportE2eTest, ExportWritesEveryTrialAndEveryReport) {
   Output unknown = Sweep("export nosuch");
   EXPECT_EQ(unknown.code, 2);
   EXPECT_NE(unknown.err.find("no sweep named 'nosuch'"), std::string::npos);
+}
+
+// -o writes where the path leads, as a shell's `>` does: through a symbolic link to its target
+// (the link stays), into a FIFO or a device in place (neither becomes a regular file), and
+// over a regular file with its permission bits kept and no temporary file left behind.
+TEST_F(ReportE2eTest, OutputPathKeepsSymlinksFifosAndDevices) {
+  Write("b.toml", AshaBranin("out", 4));
+  ASSERT_EQ(Sweep("run b.toml").code, 0);
+  const std::string csv = Sweep("export out").out;
+  ASSERT_FALSE(csv.empty());
+
+  fs::create_directory(dir_ / "results");
+  Write("results/kept.csv", "old\n");
+  fs::permissions(dir_ / "results/kept.csv",
+                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  fs::create_symlink("results/kept.csv", dir_ / "link.csv");
+  Output o = Sweep("export out -o link.csv");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link.csv"));
+  EXPECT_EQ(Slurp(dir_ / "results/kept.csv"), csv);
+  EXPECT_EQ(fs::status(dir_ / "results/kept.csv").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+
+  // A link to a file not there yet creates the file.
+  fs::create_symlink("results/new.html", dir_ / "page.html");
+  o = Sweep("report out -o page.html");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_TRUE(fs::is_symlink(dir_ / "page.html"));
+  EXPECT_NE(Slurp(dir_ / "results/new.html").find("<html"), std::string::npos);
+  for (const auto& entry : fs::directory_iterator(dir_ / "results")) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name == "kept.csv" || name == "new.html") << "left behind: " << name;
+  }
+
+  // A FIFO is written in place: its reader gets the whole text. The reader opens it first
+  // (without blocking), so a sweep that never opens it cannot hang the test; the text fits in
+  // the pipe's buffer.
+  ASSERT_EQ(::mkfifo((dir_ / "pipe").c_str(), 0600), 0);
+  const int fifo = ::open((dir_ / "pipe").c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(fifo, 0);
+  o = Sweep("export out -o pipe");
+  std::string piped;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fifo, buf, sizeof buf)) > 0;) piped.append(buf, n);
+  ::close(fifo);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(piped, csv);
+  EXPECT_TRUE(fs::is_fifo(dir_ / "pipe"));
+
+  // A character device (a node of /dev/null's numbers, so the real one is never at risk) stays
+  // one; making it needs root.
+  if (::mknod((dir_ / "null").c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0) {
+    o = Sweep("report out -o null");
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_TRUE(fs::is_character_file(dir_ / "null"));
+  }
 }
 
 // ---- through a pseudo-terminal ----
