@@ -7,12 +7,28 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 namespace sweep {
 
+namespace {
+
+// The lock file of the store at `db_path`, named after the database's canonical path: every
+// path to one file (a symbolic link to it or to its folder, a path with `..`) must name one
+// lock, or a second coordinator reaching the store by another path would run beside the
+// first. (A hard link is another name for the file that no path resolution can see.)
+std::string LockPath(const std::string& db_path) {
+  std::error_code ec;
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(db_path, ec);
+  return (ec || canonical.empty() ? db_path : canonical.string()) + ".lock";
+}
+
+}  // namespace
+
 Result<std::unique_ptr<SweepLock>> SweepLock::Acquire(const std::string& db_path,
                                                       int64_t sweep_id) {
-  const std::string path = db_path + ".lock";
+  const std::string path = LockPath(db_path);
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError(path + ": " + std::strerror(errno));
   struct flock lock {};
@@ -30,7 +46,7 @@ Result<std::unique_ptr<SweepLock>> SweepLock::Acquire(const std::string& db_path
 }
 
 Result<bool> SweepLock::IsHeld(const std::string& db_path, int64_t sweep_id) {
-  const std::string path = db_path + ".lock";
+  const std::string path = LockPath(db_path);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return false;

@@ -264,6 +264,35 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "8");
 }
 
+// The lock is the database file's, not the path's: a resume through a symbolic link to the
+// store, or a path with `..`, is refused while the sweep runs, as one through its own path is.
+TEST_F(ResumeTest, SecondOwnerThroughASymlinkIsRefused) {
+  Write("s.toml", SlowFunctionConfig("linked", "random", 8, 20, 100));
+  fs::create_directory(dir_ / "sub");
+  pid_t first = Start("run s.toml --db real.db", "first.log");
+  for (int i = 0; i < 100; ++i) {
+    if (HasTable("sweeps", "real.db") &&
+        !Query("SELECT owner FROM sweeps WHERE owner != ''", "real.db").empty()) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  fs::create_symlink("real.db", dir_ / "link.db");
+  for (const std::string& db :
+       std::vector<std::string>{"link.db", "sub/../real.db", (dir_ / "real.db").string()}) {
+    Output second = Sweep("resume linked --db " + db);
+    EXPECT_EQ(second.code, 1) << db;
+    EXPECT_NE(second.err.find("sweep 'linked' is being run by pid " + std::to_string(first)),
+              std::string::npos)
+        << db << ": " << second.err;
+    Output alive = Sweep("status linked --json --db " + db);
+    ASSERT_EQ(alive.code, 0) << alive.err;
+    EXPECT_FALSE(json::parse(alive.out)["coordinator_gone"].get<bool>()) << db << alive.out;
+  }
+  EXPECT_EQ(Wait(first), 0) << sweep_e2e::Slurp(dir_ / "first.log");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'", "real.db")[0][0], "8");
+}
+
 // Whether process `pid` is gone (no longer there, or a zombie nobody reaped yet).
 bool Gone(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
