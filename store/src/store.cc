@@ -743,6 +743,12 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     // SQLite would say "disk I/O error" (reading) or "unable to open" (writing).
     return Status::InvalidArgument(path + ": is a directory, not a database file");
   }
+  if (!ec && type != std::filesystem::file_type::not_found &&
+      type != std::filesystem::file_type::regular) {
+    // SQLite would wait forever to read a FIFO's header, and has no business with a device or
+    // a socket either.
+    return Status::InvalidArgument(path + ": not a regular file");
+  }
   if (impl->read_only) {
     // SQLite would report CANTOPEN for a missing file; say plainly that it is missing.
     if (type == std::filesystem::file_type::not_found) {

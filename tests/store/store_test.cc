@@ -3,9 +3,11 @@
 // plans). Single-threaded GoogleTest cases; a second Store plays the other process.
 #include "store/store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -208,6 +210,35 @@ TEST_F(StoreTest, RefusesADirectoryByName) {
     ASSERT_FALSE(store.ok());
     EXPECT_EQ(store.status().code(), Status::Code::kInvalidArgument);
     EXPECT_EQ(store.status().message(), dir_ + ": is a directory, not a database file");
+  }
+}
+
+// A FIFO named as the database, directly or through a link, is refused: SQLite would wait
+// forever to read its header. Each open runs in a child that an alarm ends, so a store that
+// does hang fails the test instead of hanging it.
+TEST_F(StoreTest, RefusesAFifoByName) {
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string link = dir_ + "/link.db";
+  std::filesystem::create_symlink("fifo", link);
+  for (const std::string& path : {fifo, link}) {
+    for (OpenMode mode : {OpenMode::kReadWrite, OpenMode::kReadOnly}) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::alarm(10);
+        auto store = Store::Open(path, mode);
+        const bool refused = !store.ok() &&
+                             store.status().code() == Status::Code::kInvalidArgument &&
+                             store.status().message() == path + ": not a regular file";
+        if (!refused) std::fprintf(stderr, "%s\n", store.status().message().c_str());
+        ::_exit(refused ? 0 : 1);
+      }
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+          << path << (WIFSIGNALED(status) ? ": hung" : ": not refused as expected");
+    }
   }
 }
 
