@@ -434,6 +434,10 @@ struct Store::Impl {
     }
   }
 
+  Status DiskFull(const std::string& what) const {
+    return Status::IoError(path + ": disk full while " + what + "; free some space");
+  }
+
   // The one place SQLite result codes become Statuses. `doing` says what we were doing, for
   // the messages where SQLite's own text would not explain it.
   Status Error(int rc, std::string_view doing) const {
@@ -444,7 +448,7 @@ struct Store::Impl {
       case SQLITE_LOCKED:
         return Status::Busy(path + ": database is locked by another process");
       case SQLITE_FULL:
-        return Status::IoError(path + ": disk full while " + what + "; free some space");
+        return DiskFull(what);
       case SQLITE_READONLY:
         return Status::IoError(path + ": database is read-only while " + what + " (" + detail +
                                "); check the permissions of the file and its directory");
@@ -465,8 +469,26 @@ struct Store::Impl {
         }
         return Status::IoError(path + ": cannot open database file (" + why + ")");
       }
-      case SQLITE_IOERR:
-        return Status::IoError(path + ": I/O error while " + what + " (" + detail + ")");
+      case SQLITE_IOERR: {
+        // SQLite calls every failed read, write or fsync an I/O error ("disk I/O error"); the
+        // system's errno tells a full disk or a read-only mount, which the user can fix, from
+        // a failing disk.
+        switch (db != nullptr ? sqlite3_system_errno(db) : 0) {
+          case ENOSPC:
+            return DiskFull(what);
+          case EDQUOT:
+            return Status::IoError(path + ": disk quota exceeded while " + what +
+                                   "; free some space");
+          case EROFS:
+            return Status::IoError(path + ": read-only file system while " + what);
+          case EACCES:
+          case EPERM:
+            return Status::IoError(path + ": permission denied while " + what + " (" + detail +
+                                   ")");
+          default:
+            return Status::IoError(path + ": I/O error while " + what + " (" + detail + ")");
+        }
+      }
       case SQLITE_PERM:
       case SQLITE_AUTH:
         return Status::IoError(path + ": permission denied while " + what + " (" + detail + ")");

@@ -82,6 +82,24 @@ cp disk/s.db* after_resume/
   EXPECT_EQ(Query("PRAGMA integrity_check", "after_resume/s.db")[0][0], "ok");
 }
 
+// A disk too small for the new database's schema: SQLite reports the failed write as a "disk
+// I/O error", and the store says from the system's errno that the disk is full.
+TEST_F(StorageTest, DiskFullWhileCreatingTheSchemaSaysDiskFull) {
+  Write("c.toml", sweep_e2e::BraninConfig("tiny", 3));
+  ASSERT_EQ(InNamespace(R"(set -u
+mkdir -p disk
+mount -t tmpfs -o size=16k tmpfs disk || exit 90
+"$SWEEP" run c.toml --db disk/f.db > run.out 2> run.err; echo $? > run.rc
+)"),
+            0)
+      << Read("script.log");
+  EXPECT_EQ(Read("run.rc"), "1\n");
+  std::string err = Read("run.err");
+  EXPECT_NE(err.find("disk/f.db: disk full while "), std::string::npos) << err;
+  EXPECT_NE(err.find("; free some space"), std::string::npos) << err;
+  EXPECT_EQ(err.find("I/O error"), std::string::npos) << err;
+}
+
 TEST_F(StorageTest, ReadOnlyFileSystemIsAClearError) {
   Write("c.toml", kManyTrials);
   ASSERT_EQ(InNamespace(R"(set -u
