@@ -114,7 +114,7 @@ std::string_view QuerySql(Query query) {
       return "ROLLBACK";
     case Query::kInsertSweep:
       return "INSERT INTO sweeps (name, config_text, config_hash, config_path, metric, maximize, "
-             "seed, status, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+             "seed, status, created, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     case Query::kFindSweep:
       return "SELECT id, name, config_text, config_hash, config_path, metric, maximize, seed, "
              "status, created, ended, owner, active_s FROM sweeps WHERE name = ?";
@@ -847,32 +847,46 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
 
 // ---- sweeps ----
 
-Result<int64_t> Store::CreateSweep(const NewSweep& sweep) {
+Result<int64_t> Store::CreateSweep(const NewSweep& sweep,
+                                   const std::function<Status(int64_t id)>& before_commit) {
   SWEEP_RETURN_IF_ERROR(impl_->RefuseWriteIfReadOnly());
   if (sweep.name.empty()) return Status::InvalidArgument("a sweep needs a name");
   // The sweep row commits on its own, so publish whatever batch came before it first.
   SWEEP_RETURN_IF_ERROR(Commit());
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kInsertSweep));
-  ResetOnExit reset(stmt);
-  std::string hash = internal::Sha256Hex(sweep.config_text);
-  Binder bind(stmt);
-  bind.Text(sweep.name)
-      .Text(sweep.config_text)
-      .Text(hash)
-      .Text(sweep.config_path)
-      .Text(sweep.metric)
-      .Int(sweep.maximize ? 1 : 0)
-      .Int(sweep.seed)
-      .Text(ToString(SweepStatus::kRunning))
-      .Real(sweep.created_s);
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the new sweep");
-  int rc = sqlite3_step(stmt);
-  if (rc == SQLITE_CONSTRAINT_UNIQUE) {
-    return Status::AlreadyExists("sweep '" + sweep.name + "' already exists in " + path_ +
-                                 "; use `sweep resume " + sweep.name + "`");
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  auto inserted = [&]() -> Result<int64_t> {
+    SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kInsertSweep));
+    ResetOnExit reset(stmt);
+    std::string hash = internal::Sha256Hex(sweep.config_text);
+    Binder bind(stmt);
+    bind.Text(sweep.name)
+        .Text(sweep.config_text)
+        .Text(hash)
+        .Text(sweep.config_path)
+        .Text(sweep.metric)
+        .Int(sweep.maximize ? 1 : 0)
+        .Int(sweep.seed)
+        .Text(ToString(SweepStatus::kRunning))
+        .Real(sweep.created_s)
+        .Text(sweep.owner);
+    if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the new sweep");
+    int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_CONSTRAINT_UNIQUE) {
+      return Status::AlreadyExists("sweep '" + sweep.name + "' already exists in " + path_ +
+                                   "; use `sweep resume " + sweep.name + "`");
+    }
+    if (rc != SQLITE_DONE) return impl_->Error(rc, "creating sweep '" + sweep.name + "'");
+    const auto id = static_cast<int64_t>(sqlite3_last_insert_rowid(impl_->db));
+    if (before_commit) SWEEP_RETURN_IF_ERROR(before_commit(id));
+    return id;
+  }();
+  if (!inserted.ok()) {
+    // The failure is what the caller needs to hear, not a rollback's.
+    (void)impl_->Rollback();
+    return inserted;
   }
-  if (rc != SQLITE_DONE) return impl_->Error(rc, "creating sweep '" + sweep.name + "'");
-  return static_cast<int64_t>(sqlite3_last_insert_rowid(impl_->db));
+  SWEEP_RETURN_IF_ERROR(Commit());
+  return inserted;
 }
 
 Result<SweepRecord> Store::FindSweep(std::string_view name) {

@@ -142,8 +142,15 @@ class Coordinator {
     ns.seed = static_cast<int64_t>(config_.seed);
     start_s_ = NowSeconds();
     ns.created_s = start_s_;
-    SWEEP_ASSIGN_OR_RETURN(sweep_id_, store_.CreateSweep(ns));
-    SWEEP_RETURN_IF_ERROR(TakeOwnership());
+    // The owner goes in with the sweep's row, and the lock is taken before the row commits:
+    // a reader sees the sweep only with an owner that holds its lock (or held it and died).
+    ns.owner = OwnerId();
+    SWEEP_ASSIGN_OR_RETURN(sweep_id_, store_.CreateSweep(ns, [this](int64_t id) {
+      auto lock = SweepLock::Acquire(store_.path(), id);
+      if (!lock.ok()) return lock.status();
+      lock_ = std::move(lock).value();
+      return Status::Ok();
+    }));
     SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, "", "running", "", start_s_));
     SWEEP_RETURN_IF_ERROR(store_.Commit());
     Announce("");
@@ -372,13 +379,6 @@ class Coordinator {
     executor_->set_heartbeat_timeout_ms(static_cast<int64_t>(config_.heartbeat_timeout_s * 1000));
     if (hub_ != nullptr) executor_->set_wake_fd(hub_->wake_fd());
     return Status::Ok();
-  }
-
-  Status TakeOwnership() {
-    auto lock = SweepLock::Acquire(store_.path(), sweep_id_);
-    if (!lock.ok()) return lock.status();
-    lock_ = std::move(lock).value();
-    return store_.SetSweepOwner(sweep_id_, OwnerId());
   }
 
   static std::string DescribeOwner(const std::string& owner) {

@@ -154,7 +154,10 @@ void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& 
 }
 
 bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep) {
-  if (sweep.status != store::SweepStatus::kRunning || sweep.owner.empty()) return false;
+  // An empty owner is no exception: the owner is stored with the sweep's row, and the lock
+  // taken before that commits, so a running sweep without an owner lost its coordinator before
+  // it recorded one (a file from an older binary, a disk that filled up in between).
+  if (sweep.status != store::SweepStatus::kRunning) return false;
   Result<bool> held = SweepLock::IsHeld(db_path, sweep.id);
   return held.ok() && !*held;
 }

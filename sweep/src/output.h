@@ -33,8 +33,8 @@ int Fail(const Status& s);
 Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name);
 
 // Whether a sweep stored as running has lost its coordinator (killed, crashed, its machine
-// rebooted): it has an owner, and no process holds its lock in `db_path`.lock. False for a
-// sweep that has ended, or whose coordinator is still starting (no owner yet).
+// rebooted): no process holds its lock in `db_path`.lock, whether or not it recorded an owner.
+// False for a sweep that has ended.
 bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep);
 
 // The text of `sweep status`: the sweep's state and elapsed time, counts by state, the running

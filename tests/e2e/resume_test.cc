@@ -293,6 +293,25 @@ TEST_F(ResumeTest, SecondOwnerThroughASymlinkIsRefused) {
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'", "real.db")[0][0], "8");
 }
 
+// A sweep committed as running with no owner (its coordinator died before recording one, as
+// a full disk could leave it) has no live coordinator: status and list say it is gone rather
+// than running forever, and resume takes it over.
+TEST_F(ResumeTest, RunningSweepWithNoOwnerIsReportedAsCoordinatorGone) {
+  Write("b.toml", sweep_e2e::BraninConfig("ownerless", 4));
+  ASSERT_EQ(Sweep("run b.toml").code, 0);
+  Exec("UPDATE sweeps SET status = 'running', ended = NULL, owner = ''");
+  Output status = Sweep("status ownerless --json");
+  ASSERT_EQ(status.code, 0) << status.err;
+  EXPECT_TRUE(json::parse(status.out)["coordinator_gone"].get<bool>()) << status.out;
+  EXPECT_NE(Sweep("status ownerless").out.find("but its coordinator is gone"), std::string::npos);
+  Output list = Sweep("list --json");
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_TRUE(json::parse(list.out)[0]["coordinator_gone"].get<bool>()) << list.out;
+  Output resumed = Sweep("resume ownerless");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+}
+
 // Whether process `pid` is gone (no longer there, or a zombie nobody reaped yet).
 bool Gone(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");

@@ -721,6 +721,36 @@ TEST_F(StoreTest, CreateSweepCommitsTheOpenBatch) {
   ASSERT_OK((*reader)->FindSweep("second"));
 }
 
+// The owner is written with the sweep's row, and what the caller does before the commit (take
+// the sweep's lock) happens while no reader can see the sweep yet; its failure leaves no sweep.
+TEST_F(StoreTest, CreateSweepStoresItsOwnerInTheSameCommit) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  auto reader = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_OK(reader);
+  NewSweep owned;
+  owned.name = "owned";
+  owned.owner = "42@host";
+  bool seen_before_commit = true;
+  auto id = store_->CreateSweep(owned, [&](int64_t) {
+    seen_before_commit = (*reader)->FindSweep("owned").ok();
+    return Status::Ok();
+  });
+  ASSERT_OK(id);
+  EXPECT_FALSE(seen_before_commit);
+  auto found = (*reader)->FindSweep("owned");
+  ASSERT_OK(found);
+  EXPECT_EQ(found->id, *id);
+  EXPECT_EQ(found->owner, "42@host");
+
+  NewSweep refused;
+  refused.name = "refused";
+  auto failed = store_->CreateSweep(refused, [](int64_t) { return Status::Busy("held"); });
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().message(), "held");
+  EXPECT_EQ((*reader)->FindSweep("refused").status().code(), Status::Code::kNotFound);
+  ASSERT_OK(store_->CreateSweep(refused));  // the name is free again
+}
+
 TEST_F(StoreTest, ClosingWithoutCommitDropsTheBatch) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   Insert(MakeTrial(0, TrialStatus::kPending, {}));

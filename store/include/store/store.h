@@ -39,6 +39,7 @@ struct NewSweep {
   bool maximize = true;
   int64_t seed = 0;
   double created_s = 0;  // Unix time, seconds
+  std::string owner;     // "PID@HOST" of the process that runs it, stored with the row
 };
 
 struct SweepRecord {
@@ -125,8 +126,12 @@ class Store {
   const std::string& path() const { return path_; }
 
   // ---- sweeps ----
-  // AlreadyExists when the name is taken. Returns the new sweep's id. Committed at once.
-  Result<int64_t> CreateSweep(const NewSweep& sweep);
+  // AlreadyExists when the name is taken. Returns the new sweep's id. Committed at once, in a
+  // transaction of its own; `before_commit`, when given, runs in it with the new id (to take
+  // the sweep's lock, so that no reader ever sees the sweep before its owner holds the lock),
+  // and its error rolls the sweep back.
+  Result<int64_t> CreateSweep(const NewSweep& sweep,
+                              const std::function<Status(int64_t id)>& before_commit = {});
   Result<SweepRecord> FindSweep(std::string_view name);  // NotFound names the sweep
   Result<std::vector<SweepSummary>> ListSweeps();
   Status SetSweepStatus(int64_t sweep_id, SweepStatus status, std::optional<double> ended_s);
