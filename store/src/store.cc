@@ -610,6 +610,27 @@ struct Store::Impl {
     return empty;
   }
 
+  // Whether a file with a schema version has sweep's tables: another program's database can
+  // carry any user_version, and would otherwise fail later on a missing table or column. Only
+  // what every version has is checked: the four tables and sweeps.name. Empty when it does.
+  Result<std::string> MissingSchema() {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(
+        db,
+        "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+        "('sweeps', 'trials', 'reports', 'events')), "
+        "(SELECT count(*) FROM pragma_table_info('sweeps') WHERE name = 'name')",
+        -1, &stmt, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    const int tables = rc == SQLITE_ROW ? sqlite3_column_int(stmt, 0) : 0;
+    const int name_column = rc == SQLITE_ROW ? sqlite3_column_int(stmt, 1) : 0;
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_ROW) return Error(rc, "reading the schema");
+    if (tables < 4) return std::string("it lacks sweep's tables");
+    if (name_column == 0) return std::string("its sweeps table is not sweep's");
+    return std::string();
+  }
+
   Result<int> UserVersion() {
     sqlite3_stmt* stmt = nullptr;
     int rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, nullptr);
@@ -810,6 +831,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
   }
   SWEEP_ASSIGN_OR_RETURN(int version, std::move(read));
   if (version > kSchemaVersion) return impl->TooNew(version);
+  if (version > 0) {
+    // Checked before anything is written: a foreign file is left as it was (not even
+    // switched to WAL).
+    SWEEP_ASSIGN_OR_RETURN(std::string missing, impl->MissingSchema());
+    if (!missing.empty())
+      return Status::Corruption(path + ": not a sweep database (" + missing + ")");
+  }
 
   if (!impl->read_only) {
     // WAL lets readers (sweep status, dashboards) run while the coordinator writes; NORMAL

@@ -242,6 +242,38 @@ TEST_F(StoreTest, RefusesAFifoByName) {
   }
 }
 
+// Another program's database that happens to have a schema version (and even a table named
+// sweeps) is refused at open, in both modes, and left as it was, instead of failing later on a
+// missing table or column.
+TEST_F(StoreTest, RefusesAForeignDatabaseWithASchemaVersion) {
+  const std::string version = std::to_string(kSchemaVersion);
+  const std::string other_sweeps = dir_ + "/other_sweeps.db";
+  ASSERT_NO_FATAL_FAILURE(RawExec(other_sweeps,
+                                  "CREATE TABLE sweeps (id INTEGER, label TEXT);"
+                                  "CREATE TABLE trials (x); CREATE TABLE reports (x);"
+                                  "CREATE TABLE events (x); PRAGMA user_version = " +
+                                      version));
+  const std::string only_sweeps = dir_ + "/only_sweeps.db";
+  ASSERT_NO_FATAL_FAILURE(RawExec(only_sweeps,
+                                  "CREATE TABLE sweeps (id INTEGER, label TEXT);"
+                                  "PRAGMA user_version = " +
+                                      version));
+  const std::string no_trials = dir_ + "/no_trials.db";
+  ASSERT_NO_FATAL_FAILURE(
+      RawExec(no_trials, "CREATE TABLE sweeps (id INTEGER, name TEXT); PRAGMA user_version = 2"));
+  for (const auto& [path, why] : {std::pair{other_sweeps, "its sweeps table is not sweep's"},
+                                  std::pair{only_sweeps, "it lacks sweep's tables"},
+                                  std::pair{no_trials, "it lacks sweep's tables"}}) {
+    for (OpenMode mode : {OpenMode::kReadOnly, OpenMode::kReadWrite}) {
+      auto store = Store::Open(path, mode);
+      ASSERT_FALSE(store.ok()) << path;
+      EXPECT_EQ(store.status().code(), Status::Code::kCorruption);
+      EXPECT_EQ(store.status().message(), path + ": not a sweep database (" + why + ")");
+    }
+    EXPECT_EQ(RawQuery(path, "PRAGMA journal_mode"), "delete");  // not switched to WAL
+  }
+}
+
 TEST_F(StoreTest, ReopensExistingFile) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   store_.reset();
