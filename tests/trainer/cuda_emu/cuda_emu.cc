@@ -175,16 +175,6 @@ unsigned long long atomicAdd(unsigned long long* address, unsigned long long val
   *address = old + value;
   return old;
 }
-int atomicAdd(int* address, int value) {
-  const int old = *address;
-  *address = old + value;
-  return old;
-}
-float atomicAdd(float* address, float value) {
-  const float old = *address;
-  *address = old + value;
-  return old;
-}
 
 void __syncthreads() {
   Scheduler& s = scheduler;
@@ -232,11 +222,6 @@ void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx) {
   }
   s.body = nullptr;
   s.body_context = nullptr;
-}
-
-int64_t LiveAllocations() {
-  std::lock_guard<std::mutex> lock(memory_mu);
-  return static_cast<int64_t>(Allocations().size());
 }
 
 }  // namespace cuda_emu
@@ -292,8 +277,6 @@ cudaError_t cudaGetLastError() {
   last_error = cudaSuccess;
   return err;
 }
-
-cudaError_t cudaPeekAtLastError() { return last_error; }
 
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = kDevices;

@@ -125,7 +125,7 @@ TEST(CudaEmu, StreamsRunTheirWorkWhenWaitedFor) {
   ASSERT_EQ(cudaStreamWaitEvent(b, copied, 0), cudaSuccess);
   ASSERT_EQ(cudaMemcpyAsync(y, x, 4 * sizeof(int), cudaMemcpyDeviceToDevice, b), cudaSuccess);
   ASSERT_EQ(cudaMemcpyAsync(host, y, 4 * sizeof(int), cudaMemcpyDeviceToHost, b), cudaSuccess);
-  host[0] = 100;          // the host writes again before a's copy ran: the copy reads this
+  host[0] = 100;       // the host writes again before a's copy ran: the copy reads this
   EXPECT_NE(y[1], 2);  // nothing has run yet (the emulator's device memory is the host's)
   ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
   EXPECT_EQ(host[0], 100);

@@ -55,10 +55,7 @@ extern thread_local dim3 gridDim;
 // Device functions that the kernels call by their CUDA names.
 using std::isfinite;
 inline int min(int a, int b) { return a < b ? a : b; }
-inline int max(int a, int b) { return a > b ? a : b; }
 unsigned long long atomicAdd(unsigned long long* address, unsigned long long value);
-int atomicAdd(int* address, int value);
-float atomicAdd(float* address, float value);
 void __syncthreads();
 
 enum cudaError_t {
@@ -92,7 +89,6 @@ constexpr unsigned int cudaHostAllocPortable = 0x01;
 const char* cudaGetErrorString(cudaError_t err);
 const char* cudaGetErrorName(cudaError_t err);
 cudaError_t cudaGetLastError();
-cudaError_t cudaPeekAtLastError();
 cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaMalloc(void** ptr, size_t bytes);
@@ -137,8 +133,5 @@ void Launch(dim3 grid, dim3 block, cudaStream_t stream, F f) {
         grid, block, [](void* p) { (*static_cast<F*>(p))(); }, &f);
   });
 }
-
-// How many buffers cudaMalloc has handed out and not yet had back (tests check for leaks).
-int64_t LiveAllocations();
 
 }  // namespace cuda_emu
