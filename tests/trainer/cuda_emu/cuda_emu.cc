@@ -40,6 +40,29 @@ constexpr int kDevices = 2;
 // Runs every stream's queued work on `device` (streams, below).
 void DrainDevice(int device);
 
+[[noreturn]] void Die(const char* what);
+
+// CUDA_EMU_SCHEDULE picks the order in which streams run their queued work:
+// - lazy (the default): only the work the host waits for, and what it waits for in turn, as
+//   late as possible: the host reading a result it did not wait for reads it unwritten;
+// - greedy: wherever the host waits, every stream of the device first runs all it has queued,
+//   in the order the streams were made (in the trainer: compute, copy, comm), so work runs
+//   before another stream's that it should have waited for, unless the wait is there;
+// - greedy-reverse: the same, newest stream first (comm before compute).
+// It also picks the order of a block's threads between barriers (RunBlock).
+enum class Schedule { kLazy, kGreedy, kGreedyReverse };
+
+Schedule Order() {
+  static const Schedule order = [] {
+    const char* v = std::getenv("CUDA_EMU_SCHEDULE");
+    if (v == nullptr || std::strcmp(v, "lazy") == 0) return Schedule::kLazy;
+    if (std::strcmp(v, "greedy") == 0) return Schedule::kGreedy;
+    if (std::strcmp(v, "greedy-reverse") == 0) return Schedule::kGreedyReverse;
+    Die("CUDA_EMU_SCHEDULE must be lazy, greedy or greedy-reverse");
+  }();
+  return order;
+}
+
 // ---- launches ----
 
 constexpr size_t kStackBytes = size_t{128} << 10;
@@ -49,7 +72,7 @@ enum class FiberState { kReady, kAtBarrier, kDone };
 
 struct Fiber {
   ucontext_t context;
-  std::unique_ptr<char[]> stack;
+  char* stack;  // kStackBytes, above an unmapped page that an overflow faults on
   uint3 index;
   FiberState state;
 };
@@ -71,7 +94,7 @@ void FiberEntry() {
   // Returning resumes uc_link: the scheduler.
 }
 
-[[noreturn]] void Die(const char* what) {
+void Die(const char* what) {
   std::fprintf(stderr, "cuda_emu: %s (block %u,%u,%u of grid %u,%u,%u)\n", what, blockIdx.x,
                blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z);
   std::abort();
@@ -82,22 +105,32 @@ void RunBlock(unsigned threads) {
   while (s.fibers.size() < threads) {
     s.fibers.emplace_back();
     Fiber& f = s.fibers.back();
-    f.stack = std::make_unique<char[]>(kStackBytes);
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void* m = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, page, PROT_NONE) != 0) Die("no memory for a fiber stack");
+    f.stack = static_cast<char*>(m) + page;  // kept for the thread's life, reused by every block
     if (getcontext(&f.context) != 0) Die("getcontext failed");
   }
   for (unsigned t = 0; t < threads; ++t) {
     Fiber& f = s.fibers[t];
     f.index = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
     f.state = FiberState::kReady;
-    f.context.uc_stack.ss_sp = f.stack.get();
+    f.context.uc_stack.ss_sp = f.stack;
     f.context.uc_stack.ss_size = kStackBytes;
     f.context.uc_link = &s.main;
     makecontext(&f.context, FiberEntry, 0);
   }
-  for (;;) {
+  // Between two barriers the threads run one after another, by index, upwards or downwards,
+  // alternating with each barrier and from block to block, and the other way round under
+  // greedy-reverse: a barrier left out between one thread's write and another's read then
+  // shows, whichever thread writes, in one order or the other.
+  const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  unsigned phase = block + (Order() == Schedule::kGreedyReverse ? 1 : 0);
+  for (;; ++phase) {
     unsigned at_barrier = 0, done = 0;
-    for (unsigned t = 0; t < threads; ++t) {
-      Fiber& f = s.fibers[t];
+    for (unsigned i = 0; i < threads; ++i) {
+      Fiber& f = s.fibers[phase % 2 == 0 ? i : threads - 1 - i];
       if (f.state == FiberState::kReady) {
         s.current = &f;
         threadIdx = f.index;
@@ -192,17 +225,6 @@ __half __float2half(float f) {
 }
 
 namespace cuda_emu {
-
-bool CheckLaunch(dim3 grid, dim3 block) {
-  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
-  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
-  if (threads == 0 || threads > kMaxThreadsPerBlock || block.z > 64 || blocks == 0 ||
-      grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
-    last_error = cudaErrorInvalidConfiguration;
-    return false;
-  }
-  return true;
-}
 
 void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
@@ -362,7 +384,7 @@ struct CUstream_st {
 struct CUevent_st {
   explicit CUevent_st(bool t) : timing(t) {}
   const bool timing;
-  // Its last record: the stream and position (null stream: recorded at once), and when it ran.
+  // Its last record: the stream and position, and whether that record has run, and when.
   cudaStream_t stream = nullptr;
   uint64_t position = 0;
   bool recorded = false;
@@ -372,7 +394,8 @@ struct CUevent_st {
 namespace {
 
 // Live handles (streams, events, pinned blocks with their sizes): using one after its destroy,
-// or one never made, is an error.
+// or one never made, is an error. A destroyed stream or event is not freed: work still queued
+// (a record, another stream's wait) may point to it, as CUDA allows.
 std::mutex handles_mu;
 std::map<uintptr_t, size_t>& Handles() {
   static auto* handles = new std::map<uintptr_t, size_t>();
@@ -412,7 +435,17 @@ bool Pinned(const void* p, size_t bytes) {
   return Key(p) + bytes <= it->first + it->second && it->second > 0;
 }
 
-// The legacy stream (null) is always there.
+// Each device's legacy stream (stream 0 while it is current): a stream like the others, which
+// the non-blocking streams the trainer makes do not wait for, nor it for them.
+cudaStream_t Legacy(int device) {
+  static CUstream_st* legacy[kDevices] = {new CUstream_st(0), new CUstream_st(1)};
+  return legacy[device];
+}
+
+// The stream work given `s` goes to: s, or the current device's legacy stream.
+cudaStream_t Resolve(cudaStream_t s) { return s != nullptr ? s : Legacy(current_device); }
+
+// Null (the legacy stream) or a stream not yet destroyed.
 bool StreamOk(cudaStream_t s) { return s == nullptr || Live(s); }
 
 // Runs s's queued work up to position `upto`, in order, on this thread.
@@ -442,37 +475,21 @@ uint64_t Queued(cudaStream_t s) {
   return s->queued;
 }
 
-void Drain(cudaStream_t s) {
-  if (s != nullptr) DrainTo(s, Queued(s));
+void Drain(cudaStream_t s) { DrainTo(s, Queued(s)); }
+
+void Push(cudaStream_t s, std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(s->queue_mu);
+  s->queue.push_back(std::move(fn));
+  ++s->queued;
 }
 
-// CUDA_EMU_SCHEDULE picks the order in which streams run their queued work:
-// - lazy (the default): only the work the host waits for, and what it waits for in turn, as
-//   late as possible: the host reading a result it did not wait for reads it unwritten;
-// - greedy: wherever the host waits, every stream of the device first runs all it has queued,
-//   in the order the streams were made (in the trainer: compute, copy, comm), so work runs
-//   before another stream's that it should have waited for, unless the wait is there;
-// - greedy-reverse: the same, newest stream first (comm before compute).
-enum class Schedule { kLazy, kGreedy, kGreedyReverse };
-
-Schedule Order() {
-  static const Schedule order = [] {
-    const char* v = std::getenv("CUDA_EMU_SCHEDULE");
-    if (v == nullptr || std::strcmp(v, "lazy") == 0) return Schedule::kLazy;
-    if (std::strcmp(v, "greedy") == 0) return Schedule::kGreedy;
-    if (std::strcmp(v, "greedy-reverse") == 0) return Schedule::kGreedyReverse;
-    Die("CUDA_EMU_SCHEDULE must be lazy, greedy or greedy-reverse");
-  }();
-  return order;
-}
-
-// The host waits for work on `device` (null stream: the current device's).
+// The host waits for work on `s`'s device.
 void HostWaits(cudaStream_t s) {
-  if (Order() != Schedule::kLazy) DrainDevice(s != nullptr ? s->device : current_device);
+  if (Order() != Schedule::kLazy) DrainDevice(s->device);
 }
 
 void DrainDevice(int device) {
-  std::vector<cudaStream_t> streams;
+  std::vector<cudaStream_t> streams = {Legacy(device)};
   {
     std::lock_guard<std::mutex> lock(handles_mu);
     for (const auto& [id, s] : Streams()) {
@@ -483,64 +500,95 @@ void DrainDevice(int device) {
   for (cudaStream_t s : streams) Drain(s);
 }
 
+// A copy to device memory from pageable host memory: CUDA has read the host's bytes when the
+// call returns (into its staging buffer); the device's copy lands in the stream's order.
+void QueueFromPageable(cudaStream_t s, void* dst, const void* src, size_t bytes) {
+  auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
+                                                    static_cast<const char*>(src) + bytes);
+  Push(s, [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); });
+}
+
 }  // namespace
 
 namespace cuda_emu {
 
-uint64_t NextPosition(cudaStream_t stream) { return Queued(stream) + 1; }
+uint64_t NextPosition(cudaStream_t stream) { return Queued(Resolve(stream)) + 1; }
 
 bool TryRunTo(cudaStream_t stream, uint64_t position) {
+  stream = Resolve(stream);
   std::unique_lock<std::recursive_mutex> drain(stream->drain_mu, std::try_to_lock);
   if (!drain.owns_lock()) return false;
   DrainTo(stream, position);
   return true;
 }
 
-void Enqueue(cudaStream_t stream, std::function<void()> fn) {
-  if (stream == nullptr) {
-    fn();
-    return;
+bool Enqueue(cudaStream_t stream, std::function<void()> fn) {
+  if (!StreamOk(stream)) return false;
+  Push(Resolve(stream), std::move(fn));
+  return true;
+}
+
+bool CheckLaunch(dim3 grid, dim3 block, cudaStream_t stream) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  const uint64_t blocks = uint64_t{grid.x} * grid.y * grid.z;
+  if (threads == 0 || threads > kMaxThreadsPerBlock || block.z > 64 || blocks == 0 ||
+      grid.y > 65535 || grid.z > 65535 || grid.x > 2147483647u) {
+    last_error = cudaErrorInvalidConfiguration;
+    return false;
   }
-  std::lock_guard<std::mutex> lock(stream->queue_mu);
-  stream->queue.push_back(std::move(fn));
-  ++stream->queued;
+  // A stream destroyed, or one of another device than the current one.
+  if (!StreamOk(stream) || (stream != nullptr && stream->device != current_device)) {
+    last_error = cudaErrorInvalidResourceHandle;
+    return false;
+  }
+  return true;
 }
 
 }  // namespace cuda_emu
 
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
-  if (ptr == nullptr && bytes > 0) return cudaErrorInvalidValue;
-  if (bytes > 0) std::memset(ptr, value, bytes);
-  return cudaSuccess;
+  return cudaMemsetAsync(ptr, value, bytes, nullptr);  // asynchronous for device memory
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
   if (ptr == nullptr && bytes > 0) return cudaErrorInvalidValue;
-  if (!StreamOk(stream)) return cudaErrorInvalidResourceHandle;
-  cuda_emu::Enqueue(stream, [=] { std::memset(ptr, value, bytes); });
+  if (!cuda_emu::Enqueue(stream, [=] { std::memset(ptr, value, bytes); })) {
+    return cudaErrorInvalidResourceHandle;
+  }
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
-  if ((dst == nullptr || src == nullptr) && bytes > 0) return cudaErrorInvalidValue;
-  if (bytes > 0) std::memmove(dst, src, bytes);
-  return cudaSuccess;
-}
-
+// The copies, as the CUDA Runtime API's "API synchronization behavior" section describes them.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
   if ((dst == nullptr || src == nullptr) && bytes > 0) return cudaErrorInvalidValue;
   if (!StreamOk(stream)) return cudaErrorInvalidResourceHandle;
-  // Pageable host memory: CUDA copies in the stream's order but before returning (from the
-  // host's buffer to staging, or into it), so the host may reuse or read it at once.
-  const bool pageable = (kind == cudaMemcpyHostToDevice && !Pinned(src, bytes)) ||
-                        (kind == cudaMemcpyDeviceToHost && !Pinned(dst, bytes));
-  if (pageable) {
-    HostWaits(stream);
-    if (stream != nullptr) Drain(stream);
-    return cudaMemcpy(dst, src, bytes, kind);
+  const cudaStream_t s = Resolve(stream);
+  if (kind == cudaMemcpyHostToDevice && !Pinned(src, bytes)) {
+    QueueFromPageable(s, dst, src, bytes);
+  } else if (kind == cudaMemcpyDeviceToHost && !Pinned(dst, bytes)) {
+    HostWaits(s);  // into pageable memory: done when the call returns
+    Drain(s);
+    std::memmove(dst, src, bytes);
+  } else if (kind == cudaMemcpyHostToHost) {
+    std::memmove(dst, src, bytes);
+  } else {
+    Push(s, [=] { std::memmove(dst, src, bytes); });
   }
-  cuda_emu::Enqueue(stream, [=] { std::memmove(dst, src, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+  if (err != cudaSuccess) return err;
+  // Synchronous, but for device to device, and from pageable memory (returns once the bytes
+  // are staged; QueueFromPageable took them).
+  const bool waits =
+      kind == cudaMemcpyDeviceToHost || (kind == cudaMemcpyHostToDevice && Pinned(src, bytes));
+  if (waits) {
+    HostWaits(Legacy(current_device));
+    Drain(Legacy(current_device));
+  }
   return cudaSuccess;
 }
 
@@ -582,24 +630,23 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr || !Live(stream)) return cudaErrorInvalidResourceHandle;
   Drain(stream);  // CUDA lets queued work finish first
   Untrack(stream);
-  {
-    std::lock_guard<std::mutex> lock(handles_mu);
-    Streams().erase(stream->id);
-  }
-  delete stream;
+  std::lock_guard<std::mutex> lock(handles_mu);
+  Streams().erase(stream->id);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!StreamOk(stream)) return cudaErrorInvalidResourceHandle;
-  HostWaits(stream);
-  Drain(stream);
+  const cudaStream_t s = Resolve(stream);
+  HostWaits(s);
+  Drain(s);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
   if (!StreamOk(stream) || !Live(event)) return cudaErrorInvalidResourceHandle;
-  // The record the event has now; a later record does not move the wait.
+  // The record the event has now; a later record does not move the wait. Never recorded: no
+  // wait.
   cudaStream_t on;
   uint64_t position;
   {
@@ -607,7 +654,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     on = event->stream;
     position = event->position;
   }
-  cuda_emu::Enqueue(stream, [on, position] { DrainTo(on, position); });
+  Push(Resolve(stream), [on, position] { DrainTo(on, position); });
   return cudaSuccess;
 }
 
@@ -621,20 +668,25 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlag
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   if (event == nullptr || !Untrack(event)) return cudaErrorInvalidResourceHandle;
-  delete event;
   return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!Live(event) || !StreamOk(stream)) return cudaErrorInvalidResourceHandle;
+  // As CUDA: the stream must belong to the current device.
+  if (stream != nullptr && stream->device != current_device) return cudaErrorInvalidResourceHandle;
+  const cudaStream_t s = Resolve(stream);
+  uint64_t position;
   {
     std::lock_guard<std::mutex> lock(events_mu);
-    event->stream = stream;
-    event->position = stream != nullptr ? Queued(stream) + 1 : 0;
+    position = Queued(s) + 1;
+    event->stream = s;
+    event->position = position;
     event->recorded = false;
   }
-  cuda_emu::Enqueue(stream, [event] {
+  Push(s, [event, position] {
     std::lock_guard<std::mutex> lock(events_mu);
+    if (event->position != position) return;  // recorded again since: that record counts
     event->recorded = true;
     event->when = std::chrono::steady_clock::now();
   });
@@ -650,6 +702,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     on = event->stream;
     position = event->position;
   }
+  if (on == nullptr) return cudaSuccess;  // never recorded
   HostWaits(on);
   DrainTo(on, position);
   return cudaSuccess;
@@ -731,18 +784,17 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
   if (lda < std::max(1, ta ? k : m) || ldb < std::max(1, tb ? n : k) || ldc < std::max(1, m)) {
     return CUBLAS_STATUS_INVALID_VALUE;
   }
-  if (Ctype != CUDA_R_32F || computeType != CUBLAS_COMPUTE_32F ||
-      (Atype == CUDA_R_32F) != (Btype == CUDA_R_32F)) {
+  if (Ctype != CUDA_R_32F || computeType != CUBLAS_COMPUTE_32F || Atype != Btype) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
   // Host pointer mode: the scalars are read now; the product runs in the handle's stream.
   const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
   const bool tf32 = handle->math == CUBLAS_TF32_TENSOR_OP_MATH && Atype == CUDA_R_32F;
-  cuda_emu::Enqueue(handle->stream, [=] {
+  const bool queued = cuda_emu::Enqueue(handle->stream, [=] {
     Gemm(ta, tb, m, n, k, a, A, Atype, lda, B, Btype, ldb, b, static_cast<float*>(C), ldc, tf32);
   });
-  return CUBLAS_STATUS_SUCCESS;
+  return queued ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 namespace {

@@ -68,6 +68,7 @@ TEST(CudaEmu, EveryThreadOfTheGridRuns) {
   auto* count = Alloc<unsigned long long>(1);
   ASSERT_EQ(cudaMemset(count, 0, sizeof *count), cudaSuccess);
   LaunchOnHost(dim3(3, 2, 2), dim3(32, 4, 2), [&] { Count(count); });
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the legacy stream's work runs now
   EXPECT_EQ(*count, 3ull * 2 * 2 * 32 * 4 * 2);
   EXPECT_EQ(cudaFree(count), cudaSuccess);
 }
@@ -75,17 +76,26 @@ TEST(CudaEmu, EveryThreadOfTheGridRuns) {
 TEST(CudaEmuDeathTest, ABarrierSomeThreadsNeverReachEndsTheProcess) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");  // OpenBLAS has started its threads
   int* x = Alloc<int>(64);
-  EXPECT_DEATH(LaunchOnHost(1, 64, [&] { BarrierSkippedByOneWarp(x); }),
-               "__syncthreads\\(\\) waited for by 32 threads, never reached by 32");
+  EXPECT_DEATH(
+      {
+        LaunchOnHost(1, 64, [&] { BarrierSkippedByOneWarp(x); });
+        cudaDeviceSynchronize();
+      },
+      "__syncthreads\\(\\) waited for by 32 threads, never reached by 32");
   EXPECT_EQ(cudaFree(x), cudaSuccess);
 }
 
 TEST(CudaEmuDeathTest, AWritePastABuffersEndFaults) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   float* x = Alloc<float>(37);  // an odd count: no padding hides the overrun
-  EXPECT_EXIT(LaunchOnHost(1, 32, [&] { WriteOnePastTheEnd(x, 37); }),
-              testing::KilledBySignal(SIGSEGV), "");
+  EXPECT_EXIT(
+      {
+        LaunchOnHost(1, 32, [&] { WriteOnePastTheEnd(x, 37); });
+        cudaDeviceSynchronize();
+      },
+      testing::KilledBySignal(SIGSEGV), "");
   LaunchOnHost(1, 32, [&] { WriteOnePastTheEnd(x, 36); });  // the last element is fine
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cudaFree(x), cudaSuccess);
 }
 
@@ -99,6 +109,7 @@ TEST(CudaEmu, LaunchesCudaRefusesRunNothing) {
     EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // read once, then cleared
   }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(*count, 0ull);
   EXPECT_EQ(cudaFree(count), cudaSuccess);
   EXPECT_EQ(cudaFree(count), cudaErrorInvalidValue);  // not a live allocation any more
@@ -157,6 +168,7 @@ TEST(CudaEmu, GemmFollowsCublasColumnMajorContract) {
   ASSERT_EQ(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 2, 3, &one, d_a, 4, d_b, 3, &zero, d_c, 2),
             CUBLAS_STATUS_SUCCESS);
   // row 0 of A^T is (1,2,3), row 1 is (4,5,6): C = [[7, 5], [16, 11]], stored by columns.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(std::vector<float>(d_c, d_c + 4), (std::vector<float>{7, 16, 5, 11}));
   // A leading dimension below op(A)'s rows as stored is refused, as cuBLAS refuses it.
   EXPECT_EQ(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 2, 3, &one, d_a, 2, d_b, 3, &zero, d_c, 2),
@@ -170,6 +182,7 @@ TEST(CudaEmu, GemmFollowsCublasColumnMajorContract) {
   cudaMemcpy(d_b, &one, sizeof one, cudaMemcpyHostToDevice);
   ASSERT_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 1, &one, d_a, 1, d_b, 1, &zero, d_c, 1),
             CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(d_c[0], 1.0f);
   EXPECT_EQ(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
   for (float* p : {d_a, d_b, d_c}) EXPECT_EQ(cudaFree(p), cudaSuccess);

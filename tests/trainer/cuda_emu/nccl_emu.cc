@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -100,9 +101,17 @@ void Complete(Clique& c, uint64_t k) {
 }
 
 // This thread's open groups: collectives on the legacy stream are joined at once and waited for
-// at the end.
+// at the end; parts queued on streams are remembered, with where they sit.
+struct GroupPart {
+  std::shared_ptr<Clique> clique;
+  uint64_t k;
+  int rank;
+  cudaStream_t stream;
+  uint64_t position;
+};
 thread_local int group_depth = 0;
 thread_local std::vector<std::pair<std::shared_ptr<Clique>, uint64_t>> group_waits;
+thread_local std::vector<GroupPart> group_parts;
 
 // Waits for collective k. A rank whose part was queued in a group (one thread queued every
 // rank's part) gets that part run from here, unless another thread is running its stream.
@@ -159,18 +168,13 @@ ncclResult_t Join(ncclComm_t comm, const Op& op, cudaStream_t stream) {
     }
     return Wait(c, k);
   }
-  {
-    std::lock_guard<std::mutex> lock(c->mu);
-    if (c->aborted) return ncclRemoteError;
-    // In a group one thread queues several ranks' parts, and only it will wait for them: a
-    // wait runs them. Outside a group each rank's own thread runs its streams, and nobody else
-    // may (two threads each running the other's streams could wait on each other for ever).
-    if (group_depth > 0) c->queued[k][rank] = {stream, cuda_emu::NextPosition(stream)};
-  }
-  cuda_emu::Enqueue(stream, [c, k, rank, op] {
+  const uint64_t position = cuda_emu::NextPosition(stream);
+  const bool queued = cuda_emu::Enqueue(stream, [c, k, rank, op] {
     Arrive(*c, k, rank, op);
     Wait(c, k);
   });
+  if (!queued) return ncclInvalidArgument;
+  if (group_depth > 0) group_parts.push_back({c, k, rank, stream, position});
   return ncclSuccess;
 }
 
@@ -234,6 +238,19 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
   if (group_depth == 0) return ncclInvalidUsage;
   if (--group_depth > 0) return ncclSuccess;
+  // A group in which this thread queued several ranks' parts of a clique's collectives: only
+  // this thread will wait for them, so a wait may run them (Wait). Where each rank's own thread
+  // queues its own part, nobody else runs its streams: two threads each running the other's
+  // streams could wait on each other for ever.
+  auto parts = std::move(group_parts);
+  group_parts.clear();
+  std::map<Clique*, std::set<int>> ranks_of;
+  for (const GroupPart& p : parts) ranks_of[p.clique.get()].insert(p.rank);
+  for (const GroupPart& p : parts) {
+    if (ranks_of[p.clique.get()].size() < 2) continue;
+    std::lock_guard<std::mutex> lock(p.clique->mu);
+    if (p.clique->done.count(p.k) == 0) p.clique->queued[p.k][p.rank] = {p.stream, p.position};
+  }
   ncclResult_t result = ncclSuccess;
   auto waits = std::move(group_waits);
   group_waits.clear();

@@ -13,14 +13,21 @@
 //   cudaStreamWaitEvent needs it, in the stream's order. So a missing wait is not a rare race
 //   but a certain one: the host reads a result not yet written, a kernel reads an input not yet
 //   copied, a pinned buffer rewritten before its queued copy reads what the host wrote last.
-//   Copies to or from pageable memory, and the legacy stream's work, happen at once, as CUDA
-//   does them synchronously. Destroyed or unknown handles are refused. Two devices share the
-//   host's memory.
+//   Stream 0 is each device's legacy stream, lazy like the others and not ordered with them
+//   (the trainer's streams are non-blocking). Copies follow CUDA's "API synchronization
+//   behavior": one into pageable memory, or cudaMemcpy from pinned memory, is done when the
+//   call returns; one from pageable memory has read the host's bytes by then, but lands on the
+//   device in stream order. A destroyed handle, or a launch into another device's stream, is
+//   refused. Two devices share the host's memory.
 // - cudaMalloc places each buffer's end against an unmapped page, so a kernel (or an emulated
 //   cuBLAS call) that reads or writes past a buffer's end faults at that access.
+// - A block's threads run one at a time between barriers, in index order upwards or downwards
+//   (alternating with barrier and block, reversed under greedy-reverse).
 // What it does not model: concurrency between threads (a data race runs as if serialised),
-// warp-level operations, timing, and the device's math library (libm's expf stands in for the
-// GPU's, within an ulp or two).
+// warp-level operations, timing, the device's math library (libm's expf stands in, within an
+// ulp or two) and nvcc's fused multiply-adds, shared memory's garbage (it starts zeroed and
+// keeps its values from block to block), TF32's exact rounding (cuBLAS does not document it;
+// the emulator rounds to nearest even), and memory tied to a device.
 #pragma once
 
 #include <cmath>
@@ -119,15 +126,17 @@ namespace cuda_emu {
 // Runs body(ctx) once for every thread of grid x block, now (see the top of this file).
 void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx);
 
-// Whether CUDA accepts the configuration; if not, it becomes the thread's last error.
-bool CheckLaunch(dim3 grid, dim3 block);
+// Whether CUDA accepts the launch (its configuration, and a live stream of the current device);
+// if not, why becomes the thread's last error.
+bool CheckLaunch(dim3 grid, dim3 block, cudaStream_t stream);
 
-// Queues fn on stream, to run when something waits for it (the legacy stream: runs it now).
-void Enqueue(cudaStream_t stream, std::function<void()> fn);
+// Queues fn on stream (null: the current device's legacy stream), to run when something waits
+// for it; false when the stream has been destroyed.
+bool Enqueue(cudaStream_t stream, std::function<void()> fn);
 
 template <typename F>
 void Launch(dim3 grid, dim3 block, cudaStream_t stream, F f) {
-  if (!CheckLaunch(grid, block)) return;
+  if (!CheckLaunch(grid, block, stream)) return;
   Enqueue(stream, [grid, block, f]() mutable {
     LaunchBody(
         grid, block, [](void* p) { (*static_cast<F*>(p))(); }, &f);
