@@ -17,7 +17,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include "cublas_v2.h"
@@ -63,6 +62,11 @@ Schedule Order() {
   return order;
 }
 
+size_t PageBytes() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
 // ---- launches ----
 
 constexpr size_t kStackBytes = size_t{128} << 10;
@@ -105,7 +109,7 @@ void RunBlock(unsigned threads) {
   while (s.fibers.size() < threads) {
     s.fibers.emplace_back();
     Fiber& f = s.fibers.back();
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t page = PageBytes();
     void* m = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED || mprotect(m, page, PROT_NONE) != 0) Die("no memory for a fiber stack");
@@ -162,11 +166,6 @@ std::mutex memory_mu;
 std::map<void*, Mapping>& Allocations() {
   static auto* allocations = new std::map<void*, Mapping>();
   return *allocations;
-}
-
-size_t PageBytes() {
-  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return page;
 }
 
 // The TF32 value nearest x (10 explicit significand bits, ties to even), as tensor cores read
@@ -332,8 +331,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   // start is then aligned to the largest power of two dividing bytes: n * sizeof(T) bytes keep
   // T's alignment, which sizeof(T) is a multiple of.
   const size_t page = PageBytes();
-  const size_t used = bytes;
-  const size_t data_pages = (used + page - 1) / page;
+  const size_t data_pages = (bytes + page - 1) / page;
   const size_t mapped = (data_pages + 1) * page;
   void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) return cudaErrorMemoryAllocation;
@@ -342,8 +340,8 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     munmap(base, mapped);
     return cudaErrorMemoryAllocation;
   }
-  void* p = guard - used;
-  std::memset(p, 0xA5, used);  // not zero: cudaMalloc's memory holds whatever was there
+  void* p = guard - bytes;
+  std::memset(p, 0xA5, bytes);  // not zero: cudaMalloc's memory holds whatever was there
   {
     std::lock_guard<std::mutex> lock(memory_mu);
     Allocations()[p] = Mapping{base, mapped};
