@@ -204,10 +204,8 @@ void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
       ev.metrics = msg.value("metrics", json::object());
     } else if (op == "done") {
       ev.type = WorkerEvent::Type::kDone;
-      std::string outcome = msg.value("outcome", "failed");
-      ev.outcome = outcome == "completed" ? TrialOutcome::Kind::kCompleted
-                   : outcome == "stopped" ? TrialOutcome::Kind::kStopped
-                                          : TrialOutcome::Kind::kFailed;
+      ev.outcome =
+          OutcomeFromString(msg.value("outcome", "failed")).value_or(TrialOutcome::Kind::kFailed);
       ev.error = msg.value("error", "");
       ev.metrics = msg.value("metrics", json::object());
       w.trial.reset();

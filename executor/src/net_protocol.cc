@@ -438,15 +438,12 @@ Result<WorkerEvent> DoneFromJson(json& j) {
   ev.type = WorkerEvent::Type::kDone;
   SWEEP_ASSIGN_OR_RETURN(ev.trial, r.Int("trial", 0, kMaxInt));
   SWEEP_ASSIGN_OR_RETURN(std::string outcome, r.String("outcome", 16, false));
-  if (outcome == ToString(TrialOutcome::Kind::kCompleted)) {
-    ev.outcome = TrialOutcome::Kind::kCompleted;
-  } else if (outcome == ToString(TrialOutcome::Kind::kStopped)) {
-    ev.outcome = TrialOutcome::Kind::kStopped;
-  } else if (outcome == ToString(TrialOutcome::Kind::kFailed)) {
-    ev.outcome = TrialOutcome::Kind::kFailed;
-  } else {
-    return r.Error("outcome", "must be completed, stopped or failed, not '" + outcome + "'");
+  const std::optional<TrialOutcome::Kind> kind = OutcomeFromString(outcome);
+  if (!kind) {
+    return r.Error("outcome",
+                   "must be completed, stopped, failed or interrupted, not '" + outcome + "'");
   }
+  ev.outcome = *kind;
   SWEEP_ASSIGN_OR_RETURN(ev.error, r.String("error", kMaxErrorChars, true));
   SWEEP_ASSIGN_OR_RETURN(ev.worker_lost, r.Bool("worker_lost"));
   auto m = j.find("end_metrics");

@@ -25,8 +25,18 @@ std::string_view ToString(TrialOutcome::Kind kind) {
       return "stopped";
     case TrialOutcome::Kind::kFailed:
       return "failed";
+    case TrialOutcome::Kind::kInterrupted:
+      return "interrupted";
   }
   return "failed";
+}
+
+std::optional<TrialOutcome::Kind> OutcomeFromString(std::string_view text) {
+  for (TrialOutcome::Kind kind : {TrialOutcome::Kind::kCompleted, TrialOutcome::Kind::kStopped,
+                                  TrialOutcome::Kind::kFailed, TrialOutcome::Kind::kInterrupted}) {
+    if (text == ToString(kind)) return kind;
+  }
+  return std::nullopt;
 }
 
 bool TrialTask::IsDecisionPoint(int64_t step, double epoch, size_t* next_point) const {
@@ -137,6 +147,11 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
     return !stop.load(std::memory_order_relaxed);
   };
   Result<trainer::TrainResult> result = trainer::Train(options, on_epoch);
+  if (!result.ok() && result.status().code() == Status::Code::kUnavailable) {
+    TrialOutcome out = Failed(result.status().message());
+    out.kind = TrialOutcome::Kind::kInterrupted;
+    return out;
+  }
   if (!result.ok()) return Failed(result.status().message());
   TrialOutcome out;
   out.kind = result->stopped ? TrialOutcome::Kind::kStopped : TrialOutcome::Kind::kCompleted;

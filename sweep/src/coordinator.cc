@@ -796,6 +796,18 @@ class Coordinator {
       if (!stopping && target_reached_) {
         stopping = true;  // stop_reason_ says which trial reached it
       }
+      if (!stopping && !machine_trouble_.empty()) {
+        stopping = true;
+        interrupted_ = true;
+        stop_reason_ = machine_trouble_;
+        if (options_.log != nullptr) {
+          *options_.log << (options_.live_status ? "\n" : "") << "sweep: stopping";
+          if (!running_.empty()) {
+            *options_.log << " " << running_.size() << " running trial(s) after their epoch";
+          }
+          *options_.log << ": " << machine_trouble_ << "\n";
+        }
+      }
       if (!stopping && config_.time_budget_s && ActiveSeconds(now) >= *config_.time_budget_s) {
         stopping = true;
         stop_reason_ = "time budget of " + FormatElapsed(*config_.time_budget_s) + " spent";
@@ -1085,6 +1097,16 @@ class Coordinator {
       case executor::TrialOutcome::Kind::kStopped:
         std::tie(status, error) = StoppedOutcome(ev.trial, t, "stopped: " + stop_reason_);
         break;
+      case executor::TrialOutcome::Kind::kInterrupted:
+        // The machine stopped it (its checkpoint could not be written: disk full, a quota, a
+        // read-only file system), not the trial, and the trials after it would meet the same:
+        // it ends interrupted, without using up a retry, and the sweep stops, so that `resume`
+        // runs it again from its last checkpoint once that is put right.
+        std::tie(status, error) = StoppedOutcome(ev.trial, t, ev.error);
+        if (status == TrialStatus::kInterrupted && !stopping && machine_trouble_.empty()) {
+          machine_trouble_ = "trial " + std::to_string(ev.trial) + ": " + ev.error;
+        }
+        break;
       case executor::TrialOutcome::Kind::kFailed:
         status = TrialStatus::kFailed;
         error = ev.error;
@@ -1241,6 +1263,7 @@ class Coordinator {
   std::optional<int64_t> target_trial_;  // the trial whose report reached stop_when
   std::set<int64_t> progressed_;         // running trials with reports not yet in their row
   std::string stop_reason_;
+  std::string machine_trouble_;  // what stopped a trial that was not its fault; stops the sweep
 };
 
 }  // namespace

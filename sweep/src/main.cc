@@ -652,6 +652,9 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) then fails the write that passes it, with a message naming the
+  // file (EFBIG), instead of ending the process; workers inherit this.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"sweep: hyperparameter sweeps with an embedded data-parallel trainer"};
   app.footer(kExamples);
   app.require_subcommand(1);

@@ -100,6 +100,55 @@ mount -t tmpfs -o size=16k tmpfs disk || exit 90
   EXPECT_EQ(err.find("I/O error"), std::string::npos) << err;
 }
 
+// The checkpoints' disk fills up while a trainer trial runs: the trial could not write its
+// checkpoint, which is the machine's trouble and not the trial's. It ends interrupted (no retry
+// spent), the sweep stops naming the file and the cause, and once there is space `resume` runs
+// it again and finishes the sweep, with each epoch reported once.
+TEST_F(StorageTest, CheckpointDiskFullInterruptsTheTrialAndResumeFinishesIt) {
+  WriteTinyDataset(800, 200);
+  Write("c.toml",
+        "[sweep]\nname = \"ckfull\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n[parameters]\n"
+        "lr = { values = [0.05, 0.2] }\nepochs = 2\nbatch_size = 32\n[trial]\n"
+        "checkpoint_dir = \"disk/ck\"\n[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  fs::create_directories(dir_ / "after_full");
+  ASSERT_EQ(InNamespace(R"(set -u
+mkdir -p disk
+mount -t tmpfs -o size=16k tmpfs disk || exit 90
+"$SWEEP" run c.toml > run.out 2> run.err; echo $? > run.rc
+cp sweeps.db* after_full/
+ls disk/ck/ckfull > full.ls
+mount -o remount,size=64m disk
+"$SWEEP" resume ckfull > resume.out 2> resume.err; echo $? > resume.rc
+)"),
+            0)
+      << Read("script.log");
+  EXPECT_EQ(Read("run.rc"), "1\n");
+  const std::string err = Read("run.err");
+  EXPECT_NE(err.find("sweep: stopping: trial 0: cannot write the checkpoint: "
+                     "disk/ck/ckfull/trial-0.ckpt: write failed: No space left on device"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("sweep resume ckfull"), std::string::npos) << err;
+  EXPECT_EQ(Read("full.ls"), "") << "a failed write leaves no temporary file";
+  const auto stopped =
+      Query("SELECT number, status, retries, error FROM trials", "after_full/sweeps.db");
+  ASSERT_EQ(stopped.size(), 1u) << "the sweep stopped before its second trial";
+  EXPECT_EQ(stopped[0][1], "interrupted");
+  EXPECT_EQ(stopped[0][2], "0");
+  EXPECT_NE(stopped[0][3].find("trial-0.ckpt: write failed: No space left on device"),
+            std::string::npos)
+      << stopped[0][3];
+  EXPECT_EQ(Query("SELECT status FROM sweeps", "after_full/sweeps.db")[0][0], "interrupted");
+
+  EXPECT_EQ(Read("resume.rc"), "0\n") << Read("resume.err");
+  EXPECT_EQ(
+      Query("SELECT group_concat(status) FROM (SELECT status FROM trials ORDER BY number)")[0][0],
+      "completed,completed");
+  EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "4");  // 2 trials x 2 epochs, once each
+  EXPECT_EQ(Query("SELECT sum(retries) FROM trials")[0][0], "0");
+}
+
 TEST_F(StorageTest, ReadOnlyFileSystemIsAClearError) {
   Write("c.toml", kManyTrials);
   ASSERT_EQ(InNamespace(R"(set -u

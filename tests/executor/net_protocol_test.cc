@@ -290,6 +290,18 @@ TEST(MessageTest, DoneRoundTripsAndChecksTheOutcome) {
   json no_flag = DoneToJson(done);
   no_flag.erase("worker_lost");
   EXPECT_FALSE(DoneFromJson(no_flag).ok());
+
+  // Every outcome travels, the machine's trouble (kInterrupted) with its error.
+  for (TrialOutcome::Kind kind : {TrialOutcome::Kind::kCompleted, TrialOutcome::Kind::kStopped,
+                                  TrialOutcome::Kind::kFailed, TrialOutcome::Kind::kInterrupted}) {
+    done.outcome = kind;
+    done.error = "ckpt: write failed: No space left on device";
+    json each = DoneToJson(done);
+    auto back = DoneFromJson(each);
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->outcome, kind) << ToString(kind);
+    EXPECT_EQ(back->error, done.error);
+  }
 }
 
 TEST(MessageTest, SeqMustBePositive) {

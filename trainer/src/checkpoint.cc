@@ -124,10 +124,18 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   std::error_code ec;
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  if (ec)
-    return Status::IoError(dir.string() +
-                           ": cannot create the checkpoint directory: " + ec.message());
-  return WriteFileAtomically(path, pieces, Publish::kReplace);
+  // Whatever stops the write (disk full, a quota, a read-only file system, a file-size limit)
+  // is the machine's trouble, not the trial's: kUnavailable, so that the trial can go on from
+  // its last checkpoint once that is put right.
+  if (ec) {
+    return Status::Unavailable(dir.string() +
+                               ": cannot create the checkpoint directory: " + ec.message());
+  }
+  const Status written = WriteFileAtomically(path, pieces, Publish::kReplace);
+  if (written.code() == Status::Code::kIoError) {
+    return Status::Unavailable("cannot write the checkpoint: " + written.message());
+  }
+  return written;
 }
 
 Result<Checkpoint> ReadCheckpoint(const std::string& path) {

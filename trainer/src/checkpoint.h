@@ -29,7 +29,8 @@ struct Checkpoint {
 // depends on it; elsewhere a resumed trial may be given more epochs.
 std::string TrainingConfig(const TrainOptions& o);
 
-// Writes atomically; IoError names the file and the system's reason.
+// Writes atomically. Unavailable, naming the file and the system's reason, when the machine
+// refuses the write (disk full, quota, read-only file system, file-size limit).
 Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);
 // NotFound when there is no file; Corruption (naming the file) for a bad checksum, a cut-short
 // or malformed file.

@@ -57,14 +57,14 @@ Status WriteFileAtomically(const std::string& path, const std::vector<ByteRange>
                            Publish publish, bool* published) {
   const std::string tmp = TempName(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno(tmp, "cannot create");
+  if (fd < 0) return Errno(path, "cannot create a temporary file beside it");
   Status s;
   for (const ByteRange& piece : pieces) {
-    s = WriteAll(fd, tmp, piece.data, piece.size);
+    s = WriteAll(fd, path, piece.data, piece.size);
     if (!s.ok()) break;
   }
-  if (s.ok() && ::fsync(fd) != 0) s = Errno(tmp, "fsync failed");
-  if (::close(fd) != 0 && s.ok()) s = Errno(tmp, "close failed");
+  if (s.ok() && ::fsync(fd) != 0) s = Errno(path, "fsync failed");
+  if (::close(fd) != 0 && s.ok()) s = Errno(path, "close failed");
   if (!s.ok()) {
     ::unlink(tmp.c_str());
     return s;

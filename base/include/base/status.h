@@ -21,6 +21,8 @@ class Status {
     kIoError,          // the operating system refused (disk, pipe, process)
     kCorruption,       // stored data does not parse or does not match its checksum
     kBusy,             // someone else holds the resource (database lock)
+    kUnavailable,      // the machine refused for now (disk full, quota, read-only file
+                       // system): the same work can succeed once that is put right
     kAborted,          // stopped on request
     kInternal,         // a bug of ours
   };
@@ -37,6 +39,7 @@ class Status {
   static Status IoError(std::string msg) { return Status(Code::kIoError, std::move(msg)); }
   static Status Corruption(std::string msg) { return Status(Code::kCorruption, std::move(msg)); }
   static Status Busy(std::string msg) { return Status(Code::kBusy, std::move(msg)); }
+  static Status Unavailable(std::string msg) { return Status(Code::kUnavailable, std::move(msg)); }
   static Status Aborted(std::string msg) { return Status(Code::kAborted, std::move(msg)); }
   static Status Internal(std::string msg) { return Status(Code::kInternal, std::move(msg)); }
 

@@ -22,7 +22,7 @@
 namespace sweep::executor::net {
 
 // Both sides must speak the same version; a mismatch is refused in the handshake.
-inline constexpr int kProtocolVersion = 1;
+inline constexpr int kProtocolVersion = 2;
 // How a coordinator's bye to an agent whose token does not match begins: a refusal that no retry
 // can change, so the agent ends rather than retry forever.
 inline constexpr std::string_view kAuthFailed = "authentication failed";

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,12 +45,17 @@ nlohmann::json ToJson(const TrialTask& task);
 Result<TrialTask> TrialTaskFromJson(const nlohmann::json& json);
 
 struct TrialOutcome {
-  enum class Kind { kCompleted, kStopped, kFailed };
+  // kInterrupted: the machine, not the trial, stopped it (its checkpoint could not be written:
+  // disk full, a quota, a read-only file system); it can go on from its last checkpoint once
+  // that is put right.
+  enum class Kind { kCompleted, kStopped, kFailed, kInterrupted };
   Kind kind = Kind::kCompleted;
-  std::string error;           // kFailed: why
+  std::string error;           // kFailed, kInterrupted: why
   nlohmann::json end_metrics;  // metrics known only at the end (test_acc); an object
 };
 std::string_view ToString(TrialOutcome::Kind kind);
+// The kind ToString names; nullopt for any other text.
+std::optional<TrialOutcome::Kind> OutcomeFromString(std::string_view text);
 
 // Receives each report as it happens: step (optimizer steps, or curve step), epoch (the
 // resource consumed so far), and a JSON object of metric -> number.
