@@ -77,12 +77,11 @@ std::optional<double> ParseDuration(std::string_view text) {
     while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
       ++i;
     if (i == start) return std::nullopt;
-    double number = 0;
-    try {
-      number = std::stod(std::string(text.substr(start, i - start)));
-    } catch (...) {
-      return std::nullopt;
-    }
+    // The whole token is the number: "1.2.3" is not 1.2.
+    const std::string token(text.substr(start, i - start));
+    char* end = nullptr;
+    const double number = std::strtod(token.c_str(), &end);
+    if (end != token.c_str() + token.size()) return std::nullopt;
     double unit = 1;
     if (i < text.size()) {
       char u = text[i++];
@@ -151,6 +150,23 @@ json ToJson(const toml::node& node) {
   std::ostringstream os;
   node.visit([&](auto&& n) { os << n; });
   return os.str();
+}
+
+// The first nan or inf in `node` (itself, or inside its arrays and tables), else null: JSON, in
+// which parameters are stored and passed on, has no such numbers.
+const toml::node* NonFinite(const toml::node& node) {
+  if (auto v = node.value_exact<double>()) return std::isfinite(*v) ? nullptr : &node;
+  if (auto* a = node.as_array()) {
+    for (auto&& v : *a) {
+      if (const toml::node* bad = NonFinite(v)) return bad;
+    }
+  }
+  if (auto* t = node.as_table()) {
+    for (auto&& [k, v] : *t) {
+      if (const toml::node* bad = NonFinite(v)) return bad;
+    }
+  }
+  return nullptr;
 }
 
 std::string TypeName(const toml::node& node) {
@@ -276,8 +292,15 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
   const std::string key = "parameters." + name;
   search::Parameter p;
   p.name = name;
+  auto finite = [&](const toml::node& given, const std::string& at) -> Status {
+    if (const toml::node* bad = NonFinite(given)) {
+      return c.Error(*bad, at, "nan and inf are not values a trial can be given (JSON has none)");
+    }
+    return Status::Ok();
+  };
   const toml::table* t = node.as_table();
   if (t == nullptr) {
+    SWEEP_RETURN_IF_ERROR(finite(node, key));
     p.distribution.kind = search::Distribution::Kind::kConstant;
     p.distribution.values = {ToJson(node)};
     return p;
@@ -291,6 +314,7 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
                      "expected one parent parameter and its values, e.g. when = { optimizer = "
                      "[\"sgd\"] }");
     }
+    SWEEP_RETURN_IF_ERROR(finite(*when, key + ".when"));
     search::Condition cond;
     for (auto&& [parent, values] : *w) {
       cond.parent = std::string(parent.str());
@@ -326,6 +350,7 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
       return c.Error(*values, key + ".values", "expected an array, got " + TypeName(*values));
     }
     if (a->empty()) return c.Error(*values, key + ".values", "empty `values`: give at least one");
+    SWEEP_RETURN_IF_ERROR(finite(*values, key + ".values"));
     p.distribution.kind = search::Distribution::Kind::kCategorical;
     for (auto&& v : *a) p.distribution.values.push_back(ToJson(v));
     return p;
@@ -460,7 +485,9 @@ Status CheckNonAsciiPlacement(const Checker& c, std::string_view text) {
     i += n - 1;
     column += static_cast<int>(n - 1);
   };
-  for (size_t i = 0; i < text.size(); ++i) {
+  // A UTF-8 byte order mark (some editors write one) is not content; toml++ skips it too.
+  const size_t first = text.starts_with("\xEF\xBB\xBF") ? 3 : 0;
+  for (size_t i = first; i < text.size(); ++i) {
     const char ch = text[i];
     auto starts = [&](std::string_view token) { return text.substr(i, token.size()) == token; };
     switch (in) {
@@ -561,8 +588,10 @@ std::optional<SweepConfig::Target> ParseTarget(std::string_view text) {
   std::string number(trim(text.substr(rest)));
   char* end = nullptr;
   t.value = std::strtod(number.c_str(), &end);
-  if (t.metric.empty() || number.empty() || end != number.c_str() + number.size() ||
-      !std::isfinite(t.value)) {
+  // A metric name holds no space or comparison sign: "score => 1" is a typo, not metric
+  // "score =".
+  if (t.metric.empty() || t.metric.find_first_of(" \t=!<>") != std::string::npos ||
+      number.empty() || end != number.c_str() + number.size() || !std::isfinite(t.value)) {
     return std::nullopt;
   }
   return t;
@@ -607,6 +636,12 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
                            FormatNumber(sc.max_resource) +
                            " (max_resource defaults to that): the first rung must come before");
       }
+    } else if (cfg->kind != TrialKind::kCommand && sc.max_resource != std::floor(sc.max_resource)) {
+      return c.Error(*max_resource_node, "early_stopping.max_resource",
+                     "is " + FormatNumber(sc.max_resource) + " but " +
+                         std::string(ToString(cfg->kind)) + " trials report whole " +
+                         (cfg->kind == TrialKind::kTrainer ? "epochs" : "steps") +
+                         ": give a whole number");
     } else if (natural_max && sc.max_resource > *natural_max) {
       return c.Error(*max_resource_node, "early_stopping.max_resource",
                      "is " + FormatNumber(sc.max_resource) + " but every trial stops at " +
@@ -685,6 +720,9 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   const toml::node* metric_node = sweep->get("metric");
   if (metric_node != nullptr) {
     SWEEP_ASSIGN_OR_RETURN(metric, c.String(*metric_node, "sweep.metric"));
+    if (metric->empty()) {
+      return c.Error(*metric_node, "sweep.metric", "empty: name the metric to optimise");
+    }
   }
   if (const toml::node* n = sweep->get("mode")) {
     SWEEP_ASSIGN_OR_RETURN(mode, c.OneOf(*n, "sweep.mode", {"max", "min"}));
@@ -835,6 +873,11 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
         SWEEP_ASSIGN_OR_RETURN(cfg.keep_checkpoints,
                                c.Integer(*n, "trial.keep_checkpoints", 0, 1'000'000));
       }
+    }
+    if (const toml::node* n = trial->get("checkpoint_dir"); n && cfg.kind != TrialKind::kTrainer) {
+      return c.Error(*n, "trial.checkpoint_dir",
+                     "only for kind = \"trainer\" (a command trial's program keeps its own "
+                     "files, in its trial directory; a function trial has none)");
     }
     if (const toml::node* n = trial->get("order")) {
       order_node = n;
@@ -1126,6 +1169,12 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                      "missing: name the metric to optimise, as the program reports it in its "
                      "`sweep-report {...}` lines");
     }
+    if (*metric == "step" || *metric == "epoch") {
+      return c.Error(*metric_node, "sweep.metric",
+                     "'" + *metric +
+                         "' is where a report stands, not a metric: name a value the program "
+                         "reports");
+    }
     std::vector<std::string> names;
     for (const ParamEntry& e : params) names.push_back(e.parameter.name);
     Status s = executor::CheckCommandTemplate(cfg.command, names);
@@ -1148,6 +1197,13 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
           "cannot read \"" + written + "\"; write METRIC OP NUMBER, e.g. \"val_acc >= 0.9\"");
     }
     const auto names = executor::TrialMetricNames(ToString(cfg.kind));
+    if (cfg.kind == TrialKind::kCommand &&
+        (target->metric == "step" || target->metric == "epoch")) {
+      return c.Error(*n, "sweep.stop_when",
+                     "'" + target->metric +
+                         "' is where a report stands, not a metric: to bound a trial's length, "
+                         "use early_stopping.max_resource or the program's own setting");
+    }
     if (cfg.kind != TrialKind::kCommand &&  // a program may report any metric
         std::find(names.begin(), names.end(), target->metric) == names.end()) {
       return c.Error(

@@ -132,13 +132,17 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
                                             "started", "ended",  "epochs"};
   if (std::find(columns.begin(), columns.end(), key) == columns.end() && !trials->empty()) {
     std::vector<std::string> metrics, params;
-    bool metric_seen = false, param_seen = false;
     const bool as_param = key.starts_with("param."), as_metric = key.starts_with("metric.");
     const std::string bare = as_param ? key.substr(6) : as_metric ? key.substr(7) : key;
+    // The sweep's own metric is a key before any trial has reported it.
+    bool metric_seen = !as_param && bare == sw->metric, param_seen = false;
     auto add = [](std::vector<std::string>* names, const std::string& k) {
       if (std::find(names->begin(), names->end(), k) == names->end()) names->push_back(k);
     };
-    for (const auto& t : *trials) {
+    // Keys are those of every trial of the sweep, not only of the ones --status lists.
+    auto every = q.status ? (*st)->Trials(sw->id, sweep::store::TrialQuery{}) : trials;
+    if (!every.ok()) return Fail(every.status());
+    for (const auto& t : *every) {
       json m = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
       json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
       if (m.is_object()) {
@@ -425,6 +429,13 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
     cfg->name = *name_flag;
   }
   std::string db = db_flag.empty() ? cfg->store_path : db_flag;
+  // A folder that is not there is a mistyped path (a usage error), not a failing disk.
+  if (const std::filesystem::path folder = std::filesystem::path(db).parent_path();
+      !folder.empty() && !std::filesystem::is_directory(folder)) {
+    return Fail(Status::InvalidArgument(
+        (db_flag.empty() ? config_path + ": [store] path" : std::string("--db")) + " " + db +
+        ": the folder " + folder.string() + " does not exist"));
+  }
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
   if (resume) {
@@ -668,7 +679,7 @@ int main(int argc, char** argv) {
 
   auto* run = app.add_subcommand("run", "start a sweep from a TOML config");
   run->add_option("CONFIG", config_path, "sweep config (TOML)")->required();
-  run->add_option("--db", db_flag, "SQLite file (default: [store] path, else ./sweeps.db)");
+  sweep::AddDbOption(*run, db_flag, "SQLite file (default: [store] path, else ./sweeps.db)", false);
   std::optional<std::string> name_flag;
   run->add_option("--name", name_flag, "sweep name (default: [sweep] name)");
   bool resume_flag = false;
@@ -686,7 +697,7 @@ int main(int argc, char** argv) {
   auto* resume = app.add_subcommand("resume", "continue an interrupted sweep");
   resume->add_option("NAME", name, "sweep name")->required();
   std::string resume_db = "sweeps.db";
-  resume->add_option("--db", resume_db, "SQLite file")->capture_default_str();
+  sweep::AddDbOption(*resume, resume_db, "SQLite file", true);
   add_remote(resume);
   resume->footer(
       "Runs again the trials that were running when it stopped (from their checkpoints) and "
@@ -705,7 +716,7 @@ int main(int argc, char** argv) {
   QueryArgs q;
   auto add_query = [&](CLI::App* sub, bool with_name, bool with_csv) {
     if (with_name) sub->add_option("NAME", q.name, "sweep name")->required();
-    sub->add_option("--db", q.db, "SQLite file")->capture_default_str();
+    sweep::AddDbOption(*sub, q.db, "SQLite file", true);
     auto* j = sub->add_flag("--json", q.json, "JSON output");
     if (with_csv) sub->add_flag("--csv", q.csv, "CSV output")->excludes(j);
   };

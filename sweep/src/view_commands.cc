@@ -488,6 +488,22 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
 
 // ---- registration ----
 
+}  // namespace
+
+void AddDbOption(CLI::App& sub, std::string& db, const std::string& help, bool show_default) {
+  CLI::Option* option =
+      sub.add_option("--db", db, help)
+          ->check(CLI::Validator(
+              [](const std::string& text) -> std::string {
+                return text.empty() ? "an empty path; name the SQLite file (or leave --db out)"
+                                    : "";
+              },
+              "PATH"));
+  if (show_default) option->capture_default_str();
+}
+
+namespace {
+
 class ViewCommandsImpl final : public ViewCommands {
  public:
   explicit ViewCommandsImpl(CLI::App& app) {
@@ -506,7 +522,7 @@ class ViewCommandsImpl final : public ViewCommands {
               return {};
             },
             "TRIAL"));
-    show_cmd_->add_option("--db", show_.db, "SQLite file")->capture_default_str();
+    AddDbOption(*show_cmd_, show_.db, "SQLite file", true);
     show_cmd_->add_flag("--json", show_.json, "JSON output, with every report");
     show_cmd_->footer("Example: sweep show fashion-mlp 7");
 
@@ -517,7 +533,7 @@ class ViewCommandsImpl final : public ViewCommands {
         ->check(CLI::IsMember({"csv", "json"}));
     export_cmd_->add_flag("--reports", export_.reports, "one row per report instead of per trial");
     export_cmd_->add_option("-o,--output", export_.output, "file to write (default: stdout)");
-    export_cmd_->add_option("--db", export_.db, "SQLite file")->capture_default_str();
+    AddDbOption(*export_cmd_, export_.db, "SQLite file", true);
     export_cmd_->footer(
         "Columns: trial, status, objective, ..., param.<name>, metric.<name>, error.\n"
         "Example: sweep export fashion-mlp --format csv -o trials.csv   "
@@ -530,7 +546,7 @@ class ViewCommandsImpl final : public ViewCommands {
     report_cmd_->add_option("--top", report_.top, "learning curves of this many best trials")
         ->capture_default_str()
         ->check(CLI::Range(1, 1000));
-    report_cmd_->add_option("--db", report_.db, "SQLite file")->capture_default_str();
+    AddDbOption(*report_cmd_, report_.db, "SQLite file", true);
     report_cmd_->footer("Example: sweep report fashion-mlp -o report.html");
 
     status_cmd_ = app.get_subcommand("status");

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 
 namespace CLI {
 class App;
@@ -24,5 +25,10 @@ class ViewCommands {
 // Adds show, export and report to `app`, and --watch / --interval to its `status` command
 // (which must be registered already). The result must outlive app's parse.
 std::unique_ptr<ViewCommands> AddViewCommands(CLI::App& app);
+
+// Adds `--db PATH` to `sub`, every command's store option. An empty PATH (a shell variable left
+// unset) is a usage error, never taken to mean the default file; `show_default` shows db's
+// value as the default in --help.
+void AddDbOption(CLI::App& sub, std::string& db, const std::string& help, bool show_default);
 
 }  // namespace sweep

@@ -888,10 +888,28 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"best branin --top 0", kUsage, {"--top: Value 0 not in range 1 to"}},
       {"trials branin --sort bogus", kUsage, {"--sort", "bogus"}},
       {"frobnicate branin", kUsage, {"frobnicate"}},
+      // An empty --db (a shell variable left unset) is no path, not the default file.
+      {"run b.toml --db ''", kUsage, {"--db: an empty path"}},
+      {"resume branin --db ''", kUsage, {"--db: an empty path"}},
+      {"best branin --db ''", kUsage, {"--db: an empty path"}},
+      {"export branin --db ''", kUsage, {"--db: an empty path"}},
+      {"run b.toml --db nodir/x.db",
+       kUsage,
+       {"sweep: --db nodir/x.db: the folder nodir does not exist"}},
   };
   for (const CommandCase& c : cases) {
     SCOPED_TRACE(c.args);
     Check(c.args, Sweep(c.args), c.code, c.expected, c.known_problem);
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "nodir"));
+  // Sorting the trials --status lists by a metric they lack (none of them reported): still a
+  // key, because other trials of the sweep have it, and the sweep's metric always is.
+  Exec("UPDATE trials SET status = 'failed', metrics = '{}' WHERE number < 2");
+  for (const char* sort : {"-value", "metric.value"}) {
+    Output failed = Sweep(std::string("trials branin --status failed --sort ") + sort);
+    EXPECT_EQ(failed.code, 0) << failed.err;
+    EXPECT_NE(failed.out.find("\n0 "), std::string::npos) << failed.out;
+    EXPECT_NE(failed.out.find("\n1 "), std::string::npos) << failed.out;
   }
 }
 

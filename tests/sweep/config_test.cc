@@ -355,6 +355,53 @@ TEST_F(BadConfigTest, EarlyStoppingAndConditionErrors) {
   }
 }
 
+// Settings that would run but could never do what they say: refused before anything runs.
+TEST_F(BadConfigTest, ValuesAndMetricsThatNothingCouldUse) {
+  auto command = [](const std::string& sweep, const std::string& param,
+                    const std::string& trial = "") {
+    return "[sweep]\nname = \"c\"\nmax_trials = 4\nmode = \"max\"\n" + sweep +
+           "\n[trial]\nkind = \"command\"\ncommand = [\"prog\", \"{y}\"]\n" + trial +
+           "\n[parameters]\ny = " + param + "\n";
+  };
+  const std::string bs = BraninWithSteps();
+  const std::vector<BadCase> cases = {
+      {"nan among values", command("metric = \"score\"", "{ values = [1.0, nan] }"),
+       "c.toml:11:22: parameters.y.values: nan and inf are not values a trial can be given"},
+      {"inf constant", command("metric = \"score\"", "-inf"),
+       "c.toml:11:5: parameters.y: nan and inf are not values"},
+      {"nan in an array constant", command("metric = \"score\"", "[1.0, [2.0, nan]]"),
+       "c.toml:11:17: parameters.y: nan and inf are not values"},
+      {"empty metric", command("metric = \"\"", "1"), "c.toml:5:10: sweep.metric: empty"},
+      {"step as the metric", command("metric = \"step\"", "1"),
+       "c.toml:5:10: sweep.metric: 'step' is where a report stands, not a metric"},
+      {"epoch in stop_when", command("metric = \"score\"\nstop_when = \"epoch >= 3\"", "1"),
+       "c.toml:6:13: sweep.stop_when: 'epoch' is where a report stands"},
+      {"a typo in stop_when's operator",
+       command("metric = \"score\"\nstop_when = \"score => 1.2\"", "1"),
+       "c.toml:6:13: sweep.stop_when: cannot read \"score => 1.2\""},
+      {"checkpoint_dir for a command", command("metric = \"score\"", "1", "checkpoint_dir = \"x\""),
+       "c.toml:9:18: trial.checkpoint_dir: only for kind = \"trainer\""},
+      {"a duration with two dots", command("metric = \"score\"\ntime_budget = \"1.2.3s\"", "1"),
+       "c.toml:6:15: sweep.time_budget: cannot read \"1.2.3s\" as a duration"},
+      {"fractional max_resource for whole steps",
+       bs + "[early_stopping]\nalgorithm = \"asha\"\nmax_resource = 9.5\n",
+       "c.toml:15:16: early_stopping.max_resource: is 9.5 but function trials report whole "
+       "steps"},
+  };
+  for (const BadCase& c : cases) {
+    auto cfg = ParseConfig(c.text, "c.toml");
+    ASSERT_FALSE(cfg.ok()) << c.what;
+    EXPECT_NE(cfg.status().message().find(c.expected), std::string::npos)
+        << c.what << "\ngot:      " << cfg.status().message() << "\nexpected: " << c.expected;
+  }
+  // A command trial may still stop on any metric its program reports, and a file may start
+  // with a UTF-8 byte order mark.
+  EXPECT_TRUE(
+      ParseConfig(command("metric = \"score\"\nstop_when = \"loss<0.1\"", "1"), "c.toml").ok());
+  auto bom = ParseConfig("\xEF\xBB\xBF" + command("metric = \"score\"", "1"), "c.toml");
+  EXPECT_TRUE(bom.ok()) << bom.status().message();
+}
+
 TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
   auto cfg = ParseConfig(TrainerConfig("nesterov = true\nmomentum = 0.0"), "n.toml");
   ASSERT_FALSE(cfg.ok());
@@ -427,6 +474,9 @@ TEST(ParseDurationTest, Forms) {
   EXPECT_FALSE(ParseDuration("").has_value());
   EXPECT_FALSE(ParseDuration("2 hours").has_value());
   EXPECT_FALSE(ParseDuration("1h30").has_value());
+  EXPECT_FALSE(ParseDuration("1.2.3s").has_value());
+  EXPECT_FALSE(ParseDuration("1..5m").has_value());
+  EXPECT_FALSE(ParseDuration(".").has_value());
 }
 
 // Found by the fuzzer: toml++ 3.3 misreads non-ASCII after a backslash in a multi-line string.
