@@ -28,6 +28,7 @@
 #include <deque>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -118,6 +119,9 @@ class Pump {
     std::vector<WorkerEvent> events;
     std::deque<Command> commands;
     std::set<int64_t> running;
+    // What each running trial's own stop may take: a command trial's kill_grace (its program
+    // may be saving its state), plus a moment for its worker to say it ended.
+    std::map<int64_t, int> grace_ms;
     std::vector<Idle> waiting;  // StopAll callers
     Clock::time_point deadline{};
     bool exiting = false;
@@ -137,6 +141,10 @@ class Pump {
             Status started = executor_.Start(c.task);
             if (started.ok()) {
               running.insert(c.trial);
+              const double kill_grace_s = c.task.settings.value("kill_grace_s", 0.0);
+              grace_ms[c.trial] =
+                  kill_grace_s > 0 ? static_cast<int>(std::min(kill_grace_s, 86400.0) * 1000) + 1000
+                                   : 0;
             } else {
               WorkerEvent ev;
               ev.type = WorkerEvent::Type::kDone;
@@ -156,7 +164,11 @@ class Pump {
           case Command::Type::kStopAll:
           case Command::Type::kExit:
             for (int64_t t : running) (void)executor_.Stop(t);
-            if (waiting.empty()) deadline = Clock::now() + std::chrono::milliseconds(c.grace_ms);
+            if (waiting.empty()) {
+              int grace = c.grace_ms;
+              for (int64_t t : running) grace = std::max(grace, grace_ms[t]);
+              deadline = Clock::now() + std::chrono::milliseconds(grace);
+            }
             if (c.idle) waiting.push_back(std::move(c.idle));
             exiting = exiting || c.type == Command::Type::kExit;
             break;
@@ -164,7 +176,10 @@ class Pump {
       }
       commands.clear();
       for (const auto& ev : events) {
-        if (ev.type == WorkerEvent::Type::kDone) running.erase(ev.trial);
+        if (ev.type == WorkerEvent::Type::kDone) {
+          running.erase(ev.trial);
+          grace_ms.erase(ev.trial);
+        }
       }
       if (!events.empty()) {
         deliver_(std::move(events));
@@ -173,6 +188,7 @@ class Pump {
       if (!running.empty() && (!waiting.empty() || exiting) && Clock::now() >= deadline) {
         executor_.Shutdown(0);  // kills what did not stop in time
         running.clear();
+        grace_ms.clear();
       }
       if (running.empty()) {
         for (auto& idle : waiting) idle();

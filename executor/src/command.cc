@@ -15,6 +15,13 @@ const std::vector<std::string>& CommandBuiltins() {
 
 namespace {
 
+std::string BuiltinMeaning(const std::string& name) {
+  if (name == "trial") return "the trial's number";
+  if (name == "trial_dir") return "the trial's directory";
+  if (name == "seed") return "the trial's seed";
+  return "the trial's GPUs";
+}
+
 // One piece of an argument: literal text, or the name of a value to put in.
 struct Piece {
   bool placeholder = false;
@@ -113,13 +120,20 @@ Status CheckCommandTemplate(const std::vector<std::string>& argv,
         return Status::InvalidArgument("the program (argument 0) cannot hold a placeholder");
       }
       const auto& builtins = CommandBuiltins();
-      bool known = std::find(names.begin(), names.end(), p.text) != names.end() ||
-                   std::find(builtins.begin(), builtins.end(), p.text) != builtins.end();
-      if (!known) {
+      const bool parameter = std::find(names.begin(), names.end(), p.text) != names.end();
+      const bool builtin = std::find(builtins.begin(), builtins.end(), p.text) != builtins.end();
+      if (parameter && builtin) {
+        // Either reading would surprise someone: the program would get one value while the
+        // store records the other.
+        return Status::InvalidArgument("argument " + std::to_string(i) + " (\"" + argv[i] +
+                                       "\"): {" + p.text +
+                                       "} names both a parameter and a value every trial gets (" +
+                                       BuiltinMeaning(p.text) + "); rename the parameter");
+      }
+      if (!parameter && !builtin) {
         std::string list;
-        for (const auto* group : {&names, &builtins}) {
-          for (const std::string& n : *group) list += (list.empty() ? "" : ", ") + n;
-        }
+        for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+        for (const std::string& n : builtins) list += (list.empty() ? "" : ", ") + n;
         return Status::InvalidArgument(
             "argument " + std::to_string(i) + " (\"" + argv[i] + "\"): {" + p.text +
             "} is neither a parameter nor a builtin (known: " + list + ")");
@@ -171,6 +185,7 @@ std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
     why = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 7: ..." -> from "at"
     if (const size_t at = why.find("] "); at != std::string::npos) why = why.substr(at + 2);
+    why = Abbreviate(why, 300);  // it quotes the bad token, which may be the whole line
   }
   if (!j.is_object()) {
     return Result<CommandReport>(Status::InvalidArgument(
@@ -184,16 +199,18 @@ std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
     bool finite_number = v.is_number() && std::isfinite(v.get<double>());
     if (key == "step") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-        return Result<CommandReport>(
-            Status::InvalidArgument("\"step\" must be a non-negative integer, got " + v.dump()));
+        return Result<CommandReport>(Status::InvalidArgument(
+            "\"step\" must be a non-negative integer, got " + Abbreviate(v.dump(), 100)));
       }
       r.step = v.get<int64_t>();
     } else if (key == "epoch") {
       if (!finite_number || v.get<double>() < 0) {
-        return Result<CommandReport>(
-            Status::InvalidArgument("\"epoch\" must be a non-negative number, got " + v.dump()));
+        return Result<CommandReport>(Status::InvalidArgument(
+            "\"epoch\" must be a non-negative number, got " + Abbreviate(v.dump(), 100)));
       }
       r.epoch = v.get<double>();
+    } else if (key.empty() || key.size() > kMaxMetricNameBytes) {
+      r.ignored.push_back(key.empty() ? "\"\" (an empty name)" : Abbreviate(key, 40));
     } else if (finite_number) {
       r.metrics[key] = v;
     } else if (v.is_null() || v.is_number()) {
@@ -203,6 +220,15 @@ std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
     }
   }
   return Result<CommandReport>(std::move(r));
+}
+
+std::string Abbreviate(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t cut = max_bytes;
+  // Back to the start of a UTF-8 character (continuation bytes are 10xxxxxx).
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(text.substr(0, cut)) + "... (" + std::to_string(text.size() - cut) +
+         " bytes more)";
 }
 
 }  // namespace sweep::executor

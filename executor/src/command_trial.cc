@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -89,6 +90,31 @@ std::string ResolveProgram(const std::string& name, const std::string& workdir) 
 std::string GpuList(const std::vector<int>& gpus) {
   std::string s;
   for (int g : gpus) s += (s.empty() ? "" : ",") + std::to_string(g);
+  return s;
+}
+
+// The trial's GPUs as its program must be shown them. Our ordinals are CUDA's among the devices
+// this process was given: under a batch system's CUDA_VISIBLE_DEVICES=2,3, ordinal 1 is device
+// 3, so an inherited list maps them (whatever its entries are: numbers, GPU-UUIDs, MIG-ids).
+std::string VisibleDevices(const std::vector<int>& gpus) {
+  const char* inherited = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (gpus.empty() || inherited == nullptr || *inherited == '\0') return GpuList(gpus);
+  std::vector<std::string> entries;
+  std::string_view rest(inherited);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string_view entry = rest.substr(0, comma);
+    while (!entry.empty() && entry.front() == ' ') entry.remove_prefix(1);
+    while (!entry.empty() && entry.back() == ' ') entry.remove_suffix(1);
+    entries.emplace_back(entry);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  std::string s;
+  for (int g : gpus) {
+    const bool mapped = g >= 0 && static_cast<size_t>(g) < entries.size();
+    s += (s.empty() ? "" : ",") + (mapped ? entries[static_cast<size_t>(g)] : std::to_string(g));
+  }
   return s;
 }
 
@@ -187,7 +213,7 @@ class CommandRun {
 
   std::vector<std::string> Environment() const {
     std::vector<std::pair<std::string, std::string>> set = {
-        {"CUDA_VISIBLE_DEVICES", GpuList(task_.gpus)},
+        {"CUDA_VISIBLE_DEVICES", VisibleDevices(task_.gpus)},
         {"SWEEP_PARAMS", task_.params.dump(-1, ' ', false, json::error_handler_t::replace)},
         {"SWEEP_TRIAL_DIR", trial_dir_},
         {"SWEEP_TRIAL", std::to_string(task_.number)},
@@ -408,7 +434,9 @@ class CommandRun {
       std::string keys;
       for (const std::string& k : r.ignored) keys += (keys.empty() ? "" : ", ") + k;
       Note(err_log, "[sweep] stdout line " + std::to_string(lines_) +
-                        ": fields that are not numbers are not metrics (" + keys + ")");
+                        ": fields that are not numbers, or have no name of at most " +
+                        std::to_string(kMaxMetricNameBytes) + " bytes, are not metrics (" + keys +
+                        ")");
       warned_ignored_ = true;
     }
     ++reports_;

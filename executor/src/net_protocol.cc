@@ -2,6 +2,8 @@
 // the message and the field in every error ("hello: slots[2].device must be an integer >= 0").
 #include "executor/net_protocol.h"
 
+#include "executor/command.h"
+
 #include <array>
 #include <cmath>
 #include <limits>
@@ -127,8 +129,9 @@ constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 Status CheckMetrics(const json& metrics, const FieldReader& r, const char* key) {
   if (!metrics.is_object()) return r.Error(key, "must be an object");
   for (const auto& [name, value] : metrics.items()) {
-    if (name.empty() || name.size() > kMaxNameChars) {
-      return r.Error(key, "has a metric name that is empty or longer than 256 bytes");
+    if (name.empty() || name.size() > kMaxMetricNameBytes) {
+      return r.Error(key, "has a metric name that is empty or longer than " +
+                              std::to_string(kMaxMetricNameBytes) + " bytes");
     }
     if (!value.is_number() && !value.is_null()) {
       return r.Error(key, "'" + name + "' must be a number");
@@ -425,7 +428,7 @@ json DoneToJson(const WorkerEvent& done) {
   json j = Message(MessageType::kDone);
   j["trial"] = done.trial;
   j["outcome"] = ToString(done.outcome);
-  j["error"] = done.error;
+  j["error"] = Abbreviate(done.error, kMaxErrorChars - 64);
   j["end_metrics"] = done.metrics.is_object() ? done.metrics : json::object();
   j["worker_lost"] = done.worker_lost;
   return j;

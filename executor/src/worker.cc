@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "executor/command.h"
 #include "executor/trial.h"
 #include "line_io.h"
 #include "trainer/trainer.h"
@@ -37,6 +38,8 @@ namespace {
 
 // Sent to the worker when the process that started it (the coordinator or agent) dies.
 constexpr int kParentDeathSignal = SIGUSR1;
+// The longest error a trial's "done" carries (a program's output quoted at length is cut).
+constexpr size_t kMaxTrialErrorBytes = 16 * 1024;
 
 // The process group of the command program the worker runs now; 0: none. Read by
 // OnParentDeath, which may run at any moment.
@@ -171,7 +174,8 @@ class Worker {
       Send(json{{"op", "done"},
                 {"trial", task->number},
                 {"outcome", ToString(outcome.kind)},
-                {"error", outcome.error},
+                // A program's output quoted at length is cut: the store keeps a message.
+                {"error", Abbreviate(outcome.error, kMaxTrialErrorBytes)},
                 {"metrics", outcome.end_metrics}});
       if (!Flush()) return 1;  // the executor is gone
       if (!fault.empty()) return 0;

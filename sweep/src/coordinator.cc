@@ -526,13 +526,16 @@ class Coordinator {
     hub_->Drain(&hub_events_);
     if (hub_events_.empty()) return Status::Ok();
     // A lost agent's trials get their kDone just before its AgentLost, in the same batch.
-    std::set<int64_t> lost;
+    std::map<int64_t, executor::AgentLost::Reason> lost;
     for (const executor::HubEvent& e : hub_events_) {
-      if (std::holds_alternative<executor::AgentLost>(e.event)) lost.insert(e.agent_id);
+      if (auto* gone = std::get_if<executor::AgentLost>(&e.event)) lost[e.agent_id] = gone->reason;
     }
     for (executor::HubEvent& e : hub_events_) {
       if (auto* ev = std::get_if<executor::WorkerEvent>(&e.event)) {
-        SWEEP_RETURN_IF_ERROR(Handle(*ev, now, stopping, lost.count(e.agent_id) > 0));
+        const auto gone = lost.find(e.agent_id);
+        SWEEP_RETURN_IF_ERROR(
+            Handle(*ev, now, stopping, gone != lost.end(),
+                   gone != lost.end() && gone->second == executor::AgentLost::Reason::kBye));
       } else if (auto* joined = std::get_if<executor::AgentJoined>(&e.event)) {
         std::vector<executor::Slot> slots = joined->slots;
         if (joined->link_group.size() == slots.size()) {
@@ -1014,7 +1017,10 @@ class Coordinator {
     t.stop_sent = true;
   }
 
-  Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool agent_lost = false) {
+  // agent_lost: the trial's agent went away; agent_bye: it said so first (it was stopped: a
+  // batch system's preemption, maintenance), which the trial cannot have caused.
+  Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool agent_lost = false,
+                bool agent_bye = false) {
     // Ctrl-C or SIGTERM has arrived, perhaps since this loop turn began.
     const bool signalled = options_.interrupt != nullptr && options_.interrupt->load();
     auto it = running_.find(ev.trial);
@@ -1125,6 +1131,12 @@ class Coordinator {
           // system's cancel) also ends the trial's program or worker. Not the trial's fault:
           // it runs again on resume, without using up a retry.
           status = TrialStatus::kInterrupted;
+        } else if (ev.worker_lost && agent_bye) {
+          // Its agent was stopped and said goodbye: it runs again (from its checkpoint when that
+          // is on storage the next server shares), counted neither as a retry nor as a loss.
+          status = TrialStatus::kInterrupted;
+          queue_.push_front({ev.trial, t.params, t.retries, t.agent_losses});
+          error += "; running it again";
         } else if (ev.worker_lost && agent_lost && t.agent_losses + 1 >= kMaxAgentLosses) {
           error = "its agent was lost " + std::to_string(kMaxAgentLosses) +
                   " times while it ran (is the trial what takes it down? out of memory?); the "

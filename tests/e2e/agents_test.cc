@@ -558,6 +558,36 @@ TEST_F(AgentsTest, TrialThatKeepsKillingItsAgentFails) {
   EXPECT_EQ(Scalar("SELECT agent_losses FROM trials WHERE number = 1"), 2);
 }
 
+// An agent stopped with SIGTERM (a batch system's preemption) says goodbye: its trial runs
+// again, and however often that happens it is no sign that the trial takes its agent down.
+TEST_F(AgentsTest, AStoppedAgentsTrialRunsAgainWithoutCountingALoss) {
+  Write("p.sh",
+        "#!/bin/sh\nn=$(cat runs 2>/dev/null || echo 0); n=$((n + 1)); echo $n > runs\n"
+        "if [ $n -ge 5 ]; then echo 'sweep-report {\"epoch\": 1, \"score\": 1}'; exit 0; fi\n"
+        "touch running\nexec sleep 60\n");
+  fs::permissions(dir_ / "p.sh", fs::perms::owner_all);
+  Write("p.toml",
+        "[sweep]\nname = \"preempted\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"./p.sh\"]\nkill_grace = \"2s\"\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("p.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  for (int i = 0; i < 4; ++i) {
+    pid_t agent = StartAgent("a" + std::to_string(i), port);
+    ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "running"); }, 30))
+        << Log("coordinator.log");
+    fs::remove(dir_ / "running");
+    ::kill(agent, SIGTERM);
+    ASSERT_EQ(WaitExit(agent, 30), 0) << Log("agent-a" + std::to_string(i) + ".log");
+  }
+  StartAgent("last", port);
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  auto rows = Query("SELECT status, retries, agent_losses FROM trials");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"completed", "0", "0"}));
+  EXPECT_EQ(Scalar("SELECT count(*) FROM events WHERE trial = 0 AND to_state = 'interrupted'"), 4);
+}
+
 // Two agents of one name (two on a host, without --name) are told apart in placements.
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
   // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.

@@ -6,7 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
-
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "executor/agent.h"
@@ -334,6 +335,39 @@ TEST_F(AgentHubTest, ShutdownLosesRunningTrialsAndSaysBye) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(agent.log.Count("the coordinator is shutting down"), 1u) << agent.log.text();
+}
+
+// An agent that stops (SIGTERM, its coordinator gone) gives a command trial its kill_grace to
+// save its state, when that is longer than the agent's own stop_grace_ms.
+TEST_F(AgentHubTest, AStoppingAgentGivesACommandTrialItsKillGrace) {
+  Listen();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("sweep-grace-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+  std::filesystem::create_directories(dir);
+  // On SIGTERM it takes 0.8 s to save, then says so.
+  std::ofstream(dir / "p.sh") << "#!/bin/sh\ntrap 'sleep 0.8; touch saved; exit 0' TERM\n"
+                                 "touch running\nwhile :; do sleep 0.05; done\n";
+  std::filesystem::permissions(dir / "p.sh", std::filesystem::perms::owner_all);
+  AgentOptions options = Agent();
+  options.stop_grace_ms = 200;
+  AgentThread agent(options);
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+  TrialTask task;
+  task.number = 4;
+  task.kind = "command";
+  task.params = json::object();
+  task.settings = {{"command", {(dir / "p.sh").string()}},
+                   {"workdir", dir.string()},
+                   {"trial_dir", (dir / "t4").string()},
+                   {"metric", "score"},
+                   {"kill_grace_s", 5.0}};
+  ASSERT_TRUE(hub_.Start(events_.JoinedId(0), task).ok());
+  ASSERT_TRUE(events_.WaitFor([&] { return std::filesystem::exists(dir / "running"); }, 10000))
+      << (events_.Done(4) ? events_.Worker(4, WorkerEvent::Type::kDone)[0].error : "not ended");
+  EXPECT_TRUE(agent.Stop().ok());
+  EXPECT_TRUE(std::filesystem::exists(dir / "saved")) << agent.log.text();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -39,6 +39,21 @@ TEST(CommandTemplateTest, RefusesUnknownPlaceholderNamingIt) {
   EXPECT_NE(s.message().find("lr, trial"), std::string::npos) << s.message();
 }
 
+// A parameter named like a builtin ({seed}): the program would get one value and the store
+// record the other. Refused when the command uses it; unused, the name is harmless.
+TEST(CommandTemplateTest, RefusesAPlaceholderThatIsBothAParameterAndABuiltin) {
+  for (const char* name : {"seed", "gpus", "trial", "trial_dir"}) {
+    Status s = CheckCommandTemplate({"p", std::string("--x={") + name + "}"}, {"lr", name});
+    ASSERT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.message().find(std::string("{") + name +
+                               "} names both a parameter and a value every trial gets"),
+              std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find("rename the parameter"), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(CheckCommandTemplate({"p", "--lr={lr}"}, {"lr", "seed"}).ok());
+}
+
 TEST(CommandTemplateTest, RefusesMalformedTemplates) {
   EXPECT_FALSE(CheckCommandTemplate({}, {}).ok());
   EXPECT_FALSE(CheckCommandTemplate({""}, {}).ok());
@@ -116,6 +131,35 @@ TEST(ReportLineTest, MalformedReportsSayWhy) {
   ASSERT_TRUE(cut.has_value());
   EXPECT_NE(cut->status().message().find("parse error at line 1, column"), std::string::npos)
       << cut->status().message();
+}
+
+// A metric name the agent protocol could not carry (empty, over 256 bytes) is no metric on any
+// machine; a bad token quoted by the parser, or a huge bad epoch, is cut in the message.
+TEST(ReportLineTest, NamesTooLongOrEmptyAreNotMetricsAndMessagesStayShort) {
+  const std::string longest(kMaxMetricNameBytes, 'm');
+  const std::string too_long(kMaxMetricNameBytes + 1, 'm');
+  auto r = ParseReportLine("sweep-report {\"epoch\": 1, \"" + longest + "\": 1, \"" + too_long +
+                           "\": 2, \"\": 3, \"acc\": 0.5}");
+  ASSERT_TRUE(r.has_value() && r->ok());
+  EXPECT_EQ((*r)->metrics, (json{{longest, 1}, {"acc", 0.5}}));
+  ASSERT_EQ((*r)->ignored.size(), 2u);
+  EXPECT_LT((*r)->ignored[0].size() + (*r)->ignored[1].size(), 200u);
+
+  const std::string huge(100'000, 'x');
+  auto bad = ParseReportLine("sweep-report {\"acc\": " + huge + "}");
+  ASSERT_TRUE(bad.has_value() && !bad->ok());
+  EXPECT_LT(bad->status().message().size(), 600u);
+  auto epoch = ParseReportLine("sweep-report {\"epoch\": \"" + huge + "\"}");
+  ASSERT_TRUE(epoch.has_value() && !epoch->ok());
+  EXPECT_LT(epoch->status().message().size(), 300u);
+  EXPECT_NE(epoch->status().message().find("bytes more)"), std::string::npos);
+}
+
+TEST(AbbreviateTest, CutsAtACharacterBoundaryAndSaysHowMuchIsLeft) {
+  EXPECT_EQ(Abbreviate("short", 10), "short");
+  EXPECT_EQ(Abbreviate("abcdefghij", 4), "abcd... (6 bytes more)");
+  // "é" is two bytes: a cut inside it backs up to before it.
+  EXPECT_EQ(Abbreviate("ab\xc3\xa9z", 3), "ab... (3 bytes more)");
 }
 
 // Python's json.dumps writes NaN and Infinity; they are read as not finite, and strings inside
@@ -233,6 +277,16 @@ TEST_F(CommandTrialTest, GivesTheProgramItsEnvironmentAndArguments) {
   run = RunIt(task);
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
   EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("gpus=2,5\n"), std::string::npos);
+
+  // Started with some devices only (a batch system's allocation): the trial's ordinals are
+  // positions in that list, and its program sees the devices they stand for.
+  ::setenv("CUDA_VISIBLE_DEVICES", "4, 6,GPU-abc,7", 1);
+  task.gpus = {1, 2};
+  run = RunIt(task);
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("gpus=6,GPU-abc\n"), std::string::npos)
+      << Read(dir_ + "/trial-3/stderr.log");
 }
 
 TEST_F(CommandTrialTest, NonZeroExitFailsWithCodeAndLastLines) {

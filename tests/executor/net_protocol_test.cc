@@ -302,6 +302,13 @@ TEST(MessageTest, DoneRoundTripsAndChecksTheOutcome) {
     EXPECT_EQ(back->outcome, kind) << ToString(kind);
     EXPECT_EQ(back->error, done.error);
   }
+  // An error quoting a program's output at length is cut, not a frame the coordinator refuses.
+  done.error = std::string(100'000, 'e');
+  json long_error = DoneToJson(done);
+  auto cut = DoneFromJson(long_error);
+  ASSERT_TRUE(cut.ok()) << cut.status().message();
+  EXPECT_LT(cut->error.size(), 65'536u);
+  EXPECT_NE(cut->error.find("bytes more)"), std::string::npos);
 }
 
 TEST(MessageTest, SeqMustBePositive) {

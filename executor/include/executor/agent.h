@@ -41,7 +41,8 @@ struct AgentOptions {
   // max_batch_reports wait, and always before the trial's done.
   int flush_ms = 2;
   int max_batch_reports = 2048;
-  // When the connection drops, running trials get this long to stop before being killed.
+  // When the connection drops, running trials get this long to stop before being killed (a
+  // command trial its kill_grace, when that is longer).
   int stop_grace_ms = 10'000;
   // Give up a handshake that has not finished in this long.
   int handshake_timeout_ms = 10'000;

@@ -40,13 +40,20 @@ struct CommandReport {
   std::optional<double> epoch;         // "epoch" when given
   nlohmann::json metrics;              // every other field with a finite number
   std::vector<std::string> nonfinite;  // NaN or infinite (Python's json writes NaN, Infinity)
-  std::vector<std::string> ignored;    // fields that were not numbers
+  std::vector<std::string> ignored;    // fields that were not metrics (not numbers; no name)
 };
 inline constexpr std::string_view kReportPrefix = "sweep-report ";
+// The longest metric name: a longer one (or an empty one) is not a metric, wherever the trial
+// runs (the agent protocol refuses it).
+inline constexpr size_t kMaxMetricNameBytes = 256;
 // The longest report line read (thousands of metrics fit): one that could not cross from an
 // agent to the coordinator in one frame is refused alike wherever the trial runs.
 inline constexpr size_t kMaxReportBytes = 256 * 1024;
 // nullopt: the line is not a report (no prefix). An error: it is one, but malformed.
 std::optional<Result<CommandReport>> ParseReportLine(std::string_view line);
+
+// `text` cut to at most about `max_bytes` (at a UTF-8 character boundary), saying how much was
+// left out: for quoting a program's output, or its value, in a message.
+std::string Abbreviate(std::string_view text, size_t max_bytes);
 
 }  // namespace sweep::executor
