@@ -652,6 +652,12 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     std::cerr << "sweep: trial failed: " << out.error << "\n";
     return kExitRuntime;
   }
+  if (out.kind == sweep::executor::TrialOutcome::Kind::kInterrupted) {
+    // The machine stopped it (its checkpoint could not be written); run again, it goes on
+    // from its last checkpoint.
+    std::cerr << "sweep: interrupted at epoch " << consumed << ": " << out.error << "\n";
+    return kExitRuntime;
+  }
   if (out.kind == sweep::executor::TrialOutcome::Kind::kStopped) {
     // Not a finished run: a script's `sweep train ... && next` must not go on.
     std::cerr << "sweep: interrupted at epoch " << consumed << ", before the trial's end\n";

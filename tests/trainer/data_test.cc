@@ -8,11 +8,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <numeric>
 #include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "batcher.h"
 #include "data.h"
@@ -398,6 +402,28 @@ TEST(CacheFile, SecondProcessMapsWithoutDecoding) {
   ASSERT_GE(pid, 0);
   if (pid == 0) LoadInChild(spec, cache, 0);
   EXPECT_EQ(Wait(pid), 0) << "after the repair";
+
+  // A label damaged in place (the header and size intact) is found too: an out-of-range label
+  // would index outside the model's outputs.
+  ClearDatasetCache();
+  {
+    const std::string file = cache + "/" + CacheFiles(cache)[0];
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    char prefix[16];
+    f.read(prefix, sizeof prefix);
+    uint32_t header_bytes = 0;
+    std::memcpy(&header_bytes, prefix + 8, 4);
+    std::string header(header_bytes, '\0');
+    f.read(header.data(), header_bytes);
+    const auto labels_at = nlohmann::json::parse(header).at("labels_offset").get<int64_t>();
+    const int32_t far = 100'000'000;
+    f.seekp(labels_at);
+    f.write(reinterpret_cast<const char*>(&far), sizeof far);
+  }
+  auto relabelled = LoadCached(spec, false, cache);
+  ASSERT_TRUE(relabelled.ok()) << relabelled.status().message();
+  EXPECT_EQ(DatasetDecodeCount(), decodes + 3);
+  EXPECT_EQ(ToVector((*relabelled)->labels), ToVector((*decoded)->labels));
 }
 
 TEST(CacheFile, ConcurrentFirstUseIsSafe) {

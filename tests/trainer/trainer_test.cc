@@ -249,6 +249,22 @@ TEST(Train, DatasetErrorsNameTheFile) {
   r = Train(o, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "lr: must be a positive number, got -1");
+
+  // A validation set asked for, too small to hold one sample of this set (480 samples).
+  o = BlobOptions(dir);
+  o.validation_fraction = 0.001;
+  r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "validation_fraction = 0.001 of 480 training samples is less than one sample; give "
+            "at least 1/480 of them, or a larger training set");
+
+  // A checkpoint_path naming a folder is named as such, not left to the stream's words.
+  o = BlobOptions(dir);
+  o.checkpoint_path = dir.path();
+  r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), dir.path() + ": checkpoint_path names a directory, not a file");
 }
 
 // ---- data parallelism and accumulation ----

@@ -139,6 +139,11 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
 }
 
 Result<Checkpoint> ReadCheckpoint(const std::string& path) {
+  // A folder opens as a stream and fails on the first read, with the library's words only.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Status::InvalidArgument(path + ": checkpoint_path names a directory, not a file");
+  }
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {

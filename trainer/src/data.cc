@@ -238,14 +238,14 @@ DatasetPtr MakeDataset(Dataset meta, std::vector<uint8_t> u8, std::vector<float>
 }
 
 Status CheckLabelsAreDense(const Dataset& data) {
-  // A small set may miss classes by chance: judge only one with several samples per class.
-  if (data.num_classes <= 2 || data.n < 4 * static_cast<int64_t>(data.num_classes)) {
-    return Status::Ok();
-  }
+  if (data.num_classes <= 2) return Status::Ok();
   std::vector<bool> seen(static_cast<size_t>(data.num_classes), false);
   for (int32_t l : data.labels) seen[static_cast<size_t>(l)] = true;
   const int64_t empty = std::count(seen.begin(), seen.end(), false);
-  if (empty * 2 > data.num_classes) {
+  // A set with several samples per class misses few by chance: more than half empty is wrong
+  // numbering. A small one may miss many, but not three quarters (a stray 255 among 0..2).
+  const bool small = data.n < 4 * static_cast<int64_t>(data.num_classes);
+  if (small ? empty * 4 >= 3 * data.num_classes : empty * 2 > data.num_classes) {
     return Status::Corruption(
         data.source + ": labels go up to " + std::to_string(data.num_classes - 1) + ", but " +
         std::to_string(empty) + " of the classes 0 to " + std::to_string(data.num_classes - 1) +
@@ -455,8 +455,9 @@ Result<DatasetPtr> MapCacheFile(const std::string& path, const std::string& key)
   }
   const uint64_t n = static_cast<uint64_t>(meta.n), dim = static_cast<uint64_t>(meta.dim);
   const uint64_t feature_bytes = n * dim * (f32 ? sizeof(float) : 1);
-  if (meta.n <= 0 || meta.dim <= 0 || file_bytes != static_cast<uint64_t>(st.st_size) ||
-      labels_at % 64 != 0 || features_at % 64 != 0 || labels_at + n * 4 > features_at ||
+  if (meta.n <= 0 || meta.dim <= 0 || meta.num_classes < 1 ||
+      file_bytes != static_cast<uint64_t>(st.st_size) || labels_at % 64 != 0 ||
+      features_at % 64 != 0 || labels_at + n * 4 > features_at ||
       features_at + feature_bytes != file_bytes) {
     return bad;
   }
@@ -469,6 +470,13 @@ Result<DatasetPtr> MapCacheFile(const std::string& path, const std::string& key)
   const char* base = static_cast<const char*>(addr);
   auto ds = std::make_shared<Dataset>(std::move(meta));
   ds->labels = {reinterpret_cast<const int32_t*>(base + labels_at), n};
+  // Labels index the model's outputs: one out of range (a damaged file) would read and write
+  // outside them. The caller decodes the data again and replaces the file.
+  const int32_t classes = ds->num_classes;
+  if (!std::all_of(ds->labels.begin(), ds->labels.end(),
+                   [classes](int32_t l) { return l >= 0 && l < classes; })) {
+    return bad;
+  }
   if (f32) {
     ds->f32 = {reinterpret_cast<const float*>(base + features_at), n * dim};
   } else {

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,15 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   }
 
   Split split = MakeSplit(train->n, o.validation_fraction);
+  // Asked for a validation set and given none (0.01 of 60 samples rounds to 0): every val_
+  // metric would be missing, and a sweep ranking by one would rank nothing.
+  if (o.validation_fraction > 0 && split.val.empty()) {
+    std::ostringstream msg;
+    msg << "validation_fraction = " << o.validation_fraction << " of " << train->n
+        << " training samples is less than one sample; give at least 1/" << train->n
+        << " of them, or a larger training set";
+    return Status::InvalidArgument(msg.str());
+  }
   std::vector<int32_t>& rows = split.train;
   // The split's order is a fixed permutation, so this subset is the same for every trial.
   if (o.max_train_samples > 0 && o.max_train_samples < static_cast<int64_t>(rows.size())) {
