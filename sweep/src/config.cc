@@ -437,6 +437,23 @@ Status CheckTrainerParameter(const Checker& c, const ParamEntry& e) {
   return Status::Ok();
 }
 
+// `dataset` with its relative paths made relative to `base`, the config's folder: a config
+// means the same files wherever sweep runs (and when a sweep is resumed from another folder).
+json DatasetRelativeTo(json value, const std::filesystem::path& base) {
+  auto resolve = [&](json& path) {
+    if (!path.is_string()) return;
+    const std::filesystem::path p = path.get<std::string>();
+    if (!p.empty() && p.is_relative()) path = (base / p).lexically_normal().string();
+  };
+  if (value.is_string()) resolve(value);
+  if (value.is_object()) {
+    for (const char* k : {"train_images", "train_labels", "test_images", "test_labels"}) {
+      if (value.contains(k)) resolve(value[k]);
+    }
+  }
+  return value;
+}
+
 // Every dataset file the options name must exist and be readable before the sweep starts.
 Status CheckDatasetFiles(const Checker& c, const toml::node& where, const std::string& key,
                          const trainer::DatasetSpec& ds) {
@@ -1005,6 +1022,16 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     trainer::TrainOptions merged;
     const toml::node* dataset_node = nullptr;
     std::string dataset_key;
+    const std::filesystem::path base = std::filesystem::absolute(cfg.path).parent_path();
+    // A dataset's paths, checked for their form only (kView): a stand-in for the options.
+    auto apply_dataset = [&](const json& value) -> Status {
+      if (use != ConfigUse::kView) return trainer::ApplyOption(&merged, "dataset", value);
+      if (!value.is_string() && !value.is_object()) {
+        return trainer::ApplyOption(&merged, "dataset", value);  // its type error
+      }
+      merged.dataset.train_images = merged.dataset.train_labels = "-";
+      return Status::Ok();
+    };
     if (trainer_table != nullptr) {
       SWEEP_RETURN_IF_ERROR(c.KnownKeys(*trainer_table, "[trainer]", trainer::OptionKeys()));
       for (auto&& [k, v] : *trainer_table) {
@@ -1015,8 +1042,12 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                          "each trial gets a checkpoint file of its own; set [trial] "
                          "checkpoint_dir to choose where they go");
         }
-        SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, v, "trainer." + key, key, value));
-        Status s = trainer::ApplyOption(&merged, key, value);
+        const bool dataset = key == "dataset";
+        if (dataset) value = DatasetRelativeTo(std::move(value), base);
+        if (!dataset || use != ConfigUse::kView) {  // the dataset's check reads its files
+          SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, v, "trainer." + key, key, value));
+        }
+        Status s = dataset ? apply_dataset(value) : trainer::ApplyOption(&merged, key, value);
         if (!s.ok()) return c.Error(v, "trainer." + key, s.message());
         cfg.trainer[key] = value;
         if (key == "dataset") {
@@ -1025,10 +1056,20 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
         }
       }
     }
-    for (const ParamEntry& e : params) {
-      SWEEP_RETURN_IF_ERROR(CheckTrainerParameter(c, e));
+    for (ParamEntry& e : params) {
+      if (e.parameter.name == "dataset" &&
+          e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
+        json& value = e.parameter.distribution.values[0];
+        value = DatasetRelativeTo(std::move(value), base);
+      }
+      if (e.parameter.name != "dataset" || use != ConfigUse::kView) {
+        SWEEP_RETURN_IF_ERROR(CheckTrainerParameter(c, e));
+      }
       if (e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
-        (void)trainer::ApplyOption(&merged, e.parameter.name, e.parameter.distribution.values[0]);
+        const json& value = e.parameter.distribution.values[0];
+        (void)(e.parameter.name == "dataset"
+                   ? apply_dataset(value)
+                   : trainer::ApplyOption(&merged, e.parameter.name, value));
         if (e.parameter.name == "dataset") {
           dataset_node = e.node;
           dataset_key = "parameters.dataset";
@@ -1045,7 +1086,9 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       return trainer_table != nullptr ? c.Error(*trainer_table, "trainer.dataset", msg)
                                       : c.FileError(msg);
     }
-    SWEEP_RETURN_IF_ERROR(CheckDatasetFiles(c, *dataset_node, dataset_key, merged.dataset));
+    if (use != ConfigUse::kView) {
+      SWEEP_RETURN_IF_ERROR(CheckDatasetFiles(c, *dataset_node, dataset_key, merged.dataset));
+    }
     // Rules across options (nesterov needs momentum, ...) on what every trial shares: [trainer]
     // and the constant parameters. Varied values are checked per trial when it runs.
     if (Status v = trainer::Validate(merged); !v.ok()) {
@@ -1068,7 +1111,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       return c.Error(*metric_node, "sweep.metric", msg);
     }
     // (`sweep train` runs one trial and ranks nothing: it may train on every sample.)
-    const bool needs_val = use == ConfigUse::kSweep && metric->rfind("val_", 0) == 0;
+    const bool needs_val = use != ConfigUse::kOneTrial && metric->rfind("val_", 0) == 0;
     if (needs_val && merged.validation_fraction <= 0) {
       if (metric_node != nullptr) {
         return c.Error(*metric_node, "sweep.metric",

@@ -42,9 +42,10 @@ using nlohmann::json;
 // resource its reports count in, the rungs. A config this binary no longer accepts still gives
 // a report, with the parameters' scales guessed from their values.
 void ApplyConfig(report::SweepData& data) {
-  auto cfg =
-      ParseConfig(data.sweep.config_text, data.sweep.config_path.empty() ? data.sweep.name + ".toml"
-                                                                         : data.sweep.config_path);
+  auto cfg = ParseConfig(
+      data.sweep.config_text,
+      data.sweep.config_path.empty() ? data.sweep.name + ".toml" : data.sweep.config_path,
+      ConfigUse::kView);
   if (!cfg.ok()) {
     std::cerr << "sweep: the stored config of '" << data.sweep.name << "' does not parse here ("
               << cfg.status().message() << "); parameter scales are guessed from the trials\n";
@@ -87,7 +88,7 @@ void ApplyConfig(report::SweepData& data) {
 
 // Whether the sweep's trials report progress in epochs (trainer) or steps (function, command).
 bool ResourceIsEpoch(const store::SweepRecord& sweep) {
-  auto cfg = ParseConfig(sweep.config_text, sweep.config_path);
+  auto cfg = ParseConfig(sweep.config_text, sweep.config_path, ConfigUse::kView);
   return !cfg.ok() || cfg->kind != TrialKind::kFunction;
 }
 

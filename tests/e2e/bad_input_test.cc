@@ -481,12 +481,13 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
       {"missing train_images",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
        "train_images = \"no-such-images\", train_labels = \"train-labels\" }\n",
-       {"bad.toml:5:11: trainer.dataset.train_images: no such file 'no-such-images'"}},
+       // Relative to the config's folder, and named so.
+       {"bad.toml:5:11: trainer.dataset.train_images: no such file '/", "/no-such-images'"}},
       {"missing test_labels",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
        "train_images = \"train-images\", train_labels = \"train-labels\", test_images = "
        "\"train-images\", test_labels = \"no-such-labels\" }\n",
-       {"bad.toml:5:11: trainer.dataset.test_labels: no such file 'no-such-labels'"}},
+       {"bad.toml:5:11: trainer.dataset.test_labels: no such file '/", "/no-such-labels'"}},
       {"missing Fashion-MNIST file",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
        "train_images = \"/nonexistent/fashion-mnist/train-images-idx3-ubyte.gz\", train_labels = "

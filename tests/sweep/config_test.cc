@@ -127,6 +127,33 @@ TEST_F(ConfigTest, OneTrialMayTrainWithoutAValidationSplit) {
   EXPECT_TRUE(one.ok()) << one.status().message();
 }
 
+// A relative dataset path is relative to the config's folder, not to where sweep runs: the
+// config means the same files from anywhere (and when its sweep is resumed from elsewhere).
+TEST_F(ConfigTest, RelativeDatasetPathsAreRelativeToTheConfigsFolder) {
+  const std::string text =
+      "[sweep]\nname = \"r\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
+      "train_images = \"train-images\", train_labels = \"./train-labels\", test_images = \"" +
+      (dir_ / "test-images").string() + "\", test_labels = \"../" + dir_.filename().string() +
+      "/test-labels\" }\n";
+  auto cfg = ParseConfig(text, (dir_ / "c.toml").string());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  const auto& ds = cfg->trainer["dataset"];
+  for (const char* k : {"train_images", "train_labels", "test_images", "test_labels"}) {
+    const std::string expected = (dir_ / (std::string(k) == "train_images"   ? "train-images"
+                                          : std::string(k) == "train_labels" ? "train-labels"
+                                          : std::string(k) == "test_images"  ? "test-images"
+                                                                             : "test-labels"))
+                                     .string();
+    EXPECT_EQ(ds[k], expected) << k;
+  }
+  // The same config read from elsewhere names files that are not there.
+  EXPECT_FALSE(ParseConfig(text, "/c.toml").ok());
+  // ...which a view of stored results does not need: it reads the search space only.
+  auto view = ParseConfig(text, "/c.toml", ConfigUse::kView);
+  ASSERT_TRUE(view.ok()) << view.status().message();
+  EXPECT_EQ(view->name, "r");
+}
+
 TEST_F(ConfigTest, KeepCheckpointsTakesACountOrAll) {
   auto cfg = ParseConfig(TrainerConfig("lr = 0.1") + "[trial]\nkeep_checkpoints = 2\n", "k.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();

@@ -89,8 +89,9 @@ struct SweepConfig {
 inline constexpr int64_t kUnboundedTrials = int64_t{1} << 40;
 
 // What a config is read for: a sweep needs to know when its search ends; one trial
-// (`sweep train`) does not.
-enum class ConfigUse { kSweep, kOneTrial };
+// (`sweep train`) does not; a stored config read to show a sweep's results (kView) is checked
+// as a sweep's, but not against this machine's files (its dataset may be elsewhere, or gone).
+enum class ConfigUse { kSweep, kOneTrial, kView };
 
 // Reads and validates `path`. InvalidArgument (with file:line:column) for every user error;
 // NotFound/IoError when the file cannot be read.
