@@ -1069,7 +1069,7 @@ Status Store::FinishTrial(int64_t sweep_id, const TrialRecord& trial) {
   return Status::Ok();
 }
 
-Status Store::AddReport(int64_t sweep_id, const ReportRecord& report) {
+Status Store::AddReport(int64_t sweep_id, const ReportRecord& report, bool* stored) {
   SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
   SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kAddReport));
   ResetOnExit reset(stmt);
@@ -1083,7 +1083,10 @@ Status Store::AddReport(int64_t sweep_id, const ReportRecord& report) {
       .Real(report.time_s);
   if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a report");
   int rc = sqlite3_step(stmt);
-  if (rc == SQLITE_DONE) return Status::Ok();
+  if (rc == SQLITE_DONE) {
+    if (stored != nullptr) *stored = sqlite3_changes(impl_->db) > 0;
+    return Status::Ok();
+  }
   if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) return impl_->NoSuchTrial(sweep_id, report.trial);
   return impl_->Error(rc, "adding a report for trial " + std::to_string(report.trial));
 }

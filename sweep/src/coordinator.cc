@@ -1019,6 +1019,16 @@ class Coordinator {
 
   // agent_lost: the trial's agent went away; agent_bye: it said so first (it was stopped: a
   // batch system's preemption, maintenance), which the trial cannot have caused.
+  // Tells the worker of `number`, waiting at a decision point, to go on.
+  void ContinueTrial(int64_t number, const RunningTrial& t) {
+    const ServerInfo* server = Server(t.where.server);
+    if (server != nullptr && server->agent) {
+      (void)hub_->Continue(*server->agent, number);
+    } else {
+      (void)executor_->Continue(number);
+    }
+  }
+
   Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool agent_lost = false,
                 bool agent_bye = false) {
     // Ctrl-C or SIGTERM has arrived, perhaps since this loop turn began.
@@ -1027,10 +1037,13 @@ class Coordinator {
     if (it == running_.end()) return Status::Ok();  // a late message for a finished trial
     RunningTrial& t = it->second;
     if (ev.type == executor::WorkerEvent::Type::kReport) {
-      // Early stopping has decided on this trial (pruned, or at max_resource): what it reports
-      // while it stops (a program that ignores SIGTERM for its grace period, say) is not its
-      // result, is not stored, and reaches no scheduler, as resume would replay the store.
-      if (!t.prune_reason.empty() || t.at_max_resource) return Status::Ok();
+      // Early stopping has decided on this trial (pruned, or at max_resource), or it met
+      // stop_when: what it reports while it stops (a program that ignores SIGTERM for its grace
+      // period, a function's next step) is not its result, is not stored, and reaches no
+      // scheduler, as resume would replay the store.
+      if (!t.prune_reason.empty() || t.at_max_resource || target_trial_ == ev.trial) {
+        return Status::Ok();
+      }
       // A command (its length unknown) is stopped once it reports past max_resource; its
       // result is its last report within it (as a pruned trial's is its report at the rung),
       // unless it has no other.
@@ -1039,17 +1052,25 @@ class Coordinator {
         StopAtMaxResource(ev.trial, t);
         return Status::Ok();
       }
-      for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
-      t.epochs = std::max(t.epochs, ev.epoch);
       store::ReportRecord r;
       r.trial = ev.trial;
       r.step = ev.step;
       r.epoch = ev.epoch;
       r.metrics_json = ev.metrics.dump(-1, ' ', false, json::error_handler_t::replace);
       r.time_s = now;
-      SWEEP_RETURN_IF_ERROR(store_.AddReport(sweep_id_, r));
-      progressed_.insert(ev.trial);
+      bool stored = false;
+      SWEEP_RETURN_IF_ERROR(store_.AddReport(sweep_id_, r, &stored));
       const bool decision_point = decisions_.IsDecisionPoint(ev.step, ev.epoch, &t.next_point);
+      if (!stored) {
+        // A step it has a report for already (a rerun going over its steps again, a program
+        // reporting one twice) keeps that first report, which early stopping decided on: this
+        // one is not its result either. A worker waiting at a decision point goes on.
+        if (decision_point && !t.stop_sent) ContinueTrial(ev.trial, t);
+        return Status::Ok();
+      }
+      for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
+      t.epochs = std::max(t.epochs, ev.epoch);
+      progressed_.insert(ev.trial);
       if (scheduler_ != nullptr) {
         if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics)) {
           search::Decision d = scheduler_->OnReport(report->trial, report->resource, report->value);
@@ -1074,15 +1095,13 @@ class Coordinator {
       // A report that pruned its trial, or one that arrives while the sweep is already
       // stopping, does not end the sweep by its target.
       if (!stopping && t.prune_reason.empty()) NoteTarget(ev.trial, ev.metrics);
-      // The worker waits at a decision point until told; a stop already sent is its answer.
-      if (decision_point && !t.stop_sent) {
-        const ServerInfo* server = Server(t.where.server);
-        if (server != nullptr && server->agent) {
-          (void)hub_->Continue(*server->agent, ev.trial);
-        } else {
-          (void)executor_->Continue(ev.trial);
-        }
+      // The worker waits at a decision point until told; a stop already sent is its answer,
+      // and so is the target met: it stops now, its result this report.
+      if (target_trial_ == ev.trial && !t.stop_sent) {
+        (void)StopTrial(ev.trial, t);
+        t.stop_sent = true;
       }
+      if (decision_point && !t.stop_sent) ContinueTrial(ev.trial, t);
       return Status::Ok();
     }
     for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;

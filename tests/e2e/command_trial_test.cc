@@ -166,6 +166,52 @@ cpu_slots = 2
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
 }
 
+// The report that meets stop_when is its trial's result, whatever the program reports while it
+// stops; and a step reported twice keeps its first report, in the stored curve and as the
+// trial's result alike.
+TEST_F(CommandTrialE2eTest, TheTargetReportAndAStepsFirstReportAreTheResult) {
+  Write("p.sh",
+        "#!/bin/sh\necho 'sweep-report {\"step\": 1, \"score\": 0.1}'\n"
+        "echo 'sweep-report {\"step\": 2, \"score\": 0.9}'\n"
+        "echo 'sweep-report {\"step\": 3, \"score\": 0.2}'\n"
+        "echo 'sweep-report {\"step\": 4, \"score\": 0.1}'\n");
+  Write("twice.sh",
+        "#!/bin/sh\necho 'sweep-report {\"step\": 1, \"score\": 0.1}'\n"
+        "echo 'sweep-report {\"step\": 1, \"score\": 0.9}'\n");
+  for (const char* f : {"p.sh", "twice.sh"}) {
+    std::filesystem::permissions(dir_ / f, std::filesystem::perms::owner_all);
+  }
+  const std::string config =
+      "[sweep]\nname = \"NAME\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\nSTOP\n"
+      "[trial]\nkind = \"command\"\ncommand = [\"./PROGRAM\"]\n";
+  auto make = [&](const std::string& name, const std::string& stop, const std::string& program) {
+    std::string c = config;
+    c.replace(c.find("NAME"), 4, name);
+    c.replace(c.find("STOP"), 4, stop);
+    c.replace(c.find("PROGRAM"), 7, program);
+    return c;
+  };
+  Write("t.toml", make("target", "stop_when = \"score >= 0.5\"", "p.sh"));
+  Output target = Sweep("run t.toml");
+  ASSERT_EQ(target.code, 0) << target.err;
+  EXPECT_EQ(Query("SELECT status, objective FROM trials WHERE sweep_id = 1"),
+            (std::vector<std::vector<std::string>>{{"completed", "0.9"}}));
+  EXPECT_EQ(Query("SELECT group_concat(step) FROM (SELECT step FROM reports WHERE sweep_id = 1 "
+                  "ORDER BY step)")[0][0],
+            "1,2")
+      << "nothing after the report that met the target";
+
+  Write("d.toml", make("twice", "", "twice.sh"));
+  Output twice = Sweep("run d.toml");
+  ASSERT_EQ(twice.code, 0) << twice.err;
+  Output shown = Sweep("trials twice --json");
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_EQ(json::parse(shown.out)[0]["metrics"]["score"], 0.1) << shown.out;
+  EXPECT_EQ(Query("SELECT json_extract(metrics, '$.score') FROM reports WHERE sweep_id = 2 AND "
+                  "step = 1")[0][0],
+            "0.1");
+}
+
 // A program that would run past max_resource is stopped once it reports past it; its result is
 // its report at max_resource (not the one past it), whether it goes on (stopped) or ended by
 // itself soon after.

@@ -144,8 +144,9 @@ class Store {
                            std::string_view placement, std::optional<double> started_s);
   // Writes status, ended, error, metrics, objective, epochs, and checkpoint when not empty.
   Status FinishTrial(int64_t sweep_id, const TrialRecord& trial);
-  // A trial's step is stored once: reporting it again (a rerun) replaces the earlier report.
-  Status AddReport(int64_t sweep_id, const ReportRecord& report);
+  // A trial's step is stored once: reporting it again (a rerun, or a program reporting it
+  // twice) keeps the first report; `stored` (when given) says whether this one was stored.
+  Status AddReport(int64_t sweep_id, const ReportRecord& report, bool* stored = nullptr);
   // A running trial's latest metrics, objective and epochs, so that readers see its progress
   // before it ends; a trial no longer running is left alone.
   Status SetTrialProgress(int64_t sweep_id, const TrialRecord& trial);
