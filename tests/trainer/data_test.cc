@@ -403,10 +403,10 @@ TEST(CacheFile, SecondProcessMapsWithoutDecoding) {
   if (pid == 0) LoadInChild(spec, cache, 0);
   EXPECT_EQ(Wait(pid), 0) << "after the repair";
 
-  // A label damaged in place (the header and size intact) is found too: an out-of-range label
-  // would index outside the model's outputs.
-  ClearDatasetCache();
-  {
+  // Data damaged in place (the header and size intact) is found too, by the data's checksum:
+  // a label out of range would index outside the model's outputs, a pixel would train wrong.
+  auto damage = [&](const char* offset_key, const void* bytes, size_t size) {
+    ClearDatasetCache();
     const std::string file = cache + "/" + CacheFiles(cache)[0];
     std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
     char prefix[16];
@@ -415,15 +415,21 @@ TEST(CacheFile, SecondProcessMapsWithoutDecoding) {
     std::memcpy(&header_bytes, prefix + 8, 4);
     std::string header(header_bytes, '\0');
     f.read(header.data(), header_bytes);
-    const auto labels_at = nlohmann::json::parse(header).at("labels_offset").get<int64_t>();
-    const int32_t far = 100'000'000;
-    f.seekp(labels_at);
-    f.write(reinterpret_cast<const char*>(&far), sizeof far);
-  }
+    f.seekp(nlohmann::json::parse(header).at(offset_key).get<int64_t>());
+    f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+  };
+  const int32_t far = 100'000'000;
+  damage("labels_offset", &far, sizeof far);
   auto relabelled = LoadCached(spec, false, cache);
   ASSERT_TRUE(relabelled.ok()) << relabelled.status().message();
   EXPECT_EQ(DatasetDecodeCount(), decodes + 3);
   EXPECT_EQ(ToVector((*relabelled)->labels), ToVector((*decoded)->labels));
+  const uint8_t pixel = static_cast<uint8_t>(kPixels[0] + 1);
+  damage("features_offset", &pixel, 1);
+  auto repixelled = LoadCached(spec, false, cache);
+  ASSERT_TRUE(repixelled.ok()) << repixelled.status().message();
+  EXPECT_EQ(DatasetDecodeCount(), decodes + 4);
+  EXPECT_EQ(ToVector((*repixelled)->u8), kPixels);
 }
 
 TEST(CacheFile, ConcurrentFirstUseIsSafe) {

@@ -404,6 +404,24 @@ struct Mapping {
 std::atomic<int64_t> g_decodes{0};
 std::atomic<int64_t> g_maps{0};
 
+// The CRC-32 of a cache file's labels, then its features (zlib's, at several GB/s).
+uint32_t PayloadCrc(std::span<const int32_t> labels, const void* features, uint64_t bytes) {
+  uLong crc = crc32(0, nullptr, 0);
+  // zlib takes at most 4 GiB a call.
+  auto add = [&crc](const void* data, uint64_t size) {
+    const Bytef* p = static_cast<const Bytef*>(data);
+    while (size > 0) {
+      const uInt chunk = static_cast<uInt>(std::min<uint64_t>(size, uint64_t{1} << 30));
+      crc = crc32(crc, p, chunk);
+      p += chunk;
+      size -= chunk;
+    }
+  };
+  add(labels.data(), labels.size_bytes());
+  add(features, bytes);
+  return static_cast<uint32_t>(crc);
+}
+
 // Maps the cache file at `path` if it holds `key`. NotFound when there is none; Corruption for
 // a damaged or foreign one (a 64-bit name clash, an older format). Both mean: decode instead.
 Result<DatasetPtr> MapCacheFile(const std::string& path, const std::string& key) {
@@ -437,6 +455,7 @@ Result<DatasetPtr> MapCacheFile(const std::string& path, const std::string& key)
   }
   Dataset meta;
   uint64_t labels_at = 0, features_at = 0, file_bytes = 0;
+  uint32_t payload_crc = 0;
   bool f32 = false;
   try {
     const nlohmann::json h = nlohmann::json::parse(text);
@@ -450,6 +469,7 @@ Result<DatasetPtr> MapCacheFile(const std::string& path, const std::string& key)
     labels_at = h.at("labels_offset").get<uint64_t>();
     features_at = h.at("features_offset").get<uint64_t>();
     file_bytes = h.at("file_bytes").get<uint64_t>();
+    payload_crc = h.at("payload_crc32").get<uint32_t>();  // absent in older files: decoded again
   } catch (const std::exception&) {
     return bad;
   }
@@ -470,10 +490,12 @@ Result<DatasetPtr> MapCacheFile(const std::string& path, const std::string& key)
   const char* base = static_cast<const char*>(addr);
   auto ds = std::make_shared<Dataset>(std::move(meta));
   ds->labels = {reinterpret_cast<const int32_t*>(base + labels_at), n};
-  // Labels index the model's outputs: one out of range (a damaged file) would read and write
-  // outside them. The caller decodes the data again and replaces the file.
+  // A file damaged in place (its header intact) is found by its checksum; and labels, which
+  // index the model's outputs, are checked besides. The caller decodes the data again and
+  // replaces the file.
   const int32_t classes = ds->num_classes;
-  if (!std::all_of(ds->labels.begin(), ds->labels.end(),
+  if (PayloadCrc(ds->labels, base + features_at, feature_bytes) != payload_crc ||
+      !std::all_of(ds->labels.begin(), ds->labels.end(),
                    [classes](int32_t l) { return l >= 0 && l < classes; })) {
     return bad;
   }
@@ -502,6 +524,11 @@ Status WriteCacheFile(const std::string& path, const std::string& key, const Dat
                       {"dtype", f32 ? "f32" : "u8"}};
   // The header's length depends on the offsets it holds: size it with generous placeholders.
   h["labels_offset"] = h["features_offset"] = h["file_bytes"] = uint64_t{1} << 60;
+  // The data's own checksum: a file damaged in place is decoded again, never trained on.
+  h["payload_crc32"] = PayloadCrc(
+      d.labels,
+      f32 ? static_cast<const void*>(d.f32.data()) : static_cast<const void*>(d.u8.data()),
+      feature_bytes);
   const uint64_t labels_at = AlignUp64(kCachePrefix + h.dump().size());
   const uint64_t features_at = AlignUp64(labels_at + n * sizeof(int32_t));
   h["labels_offset"] = labels_at;
