@@ -344,6 +344,13 @@ class Coordinator {
       }
       decisions_.decide_by_epoch = config_.kind != TrialKind::kFunction;
     }
+    // Every report is a decision point of a trainer trial, whose worker writes the epoch's
+    // checkpoint only once told to go on: by then the report is committed (Handle), so a
+    // checkpoint is never ahead of the store, and a rerun from it has reported all it skips.
+    // And with stop_when, a trial stops at the report that met the target, not one later.
+    if (config_.kind == TrialKind::kTrainer || config_.stop_when) {
+      decisions_.decide_every_report = true;
+    }
     if (config_.kind == TrialKind::kTrainer) {
       // Each trainer trial checkpoints into a file of its own, so an interrupted trial goes on
       // from its last epoch instead of from the start.
@@ -1071,6 +1078,10 @@ class Coordinator {
       for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
       t.epochs = std::max(t.epochs, ev.epoch);
       progressed_.insert(ev.trial);
+      // Its worker checkpoints this epoch once it hears back (go on, or stop): commit first.
+      if (decision_point && config_.kind == TrialKind::kTrainer) {
+        SWEEP_RETURN_IF_ERROR(CommitNow(now));
+      }
       if (scheduler_ != nullptr) {
         if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics)) {
           search::Decision d = scheduler_->OnReport(report->trial, report->resource, report->value);
@@ -1145,6 +1156,10 @@ class Coordinator {
           // pruned, as resume would record it, rather than failed or run again.
           status = TrialStatus::kPruned;
           error = t.prune_reason;
+        } else if (target_trial_ == ev.trial) {
+          // It met the target; whatever ended it while it stopped does not undo that.
+          status = TrialStatus::kCompleted;
+          error = TargetNote();
         } else if ((ev.worker_lost && stopping) || signalled) {
           // The sweep is being stopped: a signal to every process (systemd's stop, a batch
           // system's cancel) also ends the trial's program or worker. Not the trial's fault:

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -638,6 +640,51 @@ TEST_F(ResumeTest, ALockHeldByAnotherProcessIsWaitedFor) {
       << sweep_e2e::Slurp(dir_ / "locked.log");
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "12");
   EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "60");
+}
+
+// A trainer trial's checkpoint is never ahead of the store: the coordinator killed the moment an
+// epoch's checkpoint appears has committed that epoch's report. (Were it not, the rerun would
+// go on from the checkpoint, and the epoch's report would be lost for good.) The resumed sweep
+// ends with every epoch reported once.
+TEST_F(ResumeTest, ACheckpointIsNeverAheadOfTheStoredReports) {
+  WriteTinyDataset(800, 200);
+  Write("k.toml",
+        "[sweep]\nname = \"ahead\"\nseed = 5\nmax_trials = 1\n[parameters]\n"
+        "lr = 0.05\nepochs = 40\nbatch_size = 32\n[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  const fs::path ckpt = dir_ / "sweeps.db-checkpoints" / "ahead" / "trial-0.ckpt";
+  // The epoch a checkpoint file holds (its JSON header follows 8 bytes of magic and a length).
+  auto checkpoint_epoch = [&]() -> int {
+    std::ifstream in(ckpt, std::ios::binary);
+    char prefix[12];
+    if (!in.read(prefix, sizeof prefix)) return 0;
+    uint32_t bytes = 0;
+    std::memcpy(&bytes, prefix + 8, 4);
+    std::string header(bytes, '\0');
+    if (!in.read(header.data(), bytes)) return 0;
+    return json::parse(header, nullptr, false).value("epoch", 0);
+  };
+  std::string command = "run k.toml";
+  for (int round = 0; round < 3; ++round) {
+    const int before = checkpoint_epoch();
+    pid_t pid = Start(command, "run.log");
+    int seen = before;
+    for (int i = 0; i < 4000 && seen <= before; ++i) {
+      seen = checkpoint_epoch();
+      if (seen <= before) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    ::kill(pid, SIGKILL);
+    Wait(pid);
+    ASSERT_GT(seen, before) << sweep_e2e::Slurp(dir_ / "run.log");
+    EXPECT_EQ(Query("SELECT count(*) FROM reports WHERE epoch = " + std::to_string(seen))[0][0],
+              "1")
+        << "the checkpoint holds epoch " << seen << ", the store has no report of it";
+    command = "resume ahead";
+  }
+  Output resumed = Sweep("resume ahead");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT count(*), count(DISTINCT epoch), min(epoch), max(epoch) FROM reports"),
+            (std::vector<std::vector<std::string>>{{"40", "40", "1.0", "40.0"}}));
 }
 
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
