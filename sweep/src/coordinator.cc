@@ -1024,8 +1024,6 @@ class Coordinator {
     t.stop_sent = true;
   }
 
-  // agent_lost: the trial's agent went away; agent_bye: it said so first (it was stopped: a
-  // batch system's preemption, maintenance), which the trial cannot have caused.
   // Tells the worker of `number`, waiting at a decision point, to go on.
   void ContinueTrial(int64_t number, const RunningTrial& t) {
     const ServerInfo* server = Server(t.where.server);
@@ -1036,6 +1034,8 @@ class Coordinator {
     }
   }
 
+  // agent_lost: the trial's agent went away; agent_bye: it said so first (it was stopped: a
+  // batch system's preemption, maintenance), which the trial cannot have caused.
   Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool agent_lost = false,
                 bool agent_bye = false) {
     // Ctrl-C or SIGTERM has arrived, perhaps since this loop turn began.
