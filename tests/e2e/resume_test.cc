@@ -664,15 +664,25 @@ TEST_F(ResumeTest, ACheckpointIsNeverAheadOfTheStoredReports) {
     if (!in.read(header.data(), bytes)) return 0;
     return json::parse(header, nullptr, false).value("epoch", 0);
   };
-  std::string command = "run k.toml";
-  for (int round = 0; round < 3; ++round) {
-    const int before = checkpoint_epoch();
-    pid_t pid = Start(command, "run.log");
+  // Waits (up to 2 s) for a checkpoint of an epoch after `before`: the epoch it holds.
+  auto next_checkpoint = [&](int before) {
     int seen = before;
     for (int i = 0; i < 4000 && seen <= before; ++i) {
       seen = checkpoint_epoch();
       if (seen <= before) std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
+    return seen;
+  };
+  std::string command = "run k.toml";
+  for (int round = 0; round < 4; ++round) {
+    int before = checkpoint_epoch();
+    pid_t pid = Start(command, "run.log");
+    // Rounds 2 and 3: Ctrl-C first, so the trial stops after its epoch (and checkpoints it).
+    if (round >= 2) {
+      before = next_checkpoint(before);
+      ::kill(pid, SIGINT);
+    }
+    const int seen = next_checkpoint(before);
     ::kill(pid, SIGKILL);
     Wait(pid);
     ASSERT_GT(seen, before) << sweep_e2e::Slurp(dir_ / "run.log");
