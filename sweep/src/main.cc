@@ -140,9 +140,12 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
       if (std::find(names->begin(), names->end(), k) == names->end()) names->push_back(k);
     };
     // Keys are those of every trial of the sweep, not only of the ones --status lists.
-    auto every = q.status ? (*st)->Trials(sw->id, sweep::store::TrialQuery{}) : trials;
-    if (!every.ok()) return Fail(every.status());
-    for (const auto& t : *every) {
+    decltype(trials) unfiltered = std::vector<sweep::store::TrialRecord>();
+    if (q.status) {
+      unfiltered = (*st)->Trials(sw->id, sweep::store::TrialQuery{});
+      if (!unfiltered.ok()) return Fail(unfiltered.status());
+    }
+    for (const auto& t : q.status ? *unfiltered : *trials) {
       json m = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
       json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
       if (m.is_object()) {
