@@ -178,7 +178,7 @@ class CommandRun {
     values["trial"] = task_.number;
     values["trial_dir"] = trial_dir_;
     values["seed"] = task_.seed;
-    values["gpus"] = GpuList(task_.gpus);
+    values["gpus"] = VisibleDevices(task_.gpus);
     Result<std::vector<std::string>> argv = ExpandCommand(argv_template, values);
     if (!argv.ok()) return Failed("command: " + argv.status().message());
 

@@ -272,20 +272,22 @@ TEST_F(CommandTrialTest, GivesTheProgramItsEnvironmentAndArguments) {
 
   task.gpus = {2, 5};
   task.settings["command"] = {"sh", "-c",
-                              "echo \"gpus=$CUDA_VISIBLE_DEVICES\" >&2; "
-                              "echo 'sweep-report {{\"val_acc\": 1}}'"};
+                              "echo \"gpus=$CUDA_VISIBLE_DEVICES arg=$0\" >&2; "
+                              "echo 'sweep-report {{\"val_acc\": 1}}'",
+                              "{gpus}"};
   run = RunIt(task);
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
-  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("gpus=2,5\n"), std::string::npos);
+  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("gpus=2,5 arg=2,5\n"), std::string::npos);
 
   // Started with some devices only (a batch system's allocation): the trial's ordinals are
-  // positions in that list, and its program sees the devices they stand for.
+  // positions in that list, and its program sees the devices they stand for, in its environment
+  // and in `{gpus}` alike (a program that sets CUDA_VISIBLE_DEVICES from it gets its own devices).
   ::setenv("CUDA_VISIBLE_DEVICES", "4, 6,GPU-abc,7", 1);
   task.gpus = {1, 2};
   run = RunIt(task);
   ::unsetenv("CUDA_VISIBLE_DEVICES");
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
-  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("gpus=6,GPU-abc\n"), std::string::npos)
+  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("gpus=6,GPU-abc arg=6,GPU-abc\n"), std::string::npos)
       << Read(dir_ + "/trial-3/stderr.log");
 }
 
