@@ -665,6 +665,30 @@ struct Store::Impl {
     return Exec("COMMIT", "committing the schema migration");
   }
 
+  // Replaces `db` (an older file, opened to read) with an in-memory copy of it brought to
+  // kSchemaVersion.
+  Status MigrateInMemory(int version) {
+    sqlite3* copy = nullptr;
+    int rc =
+        sqlite3_open_v2(":memory:", &copy, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK) {
+      sqlite3_close(copy);
+      return Status::IoError(path + ": cannot make an in-memory copy to read an older schema");
+    }
+    // One step copies every page under a single read transaction: a snapshot.
+    sqlite3_backup* backup = sqlite3_backup_init(copy, "main", db, "main");
+    rc = backup == nullptr ? sqlite3_errcode(copy) : sqlite3_backup_step(backup, -1);
+    if (backup != nullptr) sqlite3_backup_finish(backup);
+    if (rc != SQLITE_DONE) {
+      sqlite3_close(copy);
+      return Error(rc, "copying an older schema's file to read it");
+    }
+    sqlite3_close_v2(db);
+    db = copy;
+    sqlite3_extended_result_codes(db, 1);
+    return Migrate(version);
+  }
+
   Status MigrateInTransaction() {
     // Read again under the write lock: another process may have migrated since we looked.
     SWEEP_ASSIGN_OR_RETURN(int version, UserVersion());
@@ -864,10 +888,11 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     if (empty) return Status::NotFound(path + ": no sweep recorded yet (a new database)");
     return Status::Corruption(path + ": not a sweep database (it has no sweep schema)");
   } else if (version < kSchemaVersion) {
-    return Status::InvalidArgument(
-        path + ": database schema version " + std::to_string(version) +
-        " is older than this sweep binary uses (" + std::to_string(kSchemaVersion) +
-        "); run a command that writes to it (e.g. `sweep resume`) to upgrade it");
+    // An older file is a reader's to read, not to change (its folder may not even be
+    // writable, and the binary writing it may still be running): copy it into memory, as one
+    // consistent snapshot, and migrate the copy. The next command that writes migrates the
+    // file itself.
+    SWEEP_RETURN_IF_ERROR(impl->MigrateInMemory(version));
   }
   std::string store_path = path;
   return std::unique_ptr<Store>(new Store(std::move(store_path), std::move(impl)));

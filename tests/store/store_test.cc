@@ -332,6 +332,40 @@ TEST_F(StoreTest, MigratesAVersion1File) {
   EXPECT_EQ(RawQuery(path_, "PRAGMA integrity_check"), "ok");
 }
 
+// A reader (`best`, `trials`, `status`) of an older file reads it through a migrated copy in
+// memory: the file is left as it was, for the next command that writes to migrate.
+TEST_F(StoreTest, ReadsAVersion1FileWithoutChangingIt) {
+  ASSERT_NO_FATAL_FAILURE(RawExec(path_, std::string(internal::MigrationSql(0))));
+  ASSERT_NO_FATAL_FAILURE(RawExec(
+      path_,
+      "PRAGMA user_version = 1;"
+      "INSERT INTO sweeps (name, config_text, config_hash, config_path, metric, maximize, seed, "
+      "status, created) VALUES ('old', 'x', 'h', 'old.toml', 'val_acc', 1, 7, 'completed', 1.0);"
+      "INSERT INTO trials (sweep_id, number, params, status, metrics, objective, epochs) "
+      "VALUES (1, 0, '{\"lr\":0.1}', 'completed', '{\"val_acc\":0.8}', 0.8, 2);"
+      "INSERT INTO reports (sweep_id, trial, step, epoch, metrics, time) VALUES "
+      "(1, 0, 1, 1, '{\"val_acc\":0.7}', 2.0), (1, 0, 2, 2, '{\"val_acc\":0.8}', 3.0);"));
+  const std::string before = RawQuery(path_, "SELECT group_concat(sql, ';') FROM sqlite_master");
+  auto opened = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  Store& store = **opened;
+  auto sweep = store.FindSweep("old");
+  ASSERT_TRUE(sweep.ok()) << sweep.status().message();
+  EXPECT_EQ(sweep->seed, 7);
+  auto trial = store.Trial(sweep->id, 0);
+  ASSERT_TRUE(trial.ok() && trial->has_value());
+  EXPECT_EQ((*trial)->objective, 0.8);
+  EXPECT_EQ((*trial)->retries, 0);
+  auto reports = store.Reports(sweep->id, 0);
+  ASSERT_TRUE(reports.ok());
+  EXPECT_EQ(reports->size(), 2u);
+  EXPECT_EQ(store.Commit().code(), Status::Code::kOk);  // nothing pending
+  TrialRecord t = MakeTrial(1, TrialStatus::kRunning, {});
+  EXPECT_FALSE(store.InsertTrial(sweep->id, t).ok());  // still a reader
+  EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "1");
+  EXPECT_EQ(RawQuery(path_, "SELECT group_concat(sql, ';') FROM sqlite_master"), before);
+}
+
 // A command trial's log paths are stored with it and read back.
 TEST_F(StoreTest, StoresLogPaths) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
