@@ -429,6 +429,16 @@ class CommandRun {
       if (unread_++ == 0) first_unread_ = why;
       return;
     }
+    if (!why_stopped->empty()) {
+      // The trial has failed (diverged, timed out); what it reports while it stops must not
+      // reach early stopping or the sweep's target.
+      if (!warned_late_) {
+        Note(err_log, "[sweep] stdout line " + std::to_string(lines_) +
+                          ": reports after the trial failed are not recorded");
+        warned_late_ = true;
+      }
+      return;
+    }
     CommandReport& r = **parsed;
     if (!r.ignored.empty() && !warned_ignored_) {
       std::string keys;
@@ -489,6 +499,7 @@ class CommandRun {
   int64_t unread_ = 0;        // sweep-report lines that could not be read
   std::string first_unread_;  // and why the first could not
   bool warned_ignored_ = false;
+  bool warned_late_ = false;
   bool metric_seen_ = false;        // a report had the sweep's metric
   std::set<std::string> reported_;  // the metrics its reports had (the first 20 names)
 };

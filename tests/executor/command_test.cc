@@ -287,7 +287,8 @@ TEST_F(CommandTrialTest, GivesTheProgramItsEnvironmentAndArguments) {
   run = RunIt(task);
   ::unsetenv("CUDA_VISIBLE_DEVICES");
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
-  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("gpus=6,GPU-abc arg=6,GPU-abc\n"), std::string::npos)
+  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("gpus=6,GPU-abc arg=6,GPU-abc\n"),
+            std::string::npos)
       << Read(dir_ + "/trial-3/stderr.log");
 }
 
@@ -374,6 +375,24 @@ TEST_F(CommandTrialTest, NanInTheMetricFailsTheTrial) {
   ASSERT_EQ(run.reports.size(), 2u);
   EXPECT_TRUE(std::get<2>(run.reports[0])["loss"].is_null());  // another metric: kept as null
   EXPECT_LT(run.seconds, 20);
+}
+
+// Once the trial is failed (its metric diverged, or it timed out), what the program reports
+// while it stops is not passed on: a report after the NaN, printed before the signal landed or
+// by a program that finishes its epoch on SIGTERM, would otherwise reach early stopping or meet
+// the sweep's target and turn a diverged trial into the best.
+TEST_F(CommandTrialTest, ReportsAfterTheTrialFailedAreNotPassedOn) {
+  Run run = RunIt(
+      ShellTask("trap 'echo \"sweep-report {\\\"val_acc\\\": 0.97}\"; exit 0' TERM; "
+                "echo 'sweep-report {\"val_acc\": 0.3}'; echo 'sweep-report {\"val_acc\": NaN}'; "
+                "echo 'sweep-report {\"val_acc\": 0.99}'; while :; do sleep 0.05; done"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_EQ(run.outcome.error.rfind("reported val_acc = NaN or infinity at step 2", 0), 0u)
+      << run.outcome.error;
+  EXPECT_EQ(run.reports.size(), 2u);
+  const std::string err = Read(dir_ + "/trial-3/stderr.log");
+  EXPECT_NE(err.find("reports after the trial failed are not recorded"), std::string::npos) << err;
+  EXPECT_NE(Read(dir_ + "/trial-3/stdout.log").find("0.97"), std::string::npos);
 }
 
 TEST_F(CommandTrialTest, MalformedReportLinesAreLoggedNotFatal) {
