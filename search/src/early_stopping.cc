@@ -371,6 +371,14 @@ Status Validate(const SchedulerConfig& c) {
                                        got(c.reduction_factor));
       }
       if (c.algorithm == EarlyStopping::kHyperband) {
+        if (HyperbandStoppingBrackets(c) == 0) {
+          return Status::InvalidArgument(
+              "early_stopping: hyperband with max_resource / min_resource = " +
+              Number(c.max_resource / c.min_resource) +
+              ", below reduction_factor = " + Number(c.reduction_factor) +
+              ", has a single bracket that runs every trial to max_resource and stops nothing; "
+              "lower min_resource or reduction_factor, or use asha");
+        }
         auto cycle = HyperbandCycle(c, HyperbandStoppingBrackets(c));
         if (!cycle.ok()) return cycle.status();
       }

@@ -136,6 +136,24 @@ TEST(SchedulerConfigTest, RefusesAHyperbandCycleTooLargeToHold) {
   EXPECT_TRUE(Validate(c).ok());
 }
 
+// Hyperband whose max_resource / min_resource is below reduction_factor has s_max = 0: its
+// only bracket runs every trial to max_resource, which is no early stopping at all.
+TEST(SchedulerConfigTest, RefusesAHyperbandThatWouldStopNothing) {
+  SchedulerConfig c = Hyperband();
+  c.min_resource = 1;
+  c.max_resource = 2;
+  c.reduction_factor = 3;
+  EXPECT_EQ(Refusal(c),
+            "early_stopping: hyperband with max_resource / min_resource = 2, below "
+            "reduction_factor = 3, has a single bracket that runs every trial to max_resource "
+            "and stops nothing; lower min_resource or reduction_factor, or use asha");
+  c.max_resource = 3;  // s_max = 1: two brackets, the first judges at resource 1
+  EXPECT_TRUE(Validate(c).ok());
+  c.max_resource = 2;
+  c.algorithm = EarlyStopping::kAsha;  // judges at resource 1
+  EXPECT_TRUE(Validate(c).ok());
+}
+
 TEST(NoSchedulerTest, AlwaysContinues) {
   auto s = Make(SchedulerConfig());
   ASSERT_NE(s, nullptr);
