@@ -1223,7 +1223,8 @@ class Coordinator {
       case TrialStatus::kCompleted:
         ++counts_.completed;
         if (rec.objective &&
-            (!best_ || (config_.maximize ? *rec.objective > *best_ : *rec.objective < *best_))) {
+            (!best_ || (config_.maximize ? *rec.objective > *best_ : *rec.objective < *best_) ||
+             (*rec.objective == *best_ && number < best_trial_))) {  // ties: as `best` ranks
           best_ = rec.objective;
           best_trial_ = number;
         }
