@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -566,6 +567,39 @@ TEST(Batcher, EveryConsumerSeesEveryBatch) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(bad, (std::vector<int>{0, 0, 0}));
   }
+}
+
+// A consumer that fails keeps its slot; one that runs ahead of it waits for that slot for ever,
+// unless the failing one cancels: then every Next, a blocked one too, returns nulls.
+TEST(Batcher, CancelReleasesAConsumerWaitingForAFailedOne) {
+  Dataset meta;
+  meta.n = 64;
+  meta.dim = 1;
+  meta.num_classes = 2;
+  std::vector<float> features(64, 0.5f);
+  std::vector<int32_t> labels(64, 1);
+  const DatasetPtr ds = MakeDataset(meta, {}, std::move(features), std::move(labels));
+  std::vector<int32_t> order(64);
+  std::iota(order.begin(), order.end(), 0);
+  Batcher batcher(ds, 2, /*consumers=*/2, /*depth=*/2, /*lag=*/1);
+  batcher.StartEpoch(order.data(), 32);
+  double wait = 0;
+  ASSERT_NE(batcher.Next(1, &wait).x, nullptr);  // consumer 1 takes batch 0, then fails
+  std::promise<int> taken;
+  std::thread ahead([&] {
+    double w = 0;
+    int k = 0;
+    while (batcher.Next(0, &w).x != nullptr) ++k;
+    taken.set_value(k);
+  });
+  std::future<int> done = taken.get_future();
+  // Slots: depth 2 + lag 1 + 1 = 4, so consumer 0 gets batches 0..3 and then waits.
+  EXPECT_EQ(done.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  batcher.Cancel();
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  ahead.join();
+  EXPECT_EQ(done.get(), 4);
+  EXPECT_EQ(batcher.Next(1, &wait).x, nullptr);
 }
 
 // A backend's allocator (pinned memory on a GPU) holds every slot, and gets each one back.

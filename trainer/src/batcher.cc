@@ -84,14 +84,23 @@ Batcher::Batch Batcher::Next(int consumer, double* wait_s) {
     holding_[c] = 0;
     if (MinReleased() != before) freed_cv_.notify_all();
   }
-  if (produced_ <= released_[c]) {
+  if (!cancelled_ && produced_ <= released_[c]) {
     const auto start = std::chrono::steady_clock::now();
-    produced_cv_.wait(lock, [&] { return produced_ > released_[c]; });
+    produced_cv_.wait(lock, [&] { return cancelled_ || produced_ > released_[c]; });
     *wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  if (cancelled_) return {nullptr, nullptr};
   holding_[c] = 1;
   const size_t slot = static_cast<size_t>(released_[c] % slots_);
   return {x_[slot], y_[slot]};
+}
+
+void Batcher::Cancel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+  }
+  produced_cv_.notify_all();
 }
 
 void Batcher::Produce() {

@@ -50,7 +50,12 @@ class Batcher {
   // Consumer c's next batch, valid until c's following Next or StartEpoch; blocks while it is
   // being gathered and adds the time blocked to *wait_s. Each consumer calls it at most
   // `steps` times per epoch.
+  // Returns {nullptr, nullptr} once Cancel has been called.
   Batch Next(int consumer, double* wait_s);
+  // For a consumer that fails: it will not move on, so the others, who may be waiting for a
+  // slot it holds, get no more batches (Next returns nulls, also to a consumer blocked in it)
+  // for the rest of the Batcher's life.
+  void Cancel();
 
  private:
   void Produce();
@@ -80,6 +85,7 @@ class Batcher {
   std::vector<char> holding_;      // per consumer: it holds batch released_[c]
   bool gathering_ = false;         // the producer is writing a slot outside the lock
   bool stop_ = false;
+  bool cancelled_ = false;
   std::thread thread_;  // last: starts once everything above is ready
 };
 

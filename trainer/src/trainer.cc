@@ -300,7 +300,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     int64_t diverged_step = 0;  // 1-based, 0: none
     double diverged_loss = 0;
     const Clock::time_point train_start = Clock::now();
-    group->Run([&](int rank) {
+    auto train_on_rank = [&](int rank) {
       const size_t r = static_cast<size_t>(rank);
       // Losses arrive in step order, possibly a call or more after their step was queued (a GPU
       // keeps one in flight); every rank sees the same values, so all stop at the same call.
@@ -336,6 +336,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
             mb.idx = order.data() + (s * K + m) * int64_t{B} + begin;
           } else {
             const Batcher::Batch batch = batcher->Next(rank, &wait_s[r]);
+            if (batch.x == nullptr) return;  // another rank failed: Run reports its error
             mb.x = batch.x + static_cast<int64_t>(begin) * train->dim;
             mb.y = batch.y + begin;
           }
@@ -350,6 +351,16 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       group->FinishSteps(rank, &finished);
       wait_s[r] += group->TakeDataWait(rank);
       take();
+    };
+    group->Run([&](int rank) {
+      try {
+        train_on_rank(rank);
+      } catch (...) {
+        // The other ranks may be waiting in the Batcher for a slot this one holds, which it
+        // will never give back: they stop, and the group reports this failure, not a hang.
+        if (batcher) batcher->Cancel();
+        throw;
+      }
     });
     if (diverged_step != 0)
       return Diverged(epoch, diverged_step, "loss " + LossText(diverged_loss));

@@ -134,12 +134,17 @@ class CudaReplicaGroup final : public ReplicaGroup {
     }
 #if defined(SWEEP_HAVE_NCCL)
     // One thread destroys every rank's communicator: as a group, since a destroy may wait for
-    // the other ranks' (it finalizes the communicator, an intra-node collective).
-    ncclGroupStart();
-    for (Rank& r : ranks_) {
-      if (r.nccl != nullptr) ncclCommDestroy(r.nccl);  // null once aborted
+    // the other ranks' (it finalizes the communicator, an intra-node collective). None with one
+    // GPU (or once aborted): then NCCL is not even loaded.
+    bool any = false;
+    for (const Rank& r : ranks_) any = any || r.nccl != nullptr;
+    if (any) {
+      ncclGroupStart();
+      for (Rank& r : ranks_) {
+        if (r.nccl != nullptr) ncclCommDestroy(r.nccl);
+      }
+      ncclGroupEnd();
     }
-    ncclGroupEnd();
 #endif
     ReleaseDataset();
     for (Rank& r : ranks_) {

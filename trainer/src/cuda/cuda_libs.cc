@@ -24,16 +24,15 @@ struct Library {
   std::string error;  // why it could not be opened
 };
 
-// Opens `soname` through the usual search (LD_LIBRARY_PATH, the system's), then in the toolkit's
-// library folder found at build time, then in the folders a toolkit installed elsewhere usually
-// has ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda): a machine whose loader was never told about its
+// Opens `soname` through the usual search (LD_LIBRARY_PATH, the system's), then in the library's
+// folder found at build time, then in the folders a toolkit installed elsewhere usually has
+// ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda): a machine whose loader was never told about its
 // toolkit still finds it. The error kept is the first one, from the usual search.
-Library Open(const char* soname, const char* build_dir) {
+Library Open(const char* soname, std::vector<std::string> dirs) {
   Library lib;
   lib.handle = ::dlopen(soname, RTLD_NOW | RTLD_LOCAL);
   if (lib.handle != nullptr) return lib;
   lib.error = ::dlerror();
-  std::vector<std::string> dirs = {build_dir};
   for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
     const char* root = std::getenv(var);
     if (root != nullptr && root[0] != '\0') {
@@ -56,7 +55,7 @@ Library Open(const char* soname, const char* build_dir) {
 }
 
 const Library& Cublas() {
-  static const Library lib = Open(SWEEP_CUBLAS_SONAME, SWEEP_CUDA_LIBRARY_DIR);
+  static const Library lib = Open(SWEEP_CUBLAS_SONAME, {SWEEP_CUDA_LIBRARY_DIR});
   return lib;
 }
 
@@ -133,7 +132,9 @@ const char* cublasGetStatusString(cublasStatus_t status) {
 namespace {
 
 const Library& Nccl() {
-  static const Library lib = Open("libnccl.so.2", SWEEP_CUDA_LIBRARY_DIR);
+  // Where the build found it (the toolkit's folder, or python's nvidia-nccl package), then the
+  // toolkit's.
+  static const Library lib = Open("libnccl.so.2", {SWEEP_NCCL_LIBRARY_DIR, SWEEP_CUDA_LIBRARY_DIR});
   return lib;
 }
 
