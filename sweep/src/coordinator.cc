@@ -166,6 +166,13 @@ class Coordinator {
       return Status::Busy("sweep '" + name + "' is being run by " + DescribeOwner(rec.owner) +
                           "; stop that process first (resume refuses to run a sweep twice)");
     }
+    if (rec.status == store::SweepStatus::kRunning &&
+        SweepLock::OwnerHasLockFileOpen(store_.path(), rec.owner)) {
+      return Status::Busy("sweep '" + name + "' is being run by " + DescribeOwner(rec.owner) +
+                          " (its lock file " + store_.path() +
+                          ".lock was removed while it ran); stop that process first (resume "
+                          "refuses to run a sweep twice)");
+    }
     lock_ = std::move(lock).value();
     auto cfg = ParseConfig(rec.config_text, rec.config_path);
     if (!cfg.ok()) {

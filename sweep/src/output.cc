@@ -159,7 +159,7 @@ bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep
   // it recorded one (a file from an older binary, a disk that filled up in between).
   if (sweep.status != store::SweepStatus::kRunning) return false;
   Result<bool> held = SweepLock::IsHeld(db_path, sweep.id);
-  return held.ok() && !*held;
+  return held.ok() && !*held && !SweepLock::OwnerHasLockFileOpen(db_path, sweep.owner);
 }
 
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,

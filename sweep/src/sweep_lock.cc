@@ -2,12 +2,16 @@
 // so no other descriptor of the same file in this process can release it by accident.
 #include "sweep_lock.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 #include <system_error>
 
 namespace sweep {
@@ -62,6 +66,38 @@ Result<bool> SweepLock::IsHeld(const std::string& db_path, int64_t sweep_id) {
   ::close(fd);
   if (rc != 0) return Status::IoError(path + ": cannot test the lock: " + std::strerror(err));
   return lock.l_type != F_UNLCK;
+}
+
+bool SweepLock::OwnerHasLockFileOpen(const std::string& db_path, const std::string& owner) {
+  const size_t at = owner.find('@');
+  if (at == std::string::npos || at == 0) return false;
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0 || owner.substr(at + 1) != host) return false;
+  const std::string pid_text = owner.substr(0, at);
+  char* end = nullptr;
+  const long pid = std::strtol(pid_text.c_str(), &end, 10);
+  if (end == nullptr || *end != '\0' || pid <= 0 || pid == ::getpid()) return false;
+  const std::string fds = "/proc/" + pid_text + "/fd";
+  DIR* dir = ::opendir(fds.c_str());
+  if (dir == nullptr) {
+    // Another user's process: alive, but its files cannot be looked at. Say it runs.
+    return errno == EACCES && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+  }
+  const std::string lock = LockPath(db_path);
+  bool open = false;
+  while (const dirent* e = ::readdir(dir)) {
+    char target[4096];
+    const std::string link = fds + "/" + e->d_name;
+    const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+    if (n <= 0) continue;
+    const std::string_view t(target, static_cast<size_t>(n));
+    if (t == lock || t == lock + " (deleted)") {
+      open = true;
+      break;
+    }
+  }
+  ::closedir(dir);
+  return open;
 }
 
 SweepLock::~SweepLock() { ::close(fd_); }

@@ -19,6 +19,11 @@ class SweepLock {
   // Whether some process holds the lock now, without taking it (a reader's question: is this
   // sweep's coordinator alive?). False when the lock file does not exist.
   static Result<bool> IsHeld(const std::string& db_path, int64_t sweep_id);
+  // Whether `owner` ("PID@HOST", as sweeps.owner stores it) is a live process of this host
+  // that has the store's lock file open: one whose lock file was removed (or replaced) while it
+  // ran still has it open, which IsHeld cannot see. False for another host's owner (nothing
+  // here to look at), an empty one, or this process.
+  static bool OwnerHasLockFileOpen(const std::string& db_path, const std::string& owner);
   ~SweepLock();
   SweepLock(const SweepLock&) = delete;
   SweepLock& operator=(const SweepLock&) = delete;

@@ -444,8 +444,7 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
 
     const bool ended = sw->status != store::SweepStatus::kRunning;
     if (!ended) {
-      auto held = SweepLock::IsHeld(db, sw->id);
-      ownerless = held.ok() && !*held ? ownerless + 1 : 0;
+      ownerless = CoordinatorGone(db, *sw) ? ownerless + 1 : 0;
     }
     if (terminal) {
       // Redraw in place: back to the first line drawn last time, clear to the end, draw again.

@@ -266,6 +266,34 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "8");
 }
 
+// A lock file removed while the sweep runs (a clean-up script, a user tidying the folder) does
+// not make its coordinator look dead: readers still see it run, and resume refuses to start a
+// second one beside it, naming the process.
+TEST_F(ResumeTest, ARemovedLockFileDoesNotLetASecondOwnerIn) {
+  Write("s.toml", SlowFunctionConfig("unlocked", "random", 8, 20, 100));
+  pid_t first = Start("run s.toml", "first.log");
+  for (int i = 0; i < 100; ++i) {
+    if (HasTable("sweeps") && !Query("SELECT owner FROM sweeps WHERE owner != ''").empty()) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(fs::remove(dir_ / "sweeps.db.lock"));
+  Output alive = Sweep("status unlocked --json");
+  ASSERT_EQ(alive.code, 0) << alive.err;
+  EXPECT_FALSE(json::parse(alive.out)["coordinator_gone"].get<bool>()) << alive.out;
+  EXPECT_EQ(Sweep("status unlocked").out.find("coordinator is gone"), std::string::npos);
+  Output second = Sweep("resume unlocked");
+  EXPECT_EQ(second.code, 1);
+  EXPECT_NE(second.err.find("sweep 'unlocked' is being run by pid " + std::to_string(first)),
+            std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find("was removed while it ran"), std::string::npos) << second.err;
+  EXPECT_EQ(Wait(first), 0) << sweep_e2e::Slurp(dir_ / "first.log");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "8");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "8");
+}
+
 // The lock is the database file's, not the path's: a resume through a symbolic link to the
 // store, or a path with `..`, is refused while the sweep runs, as one through its own path is.
 TEST_F(ResumeTest, SecondOwnerThroughASymlinkIsRefused) {
