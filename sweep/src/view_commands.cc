@@ -247,7 +247,11 @@ int CmdShow(const ShowArgs& a) {
   // (a carriage return in a value) become spaces.
   auto row = [&](const std::string& key, const std::string& value) {
     const size_t indent = 14;
-    const size_t room = std::max<size_t>(20, static_cast<size_t>(width) - indent);
+    // A terminal too narrow for the indent and 8 columns of text gets lines that wrap rather
+    // than text that is lost.
+    const size_t columns = static_cast<size_t>(std::max(width, 0));
+    const size_t room = columns > indent + 8 ? columns - indent : 8;
+    const size_t clip = indent + room;
     std::string rest;
     for (char ch : value) {
       const bool control = static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
@@ -259,7 +263,7 @@ int CmdShow(const ShowArgs& a) {
       if (const size_t nl = rest.find('\n'); nl != std::string::npos) {
         // A line break of the value's own, before it needs wrapping.
         if (report::DisplayWidth(rest.substr(0, nl)) <= room) {
-          out << report::ClipColumns(head + rest.substr(0, nl), static_cast<size_t>(width)) << "\n";
+          out << report::ClipColumns(head + rest.substr(0, nl), clip) << "\n";
           rest = rest.substr(nl + 1);
           head = std::string(indent, ' ');
           continue;
@@ -273,7 +277,7 @@ int CmdShow(const ShowArgs& a) {
         if (space == std::string::npos || space <= cut / 2) space = rest.rfind(' ', cut);
         if (space != std::string::npos && space > cut / 2) cut = space;
       }
-      out << report::ClipColumns(head + rest.substr(0, cut), static_cast<size_t>(width)) << "\n";
+      out << report::ClipColumns(head + rest.substr(0, cut), clip) << "\n";
       rest = rest.substr(cut);
       while (!rest.empty() && rest.front() == ' ') rest.erase(0, 1);
       head = std::string(indent, ' ');
@@ -331,8 +335,10 @@ int CmdShow(const ShowArgs& a) {
                         [&](const std::string& n) { return n == sw->metric; });
   if (reports->empty()) out << "\nno reports\n";
   for (const std::string& name : names) {
+    // The reports that carry the metric (NaN where it was reported NaN or infinite).
     std::vector<std::pair<double, double>> points;
     for (size_t i = 0; i < reports->size(); ++i) {
+      if (!parsed[i].contains(name)) continue;
       auto v = report::NumberIn(parsed[i], name);
       const double x = by_epoch ? (*reports)[i].epoch : static_cast<double>((*reports)[i].step);
       points.emplace_back(x, v ? *v : std::nan(""));
@@ -342,7 +348,8 @@ int CmdShow(const ShowArgs& a) {
     o.height = 4;
     o.x_label = by_epoch ? "epoch" : "step";
     const auto& last = points.back();
-    o.title = name + "  (" + std::to_string(points.size()) + " reports, last " +
+    o.title = name + "  (" + std::to_string(points.size()) +
+              (points.size() == 1 ? " report" : " reports") + ", last " +
               report::ShortNumber(last.second) + ")";
     out << "\n" << report::LineChart(points, o);
   }

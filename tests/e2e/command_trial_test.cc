@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -137,6 +138,38 @@ TEST_F(CommandTrialE2eTest, NonFiniteMetricsShowAsNan) {
       << show.out;
   Output js = Sweep("trials nan --json");
   EXPECT_TRUE(json::parse(js.out)[0]["metrics"]["loss"].is_null()) << js.out;
+}
+
+// `show` charts each metric over the reports that carry it, and in a narrow terminal wraps
+// long values rather than cutting them.
+TEST_F(CommandTrialE2eTest, ShowCountsTheReportsOfEachMetricAndKeepsLongValues) {
+  Write("m.sh",
+        "#!/bin/sh\necho 'sweep-report {\"step\": 0, \"score\": 5, \"early\": 1}'\n"
+        "echo 'sweep-report {\"step\": 1, \"score\": 4}'\n");
+  fs::permissions(dir_ / "m.sh", fs::perms::owner_all);
+  Write("m.toml",
+        "[sweep]\nname = \"m\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"./m.sh\"]\n[parameters]\n"
+        "tag = \"a-rather-long-value-that-goes-on-and-on-to-its-end\"\n");
+  ASSERT_EQ(Sweep("run m.toml").code, 0);
+  Output show = Sweep("show m 0", "COLUMNS=72");
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("early  (1 report, last 1)"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("score  (2 reports, last 4)"), std::string::npos) << show.out;
+  Output narrow = Sweep("show m 0", "COLUMNS=24");
+  ASSERT_EQ(narrow.code, 0) << narrow.err;
+  std::string joined;  // the wrapped value, put back together
+  std::istringstream lines(narrow.out);
+  bool in_params = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("  params", 0) == 0) {
+      in_params = true;
+    } else if (line.rfind(std::string(14, ' '), 0) != 0) {
+      in_params = false;
+    }
+    if (in_params) joined += line.substr(14);
+  }
+  EXPECT_EQ(joined, "tag = a-rather-long-value-that-goes-on-and-on-to-its-end") << narrow.out;
 }
 
 // Some failed trials among good ones leave the exit status 0 (above); a sweep in which every

@@ -61,12 +61,18 @@ TEST(OutputTest, CsvHasOneColumnPerParameterAndMetric) {
   b.status = store::TrialStatus::kFailed;
   b.params_json = R"({"lr":0.2})";
   b.error = "diverged, badly";
+  // Resources and durations in full, as the metrics: a CSV is data.
+  b.epochs = 7654321.125;
+  b.started_s = 1000.0;
+  b.ended_s = 1000.1497430801392;
   std::ostringstream out;
   PrintTrialsCsv(out, {a, b});
   EXPECT_EQ(out.str(),
             "trial,status,epochs,duration_s,hidden,lr,val_acc,error\n"
-            "0,pending,0,,\"[256,128]\",0.1,0.9,\n"
-            "1,failed,0,,,0.2,,\"diverged, badly\"\n");
+            "0,pending,0.0,,\"[256,128]\",0.1,0.9,\n"
+            "1,failed,7654321.125," +
+                nlohmann::json(1000.1497430801392 - 1000.0).dump() +
+                ",,0.2,,\"diverged, badly\"\n");
 }
 
 }  // namespace
