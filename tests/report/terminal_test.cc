@@ -112,5 +112,18 @@ TEST(TerminalTest, ShortNumbersAndClipping) {
   EXPECT_EQ(DisplayWidth("ab⣿⣿"), 4u);
 }
 
+// Wide characters take two columns, and clipping never splits one; combining marks take none.
+TEST(TerminalTest, WideCharactersTakeTwoColumns) {
+  EXPECT_EQ(DisplayWidth("学习率"), 6u);
+  EXPECT_EQ(DisplayWidth("lr=学习"), 7u);
+  EXPECT_EQ(DisplayWidth("🚀 go"), 5u);
+  EXPECT_EQ(DisplayWidth("e\u0301"), 1u);  // e and a combining acute accent
+  EXPECT_EQ(ClipColumns("学习率", 5), "学习");
+  EXPECT_EQ(ClipColumns("a学b", 2), "a");
+  EXPECT_EQ(ClipColumns("a学b", 3), "a学");
+  EXPECT_EQ(DisplayWidth("\xff\xfe"), 2u);  // not UTF-8: a column per byte
+  EXPECT_EQ(ClipColumns("\xff" "ab", 2), "\xff" "a");
+}
+
 }  // namespace
 }  // namespace sweep::report

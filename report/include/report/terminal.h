@@ -28,7 +28,8 @@ struct LineChartOptions {
 std::string LineChart(const std::vector<std::pair<double, double>>& points,
                       const LineChartOptions& options);
 
-// Columns a UTF-8 string takes (code points; every character we draw is one column wide).
+// Columns a UTF-8 string takes in a terminal: East Asian wide characters and most emoji take
+// two, combining marks none, every other character one.
 size_t DisplayWidth(const std::string& text);
 
 // The first `columns` columns of a UTF-8 string.
