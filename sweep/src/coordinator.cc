@@ -592,6 +592,19 @@ class Coordinator {
     return Status::Ok();
   }
 
+  // A server whose machine failed a trial (its disk is full): its slots leave the packer, so no
+  // trial is placed there again, while those still running there go on (their release is void).
+  // Its agent stays connected; one that connects again comes back as a new server.
+  void RetireServer(int server, const std::string& why) {
+    auto it = servers_.find(server);
+    if (it == servers_.end() || !packer_->has_server(server)) return;
+    (void)packer_->RemoveServer(server);
+    if (options_.log != nullptr) {
+      *options_.log << (options_.live_status ? "\n" : "") << "sweep: no more trials on "
+                    << it->second.name << ": " << why << "\n";
+    }
+  }
+
   // A server joins: its slots go to the packer (GPUs grouped by their fastest link).
   Status AddServer(int id, std::string name, std::vector<executor::Slot> slots,
                    std::optional<int64_t> agent = std::nullopt) {
@@ -1142,12 +1155,21 @@ class Coordinator {
         break;
       case executor::TrialOutcome::Kind::kInterrupted:
         // The machine stopped it (its checkpoint could not be written: disk full, a quota, a
-        // read-only file system), not the trial, and the trials after it would meet the same:
-        // it ends interrupted, without using up a retry, and the sweep stops, so that `resume`
-        // runs it again from its last checkpoint once that is put right.
+        // read-only file system), not the trial, and the trials after it there would meet the
+        // same: it ends interrupted, without using up a retry. Its server takes no more trials;
+        // while other servers can hold the sweep's trials it runs again on one of them (from
+        // its checkpoint, where that is on storage they share), and otherwise the sweep stops,
+        // so that `resume` runs it again once that is put right.
         std::tie(status, error) = StoppedOutcome(ev.trial, t, ev.error);
         if (status == TrialStatus::kInterrupted && !stopping && machine_trouble_.empty()) {
-          machine_trouble_ = "trial " + std::to_string(ev.trial) + ": " + ev.error;
+          const std::string trouble = "trial " + std::to_string(ev.trial) + ": " + ev.error;
+          RetireServer(t.where.server, trouble);
+          if (packer_->largest_server() >= config_.gpus) {
+            queue_.push_front({ev.trial, t.params, t.retries, t.agent_losses});
+            error += "; running it again on another server";
+          } else {
+            machine_trouble_ = trouble;
+          }
         }
         break;
       case executor::TrialOutcome::Kind::kFailed:

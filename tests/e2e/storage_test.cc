@@ -149,6 +149,50 @@ mount -o remount,size=64m disk
   EXPECT_EQ(Query("SELECT sum(retries) FROM trials")[0][0], "0");
 }
 
+// The same on one server of several: an agent whose disk is full fails a trial's checkpoint.
+// That server takes no more trials, the trial runs again on another one (no retry spent), and
+// the sweep goes on to its end instead of stopping every server.
+TEST_F(StorageTest, ACheckpointDiskFullOnOneServerRetiresItAndTheSweepGoesOn) {
+  WriteTinyDataset(6000, 200);
+  Write("c.toml",
+        "[sweep]\nname = \"oneful\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n[parameters]\n"
+        "lr = { values = [0.05, 0.1, 0.2, 0.3] }\nepochs = 12\nbatch_size = 32\n[trial]\n"
+        "checkpoint_dir = \"disk/ck\"\n[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  ASSERT_EQ(InNamespace(R"(set -u
+mkdir -p disk a/disk
+mount -t tmpfs -o size=16k tmpfs a/disk || exit 90
+"$SWEEP" run c.toml --listen 127.0.0.1:0 > run.out 2> run.err & run=$!
+port=
+for i in $(seq 200); do
+  port=$(sed -n 's/.*listening for agents on [^ ]*:\([0-9][0-9]*\)$/\1/p' run.err)
+  [ -n "$port" ] && break
+  sleep 0.05
+done
+[ -n "$port" ] || exit 91
+(cd a && exec "$SWEEP" agent --connect 127.0.0.1:$port --cpu-slots 1 --name full > ../agent.log 2>&1) & agent=$!
+wait $run; echo $? > run.rc
+kill $agent; wait $agent
+)"),
+            0)
+      << Read("script.log") << Read("run.err");
+  EXPECT_EQ(Read("run.rc"), "0\n") << Read("run.err");
+  const std::string err = Read("run.err");
+  EXPECT_NE(err.find("sweep: no more trials on full: trial "), std::string::npos) << err;
+  EXPECT_NE(err.find("No space left on device"), std::string::npos) << err;
+  EXPECT_EQ(
+      Query("SELECT group_concat(status) FROM (SELECT status FROM trials ORDER BY number)")[0][0],
+      "completed,completed,completed,completed");
+  EXPECT_EQ(Query("SELECT sum(retries) FROM trials")[0][0], "0");
+  // The trial that met the full disk ran again, here, from its first epoch: 12 epochs, once.
+  EXPECT_EQ(Query("SELECT count(*) FROM events WHERE to_state = 'interrupted' AND detail LIKE "
+                  "'%No space left on device%running it again on another server'")[0][0],
+            "1");
+  EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "48");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE placement NOT LIKE 'local:%'")[0][0], "0");
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+}
+
 TEST_F(StorageTest, ReadOnlyFileSystemIsAClearError) {
   Write("c.toml", kManyTrials);
   ASSERT_EQ(InNamespace(R"(set -u
