@@ -646,6 +646,12 @@ struct Store::Impl {
     return version;
   }
 
+  Status ForeignDatabase() const {
+    return Status::Corruption(path +
+                              ": a SQLite database that sweep did not create (it has tables "
+                              "but no sweep schema); choose another database path");
+  }
+
   Status TooNew(int version) const {
     return Status::InvalidArgument(path + ": database schema version " + std::to_string(version) +
                                    " is newer than this sweep binary supports (" +
@@ -704,11 +710,7 @@ struct Store::Impl {
       Status status = rc == SQLITE_ROW ? Status::Ok() : Error(rc, "reading the schema");
       sqlite3_finalize(stmt);
       SWEEP_RETURN_IF_ERROR(status);
-      if (objects > 0) {
-        return Status::Corruption(path +
-                                  ": a SQLite database that sweep did not create (it has tables "
-                                  "but no sweep schema); choose another database path");
-      }
+      if (objects > 0) return ForeignDatabase();
     }
     for (int step = version; step < kSchemaVersion; ++step) {
       SWEEP_RETURN_IF_ERROR(Exec(kMigrations[step], "migrating the schema from version " +
@@ -863,6 +865,20 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
       return Status::Corruption(path + ": not a sweep database (" + missing + ")");
   }
 
+  if (!impl->read_only && version == 0) {
+    // Version 0 with tables is some other program's database: refused before anything is
+    // written (not even switched to WAL). MigrateInTransaction checks again under the lock.
+    SWEEP_ASSIGN_OR_RETURN(bool empty, impl->HasNoTables());
+    if (!empty) {
+      // Or another `sweep run` created the schema between the two reads: look again.
+      SWEEP_ASSIGN_OR_RETURN(version, impl->UserVersion());
+      if (version == 0) return impl->ForeignDatabase();
+      if (version > kSchemaVersion) return impl->TooNew(version);
+      SWEEP_ASSIGN_OR_RETURN(std::string missing, impl->MissingSchema());
+      if (!missing.empty())
+        return Status::Corruption(path + ": not a sweep database (" + missing + ")");
+    }
+  }
   if (!impl->read_only) {
     // WAL lets readers (sweep status, dashboards) run while the coordinator writes; NORMAL
     // sync is durable across process crashes and only risks the last commits on power loss.

@@ -274,6 +274,22 @@ TEST_F(StoreTest, RefusesAForeignDatabaseWithASchemaVersion) {
   }
 }
 
+// Another program's database with no schema version at all: refused for writing, naming the
+// file, and left as it was (not switched to WAL).
+TEST_F(StoreTest, RefusesAForeignDatabaseWithoutASchemaVersion) {
+  const std::string other = dir_ + "/other.db";
+  ASSERT_NO_FATAL_FAILURE(RawExec(other, "CREATE TABLE x (a); INSERT INTO x VALUES (1);"));
+  auto store = Store::Open(other, OpenMode::kReadWrite);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), Status::Code::kCorruption);
+  EXPECT_EQ(store.status().message(),
+            other +
+                ": a SQLite database that sweep did not create (it has tables but no sweep "
+                "schema); choose another database path");
+  EXPECT_EQ(RawQuery(other, "PRAGMA journal_mode"), "delete");
+  EXPECT_EQ(RawQuery(other, "SELECT a FROM x"), "1");
+}
+
 TEST_F(StoreTest, ReopensExistingFile) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   store_.reset();
