@@ -3,6 +3,8 @@
 // Status here, naming the database path. Not thread-safe: one Store per thread, as store.h says.
 #include "store/store.h"
 
+#include <sys/stat.h>
+
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -817,6 +819,18 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     // SQLite would wait forever to read a FIFO's header, and has no business with a device or
     // a socket either.
     return Status::InvalidArgument(path + ": not a regular file");
+  }
+  if (!impl->read_only && type == std::filesystem::file_type::regular) {
+    // SQLite keeps a database's write-ahead log and locks beside the name it was opened by, and
+    // so does our lock: writers through two hard links of one file would each have their own,
+    // both run, and the file would be corrupted.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && st.st_nlink > 1) {
+      return Status::InvalidArgument(
+          path + ": the file has " + std::to_string(st.st_nlink) +
+          " names (hard links), and a sweep database must have one: a writer through each name "
+          "would get its own write-ahead log and lock; copy it to a file of its own");
+    }
   }
   if (impl->read_only) {
     // SQLite would report CANTOPEN for a missing file; say plainly that it is missing.

@@ -21,7 +21,8 @@ namespace {
 // The lock file of the store at `db_path`, named after the database's canonical path: every
 // path to one file (a symbolic link to it or to its folder, a path with `..`) must name one
 // lock, or a second coordinator reaching the store by another path would run beside the
-// first. (A hard link is another name for the file that no path resolution can see.)
+// first. (A hard link is another name for the file that no path resolution can see: the store
+// refuses to write a file that has one.)
 std::string LockPath(const std::string& db_path) {
   std::error_code ec;
   const std::filesystem::path canonical = std::filesystem::weakly_canonical(db_path, ec);

@@ -290,6 +290,29 @@ TEST_F(StoreTest, RefusesAForeignDatabaseWithoutASchemaVersion) {
   EXPECT_EQ(RawQuery(other, "SELECT a FROM x"), "1");
 }
 
+// A file with a second name (a hard link) is refused for writing: each name would get its own
+// write-ahead log and lock. Reading it is fine.
+TEST_F(StoreTest, RefusesToWriteAFileWithTwoNames) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  store_.reset();
+  const std::string other = dir_ + "/other-name.db";
+  ASSERT_EQ(::link(path_.c_str(), other.c_str()), 0);
+  for (const std::string& p : {path_, other}) {
+    auto store = Store::Open(p, OpenMode::kReadWrite);
+    ASSERT_FALSE(store.ok()) << p;
+    EXPECT_EQ(store.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_EQ(store.status().message(),
+              p + ": the file has 2 names (hard links), and a sweep database must have one: a "
+                  "writer through each name would get its own write-ahead log and lock; copy it "
+                  "to a file of its own");
+    auto reader = Store::Open(p, OpenMode::kReadOnly);
+    ASSERT_OK(reader);
+    ASSERT_OK((*reader)->FindSweep("s"));
+  }
+  ASSERT_EQ(::unlink(other.c_str()), 0);
+  ASSERT_OK(Store::Open(path_, OpenMode::kReadWrite));
+}
+
 TEST_F(StoreTest, ReopensExistingFile) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   store_.reset();
