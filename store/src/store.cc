@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -420,7 +421,9 @@ struct Store::Impl {
   sqlite3* db = nullptr;
   bool read_only = false;
   std::chrono::milliseconds lock_wait{0};             // see Store::WaitForLocks
-  std::function<void(double waited_s)> on_lock_wait;  // called after each busy wait
+  std::function<bool(double waited_s)> on_lock_wait;  // after each busy wait: go on waiting?
+  // The file opened for writing, to notice it removed or replaced under us.
+  std::optional<std::pair<dev_t, ino_t>> identity;
   std::array<sqlite3_stmt*, static_cast<size_t>(Query::kCount)> statements{};
   // Trials() statements keyed by SQL text: a few dozen shapes at most (sort key x direction x
   // filter), since metric names are bound rather than part of the text.
@@ -566,12 +569,17 @@ struct Store::Impl {
       const auto waited = std::chrono::steady_clock::now() - start;
       if (waited >= lock_wait) {
         if (lock_wait.count() == 0) return begun;
-        return Status::Busy(path + ": locked by another process for over " +
-                            std::to_string(lock_wait.count() / 1000) +
-                            " s (a sqlite3 shell or a viewer holding a write transaction?); "
-                            "what was stored before is kept");
+        return Status::IoError(path + ": locked by another process for over " +
+                               std::to_string(lock_wait.count() / 1000) +
+                               " s (a sqlite3 shell or a viewer holding a write transaction?); "
+                               "what was stored before is kept");
       }
-      if (on_lock_wait) on_lock_wait(std::chrono::duration<double>(waited).count());
+      if (on_lock_wait && !on_lock_wait(std::chrono::duration<double>(waited).count())) {
+        return Status::IoError(path +
+                               ": locked by another process (a sqlite3 shell or a viewer "
+                               "holding a write transaction?); stopped waiting to write when "
+                               "interrupted; what was stored before is kept");
+      }
     }
   }
 
@@ -594,7 +602,27 @@ struct Store::Impl {
 
   Status CommitBatch() {
     if (sqlite3_get_autocommit(db)) return Status::Ok();
+    SWEEP_RETURN_IF_ERROR(CheckStillTheFile());
     return Run(Query::kCommit, "committing");
+  }
+
+  // The file at `path` is still the one this Store writes: removed, or replaced by another
+  // (a copy moved over it, a restore from backup), it would take every later commit with it.
+  Status CheckStillTheFile() const {
+    if (!identity) return Status::Ok();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      if (errno != ENOENT) return Status::Ok();  // cannot tell: SQLite will say if it is wrong
+      return Status::IoError(path +
+                             ": the database file was removed while this sweep wrote to it; "
+                             "nothing more is written, and what it held is gone with it");
+    }
+    if (st.st_dev != identity->first || st.st_ino != identity->second) {
+      return Status::IoError(path +
+                             ": the database file was replaced by another file while this sweep "
+                             "wrote to it; nothing more is written (to either file)");
+    }
+    return Status::Ok();
   }
 
   Status Rollback() {
@@ -912,6 +940,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA synchronous = NORMAL", "setting synchronous"));
     SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA foreign_keys = ON", "enabling foreign keys"));
     SWEEP_RETURN_IF_ERROR(impl->Migrate(version));
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) impl->identity = std::pair{st.st_dev, st.st_ino};
   } else if (version == 0) {
     // A file with no schema at all is one that `sweep run` is creating this instant.
     SWEEP_ASSIGN_OR_RETURN(bool empty, impl->HasNoTables());
@@ -1035,18 +1065,22 @@ Result<std::vector<SweepSummary>> Store::ListSweeps() {
 
 Status Store::SetSweepStatus(int64_t sweep_id, SweepStatus status, std::optional<double> ended_s) {
   SWEEP_RETURN_IF_ERROR(impl_->RefuseWriteIfReadOnly());
-  SWEEP_RETURN_IF_ERROR(Commit());
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kSetSweepStatus));
-  ResetOnExit reset(stmt);
-  Binder bind(stmt);
-  bind.Text(ToString(status)).OptReal(ended_s).Int(sweep_id);
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the sweep status");
-  int rc = sqlite3_step(stmt);
-  if (rc != SQLITE_DONE) return impl_->Error(rc, "setting the sweep status");
-  if (sqlite3_changes(impl_->db) == 0) {
-    return Status::NotFound("no sweep with id " + std::to_string(sweep_id) + " in " + path_);
+  // With whatever is pending, in a batch of its own: it waits for another process's lock as
+  // every write does.
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  {
+    SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kSetSweepStatus));
+    ResetOnExit reset(stmt);
+    Binder bind(stmt);
+    bind.Text(ToString(status)).OptReal(ended_s).Int(sweep_id);
+    if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the sweep status");
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE) return impl_->Error(rc, "setting the sweep status");
+    if (sqlite3_changes(impl_->db) == 0) {
+      return Status::NotFound("no sweep with id " + std::to_string(sweep_id) + " in " + path_);
+    }
   }
-  return Status::Ok();
+  return Commit();
 }
 
 // ---- batched writes ----
@@ -1181,7 +1215,7 @@ Status Store::AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::stri
 Status Store::Commit() { return impl_->CommitBatch(); }
 
 void Store::WaitForLocks(std::chrono::milliseconds limit,
-                         std::function<void(double waited_s)> on_wait) {
+                         std::function<bool(double waited_s)> on_wait) {
   impl_->lock_wait = limit;
   impl_->on_lock_wait = std::move(on_wait);
 }

@@ -670,6 +670,62 @@ TEST_F(ResumeTest, ALockHeldByAnotherProcessIsWaitedFor) {
   EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "60");
 }
 
+// Ctrl-C while the sweep waits for another process's lock stops it then (nothing can be recorded
+// meanwhile), not once the lock is let go; resume goes on from what was stored.
+TEST_F(ResumeTest, AnInterruptEndsTheWaitForALock) {
+  Write("l.toml", SlowFunctionConfig("lockint", "random", 12, 5, 60));
+  pid_t pid = Start("run l.toml", "lockint.log");
+  bool started = false;
+  for (int i = 0; i < 400 && !started; ++i) {
+    started = HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0;
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(started) << sweep_e2e::Slurp(dir_ / "lockint.log");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "sweeps.db").c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 10000);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // past the 5 s busy timeout
+  const auto interrupted = std::chrono::steady_clock::now();
+  ::kill(pid, SIGINT);
+  const int code = Wait(pid);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - interrupted).count();
+  ASSERT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  const std::string log = sweep_e2e::Slurp(dir_ / "lockint.log");
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_LT(took, 8.0) << "it waited for the lock after Ctrl-C";
+  EXPECT_NE(log.find("stopped waiting to write when interrupted"), std::string::npos) << log;
+  EXPECT_NE(log.find("sweep resume lockint"), std::string::npos) << log;
+  Output resumed = Sweep("resume lockint");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "12");
+  EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "60");
+}
+
+// The database removed while the sweep runs: every later commit would go to a file nobody can
+// open again, so the sweep stops at once and says so, rather than finishing "done" into nothing.
+TEST_F(ResumeTest, ARemovedDatabaseStopsTheSweep) {
+  Write("r.toml", SlowFunctionConfig("gone", "random", 40, 5, 60));
+  pid_t pid = Start("run r.toml", "gone.log");
+  bool started = false;
+  for (int i = 0; i < 400 && !started; ++i) {
+    started = HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0;
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(started) << sweep_e2e::Slurp(dir_ / "gone.log");
+  for (const char* f : {"sweeps.db", "sweeps.db-wal", "sweeps.db-shm"}) fs::remove(dir_ / f);
+  const int code = Wait(pid);
+  const std::string log = sweep_e2e::Slurp(dir_ / "gone.log");
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_NE(log.find("sweeps.db: the database file was removed while this sweep wrote to it"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("done"), std::string::npos) << log;
+}
+
 // A trainer trial's checkpoint is never ahead of the store: the coordinator killed the moment an
 // epoch's checkpoint appears has committed that epoch's report. (Were it not, the rerun would
 // go on from the checkpoint, and the epoch's report would be lost for good.) The resumed sweep

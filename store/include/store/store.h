@@ -161,10 +161,11 @@ class Store {
   // Commits the open transaction, if any. Cheap when nothing was written.
   Status Commit();
   // A write that finds the file locked by another process (past SQLite's 5 s busy timeout)
-  // waits, up to `limit`, instead of failing; `on_wait` hears how long it has waited after
-  // each 5 s. The default, 0: fail at once with kBusy.
+  // waits, up to `limit`, instead of failing (then kIoError); `on_wait` hears how long it has
+  // waited after each 5 s, and returns false to stop waiting (kIoError). The default, 0: fail
+  // at once with kBusy.
   void WaitForLocks(std::chrono::milliseconds limit,
-                    std::function<void(double waited_s)> on_wait = {});
+                    std::function<bool(double waited_s)> on_wait = {});
   // Runs `reads` (queries on this Store) in one read transaction, so that they see one state of
   // the file, not the commits a running sweep makes between them (trials, then their reports).
   // Within an open write batch they already do.
