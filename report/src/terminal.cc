@@ -222,13 +222,19 @@ std::string LineChart(const std::vector<std::pair<double, double>>& points,
   const size_t label = std::max(DisplayWidth(top), DisplayWidth(bottom));
   const int plot = std::max(4, width - static_cast<int>(label) - 2);
   BrailleCanvas canvas(plot, height);
+  // Where v lies between lo and hi, 0 to 1, in long double: hi - lo of doubles near the
+  // largest ones (1e308 and -1e308) would overflow to infinity.
+  auto fraction = [](double v, double lo, double hi) {
+    return static_cast<double>((static_cast<long double>(v) - lo) /
+                               (static_cast<long double>(hi) - lo));
+  };
   auto dot_x = [&](double x) {
     if (!(xmax > xmin)) return canvas.dot_columns() / 2;
-    return static_cast<int>(std::lround((x - xmin) / (xmax - xmin) * (canvas.dot_columns() - 1)));
+    return static_cast<int>(std::lround(fraction(x, xmin, xmax) * (canvas.dot_columns() - 1)));
   };
   auto dot_y = [&](double y) {
     if (!(ymax > ymin)) return canvas.dot_rows() / 2;
-    return static_cast<int>(std::lround((ymax - y) / (ymax - ymin) * (canvas.dot_rows() - 1)));
+    return static_cast<int>(std::lround((1 - fraction(y, ymin, ymax)) * (canvas.dot_rows() - 1)));
   };
   bool have_last = false;
   int lx = 0, ly = 0;

@@ -75,6 +75,21 @@ TEST(LineChartTest, ARisingLineGoesFromBottomLeftToTopRight) {
   }
 }
 
+// Values near the largest doubles: their range (2e308) is not a double, and the line still runs
+// from bottom left to top right instead of lying flat on the top row.
+TEST(LineChartTest, HugeRangesAreDrawnToScale) {
+  LineChartOptions o;
+  o.width = 40;
+  o.height = 3;
+  std::vector<std::string> lines = Lines(LineChart({{0, -1e308}, {1, 1.7976931348623157e308}}, o));
+  ASSERT_EQ(lines.size(), 5u);
+  std::vector<unsigned> top = Cells(lines[1]), bottom = Cells(lines[3]);
+  ASSERT_FALSE(top.empty());
+  EXPECT_NE(top.back() & 0x08u, 0u);
+  EXPECT_NE(bottom.front() & 0x40u, 0u);
+  EXPECT_EQ(top.front(), 0u);
+}
+
 TEST(LineChartTest, FlatAndEmptyCurves) {
   LineChartOptions o;
   o.width = 30;
@@ -122,7 +137,11 @@ TEST(TerminalTest, WideCharactersTakeTwoColumns) {
   EXPECT_EQ(ClipColumns("a学b", 2), "a");
   EXPECT_EQ(ClipColumns("a学b", 3), "a学");
   EXPECT_EQ(DisplayWidth("\xff\xfe"), 2u);  // not UTF-8: a column per byte
-  EXPECT_EQ(ClipColumns("\xff" "ab", 2), "\xff" "a");
+  EXPECT_EQ(ClipColumns("\xff"
+                        "ab",
+                        2),
+            "\xff"
+            "a");
 }
 
 }  // namespace
