@@ -299,6 +299,27 @@ class CommandRun {
       if (report[0] == 0) {
         return Status::NotFound(workdir_ + ": cannot enter the working directory: " + why);
       }
+      if (report[1] == E2BIG) {
+        // Linux passes at most 32 pages (128 KiB) in one argument or environment string: name
+        // the one that is over, rather than "argument list too long".
+        constexpr size_t kMaxString = 32 * 4096;
+        for (const std::string& e : env) {
+          if (e.size() + 1 > kMaxString) {
+            return Status::InvalidArgument(
+                "command: cannot run '" + argv[0] + "': its environment variable " +
+                e.substr(0, e.find('=')) + " is " + std::to_string(e.size()) +
+                " bytes, over the 128 KiB Linux passes in one (the parameters are too large "
+                "to pass this way)");
+          }
+        }
+        for (const std::string& a : argv) {
+          if (a.size() + 1 > kMaxString) {
+            return Status::InvalidArgument("command: cannot run '" + argv[0] +
+                                           "': an argument is " + std::to_string(a.size()) +
+                                           " bytes, over the 128 KiB Linux passes in one");
+          }
+        }
+      }
       return Status::IoError("command: cannot run '" + argv[0] + "' (" + program + "): " + why);
     }
     return Status::Ok();

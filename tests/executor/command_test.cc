@@ -395,6 +395,20 @@ TEST_F(CommandTrialTest, ReportsAfterTheTrialFailedAreNotPassedOn) {
   EXPECT_NE(Read(dir_ + "/trial-3/stdout.log").find("0.97"), std::string::npos);
 }
 
+// Parameters too large for one environment string: the failure names SWEEP_PARAMS and its size,
+// not the kernel's "argument list too long".
+TEST_F(CommandTrialTest, ParametersTooLargeForTheEnvironmentAreNamed) {
+  TrialTask task = ShellTask("echo 'sweep-report {\"val_acc\": 1}'");
+  task.params["text"] = std::string(200000, 'x');
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(run.outcome.error.find("its environment variable SWEEP_PARAMS is 2000"),
+            std::string::npos)
+      << run.outcome.error;
+  EXPECT_NE(run.outcome.error.find("over the 128 KiB Linux passes in one"), std::string::npos)
+      << run.outcome.error;
+}
+
 TEST_F(CommandTrialTest, MalformedReportLinesAreLoggedNotFatal) {
   Run run =
       RunIt(ShellTask("echo 'sweep-report {oops'; echo 'sweep-report {\"val_acc\": 1, "
