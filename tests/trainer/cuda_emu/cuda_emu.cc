@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -405,6 +406,7 @@ std::map<uint64_t, cudaStream_t>& Streams() {
   return *streams;
 }
 std::mutex events_mu;  // an event's fields: set by its record's work, read by the host
+std::atomic<bool> stall_queries{false};  // cuda_emu::StallEventQueries
 
 // Handles are kept as numbers: the map never reads what they point to.
 uintptr_t Key(const void* handle) { return reinterpret_cast<uintptr_t>(handle); }
@@ -509,6 +511,8 @@ void QueueFromPageable(cudaStream_t s, void* dst, const void* src, size_t bytes)
 }  // namespace
 
 namespace cuda_emu {
+
+void StallEventQueries(bool stall) { stall_queries = stall; }
 
 uint64_t NextPosition(cudaStream_t stream) { return Queued(Resolve(stream)) + 1; }
 
@@ -704,6 +708,15 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   HostWaits(on);
   DrainTo(on, position);
   return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (!Live(event)) return cudaErrorInvalidResourceHandle;
+  if (stall_queries.load()) {
+    std::lock_guard<std::mutex> lock(events_mu);
+    if (event->stream != nullptr) return cudaErrorNotReady;
+  }
+  return cudaEventSynchronize(event);
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {

@@ -5,6 +5,8 @@
 // and from one thread in a group). The backend's tests (cuda_ops_test.cc,
 // cuda_trainer_test.cc) trust these.
 #include <cstdint>
+#include <exception>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -12,6 +14,10 @@
 #include "cuda_runtime_api.h"
 #include "gtest/gtest.h"
 #include "nccl.h"
+
+#include "../group_util.h"
+#include "backend.h"
+#include "cuda/cuda_backend.h"
 
 namespace {
 
@@ -233,6 +239,50 @@ TEST(NcclEmuDeathTest, RanksThatDisagreeEndTheProcess) {
     ncclGroupEnd();
   };
   EXPECT_DEATH(disagree(), "rank 0 all-reduces 4 floats but rank 1 all-reduces 3 floats");
+}
+
+// NCCL's own fault (a transport or proxy failure) gives no CUDA error, and the collective never
+// ends: the replicas' waits poll the communicators' asynchronous error, so the step fails with
+// it, every replica stops, and the group can be destroyed, instead of the trial hanging.
+TEST(NcclEmu, AnAsynchronousNcclErrorFailsTheStepInsteadOfHanging) {
+  using namespace sweep::trainer;
+  namespace tt = sweep::trainer::testing;
+  GroupSpec spec = tt::Spec(2, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.devices = {0, 1};
+  auto group = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_TRUE(group.ok()) << group.status().message();
+  ASSERT_TRUE((*group)->SetState(tt::InitialState(spec)).ok());
+  const tt::Batches data = tt::MakeBatches(4, 3);
+  cuda_emu::StallEventQueries(true);
+  nccl_emu::InjectAsyncError(ncclRemoteError);
+  std::string error;
+  try {
+    (*group)->Run([&](int rank) {
+      std::vector<double> finished;
+      const int begin = tt::kBatch * rank / 2, end = tt::kBatch * (rank + 1) / 2;
+      for (int s = 0; s < 4; ++s) {
+        StepArgs args;
+        args.lr = 0.05f;
+        args.t = s + 1;
+        args.dloss_scale = 1.0f / tt::kBatch;
+        MicroBatch mb;
+        mb.x = data.x.data() + (int64_t{s} * tt::kBatch + begin) * tt::kInputs;
+        mb.y = data.y.data() + int64_t{s} * tt::kBatch + begin;
+        mb.rows = end - begin;
+        mb.first_row = begin;
+        (*group)->TrainMicroBatch(rank, mb, args, &finished);
+      }
+      (*group)->FinishSteps(rank, &finished);
+    });
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  cuda_emu::StallEventQueries(false);
+  nccl_emu::InjectAsyncError(ncclSuccess);
+  EXPECT_NE(error.find("an all-reduce (ncclCommGetAsyncError)"), std::string::npos) << error;
+  EXPECT_NE(error.find("remote process exited or there was a network error"), std::string::npos)
+      << error;
+  group->reset();  // its streams' work ends: the communicators were aborted
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The emulator's NCCL (include/nccl.h says what it models). A clique is the communicators made
 // by one ncclCommInitAll; the k-th collective each rank calls is the clique's collective k,
 // done by whichever rank joins it last.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -196,6 +197,8 @@ const char* ncclGetErrorString(ncclResult_t result) {
       return "invalid usage";
     case ncclRemoteError:
       return "remote process exited or there was a network error";
+    case ncclInProgress:
+      return "NCCL operation in progress";
   }
   return "unknown result code";
 }
@@ -227,6 +230,18 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
     comm->clique->cv.notify_all();
   }
   delete comm;
+  return ncclSuccess;
+}
+
+namespace {
+std::atomic<int> injected_async_error{ncclSuccess};
+}  // namespace
+
+void nccl_emu::InjectAsyncError(ncclResult_t error) { injected_async_error = error; }
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  if (comm == nullptr || asyncError == nullptr) return ncclInvalidArgument;
+  *asyncError = static_cast<ncclResult_t>(injected_async_error.load());
   return ncclSuccess;
 }
 

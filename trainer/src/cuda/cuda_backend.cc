@@ -41,6 +41,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -125,7 +126,19 @@ class CudaReplicaGroup final : public ReplicaGroup {
 
   ~CudaReplicaGroup() override {
     // Errors here have nowhere to go. Every rank's queued work ends before its communicator,
-    // buffers, events and streams go, each on its own device.
+    // buffers, events and streams go, each on its own device; a communicator that has had an
+    // asynchronous error is aborted first, or its collectives would never end.
+#if defined(SWEEP_HAVE_NCCL)
+    bool faulted = false;
+    for (Rank& r : ranks_) {
+      ncclResult_t async = ncclSuccess;
+      if (r.nccl != nullptr && ncclCommGetAsyncError(r.nccl, &async) == ncclSuccess &&
+          async != ncclSuccess && async != ncclInProgress) {
+        faulted = true;
+      }
+    }
+    if (faulted) AbortCommunicators();
+#endif
     for (Rank& r : ranks_) {
       cudaSetDevice(r.device);
       for (cudaStream_t s : {r.compute, r.copy, r.comm}) {
@@ -229,7 +242,20 @@ class CudaReplicaGroup final : public ReplicaGroup {
                                    cudaMemcpyHostToDevice, r0.compute));
       }
     }
-    if (size() > 1) SWEEP_RETURN_IF_ERROR(BroadcastFromRank0());
+    if (size() > 1) {
+      Status sent = BroadcastFromRank0();
+      for (int i = 0; sent.ok() && i < size(); ++i) {
+        Rank& r = ranks_[static_cast<size_t>(i)];
+        SWEEP_RETURN_IF_ERROR(SetDevice(i));
+        CUDA_CHECK(cudaEventRecord(r.done[0], r.compute));
+        sent = WaitPastCollectives(r, r.done[0]);
+      }
+      if (!sent.ok()) {
+        // Some ranks' parts may be queued without the others': they would wait for ever.
+        AbortCommunicators();
+        return sent;
+      }
+    }
     // fp16: every rank gets the same loss scale state from the host (a few bytes).
     const LossScaleState scale =
         state.loss_scale.value_or(LossScaleState{spec_.initial_loss_scale, 0, 0});
@@ -551,7 +577,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
     Rank& r = ranks_[static_cast<size_t>(rank)];
     if (m < r.observed) return Status::Ok();
     const size_t parity = static_cast<size_t>(m % 2);
-    CUDA_CHECK(cudaEventSynchronize(r.done[parity]));
+    SWEEP_RETURN_IF_ERROR(WaitPastCollectives(r, r.done[parity]));
     r.observed = m + 1;
     if (!r.ends_step[parity]) return Status::Ok();
     const size_t sp = static_cast<size_t>(r.step_of[parity] % 2);
@@ -563,6 +589,40 @@ class CudaReplicaGroup final : public ReplicaGroup {
       r.comm_stats.exposed_s += exposed_ms > 0 ? exposed_ms * 1e-3 : 0.0;
       r.comm_stats.reduce_s += span_ms > 0 ? span_ms * 1e-3 : 0.0;
     }
+    return Status::Ok();
+  }
+
+  // Waits for `event`, recorded on rank's streams after work that may include its collectives.
+  // NCCL's own faults (a transport or proxy failure) leave a collective waiting for ever
+  // without any CUDA error: with several GPUs the wait polls the communicator's asynchronous
+  // error, and returns it (the abort that follows frees the other ranks).
+  Status WaitPastCollectives(Rank& r, cudaEvent_t event) {
+    if (size() == 1) {
+      CUDA_CHECK(cudaEventSynchronize(event));
+      return Status::Ok();
+    }
+    for (unsigned spins = 1;; ++spins) {
+      const cudaError_t ready = cudaEventQuery(event);
+      if (ready == cudaSuccess) return Status::Ok();
+      if (ready != cudaErrorNotReady) CUDA_CHECK(ready);
+      if (spins % 64 == 0) SWEEP_RETURN_IF_ERROR(CheckAsyncError(r));
+      std::this_thread::yield();
+    }
+  }
+
+  Status CheckAsyncError(Rank& r) {
+#if defined(SWEEP_HAVE_NCCL)
+    std::shared_lock<std::shared_mutex> lock(nccl_mu_);
+    if (aborted_) return Aborted();
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(r.nccl, &async));
+    if (async != ncclSuccess && async != ncclInProgress) {
+      return NcclStatus(static_cast<int>(async), ncclGetErrorString(async),
+                        "an all-reduce (ncclCommGetAsyncError)", __FILE__, __LINE__);
+    }
+#else
+    (void)r;
+#endif
     return Status::Ok();
   }
 

@@ -155,6 +155,10 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) { SWEEP_NCCL_FORWARD(ncclCommDestr
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) { SWEEP_NCCL_FORWARD(ncclCommAbort, comm); }
 
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  SWEEP_NCCL_FORWARD(ncclCommGetAsyncError, comm, asyncError);
+}
+
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                            ncclDataType_t datatype, int root, ncclComm_t comm,
                            cudaStream_t stream) {

@@ -119,9 +119,16 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
+// Lazy streams never finish on their own: a query runs the work up to the event, as a wait
+// would, and says it is done (unless stalled, below).
+cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 namespace cuda_emu {
+
+// For tests: while set, cudaEventQuery of a recorded event answers cudaErrorNotReady and runs
+// nothing, as for work stuck behind a collective that never ends.
+void StallEventQueries(bool stall);
 
 // Runs body(ctx) once for every thread of grid x block, now (see the top of this file).
 void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx);

@@ -18,6 +18,7 @@ enum ncclResult_t {
   ncclInvalidArgument = 4,
   ncclInvalidUsage = 5,
   ncclRemoteError = 6,
+  ncclInProgress = 7,
 };
 
 enum ncclDataType_t { ncclFloat = 7, ncclFloat32 = 7, ncclDouble = 8, ncclFloat64 = 8 };
@@ -31,6 +32,14 @@ const char* ncclGetErrorString(ncclResult_t result);
 ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclCommAbort(ncclComm_t comm);
+// ncclSuccess, or the error injected below (NCCL's faults of its own: a transport, a proxy).
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError);
+
+namespace nccl_emu {
+// For tests: every communicator reports `error` as its asynchronous error from now on, until
+// set back to ncclSuccess.
+void InjectAsyncError(ncclResult_t error);
+}  // namespace nccl_emu
 ncclResult_t ncclGroupStart();
 ncclResult_t ncclGroupEnd();
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
