@@ -93,12 +93,12 @@ namespace {
   "number, status, params, placement, started, ended, error, checkpoint, metrics, objective, " \
   "epochs, retries, stdout_log, stderr_log, agent_losses"
 
+// A metric or parameter name that a quoted JSON path ("$.\"name\"") reaches: any but '"', '\\'
+// and control characters (SQLite's paths have no escapes).
 bool IsMetricName(std::string_view name) {
   if (name.empty()) return false;
   for (char c : name) {
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-';
-    if (!ok) return false;
+    if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
   }
   return true;
 }
@@ -237,7 +237,8 @@ Result<TrialsSql> BuildTrialsSql(const TrialQuery& query) {
   } else {
     return Status::InvalidArgument(
         "bad sort key '" + query.sort +
-        "': a metric name may only contain letters, digits, '_', '.' and '-'");
+        "': a metric or parameter name to sort by cannot hold '\"', '\\' or control "
+        "characters");
   }
   out.sql += " LIMIT ?";
   return out;
