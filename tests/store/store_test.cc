@@ -313,6 +313,43 @@ TEST_F(StoreTest, RefusesToWriteAFileWithTwoNames) {
   ASSERT_OK(Store::Open(path_, OpenMode::kReadWrite));
 }
 
+// A file damaged in the middle (a bad sector, a copy taken mid-write) is refused for writing,
+// naming the file and what is wrong, before a sweep writes into it; readers still get what is
+// readable.
+TEST_F(StoreTest, RefusesToWriteADamagedFile) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  for (int64_t n = 0; n < 300; ++n) {
+    TrialRecord t = MakeTrial(n, TrialStatus::kCompleted, 0.5);
+    Insert(t);
+    for (int64_t step = 1; step <= 10; ++step) {
+      ReportRecord r;
+      r.trial = n;
+      r.step = step;
+      r.epoch = static_cast<double>(step);
+      r.metrics_json = R"({"val_acc":0.123456789,"loss":1.23456789})";
+      ASSERT_OK(store_->AddReport(sweep_id_, r));
+    }
+  }
+  ASSERT_OK(store_->Commit());
+  store_.reset();  // the last connection checkpoints the WAL into the file
+  const auto size = std::filesystem::file_size(path_);
+  ASSERT_GT(size, 40u * 4096);
+  {
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 4096 / 2 * 4096));
+    for (int i = 0; i < 4096; ++i) f.put(static_cast<char>(i * 131 + 7));
+  }
+  auto writer = Store::Open(path_, OpenMode::kReadWrite);
+  ASSERT_FALSE(writer.ok());
+  EXPECT_EQ(writer.status().code(), Status::Code::kCorruption);
+  EXPECT_EQ(writer.status().message().rfind(path_ + ": database file is corrupt (", 0), 0u)
+      << writer.status().message();
+  EXPECT_NE(writer.status().message().find(".recover` to save what is left"), std::string::npos);
+  auto reader = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_OK(reader);
+  ASSERT_OK((*reader)->FindSweep("s"));
+}
+
 TEST_F(StoreTest, ReopensExistingFile) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   store_.reset();
