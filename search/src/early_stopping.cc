@@ -259,7 +259,12 @@ class HyperbandScheduler final : public Scheduler {
   int Bracket(int64_t trial) const override {
     if (cycle_.empty()) return 0;
     const auto n = static_cast<int64_t>(cycle_.size());
-    return cycle_[static_cast<size_t>(((trial % n) + n) % n)];
+    const int64_t block = trial >= 0 ? trial / n : -1 - (-1 - trial) / n;
+    uint64_t at = static_cast<uint64_t>(trial - block * n);
+    if (config_.grid_order) {
+      at = internal::PermuteBelow(at, static_cast<uint64_t>(n), static_cast<uint64_t>(block));
+    }
+    return cycle_[static_cast<size_t>(at)];
   }
   double MaxResource(int64_t) const override { return config_.max_resource; }
   const std::vector<double>& RungResources() const override { return ladder_; }
@@ -279,6 +284,37 @@ class HyperbandScheduler final : public Scheduler {
   std::unordered_map<int64_t, TrialState> trials_;
   std::unordered_map<int64_t, Decision> stops_;
 };
+
+}  // namespace
+
+uint64_t internal::PermuteBelow(uint64_t x, uint64_t n, uint64_t key) {
+  if (n <= 1) return 0;
+  // A balanced Feistel network on the smallest even number of bits that holds n, walked until
+  // it lands below n (each step is a bijection on [0, 2^bits), so the walk is one on [0, n)).
+  int bits = 2;
+  while ((uint64_t{1} << bits) < n) bits += 2;
+  const int half = bits / 2;
+  const uint64_t mask = (uint64_t{1} << half) - 1;
+  auto round = [&](uint64_t v, uint64_t r) {
+    uint64_t h = v ^ (key * 0x9E3779B97F4A7C15ull) ^ (r * 0xBF58476D1CE4E5B9ull);
+    h ^= h >> 31;
+    h *= 0x94D049BB133111EBull;
+    h ^= h >> 29;
+    return h & mask;
+  };
+  do {
+    uint64_t left = x >> half, right = x & mask;
+    for (uint64_t r = 0; r < 4; ++r) {
+      const uint64_t next = left ^ round(right, r);
+      left = right;
+      right = next;
+    }
+    x = (left << half) | right;
+  } while (x >= n);
+  return x;
+}
+
+namespace {
 
 // Smooth weighted round-robin over the bracket sizes: each bracket appears exactly n_b times per
 // cycle, spread evenly, the heaviest first on ties.

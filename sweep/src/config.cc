@@ -621,6 +621,7 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
   auto& sc = cfg->early_stopping;
   sc.maximize = cfg->maximize;
   sc.metric = cfg->metric;
+  sc.grid_order = cfg->algorithm == "grid";
   if (sc.algorithm == search::EarlyStopping::kNone) return Status::Ok();
   const toml::node& where = *es;  // an algorithm other than none was set in [early_stopping]
   if (cfg->kind == TrialKind::kFunction && cfg->function.value("steps", int64_t{0}) < 2) {

@@ -351,6 +351,54 @@ TEST(HyperbandTest, BracketSequenceIsPinned) {
   EXPECT_EQ(cycle, "0102030100102010301002010100201030102010030102010");
 }
 
+TEST(HyperbandTest, PermuteBelowIsABijection) {
+  for (uint64_t n : {1u, 2u, 3u, 17u, 49u, 143u, 1000u}) {
+    for (uint64_t key : {0u, 1u, 99u}) {
+      std::vector<uint64_t> seen;
+      for (uint64_t x = 0; x < n; ++x) seen.push_back(internal::PermuteBelow(x, n, key));
+      std::sort(seen.begin(), seen.end());
+      for (uint64_t x = 0; x < n; ++x) ASSERT_EQ(seen[x], x) << "n " << n << " key " << key;
+    }
+  }
+  EXPECT_NE(internal::PermuteBelow(5, 49, 0), internal::PermuteBelow(5, 49, 1));
+}
+
+// A grid's trial numbers run along its axes, the last fastest: read in the round-robin's order,
+// the brackets would line up with an axis whose size divides the cycle (7 values, a cycle of 49:
+// bracket 2 never saw 3 of the 7). Grid sweeps read each block of the cycle in a scrambled order:
+// the same counts per block, every value of the axis in every bracket, and the same brackets
+// again on resume.
+TEST(HyperbandTest, GridOrderedTrialsDoNotLineTheBracketsUpWithAnAxis) {
+  SchedulerConfig c = Hyperband();
+  auto plain = Make(c);
+  c.grid_order = true;
+  auto grid = Make(c);
+  auto again = Make(c);
+  constexpr int kBlocks = 70, kAxis = 7;
+  std::vector<std::vector<int>> plain_counts(4, std::vector<int>(kAxis, 0));
+  std::vector<std::vector<int>> grid_counts(4, std::vector<int>(kAxis, 0));
+  for (int64_t i = 0; i < 49 * kBlocks; ++i) {
+    ++plain_counts[static_cast<size_t>(plain->Bracket(i))][static_cast<size_t>(i % kAxis)];
+    ++grid_counts[static_cast<size_t>(grid->Bracket(i))][static_cast<size_t>(i % kAxis)];
+    ASSERT_EQ(grid->Bracket(i), again->Bracket(i)) << i;
+  }
+  for (int block = 0; block < kBlocks; ++block) {
+    std::vector<int> counts(4, 0);
+    for (int64_t i = 0; i < 49; ++i) ++counts[static_cast<size_t>(grid->Bracket(49 * block + i))];
+    ASSERT_EQ(counts, (std::vector<int>{27, 12, 6, 4})) << "block " << block;
+  }
+  EXPECT_EQ(*std::min_element(plain_counts[2].begin(), plain_counts[2].end()), 0);
+  const std::vector<double> sizes = {27, 12, 6, 4};
+  for (size_t b = 0; b < 4; ++b) {
+    const double expected = sizes[b] * kBlocks / kAxis;
+    for (int v = 0; v < kAxis; ++v) {
+      const int got = grid_counts[b][static_cast<size_t>(v)];
+      EXPECT_GT(got, 0.5 * expected) << "bracket " << b << ", axis value " << v;
+      EXPECT_LT(got, 1.5 * expected) << "bracket " << b << ", axis value " << v;
+    }
+  }
+}
+
 int64_t FirstInBracket(const Scheduler& s, int bracket, int64_t skip = 0) {
   for (int64_t i = 0;; ++i) {
     if (s.Bracket(i) == bracket && skip-- == 0) return i;

@@ -333,6 +333,24 @@ TEST_F(ConfigTest, EarlyStoppingTakesItsMaxResourceFromTheTrials) {
   EXPECT_EQ(cfg->early_stopping.metric, "value");
 }
 
+// Hyperband over a grid reads its bracket cycle scrambled (trial numbers follow the grid's axes);
+// over random search, in the round-robin's order.
+TEST_F(ConfigTest, HyperbandKnowsWhetherTrialsFollowAGrid) {
+  const std::string hb = "[early_stopping]\nalgorithm = \"hyperband\"\n";
+  auto random = ParseConfig(BraninWithSteps() + hb, "r.toml");
+  ASSERT_TRUE(random.ok()) << random.status().message();
+  EXPECT_FALSE(random->early_stopping.grid_order);
+  std::string grid = BraninWithSteps();
+  grid.replace(grid.find("x1 = {"), grid.find('\n', grid.find("x1 = {")) - grid.find("x1 = {"),
+               "x1 = { values = [-5, 0, 5, 10] }");
+  grid.replace(grid.find("x2 = {"), grid.find('\n', grid.find("x2 = {")) - grid.find("x2 = {"),
+               "x2 = { values = [0, 5, 10, 15] }");
+  grid.replace(grid.find("[trial]"), 7, "[search]\nalgorithm = \"grid\"\n[trial]");
+  auto gridded = ParseConfig(grid + hb, "g.toml");
+  ASSERT_TRUE(gridded.ok()) << gridded.status().message();
+  EXPECT_TRUE(gridded->early_stopping.grid_order);
+}
+
 TEST_F(ConfigTest, ConditionalParameterAndTarget) {
   std::string text = TrainerConfig(
       "optimizer = { values = [\"sgd\"] }\nmomentum = { distribution = \"uniform\", min = "

@@ -37,6 +37,11 @@ struct SchedulerConfig {
   int64_t min_trials = 3;        // median: other trials needed at a step to judge there (>= 1)
   bool maximize = true;          // the sweep's mode
   std::string metric = "value";  // only for the text of reasons
+  // hyperband: trial numbers follow the order of a grid (its last axis varies fastest), which
+  // the brackets' interleave could line up with (every full-budget trial with one batch size).
+  // Each block of the bracket cycle is then read in an order scrambled by the block's number:
+  // the same counts per block, no pattern along the grid.
+  bool grid_order = false;
 };
 
 // Checks the fields the algorithm uses; a message names the key, e.g.
@@ -132,6 +137,11 @@ class Scheduler {
 
 // A fresh scheduler, or the message of Validate(config). kNone gives one that always continues.
 Result<std::unique_ptr<Scheduler>> MakeScheduler(const SchedulerConfig& config);
+
+namespace internal {
+// A bijection of [0, n) chosen by `key` (a keyed Feistel network): x's place in that order.
+uint64_t PermuteBelow(uint64_t x, uint64_t n, uint64_t key);
+}  // namespace internal
 
 // Rebuilds state: feeds `reports` in order to `scheduler` (normally fresh from MakeScheduler)
 // and returns the Decision for each, identical to the ones given when they were first fed.
