@@ -109,10 +109,14 @@ Result<trainer::TrainOptions> TrainerOptions(const TrialTask& task) {
       SWEEP_RETURN_IF_ERROR(trainer::ApplyOption(&options, key, value));
     }
   }
-  options.threads = std::max(1, task.threads);
-  // One replica per slot (device) unless the trial says otherwise. On CPU a single-slot trial
-  // keeps one replica and lets BLAS use its thread.
-  if (!task.settings.contains("replicas") && !task.params.contains("replicas")) {
+  // The trial's slots give its threads and replicas, unless the config says otherwise.
+  auto set = [&](const char* key) {
+    return task.settings.contains(key) || task.params.contains(key);
+  };
+  if (!set("threads")) options.threads = std::max(1, task.threads);
+  // One replica per slot (device). On CPU a single-slot trial keeps one replica and lets BLAS
+  // use its thread.
+  if (!set("replicas")) {
     options.replicas =
         task.gpus.empty() ? std::max(1, task.threads) : static_cast<int>(task.gpus.size());
   }
@@ -190,6 +194,11 @@ TrialOutcome RunFunctionTrial(const TrialTask& task, const ReportSink& sink,
 }  // namespace
 
 Status CheckTrainerTask(const TrialTask& task) { return TrainerOptions(task).status(); }
+
+Result<TrainerLayout> TrainerLayoutOf(const TrialTask& task) {
+  SWEEP_ASSIGN_OR_RETURN(trainer::TrainOptions options, TrainerOptions(task));
+  return TrainerLayout{options.replicas, options.threads};
+}
 
 TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
                       const TrialHooks& hooks) {

@@ -84,6 +84,14 @@ TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::
 // accepts together (what the trial would fail with at its start, found without running it).
 Status CheckTrainerTask(const TrialTask& task);
 
+// What a trainer task trains on: `replicas` and `threads` as its config sets them, else from
+// its slots (a replica per GPU; on CPU, the slot count as threads, and as replicas too).
+struct TrainerLayout {
+  int replicas = 1;
+  int threads = 1;
+};
+Result<TrainerLayout> TrainerLayoutOf(const TrialTask& task);
+
 // Metrics a trial of this kind reports ("trainer": the trainer's; "function": "value").
 std::vector<std::string> TrialMetricNames(std::string_view kind);
 
