@@ -222,12 +222,21 @@ TEST(Options, Validate) {
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->init = "lecun"; }),
             "init: expected he, xavier or auto, got \"lecun\"");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dropout = 1; }),
-            "dropout: must be in [0, 1), got 1");
+            "dropout: must be in [0, 1) as a 32-bit float (at most 0.99999994), got 1");
+  // Below 1 as a double, 1 as the float training uses: refused, not a NaN at the first step.
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dropout = 0.99999999; }),
+            "dropout: must be in [0, 1) as a 32-bit float (at most 0.99999994), got 0.99999999");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dropout = 0.9999999; }), "");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->beta1 = 0.99999999; }),
+            "beta1: must be in [0, 1) as a 32-bit float (at most 0.99999994), got 0.99999999");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->eps = 1e-50; }),
+            "eps: must be > 0 as a 32-bit float (at least about 1.4e-45), got 1e-50");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->weight_decay = -1; }),
             "weight_decay: must be >= 0, got -1");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->beta2 = 1; }),
-            "beta2: must be in [0, 1), got 1");
-  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->eps = 0; }), "eps: must be > 0, got 0");
+            "beta2: must be in [0, 1) as a 32-bit float (at most 0.99999994), got 1");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->eps = 0; }),
+            "eps: must be > 0 as a 32-bit float (at least about 1.4e-45), got 0");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->lr_schedule = "linear"; }),
             "lr_schedule: expected constant, step or cosine, got \"linear\"");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->warmup_epochs = -1; }),
@@ -253,7 +262,7 @@ TEST(Options, Validate) {
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->lr = 0; }),
             "lr: must be a positive number, got 0");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->momentum = 1; }),
-            "momentum: must be in [0, 1), got 1");
+            "momentum: must be in [0, 1) as a 32-bit float (at most 0.99999994), got 1");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->batch_size = 0; }),
             "batch_size: must be >= 1, got 0");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->epochs = 0; }), "epochs: must be >= 1, got 0");

@@ -32,9 +32,13 @@ std::string Shown(const json& value) {
 }
 
 // %g, not std::to_string's fixed six decimals: "got 0.0001", "got 1e-09".
+// The shortest %g form that reads back as v (0.99999999, not 1).
 std::string Num(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
   return buf;
 }
 
@@ -333,6 +337,15 @@ double EstimatedWork(const TrainOptions& o) {
   return 3.0 * per_sample * samples * std::max(0, o.epochs);
 }
 
+namespace {
+
+// In [0, 1) as the 32-bit float training uses: 0.99999999 rounds to 1.0f, which makes dropout
+// divide by zero and AdamW's bias correction 1 - beta^t zero.
+bool BelowOne(double v) { return v >= 0 && static_cast<float>(v) < 1.0f; }
+const std::string kFloat = " as a 32-bit float (at most 0.99999994), got ";
+
+}  // namespace
+
 Status Validate(const TrainOptions& o, ValidateScope scope) {
   const bool together = scope == ValidateScope::kAll;
   const DatasetSpec& d = o.dataset;
@@ -362,27 +375,26 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
   if (!ParseInit(o.init, &init)) {
     return bad("init: expected he, xavier or auto, got \"" + o.init + "\"");
   }
-  if (!(o.dropout >= 0 && o.dropout < 1)) {
-    return bad("dropout: must be in [0, 1), got " + Num(o.dropout));
-  }
+  if (!BelowOne(o.dropout)) return bad("dropout: must be in [0, 1)" + kFloat + Num(o.dropout));
   if (o.optimizer != "sgd" && o.optimizer != "adamw") {
     return bad("optimizer: expected \"sgd\" or \"adamw\", got \"" + o.optimizer + "\"");
   }
   if (!(o.lr > 0) || !std::isfinite(o.lr)) {
     return bad("lr: must be a positive number, got " + Num(o.lr));
   }
-  if (!(o.momentum >= 0 && o.momentum < 1)) {
-    return bad("momentum: must be in [0, 1), got " + Num(o.momentum));
-  }
+  if (!BelowOne(o.momentum)) return bad("momentum: must be in [0, 1)" + kFloat + Num(o.momentum));
   if (together && o.nesterov && o.optimizer == "sgd" && o.momentum == 0) {
     return bad("nesterov: needs momentum > 0 (Nesterov momentum without momentum is plain SGD)");
   }
   if (!(o.weight_decay >= 0) || !std::isfinite(o.weight_decay)) {
     return bad("weight_decay: must be >= 0, got " + Num(o.weight_decay));
   }
-  if (!(o.beta1 >= 0 && o.beta1 < 1)) return bad("beta1: must be in [0, 1), got " + Num(o.beta1));
-  if (!(o.beta2 >= 0 && o.beta2 < 1)) return bad("beta2: must be in [0, 1), got " + Num(o.beta2));
-  if (!(o.eps > 0) || !std::isfinite(o.eps)) return bad("eps: must be > 0, got " + Num(o.eps));
+  if (!BelowOne(o.beta1)) return bad("beta1: must be in [0, 1)" + kFloat + Num(o.beta1));
+  if (!BelowOne(o.beta2)) return bad("beta2: must be in [0, 1)" + kFloat + Num(o.beta2));
+  // As a float too: 1e-50 would be 0, and AdamW would divide by it.
+  if (!(static_cast<float>(o.eps) > 0) || !std::isfinite(static_cast<float>(o.eps))) {
+    return bad("eps: must be > 0 as a 32-bit float (at least about 1.4e-45), got " + Num(o.eps));
+  }
   if (o.lr_schedule != "constant" && o.lr_schedule != "step" && o.lr_schedule != "cosine") {
     return bad("lr_schedule: expected constant, step or cosine, got \"" + o.lr_schedule + "\"");
   }
