@@ -1019,6 +1019,9 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   }
 
   std::optional<double> natural_max_resource;  // what every trial runs to, when it is fixed
+  // Whether the config's dataset is read here (its files found and checked).
+  const bool check_dataset = use != ConfigUse::kView && use != ConfigUse::kOneTrialOtherDataset;
+  const bool one_trial = use == ConfigUse::kOneTrial || use == ConfigUse::kOneTrialOtherDataset;
   if (cfg.kind == TrialKind::kTrainer) {
     trainer::TrainOptions merged;
     const toml::node* dataset_node = nullptr;
@@ -1026,7 +1029,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     const std::filesystem::path base = std::filesystem::absolute(cfg.path).parent_path();
     // A dataset's paths, checked for their form only (kView): a stand-in for the options.
     auto apply_dataset = [&](const json& value) -> Status {
-      if (use != ConfigUse::kView) return trainer::ApplyOption(&merged, "dataset", value);
+      if (check_dataset) return trainer::ApplyOption(&merged, "dataset", value);
       if (!value.is_string() && !value.is_object()) {
         return trainer::ApplyOption(&merged, "dataset", value);  // its type error
       }
@@ -1045,7 +1048,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
         }
         const bool dataset = key == "dataset";
         if (dataset) value = DatasetRelativeTo(std::move(value), base);
-        if (!dataset || use != ConfigUse::kView) {  // the dataset's check reads its files
+        if (!dataset || check_dataset) {  // the dataset's check reads its files
           SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, v, "trainer." + key, key, value));
         }
         Status s = dataset ? apply_dataset(value) : trainer::ApplyOption(&merged, key, value);
@@ -1063,7 +1066,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
         json& value = e.parameter.distribution.values[0];
         value = DatasetRelativeTo(std::move(value), base);
       }
-      if (e.parameter.name != "dataset" || use != ConfigUse::kView) {
+      if (e.parameter.name != "dataset" || check_dataset) {
         SWEEP_RETURN_IF_ERROR(CheckTrainerParameter(c, e));
       }
       if (e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
@@ -1087,7 +1090,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       return trainer_table != nullptr ? c.Error(*trainer_table, "trainer.dataset", msg)
                                       : c.FileError(msg);
     }
-    if (use != ConfigUse::kView) {
+    if (check_dataset) {
       SWEEP_RETURN_IF_ERROR(CheckDatasetFiles(c, *dataset_node, dataset_key, merged.dataset));
     }
     // Rules across options (nesterov needs momentum, ...) on what every trial shares: [trainer]
@@ -1112,7 +1115,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       return c.Error(*metric_node, "sweep.metric", msg);
     }
     // (`sweep train` runs one trial and ranks nothing: it may train on every sample.)
-    const bool needs_val = use != ConfigUse::kOneTrial && metric->rfind("val_", 0) == 0;
+    const bool needs_val = !one_trial && metric->rfind("val_", 0) == 0;
     if (needs_val && merged.validation_fraction <= 0) {
       if (metric_node != nullptr) {
         return c.Error(*metric_node, "sweep.metric",
@@ -1302,7 +1305,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       // start only the heaviest the sampler can give.
       return c.Error(*order_node, "trial.order",
                      "\"longest_first\" orders a sweep of known size; set sweep.max_trials");
-    } else if (cfg.time_budget_s || cfg.stop_when || use == ConfigUse::kOneTrial) {
+    } else if (cfg.time_budget_s || cfg.stop_when || one_trial) {
       cfg.max_trials = kUnboundedTrials;
       cfg.unbounded_trials = true;
     } else {

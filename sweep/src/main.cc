@@ -537,7 +537,11 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
 
 int CmdTrain(const std::string& config_path, const std::vector<std::string>& sets, bool as_json,
              int threads) {
-  auto cfg = sweep::LoadConfig(config_path, sweep::ConfigUse::kOneTrial);
+  // A dataset given with --set replaces the config's, which need not exist here.
+  const bool other_dataset = std::any_of(
+      sets.begin(), sets.end(), [](const std::string& s) { return s.rfind("dataset=", 0) == 0; });
+  auto cfg = sweep::LoadConfig(config_path, other_dataset ? sweep::ConfigUse::kOneTrialOtherDataset
+                                                          : sweep::ConfigUse::kOneTrial);
   if (!cfg.ok()) return Fail(cfg.status());
   if (cfg->kind != sweep::TrialKind::kTrainer && cfg->kind != sweep::TrialKind::kFunction) {
     return Fail(Status::InvalidArgument("sweep train runs trainer or function trials only"));
@@ -545,6 +549,7 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
   sweep::executor::TrialTask task;
   task.kind = std::string(sweep::ToString(cfg->kind));
   task.settings = cfg->kind == sweep::TrialKind::kTrainer ? cfg->trainer : cfg->function;
+  if (other_dataset) task.settings.erase("dataset");
   task.params = json::object();
   task.seed = sweep::TrialSeed(cfg->seed, 0);
   task.threads = threads > 0 ? threads : cfg->gpus;

@@ -270,6 +270,24 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
       << failed["error"];
 }
 
+// `--set dataset=...` replaces the config's dataset, which need not exist on this machine (a
+// config written for another one); without it, the missing folder is named.
+TEST_F(E2eTest, TrainWithAnotherDatasetThanTheConfigs) {
+  WriteTinyDataset(400, 100);
+  Write("t.toml",
+        "[sweep]\nname = \"elsewhere\"\nmax_trials = 4\n[parameters]\nepochs = 1\n[trainer]\n"
+        "dataset = \"no-such-folder\"\nhidden = [16]\nbatch_size = 32\n");
+  Output missing = Sweep("train t.toml");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("no-such-folder"), std::string::npos) << missing.err;
+  Output other = Sweep("train t.toml --set dataset=" + dir_.string() + " --json");
+  ASSERT_EQ(other.code, 0) << other.err;
+  EXPECT_EQ(json::parse(other.out)["status"], "completed") << other.out;
+  Output bad = Sweep("train t.toml --set dataset=" + (dir_ / "nor-this").string());
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("--set dataset="), std::string::npos) << bad.err;
+}
+
 // `sweep train` stopped by Ctrl-C (or SIGTERM) before its end exits 1, so that a script's
 // `sweep train ... && next` does not go on with a half-trained result.
 TEST_F(E2eTest, TrainStoppedBeforeItsEndExitsOne) {

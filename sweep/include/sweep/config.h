@@ -91,7 +91,9 @@ inline constexpr int64_t kUnboundedTrials = int64_t{1} << 40;
 // What a config is read for: a sweep needs to know when its search ends; one trial
 // (`sweep train`) does not; a stored config read to show a sweep's results (kView) is checked
 // as a sweep's, but not against this machine's files (its dataset may be elsewhere, or gone).
-enum class ConfigUse { kSweep, kOneTrial, kView };
+// kOneTrialOtherDataset: one trial whose dataset is given elsewhere (`sweep train --set
+// dataset=...`), so the config's is not looked for.
+enum class ConfigUse { kSweep, kOneTrial, kView, kOneTrialOtherDataset };
 
 // Reads and validates `path`. InvalidArgument (with file:line:column) for every user error;
 // NotFound/IoError when the file cannot be read.
