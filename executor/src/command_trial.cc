@@ -334,6 +334,7 @@ class CommandRun {
     int wait_status = 0;
     Clock::time_point exited_at{};
     std::string why_stopped;  // non-empty: we ended it (timeout, divergence)
+    bool overlong = false;    // in a line already read (as too long) before its end came
     std::string partial;
     char buf[65536];
 
@@ -348,13 +349,17 @@ class CommandRun {
             partial.append(buf, static_cast<size_t>(n));
             size_t pos;
             while ((pos = partial.find('\n')) != std::string::npos) {
-              Line(partial.substr(0, pos), err_log, &why_stopped);
+              // The end of an overlong line was read as one already (below).
+              if (!overlong) Line(partial.substr(0, pos), err_log, &why_stopped);
+              overlong = false;
               partial.erase(0, pos + 1);
             }
             if (partial.size() > kMaxReportBytes) {
               // No line break for this long (a progress bar redrawn with \r, binary output):
-              // read what came as a line (an overlong report is refused), keep no more.
-              Line(partial, err_log, &why_stopped);
+              // read what came as a line (an overlong report is refused), and the rest of it,
+              // up to its line break, not at all.
+              if (!overlong) Line(partial, err_log, &why_stopped);
+              overlong = true;
               partial.clear();
             }
           } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -401,7 +406,7 @@ class CommandRun {
                           FormatSeconds(kill_grace_.count()) + " after SIGTERM");
       }
     }
-    if (!partial.empty()) Line(partial, err_log, &why_stopped);
+    if (!partial.empty() && !overlong) Line(partial, err_log, &why_stopped);
     pid_ = -1;
 
     TrialOutcome out;

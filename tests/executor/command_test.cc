@@ -409,6 +409,21 @@ TEST_F(CommandTrialTest, ParametersTooLargeForTheEnvironmentAreNamed) {
       << run.outcome.error;
 }
 
+// A line of 600 KiB is one line: the notes about the lines after it give their own numbers, and
+// a report line that long is refused once.
+TEST_F(CommandTrialTest, AnOverlongLineCountsAsOneLine) {
+  Run run = RunIt(ShellTask(
+      "printf 'sweep-report {\"epoch\": 1, \"pad\": \"'; head -c 614400 /dev/zero | tr '\\0' x; "
+      "printf '\"}\\n'; echo 'sweep-report {bad'; echo 'sweep-report {\"val_acc\": 1}'"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  EXPECT_EQ(run.reports.size(), 1u);
+  const std::string err = Read(dir_ + "/trial-3/stderr.log");
+  EXPECT_NE(err.find("stdout line 1 is not a report: it is "), std::string::npos) << err;
+  EXPECT_NE(err.find("stdout line 2 is not a report"), std::string::npos) << err;
+  EXPECT_EQ(err.find("stdout line 3 is not"), std::string::npos) << err;
+  EXPECT_EQ(err.find("stdout line 4"), std::string::npos) << err;
+}
+
 TEST_F(CommandTrialTest, MalformedReportLinesAreLoggedNotFatal) {
   Run run =
       RunIt(ShellTask("echo 'sweep-report {oops'; echo 'sweep-report {\"val_acc\": 1, "
