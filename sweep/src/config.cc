@@ -879,7 +879,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       if (cfg.kind != TrialKind::kTrainer) {
         return c.Error(*n, "trial.keep_checkpoints",
                        "only for kind = \"trainer\" (a command trial's program keeps its own "
-                       "files, in its trial directory)");
+                       "files, in its trial directory; a function trial has none)");
       }
       if (n->is_string()) {
         if (n->value_or(std::string()) != "all") {
@@ -1182,7 +1182,8 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       names.push_back(e.parameter.name);
       if (e.parameter.condition) {
         return c.Error(*e.node, "parameters." + e.parameter.name + ".when",
-                       "function trials need every input; conditions apply to trainer trials");
+                       "function trials need every input; conditions apply to trainer and "
+                       "command trials");
       }
     }
     Status s = executor::CheckFunctionParams(*executor::FindFunction(fn), names);

@@ -205,6 +205,15 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
        "'max_trials'?"},
       {"wrong type", "[sweep]\nname = 5\n",
        "bad.toml:2:8: sweep.name: expected a string, got an integer"},
+      {"condition on a function trial's input",
+       std::string(kBranin) + "x3 = { values = [1, 2], when = { x1 = [1] } }\n",
+       "parameters.x3.when: function trials need every input; conditions apply to trainer and "
+       "command trials"},
+      {"keep_checkpoints on a function trial",
+       std::string(kBranin).replace(std::string(kBranin).find("[trial]\n"), 8,
+                                    "[trial]\nkeep_checkpoints = 2\n"),
+       "trial.keep_checkpoints: only for kind = \"trainer\" (a command trial's program keeps "
+       "its own files, in its trial directory; a function trial has none)"},
       {"max_trials < 1",
        std::string(kBranin).replace(std::string(kBranin).find("max_trials = 10"), 15,
                                     "max_trials = 0"),
