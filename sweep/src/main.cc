@@ -406,14 +406,15 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
 
 int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& remote,
               const char* argv0) {
+  // The remote options first: a usage error, whatever the database.
+  sweep::RunOptions options = MakeRunOptions(argv0);
+  if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
   std::error_code ec;
   if (!std::filesystem::exists(db, ec)) {
     return Fail(Status::NotFound(db + ": no such database"));
   }
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
-  sweep::RunOptions options = MakeRunOptions(argv0);
-  if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
   auto summary = sweep::ResumeSweep(name, **st, options);
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, name, *summary);
@@ -439,6 +440,10 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
         (db_flag.empty() ? config_path + ": [store] path" : std::string("--db")) + " " + db +
         ": the folder " + folder.string() + " does not exist"));
   }
+  // The remote options first: a usage error (a token file others can read) leaves no new,
+  // empty database behind.
+  sweep::RunOptions options = MakeRunOptions(argv0);
+  if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
   if (resume) {
@@ -456,8 +461,6 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
     }
   }
 
-  sweep::RunOptions options = MakeRunOptions(argv0);
-  if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
   auto summary = sweep::RunSweep(*cfg, **st, options);
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, cfg->name, *summary);
