@@ -193,6 +193,29 @@ kill $agent; wait $agent
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
 }
 
+// A checkpoint path on a read-only file system is found at the trial's start, not after the
+// epochs before its first checkpoint (with checkpoint_every = 0, at its very end).
+TEST_F(StorageTest, AnUnwritableCheckpointPathIsFoundBeforeTheFirstEpoch) {
+  WriteTinyDataset(800, 200);
+  Write("t.toml", "[sweep]\nname = \"ro\"\n[parameters]\nepochs = 3\n[trainer]\ndataset = \"" +
+                      dir_.string() + "\"\nhidden = [16]\nbatch_size = 32\n");
+  ASSERT_EQ(InNamespace(R"(set -u
+mkdir -p ro
+mount -t tmpfs -o size=1m tmpfs ro || exit 90
+mount -o remount,ro ro || exit 91
+"$SWEEP" train t.toml --set checkpoint_path=ro/t.ckpt > train.out 2> train.err; echo $? > train.rc
+)"),
+            0)
+      << Read("script.log");
+  EXPECT_EQ(Read("train.rc"), "1\n");
+  const std::string err = Read("train.err");
+  EXPECT_NE(err.find("sweep: interrupted at epoch 0: cannot write the checkpoint: ro/t.ckpt.probe"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("Read-only file system"), std::string::npos) << err;
+  EXPECT_EQ(Read("train.out").find("epoch 1"), std::string::npos) << Read("train.out");
+}
+
 TEST_F(StorageTest, ReadOnlyFileSystemIsAClearError) {
   Write("c.toml", kManyTrials);
   ASSERT_EQ(InNamespace(R"(set -u

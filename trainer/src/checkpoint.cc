@@ -92,6 +92,29 @@ std::string TrainingConfig(const TrainOptions& o) {
   return j.dump();
 }
 
+namespace {
+
+Status WriteInCheckpointFolder(const std::string& path, const std::vector<ByteRange>& pieces) {
+  // A trial run by a remote agent gets the coordinator's path, which may not exist there yet.
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  // Whatever stops the write (disk full, a quota, a read-only file system, a file-size limit)
+  // is the machine's trouble, not the trial's: kUnavailable, so that the trial can go on from
+  // its last checkpoint once that is put right.
+  if (ec) {
+    return Status::Unavailable(dir.string() +
+                               ": cannot create the checkpoint directory: " + ec.message());
+  }
+  const Status written = WriteFileAtomically(path, pieces, Publish::kReplace);
+  if (written.code() == Status::Code::kIoError) {
+    return Status::Unavailable("cannot write the checkpoint: " + written.message());
+  }
+  return written;
+}
+
+}  // namespace
+
 Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   json header = {{"config", c.config},
                  {"epoch", c.epoch},
@@ -120,22 +143,16 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   uint32_t crc = Crc(0, nullptr, 0);
   for (const ByteRange& p : pieces) crc = Crc(crc, p.data, p.size);
   pieces.push_back({&crc, sizeof crc});
-  // A trial run by a remote agent gets the coordinator's path, which may not exist there yet.
+  return WriteInCheckpointFolder(path, pieces);
+}
+
+Status ProbeCheckpointPath(const std::string& path) {
+  const std::string probe = path + ".probe";
+  const char byte = 0;
+  SWEEP_RETURN_IF_ERROR(WriteInCheckpointFolder(probe, {{&byte, 1}}));
   std::error_code ec;
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  // Whatever stops the write (disk full, a quota, a read-only file system, a file-size limit)
-  // is the machine's trouble, not the trial's: kUnavailable, so that the trial can go on from
-  // its last checkpoint once that is put right.
-  if (ec) {
-    return Status::Unavailable(dir.string() +
-                               ": cannot create the checkpoint directory: " + ec.message());
-  }
-  const Status written = WriteFileAtomically(path, pieces, Publish::kReplace);
-  if (written.code() == Status::Code::kIoError) {
-    return Status::Unavailable("cannot write the checkpoint: " + written.message());
-  }
-  return written;
+  std::filesystem::remove(probe, ec);
+  return Status::Ok();
 }
 
 Result<Checkpoint> ReadCheckpoint(const std::string& path) {

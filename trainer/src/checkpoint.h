@@ -32,6 +32,10 @@ std::string TrainingConfig(const TrainOptions& o);
 // Writes atomically. Unavailable, naming the file and the system's reason, when the machine
 // refuses the write (disk full, quota, read-only file system, file-size limit).
 Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);
+// Whether a checkpoint can be written at `path` (its folder made, a small file written there
+// and removed), so that a trial learns it at its start rather than when it first checkpoints,
+// possibly at its end; the same statuses as WriteCheckpoint.
+Status ProbeCheckpointPath(const std::string& path);
 // NotFound when there is no file; Corruption (naming the file) for a bad checksum, a cut-short
 // or malformed file.
 Result<Checkpoint> ReadCheckpoint(const std::string& path);

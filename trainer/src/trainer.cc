@@ -239,6 +239,10 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       result.epochs_done = ckpt->epoch;
     } else if (ckpt.status().code() != Status::Code::kNotFound) {
       return ckpt.status();
+    } else {
+      // None yet: find out now, not after the epochs before the first one, that one can be
+      // written there.
+      SWEEP_RETURN_IF_ERROR(ProbeCheckpointPath(o.checkpoint_path));
     }
   }
   if (state.params.empty()) {
