@@ -1344,6 +1344,9 @@ Result<SweepConfig> LoadConfig(const std::string& path, ConfigUse use) {
 }
 
 json ParseSetValue(std::string_view text) {
+  // `--set "lr_schedule= cosine"`: the spaces around a value are not part of it.
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
   const std::string doc = "v = " + std::string(text);
   // Non-ASCII outside a string is not TOML (and toml++ 3.3 mishandles it): a bare word.
   if (!CheckNonAsciiPlacement(Checker("--set"), doc).ok()) return std::string(text);
@@ -1352,7 +1355,14 @@ json ParseSetValue(std::string_view text) {
     if (const toml::node* v = t.get("v")) return ToJson(*v);
   } catch (const toml::parse_error&) {
   }
-  return std::string(text);
+  // Numbers TOML does not write but a command line does: .5, 5., 1.e-3.
+  const std::string word(text);
+  if (!word.empty() && word.find_first_not_of("0123456789+-.eE") == std::string::npos) {
+    char* end = nullptr;
+    const double v = std::strtod(word.c_str(), &end);
+    if (end == word.c_str() + word.size() && std::isfinite(v)) return v;
+  }
+  return word;
 }
 
 }  // namespace sweep

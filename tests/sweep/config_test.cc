@@ -563,6 +563,14 @@ TEST(ParseSetValueTest, TomlValuesOrBareStrings) {
   EXPECT_EQ(ParseSetValue("\xc8\xba"), nlohmann::json("\xc8\xba"));
   EXPECT_EQ(ParseSetValue("caf\xc3\xa9"), nlohmann::json("caf\xc3\xa9"));
   EXPECT_EQ(ParseSetValue("\"caf\xc3\xa9\""), nlohmann::json("caf\xc3\xa9"));
+  // What a shell user types: spaces around the value, numbers TOML spells otherwise.
+  EXPECT_EQ(ParseSetValue(" cosine"), nlohmann::json("cosine"));
+  EXPECT_EQ(ParseSetValue("0.1 "), nlohmann::json(0.1));
+  EXPECT_EQ(ParseSetValue(".5"), nlohmann::json(0.5));
+  EXPECT_EQ(ParseSetValue("5."), nlohmann::json(5.0));
+  EXPECT_EQ(ParseSetValue("1.e-3"), nlohmann::json(1e-3));
+  EXPECT_EQ(ParseSetValue("1.2.3"), nlohmann::json("1.2.3"));
+  EXPECT_EQ(ParseSetValue("e"), nlohmann::json("e"));
 }
 
 TEST(DidYouMeanTest, SuggestsCloseWordsOnly) {
