@@ -67,6 +67,30 @@ class ResumeTest : public E2eTest {
   }
 
   // Waits (up to 10 s) until the store holds `n` reports.
+  // Waits (up to 10 s) until the store holds some report.
+  bool WaitForAReport() {
+    for (int i = 0; i < 400; ++i) {
+      if (HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  }
+
+  // Takes sweeps.db's write lock as another program would (a sqlite3 shell's BEGIN EXCLUSIVE);
+  // null when it could not. The caller commits and closes it.
+  sqlite3* HoldWriteLock() {
+    sqlite3* db = nullptr;
+    if (sqlite3_open((dir_ / "sweeps.db").c_str(), &db) != SQLITE_OK) return nullptr;
+    sqlite3_busy_timeout(db, 10000);
+    if (sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      sqlite3_close(db);
+      return nullptr;
+    }
+    return db;
+  }
+
   bool WaitForReports(int n) {
     for (int i = 0; i < 400; ++i) {
       if (HasTable("reports") && Query("SELECT count(*) FROM reports")[0][0] == std::to_string(n)) {
@@ -648,17 +672,9 @@ TEST_F(ResumeTest, KilledCoordinatorLeavesNoHelperBehind) {
 TEST_F(ResumeTest, ALockHeldByAnotherProcessIsWaitedFor) {
   Write("l.toml", SlowFunctionConfig("locked", "random", 12, 5, 60));
   pid_t pid = Start("run l.toml", "locked.log");
-  bool started = false;
-  for (int i = 0; i < 400 && !started; ++i) {
-    started = HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0;
-    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(started) << sweep_e2e::Slurp(dir_ / "locked.log");
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_ / "sweeps.db").c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 10000);
-  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK)
-      << sqlite3_errmsg(db);
+  ASSERT_TRUE(WaitForAReport()) << sweep_e2e::Slurp(dir_ / "locked.log");
+  sqlite3* db = HoldWriteLock();
+  ASSERT_NE(db, nullptr);
   std::this_thread::sleep_for(std::chrono::seconds(7));  // past the 5 s busy timeout
   ASSERT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
@@ -675,17 +691,9 @@ TEST_F(ResumeTest, ALockHeldByAnotherProcessIsWaitedFor) {
 TEST_F(ResumeTest, AnInterruptEndsTheWaitForALock) {
   Write("l.toml", SlowFunctionConfig("lockint", "random", 12, 5, 60));
   pid_t pid = Start("run l.toml", "lockint.log");
-  bool started = false;
-  for (int i = 0; i < 400 && !started; ++i) {
-    started = HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0;
-    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(started) << sweep_e2e::Slurp(dir_ / "lockint.log");
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir_ / "sweeps.db").c_str(), &db), SQLITE_OK);
-  sqlite3_busy_timeout(db, 10000);
-  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK)
-      << sqlite3_errmsg(db);
+  ASSERT_TRUE(WaitForAReport()) << sweep_e2e::Slurp(dir_ / "lockint.log");
+  sqlite3* db = HoldWriteLock();
+  ASSERT_NE(db, nullptr);
   std::this_thread::sleep_for(std::chrono::seconds(6));  // past the 5 s busy timeout
   const auto interrupted = std::chrono::steady_clock::now();
   ::kill(pid, SIGINT);
@@ -710,12 +718,7 @@ TEST_F(ResumeTest, AnInterruptEndsTheWaitForALock) {
 TEST_F(ResumeTest, ARemovedDatabaseStopsTheSweep) {
   Write("r.toml", SlowFunctionConfig("gone", "random", 40, 5, 60));
   pid_t pid = Start("run r.toml", "gone.log");
-  bool started = false;
-  for (int i = 0; i < 400 && !started; ++i) {
-    started = HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0;
-    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(started) << sweep_e2e::Slurp(dir_ / "gone.log");
+  ASSERT_TRUE(WaitForAReport()) << sweep_e2e::Slurp(dir_ / "gone.log");
   for (const char* f : {"sweeps.db", "sweeps.db-wal", "sweeps.db-shm"}) fs::remove(dir_ / f);
   const int code = Wait(pid);
   const std::string log = sweep_e2e::Slurp(dir_ / "gone.log");

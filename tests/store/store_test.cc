@@ -152,6 +152,7 @@ class StoreTest : public ::testing::Test {
   }
 
   void Insert(const TrialRecord& trial) { ASSERT_OK(store_->InsertTrial(sweep_id_, trial)); }
+  void WriteVersion1File();
 
   std::string dir_;
   std::string path_;
@@ -373,9 +374,9 @@ TEST_F(StoreTest, RefusesNewerSchemaNamingBothVersions) {
   EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), newer);  // left untouched
 }
 
-// A file written by schema v1 (as the first release wrote it) is migrated on open: its data
-// stays, the new columns take their defaults, and duplicate report steps collapse to the first.
-TEST_F(StoreTest, MigratesAVersion1File) {
+// A file as schema v1 (the first release) wrote it: sweep 'old' (seed 7), its trial 0 (val_acc
+// 0.8), and reports of steps 1 (twice) and 2.
+void StoreTest::WriteVersion1File() {
   ASSERT_NO_FATAL_FAILURE(RawExec(path_, std::string(internal::MigrationSql(0))));
   ASSERT_NO_FATAL_FAILURE(RawExec(
       path_,
@@ -387,6 +388,12 @@ TEST_F(StoreTest, MigratesAVersion1File) {
       "INSERT INTO reports (sweep_id, trial, step, epoch, metrics, time) VALUES "
       "(1, 0, 1, 1, '{\"val_acc\":0.7}', 2.0), (1, 0, 1, 1, '{\"val_acc\":0.6}', 2.5), "
       "(1, 0, 2, 2, '{\"val_acc\":0.8}', 3.0);"));
+}
+
+// A file written by schema v1 (as the first release wrote it) is migrated on open: its data
+// stays, the new columns take their defaults, and duplicate report steps collapse to the first.
+TEST_F(StoreTest, MigratesAVersion1File) {
+  ASSERT_NO_FATAL_FAILURE(WriteVersion1File());
   auto opened = Store::Open(path_, OpenMode::kReadWrite);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   Store& store = **opened;
@@ -411,16 +418,7 @@ TEST_F(StoreTest, MigratesAVersion1File) {
 // A reader (`best`, `trials`, `status`) of an older file reads it through a migrated copy in
 // memory: the file is left as it was, for the next command that writes to migrate.
 TEST_F(StoreTest, ReadsAVersion1FileWithoutChangingIt) {
-  ASSERT_NO_FATAL_FAILURE(RawExec(path_, std::string(internal::MigrationSql(0))));
-  ASSERT_NO_FATAL_FAILURE(RawExec(
-      path_,
-      "PRAGMA user_version = 1;"
-      "INSERT INTO sweeps (name, config_text, config_hash, config_path, metric, maximize, seed, "
-      "status, created) VALUES ('old', 'x', 'h', 'old.toml', 'val_acc', 1, 7, 'completed', 1.0);"
-      "INSERT INTO trials (sweep_id, number, params, status, metrics, objective, epochs) "
-      "VALUES (1, 0, '{\"lr\":0.1}', 'completed', '{\"val_acc\":0.8}', 0.8, 2);"
-      "INSERT INTO reports (sweep_id, trial, step, epoch, metrics, time) VALUES "
-      "(1, 0, 1, 1, '{\"val_acc\":0.7}', 2.0), (1, 0, 2, 2, '{\"val_acc\":0.8}', 3.0);"));
+  ASSERT_NO_FATAL_FAILURE(WriteVersion1File());
   const std::string before = RawQuery(path_, "SELECT group_concat(sql, ';') FROM sqlite_master");
   auto opened = Store::Open(path_, OpenMode::kReadOnly);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
