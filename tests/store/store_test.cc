@@ -153,6 +153,7 @@ class StoreTest : public ::testing::Test {
 
   void Insert(const TrialRecord& trial) { ASSERT_OK(store_->InsertTrial(sweep_id_, trial)); }
   void WriteVersion1File();
+  void ExpectVersion1Content(Store& store);
 
   std::string dir_;
   std::string path_;
@@ -390,6 +391,21 @@ void StoreTest::WriteVersion1File() {
       "(1, 0, 2, 2, '{\"val_acc\":0.8}', 3.0);"));
 }
 
+// What WriteVersion1File wrote, as a Store of this version reads it: sweep 'old', its trial
+// 0 with new columns at their defaults, and its two report steps (the repeated one once).
+void StoreTest::ExpectVersion1Content(Store& store) {
+  auto sweep = store.FindSweep("old");
+  ASSERT_TRUE(sweep.ok()) << sweep.status().message();
+  EXPECT_EQ(sweep->seed, 7);
+  auto trial = store.Trial(sweep->id, 0);
+  ASSERT_TRUE(trial.ok() && trial->has_value());
+  EXPECT_EQ((*trial)->objective, 0.8);
+  EXPECT_EQ((*trial)->retries, 0);
+  auto reports = store.Reports(sweep->id, 0);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 2u);
+}
+
 // A file written by schema v1 (as the first release wrote it) is migrated on open: its data
 // stays, the new columns take their defaults, and duplicate report steps collapse to the first.
 TEST_F(StoreTest, MigratesAVersion1File) {
@@ -398,20 +414,13 @@ TEST_F(StoreTest, MigratesAVersion1File) {
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   Store& store = **opened;
   EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), std::to_string(kSchemaVersion));
+  ASSERT_NO_FATAL_FAILURE(ExpectVersion1Content(store));
   auto sweep = store.FindSweep("old");
-  ASSERT_TRUE(sweep.ok()) << sweep.status().message();
-  EXPECT_EQ(sweep->seed, 7);
   EXPECT_EQ(sweep->owner, "");
   EXPECT_EQ(sweep->active_s, 0);
-  auto trial = store.Trial(sweep->id, 0);
-  ASSERT_TRUE(trial.ok() && trial->has_value());
-  EXPECT_EQ((*trial)->objective, 0.8);
-  EXPECT_EQ((*trial)->retries, 0);
   auto reports = store.Reports(sweep->id, 0);
-  ASSERT_TRUE(reports.ok());
-  ASSERT_EQ(reports->size(), 2u);
   EXPECT_EQ((*reports)[0].metrics_json, "{\"val_acc\":0.7}");
-  EXPECT_EQ((*trial)->stdout_log, "");
+  EXPECT_EQ((*store.Trial(sweep->id, 0))->stdout_log, "");
   EXPECT_EQ(RawQuery(path_, "PRAGMA integrity_check"), "ok");
 }
 
@@ -423,19 +432,10 @@ TEST_F(StoreTest, ReadsAVersion1FileWithoutChangingIt) {
   auto opened = Store::Open(path_, OpenMode::kReadOnly);
   ASSERT_TRUE(opened.ok()) << opened.status().message();
   Store& store = **opened;
-  auto sweep = store.FindSweep("old");
-  ASSERT_TRUE(sweep.ok()) << sweep.status().message();
-  EXPECT_EQ(sweep->seed, 7);
-  auto trial = store.Trial(sweep->id, 0);
-  ASSERT_TRUE(trial.ok() && trial->has_value());
-  EXPECT_EQ((*trial)->objective, 0.8);
-  EXPECT_EQ((*trial)->retries, 0);
-  auto reports = store.Reports(sweep->id, 0);
-  ASSERT_TRUE(reports.ok());
-  EXPECT_EQ(reports->size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(ExpectVersion1Content(store));
   EXPECT_EQ(store.Commit().code(), Status::Code::kOk);  // nothing pending
   TrialRecord t = MakeTrial(1, TrialStatus::kRunning, {});
-  EXPECT_FALSE(store.InsertTrial(sweep->id, t).ok());  // still a reader
+  EXPECT_FALSE(store.InsertTrial(store.FindSweep("old")->id, t).ok());  // still a reader
   EXPECT_EQ(RawQuery(path_, "PRAGMA user_version"), "1");
   EXPECT_EQ(RawQuery(path_, "SELECT group_concat(sql, ';') FROM sqlite_master"), before);
 }
