@@ -430,14 +430,34 @@ struct WatchArgs {
 };
 
 int CmdWatch(const std::string& db, const std::string& name, double interval_s) {
-  auto st = store::Store::Open(db, store::OpenMode::kReadOnly);
-  if (!st.ok()) return Fail(st.status());
   const bool terminal = ::isatty(STDOUT_FILENO) != 0;
   size_t drawn_lines = 0;
   int ownerless = 0;  // polls in a row that found a running sweep with no process holding it
+  bool waiting = false;
+  bool seen = false;
   while (true) {
-    auto sw = FindSweepOrSuggest(**st, name);
-    if (!sw.ok()) return Fail(sw.status());
+    // Opened at every poll: a watch started before its sweep finds the file once `sweep run`
+    // has made it, and a file of an older schema, which a reader sees as a migrated copy, is
+    // seen again once the sweep's coordinator has migrated it.
+    auto st = store::Store::Open(db, store::OpenMode::kReadOnly);
+    Result<store::SweepRecord> sw =
+        st.ok() ? FindSweepOrSuggest(**st, name) : Result<store::SweepRecord>(st.status());
+    if (!sw.ok()) {
+      // Not there yet (no file, a file still empty, no such sweep in it): wait for `sweep run`,
+      // saying once what is missing, so that a mistyped name is seen at once. Anything else
+      // (not a sweep database, a damaged file) ends the watch.
+      if (sw.status().code() != Status::Code::kNotFound || seen) {
+        return Fail(sw.status());
+      }
+      if (!waiting) {
+        std::cerr << "sweep: " << sw.status().message() << "; waiting for sweep '" << name
+                  << "' to start (Ctrl-C to stop)\n";
+        waiting = true;
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+      continue;
+    }
+    seen = true;
     auto counts = (*st)->CountByStatus(sw->id);
     if (!counts.ok()) return Fail(counts.status());
     store::TrialQuery q;

@@ -476,6 +476,27 @@ TEST_F(ReportE2eTest, StatusWatchWithoutATerminalPrintsTablesOneAfterAnother) {
   EXPECT_EQ(Sweep("status lw --watch --json").code, 2);  // --json and --watch exclude each other
 }
 
+TEST_F(ReportE2eTest, StatusWatchStartedBeforeTheSweepWaitsForIt) {
+  // Started first, as in a second terminal before `sweep run`: no file yet, then no such sweep.
+  pid_t watch = Start("status early --watch --interval 0.1", "watch.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  Write("b.toml", BraninConfig("early", 6, "max_concurrent = 1\n", "steps = 3\nstep_ms = 30\n"));
+  ASSERT_EQ(Sweep("run b.toml").code, 0);
+  EXPECT_EQ(Wait(watch), 0);
+  std::string log = Slurp(dir_ / "watch.log");
+  EXPECT_NE(log.find("no such database; waiting for sweep 'early' to start (Ctrl-C to stop)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("waiting", log.find("waiting") + 1), std::string::npos) << log;  // once
+  EXPECT_NE(log.rfind("sweep early (completed)"), std::string::npos) << log;
+
+  // A file that is not a sweep database ends the watch at once.
+  Write("other.db", "not a database at all, but long enough to be read as one's header....");
+  Output o = Sweep("status early --watch --db other.db");
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_EQ(o.err.find("waiting"), std::string::npos) << o.err;
+}
+
 }  // namespace
 }  // namespace sweep_e2e
 
