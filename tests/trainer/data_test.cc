@@ -464,6 +464,20 @@ TEST(CacheFile, DefaultDirectoryFollowsXdgThenHome) {
   EXPECT_TRUE(std::filesystem::is_directory(dir / "sweep"));
   ::setenv("XDG_CACHE_HOME", "relative/path", 1);  // not absolute: ignored, as the spec says
   EXPECT_NE(DefaultCacheDir(), "relative/path/sweep");
+  // A home that does not exist is not created: the cache goes to /tmp.
+  ::unsetenv("XDG_CACHE_HOME");
+  const char* old_home = std::getenv("HOME");
+  const std::string keep_home = old_home != nullptr ? old_home : "";
+  ::setenv("HOME", (dir / "no-such-home").c_str(), 1);
+  EXPECT_EQ(DefaultCacheDir(), "/tmp/sweep-cache-" + std::to_string(::getuid()));
+  EXPECT_FALSE(std::filesystem::exists(dir / "no-such-home"));
+  ::setenv("HOME", dir.path().c_str(), 1);
+  EXPECT_EQ(DefaultCacheDir(), dir / ".cache/sweep");
+  if (old_home != nullptr) {
+    ::setenv("HOME", keep_home.c_str(), 1);
+  } else {
+    ::unsetenv("HOME");
+  }
   if (old_xdg != nullptr) {
     ::setenv("XDG_CACHE_HOME", keep.c_str(), 1);
   } else {

@@ -706,8 +706,12 @@ std::string DefaultCacheDir() {
   if (xdg != nullptr && xdg[0] == '/' && usable(fs::path(xdg) / "sweep")) {
     return (fs::path(xdg) / "sweep").string();
   }
+  // A home that does not exist (services run with HOME=/nonexistent) is not made: only the
+  // cache folder inside one that does.
   const char* home = std::getenv("HOME");
-  if (home != nullptr && home[0] == '/' && usable(fs::path(home) / ".cache" / "sweep")) {
+  std::error_code home_ec;
+  if (home != nullptr && home[0] == '/' && fs::is_directory(home, home_ec) &&
+      usable(fs::path(home) / ".cache" / "sweep")) {
     return (fs::path(home) / ".cache" / "sweep").string();
   }
   // /tmp is shared: the directory must be ours, private, and not a link someone planted.
