@@ -1258,6 +1258,12 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
           *n, "sweep.stop_when",
           std::string(ToString(cfg.kind)) + " trials never report '" + target->metric + "'");
     }
+    // stop_when is checked on each report; test_acc comes once, after a trial's last epoch.
+    if (cfg.kind == TrialKind::kTrainer && target->metric == "test_acc") {
+      return c.Error(*n, "sweep.stop_when",
+                     "stop_when is checked on every report, and the trainer measures 'test_acc' "
+                     "only after a trial's last epoch: use \"val_acc\" or \"val_loss\"");
+    }
     cfg.stop_when = target;
   }
 

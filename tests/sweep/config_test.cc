@@ -384,6 +384,8 @@ TEST_F(BadConfigTest, EarlyStoppingAndConditionErrors) {
   std::string bad_target = b, unknown_target = b;
   bad_target.replace(b.find("seed = 3"), 8, "stop_when = \"value = 3\"");
   unknown_target.replace(b.find("seed = 3"), 8, "stop_when = \"acc > 3\"");
+  std::string test_target = TrainerConfig("lr = { values = [0.1] }");
+  test_target.replace(test_target.find("max_trials = 4"), 14, "stop_when = \"test_acc >= 0.5\"");
   const std::vector<Case> cases = {
       {bs + "[early_stopping]\nalgorithm = \"asha\"\ngrace_period = 2\n",
        "e.toml:15:16: early_stopping.grace_period: does not apply to algorithm \"asha\""},
@@ -400,6 +402,9 @@ TEST_F(BadConfigTest, EarlyStoppingAndConditionErrors) {
        "parameters.momentum: momentum: condition on 'optimiser'"},
       {bad_target, "e.toml:4:13: sweep.stop_when: cannot read \"value = 3\""},
       {unknown_target, "e.toml:4:13: sweep.stop_when: function trials never report 'acc'"},
+      {test_target,
+       "e.toml:5:13: sweep.stop_when: stop_when is checked on every report, and the trainer "
+       "measures 'test_acc' only after a trial's last epoch"},
   };
   for (const Case& c : cases) {
     auto cfg = ParseConfig(c.text, "e.toml");
