@@ -154,7 +154,7 @@ TEST(Labels, MostlyEmptyClassesAreRefused) {
   WriteBytes(dir / "labels.idx", IdxBytes({1200}, labels), false);
   auto stray = LoadIdx(dir / "images.idx", dir / "labels.idx");
   ASSERT_TRUE(stray.ok()) << stray.status().message();
-  EXPECT_EQ(CheckLabelsAreDense(**stray).message(),
+  EXPECT_EQ(CheckTrainingLabels(**stray).message(),
             (*stray)->source +
                 ": labels go up to 255, but 245 of the classes 0 to 255 have no "
                 "sample; labels must be numbered 0 to C-1");
@@ -162,13 +162,29 @@ TEST(Labels, MostlyEmptyClassesAreRefused) {
   WriteBytes(dir / "labels.idx", IdxBytes({1200}, labels), false);
   auto dense = LoadIdx(dir / "images.idx", dir / "labels.idx");
   ASSERT_TRUE(dense.ok());
-  EXPECT_TRUE(CheckLabelsAreDense(**dense).ok());
+  EXPECT_TRUE(CheckTrainingLabels(**dense).ok());
   // Three samples of classes {0, 5, 9}: too few to say the numbering is wrong.
   WriteBytes(dir / "images.idx", IdxBytes({3, 1, 1}, {1, 2, 3}), false);
   WriteBytes(dir / "labels.idx", IdxBytes({3}, {0, 5, 9}), false);
   auto few = LoadIdx(dir / "images.idx", dir / "labels.idx");
   ASSERT_TRUE(few.ok());
-  EXPECT_TRUE(CheckLabelsAreDense(**few).ok());
+  EXPECT_TRUE(CheckTrainingLabels(**few).ok());
+  // One class, whatever its number: nothing to learn.
+  WriteBytes(dir / "labels.idx", IdxBytes({3}, {1, 1, 1}), false);
+  auto one = LoadIdx(dir / "images.idx", dir / "labels.idx");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(CheckTrainingLabels(**one).message(),
+            (*one)->source + ": every label is 1; a classifier needs samples of at least two "
+                             "classes");
+  // A CSV read with the label in the wrong column (a constant pixel): says how to pick it.
+  std::ofstream(dir / "pixels.csv") << "0,0.5,1\n0,0.25,0\n0,0.75,1\n";
+  auto csv = LoadCsv(dir / "pixels.csv", 0);
+  ASSERT_TRUE(csv.ok()) << csv.status().message();
+  EXPECT_NE(CheckTrainingLabels(**csv).message().find(
+                "every label is 0; a classifier needs samples of at least two classes (is the "
+                "label in another column? label_column picks it"),
+            std::string::npos)
+      << CheckTrainingLabels(**csv).message();
 }
 
 TEST(Csv, RoundTripWithAndWithoutHeader) {

@@ -237,7 +237,19 @@ DatasetPtr MakeDataset(Dataset meta, std::vector<uint8_t> u8, std::vector<float>
   return ds;
 }
 
-Status CheckLabelsAreDense(const Dataset& data) {
+Status CheckTrainingLabels(const Dataset& data) {
+  // One class is no classification: every prediction is right, and every trial would score 1.
+  if (!data.labels.empty() &&
+      std::all_of(data.labels.begin(), data.labels.end(),
+                  [&](int32_t l) { return l == data.labels.front(); })) {
+    std::string msg = data.source + ": every label is " + std::to_string(data.labels.front()) +
+                      "; a classifier needs samples of at least two classes";
+    if (data.shape.size() == 1) {
+      msg += " (is the label in another column? label_column picks it: 0 by default, -1 for the "
+             "last)";
+    }
+    return Status::Corruption(msg);
+  }
   if (data.num_classes <= 2) return Status::Ok();
   std::vector<bool> seen(static_cast<size_t>(data.num_classes), false);
   for (int32_t l : data.labels) seen[static_cast<size_t>(l)] = true;

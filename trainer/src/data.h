@@ -51,8 +51,8 @@ DatasetPtr MakeDataset(Dataset meta, std::vector<uint8_t> u8, std::vector<float>
 // those classes without a sample is not numbered 0..C-1 (a stray 255 among the digits 0-9, a
 // file of other data): refused, rather than a model trained whose outputs are mostly for
 // nothing. A set with fewer than 4 samples per class is not judged (it may miss classes by
-// chance).
-Status CheckLabelsAreDense(const Dataset& data);
+// chance). A set whose samples are all of one class is refused too.
+Status CheckTrainingLabels(const Dataset& data);
 
 // Decoders, uncached. Errors name the file ("labels.gz: expected 60000 labels, found 59999").
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path);

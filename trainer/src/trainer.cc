@@ -147,7 +147,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
 
   // The test set loads up front too: a bad test file should fail before hours of training.
   SWEEP_ASSIGN_OR_RETURN(DatasetPtr train, LoadCached(o.dataset, /*test=*/false, cache_dir));
-  SWEEP_RETURN_IF_ERROR(CheckLabelsAreDense(*train));
+  SWEEP_RETURN_IF_ERROR(CheckTrainingLabels(*train));
   DatasetPtr test;
   if (!o.dataset.test_images.empty()) {
     SWEEP_ASSIGN_OR_RETURN(test, LoadCached(o.dataset, /*test=*/true, cache_dir));
