@@ -2,6 +2,7 @@
 // with the file named, and through Train(): a trial stopped after epoch 2 and resumed ends with
 // the same weights and optimizer state, bit for bit, as one that never stopped.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -240,6 +241,27 @@ TEST(Checkpoint, EveryNEpochs) {
   // Written after a report's callback: at epoch 2 (every 2) and 3 (the end).
   EXPECT_EQ(seen, (std::vector<int>{0, 0, 2}));
   EXPECT_EQ(ReadCheckpoint(o.checkpoint_path)->epoch, 3);
+}
+
+// A trial killed while it wrote its checkpoint left the temporary file (as large as the
+// checkpoint); the trial's next start deletes it, and nothing a live process is writing.
+TEST(Checkpoint, ATrialStartDeletesWhatAKilledWriteLeft) {
+  TempDir dir;
+  const std::string dead = std::to_string(testing::DeadPid()), live = std::to_string(::getpid());
+  const std::vector<std::string> left = {"t.ckpt.tmp." + dead + ".2.7637122",
+                                         "t.ckpt.probe.tmp." + dead + ".0.1"};
+  const std::vector<std::string> kept = {"t.ckpt.tmp." + live + ".0.1",      // being written
+                                         "other.ckpt.tmp." + dead + ".0.1",  // another trial's
+                                         "t.ckpt.tmp.notapid", "t.ckpt"};
+  for (const auto& name : left) std::ofstream(dir / name) << "partial";
+  for (const auto& name : kept) std::ofstream(dir / name) << "x";
+  TrainOptions o = BlobOptions(dir);
+  o.epochs = 1;
+  o.checkpoint_path = dir / "t.ckpt";
+  std::filesystem::remove(o.checkpoint_path);
+  ASSERT_TRUE(Train(o, nullptr).ok());
+  for (const auto& name : left) EXPECT_FALSE(std::filesystem::exists(dir / name)) << name;
+  for (const auto& name : kept) EXPECT_TRUE(std::filesystem::exists(dir / name)) << name;
 }
 
 TEST(Checkpoint, TrainRefusesADamagedOrForeignCheckpoint) {

@@ -174,8 +174,9 @@ TEST(Labels, MostlyEmptyClassesAreRefused) {
   auto one = LoadIdx(dir / "images.idx", dir / "labels.idx");
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(CheckTrainingLabels(**one).message(),
-            (*one)->source + ": every label is 1; a classifier needs samples of at least two "
-                             "classes");
+            (*one)->source +
+                ": every label is 1; a classifier needs samples of at least two "
+                "classes");
   // A CSV read with the label in the wrong column (a constant pixel): says how to pick it.
   std::ofstream(dir / "pixels.csv") << "0,0.5,1\n0,0.25,0\n0,0.75,1\n";
   auto csv = LoadCsv(dir / "pixels.csv", 0);
@@ -394,7 +395,10 @@ TEST(CacheFile, SecondProcessMapsWithoutDecoding) {
   EXPECT_EQ(ToVector((*mapped)->u8), ToVector((*decoded)->u8));
   EXPECT_EQ(reinterpret_cast<uintptr_t>((*mapped)->labels.data()) % 64, 0u);
 
-  // A new mtime (same size, same bytes) is a new key: decoded again, and the stale file goes.
+  // A new mtime (same size, same bytes) is a new key: decoded again, and the stale file goes,
+  // with what a decode killed while it wrote its cache file left.
+  std::ofstream(cache + "/" + files[0] + ".tmp." + std::to_string(testing::DeadPid()) + ".0.1")
+      << "partial";
   ClearDatasetCache();
   struct timespec times[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
   ASSERT_EQ(::utimensat(AT_FDCWD, spec.train_images.c_str(), times, 0), 0);

@@ -3,6 +3,8 @@
 // thread-safe.
 #pragma once
 
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -17,6 +19,14 @@
 #include "trainer/trainer.h"
 
 namespace sweep::trainer::testing {
+
+// The number of a process that has ended: a child forked and reaped here.
+inline pid_t DeadPid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  if (child > 0) ::waitpid(child, nullptr, 0);
+  return child;
+}
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it at destruction.
 class TempDir {

@@ -155,6 +155,14 @@ Status ProbeCheckpointPath(const std::string& path) {
   return Status::Ok();
 }
 
+void RemoveAbandonedCheckpointWrites(const std::string& path) {
+  const std::filesystem::path at(path);
+  const std::string name = at.filename().string();
+  RemoveAbandonedTemporaries(at.parent_path().string(), [&](std::string_view target) {
+    return target == name || target == name + ".probe";
+  });
+}
+
 Result<Checkpoint> ReadCheckpoint(const std::string& path) {
   // A folder opens as a stream and fails on the first read, with the library's words only.
   std::error_code ec;

@@ -36,6 +36,9 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);
 // and removed), so that a trial learns it at its start rather than when it first checkpoints,
 // possibly at its end; the same statuses as WriteCheckpoint.
 Status ProbeCheckpointPath(const std::string& path);
+// Deletes what writes of this checkpoint that were killed midway left beside it (a process
+// killed while it wrote leaves its temporary file, as large as the checkpoint).
+void RemoveAbandonedCheckpointWrites(const std::string& path);
 // NotFound when there is no file; Corruption (naming the file) for a bad checksum, a cut-short
 // or malformed file.
 Result<Checkpoint> ReadCheckpoint(const std::string& path);

@@ -239,14 +239,14 @@ DatasetPtr MakeDataset(Dataset meta, std::vector<uint8_t> u8, std::vector<float>
 
 Status CheckTrainingLabels(const Dataset& data) {
   // One class is no classification: every prediction is right, and every trial would score 1.
-  if (!data.labels.empty() &&
-      std::all_of(data.labels.begin(), data.labels.end(),
-                  [&](int32_t l) { return l == data.labels.front(); })) {
+  if (!data.labels.empty() && std::all_of(data.labels.begin(), data.labels.end(),
+                                          [&](int32_t l) { return l == data.labels.front(); })) {
     std::string msg = data.source + ": every label is " + std::to_string(data.labels.front()) +
                       "; a classifier needs samples of at least two classes";
     if (data.shape.size() == 1) {
-      msg += " (is the label in another column? label_column picks it: 0 by default, -1 for the "
-             "last)";
+      msg +=
+          " (is the label in another column? label_column picks it: 0 by default, -1 for the "
+          "last)";
     }
     return Status::Corruption(msg);
   }
@@ -575,6 +575,10 @@ void RemoveStaleCacheFiles(const std::string& dir, const std::string& prefix,
       std::filesystem::remove(entry.path(), ec);
     }
   }
+  // And what decodes of these files killed while they wrote their cache file left.
+  RemoveAbandonedTemporaries(dir, [&](std::string_view target) {
+    return target.starts_with(prefix) && target.ends_with(".sds");
+  });
 }
 
 // Through the cache file when there is a cache dir, else (or on any cache trouble) decoded.

@@ -3,12 +3,14 @@
 #include "file_util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -90,6 +92,25 @@ Status WriteFileAtomically(const std::string& path, const std::vector<ByteRange>
   if (mine) SyncDirectory(path);
   if (published != nullptr) *published = mine;
   return Status::Ok();
+}
+
+void RemoveAbandonedTemporaries(const std::string& dir,
+                                const std::function<bool(std::string_view target)>& ours) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec)) {
+    // TARGET.tmp.PID.N.T, as TempName makes them.
+    const std::string name = entry.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || !ours(std::string_view(name).substr(0, at))) continue;
+    const char* digits = name.c_str() + at + 5;
+    char* end = nullptr;
+    const long pid = std::strtol(digits, &end, 10);
+    if (end == digits || *end != '.' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)
+      continue;  // alive, or not ours to know
+    std::error_code rm;
+    std::filesystem::remove(entry.path(), rm);
+  }
 }
 
 }  // namespace sweep::trainer

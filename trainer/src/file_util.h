@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -25,5 +27,11 @@ enum class Publish {
 // whether this call's file is the one now at `path`. IoError names the file and the reason.
 Status WriteFileAtomically(const std::string& path, const std::vector<ByteRange>& pieces,
                            Publish publish, bool* published = nullptr);
+
+// Deletes the temporary files in `dir` that a writer killed mid-write left behind (a checkpoint
+// of hundreds of MB, a decoded dataset): those of a target name for which `ours` is true, whose
+// writing process is no longer alive on this machine. Best effort: errors are ignored.
+void RemoveAbandonedTemporaries(const std::string& dir,
+                                const std::function<bool(std::string_view target)>& ours);
 
 }  // namespace sweep::trainer

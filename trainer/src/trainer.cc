@@ -224,6 +224,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   int first_epoch = 1;
   int64_t step = 0;
   if (!o.checkpoint_path.empty()) {
+    RemoveAbandonedCheckpointWrites(o.checkpoint_path);
     Result<Checkpoint> ckpt = ReadCheckpoint(o.checkpoint_path);
     if (ckpt.ok()) {
       SWEEP_RETURN_IF_ERROR(CheckSameConfig(o.checkpoint_path, *ckpt, config));
