@@ -417,18 +417,21 @@ class CommandRun {
       return out;
     }
     if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
-      if (reports_ == 0 && !first_unread_.empty()) {
+      // Run again with nothing left to do (the program found its work done in its checkpoint),
+      // a trial ends with what its earlier runs reported.
+      const bool stored = task_.stored_step > 0;
+      if (reports_ == 0 && !stored && !first_unread_.empty()) {
         return Failed(
             "the program exited 0 without a report that could be read: " + std::to_string(unread_) +
             " sweep-report line(s) could not be; the first, " + first_unread_);
       }
-      if (reports_ == 0) {
+      if (reports_ == 0 && !stored) {
         return Failed(
             "the program exited 0 without reporting: print lines `sweep-report {\"epoch\": 1, "
             "\"" +
             (metric_.empty() ? std::string("val_acc") : metric_) + "\": 0.9}` on its stdout");
       }
-      if (!metric_.empty() && !metric_seen_) {
+      if (!metric_.empty() && !metric_seen_ && !task_.stored_metric) {
         // A misspelt metric would otherwise make a sweep of successes with nothing to rank.
         std::string names;
         for (const std::string& k : reported_) names += (names.empty() ? "" : ", ") + k;
@@ -480,7 +483,25 @@ class CommandRun {
       if (k == metric_) metric_seen_ = true;
       if (reported_.size() < 20) reported_.insert(k);
     }
-    const int64_t step = r.step.value_or(reports_);
+    int64_t step = reports_;
+    if (r.step) {
+      step = *r.step;
+    } else if (task_.stored_step > 0 && r.epoch) {
+      // Run again: a program that goes on from its own checkpoint reports its later epochs,
+      // which follow the stored reports; one that starts over reports the stored epochs again,
+      // and those stand as they were (the first report of a point is kept).
+      if (*r.epoch <= task_.stored_epoch) {
+        if (!warned_stored_) {
+          Note(err_log, "[sweep] stdout line " + std::to_string(lines_) + ": epochs up to " +
+                            FormatNumber(task_.stored_epoch) +
+                            " were reported by an earlier run of this trial; they are kept, and "
+                            "this run's reports of them are not recorded");
+          warned_stored_ = true;
+        }
+        return;
+      }
+      step = task_.stored_step + ++appended_;
+    }
     const double epoch = r.epoch.value_or(static_cast<double>(step));
     for (const std::string& k : r.nonfinite) {
       r.metrics[k] = nullptr;
@@ -503,11 +524,12 @@ class CommandRun {
     return "; last lines of " + from + ":\n" + tail;
   }
 
-  static std::string FormatSeconds(double s) {
+  static std::string FormatNumber(double v) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%g s", s);
+    std::snprintf(buf, sizeof buf, "%g", v);
     return buf;
   }
+  static std::string FormatSeconds(double s) { return FormatNumber(s) + " s"; }
 
   const TrialTask& task_;
   const ReportSink& sink_;
@@ -522,6 +544,8 @@ class CommandRun {
   pid_t pid_ = -1;
   int64_t lines_ = 0;
   int64_t reports_ = 0;
+  int64_t appended_ = 0;  // reports numbered after the stored ones (see TrialTask::stored_step)
+  bool warned_stored_ = false;
   int64_t unread_ = 0;        // sweep-report lines that could not be read
   std::string first_unread_;  // and why the first could not
   bool warned_ignored_ = false;

@@ -55,6 +55,10 @@ json ToJson(const TrialTask& task) {
             {"settings", task.settings}, {"threads", task.threads}, {"gpus", task.gpus},
             {"seed", task.seed}};
   if (task.fresh) j["fresh"] = true;
+  if (task.stored_step > 0) {
+    j["stored"] = {
+        {"step", task.stored_step}, {"epoch", task.stored_epoch}, {"metric", task.stored_metric}};
+  }
   if (!task.decision_points.empty() || task.decide_every_report) {
     j["decide"] = {{"at", task.decision_points},
                    {"every", task.decide_every_report},
@@ -74,6 +78,11 @@ Result<TrialTask> TrialTaskFromJson(const json& j) {
     t.gpus = j.at("gpus").get<std::vector<int>>();
     t.seed = j.at("seed").get<uint64_t>();
     t.fresh = j.value("fresh", false);
+    if (auto stored = j.find("stored"); stored != j.end()) {
+      t.stored_step = stored->at("step").get<int64_t>();
+      t.stored_epoch = stored->at("epoch").get<double>();
+      t.stored_metric = stored->at("metric").get<bool>();
+    }
     if (auto d = j.find("decide"); d != j.end()) {
       t.decision_points = d->at("at").get<std::vector<double>>();
       t.decide_every_report = d->at("every").get<bool>();

@@ -964,6 +964,7 @@ class Coordinator {
     }
     t.started_s = now;
 
+    executor::TrialTask task;
     if (rerun) {
       // What it reported before stands until it reports again: a trainer trial whose
       // checkpoint holds its last epoch reports nothing more, and ends with these.
@@ -972,8 +973,12 @@ class Coordinator {
         json m = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
         if (m.is_object()) {
           for (auto& [k, v] : m.items()) t.metrics[k] = v;
+          auto metric = m.find(config_.metric);
+          if (metric != m.end() && metric->is_number()) task.stored_metric = true;
         }
         t.epochs = std::max(t.epochs, r.epoch);
+        task.stored_step = std::max(task.stored_step, r.step);
+        task.stored_epoch = std::max(task.stored_epoch, r.epoch);
       }
       SWEEP_RETURN_IF_ERROR(
           store_.UpdateTrialStatus(sweep_id_, p.number, TrialStatus::kRunning, t.placement, now));
@@ -1003,7 +1008,6 @@ class Coordinator {
       SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, p.number, "", "running", t.placement, now));
     }
 
-    executor::TrialTask task;
     task.number = p.number;
     task.kind = std::string(ToString(config_.kind));
     task.params = p.params;

@@ -410,4 +410,52 @@ cpu_slots = 2
   EXPECT_EQ(o.code, 1) << "no trial completed or was pruned, and some failed";
 }
 
+// A program that keeps its epoch in its trial's directory and reports epochs only: run again
+// after its machine was lost (its worker killed), it goes on from there, and what it reports
+// follows what the store kept; run again with its work done, it exits 0 reporting nothing and
+// the trial ends with the stored reports.
+TEST_F(CommandTrialE2eTest, ARunAgainGoesOnFromTheProgramsOwnCheckpoint) {
+  Write("ckpt.sh", R"(#!/bin/sh
+state="$SWEEP_TRIAL_DIR/epoch"
+e=0; [ -f "$state" ] && e=$(cat "$state")
+while [ $e -lt 6 ]; do
+  e=$((e + 1))
+  echo "sweep-report {\"epoch\": $e, \"loss\": $((10 - e))}"
+  echo $e > "$state"
+  if [ $e -eq "$1" ] && [ ! -f "$SWEEP_TRIAL_DIR/lost" ]; then
+    touch "$SWEEP_TRIAL_DIR/lost"; sleep 0.5; kill -9 $PPID; sleep 30
+  fi
+done
+)");
+  fs::permissions(dir_ / "ckpt.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "ck"
+metric = "loss"
+mode = "min"
+[search]
+algorithm = "grid"
+[parameters]
+lost_after = { values = [3, 6] }
+[trial]
+kind = "command"
+command = ["./ckpt.sh", "{lost_after}"]
+[executor]
+cpu_slots = 2
+)");
+  Output o = Sweep("run c.toml");
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 2u);
+  for (int n : {0, 1}) {
+    EXPECT_EQ(trials[n][1], "completed") << n << ": " << trials[n][2];
+    EXPECT_EQ(trials[n][5], "4.0") << n;
+    EXPECT_EQ(Query("SELECT group_concat(step || ':' || epoch) FROM (SELECT step, epoch FROM "
+                    "reports WHERE trial = " +
+                    std::to_string(n) + " ORDER BY step)")[0][0],
+              "1:1.0,2:2.0,3:3.0,4:4.0,5:5.0,6:6.0")
+        << n;
+  }
+  EXPECT_NE((o.out + o.err).find("running it again"), std::string::npos) << o.out << o.err;
+}
+
 }  // namespace

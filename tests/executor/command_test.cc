@@ -494,5 +494,40 @@ TEST_F(CommandTrialTest, RerunAppendsToTheLogs) {
   EXPECT_NE(out.find("run-", first + 1), std::string::npos) << out;
 }
 
+// Run again after its earlier runs stored epochs 1-3 (steps 1-3): a program that starts over
+// reports those epochs again, and they are not passed on (the stored ones stand, noted in its
+// log); its later epochs are numbered after the stored steps. Explicit steps are its own.
+TEST_F(CommandTrialTest, ARerunNumbersItsEpochsAfterTheStoredOnes) {
+  TrialTask task = ShellTask(
+      "for e in 1 2 3 4 5; do "
+      "printf 'sweep-report {\"epoch\": %s, \"val_acc\": 0.%s}\\n' $e $e; done; "
+      "echo 'sweep-report {\"step\": 2, \"epoch\": 9, \"val_acc\": 0.9}'");
+  task.stored_step = 3;
+  task.stored_epoch = 3;
+  task.stored_metric = true;
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  ASSERT_EQ(run.reports.size(), 3u);
+  EXPECT_EQ(run.reports[0], std::make_tuple(int64_t{4}, 4.0, json{{"val_acc", 0.4}}));
+  EXPECT_EQ(run.reports[1], std::make_tuple(int64_t{5}, 5.0, json{{"val_acc", 0.5}}));
+  EXPECT_EQ(run.reports[2], std::make_tuple(int64_t{2}, 9.0, json{{"val_acc", 0.9}}));
+  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log")
+                .find("epochs up to 3 were reported by an earlier run of this trial"),
+            std::string::npos);
+
+  // With its work done, it reports nothing and exits 0: the stored reports are its result.
+  TrialTask done = ShellTask("echo nothing left to do");
+  done.stored_step = 6;
+  done.stored_epoch = 6;
+  done.stored_metric = true;
+  EXPECT_EQ(RunIt(done).outcome.kind, TrialOutcome::Kind::kCompleted);
+  done.stored_metric = false;  // ... unless none of them had the sweep's metric
+  Run without = RunIt(done);
+  EXPECT_EQ(without.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(without.outcome.error.find("never reported the sweep's metric 'val_acc'"),
+            std::string::npos)
+      << without.outcome.error;
+}
+
 }  // namespace
 }  // namespace sweep::executor

@@ -209,11 +209,17 @@ TEST(MessageTest, AssignCarriesTheTrialTask) {
   t.settings = {{"name", "branin"}};
   t.gpus = {1, 3};
   t.decision_points = {1, 3, 9};
+  t.stored_step = 40;
+  t.stored_epoch = 4;
+  t.stored_metric = true;
   auto parsed = AssignFromJson(AssignToJson(t));
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   EXPECT_EQ(parsed->number, 12);
   EXPECT_EQ(parsed->gpus, (std::vector<int>{1, 3}));
   EXPECT_EQ(parsed->decision_points, (std::vector<double>{1, 3, 9}));
+  EXPECT_EQ(parsed->stored_step, 40);
+  EXPECT_EQ(parsed->stored_epoch, 4.0);
+  EXPECT_TRUE(parsed->stored_metric);
 
   t.threads = 0;
   EXPECT_FALSE(AssignFromJson(AssignToJson(t)).ok());

@@ -28,6 +28,13 @@ struct TrialTask {
   // A trial's first run: a trainer checkpoint already at its checkpoint_path cannot be its own
   // (an earlier sweep's, in a store made anew) and is deleted rather than resumed from.
   bool fresh = false;
+  // A trial run again: where the reports its earlier runs stored end (the last step, the highest
+  // epoch; 0 when none) and whether one had the sweep's metric. A command trial's program that
+  // goes on from its own checkpoint reports its later epochs without a step: they are numbered
+  // after the stored ones, and its reports of epochs already stored are skipped.
+  int64_t stored_step = 0;
+  double stored_epoch = 0;
+  bool stored_metric = false;
   // Early stopping's decision points: at a report whose resource (the epoch when
   // decide_by_epoch, else the step) first reaches one of these, or at every report when
   // decide_every_report, the worker waits for the coordinator's go or stop before going on, so a
