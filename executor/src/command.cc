@@ -68,9 +68,13 @@ Result<std::vector<Piece>> Split(const std::string& arg, size_t index) {
   return pieces;
 }
 
-// Python's json module writes NaN, Infinity and -Infinity, which JSON does not have; they become
-// null here (outside strings only) and are reported as not finite.
-std::string NonFiniteToNull(std::string_view text) {
+// Python's json module writes NaN, Infinity and -Infinity, which JSON does not have; outside
+// strings they become a string no program writes (a control character, then the token), which
+// ParseReportLine takes for a value that is not finite. null (Python's None) stays null: no
+// value at all, not a diverged one.
+constexpr char kNonFinite = '\x01';
+
+std::string NonFiniteToMarker(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   bool in_string = false;
@@ -89,7 +93,7 @@ std::string NonFiniteToNull(std::string_view text) {
     bool replaced = false;
     for (std::string_view token : {"-Infinity", "Infinity", "NaN"}) {
       if (text.substr(i, token.size()) == token) {
-        out += "null";
+        out += "\"\\u0001" + std::string(token) + "\"";
         i += token.size() - 1;
         replaced = true;
         break;
@@ -180,7 +184,7 @@ std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
   json j;
   std::string why;  // the parser's own words, when the text is not JSON
   try {
-    j = json::parse(NonFiniteToNull(body));
+    j = json::parse(NonFiniteToMarker(body));
   } catch (const json::exception& e) {
     why = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 7: ..." -> from "at"
@@ -196,24 +200,29 @@ std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
   CommandReport r;
   r.metrics = json::object();
   for (auto& [key, v] : j.items()) {
-    bool finite_number = v.is_number() && std::isfinite(v.get<double>());
+    const bool finite_number = v.is_number() && std::isfinite(v.get<double>());
+    const bool marker = v.is_string() && v.get_ref<const std::string&>().starts_with(kNonFinite);
+    // What the program wrote, for messages.
+    auto written = [&] {
+      return marker ? v.get<std::string>().substr(1) : Abbreviate(v.dump(), 100);
+    };
     if (key == "step") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0) {
-        return Result<CommandReport>(Status::InvalidArgument(
-            "\"step\" must be a non-negative integer, got " + Abbreviate(v.dump(), 100)));
+        return Result<CommandReport>(
+            Status::InvalidArgument("\"step\" must be a non-negative integer, got " + written()));
       }
       r.step = v.get<int64_t>();
     } else if (key == "epoch") {
       if (!finite_number || v.get<double>() < 0) {
-        return Result<CommandReport>(Status::InvalidArgument(
-            "\"epoch\" must be a non-negative number, got " + Abbreviate(v.dump(), 100)));
+        return Result<CommandReport>(
+            Status::InvalidArgument("\"epoch\" must be a non-negative number, got " + written()));
       }
       r.epoch = v.get<double>();
     } else if (key.empty() || key.size() > kMaxMetricNameBytes) {
       r.ignored.push_back(key.empty() ? "\"\" (an empty name)" : Abbreviate(key, 40));
     } else if (finite_number) {
       r.metrics[key] = v;
-    } else if (v.is_null() || v.is_number()) {
+    } else if (marker || v.is_number()) {
       r.nonfinite.push_back(key);  // NaN or an infinity: the metric diverged
     } else {
       r.ignored.push_back(key);

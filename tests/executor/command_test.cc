@@ -171,6 +171,14 @@ TEST(ReportLineTest, ReadsPythonNonFiniteValues) {
   EXPECT_EQ((*r)->nonfinite, (std::vector<std::string>{"loss", "val"}));
   EXPECT_EQ((*r)->ignored, (std::vector<std::string>{"note"}));
   EXPECT_EQ((*r)->metrics, (json{{"acc", 0.5}}));
+  // null (Python's None) is no value, not a diverged one: not a metric.
+  auto none = ParseReportLine(R"(sweep-report {"loss": null, "acc": 0.5})");
+  ASSERT_TRUE(none.has_value() && none->ok());
+  EXPECT_TRUE((*none)->nonfinite.empty());
+  EXPECT_EQ((*none)->ignored, (std::vector<std::string>{"loss"}));
+  auto epoch = ParseReportLine(R"(sweep-report {"epoch": Infinity, "acc": 0.5})");
+  ASSERT_TRUE(epoch.has_value() && !epoch->ok());
+  EXPECT_EQ(epoch->status().message(), "\"epoch\" must be a non-negative number, got Infinity");
 }
 
 // ---- the runner ----
