@@ -363,14 +363,20 @@ class Coordinator {
     if (config_.kind == TrialKind::kTrainer || config_.stop_when) {
       decisions_.decide_every_report = true;
     }
+    // Relative [trial] folders are the config's folder's, as its other paths are: a sweep
+    // resumed from another folder finds them.
+    const std::filesystem::path config_dir = std::filesystem::absolute(config_.path).parent_path();
     if (config_.kind == TrialKind::kTrainer) {
       // Each trainer trial checkpoints into a file of its own, so an interrupted trial goes on
-      // from its last epoch instead of from the start.
-      // As configured (relative to the working folder, the coordinator's or an agent's), for
-      // the workers; stored absolute, so readers in other folders find the files.
-      checkpoint_dir_ =
+      // from its last epoch instead of from the start. An agent's workers get the folder as
+      // configured (a relative one is the agent's own folder's); it is stored absolute, so
+      // readers in other folders find the files.
+      agent_checkpoint_dir_ =
           config_.checkpoint_dir.empty() ? store_.path() + "-checkpoints" : config_.checkpoint_dir;
-      checkpoint_dir_ += "/" + config_.name;
+      agent_checkpoint_dir_ += "/" + config_.name;
+      checkpoint_dir_ = config_.checkpoint_dir.empty()
+                            ? agent_checkpoint_dir_
+                            : (config_dir / config_.checkpoint_dir / config_.name).string();
       stored_checkpoint_dir_ =
           std::filesystem::absolute(checkpoint_dir_).lexically_normal().string();
       std::error_code ec;
@@ -383,7 +389,8 @@ class Coordinator {
     }
     if (config_.kind == TrialKind::kCommand) {
       // Each command trial gets a directory of its own: its logs, and room for its files.
-      trials_dir_ = config_.trials_dir.empty() ? store_.path() + "-trials" : config_.trials_dir;
+      trials_dir_ = config_.trials_dir.empty() ? store_.path() + "-trials"
+                                               : (config_dir / config_.trials_dir).string();
       trials_dir_ =
           std::filesystem::absolute(trials_dir_).lexically_normal().string() + "/" + config_.name;
       std::error_code ec;
@@ -637,11 +644,12 @@ class Coordinator {
     return stored_checkpoint_dir_ + "/trial-" + std::to_string(number) + ".ckpt";
   }
 
-  // Where its worker writes it: as configured (an agent resolves a relative path in its own
-  // working folder).
-  std::string CheckpointPath(int64_t number) const {
-    if (checkpoint_dir_.empty()) return "";
-    return checkpoint_dir_ + "/trial-" + std::to_string(number) + ".ckpt";
+  // Where its worker writes it: on this machine, relative to the coordinator's folder; on an
+  // agent, as configured (an agent resolves a relative path in its own working folder).
+  std::string CheckpointPath(int64_t number, bool agent = false) const {
+    const std::string& dir = agent ? agent_checkpoint_dir_ : checkpoint_dir_;
+    if (dir.empty()) return "";
+    return dir + "/trial-" + std::to_string(number) + ".ckpt";
   }
 
   double ActiveSeconds(double now) const { return active_before_s_ + (now - start_s_); }
@@ -1021,7 +1029,7 @@ class Coordinator {
       if (config_.trial_timeout_s) task.settings["timeout_s"] = *config_.trial_timeout_s;
     }
     if (config_.kind == TrialKind::kTrainer) {
-      task.settings["checkpoint_path"] = CheckpointPath(p.number);
+      task.settings["checkpoint_path"] = CheckpointPath(p.number, server.agent.has_value());
       if (!task.settings.contains("checkpoint_every")) task.settings["checkpoint_every"] = 1;
     }
     task.seed = TrialSeed(config_.seed, p.number);
@@ -1322,6 +1330,7 @@ class Coordinator {
   executor::TrialTask decisions_;                 // only its decision-point fields are used
   std::string trials_dir_;                        // command trials' directories; else empty
   std::string checkpoint_dir_;                    // trainer trials' checkpoints; else empty
+  std::string agent_checkpoint_dir_;              // the same, as agents' workers get it
   std::string stored_checkpoint_dir_;             // the same, absolute
   std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
   std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits

@@ -639,6 +639,21 @@ TEST_F(ResumeTest, ANewStoreDoesNotResumeFromAnOldSweepsCheckpoints) {
             "2");
 }
 
+// A relative checkpoint_dir is the config's folder's, as the dataset's path is, wherever sweep
+// runs: a resume from another folder finds the checkpoints (it looked beside the new folder).
+TEST_F(ResumeTest, ARelativeCheckpointDirIsTheConfigsFolders) {
+  WriteTwoTinyTrainerTrials("rel");
+  fs::create_directories(dir_ / "conf");
+  std::string config = sweep_e2e::Slurp(dir_ / "l.toml");
+  config.replace(config.find("[trainer]"), 9, "[trial]\ncheckpoint_dir = \"ck\"\n[trainer]");
+  Write("conf/l.toml", config);
+  ASSERT_EQ(Sweep("run conf/l.toml").code, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "conf/ck/rel/trial-0.ckpt"));
+  EXPECT_FALSE(fs::exists(dir_ / "ck"));
+  EXPECT_EQ(Query("SELECT checkpoint FROM trials WHERE number = 0")[0][0],
+            (fs::canonical(dir_) / "conf/ck/rel/trial-0.ckpt").string());
+}
+
 // A coordinator killed with SIGKILL takes its command trials' programs with it, and the helpers
 // they started in their process group (a data loader holding memory or a GPU): each worker
 // kills its program's group when its parent dies.
