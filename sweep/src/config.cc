@@ -434,6 +434,60 @@ Status CheckTrainerParameter(const Checker& c, const ParamEntry& e) {
     json v = integral ? json(static_cast<int64_t>(bound)) : json(bound);
     SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, *e.node, key, e.parameter.name, v));
   }
+  if (!integral && d.max > d.min) {
+    // A continuous distribution draws fractions: an option of whole numbers (epochs,
+    // batch_size) would fail every trial as it starts.
+    double inside = d.min + (d.max - d.min) * 0.382;
+    if (inside == std::floor(inside)) inside = d.min + (d.max - d.min) * 0.618;
+    if (!CheckTrainerOption(e.parameter.name, json(inside)).ok() &&
+        CheckTrainerOption(e.parameter.name, json(static_cast<int64_t>(std::floor(inside)))).ok()) {
+      const bool log = d.kind == Kind::kLogUniform;
+      return c.Error(*e.node, key,
+                     std::string(log ? "log_uniform" : "uniform") + " draws fractions and " +
+                         e.parameter.name + " takes whole numbers: use distribution = \"" +
+                         (log ? "log_int_uniform" : "int_uniform") + "\"");
+    }
+  }
+  return Status::Ok();
+}
+
+// Rules across a trainer's options (nesterov needs momentum > 0, a sample of each batch per
+// replica) on the trials the sweep will run, drawn as it draws them (up to 10,000): a
+// combination that breaks one would fail its trial when it starts. [trainer] and the constant
+// parameters were checked together already; this finds what a varied value does with them, or
+// two varied values with each other.
+Status CheckTrainerTrials(const Checker& c, const SweepConfig& cfg, const toml::node* where) {
+  trainer::TrainOptions shared;
+  shared.dataset.train_images = shared.dataset.train_labels = "-";  // checked on its own
+  for (const auto& [key, value] : cfg.trainer.items()) {
+    if (key != "dataset") SWEEP_RETURN_IF_ERROR(trainer::ApplyOption(&shared, key, value));
+  }
+  // A trial's replicas are its slots unless the config says otherwise (see TrainerLayoutOf).
+  if (!cfg.trainer.contains("replicas")) shared.replicas = cfg.gpus;
+  std::unique_ptr<search::Sampler> sampler;
+  if (cfg.algorithm == "grid") {
+    SWEEP_ASSIGN_OR_RETURN(sampler, search::MakeGridSampler(cfg.space));
+  } else {
+    sampler = search::MakeRandomSampler(cfg.space, cfg.seed);
+  }
+  const int64_t n = std::min<int64_t>(cfg.max_trials, 10000);
+  for (int64_t i = 0; i < n; ++i) {
+    std::optional<json> params = sampler->Sample(i);
+    if (!params) break;
+    trainer::TrainOptions options = shared;
+    Status s;
+    for (const auto& [key, value] : params->items()) {
+      if (key == "dataset") continue;
+      s = trainer::ApplyOption(&options, key, value);
+      if (!s.ok()) break;
+    }
+    if (s.ok()) s = trainer::Validate(options);
+    if (!s.ok()) {
+      const std::string msg = "trial " + std::to_string(i) + " would fail as it starts, with " +
+                              executor::Abbreviate(params->dump(), 300) + ": " + s.message();
+      return where != nullptr ? c.Error(*where, "parameters", msg) : c.FileError(msg);
+    }
+  }
   return Status::Ok();
 }
 
@@ -636,6 +690,14 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
                    "\"val_loss\"");
   }
   const bool rungs = sc.algorithm != search::EarlyStopping::kMedian;
+  if (!rungs && natural_max && static_cast<double>(sc.grace_period) >= *natural_max) {
+    const toml::node* grace = es->get("grace_period");
+    return c.Error(grace != nullptr ? *grace : where, "early_stopping.grace_period",
+                   "is " + std::to_string(sc.grace_period) + " but every trial runs " +
+                       FormatNumber(*natural_max) +
+                       (cfg->kind == TrialKind::kTrainer ? " epochs" : " steps") +
+                       ", one report each: the median rule could never stop one");
+  }
   if (rungs) {
     if (max_resource_node == nullptr) {
       if (!natural_max) {
@@ -1320,6 +1382,10 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                      "random search needs max_trials (how many trials to draw), or time_budget "
                      "or stop_when to end it");
     }
+  }
+  if (cfg.kind == TrialKind::kTrainer && use == ConfigUse::kSweep) {
+    const toml::node* where = table("parameters") ? root["parameters"].node() : nullptr;
+    SWEEP_RETURN_IF_ERROR(CheckTrainerTrials(c, cfg, where));
   }
   return cfg;
 }

@@ -125,8 +125,8 @@ mount -o remount,size=64m disk
       << Read("script.log");
   EXPECT_EQ(Read("run.rc"), "1\n");
   const std::string err = Read("run.err");
-  EXPECT_NE(err.find("sweep: stopping: trial 0: cannot write the checkpoint: "
-                     "disk/ck/ckfull/trial-0.ckpt: write failed: No space left on device"),
+  EXPECT_NE(err.find("sweep: stopping: trial 0: cannot write the checkpoint: " + dir_.string() +
+                     "/disk/ck/ckfull/trial-0.ckpt: write failed: No space left on device"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("sweep resume ckfull"), std::string::npos) << err;

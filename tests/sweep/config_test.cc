@@ -387,6 +387,9 @@ TEST_F(BadConfigTest, EarlyStoppingAndConditionErrors) {
   std::string test_target = TrainerConfig("lr = { values = [0.1] }");
   test_target.replace(test_target.find("max_trials = 4"), 14, "stop_when = \"test_acc >= 0.5\"");
   const std::vector<Case> cases = {
+      {bs + "[early_stopping]\nalgorithm = \"median\"\ngrace_period = 27\n",
+       "e.toml:15:16: early_stopping.grace_period: is 27 but every trial runs 27 steps, one "
+       "report each: the median rule could never stop one"},
       {bs + "[early_stopping]\nalgorithm = \"asha\"\ngrace_period = 2\n",
        "e.toml:15:16: early_stopping.grace_period: does not apply to algorithm \"asha\""},
       {bs + "[early_stopping]\nalgorithm = \"asha\"\nreduction_factor = 1\n",
@@ -482,10 +485,40 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
   EXPECT_NE(too_many.status().message().find("batch_size: 64 is smaller than replicas = 200"),
             std::string::npos)
       << too_many.status().message();
-  // With momentum varied, each trial is checked when it runs.
+  // With momentum varied, the trials the sweep will run are checked: one would have momentum 0.
+  auto varied =
+      ParseConfig(TrainerConfig("nesterov = true\nmomentum = { values = [0.0, 0.9] }"), "n.toml");
+  ASSERT_FALSE(varied.ok());
+  EXPECT_NE(varied.status().message().find("would fail as it starts, with {\"momentum\":0.0,"
+                                           "\"nesterov\":true}: nesterov: needs momentum > 0"),
+            std::string::npos)
+      << varied.status().message();
+  // Two varied values against each other, and against the trial's slots (one replica each).
+  auto pair = ParseConfig(TrainerConfig("nesterov = { values = [true, false] }\n"
+                                        "momentum = { values = [0.0, 0.9] }"),
+                          "n.toml");
+  ASSERT_FALSE(pair.ok());
+  EXPECT_NE(pair.status().message().find("nesterov: needs momentum > 0"), std::string::npos)
+      << pair.status().message();
+  auto slots = ParseConfig(
+      TrainerConfig("batch_size = { values = [1, 128] }") + "[trial]\ngpus = 2\n", "n.toml");
+  ASSERT_FALSE(slots.ok());
+  EXPECT_NE(slots.status().message().find("batch_size: 1 is smaller than replicas = 2"),
+            std::string::npos)
+      << slots.status().message();
   EXPECT_TRUE(
-      ParseConfig(TrainerConfig("nesterov = true\nmomentum = { values = [0.0, 0.9] }"), "n.toml")
+      ParseConfig(TrainerConfig("batch_size = { values = [2, 128] }") + "[trial]\ngpus = 2\n",
+                  "n.toml")
           .ok());
+  // A fraction drawn for an option of whole numbers.
+  auto fraction = ParseConfig(
+      TrainerConfig("epochs = { distribution = \"uniform\", min = 1, max = 3 }"), "n.toml");
+  ASSERT_FALSE(fraction.ok());
+  EXPECT_NE(fraction.status().message().find(
+                "parameters.epochs: uniform draws fractions and epochs takes whole numbers: use "
+                "distribution = \"int_uniform\""),
+            std::string::npos)
+      << fraction.status().message();
 }
 
 TEST_F(BadConfigTest, FunctionMetricMustBeValue) {
