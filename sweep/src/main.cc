@@ -636,7 +636,12 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
   for (auto& [k, v] : out.end_metrics.items()) last[k] = v;
   if (as_json) {
     // As `sweep trials --json` gives a trial (epochs: the resource consumed), with every report.
-    json j = {{"status", sweep::executor::ToString(out.kind)},
+    // Named as the store names a trial's state: a run stopped by Ctrl-C is interrupted.
+    using Kind = sweep::executor::TrialOutcome::Kind;
+    const char* status = out.kind == Kind::kCompleted ? "completed"
+                         : out.kind == Kind::kFailed  ? "failed"
+                                                      : "interrupted";
+    json j = {{"status", status},
               {"params", task.params},
               {"metrics", last},
               {"epochs", consumed},

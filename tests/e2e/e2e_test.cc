@@ -308,6 +308,16 @@ TEST_F(E2eTest, TrainStoppedBeforeItsEndExitsOne) {
     EXPECT_NE(sweep_e2e::Slurp(dir_ / log).find("before the trial's end"), std::string::npos)
         << sweep_e2e::Slurp(dir_ / log);
   }
+  // With --json, its state is named as `trials --json` names it.
+  pid_t json_pid = Start("train slow.toml --set x1=1 --set x2=2 --json", "json.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(json_pid, SIGTERM);
+  EXPECT_EQ(Wait(json_pid), 1);
+  const std::string printed = sweep_e2e::Slurp(dir_ / "json.log");
+  const size_t open = printed.find('{'), close = printed.rfind('}');
+  ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << printed;
+  EXPECT_EQ(json::parse(printed.substr(open, close - open + 1))["status"], "interrupted")
+      << printed;
   // A second signal does not wait for the step (here 1.5 s) to end: the process ends by it.
   Write("slower.toml", sweep_e2e::BraninConfig("slower", 1, "", "steps = 100\nstep_ms = 1500\n"));
   pid_t pid = Start("train slower.toml --set x1=1 --set x2=2", "twice.log");
