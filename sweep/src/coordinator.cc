@@ -1265,6 +1265,16 @@ class Coordinator {
     SWEEP_RETURN_IF_ERROR(
         store_.AddEvent(sweep_id_, number, "running", store::ToString(status), error, now));
     SWEEP_RETURN_IF_ERROR(KeepCheckpoints(number, status, rec.objective));
+    // A trial that ended before its first checkpoint (it failed at once, diverged in its first
+    // epoch) has none: the store stops naming a file that never was. (An agent's own disk is
+    // not seen from here.)
+    if (store::IsTerminal(status) && t.where.server == kLocalServer) {
+      const std::string path = StoredCheckpointPath(number);
+      std::error_code ec;
+      if (!path.empty() && !std::filesystem::exists(path, ec) && !ec) {
+        SWEEP_RETURN_IF_ERROR(store_.DropTrialCheckpoint(sweep_id_, number));
+      }
+    }
     switch (status) {
       case TrialStatus::kCompleted:
         ++counts_.completed;

@@ -654,6 +654,24 @@ TEST_F(ResumeTest, ARelativeCheckpointDirIsTheConfigsFolders) {
             (fs::canonical(dir_) / "conf/ck/rel/trial-0.ckpt").string());
 }
 
+// A trial that failed before its first checkpoint names none (it named a file that never was).
+TEST_F(ResumeTest, ATrialThatFailedBeforeItsFirstCheckpointNamesNone) {
+  WriteTinyDataset(400, 100);
+  Write("f.toml",
+        "[sweep]\nname = \"nockpt\"\n[search]\nalgorithm = \"grid\"\n[parameters]\n"
+        "hidden = { values = [[16], [1048576, 1048576]] }\nepochs = 1\nbatch_size = 32\n"
+        "[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  Output o = Sweep("run f.toml");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(Query("SELECT number, status, checkpoint = '' FROM trials ORDER BY number"),
+            (std::vector<std::vector<std::string>>{{"0", "completed", "0"}, {"1", "failed", "1"}}));
+  Output csv = Sweep("export nockpt --format csv");
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  EXPECT_NE(csv.out.find("trial-0.ckpt"), std::string::npos) << csv.out;
+  EXPECT_EQ(csv.out.find("trial-1.ckpt"), std::string::npos) << csv.out;
+}
+
 // A coordinator killed with SIGKILL takes its command trials' programs with it, and the helpers
 // they started in their process group (a data loader holding memory or a GPU): each worker
 // kills its program's group when its parent dies.
