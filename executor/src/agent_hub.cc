@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/clock.h"
 #include "executor/net_auth.h"
 
 namespace sweep::executor {
@@ -349,8 +350,12 @@ class AgentHub::Impl {
           Lose(peer, AgentLost::Reason::kMalformedFrame, st.message());
           return;
         }
+        // Stamped here, as they arrive: the coordinator's clock, not the agent's, and on time
+        // while the coordinator's loop is held up (a locked store).
+        const double arrived = UnixSeconds();
         int64_t known = -1;
         for (auto& ev : scratch_) {
+          ev.time_s = arrived;
           if (ev.trial != known) {
             if (!peer->trials.contains(ev.trial)) {
               ++peer->ignored_events;
@@ -372,6 +377,7 @@ class AgentHub::Impl {
           ++peer->ignored_events;
           return;
         }
+        done->time_s = UnixSeconds();
         pending_.push_back(HubEvent{peer->id, std::move(*done)});
         return;
       }

@@ -202,12 +202,14 @@ void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
       ev.step = msg.value("step", int64_t{0});
       ev.epoch = msg.value("epoch", 0.0);
       ev.metrics = msg.value("metrics", json::object());
+      ev.time_s = msg.value("t", 0.0);
     } else if (op == "done") {
       ev.type = WorkerEvent::Type::kDone;
       ev.outcome =
           OutcomeFromString(msg.value("outcome", "failed")).value_or(TrialOutcome::Kind::kFailed);
       ev.error = msg.value("error", "");
       ev.metrics = msg.value("metrics", json::object());
+      ev.time_s = msg.value("t", 0.0);
       w.trial.reset();
       w.program_group = -1;  // the program's group ended with it
     } else if (op == "hb") {

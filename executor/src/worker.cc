@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "executor/command.h"
 #include "executor/trial.h"
 #include "line_io.h"
@@ -135,7 +136,8 @@ class Worker {
                   {"trial", task->number},
                   {"step", step},
                   {"epoch", epoch},
-                  {"metrics", metrics}});
+                  {"metrics", metrics},
+                  {"t", UnixSeconds()}});
         if (task->IsDecisionPoint(step, epoch, &next_point) && !stop_) {
           // Early stopping judges this report: wait for its verdict.
           Flush();
@@ -176,7 +178,8 @@ class Worker {
                 {"outcome", ToString(outcome.kind)},
                 // A program's output quoted at length is cut: the store keeps a message.
                 {"error", Abbreviate(outcome.error, kMaxTrialErrorBytes)},
-                {"metrics", outcome.end_metrics}});
+                {"metrics", outcome.end_metrics},
+                {"t", UnixSeconds()}});
       if (!Flush()) return 1;  // the executor is gone
       if (!fault.empty()) return 0;
     }

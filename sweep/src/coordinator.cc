@@ -21,6 +21,7 @@
 #include <utility>
 #include <variant>
 
+#include "base/clock.h"
 #include "base/hash.h"
 #include "checkpoint_keeper.h"
 #include "executor/agent_hub.h"
@@ -36,10 +37,6 @@ namespace sweep {
 
 using nlohmann::json;
 using store::TrialStatus;
-
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 uint64_t TrialSeed(uint64_t sweep_seed, int64_t number) {
   uint64_t z = SplitMix64(SplitMix64(sweep_seed) ^ static_cast<uint64_t>(number));
@@ -145,7 +142,7 @@ class Coordinator {
     ns.metric = config_.metric;
     ns.maximize = config_.maximize;
     ns.seed = static_cast<int64_t>(config_.seed);
-    start_s_ = NowSeconds();
+    start_s_ = UnixSeconds();
     ns.created_s = start_s_;
     // The owner goes in with the sweep's row, and the lock is taken before the row commits:
     // a reader sees the sweep only with an owner that holds its lock (or held it and died).
@@ -196,7 +193,7 @@ class Coordinator {
       return summary;
     }
     SWEEP_RETURN_IF_ERROR(Prepare());
-    start_s_ = NowSeconds();
+    start_s_ = UnixSeconds();
     active_before_s_ = rec.active_s;
     SWEEP_RETURN_IF_ERROR(store_.SetSweepOwner(sweep_id_, OwnerId()));
 
@@ -821,7 +818,7 @@ class Coordinator {
     bool stopping = false;
     std::vector<executor::WorkerEvent> events;
     for (;;) {
-      const double now = NowSeconds();
+      const double now = UnixSeconds();
       if (!stopping && options_.interrupt != nullptr && options_.interrupt->load()) {
         stopping = true;
         interrupted_ = true;
@@ -893,13 +890,13 @@ class Coordinator {
       // moment the loop goes idle, and at least every kCommitIntervalS while busy.
       events.clear();
       SWEEP_RETURN_IF_ERROR(executor_->Poll(0, &events));
-      double t = NowSeconds();
+      double t = UnixSeconds();
       if (events.empty() || t - last_commit_s_ >= kCommitIntervalS) {
         SWEEP_RETURN_IF_ERROR(CommitNow(t));
       }
       if (events.empty() && !HubHasEvents()) {
         SWEEP_RETURN_IF_ERROR(executor_->Poll(200, &events));
-        t = NowSeconds();
+        t = UnixSeconds();
       }
       for (executor::WorkerEvent& ev : events) {
         SWEEP_RETURN_IF_ERROR(Handle(ev, t, stopping));
@@ -908,7 +905,7 @@ class Coordinator {
       ShowProgress(t, false);
     }
 
-    const double end = NowSeconds();
+    const double end = UnixSeconds();
     store::SweepStatus final_status =
         interrupted_ ? store::SweepStatus::kInterrupted : store::SweepStatus::kCompleted;
     SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, "running",
@@ -1075,6 +1072,9 @@ class Coordinator {
   // batch system's preemption, maintenance), which the trial cannot have caused.
   Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool agent_lost = false,
                 bool agent_bye = false) {
+    // When it happened, not when this loop turn came to it: a turn held up by a locked store
+    // takes many events at once.
+    if (ev.time_s > 0 && ev.time_s < now) now = ev.time_s;
     // Ctrl-C or SIGTERM has arrived, perhaps since this loop turn began.
     const bool signalled = options_.interrupt != nullptr && options_.interrupt->load();
     auto it = running_.find(ev.trial);

@@ -17,6 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "executor/agent.h"
 #include "executor/functions.h"
 #include "executor/net_auth.h"
@@ -199,7 +200,7 @@ int CmdStatus(const QueryArgs& a) {
   if (!running.ok()) return Fail(running.status());
   auto best = (*st)->BestTrials(sw->id, sw->maximize, 1);
   if (!best.ok()) return Fail(best.status());
-  double elapsed = (sw->ended_s ? *sw->ended_s : sweep::NowSeconds()) - sw->created_s;
+  double elapsed = (sw->ended_s ? *sw->ended_s : sweep::UnixSeconds()) - sw->created_s;
   const auto& c = *counts;
   const bool gone = sweep::CoordinatorGone(a.db, *sw);
   if (a.json) {
@@ -227,7 +228,7 @@ int CmdStatus(const QueryArgs& a) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  sweep::PrintStatusText(std::cout, *sw, c, *running, *best, sweep::NowSeconds(), gone);
+  sweep::PrintStatusText(std::cout, *sw, c, *running, *best, sweep::UnixSeconds(), gone);
   return kExitOk;
 }
 

@@ -21,6 +21,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "output.h"
 #include "report/charts.h"
 #include "report/export.h"
@@ -300,7 +301,7 @@ int CmdShow(const ShowArgs& a) {
   if (t.started_s && t.ended_s) {
     row("duration", report::ShortNumber(*t.ended_s - *t.started_s) + " s");
   } else if (t.started_s && t.status == store::TrialStatus::kRunning && !orphaned) {
-    row("duration", "running for " + report::ShortNumber(NowSeconds() - *t.started_s) + " s");
+    row("duration", "running for " + report::ShortNumber(UnixSeconds() - *t.started_s) + " s");
   }
   const bool by_epoch = ResourceIsEpoch(*sw);
   row(by_epoch ? "epochs" : "steps", report::ShortNumber(t.epochs));
@@ -467,7 +468,7 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
     auto best = (*st)->BestTrials(sw->id, sw->maximize, 1);
     if (!best.ok()) return Fail(best.status());
     std::ostringstream table;
-    PrintStatusText(table, *sw, *counts, *running, *best, NowSeconds());
+    PrintStatusText(table, *sw, *counts, *running, *best, UnixSeconds());
 
     const bool ended = sw->status != store::SweepStatus::kRunning;
     if (!ended) {

@@ -717,6 +717,14 @@ TEST_F(ResumeTest, ALockHeldByAnotherProcessIsWaitedFor) {
       << sweep_e2e::Slurp(dir_ / "locked.log");
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "12");
   EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "60");
+  // Times are when things happened, not when the held-up coordinator got to them: a trial
+  // runs 5 steps of 60 ms (the ones running when the lock was taken went on meanwhile).
+  for (const auto& row : Query("SELECT trial, max(time) - min(time) FROM reports GROUP BY trial")) {
+    EXPECT_LT(std::stod(row[1]), 2.0) << "trial " << row[0];
+  }
+  for (const auto& row : Query("SELECT number, ended - started FROM trials")) {
+    EXPECT_LT(std::stod(row[1]), 3.0) << "trial " << row[0];
+  }
 }
 
 // Ctrl-C while the sweep waits for another process's lock stops it then (nothing can be recorded

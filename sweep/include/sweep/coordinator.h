@@ -57,7 +57,4 @@ Result<RunSummary> ResumeSweep(const std::string& name, store::Store& store,
 // trial number, so trials differ but a rerun repeats.
 uint64_t TrialSeed(uint64_t sweep_seed, int64_t number);
 
-// Unix time now, seconds.
-double NowSeconds();
-
 }  // namespace sweep
