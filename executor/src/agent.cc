@@ -446,6 +446,16 @@ class Session {
           Drop("bad assign from the coordinator: " + task.status().message());
           return;
         }
+        if (stopping_) {
+          // Placed before the coordinator read that this agent is stopping: not started.
+          WorkerEvent ev;
+          ev.type = WorkerEvent::Type::kDone;
+          ev.trial = task->number;
+          ev.outcome = TrialOutcome::Kind::kStopped;
+          ev.error = "the agent is stopping";
+          Send(net::DoneToJson(ev));
+          return;
+        }
         if (!assigned_.insert(task->number).second) return;  // already running here
         pump_.Start(std::move(*task));
         return;
@@ -576,14 +586,27 @@ class Session {
 
   void BeginStop() {
     stopping_ = true;
-    Log("stopping" +
-        std::string(state_ == State::kServing ? ": saying bye to the coordinator" : ""));
     switch (state_) {
-      case State::kServing:
+      case State::kServing: {
+        // Its trials end here before the coordinator runs them elsewhere (never twice at once):
+        // it says it is draining, stops them, sends their reports and ends, then says bye.
+        // The connection's heartbeats go on meanwhile; if it is lost, the trials stop as they
+        // would have.
+        Log("stopping: ending " + std::to_string(assigned_.size()) +
+            " running trial(s), then saying bye to the coordinator");
         Flush();
-        Send(net::ByeToJson("the agent is stopping"));
-        Drop("", /*log=*/false);
+        Send(net::DrainingToJson());
+        const uint64_t generation = generation_;
+        pump_.StopAll(options_.stop_grace_ms, [this, generation] {
+          asio::post(io_, [this, generation] {
+            if (generation != generation_ || state_ != State::kServing) return;
+            Flush();
+            Send(net::ByeToJson("the agent is stopping"));
+            Drop("", /*log=*/false);
+          });
+        });
         return;
+      }
       case State::kChallenge:
       case State::kWelcome:
         Drop("", /*log=*/false);

@@ -83,6 +83,8 @@ struct Peer {
   std::string hub_nonce;
   net::Hello hello;
   std::set<int64_t> trials;  // running here
+  std::set<int64_t> stops;   // of those, the ones the coordinator asked to stop
+  bool draining = false;     // the agent is stopping: its trials end, then it says bye
   int64_t ignored_events = 0;
 
   explicit Peer(size_t max_frame_bytes) : decoder(max_frame_bytes) {}
@@ -377,11 +379,27 @@ class AgentHub::Impl {
           ++peer->ignored_events;
           return;
         }
+        const bool asked = peer->stops.erase(done->trial) > 0;
+        if (peer->draining && !asked && done->outcome == TrialOutcome::Kind::kStopped) {
+          // Stopped because its agent is stopping, not by the coordinator: the trial is lost
+          // to that agent, as it would be by a bye, only now it has ended there.
+          done->outcome = TrialOutcome::Kind::kFailed;  // as a lost agent's trials end
+          done->worker_lost = true;
+          done->error = peer->Describe() + " is stopping (it said so) and stopped the trial";
+        }
         done->time_s = UnixSeconds();
         pending_.push_back(HubEvent{peer->id, std::move(*done)});
         return;
       }
       case MessageType::kHeartbeat:
+        return;
+      case MessageType::kDraining:
+        if (!peer->draining) {
+          peer->draining = true;
+          Log(peer->Describe() + " is stopping: its " + std::to_string(peer->trials.size()) +
+              " running trial(s) end there, then it leaves");
+          pending_.push_back(HubEvent{peer->id, AgentDraining{}});
+        }
         return;
       case MessageType::kBye: {
         auto reason = net::ByeFromJson(frame.body);
@@ -488,6 +506,7 @@ class AgentHub::Impl {
         case Command::Type::kStop:
         case Command::Type::kContinue:
           if (peer != nullptr && peer->trials.contains(c.trial)) {
+            if (c.type == Command::Type::kStop) peer->stops.insert(c.trial);
             Send(peer,
                  net::TrialCommandToJson(
                      c.type == Command::Type::kStop ? MessageType::kStop : MessageType::kContinue,

@@ -15,9 +15,9 @@ using nlohmann::json;
 
 namespace {
 
-constexpr std::array<std::string_view, 11> kTypeNames = {"hello",    "challenge", "auth", "welcome",
-                                                         "assign",   "reports",   "done", "stop",
-                                                         "continue", "heartbeat", "bye"};
+constexpr std::array<std::string_view, 12> kTypeNames = {
+    "hello", "challenge", "auth",     "welcome",   "assign", "reports",
+    "done",  "stop",      "continue", "heartbeat", "bye",    "draining"};
 
 constexpr size_t kMaxNameChars = 256;
 constexpr size_t kMaxErrorChars = 64 * 1024;
@@ -471,6 +471,8 @@ Result<int64_t> TrialCommandFromJson(const json& j) {
 }
 
 json HeartbeatToJson() { return Message(MessageType::kHeartbeat); }
+
+json DrainingToJson() { return Message(MessageType::kDraining); }
 
 json ByeToJson(std::string_view reason) {
   json j = Message(MessageType::kBye);

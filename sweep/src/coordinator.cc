@@ -555,10 +555,21 @@ class Coordinator {
     }
     for (executor::HubEvent& e : hub_events_) {
       if (auto* ev = std::get_if<executor::WorkerEvent>(&e.event)) {
+        // An agent that said it is stopping (or said bye): its trials' loss is not theirs.
         const auto gone = lost.find(e.agent_id);
-        SWEEP_RETURN_IF_ERROR(
-            Handle(*ev, now, stopping, gone != lost.end(),
-                   gone != lost.end() && gone->second == executor::AgentLost::Reason::kBye));
+        const bool stopped_agent =
+            draining_agents_.contains(e.agent_id) ||
+            (gone != lost.end() && gone->second == executor::AgentLost::Reason::kBye);
+        SWEEP_RETURN_IF_ERROR(Handle(*ev, now, stopping,
+                                     gone != lost.end() || draining_agents_.contains(e.agent_id),
+                                     stopped_agent));
+      } else if (std::holds_alternative<executor::AgentDraining>(e.event)) {
+        // It is stopping: nothing more is placed there; its trials end there, then run again
+        // elsewhere.
+        draining_agents_.insert(e.agent_id);
+        for (const auto& [id, server] : servers_) {
+          if (server.agent == e.agent_id) (void)packer_->RemoveServer(id);
+        }
       } else if (auto* joined = std::get_if<executor::AgentJoined>(&e.event)) {
         std::vector<executor::Slot> slots = joined->slots;
         if (joined->link_group.size() == slots.size()) {
@@ -589,6 +600,7 @@ class Coordinator {
                         << " slots on one server; waiting for an agent that has them\n";
         }
       } else if (std::holds_alternative<executor::AgentLost>(e.event)) {
+        draining_agents_.erase(e.agent_id);
         for (auto it = servers_.begin(); it != servers_.end(); ++it) {
           if (it->second.agent == e.agent_id) {
             (void)packer_->RemoveServer(it->first);
@@ -1343,6 +1355,7 @@ class Coordinator {
   std::string agent_checkpoint_dir_;              // the same, as agents' workers get it
   std::string stored_checkpoint_dir_;             // the same, absolute
   std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
+  std::set<int64_t> draining_agents_;             // agents stopping: their trials end, then bye
   std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits
   std::unique_ptr<executor::LocalExecutor> executor_;
   std::unique_ptr<SweepLock> lock_;

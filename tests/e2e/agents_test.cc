@@ -587,6 +587,58 @@ TEST_F(AgentsTest, AStoppedAgentsTrialRunsAgainWithoutCountingALoss) {
   EXPECT_EQ(Scalar("SELECT count(*) FROM events WHERE trial = 0 AND to_state = 'interrupted'"), 4);
 }
 
+// A stopped agent's trial ends there before it runs again on another agent: never two copies of
+// one trial at once (here the program takes a second to save its state after SIGTERM, as a
+// careful one does).
+TEST_F(AgentsTest, AStoppedAgentsTrialEndsThereBeforeItRunsElsewhere) {
+  Write("s.sh", R"sh(#!/bin/sh
+now() { date +%s.%N; }
+echo "start $(now)" >> spans
+if [ -e ran ]; then echo 'sweep-report {"epoch": 2, "score": 2}'; exit 0; fi
+touch ran
+trap 'sleep 1; echo "end $(now)" >> spans; exit 0' TERM
+echo 'sweep-report {"epoch": 1, "score": 1}'
+touch running
+while :; do sleep 0.05; done
+)sh");
+  fs::permissions(dir_ / "s.sh", fs::perms::owner_all);
+  Write("s.toml", R"([sweep]
+name = "drain"
+metric = "score"
+mode = "max"
+max_trials = 1
+[trial]
+kind = "command"
+command = ["./s.sh"]
+kill_grace = "5s"
+)");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("s.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  pid_t first = StartAgent("first", port);
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "running"); }, 30))
+      << Log("coordinator.log");
+  StartAgent("second", port);
+  ASSERT_TRUE(
+      WaitUntil([&] { return Log("coordinator.log").find("'second'") != std::string::npos; }, 30))
+      << Log("coordinator.log");
+  ::kill(first, SIGTERM);
+  EXPECT_EQ(WaitExit(first, 30), 0) << Log("agent-first.log");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  std::istringstream spans(sweep_e2e::Slurp(dir_ / "spans"));
+  std::vector<std::pair<std::string, double>> marks;
+  std::string what;
+  double at = 0;
+  while (spans >> what >> at) marks.emplace_back(what, at);
+  ASSERT_EQ(marks.size(), 3u) << sweep_e2e::Slurp(dir_ / "spans");
+  EXPECT_EQ(marks[1].first, "end") << "the rerun started before the first copy ended";
+  EXPECT_GE(marks[2].second, marks[1].second);
+  auto rows = Query("SELECT status, retries, agent_losses, objective FROM trials");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"completed", "0", "0", "2.0"}));
+  EXPECT_EQ(Query("SELECT group_concat(step) FROM reports")[0][0], "1,2");
+}
+
 // Two agents of one name (two on a host, without --name) are told apart in placements.
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
   // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.

@@ -72,10 +72,16 @@ struct AgentLost {
 };
 std::string_view ToString(AgentLost::Reason reason);
 
+// The agent is stopping (SIGTERM: a batch system's preemption): place nothing more on it. Its
+// running trials end there first (each gets its kDone; one the agent stopped on its own, not
+// at a Stop, comes with worker_lost set), then it says bye (AgentLost kBye). So a trial runs
+// again elsewhere only once it has ended here, never twice at once.
+struct AgentDraining {};
+
 struct HubEvent {
   int64_t agent_id = 0;
   // A WorkerEvent means what LocalExecutor's does, for a trial started on this agent.
-  std::variant<AgentJoined, AgentLost, WorkerEvent> event;
+  std::variant<AgentJoined, AgentLost, WorkerEvent, AgentDraining> event;
 };
 
 class AgentHub {

@@ -22,7 +22,7 @@
 namespace sweep::executor::net {
 
 // Both sides must speak the same version; a mismatch is refused in the handshake.
-inline constexpr int kProtocolVersion = 2;
+inline constexpr int kProtocolVersion = 3;
 // How a coordinator's bye to an agent whose token does not match begins: a refusal that no retry
 // can change, so the agent ends rather than retry forever.
 inline constexpr std::string_view kAuthFailed = "authentication failed";
@@ -44,6 +44,7 @@ enum class MessageType {
   kContinue,   // coordinator -> agent: a trial waiting at a decision point goes on
   kHeartbeat,  // both ways
   kBye,        // both ways: closing, with a reason
+  kDraining,   // agent -> coordinator: it is stopping; its trials end, then it says bye
 };
 std::string_view ToString(MessageType type);
 std::optional<MessageType> MessageTypeFromString(std::string_view name);
@@ -156,6 +157,9 @@ nlohmann::json HeartbeatToJson();
 
 // bye: the sender is closing; `reason` says why ("agent stopping", "authentication failed").
 nlohmann::json ByeToJson(std::string_view reason);
+// draining: the agent was told to stop (SIGTERM: a batch system's preemption). It takes no new
+// trial, stops those it runs, sends their reports and `done`, then says bye.
+nlohmann::json DrainingToJson();
 Result<std::string> ByeFromJson(const nlohmann::json& json);
 
 // The seq of a frame: a positive integer. InvalidArgument otherwise.
