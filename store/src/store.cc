@@ -918,6 +918,17 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     }
   }
   SWEEP_ASSIGN_OR_RETURN(int version, std::move(read));
+  if (impl->read_only && version == 0) {
+    // A file with no schema at all is one that `sweep run` is creating this instant. One with
+    // tables may have had its schema committed (with its version) since the version was read:
+    // look again.
+    SWEEP_ASSIGN_OR_RETURN(bool empty, impl->HasNoTables());
+    if (empty) return Status::NotFound(path + ": no sweep recorded yet (a new database)");
+    SWEEP_ASSIGN_OR_RETURN(version, impl->UserVersion());
+    if (version == 0) {
+      return Status::Corruption(path + ": not a sweep database (it has no sweep schema)");
+    }
+  }
   if (version > kSchemaVersion) return impl->TooNew(version);
   if (version > 0) {
     // Checked before anything is written: a foreign file is left as it was (not even
@@ -966,11 +977,6 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     if (version > 0) SWEEP_RETURN_IF_ERROR(impl->QuickCheck());
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) impl->identity = std::pair{st.st_dev, st.st_ino};
-  } else if (version == 0) {
-    // A file with no schema at all is one that `sweep run` is creating this instant.
-    SWEEP_ASSIGN_OR_RETURN(bool empty, impl->HasNoTables());
-    if (empty) return Status::NotFound(path + ": no sweep recorded yet (a new database)");
-    return Status::Corruption(path + ": not a sweep database (it has no sweep schema)");
   } else if (version < kSchemaVersion) {
     // An older file is a reader's to read, not to change (its folder may not even be
     // writable, and the binary writing it may still be running): copy it into memory, as one
