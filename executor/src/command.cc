@@ -173,13 +173,19 @@ Result<std::vector<std::string>> ExpandCommand(const std::vector<std::string>& a
 }
 
 std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
-  if (line.substr(0, kReportPrefix.size()) != kReportPrefix) return std::nullopt;
-  std::string_view body = line.substr(kReportPrefix.size());
+  // "sweep-report" then a space, a tab or the object itself ("sweep-report{...}" is a report
+  // with a missing space, not a line of the program's own).
+  const std::string_view word = kReportPrefix.substr(0, kReportPrefix.size() - 1);
+  if (line.substr(0, word.size()) != word || line.size() == word.size()) return std::nullopt;
+  const char after = line[word.size()];
+  if (after != ' ' && after != '\t' && after != '{') return std::nullopt;
+  std::string_view body = line.substr(after == '{' ? word.size() : word.size() + 1);
   if (!body.empty() && body.back() == '\r') body.remove_suffix(1);
   if (line.size() > kMaxReportBytes) {
+    // The caller may have read only the start of a longer line.
     return Result<CommandReport>(Status::InvalidArgument(
-        "it is " + std::to_string(line.size()) + " bytes long; a report line may hold at most " +
-        std::to_string(kMaxReportBytes) + " (report fewer metrics per line)"));
+        "it is longer than a report line may be (" + std::to_string(kMaxReportBytes) +
+        " bytes): report fewer metrics per line"));
   }
   json j;
   std::string why;  // the parser's own words, when the text is not JSON

@@ -102,15 +102,23 @@ TEST(ReportLineTest, OverlongLinesAreRefused) {
   auto r = ParseReportLine(line);
   ASSERT_TRUE(r.has_value());
   ASSERT_FALSE(r->ok());
-  EXPECT_EQ(r->status().message(), "it is " + std::to_string(line.size()) +
-                                       " bytes long; a report line may hold at most 262144 "
-                                       "(report fewer metrics per line)");
+  EXPECT_EQ(r->status().message(),
+            "it is longer than a report line may be (262144 bytes): report fewer metrics per "
+            "line");
 }
 
 TEST(ReportLineTest, OtherLinesAreNotReports) {
   EXPECT_FALSE(ParseReportLine("epoch 1 loss 0.3").has_value());
   EXPECT_FALSE(ParseReportLine("sweep-reportx {}").has_value());
+  EXPECT_FALSE(ParseReportLine("sweep-reports follow").has_value());
+  EXPECT_FALSE(ParseReportLine("sweep-report").has_value());
   EXPECT_FALSE(ParseReportLine(" sweep-report {}").has_value());
+  // A tab, or no space at all, still makes a report.
+  for (const char* line : {"sweep-report\t{\"loss\": 1}", "sweep-report{\"loss\": 1}"}) {
+    auto r = ParseReportLine(line);
+    ASSERT_TRUE(r.has_value() && r->ok()) << line;
+    EXPECT_EQ((*r)->metrics, (json{{"loss", 1}})) << line;
+  }
 }
 
 TEST(ReportLineTest, MalformedReportsSayWhy) {
