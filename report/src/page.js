@@ -74,14 +74,18 @@
   }
   // A plot frame with round labels on each axis; returns the value-to-pixel maps.
   function frame(c, xr, yr, xname, yname, xWhole) {
-    var m = {l: 64, r: 16, t: 12, b: 36};
-    var ctx = c.ctx, pw = c.w - m.l - m.r, ph = c.h - m.t - m.b;
+    var ctx = c.ctx, yticks = ticks(yr[0], yr[1]);
+    // The left margin holds the widest y label (1.5e+21 is wider than 0.9) and the axis title.
+    var widest = 0;
+    yticks.forEach(function (yv) { widest = Math.max(widest, ctx.measureText(fmt(yv)).width); });
+    var m = {l: Math.max(64, Math.ceil(widest) + 30), r: 16, t: 12, b: 36};
+    var pw = c.w - m.l - m.r, ph = c.h - m.t - m.b;
     var X = function (x) { return m.l + (x - xr[0]) / (xr[1] - xr[0]) * pw; };
     var Y = function (y) { return m.t + (1 - (y - yr[0]) / (yr[1] - yr[0])) * ph; };
     ctx.strokeStyle = '#ddd';
     ctx.fillStyle = '#555';
     ctx.lineWidth = 1;
-    ticks(yr[0], yr[1]).forEach(function (yv) {
+    yticks.forEach(function (yv) {
       var y = Y(yv);
       ctx.beginPath(); ctx.moveTo(m.l, y); ctx.lineTo(m.l + pw, y); ctx.stroke();
       ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
@@ -226,7 +230,9 @@
     });
     cv.pruned.forEach(function (p) { xs.push(p[1]); ys.push(p[2]); });
     cv.rungs.forEach(function (r) { xs.push(r); });
-    var f = frame(c, range(xs), range(ys), cv.resource, cv.metric);
+    // Epochs or steps that are whole numbers get whole ticks (no epoch 1.5).
+    var whole = xs.every(function (x) { return x === Math.round(x); });
+    var f = frame(c, range(xs), range(ys), cv.resource, cv.metric, whole);
     var ctx = c.ctx, n = 0;
     ctx.setLineDash([4, 4]);
     ctx.strokeStyle = '#bbb';
