@@ -463,7 +463,8 @@ struct Store::Impl {
                                   "); restore it from a backup, or try `sqlite3 " + path +
                                   " .recover` to save what is left");
       case SQLITE_NOTADB:
-        return Status::Corruption(path + ": not a SQLite database (" + detail + ")");
+        // A file the user named that is no database at all: a usage error, as a missing one is.
+        return Status::InvalidArgument(path + ": not a SQLite database (" + detail + ")");
       case SQLITE_CANTOPEN: {
         // SQLite does not say why; the usual cause is a directory we cannot write to (the
         // database, its journal and its lock live there).
@@ -697,9 +698,9 @@ struct Store::Impl {
   }
 
   Status ForeignDatabase() const {
-    return Status::Corruption(path +
-                              ": a SQLite database that sweep did not create (it has tables "
-                              "but no sweep schema); choose another database path");
+    return Status::InvalidArgument(path +
+                                   ": a SQLite database that sweep did not create (it has tables "
+                                   "but no sweep schema); choose another database path");
   }
 
   Status TooNew(int version) const {
@@ -926,7 +927,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     if (empty) return Status::NotFound(path + ": no sweep recorded yet (a new database)");
     SWEEP_ASSIGN_OR_RETURN(version, impl->UserVersion());
     if (version == 0) {
-      return Status::Corruption(path + ": not a sweep database (it has no sweep schema)");
+      return Status::InvalidArgument(path + ": not a sweep database (it has no sweep schema)");
     }
   }
   if (version > kSchemaVersion) return impl->TooNew(version);
@@ -935,7 +936,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     // switched to WAL).
     SWEEP_ASSIGN_OR_RETURN(std::string missing, impl->MissingSchema());
     if (!missing.empty())
-      return Status::Corruption(path + ": not a sweep database (" + missing + ")");
+      return Status::InvalidArgument(path + ": not a sweep database (" + missing + ")");
   }
 
   if (!impl->read_only && version == 0) {
@@ -949,7 +950,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
       if (version > kSchemaVersion) return impl->TooNew(version);
       SWEEP_ASSIGN_OR_RETURN(std::string missing, impl->MissingSchema());
       if (!missing.empty())
-        return Status::Corruption(path + ": not a sweep database (" + missing + ")");
+        return Status::InvalidArgument(path + ": not a sweep database (" + missing + ")");
     }
   }
   if (!impl->read_only) {

@@ -897,6 +897,10 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"run b.toml --db nodir/x.db",
        kUsage,
        {"sweep: --db nodir/x.db: the folder nodir does not exist"}},
+      // --db naming a file that is no sweep database: the wrong file named, as a missing one.
+      {"list --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
+      {"best branin --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
+      {"resume branin --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
   };
   for (const CommandCase& c : cases) {
     SCOPED_TRACE(c.args);

@@ -493,7 +493,7 @@ TEST_F(ReportE2eTest, StatusWatchStartedBeforeTheSweepWaitsForIt) {
   // A file that is not a sweep database ends the watch at once.
   Write("other.db", "not a database at all, but long enough to be read as one's header....");
   Output o = Sweep("status early --watch --db other.db");
-  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_EQ(o.code, 2) << o.err;  // the wrong file named: a usage error
   EXPECT_EQ(o.err.find("waiting"), std::string::npos) << o.err;
 }
 

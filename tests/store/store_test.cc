@@ -269,7 +269,7 @@ TEST_F(StoreTest, RefusesAForeignDatabaseWithASchemaVersion) {
     for (OpenMode mode : {OpenMode::kReadOnly, OpenMode::kReadWrite}) {
       auto store = Store::Open(path, mode);
       ASSERT_FALSE(store.ok()) << path;
-      EXPECT_EQ(store.status().code(), Status::Code::kCorruption);
+      EXPECT_EQ(store.status().code(), Status::Code::kInvalidArgument);  // the wrong file named
       EXPECT_EQ(store.status().message(), path + ": not a sweep database (" + why + ")");
     }
     EXPECT_EQ(RawQuery(path, "PRAGMA journal_mode"), "delete");  // not switched to WAL
@@ -283,7 +283,7 @@ TEST_F(StoreTest, RefusesAForeignDatabaseWithoutASchemaVersion) {
   ASSERT_NO_FATAL_FAILURE(RawExec(other, "CREATE TABLE x (a); INSERT INTO x VALUES (1);"));
   auto store = Store::Open(other, OpenMode::kReadWrite);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.status().code(), Status::Code::kCorruption);
+  EXPECT_EQ(store.status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(store.status().message(),
             other +
                 ": a SQLite database that sweep did not create (it has tables but no sweep "
@@ -513,7 +513,7 @@ TEST_F(StoreTest, RefusesFileThatIsNotADatabase) {
   for (OpenMode mode : {OpenMode::kReadWrite, OpenMode::kReadOnly}) {
     auto store = Store::Open(path_, mode);
     ASSERT_FALSE(store.ok());
-    EXPECT_EQ(store.status().code(), Status::Code::kCorruption);
+    EXPECT_EQ(store.status().code(), Status::Code::kInvalidArgument);
     EXPECT_TRUE(Contains(store.status().message(), path_)) << store.status().message();
   }
 }
@@ -522,7 +522,7 @@ TEST_F(StoreTest, RefusesAnotherProgramsDatabase) {
   ASSERT_NO_FATAL_FAILURE(RawExec(path_, "CREATE TABLE notes (text TEXT)"));
   auto store = Store::Open(path_, OpenMode::kReadWrite);
   ASSERT_FALSE(store.ok());
-  EXPECT_EQ(store.status().code(), Status::Code::kCorruption);
+  EXPECT_EQ(store.status().code(), Status::Code::kInvalidArgument);
   EXPECT_TRUE(Contains(store.status().message(), path_));
   EXPECT_EQ(RawQuery(path_, "SELECT COUNT(*) FROM sqlite_master"), "1");  // nothing added
 }
