@@ -224,7 +224,8 @@ int CmdShow(const ShowArgs& a) {
     json j = TrialJson(t);
     j["objective"] = t.objective ? json(*t.objective) : json(nullptr);
     j["retries"] = t.retries;
-    if (t.status == store::TrialStatus::kPruned) j["pruned_reason"] = t.error;
+    // Always there (null unless pruned): a script reads it without checking first.
+    j["pruned_reason"] = t.status == store::TrialStatus::kPruned ? json(t.error) : json(nullptr);
     j["coordinator_gone"] = orphaned;
     json rs = json::array();
     for (const store::ReportRecord& r : *reports) {
@@ -467,13 +468,12 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
     if (!running.ok()) return Fail(running.status());
     auto best = (*st)->BestTrials(sw->id, sw->maximize, 1);
     if (!best.ok()) return Fail(best.status());
-    std::ostringstream table;
-    PrintStatusText(table, *sw, *counts, *running, *best, UnixSeconds());
-
+    // A coordinator gone is said from the first table on, as `status` says it.
     const bool ended = sw->status != store::SweepStatus::kRunning;
-    if (!ended) {
-      ownerless = CoordinatorGone(db, *sw) ? ownerless + 1 : 0;
-    }
+    const bool gone = !ended && CoordinatorGone(db, *sw);
+    ownerless = gone ? ownerless + 1 : 0;
+    std::ostringstream table;
+    PrintStatusText(table, *sw, *counts, *running, *best, UnixSeconds(), gone);
     if (terminal) {
       // Redraw in place: back to the first line drawn last time, clear to the end, draw again.
       // Lines are clipped to the terminal's width so that none wraps and the count holds, and

@@ -217,6 +217,11 @@ TEST_F(ReportE2eTest, ShowPrintsOneTrialAndItsCurves) {
   EXPECT_TRUE(t["reports"][0]["metrics"]["value"].is_number());
   EXPECT_EQ(t["trial"], 1);
   EXPECT_TRUE(t["duration_s"].is_number());
+  // Every key is there for every trial: pruned_reason is null unless it was pruned.
+  ASSERT_TRUE(t.contains("pruned_reason"));
+  EXPECT_EQ(t["pruned_reason"].is_null(), t["status"] != "pruned") << t.dump();
+  EXPECT_EQ(json::parse(Sweep("show sh " + pruned[0][0] + " --json").out)["pruned_reason"],
+            pruned[0][1]);
 
   Output missing = Sweep("show sh 99");
   EXPECT_EQ(missing.code, 2);
@@ -512,7 +517,9 @@ TEST_F(ReportE2eTest, StatusWatchEndsWhenTheCoordinatorDied) {
   EXPECT_EQ(Wait(run), -SIGKILL);
   Output o = Sweep("status dead --watch --interval 0.1");
   EXPECT_EQ(o.code, 1);
-  EXPECT_NE(o.out.find("sweep dead (running)"), std::string::npos) << o.out;
+  // Every table says so, the first one too, as `status` does.
+  EXPECT_EQ(o.out.find("sweep dead (running)"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.rfind("sweep dead (running, but its coordinator is gone", 0), 0u) << o.out;
   EXPECT_NE(o.err.find("no process runs it"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("sweep resume dead"), std::string::npos) << o.err;
 }
