@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -1427,8 +1428,15 @@ json ParseSetValue(std::string_view text) {
     if (const toml::node* v = t.get("v")) return ToJson(*v);
   } catch (const toml::parse_error&) {
   }
-  // Numbers TOML does not write but a command line does: .5, 5., 1.e-3.
+  // Numbers TOML does not write but a command line does: .5, 5., 1.e-3, and whole numbers
+  // past int64 (a seed as printed: seeds span uint64).
   const std::string word(text);
+  if (!word.empty() && word.size() <= 20 &&
+      word.find_first_not_of("0123456789") == std::string::npos) {
+    uint64_t big = 0;
+    auto [at, ec] = std::from_chars(word.data(), word.data() + word.size(), big);
+    if (ec == std::errc() && at == word.data() + word.size()) return big;
+  }
   if (!word.empty() && word.find_first_not_of("0123456789+-.eE") == std::string::npos) {
     char* end = nullptr;
     const double v = std::strtod(word.c_str(), &end);

@@ -28,6 +28,7 @@
 #include "executor/local_executor.h"
 #include "executor/packer.h"
 #include "executor/slots.h"
+#include "output.h"
 #include "search/early_stopping.h"
 #include "search/space.h"
 #include "sweep_lock.h"
@@ -160,7 +161,7 @@ class Coordinator {
   }
 
   Result<RunSummary> Resume(const std::string& name) {
-    SWEEP_ASSIGN_OR_RETURN(store::SweepRecord rec, store_.FindSweep(name));
+    SWEEP_ASSIGN_OR_RETURN(store::SweepRecord rec, FindSweepOrSuggest(store_, name));
     sweep_id_ = rec.id;
     auto lock = SweepLock::Acquire(store_.path(), rec.id);
     if (!lock.ok()) {

@@ -606,10 +606,17 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     return Fail(Status::InvalidArgument("give a value for " + varied.front() + " with --set " +
                                         varied.front() + "=VALUE"));
   }
-  if (!as_json && !varied.empty()) {
+  // Said with --json too (on stderr): the run's parameters are otherwise not what the reader
+  // of the config expects.
+  const bool seed_varied = std::erase(varied, "seed") > 0;
+  if (!varied.empty()) {
     std::cerr << "using the trainer's defaults for";
     for (const auto& v : varied) std::cerr << " " << v;
     std::cerr << " (vary them with --set)\n";
+  }
+  if (seed_varied) {
+    std::cerr << "using seed " << task.seed
+              << " (the config varies it: pick one with --set seed=N)\n";
   }
 
   json reports = json::array();

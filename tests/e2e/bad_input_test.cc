@@ -876,6 +876,7 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"status nope", kUsage, {"sweep: no sweep named 'nope' in sweeps.db"}},
       {"status nope --json", kUsage, {"sweep: no sweep named 'nope' in sweeps.db"}},
       {"resume nope", kUsage, {"sweep: no sweep named 'nope' in sweeps.db"}},
+      {"resume brannin", kUsage, {"did you mean 'branin'?"}},
       {"best ''", kUsage, {"sweep: no sweep named '' in sweeps.db"}},
       {"run b.toml",
        kUsage,

@@ -251,6 +251,24 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
   EXPECT_TRUE(r["data_wait_s"].is_number());
   EXPECT_TRUE(r["test_acc"].is_number());
 
+  // A varied seed is said, with --json too (on stderr), with the one used: --set gives it back.
+  Write("s.toml",
+        "[sweep]\nname = \"seeded\"\nmax_trials = 4\n[parameters]\nseed = { values = [1, 2] "
+        "}\nepochs = 1\n[trainer]\ndataset = \"" +
+            dir_.string() + "\"\nhidden = [16]\nbatch_size = 32\n");
+  Output seeded = Sweep("train s.toml --json");
+  ASSERT_EQ(seeded.code, 0) << seeded.err;
+  std::smatch used;
+  ASSERT_TRUE(std::regex_search(seeded.err, used,
+                                std::regex("using seed ([0-9]+) \\(the config "
+                                           "varies it: pick one with --set "
+                                           "seed=N\\)")))
+      << seeded.err;
+  Output again = Sweep("train s.toml --json --set seed=" + used[1].str());
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(json::parse(again.out)["metrics"]["val_acc"],
+            json::parse(seeded.out)["metrics"]["val_acc"]);
+
   Output bad = Sweep("train t.toml --set lr=abc");
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("--set lr=abc"), std::string::npos) << bad.err;

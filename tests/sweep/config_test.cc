@@ -609,6 +609,9 @@ TEST(ParseSetValueTest, TomlValuesOrBareStrings) {
   EXPECT_EQ(ParseSetValue("1.e-3"), nlohmann::json(1e-3));
   EXPECT_EQ(ParseSetValue("1.2.3"), nlohmann::json("1.2.3"));
   EXPECT_EQ(ParseSetValue("e"), nlohmann::json("e"));
+  // A seed as `sweep train` prints it: whole numbers up to 2^64 - 1 (TOML stops at 2^63 - 1).
+  EXPECT_EQ(ParseSetValue("18446744073709551615"), nlohmann::json(uint64_t{18446744073709551615u}));
+  EXPECT_EQ(ParseSetValue("18446744073709551616"), nlohmann::json(1.8446744073709552e19));
 }
 
 TEST(DidYouMeanTest, SuggestsCloseWordsOnly) {
