@@ -558,12 +558,10 @@ class Coordinator {
       if (auto* ev = std::get_if<executor::WorkerEvent>(&e.event)) {
         // An agent that said it is stopping (or said bye): its trials' loss is not theirs.
         const auto gone = lost.find(e.agent_id);
-        const bool stopped_agent =
-            draining_agents_.contains(e.agent_id) ||
-            (gone != lost.end() && gone->second == executor::AgentLost::Reason::kBye);
-        SWEEP_RETURN_IF_ERROR(Handle(*ev, now, stopping,
-                                     gone != lost.end() || draining_agents_.contains(e.agent_id),
-                                     stopped_agent));
+        const bool draining = draining_agents_.contains(e.agent_id);
+        const bool bye = gone != lost.end() && gone->second == executor::AgentLost::Reason::kBye;
+        SWEEP_RETURN_IF_ERROR(
+            Handle(*ev, now, stopping, draining || gone != lost.end(), draining || bye));
       } else if (std::holds_alternative<executor::AgentDraining>(e.event)) {
         // It is stopping: nothing more is placed there; its trials end there, then run again
         // elsewhere.
