@@ -425,6 +425,9 @@ struct Store::Impl {
   std::function<bool(double waited_s)> on_lock_wait;  // after each busy wait: go on waiting?
   // The file opened for writing, to notice it removed or replaced under us.
   std::optional<std::pair<dev_t, ino_t>> identity;
+  // Its write-ahead log and index (path-wal, path-shm), and whether the file was found gone.
+  std::optional<std::pair<dev_t, ino_t>> wal_identity, shm_identity;
+  bool file_lost = false;
   std::array<sqlite3_stmt*, static_cast<size_t>(Query::kCount)> statements{};
   // Trials() statements keyed by SQL text: a few dozen shapes at most (sort key x direction x
   // filter), since metric names are bound rather than part of the text.
@@ -610,21 +613,59 @@ struct Store::Impl {
 
   // The file at `path` is still the one this Store writes: removed, or replaced by another
   // (a copy moved over it, a restore from backup), it would take every later commit with it.
-  Status CheckStillTheFile() const {
+  Status CheckStillTheFile() {
     if (!identity) return Status::Ok();
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      if (errno != ENOENT) return Status::Ok();  // cannot tell: SQLite will say if it is wrong
-      return Status::IoError(path +
-                             ": the database file was removed while this sweep wrote to it; "
-                             "nothing more is written, and what it held is gone with it");
+    const bool removed = ::stat(path.c_str(), &st) != 0;
+    if (removed && errno != ENOENT) return Status::Ok();  // cannot tell: SQLite will say
+    if (!removed && st.st_dev == identity->first && st.st_ino == identity->second) {
+      RememberLogFiles();
+      return Status::Ok();
     }
-    if (st.st_dev != identity->first || st.st_ino != identity->second) {
-      return Status::IoError(path +
-                             ": the database file was replaced by another file while this sweep "
-                             "wrote to it; nothing more is written (to either file)");
+    file_lost = true;
+    const std::string kept = SetAsideLogFiles();
+    std::string msg =
+        path + (removed ? ": the database file was removed or renamed while this sweep wrote to "
+                          "it; nothing more is written"
+                        : ": the database file was replaced by another file while this sweep "
+                          "wrote to it; nothing more is written (to either file)");
+    if (!kept.empty()) {
+      msg += ". Its last commits, not yet in that file, are in its write-ahead log, set aside as " +
+             kept + " so that no database put at " + path +
+             " takes them for its own: to keep them, put the file that was there back and " + kept +
+             " at " + path + "-wal";
     }
-    return Status::Ok();
+    return Status::IoError(msg);
+  }
+
+  // The identities of this connection's write-ahead log and its index, once they exist.
+  void RememberLogFiles() {
+    auto remember = [&](const char* suffix, std::optional<std::pair<dev_t, ino_t>>& id) {
+      struct stat st {};
+      if (!id && ::stat((path + suffix).c_str(), &st) == 0) id = std::pair{st.st_dev, st.st_ino};
+    };
+    remember("-wal", wal_identity);
+    remember("-shm", shm_identity);
+  }
+
+  // The database this Store wrote is no longer at `path`, but its write-ahead log is: SQLite
+  // would replay it into whatever file is put there next (a restored backup), overwriting it.
+  // Renamed aside (the log, which holds commits) or removed (the index, rebuilt from the log);
+  // returns the log's new name, or "" when no log of this connection was there.
+  std::string SetAsideLogFiles() {
+    auto ours = [&](const std::string& file, const std::optional<std::pair<dev_t, ino_t>>& id) {
+      struct stat st {};
+      return id && ::stat(file.c_str(), &st) == 0 && st.st_dev == id->first &&
+             st.st_ino == id->second;
+    };
+    if (ours(path + "-shm", shm_identity)) ::unlink((path + "-shm").c_str());
+    if (!ours(path + "-wal", wal_identity)) return "";
+    const std::string kept = path + "-wal.orphaned-" + std::to_string(::getpid());
+    if (::rename((path + "-wal").c_str(), kept.c_str()) != 0) {
+      ::unlink((path + "-wal").c_str());
+      return "";
+    }
+    return kept;
   }
 
   Status Rollback() {
@@ -978,6 +1019,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     if (version > 0) SWEEP_RETURN_IF_ERROR(impl->QuickCheck());
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) impl->identity = std::pair{st.st_dev, st.st_ino};
+    impl->RememberLogFiles();
   } else if (version < kSchemaVersion) {
     // An older file is a reader's to read, not to change (its folder may not even be
     // writable, and the binary writing it may still be running): copy it into memory, as one
@@ -988,6 +1030,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
   std::string store_path = path;
   return std::unique_ptr<Store>(new Store(std::move(store_path), std::move(impl)));
 }
+
+bool Store::file_lost() const { return impl_->file_lost; }
 
 // ---- sweeps ----
 

@@ -1394,7 +1394,8 @@ Result<RunSummary> WithResumeHint(Result<RunSummary> result, store::Store& store
   const Status& s = result.status();
   bool resumable = s.code() == Status::Code::kIoError || s.code() == Status::Code::kCorruption ||
                    s.code() == Status::Code::kInternal;
-  if (!resumable || !store.FindSweep(name).ok()) return result;
+  // A file removed or replaced: the store's message says what is left and where.
+  if (!resumable || store.file_lost() || !store.FindSweep(name).ok()) return result;
   return s.WithMessage(s.message() + "\nsweep '" + name +
                        "' stopped; what it had committed is kept. Once the cause is fixed, "
                        "`sweep resume " +

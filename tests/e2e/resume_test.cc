@@ -764,10 +764,38 @@ TEST_F(ResumeTest, ARemovedDatabaseStopsTheSweep) {
   const int code = Wait(pid);
   const std::string log = sweep_e2e::Slurp(dir_ / "gone.log");
   EXPECT_EQ(code, 1) << log;
-  EXPECT_NE(log.find("sweeps.db: the database file was removed while this sweep wrote to it"),
+  EXPECT_NE(log.find("sweeps.db: the database file was removed or renamed while this sweep wrote"),
             std::string::npos)
       << log;
   EXPECT_EQ(log.find("done"), std::string::npos) << log;
+}
+
+// The database alone removed (its write-ahead log left) while a sweep writes, then a backup put
+// back in its place: the log of the removed file is set aside, not replayed into the backup
+// (which it would overwrite with the removed file's pages).
+TEST_F(ResumeTest, ALogLeftByARemovedDatabaseDoesNotOverwriteTheOneRestored) {
+  Write("k.toml", SlowFunctionConfig("kept", "random", 6, 1, 0));
+  ASSERT_EQ(Sweep("run k.toml --db backup.db").code, 0);
+  Write("r.toml", SlowFunctionConfig("gone", "random", 40, 5, 60));
+  pid_t pid = Start("run r.toml", "gone.log");
+  ASSERT_TRUE(WaitForAReport()) << sweep_e2e::Slurp(dir_ / "gone.log");
+  fs::remove(dir_ / "sweeps.db");
+  EXPECT_EQ(Wait(pid), 1);
+  const std::string log = sweep_e2e::Slurp(dir_ / "gone.log");
+  EXPECT_NE(log.find("sweeps.db: the database file was removed or renamed while this sweep wrote "
+                     "to it; nothing more is written. Its last commits, not yet in that file, "
+                     "are in its write-ahead log, set aside as sweeps.db-wal.orphaned-"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("sweep resume"), std::string::npos) << "the sweep is not there to resume";
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db-wal"));
+  fs::copy_file(dir_ / "backup.db", dir_ / "sweeps.db");
+  Output list = Sweep("list --json");
+  ASSERT_EQ(list.code, 0) << list.err;
+  const json sweeps = json::parse(list.out);
+  ASSERT_EQ(sweeps.size(), 1u) << list.out;
+  EXPECT_EQ(sweeps[0]["name"], "kept");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "6");
 }
 
 // A trainer trial's checkpoint is never ahead of the store: the coordinator killed the moment an

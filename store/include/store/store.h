@@ -124,6 +124,9 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   const std::string& path() const { return path_; }
+  // Whether a commit found the file removed or replaced by another (see the IoError it gave):
+  // nothing more can be written, and resuming from `path` would not find this sweep there.
+  bool file_lost() const;
 
   // ---- sweeps ----
   // AlreadyExists when the name is taken. Returns the new sweep's id. Committed at once, in a
