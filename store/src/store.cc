@@ -1060,8 +1060,7 @@ Result<int64_t> Store::CreateSweep(const NewSweep& sweep,
     if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the new sweep");
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_CONSTRAINT_UNIQUE) {
-      return Status::AlreadyExists("sweep '" + sweep.name + "' already exists in " + path_ +
-                                   "; use `sweep resume " + sweep.name + "`");
+      return Status::AlreadyExists("sweep '" + sweep.name + "' already exists in " + path_);
     }
     if (rc != SQLITE_DONE) return impl_->Error(rc, "creating sweep '" + sweep.name + "'");
     const auto id = static_cast<int64_t>(sqlite3_last_insert_rowid(impl_->db));

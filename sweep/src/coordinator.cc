@@ -1397,9 +1397,8 @@ Result<RunSummary> WithResumeHint(Result<RunSummary> result, store::Store& store
   // A file removed or replaced: the store's message says what is left and where.
   if (!resumable || store.file_lost() || !store.FindSweep(name).ok()) return result;
   return s.WithMessage(s.message() + "\nsweep '" + name +
-                       "' stopped; what it had committed is kept. Once the cause is fixed, "
-                       "`sweep resume " +
-                       name + " --db " + store.path() + "` continues it.");
+                       "' stopped; what it had committed is kept. Once the cause is fixed, `" +
+                       ResumeCommand(name, store.path()) + "` continues it.");
 }
 
 }  // namespace

@@ -228,7 +228,7 @@ int CmdStatus(const QueryArgs& a) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
-  sweep::PrintStatusText(std::cout, *sw, c, *running, *best, sweep::UnixSeconds(), gone);
+  sweep::PrintStatusText(std::cout, *sw, c, *running, *best, sweep::UnixSeconds(), gone, a.db);
   return kExitOk;
 }
 
@@ -266,8 +266,8 @@ int CmdList(const QueryArgs& a) {
   if (list->empty()) std::cout << "no sweeps in " << a.db << "\n";
   for (const auto& s : *list) {
     std::cout << s.name << "  " << sweep::store::ToString(s.status)
-              << (gone(s) ? " (coordinator gone: sweep resume " + s.name + ")" : "") << "  "
-              << s.trials << " trials  best " << s.metric << " = "
+              << (gone(s) ? " (coordinator gone: " + sweep::ResumeCommand(s.name, a.db) + ")" : "")
+              << "  " << s.trials << " trials  best " << s.metric << " = "
               << (s.best ? json(*s.best).dump() : "-") << "\n";
   }
   return kExitOk;
@@ -384,7 +384,9 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
               << " in " << static_cast<int64_t>(summary.elapsed_s) << " s: " << c.completed
               << " completed, " << c.pruned << " pruned, " << c.failed << " failed, "
               << c.interrupted << " interrupted";
-    if (summary.interrupted) std::cerr << "; continue with `sweep resume " << name << "`";
+    if (summary.interrupted) {
+      std::cerr << "; continue with `" << sweep::ResumeCommand(name, st.path()) << "`";
+    }
     std::cerr << "\n";
   }
   auto best = st.BestTrials(summary.sweep_id, sw->maximize, 5);
@@ -455,14 +457,19 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
         return Fail(Status::InvalidArgument(
             config_path + ": sweep '" + cfg->name + "' in " + db +
             " was started from another version of this config; --resume goes on only with the "
-            "config a sweep started with. Continue it as it was with `sweep resume " +
-            cfg->name + "`, or start the edited config under a new name (--name)"));
+            "config a sweep started with. Continue it as it was with `" +
+            sweep::ResumeCommand(cfg->name, db) +
+            "`, or start the edited config under a new name (--name)"));
       }
       return CmdResume(cfg->name, db, remote, argv0);
     }
   }
 
   auto summary = sweep::RunSweep(*cfg, **st, options);
+  if (!summary.ok() && summary.status().code() == Status::Code::kAlreadyExists) {
+    return Fail(summary.status().WithMessage(summary.status().message() + "; use `" +
+                                             sweep::ResumeCommand(cfg->name, db) + "`"));
+  }
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, cfg->name, *summary);
 }

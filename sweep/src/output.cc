@@ -162,15 +162,27 @@ bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep
   return held.ok() && !*held && !SweepLock::OwnerHasLockFileOpen(db_path, sweep.owner);
 }
 
+std::string ResumeCommand(const std::string& name, const std::string& db) {
+  std::string command = "sweep resume " + name;
+  if (db == "sweeps.db" || db == "./sweeps.db") return command;
+  const bool plain = !db.empty() && db.find_first_not_of(
+                                        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNO"
+                                        "PQRSTUVWXYZ0123456789_-./+,:@%") == std::string::npos;
+  std::string quoted = "'";
+  for (char ch : db) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return command + " --db " + (plain ? db : quoted + "'");
+}
+
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
                      const store::StatusCounts& counts,
                      const std::vector<store::TrialRecord>& running,
-                     const std::vector<store::TrialRecord>& best, double now_s, bool gone) {
+                     const std::vector<store::TrialRecord>& best, double now_s, bool gone,
+                     const std::string& db) {
   const double elapsed = (sweep.ended_s ? *sweep.ended_s : now_s) - sweep.created_s;
   const auto& c = counts;
   out << "sweep " << sweep.name << " (" << store::ToString(sweep.status)
-      << (gone ? ", but its coordinator is gone: `sweep resume " + sweep.name + "`" : "") << "), "
-      << (sweep.maximize ? "max " : "min ") << sweep.metric << ", elapsed "
+      << (gone ? ", but its coordinator is gone: `" + ResumeCommand(sweep.name, db) + "`" : "")
+      << "), " << (sweep.maximize ? "max " : "min ") << sweep.metric << ", elapsed "
       << static_cast<int64_t>(elapsed)
       << " s"
       // Time spent running, over every run and resume (as of the last commit), when it differs

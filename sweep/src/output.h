@@ -29,6 +29,9 @@ inline constexpr int kExitUsage = 2;
 // Prints "sweep: MESSAGE" on stderr and returns the exit code for it: a user's mistake (a bad
 // flag or config, an unknown sweep or trial, a name taken) exits 2, anything else 1.
 int Fail(const Status& s);
+// The command that continues sweep `name` of store `db`: `sweep resume NAME`, with `--db DB`
+// (quoted for a shell where it needs it) unless DB is the default ./sweeps.db.
+std::string ResumeCommand(const std::string& name, const std::string& db);
 // Store::FindSweep, with "did you mean ..." when the name is close to one that exists.
 Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name);
 
@@ -43,6 +46,7 @@ bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
                      const store::StatusCounts& counts,
                      const std::vector<store::TrialRecord>& running,
-                     const std::vector<store::TrialRecord>& best, double now_s, bool gone = false);
+                     const std::vector<store::TrialRecord>& best, double now_s, bool gone = false,
+                     const std::string& db = "sweeps.db");
 
 }  // namespace sweep

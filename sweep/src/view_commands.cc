@@ -242,7 +242,9 @@ int CmdShow(const ShowArgs& a) {
   const int width = report::TerminalColumns(STDOUT_FILENO);
   std::ostringstream out;
   out << "trial " << t.number << " of sweep " << sw->name << ": " << store::ToString(t.status)
-      << (orphaned ? " (its coordinator is gone: sweep resume " + sw->name + " runs it again)" : "")
+      << (orphaned
+              ? " (its coordinator is gone: " + ResumeCommand(sw->name, a.db) + " runs it again)"
+              : "")
       << "\n";
   // "  key         value", the value wrapped at spaces to the terminal's width; its own line
   // breaks (a program's last lines in an error) keep the indent, other control characters
@@ -473,7 +475,7 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
     const bool gone = !ended && CoordinatorGone(db, *sw);
     ownerless = gone ? ownerless + 1 : 0;
     std::ostringstream table;
-    PrintStatusText(table, *sw, *counts, *running, *best, UnixSeconds(), gone);
+    PrintStatusText(table, *sw, *counts, *running, *best, UnixSeconds(), gone, db);
     if (terminal) {
       // Redraw in place: back to the first line drawn last time, clear to the end, draw again.
       // Lines are clipped to the terminal's width so that none wraps and the count holds, and
@@ -506,8 +508,8 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
     if (ownerless >= 2) {
       std::cerr << "sweep: '" << name
                 << "' is marked running but no process runs it (its coordinator died); "
-                   "continue it with `sweep resume "
-                << name << "`\n";
+                   "continue it with `"
+                << ResumeCommand(name, db) << "`\n";
       return kExitRuntime;
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));

@@ -571,8 +571,7 @@ TEST_F(StoreTest, DuplicateSweepNameIsAlreadyExists) {
   auto id = store_->CreateSweep(again);
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.status().code(), Status::Code::kAlreadyExists);
-  EXPECT_EQ(id.status().message(),
-            "sweep 's' already exists in " + path_ + "; use `sweep resume s`");
+  EXPECT_EQ(id.status().message(), "sweep 's' already exists in " + path_);
 }
 
 TEST_F(StoreTest, UnknownSweepNameIsNotFound) {

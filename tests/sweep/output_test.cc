@@ -77,3 +77,17 @@ TEST(OutputTest, CsvHasOneColumnPerParameterAndMetric) {
 
 }  // namespace
 }  // namespace sweep
+
+namespace sweep {
+namespace {
+
+// The resume advice names the store unless it is the default, quoted for a shell when needed.
+TEST(OutputTest, ResumeCommandNamesAStoreThatIsNotTheDefault) {
+  EXPECT_EQ(ResumeCommand("s", "sweeps.db"), "sweep resume s");
+  EXPECT_EQ(ResumeCommand("s", "./sweeps.db"), "sweep resume s");
+  EXPECT_EQ(ResumeCommand("s", "runs/m.db"), "sweep resume s --db runs/m.db");
+  EXPECT_EQ(ResumeCommand("s", "my runs/it's.db"), "sweep resume s --db 'my runs/it'\\''s.db'");
+}
+
+}  // namespace
+}  // namespace sweep
