@@ -76,13 +76,15 @@ class Worker {
     ::sigemptyset(&on_death.sa_mask);
     ::sigaction(kParentDeathSignal, &on_death, nullptr);
     ::prctl(PR_SET_PDEATHSIG, kParentDeathSignal);
-    // Deaf to SIGINT and SIGTERM: Ctrl-C, `timeout`, `systemctl stop` or a batch system's cancel
-    // signal the coordinator's whole group (or cgroup), and the coordinator stops the trials
-    // after their current epoch and records them interrupted. A worker killed by that signal
-    // would read as a crash. The coordinator ends a worker with its stop message, or SIGKILL;
-    // a command trial's program gets the default actions back before it starts.
+    // Deaf to SIGINT, SIGTERM and SIGHUP: Ctrl-C, `timeout`, `systemctl stop`, a batch
+    // system's cancel or a closed terminal signal the coordinator's whole group (or cgroup),
+    // and the coordinator stops the trials after their current epoch and records them
+    // interrupted. A worker killed by that signal would read as a crash. The coordinator ends a
+    // worker with its stop message, or SIGKILL; a command trial's program gets the default
+    // actions back before it starts.
     ::signal(SIGINT, SIG_IGN);
     ::signal(SIGTERM, SIG_IGN);
+    ::signal(SIGHUP, SIG_IGN);
     if (::getppid() == 1) return 1;
     // Not inherited by a command trial's program: its helpers, outliving this worker, would
     // hold the message pipe open and hide the worker's end from the executor.

@@ -366,8 +366,8 @@ sweep::RunOptions MakeRunOptions(const char* argv0) {
   options.log = &std::cerr;
   options.interrupt = &g_interrupt;
   options.interrupt_again = &g_interrupt_again;
-  std::signal(SIGINT, OnInterrupt);
-  std::signal(SIGTERM, OnInterrupt);
+  // A closed terminal (SIGHUP) stops the sweep as Ctrl-C does: trials interrupted, resumable.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, OnInterrupt);
   return options;
 }
 
@@ -534,8 +534,7 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
   options.name = a.name;
   options.worker_command = {SelfExe(argv0), "worker"};
   options.log = &std::cerr;
-  std::signal(SIGINT, OnInterrupt);
-  std::signal(SIGTERM, OnInterrupt);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, OnInterrupt);
   Status s = ex::RunAgent(options, g_interrupt);
   // A refusal by the coordinator (the only InvalidArgument once the options above are checked)
   // was logged as it came: its exit code, not a second copy of the line.

@@ -411,30 +411,37 @@ std::vector<pid_t> WaitForWorkers(pid_t coordinator) {
 // workers ignore it, the coordinator stops the trials after their current step and records them
 // interrupted without using a retry; resume finishes them.
 TEST_F(ResumeTest, SignalToTheCoordinatorsGroupInterruptsTrialsWithoutRetries) {
-  Write("g.toml", SlowFunctionConfig("grp", "random", 4, 60, 50));
-  // `env setsid sweep ...`: the coordinator leads a new process group, as under a service
-  // manager or a shell's job control.
-  pid_t pid = Start("run g.toml", "grp.log", "setsid");
-  bool running = false;
-  for (int i = 0; i < 400 && !running; ++i) {
-    running = HasTable("reports") &&
-              Query("SELECT count(*) FROM trials WHERE status = 'running'")[0][0] == "2" &&
-              std::stoi(Query("SELECT count(*) FROM reports")[0][0]) >= 4;
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  // SIGTERM (a service manager's stop) and SIGHUP (the terminal closed) alike.
+  for (int sig : {SIGTERM, SIGHUP}) {
+    SCOPED_TRACE(sig);
+    const std::string name = "grp" + std::to_string(sig);
+    Write(name + ".toml", SlowFunctionConfig(name, "random", 4, 60, 50));
+    const std::string db = name + ".db";
+    // `env setsid sweep ...`: the coordinator leads a new process group, as under a service
+    // manager or a shell's job control.
+    pid_t pid = Start("run " + name + ".toml --db " + db, name + ".log", "setsid");
+    auto count = [&](const std::string& sql) { return std::stoi(Query(sql, db)[0][0]); };
+    bool running = false;
+    for (int i = 0; i < 400 && !running; ++i) {
+      running = HasTable("reports", db) &&
+                count("SELECT count(*) FROM trials WHERE status = 'running'") == 2 &&
+                count("SELECT count(*) FROM reports") >= 4;
+      if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    ASSERT_TRUE(running) << sweep_e2e::Slurp(dir_ / (name + ".log"));
+    ASSERT_FALSE(Workers(pid).empty());
+    ASSERT_EQ(::kill(-pid, sig), 0);  // the coordinator and its workers alike
+    EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / (name + ".log"));
+    EXPECT_EQ(count("SELECT count(*) FROM trials WHERE status = 'failed'"), 0);
+    EXPECT_EQ(count("SELECT count(*) FROM trials WHERE status = 'interrupted'"), 2);
+    EXPECT_EQ(count("SELECT max(retries) FROM trials"), 0);
+    for (const auto& row : Query("SELECT error FROM trials", db)) {
+      EXPECT_EQ(row[0].find("killed by"), std::string::npos) << row[0];
+    }
+    Output resumed = Sweep("resume " + name + " --db " + db);
+    EXPECT_EQ(resumed.code, 0) << resumed.err;
+    EXPECT_EQ(count("SELECT count(*) FROM trials WHERE status = 'completed'"), 4);
   }
-  ASSERT_TRUE(running) << sweep_e2e::Slurp(dir_ / "grp.log");
-  ASSERT_FALSE(Workers(pid).empty());
-  ASSERT_EQ(::kill(-pid, SIGTERM), 0);  // the coordinator and its workers alike
-  EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "grp.log");
-  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'failed'")[0][0], "0");
-  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'interrupted'")[0][0], "2");
-  EXPECT_EQ(Query("SELECT max(retries) FROM trials")[0][0], "0");
-  for (const auto& row : Query("SELECT error FROM trials")) {
-    EXPECT_EQ(row[0].find("killed by"), std::string::npos) << row[0];
-  }
-  Output resumed = Sweep("resume grp");
-  EXPECT_EQ(resumed.code, 0) << resumed.err;
-  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "4");
 }
 
 // A coordinator that died after a trial met stop_when, before that trial ended: resume finds
