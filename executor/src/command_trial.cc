@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -345,7 +346,10 @@ class CommandRun {
         if (ready > 0) {
           ssize_t n = ::read(pipe_.get(), buf, sizeof buf);
           if (n > 0) {
-            WriteAll(out_log, std::string(buf, static_cast<size_t>(n)));
+            if (!WriteAll(out_log, std::string(buf, static_cast<size_t>(n))) &&
+                log_error_.empty()) {
+              log_error_ = std::strerror(errno);
+            }
             partial.append(buf, static_cast<size_t>(n));
             size_t pos;
             while ((pos = partial.find('\n')) != std::string::npos) {
@@ -441,9 +445,22 @@ class CommandRun {
       return out;
     }
     if (WIFEXITED(wait_status)) {
-      return Failed("exited with code " + std::to_string(WEXITSTATUS(wait_status)) + LastLines());
+      return Failed("exited with code " + std::to_string(WEXITSTATUS(wait_status)) + LogTrouble() +
+                    LastLines());
     }
-    return Failed("killed by " + SignalName(WTERMSIG(wait_status)) + LastLines());
+    return Failed("killed by " + SignalName(WTERMSIG(wait_status)) + LogTrouble() + LastLines());
+  }
+
+  // Why a program may have failed that is not its own doing: its logs' disk is full (its
+  // writes to stderr, which goes to the log, fail there), or its stdout could not be logged.
+  std::string LogTrouble() const {
+    struct statvfs disk {};
+    if (::statvfs(trial_dir_.c_str(), &disk) == 0 && disk.f_bavail == 0) {
+      return "; the disk of its logs (" + trial_dir_ +
+             ") is full, so its writes to stdout and stderr fail there";
+    }
+    if (!log_error_.empty()) return "; its stdout could not be logged in full: " + log_error_;
+    return "";
   }
 
   // One line of the program's stdout.
@@ -537,6 +554,7 @@ class CommandRun {
   const TrialHooks& hooks_;
   std::string workdir_, trial_dir_, metric_;
   std::string stdout_path_, stderr_path_;
+  std::string log_error_;  // why writing its stdout to its log first failed
   off_t stdout_start_ = 0, stderr_start_ = 0;
   std::chrono::duration<double> kill_grace_{10};
   std::optional<std::chrono::duration<double>> timeout_;

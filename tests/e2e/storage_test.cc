@@ -82,6 +82,34 @@ cp disk/s.db* after_resume/
   EXPECT_EQ(Query("PRAGMA integrity_check", "after_resume/s.db")[0][0], "ok");
 }
 
+// A command trial whose logs' disk is full: its program's writes to stderr (the log) fail and
+// it exits non-zero; the trial's error says the disk is full, not only the exit code.
+TEST_F(StorageTest, ACommandTrialWhoseLogDiskIsFullSaysSo) {
+  Write("noisy.sh", R"sh(#!/bin/sh
+head -c 200000 /dev/zero | tr '\0' x >&2 || exit 3
+echo 'sweep-report {"epoch": 1, "score": 1}'
+)sh");
+  fs::permissions(dir_ / "noisy.sh", fs::perms::owner_all);
+  Write("n.toml",
+        "[sweep]\nname = \"noisy\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"./noisy.sh\"]\nmax_retries = 0\n"
+        "trials_dir = \"disk/trials\"\n");
+  ASSERT_EQ(InNamespace(R"(set -u
+mkdir -p disk
+mount -t tmpfs -o size=64k tmpfs disk || exit 90
+"$SWEEP" run n.toml > run.out 2> run.err; echo $? > run.rc
+)"),
+            0)
+      << Read("script.log");
+  EXPECT_EQ(Read("run.rc"), "1\n") << Read("run.err");
+  const auto rows = Query("SELECT status, error FROM trials");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0][0], "failed");
+  EXPECT_NE(rows[0][1].find("exited with code 3; the disk of its logs ("), std::string::npos)
+      << rows[0][1];
+  EXPECT_NE(rows[0][1].find("disk/trials/noisy/trial-0) is full"), std::string::npos) << rows[0][1];
+}
+
 // A disk too small for the new database's schema: SQLite reports the failed write as a "disk
 // I/O error", and the store says from the system's errno that the disk is full.
 TEST_F(StorageTest, DiskFullWhileCreatingTheSchemaSaysDiskFull) {
