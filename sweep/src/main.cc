@@ -467,8 +467,15 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
 
   auto summary = sweep::RunSweep(*cfg, **st, options);
   if (!summary.ok() && summary.status().code() == Status::Code::kAlreadyExists) {
-    return Fail(summary.status().WithMessage(summary.status().message() + "; use `" +
-                                             sweep::ResumeCommand(cfg->name, db) + "`"));
+    // Running now under another coordinator, resume would be refused too: say what it is.
+    auto existing = (*st)->FindSweep(cfg->name);
+    const bool live = existing.ok() && existing->status == sweep::store::SweepStatus::kRunning &&
+                      !sweep::CoordinatorGone(db, *existing);
+    return Fail(summary.status().WithMessage(
+        summary.status().message() +
+        (live ? " and another process is running it now; follow it with `sweep status " +
+                    cfg->name + sweep::DbFlag(db) + " --watch`"
+              : "; use `" + sweep::ResumeCommand(cfg->name, db) + "`")));
   }
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, cfg->name, *summary);

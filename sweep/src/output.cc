@@ -162,15 +162,19 @@ bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep
   return held.ok() && !*held && !SweepLock::OwnerHasLockFileOpen(db_path, sweep.owner);
 }
 
-std::string ResumeCommand(const std::string& name, const std::string& db) {
-  std::string command = "sweep resume " + name;
-  if (db == "sweeps.db" || db == "./sweeps.db") return command;
+std::string DbFlag(const std::string& db) {
+  if (db == "sweeps.db" || db == "./sweeps.db") return "";
   const bool plain = !db.empty() && db.find_first_not_of(
                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNO"
                                         "PQRSTUVWXYZ0123456789_-./+,:@%") == std::string::npos;
-  std::string quoted = "'";
+  if (plain) return " --db " + db;
+  std::string quoted = " --db '";
   for (char ch : db) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return command + " --db " + (plain ? db : quoted + "'");
+  return quoted + "'";
+}
+
+std::string ResumeCommand(const std::string& name, const std::string& db) {
+  return "sweep resume " + name + DbFlag(db);
 }
 
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,

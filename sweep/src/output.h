@@ -29,8 +29,10 @@ inline constexpr int kExitUsage = 2;
 // Prints "sweep: MESSAGE" on stderr and returns the exit code for it: a user's mistake (a bad
 // flag or config, an unknown sweep or trial, a name taken) exits 2, anything else 1.
 int Fail(const Status& s);
-// The command that continues sweep `name` of store `db`: `sweep resume NAME`, with `--db DB`
-// (quoted for a shell where it needs it) unless DB is the default ./sweeps.db.
+// " --db DB" for a command to type (quoted for a shell where it needs it), or "" for the
+// default ./sweeps.db.
+std::string DbFlag(const std::string& db);
+// The command that continues sweep `name` of store `db`: `sweep resume NAME[ --db DB]`.
 std::string ResumeCommand(const std::string& name, const std::string& db);
 // Store::FindSweep, with "did you mean ..." when the name is close to one that exists.
 Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name);

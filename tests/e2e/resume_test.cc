@@ -250,7 +250,11 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   EXPECT_NE(second.err.find(" on host "), std::string::npos);
   Output again = Sweep("run s.toml");
   EXPECT_EQ(again.code, 2);
-  EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
+  // Not advice to resume, which would be refused: it is running now.
+  EXPECT_NE(again.err.find("sweep 'owned' already exists in sweeps.db and another process is "
+                           "running it now; follow it with `sweep status owned --watch`"),
+            std::string::npos)
+      << again.err;
   Output alive = Sweep("status owned --json");
   ASSERT_EQ(alive.code, 0) << alive.err;
   EXPECT_FALSE(json::parse(alive.out)["coordinator_gone"].get<bool>()) << alive.out;
