@@ -66,7 +66,17 @@ class ResumeTest : public E2eTest {
                         dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
   }
 
-  // Waits (up to 10 s) until the store holds `n` reports.
+  // Waits (up to 5 s) until a coordinator has recorded its sweep and itself as its owner.
+  void WaitForTheOwner(const std::string& db = "sweeps.db") {
+    for (int i = 0; i < 100; ++i) {
+      if (HasTable("sweeps", db) &&
+          !Query("SELECT owner FROM sweeps WHERE owner != ''", db).empty()) {
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
   // Waits (up to 10 s) until the store holds some report.
   bool WaitForAReport() {
     for (int i = 0; i < 400; ++i) {
@@ -235,13 +245,7 @@ TEST_F(ResumeTest, ChaosKillsDuringAshaLoseNothing) {
 TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   Write("s.toml", SlowFunctionConfig("owned", "random", 8, 20, 100));
   pid_t first = Start("run s.toml", "first.log");
-  // Wait until the first coordinator has recorded the sweep and its owner.
-  for (int i = 0; i < 100; ++i) {
-    if (HasTable("sweeps") && !Query("SELECT owner FROM sweeps WHERE owner != ''").empty()) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  WaitForTheOwner();
   Output second = Sweep("resume owned");
   EXPECT_EQ(second.code, 1);
   EXPECT_NE(second.err.find("sweep 'owned' is being run by pid " + std::to_string(first)),
@@ -300,12 +304,7 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
 TEST_F(ResumeTest, ARemovedLockFileDoesNotLetASecondOwnerIn) {
   Write("s.toml", SlowFunctionConfig("unlocked", "random", 8, 20, 100));
   pid_t first = Start("run s.toml", "first.log");
-  for (int i = 0; i < 100; ++i) {
-    if (HasTable("sweeps") && !Query("SELECT owner FROM sweeps WHERE owner != ''").empty()) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  WaitForTheOwner();
   ASSERT_TRUE(fs::remove(dir_ / "sweeps.db.lock"));
   Output alive = Sweep("status unlocked --json");
   ASSERT_EQ(alive.code, 0) << alive.err;
@@ -328,13 +327,7 @@ TEST_F(ResumeTest, SecondOwnerThroughASymlinkIsRefused) {
   Write("s.toml", SlowFunctionConfig("linked", "random", 8, 20, 100));
   fs::create_directory(dir_ / "sub");
   pid_t first = Start("run s.toml --db real.db", "first.log");
-  for (int i = 0; i < 100; ++i) {
-    if (HasTable("sweeps", "real.db") &&
-        !Query("SELECT owner FROM sweeps WHERE owner != ''", "real.db").empty()) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  WaitForTheOwner("real.db");
   fs::create_symlink("real.db", dir_ / "link.db");
   for (const std::string& db :
        std::vector<std::string>{"link.db", "sub/../real.db", (dir_ / "real.db").string()}) {
