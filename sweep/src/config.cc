@@ -408,7 +408,7 @@ Status CheckTrainerValue(const Checker& c, const toml::node& where, const std::s
   return Status::Ok();
 }
 
-Status CheckTrainerParameter(const Checker& c, const ParamEntry& e) {
+Status CheckTrainerParameter(const Checker& c, const ParamEntry& e, bool stored) {
   const auto& d = e.parameter.distribution;
   const std::string key = "parameters." + e.parameter.name;
   const auto& known = trainer::OptionKeys();
@@ -435,7 +435,7 @@ Status CheckTrainerParameter(const Checker& c, const ParamEntry& e) {
     json v = integral ? json(static_cast<int64_t>(bound)) : json(bound);
     SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, *e.node, key, e.parameter.name, v));
   }
-  if (!integral && d.max > d.min) {
+  if (!integral && d.max > d.min && !stored) {
     // A continuous distribution draws fractions: an option of whole numbers (epochs,
     // batch_size) would fail every trial as it starts.
     double inside = d.min + (d.max - d.min) * 0.382;
@@ -672,7 +672,7 @@ std::optional<SweepConfig::Target> ParseTarget(std::string_view text) {
 // Fills in what [early_stopping] leaves to the rest of the config, and validates it.
 Status FinishEarlyStopping(const Checker& c, const toml::table* es,
                            const toml::node* max_resource_node, std::optional<double> natural_max,
-                           SweepConfig* cfg) {
+                           bool stored, SweepConfig* cfg) {
   auto& sc = cfg->early_stopping;
   sc.maximize = cfg->maximize;
   sc.metric = cfg->metric;
@@ -691,7 +691,7 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
                    "\"val_loss\"");
   }
   const bool rungs = sc.algorithm != search::EarlyStopping::kMedian;
-  if (!rungs && natural_max && static_cast<double>(sc.grace_period) >= *natural_max) {
+  if (!rungs && natural_max && static_cast<double>(sc.grace_period) >= *natural_max && !stored) {
     const toml::node* grace = es->get("grace_period");
     return c.Error(grace != nullptr ? *grace : where, "early_stopping.grace_period",
                    "is " + std::to_string(sc.grace_period) + " but every trial runs " +
@@ -1085,6 +1085,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   // Whether the config's dataset is read here (its files found and checked).
   const bool check_dataset = use != ConfigUse::kView && use != ConfigUse::kOneTrialOtherDataset;
   const bool one_trial = use == ConfigUse::kOneTrial || use == ConfigUse::kOneTrialOtherDataset;
+  const bool stored = use == ConfigUse::kView || use == ConfigUse::kResume;
   if (cfg.kind == TrialKind::kTrainer) {
     trainer::TrainOptions merged;
     const toml::node* dataset_node = nullptr;
@@ -1130,7 +1131,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
         value = DatasetRelativeTo(std::move(value), base);
       }
       if (e.parameter.name != "dataset" || check_dataset) {
-        SWEEP_RETURN_IF_ERROR(CheckTrainerParameter(c, e));
+        SWEEP_RETURN_IF_ERROR(CheckTrainerParameter(c, e, stored));
       }
       if (e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
         const json& value = e.parameter.distribution.values[0];
@@ -1298,7 +1299,8 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   }
   cfg.metric = *metric;
   cfg.maximize = *mode == "max";
-  SWEEP_RETURN_IF_ERROR(FinishEarlyStopping(c, es, max_resource_node, natural_max_resource, &cfg));
+  SWEEP_RETURN_IF_ERROR(
+      FinishEarlyStopping(c, es, max_resource_node, natural_max_resource, stored, &cfg));
   if (const toml::node* n = sweep->get("stop_when")) {
     SWEEP_ASSIGN_OR_RETURN(std::string written, c.String(*n, "sweep.stop_when"));
     auto target = ParseTarget(written);
@@ -1322,7 +1324,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
           std::string(ToString(cfg.kind)) + " trials never report '" + target->metric + "'");
     }
     // stop_when is checked on each report; test_acc comes once, after a trial's last epoch.
-    if (cfg.kind == TrialKind::kTrainer && target->metric == "test_acc") {
+    if (cfg.kind == TrialKind::kTrainer && target->metric == "test_acc" && !stored) {
       return c.Error(*n, "sweep.stop_when",
                      "stop_when is checked on every report, and the trainer measures 'test_acc' "
                      "only after a trial's last epoch: use \"val_acc\" or \"val_loss\"");
@@ -1370,7 +1372,8 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     // is reached (as Optuna's timeout); with neither it would never end.
     if (max_trials) {
       cfg.max_trials = *max_trials;
-    } else if (cfg.longest_first && use == ConfigUse::kSweep && order_node != nullptr) {
+    } else if (cfg.longest_first && (use == ConfigUse::kSweep || use == ConfigUse::kResume) &&
+               order_node != nullptr) {
       // It starts the heaviest of the trials drawn ahead: with no end to the draw, it would
       // start only the heaviest the sampler can give.
       return c.Error(*order_node, "trial.order",

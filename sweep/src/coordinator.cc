@@ -177,7 +177,7 @@ class Coordinator {
                           "refuses to run a sweep twice)");
     }
     lock_ = std::move(lock).value();
-    auto cfg = ParseConfig(rec.config_text, rec.config_path);
+    auto cfg = ParseConfig(rec.config_text, rec.config_path, ConfigUse::kResume);
     if (!cfg.ok()) {
       return Status::InvalidArgument(
           "cannot resume '" + name +

@@ -774,6 +774,37 @@ TEST_F(ResumeTest, ARemovedDatabaseStopsTheSweep) {
   EXPECT_EQ(log.find("done"), std::string::npos) << log;
 }
 
+// A sweep started with a config that a later version refuses for new sweeps (here: a varied
+// momentum of 0 with nesterov, whose trials fail as they start) is still resumed and shown.
+TEST_F(ResumeTest, AStoredConfigIsNotRefusedForWhatOnlyNewSweepsAre) {
+  WriteTwoTinyTrainerTrials("older");
+  ASSERT_EQ(Sweep("run l.toml").code, 0);
+  std::string text = Query("SELECT config_text FROM sweeps")[0][0];
+  text.replace(text.find("epochs = 2"), 10, "epochs = 2\nmomentum = { values = [0.0, 0.9] }");
+  text.replace(text.find("[trainer]"), 9, "[trainer]\nnesterov = true");
+  Write("new.toml", text);
+  Output refused = Sweep("run new.toml --db fresh.db");
+  ASSERT_EQ(refused.code, 2) << "a new sweep refuses it";
+  EXPECT_NE(refused.err.find("nesterov: needs momentum > 0"), std::string::npos) << refused.err;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "sweeps.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE sweeps SET config_text = ?, status = 'interrupted'", -1,
+                               &stmt, nullptr),
+            SQLITE_OK);
+  sqlite3_bind_text(stmt, 1, text.c_str(), -1, SQLITE_TRANSIENT);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  Output resumed = Sweep("resume older");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "4");
+  // Trials 2 and 3 are new: (lr 0.2, momentum 0) fails as it starts, as it would have then.
+  EXPECT_EQ(Query("SELECT number FROM trials WHERE status = 'failed'")[0][0], "2");
+  EXPECT_EQ(Sweep("report older -o r.html").code, 0);
+  EXPECT_EQ(Sweep("show older 3").code, 0);
+}
+
 // The database alone removed (its write-ahead log left) while a sweep writes, then a backup put
 // back in its place: the log of the removed file is set aside, not replayed into the backup
 // (which it would overwrite with the removed file's pages).

@@ -92,8 +92,10 @@ inline constexpr int64_t kUnboundedTrials = int64_t{1} << 40;
 // (`sweep train`) does not; a stored config read to show a sweep's results (kView) is checked
 // as a sweep's, but not against this machine's files (its dataset may be elsewhere, or gone).
 // kOneTrialOtherDataset: one trial whose dataset is given elsewhere (`sweep train --set
-// dataset=...`), so the config's is not looked for.
-enum class ConfigUse { kSweep, kOneTrial, kView, kOneTrialOtherDataset };
+// dataset=...`), so the config's is not looked for. kResume: a stored config a sweep goes on
+// with, checked as a sweep's. A stored config (kView, kResume) is not refused for what only
+// later versions refuse in a new config (a sweep started before must still be resumed, shown).
+enum class ConfigUse { kSweep, kOneTrial, kView, kOneTrialOtherDataset, kResume };
 
 // Reads and validates `path`. InvalidArgument (with file:line:column) for every user error;
 // NotFound/IoError when the file cannot be read.
