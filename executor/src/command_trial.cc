@@ -424,7 +424,7 @@ class CommandRun {
       // Run again with nothing left to do (the program found its work done in its checkpoint),
       // a trial ends with what its earlier runs reported.
       const bool stored = task_.stored_step > 0;
-      if (reports_ == 0 && !stored && !first_unread_.empty()) {
+      if (reports_ == 0 && !first_unread_.empty()) {  // run again or not: it tried to report
         return Failed(
             "the program exited 0 without a report that could be read: " + std::to_string(unread_) +
             " sweep-report line(s) could not be; the first, " + first_unread_);

@@ -537,6 +537,15 @@ TEST_F(CommandTrialTest, ARerunNumbersItsEpochsAfterTheStoredOnes) {
   done.stored_epoch = 6;
   done.stored_metric = true;
   EXPECT_EQ(RunIt(done).outcome.kind, TrialOutcome::Kind::kCompleted);
+  // One whose report lines all fail to read has not found its work done: it failed.
+  TrialTask garbled = ShellTask("echo 'sweep-report {epoch: 7}'");
+  garbled.stored_step = 6;
+  garbled.stored_epoch = 6;
+  garbled.stored_metric = true;
+  Run unread = RunIt(garbled);
+  EXPECT_EQ(unread.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(unread.outcome.error.find("without a report that could be read"), std::string::npos)
+      << unread.outcome.error;
   done.stored_metric = false;  // ... unless none of them had the sweep's metric
   Run without = RunIt(done);
   EXPECT_EQ(without.outcome.kind, TrialOutcome::Kind::kFailed);
