@@ -505,6 +505,47 @@ TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   EXPECT_EQ(store_->SetTrialRetries(sweep_id_, 99, 1).code(), Status::Code::kNotFound);
 }
 
+// The file replaced under a writer: its commits stop, its write-ahead log is set aside, and
+// closing it later leaves the log and index of the file now there alone, so a writer of the
+// new file loses nothing. (SQLite checkpoints and deletes a log by name on close only when its
+// database file is still at its path.)
+TEST_F(StoreTest, AWriterWhoseFileWasReplacedLeavesTheNewFilesLogAlone) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  TrialRecord t;
+  t.number = 0;
+  t.params_json = "{}";
+  ASSERT_OK(store_->InsertTrial(sweep_id_, t));
+  ASSERT_OK(store_->Commit());
+  const std::string other = dir_ + "/other.db";
+  {
+    auto made = Store::Open(other, OpenMode::kReadWrite);
+    ASSERT_OK(made);
+  }
+  std::filesystem::rename(other, path_);
+  t.number = 1;
+  ASSERT_OK(store_->InsertTrial(sweep_id_, t));
+  const Status lost = store_->Commit();
+  EXPECT_EQ(lost.code(), Status::Code::kIoError);
+  EXPECT_TRUE(Contains(lost.message(), "replaced by another file")) << lost.message();
+  EXPECT_TRUE(store_->file_lost());
+  EXPECT_FALSE(std::filesystem::exists(path_ + "-wal"));
+  EXPECT_TRUE(std::filesystem::exists(path_ + "-wal.orphaned-" + std::to_string(::getpid())));
+
+  // A writer of the new file commits into its own log; the old writer closes meanwhile.
+  auto writer = Store::Open(path_, OpenMode::kReadWrite);
+  ASSERT_OK(writer);
+  NewSweep sweep;
+  sweep.name = "after";
+  sweep.config_text = "[sweep]\nname = \"after\"\n";
+  sweep.config_path = "after.toml";
+  sweep.metric = "val_acc";
+  ASSERT_OK((*writer)->CreateSweep(sweep));
+  store_.reset();
+  auto reader = Store::Open(path_, OpenMode::kReadOnly);
+  ASSERT_OK(reader);
+  EXPECT_TRUE((*reader)->FindSweep("after").ok()) << "the new file lost its writer's commit";
+}
+
 TEST_F(StoreTest, RefusesFileThatIsNotADatabase) {
   {
     std::ofstream out(path_);
