@@ -252,6 +252,14 @@ namespace {
 
 using internal::Query;
 
+// Which file a path names now (device and inode), or nullopt with errno set.
+using FileId = std::pair<dev_t, ino_t>;
+std::optional<FileId> IdOf(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino};
+}
+
 // Schema migrations, run in order inside one transaction: kMigrations[v] takes a database from
 // user_version v to v + 1. Append a step (and bump kSchemaVersion) to change the schema; never
 // edit a step that has shipped, since files in the wild already ran it.
@@ -424,9 +432,9 @@ struct Store::Impl {
   std::chrono::milliseconds lock_wait{0};             // see Store::WaitForLocks
   std::function<bool(double waited_s)> on_lock_wait;  // after each busy wait: go on waiting?
   // The file opened for writing, to notice it removed or replaced under us.
-  std::optional<std::pair<dev_t, ino_t>> identity;
+  std::optional<FileId> identity;
   // Its write-ahead log and index (path-wal, path-shm), and whether the file was found gone.
-  std::optional<std::pair<dev_t, ino_t>> wal_identity, shm_identity;
+  std::optional<FileId> wal_identity, shm_identity;
   bool file_lost = false;
   std::array<sqlite3_stmt*, static_cast<size_t>(Query::kCount)> statements{};
   // Trials() statements keyed by SQL text: a few dozen shapes at most (sort key x direction x
@@ -615,13 +623,13 @@ struct Store::Impl {
   // (a copy moved over it, a restore from backup), it would take every later commit with it.
   Status CheckStillTheFile() {
     if (!identity) return Status::Ok();
-    struct stat st {};
-    const bool removed = ::stat(path.c_str(), &st) != 0;
-    if (removed && errno != ENOENT) return Status::Ok();  // cannot tell: SQLite will say
-    if (!removed && st.st_dev == identity->first && st.st_ino == identity->second) {
+    const std::optional<FileId> now = IdOf(path);
+    if (!now && errno != ENOENT) return Status::Ok();  // cannot tell: SQLite will say
+    if (now == identity) {
       RememberLogFiles();
       return Status::Ok();
     }
+    const bool removed = !now;
     file_lost = true;
     const std::string kept = SetAsideLogFiles();
     std::string msg =
@@ -640,12 +648,8 @@ struct Store::Impl {
 
   // The identities of this connection's write-ahead log and its index, once they exist.
   void RememberLogFiles() {
-    auto remember = [&](const char* suffix, std::optional<std::pair<dev_t, ino_t>>& id) {
-      struct stat st {};
-      if (!id && ::stat((path + suffix).c_str(), &st) == 0) id = std::pair{st.st_dev, st.st_ino};
-    };
-    remember("-wal", wal_identity);
-    remember("-shm", shm_identity);
+    if (!wal_identity) wal_identity = IdOf(path + "-wal");
+    if (!shm_identity) shm_identity = IdOf(path + "-shm");
   }
 
   // The database this Store wrote is no longer at `path`, but its write-ahead log is: SQLite
@@ -653,10 +657,8 @@ struct Store::Impl {
   // Renamed aside (the log, which holds commits) or removed (the index, rebuilt from the log);
   // returns the log's new name, or "" when no log of this connection was there.
   std::string SetAsideLogFiles() {
-    auto ours = [&](const std::string& file, const std::optional<std::pair<dev_t, ino_t>>& id) {
-      struct stat st {};
-      return id && ::stat(file.c_str(), &st) == 0 && st.st_dev == id->first &&
-             st.st_ino == id->second;
+    auto ours = [](const std::string& file, const std::optional<FileId>& id) {
+      return id && IdOf(file) == id;
     };
     if (ours(path + "-shm", shm_identity)) ::unlink((path + "-shm").c_str());
     if (!ours(path + "-wal", wal_identity)) return "";
@@ -1017,8 +1019,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     // writes into it and spreads the damage: PRAGMA quick_check reads every page (about 2 ms a
     // MB), without the index cross-checks of integrity_check.
     if (version > 0) SWEEP_RETURN_IF_ERROR(impl->QuickCheck());
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0) impl->identity = std::pair{st.st_dev, st.st_ino};
+    impl->identity = IdOf(path);
     impl->RememberLogFiles();
   } else if (version < kSchemaVersion) {
     // An older file is a reader's to read, not to change (its folder may not even be
