@@ -703,6 +703,20 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
   return kExitOk;
 }
 
+// argv with a leading `--db PATH` (or `--db=PATH`) moved after the command that follows it.
+std::vector<char*> DbFlagAfterCommand(int argc, char** argv) {
+  std::vector<char*> args(argv, argv + argc);
+  if (argc < 3) return args;
+  const std::string_view first = argv[1];
+  const size_t taken = first == "--db" ? 2 : first.starts_with("--db=") ? 1 : 0;
+  if (taken == 0 || argc < 1 + static_cast<int>(taken) + 1) return args;
+  char* command = argv[1 + taken];
+  if (command[0] == '-') return args;
+  args.erase(args.begin() + 1, args.begin() + 1 + static_cast<ptrdiff_t>(taken));
+  args.insert(args.begin() + 2, argv + 1, argv + 1 + taken);
+  return args;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -803,6 +817,19 @@ int main(int argc, char** argv) {
   // show, export, report and status --watch: sweep/src/view_commands.h.
   std::unique_ptr<sweep::ViewCommands> views = sweep::AddViewCommands(app);
 
+  // `sweep --db PATH list` (the global-option habit of git -C or docker -H): --db before the
+  // command moves after it, where each command that reads a store takes it.
+  std::vector<char*> args = DbFlagAfterCommand(argc, argv);
+  if (args[1] != argv[1]) {
+    const std::vector<CLI::App*> subs = app.get_subcommands(
+        [&](const CLI::App* sub) { return sub->get_name() == std::string_view(args[1]); });
+    if (!subs.empty() && subs.front()->get_option_no_throw("--db") == nullptr) {
+      return Fail(
+          Status::InvalidArgument(std::string("--db: `sweep ") + args[1] + "` reads no store"));
+    }
+  }
+  argc = static_cast<int>(args.size());
+  argv = args.data();
   // CLI11 says only "A subcommand is required" for a misspelt command: name it and suggest one.
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> commands;

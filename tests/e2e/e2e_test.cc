@@ -74,6 +74,21 @@ TEST_F(E2eTest, FunctionSweepThenBestMatchesTheTrialsTable) {
   EXPECT_EQ(st["best"]["trial"], arr[0]["trial"]);
 }
 
+TEST_F(E2eTest, DbGivenBeforeTheCommand) {
+  Write("b.toml", kBranin);
+  ASSERT_EQ(Sweep("run b.toml --db other.db").code, 0);
+  Output list = Sweep("--db other.db list --json");
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_EQ(json::parse(list.out)[0]["name"], "branin");
+  Output best = Sweep("--db=other.db best branin --top 1 --json");
+  ASSERT_EQ(best.code, 0) << best.err;
+  EXPECT_EQ(json::parse(best.out).size(), 1u);
+  Output train = Sweep("--db other.db train b.toml");
+  EXPECT_EQ(train.code, 2);
+  EXPECT_NE(train.err.find("--db: `sweep train` reads no store"), std::string::npos) << train.err;
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db"));
+}
+
 TEST_F(E2eTest, RandomSearchIsDeterministicAcrossRuns) {
   Write("b.toml", kBranin);
   ASSERT_EQ(Sweep("run b.toml --db one.db").code, 0);
