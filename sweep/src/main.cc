@@ -854,20 +854,22 @@ int main(int argc, char** argv) {
     app.exit(e);
     return kExitUsage;
   }
-  if (std::optional<int> code = views->Run()) return *code;
-
   if (worker->parsed()) {
     return sweep::executor::RunWorker(sweep::executor::kWorkerCommandFd,
                                       sweep::executor::kWorkerMessageFd);
   }
-  if (run->parsed()) return CmdRun(config_path, db_flag, name_flag, resume_flag, remote, argv[0]);
-  if (resume->parsed()) return CmdResume(name, resume_db, remote, argv[0]);
-  if (agent->parsed()) return CmdAgent(agent_args, argv[0]);
-  if (train->parsed()) return CmdTrain(config_path, sets, json_out, threads);
-  if (best->parsed()) return CmdBest(q, top);
-  if (trials->parsed()) return CmdTrials(q, status_filter, sort);
-  if (status->parsed()) return CmdStatus(q);
-  if (list->parsed()) return CmdList(q);
-  if (devices->parsed()) return CmdDevices(json_out, devices_cpu_slots);
-  return kExitUsage;
+  const int code = [&] {
+    if (std::optional<int> view = views->Run()) return *view;
+    if (run->parsed()) return CmdRun(config_path, db_flag, name_flag, resume_flag, remote, argv[0]);
+    if (resume->parsed()) return CmdResume(name, resume_db, remote, argv[0]);
+    if (agent->parsed()) return CmdAgent(agent_args, argv[0]);
+    if (train->parsed()) return CmdTrain(config_path, sets, json_out, threads);
+    if (best->parsed()) return CmdBest(q, top);
+    if (trials->parsed()) return CmdTrials(q, status_filter, sort);
+    if (status->parsed()) return CmdStatus(q);
+    if (list->parsed()) return CmdList(q);
+    if (devices->parsed()) return CmdDevices(json_out, devices_cpu_slots);
+    return kExitUsage;
+  }();
+  return sweep::CheckStandardOutput(code);
 }

@@ -2,7 +2,9 @@
 #include "output.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <set>
@@ -206,6 +208,18 @@ void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
     out << "  best: trial " << b.number << " " << sweep.metric << " = "
         << (b.objective ? json(*b.objective).dump() : "-") << "  " << b.params_json << "\n";
   }
+}
+
+int CheckStandardOutput(int code) {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int error = flushed ? 0 : errno;
+  std::cout.flush();
+  if (flushed && std::cout && !std::ferror(stdout)) return code;
+  std::cerr << "sweep: cannot write to standard output"
+            << (error != 0 ? std::string(": ") + std::strerror(error) : std::string())
+            << "; what it printed is incomplete\n";
+  return code == kExitOk ? kExitRuntime : code;
 }
 
 int Fail(const Status& s) {

@@ -29,6 +29,10 @@ inline constexpr int kExitUsage = 2;
 // Prints "sweep: MESSAGE" on stderr and returns the exit code for it: a user's mistake (a bad
 // flag or config, an unknown sweep or trial, a name taken) exits 2, anything else 1.
 int Fail(const Status& s);
+// A command's exit code once its standard output is flushed: a write that failed (a full disk,
+// a closed descriptor) is said on stderr and makes it 1, so a redirected table or export cut
+// short is never taken for a whole one.
+int CheckStandardOutput(int code);
 // " --db DB" for a command to type (quoted for a shell where it needs it), or "" for the
 // default ./sweeps.db.
 std::string DbFlag(const std::string& db);

@@ -505,6 +505,7 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
       std::cout << table.str() << "\n" << std::flush;
     }
     if (ended) return kExitOk;
+    if (!std::cout) return kExitRuntime;  // its output cannot be written: main says so
     if (ownerless >= 2) {
       std::cerr << "sweep: '" << name
                 << "' is marked running but no process runs it (its coordinator died); "
@@ -585,7 +586,17 @@ class ViewCommandsImpl final : public ViewCommands {
     status_cmd_
         ->add_option("--interval", watch_.interval_s, "seconds between refreshes with --watch")
         ->capture_default_str()
-        ->check(CLI::Range(0.01, 86400.0));
+        ->check(CLI::Validator(
+            [](const std::string& text) -> std::string {
+              double v = 0;
+              const char* end = text.data() + text.size();
+              auto [at, ec] = std::from_chars(text.data(), end, v);
+              if (ec != std::errc() || at != end || !(v >= 0.01 && v <= 86400.0)) {
+                return "seconds from 0.01 to 86400, got '" + text + "'";
+              }
+              return {};
+            },
+            "SECONDS"));
     if (auto* json_flag = status_cmd_->get_option_no_throw("--json")) watch->excludes(json_flag);
   }
 

@@ -863,6 +863,25 @@ TEST_F(BadInputTest, QueriesOnAMissingDatabase) {
   EXPECT_EQ(text.out, "no sweeps in empty.db\n");
 }
 
+// A table or export whose writing failed (a full disk) is no success: a script must not take
+// the cut-short file for a whole one.
+TEST_F(BadInputTest, OutputThatCannotBeWrittenExitsOne) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  Write("b.toml", Fn({}));
+  ASSERT_EQ(Sweep("run b.toml").code, 0);
+  for (const char* args : {"list", "best b --json", "trials b --csv", "status b", "show b 0",
+                           "export b", "report b -o -", "status b --watch"}) {
+    SCOPED_TRACE(args);
+    const std::string cmd = "cd '" + dir_.string() + "' && '" SWEEP_BINARY "' " + args +
+                            " > /dev/full 2> err.txt < /dev/null";
+    const int rc = std::system(cmd.c_str());
+    EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 1);
+    EXPECT_NE(sweep_e2e::Slurp(dir_ / "err.txt").find("sweep: cannot write to standard output"),
+              std::string::npos)
+        << sweep_e2e::Slurp(dir_ / "err.txt");
+  }
+}
+
 TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
   std::string config = Fn({});
   config.replace(config.find("name = \"b\""), 10, "name = \"branin\"");
@@ -902,6 +921,8 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"list --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
       {"best branin --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
       {"resume branin --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
+      {"status branin --watch --interval nan", kUsage, {"--interval: seconds from 0.01"}},
+      {"status branin --watch --interval 0", kUsage, {"--interval: seconds from 0.01"}},
   };
   for (const CommandCase& c : cases) {
     SCOPED_TRACE(c.args);
