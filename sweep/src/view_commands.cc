@@ -148,6 +148,11 @@ Status WriteFile(const std::string& path, const std::string& text) {
     return s;
   }
 
+  // A file its owner made read-only is refused, as the shell's `>` refuses it, though the
+  // folder would let the rename below replace it.
+  if (exists && ::access(target.c_str(), W_OK) != 0) {
+    return Status::IoError(path + ": cannot write: " + std::strerror(errno));
+  }
   std::filesystem::path dir = std::filesystem::path(target).parent_path();
   if (dir.empty()) dir = ".";
   std::string tmp =

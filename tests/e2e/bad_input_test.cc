@@ -839,6 +839,38 @@ TEST_F(BadInputTest, QueriesWorkInAFolderTheReaderCannotWrite) {
   fs::permissions(dir_ / "ro", fs::perms::owner_all);  // so the fixture can remove it
 }
 
+// -o onto a file made read-only is refused, as the shell's `>` refuses it.
+TEST_F(BadInputTest, OutputOntoAReadOnlyFileIsRefused) {
+  if (::geteuid() != 0 || std::system("command -v setpriv > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs root and setpriv to write as another user";
+  }
+  Write("b.toml", Fn({}));
+  ASSERT_EQ(Sweep("run b.toml").code, 0);
+  fs::create_directory(dir_ / "out");
+  Write("out/keep.csv", "keep\n");
+  ASSERT_EQ(::chown((dir_ / "out").c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chown((dir_ / "out/keep.csv").c_str(), 65534, 65534), 0);
+  fs::permissions(dir_ / "out/keep.csv", fs::perms::owner_read | fs::perms::group_read);
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(dir_ / "sweeps.db", fs::perms::others_read, fs::perm_options::add);
+  const std::string as_nobody = "cd '" + dir_.string() +
+                                "' && setpriv --reuid=65534 --regid=65534 --clear-groups '" +
+                                SWEEP_BINARY "' ";
+  if (std::system((as_nobody + "--help > /dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "the user nobody cannot run " SWEEP_BINARY;
+  }
+  for (const char* args : {"export b -o out/keep.csv", "report b -o out/keep.csv"}) {
+    SCOPED_TRACE(args);
+    const int rc = std::system((as_nobody + args + " > out.txt 2> err.txt").c_str());
+    EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 1);
+    EXPECT_NE(sweep_e2e::Slurp(dir_ / "err.txt")
+                  .find("sweep: out/keep.csv: cannot write: Permission denied"),
+              std::string::npos)
+        << sweep_e2e::Slurp(dir_ / "err.txt");
+    EXPECT_EQ(sweep_e2e::Slurp(dir_ / "out/keep.csv"), "keep\n");
+  }
+}
+
 TEST_F(BadInputTest, QueriesOnAMissingDatabase) {
   for (const std::string args :
        {"best branin", "trials branin", "status branin", "status branin --json", "list"}) {
