@@ -93,10 +93,9 @@ namespace {
   "number, status, params, placement, started, ended, error, checkpoint, metrics, objective, " \
   "epochs, retries, stdout_log, stderr_log, agent_losses"
 
-// A metric or parameter name that a quoted JSON path ("$.\"name\"") reaches: any but '"', '\\'
+// Whether a quoted JSON path ($."name") reaches a metric or parameter name: any but '"', '\\'
 // and control characters (SQLite's paths have no escapes).
-bool IsMetricName(std::string_view name) {
-  if (name.empty()) return false;
+bool IsPathSafe(std::string_view name) {
   for (char c : name) {
     if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return false;
   }
@@ -221,24 +220,29 @@ Result<TrialsSql> BuildTrialsSql(const TrialQuery& query) {
   } else if (key == "status" || key == "objective" || key == "started" || key == "ended" ||
              key == "epochs") {
     out.sql += std::string(key) + direction + " NULLS LAST, number ASC";
-  } else if (key.starts_with("param.") && IsMetricName(key.substr(6))) {
-    // A hyperparameter, bound as a JSON path like a metric.
-    out.sql += std::string("json_extract(params, ?)") + direction + " NULLS LAST, number ASC";
-    out.metric_path = "$.\"" + std::string(key.substr(6)) + "\"";
-  } else if (key.starts_with("metric.") && IsMetricName(key.substr(7))) {
-    // A metric named explicitly (where a hyperparameter has the same name).
-    out.sql += std::string("json_extract(metrics, ?)") + direction + " NULLS LAST, number ASC";
-    out.metric_path = "$.\"" + std::string(key.substr(7)) + "\"";
-  } else if (IsMetricName(key)) {
-    // The name is bound as a JSON path parameter, never pasted into the SQL; quoting the key
-    // keeps '.' and '-' in a metric name literal rather than path syntax.
-    out.sql += std::string("json_extract(metrics, ?)") + direction + " NULLS LAST, number ASC";
-    out.metric_path = "$.\"" + std::string(key) + "\"";
   } else {
-    return Status::InvalidArgument(
-        "bad sort key '" + query.sort +
-        "': a metric or parameter name to sort by cannot hold '\"', '\\' or control "
-        "characters");
+    // A hyperparameter (param.NAME), a metric named explicitly (metric.NAME, where a
+    // hyperparameter has the same name) or a metric. The name is bound, never pasted into the
+    // SQL: as a quoted JSON path (which keeps '.' and '-' in a name literal, and lets SQLite
+    // read the value straight from the JSON), or, for a name no path can spell ('"', '\\',
+    // control characters), as the key json_each() compares.
+    std::string_view column = "metrics";
+    std::string_view name = key;
+    if (key.starts_with("param.") && key.size() > 6) {
+      column = "params";
+      name = key.substr(6);
+    } else if (key.starts_with("metric.") && key.size() > 7) {
+      name = key.substr(7);
+    }
+    std::string value;
+    if (IsPathSafe(name)) {
+      value = "json_extract(" + std::string(column) + ", ?)";
+      out.metric_path = "$.\"" + std::string(name) + "\"";
+    } else {
+      value = "(SELECT value FROM json_each(" + std::string(column) + ") WHERE key = ?)";
+      out.metric_path = std::string(name);
+    }
+    out.sql += value + direction + " NULLS LAST, number ASC";
   }
   out.sql += " LIMIT ?";
   return out;

@@ -54,7 +54,8 @@ std::string_view MigrationSql(int from);
 // Trials() builds its statement from the sort key, so it is not in the table above.
 struct TrialsSql {
   std::string sql;          // parameters: sweep_id, [status when filtered], [metric_path], limit
-  std::string metric_path;  // JSON path bound for a metric sort, e.g. $."val_loss"; else empty
+  std::string metric_path;  // bound for a metric or parameter sort: a JSON path, e.g.
+                            // $."val_loss", or the bare name for json_each(); else empty
 };
 // InvalidArgument for an empty sort key or a metric name outside [A-Za-z0-9_.-]+.
 Result<TrialsSql> BuildTrialsSql(const TrialQuery& query);
