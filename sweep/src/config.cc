@@ -108,7 +108,7 @@ std::optional<double> ParseDuration(std::string_view text) {
 }
 
 bool IsValidSweepName(std::string_view name) {
-  return !name.empty() && name.size() <= 128 && name != "." && name != ".." &&
+  return !name.empty() && name.size() <= 128 && name != "." && name != ".." && name[0] != '-' &&
          std::all_of(name.begin(), name.end(), [](char ch) {
            return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
                   ch == '.';
@@ -793,7 +793,11 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   const toml::node* name = sweep->get("name");
   if (name == nullptr) return c.Error(*sweep, "sweep.name", "missing: every sweep needs a name");
   SWEEP_ASSIGN_OR_RETURN(cfg.name, c.String(*name, "sweep.name"));
-  if (!IsValidSweepName(cfg.name)) {
+  // A sweep stored before names could not start with '-' still opens.
+  const bool stored_dash_name = (use == ConfigUse::kView || use == ConfigUse::kResume) &&
+                                cfg.name.starts_with('-') &&
+                                IsValidSweepName("_" + cfg.name.substr(1));
+  if (!IsValidSweepName(cfg.name) && !stored_dash_name) {
     return c.Error(*name, "sweep.name",
                    std::string(kSweepNameRule) + " (got \"" + cfg.name + "\")");
   }

@@ -176,6 +176,9 @@ std::string DbFlag(const std::string& db) {
 }
 
 std::string ResumeCommand(const std::string& name, const std::string& db) {
+  // A name starting with '-' (a sweep stored before such names were refused) follows `--`, or
+  // it would read as an option.
+  if (name.starts_with('-')) return "sweep resume" + DbFlag(db) + " -- " + name;
   return "sweep resume " + name + DbFlag(db);
 }
 

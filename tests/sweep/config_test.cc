@@ -51,6 +51,18 @@ x1 = { distribution = "uniform", min = -5, max = 10 }
 x2 = { distribution = "uniform", min = 0, max = 15 }
 )";
 
+// A sweep stored before names could not start with '-' still opens, to resume and to read.
+TEST_F(ConfigTest, AStoredNameStartingWithADashStillOpens) {
+  std::string text = kBranin;
+  text.replace(text.find("name = \"b\""), 10, "name = \"-old\"");
+  EXPECT_FALSE(ParseConfig(text, "b.toml").ok());
+  for (ConfigUse use : {ConfigUse::kResume, ConfigUse::kView}) {
+    auto cfg = ParseConfig(text, "b.toml", use);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    EXPECT_EQ(cfg->name, "-old");
+  }
+}
+
 TEST_F(ConfigTest, FunctionConfigParses) {
   auto cfg = ParseConfig(kBranin, "b.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
@@ -308,6 +320,9 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
        "[function]\nname = \"branin\"\n[parameters]\nx1 = 1.0\ny = 2.0\n",
        "bad.toml:10:5: parameters.y: branin: unexpected parameter 'y'"},
       {"bad name", "[sweep]\nname = \"a b\"\n", "bad.toml:2:8: sweep.name: use 1-128 letters"},
+      {"name read as an option", "[sweep]\nname = \"-foo\"\n",
+       "bad.toml:2:8: sweep.name: use 1-128 letters, digits, '-', '_' or '.', not starting with "
+       "'-'"},
       {"keep_checkpoints for function trials",
        std::string(kBranin).replace(std::string(kBranin).find("kind = \"function\""), 17,
                                     "kind = \"function\"\nkeep_checkpoints = 3"),

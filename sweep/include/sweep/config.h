@@ -109,10 +109,10 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path,
 nlohmann::json ParseSetValue(std::string_view text);
 
 // 1-128 letters, digits, '-', '_' or '.', but not "." or ".." (a name is also a folder's name,
-// under the checkpoint and trial folders).
+// under the checkpoint and trial folders), and not starting with '-' (which reads as an option).
 bool IsValidSweepName(std::string_view name);
 inline constexpr std::string_view kSweepNameRule =
-    "use 1-128 letters, digits, '-', '_' or '.' (not \".\" or \"..\")";
+    "use 1-128 letters, digits, '-', '_' or '.', not starting with '-' (not \".\" or \"..\")";
 
 // Checks one trainer hyperparameter value by the trainer's own rules (type and range); the
 // message names the option.
