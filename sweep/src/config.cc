@@ -383,6 +383,12 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
         return c.Error(*n, key + (n == min ? ".min" : ".max"),
                        d + " needs integer bounds, got " + TypeName(*n));
       }
+      // Said here, with the value as written: past 2^53 a double no longer holds it.
+      const int64_t v = n->as_integer()->get();
+      if (v > (int64_t{1} << 53) || v < -(int64_t{1} << 53)) {
+        return c.Error(*n, key + (n == min ? ".min" : ".max"),
+                       d + " bounds must lie within +-2^53 (got " + std::to_string(v) + ")");
+      }
     }
   }
   if (p.distribution.min > p.distribution.max) {
@@ -1347,8 +1353,10 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       if (k != search::Distribution::Kind::kConstant &&
           k != search::Distribution::Kind::kCategorical) {
         return c.Error(*e.node, "parameters." + e.parameter.name,
-                       "grid search cannot enumerate a continuous distribution; give it `values "
-                       "= [...]` or use search.algorithm = \"random\"");
+                       "grid search takes the points listed in `values = [...]`, not "
+                       "distribution = \"" +
+                           std::string(search::KindName(k)) +
+                           "\"; list them, or use search.algorithm = \"random\"");
       }
       // The same value twice would run the same trials twice (1 and 1.0 are the same value).
       const auto& values = e.parameter.distribution.values;

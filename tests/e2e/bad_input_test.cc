@@ -172,8 +172,8 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        {"bad.toml:1:1: sweep.name: missing: every sweep needs a name"}},
       {"name with a space",
        "[sweep]\nname = \"a b\"\n",
-       {"bad.toml:2:8: sweep.name: use 1-128 letters, digits, '-', '_' or '.' (not \".\" or "
-        "\"..\") (got \"a b\")"}},
+       {"bad.toml:2:8: sweep.name: use 1-128 letters, digits, '-', '_' or '.', not \".\" or "
+        "\"..\", not starting with '-' (got \"a b\")"}},
       {"name that is a parent folder",
        "[sweep]\nname = \"..\"\n",
        {"bad.toml:2:8: sweep.name: use 1-128 letters", "(got \"..\")"}},
@@ -537,7 +537,8 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
       {"int bounds beyond 2^53",
        Fn({.params = "x1 = { distribution = \"int_uniform\", min = -9223372036854775808, max = "
                      "9223372036854775807 }\nx2 = 1.0\n"}),
-       {"bad.toml:9:6:", "int_uniform bounds must lie within +-2^53"}},
+       {"bad.toml:9:44: parameters.x1.min: int_uniform bounds must lie within +-2^53 (got "
+        "-9223372036854775808)"}},
       {"heartbeat_timeout = 1e300",
        Fn({.trial = "heartbeat_timeout = 1e300\n"}),
        {"bad.toml:6:21: trial.heartbeat_timeout:"}},
@@ -667,7 +668,13 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        {"bad.toml:11:6: parameters.x3: branin: unexpected parameter 'x3' (expects x1..x2)"}},
       {"grid over a continuous distribution",
        Fn({.tail = "[search]\nalgorithm = \"grid\"\n"}),
-       {"bad.toml:9:6: parameters.x1: grid search cannot enumerate a continuous distribution"}},
+       {"bad.toml:9:6: parameters.x1: grid search takes the points listed in `values = [...]`, "
+        "not distribution = \"uniform\""}},
+      {"grid over an integer range",
+       Fn({.params = "x1 = { distribution = \"int_uniform\", min = 1, max = 3 }\nx2 = 1.0\n",
+           .tail = "[search]\nalgorithm = \"grid\"\n"}),
+       {"bad.toml:9:6: parameters.x1: grid search takes the points listed in `values = [...]`, "
+        "not distribution = \"int_uniform\""}},
       {"random search without max_trials",
        "[sweep]\nname = \"b\"\n[trial]\nkind = \"function\"\n[function]\nname = "
        "\"branin\"\n[parameters]\nx1 = { distribution = \"uniform\", min = 0, max = 1 }\nx2 = "

@@ -290,7 +290,8 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
       {"grid over continuous",
        trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5 }",
                "[search]\nalgorithm = \"grid\"\n"),
-       "bad.toml:7:6: parameters.lr: grid search cannot enumerate a continuous distribution"},
+       "bad.toml:7:6: parameters.lr: grid search takes the points listed in `values = [...]`, not "
+       "distribution = \"uniform\""},
       {"metric never reported",
        "[sweep]\nname = \"t\"\nmetric = \"val_accuracy\"\nmode = \"max\"\nmax_trials = 2\n"
        "[trainer]\ndataset = " +
@@ -321,8 +322,8 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
        "bad.toml:10:5: parameters.y: branin: unexpected parameter 'y'"},
       {"bad name", "[sweep]\nname = \"a b\"\n", "bad.toml:2:8: sweep.name: use 1-128 letters"},
       {"name read as an option", "[sweep]\nname = \"-foo\"\n",
-       "bad.toml:2:8: sweep.name: use 1-128 letters, digits, '-', '_' or '.', not starting with "
-       "'-'"},
+       "bad.toml:2:8: sweep.name: use 1-128 letters, digits, '-', '_' or '.', not \".\" or "
+       "\"..\", not starting with '-' (got \"-foo\")"},
       {"keep_checkpoints for function trials",
        std::string(kBranin).replace(std::string(kBranin).find("kind = \"function\""), 17,
                                     "kind = \"function\"\nkeep_checkpoints = 3"),

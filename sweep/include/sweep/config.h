@@ -112,7 +112,7 @@ nlohmann::json ParseSetValue(std::string_view text);
 // under the checkpoint and trial folders), and not starting with '-' (which reads as an option).
 bool IsValidSweepName(std::string_view name);
 inline constexpr std::string_view kSweepNameRule =
-    "use 1-128 letters, digits, '-', '_' or '.', not starting with '-' (not \".\" or \"..\")";
+    "use 1-128 letters, digits, '-', '_' or '.', not \".\" or \"..\", not starting with '-'";
 
 // Checks one trainer hyperparameter value by the trainer's own rules (type and range); the
 // message names the option.
