@@ -170,6 +170,7 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   out.kind = result->stopped ? TrialOutcome::Kind::kStopped : TrialOutcome::Kind::kCompleted;
   out.end_metrics = json::object();
   if (result->test_acc) out.end_metrics["test_acc"] = *result->test_acc;
+  out.resumed_from_epoch = result->resumed_from_epoch;
   return out;
 }
 

@@ -655,6 +655,15 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
   std::signal(SIGTERM, OnTrainInterrupt);
   sweep::executor::TrialOutcome out = sweep::executor::RunTrial(task, sink, g_interrupt);
   for (auto& [k, v] : out.end_metrics.items()) last[k] = v;
+  if (out.resumed_from_epoch > 0) {
+    // Went on from checkpoint_path: epochs before it were trained by an earlier run.
+    consumed = std::max(consumed, static_cast<double>(out.resumed_from_epoch));
+    std::cerr << "went on from the checkpoint at epoch " << out.resumed_from_epoch
+              << (reports.empty() && out.kind == sweep::executor::TrialOutcome::Kind::kCompleted
+                      ? ": no epoch left to train; test_acc is that model's"
+                      : "")
+              << "\n";
+  }
   if (as_json) {
     // As `sweep trials --json` gives a trial (epochs: the resource consumed), with every report.
     // Named as the store names a trial's state: a run stopped by Ctrl-C is interrupted.

@@ -345,7 +345,8 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        {"bad.toml:7:10: parameters.epochs: epochs: must be >= 1, got 0"}},
       {"trainer.lr negative",
        Tr("", "lr = -0.1\n"),
-       {"bad.toml:6:6: trainer.lr: lr: must be a positive number, got -0.1"}},
+       {"bad.toml:6:6: trainer.lr: lr: must be a positive number that a 32-bit float holds",
+        "got -0.1"}},
 
       // -- unknown algorithms and names --
       {"search.algorithm unknown",
@@ -770,7 +771,7 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
       {"train t.toml --set lr", kUsage, {"sweep: --set lr: expected KEY=VALUE"}},
       {"train t.toml --set lr=-1",
        kUsage,
-       {"sweep: --set lr=-1: lr: must be a positive number, got -1"}},
+       {"sweep: --set lr=-1: lr: must be a positive number that a 32-bit float holds", "got -1"}},
       {"train t.toml --set batch_size=0",
        kUsage,
        {"sweep: --set batch_size=0: batch_size: must be >= 1, got 0"}},

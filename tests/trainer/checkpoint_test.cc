@@ -264,6 +264,33 @@ TEST(Checkpoint, ATrialStartDeletesWhatAKilledWriteLeft) {
   for (const auto& name : kept) EXPECT_TRUE(std::filesystem::exists(dir / name)) << name;
 }
 
+// A checkpoint of a longer run (same config but epochs) is refused: going on from it would give
+// a model trained past what was asked. One at exactly epochs trains nothing more.
+TEST(Checkpoint, TrainRefusesACheckpointPastItsEpochs) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.epochs = 3;
+  o.checkpoint_path = dir / "t.ckpt";
+  ASSERT_TRUE(Train(o, nullptr).ok());
+
+  TrainOptions shorter = o;
+  shorter.epochs = 2;
+  auto r = Train(shorter, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            o.checkpoint_path +
+                ": checkpoint is at epoch 3, past epochs = 2 (a longer run's); delete it, or set "
+                "epochs to at least 3");
+
+  int epochs_run = 0;
+  auto again = Train(o, [&](const EpochReport&) { return ++epochs_run, true; });
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(epochs_run, 0);
+  EXPECT_EQ(again->resumed_from_epoch, 3);
+  EXPECT_EQ(again->epochs_done, 3);
+}
+
 TEST(Checkpoint, TrainRefusesADamagedOrForeignCheckpoint) {
   TempDir dir;
   TrainOptions o = BlobOptions(dir);

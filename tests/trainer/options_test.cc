@@ -260,7 +260,15 @@ TEST(Options, Validate) {
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->checkpoint_every = -1; }),
             "checkpoint_every: must be >= 0 (0: only when stopped and at the end), got -1");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->lr = 0; }),
-            "lr: must be a positive number, got 0");
+            "lr: must be a positive number that a 32-bit float holds (about 1.4e-45 to 3.4e38), "
+            "got 0");
+  // 0 and infinity as the optimizer's float: no step, or every weight NaN.
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->lr = 1e-320; }),
+            "lr: must be a positive number that a 32-bit float holds (about 1.4e-45 to 3.4e38), "
+            "got 9.99989e-321");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->lr = 1e39; }),
+            "lr: must be a positive number that a 32-bit float holds (about 1.4e-45 to 3.4e38), "
+            "got 1e+39");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->momentum = 1; }),
             "momentum: must be in [0, 1) as a 32-bit float (at most 0.99999994), got 1");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->batch_size = 0; }),

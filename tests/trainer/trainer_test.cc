@@ -248,7 +248,9 @@ TEST(Train, DatasetErrorsNameTheFile) {
   o.lr = -1;
   r = Train(o, nullptr);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "lr: must be a positive number, got -1");
+  EXPECT_EQ(r.status().message(),
+            "lr: must be a positive number that a 32-bit float holds (about 1.4e-45 to 3.4e38), "
+            "got -1");
 
   // A validation set asked for, too small to hold one sample of this set (480 samples).
   o = BlobOptions(dir);

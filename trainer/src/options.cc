@@ -380,8 +380,12 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
   if (o.optimizer != "sgd" && o.optimizer != "adamw") {
     return bad("optimizer: expected \"sgd\" or \"adamw\", got \"" + o.optimizer + "\"");
   }
-  if (!(o.lr > 0) || !std::isfinite(o.lr)) {
-    return bad("lr: must be a positive number, got " + Num(o.lr));
+  // As a float too, as the optimizer applies it: 1e-320 would be 0 and train nothing.
+  if (!(static_cast<float>(o.lr) > 0) || !std::isfinite(static_cast<float>(o.lr))) {
+    return bad(
+        "lr: must be a positive number that a 32-bit float holds (about 1.4e-45 to "
+        "3.4e38), got " +
+        Num(o.lr));
   }
   if (!BelowOne(o.momentum)) return bad("momentum: must be in [0, 1)" + kFloat + Num(o.momentum));
   if (together && o.nesterov && o.optimizer == "sgd" && o.momentum == 0) {

@@ -233,6 +233,15 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
             o.checkpoint_path + ": checkpoint holds " + std::to_string(ckpt->state.params.size()) +
             " parameters, this model has " + std::to_string(spec.shape.num_params));
       }
+      // Left by a longer run (its config differs only in epochs): going on from it would
+      // report a model trained past what was asked as this run's.
+      if (ckpt->epoch > o.epochs) {
+        return Status::InvalidArgument(o.checkpoint_path + ": checkpoint is at epoch " +
+                                       std::to_string(ckpt->epoch) +
+                                       ", past epochs = " + std::to_string(o.epochs) +
+                                       " (a longer run's); delete it, or set epochs to at least " +
+                                       std::to_string(ckpt->epoch));
+      }
       state = std::move(ckpt->state);
       first_epoch = ckpt->epoch + 1;
       step = ckpt->step;

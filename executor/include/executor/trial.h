@@ -59,6 +59,9 @@ struct TrialOutcome {
   Kind kind = Kind::kCompleted;
   std::string error;           // kFailed, kInterrupted: why
   nlohmann::json end_metrics;  // metrics known only at the end (test_acc); an object
+  // A trainer trial that went on from its checkpoint: the checkpoint's epoch (else 0). Known
+  // where RunTrial ran (sweep train); a worker does not send it.
+  int resumed_from_epoch = 0;
 };
 std::string_view ToString(TrialOutcome::Kind kind);
 // The kind ToString names; nullopt for any other text.
