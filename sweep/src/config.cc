@@ -383,9 +383,10 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
         return c.Error(*n, key + (n == min ? ".min" : ".max"),
                        d + " needs integer bounds, got " + TypeName(*n));
       }
-      // Said here, with the value as written: past 2^53 a double no longer holds it.
+      // Said here, with the value as written: past 2^53 a double no longer holds it. (Compared
+      // as the double the sampler uses, which is what search::Validate checks below.)
       const int64_t v = n->as_integer()->get();
-      if (v > (int64_t{1} << 53) || v < -(int64_t{1} << 53)) {
+      if (std::fabs(static_cast<double>(v)) > 9007199254740992.0) {
         return c.Error(*n, key + (n == min ? ".min" : ".max"),
                        d + " bounds must lie within +-2^53 (got " + std::to_string(v) + ")");
       }
