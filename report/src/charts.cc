@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -39,19 +40,35 @@ std::vector<const store::TrialRecord*> RankedCompleted(const SweepData& data) {
   return ranked;
 }
 
+// Where v lies from lo (0) to hi (1). Halves first: hi - lo of values near the largest double
+// would overflow to infinity.
+double Fraction(double v, double lo, double hi) { return (v / 2 - lo / 2) / (hi / 2 - lo / 2); }
+
+// A range of one value (every trial reported the same) made wide enough to draw: by half a unit,
+// or by 5% of the value where half a unit would be lost in its rounding (1e20 + 0.5 == 1e20).
+void WidenEmptyRange(double* lo, double* hi) {
+  if (*hi > *lo) return;
+  const double d = std::max(0.5, std::abs(*lo) * 0.05);
+  constexpr double kMax = std::numeric_limits<double>::max();
+  *lo = std::max(*lo - d, -kMax);
+  *hi = std::min(*hi + d, kMax);
+}
+
 // Round numbers spanning [lo, hi]: steps of 1, 2 or 5 times a power of ten, about 5 of them.
 std::vector<double> NiceTicks(double lo, double hi, bool integer) {
   std::vector<double> ticks;
   if (!(hi > lo)) return {lo};
-  double raw = (hi - lo) / 4;
+  double raw = hi / 4 - lo / 4;
   double mag = std::pow(10, std::floor(std::log10(raw)));
   double step = mag;
   for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (!std::isfinite(m * mag)) break;  // past the largest double: the last step that was not
     step = m * mag;
     if (step >= raw) break;
   }
   if (integer) step = std::max(1.0, std::round(step));
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
+  const double last = std::min(hi + step * 1e-9, std::numeric_limits<double>::max());
+  for (double v = std::ceil(lo / step) * step; v <= last; v += step) {
     ticks.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
     if (ticks.size() > 20) break;
   }
@@ -63,8 +80,10 @@ std::vector<double> LogTicks(double lo, double hi) {
   const int first = static_cast<int>(std::floor(std::log10(lo)));
   const int last = static_cast<int>(std::ceil(std::log10(hi)));
   auto in = [&](double v) { return v >= lo * (1 - 1e-12) && v <= hi * (1 + 1e-12); };
+  // Every power of ten, or every second, fifth, ... where the range spans more than ten of them.
+  const int every = std::max(1, (last - first + 9) / 10);
   for (int k = first; k <= last; ++k) {
-    if (in(std::pow(10, k))) ticks.push_back(std::pow(10, k));
+    if (in(std::pow(10, k)) && (k % every == 0)) ticks.push_back(std::pow(10, k));
   }
   if (ticks.size() < 2) {
     ticks.clear();
@@ -142,7 +161,7 @@ double AxisPosition(const Axis& axis, const json& value) {
       if (!value.is_number()) return kNaN;
       double v = value.get<double>();
       if (!std::isfinite(v) || !(axis.max > axis.min)) return kNaN;
-      return (v - axis.min) / (axis.max - axis.min);
+      return Fraction(v, axis.min, axis.max);
     }
   }
   return kNaN;
@@ -182,14 +201,11 @@ ParallelData ComputeParallel(const SweepData& data) {
         axis.max = std::max(axis.max, *v);
       }
       if (log && !(axis.min > 0)) axis.min = axis.max > 0 ? axis.max / 10 : 1;
-      if (!(axis.max > axis.min)) {
-        if (log) {
-          axis.min /= 2;
-          axis.max *= 2;
-        } else {
-          axis.min -= 0.5;
-          axis.max += 0.5;
-        }
+      if (log && !(axis.max > axis.min)) {
+        axis.min /= 2;
+        axis.max *= 2;
+      } else {
+        WidenEmptyRange(&axis.min, &axis.max);
       }
       std::vector<double> ticks =
           log ? LogTicks(axis.min, axis.max) : NiceTicks(axis.min, axis.max, spec.integer);
@@ -209,10 +225,7 @@ ParallelData ComputeParallel(const SweepData& data) {
     }
   }
   const double lo = metric.min, hi = metric.max;
-  if (!(metric.max > metric.min)) {
-    metric.min -= 0.5;
-    metric.max += 0.5;
-  }
+  WidenEmptyRange(&metric.min, &metric.max);
   for (double v : NiceTicks(metric.min, metric.max, false)) {
     metric.ticks.push_back({AxisPosition(metric, json(v)), ShortNumber(v)});
   }
@@ -227,7 +240,7 @@ ParallelData ComputeParallel(const SweepData& data) {
     }
     const double v = *trials[i]->objective;
     line.positions.push_back(AxisPosition(out.axes.back(), json(v)));
-    double c = hi > lo ? (v - lo) / (hi - lo) : 1.0;
+    double c = hi > lo ? Fraction(v, lo, hi) : 1.0;
     line.color = data.sweep.maximize ? c : 1 - c;
     if (!(hi > lo)) line.color = 1.0;
     out.lines.push_back(std::move(line));

@@ -56,15 +56,23 @@
       if (v > hi) hi = v;
     }
     if (lo === Infinity) return [0, 1];
-    if (lo === hi) { lo -= 0.5; hi += 0.5; }
-    var pad = (hi - lo) * 0.04;
-    return [lo - pad, hi + pad];
+    var max = Number.MAX_VALUE;
+    // One value: half a unit each side, or 5% of it where half a unit is lost in its rounding.
+    if (lo === hi) { var d = Math.max(0.5, Math.abs(lo) * 0.05); lo -= d; hi += d; }
+    var pad = (hi / 2 - lo / 2) * 0.08;  // halves: hi - lo may pass the largest number
+    return [Math.max(lo - pad, -max), Math.min(hi + pad, max)];
   }
+  // Where v lies from lo (0) to hi (1), without forming hi - lo (it may overflow).
+  function frac(v, lo, hi) { return (v / 2 - lo / 2) / (hi / 2 - lo / 2); }
   // Round tick values inside [lo, hi]: steps of 1, 2 or 5 times a power of ten, about 5;
   // whole numbers only when `whole` (trial numbers).
   function ticks(lo, hi, whole) {
-    var raw = (hi - lo) / 5, mag = Math.pow(10, Math.floor(Math.log10(raw))), step = mag;
-    [1, 2, 5, 10].some(function (k) { step = k * mag; return step >= raw; });
+    var raw = hi / 5 - lo / 5, mag = Math.pow(10, Math.floor(Math.log10(raw))), step = mag;
+    [1, 2, 5, 10].some(function (k) {
+      if (!isFinite(k * mag)) return true;  // past the largest number: keep the last step
+      step = k * mag;
+      return step >= raw;
+    });
     if (whole && step < 1) step = 1;
     var out = [];
     for (var v = Math.ceil(lo / step) * step; v <= hi && out.length < 20; v += step) {
@@ -80,8 +88,8 @@
     yticks.forEach(function (yv) { widest = Math.max(widest, ctx.measureText(fmt(yv)).width); });
     var m = {l: Math.max(64, Math.ceil(widest) + 30), r: 16, t: 12, b: 36};
     var pw = c.w - m.l - m.r, ph = c.h - m.t - m.b;
-    var X = function (x) { return m.l + (x - xr[0]) / (xr[1] - xr[0]) * pw; };
-    var Y = function (y) { return m.t + (1 - (y - yr[0]) / (yr[1] - yr[0])) * ph; };
+    var X = function (x) { return m.l + frac(x, xr[0], xr[1]) * pw; };
+    var Y = function (y) { return m.t + (1 - frac(y, yr[0], yr[1])) * ph; };
     ctx.strokeStyle = '#ddd';
     ctx.fillStyle = '#555';
     ctx.lineWidth = 1;

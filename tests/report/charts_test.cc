@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "base/hash.h"
 #include "report_test_util.h"
@@ -138,6 +139,48 @@ TEST(ParallelTest, ColourIsFlippedWhenMinimizing) {
   EXPECT_DOUBLE_EQ(p.lines[1].color, 0.0);
   // On the metric axis the position is the value's, whatever the mode.
   EXPECT_LT(p.lines[0].positions.back(), p.lines[1].positions.back());
+}
+
+// Values where half a unit is lost in rounding (1e20), and a spread wider than the largest
+// double: every line still has a place on every axis, and the ticks are finite.
+TEST(ParallelTest, HugeValuesAndSpreadsKeepTheirPlaces) {
+  constexpr double kMax = std::numeric_limits<double>::max();
+  SweepBuilder same("m", true);
+  same.Param(Linear("x", 0, 1));
+  same.Trial({{"x", 0.5}}, TrialStatus::kCompleted, 1e20)
+      .Trial({{"x", 0.5}}, TrialStatus::kCompleted, 1e20);
+  SweepBuilder wide("m", true);
+  wide.Param(Linear("x", -kMax, kMax));
+  wide.Trial({{"x", -kMax}}, TrialStatus::kCompleted, -kMax)
+      .Trial({{"x", kMax}}, TrialStatus::kCompleted, kMax)
+      .Trial({{"x", 0.0}}, TrialStatus::kCompleted, 0.0);
+  for (SweepBuilder* b : {&same, &wide}) {
+    ParallelData p = ComputeParallel(b->data());
+    for (const ParallelLine& line : p.lines) {
+      for (double pos : line.positions) {
+        EXPECT_TRUE(pos >= 0 && pos <= 1) << pos;
+      }
+      EXPECT_TRUE(line.color >= 0 && line.color <= 1) << line.color;
+    }
+    for (const Axis& a : p.axes) {
+      EXPECT_GE(a.ticks.size(), 1u) << a.name;
+      for (const Tick& t : a.ticks) EXPECT_TRUE(std::isfinite(t.position)) << a.name;
+    }
+  }
+  ParallelData w = ComputeParallel(wide.data());
+  EXPECT_DOUBLE_EQ(w.lines[2].positions[0], 0.5);
+  EXPECT_DOUBLE_EQ(w.lines[2].positions[1], 0.5);
+  EXPECT_DOUBLE_EQ(w.lines[1].color, 1.0);
+}
+
+// A log axis over 600 decades labels a few of them, not every one.
+TEST(ParallelTest, LogAxisOverManyDecadesKeepsItsTicksFew) {
+  SweepBuilder b("val_acc", true);
+  b.Param(Log("lr", 1e-300, 1e300));
+  b.Trial({{"lr", 1e-3}}, TrialStatus::kCompleted, 0.8);
+  ParallelData p = ComputeParallel(b.data());
+  EXPECT_GE(p.axes[0].ticks.size(), 2u);
+  EXPECT_LE(p.axes[0].ticks.size(), 11u);
 }
 
 // ---- learning curves ----
