@@ -356,6 +356,28 @@ TEST_F(CudaOps, SoftmaxXent) {
             5 + static_cast<unsigned long long>(cpu::accuracy(logits.data(), labels.data(), B, V)));
 }
 
+// A label outside the classes (a bad dataset) gives its row a NaN loss and NaN gradients: the
+// step is visibly poisoned rather than applying the gradients left from the last batch.
+TEST_F(CudaOps, SoftmaxXentWithALabelOutsideTheClasses) {
+  const int V = 10;
+  const auto logits = Random(B * V, 9, 4.0);
+  std::vector<int32_t> labels(B, 3);
+  labels[1] = V;
+  auto d_logits = Up(logits), d_dl = Up(std::vector<float>(B * V, 7.0f));
+  auto d_losses = Up(std::vector<float>(B));
+  auto d_labels = Up(labels);
+  ASSERT_TRUE(softmax_xent_forward_backward(d_dl.data(), d_losses.data(), d_logits.data(),
+                                            d_labels.data(), B, V, 1.0f, nullptr)
+                  .ok());
+  const std::vector<float> losses = Down(d_losses), dl = Down(d_dl);
+  EXPECT_TRUE(std::isnan(losses[1]));
+  EXPECT_TRUE(std::isfinite(losses[0]));
+  for (int v = 0; v < V; ++v) {
+    EXPECT_TRUE(std::isnan(dl[static_cast<size_t>(V + v)])) << v;
+    EXPECT_NE(dl[static_cast<size_t>(v)], 7.0f) << v;
+  }
+}
+
 TEST_F(CudaOps, Optimizers) {
   const int64_t n = 1000;
   const auto p0 = Random(n, 10), g = Random(n, 11), s0 = Random(n, 12, 0.1);

@@ -319,5 +319,17 @@ TEST_F(CudaGroup, RefusesDevicesItDoesNotHave) {
             std::string::npos);
 }
 
+// NCCL takes one rank per GPU: the same GPU twice is refused before any communicator is made.
+TEST_F(CudaGroup, RefusesADeviceListedTwice) {
+  if (devices_ < 1) GTEST_SKIP() << "no GPU";
+  GroupSpec spec = Spec(2, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.devices = {0, 0};
+  Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(g.status().message(),
+            "cuda: device 0 is listed twice; each replica needs a GPU of its own");
+}
+
 }  // namespace
 }  // namespace sweep::trainer

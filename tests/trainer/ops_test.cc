@@ -163,6 +163,25 @@ TEST(Ops, SoftmaxCrossEntropy) {
   ExpectGradient(loss, &logits, dlogits, "dlogits");
 }
 
+// A label outside the classes is never used as an index: NaN loss and NaN gradients for its
+// row (as on CUDA), the other rows as usual.
+TEST(Ops, SoftmaxCrossEntropyWithALabelOutsideTheClasses) {
+  const int B = 2, V = 3;
+  const std::vector<float> logits = {1, 2, 3, 1, 2, 3};
+  for (int32_t bad : {-1, V, 1 << 30}) {
+    const std::vector<int32_t> labels = {bad, 1};
+    std::vector<float> losses(B), dlogits(B * V, 7.0f);
+    softmax_xent_forward_backward(dlogits.data(), losses.data(), logits.data(), labels.data(), B, V,
+                                  1.0f);
+    EXPECT_TRUE(std::isnan(losses[0])) << bad;
+    EXPECT_TRUE(std::isfinite(losses[1])) << bad;
+    for (int v = 0; v < V; ++v) {
+      EXPECT_TRUE(std::isnan(dlogits[v])) << bad;
+      EXPECT_TRUE(std::isfinite(dlogits[V + v])) << bad;
+    }
+  }
+}
+
 TEST(Ops, SgdMomentumMatchesPyTorchConvention) {
   std::vector<float> p = {1.0f, -2.0f}, v = {0.0f, 0.0f};
   const std::vector<float> g = {0.5f, 1.0f};

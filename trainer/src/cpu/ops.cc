@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "step_math.h"
 
@@ -244,6 +245,14 @@ void softmax_xent_forward_backward(float* dlogits, float* losses, const float* l
     for (int v = 0; v < V; ++v) sum += std::exp(row[v] - max);
     const float lse = max + std::log(sum);
     const int y = labels[b];
+    if (y < 0 || y >= V) {  // as the CUDA kernel: never read outside the row; NaN loss and grads
+      losses[b] = std::numeric_limits<float>::quiet_NaN();
+      if (dlogits != nullptr) {
+        std::fill_n(dlogits + static_cast<int64_t>(b) * V, V,
+                    std::numeric_limits<float>::quiet_NaN());
+      }
+      continue;
+    }
     losses[b] = lse - row[y];
     if (dlogits != nullptr) {
       float* __restrict g = dlogits + static_cast<int64_t>(b) * V;

@@ -32,6 +32,7 @@
 // communicator; after an abort the group only reports errors.
 #include "cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -849,11 +850,18 @@ Result<std::vector<int>> GroupDevices(const GroupSpec& spec, int count) {
     return Status::InvalidArgument("cuda: " + std::to_string(devices.size()) +
                                    " devices for replicas = " + std::to_string(spec.replicas));
   }
-  for (int d : devices) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const int d = devices[i];
     if (d < 0 || d >= count) {
       return Status::InvalidArgument("cuda: device " + std::to_string(d) +
                                      " is not present; this process sees " + std::to_string(count) +
                                      " GPU(s)");
+    }
+    // NCCL takes one rank per GPU: the same one twice fails its init or hangs.
+    if (std::find(devices.begin(), devices.begin() + static_cast<ptrdiff_t>(i), d) !=
+        devices.begin() + static_cast<ptrdiff_t>(i)) {
+      return Status::InvalidArgument("cuda: device " + std::to_string(d) +
+                                     " is listed twice; each replica needs a GPU of its own");
     }
   }
   return devices;

@@ -190,6 +190,10 @@ __global__ void SoftmaxXentKernel(float* dlogits, float* losses, const float* lo
     const int y = labels[b];
     if (y < 0 || y >= V) {  // never read outside the row: a bad label shows as a NaN loss
       losses[b] = nanf("");
+      // And as NaN gradients, so that this step cannot apply the last batch's stale ones.
+      if (dlogits != nullptr) {
+        for (int v = 0; v < V; ++v) dlogits[b * V + v] = nanf("");
+      }
       continue;
     }
     float mx = row[0];
