@@ -433,6 +433,7 @@ std::string Ratio(double ours, double theirs) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sweep::trainer::ConnectNcclAtInit();  // as a sweep worker does, before any thread
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string torch_script = fs::path(SWEEP_SOURCE_DIR) / "bench/gpu/torch_mlp_gpu.py";
   std::string python = "python3";

@@ -27,6 +27,7 @@
 
 #include "executor/command.h"
 #include "line_io.h"
+#include "trainer/trainer.h"
 
 extern char** environ;
 
@@ -226,6 +227,10 @@ class CommandRun {
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       std::string_view entry(*e);
+      // Set for this process's own NCCL (trainer::ConnectNcclAtInit), not the program's.
+      if (trainer::NcclEnvironmentIsOurs() && entry.starts_with("NCCL_RUNTIME_CONNECT=")) {
+        continue;
+      }
       bool replaced = false;
       for (const auto& [k, v] : set) {
         if (entry.substr(0, k.size() + 1) == k + "=") replaced = true;

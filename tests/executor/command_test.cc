@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "executor/command.h"
 #include "executor/trial.h"
+#include "trainer/trainer.h"
 
 namespace sweep::executor {
 namespace {
@@ -272,6 +274,23 @@ TEST_F(CommandTrialTest, ReportsLinesAndCompletes) {
   EXPECT_EQ(run.reports[2], std::make_tuple(int64_t{10}, 3.0, json{{"val_acc", 0.8}}));
   std::string out = Read(dir_ + "/trial-3/stdout.log");
   EXPECT_EQ(out.rfind("starting\nsweep-report", 0), 0u) << out;
+}
+
+// NCCL_RUNTIME_CONNECT set for this process's own NCCL (trainer::ConnectNcclAtInit) is not the
+// program's; one the user set is.
+TEST_F(CommandTrialTest, TheProgramDoesNotInheritOurNcclSetting) {
+  const char* user = std::getenv("NCCL_RUNTIME_CONNECT");
+  if (user != nullptr) GTEST_SKIP() << "NCCL_RUNTIME_CONNECT is set in this environment";
+  trainer::ConnectNcclAtInit();
+  ASSERT_STREQ(std::getenv("NCCL_RUNTIME_CONNECT"), "0");
+  ASSERT_TRUE(trainer::NcclEnvironmentIsOurs());
+  TrialTask task = ShellTask(
+      "echo \"nccl=[${NCCL_RUNTIME_CONNECT-unset}]\" >&2; echo 'sweep-report {\"val_acc\": 1}'");
+  Run run = RunIt(task);
+  ::unsetenv("NCCL_RUNTIME_CONNECT");
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  const std::string err = Read(dir_ + "/trial-3/stderr.log");
+  EXPECT_NE(err.find("nccl=[unset]"), std::string::npos) << err;
 }
 
 TEST_F(CommandTrialTest, GivesTheProgramItsEnvironmentAndArguments) {

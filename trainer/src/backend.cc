@@ -2,6 +2,7 @@
 // trainer; the list is built once and is read-only after, so it is safe from any thread.
 #include "backend.h"
 
+#include <cstdlib>
 #include <string>
 
 #include "cpu/cpu_backend.h"
@@ -64,5 +65,16 @@ std::string GpuContextFault() {
   return "";
 #endif
 }
+
+namespace {
+bool nccl_environment_ours = false;
+}  // namespace
+
+void ConnectNcclAtInit() {
+  if (std::getenv("NCCL_RUNTIME_CONNECT") != nullptr) return;
+  nccl_environment_ours = ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0) == 0;
+}
+
+bool NcclEnvironmentIsOurs() { return nccl_environment_ours; }
 
 }  // namespace sweep::trainer

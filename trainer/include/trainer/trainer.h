@@ -159,4 +159,15 @@ Result<TrainResult> Train(const TrainOptions& options, const EpochCallback& on_e
 // synchronisation per GPU used. Always empty without a GPU.
 std::string GpuContextFault();
 
+// Has multi-GPU trials make every NCCL connection when their communicator is made, not at a
+// collective's first call (NCCL 2.22+ connects lazily, which needs every rank inside the same
+// call: a rank that fails before its first all-reduce would leave the others blocked in it):
+// sets NCCL_RUNTIME_CONNECT=0 unless the environment has it already (a value the user set wins).
+// NCCL reads it once, at the first communicator. Call at the start of a process that trains,
+// before any thread starts: setenv beside threads that read the environment is unsafe.
+void ConnectNcclAtInit();
+// Whether ConnectNcclAtInit set the variable: a program this process starts (a command trial)
+// then should not inherit it.
+bool NcclEnvironmentIsOurs();
+
 }  // namespace sweep::trainer

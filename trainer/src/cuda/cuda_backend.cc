@@ -398,28 +398,12 @@ class CudaReplicaGroup final : public ReplicaGroup {
     if (R > 1) {
 #if defined(SWEEP_HAVE_NCCL)
       // One communicator per rank, made together from this thread, kept for the whole trial.
-      // Every connection is made here rather than at a collective's first call (NCCL 2.22+
-      // connects lazily, which needs every rank inside the same call): a rank that fails before
-      // its first all-reduce would otherwise leave the others blocked in ncclAllReduce, holding
-      // nccl_mu_, and the abort that should free them waiting for it. A value the user set wins;
-      // ours is gone again once the communicators exist (NCCL has read it), so programs this
-      // process starts later (command trials) do not inherit it.
-      static std::mutex env_mu;
-      static bool env_decided = false;
-      bool env_ours = false;
-      {
-        std::lock_guard<std::mutex> lock(env_mu);
-        if (!env_decided) {
-          env_decided = true;
-          env_ours = std::getenv("NCCL_RUNTIME_CONNECT") == nullptr &&
-                     ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0) == 0;
-        }
-      }
+      // A process that trains sets NCCL_RUNTIME_CONNECT=0 at its start (ConnectNcclAtInit), so
+      // that every connection is made here rather than at a collective's first call.
       std::vector<ncclComm_t> comms(static_cast<size_t>(R), nullptr);
       std::vector<int> devices;
       for (const Rank& r : ranks_) devices.push_back(r.device);
       const ncclResult_t made = ncclCommInitAll(comms.data(), R, devices.data());
-      if (env_ours) ::unsetenv("NCCL_RUNTIME_CONNECT");
       NCCL_CHECK(made);
       for (int i = 0; i < R; ++i)
         ranks_[static_cast<size_t>(i)].nccl = comms[static_cast<size_t>(i)];
