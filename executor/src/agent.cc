@@ -90,6 +90,12 @@ class Pump {
   void StopAll(int grace_ms, Idle idle) {
     Push(Command{Command::Type::kStopAll, 0, {}, grace_ms, std::move(idle)});
   }
+  // Ends every running trial at once, unsaved (its worker and program killed): what the
+  // coordinator can no longer hear must not go on to checkpoint past what it stored. `idle` runs
+  // (on the pump thread) once they are gone.
+  void AbandonAll(Idle idle) {
+    Push(Command{Command::Type::kAbandonAll, 0, {}, 0, std::move(idle)});
+  }
   // Ends the thread once no trial runs.
   void Exit() { Push(Command{Command::Type::kExit, 0, {}, 0, {}}); }
   void Join() {
@@ -98,7 +104,7 @@ class Pump {
 
  private:
   struct Command {
-    enum class Type { kStart, kStop, kContinue, kStopAll, kExit };
+    enum class Type { kStart, kStop, kContinue, kStopAll, kAbandonAll, kExit };
     Type type;
     int64_t trial = 0;
     TrialTask task;
@@ -160,6 +166,12 @@ class Pump {
             break;
           case Command::Type::kContinue:
             (void)executor_.Continue(c.trial);
+            break;
+          case Command::Type::kAbandonAll:
+            executor_.Shutdown(0);  // kills every worker and its program; new ones as needed
+            running.clear();
+            grace_ms.clear();
+            if (c.idle) waiting.push_back(std::move(c.idle));
             break;
           case Command::Type::kStopAll:
           case Command::Type::kExit:
@@ -565,14 +577,17 @@ class Session {
     if (log && !why.empty()) {
       if (was_serving) {
         Log("connection to the coordinator at " + where_ + " lost: " + why +
-            (running > 0 ? "; stopping " + std::to_string(running) + " running trial" +
-                               (running == 1 ? "" : "s")
-                         : std::string()));
+            (running > 0
+                 ? "; ending " + std::to_string(running) + " running trial" +
+                       (running == 1 ? "" : "s") + " (they rerun from their last checkpoint)"
+                 : std::string()));
       } else {
         LogFailure("cannot register with the coordinator at " + where_ + ": " + why);
       }
     }
-    pump_.StopAll(options_.stop_grace_ms, [this] { asio::post(io_, [this] { AfterDrain(); }); });
+    // Their reports no longer reach the store: a trial left to finish its epoch would write a
+    // checkpoint past its last stored report, and its rerun would skip that epoch's report.
+    pump_.AbandonAll([this] { asio::post(io_, [this] { AfterDrain(); }); });
   }
 
   void AfterDrain() {

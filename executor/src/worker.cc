@@ -215,12 +215,17 @@ class Worker {
   }
 
   // Reads the commands that are available (waiting up to timeout_ms; -1: until one arrives).
+  // Told to exit (or its executor gone) while a trial runs: the trial is abandoned on the spot.
+  // Nobody will store its reports any more, so it must not go on to write a checkpoint of an
+  // epoch whose report was never stored: a rerun would start past that epoch and leave it
+  // missing for good. It reruns from its last checkpoint instead.
   void Pump(int timeout_ms) {
     if (closed_) return;
     pollfd p{command_fd_, POLLIN, 0};
     if (::poll(&p, 1, timeout_ms) <= 0) return;
     std::vector<std::string> lines;
     if (!reader_.ReadSome(command_fd_, &lines)) closed_ = true;
+    if (closed_ && current_ >= 0) Abandon();
     for (const std::string& line : lines) {
       json msg = json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!msg.is_object()) continue;
@@ -242,8 +247,16 @@ class Worker {
         if (msg.value("trial", int64_t{-2}) == current_) verdict_ = true;
       } else if (op == "exit") {
         closed_ = true;
+        if (current_ >= 0) Abandon();
       }
     }
+  }
+
+  // Ends the process now, with the program's process group (a command trial's), unsaved.
+  [[noreturn]] static void Abandon() {
+    const pid_t group = g_program_group;
+    if (group > 0) ::kill(-group, SIGKILL);
+    ::_exit(1);
   }
 
   void Send(const json& msg) {

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "executor/agent.h"
 #include "executor/memory_transport.h"
@@ -181,8 +183,8 @@ TEST_F(AgentHubTest, SilentAgentIsLostAndComesBackAsANewAgent) {
   ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 2; }));
   const int64_t second = events_.JoinedId(1);
   EXPECT_NE(second, first);
-  // The old trial was stopped on the agent before it registered again.
-  EXPECT_NE(agent.log.text().find("stopping 1 running trial"), std::string::npos)
+  // The old trial was ended on the agent before it registered again.
+  EXPECT_NE(agent.log.text().find("ending 1 running trial"), std::string::npos)
       << agent.log.text();
   EXPECT_EQ(hub_.Stop(first, 8).code(), Status::Code::kNotFound);
   ASSERT_TRUE(hub_.Start(second, FunctionTask(9, {{"steps", 3}})).ok());
@@ -252,7 +254,9 @@ TEST_F(AgentHubTest, DisconnectMidTrialLosesTheAgentWhichReconnects) {
   }
   EXPECT_LT(done_at, lost_at);
   ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 2; }));
-  EXPECT_NE(agent.log.text().find("stopping 2 running trials"), std::string::npos)
+  EXPECT_NE(agent.log.text().find("ending 2 running trials (they rerun from their last "
+                                  "checkpoint)"),
+            std::string::npos)
       << agent.log.text();
 }
 
@@ -367,6 +371,41 @@ TEST_F(AgentHubTest, AStoppingAgentGivesACommandTrialItsKillGrace) {
       << (events_.Done(4) ? events_.Worker(4, WorkerEvent::Type::kDone)[0].error : "not ended");
   EXPECT_TRUE(agent.Stop().ok());
   EXPECT_TRUE(std::filesystem::exists(dir / "saved")) << agent.log.text();
+  std::filesystem::remove_all(dir);
+}
+
+// The connection lost, the agent's trials end at once, unsaved: their reports no longer reach
+// the store, so a trial must not write a checkpoint past them (its rerun would skip them). A
+// program that would save on SIGTERM never gets the chance; its rerun goes on from its last
+// checkpoint.
+TEST_F(AgentHubTest, ALostConnectionEndsTrialsAtOnceUnsaved) {
+  Listen();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("sweep-lost-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "p.sh") << "#!/bin/sh\ntrap 'touch saved; exit 0' TERM\n"
+                                 "touch running\nwhile :; do sleep 0.05; done\n";
+  std::filesystem::permissions(dir / "p.sh", std::filesystem::perms::owner_all);
+  AgentThread agent(Agent());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+  TrialTask task;
+  task.number = 4;
+  task.kind = "command";
+  task.params = json::object();
+  task.settings = {{"command", {(dir / "p.sh").string()}},
+                   {"workdir", dir.string()},
+                   {"trial_dir", (dir / "t4").string()},
+                   {"metric", "score"},
+                   {"kill_grace_s", 5.0}};
+  ASSERT_TRUE(hub_.Start(events_.JoinedId(0), task).ok());
+  ASSERT_TRUE(events_.WaitFor([&] { return std::filesystem::exists(dir / "running"); }, 10000));
+  ASSERT_EQ(network_.DisconnectAll(), 1);
+  // Ended (not stopped after its kill_grace): the agent is back well within the 5 s.
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 2; }, 4000))
+      << agent.log.text();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(std::filesystem::exists(dir / "saved")) << agent.log.text();
   std::filesystem::remove_all(dir);
 }
 

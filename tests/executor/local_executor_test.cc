@@ -60,6 +60,55 @@ TEST(LocalExecutorTest, FunctionTrialReportsItsValue) {
   EXPECT_EQ(events[1].outcome, TrialOutcome::Kind::kCompleted);
 }
 
+// A trainer trial on a small CSV dataset (two features, two classes) in `dir`, checkpointing
+// every epoch to dir/t.ckpt and waiting for a verdict at every report, as a sweep's trials do.
+TrialTask CheckpointingTrainerTask(const std::filesystem::path& dir) {
+  std::ofstream csv(dir / "train.csv");
+  for (int i = 0; i < 4000; ++i) {
+    const int label = i % 2;
+    csv << label << "," << (label * 2 - 1) + (i % 7) * 0.1 << "," << (i % 5) * 0.2 << "\n";
+  }
+  csv.close();
+  TrialTask t;
+  t.number = 5;
+  t.kind = "trainer";
+  t.settings = {{"dataset", {{"format", "csv"}, {"train_images", (dir / "train.csv").string()}}},
+                {"hidden", {256, 256}},
+                {"batch_size", 8},
+                {"epochs", 50},
+                {"checkpoint_path", (dir / "t.ckpt").string()},
+                {"checkpoint_every", 1},
+                {"cache_dir", (dir / "cache").string()}};
+  t.params = json::object();
+  t.decide_every_report = true;
+  return t;
+}
+
+// Told to exit while its trial waits for a verdict (the coordinator is ending on an error): the
+// trial is abandoned there. Going on would checkpoint epochs whose reports nobody stored, and a
+// rerun from that checkpoint would leave them missing for good.
+TEST(LocalExecutorTest, ExitWhileATrialWaitsAbandonsItWithoutACheckpoint) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("sweep-abandon-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  ASSERT_TRUE(ex.Start(CheckpointingTrainerTask(dir)).ok());
+  std::vector<WorkerEvent> events;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (events.empty() && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(ex.Poll(100, &events).ok());
+  }
+  ASSERT_FALSE(events.empty());
+  ASSERT_EQ(events[0].type, WorkerEvent::Type::kReport) << events[0].error;
+  EXPECT_EQ(events[0].epoch, 1.0);
+  // Epoch 1 awaits its verdict; none comes. The grace is long enough for several epochs.
+  const auto start = std::chrono::steady_clock::now();
+  ex.Shutdown(5000);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  EXPECT_FALSE(std::filesystem::exists(dir / "t.ckpt"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(LocalExecutorTest, ReusesIdleWorkers) {
   LocalExecutor ex({SWEEP_TEST_WORKER});
   for (int i = 0; i < 20; ++i) {
