@@ -1341,6 +1341,9 @@ class Coordinator {
   store::Store& store_;
   const RunOptions& options_;
   SweepConfig config_;
+  // Declared before the executor and the hub, so released after them: the workers and agents'
+  // trials are gone before another process can take the sweep.
+  std::unique_ptr<SweepLock> lock_;
   std::optional<executor::Packer> packer_;   // every server's slots, free and held
   std::map<int, ServerInfo> servers_;        // by packer server id
   std::unique_ptr<executor::AgentHub> hub_;  // remote agents; null without --listen
@@ -1357,7 +1360,6 @@ class Coordinator {
   std::set<int64_t> draining_agents_;             // agents stopping: their trials end, then bye
   std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits
   std::unique_ptr<executor::LocalExecutor> executor_;
-  std::unique_ptr<SweepLock> lock_;
   int64_t sweep_id_ = 0;
   int64_t next_number_ = 0;   // the next trial number the sampler has not been asked for
   std::deque<int64_t> gaps_;  // numbers below next_number_ that never started (after a resume)
