@@ -74,7 +74,8 @@ struct Pending {
   int64_t number = 0;
   json params;
   int retries = 0;
-  int agent_losses = 0;  // agents lost while it ran (stored with the trial)
+  int agent_losses = 0;    // agents lost while it ran (stored with the trial)
+  bool never_ran = false;  // requeued before any worker had it: still its first run
 };
 
 // Losing the agent a trial runs on uses up no retry (a preempted or rebooted server is not the
@@ -552,16 +553,20 @@ class Coordinator {
     // A lost agent's trials get their kDone just before its AgentLost, in the same batch.
     std::map<int64_t, executor::AgentLost::Reason> lost;
     for (const executor::HubEvent& e : hub_events_) {
-      if (auto* gone = std::get_if<executor::AgentLost>(&e.event)) lost[e.agent_id] = gone->reason;
+      if (auto* gone = std::get_if<executor::AgentLost>(&e.event)) {
+        lost[e.agent_id] = gone->reason;
+        lost_agents_.insert(e.agent_id);
+      }
     }
     for (executor::HubEvent& e : hub_events_) {
       if (auto* ev = std::get_if<executor::WorkerEvent>(&e.event)) {
-        // An agent that said it is stopping (or said bye): its trials' loss is not theirs.
+        // An agent that said it is stopping (or said bye): its trials' loss is not theirs. Nor
+        // is it for a trial started there as the agent went (its done comes after the loss).
         const auto gone = lost.find(e.agent_id);
         const bool draining = draining_agents_.contains(e.agent_id);
         const bool bye = gone != lost.end() && gone->second == executor::AgentLost::Reason::kBye;
-        SWEEP_RETURN_IF_ERROR(
-            Handle(*ev, now, stopping, draining || gone != lost.end(), draining || bye));
+        const bool agent_gone = gone != lost.end() || lost_agents_.contains(e.agent_id);
+        SWEEP_RETURN_IF_ERROR(Handle(*ev, now, stopping, draining || agent_gone, draining || bye));
       } else if (std::holds_alternative<executor::AgentDraining>(e.event)) {
         // It is stopping: nothing more is placed there; its trials end there, then run again
         // elsewhere.
@@ -1041,7 +1046,7 @@ class Coordinator {
       if (!task.settings.contains("checkpoint_every")) task.settings["checkpoint_every"] = 1;
     }
     task.seed = TrialSeed(config_.seed, p.number);
-    task.fresh = !rerun;
+    task.fresh = !rerun || p.never_ran;
     task.decision_points = decisions_.decision_points;
     task.decide_every_report = decisions_.decide_every_report;
     task.decide_by_epoch = decisions_.decide_by_epoch;
@@ -1053,9 +1058,20 @@ class Coordinator {
     ++counts_.running;
     Status s = server.agent ? hub_->Start(*server.agent, task) : executor_->Start(task);
     if (!s.ok()) {
-      // The worker could not even start: fail this trial, keep the sweep going.
       (void)packer_->Release(t.where);
       --counts_.running;
+      if (server.agent && s.code() == Status::Code::kNotFound) {
+        // Its agent is gone, and its loss is still on the way here: nothing ran. Nothing more
+        // goes there, and the trial runs again elsewhere, as a trial of a lost agent would,
+        // without using up a retry.
+        (void)packer_->RemoveServer(t.where.server);
+        Pending again = p;
+        again.never_ran = !rerun || p.never_ran;
+        queue_.push_front(std::move(again));
+        return FinishTrial(p.number, t, TrialStatus::kInterrupted,
+                           s.message() + "; running it again", now);
+      }
+      // The worker could not even start: fail this trial, keep the sweep going.
       return FinishTrial(p.number, t, TrialStatus::kFailed, s.message(), now);
     }
     running_.emplace(p.number, std::move(t));
@@ -1358,6 +1374,7 @@ class Coordinator {
   std::string stored_checkpoint_dir_;             // the same, absolute
   std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
   std::set<int64_t> draining_agents_;             // agents stopping: their trials end, then bye
+  std::set<int64_t> lost_agents_;                 // agents gone (ids are never reused)
   std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits
   std::unique_ptr<executor::LocalExecutor> executor_;
   int64_t sweep_id_ = 0;
