@@ -909,8 +909,9 @@ TEST_F(BadInputTest, OutputThatCannotBeWrittenExitsOne) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
   Write("b.toml", Fn({}));
   ASSERT_EQ(Sweep("run b.toml").code, 0);
-  for (const char* args : {"list", "best b --json", "trials b --csv", "status b", "show b 0",
-                           "export b", "report b -o -", "status b --watch"}) {
+  for (const char* args :
+       {"list", "best b --json", "trials b --csv", "status b", "show b 0", "export b",
+        "report b -o -", "status b --watch", "--help", "best --help"}) {
     SCOPED_TRACE(args);
     const std::string cmd = "cd '" + dir_.string() + "' && '" SWEEP_BINARY "' " + args +
                             " > /dev/full 2> err.txt < /dev/null";
