@@ -29,10 +29,11 @@ using nlohmann::json;
 namespace {
 constexpr size_t kLogTailBytes = 2048;
 
-// Moves fd above the range the child's dup2 targets use, with close-on-exec set.
+// Moves fd above the range the child's dup2 targets use, with close-on-exec set; -1 (errno
+// set, fd left open) when no descriptor is free there.
 int MoveHigh(int fd) {
-  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
-  ::close(fd);
+  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 10);
+  if (moved >= 0) ::close(fd);
   return moved;
 }
 
@@ -104,14 +105,32 @@ Result<LocalExecutor::Worker*> LocalExecutor::IdleWorker() {
   // Replace dead workers' entries rather than letting the vector grow.
   std::erase_if(workers_, [](const auto& w) { return !w->alive; });
 
-  int cmd[2], msg[2], log[2];
-  if (::pipe2(cmd, O_CLOEXEC) != 0) return Status::IoError(std::strerror(errno));
-  if (::pipe2(msg, O_CLOEXEC) != 0) return Status::IoError(std::strerror(errno));
-  if (::pipe2(log, O_CLOEXEC) != 0) return Status::IoError(std::strerror(errno));
-  for (int* p : {cmd, msg, log}) {
-    p[0] = MoveHigh(p[0]);
-    p[1] = MoveHigh(p[1]);
+  // Three pipes, each end moved above the child's dup2 targets. Out of descriptors (EMFILE)
+  // or memory, the worker cannot start: what was opened is closed, and the error says why.
+  int fds[6] = {-1, -1, -1, -1, -1, -1};
+  auto fail = [&fds](int error) {
+    for (int fd : fds) {
+      if (fd >= 0) ::close(fd);
+    }
+    return Status::IoError(std::string("cannot start a worker: ") + std::strerror(error) +
+                           (error == EMFILE || error == ENFILE
+                                ? " (the open-file limit is reached: raise `ulimit -n`)"
+                                : ""));
+  };
+  for (int i = 0; i < 3; ++i) {
+    if (::pipe2(fds + 2 * i, O_CLOEXEC) != 0) {
+      fds[2 * i] = fds[2 * i + 1] = -1;
+      return fail(errno);
+    }
   }
+  for (int& fd : fds) {
+    const int moved = MoveHigh(fd);
+    if (moved < 0) return fail(errno);
+    fd = moved;
+  }
+  int* cmd = fds;
+  int* msg = fds + 2;
+  int* log = fds + 4;
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, cmd[0], kWorkerCommandFd);

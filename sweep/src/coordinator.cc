@@ -901,7 +901,11 @@ class Coordinator {
         got->trial = p->number;
         SWEEP_RETURN_IF_ERROR(StartTrial(*p, std::move(*got), now, /*rerun=*/false));
       }
-      if (running_.empty() && (stopping || !WorkLeft(exhausted) || !MayPlaceLater())) break;
+      // (Trouble met while placing, the sweep stops interrupted at the loop's top first.)
+      if (running_.empty() && (stopping || !WorkLeft(exhausted) || !MayPlaceLater()) &&
+          (stopping || machine_trouble_.empty())) {
+        break;
+      }
       // Take what has arrived; commit before waiting, so readers see everything up to the
       // moment the loop goes idle, and at least every kCommitIntervalS while busy.
       events.clear();
@@ -1071,7 +1075,23 @@ class Coordinator {
         return FinishTrial(p.number, t, TrialStatus::kInterrupted,
                            s.message() + "; running it again", now);
       }
-      // The worker could not even start: fail this trial, keep the sweep going.
+      if (!server.agent) {
+        // No worker process could be started here (no descriptors or memory left, the worker
+        // program gone): the machine's trouble, not the trial's, and the next trials would meet
+        // it too. As for a checkpoint that cannot be written: nothing more is placed on this
+        // server, the trial runs again elsewhere while other servers can take it, and otherwise
+        // the sweep stops, so that `resume` runs it once that is put right.
+        const std::string trouble = server.name + ": " + s.message();
+        RetireServer(t.where.server, trouble);
+        Pending again = p;
+        again.never_ran = !rerun || p.never_ran;
+        queue_.push_front(std::move(again));
+        if (packer_->largest_server() < config_.gpus && machine_trouble_.empty()) {
+          machine_trouble_ = trouble;
+        }
+        return FinishTrial(p.number, t, TrialStatus::kInterrupted, s.message(), now);
+      }
+      // The agent could not take it: fail this trial, keep the sweep going.
       return FinishTrial(p.number, t, TrialStatus::kFailed, s.message(), now);
     }
     running_.emplace(p.number, std::move(t));

@@ -89,6 +89,32 @@ TEST_F(E2eTest, DbGivenBeforeTheCommand) {
   EXPECT_FALSE(fs::exists(dir_ / "sweeps.db"));
 }
 
+// No worker can be started (the open-file limit reached): the machine's trouble, not the
+// trials'. The sweep stops interrupted after the first, saying why, instead of failing every
+// trial in an instant; resume, with descriptors to spare, finishes it.
+TEST_F(E2eTest, AWorkerThatCannotStartStopsTheSweepInsteadOfFailingItsTrials) {
+  Write("b.toml", kBranin);
+  const std::string cmd = "cd '" + dir_.string() +
+                          "' && (ulimit -n 12 && exec '" SWEEP_BINARY
+                          "' run b.toml) > out.txt 2> err.txt < /dev/null";
+  const int rc = std::system(cmd.c_str());
+  const std::string err = sweep_e2e::Slurp(dir_ / "err.txt");
+  if (err.find("cannot start a worker") == std::string::npos && !fs::exists(dir_ / "sweeps.db")) {
+    GTEST_SKIP() << "12 descriptors do not even open the store here: " << err;
+  }
+  EXPECT_EQ(WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, 1) << err;
+  EXPECT_NE(err.find("cannot start a worker: Too many open files (the open-file limit is "
+                     "reached: raise `ulimit -n`)"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("sweep resume branin"), std::string::npos) << err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'failed'")[0][0], "0");
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "interrupted");
+  Output resume = Sweep("resume branin");
+  ASSERT_EQ(resume.code, 0) << resume.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "40");
+}
+
 TEST_F(E2eTest, RandomSearchIsDeterministicAcrossRuns) {
   Write("b.toml", kBranin);
   ASSERT_EQ(Sweep("run b.toml --db one.db").code, 0);
