@@ -42,8 +42,10 @@ using sweep::kExitRuntime;
 using sweep::kExitUsage;
 std::atomic<bool> g_interrupt{false};
 std::atomic<bool> g_interrupt_again{false};  // a second Ctrl-C / SIGTERM: stop at once
-extern "C" void OnInterrupt(int) {
-  if (g_interrupt.load()) g_interrupt_again = true;
+extern "C" void OnInterrupt(int sig) {
+  // A hangup comes twice when a terminal closes (from the kernel and from the shell to its
+  // jobs): it never means "at once".
+  if (g_interrupt.load() && sig != SIGHUP) g_interrupt_again = true;
   g_interrupt = true;
 }
 // `sweep train`: the first Ctrl-C / SIGTERM stops after the current epoch; a second ends the
