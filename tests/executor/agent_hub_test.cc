@@ -59,6 +59,27 @@ class AgentHubTest : public ::testing::Test {
     return o;
   }
 
+  // Trial 4: a command trial running `trap '<on_term>' TERM` then looping, in a fresh folder
+  // (*dir), which it marks with a file "running" once it runs; kill_grace 5 s.
+  static TrialTask SavingCommandTrial(const std::string& on_term, std::filesystem::path* dir) {
+    *dir = std::filesystem::temp_directory_path() /
+           ("sweep-cmd-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+    std::filesystem::create_directories(*dir);
+    std::ofstream(*dir / "p.sh") << "#!/bin/sh\ntrap '" << on_term
+                                 << "' TERM\ntouch running\nwhile :; do sleep 0.05; done\n";
+    std::filesystem::permissions(*dir / "p.sh", std::filesystem::perms::owner_all);
+    TrialTask task;
+    task.number = 4;
+    task.kind = "command";
+    task.params = json::object();
+    task.settings = {{"command", {(*dir / "p.sh").string()}},
+                     {"workdir", dir->string()},
+                     {"trial_dir", (*dir / "t4").string()},
+                     {"metric", "score"},
+                     {"kill_grace_s", 5.0}};
+    return task;
+  }
+
   size_t Reports(int64_t trial) const {
     return events_.Worker(trial, WorkerEvent::Type::kReport).size();
   }
@@ -184,8 +205,7 @@ TEST_F(AgentHubTest, SilentAgentIsLostAndComesBackAsANewAgent) {
   const int64_t second = events_.JoinedId(1);
   EXPECT_NE(second, first);
   // The old trial was ended on the agent before it registered again.
-  EXPECT_NE(agent.log.text().find("ending 1 running trial"), std::string::npos)
-      << agent.log.text();
+  EXPECT_NE(agent.log.text().find("ending 1 running trial"), std::string::npos) << agent.log.text();
   EXPECT_EQ(hub_.Stop(first, 8).code(), Status::Code::kNotFound);
   ASSERT_TRUE(hub_.Start(second, FunctionTask(9, {{"steps", 3}})).ok());
   ASSERT_TRUE(events_.WaitFor([&] { return events_.Done(9); }));
@@ -345,27 +365,13 @@ TEST_F(AgentHubTest, ShutdownLosesRunningTrialsAndSaysBye) {
 // save its state, when that is longer than the agent's own stop_grace_ms.
 TEST_F(AgentHubTest, AStoppingAgentGivesACommandTrialItsKillGrace) {
   Listen();
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() /
-      ("sweep-grace-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
-  std::filesystem::create_directories(dir);
+  std::filesystem::path dir;
   // On SIGTERM it takes 0.8 s to save, then says so.
-  std::ofstream(dir / "p.sh") << "#!/bin/sh\ntrap 'sleep 0.8; touch saved; exit 0' TERM\n"
-                                 "touch running\nwhile :; do sleep 0.05; done\n";
-  std::filesystem::permissions(dir / "p.sh", std::filesystem::perms::owner_all);
+  const TrialTask task = SavingCommandTrial("sleep 0.8; touch saved; exit 0", &dir);
   AgentOptions options = Agent();
   options.stop_grace_ms = 200;
   AgentThread agent(options);
   ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
-  TrialTask task;
-  task.number = 4;
-  task.kind = "command";
-  task.params = json::object();
-  task.settings = {{"command", {(dir / "p.sh").string()}},
-                   {"workdir", dir.string()},
-                   {"trial_dir", (dir / "t4").string()},
-                   {"metric", "score"},
-                   {"kill_grace_s", 5.0}};
   ASSERT_TRUE(hub_.Start(events_.JoinedId(0), task).ok());
   ASSERT_TRUE(events_.WaitFor([&] { return std::filesystem::exists(dir / "running"); }, 10000))
       << (events_.Done(4) ? events_.Worker(4, WorkerEvent::Type::kDone)[0].error : "not ended");
@@ -380,24 +386,10 @@ TEST_F(AgentHubTest, AStoppingAgentGivesACommandTrialItsKillGrace) {
 // checkpoint.
 TEST_F(AgentHubTest, ALostConnectionEndsTrialsAtOnceUnsaved) {
   Listen();
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() /
-      ("sweep-lost-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "p.sh") << "#!/bin/sh\ntrap 'touch saved; exit 0' TERM\n"
-                                 "touch running\nwhile :; do sleep 0.05; done\n";
-  std::filesystem::permissions(dir / "p.sh", std::filesystem::perms::owner_all);
+  std::filesystem::path dir;
+  const TrialTask task = SavingCommandTrial("touch saved; exit 0", &dir);
   AgentThread agent(Agent());
   ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
-  TrialTask task;
-  task.number = 4;
-  task.kind = "command";
-  task.params = json::object();
-  task.settings = {{"command", {(dir / "p.sh").string()}},
-                   {"workdir", dir.string()},
-                   {"trial_dir", (dir / "t4").string()},
-                   {"metric", "score"},
-                   {"kill_grace_s", 5.0}};
   ASSERT_TRUE(hub_.Start(events_.JoinedId(0), task).ok());
   ASSERT_TRUE(events_.WaitFor([&] { return std::filesystem::exists(dir / "running"); }, 10000));
   ASSERT_EQ(network_.DisconnectAll(), 1);
