@@ -233,7 +233,7 @@ void Packer::Take(ServerState& s, int slot, int share) {
   if (share > 1 && st.users == share) --s.shared_open;
 }
 
-std::optional<Placement> Packer::PlaceExclusive(const Request& r) {
+std::optional<Placement> Packer::PlaceExclusive(const Request& r, bool cpu_only) {
   const int n = r.gpus;
   // No server has n free slots: done without a scan (the common case in a busy cluster).
   int most_free = largest_server_;
@@ -243,7 +243,11 @@ std::optional<Placement> Packer::PlaceExclusive(const Request& r) {
   std::tuple<int, int, int> best_key{INT_MAX, INT_MAX, INT_MAX};
   for (int i = 0; i < static_cast<int>(servers_.size()); ++i) {
     const ServerState& s = servers_[i];
-    if (s.free < n || !Usable(s, r.trial) || (r.share > 1 && !s.gpu)) continue;
+    // A shared request opens a GPU; on CPU slots (gpu_share does not apply there) it is an
+    // ordinary one, placed only where no GPU has room (see PlaceShared).
+    if (s.free < n || !Usable(s, r.trial) || (r.share > 1 && !s.gpu) || (cpu_only && s.gpu)) {
+      continue;
+    }
     if (options_.fit == Fit::kFirstFit) {
       best = i;
       break;
@@ -286,7 +290,14 @@ std::optional<Placement> Packer::PlaceShared(const Request& r) {
     }
     if (options_.fit == Fit::kFirstFit && best_server >= 0) break;
   }
-  if (best_server < 0) return PlaceExclusive(r);
+  if (best_server < 0) {
+    // A free GPU to share; else, on a server without GPUs, a CPU slot of its own (gpu_share is
+    // ignored on CPU slots, which take trials as they do without it).
+    if (std::optional<Placement> opened = PlaceExclusive(r)) return opened;
+    Request alone = r;
+    alone.share = 1;
+    return PlaceExclusive(alone, /*cpu_only=*/true);
+  }
   ServerState& s = servers_[best_server];
   Take(s, best_slot, r.share);
   ++s.trials;

@@ -76,6 +76,23 @@ TEST(PackerTest, ServersJoinAndLeave) {
   EXPECT_EQ(MustPlace(p, Req(4, 4)).server, 2);
 }
 
+// gpu_share is for GPUs: beside a GPU server, CPU slots still take trials, one each, once no
+// GPU has room (they did sit idle).
+TEST(PackerTest, SharedRequestsUseCpuSlotsOnlyWhereNoGpuHasRoom) {
+  Packer p = Make({Flat(0, 1), Server{1, {}, 2}});
+  EXPECT_EQ(MustPlace(p, Req(1, 1, 0, /*share=*/2)).server, 0);
+  EXPECT_EQ(MustPlace(p, Req(2, 1, 0, 2)).server, 0);  // the GPU, shared two ways
+  Placement c = MustPlace(p, Req(3, 1, 0, 2));
+  EXPECT_EQ(c.server, 1);
+  EXPECT_EQ(c.share, 1);  // a CPU slot of its own
+  Placement d = MustPlace(p, Req(4, 1, 0, 2));
+  EXPECT_EQ(d.server, 1);
+  EXPECT_NE(d.gpus, c.gpus);
+  EXPECT_FALSE(p.Place(Req(5, 1, 0, 2)).has_value());
+  ASSERT_TRUE(p.Release(c).ok());
+  EXPECT_EQ(MustPlace(p, Req(6, 1, 0, 2)).gpus, c.gpus);
+}
+
 TEST(PackerTest, CheckRejectsImpossibleRequests) {
   Packer p = Make({Flat(0, 4), Flat(1, 8)});
   EXPECT_TRUE(p.Check(Req(1, 8)).ok());

@@ -143,7 +143,8 @@ class Packer {
   bool Usable(const ServerState& s, int64_t trial) const;
   static Fitting FitOn(const ServerState& s, int n);
   static std::vector<int> TakeSlots(ServerState& s, int n, Fit fit);
-  std::optional<Placement> PlaceExclusive(const Request& request);
+  // cpu_only: only on servers without GPUs.
+  std::optional<Placement> PlaceExclusive(const Request& request, bool cpu_only = false);
   std::optional<Placement> PlaceShared(const Request& request);
   void Take(ServerState& s, int slot, int share);
   void Count(int free, int delta) { servers_with_free_[free] += delta; }
