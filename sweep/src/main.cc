@@ -403,7 +403,8 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
   if (!summary.already_complete && c.failed > 0 && c.completed == 0 && c.pruned == 0) {
     std::cerr << "sweep '" << name << "': no trial completed (" << c.failed << " failed"
               << (c.interrupted > 0 ? ", " + std::to_string(c.interrupted) + " interrupted" : "")
-              << "); their errors: `sweep trials " << name << " --status failed`\n";
+              << "); their errors: `"
+              << sweep::SweepCommand("trials", name, st.path(), "--status failed") << "`\n";
     return kExitRuntime;
   }
   return kExitOk;
@@ -475,8 +476,8 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
                       !sweep::CoordinatorGone(db, *existing);
     return Fail(summary.status().WithMessage(
         summary.status().message() +
-        (live ? " and another process is running it now; follow it with `sweep status " +
-                    cfg->name + sweep::DbFlag(db) + " --watch`"
+        (live ? " and another process is running it now; follow it with `" +
+                    sweep::SweepCommand("status", cfg->name, db, "--watch") + "`"
               : "; use `" + sweep::ResumeCommand(cfg->name, db) + "`")));
   }
   if (!summary.ok()) return Fail(summary.status());

@@ -175,11 +175,17 @@ std::string DbFlag(const std::string& db) {
   return quoted + "'";
 }
 
-std::string ResumeCommand(const std::string& name, const std::string& db) {
+std::string SweepCommand(const std::string& command, const std::string& name, const std::string& db,
+                         const std::string& options) {
+  const std::string more = DbFlag(db) + (options.empty() ? "" : " " + options);
   // A name starting with '-' (a sweep stored before such names were refused) follows `--`, or
   // it would read as an option.
-  if (name.starts_with('-')) return "sweep resume" + DbFlag(db) + " -- " + name;
-  return "sweep resume " + name + DbFlag(db);
+  if (name.starts_with('-')) return "sweep " + command + more + " -- " + name;
+  return "sweep " + command + " " + name + more;
+}
+
+std::string ResumeCommand(const std::string& name, const std::string& db) {
+  return SweepCommand("resume", name, db);
 }
 
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,

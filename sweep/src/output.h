@@ -36,6 +36,10 @@ int CheckStandardOutput(int code);
 // " --db DB" for a command to type (quoted for a shell where it needs it), or "" for the
 // default ./sweeps.db.
 std::string DbFlag(const std::string& db);
+// `sweep COMMAND NAME[ --db DB][ OPTIONS]`, a command to type about sweep `name` of store `db`
+// (with `--` before a name that starts with '-').
+std::string SweepCommand(const std::string& command, const std::string& name, const std::string& db,
+                         const std::string& options = "");
 // The command that continues sweep `name` of store `db`: `sweep resume NAME[ --db DB]`.
 std::string ResumeCommand(const std::string& name, const std::string& db);
 // Store::FindSweep, with "did you mean ..." when the name is close to one that exists.

@@ -87,6 +87,10 @@ TEST(OutputTest, ResumeCommandNamesAStoreThatIsNotTheDefault) {
   EXPECT_EQ(ResumeCommand("s", "./sweeps.db"), "sweep resume s");
   EXPECT_EQ(ResumeCommand("s", "runs/m.db"), "sweep resume s --db runs/m.db");
   EXPECT_EQ(ResumeCommand("-s", "runs/m.db"), "sweep resume --db runs/m.db -- -s");
+  EXPECT_EQ(SweepCommand("trials", "s", "runs/m.db", "--status failed"),
+            "sweep trials s --db runs/m.db --status failed");
+  EXPECT_EQ(SweepCommand("trials", "-s", "sweeps.db", "--status failed"),
+            "sweep trials --status failed -- -s");
   EXPECT_EQ(ResumeCommand("s", "my runs/it's.db"), "sweep resume s --db 'my runs/it'\\''s.db'");
 }
 
