@@ -735,15 +735,6 @@ int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) then fails the write that passes it, with a message naming the
   // file (EFBIG), instead of ending the process; workers inherit this.
   std::signal(SIGXFSZ, SIG_IGN);
-  // The processes that train (workers, `sweep train`) set NCCL's environment now, before any
-  // thread starts.
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "worker" || arg == "train") {
-      sweep::trainer::ConnectNcclAtInit();
-      break;
-    }
-  }
   CLI::App app{"sweep: hyperparameter sweeps with an embedded data-parallel trainer"};
   app.footer(kExamples);
   app.require_subcommand(1);
@@ -875,6 +866,9 @@ int main(int argc, char** argv) {
     app.exit(e);
     return kExitUsage;
   }
+  // The processes that train (workers, `sweep train`) set NCCL's environment now, before any
+  // thread starts (parsing starts none).
+  if (worker->parsed() || train->parsed()) sweep::trainer::ConnectNcclAtInit();
   if (worker->parsed()) {
     return sweep::executor::RunWorker(sweep::executor::kWorkerCommandFd,
                                       sweep::executor::kWorkerMessageFd);

@@ -199,6 +199,28 @@ cpu_slots = 2
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
 }
 
+// NCCL_RUNTIME_CONNECT, which a training process sets for its own NCCL, never reaches a
+// command trial's program: not even when a word of the command line is "worker" or "train".
+TEST_F(CommandTrialE2eTest, TheProgramDoesNotSeeOurNcclSetting) {
+  if (std::getenv("NCCL_RUNTIME_CONNECT") != nullptr) GTEST_SKIP() << "set in this environment";
+  Write("c.toml", R"([sweep]
+name = "env"
+metric = "score"
+mode = "max"
+max_trials = 1
+[parameters]
+x = 1
+[trial]
+kind = "command"
+command = ["sh", "-c", "echo nccl=[${{NCCL_RUNTIME_CONNECT-unset}}] >&2; echo 'sweep-report {{\"score\": 1}}'"]
+)");
+  Output o = Sweep("run c.toml --name worker");
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::string log = Query("SELECT stderr_log FROM trials")[0][0];
+  const std::string err = sweep_e2e::Slurp(log);
+  EXPECT_NE(err.find("nccl=[unset]"), std::string::npos) << err;
+}
+
 // The report that meets stop_when is its trial's result, whatever the program reports while it
 // stops; and a step reported twice keeps its first report, in the stored curve and as the
 // trial's result alike.
