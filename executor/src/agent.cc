@@ -152,10 +152,13 @@ class Pump {
                   kill_grace_s > 0 ? static_cast<int>(std::min(kill_grace_s, 86400.0) * 1000) + 1000
                                    : 0;
             } else {
+              // No worker could be started here (no descriptors or memory left, the worker
+              // program gone): this machine's trouble, not the trial's. Interrupted, it runs
+              // again elsewhere and nothing more is placed here, as for a full disk.
               WorkerEvent ev;
               ev.type = WorkerEvent::Type::kDone;
               ev.trial = c.trial;
-              ev.outcome = TrialOutcome::Kind::kFailed;
+              ev.outcome = TrialOutcome::Kind::kInterrupted;
               ev.error = started.message();
               events.push_back(std::move(ev));
             }

@@ -401,5 +401,23 @@ TEST_F(AgentHubTest, ALostConnectionEndsTrialsAtOnceUnsaved) {
   std::filesystem::remove_all(dir);
 }
 
+// An agent that cannot start a worker ends the trial interrupted (the machine's trouble: the
+// coordinator runs it elsewhere and places nothing more there), not failed.
+TEST_F(AgentHubTest, AWorkerThatCannotStartEndsItsTrialInterrupted) {
+  Listen();
+  AgentOptions options = Agent();
+  options.worker_command = {"/nonexistent/sweep-worker"};
+  AgentThread agent(options);
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+  ASSERT_TRUE(hub_.Start(events_.JoinedId(0), FunctionTask(3, {{"steps", 2}})).ok());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Done(3); }));
+  const auto done = events_.Worker(3, WorkerEvent::Type::kDone);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].outcome, TrialOutcome::Kind::kInterrupted);
+  EXPECT_NE(done[0].error.find("cannot start worker '/nonexistent/sweep-worker'"),
+            std::string::npos)
+      << done[0].error;
+}
+
 }  // namespace
 }  // namespace sweep::executor
