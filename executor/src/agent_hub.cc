@@ -496,6 +496,7 @@ class AgentHub::Impl {
             ev.trial = c.trial;
             ev.outcome = TrialOutcome::Kind::kFailed;
             ev.worker_lost = true;
+            ev.never_started = true;
             ev.error = "agent " + std::to_string(c.agent_id) + " was lost before trial " +
                        std::to_string(c.trial) + " could start";
             pending_.push_back(HubEvent{c.agent_id, std::move(ev)});

@@ -104,6 +104,7 @@ struct RunningTrial {
   bool at_max_resource = false;  // stopped on reaching early_stopping.max_resource
   std::optional<double> length;  // the resource it runs to on its own (with early stopping)
   size_t next_point = 0;         // see TrialTask::IsDecisionPoint
+  bool first_run = false;        // no earlier run of it started (its checkpoint is none of its)
 };
 
 constexpr int kLocalServer = 0;
@@ -550,22 +551,21 @@ class Coordinator {
     hub_events_.clear();
     hub_->Drain(&hub_events_);
     if (hub_events_.empty()) return Status::Ok();
-    // A lost agent's trials get their kDone just before its AgentLost, in the same batch.
-    std::map<int64_t, executor::AgentLost::Reason> lost;
+    // A lost agent's trials get their kDone just before its AgentLost, in the same batch (and
+    // one started there as it went, in a later one): the loss is known before they are handled.
     for (const executor::HubEvent& e : hub_events_) {
       if (auto* gone = std::get_if<executor::AgentLost>(&e.event)) {
-        lost[e.agent_id] = gone->reason;
-        lost_agents_.insert(e.agent_id);
+        lost_agents_[e.agent_id] = gone->reason;
       }
     }
     for (executor::HubEvent& e : hub_events_) {
       if (auto* ev = std::get_if<executor::WorkerEvent>(&e.event)) {
         // An agent that said it is stopping (or said bye): its trials' loss is not theirs. Nor
         // is it for a trial started there as the agent went (its done comes after the loss).
-        const auto gone = lost.find(e.agent_id);
+        const auto gone = lost_agents_.find(e.agent_id);
         const bool draining = draining_agents_.contains(e.agent_id);
-        const bool bye = gone != lost.end() && gone->second == executor::AgentLost::Reason::kBye;
-        const bool agent_gone = gone != lost.end() || lost_agents_.contains(e.agent_id);
+        const bool agent_gone = gone != lost_agents_.end();
+        const bool bye = agent_gone && gone->second == executor::AgentLost::Reason::kBye;
         SWEEP_RETURN_IF_ERROR(Handle(*ev, now, stopping, draining || agent_gone, draining || bye));
       } else if (std::holds_alternative<executor::AgentDraining>(e.event)) {
         // It is stopping: nothing more is placed there; its trials end there, then run again
@@ -988,6 +988,7 @@ class Coordinator {
       t.placement += (i > 0 ? "," : "") + server.slots[t.where.gpus[i]].name;
     }
     t.started_s = now;
+    t.first_run = !rerun || p.never_ran;
 
     executor::TrialTask task;
     if (rerun) {
@@ -1050,7 +1051,7 @@ class Coordinator {
       if (!task.settings.contains("checkpoint_every")) task.settings["checkpoint_every"] = 1;
     }
     task.seed = TrialSeed(config_.seed, p.number);
-    task.fresh = !rerun || p.never_ran;
+    task.fresh = t.first_run;
     task.decision_points = decisions_.decision_points;
     task.decide_every_report = decisions_.decide_every_report;
     task.decide_by_epoch = decisions_.decide_by_epoch;
@@ -1262,7 +1263,8 @@ class Coordinator {
           // Its agent was stopped and said goodbye: it runs again (from its checkpoint when that
           // is on storage the next server shares), counted neither as a retry nor as a loss.
           status = TrialStatus::kInterrupted;
-          queue_.push_front({ev.trial, t.params, t.retries, t.agent_losses});
+          queue_.push_front(
+              {ev.trial, t.params, t.retries, t.agent_losses, t.first_run && ev.never_started});
           error += "; running it again";
         } else if (ev.worker_lost && agent_lost && t.agent_losses + 1 >= kMaxAgentLosses) {
           error = "its agent was lost " + std::to_string(kMaxAgentLosses) +
@@ -1273,7 +1275,8 @@ class Coordinator {
           // Its agent went away, not the trial's fault: it runs again (from its checkpoint when
           // that is on storage the next server shares), without using up a retry.
           status = TrialStatus::kInterrupted;
-          queue_.push_front({ev.trial, t.params, t.retries, t.agent_losses + 1});
+          queue_.push_front(
+              {ev.trial, t.params, t.retries, t.agent_losses + 1, t.first_run && ev.never_started});
           SWEEP_RETURN_IF_ERROR(
               store_.SetTrialAgentLosses(sweep_id_, ev.trial, t.agent_losses + 1));
           error += "; running it again";
@@ -1394,7 +1397,8 @@ class Coordinator {
   std::string stored_checkpoint_dir_;             // the same, absolute
   std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
   std::set<int64_t> draining_agents_;             // agents stopping: their trials end, then bye
-  std::set<int64_t> lost_agents_;                 // agents gone (ids are never reused)
+  // Agents gone, and how (ids are never reused): a trial's done may come after its agent's loss.
+  std::map<int64_t, executor::AgentLost::Reason> lost_agents_;
   std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits
   std::unique_ptr<executor::LocalExecutor> executor_;
   int64_t sweep_id_ = 0;
