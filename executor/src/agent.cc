@@ -608,8 +608,8 @@ class Session {
       case State::kServing: {
         // Its trials end here before the coordinator runs them elsewhere (never twice at once):
         // it says it is draining, stops them, sends their reports and ends, then says bye.
-        // The connection's heartbeats go on meanwhile; if it is lost, the trials stop as they
-        // would have.
+        // The connection's heartbeats go on meanwhile; if it is lost, the trials are ended at
+        // once, as on any lost connection (Drop).
         Log("stopping: ending " + std::to_string(assigned_.size()) +
             " running trial(s), then saying bye to the coordinator");
         Flush();
