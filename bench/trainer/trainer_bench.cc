@@ -315,6 +315,7 @@ int main(int argc, char** argv) {
                   torch.back().test_acc);
     }
     double one_replica = 0;
+    bool above_peak = false;
     for (const Config& c : configs) {
       std::vector<double> sps, exposed, reduce;
       for (const OursRun& r : c.runs) {
@@ -326,6 +327,10 @@ int main(int argc, char** argv) {
       const double s = Median(sps);
       if (c.replicas == 1 && c.threads == 1) one_replica = s;
       const double gflops = s * kFlopsPerSample / 1e9;
+      // Past what the cores it used can do at the reported clock (one thread: 1/cores of it).
+      const long used = std::min<long>(cores, std::max(c.replicas, c.threads));
+      above_peak = above_peak ||
+                   gflops > peak_gflops * static_cast<double>(used) / static_cast<double>(cores);
       std::printf("  ours %s  samples_per_s %7.0f  GFLOP/s %5.1f = %4.1f%% of peak", c.name, s,
                   gflops, 100.0 * gflops / peak_gflops);
       if (torch_median > 0) std::printf("  vs PyTorch %.2fx", s / torch_median);
@@ -339,6 +344,14 @@ int main(int argc, char** argv) {
         "  (GFLOP/s counts the GEMMs only: %.3f MFLOP per sample; the peak is for all %ld cores, "
         "so one thread can reach at most %.0f%% of it)\n",
         kFlopsPerSample / 1e6, cores, 100.0 / static_cast<double>(cores));
+    if (above_peak) {
+      std::printf(
+          "  (a share above what its cores can reach: they ran faster than the %.0f MHz the OS "
+          "reports, as a "
+          "boost clock under a hypervisor does: the shares overstate how near the true peak it "
+          "runs)\n",
+          mhz);
+    }
     std::fflush(stdout);
   }
 
