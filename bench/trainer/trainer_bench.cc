@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
         "  (GFLOP/s counts the GEMMs only: %.3f MFLOP per sample; the peak is for all %ld cores, "
         "so one thread can reach at most %.0f%% of it)\n",
         kFlopsPerSample / 1e6, cores, 100.0 / static_cast<double>(cores));
-    if (above_peak) {
+    if (above_peak && mhz > 0) {
       std::printf(
           "  (a share above what its cores can reach: they ran faster than the %.0f MHz the OS "
           "reports, as a "

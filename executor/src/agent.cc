@@ -160,6 +160,7 @@ class Pump {
               ev.trial = c.trial;
               ev.outcome = TrialOutcome::Kind::kInterrupted;
               ev.error = started.message();
+              ev.never_started = true;
               events.push_back(std::move(ev));
             }
             break;
@@ -468,6 +469,7 @@ class Session {
           ev.trial = task->number;
           ev.outcome = TrialOutcome::Kind::kStopped;
           ev.error = "the agent is stopping";
+          ev.never_started = true;
           Send(net::DoneToJson(ev));
           return;
         }

@@ -431,6 +431,7 @@ json DoneToJson(const WorkerEvent& done) {
   j["error"] = Abbreviate(done.error, kMaxErrorChars - 64);
   j["end_metrics"] = done.metrics.is_object() ? done.metrics : json::object();
   j["worker_lost"] = done.worker_lost;
+  if (done.never_started) j["never_started"] = true;  // optional: absent means false
   return j;
 }
 
@@ -449,6 +450,9 @@ Result<WorkerEvent> DoneFromJson(json& j) {
   ev.outcome = *kind;
   SWEEP_ASSIGN_OR_RETURN(ev.error, r.String("error", kMaxErrorChars, true));
   SWEEP_ASSIGN_OR_RETURN(ev.worker_lost, r.Bool("worker_lost"));
+  if (j.contains("never_started")) {
+    SWEEP_ASSIGN_OR_RETURN(ev.never_started, r.Bool("never_started"));
+  }
   auto m = j.find("end_metrics");
   if (m == j.end()) return r.Error("end_metrics", "is missing");
   SWEEP_RETURN_IF_ERROR(CheckMetrics(*m, r, "end_metrics"));

@@ -1230,7 +1230,8 @@ class Coordinator {
           const std::string trouble = "trial " + std::to_string(ev.trial) + ": " + ev.error;
           RetireServer(t.where.server, trouble);
           if (packer_->largest_server() >= config_.gpus) {
-            queue_.push_front({ev.trial, t.params, t.retries, t.agent_losses});
+            queue_.push_front(
+                {ev.trial, t.params, t.retries, t.agent_losses, t.first_run && ev.never_started});
             error += "; running it again on another server";
           } else {
             machine_trouble_ = trouble;

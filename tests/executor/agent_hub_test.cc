@@ -414,6 +414,7 @@ TEST_F(AgentHubTest, AWorkerThatCannotStartEndsItsTrialInterrupted) {
   const auto done = events_.Worker(3, WorkerEvent::Type::kDone);
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].outcome, TrialOutcome::Kind::kInterrupted);
+  EXPECT_TRUE(done[0].never_started);  // its rerun elsewhere is still its first run
   EXPECT_NE(done[0].error.find("cannot start worker '/nonexistent/sweep-worker'"),
             std::string::npos)
       << done[0].error;

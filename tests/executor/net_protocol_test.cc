@@ -296,6 +296,17 @@ TEST(MessageTest, DoneRoundTripsAndChecksTheOutcome) {
   json no_flag = DoneToJson(done);
   no_flag.erase("worker_lost");
   EXPECT_FALSE(DoneFromJson(no_flag).ok());
+  // never_started is optional (absent: false), and travels when set.
+  EXPECT_FALSE(j.contains("never_started"));
+  EXPECT_FALSE(parsed->never_started);
+  done.never_started = true;
+  json never = DoneToJson(done);
+  auto never_back = DoneFromJson(never);
+  ASSERT_TRUE(never_back.ok()) << never_back.status().message();
+  EXPECT_TRUE(never_back->never_started);
+  never["never_started"] = "yes";
+  EXPECT_FALSE(DoneFromJson(never).ok());
+  done.never_started = false;
 
   // Every outcome travels, the machine's trouble (kInterrupted) with its error.
   for (TrialOutcome::Kind kind : {TrialOutcome::Kind::kCompleted, TrialOutcome::Kind::kStopped,

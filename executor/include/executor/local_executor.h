@@ -30,7 +30,8 @@ struct WorkerEvent {
   std::string error;
   // The worker died or stopped answering (not the trial's own failure): the trial may be rerun.
   bool worker_lost = false;
-  // With worker_lost: it never reached a worker (its agent was lost before it could start).
+  // It never reached a worker: its agent was lost, or was stopping, before it could start, or
+  // no worker could be started for it.
   bool never_started = false;
   // When the worker (or, for an agent's trial, the coordinator's hub) had it: Unix seconds;
   // 0 when not known. A coordinator held up (a locked store) still records when it happened.
