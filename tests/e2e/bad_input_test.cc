@@ -783,8 +783,8 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
        {"sweep: --set hidden=[256,-1]: hidden: expected a list of positive integers"}},
       {"train t.toml --set 'hidden=[256,'",
        kUsage,
-       {"sweep: --set hidden=[256,: hidden: expected a list of positive integers, each at most "
-        "1048576, got \"[256,\""}},
+       {"sweep: --set hidden=[256,: hidden: expected a list of positive integers (or one, for one "
+        "layer), each at most 1048576, got \"[256,\""}},
       {"train t.toml --set epochs=1e30",
        kUsage,
        {"sweep: --set epochs=1e30: epochs: expected an integer"}},

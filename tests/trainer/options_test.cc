@@ -122,11 +122,14 @@ TEST(Options, EveryKeyApplies) {
 
 TEST(Options, TypeErrors) {
   EXPECT_EQ(ApplyError("hidden", "abc"),
-            "hidden: expected a list of positive integers, each at most 1048576, got \"abc\"");
+            "hidden: expected a list of positive integers (or one, for one layer), each at most "
+            "1048576, got \"abc\"");
   EXPECT_EQ(ApplyError("hidden", {256, 0}),
-            "hidden: expected a list of positive integers, each at most 1048576, got [256,0]");
+            "hidden: expected a list of positive integers (or one, for one layer), each at most "
+            "1048576, got [256,0]");
   EXPECT_EQ(ApplyError("hidden", {1.5}),
-            "hidden: expected a list of positive integers, each at most 1048576, got [1.5]");
+            "hidden: expected a list of positive integers (or one, for one layer), each at most "
+            "1048576, got [1.5]");
   EXPECT_EQ(ApplyError("lr", "0.1"), "lr: expected a number, got \"0.1\"");
   EXPECT_EQ(ApplyError("lr", true), "lr: expected a number, got true");
   EXPECT_EQ(ApplyError("lr", std::numeric_limits<double>::infinity()),

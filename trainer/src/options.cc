@@ -178,7 +178,7 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
   }
   if (key == "hidden") {
     // One integer is taken as a single hidden layer; [] means none (a linear model).
-    const char* what = "a list of positive integers, each at most 1048576";
+    const char* what = "a list of positive integers (or one, for one layer), each at most 1048576";
     std::vector<int> hidden;
     if (v.is_array()) {
       for (const json& item : v) {
