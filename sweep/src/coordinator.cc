@@ -1071,7 +1071,7 @@ class Coordinator {
         // without using up a retry.
         (void)packer_->RemoveServer(t.where.server);
         Pending again = p;
-        again.never_ran = !rerun || p.never_ran;
+        again.never_ran = t.first_run;
         queue_.push_front(std::move(again));
         return FinishTrial(p.number, t, TrialStatus::kInterrupted,
                            s.message() + "; running it again", now);
@@ -1085,7 +1085,7 @@ class Coordinator {
         const std::string trouble = server.name + ": " + s.message();
         RetireServer(t.where.server, trouble);
         Pending again = p;
-        again.never_ran = !rerun || p.never_ran;
+        again.never_ran = t.first_run;
         queue_.push_front(std::move(again));
         if (packer_->largest_server() < config_.gpus && machine_trouble_.empty()) {
           machine_trouble_ = trouble;
