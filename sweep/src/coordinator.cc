@@ -1267,19 +1267,23 @@ class Coordinator {
           queue_.push_front(
               {ev.trial, t.params, t.retries, t.agent_losses, t.first_run && ev.never_started});
           error += "; running it again";
-        } else if (ev.worker_lost && agent_lost && t.agent_losses + 1 >= kMaxAgentLosses) {
+        } else if (ev.worker_lost && agent_lost && !ev.never_started &&
+                   t.agent_losses + 1 >= kMaxAgentLosses) {
           error = "its agent was lost " + std::to_string(kMaxAgentLosses) +
                   " times while it ran (is the trial what takes it down? out of memory?); the "
                   "last time: " +
                   error;
         } else if (ev.worker_lost && agent_lost) {
           // Its agent went away, not the trial's fault: it runs again (from its checkpoint when
-          // that is on storage the next server shares), without using up a retry.
+          // that is on storage the next server shares), without using up a retry. The loss
+          // counts against it only if it ran there.
           status = TrialStatus::kInterrupted;
+          const int losses = t.agent_losses + (ev.never_started ? 0 : 1);
           queue_.push_front(
-              {ev.trial, t.params, t.retries, t.agent_losses + 1, t.first_run && ev.never_started});
-          SWEEP_RETURN_IF_ERROR(
-              store_.SetTrialAgentLosses(sweep_id_, ev.trial, t.agent_losses + 1));
+              {ev.trial, t.params, t.retries, losses, t.first_run && ev.never_started});
+          if (losses != t.agent_losses) {
+            SWEEP_RETURN_IF_ERROR(store_.SetTrialAgentLosses(sweep_id_, ev.trial, losses));
+          }
           error += "; running it again";
         } else if (ev.worker_lost && t.retries < config_.max_retries) {
           // The worker died, not the trial: run it again (from its checkpoint, if any).
