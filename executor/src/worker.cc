@@ -225,7 +225,6 @@ class Worker {
     if (::poll(&p, 1, timeout_ms) <= 0) return;
     std::vector<std::string> lines;
     if (!reader_.ReadSome(command_fd_, &lines)) closed_ = true;
-    if (closed_ && current_ >= 0) Abandon();
     for (const std::string& line : lines) {
       json msg = json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!msg.is_object()) continue;
@@ -247,9 +246,9 @@ class Worker {
         if (msg.value("trial", int64_t{-2}) == current_) verdict_ = true;
       } else if (op == "exit") {
         closed_ = true;
-        if (current_ >= 0) Abandon();
       }
     }
+    if (closed_ && current_ >= 0) Abandon();
   }
 
   // Ends the process now, with the program's process group (a command trial's), unsaved.

@@ -1065,35 +1065,31 @@ class Coordinator {
     if (!s.ok()) {
       (void)packer_->Release(t.where);
       --counts_.running;
-      if (server.agent && s.code() == Status::Code::kNotFound) {
-        // Its agent is gone, and its loss is still on the way here: nothing ran. Nothing more
-        // goes there, and the trial runs again elsewhere, as a trial of a lost agent would,
-        // without using up a retry.
+      if (server.agent && s.code() != Status::Code::kNotFound) {
+        // The agent could not take it: fail this trial, keep the sweep going.
+        return FinishTrial(p.number, t, TrialStatus::kFailed, s.message(), now);
+      }
+      // Nothing ran, and not for the trial's sake: it runs again elsewhere, without using up a
+      // retry, and nothing more goes to this server.
+      Pending again = p;
+      again.never_ran = t.first_run;
+      queue_.push_front(std::move(again));
+      if (server.agent) {
+        // Its agent is gone, and its loss is still on the way here.
         (void)packer_->RemoveServer(t.where.server);
-        Pending again = p;
-        again.never_ran = t.first_run;
-        queue_.push_front(std::move(again));
         return FinishTrial(p.number, t, TrialStatus::kInterrupted,
                            s.message() + "; running it again", now);
       }
-      if (!server.agent) {
-        // No worker process could be started here (no descriptors or memory left, the worker
-        // program gone): the machine's trouble, not the trial's, and the next trials would meet
-        // it too. As for a checkpoint that cannot be written: nothing more is placed on this
-        // server, the trial runs again elsewhere while other servers can take it, and otherwise
-        // the sweep stops, so that `resume` runs it once that is put right.
-        const std::string trouble = server.name + ": " + s.message();
-        RetireServer(t.where.server, trouble);
-        Pending again = p;
-        again.never_ran = t.first_run;
-        queue_.push_front(std::move(again));
-        if (packer_->largest_server() < config_.gpus && machine_trouble_.empty()) {
-          machine_trouble_ = trouble;
-        }
-        return FinishTrial(p.number, t, TrialStatus::kInterrupted, s.message(), now);
+      // No worker process could be started here (no descriptors or memory left, the worker
+      // program gone): the machine's trouble, and the next trials would meet it too. As for a
+      // checkpoint that cannot be written, the sweep stops when no other server can take the
+      // trial, so that `resume` runs it once that is put right.
+      const std::string trouble = server.name + ": " + s.message();
+      RetireServer(t.where.server, trouble);
+      if (packer_->largest_server() < config_.gpus && machine_trouble_.empty()) {
+        machine_trouble_ = trouble;
       }
-      // The agent could not take it: fail this trial, keep the sweep going.
-      return FinishTrial(p.number, t, TrialStatus::kFailed, s.message(), now);
+      return FinishTrial(p.number, t, TrialStatus::kInterrupted, s.message(), now);
     }
     running_.emplace(p.number, std::move(t));
     return Status::Ok();
