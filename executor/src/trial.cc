@@ -140,6 +140,10 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   Result<trainer::TrainOptions> built = TrainerOptions(task);
   if (!built.ok()) return Failed(built.status().message());
   trainer::TrainOptions& options = *built;
+  // A trial stopped after an epoch checkpoints it without waiting to hear that its report was
+  // stored: going on from that checkpoint, it reports that epoch again (the store keeps the
+  // first report of a step, so one it has already is dropped).
+  options.report_resumed_epoch = true;
   if (task.fresh && !options.checkpoint_path.empty()) {
     std::error_code ec;
     std::filesystem::remove(options.checkpoint_path, ec);

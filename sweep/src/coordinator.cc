@@ -358,7 +358,9 @@ class Coordinator {
     }
     // Every report is a decision point of a trainer trial, whose worker writes the epoch's
     // checkpoint only once told to go on: by then the report is committed (Handle), so a
-    // checkpoint is never ahead of the store, and a rerun from it has reported all it skips.
+    // checkpoint is not ahead of the store, and a rerun from it has reported all it skips. (One
+    // told to stop before its report arrived checkpoints at once; its rerun reports that epoch
+    // again from the checkpoint, and the store keeps it if it had not.)
     // And with stop_when, a trial stops at the report that met the target, not one later.
     if (config_.kind == TrialKind::kTrainer || config_.stop_when) {
       decisions_.decide_every_report = true;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -222,6 +223,84 @@ TEST(Checkpoint, ResumedTrialEndsBitForBitWhereAnUninterruptedOneDoes) {
       EXPECT_EQ(again->resumed_from_epoch, 4);
       EXPECT_EQ(again->test_acc, r->test_acc);
     }
+}
+
+// A caller that may have lost the checkpoint's epoch report (report_resumed_epoch) hears it
+// again on a resume, as it was first reported, before any epoch trains; told to stop there, the
+// run trains no further and leaves the checkpoint as it was. NaN figures (no validation set)
+// survive the file.
+TEST(Checkpoint, AResumeCanReportTheCheckpointsEpochAgain) {
+  for (double validation : {0.2, 0.0}) {
+    SCOPED_TRACE("validation_fraction " + std::to_string(validation));
+    TempDir dir;
+    TrainOptions o = ResumeOptions(dir);
+    o.validation_fraction = validation;
+    o.checkpoint_path = dir / "trial.ckpt";
+    std::vector<EpochReport> first;
+    auto stopped = Train(o, [&](const EpochReport& e) {
+      first.push_back(e);
+      return e.epoch < 2;
+    });
+    ASSERT_TRUE(stopped.ok()) << stopped.status().message();
+    ASSERT_EQ(first.size(), 2u);
+    const auto same = [](const EpochReport& a, const EpochReport& b) {
+      auto eq = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+      return a.epoch == b.epoch && a.step == b.step && eq(a.train_loss, b.train_loss) &&
+             eq(a.val_loss, b.val_loss) && eq(a.val_acc, b.val_acc) &&
+             eq(a.samples_per_s, b.samples_per_s) && eq(a.data_wait_s, b.data_wait_s) &&
+             eq(a.epoch_s, b.epoch_s) && eq(a.allreduce_s, b.allreduce_s) && eq(a.lr, b.lr) &&
+             a.skipped_steps == b.skipped_steps;
+    };
+    auto ckpt = ReadCheckpoint(o.checkpoint_path);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    ASSERT_TRUE(ckpt->report.has_value());
+    EXPECT_TRUE(same(*ckpt->report, first[1]));
+    EXPECT_EQ(std::isnan(ckpt->report->val_loss), validation == 0.0);
+
+    // Told to stop at the report heard again: nothing trains, the checkpoint stays.
+    std::vector<EpochReport> heard;
+    const auto bytes = testing::ReadText(o.checkpoint_path);
+    o.report_resumed_epoch = true;
+    auto again = Train(o, [&](const EpochReport& e) {
+      heard.push_back(e);
+      return false;
+    });
+    ASSERT_TRUE(again.ok()) << again.status().message();
+    ASSERT_EQ(heard.size(), 1u);
+    EXPECT_TRUE(heard[0].replayed);
+    EXPECT_TRUE(same(heard[0], first[1]));
+    EXPECT_TRUE(again->stopped);
+    EXPECT_EQ(again->epochs_done, 2);
+    EXPECT_EQ(testing::ReadText(o.checkpoint_path), bytes);
+
+    // Told to go on: the epoch again, then the rest trained; the last checkpoint holds the last
+    // epoch's report.
+    heard.clear();
+    auto rest = Train(o, [&](const EpochReport& e) {
+      heard.push_back(e);
+      return true;
+    });
+    ASSERT_TRUE(rest.ok()) << rest.status().message();
+    ASSERT_EQ(heard.size(), 3u);
+    EXPECT_TRUE(heard[0].replayed);
+    EXPECT_EQ(heard[0].epoch, 2);
+    EXPECT_FALSE(heard[1].replayed);
+    EXPECT_EQ(heard[1].epoch, 3);
+    EXPECT_EQ(heard[2].epoch, 4);
+    ckpt = ReadCheckpoint(o.checkpoint_path);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+    ASSERT_TRUE(ckpt->report.has_value());
+    EXPECT_TRUE(same(*ckpt->report, heard[2]));
+
+    // Not asked for: the resume reports only what it trains (here nothing: it is at its end).
+    o.report_resumed_epoch = false;
+    heard.clear();
+    ASSERT_TRUE(Train(o, [&](const EpochReport& e) {
+                  heard.push_back(e);
+                  return true;
+                }).ok());
+    EXPECT_TRUE(heard.empty());
+  }
 }
 
 TEST(Checkpoint, EveryNEpochs) {

@@ -3,7 +3,9 @@
 //   header_bytes                   uint32
 //   header                         JSON: config, epoch, step, rng_seed, replicas, params,
 //                                  optimizer_buffers; fp16 also loss_scale {scale, good_steps,
-//                                  skipped} (absent in files from before it: start afresh)
+//                                  skipped} (absent in files from before it: start afresh);
+//                                  report, the last epoch's EpochReport (absent in older files;
+//                                  a figure that is NaN is left out)
 //   params                         float[params]
 //   optimizer buffers              optimizer_buffers x float[params]
 //   crc32                          uint32 over everything before it
@@ -44,6 +46,40 @@ uint32_t Crc(uint32_t crc, const void* data, size_t size) {
 
 Status Bad(const std::string& path, const std::string& why) {
   return Status::Corruption(path + ": not a valid checkpoint: " + why);
+}
+
+// The report's figures; JSON has no NaN (no validation set), so those are left out.
+json ReportJson(const EpochReport& r) {
+  json j = {{"epoch", r.epoch}, {"step", r.step}, {"skipped_steps", r.skipped_steps}};
+  const std::pair<const char*, double> figures[] = {
+      {"train_loss", r.train_loss},   {"val_loss", r.val_loss},
+      {"val_acc", r.val_acc},         {"samples_per_s", r.samples_per_s},
+      {"data_wait_s", r.data_wait_s}, {"epoch_s", r.epoch_s},
+      {"allreduce_s", r.allreduce_s}, {"lr", r.lr}};
+  for (const auto& [name, value] : figures) {
+    if (std::isfinite(value)) j[name] = value;
+  }
+  return j;
+}
+
+EpochReport ReportFromJson(const json& j) {
+  EpochReport r;
+  r.epoch = j.at("epoch").get<int>();
+  r.step = j.at("step").get<int64_t>();
+  r.skipped_steps = j.at("skipped_steps").get<int64_t>();
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  auto figure = [&](const char* name) {
+    return j.contains(name) ? j.at(name).get<double>() : kNaN;
+  };
+  r.train_loss = figure("train_loss");
+  r.val_loss = figure("val_loss");
+  r.val_acc = figure("val_acc");
+  r.samples_per_s = figure("samples_per_s");
+  r.data_wait_s = figure("data_wait_s");
+  r.epoch_s = figure("epoch_s");
+  r.allreduce_s = figure("allreduce_s");
+  r.lr = figure("lr");
+  return r;
 }
 
 }  // namespace
@@ -128,6 +164,7 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
     header["loss_scale"] = {
         {"scale", ls.scale}, {"good_steps", ls.good_steps}, {"skipped", ls.skipped}};
   }
+  if (c.report.has_value()) header["report"] = ReportJson(*c.report);
   const std::string text = header.dump();
   const uint32_t header_bytes = static_cast<uint32_t>(text.size());
   std::vector<ByteRange> pieces = {{kMagic, sizeof kMagic},
@@ -212,6 +249,14 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
       if (!(c.state.loss_scale->scale > 0) || !std::isfinite(c.state.loss_scale->scale) ||
           c.state.loss_scale->good_steps < 0) {
         return Bad(path, "loss_scale " + ls.dump());
+      }
+    }
+    if (h.contains("report")) {
+      c.report = ReportFromJson(h.at("report"));
+      if (c.report->epoch != c.epoch || c.report->step != c.step) {
+        return Bad(path, "report of epoch " + std::to_string(c.report->epoch) + ", step " +
+                             std::to_string(c.report->step) + " in a checkpoint of epoch " +
+                             std::to_string(c.epoch) + ", step " + std::to_string(c.step));
       }
     }
   } catch (const std::exception& e) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "backend.h"
@@ -21,6 +22,9 @@ struct Checkpoint {
   uint64_t rng_seed = 0;
   int replicas = 1;  // of the writer (a resume may use another count: rounding differs)
   ModelState state;
+  // The report of its last epoch (absent in files from before it was kept), so that a resume
+  // can report it again to a caller that never kept it (see TrainOptions::report_resumed_epoch).
+  std::optional<EpochReport> report;
 };
 
 // The options that decide what training computes, as canonical JSON (sorted keys, shortest

@@ -223,6 +223,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   ModelState state;
   int first_epoch = 1;
   int64_t step = 0;
+  std::optional<EpochReport> resumed_report;
   if (!o.checkpoint_path.empty()) {
     RemoveAbandonedCheckpointWrites(o.checkpoint_path);
     Result<Checkpoint> ckpt = ReadCheckpoint(o.checkpoint_path);
@@ -247,6 +248,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       step = ckpt->step;
       result.resumed_from_epoch = ckpt->epoch;
       result.epochs_done = ckpt->epoch;
+      resumed_report = ckpt->report;
     } else if (ckpt.status().code() != Status::Code::kNotFound) {
       return ckpt.status();
     } else {
@@ -262,6 +264,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   SWEEP_RETURN_IF_ERROR(group->SetState(state));
   state = ModelState();
 
+  std::optional<EpochReport> last_report = resumed_report;
   auto checkpoint = [&](int epoch) -> Status {
     Checkpoint c;
     c.config = config;
@@ -270,6 +273,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     c.rng_seed = o.seed;
     c.replicas = R;
     c.state = group->GetState();
+    c.report = last_report;
     SWEEP_RETURN_IF_ERROR(WriteCheckpoint(o.checkpoint_path, c));
     result.checkpointed = true;
     return Status::Ok();
@@ -300,7 +304,19 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   }
   std::vector<double> wait_s(static_cast<size_t>(R));
 
-  for (int epoch = first_epoch; epoch <= o.epochs; ++epoch) {
+  // The checkpoint's epoch again, for a caller that may not have kept its report; told to stop
+  // there, it trains no further (the checkpoint is that epoch's already).
+  int last_epoch = o.epochs;
+  if (o.report_resumed_epoch && resumed_report && on_epoch) {
+    EpochReport again = *resumed_report;
+    again.replayed = true;
+    if (!on_epoch(again)) {
+      result.stopped = again.epoch < o.epochs;
+      last_epoch = again.epoch;
+    }
+  }
+
+  for (int epoch = first_epoch; epoch <= last_epoch; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
     order = rows;
     Rng(MixSeed(o.seed, kShuffleStream, static_cast<uint64_t>(epoch)))
@@ -404,6 +420,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     }
     report.epoch_s = Seconds(epoch_start);
     result.epochs_done = epoch;
+    last_report = report;
     if (on_epoch && !on_epoch(report)) {
       // Asked to stop after its last epoch: it has run to its end all the same.
       result.stopped = epoch < o.epochs;

@@ -84,6 +84,10 @@ struct TrainOptions {
   bool dataset_on_gpu = true;
   std::string checkpoint_path;  // resume from / write to this file; empty: no checkpoints
   int checkpoint_every = 0;     // epochs between checkpoints; 0: only when stopped and at the end
+  // Resuming from a checkpoint: first report its epoch again (EpochReport::replayed), the way it
+  // was reported, and stop there if the callback says so. For a caller whose store may not have
+  // kept that report: a checkpoint written when told to stop can be ahead of it.
+  bool report_resumed_epoch = false;
   // Decoded-dataset cache shared by the processes of this machine. Empty: $XDG_CACHE_HOME/sweep,
   // else ~/.cache/sweep, else /tmp/sweep-cache-<uid>.
   std::string cache_dir;
@@ -131,6 +135,9 @@ struct EpochReport {
   // fp16: optimizer steps skipped this epoch because the scaled gradients overflowed (inf/nan);
   // each halves the loss scale. 0 in fp32 and bf16.
   int64_t skipped_steps = 0;
+  // The checkpoint's epoch reported again on a resume (TrainOptions::report_resumed_epoch), not
+  // trained again: its figures are the ones it had when it was trained.
+  bool replayed = false;
 };
 
 struct TrainResult {
