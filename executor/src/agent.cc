@@ -91,8 +91,8 @@ class Pump {
     Push(Command{Command::Type::kStopAll, 0, {}, grace_ms, std::move(idle)});
   }
   // Ends every running trial at once, unsaved (its worker and program killed): what the
-  // coordinator can no longer hear must not go on to checkpoint past what it stored. `idle` runs
-  // (on the pump thread) once they are gone.
+  // coordinator can no longer hear (and has requeued) must not go on training and checkpointing.
+  // `idle` runs (on the pump thread) once they are gone.
   void AbandonAll(Idle idle) {
     Push(Command{Command::Type::kAbandonAll, 0, {}, 0, std::move(idle)});
   }
@@ -590,8 +590,9 @@ class Session {
         LogFailure("cannot register with the coordinator at " + where_ + ": " + why);
       }
     }
-    // Their reports no longer reach the store: a trial left to finish its epoch would write a
-    // checkpoint past its last stored report, and its rerun would skip that epoch's report.
+    // Their reports no longer reach the store, and the coordinator has requeued them: a trial
+    // left to finish its epoch would train for nobody and write a checkpoint its rerun (perhaps
+    // already running elsewhere, on a shared checkpoint_dir) also writes.
     pump_.AbandonAll([this] { asio::post(io_, [this] { AfterDrain(); }); });
   }
 

@@ -55,6 +55,7 @@ json ToJson(const TrialTask& task) {
             {"settings", task.settings}, {"threads", task.threads}, {"gpus", task.gpus},
             {"seed", task.seed}};
   if (task.fresh) j["fresh"] = true;
+  if (task.replay_checkpoint_report) j["replay"] = true;
   if (task.stored_step > 0) {
     j["stored"] = {
         {"step", task.stored_step}, {"epoch", task.stored_epoch}, {"metric", task.stored_metric}};
@@ -78,6 +79,7 @@ Result<TrialTask> TrialTaskFromJson(const json& j) {
     t.gpus = j.at("gpus").get<std::vector<int>>();
     t.seed = j.at("seed").get<uint64_t>();
     t.fresh = j.value("fresh", false);
+    t.replay_checkpoint_report = j.value("replay", false);
     if (auto stored = j.find("stored"); stored != j.end()) {
       t.stored_step = stored->at("step").get<int64_t>();
       t.stored_epoch = stored->at("epoch").get<double>();
@@ -140,10 +142,7 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   Result<trainer::TrainOptions> built = TrainerOptions(task);
   if (!built.ok()) return Failed(built.status().message());
   trainer::TrainOptions& options = *built;
-  // A trial stopped after an epoch checkpoints it without waiting to hear that its report was
-  // stored: going on from that checkpoint, it reports that epoch again (the store keeps the
-  // first report of a step, so one it has already is dropped).
-  options.report_resumed_epoch = true;
+  options.report_resumed_epoch = task.replay_checkpoint_report;
   if (task.fresh && !options.checkpoint_path.empty()) {
     std::error_code ec;
     std::filesystem::remove(options.checkpoint_path, ec);
@@ -154,6 +153,8 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   }
 
   auto on_epoch = [&](const trainer::EpochReport& r) {
+    // The checkpoint's epoch again: only the store that lost its report needs it.
+    if (r.replayed && r.step <= task.stored_step) return !stop.load(std::memory_order_relaxed);
     json metrics = {{"train_loss", r.train_loss},   {"samples_per_s", r.samples_per_s},
                     {"data_wait_s", r.data_wait_s}, {"epoch_s", r.epoch_s},
                     {"allreduce_s", r.allreduce_s}, {"lr", r.lr}};

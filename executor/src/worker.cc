@@ -216,9 +216,9 @@ class Worker {
 
   // Reads the commands that are available (waiting up to timeout_ms; -1: until one arrives).
   // Told to exit (or its executor gone) while a trial runs: the trial is abandoned on the spot.
-  // Nobody will store its reports any more, so it must not go on to write a checkpoint of an
-  // epoch whose report was never stored: a rerun would start past that epoch and leave it
-  // missing for good. It reruns from its last checkpoint instead.
+  // Nobody will store its reports any more, so it does not go on to train and checkpoint epochs
+  // nobody records (its rerun, perhaps already started elsewhere, writes the same checkpoint). It
+  // reruns from its last checkpoint instead.
   void Pump(int timeout_ms) {
     if (closed_) return;
     pollfd p{command_fd_, POLLIN, 0};

@@ -995,7 +995,8 @@ class Coordinator {
     executor::TrialTask task;
     if (rerun) {
       // What it reported before stands until it reports again: a trainer trial whose
-      // checkpoint holds its last epoch reports nothing more, and ends with these.
+      // checkpoint holds its last epoch trains nothing more, and ends with these (and with
+      // that epoch's report, which it reports again from the checkpoint if the store lost it).
       SWEEP_ASSIGN_OR_RETURN(auto before, store_.Reports(sweep_id_, p.number));
       for (const auto& r : before) {
         json m = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
@@ -1054,6 +1055,7 @@ class Coordinator {
     }
     task.seed = TrialSeed(config_.seed, p.number);
     task.fresh = t.first_run;
+    task.replay_checkpoint_report = config_.kind == TrialKind::kTrainer && !task.fresh;
     task.decision_points = decisions_.decision_points;
     task.decide_every_report = decisions_.decide_every_report;
     task.decide_by_epoch = decisions_.decide_by_epoch;

@@ -292,6 +292,23 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
   EXPECT_TRUE(r["data_wait_s"].is_number());
   EXPECT_TRUE(r["test_acc"].is_number());
 
+  // Going on from a checkpoint reports only the epochs this run trains (not the checkpoint's
+  // again), and one with no epoch left to train says so.
+  const std::string ckpt = " --set checkpoint_path=" + (dir_ / "t.ckpt").string();
+  ASSERT_EQ(Sweep("train t.toml --set lr=0.1 --set epochs=1" + ckpt).code, 0);
+  Output more = Sweep("train t.toml --set lr=0.1 --set epochs=3 --json" + ckpt);
+  ASSERT_EQ(more.code, 0) << more.err;
+  EXPECT_NE(more.err.find("went on from the checkpoint at epoch 1\n"), std::string::npos)
+      << more.err;
+  r = json::parse(more.out);
+  ASSERT_EQ(r["reports"].size(), 2u) << more.out;
+  EXPECT_EQ(r["reports"][0]["epoch"], 2.0);
+  EXPECT_EQ(r["epochs"], 3.0);
+  Output done = Sweep("train t.toml --set lr=0.1 --set epochs=3" + ckpt);
+  ASSERT_EQ(done.code, 0) << done.err;
+  EXPECT_EQ(done.out.find("epoch "), std::string::npos) << done.out;
+  EXPECT_NE(done.err.find("at epoch 3: no epoch left to train"), std::string::npos) << done.err;
+
   // A varied seed is said, with --json too (on stderr), with the one used: --set gives it back.
   Write("s.toml",
         "[sweep]\nname = \"seeded\"\nmax_trials = 4\n[parameters]\nseed = { values = [1, 2] "

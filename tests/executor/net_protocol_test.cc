@@ -214,12 +214,17 @@ TEST(MessageTest, AssignCarriesTheTrialTask) {
   t.stored_metric = true;
   auto parsed = AssignFromJson(AssignToJson(t));
   ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_FALSE(parsed->replay_checkpoint_report);  // absent: a sender from before it
+  t.replay_checkpoint_report = true;
+  parsed = AssignFromJson(AssignToJson(t));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
   EXPECT_EQ(parsed->number, 12);
   EXPECT_EQ(parsed->gpus, (std::vector<int>{1, 3}));
   EXPECT_EQ(parsed->decision_points, (std::vector<double>{1, 3, 9}));
   EXPECT_EQ(parsed->stored_step, 40);
   EXPECT_EQ(parsed->stored_epoch, 4.0);
   EXPECT_TRUE(parsed->stored_metric);
+  EXPECT_TRUE(parsed->replay_checkpoint_report);
 
   t.threads = 0;
   EXPECT_FALSE(AssignFromJson(AssignToJson(t)).ok());

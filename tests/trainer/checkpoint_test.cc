@@ -5,9 +5,14 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "checkpoint.h"
 #include "gtest/gtest.h"
@@ -109,6 +114,78 @@ TEST(Checkpoint, DamageIsReportedWithTheFile) {
   EXPECT_EQ(ReadCheckpoint(path).status().message(),
             path + ": not a valid checkpoint: no checkpoint header (16 bytes)");
   EXPECT_EQ(ReadCheckpoint(dir / "none").status().code(), Status::Code::kNotFound);
+}
+
+// Rewrites a checkpoint's JSON header with `edit` applied, with a checksum that matches again.
+void EditHeader(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+  std::string bytes = testing::ReadText(path);
+  uint32_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data() + 8, 4);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(12, header_bytes));
+  edit(header);
+  const std::string text = header.dump();
+  const uint32_t length = static_cast<uint32_t>(text.size());
+  std::string out = bytes.substr(0, 8) + std::string(reinterpret_cast<const char*>(&length), 4) +
+                    text + bytes.substr(12 + header_bytes, bytes.size() - 12 - header_bytes - 4);
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32(crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(out.data()),
+                                  static_cast<uInt>(out.size())));
+  out.append(reinterpret_cast<const char*>(&crc), 4);
+  testing::WriteText(path, out);
+}
+
+// The report a checkpoint holds comes back as written (NaN figures too); an older file without
+// one loads without it; a malformed one is refused, naming the file and the report.
+TEST(Checkpoint, ItsEpochsReportRoundTrips) {
+  TempDir dir;
+  const std::string path = dir / "r.ckpt";
+  Checkpoint c = Sample();
+  EpochReport r;
+  r.epoch = c.epoch;
+  r.step = c.step;
+  r.train_loss = 0.25;
+  r.val_loss = std::numeric_limits<double>::quiet_NaN();
+  r.val_acc = std::numeric_limits<double>::quiet_NaN();
+  r.samples_per_s = 12345.678;
+  r.data_wait_s = 0.001;
+  r.epoch_s = 1.5;
+  r.lr = 0.1;
+  r.skipped_steps = 7;
+  c.report = r;
+  ASSERT_TRUE(WriteCheckpoint(path, c).ok());
+  auto back = ReadCheckpoint(path);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_TRUE(back->report.has_value());
+  EXPECT_EQ(back->report->train_loss, 0.25);
+  EXPECT_TRUE(std::isnan(back->report->val_loss));
+  EXPECT_TRUE(std::isnan(back->report->val_acc));
+  EXPECT_EQ(back->report->samples_per_s, 12345.678);
+  EXPECT_EQ(back->report->skipped_steps, 7);
+  EXPECT_FALSE(back->report->replayed);
+
+  EditHeader(path, [](nlohmann::json& h) { h.erase("report"); });
+  back = ReadCheckpoint(path);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_FALSE(back->report.has_value());
+
+  const std::pair<std::function<void(nlohmann::json&)>, std::string> bad[] = {
+      {[](nlohmann::json& h) { h["report"]["epoch"] = 2; },
+       "report of epoch 2, step 1234 in a checkpoint of epoch 3, step 1234"},
+      {[](nlohmann::json& h) { h["report"]["epoch"] = 3.5; },
+       "report: epoch is not an integer: 3.5"},
+      {[](nlohmann::json& h) { h["report"].erase("step"); }, "report: "},
+      {[](nlohmann::json& h) { h["report"] = 5; }, "report: "},
+  };
+  for (const auto& [edit, message] : bad) {
+    ASSERT_TRUE(WriteCheckpoint(path, c).ok());
+    EditHeader(path, edit);
+    auto refused = ReadCheckpoint(path);
+    ASSERT_FALSE(refused.ok()) << message;
+    EXPECT_EQ(refused.status().code(), Status::Code::kCorruption);
+    EXPECT_EQ(refused.status().message().rfind(path + ": not a valid checkpoint: " + message, 0),
+              0u)
+        << refused.status().message();
+  }
 }
 
 TEST(Checkpoint, ConfigurationCoversWhatTrainingComputes) {

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <vector>
 
 #include "file_util.h"
@@ -64,6 +65,11 @@ json ReportJson(const EpochReport& r) {
 
 EpochReport ReportFromJson(const json& j) {
   EpochReport r;
+  for (const char* name : {"epoch", "step", "skipped_steps"}) {
+    if (!j.at(name).is_number_integer()) {
+      throw std::invalid_argument(std::string(name) + " is not an integer: " + j.at(name).dump());
+    }
+  }
   r.epoch = j.at("epoch").get<int>();
   r.step = j.at("step").get<int64_t>();
   r.skipped_steps = j.at("skipped_steps").get<int64_t>();
@@ -252,7 +258,11 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
       }
     }
     if (h.contains("report")) {
-      c.report = ReportFromJson(h.at("report"));
+      try {
+        c.report = ReportFromJson(h.at("report"));
+      } catch (const std::exception& e) {
+        return Bad(path, std::string("report: ") + e.what());
+      }
       if (c.report->epoch != c.epoch || c.report->step != c.step) {
         return Bad(path, "report of epoch " + std::to_string(c.report->epoch) + ", step " +
                              std::to_string(c.report->step) + " in a checkpoint of epoch " +

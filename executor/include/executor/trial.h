@@ -35,6 +35,10 @@ struct TrialTask {
   int64_t stored_step = 0;
   double stored_epoch = 0;
   bool stored_metric = false;
+  // A trainer trial run again: going on from its checkpoint, it first reports the checkpoint's
+  // epoch again when that is past stored_step (a trial told to stop checkpoints without waiting
+  // to hear that its report was stored, so the store may have lost that report).
+  bool replay_checkpoint_report = false;
   // Early stopping's decision points: at a report whose resource (the epoch when
   // decide_by_epoch, else the step) first reaches one of these, or at every report when
   // decide_every_report, the worker waits for the coordinator's go or stop before going on, so a
