@@ -185,6 +185,15 @@ class CommandRun {
     if (!argv.ok()) return Failed("command: " + argv.status().message());
 
     std::error_code ec;
+    if (task_.fresh) {
+      // Its first run: what the folder holds is an earlier sweep's of the same name (a store
+      // made anew): its logs, and its program's checkpoints, which this run would go on from.
+      std::filesystem::remove_all(trial_dir_, ec);
+      if (ec) {
+        return Failed(trial_dir_ +
+                      ": cannot clear what an earlier sweep left there: " + ec.message());
+      }
+    }
     std::filesystem::create_directories(trial_dir_, ec);
     if (ec) return Failed(trial_dir_ + ": cannot create the trial directory: " + ec.message());
     stdout_path_ = trial_dir_ + "/stdout.log";

@@ -1030,6 +1030,10 @@ class Coordinator {
         std::filesystem::remove(rec.checkpoint, ec);
       }
       if (config_.kind == TrialKind::kCommand) {
+        // So is its folder, with its program's own checkpoints (the worker clears it too, on an
+        // agent's disk).
+        std::error_code ec;
+        std::filesystem::remove_all(TrialDir(p.number), ec);
         rec.stdout_log = TrialDir(p.number) + "/stdout.log";
         rec.stderr_log = TrialDir(p.number) + "/stderr.log";
       }

@@ -478,6 +478,28 @@ cpu_slots = 2
         << n;
   }
   EXPECT_NE((o.out + o.err).find("running it again"), std::string::npos) << o.out << o.err;
+
+  // A store made anew: the trials' first runs find their folders empty, not the old sweep's
+  // checkpoints to go on from (which would leave them nothing to report), nor its logs.
+  fs::remove(dir_ / "sweeps.db");
+  fs::remove(dir_ / "sweeps.db-wal");
+  fs::remove(dir_ / "sweeps.db-shm");
+  const fs::path old_log = dir_ / "sweeps.db-trials" / "ck" / "trial-0" / "stderr.log";
+  ASSERT_TRUE(fs::exists(old_log));
+  Output again = Sweep("run c.toml");
+  ASSERT_EQ(again.code, 0) << again.out << again.err;
+  trials = TrialsByNumber();
+  for (int n : {0, 1}) {
+    EXPECT_EQ(trials[n][1], "completed") << n << ": " << trials[n][2];
+    EXPECT_EQ(Query("SELECT count(*) FROM reports WHERE trial = " + std::to_string(n))[0][0], "6")
+        << n;
+  }
+  // Its two runs (the first lost its worker) in this sweep, and none of the old sweep's.
+  const std::string log = sweep_e2e::Slurp(old_log);
+  size_t runs = 0;
+  for (size_t at = log.find("[sweep]"); at != std::string::npos; at = log.find("[sweep]", at + 1))
+    ++runs;
+  EXPECT_EQ(runs, 2u) << log;
 }
 
 }  // namespace
