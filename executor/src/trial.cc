@@ -111,6 +111,13 @@ TrialOutcome Failed(std::string error) {
   return out;
 }
 
+// The machine, or the trial's own files, stopped it, not the trial: see TrialOutcome.
+TrialOutcome Interrupted(std::string error) {
+  TrialOutcome out = Failed(std::move(error));
+  out.kind = TrialOutcome::Kind::kInterrupted;
+  return out;
+}
+
 // The trainer's options for a task: its settings, then its parameters, then its slots.
 Result<trainer::TrainOptions> TrainerOptions(const TrialTask& task) {
   trainer::TrainOptions options;
@@ -146,9 +153,12 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   if (task.fresh && !options.checkpoint_path.empty()) {
     std::error_code ec;
     std::filesystem::remove(options.checkpoint_path, ec);
-    if (ec) {
-      return Failed(options.checkpoint_path +
-                    ": cannot delete the checkpoint an earlier sweep left there: " + ec.message());
+    // A file where a folder of the path should be leaves nothing to delete: writing the first
+    // checkpoint says why it cannot be there.
+    if (ec && ec != std::errc::not_a_directory) {
+      return Interrupted(
+          options.checkpoint_path +
+          ": cannot delete the checkpoint an earlier sweep left there: " + ec.message());
     }
   }
 
@@ -166,9 +176,17 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   };
   Result<trainer::TrainResult> result = trainer::Train(options, on_epoch);
   if (!result.ok() && result.status().code() == Status::Code::kUnavailable) {
-    TrialOutcome out = Failed(result.status().message());
-    out.kind = TrialOutcome::Kind::kInterrupted;
-    return out;
+    return Interrupted(result.status().message());
+  }
+  // Its own checkpoint, written by this sweep, refused (damaged, cut short, or replaced by
+  // another file): the file's trouble, not the trial's. It stops as a machine's trouble does,
+  // and runs again, from the start, once the file is deleted.
+  const std::string& path = options.checkpoint_path;
+  if (!result.ok() && !path.empty() && result.status().message().rfind(path + ": ", 0) == 0 &&
+      (result.status().code() == Status::Code::kCorruption ||
+       result.status().code() == Status::Code::kInvalidArgument)) {
+    return Interrupted(result.status().message() +
+                       "; delete it and resume to train the trial from the start");
   }
   if (!result.ok()) return Failed(result.status().message());
   TrialOutcome out;

@@ -929,6 +929,43 @@ TEST_F(ResumeTest, AReportLostBehindACheckpointComesBackOnResume) {
             (std::vector<std::vector<std::string>>{{last[0][1]}}));
 }
 
+// A trial's own checkpoint damaged while the sweep was stopped: the resumed trial is not failed
+// for good (nothing would run it again); it stops as a machine's trouble does, naming the file,
+// and once the file is deleted a resume trains it from the start, with every epoch reported once.
+TEST_F(ResumeTest, ADamagedCheckpointStopsItsTrialUntilTheFileIsDeleted) {
+  WriteTinyDataset(800, 200);
+  Write("d.toml",
+        "[sweep]\nname = \"dmg\"\nseed = 5\nmax_trials = 1\n[parameters]\n"
+        "lr = 0.05\nepochs = 30\nbatch_size = 32\n[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  const fs::path ckpt = dir_ / "sweeps.db-checkpoints" / "dmg" / "trial-0.ckpt";
+  pid_t pid = Start("run d.toml", "run.log");
+  for (int i = 0; i < 2000 && !fs::exists(ckpt); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGINT);
+  ASSERT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "run.log");
+  ASSERT_EQ(Query("SELECT status FROM trials")[0][0], "interrupted");
+  fs::resize_file(ckpt, fs::file_size(ckpt) - 10);
+
+  Output refused = Sweep("resume dmg");
+  EXPECT_EQ(refused.code, 1) << refused.err;
+  EXPECT_NE(refused.err.find("trial 0: sweeps.db-checkpoints/dmg/trial-0.ckpt: checkpoint checksum "
+                             "mismatch (the file is damaged or cut short); delete it and resume "
+                             "to train the trial from the start"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(Query("SELECT status, retries FROM trials"),
+            (std::vector<std::vector<std::string>>{{"interrupted", "0"}}));
+
+  fs::remove(ckpt);
+  Output resumed = Sweep("resume dmg");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT status FROM trials")[0][0], "completed");
+  EXPECT_EQ(Query("SELECT count(*), count(DISTINCT epoch), min(epoch), max(epoch) FROM reports"),
+            (std::vector<std::vector<std::string>>{{"30", "30", "1.0", "30.0"}}));
+}
+
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
   Write("w.toml", SlowFunctionConfig("workers", "random", 4, 10, 60));
   pid_t pid = Start("run w.toml", "run.log");

@@ -221,6 +221,45 @@ kill $agent; wait $agent
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
 }
 
+// An agent where a file stands in the way of the checkpoint folder: its trial's first run is
+// the machine's trouble too (not a failed trial, nor an earlier sweep's file to delete).
+TEST_F(StorageTest, AFileInTheWayOfAnAgentsCheckpointFolderRetiresIt) {
+  WriteTinyDataset(6000, 200);
+  Write("c.toml",
+        "[sweep]\nname = \"inway\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n[parameters]\n"
+        "lr = { values = [0.05, 0.1, 0.2, 0.3] }\nepochs = 12\nbatch_size = 32\n[trial]\n"
+        "checkpoint_dir = \"disk/ck\"\n[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  ASSERT_EQ(InNamespace(R"(set -u
+mkdir -p disk a
+touch a/disk
+"$SWEEP" run c.toml --listen 127.0.0.1:0 > run.out 2> run.err & run=$!
+port=
+for i in $(seq 200); do
+  port=$(sed -n 's/.*listening for agents on [^ ]*:\([0-9][0-9]*\)$/\1/p' run.err)
+  [ -n "$port" ] && break
+  sleep 0.05
+done
+[ -n "$port" ] || exit 91
+(cd a && exec "$SWEEP" agent --connect 127.0.0.1:$port --cpu-slots 1 --name blocked > ../agent.log 2>&1) & agent=$!
+wait $run; echo $? > run.rc
+kill $agent; wait $agent
+)"),
+            0)
+      << Read("script.log") << Read("run.err");
+  EXPECT_EQ(Read("run.rc"), "0\n") << Read("run.err");
+  const std::string err = Read("run.err");
+  EXPECT_NE(err.find("sweep: no more trials on blocked: trial "), std::string::npos) << err;
+  EXPECT_NE(err.find("disk/ck/inway: cannot create the checkpoint directory: Not a directory"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(
+      Query("SELECT group_concat(status) FROM (SELECT status FROM trials ORDER BY number)")[0][0],
+      "completed,completed,completed,completed");
+  EXPECT_EQ(Query("SELECT sum(retries) FROM trials")[0][0], "0");
+  EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "48");
+}
+
 // A checkpoint path on a read-only file system is found at the trial's start, not after the
 // epochs before its first checkpoint (with checkpoint_every = 0, at its very end).
 TEST_F(StorageTest, AnUnwritableCheckpointPathIsFoundBeforeTheFirstEpoch) {

@@ -215,11 +215,14 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (errno == ENOENT) return Status::NotFound(path + ": no checkpoint");
-    return Status::IoError(path + ": cannot open checkpoint: " + std::strerror(errno));
+    // A file where a folder of the path should be: there is no checkpoint (writing one says why
+    // it cannot be there).
+    if (errno == ENOENT || errno == ENOTDIR) return Status::NotFound(path + ": no checkpoint");
+    // The machine's refusal (permissions, an I/O error), not the file's content.
+    return Status::Unavailable(path + ": cannot open the checkpoint: " + std::strerror(errno));
   }
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::IoError(path + ": read failed");
+  if (in.bad()) return Status::Unavailable(path + ": cannot read the checkpoint");
   const size_t fixed = sizeof kMagic + sizeof(uint32_t);
   if (bytes.size() < fixed + sizeof(uint32_t) || std::memcmp(bytes.data(), kMagic, 8) != 0) {
     return Bad(path, "no checkpoint header (" + std::to_string(bytes.size()) + " bytes)");

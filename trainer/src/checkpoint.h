@@ -43,8 +43,8 @@ Status ProbeCheckpointPath(const std::string& path);
 // Deletes what writes of this checkpoint that were killed midway left beside it (a process
 // killed while it wrote leaves its temporary file, as large as the checkpoint).
 void RemoveAbandonedCheckpointWrites(const std::string& path);
-// NotFound when there is no file; Corruption (naming the file) for a bad checksum, a cut-short
-// or malformed file.
+// NotFound when there is no file; Unavailable (naming the file) when the system refuses to open
+// or read it; Corruption (naming the file) for a bad checksum, a cut-short or malformed file.
 Result<Checkpoint> ReadCheckpoint(const std::string& path);
 // InvalidArgument naming the file and the differing options when ckpt was written by another
 // training configuration than `config`.

@@ -57,8 +57,8 @@ Result<TrialTask> TrialTaskFromJson(const nlohmann::json& json);
 
 struct TrialOutcome {
   // kInterrupted: the machine, not the trial, stopped it (its checkpoint could not be written:
-  // disk full, a quota, a read-only file system); it can go on from its last checkpoint once
-  // that is put right.
+  // disk full, a quota, a read-only file system; or read: permissions, a damaged file); it can
+  // go on from its last checkpoint (or start over, without a damaged one) once that is put right.
   enum class Kind { kCompleted, kStopped, kFailed, kInterrupted };
   Kind kind = Kind::kCompleted;
   std::string error;           // kFailed, kInterrupted: why
