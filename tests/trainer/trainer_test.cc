@@ -445,6 +445,18 @@ TEST(Train, AdamwAndSchedulesLearnAndReportTheirRate) {
   EXPECT_DOUBLE_EQ(reports[3].lr, 0.05);
 }
 
+// A cache_dir that cannot be made (here a file is in the way) costs the cache, not the run.
+TEST(Train, ACacheDirThatCannotBeMadeIsDoneWithout) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  WriteText(dir / "file", "x");
+  o.cache_dir = dir / "file/cache";
+  o.epochs = 1;
+  auto r = Train(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->epochs_done, 1);
+}
+
 TEST(Train, FashionMnistSubset) {
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz")) {
