@@ -946,6 +946,7 @@ class Coordinator {
     summary.interrupted = interrupted_;
     summary.elapsed_s = end - start_s_;
     summary.trials_started = started_;
+    if (hub_ != nullptr) summary.listen_port = hub_->port();
     return summary;
   }
 

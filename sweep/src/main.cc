@@ -374,7 +374,24 @@ sweep::RunOptions MakeRunOptions(const char* argv0) {
 }
 
 // What both commands print at the end: a one-line summary, then the best trials.
-int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::RunSummary& summary) {
+// What to resume an interrupted sweep with: the agents' flags too (with the port they reached,
+// where port 0 let the system pick one), so that its agents reconnect and no trial runs here
+// that was kept off this machine.
+std::string ResumeOptions(const RemoteArgs& remote, const sweep::RunSummary& summary) {
+  if (remote.listen.empty()) return "";
+  std::string listen = remote.listen;
+  if (summary.listen_port > 0) {
+    listen = listen.substr(0, listen.rfind(':') + 1) + std::to_string(summary.listen_port);
+  }
+  std::string options = "--listen " + sweep::ShellQuote(listen);
+  if (!remote.token_file.empty())
+    options += " --token-file " + sweep::ShellQuote(remote.token_file);
+  if (remote.no_local) options += " --no-local";
+  return options;
+}
+
+int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::RunSummary& summary,
+              const std::string& resume_options) {
   auto sw = st.FindSweep(name);
   if (!sw.ok()) return Fail(sw.status());
   const auto& c = summary.counts;
@@ -387,7 +404,8 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
               << " completed, " << c.pruned << " pruned, " << c.failed << " failed, "
               << c.interrupted << " interrupted";
     if (summary.interrupted) {
-      std::cerr << "; continue with `" << sweep::ResumeCommand(name, st.path()) << "`";
+      std::cerr << "; continue with `"
+                << sweep::SweepCommand("resume", name, st.path(), resume_options) << "`";
     }
     std::cerr << "\n";
   }
@@ -423,7 +441,7 @@ int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& 
   if (!st.ok()) return Fail(st.status());
   auto summary = sweep::ResumeSweep(name, **st, options);
   if (!summary.ok()) return Fail(summary.status());
-  return ReportRun(**st, name, *summary);
+  return ReportRun(**st, name, *summary, ResumeOptions(remote, *summary));
 }
 
 int CmdRun(const std::string& config_path, const std::string& db_flag,
@@ -481,7 +499,7 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
               : "; use `" + sweep::ResumeCommand(cfg->name, db) + "`")));
   }
   if (!summary.ok()) return Fail(summary.status());
-  return ReportRun(**st, cfg->name, *summary);
+  return ReportRun(**st, cfg->name, *summary, ResumeOptions(remote, *summary));
 }
 
 // ---- agent ----

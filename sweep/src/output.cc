@@ -164,15 +164,19 @@ bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep
   return held.ok() && !*held && !SweepLock::OwnerHasLockFileOpen(db_path, sweep.owner);
 }
 
+std::string ShellQuote(const std::string& word) {
+  const bool plain = !word.empty() && word.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNO"
+                                          "PQRSTUVWXYZ0123456789_-./+,:@%[]") == std::string::npos;
+  if (plain) return word;
+  std::string quoted = "'";
+  for (char ch : word) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return quoted + "'";
+}
+
 std::string DbFlag(const std::string& db) {
   if (db == "sweeps.db" || db == "./sweeps.db") return "";
-  const bool plain = !db.empty() && db.find_first_not_of(
-                                        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNO"
-                                        "PQRSTUVWXYZ0123456789_-./+,:@%") == std::string::npos;
-  if (plain) return " --db " + db;
-  std::string quoted = " --db '";
-  for (char ch : db) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return quoted + "'";
+  return " --db " + ShellQuote(db);
 }
 
 std::string SweepCommand(const std::string& command, const std::string& name, const std::string& db,

@@ -36,6 +36,8 @@ int CheckStandardOutput(int code);
 // " --db DB" for a command to type (quoted for a shell where it needs it), or "" for the
 // default ./sweeps.db.
 std::string DbFlag(const std::string& db);
+// `word` as a shell reads it back: as it is when it needs no quoting, else in single quotes.
+std::string ShellQuote(const std::string& word);
 // `sweep COMMAND NAME[ --db DB][ OPTIONS]`, a command to type about sweep `name` of store `db`
 // (with `--` before a name that starts with '-').
 std::string SweepCommand(const std::string& command, const std::string& name, const std::string& db,

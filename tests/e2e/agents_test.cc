@@ -409,6 +409,25 @@ TEST_F(AgentsTest, AgentsReconnectToAResumedCoordinatorOnTheSamePort) {
             0);
 }
 
+// An interrupted sweep of agents says how to continue it with its agents: the port they reach
+// (the one the system picked for port 0), the token file, and still no local slots.
+TEST_F(AgentsTest, TheHintToContinueKeepsTheAgentsFlags) {
+  Write("c.toml", AshaBranin("hint", 200, 30, 20));
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  StartAgent("a", port);
+  ASSERT_TRUE(WaitUntil([&] { return Scalar("SELECT count(*) FROM reports") > 0; }, 30))
+      << Log("coordinator.log");
+  ::kill(coordinator, SIGINT);
+  EXPECT_EQ(WaitExit(coordinator, 30), 1) << Log("coordinator.log");
+  EXPECT_NE(Log("coordinator.log")
+                .find("continue with `sweep resume hint --listen 127.0.0.1:" +
+                      std::to_string(port) + " --token-file tok --no-local`"),
+            std::string::npos)
+      << Log("coordinator.log");
+}
+
 TEST_F(AgentsTest, StartUpRefusals) {
   Write("c.toml", AshaBranin("refused", 4, 5, 0));
   Write("open-token", "0123456789abcdef\n");

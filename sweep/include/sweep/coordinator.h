@@ -39,6 +39,7 @@ struct RunSummary {
   double elapsed_s = 0;
   int64_t trials_started = 0;
   bool already_complete = false;  // resume found nothing left to do
+  int listen_port = 0;            // the port it took agents on (--listen), else 0
 };
 
 // Records the sweep (AlreadyExists if its name is taken) and runs it to the end.
