@@ -1274,6 +1274,8 @@ class Coordinator {
           error += "; running it again";
         } else if (ev.worker_lost && agent_lost && !ev.never_started &&
                    t.agent_losses + 1 >= kMaxAgentLosses) {
+          SWEEP_RETURN_IF_ERROR(
+              store_.SetTrialAgentLosses(sweep_id_, ev.trial, t.agent_losses + 1));
           error = "its agent was lost " + std::to_string(kMaxAgentLosses) +
                   " times while it ran (is the trial what takes it down? out of memory?); the "
                   "last time: " +

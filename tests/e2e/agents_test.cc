@@ -572,8 +572,8 @@ TEST_F(AgentsTest, TrialThatKeepsKillingItsAgentFails) {
   EXPECT_EQ(rows[1][2].rfind("its agent was lost 3 times while it ran", 0), 0u) << rows[1][2];
   EXPECT_EQ(rows[1][3], "0");
   EXPECT_EQ(Scalar("SELECT count(*) FROM events WHERE trial = 1 AND to_state = 'interrupted'"), 2);
-  // Stored, so a resumed coordinator goes on counting (the third loss failed it).
-  EXPECT_EQ(Scalar("SELECT agent_losses FROM trials WHERE number = 1"), 2);
+  // Stored, so a resumed coordinator goes on counting; the third, which failed it, too.
+  EXPECT_EQ(Scalar("SELECT agent_losses FROM trials WHERE number = 1"), 3);
 }
 
 // An agent stopped with SIGTERM (a batch system's preemption) says goodbye: its trial runs
