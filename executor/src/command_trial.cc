@@ -89,6 +89,10 @@ std::string ResolveProgram(const std::string& name, const std::string& workdir) 
   return "";
 }
 
+// The trial's seed as its program gets it: folded to 32 bits, the range every library's seed
+// takes (NumPy's legacy seed refuses 2^32 and above; JAX's key, 2^63).
+uint32_t ProgramSeed(uint64_t seed) { return static_cast<uint32_t>(seed ^ (seed >> 32)); }
+
 std::string GpuList(const std::vector<int>& gpus) {
   std::string s;
   for (int g : gpus) s += (s.empty() ? "" : ",") + std::to_string(g);
@@ -179,7 +183,7 @@ class CommandRun {
     json values = task_.params.is_object() ? task_.params : json::object();
     values["trial"] = task_.number;
     values["trial_dir"] = trial_dir_;
-    values["seed"] = task_.seed;
+    values["seed"] = ProgramSeed(task_.seed);
     values["gpus"] = VisibleDevices(task_.gpus);
     Result<std::vector<std::string>> argv = ExpandCommand(argv_template, values);
     if (!argv.ok()) return Failed("command: " + argv.status().message());
@@ -228,7 +232,7 @@ class CommandRun {
         {"SWEEP_PARAMS", task_.params.dump(-1, ' ', false, json::error_handler_t::replace)},
         {"SWEEP_TRIAL_DIR", trial_dir_},
         {"SWEEP_TRIAL", std::to_string(task_.number)},
-        {"SWEEP_SEED", std::to_string(task_.seed)},
+        {"SWEEP_SEED", std::to_string(ProgramSeed(task_.seed))},
         // Reports should arrive when printed, not when a block buffer fills.
         {"PYTHONUNBUFFERED", "1"},
     };

@@ -305,6 +305,18 @@ TEST_F(CommandTrialTest, GivesTheProgramItsEnvironmentAndArguments) {
       "{\"lr\":0.05,\"opt\":\"sgd\"}|3|99|" + dir_ + "/trial-3||2|" + dir_ + "|--lr=0.05|sgd-3\n";
   EXPECT_NE(err.find(expected), std::string::npos) << err;
 
+  // A 64-bit trial seed reaches the program folded to 32 bits (NumPy's seed takes no more).
+  task.seed = 0x123456789abcdef0;
+  task.settings["command"] = {"sh", "-c",
+                              "echo \"seed=$SWEEP_SEED arg=$0\" >&2; "
+                              "echo 'sweep-report {{\"val_acc\": 1}}'",
+                              "{seed}"};
+  run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log").find("seed=2290649224 arg=2290649224\n"),
+            std::string::npos)
+      << Read(dir_ + "/trial-3/stderr.log");
+
   task.gpus = {2, 5};
   task.settings["command"] = {"sh", "-c",
                               "echo \"gpus=$CUDA_VISIBLE_DEVICES arg=$0\" >&2; "
