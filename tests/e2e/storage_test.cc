@@ -41,6 +41,35 @@ class StorageTest : public E2eTest {
   }
 
   std::string Read(const std::string& name) { return Slurp(dir_ / name); }
+
+  // Runs sweep `name` (4 trainer trials of 12 epochs, checkpoints under disk/ck) on this
+  // machine with one agent, `agent`, started in folder a/ once the shell lines `setup` have run.
+  void RunWithOneAgent(const std::string& name, const std::string& setup,
+                       const std::string& agent) {
+    WriteTinyDataset(6000, 200);
+    Write("c.toml",
+          "[sweep]\nname = \"" + name +
+              "\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n[parameters]\n"
+              "lr = { values = [0.05, 0.1, 0.2, 0.3] }\nepochs = 12\nbatch_size = 32\n[trial]\n"
+              "checkpoint_dir = \"disk/ck\"\n[trainer]\ndataset = \"" +
+              dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+    ASSERT_EQ(InNamespace("set -u\nmkdir -p disk\n" + setup + "\n" +
+                          R"("$SWEEP" run c.toml --listen 127.0.0.1:0 > run.out 2> run.err & run=$!
+port=
+for i in $(seq 200); do
+  port=$(sed -n 's/.*listening for agents on [^ ]*:\([0-9][0-9]*\)$/\1/p' run.err)
+  [ -n "$port" ] && break
+  sleep 0.05
+done
+[ -n "$port" ] || exit 91
+(cd a && exec "$SWEEP" agent --connect 127.0.0.1:$port --cpu-slots 1 --name )" +
+                          agent + R"( > ../agent.log 2>&1) & agent=$!
+wait $run; echo $? > run.rc
+kill $agent; wait $agent
+)"),
+              0)
+        << Read("script.log") << Read("run.err");
+  }
 };
 
 TEST_F(StorageTest, DiskFullStopsCleanlyAndResumesOnceThereIsSpace) {
@@ -181,29 +210,8 @@ mount -o remount,size=64m disk
 // That server takes no more trials, the trial runs again on another one (no retry spent), and
 // the sweep goes on to its end instead of stopping every server.
 TEST_F(StorageTest, ACheckpointDiskFullOnOneServerRetiresItAndTheSweepGoesOn) {
-  WriteTinyDataset(6000, 200);
-  Write("c.toml",
-        "[sweep]\nname = \"oneful\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n[parameters]\n"
-        "lr = { values = [0.05, 0.1, 0.2, 0.3] }\nepochs = 12\nbatch_size = 32\n[trial]\n"
-        "checkpoint_dir = \"disk/ck\"\n[trainer]\ndataset = \"" +
-            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
-  ASSERT_EQ(InNamespace(R"(set -u
-mkdir -p disk a/disk
-mount -t tmpfs -o size=16k tmpfs a/disk || exit 90
-"$SWEEP" run c.toml --listen 127.0.0.1:0 > run.out 2> run.err & run=$!
-port=
-for i in $(seq 200); do
-  port=$(sed -n 's/.*listening for agents on [^ ]*:\([0-9][0-9]*\)$/\1/p' run.err)
-  [ -n "$port" ] && break
-  sleep 0.05
-done
-[ -n "$port" ] || exit 91
-(cd a && exec "$SWEEP" agent --connect 127.0.0.1:$port --cpu-slots 1 --name full > ../agent.log 2>&1) & agent=$!
-wait $run; echo $? > run.rc
-kill $agent; wait $agent
-)"),
-            0)
-      << Read("script.log") << Read("run.err");
+  ASSERT_NO_FATAL_FAILURE(RunWithOneAgent(
+      "oneful", "mkdir -p a/disk\nmount -t tmpfs -o size=16k tmpfs a/disk || exit 90", "full"));
   EXPECT_EQ(Read("run.rc"), "0\n") << Read("run.err");
   const std::string err = Read("run.err");
   EXPECT_NE(err.find("sweep: no more trials on full: trial "), std::string::npos) << err;
@@ -224,29 +232,7 @@ kill $agent; wait $agent
 // An agent where a file stands in the way of the checkpoint folder: its trial's first run is
 // the machine's trouble too (not a failed trial, nor an earlier sweep's file to delete).
 TEST_F(StorageTest, AFileInTheWayOfAnAgentsCheckpointFolderRetiresIt) {
-  WriteTinyDataset(6000, 200);
-  Write("c.toml",
-        "[sweep]\nname = \"inway\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n[parameters]\n"
-        "lr = { values = [0.05, 0.1, 0.2, 0.3] }\nepochs = 12\nbatch_size = 32\n[trial]\n"
-        "checkpoint_dir = \"disk/ck\"\n[trainer]\ndataset = \"" +
-            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
-  ASSERT_EQ(InNamespace(R"(set -u
-mkdir -p disk a
-touch a/disk
-"$SWEEP" run c.toml --listen 127.0.0.1:0 > run.out 2> run.err & run=$!
-port=
-for i in $(seq 200); do
-  port=$(sed -n 's/.*listening for agents on [^ ]*:\([0-9][0-9]*\)$/\1/p' run.err)
-  [ -n "$port" ] && break
-  sleep 0.05
-done
-[ -n "$port" ] || exit 91
-(cd a && exec "$SWEEP" agent --connect 127.0.0.1:$port --cpu-slots 1 --name blocked > ../agent.log 2>&1) & agent=$!
-wait $run; echo $? > run.rc
-kill $agent; wait $agent
-)"),
-            0)
-      << Read("script.log") << Read("run.err");
+  ASSERT_NO_FATAL_FAILURE(RunWithOneAgent("inway", "mkdir -p a\ntouch a/disk", "blocked"));
   EXPECT_EQ(Read("run.rc"), "0\n") << Read("run.err");
   const std::string err = Read("run.err");
   EXPECT_NE(err.find("sweep: no more trials on blocked: trial "), std::string::npos) << err;
