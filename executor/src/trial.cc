@@ -175,22 +175,30 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
     return !stop.load(std::memory_order_relaxed);
   };
   Result<trainer::TrainResult> result = trainer::Train(options, on_epoch);
-  if (!result.ok() && result.status().code() == Status::Code::kUnavailable) {
-    return Interrupted(result.status().message());
-  }
   // Its own checkpoint, written by this sweep, refused (damaged, cut short, or replaced by
-  // another file): the file's trouble, not the trial's. It stops as a machine's trouble does,
-  // and runs again, from the start, once the file is deleted.
+  // another file): the file's trouble, not the trial's, nor its machine's. It trains from the
+  // start, as it does without a checkpoint; the store keeps the reports it had (a step reported
+  // again keeps its first report).
   const std::string& path = options.checkpoint_path;
+  std::string note;
   if (!result.ok() && !path.empty() && result.status().message().rfind(path + ": ", 0) == 0 &&
       (result.status().code() == Status::Code::kCorruption ||
        result.status().code() == Status::Code::kInvalidArgument)) {
-    return Interrupted(result.status().message() +
-                       "; delete it and resume to train the trial from the start");
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    if (ec) {
+      return Interrupted(result.status().message() + "; cannot delete it: " + ec.message());
+    }
+    note = result.status().message() + "; deleted it and trained the trial from the start";
+    result = trainer::Train(options, on_epoch);
+  }
+  if (!result.ok() && result.status().code() == Status::Code::kUnavailable) {
+    return Interrupted(result.status().message());
   }
   if (!result.ok()) return Failed(result.status().message());
   TrialOutcome out;
   out.kind = result->stopped ? TrialOutcome::Kind::kStopped : TrialOutcome::Kind::kCompleted;
+  out.error = note;
   out.end_metrics = json::object();
   if (result->test_acc) out.end_metrics["test_acc"] = *result->test_acc;
   out.resumed_from_epoch = result->resumed_from_epoch;

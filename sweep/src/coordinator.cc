@@ -1218,6 +1218,8 @@ class Coordinator {
           error = t.prune_reason;
         } else if (t.at_max_resource) {
           error = CapNote();  // it ended by itself just as it was stopped there
+        } else {
+          error = ev.error;  // a note on its run (it trained from the start: see RunTrial)
         }
         break;
       case executor::TrialOutcome::Kind::kStopped:

@@ -479,7 +479,7 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
             config_path + ": sweep '" + cfg->name + "' in " + db +
             " was started from another version of this config; --resume goes on only with the "
             "config a sweep started with. Continue it as it was with `" +
-            sweep::ResumeCommand(cfg->name, db) +
+            sweep::SweepCommand("resume", cfg->name, db, ResumeOptions(remote, {})) +
             "`, or start the edited config under a new name (--name)"));
       }
       return CmdResume(cfg->name, db, remote, argv0);
@@ -494,9 +494,11 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
                       !sweep::CoordinatorGone(db, *existing);
     return Fail(summary.status().WithMessage(
         summary.status().message() +
-        (live ? " and another process is running it now; follow it with `" +
-                    sweep::SweepCommand("status", cfg->name, db, "--watch") + "`"
-              : "; use `" + sweep::ResumeCommand(cfg->name, db) + "`")));
+        (live
+             ? " and another process is running it now; follow it with `" +
+                   sweep::SweepCommand("status", cfg->name, db, "--watch") + "`"
+             : "; use `" + sweep::SweepCommand("resume", cfg->name, db, ResumeOptions(remote, {})) +
+                   "`")));
   }
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, cfg->name, *summary, ResumeOptions(remote, *summary));

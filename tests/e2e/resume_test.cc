@@ -929,10 +929,10 @@ TEST_F(ResumeTest, AReportLostBehindACheckpointComesBackOnResume) {
             (std::vector<std::vector<std::string>>{{last[0][1]}}));
 }
 
-// A trial's own checkpoint damaged while the sweep was stopped: the resumed trial is not failed
-// for good (nothing would run it again); it stops as a machine's trouble does, naming the file,
-// and once the file is deleted a resume trains it from the start, with every epoch reported once.
-TEST_F(ResumeTest, ADamagedCheckpointStopsItsTrialUntilTheFileIsDeleted) {
+// A trial's own checkpoint damaged while the sweep was stopped: the resumed trial is neither
+// failed for good (nothing would run it again) nor stopped with its machine: it says so, deletes
+// the file and trains from the start, and ends with every epoch reported once.
+TEST_F(ResumeTest, ATrialWithADamagedCheckpointTrainsFromTheStart) {
   WriteTinyDataset(800, 200);
   Write("d.toml",
         "[sweep]\nname = \"dmg\"\nseed = 5\nmax_trials = 1\n[parameters]\n"
@@ -946,24 +946,25 @@ TEST_F(ResumeTest, ADamagedCheckpointStopsItsTrialUntilTheFileIsDeleted) {
   ::kill(pid, SIGINT);
   ASSERT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "run.log");
   ASSERT_EQ(Query("SELECT status FROM trials")[0][0], "interrupted");
+  const auto before = Query("SELECT step, metrics FROM reports ORDER BY step");
   fs::resize_file(ckpt, fs::file_size(ckpt) - 10);
 
-  Output refused = Sweep("resume dmg");
-  EXPECT_EQ(refused.code, 1) << refused.err;
-  EXPECT_NE(refused.err.find("trial 0: sweeps.db-checkpoints/dmg/trial-0.ckpt: checkpoint checksum "
-                             "mismatch (the file is damaged or cut short); delete it and resume "
-                             "to train the trial from the start"),
-            std::string::npos)
-      << refused.err;
-  EXPECT_EQ(Query("SELECT status, retries FROM trials"),
-            (std::vector<std::vector<std::string>>{{"interrupted", "0"}}));
-
-  fs::remove(ckpt);
   Output resumed = Sweep("resume dmg");
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  EXPECT_EQ(Query("SELECT status FROM trials")[0][0], "completed");
+  const std::string note =
+      "sweeps.db-checkpoints/dmg/trial-0.ckpt: checkpoint checksum mismatch (the file is damaged "
+      "or cut short); deleted it and trained the trial from the start";
+  EXPECT_NE(resumed.err.find("trial 0 completed val_acc="), std::string::npos) << resumed.err;
+  EXPECT_NE(resumed.err.find(note), std::string::npos) << resumed.err;
+  EXPECT_EQ(Query("SELECT status, retries, error FROM trials"),
+            (std::vector<std::vector<std::string>>{{"completed", "0", note}}));
   EXPECT_EQ(Query("SELECT count(*), count(DISTINCT epoch), min(epoch), max(epoch) FROM reports"),
             (std::vector<std::vector<std::string>>{{"30", "30", "1.0", "30.0"}}));
+  // The reports it had are kept as they were.
+  const auto after = Query("SELECT step, metrics FROM reports ORDER BY step");
+  ASSERT_GE(after.size(), before.size());
+  EXPECT_EQ(std::vector<std::vector<std::string>>(after.begin(), after.begin() + before.size()),
+            before);
 }
 
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {

@@ -94,5 +94,18 @@ TEST(OutputTest, ResumeCommandNamesAStoreThatIsNotTheDefault) {
   EXPECT_EQ(ResumeCommand("s", "my runs/it's.db"), "sweep resume s --db 'my runs/it'\\''s.db'");
 }
 
+// A word a shell would read back as itself stays bare; anything else (a glob's brackets and
+// stars, spaces, quotes, an empty word) is single-quoted.
+TEST(OutputTest, ShellQuoteKeepsOnlyWhatAShellReadsBackBare) {
+  EXPECT_EQ(ShellQuote("127.0.0.1:7000"), "127.0.0.1:7000");
+  EXPECT_EQ(ShellQuote("runs/a-b_c+d,e@f%g.db"), "runs/a-b_c+d,e@f%g.db");
+  EXPECT_EQ(ShellQuote("[::1]:7000"), "'[::1]:7000'");
+  EXPECT_EQ(ShellQuote("*.db"), "'*.db'");
+  EXPECT_EQ(ShellQuote("a b"), "'a b'");
+  EXPECT_EQ(ShellQuote("it's"), "'it'\\''s'");
+  EXPECT_EQ(ShellQuote(""), "''");
+  EXPECT_EQ(ResumeCommand("s", "[x].db"), "sweep resume s --db '[x].db'");
+}
+
 }  // namespace
 }  // namespace sweep

@@ -57,11 +57,11 @@ Result<TrialTask> TrialTaskFromJson(const nlohmann::json& json);
 
 struct TrialOutcome {
   // kInterrupted: the machine, not the trial, stopped it (its checkpoint could not be written:
-  // disk full, a quota, a read-only file system; or read: permissions, a damaged file); it can
-  // go on from its last checkpoint (or start over, without a damaged one) once that is put right.
+  // disk full, a quota, a read-only file system; or read: permissions, an I/O error); it can go
+  // on from its last checkpoint once that is put right.
   enum class Kind { kCompleted, kStopped, kFailed, kInterrupted };
   Kind kind = Kind::kCompleted;
-  std::string error;           // kFailed, kInterrupted: why
+  std::string error;           // kFailed, kInterrupted: why; else a note on the run, or empty
   nlohmann::json end_metrics;  // metrics known only at the end (test_acc); an object
   // A trainer trial that went on from its checkpoint: the checkpoint's epoch (else 0). Known
   // where RunTrial ran (sweep train); a worker does not send it.
