@@ -33,6 +33,32 @@ extern char** environ;
 
 namespace sweep::executor {
 
+// The program to execve: a path with a '/' as it is (relative ones from the working
+// directory), a bare name from PATH.
+std::string ResolveProgram(const std::string& name, const std::string& workdir) {
+  if (name.find('/') != std::string::npos) {
+    if (name[0] == '/' || workdir.empty()) return name;
+    return (std::filesystem::path(workdir) / name).string();
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    std::string dir = dirs.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
 using nlohmann::json;
 
 namespace {
@@ -62,32 +88,6 @@ class Fd {
  private:
   int fd_;
 };
-
-// The program to execve: a path with a '/' as it is (relative ones from the working
-// directory), a bare name from PATH.
-std::string ResolveProgram(const std::string& name, const std::string& workdir) {
-  if (name.find('/') != std::string::npos) {
-    if (name[0] == '/' || workdir.empty()) return name;
-    return workdir + "/" + name;
-  }
-  const char* path = std::getenv("PATH");
-  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
-  size_t start = 0;
-  while (start <= dirs.size()) {
-    size_t end = dirs.find(':', start);
-    if (end == std::string::npos) end = dirs.size();
-    std::string dir = dirs.substr(start, end - start);
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + name;
-    struct stat st {};
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-    start = end + 1;
-  }
-  return "";
-}
 
 // The trial's seed as its program gets it: folded to 32 bits, the range every library's seed
 // takes (NumPy's legacy seed refuses 2^32 and above; JAX's key, 2^63).
@@ -595,6 +595,30 @@ class CommandRun {
 TrialOutcome RunCommandTrial(const TrialTask& task, const ReportSink& sink,
                              const std::atomic<bool>& stop, const TrialHooks& hooks) {
   return CommandRun(task, sink, stop, hooks).Run();
+}
+
+Status CheckProgram(std::string program, const std::string& workdir) {
+  struct stat st {};
+  if (::stat(workdir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return Status::InvalidArgument("trial.workdir: '" + workdir + "' is not a folder here");
+  }
+  // The program as a trial gets it: a template's `{{` and `}}` are single braces there.
+  Result<std::vector<std::string>> expanded = ExpandCommand({program}, json::object());
+  if (!expanded.ok()) return expanded.status();
+  if (expanded->empty()) return Status::InvalidArgument("trial.command: the program is empty");
+  program = expanded->front();
+  const std::string path = ResolveProgram(program, workdir);
+  if (path.empty()) {
+    return Status::InvalidArgument("trial.command: '" + program +
+                                   "' is not an executable program on PATH");
+  }
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
+    return Status::InvalidArgument(
+        "trial.command: '" + program + "' (" + path +
+        (::stat(path.c_str(), &st) != 0 ? ") does not exist" : ") is not an executable file") +
+        "; a relative path is workdir's (" + workdir + ")");
+  }
+  return Status::Ok();
 }
 
 }  // namespace sweep::executor

@@ -25,6 +25,7 @@
 #include "base/hash.h"
 #include "checkpoint_keeper.h"
 #include "executor/agent_hub.h"
+#include "executor/command.h"
 #include "executor/local_executor.h"
 #include "executor/packer.h"
 #include "executor/slots.h"
@@ -395,6 +396,11 @@ class Coordinator {
                                                : (config_dir / config_.trials_dir).string();
       trials_dir_ =
           std::filesystem::absolute(trials_dir_).lexically_normal().string() + "/" + config_.name;
+      // Where trials run here, a program or folder missing here would fail every one of them.
+      if (options_.local_slots) {
+        Status runs = executor::CheckProgram(config_.command.at(0), config_.workdir);
+        if (!runs.ok()) return runs.WithMessage(config_.path + ": " + runs.message());
+      }
       std::error_code ec;
       std::filesystem::create_directories(trials_dir_, ec);
       if (ec) {

@@ -432,6 +432,41 @@ cpu_slots = 2
   EXPECT_EQ(o.code, 1) << "no trial completed or was pruned, and some failed";
 }
 
+// A program or folder missing on this machine, where trials run, would fail every trial: the
+// sweep is refused before any starts, naming the key. (With --no-local, agents have their own.)
+TEST_F(CommandTrialE2eTest, AProgramOrWorkdirMissingHereIsRefusedBeforeAnyTrial) {
+  const std::string head =
+      "[sweep]\nname = \"miss\"\nmax_trials = 1\nmetric = \"score\"\nmode = "
+      "\"max\"\n[parameters]\nx = 1\n"
+      "[trial]\nkind = \"command\"\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"command = [\"./train.sh\"]\nworkdir = \"/\"\n",
+       "c.toml: trial.command: './train.sh' (/./train.sh) does not exist; a relative path is "
+       "workdir's (/)"},
+      {"command = [\"./train.sh\"]\nworkdir = \"nowhere\"\n",
+       "c.toml: trial.workdir: '" + (dir_ / "nowhere").string() + "' is not a folder here"},
+      {"command = [\"no-such-program-here\"]\n",
+       "c.toml: trial.command: 'no-such-program-here' is not an executable program on PATH"},
+      {"command = [\"./c.toml\"]\n",
+       "(" + (dir_ / "./c.toml").string() + ") is not an executable file"},
+      // The program as it runs: `{{` is one brace.
+      {"command = [\"./x{{y}}.sh\"]\n", "'./x{y}.sh' (" + (dir_ / "./x{y}.sh").string() + ")"},
+  };
+  for (const auto& [trial, message] : cases) {
+    Write("c.toml", head + trial);
+    Output o = Sweep("run c.toml");
+    EXPECT_EQ(o.code, 2) << trial;
+    EXPECT_NE(o.err.find(message), std::string::npos) << o.err;
+    EXPECT_FALSE(fs::exists(dir_ / "sweeps.db-trials" / "miss")) << trial;
+  }
+  // And one that is there, braces and all, runs.
+  Write("x{y}.sh", "#!/bin/sh\necho 'sweep-report {\"score\": 1}'\n");
+  fs::permissions(dir_ / "x{y}.sh", fs::perms::owner_all);
+  Write("c.toml", head + "command = [\"./x{{y}}.sh\"]\n");
+  Output o = Sweep("run c.toml");
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+}
+
 // A program that keeps its epoch in its trial's directory and reports epochs only: run again
 // after its machine was lost (its worker killed), it goes on from there, and what it reports
 // follows what the store kept; run again with its work done, it exits 0 reporting nothing and

@@ -27,6 +27,13 @@ const std::vector<std::string>& CommandBuiltins();
 Status CheckCommandTemplate(const std::vector<std::string>& argv,
                             const std::vector<std::string>& names);
 
+// The program to execve: a path with a '/' as it is (a relative one is `workdir`'s), a bare name
+// the first executable of that name on PATH; empty when PATH has none.
+std::string ResolveProgram(const std::string& name, const std::string& workdir);
+// InvalidArgument, naming the key, when `workdir` is not a folder on this machine or `program`
+// (a command's argv[0]) is not an executable file there: what every trial run here would meet.
+Status CheckProgram(std::string program, const std::string& workdir);
+
 // Fills in a command template from `values` (parameters and builtins): strings as they are,
 // numbers in their shortest round-trip form, booleans as true/false, lists and tables as JSON.
 // An argument naming a value that is absent (a conditional parameter this trial does not have)
