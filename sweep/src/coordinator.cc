@@ -934,6 +934,9 @@ class Coordinator {
     }
 
     const double end = UnixSeconds();
+    // The target was met, whatever else stopped the sweep meanwhile: it has what it sought, and
+    // a resume would end it at once.
+    if (target_reached_) interrupted_ = false;
     store::SweepStatus final_status =
         interrupted_ ? store::SweepStatus::kInterrupted : store::SweepStatus::kCompleted;
     SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, "running",
@@ -1199,9 +1202,10 @@ class Coordinator {
         const bool beyond = t.length ? *t.length > cap && resource >= cap : resource > cap;
         if (t.prune_reason.empty() && !t.stop_sent && beyond) StopAtMaxResource(ev.trial, t);
       }
-      // A report that pruned its trial, or one that arrives while the sweep is already
-      // stopping, does not end the sweep by its target.
-      if (!stopping && t.prune_reason.empty()) NoteTarget(ev.trial, ev.metrics);
+      // A report that pruned its trial does not end the sweep by its target. One that arrives
+      // while the sweep stops for another reason (an interrupt, its time budget) does: its
+      // trial ends completed and the sweep with it, as a resume replaying the store would.
+      if (t.prune_reason.empty()) NoteTarget(ev.trial, ev.metrics);
       // The worker waits at a decision point until told; a stop already sent is its answer,
       // and so is the target met: it stops now, its result this report.
       if (target_trial_ == ev.trial && !t.stop_sent) {

@@ -490,6 +490,33 @@ TEST_F(ResumeTest, ResumeAfterTheTargetWasMetEndsTheSweep) {
       << end[0][0];
 }
 
+// A trial whose last report, sent as it stops for an interrupt, meets stop_when: the target is
+// met, so the trial ends completed and the sweep with it (exit 0), as a resume replaying the
+// store would have it; the other trial is interrupted, as beside any target.
+TEST_F(ResumeTest, TheTargetMetWhileStoppingEndsTheSweepCompleted) {
+  Write("last.sh",
+        "#!/bin/sh\ntrap 'echo \"sweep-report {\\\"epoch\\\": 2, \\\"score\\\": $(($1 - 1))}\"; "
+        "exit 0' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 0}'\n"
+        "while :; do sleep 0.05; done\n");
+  fs::permissions(dir_ / "last.sh", fs::perms::owner_all);
+  Write("l.toml", "[sweep]\nstop_when = \"score >= 0.5\"\n" +
+                      TwoCommandTrials("last", "last.sh").substr(std::string("[sweep]\n").size()));
+  pid_t pid = Start("run l.toml", "last.log");
+  ASSERT_TRUE(WaitForReports(2)) << sweep_e2e::Slurp(dir_ / "last.log");
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(Wait(pid), 0) << sweep_e2e::Slurp(dir_ / "last.log");
+  auto rows = Query("SELECT status, error FROM trials ORDER BY json_extract(params, '$.x')");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0][0], "interrupted");
+  EXPECT_EQ(rows[1][0], "completed");
+  EXPECT_EQ(rows[1][1].rfind("reached the target score >= 0.5", 0), 0u) << rows[1][1];
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+  auto end = Query("SELECT detail FROM events WHERE trial IS NULL AND to_state = 'completed'");
+  ASSERT_EQ(end.size(), 1u);
+  EXPECT_NE(end[0][0].find("target score >= 0.5 reached by trial"), std::string::npos) << end[0][0];
+  EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "4");
+}
+
 // A program silent between its reports (a long epoch) gets the stop as it is sent, not at its
 // next report: one interrupt ends the sweep in moments, its trials interrupted. (Its one report
 // also reaches the store at once, not with the next.)
