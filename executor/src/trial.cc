@@ -155,6 +155,11 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
     std::filesystem::remove(options.checkpoint_path, ec);
     // A file where a folder of the path should be leaves nothing to delete: writing the first
     // checkpoint says why it cannot be there.
+    // A folder in its place is the trial's trouble (its generated path), not the machine's.
+    if (ec == std::errc::directory_not_empty || ec == std::errc::is_a_directory) {
+      return Failed(options.checkpoint_path + ": cannot delete the checkpoint an earlier sweep " +
+                    "left there: " + ec.message());
+    }
     if (ec && ec != std::errc::not_a_directory) {
       return Interrupted(
           options.checkpoint_path +
@@ -178,10 +183,13 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   // Its own checkpoint, written by this sweep, refused (damaged, cut short, or replaced by
   // another file): the file's trouble, not the trial's, nor its machine's. It trains from the
   // start, as it does without a checkpoint; the store keeps the reports it had (a step reported
-  // again keeps its first report).
+  // again keeps its first report). Only a sweep's rerun (replay_checkpoint_report) owns its
+  // file: `sweep train`'s checkpoint_path is the user's, and a file refused there is left as it
+  // is and named in the failure.
   const std::string& path = options.checkpoint_path;
   std::string note;
-  if (!result.ok() && !path.empty() && result.status().message().rfind(path + ": ", 0) == 0 &&
+  if (!result.ok() && task.replay_checkpoint_report && !path.empty() &&
+      result.status().message().rfind(path + ": ", 0) == 0 &&
       (result.status().code() == Status::Code::kCorruption ||
        result.status().code() == Status::Code::kInvalidArgument)) {
     std::error_code ec;

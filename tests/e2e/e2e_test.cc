@@ -308,6 +308,25 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
   ASSERT_EQ(done.code, 0) << done.err;
   EXPECT_EQ(done.out.find("epoch "), std::string::npos) << done.out;
   EXPECT_NE(done.err.find("at epoch 3: no epoch left to train"), std::string::npos) << done.err;
+  // `sweep train`'s checkpoint_path is the user's file: one it refuses (not a checkpoint, another
+  // configuration's, a longer run's) fails the run, naming it, and is left as it was.
+  Write("notes.py", "print('keep me')\n");
+  const std::string saved = sweep_e2e::Slurp(dir_ / "t.ckpt");
+  const std::pair<std::string, std::string> refused[] = {
+      {"notes.py", " --set lr=0.1 --set epochs=3"},
+      {"t.ckpt", " --set lr=0.2 --set epochs=3"},
+      {"t.ckpt", " --set lr=0.1 --set epochs=2"},
+  };
+  for (const auto& [file, sets] : refused) {
+    Output no = Sweep("train t.toml --json --set checkpoint_path=" + (dir_ / file).string() + sets);
+    EXPECT_EQ(no.code, 1) << file << sets << ": " << no.err;
+    const json failed_run = json::parse(no.out);
+    EXPECT_EQ(failed_run["status"], "failed") << no.out;
+    EXPECT_EQ(failed_run["error"].get<std::string>().find((dir_ / file).string() + ": "), 0u)
+        << no.out;
+  }
+  EXPECT_EQ(sweep_e2e::Slurp(dir_ / "notes.py"), "print('keep me')\n");
+  EXPECT_EQ(sweep_e2e::Slurp(dir_ / "t.ckpt"), saved);
 
   // A varied seed is said, with --json too (on stderr), with the one used: --set gives it back.
   Write("s.toml",

@@ -48,6 +48,16 @@ void FlipByte(const std::string& path, std::streamoff at) {
   f.write(&c, 1);
 }
 
+// A read that fails part-way (EIO: the kernel refuses to read its own address 0 of
+// /proc/self/mem) is the machine's trouble, named with the file, not an exception of the library.
+TEST(Checkpoint, AReadErrorIsUnavailableAndNamesTheFile) {
+  auto c = ReadCheckpoint("/proc/self/mem");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Status::Code::kUnavailable) << c.status().message();
+  EXPECT_EQ(c.status().message().rfind("/proc/self/mem: cannot read the checkpoint", 0), 0u)
+      << c.status().message();
+}
+
 TEST(Checkpoint, RoundTrip) {
   TempDir dir;
   const std::string path = dir / "a.ckpt";

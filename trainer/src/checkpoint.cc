@@ -221,8 +221,19 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
     // The machine's refusal (permissions, an I/O error), not the file's content.
     return Status::Unavailable(path + ": cannot open the checkpoint: " + std::strerror(errno));
   }
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return Status::Unavailable(path + ": cannot read the checkpoint");
+  // istream::read, not a streambuf iterator: a read error (EIO) sets badbit there, where the
+  // iterator lets the library's exception through with no file named.
+  std::vector<char> bytes;
+  char chunk[1 << 16];
+  errno = 0;
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    bytes.insert(bytes.end(), chunk, chunk + in.gcount());
+    if (!in) break;
+  }
+  if (in.bad()) {
+    return Status::Unavailable(path + ": cannot read the checkpoint" +
+                               (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
+  }
   const size_t fixed = sizeof kMagic + sizeof(uint32_t);
   if (bytes.size() < fixed + sizeof(uint32_t) || std::memcmp(bytes.data(), kMagic, 8) != 0) {
     return Bad(path, "no checkpoint header (" + std::to_string(bytes.size()) + " bytes)");
