@@ -311,6 +311,12 @@ class Coordinator {
     if (options_.local_slots) {
       SWEEP_RETURN_IF_ERROR(
           AddServer(kLocalServer, "local", executor::DiscoverLocalSlots(config_.cpu_slots)));
+      // Where command trials run here, a program or folder missing here would fail every one of
+      // them. (Where this machine cannot hold a trial, only agents run them: theirs count.)
+      if (config_.kind == TrialKind::kCommand && packer_->largest_server() >= config_.gpus) {
+        Status runs = executor::CheckProgram(config_.command.at(0), config_.workdir);
+        if (!runs.ok()) return runs.WithMessage(config_.path + ": " + runs.message());
+      }
     }
     if (!options_.listen_host.empty()) {
       hub_ = std::make_unique<executor::AgentHub>();
@@ -396,11 +402,6 @@ class Coordinator {
                                                : (config_dir / config_.trials_dir).string();
       trials_dir_ =
           std::filesystem::absolute(trials_dir_).lexically_normal().string() + "/" + config_.name;
-      // Where trials run here, a program or folder missing here would fail every one of them.
-      if (options_.local_slots) {
-        Status runs = executor::CheckProgram(config_.command.at(0), config_.workdir);
-        if (!runs.ok()) return runs.WithMessage(config_.path + ": " + runs.message());
-      }
       std::error_code ec;
       std::filesystem::create_directories(trials_dir_, ec);
       if (ec) {

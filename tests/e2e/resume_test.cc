@@ -676,6 +676,22 @@ TEST_F(ResumeTest, ANewStoreDoesNotResumeFromAnOldSweepsCheckpoints) {
             "2");
 }
 
+// A folder (not empty) where a first run's checkpoint goes is that trial's trouble: it fails,
+// naming the path, and the other trial and the sweep go on (the machine is not retired).
+TEST_F(ResumeTest, AFolderAtAFirstRunsCheckpointPathFailsThatTrialOnly) {
+  WriteTwoTinyTrainerTrials("folder");
+  fs::create_directories(dir_ / "sweeps.db-checkpoints" / "folder" / "trial-0.ckpt" / "x");
+  Output o = Sweep("run l.toml");
+  EXPECT_EQ(o.code, 0) << o.err;
+  auto rows = Query("SELECT status, error FROM trials ORDER BY number");
+  ASSERT_EQ(rows.size(), 2u) << o.err;
+  EXPECT_EQ(rows[0][0], "failed");
+  EXPECT_NE(rows[0][1].find("trial-0.ckpt: cannot delete the checkpoint"), std::string::npos)
+      << rows[0][1];
+  EXPECT_EQ(rows[1][0], "completed");
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+}
+
 // A relative checkpoint_dir is the config's folder's, as the dataset's path is, wherever sweep
 // runs: a resume from another folder finds the checkpoints (it looked beside the new folder).
 TEST_F(ResumeTest, ARelativeCheckpointDirIsTheConfigsFolders) {
