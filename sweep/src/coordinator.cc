@@ -1229,8 +1229,6 @@ class Coordinator {
           error = t.prune_reason;
         } else if (t.at_max_resource) {
           error = CapNote();  // it ended by itself just as it was stopped there
-        } else {
-          error = ev.error;  // a note on its run (it trained from the start: see RunTrial)
         }
         break;
       case executor::TrialOutcome::Kind::kStopped:
@@ -1318,6 +1316,11 @@ class Coordinator {
         }
         break;
     }
+    // A note on a run that ended by itself or was stopped (it trained from the start: see
+    // RunTrial) goes with whatever ended it, so that pruned or stopped trials keep it too.
+    const bool ran_out = ev.outcome == executor::TrialOutcome::Kind::kCompleted ||
+                         ev.outcome == executor::TrialOutcome::Kind::kStopped;
+    if (ran_out && !ev.error.empty()) error += (error.empty() ? "" : "; ") + ev.error;
     (void)packer_->Release(t.where);
     RunningTrial done = std::move(t);
     running_.erase(it);

@@ -974,13 +974,20 @@ TEST_F(ResumeTest, AReportLostBehindACheckpointComesBackOnResume) {
 
 // A trial's own checkpoint damaged while the sweep was stopped: the resumed trial is neither
 // failed for good (nothing would run it again) nor stopped with its machine: it says so, deletes
-// the file and trains from the start, and ends with every epoch reported once.
-TEST_F(ResumeTest, ATrialWithADamagedCheckpointTrainsFromTheStart) {
+// the file and trains from the start, and ends with every epoch reported once (of `epochs`).
+// `early_stopping` is a table for the config, `ended` what the trial's note says before that.
+class DamagedCheckpointTest : public ResumeTest {
+ protected:
+  void TrainsFromTheStart(const std::string& early_stopping, int epochs, const std::string& ended);
+};
+
+void DamagedCheckpointTest::TrainsFromTheStart(const std::string& early_stopping, int epochs,
+                                               const std::string& ended) {
   WriteTinyDataset(800, 200);
   Write("d.toml",
         "[sweep]\nname = \"dmg\"\nseed = 5\nmax_trials = 1\n[parameters]\n"
         "lr = 0.05\nepochs = 30\nbatch_size = 32\n[trainer]\ndataset = \"" +
-            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n" + early_stopping);
   const fs::path ckpt = dir_ / "sweeps.db-checkpoints" / "dmg" / "trial-0.ckpt";
   pid_t pid = Start("run d.toml", "run.log");
   for (int i = 0; i < 2000 && !fs::exists(ckpt); ++i) {
@@ -995,19 +1002,33 @@ TEST_F(ResumeTest, ATrialWithADamagedCheckpointTrainsFromTheStart) {
   Output resumed = Sweep("resume dmg");
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   const std::string note =
+      ended +
       "sweeps.db-checkpoints/dmg/trial-0.ckpt: checkpoint checksum mismatch (the file is damaged "
       "or cut short); deleted it and trained the trial from the start";
   EXPECT_NE(resumed.err.find("trial 0 completed val_acc="), std::string::npos) << resumed.err;
   EXPECT_NE(resumed.err.find(note), std::string::npos) << resumed.err;
-  EXPECT_EQ(Query("SELECT status, retries, error FROM trials"),
-            (std::vector<std::vector<std::string>>{{"completed", "0", note}}));
+  EXPECT_EQ(Query("SELECT status, retries FROM trials"),
+            (std::vector<std::vector<std::string>>{{"completed", "0"}}));
+  const std::string error = Query("SELECT error FROM trials")[0][0];
+  EXPECT_EQ(error.size() - note.size(), error.find(note)) << error;
+  const std::string e = std::to_string(epochs);
   EXPECT_EQ(Query("SELECT count(*), count(DISTINCT epoch), min(epoch), max(epoch) FROM reports"),
-            (std::vector<std::vector<std::string>>{{"30", "30", "1.0", "30.0"}}));
+            (std::vector<std::vector<std::string>>{{e, e, "1.0", e + ".0"}}));
   // The reports it had are kept as they were.
   const auto after = Query("SELECT step, metrics FROM reports ORDER BY step");
   ASSERT_GE(after.size(), before.size());
   EXPECT_EQ(std::vector<std::vector<std::string>>(after.begin(), after.begin() + before.size()),
             before);
+}
+
+TEST_F(DamagedCheckpointTest, ATrialWithADamagedCheckpointTrainsFromTheStart) {
+  TrainsFromTheStart("", 30, "");
+}
+
+// The note stays when something else ends the run too: here, ASHA stops it at max_resource.
+TEST_F(DamagedCheckpointTest, TheNoteStaysWithATrialStoppedAtMaxResource) {
+  TrainsFromTheStart("[early_stopping]\nalgorithm = \"asha\"\nmax_resource = 20\n", 20,
+                     "ran to early_stopping.max_resource = 20; ");
 }
 
 TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
