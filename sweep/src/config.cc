@@ -1012,6 +1012,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       }
       for (const toml::node& arg : *argv) {
         SWEEP_ASSIGN_OR_RETURN(std::string a, c.String(arg, "trial.command"));
+        if (cfg.command.empty()) cfg.command_where = c.Where(arg.source());
         cfg.command.push_back(std::move(a));
       }
       command_node = n;
@@ -1022,6 +1023,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
     }
     if (const toml::node* n = trial->get("workdir")) {
       SWEEP_ASSIGN_OR_RETURN(cfg.workdir, c.String(*n, "trial.workdir"));
+      cfg.workdir_where = c.Where(n->source());
       if (cfg.workdir.empty()) return c.Error(*n, "trial.workdir", "must not be empty");
     }
     if (const toml::node* n = trial->get("trials_dir")) {

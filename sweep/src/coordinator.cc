@@ -315,7 +315,11 @@ class Coordinator {
       // them. (Where this machine cannot hold a trial, only agents run them: theirs count.)
       if (config_.kind == TrialKind::kCommand && packer_->largest_server() >= config_.gpus) {
         Status runs = executor::CheckProgram(config_.command.at(0), config_.workdir);
-        if (!runs.ok()) return runs.WithMessage(config_.path + ": " + runs.message());
+        if (!runs.ok()) {
+          const bool workdir = runs.message().rfind("trial.workdir", 0) == 0;
+          const std::string& where = workdir ? config_.workdir_where : config_.command_where;
+          return runs.WithMessage((where.empty() ? config_.path : where) + ": " + runs.message());
+        }
       }
     }
     if (!options_.listen_host.empty()) {

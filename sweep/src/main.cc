@@ -468,6 +468,8 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
   // empty database behind.
   sweep::RunOptions options = MakeRunOptions(argv0);
   if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
+  std::error_code exists_ec;
+  const bool new_db = !std::filesystem::exists(db, exists_ec) && !exists_ec;
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
   if (resume) {
@@ -499,6 +501,19 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
                    sweep::SweepCommand("status", cfg->name, db, "--watch") + "`"
              : "; use `" + sweep::SweepCommand("resume", cfg->name, db, ResumeOptions(remote, {})) +
                    "`")));
+  }
+  if (!summary.ok() && new_db) {
+    // Refused before the sweep was recorded (trial.gpus past this machine's slots, a program
+    // missing here): the database this run made holds no sweep. It goes, as it would not have
+    // been made had a config error refused the run.
+    auto sweeps = (*st)->ListSweeps();
+    if (sweeps.ok() && sweeps->empty()) {
+      st->reset();
+      std::error_code ec;
+      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+        std::filesystem::remove(db + suffix, ec);
+      }
+    }
   }
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, cfg->name, *summary, ResumeOptions(remote, *summary));

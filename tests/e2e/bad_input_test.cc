@@ -698,12 +698,18 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
 }
 
 // A trial that asks for more slots than the machine has (known only once its slots are
-// discovered) is refused with the line of trial.gpus, and no sweep is recorded.
+// discovered) is refused with the line of trial.gpus, and no sweep is recorded: the database
+// the refused run made goes with it; one that was there stays, as it was.
 TEST_F(BadInputTest, MoreSlotsPerTrialThanTheMachineOffersNamesTheLine) {
   Write("bad.toml", Fn({.trial = "gpus = 5\n", .tail = "[executor]\ncpu_slots = 2\n"}));
   Check("gpus over the slots", Sweep("run bad.toml"), kUsage,
         {"sweep: bad.toml:6:8: trial.gpus: 5 slots per trial, but this machine offers 2"});
-  EXPECT_EQ(Sweep("list --json").out, "[]\n");
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db"));
+  Write("good.toml", Fn({}));
+  ASSERT_EQ(Sweep("run good.toml --name kept").code, 0);
+  Check("gpus over the slots, beside a sweep", Sweep("run bad.toml"), kUsage,
+        {"sweep: bad.toml:6:8: trial.gpus: 5 slots per trial, but this machine offers 2"});
+  EXPECT_NE(Sweep("list --json").out.find("\"name\": \"kept\""), std::string::npos);
 }
 
 // ---- config files that cannot be read ----

@@ -433,7 +433,8 @@ cpu_slots = 2
 }
 
 // A program or folder missing on this machine, where trials run, would fail every trial: the
-// sweep is refused before any starts, naming the key. (With --no-local, agents have their own.)
+// sweep is refused before any starts, naming where the key is. (With --no-local, agents have their
+// own.)
 TEST_F(CommandTrialE2eTest, AProgramOrWorkdirMissingHereIsRefusedBeforeAnyTrial) {
   const std::string head =
       "[sweep]\nname = \"miss\"\nmax_trials = 1\nmetric = \"score\"\nmode = "
@@ -441,12 +442,12 @@ TEST_F(CommandTrialE2eTest, AProgramOrWorkdirMissingHereIsRefusedBeforeAnyTrial)
       "[trial]\nkind = \"command\"\n";
   const std::pair<std::string, std::string> cases[] = {
       {"command = [\"./train.sh\"]\nworkdir = \"/\"\n",
-       "c.toml: trial.command: './train.sh' (/./train.sh) does not exist; a relative path is "
+       "c.toml:10:12: trial.command: './train.sh' (/./train.sh) does not exist; a relative path is "
        "workdir's (/)"},
       {"command = [\"./train.sh\"]\nworkdir = \"nowhere\"\n",
-       "c.toml: trial.workdir: '" + (dir_ / "nowhere").string() + "' is not a folder here"},
+       "c.toml:11:11: trial.workdir: '" + (dir_ / "nowhere").string() + "' is not a folder here"},
       {"command = [\"no-such-program-here\"]\n",
-       "c.toml: trial.command: 'no-such-program-here' is not an executable program on PATH"},
+       "c.toml:10:12: trial.command: 'no-such-program-here' is not an executable program on PATH"},
       {"command = [\"./c.toml\"]\n",
        "(" + (dir_ / "./c.toml").string() + ") is not an executable file"},
       // The program as it runs: `{{` is one brace.
@@ -458,6 +459,8 @@ TEST_F(CommandTrialE2eTest, AProgramOrWorkdirMissingHereIsRefusedBeforeAnyTrial)
     EXPECT_EQ(o.code, 2) << trial;
     EXPECT_NE(o.err.find(message), std::string::npos) << o.err;
     EXPECT_FALSE(fs::exists(dir_ / "sweeps.db-trials" / "miss")) << trial;
+    // Nor is a database left behind that the refused run would have made.
+    EXPECT_FALSE(fs::exists(dir_ / "sweeps.db")) << trial;
   }
   // And one that is there, braces and all, runs.
   Write("x{y}.sh", "#!/bin/sh\necho 'sweep-report {\"score\": 1}'\n");

@@ -67,10 +67,12 @@ struct SweepConfig {
   std::optional<int64_t> keep_checkpoints;
   // kind = "command": the program and its arguments, a template ("--lr={lr}").
   std::vector<std::string> command;
-  std::string workdir;       // where the program starts: absolute (default: the config's folder)
-  std::string trials_dir;    // each trial's directory and logs: "<trials_dir>/<sweep>/trial-N";
-                             // "": "<db>-trials"
-  double kill_grace_s = 10;  // SIGTERM, then SIGKILL this much later
+  std::string command_where;  // "file:line:column" of the program (command's first string)
+  std::string workdir;        // where the program starts: absolute (default: the config's folder)
+  std::string workdir_where;  // "file:line:column" of trial.workdir; empty: not set
+  std::string trials_dir;     // each trial's directory and logs: "<trials_dir>/<sweep>/trial-N";
+                              // "": "<db>-trials"
+  double kill_grace_s = 10;   // SIGTERM, then SIGKILL this much later
   std::optional<double> trial_timeout_s;  // a run of one trial longer than this fails
 
   // [trainer] (defaults for trainer trials; [parameters] override them) or [function].
