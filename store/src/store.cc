@@ -116,10 +116,10 @@ std::string_view QuerySql(Query query) {
       return "ROLLBACK";
     case Query::kInsertSweep:
       return "INSERT INTO sweeps (name, config_text, config_hash, config_path, metric, maximize, "
-             "seed, status, created, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+             "seed, status, created, owner, run_options) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     case Query::kFindSweep:
       return "SELECT id, name, config_text, config_hash, config_path, metric, maximize, seed, "
-             "status, created, ended, owner, active_s FROM sweeps WHERE name = ?";
+             "status, created, ended, owner, active_s, run_options FROM sweeps WHERE name = ?";
     case Query::kListSweeps:
       // Correlated subqueries so each count and best value is an index range, not a scan of the
       // sweep's trials; MIN/MAX on trials_best(sweep_id, status, objective) is one index seek.
@@ -180,7 +180,7 @@ std::string_view QuerySql(Query query) {
       return "SELECT trial, step, epoch, metrics, time FROM reports WHERE sweep_id = ? "
              "ORDER BY id";
     case Query::kSetSweepOwner:
-      return "UPDATE sweeps SET owner = ? WHERE id = ?";
+      return "UPDATE sweeps SET owner = ?, run_options = ? WHERE id = ?";
     case Query::kSetSweepActive:
       return "UPDATE sweeps SET active_s = ? WHERE id = ?";
     case Query::kSetTrialRetries:
@@ -349,6 +349,11 @@ ALTER TABLE trials ADD COLUMN stderr_log TEXT NOT NULL DEFAULT '';
     // takes its agent down fails after a few, across resumes too).
     R"sql(
 ALTER TABLE trials ADD COLUMN agent_losses INTEGER NOT NULL DEFAULT 0;
+)sql",
+    // 4 -> 5: the agent flags (--listen, --token-file, --no-local) of the process that runs a
+    // sweep, so that a resume hint given after it died brings its agents back.
+    R"sql(
+ALTER TABLE sweeps ADD COLUMN run_options TEXT NOT NULL DEFAULT '';
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,
@@ -1061,7 +1066,8 @@ Result<int64_t> Store::CreateSweep(const NewSweep& sweep,
         .Int(sweep.seed)
         .Text(ToString(SweepStatus::kRunning))
         .Real(sweep.created_s)
-        .Text(sweep.owner);
+        .Text(sweep.owner)
+        .Text(sweep.run_options);
     if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the new sweep");
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_CONSTRAINT_UNIQUE) {
@@ -1112,6 +1118,7 @@ Result<SweepRecord> Store::FindSweep(std::string_view name) {
   sweep.ended_s = ColumnOptReal(stmt, 10);
   sweep.owner = ColumnText(stmt, 11);
   sweep.active_s = sqlite3_column_double(stmt, 12);
+  sweep.run_options = ColumnText(stmt, 13);
   return sweep;
 }
 
@@ -1429,9 +1436,10 @@ Result<std::vector<ReportRecord>> Store::AllReports(int64_t sweep_id) {
   return reports;
 }
 
-Status Store::SetSweepOwner(int64_t sweep_id, std::string_view owner) {
+Status Store::SetSweepOwner(int64_t sweep_id, std::string_view owner,
+                            std::string_view run_options) {
   return impl_->Update(Query::kSetSweepOwner, "recording the sweep's owner",
-                       [&](Binder& b) { b.Text(owner).Int(sweep_id); });
+                       [&](Binder& b) { b.Text(owner).Text(run_options).Int(sweep_id); });
 }
 
 Status Store::SetSweepActive(int64_t sweep_id, double active_s) {

@@ -37,7 +37,7 @@ enum class Query {
   kReports,              // sweep_id, trial
   kMaxTrialNumber,       // sweep_id
   kAllReports,           // sweep_id
-  kSetSweepOwner,        // owner, id
+  kSetSweepOwner,        // owner, run_options, id
   kSetSweepActive,       // active_s, id
   kSetTrialRetries,      // retries, sweep_id, number
   kDropCheckpoint,       // sweep_id, number

@@ -151,6 +151,7 @@ class Coordinator {
     // The owner goes in with the sweep's row, and the lock is taken before the row commits:
     // a reader sees the sweep only with an owner that holds its lock (or held it and died).
     ns.owner = OwnerId();
+    ns.run_options = AgentFlags();
     SWEEP_ASSIGN_OR_RETURN(sweep_id_, store_.CreateSweep(ns, [this](int64_t id) {
       auto lock = SweepLock::Acquire(store_.path(), id);
       if (!lock.ok()) return lock.status();
@@ -199,7 +200,7 @@ class Coordinator {
     SWEEP_RETURN_IF_ERROR(Prepare());
     start_s_ = UnixSeconds();
     active_before_s_ = rec.active_s;
-    SWEEP_RETURN_IF_ERROR(store_.SetSweepOwner(sweep_id_, OwnerId()));
+    SWEEP_RETURN_IF_ERROR(store_.SetSweepOwner(sweep_id_, OwnerId(), AgentFlags()));
 
     // Trials the dead coordinator left RUNNING have no worker any more.
     store::TrialQuery running;
@@ -964,6 +965,13 @@ class Coordinator {
     return summary;
   }
 
+  // The flags a resume needs to bring this run's agents back (stored with the sweep's owner).
+  std::string AgentFlags() const {
+    if (hub_ == nullptr) return "";
+    return sweep::AgentFlags(options_.listen_host, hub_->port(), options_.token_file,
+                             !options_.local_slots);
+  }
+
   void Announce(const std::string& extra) {
     if (options_.log == nullptr) return;
     *options_.log << "sweep '" << config_.name << "': ";
@@ -1470,10 +1478,12 @@ Result<RunSummary> WithResumeHint(Result<RunSummary> result, store::Store& store
   bool resumable = s.code() == Status::Code::kIoError || s.code() == Status::Code::kCorruption ||
                    s.code() == Status::Code::kInternal;
   // A file removed or replaced: the store's message says what is left and where.
-  if (!resumable || store.file_lost() || !store.FindSweep(name).ok()) return result;
+  if (!resumable || store.file_lost()) return result;
+  auto sweep = store.FindSweep(name);
+  if (!sweep.ok()) return result;
   return s.WithMessage(s.message() + "\nsweep '" + name +
                        "' stopped; what it had committed is kept. Once the cause is fixed, `" +
-                       ResumeCommand(name, store.path()) + "` continues it.");
+                       ResumeCommand(*sweep, store.path()) + "` continues it.");
 }
 
 }  // namespace

@@ -245,18 +245,20 @@ int CmdList(const QueryArgs& a) {
                                std::vector<sweep::store::SweepSummary>{})
                          : (*st)->ListSweeps();
   if (!list.ok()) return Fail(list.status());
-  // A sweep stored as running whose coordinator died says so (sweep resume continues it).
-  auto gone = [&](const sweep::store::SweepSummary& s) {
-    if (s.status != sweep::store::SweepStatus::kRunning) return false;
+  // A sweep stored as running whose coordinator died says so (sweep resume continues it):
+  // the command that does, else "".
+  auto gone = [&](const sweep::store::SweepSummary& s) -> std::string {
+    if (s.status != sweep::store::SweepStatus::kRunning) return "";
     auto sw = (*st)->FindSweep(s.name);
-    return sw.ok() && sweep::CoordinatorGone(a.db, *sw);
+    if (!sw.ok() || !sweep::CoordinatorGone(a.db, *sw)) return "";
+    return sweep::ResumeCommand(*sw, a.db);
   };
   if (a.json) {
     json arr = json::array();
     for (const auto& s : *list) {
       arr.push_back({{"name", s.name},
                      {"status", sweep::store::ToString(s.status)},
-                     {"coordinator_gone", gone(s)},
+                     {"coordinator_gone", !gone(s).empty()},
                      {"trials", s.trials},
                      {"metric", s.metric},
                      {"mode", s.maximize ? "max" : "min"},
@@ -267,10 +269,11 @@ int CmdList(const QueryArgs& a) {
   }
   if (list->empty()) std::cout << "no sweeps in " << a.db << "\n";
   for (const auto& s : *list) {
+    const std::string resume = gone(s);
     std::cout << s.name << "  " << sweep::store::ToString(s.status)
-              << (gone(s) ? " (coordinator gone: " + sweep::ResumeCommand(s.name, a.db) + ")" : "")
-              << "  " << s.trials << " trials  best " << s.metric << " = "
-              << (s.best ? json(*s.best).dump() : "-") << "\n";
+              << (resume.empty() ? "" : " (coordinator gone: " + resume + ")") << "  " << s.trials
+              << " trials  best " << s.metric << " = " << (s.best ? json(*s.best).dump() : "-")
+              << "\n";
   }
   return kExitOk;
 }
@@ -353,6 +356,9 @@ Status ApplyRemoteArgs(const RemoteArgs& a, sweep::RunOptions* options) {
   }
   if (!a.token_file.empty()) {
     SWEEP_ASSIGN_OR_RETURN(options->token, net::ReadTokenFile(a.token_file));
+    std::error_code ec;
+    const std::filesystem::path absolute = std::filesystem::absolute(a.token_file, ec);
+    options->token_file = ec ? a.token_file : absolute.lexically_normal().string();
   }
   SWEEP_RETURN_IF_ERROR(net::ValidateListen(host_port->first, !options->token.empty()));
   options->listen_host = host_port->first;
@@ -379,15 +385,11 @@ sweep::RunOptions MakeRunOptions(const char* argv0) {
 // that was kept off this machine.
 std::string ResumeOptions(const RemoteArgs& remote, const sweep::RunSummary& summary) {
   if (remote.listen.empty()) return "";
-  std::string listen = remote.listen;
-  if (summary.listen_port > 0) {
-    listen = listen.substr(0, listen.rfind(':') + 1) + std::to_string(summary.listen_port);
-  }
-  std::string options = "--listen " + sweep::ShellQuote(listen);
-  if (!remote.token_file.empty())
-    options += " --token-file " + sweep::ShellQuote(remote.token_file);
-  if (remote.no_local) options += " --no-local";
-  return options;
+  auto host_port = sweep::executor::net::ParseHostPort(remote.listen);
+  if (!host_port.ok()) return "";  // refused before any run
+  return sweep::AgentFlags(host_port->first,
+                           summary.listen_port > 0 ? summary.listen_port : host_port->second,
+                           remote.token_file, remote.no_local);
 }
 
 int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::RunSummary& summary,

@@ -188,8 +188,20 @@ std::string SweepCommand(const std::string& command, const std::string& name, co
   return "sweep " + command + " " + name + more;
 }
 
-std::string ResumeCommand(const std::string& name, const std::string& db) {
-  return SweepCommand("resume", name, db);
+std::string AgentFlags(const std::string& listen_host, int port, const std::string& token_file,
+                       bool no_local) {
+  if (listen_host.empty()) return "";
+  // An IPv6 address in brackets, as --listen takes it.
+  const bool v6 = listen_host.find(':') != std::string::npos;
+  std::string flags = "--listen " + ShellQuote((v6 ? "[" + listen_host + "]" : listen_host) + ":" +
+                                               std::to_string(port));
+  if (!token_file.empty()) flags += " --token-file " + ShellQuote(token_file);
+  if (no_local) flags += " --no-local";
+  return flags;
+}
+
+std::string ResumeCommand(const store::SweepRecord& sweep, const std::string& db) {
+  return SweepCommand("resume", sweep.name, db, sweep.run_options);
 }
 
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
@@ -200,8 +212,8 @@ void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
   const double elapsed = (sweep.ended_s ? *sweep.ended_s : now_s) - sweep.created_s;
   const auto& c = counts;
   out << "sweep " << sweep.name << " (" << store::ToString(sweep.status)
-      << (gone ? ", but its coordinator is gone: `" + ResumeCommand(sweep.name, db) + "`" : "")
-      << "), " << (sweep.maximize ? "max " : "min ") << sweep.metric << ", elapsed "
+      << (gone ? ", but its coordinator is gone: `" + ResumeCommand(sweep, db) + "`" : "") << "), "
+      << (sweep.maximize ? "max " : "min ") << sweep.metric << ", elapsed "
       << static_cast<int64_t>(elapsed)
       << " s"
       // Time spent running, over every run and resume (as of the last commit), when it differs

@@ -42,8 +42,13 @@ std::string ShellQuote(const std::string& word);
 // (with `--` before a name that starts with '-').
 std::string SweepCommand(const std::string& command, const std::string& name, const std::string& db,
                          const std::string& options = "");
-// The command that continues sweep `name` of store `db`: `sweep resume NAME[ --db DB]`.
-std::string ResumeCommand(const std::string& name, const std::string& db);
+// The flags that bring a sweep's agents back when it is resumed: `--listen HOST:PORT`, then
+// `--token-file F` and `--no-local` when given; "" when `listen_host` is empty (no agents).
+std::string AgentFlags(const std::string& listen_host, int port, const std::string& token_file,
+                       bool no_local);
+// The command that continues `sweep` of store `db`: `sweep resume NAME[ --db DB]`, with the
+// agent flags of the process that last ran it.
+std::string ResumeCommand(const store::SweepRecord& sweep, const std::string& db);
 // Store::FindSweep, with "did you mean ..." when the name is close to one that exists.
 Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name);
 

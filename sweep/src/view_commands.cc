@@ -247,9 +247,8 @@ int CmdShow(const ShowArgs& a) {
   const int width = report::TerminalColumns(STDOUT_FILENO);
   std::ostringstream out;
   out << "trial " << t.number << " of sweep " << sw->name << ": " << store::ToString(t.status)
-      << (orphaned
-              ? " (its coordinator is gone: " + ResumeCommand(sw->name, a.db) + " runs it again)"
-              : "")
+      << (orphaned ? " (its coordinator is gone: " + ResumeCommand(*sw, a.db) + " runs it again)"
+                   : "")
       << "\n";
   // "  key         value", the value wrapped at spaces to the terminal's width; its own line
   // breaks (a program's last lines in an error) keep the indent, other control characters
@@ -515,7 +514,7 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
       std::cerr << "sweep: '" << name
                 << "' is marked running but no process runs it (its coordinator died); "
                    "continue it with `"
-                << ResumeCommand(name, db) << "`\n";
+                << ResumeCommand(*sw, db) << "`\n";
       return kExitRuntime;
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));

@@ -379,6 +379,14 @@ TEST_F(AgentsTest, AgentsReconnectToAResumedCoordinatorOnTheSamePort) {
   KillNow(coordinator);
   const int64_t done_before = Scalar("SELECT count(*) FROM trials WHERE status != 'running'");
   ASSERT_LT(done_before, kTrials) << "the sweep ended before the coordinator was killed";
+  // What `status` and `list` say to continue it brings its agents back: their flags were
+  // stored with the sweep (the token file's path absolute, for a command typed elsewhere).
+  const std::string hint = "sweep resume restart --listen 127.0.0.1:" + std::to_string(port) +
+                           " --token-file " + (dir_ / "tok").string() + " --no-local";
+  Output status = Sweep("status restart");
+  EXPECT_NE(status.out.find(hint), std::string::npos) << status.out;
+  Output list = Sweep("list");
+  EXPECT_NE(list.out.find(hint), std::string::npos) << list.out;
 
   // The agents notice, stop their trials and keep trying to connect.
   for (const char* name : {"agent-a.log", "agent-b.log"}) {

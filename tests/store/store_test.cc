@@ -417,6 +417,7 @@ TEST_F(StoreTest, MigratesAVersion1File) {
   ASSERT_NO_FATAL_FAILURE(ExpectVersion1Content(store));
   auto sweep = store.FindSweep("old");
   EXPECT_EQ(sweep->owner, "");
+  EXPECT_EQ(sweep->run_options, "");
   EXPECT_EQ(sweep->active_s, 0);
   auto reports = store.Reports(sweep->id, 0);
   EXPECT_EQ((*reports)[0].metrics_json, "{\"val_acc\":0.7}");
@@ -493,7 +494,7 @@ TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   ASSERT_TRUE(store_->InsertTrial(sweep_id_, t).ok());
   ASSERT_TRUE(store_->SetTrialRetries(sweep_id_, 4, 2).ok());
   ASSERT_TRUE(store_->SetTrialAgentLosses(sweep_id_, 4, 1).ok());
-  ASSERT_TRUE(store_->SetSweepOwner(sweep_id_, "123@host").ok());
+  ASSERT_TRUE(store_->SetSweepOwner(sweep_id_, "123@host", "--listen 0.0.0.0:7000").ok());
   ASSERT_TRUE(store_->SetSweepActive(sweep_id_, 12.5).ok());
   ASSERT_TRUE(store_->Commit().ok());
   EXPECT_EQ((*store_->Trial(sweep_id_, 4))->retries, 2);
@@ -501,6 +502,7 @@ TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   auto sweep = store_->FindSweep("s");
   ASSERT_TRUE(sweep.ok());
   EXPECT_EQ(sweep->owner, "123@host");
+  EXPECT_EQ(sweep->run_options, "--listen 0.0.0.0:7000");
   EXPECT_EQ(sweep->active_s, 12.5);
   EXPECT_EQ(store_->SetTrialRetries(sweep_id_, 99, 1).code(), Status::Code::kNotFound);
 }
@@ -910,6 +912,7 @@ TEST_F(StoreTest, CreateSweepStoresItsOwnerInTheSameCommit) {
   NewSweep owned;
   owned.name = "owned";
   owned.owner = "42@host";
+  owned.run_options = "--listen 127.0.0.1:7000 --no-local";
   bool seen_before_commit = true;
   auto id = store_->CreateSweep(owned, [&](int64_t) {
     seen_before_commit = (*reader)->FindSweep("owned").ok();
@@ -921,6 +924,7 @@ TEST_F(StoreTest, CreateSweepStoresItsOwnerInTheSameCommit) {
   ASSERT_OK(found);
   EXPECT_EQ(found->id, *id);
   EXPECT_EQ(found->owner, "42@host");
+  EXPECT_EQ(found->run_options, "--listen 127.0.0.1:7000 --no-local");
 
   NewSweep refused;
   refused.name = "refused";

@@ -81,17 +81,36 @@ TEST(OutputTest, CsvHasOneColumnPerParameterAndMetric) {
 namespace sweep {
 namespace {
 
+store::SweepRecord Named(const std::string& name, const std::string& run_options = "") {
+  store::SweepRecord sweep;
+  sweep.name = name;
+  sweep.run_options = run_options;
+  return sweep;
+}
+
 // The resume advice names the store unless it is the default, quoted for a shell when needed.
 TEST(OutputTest, ResumeCommandNamesAStoreThatIsNotTheDefault) {
-  EXPECT_EQ(ResumeCommand("s", "sweeps.db"), "sweep resume s");
-  EXPECT_EQ(ResumeCommand("s", "./sweeps.db"), "sweep resume s");
-  EXPECT_EQ(ResumeCommand("s", "runs/m.db"), "sweep resume s --db runs/m.db");
-  EXPECT_EQ(ResumeCommand("-s", "runs/m.db"), "sweep resume --db runs/m.db -- -s");
+  EXPECT_EQ(ResumeCommand(Named("s"), "sweeps.db"), "sweep resume s");
+  EXPECT_EQ(ResumeCommand(Named("s"), "./sweeps.db"), "sweep resume s");
+  EXPECT_EQ(ResumeCommand(Named("s"), "runs/m.db"), "sweep resume s --db runs/m.db");
+  EXPECT_EQ(ResumeCommand(Named("-s"), "runs/m.db"), "sweep resume --db runs/m.db -- -s");
   EXPECT_EQ(SweepCommand("trials", "s", "runs/m.db", "--status failed"),
             "sweep trials s --db runs/m.db --status failed");
   EXPECT_EQ(SweepCommand("trials", "-s", "sweeps.db", "--status failed"),
             "sweep trials --status failed -- -s");
-  EXPECT_EQ(ResumeCommand("s", "my runs/it's.db"), "sweep resume s --db 'my runs/it'\\''s.db'");
+  EXPECT_EQ(ResumeCommand(Named("s"), "my runs/it's.db"),
+            "sweep resume s --db 'my runs/it'\\''s.db'");
+}
+
+// A sweep run with agents is resumed with their flags (stored with its owner), so that they
+// reconnect and no trial runs here that was kept off this machine.
+TEST(OutputTest, ResumeCommandCarriesTheAgentFlagsOfItsLastRun) {
+  const std::string flags = AgentFlags("127.0.0.1", 7000, "/etc/sweep/my token", true);
+  EXPECT_EQ(flags, "--listen 127.0.0.1:7000 --token-file '/etc/sweep/my token' --no-local");
+  EXPECT_EQ(ResumeCommand(Named("s", flags), "runs/m.db"),
+            "sweep resume s --db runs/m.db " + flags);
+  EXPECT_EQ(AgentFlags("::1", 7000, "", false), "--listen '[::1]:7000'");
+  EXPECT_EQ(AgentFlags("", 7000, "t", true), "");
 }
 
 // A word a shell would read back as itself stays bare; anything else (a glob's brackets and
@@ -104,7 +123,7 @@ TEST(OutputTest, ShellQuoteKeepsOnlyWhatAShellReadsBackBare) {
   EXPECT_EQ(ShellQuote("a b"), "'a b'");
   EXPECT_EQ(ShellQuote("it's"), "'it'\\''s'");
   EXPECT_EQ(ShellQuote(""), "''");
-  EXPECT_EQ(ResumeCommand("s", "[x].db"), "sweep resume s --db '[x].db'");
+  EXPECT_EQ(ResumeCommand(Named("s"), "[x].db"), "sweep resume s --db '[x].db'");
 }
 
 }  // namespace

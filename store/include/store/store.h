@@ -19,7 +19,7 @@
 namespace sweep::store {
 
 // Current schema version, kept in PRAGMA user_version.
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
 // "pending", "running", "completed", "pruned", "failed", "interrupted".
@@ -40,6 +40,9 @@ struct NewSweep {
   int64_t seed = 0;
   double created_s = 0;  // Unix time, seconds
   std::string owner;     // "PID@HOST" of the process that runs it, stored with the row
+  // The flags that bring its agents back ("--listen HOST:PORT --token-file F --no-local"), for
+  // a resume hint; empty: it runs on this machine's slots alone.
+  std::string run_options;
 };
 
 struct SweepRecord {
@@ -54,8 +57,9 @@ struct SweepRecord {
   SweepStatus status = SweepStatus::kRunning;
   double created_s = 0;
   std::optional<double> ended_s;
-  std::string owner;    // "pid@host" of the process that runs or last ran it
-  double active_s = 0;  // seconds it has been run for, over every run and resume
+  std::string owner;        // "pid@host" of the process that runs or last ran it
+  double active_s = 0;      // seconds it has been run for, over every run and resume
+  std::string run_options;  // that process's agent flags, as in NewSweep
 };
 
 struct TrialRecord {
@@ -157,7 +161,7 @@ class Store {
   Status SetTrialAgentLosses(int64_t sweep_id, int64_t number, int losses);
   // The trial's checkpoint is no longer kept (its file is deleted once this commits).
   Status DropTrialCheckpoint(int64_t sweep_id, int64_t number);
-  Status SetSweepOwner(int64_t sweep_id, std::string_view owner);
+  Status SetSweepOwner(int64_t sweep_id, std::string_view owner, std::string_view run_options);
   Status SetSweepActive(int64_t sweep_id, double active_s);
   Status AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::string_view from,
                   std::string_view to, std::string_view detail, double time_s);

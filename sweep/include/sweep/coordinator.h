@@ -29,6 +29,7 @@ struct RunOptions {
   std::string listen_host;
   int listen_port = 0;
   std::string token;        // shared secret for the agents' challenge-response
+  std::string token_file;   // where it was read (absolute), for the stored resume hint
   bool local_slots = true;  // also run trials on this machine's slots
 };
 
