@@ -203,7 +203,7 @@ class CommandRun {
     stdout_path_ = trial_dir_ + "/stdout.log";
     stderr_path_ = trial_dir_ + "/stderr.log";
     Fd out_log(::open(stdout_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-    Fd err_log(::open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    Fd err_log(::open(stderr_path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
     if (out_log.get() < 0 || err_log.get() < 0) {
       return Failed(trial_dir_ + ": cannot open the trial's log files: " + std::strerror(errno));
     }
@@ -224,7 +224,15 @@ class CommandRun {
   }
 
  private:
-  static void Note(int fd, const std::string& line) { WriteAll(fd, line + "\n"); }
+  // A line of ours in the trial's stderr log, on a line of its own: after a program's output
+  // that did not end its line, a line break first. (The log is opened to read as well for
+  // this.)
+  static void Note(int fd, const std::string& line) {
+    char last = '\n';
+    const off_t end = ::lseek(fd, 0, SEEK_END);
+    if (end > 0 && ::pread(fd, &last, 1, end - 1) != 1) last = '\n';
+    WriteAll(fd, (last == '\n' ? "" : "\n") + line + "\n");
+  }
 
   std::vector<std::string> Environment() const {
     std::vector<std::pair<std::string, std::string>> set = {

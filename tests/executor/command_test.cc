@@ -365,6 +365,18 @@ TEST_F(CommandTrialTest, ExitingWithoutAReportIsAFailureThatSaysHow) {
   EXPECT_NE(run.outcome.error.find("val_acc"), std::string::npos) << run.outcome.error;
 }
 
+// Our notes in the stderr log start a line of their own, even after a program's output that
+// did not end its line.
+TEST_F(CommandTrialTest, ANoteAfterAnUnfinishedLineStartsOnANewLine) {
+  Run run =
+      RunIt(ShellTask("printf 'half a line' >&2; echo 'sweep-report {bad'; echo "
+                      "'sweep-report {\"val_acc\": 1}'"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  const std::string err = Read(dir_ + "/trial-3/stderr.log");
+  EXPECT_NE(err.find("\nhalf a line\n[sweep] stdout line 1 is not a report"), std::string::npos)
+      << err;
+}
+
 // A stop (pruning) sends SIGTERM; a program that ends on it is stopped at once.
 TEST_F(CommandTrialTest, StopSendsSigtermToTheProgram) {
   std::atomic<bool> stop{false};
