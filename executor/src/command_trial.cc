@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -179,6 +181,8 @@ class CommandRun {
     double timeout_s = s.value("timeout_s", 0.0);
     if (timeout_s > 0) timeout_ = std::chrono::duration<double>(timeout_s);
     if (trial_dir_.empty()) return Failed("command trial without a trial directory");
+    stored_step_ = task_.stored_step;
+    stored_epoch_ = task_.stored_epoch;
 
     json values = task_.params.is_object() ? task_.params : json::object();
     values["trial"] = task_.number;
@@ -211,6 +215,24 @@ class CommandRun {
     std::string started = "[sweep] " + Now() + " trial " + std::to_string(task_.number) + ":";
     for (const std::string& a : *argv) started += " " + a;
     Note(err_log.get(), started);
+    if (!task_.fresh) {
+      std::string why_stopped;
+      const int64_t replayed = Replay(&why_stopped);
+      if (replayed > 0) {
+        Note(err_log.get(), "[sweep] " + Now() + " reported again " + std::to_string(replayed) +
+                                " report(s) of an earlier run that the store had not kept "
+                                "(from stdout.log), up to step " +
+                                std::to_string(stored_step_));
+      }
+      if (!why_stopped.empty()) return Failed(why_stopped);
+      if (stop_.load(std::memory_order_relaxed)) {
+        // Early stopping decided on a report given again: the program need not run.
+        TrialOutcome out;
+        out.kind = TrialOutcome::Kind::kStopped;
+        out.end_metrics = json::object();
+        return out;
+      }
+    }
     stderr_start_ = ::lseek(err_log.get(), 0, SEEK_END);
 
     std::string program = ResolveProgram((*argv)[0], workdir_);
@@ -449,7 +471,7 @@ class CommandRun {
     if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
       // Run again with nothing left to do (the program found its work done in its checkpoint),
       // a trial ends with what its earlier runs reported.
-      const bool stored = task_.stored_step > 0;
+      const bool stored = stored_step_ > 0;
       if (reports_ == 0 && !first_unread_.empty()) {  // run again or not: it tried to report
         return Failed(
             "the program exited 0 without a report that could be read: " + std::to_string(unread_) +
@@ -522,30 +544,35 @@ class CommandRun {
       warned_ignored_ = true;
     }
     ++reports_;
-    for (const auto& [k, v] : r.metrics.items()) {
-      if (k == metric_) metric_seen_ = true;
-      if (reported_.size() < 20) reported_.insert(k);
-    }
     int64_t step = reports_;
     if (r.step) {
       step = *r.step;
-    } else if (task_.stored_step > 0 && r.epoch) {
+    } else if (stored_step_ > 0 && r.epoch) {
       // Run again: a program that goes on from its own checkpoint reports its later epochs,
       // which follow the stored reports; one that starts over reports the stored epochs again,
       // and those stand as they were (the first report of a point is kept).
-      if (*r.epoch <= task_.stored_epoch) {
+      if (*r.epoch <= stored_epoch_) {
         if (!warned_stored_) {
           Note(err_log, "[sweep] stdout line " + std::to_string(lines_) + ": epochs up to " +
-                            FormatNumber(task_.stored_epoch) +
+                            FormatNumber(stored_epoch_) +
                             " were reported by an earlier run of this trial; they are kept, and "
                             "this run's reports of them are not recorded");
           warned_stored_ = true;
         }
         return;
       }
-      step = task_.stored_step + ++appended_;
+      step = stored_step_ + ++appended_;
     }
-    const double epoch = r.epoch.value_or(static_cast<double>(step));
+    Emit(step, r.epoch.value_or(static_cast<double>(step)), r, why_stopped);
+  }
+
+  // A report read, to the coordinator: NaN and infinity as null (in the sweep's metric, the
+  // run diverged).
+  void Emit(int64_t step, double epoch, CommandReport& r, std::string* why_stopped) {
+    for (const auto& [k, v] : r.metrics.items()) {
+      if (k == metric_) metric_seen_ = true;
+      if (reported_.size() < 20) reported_.insert(k);
+    }
     for (const std::string& k : r.nonfinite) {
       r.metrics[k] = nullptr;
       if (k == metric_ && why_stopped->empty()) {
@@ -554,6 +581,47 @@ class CommandRun {
       }
     }
     sink_(step, epoch, r.metrics);
+  }
+
+  // A trial run again: the reports its earlier runs printed (its stdout log) past what the
+  // store kept are reported again, in order, before the program starts. A coordinator killed
+  // before it committed them (kill -9, a power cut, a store locked until then) lost them, while
+  // the program may have saved its own checkpoint past them: going on from there, it would not
+  // print them again. A report counts as past the store by its step, else by its epoch, in
+  // the order it was printed; reports with neither are counted only when the store has none
+  // of the trial's (they have no place among stored ones). The store keeps the first report of
+  // a step, so one it had is never changed. Returns how many were reported.
+  int64_t Replay(std::string* why_stopped) {
+    std::ifstream in(stdout_path_, std::ios::binary);
+    if (!in) return 0;
+    const bool none_stored = stored_step_ == 0;
+    int64_t replayed = 0;
+    std::string line;
+    while (std::getline(in, line) && why_stopped->empty() &&
+           !stop_.load(std::memory_order_relaxed)) {
+      if (line.size() > kMaxReportBytes) continue;
+      std::optional<Result<CommandReport>> parsed = ParseReportLine(line);
+      if (!parsed || !parsed->ok()) continue;
+      CommandReport& r = **parsed;
+      int64_t step = 0;
+      if (r.step) {
+        if (*r.step <= stored_step_) continue;
+        step = *r.step;
+      } else if (r.epoch) {
+        if (*r.epoch <= stored_epoch_) continue;
+        step = stored_step_ + 1;
+      } else if (none_stored) {
+        step = stored_step_ + 1;
+      } else {
+        continue;
+      }
+      const double epoch = r.epoch.value_or(static_cast<double>(step));
+      stored_step_ = step;
+      stored_epoch_ = std::max(stored_epoch_, epoch);
+      Emit(step, epoch, r, why_stopped);
+      ++replayed;
+    }
+    return replayed;
   }
 
   std::string LastLines() const {
@@ -589,6 +657,10 @@ class CommandRun {
   int64_t lines_ = 0;
   int64_t reports_ = 0;
   int64_t appended_ = 0;  // reports numbered after the stored ones (see TrialTask::stored_step)
+  // Where the stored reports end (TrialTask::stored_step, stored_epoch), past those Replay
+  // reported again.
+  int64_t stored_step_ = 0;
+  double stored_epoch_ = 0;
   bool warned_stored_ = false;
   int64_t unread_ = 0;        // sweep-report lines that could not be read
   std::string first_unread_;  // and why the first could not

@@ -780,6 +780,61 @@ TEST_F(ResumeTest, ALockHeldByAnotherProcessIsWaitedFor) {
   }
 }
 
+// A program that keeps its own checkpoint printed its reports and saved past them, but its
+// coordinator died (kill -9) before it committed them (here the store was held locked until
+// then). Run again, the program finds its work done and prints nothing: the reports come back
+// from its stdout log, and the trial ends completed with every epoch, as an uninterrupted run.
+TEST_F(ResumeTest, ReportsTheCoordinatorLostComeBackFromTheProgramsLog) {
+  Write("own.sh", R"(#!/bin/sh
+state="$SWEEP_TRIAL_DIR/epoch"
+e=$(cat "$state" 2>/dev/null || echo 0)
+while [ ! -e go ]; do sleep 0.02; done
+while [ "$e" -lt 3 ]; do
+  e=$((e + 1))
+  echo "sweep-report {\"epoch\": $e, \"score\": $e}"
+  echo "$e" > "$state"
+done
+)");
+  fs::permissions(dir_ / "own.sh", fs::perms::owner_all);
+  Write("o.toml",
+        "[sweep]\nname = \"own\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[parameters]\nx = 1\n[trial]\nkind = \"command\"\ncommand = [\"./own.sh\"]\n"
+        "[executor]\ncpu_slots = 1\n");
+  pid_t pid = Start("run o.toml", "own.log");
+  auto wait_for = [](const std::function<bool()>& done) {
+    for (int i = 0; i < 800 && !done(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return done();
+  };
+  ASSERT_TRUE(wait_for([&] {
+    return HasTable("trials") && Query("SELECT count(*) FROM trials")[0][0] == "1";
+  })) << sweep_e2e::Slurp(dir_ / "own.log");
+  sqlite3* lock = HoldWriteLock();
+  ASSERT_NE(lock, nullptr);
+  Write("go", "");
+  const fs::path state = dir_ / "sweeps.db-trials" / "own" / "trial-0" / "epoch";
+  ASSERT_TRUE(wait_for([&] { return sweep_e2e::Slurp(state) == "3\n"; }));
+  ::kill(pid, SIGKILL);
+  Wait(pid);
+  ASSERT_EQ(sqlite3_exec(lock, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(lock);
+  ASSERT_EQ(Query("SELECT count(*) FROM reports")[0][0], "0") << "the store kept them";
+
+  Output resumed = Sweep("resume own");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT status, objective FROM trials"),
+            (std::vector<std::vector<std::string>>{{"completed", "3.0"}}));
+  EXPECT_EQ(Query("SELECT group_concat(step || ':' || epoch) FROM (SELECT step, epoch FROM "
+                  "reports ORDER BY step)")[0][0],
+            "1:1.0,2:2.0,3:3.0");
+  const std::string err =
+      sweep_e2e::Slurp(dir_ / "sweeps.db-trials" / "own" / "trial-0" / "stderr.log");
+  EXPECT_NE(err.find("reported again 3 report(s) of an earlier run that the store had not kept"),
+            std::string::npos)
+      << err;
+}
+
 // Ctrl-C while the sweep waits for another process's lock stops it then (nothing can be recorded
 // meanwhile), not once the lock is let go; resume goes on from what was stored.
 TEST_F(ResumeTest, AnInterruptEndsTheWaitForALock) {
