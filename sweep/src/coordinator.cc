@@ -53,6 +53,29 @@ constexpr double kCommitIntervalS = 0.05;
 // order = "longest_first" draws the sweep ahead, up to this many trials at a time.
 constexpr size_t kMaxDrawnAhead = 100000;
 
+// The refusals that depend on this machine, whose largest server (its own slots, before any
+// agent joins) has `local_slots`: a trial needing more slots with no agents to come, and a
+// command trial's program or folder missing here where trials run here (it would fail every
+// one of them; where this machine cannot hold a trial, only agents run them, and theirs count).
+Status FitsHere(const SweepConfig& config, const RunOptions& options, int local_slots) {
+  if (options.listen_host.empty() && config.gpus > local_slots) {
+    return Status::InvalidArgument((config.gpus_where.empty() ? config.path : config.gpus_where) +
+                                   ": trial.gpus: " + std::to_string(config.gpus) +
+                                   " slots per trial, but this machine offers " +
+                                   std::to_string(local_slots) +
+                                   " (add agents with --listen, or lower it)");
+  }
+  if (options.local_slots && config.kind == TrialKind::kCommand && local_slots >= config.gpus) {
+    Status runs = executor::CheckProgram(config.command.at(0), config.workdir);
+    if (!runs.ok()) {
+      const bool workdir = runs.message().rfind("trial.workdir", 0) == 0;
+      const std::string& where = workdir ? config.workdir_where : config.command_where;
+      return runs.WithMessage((where.empty() ? config.path : where) + ": " + runs.message());
+    }
+  }
+  return Status::Ok();
+}
+
 std::string FormatElapsed(double s) {
   int total = static_cast<int>(s);
   char buf[32];
@@ -312,17 +335,8 @@ class Coordinator {
     if (options_.local_slots) {
       SWEEP_RETURN_IF_ERROR(
           AddServer(kLocalServer, "local", executor::DiscoverLocalSlots(config_.cpu_slots)));
-      // Where command trials run here, a program or folder missing here would fail every one of
-      // them. (Where this machine cannot hold a trial, only agents run them: theirs count.)
-      if (config_.kind == TrialKind::kCommand && packer_->largest_server() >= config_.gpus) {
-        Status runs = executor::CheckProgram(config_.command.at(0), config_.workdir);
-        if (!runs.ok()) {
-          const bool workdir = runs.message().rfind("trial.workdir", 0) == 0;
-          const std::string& where = workdir ? config_.workdir_where : config_.command_where;
-          return runs.WithMessage((where.empty() ? config_.path : where) + ": " + runs.message());
-        }
-      }
     }
+    SWEEP_RETURN_IF_ERROR(FitsHere(config_, options_, packer_->largest_server()));
     if (!options_.listen_host.empty()) {
       hub_ = std::make_unique<executor::AgentHub>();
       executor::HubOptions hub_options;
@@ -339,11 +353,6 @@ class Coordinator {
         *options_.log << "sweep: listening for agents on " << (v6 ? "[" : "")
                       << options_.listen_host << (v6 ? "]" : "") << ":" << hub_->port() << "\n";
       }
-    } else if (config_.gpus > packer_->largest_server()) {
-      return Status::InvalidArgument(
-          (config_.gpus_where.empty() ? config_.path : config_.gpus_where) + ": trial.gpus: " +
-          std::to_string(config_.gpus) + " slots per trial, but this " + "machine offers " +
-          std::to_string(packer_->largest_server()) + " (add agents with --listen, or lower it)");
     }
     if (config_.gpu_share > 1 && !packer_->gpu() && options_.log != nullptr) {
       *options_.log << "sweep: trial.gpu_share = " << config_.gpu_share
@@ -1487,6 +1496,13 @@ Result<RunSummary> WithResumeHint(Result<RunSummary> result, store::Store& store
 }
 
 }  // namespace
+
+Status CheckRunHere(const SweepConfig& config, const RunOptions& options) {
+  const int local = options.local_slots
+                        ? static_cast<int>(executor::DiscoverLocalSlots(config.cpu_slots).size())
+                        : 0;
+  return FitsHere(config, options, local);
+}
 
 Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
                             const RunOptions& options) {

@@ -470,8 +470,9 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
   // empty database behind.
   sweep::RunOptions options = MakeRunOptions(argv0);
   if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
-  std::error_code exists_ec;
-  const bool new_db = !std::filesystem::exists(db, exists_ec) && !exists_ec;
+  // And what this machine refuses (trial.gpus past its slots, a program missing here): no
+  // database is made for a run that cannot start.
+  if (Status s = sweep::CheckRunHere(*cfg, options); !s.ok()) return Fail(s);
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
   if (resume) {
@@ -503,19 +504,6 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
                    sweep::SweepCommand("status", cfg->name, db, "--watch") + "`"
              : "; use `" + sweep::SweepCommand("resume", cfg->name, db, ResumeOptions(remote, {})) +
                    "`")));
-  }
-  if (!summary.ok() && new_db) {
-    // Refused before the sweep was recorded (trial.gpus past this machine's slots, a program
-    // missing here): the database this run made holds no sweep. It goes, as it would not have
-    // been made had a config error refused the run.
-    auto sweeps = (*st)->ListSweeps();
-    if (sweeps.ok() && sweeps->empty()) {
-      st->reset();
-      std::error_code ec;
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
-        std::filesystem::remove(db + suffix, ec);
-      }
-    }
   }
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, cfg->name, *summary, ResumeOptions(remote, *summary));

@@ -43,6 +43,12 @@ struct RunSummary {
   int listen_port = 0;            // the port it took agents on (--listen), else 0
 };
 
+// What this machine refuses before anything is recorded (RunSweep refuses it too): a trial
+// needing more slots than this machine offers with no agents to come, and a command trial's
+// program or folder missing here where trials run here. Discovers the local slots. For `run` to
+// call before it opens (and so makes) a store.
+Status CheckRunHere(const SweepConfig& config, const RunOptions& options);
+
 // Records the sweep (AlreadyExists if its name is taken) and runs it to the end.
 Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
                             const RunOptions& options);
