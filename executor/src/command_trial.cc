@@ -23,6 +23,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -160,6 +161,88 @@ std::string SignalName(int sig) {
   return "signal " + std::to_string(sig) + (d != nullptr ? std::string(" (") + d + ")" : "");
 }
 
+// ---- the record of a trial's runs ----
+// A command trial's folder keeps one JSON line per run of its program: the sweep it belongs to,
+// where that run's output starts in stdout.log, and the stored reports it was started after
+// (which its reports' steps follow). A rerun reads it to report again what the store lost.
+constexpr const char* kRunsFile = ".sweep-runs";
+
+struct RunRecord {
+  std::string sweep_key;
+  off_t stdout_offset = 0;
+  int64_t stored_step = 0;
+  double stored_epoch = 0;
+};
+
+std::vector<RunRecord> ReadRuns(const std::string& path) {
+  std::vector<RunRecord> runs;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) continue;  // cut short by a crash as it was written
+    RunRecord r;
+    r.sweep_key = j.value("sweep", "");
+    r.stdout_offset = j.value("stdout_offset", off_t{0});
+    r.stored_step = j.value("stored_step", int64_t{0});
+    r.stored_epoch = j.value("stored_epoch", 0.0);
+    if (!runs.empty() && r.stdout_offset < runs.back().stdout_offset) continue;
+    runs.push_back(std::move(r));
+  }
+  return runs;
+}
+
+bool AppendRun(const std::string& path, const RunRecord& run) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return false;
+  const json j = {{"sweep", run.sweep_key},
+                  {"stdout_offset", run.stdout_offset},
+                  {"stored_step", run.stored_step},
+                  {"stored_epoch", run.stored_epoch}};
+  return WriteAll(fd.get(), j.dump() + "\n");
+}
+
+bool EndsWithNewline(const std::string& path, off_t size) {
+  if (size <= 0) return true;
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  char last = '\n';
+  return fd.get() < 0 || ::pread(fd.get(), &last, 1, size - 1) != 1 || last == '\n';
+}
+
+// Calls `line` for each line of `path` from byte `begin` to `end` (-1: its end), without its
+// line break, until it returns false. A line longer than kMaxReportBytes (no report) is skipped
+// unread, as the live reader skips it, so a progress bar redrawn with \r costs no memory.
+void ForEachLine(const std::string& path, off_t begin, off_t end,
+                 const std::function<bool(const std::string&)>& line) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return;
+  std::string partial;
+  bool overlong = false;
+  char buf[65536];
+  off_t at = begin;
+  while (end < 0 || at < end) {
+    size_t want = sizeof buf;
+    if (end >= 0) want = std::min(want, static_cast<size_t>(end - at));
+    const ssize_t n = ::pread(fd.get(), buf, want, at);
+    if (n <= 0) break;
+    at += n;
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] == '\n') {
+        if (!overlong && !line(partial)) return;
+        partial.clear();
+        overlong = false;
+      } else if (!overlong) {
+        partial.push_back(buf[i]);
+        if (partial.size() > kMaxReportBytes) {
+          overlong = true;
+          partial.clear();
+        }
+      }
+    }
+  }
+  if (!overlong && !partial.empty()) line(partial);
+}
+
 class CommandRun {
  public:
   CommandRun(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
@@ -202,6 +285,24 @@ class CommandRun {
                       ": cannot clear what an earlier sweep left there: " + ec.message());
       }
     }
+    // Run again: the folder's record of its runs says whose it is. Another sweep's of the same
+    // name (a store made anew, on a machine this trial had not run on in this sweep) is not
+    // this trial's to go on from, and goes as on a first run.
+    const std::string sweep_key = s.value("sweep_key", "");
+    runs_path_ = trial_dir_ + "/" + kRunsFile;
+    bool stale = false;
+    if (!task_.fresh) {
+      runs_ = ReadRuns(runs_path_);
+      if (!runs_.empty() && runs_.front().sweep_key != sweep_key) {
+        stale = true;
+        runs_.clear();
+        std::filesystem::remove_all(trial_dir_, ec);
+        if (ec) {
+          return Failed(trial_dir_ +
+                        ": cannot clear what an earlier sweep left there: " + ec.message());
+        }
+      }
+    }
     std::filesystem::create_directories(trial_dir_, ec);
     if (ec) return Failed(trial_dir_ + ": cannot create the trial directory: " + ec.message());
     stdout_path_ = trial_dir_ + "/stdout.log";
@@ -211,11 +312,15 @@ class CommandRun {
     if (out_log.get() < 0 || err_log.get() < 0) {
       return Failed(trial_dir_ + ": cannot open the trial's log files: " + std::strerror(errno));
     }
-    stdout_start_ = ::lseek(out_log.get(), 0, SEEK_END);
     std::string started = "[sweep] " + Now() + " trial " + std::to_string(task_.number) + ":";
     for (const std::string& a : *argv) started += " " + a;
     Note(err_log.get(), started);
-    if (!task_.fresh) {
+    if (stale) {
+      Note(err_log.get(), "[sweep] " + Now() + " " + trial_dir_ +
+                              " held another sweep's run of this trial (a sweep of the same "
+                              "name); it was cleared");
+    }
+    if (!runs_.empty()) {
       std::string why_stopped;
       const int64_t replayed = Replay(&why_stopped);
       if (replayed > 0) {
@@ -232,6 +337,17 @@ class CommandRun {
         out.end_metrics = json::object();
         return out;
       }
+    }
+    // This run's output starts on a line of its own (an earlier run killed mid-line must not
+    // join its first report), and where it starts is recorded with the numbering its reports get.
+    stdout_start_ = ::lseek(out_log.get(), 0, SEEK_END);
+    if (!EndsWithNewline(stdout_path_, stdout_start_)) {
+      WriteAll(out_log.get(), "\n");
+      stdout_start_ = ::lseek(out_log.get(), 0, SEEK_END);
+    }
+    RunRecord run{sweep_key, stdout_start_, stored_step_, stored_epoch_};
+    if (!AppendRun(runs_path_, run)) {
+      return Failed(runs_path_ + ": cannot record the run: " + std::strerror(errno));
     }
     stderr_start_ = ::lseek(err_log.get(), 0, SEEK_END);
 
@@ -587,39 +703,45 @@ class CommandRun {
   // store kept are reported again, in order, before the program starts. A coordinator killed
   // before it committed them (kill -9, a power cut, a store locked until then) lost them, while
   // the program may have saved its own checkpoint past them: going on from there, it would not
-  // print them again. A report counts as past the store by its step, else by its epoch, in
-  // the order it was printed; reports with neither are counted only when the store has none
-  // of the trial's (they have no place among stored ones). The store keeps the first report of
-  // a step, so one it had is never changed. Returns how many were reported.
+  // print them again. Each earlier run's output is read from where it started (runs_), and its
+  // reports get the steps that run gave them (Line, with the stored reports it was started
+  // after); those the store lacks (past stored_step) go again, the first of each step, as the
+  // store keeps the first. Returns how many were reported.
   int64_t Replay(std::string* why_stopped) {
-    std::ifstream in(stdout_path_, std::ios::binary);
-    if (!in) return 0;
-    const bool none_stored = stored_step_ == 0;
+    const int64_t stored = stored_step_;
+    std::set<int64_t> sent;
     int64_t replayed = 0;
-    std::string line;
-    while (std::getline(in, line) && why_stopped->empty() &&
-           !stop_.load(std::memory_order_relaxed)) {
-      if (line.size() > kMaxReportBytes) continue;
-      std::optional<Result<CommandReport>> parsed = ParseReportLine(line);
-      if (!parsed || !parsed->ok()) continue;
-      CommandReport& r = **parsed;
-      int64_t step = 0;
-      if (r.step) {
-        if (*r.step <= stored_step_) continue;
-        step = *r.step;
-      } else if (r.epoch) {
-        if (*r.epoch <= stored_epoch_) continue;
-        step = stored_step_ + 1;
-      } else if (none_stored) {
-        step = stored_step_ + 1;
-      } else {
-        continue;
-      }
-      const double epoch = r.epoch.value_or(static_cast<double>(step));
-      stored_step_ = step;
-      stored_epoch_ = std::max(stored_epoch_, epoch);
-      Emit(step, epoch, r, why_stopped);
-      ++replayed;
+    for (size_t i = 0; i < runs_.size() && why_stopped->empty(); ++i) {
+      const RunRecord& run = runs_[i];
+      const off_t end = i + 1 < runs_.size() ? runs_[i + 1].stdout_offset : -1;
+      // Line's numbering in that run.
+      int64_t reports = 0, appended = 0;
+      bool diverged = false;
+      ForEachLine(stdout_path_, run.stdout_offset, end, [&](const std::string& line) {
+        if (diverged || !why_stopped->empty() || stop_.load(std::memory_order_relaxed)) {
+          return false;
+        }
+        std::optional<Result<CommandReport>> parsed = ParseReportLine(line);
+        if (!parsed || !parsed->ok()) return true;
+        CommandReport& r = **parsed;
+        ++reports;
+        int64_t step = reports;
+        if (r.step) {
+          step = *r.step;
+        } else if (run.stored_step > 0 && r.epoch) {
+          if (*r.epoch <= run.stored_epoch) return true;
+          step = run.stored_step + ++appended;
+        }
+        // Past a diverged report that run recorded nothing more.
+        for (const std::string& k : r.nonfinite) diverged = diverged || k == metric_;
+        if (step <= stored || !sent.insert(step).second) return true;
+        const double epoch = r.epoch.value_or(static_cast<double>(step));
+        stored_step_ = std::max(stored_step_, step);
+        stored_epoch_ = std::max(stored_epoch_, epoch);
+        Emit(step, epoch, r, why_stopped);
+        ++replayed;
+        return true;
+      });
     }
     return replayed;
   }
@@ -661,6 +783,8 @@ class CommandRun {
   // reported again.
   int64_t stored_step_ = 0;
   double stored_epoch_ = 0;
+  std::string runs_path_;        // the trial folder's record of its runs (kRunsFile)
+  std::vector<RunRecord> runs_;  // the earlier runs of this trial in this sweep, in order
   bool warned_stored_ = false;
   int64_t unread_ = 0;        // sweep-report lines that could not be read
   std::string first_unread_;  // and why the first could not

@@ -76,6 +76,12 @@ Status FitsHere(const SweepConfig& config, const RunOptions& options, int local_
   return Status::Ok();
 }
 
+std::string SweepKey(const std::string& name, double created_s) {
+  char created[32];
+  std::snprintf(created, sizeof created, "%.6f", created_s);
+  return name + "@" + created;
+}
+
 std::string FormatElapsed(double s) {
   int total = static_cast<int>(s);
   char buf[32];
@@ -171,6 +177,7 @@ class Coordinator {
     ns.seed = static_cast<int64_t>(config_.seed);
     start_s_ = UnixSeconds();
     ns.created_s = start_s_;
+    sweep_key_ = SweepKey(config_.name, ns.created_s);
     // The owner goes in with the sweep's row, and the lock is taken before the row commits:
     // a reader sees the sweep only with an owner that holds its lock (or held it and died).
     ns.owner = OwnerId();
@@ -212,6 +219,7 @@ class Coordinator {
     }
     config_ = std::move(cfg).value();
     config_.name = rec.name;  // it may have been renamed by `run --name`
+    sweep_key_ = SweepKey(rec.name, rec.created_s);
     if (rec.status == store::SweepStatus::kCompleted) {
       // Nothing to run: no slots to discover, no agents to accept.
       RunSummary summary;
@@ -1078,11 +1086,9 @@ class Coordinator {
     task.params = p.params;
     task.settings = config_.kind == TrialKind::kTrainer ? config_.trainer : config_.function;
     if (config_.kind == TrialKind::kCommand) {
-      task.settings = {{"command", config_.command},
-                       {"workdir", config_.workdir},
-                       {"trial_dir", TrialDir(p.number)},
-                       {"metric", config_.metric},
-                       {"kill_grace_s", config_.kill_grace_s}};
+      task.settings = {{"command", config_.command},           {"workdir", config_.workdir},
+                       {"trial_dir", TrialDir(p.number)},      {"metric", config_.metric},
+                       {"kill_grace_s", config_.kill_grace_s}, {"sweep_key", sweep_key_}};
       if (config_.trial_timeout_s) task.settings["timeout_s"] = *config_.trial_timeout_s;
     }
     if (config_.kind == TrialKind::kTrainer) {
@@ -1467,6 +1473,9 @@ class Coordinator {
   std::optional<double> best_;
   int64_t best_trial_ = -1;
   bool interrupted_ = false;
+  // Tells this sweep from another of its name (a store made anew): its name and creation time.
+  // A command trial's folder records it (see command_trial.h).
+  std::string sweep_key_;
   bool target_reached_ = false;
   std::optional<int64_t> target_trial_;  // the trial whose report reached stop_when
   std::set<int64_t> progressed_;         // running trials with reports not yet in their row

@@ -365,6 +365,78 @@ TEST_F(CommandTrialTest, ExitingWithoutAReportIsAFailureThatSaysHow) {
   EXPECT_NE(run.outcome.error.find("val_acc"), std::string::npos) << run.outcome.error;
 }
 
+// A run again first reports what its earlier runs printed past the stored reports, each with
+// the step that run gave it (Line's numbering after the stored reports it started from, in
+// .sweep-runs): two reports of one epoch, epoch 0, and a line cut short by a kill all number
+// as they did live.
+TEST_F(CommandTrialTest, ARunAgainReportsWhatTheStoreLostAsNumberedLive) {
+  const std::string folder = dir_ + "/trial-3";
+  std::filesystem::create_directories(folder);
+  const std::string first =
+      "hello\n"
+      "sweep-report {\"epoch\": 0, \"loss\": 4}\n"
+      "sweep-report {\"epoch\": 0, \"val_acc\": 0.1}\n"
+      "sweep-report {\"epoch\": 1, \"loss\": 3}\n"
+      "sweep-report {\"epoch\": 1, \"val_acc\": 0.2}\n"
+      "sweep-report {\"epo\n";  // killed mid-line; the next run starts a line of its own
+  const std::string second =
+      "sweep-report {\"epoch\": 2, \"loss\": 2}\n"
+      "sweep-report {\"epoch\": 2, \"val_acc\": 0.3}\n";
+  {
+    std::ofstream(folder + "/stdout.log") << first << second;
+    std::ofstream(folder + "/.sweep-runs")
+        << "{\"sweep\":\"s@1\",\"stdout_offset\":0,\"stored_step\":0,\"stored_epoch\":0}\n"
+        << "{\"sweep\":\"s@1\",\"stdout_offset\":" << first.size()
+        << ",\"stored_step\":4,\"stored_epoch\":1}\n";
+  }
+  TrialTask task = ShellTask("exit 0");  // it finds its work done in its own checkpoint
+  task.settings["sweep_key"] = "s@1";
+  task.stored_step = 2;  // the store kept epoch 0's two reports only
+  task.stored_epoch = 0;
+  task.stored_metric = true;
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  ASSERT_EQ(run.reports.size(), 4u);
+  const std::vector<std::pair<int64_t, double>> expected = {{3, 1}, {4, 1}, {5, 2}, {6, 2}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(std::get<0>(run.reports[i]), expected[i].first) << i;
+    EXPECT_EQ(std::get<1>(run.reports[i]), expected[i].second) << i;
+  }
+  EXPECT_EQ(std::get<2>(run.reports[3]), json({{"val_acc", 0.3}}));
+  const std::string err = Read(folder + "/stderr.log");
+  EXPECT_NE(err.find("reported again 4 report(s) of an earlier run"), std::string::npos) << err;
+  // This run is recorded after the reports given again, for the next run to number from.
+  const std::string runs = Read(folder + "/.sweep-runs");
+  EXPECT_NE(runs.find("\"stored_epoch\":2.0,\"stored_step\":6"), std::string::npos) << runs;
+}
+
+// A run again in a folder another sweep of the same name left (a store made anew; this trial
+// never ran here in this sweep): nothing of it is reported or gone on from, the folder is
+// cleared as on a first run.
+TEST_F(CommandTrialTest, AFolderOfAnotherSweepIsClearedNotReplayed) {
+  const std::string folder = dir_ + "/trial-3";
+  std::filesystem::create_directories(folder);
+  {
+    std::ofstream(folder + "/stdout.log") << "sweep-report {\"epoch\": 1, \"val_acc\": 0.9}\n";
+    std::ofstream(folder + "/.sweep-runs")
+        << "{\"sweep\":\"s@1\",\"stdout_offset\":0,\"stored_step\":0,\"stored_epoch\":0}\n";
+    std::ofstream(folder + "/ckpt") << "old";
+  }
+  TrialTask task = ShellTask(
+      "if [ -e \"$SWEEP_TRIAL_DIR/ckpt\" ]; then v=0.9; else v=0.5; fi; "
+      "echo \"sweep-report {\\\"epoch\\\": 1, \\\"val_acc\\\": $v}\"");
+  task.settings["sweep_key"] = "s@2";
+  task.stored_step = 0;
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  ASSERT_EQ(run.reports.size(), 1u);
+  EXPECT_EQ(std::get<2>(run.reports[0]), json({{"val_acc", 0.5}}));
+  EXPECT_NE(Read(folder + "/stderr.log").find("held another sweep's run of this trial"),
+            std::string::npos)
+      << Read(folder + "/stderr.log");
+  EXPECT_EQ(Read(folder + "/stdout.log"), "sweep-report {\"epoch\": 1, \"val_acc\": 0.5}\n");
+}
+
 // Our notes in the stderr log start a line of their own, even after a program's output that
 // did not end its line.
 TEST_F(CommandTrialTest, ANoteAfterAnUnfinishedLineStartsOnANewLine) {
