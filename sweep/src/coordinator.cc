@@ -707,8 +707,9 @@ class Coordinator {
     }
     target_reached_ = true;
     target_trial_ = trial;
-    stop_reason_ =
-        "target " + config_.stop_when->ToString() + " reached by trial " + std::to_string(trial);
+    // Met as the sweep stopped for another reason: both are said.
+    stop_reason_ = (stop_reason_.empty() ? "" : stop_reason_ + "; then ") + "target " +
+                   config_.stop_when->ToString() + " reached by trial " + std::to_string(trial);
   }
   // Resume with keep_checkpoints: the ended trials that keep theirs are the best of those whose
   // checkpoints the store still names (the best N do not depend on the order). An ended trial whose

@@ -513,7 +513,9 @@ TEST_F(ResumeTest, TheTargetMetWhileStoppingEndsTheSweepCompleted) {
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
   auto end = Query("SELECT detail FROM events WHERE trial IS NULL AND to_state = 'completed'");
   ASSERT_EQ(end.size(), 1u);
-  EXPECT_NE(end[0][0].find("target score >= 0.5 reached by trial"), std::string::npos) << end[0][0];
+  EXPECT_EQ(
+      end[0][0].rfind("interrupted by the user; then target score >= 0.5 reached by trial", 0), 0u)
+      << end[0][0];
   EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "4");
 }
 
