@@ -167,11 +167,14 @@ std::string SignalName(int sig) {
 // (which its reports' steps follow). A rerun reads it to report again what the store lost.
 constexpr const char* kRunsFile = ".sweep-runs";
 
+// A run's end is recorded too where what it printed after it was not recorded live (a
+// timeout), or was not logged (its log could not be written): {"end_offset": N}.
 struct RunRecord {
   std::string sweep_key;
   off_t stdout_offset = 0;
   int64_t stored_step = 0;
   double stored_epoch = 0;
+  off_t end_offset = -1;  // -1: where the next run starts (or the log's end)
 };
 
 std::vector<RunRecord> ReadRuns(const std::string& path) {
@@ -181,25 +184,22 @@ std::vector<RunRecord> ReadRuns(const std::string& path) {
   while (std::getline(in, line)) {
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) continue;  // cut short by a crash as it was written
+    if (j.contains("end_offset")) {
+      if (!runs.empty() && runs.back().end_offset < 0) {
+        runs.back().end_offset = j.value("end_offset", runs.back().stdout_offset);
+      }
+      continue;
+    }
     RunRecord r;
     r.sweep_key = j.value("sweep", "");
     r.stdout_offset = j.value("stdout_offset", off_t{0});
     r.stored_step = j.value("stored_step", int64_t{0});
     r.stored_epoch = j.value("stored_epoch", 0.0);
-    if (!runs.empty() && r.stdout_offset < runs.back().stdout_offset) continue;
+    // Its log was emptied or replaced since those runs: their offsets no longer mean anything.
+    if (!runs.empty() && r.stdout_offset < runs.back().stdout_offset) runs.clear();
     runs.push_back(std::move(r));
   }
   return runs;
-}
-
-bool AppendRun(const std::string& path, const RunRecord& run) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return false;
-  const json j = {{"sweep", run.sweep_key},
-                  {"stdout_offset", run.stdout_offset},
-                  {"stored_step", run.stored_step},
-                  {"stored_epoch", run.stored_epoch}};
-  return WriteAll(fd.get(), j.dump() + "\n");
 }
 
 bool EndsWithNewline(const std::string& path, off_t size) {
@@ -207,6 +207,33 @@ bool EndsWithNewline(const std::string& path, off_t size) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   char last = '\n';
   return fd.get() < 0 || ::pread(fd.get(), &last, 1, size - 1) != 1 || last == '\n';
+}
+
+// One record, on a line of its own (after one torn by a crash, a line break first).
+bool AppendRecord(const std::string& path, const json& record) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return false;
+  const off_t size = ::lseek(fd.get(), 0, SEEK_END);
+  const std::string lead = EndsWithNewline(path, size) ? "" : "\n";
+  return WriteAll(fd.get(), lead + record.dump() + "\n");
+}
+
+bool AppendRun(const std::string& path, const RunRecord& run) {
+  return AppendRecord(path, {{"sweep", run.sweep_key},
+                             {"stdout_offset", run.stdout_offset},
+                             {"stored_step", run.stored_step},
+                             {"stored_epoch", run.stored_epoch}});
+}
+
+// Empties `dir`, the record of its runs last: a clearing cut short leaves it to be cleared again.
+void ClearFolder(const std::string& dir, std::error_code& ec) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().filename() == kRunsFile) continue;
+    std::filesystem::remove_all(entry.path(), ec);
+    if (ec) return;
+  }
+  if (ec) return;
+  std::filesystem::remove_all(dir, ec);
 }
 
 // Calls `line` for each line of `path` from byte `begin` to `end` (-1: its end), without its
@@ -296,7 +323,7 @@ class CommandRun {
       if (!runs_.empty() && runs_.front().sweep_key != sweep_key) {
         stale = true;
         runs_.clear();
-        std::filesystem::remove_all(trial_dir_, ec);
+        ClearFolder(trial_dir_, ec);
         if (ec) {
           return Failed(trial_dir_ +
                         ": cannot clear what an earlier sweep left there: " + ec.message());
@@ -311,6 +338,10 @@ class CommandRun {
     Fd err_log(::open(stderr_path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
     if (out_log.get() < 0 || err_log.get() < 0) {
       return Failed(trial_dir_ + ": cannot open the trial's log files: " + std::strerror(errno));
+    }
+    // A log emptied or replaced since the recorded runs: they cannot be read back.
+    if (!runs_.empty() && ::lseek(out_log.get(), 0, SEEK_END) < runs_.back().stdout_offset) {
+      runs_.clear();
     }
     std::string started = "[sweep] " + Now() + " trial " + std::to_string(task_.number) + ":";
     for (const std::string& a : *argv) started += " " + a;
@@ -347,7 +378,12 @@ class CommandRun {
     }
     RunRecord run{sweep_key, stdout_start_, stored_step_, stored_epoch_};
     if (!AppendRun(runs_path_, run)) {
-      return Failed(runs_path_ + ": cannot record the run: " + std::strerror(errno));
+      // The machine's trouble (a full disk): without the record a later run again would number
+      // this run's reports wrongly, so it does not run here.
+      TrialOutcome out;
+      out.kind = TrialOutcome::Kind::kInterrupted;
+      out.error = runs_path_ + ": cannot record the run: " + std::strerror(errno);
+      return out;
     }
     stderr_start_ = ::lseek(err_log.get(), 0, SEEK_END);
 
@@ -513,6 +549,8 @@ class CommandRun {
             if (!WriteAll(out_log, std::string(buf, static_cast<size_t>(n))) &&
                 log_error_.empty()) {
               log_error_ = std::strerror(errno);
+              // What follows is not in the log: a run again reads it only up to here.
+              (void)AppendRecord(runs_path_, {{"end_offset", ::lseek(out_log, 0, SEEK_END)}});
             }
             partial.append(buf, static_cast<size_t>(n));
             size_t pos;
@@ -559,6 +597,9 @@ class CommandRun {
       const Clock::time_point now = Clock::now();
       if (!term && why_stopped.empty() && timeout_ && now - start > *timeout_) {
         why_stopped = "timed out after " + FormatSeconds(timeout_->count());
+        // What it prints from here on is not recorded: nor is it by a run again.
+        (void)AppendRecord(runs_path_, {{"end_offset", ::lseek(out_log, 0, SEEK_END) -
+                                                           static_cast<off_t>(partial.size())}});
       }
       if (!term && (stop_.load(std::memory_order_relaxed) || !why_stopped.empty())) {
         ::kill(-pid_, SIGTERM);
@@ -713,7 +754,8 @@ class CommandRun {
     int64_t replayed = 0;
     for (size_t i = 0; i < runs_.size() && why_stopped->empty(); ++i) {
       const RunRecord& run = runs_[i];
-      const off_t end = i + 1 < runs_.size() ? runs_[i + 1].stdout_offset : -1;
+      off_t end = i + 1 < runs_.size() ? runs_[i + 1].stdout_offset : -1;
+      if (run.end_offset >= 0 && (end < 0 || run.end_offset < end)) end = run.end_offset;
       // Line's numbering in that run.
       int64_t reports = 0, appended = 0;
       bool diverged = false;

@@ -410,6 +410,46 @@ TEST_F(CommandTrialTest, ARunAgainReportsWhatTheStoreLostAsNumberedLive) {
   EXPECT_NE(runs.find("\"stored_epoch\":2.0,\"stored_step\":6"), std::string::npos) << runs;
 }
 
+// What a run again must not read back: a run's output past its timeout (not recorded live
+// either), and runs recorded before the log was emptied (their offsets mean nothing now).
+TEST_F(CommandTrialTest, ARunAgainReadsBackOnlyWhatWasRecordedLive) {
+  TrialTask timed = ShellTask(
+      "trap 'echo \"sweep-report {\\\"epoch\\\": 9, \\\"val_acc\\\": 99}\"; exit 0' TERM; "
+      "echo 'sweep-report {\"epoch\": 1, \"val_acc\": 0.1}'; while :; do sleep 0.05; done");
+  timed.settings["timeout_s"] = 0.5;
+  timed.settings["sweep_key"] = "s@1";
+  timed.fresh = true;
+  Run first = RunIt(timed);
+  ASSERT_EQ(first.outcome.kind, TrialOutcome::Kind::kFailed);
+  ASSERT_NE(Read(dir_ + "/trial-3/stdout.log").find("99"), std::string::npos);
+  // Run again as if the failure had not reached the store (its coordinator killed meanwhile).
+  TrialTask again = ShellTask("exit 0");
+  again.settings["sweep_key"] = "s@1";
+  Run second = RunIt(again);
+  ASSERT_EQ(second.outcome.kind, TrialOutcome::Kind::kCompleted) << second.outcome.error;
+  ASSERT_EQ(second.reports.size(), 1u);
+  EXPECT_EQ(std::get<2>(second.reports[0]), json({{"val_acc", 0.1}}));
+
+  // The log emptied by hand: nothing is read back, and the runs recorded from now on count.
+  std::ofstream(dir_ + "/trial-3/stdout.log", std::ios::trunc)
+      << "sweep-report {\"val_acc\": 7}\n";
+  Run third = RunIt(again);
+  EXPECT_TRUE(third.reports.empty());
+}
+
+// A record of the run that cannot be written (a full disk; here a folder in its place) is the
+// machine's trouble: the trial does not run there (a later run could not number its reports),
+// and it is not failed for good.
+TEST_F(CommandTrialTest, ARunThatCannotBeRecordedIsInterrupted) {
+  std::filesystem::create_directories(dir_ + "/trial-3/.sweep-runs");
+  TrialTask task = ShellTask("echo 'sweep-report {\"val_acc\": 1}'");
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kInterrupted) << run.outcome.error;
+  EXPECT_NE(run.outcome.error.find(".sweep-runs: cannot record the run"), std::string::npos)
+      << run.outcome.error;
+  EXPECT_TRUE(run.reports.empty());
+}
+
 // A run again in a folder another sweep of the same name left (a store made anew; this trial
 // never ran here in this sweep): nothing of it is reported or gone on from, the folder is
 // cleared as on a first run.
