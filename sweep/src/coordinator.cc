@@ -5,6 +5,7 @@
 #include "sweep/coordinator.h"
 
 #include <poll.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -360,6 +361,20 @@ class Coordinator {
         const bool v6 = options_.listen_host.find(':') != std::string::npos;
         *options_.log << "sweep: listening for agents on " << (v6 ? "[" : "")
                       << options_.listen_host << (v6 ? "]" : "") << ":" << hub_->port() << "\n";
+      }
+    }
+    // A cache folder the trials here cannot use costs every one of them the dataset's decoding
+    // (they go on without it): said once, here, rather than by none of them.
+    if (config_.kind == TrialKind::kTrainer && options_.local_slots && options_.log != nullptr &&
+        config_.trainer.contains("cache_dir") && config_.trainer["cache_dir"].is_string() &&
+        !config_.trainer["cache_dir"].get<std::string>().empty()) {
+      const std::string dir = config_.trainer["cache_dir"].get<std::string>();
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (!std::filesystem::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
+        *options_.log << "sweep: " << config_.path << ": trainer.cache_dir '" << dir
+                      << "' cannot be used here (" << (ec ? ec.message() : "not a writable folder")
+                      << "): each trial decodes the dataset itself\n";
       }
     }
     if (config_.gpu_share > 1 && !packer_->gpu() && options_.log != nullptr) {

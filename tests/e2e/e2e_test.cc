@@ -170,6 +170,26 @@ TEST_F(E2eTest, AbortingWorkerFailsItsTrialAndTheRestComplete) {
   EXPECT_NE(arr[0]["error"].get<std::string>().find("signal 6"), std::string::npos);
 }
 
+// A trainer.cache_dir the trials here cannot use (a file in its place) is said once as the
+// sweep starts; the trials go on without it and complete.
+TEST_F(E2eTest, ACacheDirThatCannotBeUsedIsSaidOnce) {
+  WriteTinyDataset(400, 100);
+  Write("in-the-way", "a file\n");
+  Write("c.toml",
+        "[sweep]\nname = \"cache\"\nmax_trials = 2\n[parameters]\nlr = { values = "
+        "[0.05, 0.2] }\nepochs = 1\nbatch_size = 32\n[search]\nalgorithm = \"grid\"\n"
+        "[trainer]\ndataset = \"" +
+            dir_.string() + "\"\ncache_dir = \"" + (dir_ / "in-the-way" / "c").string() +
+            "\"\n[executor]\ncpu_slots = 2\n");
+  Output run = Sweep("run c.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  const std::string said = "c.toml: trainer.cache_dir '" + (dir_ / "in-the-way" / "c").string() +
+                           "' cannot be used here (";
+  EXPECT_NE(run.err.find(said), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find(said), run.err.rfind(said)) << run.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "2");
+}
+
 TEST_F(E2eTest, TrainerSweepOnASmallDataset) {
   WriteTinyDataset(800, 200);
   Write("t.toml",
