@@ -8,9 +8,11 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -369,11 +371,9 @@ class Coordinator {
         config_.trainer.contains("cache_dir") && config_.trainer["cache_dir"].is_string() &&
         !config_.trainer["cache_dir"].get<std::string>().empty()) {
       const std::string dir = config_.trainer["cache_dir"].get<std::string>();
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (!std::filesystem::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
+      if (const std::string why = UnusableCacheDir(dir); !why.empty()) {
         *options_.log << "sweep: " << config_.path << ": trainer.cache_dir '" << dir
-                      << "' cannot be used here (" << (ec ? ec.message() : "not a writable folder")
+                      << "' cannot be used here (" << why
                       << "): each trial decodes the dataset itself\n";
       }
     }
@@ -1521,6 +1521,16 @@ Result<RunSummary> WithResumeHint(Result<RunSummary> result, store::Store& store
 }
 
 }  // namespace
+
+std::string UnusableCacheDir(const std::string& dir) {
+  if (dir.empty()) return "";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ec.message();
+  if (!std::filesystem::is_directory(dir, ec)) return "not a folder";
+  if (::access(dir.c_str(), W_OK) != 0) return std::strerror(errno);
+  return "";
+}
 
 Status CheckRunHere(const SweepConfig& config, const RunOptions& options) {
   const int local = options.local_slots

@@ -659,6 +659,16 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     std::cerr << "using seed " << task.seed
               << " (the config varies it: pick one with --set seed=N)\n";
   }
+  if (cfg->kind == sweep::TrialKind::kTrainer) {
+    const json& from = task.params.contains("cache_dir") ? task.params : task.settings;
+    const std::string dir = from.contains("cache_dir") && from["cache_dir"].is_string()
+                                ? from["cache_dir"].get<std::string>()
+                                : "";
+    if (const std::string why = sweep::UnusableCacheDir(dir); !why.empty()) {
+      std::cerr << "cache_dir '" << dir << "' cannot be used here (" << why
+                << "): the dataset is decoded in memory\n";
+    }
+  }
 
   json reports = json::array();
   json last = json::object();

@@ -188,6 +188,17 @@ TEST_F(E2eTest, ACacheDirThatCannotBeUsedIsSaidOnce) {
   EXPECT_NE(run.err.find(said), std::string::npos) << run.err;
   EXPECT_EQ(run.err.find(said), run.err.rfind(said)) << run.err;
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "2");
+  // `sweep train` says so too, of the config's or a --set one.
+  Output train = Sweep("train c.toml --set lr=0.1");
+  EXPECT_EQ(train.code, 0) << train.err;
+  EXPECT_NE(train.err.find("cache_dir '" + (dir_ / "in-the-way" / "c").string() +
+                           "' cannot be used here ("),
+            std::string::npos)
+      << train.err;
+  train = Sweep("train c.toml --set lr=0.1 --set cache_dir=" + (dir_ / "in-the-way").string());
+  EXPECT_NE(train.err.find("cache_dir '" + (dir_ / "in-the-way").string() + "' cannot"),
+            std::string::npos)
+      << train.err;
 }
 
 TEST_F(E2eTest, TrainerSweepOnASmallDataset) {

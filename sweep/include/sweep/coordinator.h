@@ -49,6 +49,11 @@ struct RunSummary {
 // call before it opens (and so makes) a store.
 Status CheckRunHere(const SweepConfig& config, const RunOptions& options);
 
+// Why trials here could not use `dir` as trainer.cache_dir (made when missing): a file in
+// the way, a read-only folder. Empty when they can, or `dir` is empty (the default is used).
+// They go on without it, each decoding the dataset itself.
+std::string UnusableCacheDir(const std::string& dir);
+
 // Records the sweep (AlreadyExists if its name is taken) and runs it to the end.
 Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
                             const RunOptions& options);
