@@ -56,6 +56,7 @@ json ToJson(const TrialTask& task) {
             {"seed", task.seed}};
   if (task.fresh) j["fresh"] = true;
   if (task.replay_checkpoint_report) j["replay"] = true;
+  if (task.stop_at_epoch > 0) j["stop_at_epoch"] = task.stop_at_epoch;
   if (task.stored_step > 0) {
     j["stored"] = {
         {"step", task.stored_step}, {"epoch", task.stored_epoch}, {"metric", task.stored_metric}};
@@ -80,6 +81,7 @@ Result<TrialTask> TrialTaskFromJson(const json& j) {
     t.seed = j.at("seed").get<uint64_t>();
     t.fresh = j.value("fresh", false);
     t.replay_checkpoint_report = j.value("replay", false);
+    t.stop_at_epoch = j.value("stop_at_epoch", 0);
     if (auto stored = j.find("stored"); stored != j.end()) {
       t.stored_step = stored->at("step").get<int64_t>();
       t.stored_epoch = stored->at("epoch").get<double>();
@@ -150,6 +152,7 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   if (!built.ok()) return Failed(built.status().message());
   trainer::TrainOptions& options = *built;
   options.report_resumed_epoch = task.replay_checkpoint_report;
+  options.stop_after_epoch = task.stop_at_epoch;
   if (task.fresh && !options.checkpoint_path.empty()) {
     std::error_code ec;
     std::filesystem::remove(options.checkpoint_path, ec);

@@ -109,6 +109,12 @@ struct Pending {
   int retries = 0;
   int agent_losses = 0;    // agents lost while it ran (stored with the trial)
   bool never_ran = false;  // requeued before any worker had it: still its first run
+  // Resume: a trainer trial that early stopping had stopped (pruned with this reason, or at
+  // max_resource) at epoch `finish_at`, its coordinator dead before it ended: it runs only to
+  // measure its test set there, as it would have (see TrialTask::stop_at_epoch).
+  std::string finish_pruned{};
+  bool finish_at_cap = false;
+  double finish_at = 0;
 };
 
 // Losing the agent a trial runs on uses up no retry (a preempted or rebooted server is not the
@@ -282,14 +288,30 @@ class Coordinator {
       json params_of = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
       const std::optional<double> length =
           params_of.is_object() ? TrialLength(params_of) : std::nullopt;
-      if (scheduler_ != nullptr && !scheduler_->Stopped(t.number) && reached.count(t.number) &&
-          reached[t.number] >= scheduler_->MaxResource(t.number) && length &&
-          *length > scheduler_->MaxResource(t.number)) {
+      const bool at_cap = scheduler_ != nullptr && !scheduler_->Stopped(t.number) &&
+                          reached.count(t.number) &&
+                          reached[t.number] >= scheduler_->MaxResource(t.number) && length &&
+                          *length > scheduler_->MaxResource(t.number);
+      const bool was_pruned = scheduler_ != nullptr && scheduler_->Stopped(t.number);
+      if ((at_cap || was_pruned) && config_.kind == TrialKind::kTrainer && reached.count(t.number)) {
+        // Stopped there live, it had not yet measured its test set (test_acc): it runs again to
+        // do so at that epoch, and ends as it would have.
+        json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+        if (params.is_object()) {
+          Pending finish{t.number, std::move(params), t.retries, t.agent_losses};
+          finish.finish_pruned = was_pruned ? stop_reasons[t.number] : "";
+          finish.finish_at_cap = at_cap;
+          finish.finish_at = reached[t.number];
+          queue_.push_back(std::move(finish));
+          continue;
+        }
+      }
+      if (at_cap) {
         // It had run to max_resource, where it would have been stopped: completed, as live.
         SWEEP_RETURN_IF_ERROR(CompleteOnResume(t, CapNote()));
         continue;
       }
-      if (scheduler_ != nullptr && scheduler_->Stopped(t.number)) {
+      if (was_pruned) {
         // Early stopping had already decided this one: it ends pruned, not run again.
         store::TrialRecord pruned = t;
         pruned.status = TrialStatus::kPruned;
@@ -1047,6 +1069,8 @@ class Coordinator {
     }
     t.started_s = now;
     t.first_run = !rerun || p.never_ran;
+    t.prune_reason = p.finish_pruned;
+    t.at_max_resource = p.finish_at_cap;
 
     executor::TrialTask task;
     if (rerun) {
@@ -1114,6 +1138,9 @@ class Coordinator {
     task.seed = TrialSeed(config_.seed, p.number);
     task.fresh = t.first_run;
     task.replay_checkpoint_report = config_.kind == TrialKind::kTrainer && !task.fresh;
+    if (!p.finish_pruned.empty() || p.finish_at_cap) {
+      task.stop_at_epoch = static_cast<int>(std::ceil(p.finish_at));
+    }
     task.decision_points = decisions_.decision_points;
     task.decide_every_report = decisions_.decide_every_report;
     task.decide_by_epoch = decisions_.decide_by_epoch;
@@ -1192,6 +1219,12 @@ class Coordinator {
       // period, a function's next step) is not its result, is not stored, and reaches no
       // scheduler, as resume would replay the store.
       if (!t.prune_reason.empty() || t.at_max_resource || target_trial_ == ev.trial) {
+        // A worker waiting for a verdict on it hears the stop (one run again only to measure
+        // its test set has not been told yet).
+        if (!t.stop_sent) {
+          (void)StopTrial(ev.trial, t);
+          t.stop_sent = true;
+        }
         return Status::Ok();
       }
       // A command (its length unknown) is stopped once it reports past max_resource; its

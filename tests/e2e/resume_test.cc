@@ -1029,6 +1029,50 @@ TEST_F(ResumeTest, AReportLostBehindACheckpointComesBackOnResume) {
             (std::vector<std::vector<std::string>>{{last[0][1]}}));
 }
 
+// A trainer trial that early stopping pruned, its coordinator killed after the rung report was
+// stored but before the trial ended (its test set not yet measured): resume runs it again only
+// to measure test_acc at the epoch it was pruned at, and ends it pruned, as an uninterrupted run
+// did. From its checkpoint (at that epoch), and without one (trained again up to there).
+TEST_F(ResumeTest, APrunedTrainerTrialCaughtByAKillGetsItsTestAccOnResume) {
+  WriteTinyDataset(800, 200);
+  Write("a.toml",
+        "[sweep]\nname = \"prune\"\nseed = 5\nmax_trials = 6\nmax_concurrent = 1\n"
+        "metric = \"val_loss\"\nmode = \"min\"\n"
+        "[early_stopping]\nalgorithm = \"asha\"\nreduction_factor = 2\n[parameters]\n"
+        "lr = { distribution = \"log_uniform\", min = 0.0005, max = 0.5 }\nepochs = 4\n"
+        "batch_size = 32\n[trainer]\ndataset = \"" +
+            dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
+  ASSERT_EQ(Sweep("run a.toml").code, 0);
+  const std::string row =
+      "SELECT number, status, error, epochs, json_extract(metrics, '$.test_acc') FROM trials "
+      "WHERE status = 'pruned' ORDER BY number LIMIT 1";
+  const auto pruned = Query(row);
+  ASSERT_EQ(pruned.size(), 1u) << "no trial was pruned";
+  ASSERT_NE(pruned[0][4], "NULL");
+  const std::string n = pruned[0][0];
+  for (bool with_checkpoint : {true, false}) {
+    // Back to the moment of the kill: the trial running, its reports stored, no test_acc.
+    Exec(
+        "UPDATE sweeps SET status = 'running', ended = NULL;"
+        "UPDATE trials SET status = 'running', ended = NULL, error = '', metrics = "
+        "json_remove(metrics, '$.test_acc') WHERE number = " +
+        n +
+        ";"
+        "DELETE FROM events WHERE (trial IS NULL AND to_state = 'completed') OR (trial = " +
+        n + " AND to_state = 'pruned');");
+    if (!with_checkpoint) {
+      ASSERT_TRUE(fs::remove(dir_ / "sweeps.db-checkpoints" / "prune" / ("trial-" + n + ".ckpt")));
+    }
+    Output resumed = Sweep("resume prune");
+    EXPECT_EQ(resumed.code, 0) << resumed.err;
+    EXPECT_EQ(Query(row), pruned) << (with_checkpoint ? "from its checkpoint" : "from the start");
+    EXPECT_EQ(Query("SELECT group_concat(to_state) FROM (SELECT to_state FROM events WHERE trial "
+                    "= " +
+                    n + " ORDER BY id DESC LIMIT 3)")[0][0],
+              "pruned,running,interrupted");
+  }
+}
+
 // A trial's own checkpoint damaged while the sweep was stopped: the resumed trial is neither
 // failed for good (nothing would run it again) nor stopped with its machine: it says so, deletes
 // the file and trains from the start, and ends with every epoch reported once (of `epochs`).

@@ -146,6 +146,36 @@ TEST(Train, CallbackStopsAfterThatEpoch) {
   EXPECT_GT(*r->test_acc, 0.5);
 }
 
+// stop_after_epoch ends a run where a stop at that epoch would (same schedule: `epochs` still
+// means what it did), checkpoint and test set included; from a checkpoint at that epoch it
+// trains nothing and measures the test set on it.
+TEST(Train, StopAfterEpochEndsWhereAStopThereWould) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.epochs = 5;
+  o.lr_schedule = "cosine";
+  o.checkpoint_path = dir / "stopped.ckpt";
+  auto stopped = Train(o, [](const EpochReport& e) { return e.epoch < 3; });
+  ASSERT_TRUE(stopped.ok()) << stopped.status().message();
+  o.checkpoint_path = dir / "capped.ckpt";
+  o.stop_after_epoch = 3;
+  int reports = 0;
+  auto capped = Train(o, [&](const EpochReport&) { return ++reports > 0; });
+  ASSERT_TRUE(capped.ok()) << capped.status().message();
+  EXPECT_EQ(reports, 3);
+  EXPECT_TRUE(capped->stopped);
+  EXPECT_EQ(capped->epochs_done, 3);
+  ASSERT_TRUE(capped->test_acc.has_value());
+  EXPECT_EQ(capped->test_acc, stopped->test_acc);
+  // From the checkpoint at epoch 3: no epoch trained, the same test set figure.
+  reports = 0;
+  auto again = Train(o, [&](const EpochReport&) { return ++reports > 0; });
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(reports, 0);
+  EXPECT_TRUE(again->stopped);
+  EXPECT_EQ(again->test_acc, stopped->test_acc);
+}
+
 // The validation rows (by MakeSplit) get label 1, every other row label 0: a model trained on
 // the rest predicts 0 everywhere, so val_acc is exactly 0 for every seed only if every seed holds
 // out exactly MakeSplit's rows.

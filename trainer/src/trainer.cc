@@ -306,7 +306,10 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
 
   // The checkpoint's epoch again, for a caller that may not have kept its report; told to stop
   // there, it trains no further (the checkpoint is that epoch's already).
-  int last_epoch = o.epochs;
+  int last_epoch = o.stop_after_epoch > 0 ? std::min(o.epochs, o.stop_after_epoch) : o.epochs;
+  if (last_epoch < o.epochs && result.epochs_done >= last_epoch) {
+    result.stopped = true;  // its checkpoint is there already: nothing to train
+  }
   if (o.report_resumed_epoch && resumed_report && on_epoch) {
     EpochReport again = *resumed_report;
     again.replayed = true;
@@ -428,9 +431,10 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       break;
     }
     const bool due = o.checkpoint_every > 0 && epoch % o.checkpoint_every == 0;
-    if (!o.checkpoint_path.empty() && (due || epoch == o.epochs)) {
+    if (!o.checkpoint_path.empty() && (due || epoch == last_epoch)) {
       SWEEP_RETURN_IF_ERROR(checkpoint(epoch));
     }
+    if (epoch == last_epoch && last_epoch < o.epochs) result.stopped = true;
   }
 
   // Measured for a stopped run too: a trial stopped at early stopping's max_resource is a

@@ -39,6 +39,10 @@ struct TrialTask {
   // epoch again when that is past stored_step (a trial told to stop checkpoints without waiting
   // to hear that its report was stored, so the store may have lost that report).
   bool replay_checkpoint_report = false;
+  // A trainer trial that early stopping had already stopped at this epoch when its coordinator
+  // died, before it ended: it trains no further than this (from its checkpoint: no epoch, or
+  // the one its checkpoint lacked) and measures its test set, as it would have. 0: none.
+  int stop_at_epoch = 0;
   // Early stopping's decision points: at a report whose resource (the epoch when
   // decide_by_epoch, else the step) first reaches one of these, or at every report when
   // decide_every_report, the worker waits for the coordinator's go or stop before going on, so a

@@ -88,6 +88,9 @@ struct TrainOptions {
   // was reported, and stop there if the callback says so. For a caller whose store may not have
   // kept that report: a checkpoint written when told to stop can be ahead of it.
   bool report_resumed_epoch = false;
+  // Train no epoch past this one (0: none), without changing what `epochs` means to the
+  // schedules: a run that stops there ends stopped, its checkpoint and test set measured there.
+  int stop_after_epoch = 0;
   // Decoded-dataset cache shared by the processes of this machine. Empty: $XDG_CACHE_HOME/sweep,
   // else ~/.cache/sweep, else /tmp/sweep-cache-<uid>.
   std::string cache_dir;
