@@ -65,6 +65,26 @@ std::string DidYouMean(std::string_view word, const std::vector<std::string>& ca
       best = c;
     }
   }
+  // What other tools (PyTorch, Keras, Optuna examples) call our trainer's keys: a word near one
+  // of those names points to ours, where ours is a candidate.
+  static const std::pair<std::string_view, std::string_view> kOtherNames[] = {
+      {"learning_rate", "lr"},      {"batch", "batch_size"},
+      {"hidden_sizes", "hidden"},   {"hidden_layers", "hidden"},
+      {"layers", "hidden"},         {"num_epochs", "epochs"},
+      {"n_epochs", "epochs"},       {"max_epochs", "epochs"},
+      {"optim", "optimizer"},       {"wd", "weight_decay"},
+      {"warmup", "warmup_epochs"},  {"act", "activation"},
+      {"scheduler", "lr_schedule"}, {"lr_scheduler", "lr_schedule"},
+      {"dropout_rate", "dropout"},  {"val_fraction", "validation_fraction"},
+  };
+  for (const auto& [other, ours] : kOtherNames) {
+    if (std::find(candidates.begin(), candidates.end(), ours) == candidates.end()) continue;
+    const size_t d = distance(word, other);
+    if (d < best_d && d <= other.size() / 4) {
+      best_d = d;
+      best = std::string(ours);
+    }
+  }
   return best;
 }
 

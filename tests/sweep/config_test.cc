@@ -635,6 +635,20 @@ TEST(DidYouMeanTest, SuggestsCloseWordsOnly) {
   EXPECT_EQ(DidYouMean("zzzzzz", {"max_trials", "seed"}), "");
 }
 
+// The names other tools give our trainer's keys (and typos of them) point to ours, where ours
+// is one of the candidates.
+TEST(DidYouMeanTest, KnowsOtherToolsNamesForOurKeys) {
+  const std::vector<std::string> trainer = {"lr",           "epochs", "batch_size",
+                                            "weight_decay", "hidden", "momentum"};
+  EXPECT_EQ(DidYouMean("learning_rate", trainer), "lr");
+  EXPECT_EQ(DidYouMean("lerning_rate", trainer), "lr");
+  EXPECT_EQ(DidYouMean("num_epochs", trainer), "epochs");
+  EXPECT_EQ(DidYouMean("wd", trainer), "weight_decay");
+  EXPECT_EQ(DidYouMean("hidden_sizes", trainer), "hidden");
+  EXPECT_EQ(DidYouMean("momentm", trainer), "momentum");
+  EXPECT_EQ(DidYouMean("learning_rate", {"max_trials", "seed"}), "");  // not ours to name
+}
+
 }  // namespace
 }  // namespace sweep
 
