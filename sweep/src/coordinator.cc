@@ -293,7 +293,8 @@ class Coordinator {
                           reached[t.number] >= scheduler_->MaxResource(t.number) && length &&
                           *length > scheduler_->MaxResource(t.number);
       const bool was_pruned = scheduler_ != nullptr && scheduler_->Stopped(t.number);
-      if ((at_cap || was_pruned) && config_.kind == TrialKind::kTrainer && reached.count(t.number)) {
+      if ((at_cap || was_pruned) && config_.kind == TrialKind::kTrainer &&
+          reached.count(t.number)) {
         // Stopped there live, it had not yet measured its test set (test_acc): it runs again to
         // do so at that epoch, and ends as it would have.
         json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);

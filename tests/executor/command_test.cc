@@ -431,8 +431,7 @@ TEST_F(CommandTrialTest, ARunAgainReadsBackOnlyWhatWasRecordedLive) {
   EXPECT_EQ(std::get<2>(second.reports[0]), json({{"val_acc", 0.1}}));
 
   // The log emptied by hand: nothing is read back, and the runs recorded from now on count.
-  std::ofstream(dir_ + "/trial-3/stdout.log", std::ios::trunc)
-      << "sweep-report {\"val_acc\": 7}\n";
+  std::ofstream(dir_ + "/trial-3/stdout.log", std::ios::trunc) << "sweep-report {\"val_acc\": 7}\n";
   Run third = RunIt(again);
   EXPECT_TRUE(third.reports.empty());
 }
