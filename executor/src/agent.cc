@@ -251,9 +251,7 @@ class Session {
       hello_.link_group = options.link_group;
       hello_.link_group.resize(hello_.slots.size(), 0);
     }
-    // An IPv6 address in brackets, as --connect takes it.
-    const bool v6 = options.host.find(':') != std::string::npos;
-    where_ = (v6 ? "[" + options.host + "]" : options.host) + ":" + std::to_string(options.port);
+    where_ = net::FormatHostPort(options.host, options.port);
   }
 
   Status Run() {

@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -202,20 +203,22 @@ std::vector<RunRecord> ReadRuns(const std::string& path) {
   return runs;
 }
 
-bool EndsWithNewline(const std::string& path, off_t size) {
-  if (size <= 0) return true;
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+// Whether what `fd` (open to read too) holds is empty or ends with a line break: not after a
+// program's unfinished line, or a record torn by a crash.
+bool EndsLine(int fd) {
   char last = '\n';
-  return fd.get() < 0 || ::pread(fd.get(), &last, 1, size - 1) != 1 || last == '\n';
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  return end <= 0 || ::pread(fd, &last, 1, end - 1) != 1 || last == '\n';
 }
 
-// One record, on a line of its own (after one torn by a crash, a line break first).
+// Appends `line` on a line of its own (see EndsLine) and ends it.
+bool AppendLine(int fd, const std::string& line) {
+  return WriteAll(fd, (EndsLine(fd) ? "" : "\n") + line + "\n");
+}
+
 bool AppendRecord(const std::string& path, const json& record) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return false;
-  const off_t size = ::lseek(fd.get(), 0, SEEK_END);
-  const std::string lead = EndsWithNewline(path, size) ? "" : "\n";
-  return WriteAll(fd.get(), lead + record.dump() + "\n");
+  Fd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  return fd.get() >= 0 && AppendLine(fd.get(), record.dump());
 }
 
 bool AppendRun(const std::string& path, const RunRecord& run) {
@@ -270,6 +273,27 @@ void ForEachLine(const std::string& path, off_t begin, off_t end,
   if (!overlong && !partial.empty()) line(partial);
 }
 
+// How a run numbers its reports (see TrialTask::stored_step): a report's own step; else, run
+// again after stored reports, an epoch past the stored ones follows them (one up to them is not
+// recorded: nullopt); else its count in the run. Replay numbers an earlier run's reports the same
+// way, from the stored reports that run followed.
+struct StepNumbering {
+  int64_t stored_step = 0;
+  double stored_epoch = 0;
+  int64_t reports = 0;   // reports read in the run
+  int64_t appended = 0;  // of them, numbered after the stored ones
+
+  std::optional<int64_t> Next(const CommandReport& r) {
+    ++reports;
+    if (r.step) return *r.step;
+    if (stored_step > 0 && r.epoch) {
+      if (*r.epoch <= stored_epoch) return std::nullopt;
+      return stored_step + ++appended;
+    }
+    return reports;
+  }
+};
+
 class CommandRun {
  public:
   CommandRun(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
@@ -291,8 +315,8 @@ class CommandRun {
     double timeout_s = s.value("timeout_s", 0.0);
     if (timeout_s > 0) timeout_ = std::chrono::duration<double>(timeout_s);
     if (trial_dir_.empty()) return Failed("command trial without a trial directory");
-    stored_step_ = task_.stored_step;
-    stored_epoch_ = task_.stored_epoch;
+    numbering_.stored_step = task_.stored_step;
+    numbering_.stored_epoch = task_.stored_epoch;
 
     json values = task_.params.is_object() ? task_.params : json::object();
     values["trial"] = task_.number;
@@ -334,7 +358,7 @@ class CommandRun {
     if (ec) return Failed(trial_dir_ + ": cannot create the trial directory: " + ec.message());
     stdout_path_ = trial_dir_ + "/stdout.log";
     stderr_path_ = trial_dir_ + "/stderr.log";
-    Fd out_log(::open(stdout_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    Fd out_log(::open(stdout_path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
     Fd err_log(::open(stderr_path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
     if (out_log.get() < 0 || err_log.get() < 0) {
       return Failed(trial_dir_ + ": cannot open the trial's log files: " + std::strerror(errno));
@@ -358,7 +382,7 @@ class CommandRun {
         Note(err_log.get(), "[sweep] " + Now() + " reported again " + std::to_string(replayed) +
                                 " report(s) of an earlier run that the store had not kept "
                                 "(from stdout.log), up to step " +
-                                std::to_string(stored_step_));
+                                std::to_string(numbering_.stored_step));
       }
       if (!why_stopped.empty()) return Failed(why_stopped);
       if (stop_.load(std::memory_order_relaxed)) {
@@ -371,12 +395,9 @@ class CommandRun {
     }
     // This run's output starts on a line of its own (an earlier run killed mid-line must not
     // join its first report), and where it starts is recorded with the numbering its reports get.
+    if (!EndsLine(out_log.get())) WriteAll(out_log.get(), "\n");
     stdout_start_ = ::lseek(out_log.get(), 0, SEEK_END);
-    if (!EndsWithNewline(stdout_path_, stdout_start_)) {
-      WriteAll(out_log.get(), "\n");
-      stdout_start_ = ::lseek(out_log.get(), 0, SEEK_END);
-    }
-    RunRecord run{sweep_key, stdout_start_, stored_step_, stored_epoch_};
+    RunRecord run{sweep_key, stdout_start_, numbering_.stored_step, numbering_.stored_epoch};
     if (!AppendRun(runs_path_, run)) {
       // The machine's trouble (a full disk): without the record a later run again would number
       // this run's reports wrongly, so it does not run here.
@@ -398,15 +419,8 @@ class CommandRun {
   }
 
  private:
-  // A line of ours in the trial's stderr log, on a line of its own: after a program's output
-  // that did not end its line, a line break first. (The log is opened to read as well for
-  // this.)
-  static void Note(int fd, const std::string& line) {
-    char last = '\n';
-    const off_t end = ::lseek(fd, 0, SEEK_END);
-    if (end > 0 && ::pread(fd, &last, 1, end - 1) != 1) last = '\n';
-    WriteAll(fd, (last == '\n' ? "" : "\n") + line + "\n");
-  }
+  // A line of ours in the trial's stderr log, on a line of its own (AppendLine).
+  static void Note(int fd, const std::string& line) { (void)AppendLine(fd, line); }
 
   std::vector<std::string> Environment() const {
     std::vector<std::pair<std::string, std::string>> set = {
@@ -628,13 +642,14 @@ class CommandRun {
     if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0) {
       // Run again with nothing left to do (the program found its work done in its checkpoint),
       // a trial ends with what its earlier runs reported.
-      const bool stored = stored_step_ > 0;
-      if (reports_ == 0 && !first_unread_.empty()) {  // run again or not: it tried to report
+      const bool stored = numbering_.stored_step > 0;
+      if (numbering_.reports == 0 &&
+          !first_unread_.empty()) {  // run again or not: it tried to report
         return Failed(
             "the program exited 0 without a report that could be read: " + std::to_string(unread_) +
             " sweep-report line(s) could not be; the first, " + first_unread_);
       }
-      if (reports_ == 0 && !stored) {
+      if (numbering_.reports == 0 && !stored) {
         return Failed(
             "the program exited 0 without reporting: print lines `sweep-report {\"epoch\": 1, "
             "\"" +
@@ -700,27 +715,21 @@ class CommandRun {
                         ")");
       warned_ignored_ = true;
     }
-    ++reports_;
-    int64_t step = reports_;
-    if (r.step) {
-      step = *r.step;
-    } else if (stored_step_ > 0 && r.epoch) {
-      // Run again: a program that goes on from its own checkpoint reports its later epochs,
-      // which follow the stored reports; one that starts over reports the stored epochs again,
-      // and those stand as they were (the first report of a point is kept).
-      if (*r.epoch <= stored_epoch_) {
-        if (!warned_stored_) {
-          Note(err_log, "[sweep] stdout line " + std::to_string(lines_) + ": epochs up to " +
-                            FormatNumber(stored_epoch_) +
-                            " were reported by an earlier run of this trial; they are kept, and "
-                            "this run's reports of them are not recorded");
-          warned_stored_ = true;
-        }
-        return;
+    // Run again: a program that goes on from its own checkpoint reports its later epochs,
+    // which follow the stored reports; one that starts over reports the stored epochs again,
+    // and those stand as they were (the first report of a point is kept).
+    const std::optional<int64_t> step = numbering_.Next(r);
+    if (!step) {
+      if (!warned_stored_) {
+        Note(err_log, "[sweep] stdout line " + std::to_string(lines_) + ": epochs up to " +
+                          FormatNumber(numbering_.stored_epoch) +
+                          " were reported by an earlier run of this trial; they are kept, and "
+                          "this run's reports of them are not recorded");
+        warned_stored_ = true;
       }
-      step = stored_step_ + ++appended_;
+      return;
     }
-    Emit(step, r.epoch.value_or(static_cast<double>(step)), r, why_stopped);
+    Emit(*step, r.epoch.value_or(static_cast<double>(*step)), r, why_stopped);
   }
 
   // A report read, to the coordinator: NaN and infinity as null (in the sweep's metric, the
@@ -749,7 +758,7 @@ class CommandRun {
   // after); those the store lacks (past stored_step) go again, the first of each step, as the
   // store keeps the first. Returns how many were reported.
   int64_t Replay(std::string* why_stopped) {
-    const int64_t stored = stored_step_;
+    const int64_t stored = numbering_.stored_step;
     std::set<int64_t> sent;
     int64_t replayed = 0;
     for (size_t i = 0; i < runs_.size() && why_stopped->empty(); ++i) {
@@ -757,7 +766,7 @@ class CommandRun {
       off_t end = i + 1 < runs_.size() ? runs_[i + 1].stdout_offset : -1;
       if (run.end_offset >= 0 && (end < 0 || run.end_offset < end)) end = run.end_offset;
       // Line's numbering in that run.
-      int64_t reports = 0, appended = 0;
+      StepNumbering past{run.stored_step, run.stored_epoch};
       bool diverged = false;
       ForEachLine(stdout_path_, run.stdout_offset, end, [&](const std::string& line) {
         if (diverged || !why_stopped->empty() || stop_.load(std::memory_order_relaxed)) {
@@ -766,20 +775,15 @@ class CommandRun {
         std::optional<Result<CommandReport>> parsed = ParseReportLine(line);
         if (!parsed || !parsed->ok()) return true;
         CommandReport& r = **parsed;
-        ++reports;
-        int64_t step = reports;
-        if (r.step) {
-          step = *r.step;
-        } else if (run.stored_step > 0 && r.epoch) {
-          if (*r.epoch <= run.stored_epoch) return true;
-          step = run.stored_step + ++appended;
-        }
+        const std::optional<int64_t> numbered = past.Next(r);
+        if (!numbered) return true;
+        const int64_t step = *numbered;
         // Past a diverged report that run recorded nothing more.
         for (const std::string& k : r.nonfinite) diverged = diverged || k == metric_;
         if (step <= stored || !sent.insert(step).second) return true;
         const double epoch = r.epoch.value_or(static_cast<double>(step));
-        stored_step_ = std::max(stored_step_, step);
-        stored_epoch_ = std::max(stored_epoch_, epoch);
+        numbering_.stored_step = std::max(numbering_.stored_step, step);
+        numbering_.stored_epoch = std::max(numbering_.stored_epoch, epoch);
         Emit(step, epoch, r, why_stopped);
         ++replayed;
         return true;
@@ -819,12 +823,9 @@ class CommandRun {
   Fd pipe_;
   pid_t pid_ = -1;
   int64_t lines_ = 0;
-  int64_t reports_ = 0;
-  int64_t appended_ = 0;  // reports numbered after the stored ones (see TrialTask::stored_step)
-  // Where the stored reports end (TrialTask::stored_step, stored_epoch), past those Replay
-  // reported again.
-  int64_t stored_step_ = 0;
-  double stored_epoch_ = 0;
+  // This run's numbering: after the stored reports (TrialTask::stored_step, stored_epoch) and
+  // those Replay reported again.
+  StepNumbering numbering_;
   std::string runs_path_;        // the trial folder's record of its runs (kRunsFile)
   std::vector<RunRecord> runs_;  // the earlier runs of this trial in this sweep, in order
   bool warned_stored_ = false;

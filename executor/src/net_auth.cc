@@ -145,6 +145,11 @@ Status ValidateListen(std::string_view host, bool has_token) {
   return Status::Ok();
 }
 
+std::string FormatHostPort(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 Result<std::pair<std::string, int>> ParseHostPort(std::string_view text) {
   auto bad = [&](std::string_view why) {
     return Status::InvalidArgument("'" + std::string(text) + "': " + std::string(why) +

@@ -30,6 +30,7 @@
 #include "executor/agent_hub.h"
 #include "executor/command.h"
 #include "executor/local_executor.h"
+#include "executor/net_auth.h"
 #include "executor/packer.h"
 #include "executor/slots.h"
 #include "output.h"
@@ -285,9 +286,8 @@ class Coordinator {
         SWEEP_RETURN_IF_ERROR(CompleteOnResume(t, TargetNote()));
         continue;
       }
-      json params_of = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
-      const std::optional<double> length =
-          params_of.is_object() ? TrialLength(params_of) : std::nullopt;
+      json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+      const std::optional<double> length = params.is_object() ? TrialLength(params) : std::nullopt;
       const bool at_cap = scheduler_ != nullptr && !scheduler_->Stopped(t.number) &&
                           reached.count(t.number) &&
                           reached[t.number] >= scheduler_->MaxResource(t.number) && length &&
@@ -297,7 +297,6 @@ class Coordinator {
           reached.count(t.number)) {
         // Stopped there live, it had not yet measured its test set (test_acc): it runs again to
         // do so at that epoch, and ends as it would have.
-        json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
         if (params.is_object()) {
           Pending finish{t.number, std::move(params), t.retries, t.agent_losses};
           finish.finish_pruned = was_pruned ? stop_reasons[t.number] : "";
@@ -324,7 +323,6 @@ class Coordinator {
         SWEEP_RETURN_IF_ERROR(KeepCheckpoints(t.number, TrialStatus::kPruned, t.objective));
         continue;
       }
-      json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
       if (!params.is_object()) {
         return Status::Corruption(store_.path() + ": trial " + std::to_string(t.number) +
                                   " has unreadable params");
@@ -382,18 +380,16 @@ class Coordinator {
       SWEEP_RETURN_IF_ERROR(
           hub_->Listen(options_.listen_host, options_.listen_port, options_.token, hub_options));
       if (options_.log != nullptr) {
-        // An IPv6 address in brackets, as --connect takes it.
-        const bool v6 = options_.listen_host.find(':') != std::string::npos;
-        *options_.log << "sweep: listening for agents on " << (v6 ? "[" : "")
-                      << options_.listen_host << (v6 ? "]" : "") << ":" << hub_->port() << "\n";
+        *options_.log << "sweep: listening for agents on "
+                      << executor::net::FormatHostPort(options_.listen_host, hub_->port()) << "\n";
       }
     }
     // A cache folder the trials here cannot use costs every one of them the dataset's decoding
     // (they go on without it): said once, here, rather than by none of them.
-    if (config_.kind == TrialKind::kTrainer && options_.local_slots && options_.log != nullptr &&
-        config_.trainer.contains("cache_dir") && config_.trainer["cache_dir"].is_string() &&
-        !config_.trainer["cache_dir"].get<std::string>().empty()) {
-      const std::string dir = config_.trainer["cache_dir"].get<std::string>();
+    if (config_.kind == TrialKind::kTrainer && options_.local_slots && options_.log != nullptr) {
+      const auto set = config_.trainer.find("cache_dir");
+      const std::string dir =
+          set != config_.trainer.end() && set->is_string() ? set->get<std::string>() : "";
       if (const std::string why = UnusableCacheDir(dir); !why.empty()) {
         *options_.log << "sweep: " << config_.path << ": trainer.cache_dir '" << dir
                       << "' cannot be used here (" << why

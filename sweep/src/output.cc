@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "executor/net_auth.h"
 #include "sweep/config.h"
 #include "sweep_lock.h"
 
@@ -191,10 +192,7 @@ std::string SweepCommand(const std::string& command, const std::string& name, co
 std::string AgentFlags(const std::string& listen_host, int port, const std::string& token_file,
                        bool no_local) {
   if (listen_host.empty()) return "";
-  // An IPv6 address in brackets, as --listen takes it.
-  const bool v6 = listen_host.find(':') != std::string::npos;
-  std::string flags = "--listen " + ShellQuote((v6 ? "[" + listen_host + "]" : listen_host) + ":" +
-                                               std::to_string(port));
+  std::string flags = "--listen " + ShellQuote(executor::net::FormatHostPort(listen_host, port));
   if (!token_file.empty()) flags += " --token-file " + ShellQuote(token_file);
   if (no_local) flags += " --no-local";
   return flags;

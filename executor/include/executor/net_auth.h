@@ -45,5 +45,7 @@ Status ValidateListen(std::string_view host, bool has_token);
 // "HOST:PORT" or "[IPV6]:PORT" -> (host, port). InvalidArgument naming the text when the port
 // is missing, not a number, or outside 0..65535 (0 lets the listener pick one).
 Result<std::pair<std::string, int>> ParseHostPort(std::string_view text);
+// The other way: "HOST:PORT", an IPv6 address in brackets, as --listen and --connect take it.
+std::string FormatHostPort(const std::string& host, int port);
 
 }  // namespace sweep::executor::net
