@@ -33,6 +33,7 @@
 #include "executor/net_auth.h"
 #include "executor/packer.h"
 #include "executor/slots.h"
+#include "folder_reaper.h"
 #include "output.h"
 #include "search/early_stopping.h"
 #include "search/space.h"
@@ -464,6 +465,8 @@ class Coordinator {
         return Status::IoError(trials_dir_ +
                                ": cannot create the trials directory: " + ec.message());
       }
+      // Folders an earlier run moved aside and had not deleted when it ended.
+      reaper_.Adopt(trials_dir_);
     }
     executor_ =
         std::make_unique<executor::LocalExecutor>(options_.worker_command, options_.worker_env);
@@ -1007,6 +1010,8 @@ class Coordinator {
     ShowProgress(end, true);
     executor_->Shutdown(1000);
     if (hub_ != nullptr) hub_->Shutdown();
+    // An interrupted sweep ends now; what is left to delete goes on the next run or resume.
+    if (!interrupted_) reaper_.Drain();
     RunSummary summary;
     summary.sweep_id = sweep_id_;
     summary.counts = counts_;
@@ -1108,9 +1113,9 @@ class Coordinator {
       }
       if (config_.kind == TrialKind::kCommand) {
         // So is its folder, with its program's own checkpoints (the worker clears it too, on an
-        // agent's disk).
-        std::error_code ec;
-        std::filesystem::remove_all(TrialDir(p.number), ec);
+        // agent's disk). Moved aside at once and deleted off this loop: it may hold gigabytes.
+        // One that cannot be cleared is the worker's to report.
+        (void)reaper_.Discard(TrialDir(p.number), nullptr);
         rec.stdout_log = TrialDir(p.number) + "/stdout.log";
         rec.stderr_log = TrialDir(p.number) + "/stderr.log";
       }
@@ -1497,6 +1502,7 @@ class Coordinator {
   std::string agent_checkpoint_dir_;              // the same, as agents' workers get it
   std::string stored_checkpoint_dir_;             // the same, absolute
   std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
+  FolderReaper reaper_;                           // deletes first runs' folders off the loop
   std::set<int64_t> draining_agents_;             // agents stopping: their trials end, then bye
   // Agents gone, and how (ids are never reused): a trial's done may come after its agent's loss.
   std::map<int64_t, executor::AgentLost::Reason> lost_agents_;

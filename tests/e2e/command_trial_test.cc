@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -524,8 +526,17 @@ cpu_slots = 2
   fs::remove(dir_ / "sweeps.db-shm");
   const fs::path old_log = dir_ / "sweeps.db-trials" / "ck" / "trial-0" / "stderr.log";
   ASSERT_TRUE(fs::exists(old_log));
+  // The old folders are moved aside and deleted off the coordinator's loop; so is what a
+  // coordinator that ended while deleting left under its hidden name.
+  const fs::path folders = dir_ / "sweeps.db-trials" / "ck";
+  fs::create_directories(folders / ".cleared-trial-7-1-2-0" / "sub");
+  std::ofstream(folders / ".cleared-trial-7-1-2-0" / "sub" / "model.pt") << "old";
   Output again = Sweep("run c.toml");
   ASSERT_EQ(again.code, 0) << again.out << again.err;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(folders)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"trial-0", "trial-1"}));
   trials = TrialsByNumber();
   for (int n : {0, 1}) {
     EXPECT_EQ(trials[n][1], "completed") << n << ": " << trials[n][2];
