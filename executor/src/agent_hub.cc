@@ -385,6 +385,7 @@ class AgentHub::Impl {
           // to that agent, as it would be by a bye, only now it has ended there.
           done->outcome = TrialOutcome::Kind::kFailed;  // as a lost agent's trials end
           done->worker_lost = true;
+          done->agent_end = WorkerEvent::AgentEnd::kStopping;
           done->error = peer->Describe() + " is stopping (it said so) and stopped the trial";
         }
         done->time_s = UnixSeconds();
@@ -468,6 +469,7 @@ class AgentHub::Impl {
       ev.trial = trial;
       ev.outcome = TrialOutcome::Kind::kFailed;
       ev.worker_lost = true;
+      ev.agent_end = WorkerEvent::AgentEnd::kLost;
       ev.error = who + " was lost (" + std::string(ToString(reason)) + "): " + detail;
       pending_.push_back(HubEvent{peer->id, std::move(ev)});
       lost.trials.push_back(trial);
@@ -497,6 +499,7 @@ class AgentHub::Impl {
             ev.outcome = TrialOutcome::Kind::kFailed;
             ev.worker_lost = true;
             ev.never_started = true;
+            ev.agent_end = WorkerEvent::AgentEnd::kLost;
             ev.error = "agent " + std::to_string(c.agent_id) + " was lost before trial " +
                        std::to_string(c.trial) + " could start";
             pending_.push_back(HubEvent{c.agent_id, std::move(ev)});

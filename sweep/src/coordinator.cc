@@ -628,17 +628,20 @@ class Coordinator {
     }
     for (executor::HubEvent& e : hub_events_) {
       if (auto* ev = std::get_if<executor::WorkerEvent>(&e.event)) {
-        // An agent that said it is stopping (or said bye): its trials' loss is not theirs. Nor
-        // is it for a trial started there as the agent went (its done comes after the loss).
+        // An agent that said it is stopping, or said bye: the trials it ended as it went are
+        // not at fault. Nor is a trial started there as the agent went (its done comes after the
+        // loss). A worker there that died by itself meanwhile (a crash) is lost as anywhere.
+        using End = executor::WorkerEvent::AgentEnd;
         const auto gone = lost_agents_.find(e.agent_id);
-        const bool draining = draining_agents_.contains(e.agent_id);
-        const bool agent_gone = gone != lost_agents_.end();
-        const bool bye = agent_gone && gone->second == executor::AgentLost::Reason::kBye;
-        SWEEP_RETURN_IF_ERROR(Handle(*ev, now, stopping, draining || agent_gone, draining || bye));
+        const bool agent_lost = ev->agent_end == End::kLost;
+        const bool bye = agent_lost && gone != lost_agents_.end() &&
+                         gone->second == executor::AgentLost::Reason::kBye;
+        const bool by_stopping = ev->agent_end == End::kStopping;
+        SWEEP_RETURN_IF_ERROR(
+            Handle(*ev, now, stopping, agent_lost || by_stopping, bye || by_stopping));
       } else if (std::holds_alternative<executor::AgentDraining>(e.event)) {
         // It is stopping: nothing more is placed there; its trials end there, then run again
         // elsewhere.
-        draining_agents_.insert(e.agent_id);
         for (const auto& [id, server] : servers_) {
           if (server.agent == e.agent_id) (void)packer_->RemoveServer(id);
         }
@@ -672,7 +675,6 @@ class Coordinator {
                         << " slots on one server; waiting for an agent that has them\n";
         }
       } else if (std::holds_alternative<executor::AgentLost>(e.event)) {
-        draining_agents_.erase(e.agent_id);
         for (auto it = servers_.begin(); it != servers_.end(); ++it) {
           if (it->second.agent == e.agent_id) {
             (void)packer_->RemoveServer(it->first);
@@ -1503,7 +1505,6 @@ class Coordinator {
   std::string stored_checkpoint_dir_;             // the same, absolute
   std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
   FolderReaper reaper_;                           // deletes first runs' folders off the loop
-  std::set<int64_t> draining_agents_;             // agents stopping: their trials end, then bye
   // Agents gone, and how (ids are never reused): a trial's done may come after its agent's loss.
   std::map<int64_t, executor::AgentLost::Reason> lost_agents_;
   std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits

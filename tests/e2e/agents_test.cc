@@ -666,6 +666,42 @@ kill_grace = "5s"
   EXPECT_EQ(Query("SELECT group_concat(step) FROM reports")[0][0], "1,2");
 }
 
+// A worker that crashes while its agent is stopping is a crash like any other: its trial runs
+// again on a retry, not for free as the trials the agent itself ends as it goes.
+TEST_F(AgentsTest, AWorkerThatCrashesOnAStoppingAgentUsesARetry) {
+  Write("c.sh", R"sh(#!/bin/sh
+if [ -e ran ]; then echo 'sweep-report {"epoch": 1, "score": 1}'; exit 0; fi
+touch ran
+trap 'kill -SEGV $PPID; sleep 1; exit 0' TERM
+touch running
+while :; do sleep 0.05; done
+)sh");
+  fs::permissions(dir_ / "c.sh", fs::perms::owner_all);
+  Write("c.toml",
+        "[sweep]\nname = \"crash\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"./c.sh\"]\nkill_grace = \"5s\"\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  pid_t first = StartAgent("first", port);
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "running"); }, 30))
+      << Log("coordinator.log");
+  StartAgent("second", port);
+  ASSERT_TRUE(
+      WaitUntil([&] { return Log("coordinator.log").find("'second'") != std::string::npos; }, 30))
+      << Log("coordinator.log");
+  ::kill(first, SIGTERM);
+  EXPECT_EQ(WaitExit(first, 30), 0) << Log("agent-first.log");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  auto rows = Query("SELECT status, retries, agent_losses FROM trials");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"completed", "1", "0"}));
+  const std::string why =
+      Query("SELECT detail FROM events WHERE trial = 0 AND to_state = 'interrupted'")[0][0];
+  EXPECT_NE(why.find("Segmentation fault"), std::string::npos) << why;
+  EXPECT_NE(why.find("retry 1 of 1"), std::string::npos) << why;
+}
+
 // Two agents of one name (two on a host, without --name) are told apart in placements.
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
   // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.

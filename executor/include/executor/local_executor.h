@@ -33,6 +33,12 @@ struct WorkerEvent {
   // It never reached a worker: its agent was lost, or was stopping, before it could start, or
   // no worker could be started for it.
   bool never_started = false;
+  // An agent's trial that its agent's end ended, not the trial itself (set by the coordinator's
+  // hub): kStopping, the agent said it is stopping, then stopped the trial or did not start it;
+  // kLost, the agent was lost (said bye, crashed, fell silent) with the trial on it. A worker
+  // that died there by itself (a crash) is kNone, as anywhere else.
+  enum class AgentEnd { kNone, kStopping, kLost };
+  AgentEnd agent_end = AgentEnd::kNone;
   // When the worker (or, for an agent's trial, the coordinator's hub) had it: Unix seconds;
   // 0 when not known. A coordinator held up (a locked store) still records when it happened.
   double time_s = 0;
