@@ -674,10 +674,9 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
   json last = json::object();
   double consumed = 0;
   auto sink = [&](int64_t step, double epoch, const json& metrics) {
-    json row = metrics;
-    row["epoch"] = epoch;
-    row["step"] = step;
-    reports.push_back(row);
+    // Shaped as `sweep show --json` gives a trial's reports.
+    reports.push_back(
+        {{"step", step}, {"epoch", epoch}, {"time", sweep::UnixSeconds()}, {"metrics", metrics}});
     consumed = epoch;
     for (auto& [k, v] : metrics.items()) last[k] = v;
     if (!as_json) {
@@ -721,8 +720,8 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     // Mean over epochs is the figure of merit for throughput; the last epoch alone is noisy.
     double sps = 0, wait = 0;
     for (const auto& e : reports) {
-      sps += e.value("samples_per_s", 0.0);
-      wait += e.value("data_wait_s", 0.0);
+      sps += e["metrics"].value("samples_per_s", 0.0);
+      wait += e["metrics"].value("data_wait_s", 0.0);
     }
     if (!reports.empty() && cfg->kind == sweep::TrialKind::kTrainer) {
       j["samples_per_s"] = sps / static_cast<double>(reports.size());

@@ -317,8 +317,12 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
   EXPECT_EQ(r["params"]["hidden"], json({32, 16}));
   EXPECT_EQ(r["epochs"], 2.0);  // consumed, as `trials --json` says it
   ASSERT_EQ(r["reports"].size(), 2u);
+  // Each report as `show --json` gives it.
   EXPECT_EQ(r["reports"][1]["epoch"], 2.0);
-  EXPECT_TRUE(r["reports"][1]["val_acc"].is_number());
+  EXPECT_GT(r["reports"][1]["step"], r["reports"][0]["step"]);  // optimizer steps
+  EXPECT_TRUE(r["reports"][1]["time"].is_number());
+  EXPECT_TRUE(r["reports"][1]["metrics"]["val_acc"].is_number());
+  EXPECT_EQ(r["metrics"]["val_acc"], r["reports"][1]["metrics"]["val_acc"]);
   EXPECT_TRUE(r["samples_per_s"].is_number());
   EXPECT_TRUE(r["data_wait_s"].is_number());
   EXPECT_TRUE(r["test_acc"].is_number());
