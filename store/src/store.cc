@@ -475,9 +475,23 @@ struct Store::Impl {
         return Status::Busy(path + ": database is locked by another process");
       case SQLITE_FULL:
         return DiskFull(what);
-      case SQLITE_READONLY:
+      case SQLITE_READONLY: {
+        // Its -wal and -shm files are written too: made by another user (an older reader's, in
+        // a shared folder), they are that user's.
+        for (const char* suffix : {"-wal", "-shm"}) {
+          const std::string log = path + suffix;
+          struct stat st {};
+          if (::stat(log.c_str(), &st) == 0 && ::access(log.c_str(), W_OK) != 0) {
+            return Status::IoError(path + ": cannot write its " + suffix + " file " + log +
+                                   " (it belongs to user " + std::to_string(st.st_uid) +
+                                   " and this user may not write it) while " + what + "; if " +
+                                   path + "-wal is empty (a reader's), it and " + path +
+                                   "-shm may be deleted while no sweep runs on it");
+          }
+        }
         return Status::IoError(path + ": database is read-only while " + what + " (" + detail +
                                "); check the permissions of the file and its directory");
+      }
       case SQLITE_CORRUPT:
         return Status::Corruption(path + ": database file is corrupt (" + detail +
                                   "); restore it from a backup, or try `sqlite3 " + path +
@@ -870,13 +884,17 @@ struct Store::Impl {
 
 namespace {
 
-// Whether `path` sits in a folder this process cannot write and has no -wal file beside it.
+// Whether a reader must leave the folder of `path` as it is: no -wal file is beside it (no
+// writer is at work), and this process cannot write the folder, or cannot write the file. A
+// reader of a WAL database makes the -wal and -shm files; made by a user who may not write the
+// database (another user, in a shared folder), they would be that user's, and its owner could
+// no longer write it (root's are given to the database's owner, so root is never refused here).
 bool CanOnlyReadInPlace(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::exists(path + "-wal", ec)) return false;
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  return ::access(dir.c_str(), W_OK) != 0;
+  return ::access(dir.c_str(), W_OK) != 0 || ::access(path.c_str(), W_OK) != 0;
 }
 
 // `path` for a file: URI (percent-encoding what a URI would read as syntax).
@@ -942,7 +960,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
   } else {
     flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
   }
-  int rc = sqlite3_open_v2(path.c_str(), &impl->db, flags, nullptr);
+  // A reader of a WAL database makes its -wal and -shm files beside it. Where it must not (see
+  // CanOnlyReadInPlace), the file is complete and unchanging (with no -wal, the last writer
+  // closed it cleanly, and none is at work): read it as immutable, which needs neither.
+  const bool in_place = impl->read_only && CanOnlyReadInPlace(path);
+  int rc = in_place ? sqlite3_open_v2(("file:" + UriPath(path) + "?immutable=1").c_str(), &impl->db,
+                                      flags | SQLITE_OPEN_URI, nullptr)
+                    : sqlite3_open_v2(path.c_str(), &impl->db, flags, nullptr);
   if (rc != SQLITE_OK) return impl->Error(rc, "opening the database");
   sqlite3_extended_result_codes(impl->db, 1);
   sqlite3_busy_timeout(impl->db, kBusyTimeoutMs);
@@ -950,24 +974,13 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
   // Reading the version is also the first read of the file header: a file that is not a
   // database fails here with NOTADB.
   Result<int> read = impl->UserVersion();
-  if (!read.ok() && impl->read_only && CanOnlyReadInPlace(path)) {
-    // A reader of a WAL database needs to create its -shm file beside it. In a folder this
-    // user cannot write, with no -wal file (the last writer closed it cleanly, and no writer
-    // can be at work where nobody may create one), the file is complete and unchanging: read
-    // it as immutable, which needs no -shm.
-    sqlite3_close(impl->db);
-    impl->db = nullptr;
-    rc = sqlite3_open_v2(("file:" + UriPath(path) + "?immutable=1").c_str(), &impl->db,
-                         SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nullptr);
-    if (rc != SQLITE_OK) return impl->Error(rc, "opening the database");
-    sqlite3_extended_result_codes(impl->db, 1);
-    read = impl->UserVersion();
+  if (in_place) {
     // A writer (another user, who may write there) that opened it meanwhile has made a -wal
     // file: an immutable reader would not see its commits. Refuse rather than read stale data.
     if (read.ok() && !CanOnlyReadInPlace(path)) {
       return Status::IoError(path +
                              ": being written by another user while this one cannot "
-                             "write its folder; read it again when that sweep ends");
+                             "write it or its folder; read it again when that sweep ends");
     }
   }
   SWEEP_ASSIGN_OR_RETURN(int version, std::move(read));

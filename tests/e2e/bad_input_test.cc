@@ -853,6 +853,50 @@ TEST_F(BadInputTest, QueriesWorkInAFolderTheReaderCannotWrite) {
   fs::permissions(dir_ / "ro", fs::perms::owner_all);  // so the fixture can remove it
 }
 
+// A store in a folder users share: a query by a user who may not write the store leaves no
+// files of its own beside it (SQLite's -wal and -shm, which its owner could then not write), and
+// where such files were left (by an older reader) the owner is told which and whose they are.
+TEST_F(BadInputTest, AQueryByAnotherUserLeavesTheStoreWritableByItsOwner) {
+  if (::geteuid() != 0 || std::system("command -v setpriv > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs root and setpriv to act as two other users";
+  }
+  fs::create_directory(dir_ / "shared");
+  fs::permissions(dir_ / "shared", fs::perms::all);
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::others_read | fs::perms::others_exec);
+  Write("b.toml", Fn({}));
+  fs::permissions(dir_ / "b.toml", fs::perms::others_read, fs::perm_options::add);
+  auto as = [&](int uid, const std::string& args) {
+    const std::string cmd = "cd '" + dir_.string() + "' && setpriv --reuid=" + std::to_string(uid) +
+                            " --regid=" + std::to_string(uid) +
+                            " --clear-groups '" SWEEP_BINARY "' " + args + " > out.txt 2> err.txt";
+    const int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  if (as(65534, "--help") != 0) GTEST_SKIP() << "the user nobody cannot run " SWEEP_BINARY;
+  const int owner = 1001, reader = 65534;
+  ASSERT_EQ(as(owner, "run b.toml --db shared/s.db"), 0) << sweep_e2e::Slurp(dir_ / "err.txt");
+  for (const char* query : {"status b", "trials b --json", "list"}) {
+    EXPECT_EQ(as(reader, std::string(query) + " --db shared/s.db"), 0)
+        << query << ": " << sweep_e2e::Slurp(dir_ / "err.txt");
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "shared/s.db-wal"));
+  EXPECT_FALSE(fs::exists(dir_ / "shared/s.db-shm"));
+  EXPECT_EQ(as(owner, "run b.toml --db shared/s.db --name second"), 0)
+      << sweep_e2e::Slurp(dir_ / "err.txt");
+
+  // What an older reader left: empty files of its own.
+  for (const char* f : {"shared/s.db-wal", "shared/s.db-shm"}) {
+    Write(f, "");
+    ASSERT_EQ(::chown((dir_ / f).c_str(), reader, reader), 0);
+  }
+  EXPECT_EQ(as(owner, "run b.toml --db shared/s.db --name third"), 1);
+  EXPECT_NE(sweep_e2e::Slurp(dir_ / "err.txt")
+                .find("sweep: shared/s.db: cannot write its -wal file shared/s.db-wal (it belongs "
+                      "to user 65534 and this user may not write it)"),
+            std::string::npos)
+      << sweep_e2e::Slurp(dir_ / "err.txt");
+}
+
 // -o onto a file made read-only is refused, as the shell's `>` refuses it.
 TEST_F(BadInputTest, OutputOntoAReadOnlyFileIsRefused) {
   if (::geteuid() != 0 || std::system("command -v setpriv > /dev/null 2>&1") != 0) {
