@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
+#include "base/utf8.h"
 #include "executor/agent.h"
 #include "executor/functions.h"
 #include "executor/net_auth.h"
@@ -227,7 +228,7 @@ int CmdStatus(const QueryArgs& a) {
     }
     j["running"] = r;
     j["best"] = best->empty() ? json(nullptr) : sweep::TrialJson(best->front());
-    std::cout << j.dump(2) << "\n";
+    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   sweep::PrintStatusText(std::cout, *sw, c, *running, *best, sweep::UnixSeconds(), gone, a.db);
@@ -264,7 +265,7 @@ int CmdList(const QueryArgs& a) {
                      {"mode", s.maximize ? "max" : "min"},
                      {"best", s.best ? json(*s.best) : json(nullptr)}});
     }
-    std::cout << arr.dump(2) << "\n";
+    std::cout << arr.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   if (list->empty()) std::cout << "no sweeps in " << a.db << "\n";
@@ -298,7 +299,7 @@ int CmdDevices(bool as_json, int cpu_slots) {
                      {"link_group", s.link_group},
                      {"peers", s.peers}});
     }
-    std::cout << arr.dump(2) << "\n";
+    std::cout << arr.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     return kExitOk;
   }
   if (slots.empty() || !slots[0].gpu) {
@@ -339,6 +340,40 @@ struct RemoteArgs {
   bool no_local = false;
 };
 
+// `path` as a message shows it: bytes that are not UTF-8 as \xNN.
+std::string ShowBytes(const std::string& path) {
+  std::string out;
+  for (size_t i = 0; i < path.size(); ++i) {
+    size_t len = 1;
+    while (len <= 4 && i + len <= path.size() &&
+           !sweep::IsValidUtf8(std::string_view(path).substr(i, len))) {
+      ++len;
+    }
+    if (len <= 4 && i + len <= path.size()) {
+      out.append(path, i, len);
+      i += len - 1;
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02X", static_cast<unsigned char>(path[i]));
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// The store, the workers' tasks and --json carry paths as JSON text, which is UTF-8: a path
+// (made absolute, as they carry it) that is not is refused where it enters, by name.
+Status CheckTextPath(const std::string& what, const std::string& path) {
+  std::error_code ec;
+  const std::string full = std::filesystem::absolute(path, ec).string();
+  if (sweep::IsValidUtf8(path) && (ec || sweep::IsValidUtf8(full))) return Status::Ok();
+  return Status::InvalidArgument(
+      what + " " + ShowBytes(path) +
+      (sweep::IsValidUtf8(path) ? ": its full path " + ShowBytes(full) : std::string()) +
+      " is not valid UTF-8; sweep keeps paths as text (in its store, its tasks and --json): "
+      "rename the folder, or reach it through a link whose name is UTF-8");
+}
+
 // Fills in the remote-agent options; a usage error for a bad address, an unreadable token file,
 // or a non-loopback address without a token.
 Status ApplyRemoteArgs(const RemoteArgs& a, sweep::RunOptions* options) {
@@ -355,6 +390,7 @@ Status ApplyRemoteArgs(const RemoteArgs& a, sweep::RunOptions* options) {
     return host_port.status().WithMessage("--listen " + host_port.status().message());
   }
   if (!a.token_file.empty()) {
+    SWEEP_RETURN_IF_ERROR(CheckTextPath("--token-file", a.token_file));
     SWEEP_ASSIGN_OR_RETURN(options->token, net::ReadTokenFile(a.token_file));
     std::error_code ec;
     const std::filesystem::path absolute = std::filesystem::absolute(a.token_file, ec);
@@ -439,6 +475,7 @@ int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& 
   if (!std::filesystem::exists(db, ec)) {
     return Fail(Status::NotFound(db + ": no such database"));
   }
+  if (Status s = CheckTextPath("--db", db); !s.ok()) return Fail(s);
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
   auto summary = sweep::ResumeSweep(name, **st, options);
@@ -451,6 +488,8 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
            const char* argv0) {
   auto cfg = sweep::LoadConfig(config_path);
   if (!cfg.ok()) return Fail(cfg.status());
+  // Its folder is where the config's relative paths start.
+  if (Status s = CheckTextPath("config", config_path); !s.ok()) return Fail(s);
   if (name_flag) {
     if (!sweep::IsValidSweepName(*name_flag)) {
       return Fail(Status::InvalidArgument("--name '" + *name_flag +
@@ -465,6 +504,10 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
     return Fail(Status::InvalidArgument(
         (db_flag.empty() ? config_path + ": [store] path" : std::string("--db")) + " " + db +
         ": the folder " + folder.string() + " does not exist"));
+  }
+  if (Status s = CheckTextPath(db_flag.empty() ? config_path + ": [store] path" : "--db", db);
+      !s.ok()) {
+    return Fail(s);
   }
   // The remote options first: a usage error (a token file others can read) leaves no new,
   // empty database behind.
@@ -528,6 +571,10 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
   ex::AgentOptions options;
   options.host = host_port->first;
   options.port = host_port->second;
+  // Its trials' folders and checkpoints go under the folder it runs in.
+  std::error_code cwd_error;
+  const std::string cwd = std::filesystem::current_path(cwd_error).string();
+  if (Status s = CheckTextPath("the agent's folder", cwd); !cwd_error && !s.ok()) return Fail(s);
   if (!a.token_file.empty()) {
     auto token = ex::net::ReadTokenFile(a.token_file);
     if (!token.ok()) return Fail(token.status());
@@ -588,6 +635,7 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
   auto cfg = sweep::LoadConfig(config_path, other_dataset ? sweep::ConfigUse::kOneTrialOtherDataset
                                                           : sweep::ConfigUse::kOneTrial);
   if (!cfg.ok()) return Fail(cfg.status());
+  if (Status s = CheckTextPath("config", config_path); !s.ok()) return Fail(s);
   if (cfg->kind != sweep::TrialKind::kTrainer && cfg->kind != sweep::TrialKind::kFunction) {
     return Fail(Status::InvalidArgument("sweep train runs trainer or function trials only"));
   }
@@ -623,6 +671,12 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
       std::string hint = sweep::DidYouMean(key, known);
       if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
       return Fail(Status::InvalidArgument(msg));
+    }
+    if (!sweep::IsValidUtf8(s)) {
+      return Fail(Status::InvalidArgument(
+          "--set " + ShowBytes(s) +
+          ": not valid UTF-8; sweep keeps values as text (a path: rename the folder, or reach "
+          "it through a link whose name is UTF-8)"));
     }
     json value = sweep::ParseSetValue(s.substr(eq + 1));
     if (cfg->kind == sweep::TrialKind::kTrainer) {
@@ -727,7 +781,7 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
       j["samples_per_s"] = sps / static_cast<double>(reports.size());
       j["data_wait_s"] = wait;
     }
-    std::cout << j.dump(2) << "\n";
+    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   } else if (out.end_metrics.contains("test_acc")) {
     std::printf("test_acc %.4f\n", out.end_metrics["test_acc"].get<double>());
   }

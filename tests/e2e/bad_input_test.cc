@@ -738,6 +738,28 @@ TEST_F(BadInputTest, MissingUnreadableAndDirectoryConfigs) {
   EXPECT_FALSE(fs::exists(dir_ / "sweeps.db"));
 }
 
+// Paths are bytes, but the store, the workers' tasks and --json keep them as UTF-8 text: one
+// that is not is refused where it enters, by name (it aborted the run, leaving a sweep marked
+// running), and nothing is made.
+TEST_F(BadInputTest, PathsThatAreNotUtf8AreRefusedByName) {
+  fs::create_directory(dir_ / "u\xfe");
+  Write("b.toml", Fn({}));
+  Write("u\xfe/b.toml", Fn({}));
+  Write("t.toml", Tr());
+  const std::string why = " is not valid UTF-8; sweep keeps paths as text";
+  Check("--db", Sweep("run b.toml --db 'u\xfe/x.db'"), kUsage, {"sweep: --db u\\xFE/x.db" + why});
+  Check("config", Sweep("run 'u\xfe/b.toml'"), kUsage, {"sweep: config u\\xFE/b.toml" + why});
+  Check("token file", Sweep("run b.toml --listen 127.0.0.1:0 --token-file 'u\xfe/tok'"), kUsage,
+        {"sweep: --token-file u\\xFE/tok" + why});
+  Check("run in a folder that is not UTF-8", Sweep("run b.toml", "-C 'u\xfe'"), kUsage,
+        {"sweep: config b.toml: its full path " + (dir_ / "u\\xFE/b.toml").string() + why});
+  Check("train --set", Sweep("train t.toml --set 'dataset=u\xfe' --json"), kUsage,
+        {"sweep: --set dataset=u\\xFE: not valid UTF-8"});
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db"));
+  EXPECT_FALSE(fs::exists(dir_ / "u\xfe/x.db"));
+  EXPECT_FALSE(fs::exists(dir_ / "u\xfe/sweeps.db"));
+}
+
 // ---- sweep train --set ----
 
 struct CommandCase {
