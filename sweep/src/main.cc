@@ -134,7 +134,7 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   std::string key = sort.substr(descending ? 1 : 0);
   const std::vector<std::string> columns = {"number",  "status", "objective",
                                             "started", "ended",  "epochs"};
-  if (std::find(columns.begin(), columns.end(), key) == columns.end() && !trials->empty()) {
+  if (std::find(columns.begin(), columns.end(), key) == columns.end()) {
     std::vector<std::string> metrics, params;
     const bool as_param = key.starts_with("param."), as_metric = key.starts_with("metric.");
     const std::string bare = as_param ? key.substr(6) : as_metric ? key.substr(7) : key;
@@ -149,7 +149,8 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
       unfiltered = (*st)->Trials(sw->id, sweep::store::TrialQuery{});
       if (!unfiltered.ok()) return Fail(unfiltered.status());
     }
-    for (const auto& t : q.status ? *unfiltered : *trials) {
+    const auto& every = q.status ? *unfiltered : *trials;
+    for (const auto& t : every) {
       json m = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
       json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
       if (m.is_object()) {
@@ -165,7 +166,8 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
       q.sort = std::string(descending ? "-" : "") + "param." + key;
       trials = (*st)->Trials(sw->id, q);
       if (!trials.ok()) return Fail(trials.status());
-    } else if (!metric_seen && !param_seen) {
+    } else if (!metric_seen && !param_seen && !every.empty()) {
+      // (A sweep with no trial yet has no keys to tell a typo by.)
       std::vector<std::string> all = columns;
       all.insert(all.end(), metrics.begin(), metrics.end());
       for (const auto& p : params) all.push_back("param." + p);

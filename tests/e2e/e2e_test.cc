@@ -564,6 +564,11 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
                              "value, param.x1, param.x2)"),
             std::string::npos)
       << unknown.err;
+  // Also when --status lists no trial: the keys are the sweep's.
+  Output none = Sweep("trials branin --status running --sort x9");
+  EXPECT_EQ(none.code, 2) << none.out;
+  EXPECT_NE(none.err.find("no trial of 'branin' has 'x9'"), std::string::npos) << none.err;
+  EXPECT_EQ(Sweep("trials branin --status running --sort -x1").code, 0);
 }
 
 // A hyperparameter and a metric of the same name (the trainer's `lr`): a bare --sort key is the
