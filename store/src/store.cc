@@ -27,6 +27,15 @@
 
 namespace sweep::store {
 
+namespace {
+// A file's permission bits as chmod writes them: 0644.
+std::string OctalMode(mode_t mode) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
+  return buf;
+}
+}  // namespace
+
 // ---- enums ----
 
 std::string_view ToString(TrialStatus status) {
@@ -505,7 +514,14 @@ struct Store::Impl {
         std::string dir = std::filesystem::path(path).parent_path().string();
         if (dir.empty()) dir = ".";
         std::string why = detail;
-        if (::access(dir.c_str(), W_OK) != 0) {
+        struct stat st {};
+        if (::stat(path.c_str(), &st) == 0 &&
+            ::access(path.c_str(), read_only ? R_OK : R_OK | W_OK) != 0) {
+          why =
+              std::string(read_only ? "this user may not read it" : "this user may not write it") +
+              ": " + std::strerror(errno) + "; it belongs to user " + std::to_string(st.st_uid) +
+              ", mode " + OctalMode(st.st_mode);
+        } else if (!read_only && ::access(dir.c_str(), W_OK) != 0) {
           why = "cannot write to its directory " + dir + ": " + std::strerror(errno);
         }
         return Status::IoError(path + ": cannot open database file (" + why + ")");

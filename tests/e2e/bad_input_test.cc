@@ -917,6 +917,16 @@ TEST_F(BadInputTest, AQueryByAnotherUserLeavesTheStoreWritableByItsOwner) {
                       "to user 65534 and this user may not write it)"),
             std::string::npos)
       << sweep_e2e::Slurp(dir_ / "err.txt");
+
+  // A store the user may not read at all is said so, with whose it is.
+  ASSERT_EQ(Sweep("run b.toml --db shared/own.db").code, 0);
+  fs::permissions(dir_ / "shared/own.db", fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(as(reader, "status b --db shared/own.db"), 1);
+  EXPECT_NE(sweep_e2e::Slurp(dir_ / "err.txt")
+                .find("sweep: shared/own.db: cannot open database file (this user may not read "
+                      "it: Permission denied; it belongs to user 0, mode 0600)"),
+            std::string::npos)
+      << sweep_e2e::Slurp(dir_ / "err.txt");
 }
 
 // -o onto a file made read-only is refused, as the shell's `>` refuses it.
