@@ -1382,15 +1382,16 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                            "\"; list them, or use search.algorithm = \"random\"");
       }
       // The same value twice would run the same trials twice (1 and 1.0 are the same value).
+      // json's order compares numbers by value, so the map holds 1 and 1.0 as one key.
       const auto& values = e.parameter.distribution.values;
-      for (size_t i = 0; i < values.size(); ++i) {
-        for (size_t j = i + 1; j < values.size(); ++j) {
-          if (values[i] == values[j]) {
-            return c.Error(*e.node, "parameters." + e.parameter.name,
-                           "grid search would run every trial with " + values[j].dump() +
-                               " twice: it is listed at positions " + std::to_string(i + 1) +
-                               " and " + std::to_string(j + 1));
-          }
+      std::map<json, size_t> seen;
+      for (size_t j = 0; j < values.size(); ++j) {
+        const auto [at, fresh] = seen.emplace(values[j], j);
+        if (!fresh) {
+          return c.Error(*e.node, "parameters." + e.parameter.name,
+                         "grid search would run every trial with " + values[j].dump() +
+                             " twice: it is listed at positions " + std::to_string(at->second + 1) +
+                             " and " + std::to_string(j + 1));
         }
       }
     }
