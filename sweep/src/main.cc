@@ -342,27 +342,6 @@ struct RemoteArgs {
   bool no_local = false;
 };
 
-// `path` as a message shows it: bytes that are not UTF-8 as \xNN.
-std::string ShowBytes(const std::string& path) {
-  std::string out;
-  for (size_t i = 0; i < path.size(); ++i) {
-    size_t len = 1;
-    while (len <= 4 && i + len <= path.size() &&
-           !sweep::IsValidUtf8(std::string_view(path).substr(i, len))) {
-      ++len;
-    }
-    if (len <= 4 && i + len <= path.size()) {
-      out.append(path, i, len);
-      i += len - 1;
-    } else {
-      char buf[5];
-      std::snprintf(buf, sizeof buf, "\\x%02X", static_cast<unsigned char>(path[i]));
-      out += buf;
-    }
-  }
-  return out;
-}
-
 // The store, the workers' tasks and --json carry paths as JSON text, which is UTF-8: a path
 // (made absolute, as they carry it) that is not is refused where it enters, by name.
 Status CheckTextPath(const std::string& what, const std::string& path) {
@@ -370,8 +349,8 @@ Status CheckTextPath(const std::string& what, const std::string& path) {
   const std::string full = std::filesystem::absolute(path, ec).string();
   if (sweep::IsValidUtf8(path) && (ec || sweep::IsValidUtf8(full))) return Status::Ok();
   return Status::InvalidArgument(
-      what + " " + ShowBytes(path) +
-      (sweep::IsValidUtf8(path) ? ": its full path " + ShowBytes(full) : std::string()) +
+      what + " " + sweep::Utf8Text(path) +
+      (sweep::IsValidUtf8(path) ? ": its full path " + sweep::Utf8Text(full) : std::string()) +
       " is not valid UTF-8; sweep keeps paths as text (in its store, its tasks and --json): "
       "rename the folder, or reach it through a link whose name is UTF-8");
 }
@@ -676,7 +655,7 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     }
     if (!sweep::IsValidUtf8(s)) {
       return Fail(Status::InvalidArgument(
-          "--set " + ShowBytes(s) +
+          "--set " + sweep::Utf8Text(s) +
           ": not valid UTF-8; sweep keeps values as text (a path: rename the folder, or reach "
           "it through a link whose name is UTF-8)"));
     }

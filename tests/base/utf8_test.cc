@@ -32,5 +32,16 @@ TEST(Utf8Test, RefusesWhatIsNotUtf8) {
   EXPECT_FALSE(IsValidUtf8("\xc3\x28"));          // no continuation
 }
 
+TEST(Utf8Test, TextShowsStrayBytesAndCanBeLossless) {
+  EXPECT_EQ(Utf8Text("/data/caf\xc3\xa9"), "/data/caf\xc3\xa9");
+  EXPECT_EQ(Utf8Text("/tmp/u\xfe/x"), "/tmp/u\\xFE/x");
+  EXPECT_EQ(Utf8Text("\xe2\x82"), "\\xE2\\x82");  // a character cut short
+  EXPECT_EQ(Utf8Text("a\\b"), "a\\b");
+  // Lossless: a name that holds the text \xFE is not the byte 0xFE.
+  EXPECT_EQ(Utf8Text("a\\b", true), "a\\\\b");
+  EXPECT_NE(Utf8Text("u\xfe", true), Utf8Text("u\\xFE", true));
+  EXPECT_TRUE(IsValidUtf8(Utf8Text("\xff\xfe\xc3", true)));
+}
+
 }  // namespace
 }  // namespace sweep

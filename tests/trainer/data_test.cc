@@ -453,6 +453,43 @@ TEST(CacheFile, SecondProcessMapsWithoutDecoding) {
   EXPECT_EQ(ToVector((*repixelled)->u8), kPixels);
 }
 
+// A dataset reached through a link whose target's name is not UTF-8 (the way round such names
+// that sweep itself suggests): the cache file's header, which is JSON, keeps the target's real
+// path escaped, losslessly, so the file is written, found again, and told apart from a name
+// that differs in that byte alone.
+TEST(CacheFile, ATargetWhoseNameIsNotUtf8IsCached) {
+  TempDir dir;
+  const std::string cache = dir / "cache";
+  std::filesystem::create_directories(cache);
+  for (const char* name : {"fm\xe9", "fm\xe8"}) {
+    const std::filesystem::path folder = dir / name;
+    std::filesystem::create_directories(folder);
+    WriteBytes(folder / "img.gz", IdxBytes({3, 2, 2}, kPixels), true);
+    WriteBytes(folder / "lbl", IdxBytes({3}, kLabels), false);
+  }
+  std::filesystem::create_directory_symlink(dir / "fm\xe9", dir / "link");
+  DatasetSpec spec;
+  spec.train_images = dir / "link/img.gz";
+  spec.train_labels = dir / "link/lbl";
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) LoadInChild(spec, cache, 1);
+  ASSERT_EQ(Wait(pid), 0) << "first process";
+  ASSERT_EQ(CacheFiles(cache).size(), 1u);
+  pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) LoadInChild(spec, cache, 0);
+  EXPECT_EQ(Wait(pid), 0) << "second process";
+  DatasetSpec other = spec;
+  other.train_images = dir / "fm\xe8/img.gz";
+  other.train_labels = dir / "fm\xe8/lbl";
+  pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) LoadInChild(other, cache, 1);
+  EXPECT_EQ(Wait(pid), 0) << "the other folder";
+  EXPECT_EQ(CacheFiles(cache).size(), 2u);
+}
+
 TEST(CacheFile, ConcurrentFirstUseIsSafe) {
   TempDir dir;
   const std::string cache = dir / "cache";

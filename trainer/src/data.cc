@@ -27,6 +27,7 @@
 #include <optional>
 #include <string_view>
 
+#include "base/utf8.h"
 #include "file_util.h"
 #include "rng.h"
 
@@ -471,7 +472,9 @@ Result<DatasetPtr> MapCacheFile(const std::string& path, const std::string& key)
   bool f32 = false;
   try {
     const nlohmann::json h = nlohmann::json::parse(text);
-    if (h.at("key").get<std::string>() != key) return bad;  // a hash clash
+    if (h.at("key").get<std::string>() != Utf8Text(key, /*lossless=*/true)) {
+      return bad;  // a hash clash
+    }
     meta.source = h.at("source").get<std::string>();
     meta.n = h.at("n").get<int64_t>();
     meta.dim = h.at("dim").get<int64_t>();
@@ -527,8 +530,9 @@ Status WriteCacheFile(const std::string& path, const std::string& key, const Dat
   const bool f32 = d.u8.empty();
   const uint64_t n = static_cast<uint64_t>(d.n);
   const uint64_t feature_bytes = f32 ? d.f32.size_bytes() : d.u8.size_bytes();
-  nlohmann::json h = {{"key", key},
-                      {"source", d.source},
+  // JSON holds UTF-8 only: a path reached through a link may not be (its target's real name).
+  nlohmann::json h = {{"key", Utf8Text(key, /*lossless=*/true)},
+                      {"source", Utf8Text(d.source)},
                       {"n", d.n},
                       {"dim", d.dim},
                       {"num_classes", d.num_classes},

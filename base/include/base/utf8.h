@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
+#include <string>
 #include <string_view>
 
 namespace sweep {
@@ -37,6 +39,29 @@ inline bool IsValidUtf8(std::string_view s) {
     }
   }
   return true;
+}
+
+// `s` as UTF-8 text: each byte that is not part of a valid character as \xNN. With `lossless`,
+// a backslash is written \\ too, so that two different byte strings never give the same text
+// (a key); without, the text is for a message.
+inline std::string Utf8Text(std::string_view s, bool lossless = false) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    size_t len = 1;
+    while (len <= 4 && i + len <= s.size() && !IsValidUtf8(s.substr(i, len))) ++len;
+    if (len <= 4 && i + len <= s.size()) {
+      if (lossless && s[i] == '\\') out += '\\';
+      out.append(s, i, len);
+      i += len;
+    } else {
+      char buf[5];
+      std::snprintf(buf, sizeof buf, "\\x%02X", static_cast<unsigned char>(s[i]));
+      out += buf;
+      ++i;
+    }
+  }
+  return out;
 }
 
 }  // namespace sweep
