@@ -521,12 +521,15 @@ Status CheckTrainerTrials(const Checker& c, const SweepConfig& cfg, const toml::
 
 // `dataset` with its relative paths made relative to `base`, the config's folder: a config
 // means the same files wherever sweep runs (and when a sweep is resumed from another folder).
+// A relative path in a config starts at the config's folder (`base`), not where sweep runs.
+void ResolveRelativeTo(json& path, const std::filesystem::path& base) {
+  if (!path.is_string()) return;
+  const std::filesystem::path p = path.get<std::string>();
+  if (!p.empty() && p.is_relative()) path = (base / p).lexically_normal().string();
+}
+
 json DatasetRelativeTo(json value, const std::filesystem::path& base) {
-  auto resolve = [&](json& path) {
-    if (!path.is_string()) return;
-    const std::filesystem::path p = path.get<std::string>();
-    if (!p.empty() && p.is_relative()) path = (base / p).lexically_normal().string();
-  };
+  auto resolve = [&](json& path) { ResolveRelativeTo(path, base); };
   if (value.is_string()) resolve(value);
   if (value.is_object()) {
     for (const char* k : {"train_images", "train_labels", "test_images", "test_labels"}) {
@@ -536,9 +539,13 @@ json DatasetRelativeTo(json value, const std::filesystem::path& base) {
   return value;
 }
 
-// Every dataset file the options name must exist and be readable before the sweep starts.
-Status CheckDatasetFiles(const Checker& c, const toml::node& where, const std::string& key,
-                         const trainer::DatasetSpec& ds) {
+// What is wrong with the files a dataset names here: the file's key ("train_images", or empty
+// for the dataset as a whole) and why; an empty `why` when nothing is.
+struct DatasetProblem {
+  std::string field;
+  std::string why;
+};
+DatasetProblem DatasetFilesProblem(const trainer::DatasetSpec& ds) {
   const std::pair<const char*, const std::string*> files[] = {{"train_images", &ds.train_images},
                                                               {"train_labels", &ds.train_labels},
                                                               {"test_images", &ds.test_images},
@@ -551,13 +558,21 @@ Status CheckDatasetFiles(const Checker& c, const toml::node& where, const std::s
       if (file->find("fashion-mnist") != std::string::npos) {
         msg += " (Debian's dataset-fashion-mnist package installs it)";
       }
-      return c.Error(where, key + "." + name, msg);
+      return {name, msg};
     }
     std::ifstream probe(*file);
-    if (!probe) return c.Error(where, key + "." + name, "cannot read '" + *file + "'");
+    if (!probe) return {name, "cannot read '" + *file + "'"};
   }
-  if (ds.train_images.empty()) return c.Error(where, key, "no training data given");
-  return Status::Ok();
+  if (ds.train_images.empty()) return {"", "no training data given"};
+  return {};
+}
+
+// Every dataset file the options name must exist and be readable before the sweep starts.
+Status CheckDatasetFiles(const Checker& c, const toml::node& where, const std::string& key,
+                         const trainer::DatasetSpec& ds) {
+  const DatasetProblem p = DatasetFilesProblem(ds);
+  if (p.why.empty()) return Status::Ok();
+  return c.Error(where, p.field.empty() ? key : key + "." + p.field, p.why);
 }
 
 // True when (line, column) is the end of a line: where a string that lacks its closing quote
@@ -770,6 +785,14 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
 }
 
 }  // namespace
+
+Status CheckDatasetHere(const json& value) {
+  trainer::TrainOptions scratch;
+  SWEEP_RETURN_IF_ERROR(trainer::ApplyOption(&scratch, "dataset", value));
+  const DatasetProblem p = DatasetFilesProblem(scratch.dataset);
+  if (p.why.empty()) return Status::Ok();
+  return Status::InvalidArgument((p.field.empty() ? "" : p.field + ": ") + p.why);
+}
 
 bool SweepConfig::Target::Reached(double v) const {
   if (op == ">=") return v >= value;
@@ -1145,6 +1168,7 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
         }
         const bool dataset = key == "dataset";
         if (dataset) value = DatasetRelativeTo(std::move(value), base);
+        if (key == "cache_dir") ResolveRelativeTo(value, base);
         if (!dataset || check_dataset) {  // the dataset's check reads its files
           SWEEP_RETURN_IF_ERROR(CheckTrainerValue(c, v, "trainer." + key, key, value));
         }
@@ -1162,6 +1186,10 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
           e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
         json& value = e.parameter.distribution.values[0];
         value = DatasetRelativeTo(std::move(value), base);
+      }
+      if (e.parameter.name == "cache_dir" &&
+          e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
+        ResolveRelativeTo(e.parameter.distribution.values[0], base);
       }
       if (e.parameter.name != "dataset" || check_dataset) {
         SWEEP_RETURN_IF_ERROR(CheckTrainerParameter(c, e, stored));

@@ -662,6 +662,8 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     json value = sweep::ParseSetValue(s.substr(eq + 1));
     if (cfg->kind == sweep::TrialKind::kTrainer) {
       Status ok = sweep::CheckTrainerOption(key, value);
+      // The files it names, as a config's are checked: here, before the run.
+      if (ok.ok() && key == "dataset") ok = sweep::CheckDatasetHere(value);
       if (!ok.ok()) return Fail(Status::InvalidArgument("--set " + s + ": " + ok.message()));
     } else if (!value.is_number() || !std::isfinite(value.get<double>())) {
       return Fail(Status::InvalidArgument("--set " + s + ": expected a finite number"));
@@ -846,7 +848,7 @@ int main(int argc, char** argv) {
   train->add_option("CONFIG", config_path, "sweep config (TOML)")->required();
   train->add_option("--set", sets, "KEY=VALUE hyperparameter (a TOML value); repeatable");
   train->add_option("--threads", threads, "CPU threads (default: [trial] gpus)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 1024));
   train->add_flag("--json", json_out, "print one JSON object at the end");
   train->footer(
       "Example: sweep train configs/quickstart.toml --set lr=0.05 --set hidden=[256,128]");
@@ -881,14 +883,14 @@ int main(int argc, char** argv) {
   devices->add_flag("--json", json_out, "print JSON");
   int devices_cpu_slots = 0;
   devices->add_option("--cpu-slots", devices_cpu_slots, "CPU slots where there is no GPU")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 1024));
   AgentArgs agent_args;
   auto* agent = app.add_subcommand("agent", "serve a coordinator started with --listen");
   agent->add_option("--connect", agent_args.connect, "the coordinator's HOST:PORT")->required();
   agent->add_option("--token-file", agent_args.token_file, "the shared secret");
   agent->add_option("--gpus", agent_args.gpus, "GPUs to offer, e.g. 0,1 (default: all)");
   agent->add_option("--cpu-slots", agent_args.cpu_slots, "CPU slots to offer (no GPU)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, 1024));
   agent->add_option("--name", agent_args.name, "name in placements (default: host name)");
   agent->footer(
       "Example: sweep agent --connect coordinator:7070 --token-file ~/.sweep-token --gpus 0,1\n"

@@ -822,6 +822,13 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
       {"train t.toml --set dataset=/nonexistent",
        kUsage,
        {"sweep: --set dataset=/nonexistent: dataset: \"/nonexistent\""}},
+      // a dataset's files are looked for before the run, as a config's are
+      {"train t.toml --set 'dataset={ train_images = \"train-images\", train_labels = "
+       "\"gone\" }'",
+       kUsage,
+       {"sweep: --set dataset={ train_images = \"train-images\", train_labels = \"gone\" }: "
+        "train_labels: no such file 'gone'"}},
+      {"train t.toml --threads 2000", kUsage, {"--threads: Value 2000 not in range 1 to 1024"}},
       // values that are fine alone but not together, refused before anything runs
       {"train t.toml --set nesterov=true --set momentum=0",
        kUsage,

@@ -166,6 +166,22 @@ TEST_F(ConfigTest, RelativeDatasetPathsAreRelativeToTheConfigsFolder) {
   EXPECT_EQ(view->name, "r");
 }
 
+// So is a relative cache_dir, in [trainer] or as a constant parameter; an absolute one stays.
+TEST_F(ConfigTest, ARelativeCacheDirIsRelativeToTheConfigsFolder) {
+  const std::string base =
+      "[sweep]\nname = \"r\"\nmax_trials = 2\n[trainer]\ndataset = " + Dataset() + "\n";
+  auto cfg = ParseConfig(base + "cache_dir = \"relc\"\n", (dir_ / "c.toml").string());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->trainer["cache_dir"], (dir_ / "relc").string());
+  cfg = ParseConfig(base + "[parameters]\ncache_dir = \"../x\"\n", (dir_ / "c.toml").string());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  ASSERT_EQ(cfg->space.parameters().size(), 1u);
+  EXPECT_EQ(cfg->space.parameters()[0].distribution.values[0], (dir_.parent_path() / "x").string());
+  cfg = ParseConfig(base + "cache_dir = \"/var/cache/s\"\n", (dir_ / "c.toml").string());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->trainer["cache_dir"], "/var/cache/s");
+}
+
 TEST_F(ConfigTest, KeepCheckpointsTakesACountOrAll) {
   auto cfg = ParseConfig(TrainerConfig("lr = 0.1") + "[trial]\nkeep_checkpoints = 2\n", "k.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();

@@ -120,6 +120,10 @@ inline constexpr std::string_view kSweepNameRule =
 // message names the option.
 Status CheckTrainerOption(std::string_view key, const nlohmann::json& value);
 
+// Checks that a `dataset` value names files that are there and readable here (after
+// CheckTrainerOption has checked its form); the message names the file's key.
+Status CheckDatasetHere(const nlohmann::json& value);
+
 std::string FormatNumber(double v);  // shortest readable form: 0, 0.5, 1e-05
 
 // "2h", "30m", "90s", "1h30m", "1.5h" or a bare number of seconds.
