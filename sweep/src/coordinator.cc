@@ -1210,8 +1210,9 @@ class Coordinator {
   Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool agent_lost = false,
                 bool agent_bye = false) {
     // When it happened, not when this loop turn came to it: a turn held up by a locked store
-    // takes many events at once.
-    if (ev.time_s > 0 && ev.time_s < now) now = ev.time_s;
+    // takes many events at once, and some arrived after the turn's time was taken (never later
+    // than now, though: a worker's clock is not this one's to push ahead).
+    if (ev.time_s > 0) now = std::min(ev.time_s, UnixSeconds());
     // Ctrl-C or SIGTERM has arrived, perhaps since this loop turn began.
     const bool signalled = options_.interrupt != nullptr && options_.interrupt->load();
     auto it = running_.find(ev.trial);

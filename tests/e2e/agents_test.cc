@@ -702,6 +702,31 @@ while :; do sleep 0.05; done
   EXPECT_NE(why.find("retry 1 of 1"), std::string::npos) << why;
 }
 
+// Reports and ends that an agent sends while the coordinator is held up (a store locked by
+// another program) keep the times they arrived, as a local worker's keep theirs: a 3 s trial
+// lasts 3 s in the store, its reports spread over it.
+TEST_F(AgentsTest, EventsThatArriveWhileTheStoreIsLockedKeepTheirTimes) {
+  Write("h.toml", sweep_e2e::BraninConfig("held", 1, "", "steps = 10\nstep_ms = 300\n"));
+  int port = 0;
+  pid_t coordinator = StartCoordinator("h.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  StartAgent("a", port);
+  ASSERT_TRUE(WaitForAReport()) << Log("coordinator.log");
+  sqlite3* lock = HoldWriteLock();
+  ASSERT_NE(lock, nullptr);
+  std::this_thread::sleep_for(std::chrono::seconds(4));  // past the trial's end
+  ASSERT_EQ(sqlite3_exec(lock, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(lock);
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  const auto times = Query("SELECT time FROM reports ORDER BY step");
+  ASSERT_EQ(times.size(), 10u);
+  for (size_t i = 1; i < times.size(); ++i) {
+    // 300 ms apart; a turn held up by the lock stamped them all alike.
+    EXPECT_GT(std::stod(times[i][0]) - std::stod(times[i - 1][0]), 0.15) << "step " << i + 1;
+  }
+  EXPECT_GT(std::stod(Query("SELECT ended - started FROM trials")[0][0]), 2.5);
+}
+
 // Two agents of one name (two on a host, without --name) are told apart in placements.
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
   // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.

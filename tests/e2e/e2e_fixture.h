@@ -93,6 +93,30 @@ class E2eTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
 
+  // Waits (up to 10 s) until the store holds some report.
+  bool WaitForAReport() {
+    for (int i = 0; i < 400; ++i) {
+      if (HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  }
+
+  // Takes sweeps.db's write lock as another program would (a sqlite3 shell's BEGIN EXCLUSIVE);
+  // null when it could not. The caller commits and closes it.
+  sqlite3* HoldWriteLock() {
+    sqlite3* db = nullptr;
+    if (sqlite3_open((dir_ / "sweeps.db").c_str(), &db) != SQLITE_OK) return nullptr;
+    sqlite3_busy_timeout(db, 10000);
+    if (sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      sqlite3_close(db);
+      return nullptr;
+    }
+    return db;
+  }
+
   // Whether the test's sweeps.db (or `db`) exists and has committed `table`: what a test that
   // polls a running sweep checks before it queries the table (the file appears before its
   // schema does).
