@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -62,6 +64,7 @@ struct LocalExecutor::Worker {
   bool retiring = false;  // said "retire": it exits after its trial and takes no other
   bool messages_open = true;
   std::chrono::steady_clock::time_point last_message = std::chrono::steady_clock::now();
+  int64_t heartbeat_timeout_ms = 0;  // its trial's (0: none)
 
   // After the worker died: its command program died with it (PR_SET_PDEATHSIG), not the
   // program's helpers in the program's group.
@@ -174,6 +177,10 @@ Status LocalExecutor::Start(const TrialTask& task) {
   json msg = {{"op", "run"}, {"task", ToJson(task)}};
   w->trial = task.number;
   w->last_message = std::chrono::steady_clock::now();
+  w->heartbeat_timeout_ms =
+      task.heartbeat_timeout_s > 0
+          ? std::max<int64_t>(1, std::llround(task.heartbeat_timeout_s * 1000))
+          : heartbeat_timeout_ms_;
   // A failed write means the worker just died; Poll() reaps it and fails the trial.
   WriteAll(w->command_fd, msg.dump() + "\n");
   return Status::Ok();
@@ -332,12 +339,12 @@ Status LocalExecutor::Poll(int timeout_ms, std::vector<WorkerEvent>* events) {
     if (!w->alive) continue;
     if (!w->messages_open) {
       Reap(*w, events);
-    } else if (w->trial && heartbeat_timeout_ms_ > 0 &&
-               now - w->last_message > std::chrono::milliseconds(heartbeat_timeout_ms_)) {
+    } else if (w->trial && w->heartbeat_timeout_ms > 0 &&
+               now - w->last_message > std::chrono::milliseconds(w->heartbeat_timeout_ms)) {
       w->Kill();
       char why[96];
       std::snprintf(why, sizeof why, "sent no heartbeat for %.3g s and was killed",
-                    static_cast<double>(heartbeat_timeout_ms_) / 1000.0);
+                    static_cast<double>(w->heartbeat_timeout_ms) / 1000.0);
       Reap(*w, events, why);
     }
   }

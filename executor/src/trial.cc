@@ -57,6 +57,7 @@ json ToJson(const TrialTask& task) {
   if (task.fresh) j["fresh"] = true;
   if (task.replay_checkpoint_report) j["replay"] = true;
   if (task.stop_at_epoch > 0) j["stop_at_epoch"] = task.stop_at_epoch;
+  if (task.heartbeat_timeout_s > 0) j["heartbeat_timeout_s"] = task.heartbeat_timeout_s;
   if (task.stored_step > 0) {
     j["stored"] = {
         {"step", task.stored_step}, {"epoch", task.stored_epoch}, {"metric", task.stored_metric}};
@@ -82,6 +83,13 @@ Result<TrialTask> TrialTaskFromJson(const json& j) {
     t.fresh = j.value("fresh", false);
     t.replay_checkpoint_report = j.value("replay", false);
     t.stop_at_epoch = j.value("stop_at_epoch", 0);
+    t.heartbeat_timeout_s = j.value("heartbeat_timeout_s", 0.0);
+    if (!std::isfinite(t.heartbeat_timeout_s) || t.heartbeat_timeout_s < 0 ||
+        t.heartbeat_timeout_s > 86400.0 * 365) {
+      return Status::InvalidArgument(
+          "malformed trial task: heartbeat_timeout_s must be a "
+          "number of seconds, at most a year");
+    }
     if (auto stored = j.find("stored"); stored != j.end()) {
       t.stored_step = stored->at("step").get<int64_t>();
       t.stored_epoch = stored->at("epoch").get<double>();

@@ -1140,6 +1140,7 @@ class Coordinator {
       if (!task.settings.contains("checkpoint_every")) task.settings["checkpoint_every"] = 1;
     }
     task.seed = TrialSeed(config_.seed, p.number);
+    task.heartbeat_timeout_s = config_.heartbeat_timeout_s;  // an agent's workers too
     task.fresh = t.first_run;
     task.replay_checkpoint_report = config_.kind == TrialKind::kTrainer && !task.fresh;
     if (!p.finish_pruned.empty() || p.finish_at_cap) {

@@ -727,6 +727,29 @@ TEST_F(AgentsTest, EventsThatArriveWhileTheStoreIsLockedKeepTheirTimes) {
   EXPECT_GT(std::stod(Query("SELECT ended - started FROM trials")[0][0]), 2.5);
 }
 
+// [trial] heartbeat_timeout holds for an agent's workers as for local ones: a worker that hangs
+// (frozen here by its own program) is killed once it has been silent that long, not after the
+// agent's default minute, and its trial runs again.
+TEST_F(AgentsTest, AnAgentsHungWorkerIsKilledAfterTheSweepsHeartbeatTimeout) {
+  Write("f.sh",
+        "#!/bin/sh\nif [ -e ran ]; then echo 'sweep-report {\"epoch\": 1, \"score\": 1}'; exit 0; "
+        "fi\ntouch ran\nkill -STOP $PPID\nexec sleep 60\n");
+  fs::permissions(dir_ / "f.sh", fs::perms::owner_all);
+  Write("f.toml",
+        "[sweep]\nname = \"hung\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"./f.sh\"]\nheartbeat_timeout = \"2s\"\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("f.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  StartAgent("a", port);
+  ASSERT_EQ(WaitExit(coordinator, 30), 0) << Log("coordinator.log");
+  EXPECT_EQ(Query("SELECT status, retries FROM trials")[0],
+            (std::vector<std::string>{"completed", "1"}));
+  const std::string why =
+      Query("SELECT detail FROM events WHERE trial = 0 AND to_state = 'interrupted'")[0][0];
+  EXPECT_NE(why.find("sent no heartbeat for 2 s and was killed"), std::string::npos) << why;
+}
+
 // Two agents of one name (two on a host, without --name) are told apart in placements.
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
   // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.

@@ -225,6 +225,17 @@ TEST(MessageTest, AssignCarriesTheTrialTask) {
   EXPECT_EQ(parsed->stored_epoch, 4.0);
   EXPECT_TRUE(parsed->stored_metric);
   EXPECT_TRUE(parsed->replay_checkpoint_report);
+  EXPECT_EQ(parsed->heartbeat_timeout_s, 0.0);  // absent: the agent's own
+  t.heartbeat_timeout_s = 2.5;
+  parsed = AssignFromJson(AssignToJson(t));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_EQ(parsed->heartbeat_timeout_s, 2.5);
+  for (double bad : {-1.0, 1e300}) {
+    json j = AssignToJson(t);
+    j["task"]["heartbeat_timeout_s"] = bad;
+    EXPECT_FALSE(AssignFromJson(j).ok()) << bad;
+  }
+  t.heartbeat_timeout_s = 0;
 
   t.threads = 0;
   EXPECT_FALSE(AssignFromJson(AssignToJson(t)).ok());

@@ -43,6 +43,10 @@ struct TrialTask {
   // died, before it ended: it trains no further than this (from its checkpoint: no epoch, or
   // the one its checkpoint lacked) and measures its test set, as it would have. 0: none.
   int stop_at_epoch = 0;
+  // How long its worker may send nothing (no report, no heartbeat) before it is taken for hung
+  // and killed: [trial] heartbeat_timeout, carried to an agent's workers too. 0: the executor's
+  // own setting.
+  double heartbeat_timeout_s = 0;
   // Early stopping's decision points: at a report whose resource (the epoch when
   // decide_by_epoch, else the step) first reaches one of these, or at every report when
   // decide_every_report, the worker waits for the coordinator's go or stop before going on, so a
