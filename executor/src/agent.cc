@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -245,6 +246,9 @@ class Session {
     hello_.name = options.name.empty() ? HostName() : options.name;
     hello_.host = HostName();
     hello_.pid = ::getpid();
+    std::error_code cwd_error;
+    hello_.folder = std::filesystem::current_path(cwd_error).string();
+    if (cwd_error) hello_.folder.clear();
     hello_.slots = options.slots;
     for (size_t i = 0; i < hello_.slots.size(); ++i) hello_.slots[i].index = static_cast<int>(i);
     if (!hello_.slots.empty() && hello_.slots[0].gpu) {

@@ -334,6 +334,7 @@ class AgentHub::Impl {
     joined.host = peer->hello.host;
     joined.address = peer->address;
     joined.pid = peer->hello.pid;
+    joined.folder = peer->hello.folder;
     joined.slots = peer->hello.slots;
     joined.link_group = peer->hello.link_group;
     const bool gpu = !joined.slots.empty() && joined.slots[0].gpu;

@@ -20,6 +20,7 @@ constexpr std::array<std::string_view, 12> kTypeNames = {
     "done",  "stop",      "continue", "heartbeat", "bye",    "draining"};
 
 constexpr size_t kMaxNameChars = 256;
+constexpr size_t kMaxPathChars = 4096;  // PATH_MAX
 constexpr size_t kMaxErrorChars = 64 * 1024;
 constexpr size_t kMaxSlots = 4096;
 
@@ -237,6 +238,7 @@ json ToJson(const Hello& h) {
   j["pid"] = h.pid;
   j["slots"] = std::move(slots);
   j["nonce"] = h.nonce;
+  if (!h.folder.empty()) j["folder"] = h.folder;
   return j;
 }
 
@@ -282,6 +284,10 @@ Result<Hello> HelloFromJson(const json& j) {
     }
     if (slot.gpu) h.link_group.push_back(static_cast<int>(group));
     h.slots.push_back(std::move(slot));
+  }
+  if (j.contains("folder")) {
+    SWEEP_ASSIGN_OR_RETURN(h.folder, r.Name("folder", kMaxPathChars, false));
+    if (h.folder.front() != '/') return r.Error("folder", "must be an absolute path");
   }
   return h;
 }

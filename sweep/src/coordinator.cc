@@ -129,6 +129,7 @@ struct ServerInfo {
   std::string name;                   // what placements show: "local", an agent's name
   std::vector<executor::Slot> slots;  // by the packer's slot index
   std::optional<int64_t> agent;       // the hub's agent id; none for this machine
+  std::string folder;                 // an agent's folder on its machine (empty: not said)
 };
 
 struct RunningTrial {
@@ -146,6 +147,7 @@ struct RunningTrial {
   std::optional<double> length;  // the resource it runs to on its own (with early stopping)
   size_t next_point = 0;         // see TrialTask::IsDecisionPoint
   bool first_run = false;        // no earlier run of it started (its checkpoint is none of its)
+  std::string checkpoint;        // where this run checkpoints, as the store names it
 };
 
 constexpr int kLocalServer = 0;
@@ -437,11 +439,14 @@ class Coordinator {
       // from its last epoch instead of from the start. An agent's workers get the folder as
       // configured (a relative one is the agent's own folder's); it is stored absolute, so
       // readers in other folders find the files.
+      // The default is beside the store here, and in the agent's folder on an agent, however
+      // --db was spelt (an absolute one names a folder an agent's machine may not have).
+      const std::string db_name = std::filesystem::path(store_.path()).filename().string();
       agent_checkpoint_dir_ =
-          config_.checkpoint_dir.empty() ? store_.path() + "-checkpoints" : config_.checkpoint_dir;
-      agent_checkpoint_dir_ += "/" + config_.name;
+          (config_.checkpoint_dir.empty() ? db_name + "-checkpoints" : config_.checkpoint_dir) +
+          "/" + config_.name;
       checkpoint_dir_ = config_.checkpoint_dir.empty()
-                            ? agent_checkpoint_dir_
+                            ? store_.path() + "-checkpoints/" + config_.name
                             : (config_dir / config_.checkpoint_dir / config_.name).string();
       stored_checkpoint_dir_ =
           std::filesystem::absolute(checkpoint_dir_).lexically_normal().string();
@@ -666,7 +671,8 @@ class Coordinator {
                           << name << "' in placements: another server has its name\n";
           }
         }
-        Status added = AddServer(next_server_++, name, std::move(slots), e.agent_id);
+        Status added =
+            AddServer(next_server_++, name, std::move(slots), e.agent_id, joined->folder);
         if (!added.ok() && options_.log != nullptr) {
           *options_.log << "sweep: agent " << joined->name << " not used: " << added.message()
                         << "\n";
@@ -702,7 +708,7 @@ class Coordinator {
 
   // A server joins: its slots go to the packer (GPUs grouped by their fastest link).
   Status AddServer(int id, std::string name, std::vector<executor::Slot> slots,
-                   std::optional<int64_t> agent = std::nullopt) {
+                   std::optional<int64_t> agent = std::nullopt, std::string folder = "") {
     if (slots.empty()) return Status::InvalidArgument(name + ": offers no slot");
     executor::Server server;
     server.id = id;
@@ -712,7 +718,7 @@ class Coordinator {
       server.cpu_slots = static_cast<int>(slots.size());
     }
     SWEEP_RETURN_IF_ERROR(packer_->AddServer(server));
-    servers_[id] = ServerInfo{std::move(name), std::move(slots), agent};
+    servers_[id] = ServerInfo{std::move(name), std::move(slots), agent, std::move(folder)};
     return Status::Ok();
   }
 
@@ -725,6 +731,17 @@ class Coordinator {
   std::string StoredCheckpointPath(int64_t number) const {
     if (stored_checkpoint_dir_.empty()) return "";
     return stored_checkpoint_dir_ + "/trial-" + std::to_string(number) + ".ckpt";
+  }
+
+  // Where a run of trial `number` on `server` checkpoints, as the store names it: on this
+  // machine, StoredCheckpointPath; on an agent, "AGENT:PATH", the path on that agent's machine
+  // (absolute where the agent said its folder), which may be storage this machine shares.
+  std::string RunCheckpointPath(int64_t number, const ServerInfo& server) const {
+    if (!server.agent) return StoredCheckpointPath(number);
+    std::filesystem::path path = CheckpointPath(number, /*agent=*/true);
+    if (path.empty()) return "";
+    if (path.is_relative() && !server.folder.empty()) path = server.folder / path;
+    return server.name + ":" + path.lexically_normal().string();
   }
 
   // Where its worker writes it: on this machine, relative to the coordinator's folder; on an
@@ -1075,6 +1092,7 @@ class Coordinator {
     t.first_run = !rerun || p.never_ran;
     t.prune_reason = p.finish_pruned;
     t.at_max_resource = p.finish_at_cap;
+    t.checkpoint = RunCheckpointPath(p.number, server);
 
     executor::TrialTask task;
     if (rerun) {
@@ -1105,13 +1123,13 @@ class Coordinator {
       rec.params_json = p.params.dump();
       rec.placement = t.placement;
       rec.started_s = now;
-      rec.checkpoint = StoredCheckpointPath(p.number);
+      rec.checkpoint = t.checkpoint;
       // Its first run: a file at its path is an earlier sweep's (a store made anew). The worker
       // deletes it too (on an agent's own disk), but a coordinator killed before that would
       // resume this trial from it.
-      if (!rec.checkpoint.empty()) {
+      if (const std::string mine = StoredCheckpointPath(p.number); !mine.empty()) {
         std::error_code ec;
-        std::filesystem::remove(rec.checkpoint, ec);
+        std::filesystem::remove(mine, ec);
       }
       if (config_.kind == TrialKind::kCommand) {
         // So is its folder, with its program's own checkpoints (the worker clears it too, on an
@@ -1421,6 +1439,7 @@ class Coordinator {
     rec.metrics_json = t.metrics.dump(-1, ' ', false, json::error_handler_t::replace);
     rec.epochs = t.epochs;
     rec.objective = Objective(t.metrics);
+    rec.checkpoint = t.checkpoint;  // this run's: a rerun may have run elsewhere
     SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, rec));
     SWEEP_RETURN_IF_ERROR(
         store_.AddEvent(sweep_id_, number, "running", store::ToString(status), error, now));

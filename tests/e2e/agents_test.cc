@@ -64,9 +64,10 @@ class AgentsTest : public E2eTest {
     ::chmod((dir_ / name).c_str(), 0600);
   }
 
-  // Starts `sweep ARGS` in the background; TearDown kills it if the test does not reap it.
-  pid_t Spawn(const std::string& args, const std::string& log) {
-    pid_t pid = Start(args, log);
+  // Starts `sweep ARGS` in the background (`env`: as Start's); TearDown kills it if the test
+  // does not reap it.
+  pid_t Spawn(const std::string& args, const std::string& log, const std::string& env = "") {
+    pid_t pid = Start(args, log, env);
     pids_.push_back(pid);
     return pid;
   }
@@ -748,6 +749,47 @@ TEST_F(AgentsTest, AnAgentsHungWorkerIsKilledAfterTheSweepsHeartbeatTimeout) {
   const std::string why =
       Query("SELECT detail FROM events WHERE trial = 0 AND to_state = 'interrupted'")[0][0];
   EXPECT_NE(why.find("sent no heartbeat for 2 s and was killed"), std::string::npos) << why;
+}
+
+// A trainer trial on an agent checkpoints where the agent resolves its checkpoint_dir (a
+// relative one, and the default, in the agent's own folder), and the store names that file as
+// AGENT:PATH, not a path on the coordinator's machine where there is none.
+TEST_F(AgentsTest, AnAgentsCheckpointIsNamedWhereItIs) {
+  WriteTinyDataset(200, 50);
+  const std::string trainer = "[parameters]\nepochs = 2\n[trainer]\ndataset = \"" + dir_.string() +
+                              "\"\nhidden = [8]\nbatch_size = 32\n";
+  Write("r.toml",
+        "[sweep]\nname = \"rel\"\nmax_trials = 1\n[trial]\ncheckpoint_dir = \"ckpt\"\n" + trainer);
+  Write("d.toml", "[sweep]\nname = \"def\"\nmax_trials = 1\n" + trainer);
+  fs::create_directory(dir_ / "a1");
+  const fs::path agent_dir = fs::canonical(dir_ / "a1");
+  for (const char* config : {"r.toml", "d.toml"}) {
+    SCOPED_TRACE(config);
+    // --db spelt absolute: the default folder is still the agent's own.
+    const std::string log = std::string(config) + ".log";
+    pid_t coordinator = Spawn(std::string("run ") + config + " --db " + (dir_ / "s.db").string() +
+                                  " --listen 127.0.0.1:0 --token-file tok --no-local",
+                              log);
+    const int port = ListenPort(log);
+    ASSERT_GT(port, 0) << Log(log);
+    pid_t agent = Spawn("agent --connect 127.0.0.1:" + std::to_string(port) + " --token-file " +
+                            (dir_ / "tok").string() + " --cpu-slots 1 --name a1",
+                        "agent-" + log, "-C a1");
+    ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log(log);
+    ::kill(agent, SIGTERM);
+    EXPECT_EQ(WaitExit(agent, 30), 0) << Log("agent-" + log);
+  }
+  const auto rows = Query(
+      "SELECT s.name, t.checkpoint FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+      "ORDER BY s.name",
+      "s.db");
+  ASSERT_EQ(rows.size(), 2u);
+  const std::string rel = (agent_dir / "ckpt/rel/trial-0.ckpt").string();
+  const std::string def = (agent_dir / "s.db-checkpoints/def/trial-0.ckpt").string();
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"def", "a1:" + def}));
+  EXPECT_EQ(rows[1], (std::vector<std::string>{"rel", "a1:" + rel}));
+  EXPECT_TRUE(fs::exists(rel));
+  EXPECT_TRUE(fs::exists(def));
 }
 
 // Two agents of one name (two on a host, without --name) are told apart in placements.

@@ -126,6 +126,17 @@ TEST(MessageTest, HelloRoundTrips) {
   EXPECT_EQ(h->slots[1].model, "H100");
   EXPECT_EQ(h->slots[1].memory_bytes, int64_t{80} << 30);
   EXPECT_EQ(h->link_group, (std::vector<int>{0, 0}));
+  EXPECT_TRUE(h->folder.empty());  // optional: an agent that does not say
+  Hello with = GoodHello();
+  with.folder = "/home/u/runs";
+  h = HelloFromJson(ToJson(with));
+  ASSERT_TRUE(h.ok()) << h.status().message();
+  EXPECT_EQ(h->folder, "/home/u/runs");
+  for (const char* bad : {"runs", "", "/a\nb"}) {
+    j = ToJson(with);
+    j["folder"] = bad;
+    EXPECT_FALSE(HelloFromJson(j).ok()) << bad;
+  }
 }
 
 TEST(MessageTest, CpuHelloHasNoLinkGroups) {

@@ -94,6 +94,9 @@ struct Hello {
   // Empty for CPU slots.
   std::vector<int> link_group;
   std::string nonce;  // the agent's challenge to the coordinator: kNonceBytes, hex
+  // The folder the agent runs in, absolute: where a relative path in a task lands on its
+  // machine. Optional (empty: not said).
+  std::string folder;
 };
 nlohmann::json ToJson(const Hello& hello);
 // Checks the version first, so an agent of another version gets the message naming both
