@@ -76,6 +76,14 @@ TrialOutcome Failed(std::string error) {
   return out;
 }
 
+// The machine's trouble, not the trial's: it runs again elsewhere (see TrialOutcome).
+TrialOutcome Interrupted(std::string error) {
+  TrialOutcome out;
+  out.kind = TrialOutcome::Kind::kInterrupted;
+  out.error = std::move(error);
+  return out;
+}
+
 // Owns a file descriptor.
 class Fd {
  public:
@@ -409,11 +417,17 @@ class CommandRun {
     stderr_start_ = ::lseek(err_log.get(), 0, SEEK_END);
 
     std::string program = ResolveProgram((*argv)[0], workdir_);
+    // A program or workdir this machine lacks (checked before a local sweep starts, not on an
+    // agent) is the machine's trouble: the trial runs again on a server that has them.
     if (program.empty()) {
-      return Failed("command: '" + (*argv)[0] + "' is not an executable program on PATH");
+      return Interrupted("command: '" + (*argv)[0] +
+                         "' is not an executable program on PATH on this machine");
     }
     Status spawned = Spawn(program, *argv, err_log.get());
-    if (!spawned.ok()) return Failed(spawned.message());
+    if (!spawned.ok()) {
+      return spawned.code() == Status::Code::kUnavailable ? Interrupted(spawned.message())
+                                                          : Failed(spawned.message());
+    }
     if (hooks_.started) hooks_.started(pid_);
     return Supervise(out_log.get(), err_log.get());
   }
@@ -512,7 +526,13 @@ class CommandRun {
       pid_ = -1;
       std::string why = std::strerror(report[1]);
       if (report[0] == 0) {
-        return Status::NotFound(workdir_ + ": cannot enter the working directory: " + why);
+        return Status::Unavailable(workdir_ + ": cannot enter the working directory: " + why);
+      }
+      if (report[1] == ENOENT || report[1] == EACCES || report[1] == ENOTDIR ||
+          report[1] == ENOEXEC || report[1] == ELOOP) {
+        // Not there, not executable, or its interpreter (#!) missing, on this machine.
+        return Status::Unavailable("command: cannot run '" + argv[0] + "' (" + program +
+                                   ") on this machine: " + why);
       }
       if (report[1] == E2BIG) {
         // Linux passes at most 32 pages (128 KiB) in one argument or environment string: name

@@ -1345,10 +1345,16 @@ class Coordinator {
         if (status == TrialStatus::kInterrupted && !stopping && machine_trouble_.empty()) {
           const std::string trouble = "trial " + std::to_string(ev.trial) + ": " + ev.error;
           RetireServer(t.where.server, trouble);
-          if (packer_->largest_server() >= config_.gpus) {
+          // Agents may still join: with none left that can hold it, it waits for one, as a
+          // sweep that starts before its agents does.
+          if (packer_->largest_server() >= config_.gpus || hub_ != nullptr) {
             queue_.push_front(
                 {ev.trial, t.params, t.retries, t.agent_losses, t.first_run && ev.never_started});
             error += "; running it again on another server";
+            if (packer_->largest_server() < config_.gpus && options_.log != nullptr) {
+              *options_.log << "sweep: no server left that can run a trial; waiting for an "
+                               "agent (Ctrl-C stops the sweep)\n";
+            }
           } else {
             machine_trouble_ = trouble;
           }

@@ -792,6 +792,37 @@ TEST_F(AgentsTest, AnAgentsCheckpointIsNamedWhereItIs) {
   EXPECT_TRUE(fs::exists(def));
 }
 
+// An agent that lacks the sweep's program (not on its PATH: nothing checked it there before the
+// sweep) takes no more trials after the first it cannot start; that one runs again, on an agent
+// that has the program, and no trial fails.
+TEST_F(AgentsTest, AnAgentWithoutTheProgramIsRetiredNotEveryTrialFailed) {
+  fs::create_directory(dir_ / "bin");
+  Write("bin/mytrain", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
+  fs::permissions(dir_ / "bin/mytrain", fs::perms::owner_all);
+  Write("m.toml",
+        "[sweep]\nname = \"path\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 4\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"mytrain\"]\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("m.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  StartAgent("bad", port);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Log("coordinator.log").find("no more trials on bad") != std::string::npos; },
+      30))
+      << Log("coordinator.log");
+  Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
+            " --token-file tok --cpu-slots 2 --name good",
+        "agent-good.log", "PATH=" + (dir_ / "bin").string() + ":/usr/bin:/bin");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  EXPECT_NE(
+      Log("coordinator.log").find("'mytrain' is not an executable program on PATH on this machine"),
+      std::string::npos)
+      << Log("coordinator.log");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed' AND placement LIKE "
+                  "'good:%' AND retries = 0")[0][0],
+            "4");
+}
+
 // Two agents of one name (two on a host, without --name) are told apart in placements.
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
   // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.

@@ -630,26 +630,46 @@ TEST_F(CommandTrialTest, ProgramThatNeverReportsTheMetricFails) {
   EXPECT_EQ(run.reports.size(), 1u);  // still stored
 }
 
+// A program or workdir this machine lacks (on an agent: nothing checked them there before the
+// sweep) is the machine's trouble, not the trial's: interrupted, it runs again on a server that
+// has them. A program that starts but cannot be given its arguments fails.
 TEST_F(CommandTrialTest, ProgramThatCannotStartSaysWhy) {
   TrialTask task = ShellTask("true");
   task.settings["command"] = {"no-such-program-here", "x"};
   Run run = RunIt(task);
-  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
-  EXPECT_NE(run.outcome.error.find("'no-such-program-here' is not an executable program on PATH"),
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kInterrupted);
+  EXPECT_NE(run.outcome.error.find(
+                "'no-such-program-here' is not an executable program on PATH on this machine"),
             std::string::npos)
       << run.outcome.error;
 
   task.settings["command"] = {"./missing.sh"};
   run = RunIt(task);
-  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kInterrupted);
   EXPECT_NE(run.outcome.error.find("cannot run './missing.sh'"), std::string::npos)
+      << run.outcome.error;
+
+  // Its interpreter missing here.
+  std::ofstream(dir_ + "/py4.sh") << "#!/usr/bin/no-such-python4\nprint(1)\n";
+  std::filesystem::permissions(dir_ + "/py4.sh", std::filesystem::perms::owner_all);
+  task.settings["command"] = {dir_ + "/py4.sh"};
+  run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kInterrupted);
+  EXPECT_NE(run.outcome.error.find("on this machine: No such file or directory"), std::string::npos)
       << run.outcome.error;
 
   task.settings["command"] = {"sh", "-c", "true"};
   task.settings["workdir"] = dir_ + "/nowhere";
   run = RunIt(task);
-  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kInterrupted);
   EXPECT_NE(run.outcome.error.find("cannot enter the working directory"), std::string::npos)
+      << run.outcome.error;
+
+  task.settings["workdir"] = dir_;
+  task.settings["command"] = {"sh", "-c", "true", std::string(200 * 1024, 'x')};
+  run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(run.outcome.error.find("over the 128 KiB Linux passes in one"), std::string::npos)
       << run.outcome.error;
 }
 
