@@ -671,6 +671,15 @@ class Session {
       BeginStop();
       return;
     }
+    if (stopping_ && !stopped_now_ && state_ == State::kServing && options_.stop_now != nullptr &&
+        options_.stop_now->load()) {
+      // The stop's own wait (StopAll) then ends, and the agent says bye.
+      stopped_now_ = true;
+      Log("stopping at once: ending " + std::to_string(assigned_.size()) +
+          " running trial(s) without waiting for them");
+      pump_.AbandonAll({});
+      return;
+    }
     const auto now = Clock::now();
     if (state_ == State::kChallenge || state_ == State::kWelcome) {
       if (now - opened_ > std::chrono::milliseconds(options_.handshake_timeout_ms)) {
@@ -703,6 +712,7 @@ class Session {
   State state_ = State::kConnecting;
   uint64_t generation_ = 0;
   bool stopping_ = false;
+  bool stopped_now_ = false;  // options_.stop_now was acted on
   bool flush_armed_ = false;
   int backoff_ms_;
   std::string last_failure_;

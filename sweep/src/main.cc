@@ -597,6 +597,7 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
   options.name = a.name;
   options.worker_command = {SelfExe(argv0), "worker"};
   options.log = &std::cerr;
+  options.stop_now = &g_interrupt_again;
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, OnInterrupt);
   Status s = ex::RunAgent(options, g_interrupt);
   // A refusal by the coordinator (the only InvalidArgument once the options above are checked)

@@ -823,6 +823,47 @@ TEST_F(AgentsTest, AnAgentWithoutTheProgramIsRetiredNotEveryTrialFailed) {
             "4");
 }
 
+// A second SIGTERM (or Ctrl-C) to a stopping agent ends its trials at once, as a second one to
+// the coordinator does, instead of waiting out a program's kill_grace; the trial runs again
+// elsewhere, counted as neither a retry nor a loss.
+TEST_F(AgentsTest, ASecondStopEndsAStoppingAgentsTrialsAtOnce) {
+  Write("i.sh", R"sh(#!/bin/sh
+if [ -e ran ]; then echo 'sweep-report {"epoch": 1, "score": 1}'; exit 0; fi
+touch ran
+trap '' TERM
+touch running
+while :; do sleep 0.05; done
+)sh");
+  fs::permissions(dir_ / "i.sh", fs::perms::owner_all);
+  Write("i.toml",
+        "[sweep]\nname = \"deaf\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"./i.sh\"]\nkill_grace = \"60s\"\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("i.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  pid_t first = StartAgent("first", port);
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "running"); }, 30))
+      << Log("coordinator.log");
+  StartAgent("second", port);
+  ASSERT_TRUE(
+      WaitUntil([&] { return Log("coordinator.log").find("'second'") != std::string::npos; }, 30))
+      << Log("coordinator.log");
+  ::kill(first, SIGTERM);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Log("agent-first.log").find("stopping: ending 1") != std::string::npos; }, 30))
+      << Log("agent-first.log");
+  const auto before = Clock::now();
+  ::kill(first, SIGTERM);
+  EXPECT_EQ(WaitExit(first, 30), 0) << Log("agent-first.log");
+  EXPECT_LT(Clock::now() - before, std::chrono::seconds(15)) << "it waited for kill_grace";
+  EXPECT_NE(Log("agent-first.log").find("stopping at once"), std::string::npos)
+      << Log("agent-first.log");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  auto rows = Query("SELECT status, retries, agent_losses, placement FROM trials");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"completed", "0", "0", "second:cpu0"}));
+}
+
 // Two agents of one name (two on a host, without --name) are told apart in placements.
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
   // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.

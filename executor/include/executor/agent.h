@@ -44,6 +44,10 @@ struct AgentOptions {
   // When the connection drops, running trials get this long to stop before being killed (a
   // command trial its kill_grace, when that is longer).
   int stop_grace_ms = 10'000;
+  // Set (a second Ctrl-C or SIGTERM) while the agent stops: its trials end at once, unsaved
+  // (their workers and programs killed), instead of after their epoch or kill_grace; they run
+  // again elsewhere from their last checkpoint. nullptr: never.
+  const std::atomic<bool>* stop_now = nullptr;
   // Give up a handshake that has not finished in this long.
   int handshake_timeout_ms = 10'000;
   size_t max_frame_bytes = net::kDefaultMaxFrameBytes;
