@@ -388,6 +388,9 @@ class AgentHub::Impl {
           done->worker_lost = true;
           done->agent_end = WorkerEvent::AgentEnd::kStopping;
           done->error = peer->Describe() + " is stopping (it said so) and stopped the trial";
+        } else if (done->worker_lost && !done->error.empty()) {
+          // "worker (pid N) killed by signal 9": a pid on the agent's machine, said as such.
+          done->error = "on agent '" + peer->name + "': " + done->error;
         }
         done->time_s = UnixSeconds();
         pending_.push_back(HubEvent{peer->id, std::move(*done)});

@@ -700,6 +700,7 @@ while :; do sleep 0.05; done
   const std::string why =
       Query("SELECT detail FROM events WHERE trial = 0 AND to_state = 'interrupted'")[0][0];
   EXPECT_NE(why.find("Segmentation fault"), std::string::npos) << why;
+  EXPECT_EQ(why.rfind("on agent 'first': worker (pid ", 0), 0u) << why;
   EXPECT_NE(why.find("retry 1 of 1"), std::string::npos) << why;
 }
 
