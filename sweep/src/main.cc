@@ -459,6 +459,15 @@ int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& 
   if (Status s = CheckTextPath("--db", db); !s.ok()) return Fail(s);
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
+  if (remote.listen.empty()) {
+    // Resumed without the agents it ran with: the user's choice, but said, with the way back.
+    if (auto sw = (*st)->FindSweep(name); sw.ok() && !sw->run_options.empty() &&
+                                          sw->status != sweep::store::SweepStatus::kCompleted) {
+      std::cerr << "sweep: '" << name << "' ran with agents (" << sw->run_options
+                << "); this resume runs it on this machine's slots. To bring its agents back: `"
+                << sweep::SweepCommand("resume", name, db, sw->run_options) << "`\n";
+    }
+  }
   auto summary = sweep::ResumeSweep(name, **st, options);
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, name, *summary, ResumeOptions(remote, *summary));

@@ -435,6 +435,23 @@ TEST_F(AgentsTest, TheHintToContinueKeepsTheAgentsFlags) {
                       std::to_string(port) + " --token-file tok --no-local`"),
             std::string::npos)
       << Log("coordinator.log");
+
+  // Resumed without them, it runs on this machine, and says how to bring the agents back.
+  pid_t local = Spawn("resume hint", "resume.log");
+  const std::string flags = "--listen 127.0.0.1:" + std::to_string(port) + " --token-file " +
+                            fs::canonical(dir_ / "tok").string() + " --no-local";
+  EXPECT_TRUE(WaitUntil(
+      [&] { return Log("resume.log").find("To bring its agents back") != std::string::npos; }, 30))
+      << Log("resume.log");
+  ::kill(local, SIGINT);
+  WaitExit(local, 30);
+  EXPECT_NE(Log("resume.log")
+                .find("sweep: 'hint' ran with agents (" + flags +
+                      "); this resume runs it on this machine's slots. To bring its agents "
+                      "back: `sweep resume hint " +
+                      flags + "`"),
+            std::string::npos)
+      << Log("resume.log");
 }
 
 TEST_F(AgentsTest, StartUpRefusals) {
