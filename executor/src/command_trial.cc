@@ -137,6 +137,8 @@ std::string VisibleDevices(const std::vector<int>& gpus) {
 }
 
 // The last `max_lines` lines a file gained after `offset`, at most about 2 KiB.
+// The last `max_lines` lines of `path` from `offset` on (of its last 2 KiB), without our own
+// notes ("[sweep] ..."), which are not the program's output.
 std::string Tail(const std::string& path, off_t offset, int max_lines) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return "";
@@ -147,13 +149,23 @@ std::string Tail(const std::string& path, off_t offset, int max_lines) {
   ssize_t n = ::pread(fd.get(), text.data(), text.size(), from);
   if (n <= 0) return "";
   text.resize(static_cast<size_t>(n));
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
-  size_t pos = text.size();
-  for (int lines = 0; lines < max_lines && pos != std::string::npos && pos > 0; ++lines) {
-    pos = text.rfind('\n', pos - 1);
+  std::vector<std::string_view> lines;
+  for (size_t at = 0; at < text.size();) {
+    size_t eol = text.find('\n', at);
+    if (eol == std::string::npos) eol = text.size();
+    std::string_view line(text.data() + at, eol - at);
+    while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!line.starts_with("[sweep] ")) lines.push_back(line);
+    at = eol + 1;
   }
-  if (pos != std::string::npos && pos > 0) text = text.substr(pos + 1);
-  return text;
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  std::string out;
+  for (size_t i = lines.size() > static_cast<size_t>(max_lines) ? lines.size() - max_lines : 0;
+       i < lines.size(); ++i) {
+    out.append(lines[i]);
+    if (i + 1 < lines.size()) out += '\n';
+  }
+  return out;
 }
 
 std::string Now() {

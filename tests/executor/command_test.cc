@@ -532,6 +532,11 @@ TEST_F(CommandTrialTest, TimeoutFailsTheTrial) {
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
   EXPECT_EQ(run.outcome.error.rfind("timed out after 0.5 s", 0), 0u) << run.outcome.error;
   EXPECT_LT(run.seconds, 20);
+  // Its last lines are the program's (its stdout here: it wrote nothing to stderr), not our
+  // notes in its stderr log.
+  EXPECT_EQ(run.outcome.error,
+            "timed out after 0.5 s; last lines of stdout:\nsweep-report "
+            "{\"val_acc\": 0.1}");
 }
 
 // NaN in the sweep's metric ends the program and fails the trial, naming the metric and step.

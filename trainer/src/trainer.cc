@@ -186,10 +186,10 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   const int64_t step_samples = int64_t{B} * K;
   const int64_t n_train = static_cast<int64_t>(rows.size());
   if (n_train < step_samples) {
-    return Status::InvalidArgument("training set has " + std::to_string(n_train) +
-                                   " samples after the validation split, fewer than " +
-                                   (K == 1 ? "batch_size " : "batch_size * accum_steps = ") +
-                                   std::to_string(step_samples));
+    return Status::InvalidArgument(
+        "training set has " + std::to_string(n_train) + (n_train == 1 ? " sample" : " samples") +
+        " after the validation split, fewer than " +
+        (K == 1 ? "batch_size " : "batch_size * accum_steps = ") + std::to_string(step_samples));
   }
   // The last partial step of each epoch is dropped: every step then has the same shape and the
   // same gradient scale; the per-epoch shuffle means no sample is left out for long.
