@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <unistd.h>
 #include <algorithm>
+#include <boost/asio/io_context.hpp>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -33,6 +34,7 @@
 #include "executor/net_auth.h"
 #include "executor/packer.h"
 #include "executor/slots.h"
+#include "executor/transport.h"
 #include "folder_reaper.h"
 #include "output.h"
 #include "search/early_stopping.h"
@@ -1600,7 +1602,17 @@ Status CheckRunHere(const SweepConfig& config, const RunOptions& options) {
   const int local = options.local_slots
                         ? static_cast<int>(executor::DiscoverLocalSlots(config.cpu_slots).size())
                         : 0;
-  return FitsHere(config, options, local);
+  SWEEP_RETURN_IF_ERROR(FitsHere(config, options, local));
+  // A port another program holds: said before the run makes its store. (Listened on, and let
+  // go, the same way the sweep's own listening does; port 0 is always free.)
+  if (!options.listen_host.empty() && options.listen_port != 0) {
+    boost::asio::io_context io;
+    auto probe = executor::net::MakeTcpTransport(io);
+    auto bound = probe->Listen(options.listen_host, options.listen_port, [](auto&&) {});
+    if (!bound.ok()) return bound.status();
+    probe->StopListening();
+  }
+  return Status::Ok();
 }
 
 Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,

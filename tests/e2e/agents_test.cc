@@ -482,6 +482,23 @@ TEST_F(AgentsTest, StartUpRefusals) {
     EXPECT_EQ(o.code, 2) << c.args << "\n" << o.err;
     EXPECT_NE(o.err.find(c.message), std::string::npos) << c.args << "\n" << o.err;
   }
+  // A port another program listens on: the machine's (exit 1), but said before the store is made.
+  const int busy = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(busy, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(busy, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
+  ASSERT_EQ(::listen(busy, 1), 0);
+  socklen_t len = sizeof at;
+  ASSERT_EQ(::getsockname(busy, reinterpret_cast<sockaddr*>(&at), &len), 0);
+  const std::string port = std::to_string(ntohs(at.sin_port));
+  Output taken = Sweep("run c.toml --listen 127.0.0.1:" + port + " --token-file tok");
+  ::close(busy);
+  EXPECT_EQ(taken.code, 1) << taken.err;
+  EXPECT_NE(taken.err.find("cannot listen on 127.0.0.1:" + port + ": Address already in use"),
+            std::string::npos)
+      << taken.err;
   // Refused before the store is opened: no sweep recorded, no empty database left behind.
   EXPECT_FALSE(fs::exists(dir_ / "sweeps.db")) << "a refused run left a database";
 }
