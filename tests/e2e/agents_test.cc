@@ -87,6 +87,30 @@ class AgentsTest : public E2eTest {
                  "agent-" + name + ".log");
   }
 
+  // One command trial of sweep NAME, running SCRIPT (its text; it touches `running` once it
+  // runs) with KILL_GRACE, on agent 'first', while agent 'second' has joined and waits.
+  // Sets *coordinator and *first; the caller checks HasFatalFailure().
+  void OneTrialOnTheFirstOfTwoAgents(const std::string& name, const std::string& script,
+                                     const std::string& kill_grace, pid_t* coordinator,
+                                     pid_t* first) {
+    Write(name + ".sh", script);
+    fs::permissions(dir_ / (name + ".sh"), fs::perms::owner_all);
+    Write(name + ".toml", "[sweep]\nname = \"" + name +
+                              "\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+                              "[trial]\nkind = \"command\"\ncommand = [\"./" +
+                              name + ".sh\"]\nkill_grace = \"" + kill_grace + "\"\n");
+    int port = 0;
+    *coordinator = StartCoordinator(name + ".toml", &port);
+    ASSERT_GT(port, 0) << Log("coordinator.log");
+    *first = StartAgent("first", port);
+    ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "running"); }, 30))
+        << Log("coordinator.log");
+    StartAgent("second", port);
+    ASSERT_TRUE(
+        WaitUntil([&] { return Log("coordinator.log").find("'second'") != std::string::npos; }, 30))
+        << Log("coordinator.log");
+  }
+
   // Waits up to `timeout_s` for the process to exit: its exit code, -signal, or -1000 when it
   // is still running (then it is left for TearDown).
   int WaitExit(pid_t pid, double timeout_s) {
@@ -653,7 +677,8 @@ TEST_F(AgentsTest, AStoppedAgentsTrialRunsAgainWithoutCountingALoss) {
 // one trial at once (here the program takes a second to save its state after SIGTERM, as a
 // careful one does).
 TEST_F(AgentsTest, AStoppedAgentsTrialEndsThereBeforeItRunsElsewhere) {
-  Write("s.sh", R"sh(#!/bin/sh
+  pid_t coordinator = 0, first = 0;
+  OneTrialOnTheFirstOfTwoAgents("drain", R"sh(#!/bin/sh
 now() { date +%s.%N; }
 echo "start $(now)" >> spans
 if [ -e ran ]; then echo 'sweep-report {"epoch": 2, "score": 2}'; exit 0; fi
@@ -662,28 +687,9 @@ trap 'sleep 1; echo "end $(now)" >> spans; exit 0' TERM
 echo 'sweep-report {"epoch": 1, "score": 1}'
 touch running
 while :; do sleep 0.05; done
-)sh");
-  fs::permissions(dir_ / "s.sh", fs::perms::owner_all);
-  Write("s.toml", R"([sweep]
-name = "drain"
-metric = "score"
-mode = "max"
-max_trials = 1
-[trial]
-kind = "command"
-command = ["./s.sh"]
-kill_grace = "5s"
-)");
-  int port = 0;
-  pid_t coordinator = StartCoordinator("s.toml", &port);
-  ASSERT_GT(port, 0) << Log("coordinator.log");
-  pid_t first = StartAgent("first", port);
-  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "running"); }, 30))
-      << Log("coordinator.log");
-  StartAgent("second", port);
-  ASSERT_TRUE(
-      WaitUntil([&] { return Log("coordinator.log").find("'second'") != std::string::npos; }, 30))
-      << Log("coordinator.log");
+)sh",
+                                "5s", &coordinator, &first);
+  if (HasFatalFailure()) return;
   ::kill(first, SIGTERM);
   EXPECT_EQ(WaitExit(first, 30), 0) << Log("agent-first.log");
   ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
@@ -704,27 +710,16 @@ kill_grace = "5s"
 // A worker that crashes while its agent is stopping is a crash like any other: its trial runs
 // again on a retry, not for free as the trials the agent itself ends as it goes.
 TEST_F(AgentsTest, AWorkerThatCrashesOnAStoppingAgentUsesARetry) {
-  Write("c.sh", R"sh(#!/bin/sh
+  pid_t coordinator = 0, first = 0;
+  OneTrialOnTheFirstOfTwoAgents("crash", R"sh(#!/bin/sh
 if [ -e ran ]; then echo 'sweep-report {"epoch": 1, "score": 1}'; exit 0; fi
 touch ran
 trap 'kill -SEGV $PPID; sleep 1; exit 0' TERM
 touch running
 while :; do sleep 0.05; done
-)sh");
-  fs::permissions(dir_ / "c.sh", fs::perms::owner_all);
-  Write("c.toml",
-        "[sweep]\nname = \"crash\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
-        "[trial]\nkind = \"command\"\ncommand = [\"./c.sh\"]\nkill_grace = \"5s\"\n");
-  int port = 0;
-  pid_t coordinator = StartCoordinator("c.toml", &port);
-  ASSERT_GT(port, 0) << Log("coordinator.log");
-  pid_t first = StartAgent("first", port);
-  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "running"); }, 30))
-      << Log("coordinator.log");
-  StartAgent("second", port);
-  ASSERT_TRUE(
-      WaitUntil([&] { return Log("coordinator.log").find("'second'") != std::string::npos; }, 30))
-      << Log("coordinator.log");
+)sh",
+                                "5s", &coordinator, &first);
+  if (HasFatalFailure()) return;
   ::kill(first, SIGTERM);
   EXPECT_EQ(WaitExit(first, 30), 0) << Log("agent-first.log");
   ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
@@ -862,27 +857,16 @@ TEST_F(AgentsTest, AnAgentWithoutTheProgramIsRetiredNotEveryTrialFailed) {
 // the coordinator does, instead of waiting out a program's kill_grace; the trial runs again
 // elsewhere, counted as neither a retry nor a loss.
 TEST_F(AgentsTest, ASecondStopEndsAStoppingAgentsTrialsAtOnce) {
-  Write("i.sh", R"sh(#!/bin/sh
+  pid_t coordinator = 0, first = 0;
+  OneTrialOnTheFirstOfTwoAgents("deaf", R"sh(#!/bin/sh
 if [ -e ran ]; then echo 'sweep-report {"epoch": 1, "score": 1}'; exit 0; fi
 touch ran
 trap '' TERM
 touch running
 while :; do sleep 0.05; done
-)sh");
-  fs::permissions(dir_ / "i.sh", fs::perms::owner_all);
-  Write("i.toml",
-        "[sweep]\nname = \"deaf\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
-        "[trial]\nkind = \"command\"\ncommand = [\"./i.sh\"]\nkill_grace = \"60s\"\n");
-  int port = 0;
-  pid_t coordinator = StartCoordinator("i.toml", &port);
-  ASSERT_GT(port, 0) << Log("coordinator.log");
-  pid_t first = StartAgent("first", port);
-  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "running"); }, 30))
-      << Log("coordinator.log");
-  StartAgent("second", port);
-  ASSERT_TRUE(
-      WaitUntil([&] { return Log("coordinator.log").find("'second'") != std::string::npos; }, 30))
-      << Log("coordinator.log");
+)sh",
+                                "60s", &coordinator, &first);
+  if (HasFatalFailure()) return;
   ::kill(first, SIGTERM);
   ASSERT_TRUE(WaitUntil(
       [&] { return Log("agent-first.log").find("stopping: ending 1") != std::string::npos; }, 30))
