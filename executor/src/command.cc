@@ -2,7 +2,9 @@
 #include "executor/command.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 
 namespace sweep::executor {
 
@@ -99,7 +101,29 @@ std::string NonFiniteToMarker(std::string_view text) {
         break;
       }
     }
-    if (!replaced) out += c;
+    if (!replaced) {
+      // A number past a double's range (1e400) is an infinity, as Python's float() reads it;
+      // JSON parsers refuse it as an overflow, which would lose the whole line.
+      size_t end = i + (c == '-' ? 1 : 0);
+      if (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) {
+        while (end < text.size() &&
+               (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.' ||
+                text[end] == 'e' || text[end] == 'E' || text[end] == '+' || text[end] == '-')) {
+          ++end;
+        }
+        const std::string token(text.substr(i, end - i));
+        char* stop = nullptr;
+        const double v = std::strtod(token.c_str(), &stop);
+        if (stop == token.c_str() + token.size() && std::isinf(v)) {
+          out += v < 0 ? "\"\\u0001-Infinity\"" : "\"\\u0001Infinity\"";
+        } else {
+          out += token;
+        }
+        i = end - 1;
+        continue;
+      }
+      out += c;
+    }
   }
   return out;
 }
