@@ -34,6 +34,17 @@ std::string OctalMode(mode_t mode) {
   std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
   return buf;
 }
+
+// Why this user may not read (or, `read_only` false, read and write) the file at `path`, with
+// whose it is; empty when it may, or when there is no file.
+std::string NotAllowed(const std::string& path, bool read_only) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  if (::access(path.c_str(), read_only ? R_OK : R_OK | W_OK) == 0) return "";
+  return std::string(read_only ? "this user may not read it" : "this user may not write it") +
+         ": " + std::strerror(errno) + "; it belongs to user " + std::to_string(st.st_uid) +
+         ", mode " + OctalMode(st.st_mode);
+}
 }  // namespace
 
 // ---- enums ----
@@ -513,15 +524,9 @@ struct Store::Impl {
         // database, its journal and its lock live there).
         std::string dir = std::filesystem::path(path).parent_path().string();
         if (dir.empty()) dir = ".";
-        std::string why = detail;
-        struct stat st {};
-        if (::stat(path.c_str(), &st) == 0 &&
-            ::access(path.c_str(), read_only ? R_OK : R_OK | W_OK) != 0) {
-          why =
-              std::string(read_only ? "this user may not read it" : "this user may not write it") +
-              ": " + std::strerror(errno) + "; it belongs to user " + std::to_string(st.st_uid) +
-              ", mode " + OctalMode(st.st_mode);
-        } else if (!read_only && ::access(dir.c_str(), W_OK) != 0) {
+        std::string why = NotAllowed(path, read_only);
+        if (why.empty()) why = detail;
+        if (why == detail && !read_only && ::access(dir.c_str(), W_OK) != 0) {
           why = "cannot write to its directory " + dir + ": " + std::strerror(errno);
         }
         return Status::IoError(path + ": cannot open database file (" + why + ")");
@@ -906,11 +911,14 @@ namespace {
 // database (another user, in a shared folder), they would be that user's, and its owner could
 // no longer write it (root's are given to the database's owner, so root is never refused here).
 bool CanOnlyReadInPlace(const std::string& path) {
+  // SQLite follows a link to the file it names, and keeps the -wal beside the file itself.
   std::error_code ec;
-  if (std::filesystem::exists(path + "-wal", ec)) return false;
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  std::filesystem::path file = std::filesystem::canonical(path, ec);
+  if (ec) file = path;
+  if (std::filesystem::exists(file.string() + "-wal", ec)) return false;
+  std::filesystem::path dir = file.parent_path();
   if (dir.empty()) dir = ".";
-  return ::access(dir.c_str(), W_OK) != 0 || ::access(path.c_str(), W_OK) != 0;
+  return ::access(dir.c_str(), W_OK) != 0 || ::access(file.c_str(), W_OK) != 0;
 }
 
 // `path` for a file: URI (percent-encoding what a URI would read as syntax).
@@ -956,6 +964,11 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     return Status::InvalidArgument(path + ": not a regular file");
   }
   if (!impl->read_only && type == std::filesystem::file_type::regular) {
+    // SQLite would open it read-only and make its -wal and -shm files, this user's, which would
+    // then keep the owner from writing it: refused before SQLite touches it.
+    if (const std::string why = NotAllowed(path, /*read_only=*/false); !why.empty()) {
+      return Status::IoError(path + ": cannot open database file (" + why + ")");
+    }
     // SQLite keeps a database's write-ahead log and locks beside the name it was opened by, and
     // so does our lock: writers through two hard links of one file would each have their own,
     // both run, and the file would be corrupted.

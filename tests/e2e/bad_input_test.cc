@@ -910,8 +910,32 @@ TEST_F(BadInputTest, AQueryByAnotherUserLeavesTheStoreWritableByItsOwner) {
   }
   EXPECT_FALSE(fs::exists(dir_ / "shared/s.db-wal"));
   EXPECT_FALSE(fs::exists(dir_ / "shared/s.db-shm"));
+  // A run by that user is refused before SQLite makes files of its own there, as a query is.
+  EXPECT_EQ(as(reader, "run b.toml --db shared/s.db --name mine"), 1);
+  EXPECT_NE(sweep_e2e::Slurp(dir_ / "err.txt")
+                .find("sweep: shared/s.db: cannot open database file (this user may not write "
+                      "it: Permission denied; it belongs to user 1001, mode 0644)"),
+            std::string::npos)
+      << sweep_e2e::Slurp(dir_ / "err.txt");
+  EXPECT_FALSE(fs::exists(dir_ / "shared/s.db-wal"));
   EXPECT_EQ(as(owner, "run b.toml --db shared/s.db --name second"), 0)
       << sweep_e2e::Slurp(dir_ / "err.txt");
+
+  // Read through a link while a writer is at work (here this process, its last commit still in
+  // the -wal beside the file itself): the reader sees that commit.
+  fs::create_symlink("shared/s.db", dir_ / "link.db");
+  sqlite3* writer = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "shared/s.db").c_str(), &writer), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(writer,
+                         "PRAGMA wal_autocheckpoint = 0; UPDATE sweeps SET name = 'renamed' "
+                         "WHERE name = 'second'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  ASSERT_TRUE(fs::exists(dir_ / "shared/s.db-wal"));
+  EXPECT_EQ(as(reader, "list --db link.db"), 0) << sweep_e2e::Slurp(dir_ / "err.txt");
+  EXPECT_NE(sweep_e2e::Slurp(dir_ / "out.txt").find("renamed"), std::string::npos)
+      << sweep_e2e::Slurp(dir_ / "out.txt");
+  sqlite3_close(writer);
 
   // What an older reader left: empty files of its own.
   for (const char* f : {"shared/s.db-wal", "shared/s.db-shm"}) {
