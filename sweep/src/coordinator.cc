@@ -641,14 +641,19 @@ class Coordinator {
         using End = executor::WorkerEvent::AgentEnd;
         const auto gone = lost_agents_.find(e.agent_id);
         const bool agent_lost = ev->agent_end == End::kLost;
-        const bool bye = agent_lost && gone != lost_agents_.end() &&
-                         gone->second == executor::AgentLost::Reason::kBye;
+        // One that had said it is stopping and was then killed (a batch system's SIGKILL
+        // after its SIGTERM) is stopped as much as one that said bye.
+        const bool bye =
+            agent_lost &&
+            ((gone != lost_agents_.end() && gone->second == executor::AgentLost::Reason::kBye) ||
+             draining_agents_.contains(e.agent_id));
         const bool by_stopping = ev->agent_end == End::kStopping;
         SWEEP_RETURN_IF_ERROR(
             Handle(*ev, now, stopping, agent_lost || by_stopping, bye || by_stopping));
       } else if (std::holds_alternative<executor::AgentDraining>(e.event)) {
         // It is stopping: nothing more is placed there; its trials end there, then run again
         // elsewhere.
+        draining_agents_.insert(e.agent_id);
         for (const auto& [id, server] : servers_) {
           if (server.agent == e.agent_id) (void)packer_->RemoveServer(id);
         }
@@ -683,6 +688,7 @@ class Coordinator {
                         << " slots on one server; waiting for an agent that has them\n";
         }
       } else if (std::holds_alternative<executor::AgentLost>(e.event)) {
+        draining_agents_.erase(e.agent_id);
         for (auto it = servers_.begin(); it != servers_.end(); ++it) {
           if (it->second.agent == e.agent_id) {
             (void)packer_->RemoveServer(it->first);
@@ -1534,6 +1540,7 @@ class Coordinator {
   std::string stored_checkpoint_dir_;             // the same, absolute
   std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
   FolderReaper reaper_;                           // deletes first runs' folders off the loop
+  std::set<int64_t> draining_agents_;             // agents that said they are stopping
   // Agents gone, and how (ids are never reused): a trial's done may come after its agent's loss.
   std::map<int64_t, executor::AgentLost::Reason> lost_agents_;
   std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits

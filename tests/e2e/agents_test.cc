@@ -883,6 +883,31 @@ while :; do sleep 0.05; done
   EXPECT_EQ(rows[0], (std::vector<std::string>{"completed", "0", "0", "second:cpu0"}));
 }
 
+// An agent that said it is stopping and is then killed before its bye (a batch system's
+// SIGKILL after its SIGTERM, sooner than the trial's kill_grace) was stopped, not lost: its
+// trial runs again elsewhere without counting a loss.
+TEST_F(AgentsTest, AStoppingAgentKilledBeforeItsByeCostsItsTrialNothing) {
+  pid_t coordinator = 0, first = 0;
+  OneTrialOnTheFirstOfTwoAgents("preempt", R"sh(#!/bin/sh
+if [ -e ran ]; then echo 'sweep-report {"epoch": 1, "score": 1}'; exit 0; fi
+touch ran
+trap '' TERM
+touch running
+while :; do sleep 0.05; done
+)sh",
+                                "60s", &coordinator, &first);
+  if (HasFatalFailure()) return;
+  ::kill(first, SIGTERM);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Log("coordinator.log").find("is stopping: its 1") != std::string::npos; }, 30))
+      << Log("coordinator.log");
+  KillNow(first);
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  auto rows = Query("SELECT status, retries, agent_losses, placement FROM trials");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"completed", "0", "0", "second:cpu0"}));
+}
+
 // Two agents of one name (two on a host, without --name) are told apart in placements.
 TEST_F(AgentsTest, AgentsOfOneNameAreToldApart) {
   // 24 trials of 1 s: the second agent has seconds to join before the first runs out of them.
