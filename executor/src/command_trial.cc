@@ -540,11 +540,12 @@ class CommandRun {
       if (report[0] == 0) {
         return Status::Unavailable(workdir_ + ": cannot enter the working directory: " + why);
       }
-      if (report[1] == ENOENT || report[1] == EACCES || report[1] == ENOTDIR ||
-          report[1] == ENOEXEC || report[1] == ELOOP) {
-        // Not there, not executable, or its interpreter (#!) missing, on this machine.
+      struct stat st {};
+      if ((report[1] == ENOENT || report[1] == ENOTDIR) && ::stat(program.c_str(), &st) != 0) {
+        // The program is not there on this machine. (One that is there but cannot run, for its
+        // #! line, its format or its mode, would fail the same way anywhere: the trial fails.)
         return Status::Unavailable("command: cannot run '" + argv[0] + "' (" + program +
-                                   ") on this machine: " + why);
+                                   "): it is not on this machine");
       }
       if (report[1] == E2BIG) {
         // Linux passes at most 32 pages (128 KiB) in one argument or environment string: name

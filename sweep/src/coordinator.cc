@@ -726,6 +726,7 @@ class Coordinator {
       server.cpu_slots = static_cast<int>(slots.size());
     }
     SWEEP_RETURN_IF_ERROR(packer_->AddServer(server));
+    said_no_server_ = false;
     servers_[id] = ServerInfo{std::move(name), std::move(slots), agent, std::move(folder)};
     return Status::Ok();
   }
@@ -1359,7 +1360,9 @@ class Coordinator {
             queue_.push_front(
                 {ev.trial, t.params, t.retries, t.agent_losses, t.first_run && ev.never_started});
             error += "; running it again on another server";
-            if (packer_->largest_server() < config_.gpus && options_.log != nullptr) {
+            if (packer_->largest_server() < config_.gpus && options_.log != nullptr &&
+                !said_no_server_) {
+              said_no_server_ = true;
               *options_.log << "sweep: no server left that can run a trial; waiting for an "
                                "agent (Ctrl-C stops the sweep)\n";
             }
@@ -1541,6 +1544,7 @@ class Coordinator {
   std::optional<CheckpointKeeper> keeper_;        // with [trial] keep_checkpoints
   FolderReaper reaper_;                           // deletes first runs' folders off the loop
   std::set<int64_t> draining_agents_;             // agents that said they are stopping
+  bool said_no_server_ = false;                   // "no server left" since the last one came
   // Agents gone, and how (ids are never reused): a trial's done may come after its agent's loss.
   std::map<int64_t, executor::AgentLost::Reason> lost_agents_;
   std::set<int64_t> doomed_;  // trials whose checkpoint files go once the store commits

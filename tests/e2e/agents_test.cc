@@ -848,6 +848,11 @@ TEST_F(AgentsTest, AnAgentWithoutTheProgramIsRetiredNotEveryTrialFailed) {
       Log("coordinator.log").find("'mytrain' is not an executable program on PATH on this machine"),
       std::string::npos)
       << Log("coordinator.log");
+  // Said once, though both of bad's slots had a trial.
+  const std::string log = Log("coordinator.log");
+  const size_t said = log.find("no server left that can run a trial");
+  EXPECT_NE(said, std::string::npos) << log;
+  EXPECT_EQ(log.find("no server left", said + 1), std::string::npos) << log;
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed' AND placement LIKE "
                   "'good:%' AND retries = 0")[0][0],
             "4");
