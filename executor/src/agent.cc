@@ -246,9 +246,14 @@ class Session {
     hello_.name = options.name.empty() ? HostName() : options.name;
     hello_.host = HostName();
     hello_.pid = ::getpid();
+    // Said when the coordinator can take it (a name it shows: no control characters).
     std::error_code cwd_error;
     hello_.folder = std::filesystem::current_path(cwd_error).string();
-    if (cwd_error) hello_.folder.clear();
+    if (cwd_error || hello_.folder.size() > 4096 ||
+        std::any_of(hello_.folder.begin(), hello_.folder.end(),
+                    [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+      hello_.folder.clear();
+    }
     hello_.slots = options.slots;
     for (size_t i = 0; i < hello_.slots.size(); ++i) hello_.slots[i].index = static_cast<int>(i);
     if (!hello_.slots.empty() && hello_.slots[0].gpu) {

@@ -159,7 +159,8 @@ std::string_view QuerySql(Query query) {
              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     case Query::kUpdateTrialStatus:
       return "UPDATE trials SET status = ?, placement = COALESCE(NULLIF(?, ''), placement), "
-             "started = COALESCE(?, started) WHERE sweep_id = ? AND number = ?";
+             "started = COALESCE(?, started), checkpoint = COALESCE(NULLIF(?, ''), checkpoint) "
+             "WHERE sweep_id = ? AND number = ?";
     case Query::kFinishTrial:
       return "UPDATE trials SET status = ?, ended = ?, error = ?, "
              "checkpoint = COALESCE(NULLIF(?, ''), checkpoint), metrics = ?, objective = ?, "
@@ -1249,12 +1250,18 @@ Status Store::InsertTrial(int64_t sweep_id, const TrialRecord& trial) {
 }
 
 Status Store::UpdateTrialStatus(int64_t sweep_id, int64_t number, TrialStatus status,
-                                std::string_view placement, std::optional<double> started_s) {
+                                std::string_view placement, std::optional<double> started_s,
+                                std::string_view checkpoint) {
   SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
   SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kUpdateTrialStatus));
   ResetOnExit reset(stmt);
   Binder bind(stmt);
-  bind.Text(ToString(status)).Text(placement).OptReal(started_s).Int(sweep_id).Int(number);
+  bind.Text(ToString(status))
+      .Text(placement)
+      .OptReal(started_s)
+      .Text(checkpoint)
+      .Int(sweep_id)
+      .Int(number);
   if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a trial status");
   int rc = sqlite3_step(stmt);
   if (rc != SQLITE_DONE) {

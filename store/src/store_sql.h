@@ -17,30 +17,31 @@ enum class Query {
   kBegin,
   kCommit,
   kRollback,
-  kInsertSweep,          // name, config_text, config_hash, config_path, metric, maximize, seed,
-                         // status, created
-  kFindSweep,            // name
-  kListSweeps,           // (none)
-  kSetSweepStatus,       // status, ended, id
-  kInsertTrial,          // sweep_id, number, params, status, placement, started, ended, error,
-                         // checkpoint, metrics, objective, epochs, stdout_log, stderr_log
-  kUpdateTrialStatus,    // status, placement ('' keeps), started (NULL keeps), sweep_id, number
-  kFinishTrial,          // status, ended, error, checkpoint ('' keeps), metrics, objective, epochs,
-                         // sweep_id, number
-  kAddReport,            // sweep_id, trial, step, epoch, metrics, time
-  kTrialProgress,        // metrics, objective, epochs, sweep_id, number (running trials only)
-  kAddEvent,             // sweep_id, trial, from_state, to_state, detail, time
-  kBestTrialsMax,        // sweep_id, limit
-  kBestTrialsMin,        // sweep_id, limit
-  kTrial,                // sweep_id, number
-  kCountByStatus,        // sweep_id
-  kReports,              // sweep_id, trial
-  kMaxTrialNumber,       // sweep_id
-  kAllReports,           // sweep_id
-  kSetSweepOwner,        // owner, run_options, id
-  kSetSweepActive,       // active_s, id
-  kSetTrialRetries,      // retries, sweep_id, number
-  kDropCheckpoint,       // sweep_id, number
+  kInsertSweep,        // name, config_text, config_hash, config_path, metric, maximize, seed,
+                       // status, created
+  kFindSweep,          // name
+  kListSweeps,         // (none)
+  kSetSweepStatus,     // status, ended, id
+  kInsertTrial,        // sweep_id, number, params, status, placement, started, ended, error,
+                       // checkpoint, metrics, objective, epochs, stdout_log, stderr_log
+  kUpdateTrialStatus,  // status, placement ('' keeps), started (NULL keeps), checkpoint ('' keeps),
+                       // sweep_id, number
+  kFinishTrial,        // status, ended, error, checkpoint ('' keeps), metrics, objective, epochs,
+                       // sweep_id, number
+  kAddReport,          // sweep_id, trial, step, epoch, metrics, time
+  kTrialProgress,      // metrics, objective, epochs, sweep_id, number (running trials only)
+  kAddEvent,           // sweep_id, trial, from_state, to_state, detail, time
+  kBestTrialsMax,      // sweep_id, limit
+  kBestTrialsMin,      // sweep_id, limit
+  kTrial,              // sweep_id, number
+  kCountByStatus,      // sweep_id
+  kReports,            // sweep_id, trial
+  kMaxTrialNumber,     // sweep_id
+  kAllReports,         // sweep_id
+  kSetSweepOwner,      // owner, run_options, id
+  kSetSweepActive,     // active_s, id
+  kSetTrialRetries,    // retries, sweep_id, number
+  kDropCheckpoint,     // sweep_id, number
   kSetTrialAgentLosses,  // agent_losses, sweep_id, number
   kCount,                // not a query: the number of them
 };

@@ -743,13 +743,17 @@ class Coordinator {
   }
 
   // Where a run of trial `number` on `server` checkpoints, as the store names it: on this
-  // machine, StoredCheckpointPath; on an agent, "AGENT:PATH", the path on that agent's machine
-  // (absolute where the agent said its folder), which may be storage this machine shares.
+  // machine, StoredCheckpointPath; on an agent, its absolute checkpoint_dir's path, or for a
+  // relative one (the agent's own folder's) "AGENT:PATH", PATH on that agent's machine
+  // (absolute where the agent said its folder).
   std::string RunCheckpointPath(int64_t number, const ServerInfo& server) const {
     if (!server.agent) return StoredCheckpointPath(number);
     std::filesystem::path path = CheckpointPath(number, /*agent=*/true);
     if (path.empty()) return "";
-    if (path.is_relative() && !server.folder.empty()) path = server.folder / path;
+    // An absolute checkpoint_dir is the same path on every server (storage they share, as a
+    // trial that runs again elsewhere needs): named as it is.
+    if (path.is_absolute()) return path.lexically_normal().string();
+    if (!server.folder.empty()) path = server.folder / path;
     return server.name + ":" + path.lexically_normal().string();
   }
 
@@ -1120,8 +1124,8 @@ class Coordinator {
         task.stored_step = std::max(task.stored_step, r.step);
         task.stored_epoch = std::max(task.stored_epoch, r.epoch);
       }
-      SWEEP_RETURN_IF_ERROR(
-          store_.UpdateTrialStatus(sweep_id_, p.number, TrialStatus::kRunning, t.placement, now));
+      SWEEP_RETURN_IF_ERROR(store_.UpdateTrialStatus(sweep_id_, p.number, TrialStatus::kRunning,
+                                                     t.placement, now, t.checkpoint));
       SWEEP_RETURN_IF_ERROR(
           store_.AddEvent(sweep_id_, p.number, "interrupted", "running", t.placement, now));
       --counts_.interrupted;
@@ -1613,16 +1617,17 @@ Status CheckRunHere(const SweepConfig& config, const RunOptions& options) {
   const int local = options.local_slots
                         ? static_cast<int>(executor::DiscoverLocalSlots(config.cpu_slots).size())
                         : 0;
-  SWEEP_RETURN_IF_ERROR(FitsHere(config, options, local));
-  // A port another program holds: said before the run makes its store. (Listened on, and let
-  // go, the same way the sweep's own listening does; port 0 is always free.)
-  if (!options.listen_host.empty() && options.listen_port != 0) {
-    boost::asio::io_context io;
-    auto probe = executor::net::MakeTcpTransport(io);
-    auto bound = probe->Listen(options.listen_host, options.listen_port, [](auto&&) {});
-    if (!bound.ok()) return bound.status();
-    probe->StopListening();
-  }
+  return FitsHere(config, options, local);
+}
+
+Status CheckCanListen(const RunOptions& options) {
+  // Listened on, and let go, the same way the sweep's own listening does; port 0 is always free.
+  if (options.listen_host.empty() || options.listen_port == 0) return Status::Ok();
+  boost::asio::io_context io;
+  auto probe = executor::net::MakeTcpTransport(io);
+  auto bound = probe->Listen(options.listen_host, options.listen_port, [](auto&&) {});
+  if (!bound.ok()) return bound.status();
+  probe->StopListening();
   return Status::Ok();
 }
 

@@ -461,8 +461,11 @@ int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& 
   if (!st.ok()) return Fail(st.status());
   if (remote.listen.empty()) {
     // Resumed without the agents it ran with: the user's choice, but said, with the way back.
-    if (auto sw = (*st)->FindSweep(name); sw.ok() && !sw->run_options.empty() &&
-                                          sw->status != sweep::store::SweepStatus::kCompleted) {
+    // (Not when it ended, or runs now under another coordinator: this resume refuses then.)
+    auto sw = (*st)->FindSweep(name);
+    if (sw.ok() && !sw->run_options.empty() &&
+        sw->status != sweep::store::SweepStatus::kCompleted &&
+        !(sw->status == sweep::store::SweepStatus::kRunning && !sweep::CoordinatorGone(db, *sw))) {
       std::cerr << "sweep: '" << name << "' ran with agents (" << sw->run_options
                 << "); this resume runs it on this machine's slots. To bring its agents back: `"
                 << sweep::SweepCommand("resume", name, db, sw->run_options) << "`\n";
@@ -506,6 +509,12 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
   // And what this machine refuses (trial.gpus past its slots, a program missing here): no
   // database is made for a run that cannot start.
   if (Status s = sweep::CheckRunHere(*cfg, options); !s.ok()) return Fail(s);
+  // A port another program holds, said before a new store is made (an empty one would be left
+  // behind); with a store already there, the run's own listening says it, after saying whether
+  // this sweep runs elsewhere now (which would explain the port).
+  if (std::error_code ec; !std::filesystem::exists(db, ec)) {
+    if (Status s = sweep::CheckCanListen(options); !s.ok()) return Fail(s);
+  }
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
   if (!st.ok()) return Fail(st.status());
   if (resume) {

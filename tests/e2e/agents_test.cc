@@ -783,7 +783,8 @@ TEST_F(AgentsTest, AnAgentsHungWorkerIsKilledAfterTheSweepsHeartbeatTimeout) {
 
 // A trainer trial on an agent checkpoints where the agent resolves its checkpoint_dir (a
 // relative one, and the default, in the agent's own folder), and the store names that file as
-// AGENT:PATH, not a path on the coordinator's machine where there is none.
+// AGENT:PATH, not a path on the coordinator's machine where there is none; an absolute one is
+// named as it is.
 TEST_F(AgentsTest, AnAgentsCheckpointIsNamedWhereItIs) {
   WriteTinyDataset(200, 50);
   const std::string trainer = "[parameters]\nepochs = 2\n[trainer]\ndataset = \"" + dir_.string() +
@@ -791,9 +792,11 @@ TEST_F(AgentsTest, AnAgentsCheckpointIsNamedWhereItIs) {
   Write("r.toml",
         "[sweep]\nname = \"rel\"\nmax_trials = 1\n[trial]\ncheckpoint_dir = \"ckpt\"\n" + trainer);
   Write("d.toml", "[sweep]\nname = \"def\"\nmax_trials = 1\n" + trainer);
+  Write("a.toml", "[sweep]\nname = \"abs\"\nmax_trials = 1\n[trial]\ncheckpoint_dir = \"" +
+                      (dir_ / "shared").string() + "\"\n" + trainer);
   fs::create_directory(dir_ / "a1");
   const fs::path agent_dir = fs::canonical(dir_ / "a1");
-  for (const char* config : {"r.toml", "d.toml"}) {
+  for (const char* config : {"r.toml", "d.toml", "a.toml"}) {
     SCOPED_TRACE(config);
     // --db spelt absolute: the default folder is still the agent's own.
     const std::string log = std::string(config) + ".log";
@@ -813,11 +816,15 @@ TEST_F(AgentsTest, AnAgentsCheckpointIsNamedWhereItIs) {
       "SELECT s.name, t.checkpoint FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
       "ORDER BY s.name",
       "s.db");
-  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows.size(), 3u);
   const std::string rel = (agent_dir / "ckpt/rel/trial-0.ckpt").string();
   const std::string def = (agent_dir / "s.db-checkpoints/def/trial-0.ckpt").string();
-  EXPECT_EQ(rows[0], (std::vector<std::string>{"def", "a1:" + def}));
-  EXPECT_EQ(rows[1], (std::vector<std::string>{"rel", "a1:" + rel}));
+  // An absolute checkpoint_dir is the same path everywhere (shared storage): named as it is.
+  const std::string abs = (dir_ / "shared/abs/trial-0.ckpt").string();
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"abs", abs}));
+  EXPECT_TRUE(fs::exists(abs));
+  EXPECT_EQ(rows[1], (std::vector<std::string>{"def", "a1:" + def}));
+  EXPECT_EQ(rows[2], (std::vector<std::string>{"rel", "a1:" + rel}));
   EXPECT_TRUE(fs::exists(rel));
   EXPECT_TRUE(fs::exists(def));
 }

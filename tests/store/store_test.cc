@@ -772,7 +772,8 @@ TEST_F(StoreTest, ProgressUpdatesOnlyARunningTrial) {
 TEST_F(StoreTest, UpdateTrialStatusKeepsPlacementAndStartWhenNotGiven) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   Insert(MakeTrial(0, TrialStatus::kPending, {}));
-  ASSERT_OK(store_->UpdateTrialStatus(sweep_id_, 0, TrialStatus::kRunning, "local:cpu1", 5.0));
+  ASSERT_OK(store_->UpdateTrialStatus(sweep_id_, 0, TrialStatus::kRunning, "local:cpu1", 5.0,
+                                      "a1:/runs/trial-0.ckpt"));
   ASSERT_OK(store_->UpdateTrialStatus(sweep_id_, 0, TrialStatus::kInterrupted, "", {}));
   auto got = store_->Trial(sweep_id_, 0);
   ASSERT_OK(got);
@@ -780,6 +781,7 @@ TEST_F(StoreTest, UpdateTrialStatusKeepsPlacementAndStartWhenNotGiven) {
   EXPECT_EQ((*got)->status, TrialStatus::kInterrupted);
   EXPECT_EQ((*got)->placement, "local:cpu1");
   EXPECT_EQ((*got)->started_s, 5.0);
+  EXPECT_EQ((*got)->checkpoint, "a1:/runs/trial-0.ckpt");
 }
 
 TEST_F(StoreTest, MissingTrialIsEmptyOptional) {

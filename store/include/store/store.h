@@ -146,9 +146,10 @@ class Store {
   // ---- writes, buffered in an open transaction until Commit() ----
   // AlreadyExists for a taken number; NotFound for an unknown sweep or trial.
   Status InsertTrial(int64_t sweep_id, const TrialRecord& trial);
-  // An empty placement or no started_s keeps the stored value.
+  // An empty placement or checkpoint, or no started_s, keeps the stored value.
   Status UpdateTrialStatus(int64_t sweep_id, int64_t number, TrialStatus status,
-                           std::string_view placement, std::optional<double> started_s);
+                           std::string_view placement, std::optional<double> started_s,
+                           std::string_view checkpoint = {});
   // Writes status, ended, error, metrics, objective, epochs, and checkpoint when not empty.
   Status FinishTrial(int64_t sweep_id, const TrialRecord& trial);
   // A trial's step is stored once: reporting it again (a rerun, or a program reporting it

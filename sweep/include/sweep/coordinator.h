@@ -48,6 +48,8 @@ struct RunSummary {
 // program or folder missing here where trials run here. Discovers the local slots. For `run` to
 // call before it opens (and so makes) a store.
 Status CheckRunHere(const SweepConfig& config, const RunOptions& options);
+// The error listening on options' --listen port would meet now (another program holds it).
+Status CheckCanListen(const RunOptions& options);
 
 // Why trials here could not use `dir` as trainer.cache_dir (made when missing): a file in
 // the way, a read-only folder. Empty when they can, or `dir` is empty (the default is used).
