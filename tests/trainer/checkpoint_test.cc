@@ -2,6 +2,7 @@
 // with the file named, and through Train(): a trial stopped after epoch 2 and resumed ends with
 // the same weights and optimizer state, bit for bit, as one that never stopped.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -414,8 +415,16 @@ TEST(Checkpoint, EveryNEpochs) {
 TEST(Checkpoint, ATrialStartDeletesWhatAKilledWriteLeft) {
   TempDir dir;
   const std::string dead = std::to_string(testing::DeadPid()), live = std::to_string(::getpid());
+  // A writer killed but not yet reaped (a zombie: its parent died too, and what inherits it
+  // reaps slowly) writes no more either.
+  const pid_t zombie = ::fork();
+  if (zombie == 0) ::_exit(0);
+  ASSERT_GT(zombie, 0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(zombie), &info, WEXITED | WNOWAIT), 0);
   const std::vector<std::string> left = {"t.ckpt.tmp." + dead + ".2.7637122",
-                                         "t.ckpt.probe.tmp." + dead + ".0.1"};
+                                         "t.ckpt.probe.tmp." + dead + ".0.1",
+                                         "t.ckpt.tmp." + std::to_string(zombie) + ".1.5"};
   const std::vector<std::string> kept = {"t.ckpt.tmp." + live + ".0.1",      // being written
                                          "other.ckpt.tmp." + dead + ".0.1",  // another trial's
                                          "t.ckpt.tmp.notapid", "t.ckpt"};
@@ -428,6 +437,7 @@ TEST(Checkpoint, ATrialStartDeletesWhatAKilledWriteLeft) {
   ASSERT_TRUE(Train(o, nullptr).ok());
   for (const auto& name : left) EXPECT_FALSE(std::filesystem::exists(dir / name)) << name;
   for (const auto& name : kept) EXPECT_TRUE(std::filesystem::exists(dir / name)) << name;
+  ::waitpid(zombie, nullptr, 0);
 }
 
 // A checkpoint of a longer run (same config but epochs) is refused: going on from it would give

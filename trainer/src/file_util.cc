@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 namespace sweep::trainer {
 namespace {
@@ -94,6 +95,25 @@ Status WriteFileAtomically(const std::string& path, const std::vector<ByteRange>
   return Status::Ok();
 }
 
+namespace {
+
+// Whether process `pid` may still write: it exists (or is not ours to ask about) and is not a
+// zombie. A worker killed with its coordinator stays a zombie until something reaps it (slowly,
+// in a container whose first process is not an init), and writes nothing more.
+bool MayStillWrite(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(stat, text)) return true;  // no /proc to tell: it may
+  // "PID (COMM) STATE ...": COMM may hold spaces and parentheses; the state follows the last ')'.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos || close + 2 >= text.size()) return true;
+  const char state = text[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+}  // namespace
+
 void RemoveAbandonedTemporaries(const std::string& dir,
                                 const std::function<bool(std::string_view target)>& ours) {
   std::error_code ec;
@@ -106,8 +126,7 @@ void RemoveAbandonedTemporaries(const std::string& dir,
     char* end = nullptr;
     const long pid = std::strtol(digits, &end, 10);
     if (end == digits || *end != '.' || pid <= 0) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH)
-      continue;  // alive, or not ours to know
+    if (MayStillWrite(static_cast<pid_t>(pid))) continue;  // alive, or not ours to know
     std::error_code rm;
     std::filesystem::remove(entry.path(), rm);
   }
