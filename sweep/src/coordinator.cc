@@ -286,7 +286,7 @@ class Coordinator {
     interrupted.status = TrialStatus::kInterrupted;
     SWEEP_ASSIGN_OR_RETURN(auto again, store_.Trials(sweep_id_, interrupted));
     for (const auto& t : again) {
-      if (target_trial_ == t.number) {
+      if (target_trials_.contains(t.number)) {
         // It met stop_when before the coordinator died: it ends completed, as it would have.
         SWEEP_RETURN_IF_ERROR(CompleteOnResume(t, TargetNote()));
         continue;
@@ -767,15 +767,18 @@ class Coordinator {
 
   double ActiveSeconds(double now) const { return active_before_s_ + (now - start_s_); }
 
-  // Records that `trial`'s report `metrics` met stop_when, if it is the first to.
+  // Records that `trial`'s report `metrics` met stop_when. The first to meet it ends the sweep;
+  // one whose report meets it as it stops (for that, an interrupt or the time budget) has met
+  // it as well, and ends completed too.
   void NoteTarget(int64_t trial, const json& metrics) {
-    if (!config_.stop_when || target_reached_) return;
+    if (!config_.stop_when) return;
     auto m = metrics.find(config_.stop_when->metric);
     if (m == metrics.end() || !m->is_number() || !config_.stop_when->Reached(m->get<double>())) {
       return;
     }
+    target_trials_.insert(trial);
+    if (target_reached_) return;
     target_reached_ = true;
-    target_trial_ = trial;
     // Met as the sweep stopped for another reason: both are said.
     stop_reason_ = (stop_reason_.empty() ? "" : stop_reason_ + "; then ") + "target " +
                    config_.stop_when->ToString() + " reached by trial " + std::to_string(trial);
@@ -835,7 +838,7 @@ class Coordinator {
                                                      const std::string& why) const {
     if (!t.prune_reason.empty()) return {TrialStatus::kPruned, t.prune_reason};
     // It reached the target that ended the sweep: its result is the one sought.
-    if (target_trial_ == number) return {TrialStatus::kCompleted, TargetNote()};
+    if (target_trials_.contains(number)) return {TrialStatus::kCompleted, TargetNote()};
     if (t.at_max_resource) return {TrialStatus::kCompleted, CapNote()};
     return {TrialStatus::kInterrupted, why};
   }
@@ -1255,7 +1258,7 @@ class Coordinator {
       // stop_when: what it reports while it stops (a program that ignores SIGTERM for its grace
       // period, a function's next step) is not its result, is not stored, and reaches no
       // scheduler, as resume would replay the store.
-      if (!t.prune_reason.empty() || t.at_max_resource || target_trial_ == ev.trial) {
+      if (!t.prune_reason.empty() || t.at_max_resource || target_trials_.contains(ev.trial)) {
         // A worker waiting for a verdict on it hears the stop (one run again only to measure
         // its test set has not been told yet).
         if (!t.stop_sent) {
@@ -1322,7 +1325,7 @@ class Coordinator {
       if (t.prune_reason.empty()) NoteTarget(ev.trial, ev.metrics);
       // The worker waits at a decision point until told; a stop already sent is its answer,
       // and so is the target met: it stops now, its result this report.
-      if (target_trial_ == ev.trial && !t.stop_sent) {
+      if (target_trials_.contains(ev.trial) && !t.stop_sent) {
         (void)StopTrial(ev.trial, t);
         t.stop_sent = true;
       }
@@ -1342,6 +1345,8 @@ class Coordinator {
           error = t.prune_reason;
         } else if (t.at_max_resource) {
           error = CapNote();  // it ended by itself just as it was stopped there
+        } else if (target_trials_.contains(ev.trial)) {
+          error = TargetNote();  // its last report met it
         }
         break;
       case executor::TrialOutcome::Kind::kStopped:
@@ -1388,7 +1393,7 @@ class Coordinator {
           // pruned, as resume would record it, rather than failed or run again.
           status = TrialStatus::kPruned;
           error = t.prune_reason;
-        } else if (target_trial_ == ev.trial) {
+        } else if (target_trials_.contains(ev.trial)) {
           // It met the target; whatever ended it while it stopped does not undo that.
           status = TrialStatus::kCompleted;
           error = TargetNote();
@@ -1574,8 +1579,8 @@ class Coordinator {
   // A command trial's folder records it (see command_trial.h).
   std::string sweep_key_;
   bool target_reached_ = false;
-  std::optional<int64_t> target_trial_;  // the trial whose report reached stop_when
-  std::set<int64_t> progressed_;         // running trials with reports not yet in their row
+  std::set<int64_t> target_trials_;  // the trials whose reports met stop_when
+  std::set<int64_t> progressed_;     // running trials with reports not yet in their row
   std::string stop_reason_;
   std::string machine_trouble_;  // what stopped a trial that was not its fault; stops the sweep
 };

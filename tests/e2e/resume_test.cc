@@ -495,6 +495,42 @@ TEST_F(ResumeTest, TheTargetMetWhileStoppingEndsTheSweepCompleted) {
   EXPECT_EQ(Query("SELECT count(*) FROM reports")[0][0], "4");
 }
 
+// Every trial whose last report, sent as it stops, meets the target has met it: each ends
+// completed, not only the first to report (the second may be the better one).
+TEST_F(ResumeTest, EveryTrialWhoseStoppingReportMeetsTheTargetEndsCompleted) {
+  Write("both.sh",
+        "#!/bin/sh\ntrap 'echo \"sweep-report {\\\"epoch\\\": 2, \\\"score\\\": $1}\"; "
+        "exit 0' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 0}'\n"
+        "while :; do sleep 0.05; done\n");
+  fs::permissions(dir_ / "both.sh", fs::perms::owner_all);
+  Write("b.toml", "[sweep]\nstop_when = \"score >= 0.5\"\n" +
+                      TwoCommandTrials("both", "both.sh").substr(std::string("[sweep]\n").size()));
+  pid_t pid = Start("run b.toml", "both.log");
+  ASSERT_TRUE(WaitForReports(2)) << sweep_e2e::Slurp(dir_ / "both.log");
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(Wait(pid), 0) << sweep_e2e::Slurp(dir_ / "both.log");
+  for (const auto& row : Query("SELECT status, error, objective FROM trials")) {
+    EXPECT_EQ(row[0], "completed") << row[1];
+    EXPECT_EQ(row[1], "reached the target score >= 0.5; the sweep stopped");
+  }
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+}
+
+// A trial whose own last report meets the target (it ends by itself there) says so too.
+TEST_F(ResumeTest, ATrialWhoseFinalReportMeetsTheTargetSaysSo) {
+  Write("one.sh", "#!/bin/sh\necho \"sweep-report {\\\"epoch\\\": 1, \\\"score\\\": $1}\"\n");
+  fs::permissions(dir_ / "one.sh", fs::perms::owner_all);
+  Write("o.toml", "[sweep]\nstop_when = \"score >= 2\"\nmax_concurrent = 1\n" +
+                      TwoCommandTrials("one", "one.sh").substr(std::string("[sweep]\n").size()));
+  ASSERT_EQ(Sweep("run o.toml").code, 0);
+  auto rows = Query("SELECT status, error FROM trials ORDER BY json_extract(params, '$.x')");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0], (std::vector<std::string>{"completed", ""}));
+  EXPECT_EQ(rows[1], (std::vector<std::string>{"completed",
+                                               "reached the target score >= 2; the sweep "
+                                               "stopped"}));
+}
+
 // A program silent between its reports (a long epoch) gets the stop as it is sent, not at its
 // next report: one interrupt ends the sweep in moments, its trials interrupted. (Its one report
 // also reaches the store at once, not with the next.)
