@@ -970,7 +970,11 @@ class Coordinator {
       }
       if (!stopping && config_.time_budget_s && ActiveSeconds(now) >= *config_.time_budget_s) {
         stopping = true;
-        stop_reason_ = "time budget of " + FormatElapsed(*config_.time_budget_s) + " spent";
+        // A budget under a minute in seconds ("0.4 s", which mm:ss would show as 00:00).
+        const double budget = *config_.time_budget_s;
+        stop_reason_ = "time budget of " +
+                       (budget < 60 ? FormatMetric(budget) + " s" : FormatElapsed(budget)) +
+                       " spent";
       }
       if (stopping) {
         for (auto& [number, t] : running_) {

@@ -739,7 +739,7 @@ cpu_slots = 2
   EXPECT_GT(std::stoi(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0]), 4);
   auto end = Query("SELECT detail FROM events WHERE trial IS NULL AND to_state = 'completed'");
   ASSERT_EQ(end.size(), 1u);
-  EXPECT_NE(end[0][0].find("time budget of"), std::string::npos) << end[0][0];
+  EXPECT_NE(end[0][0].find("time budget of 2 s spent"), std::string::npos) << end[0][0];
   // One trial of the same config needs no end.
   Output one = Sweep("train t.toml --set x1=1 --set x2=2");
   EXPECT_EQ(one.code, 0) << one.err;
