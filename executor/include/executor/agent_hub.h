@@ -56,7 +56,7 @@ struct AgentJoined {
   int64_t pid = 0;      // the agent process on its host
   std::vector<Slot> slots;
   std::vector<int> link_group;
-  std::string folder;   // the folder it runs in (absolute; empty: not said)
+  std::string folder;  // the folder it runs in (absolute; empty: not said)
 };
 
 struct AgentLost {
