@@ -1050,7 +1050,13 @@ class Coordinator {
     executor_->Shutdown(1000);
     if (hub_ != nullptr) hub_->Shutdown();
     // An interrupted sweep ends now; what is left to delete goes on the next run or resume.
-    if (!interrupted_) reaper_.Drain();
+    if (!interrupted_ && reaper_.Busy()) {
+      if (options_.log != nullptr) {
+        *options_.log << "sweep: deleting what an earlier sweep of this name left in "
+                      << trials_dir_ << " (Ctrl-C leaves it for the next run)\n";
+      }
+      reaper_.Drain(options_.interrupt);
+    }
     RunSummary summary;
     summary.sweep_id = sweep_id_;
     summary.counts = counts_;

@@ -85,9 +85,17 @@ bool FolderReaper::Discard(const std::string& path, std::string* why) {
   return true;
 }
 
-void FolderReaper::Drain() {
+void FolderReaper::Drain(const std::atomic<bool>* interrupt) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || stopping_; });
+  while (!cv_.wait_for(lock, std::chrono::milliseconds(100),
+                       [&] { return (queue_.empty() && !busy_) || stopping_; })) {
+    if (interrupt != nullptr && interrupt->load()) return;
+  }
+}
+
+bool FolderReaper::Busy() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return busy_ || !queue_.empty();
 }
 
 void FolderReaper::Loop() {

@@ -31,8 +31,12 @@ class FolderReaper {
   // here, as before. Returns false, with `why`, when `path` is still there.
   bool Discard(const std::string& path, std::string* why);
 
-  // Waits until every folder handed over so far is gone (or could not be deleted).
-  void Drain();
+  // Waits until every folder handed over so far is gone (or could not be deleted), or until
+  // `interrupt` (when given) is set.
+  void Drain(const std::atomic<bool>* interrupt = nullptr);
+
+  // Whether folders handed over are still being deleted.
+  bool Busy();
 
  private:
   void Loop();
