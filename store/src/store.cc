@@ -477,6 +477,14 @@ struct Store::Impl {
     if (db != nullptr) {
       // Uncommitted writes are dropped, as a crash would drop them: only Commit() publishes.
       if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+      if (!read_only && !file_lost) {
+        // Everything into the file itself and the log emptied, so that the file alone holds
+        // the store once its writer ends (a copy of it is whole), even if a reader (an open
+        // `status --watch`) keeps SQLite from deleting the log at close. Without waiting:
+        // a reader in the way leaves it for the next writer.
+        sqlite3_busy_timeout(db, 0);
+        sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+      }
       sqlite3_close_v2(db);
     }
   }
@@ -1065,6 +1073,11 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 + 5 * attempt, 50)));
     }
     SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA synchronous = NORMAL", "setting synchronous"));
+    // A reader holding one snapshot for long (a notebook's open cursor) keeps checkpoints from
+    // reaching the log's start, and the log grows meanwhile; once they can, it is cut back to
+    // this size rather than kept at its largest.
+    SWEEP_RETURN_IF_ERROR(
+        impl->Exec("PRAGMA journal_size_limit = 67108864", "limiting the write-ahead log"));
     SWEEP_RETURN_IF_ERROR(impl->Exec("PRAGMA foreign_keys = ON", "enabling foreign keys"));
     SWEEP_RETURN_IF_ERROR(impl->Migrate(version));
     // A damaged file (a disk's bad sector, a copy taken mid-write) is said so before a sweep

@@ -163,6 +163,33 @@ class StoreTest : public ::testing::Test {
 
 // ---- opening ----
 
+// A writer that ends leaves the whole store in the file itself, its write-ahead log emptied,
+// even while another connection (a reader between two reads) keeps SQLite from deleting the log.
+TEST_F(StoreTest, AWriterThatEndsLeavesItsLogEmpty) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  for (int i = 0; i < 50; ++i) Insert(MakeTrial(i, TrialStatus::kCompleted, 0.5));
+  ASSERT_OK(store_->Commit());
+  sqlite3* reader = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path_.c_str(), &reader, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(reader, "SELECT count(*) FROM trials", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  ASSERT_GT(std::filesystem::file_size(path_ + "-wal"), 0u);
+  store_.reset();
+  EXPECT_EQ(std::filesystem::file_size(path_ + "-wal"), 0u);
+  sqlite3_close(reader);
+  // The file alone holds every trial.
+  ASSERT_EQ(sqlite3_open_v2(("file:" + path_ + "?immutable=1").c_str(), &reader,
+                            SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr),
+            SQLITE_OK);
+  sqlite3_stmt* count = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(reader, "SELECT count(*) FROM trials", -1, &count, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(count, 0), 50);
+  sqlite3_finalize(count);
+  sqlite3_close(reader);
+}
+
 TEST_F(StoreTest, CreatesNewFileWithCurrentSchemaInWalMode) {
   auto store = Store::Open(path_, OpenMode::kReadWrite);
   ASSERT_OK(store);
