@@ -213,6 +213,9 @@ class Coordinator {
     SWEEP_ASSIGN_OR_RETURN(store::SweepRecord rec, FindSweepOrSuggest(store_, name));
     sweep_id_ = rec.id;
     auto lock = SweepLock::Acquire(store_.path(), rec.id);
+    // What was read before the lock may be stale: another resume may have run it meanwhile (to
+    // its end), or be running it now under its own name. Read again.
+    if (auto now = store_.FindSweep(rec.name); now.ok() && now->id == rec.id) rec = *now;
     if (!lock.ok()) {
       if (lock.status().code() != Status::Code::kBusy) return lock.status();
       return Status::Busy("sweep '" + name + "' is being run by " + DescribeOwner(rec.owner) +
@@ -243,6 +246,9 @@ class Coordinator {
       summary.already_complete = true;
       return summary;
     }
+    // Its owner from now on, said at once: a second resume refused meanwhile names this one.
+    SWEEP_RETURN_IF_ERROR(store_.SetSweepOwner(sweep_id_, OwnerId(), rec.run_options));
+    SWEEP_RETURN_IF_ERROR(store_.Commit());
     SWEEP_RETURN_IF_ERROR(Prepare());
     start_s_ = UnixSeconds();
     active_before_s_ = rec.active_s;
