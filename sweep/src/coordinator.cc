@@ -442,6 +442,11 @@ class Coordinator {
     // Relative [trial] folders are the config's folder's, as its other paths are: a sweep
     // resumed from another folder finds them.
     const std::filesystem::path config_dir = std::filesystem::absolute(config_.path).parent_path();
+    // The default folders are beside the store's file itself: one store, one set of folders,
+    // however --db names it (through a link, or another spelling), as its lock is.
+    std::error_code real_ec;
+    std::string db_file = std::filesystem::weakly_canonical(store_.path(), real_ec).string();
+    if (real_ec || db_file.empty()) db_file = store_.path();
     if (config_.kind == TrialKind::kTrainer) {
       // Each trainer trial checkpoints into a file of its own, so an interrupted trial goes on
       // from its last epoch instead of from the start. An agent's workers get the folder as
@@ -449,12 +454,12 @@ class Coordinator {
       // readers in other folders find the files.
       // The default is beside the store here, and in the agent's folder on an agent, however
       // --db was spelt (an absolute one names a folder an agent's machine may not have).
-      const std::string db_name = std::filesystem::path(store_.path()).filename().string();
+      const std::string db_name = std::filesystem::path(db_file).filename().string();
       agent_checkpoint_dir_ =
           (config_.checkpoint_dir.empty() ? db_name + "-checkpoints" : config_.checkpoint_dir) +
           "/" + config_.name;
       checkpoint_dir_ = config_.checkpoint_dir.empty()
-                            ? store_.path() + "-checkpoints/" + config_.name
+                            ? db_file + "-checkpoints/" + config_.name
                             : (config_dir / config_.checkpoint_dir / config_.name).string();
       stored_checkpoint_dir_ =
           std::filesystem::absolute(checkpoint_dir_).lexically_normal().string();
@@ -468,7 +473,7 @@ class Coordinator {
     }
     if (config_.kind == TrialKind::kCommand) {
       // Each command trial gets a directory of its own: its logs, and room for its files.
-      trials_dir_ = config_.trials_dir.empty() ? store_.path() + "-trials"
+      trials_dir_ = config_.trials_dir.empty() ? db_file + "-trials"
                                                : (config_dir / config_.trials_dir).string();
       trials_dir_ =
           std::filesystem::absolute(trials_dir_).lexically_normal().string() + "/" + config_.name;

@@ -114,6 +114,29 @@ cpu_slots = 2
             fs::canonical(dir_).string() + "/sweeps.db-trials/cmd/trial-2/stdout.log");
 }
 
+// The default trials folder is beside the store's file itself, however --db names it: a sweep
+// run through a link to the file and resumed by its own name finds its trials' folders.
+TEST_F(CommandTrialE2eTest, TheTrialsFolderIsBesideTheStoreNotItsLink) {
+  Write("r.sh", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"val_acc\": 1}'\n");
+  fs::permissions(dir_ / "r.sh", fs::perms::owner_all);
+  Write("l.toml",
+        "[sweep]\nname = \"linked\"\nmetric = \"val_acc\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[trial]\n"
+        "kind = \"command\"\n"
+        "command = [\"./r.sh\"]\n");
+  fs::create_directory(dir_ / "data");
+  fs::create_directory(dir_ / "st");
+  ASSERT_EQ(Sweep("run l.toml --db data/s.db --name first").code, 0);
+  fs::create_symlink("../data/s.db", dir_ / "st/link.db");
+  Output o = Sweep("run l.toml --db st/link.db");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_FALSE(fs::exists(dir_ / "st/link.db-trials"));
+  EXPECT_EQ(Query("SELECT t.stdout_log FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
+                  "s.name = 'linked'",
+                  "data/s.db")[0][0],
+            fs::canonical(dir_).string() + "/data/s.db-trials/linked/trial-0/stdout.log");
+}
+
 // A metric reported as NaN or infinity (not the sweep's) is kept as null, which JSON allows,
 // and shown as nan, so a diverged loss is told from one never reported.
 TEST_F(CommandTrialE2eTest, NonFiniteMetricsShowAsNan) {
