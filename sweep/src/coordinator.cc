@@ -493,12 +493,6 @@ class Coordinator {
     return Status::Ok();
   }
 
-  static std::string DescribeOwner(const std::string& owner) {
-    auto at = owner.find('@');
-    if (at == std::string::npos) return "another process";
-    return "pid " + owner.substr(0, at) + " on host " + owner.substr(at + 1);
-  }
-
   // Early stopping's resource of a report: function trials count steps; trainer and command
   // trials count epochs (a program that does not say its epoch gets one per report).
   double Resource(int64_t step, double epoch) const {

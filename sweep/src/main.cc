@@ -542,7 +542,8 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
     return Fail(summary.status().WithMessage(
         summary.status().message() +
         (live
-             ? " and another process is running it now; follow it with `" +
+             ? " and " + sweep::DescribeOwner(existing->owner) +
+                   " is running it now; follow it with `" +
                    sweep::SweepCommand("status", cfg->name, db, "--watch") + "`"
              : "; use `" + sweep::SweepCommand("resume", cfg->name, db, ResumeOptions(remote, {})) +
                    "`")));

@@ -180,6 +180,12 @@ std::string DbFlag(const std::string& db) {
   return " --db " + ShellQuote(db);
 }
 
+std::string DescribeOwner(const std::string& owner) {
+  const auto at = owner.find('@');
+  if (at == std::string::npos) return "another process";
+  return "pid " + owner.substr(0, at) + " on host " + owner.substr(at + 1);
+}
+
 std::string SweepCommand(const std::string& command, const std::string& name, const std::string& db,
                          const std::string& options) {
   const std::string more = DbFlag(db) + (options.empty() ? "" : " " + options);

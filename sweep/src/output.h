@@ -38,6 +38,10 @@ int CheckStandardOutput(int code);
 std::string DbFlag(const std::string& db);
 // `word` as a shell reads it back: as it is when it needs no quoting, else in single quotes.
 std::string ShellQuote(const std::string& word);
+// A sweep's owner ("PID@HOST", as sweeps.owner stores it) as a message names it:
+// "pid PID on host HOST"; "another process" when it is not of that form.
+std::string DescribeOwner(const std::string& owner);
+
 // `sweep COMMAND NAME[ --db DB][ OPTIONS]`, a command to type about sweep `name` of store `db`
 // (with `--` before a name that starts with '-').
 std::string SweepCommand(const std::string& command, const std::string& name, const std::string& db,

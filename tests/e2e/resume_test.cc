@@ -231,8 +231,11 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   Output again = Sweep("run s.toml");
   EXPECT_EQ(again.code, 2);
   // Not advice to resume, which would be refused: it is running now.
-  EXPECT_NE(again.err.find("sweep 'owned' already exists in sweeps.db and another process is "
-                           "running it now; follow it with `sweep status owned --watch`"),
+  EXPECT_NE(again.err.find("sweep 'owned' already exists in sweeps.db and pid " +
+                           std::to_string(first) + " on host "),
+            std::string::npos)
+      << again.err;
+  EXPECT_NE(again.err.find(" is running it now; follow it with `sweep status owned --watch`"),
             std::string::npos)
       << again.err;
   Output alive = Sweep("status owned --json");
