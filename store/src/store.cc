@@ -552,6 +552,9 @@ struct Store::Impl {
                                    "; free some space");
           case EROFS:
             return Status::IoError(path + ": read-only file system while " + what);
+          case EFBIG:
+            return Status::IoError(path + ": the file size limit (ulimit -f) was reached while " +
+                                   what);
           case EACCES:
           case EPERM:
             return Status::IoError(path + ": permission denied while " + what + " (" + detail +

@@ -539,6 +539,13 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
     auto existing = (*st)->FindSweep(cfg->name);
     const bool live = existing.ok() && existing->status == sweep::store::SweepStatus::kRunning &&
                       !sweep::CoordinatorGone(db, *existing);
+    if (existing.ok() && existing->status == sweep::store::SweepStatus::kCompleted) {
+      // Nothing for resume to do: say where its results are, and how to run it again.
+      return Fail(summary.status().WithMessage(
+          summary.status().message() + " and has completed; its results: `" +
+          sweep::SweepCommand("best", cfg->name, db, "") +
+          "`; to run the config again, give it a new name (--name)"));
+    }
     return Fail(summary.status().WithMessage(
         summary.status().message() +
         (live

@@ -1053,7 +1053,8 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"best ''", kUsage, {"sweep: no sweep named '' in sweeps.db"}},
       {"run b.toml",
        kUsage,
-       {"sweep: sweep 'branin' already exists in sweeps.db; use `sweep resume branin`"}},
+       {"sweep: sweep 'branin' already exists in sweeps.db and has completed; its results: "
+        "`sweep best branin`; to run the config again, give it a new name (--name)"}},
       {"trials branin --status bogus",
        kUsage,
        {"sweep: --status: unknown state 'bogus'; expected pending, running, completed, pruned, "

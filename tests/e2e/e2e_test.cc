@@ -482,7 +482,9 @@ TEST_F(E2eTest, ExistingNameIsRefusedAndUnknownNamesAreReported) {
   Output again = Sweep("run b.toml");
   EXPECT_EQ(again.code, 2);
   EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
-  EXPECT_NE(again.err.find("sweep resume branin"), std::string::npos) << again.err;
+  // Completed: nothing to resume.
+  EXPECT_NE(again.err.find("has completed; its results: `sweep best branin`"), std::string::npos)
+      << again.err;
   EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "40");  // nothing lost or added
 
   // --resume goes on with the config the sweep started with: an edited one is refused, not

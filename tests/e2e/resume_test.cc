@@ -1118,9 +1118,9 @@ void DamagedCheckpointTest::TrainsFromTheStart(const std::string& early_stopping
   Output resumed = Sweep("resume dmg");
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   const std::string note =
-      ended +
-      "sweeps.db-checkpoints/dmg/trial-0.ckpt: checkpoint checksum mismatch (the file is damaged "
-      "or cut short); deleted it and trained the trial from the start";
+      ended + (fs::canonical(dir_) / "sweeps.db-checkpoints/dmg/trial-0.ckpt").string() +
+      ": checkpoint checksum mismatch (the file is damaged or cut short); deleted it and trained "
+      "the trial from the start";
   EXPECT_NE(resumed.err.find("trial 0 completed val_acc="), std::string::npos) << resumed.err;
   EXPECT_NE(resumed.err.find(note), std::string::npos) << resumed.err;
   EXPECT_EQ(Query("SELECT status, retries FROM trials"),
