@@ -812,7 +812,10 @@ struct Store::Impl {
   // failed step leaves the file as it was.
   Status Migrate(int version) {
     if (version == kSchemaVersion) return Status::Ok();
-    SWEEP_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", "starting the schema migration"));
+    // The file's lock waited for as any write's is (WaitForLocks, LockWait); a reader's
+    // in-memory copy (MigrateInMemory) has no other process to wait for.
+    SWEEP_RETURN_IF_ERROR(read_only ? Exec("BEGIN IMMEDIATE", "starting the schema migration")
+                                    : BeginBatch());
     Status status = MigrateInTransaction();
     if (!status.ok()) {
       Rollback();
@@ -957,10 +960,12 @@ Store::Store(std::string path, std::unique_ptr<Impl> impl)
 
 Store::~Store() = default;
 
-Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mode) {
+Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mode, LockWait wait) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->read_only = mode == OpenMode::kReadOnly;
+  impl->lock_wait = wait.limit;
+  impl->on_lock_wait = std::move(wait.on_wait);
 
   int flags = SQLITE_OPEN_NOMUTEX;  // one Store per thread, so SQLite's own mutex is waste
   std::error_code ec;
@@ -1065,13 +1070,31 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     // Switching a new file to WAL needs it to itself, and SQLite answers BUSY at once, without
     // its busy handler, while another process is doing the same (two sweeps started together
     // on a new file): wait for that one here, as busy_timeout would.
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+    // Another process's write lock held past that is waited for as a write waits for it
+    // (LockWait), said every busy timeout.
+    const auto start = std::chrono::steady_clock::now();
+    auto said = start;
+    const auto limit = std::max(impl->lock_wait, std::chrono::milliseconds(kBusyTimeoutMs));
     for (int attempt = 0;; ++attempt) {
       Status wal = impl->Exec("PRAGMA journal_mode = WAL", "enabling WAL mode");
       if (wal.ok()) break;
-      if (wal.code() != Status::Code::kBusy || std::chrono::steady_clock::now() >= deadline) {
-        return wal;
+      if (wal.code() != Status::Code::kBusy) return wal;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - start >= limit) {
+        if (impl->lock_wait.count() == 0) return wal;
+        return Status::IoError(path + ": locked by another process for over " +
+                               std::to_string(impl->lock_wait.count() / 1000) +
+                               " s (a sqlite3 shell or a viewer holding a write transaction?)");
+      }
+      if (now - said >= std::chrono::milliseconds(kBusyTimeoutMs)) {
+        said = now;
+        if (impl->on_lock_wait &&
+            !impl->on_lock_wait(std::chrono::duration<double>(now - start).count())) {
+          return Status::IoError(path +
+                                 ": locked by another process (a sqlite3 shell or a viewer "
+                                 "holding a write transaction?); stopped waiting when "
+                                 "interrupted");
+        }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 + 5 * attempt, 50)));
     }

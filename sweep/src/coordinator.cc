@@ -154,26 +154,34 @@ struct RunningTrial {
 
 constexpr int kLocalServer = 0;
 
+}  // namespace
+
+store::LockWait SweepLockWait(const RunOptions& options, const std::string& path) {
+  // Another process holding a write transaction (a sqlite3 shell, a viewer) does not end the
+  // sweep: its writes wait, said every half minute, for up to ten minutes.
+  // An interrupt (Ctrl-C) ends the wait: nothing can be recorded meanwhile, so the sweep
+  // stops where it is, and resume goes on from what was stored.
+  std::ostream* log = options.log;
+  return {std::chrono::minutes(10),
+          [log, interrupt = options.interrupt, path, said = -1.0](double waited_s) mutable {
+            if (interrupt != nullptr && interrupt->load()) return false;
+            if (log == nullptr || (said >= 0 && waited_s < said + 30)) return true;
+            said = waited_s;
+            *log << "sweep: " << path
+                 << " is locked by another process (a sqlite3 shell or a viewer holding a write "
+                    "transaction?); waiting to write, "
+                 << static_cast<int>(waited_s) << " s so far (Ctrl-C stops the sweep)\n";
+            return true;
+          }};
+}
+
+namespace {
+
 class Coordinator {
  public:
   Coordinator(store::Store& store, const RunOptions& options) : store_(store), options_(options) {
-    // Another process holding a write transaction (a sqlite3 shell, a viewer) does not end the
-    // sweep: its writes wait, said every half minute, for up to ten minutes.
-    // An interrupt (Ctrl-C) ends the wait: nothing can be recorded meanwhile, so the sweep
-    // stops where it is, and resume goes on from what was stored.
-    std::ostream* log = options_.log;
-    store_.WaitForLocks(
-        std::chrono::minutes(10), [log, interrupt = options_.interrupt, path = store_.path(),
-                                   said = -1.0](double waited_s) mutable {
-          if (interrupt != nullptr && interrupt->load()) return false;
-          if (log == nullptr || (said >= 0 && waited_s < said + 30)) return true;
-          said = waited_s;
-          *log << "sweep: " << path
-               << " is locked by another process (a sqlite3 shell or a viewer holding a write "
-                  "transaction?); waiting to write, "
-               << static_cast<int>(waited_s) << " s so far (Ctrl-C stops the sweep)\n";
-          return true;
-        });
+    store::LockWait wait = SweepLockWait(options_, store_.path());
+    store_.WaitForLocks(wait.limit, std::move(wait.on_wait));
   }
 
   Result<RunSummary> Start(const SweepConfig& config) {

@@ -457,7 +457,8 @@ int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& 
     return Fail(Status::NotFound(db + ": no such database"));
   }
   if (Status s = CheckTextPath("--db", db); !s.ok()) return Fail(s);
-  auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
+  auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite,
+                                      sweep::SweepLockWait(options, db));
   if (!st.ok()) return Fail(st.status());
   if (remote.listen.empty()) {
     // Resumed without the agents it ran with: the user's choice, but said, with the way back.
@@ -515,7 +516,8 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
   if (std::error_code ec; !std::filesystem::exists(db, ec)) {
     if (Status s = sweep::CheckCanListen(options); !s.ok()) return Fail(s);
   }
-  auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite);
+  auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite,
+                                      sweep::SweepLockWait(options, db));
   if (!st.ok()) return Fail(st.status());
   if (resume) {
     if (auto existing = (*st)->FindSweep(cfg->name); existing.ok()) {

@@ -797,6 +797,24 @@ TEST_F(ResumeTest, ALockHeldByAnotherProcessIsWaitedFor) {
   }
 }
 
+// The same for a new, empty store file another program holds the write lock on: the sweep
+// waits to make its schema, says so, and runs once the lock is let go.
+TEST_F(ResumeTest, ALockHeldOnANewFileIsWaitedFor) {
+  Write("n.toml", SlowFunctionConfig("fresh", "random", 2, 2, 10));
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "sweeps.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  pid_t pid = Start("run n.toml", "fresh.log");
+  std::this_thread::sleep_for(std::chrono::seconds(7));  // past the 5 s busy timeout
+  ASSERT_EQ(sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_EQ(Wait(pid), 0) << sweep_e2e::Slurp(dir_ / "fresh.log");
+  EXPECT_NE(sweep_e2e::Slurp(dir_ / "fresh.log").find("sweeps.db is locked by another process"),
+            std::string::npos)
+      << sweep_e2e::Slurp(dir_ / "fresh.log");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "2");
+}
+
 // A program that keeps its own checkpoint printed its reports and saved past them, but its
 // coordinator died (kill -9) before it committed them (here the store was held locked until
 // then). Run again, the program finds its work done and prints nothing: the reports come back

@@ -118,11 +118,20 @@ enum class OpenMode {
   kReadOnly,   // for queries; refuses a missing file
 };
 
+// How a writer waits for another process's write lock (Store::Open, Store::WaitForLocks).
+struct LockWait {
+  std::chrono::milliseconds limit{0};
+  std::function<bool(double waited_s)> on_wait;
+};
+
 class Store {
  public:
   // Opens (or creates) the database at `path`. Refuses a file whose schema is newer than this
   // binary knows, naming both versions. Errors name the path.
-  static Result<std::unique_ptr<Store>> Open(const std::string& path, OpenMode mode);
+  // `wait`: how a writer waits for another process's write lock, from its opening on (a new
+  // file's schema needs the lock too); see WaitForLocks.
+  static Result<std::unique_ptr<Store>> Open(const std::string& path, OpenMode mode,
+                                             LockWait wait = {});
   ~Store();  // rolls back writes not yet committed, as a crash would
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;

@@ -51,6 +51,11 @@ Status CheckRunHere(const SweepConfig& config, const RunOptions& options);
 // The error listening on options' --listen port would meet now (another program holds it).
 Status CheckCanListen(const RunOptions& options);
 
+// How a sweep's writes to the store at `path` wait for another process's write lock (a sqlite3
+// shell, a viewer): up to ten minutes, said every half minute on options.log, ended by an
+// interrupt. For the store's opening too (store::Store::Open).
+store::LockWait SweepLockWait(const RunOptions& options, const std::string& path);
+
 // Why trials here could not use `dir` as trainer.cache_dir (made when missing): a file in
 // the way, a read-only folder. Empty when they can, or `dir` is empty (the default is used).
 // They go on without it, each decoding the dataset itself.
