@@ -230,7 +230,7 @@ int CmdStatus(const QueryArgs& a) {
     }
     j["running"] = r;
     j["best"] = best->empty() ? json(nullptr) : sweep::TrialJson(best->front());
-    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    sweep::PrintJson(std::cout, j);
     return kExitOk;
   }
   sweep::PrintStatusText(std::cout, *sw, c, *running, *best, sweep::UnixSeconds(), gone, a.db);
@@ -267,7 +267,7 @@ int CmdList(const QueryArgs& a) {
                      {"mode", s.maximize ? "max" : "min"},
                      {"best", s.best ? json(*s.best) : json(nullptr)}});
     }
-    std::cout << arr.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    sweep::PrintJson(std::cout, arr);
     return kExitOk;
   }
   if (list->empty()) std::cout << "no sweeps in " << a.db << "\n";
@@ -301,7 +301,7 @@ int CmdDevices(bool as_json, int cpu_slots) {
                      {"link_group", s.link_group},
                      {"peers", s.peers}});
     }
-    std::cout << arr.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    sweep::PrintJson(std::cout, arr);
     return kExitOk;
   }
   if (slots.empty() || !slots[0].gpu) {
@@ -793,7 +793,7 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
       j["samples_per_s"] = sps / static_cast<double>(reports.size());
       j["data_wait_s"] = wait;
     }
-    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    sweep::PrintJson(std::cout, j);
   } else if (out.end_metrics.contains("test_acc")) {
     std::printf("test_acc %.4f\n", out.end_metrics["test_acc"].get<double>());
   }
@@ -912,7 +912,7 @@ int main(int argc, char** argv) {
   devices->add_flag("--json", json_out, "print JSON");
   int devices_cpu_slots = 0;
   devices->add_option("--cpu-slots", devices_cpu_slots, "CPU slots where there is no GPU")
-      ->check(CLI::Range(1, 1024));
+      ->check(CLI::Range(1, 4096));
   AgentArgs agent_args;
   auto* agent = app.add_subcommand("agent", "serve a coordinator started with --listen");
   agent->add_option("--connect", agent_args.connect, "the coordinator's HOST:PORT")->required();

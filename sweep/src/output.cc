@@ -57,7 +57,7 @@ json TrialJson(const store::TrialRecord& t) {
 void PrintTrialsJson(std::ostream& out, const std::vector<store::TrialRecord>& trials) {
   json arr = json::array();
   for (const auto& t : trials) arr.push_back(TrialJson(t));
-  out << arr.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  PrintJson(out, arr);
 }
 
 std::string CsvField(const std::string& text) {
@@ -178,6 +178,10 @@ std::string ShellQuote(const std::string& word) {
 std::string DbFlag(const std::string& db) {
   if (db == "sweeps.db" || db == "./sweeps.db") return "";
   return " --db " + ShellQuote(db);
+}
+
+void PrintJson(std::ostream& out, const nlohmann::json& j) {
+  out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 std::string DescribeOwner(const std::string& owner) {

@@ -38,6 +38,10 @@ int CheckStandardOutput(int code);
 std::string DbFlag(const std::string& db);
 // `word` as a shell reads it back: as it is when it needs no quoting, else in single quotes.
 std::string ShellQuote(const std::string& word);
+// `j` indented, then a line break; bytes that are not UTF-8 (in a stored string) replaced
+// rather than thrown on. Every --json output goes through it.
+void PrintJson(std::ostream& out, const nlohmann::json& j);
+
 // A sweep's owner ("PID@HOST", as sweeps.owner stores it) as a message names it:
 // "pid PID on host HOST"; "another process" when it is not of that form.
 std::string DescribeOwner(const std::string& owner);

@@ -240,7 +240,7 @@ int CmdShow(const ShowArgs& a) {
                     {"metrics", report::ParseObject(r.metrics_json)}});
     }
     j["reports"] = std::move(rs);
-    std::cout << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    PrintJson(std::cout, j);
     return kExitOk;
   }
 

@@ -87,6 +87,14 @@ class AgentsTest : public E2eTest {
                  "agent-" + name + ".log");
   }
 
+  // A program whose first run sets TRAP, touches `running` and runs until it is ended; a run
+  // after that reports at once and exits.
+  static std::string RunsOnceThenReports(const std::string& trap) {
+    return "#!/bin/sh\nif [ -e ran ]; then echo 'sweep-report {\"epoch\": 1, \"score\": 1}'; exit "
+           "0; fi\ntouch ran\n" +
+           trap + "\ntouch running\nwhile :; do sleep 0.05; done\n";
+  }
+
   // One command trial of sweep NAME, running SCRIPT (its text; it touches `running` once it
   // runs) with KILL_GRACE, on agent 'first', while agent 'second' has joined and waits.
   // Sets *coordinator and *first; the caller checks HasFatalFailure().
@@ -711,14 +719,9 @@ while :; do sleep 0.05; done
 // again on a retry, not for free as the trials the agent itself ends as it goes.
 TEST_F(AgentsTest, AWorkerThatCrashesOnAStoppingAgentUsesARetry) {
   pid_t coordinator = 0, first = 0;
-  OneTrialOnTheFirstOfTwoAgents("crash", R"sh(#!/bin/sh
-if [ -e ran ]; then echo 'sweep-report {"epoch": 1, "score": 1}'; exit 0; fi
-touch ran
-trap 'kill -SEGV $PPID; sleep 1; exit 0' TERM
-touch running
-while :; do sleep 0.05; done
-)sh",
-                                "5s", &coordinator, &first);
+  OneTrialOnTheFirstOfTwoAgents(
+      "crash", RunsOnceThenReports("trap 'kill -SEGV $PPID; sleep 1; exit 0' TERM"), "5s",
+      &coordinator, &first);
   if (HasFatalFailure()) return;
   ::kill(first, SIGTERM);
   EXPECT_EQ(WaitExit(first, 30), 0) << Log("agent-first.log");
@@ -870,14 +873,8 @@ TEST_F(AgentsTest, AnAgentWithoutTheProgramIsRetiredNotEveryTrialFailed) {
 // elsewhere, counted as neither a retry nor a loss.
 TEST_F(AgentsTest, ASecondStopEndsAStoppingAgentsTrialsAtOnce) {
   pid_t coordinator = 0, first = 0;
-  OneTrialOnTheFirstOfTwoAgents("deaf", R"sh(#!/bin/sh
-if [ -e ran ]; then echo 'sweep-report {"epoch": 1, "score": 1}'; exit 0; fi
-touch ran
-trap '' TERM
-touch running
-while :; do sleep 0.05; done
-)sh",
-                                "60s", &coordinator, &first);
+  OneTrialOnTheFirstOfTwoAgents("deaf", RunsOnceThenReports("trap '' TERM"), "60s", &coordinator,
+                                &first);
   if (HasFatalFailure()) return;
   ::kill(first, SIGTERM);
   ASSERT_TRUE(WaitUntil(
@@ -900,14 +897,8 @@ while :; do sleep 0.05; done
 // trial runs again elsewhere without counting a loss.
 TEST_F(AgentsTest, AStoppingAgentKilledBeforeItsByeCostsItsTrialNothing) {
   pid_t coordinator = 0, first = 0;
-  OneTrialOnTheFirstOfTwoAgents("preempt", R"sh(#!/bin/sh
-if [ -e ran ]; then echo 'sweep-report {"epoch": 1, "score": 1}'; exit 0; fi
-touch ran
-trap '' TERM
-touch running
-while :; do sleep 0.05; done
-)sh",
-                                "60s", &coordinator, &first);
+  OneTrialOnTheFirstOfTwoAgents("preempt", RunsOnceThenReports("trap '' TERM"), "60s", &coordinator,
+                                &first);
   if (HasFatalFailure()) return;
   ::kill(first, SIGTERM);
   ASSERT_TRUE(WaitUntil(
