@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <memory>
@@ -60,12 +61,21 @@ Decision Stop(int rung, std::string reason) {
   return d;
 }
 
-// min_resource * eta^k for every k whose value lies below max_resource.
+// min_resource * eta^k for every k whose value lies below max_resource. Each rung past the first
+// is rounded to 15 significant digits: 0.1 * 3 is 0.30000000000000004 in doubles, and a trial
+// reporting epoch 0.3 must reach (and, in its worker, wait at) the rung written 0.3.
 std::vector<double> RungLadder(const SchedulerConfig& c) {
   std::vector<double> ladder;
-  for (double r = c.min_resource; r < c.max_resource * (1 - kRungTolerance);
-       r *= c.reduction_factor) {
-    ladder.push_back(r);
+  for (int k = 0;; ++k) {
+    const double r = c.min_resource * std::pow(c.reduction_factor, k);
+    if (!(r < c.max_resource * (1 - kRungTolerance))) break;
+    if (k == 0) {
+      ladder.push_back(r);
+      continue;
+    }
+    char text[32];
+    std::snprintf(text, sizeof text, "%.15g", r);
+    ladder.push_back(std::strtod(text, nullptr));
   }
   return ladder;
 }
@@ -211,9 +221,11 @@ class HyperbandScheduler final : public Scheduler {
     if (!std::isfinite(resource) || resource <= t.last_resource) return Continue();
     t.last_resource = resource;
 
-    // The highest rung this report reaches; judged there only, and only once.
+    // The highest rung this report reaches; judged there only, and only once. A rung is
+    // min * eta^k in doubles: 0.1 * 3 is 0.30000000000000004, which a report at epoch 0.3 reaches.
     const int reached =
-        static_cast<int>(std::upper_bound(ladder_.begin(), ladder_.end(), resource) -
+        static_cast<int>(std::upper_bound(ladder_.begin(), ladder_.end(),
+                                          resource + std::abs(resource) * kRungTolerance) -
                          ladder_.begin()) -
         1;
     const int bracket = Bracket(trial);

@@ -934,7 +934,8 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                            std::string(search::EarlyStoppingName(sc.algorithm)) + "\"");
       }
       if (key == "grace_period" || key == "min_trials") {
-        SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, k, 0, int64_t{1} << 40));
+        SWEEP_ASSIGN_OR_RETURN(int64_t v,
+                               c.Integer(*n, k, key == "min_trials" ? 1 : 0, int64_t{1} << 40));
         (key == "grace_period" ? sc.grace_period : sc.min_trials) = v;
       } else {
         SWEEP_ASSIGN_OR_RETURN(double v, c.Number(*n, k));

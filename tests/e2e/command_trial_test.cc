@@ -402,6 +402,51 @@ cpu_slots = 2
   EXPECT_EQ(Query("PRAGMA integrity_check")[0][0], "ok");
 }
 
+// Rungs at fractions of an epoch are the decimals the config implies: 0.1 * 3 is
+// 0.30000000000000004 in doubles, and a program reporting epoch 0.3 is judged there.
+TEST_F(CommandTrialE2eTest, AProgramReportingTenthsOfAnEpochIsJudgedAtEachRung) {
+  Write("tenths.sh", R"(#!/bin/sh
+for e in 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1; do
+  case "$e" in 0.1|0.2) s=1 ;; *) s=$1 ;; esac
+  echo "sweep-report {\"epoch\": $e, \"score\": $s}"
+done
+)");
+  fs::permissions(dir_ / "tenths.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "tenths"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[early_stopping]
+algorithm = "asha"
+min_resource = 0.1
+max_resource = 1
+reduction_factor = 3
+[parameters]
+x = { values = [3, 1, 2] }
+[trial]
+kind = "command"
+command = ["./tenths.sh", "{x}"]
+kill_grace = 0.2
+[executor]
+cpu_slots = 1
+)");
+  Output o = Sweep("run c.toml");
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 3u);
+  // Every trial ties at rung 0 (0.1); at rung 1 (0.3) trial 0 is the best, 1 and 2 are not.
+  EXPECT_EQ(trials[0][1], "completed");
+  for (int n : {1, 2}) {
+    EXPECT_EQ(trials[n][1], "pruned") << "trial " << n;
+    EXPECT_EQ(trials[n][2].rfind("pruned at rung 1 (resource 0.3)", 0), 0u) << trials[n][2];
+    const std::string num = std::to_string(n);
+    EXPECT_EQ(Query("SELECT epochs FROM trials WHERE number = " + num)[0][0], "0.3");
+    EXPECT_EQ(Query("SELECT max(epoch) FROM reports WHERE trial = " + num)[0][0], "0.3");
+  }
+}
+
 TEST_F(CommandTrialE2eTest, ShippedExampleRuns) {
   if (std::system("command -v python3 > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "python3 is not installed";

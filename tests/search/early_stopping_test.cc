@@ -280,6 +280,26 @@ TEST(AshaTest, ARungIsReachedByTheFirstReportAtOrAboveIt) {
   EXPECT_EQ(s->OnReport(0, 5, 0.5).rung, 1);
 }
 
+TEST(AshaTest, FractionalRungsAreTheDecimalsTheyAreWrittenAs) {
+  SchedulerConfig c = Asha();
+  c.min_resource = 0.1;
+  c.max_resource = 1;
+  c.reduction_factor = 3;  // 0.1 * 3 is 0.30000000000000004 in doubles; the rung is 0.3
+  auto s = Make(c);
+  EXPECT_EQ(s->RungResources(), (std::vector<double>{0.1, 0.3, 0.9}));
+  EXPECT_EQ(s->OnReport(0, 0.1, 10).rung, 0);
+  EXPECT_EQ(s->OnReport(0, 0.3, 100).rung, 1);  // a report at epoch 0.3 is judged at rung 1
+  EXPECT_EQ(s->OnReport(1, 0.1, 10).rung, 0);
+  Decision d = s->OnReport(1, 0.3, 5);
+  EXPECT_TRUE(d.stop());
+  EXPECT_EQ(d.rung, 1);
+  EXPECT_EQ(d.reason.rfind("pruned at rung 1 (resource 0.3)", 0), 0u) << d.reason;
+  // Whole-number rungs keep every digit.
+  c.min_resource = 1;
+  c.max_resource = 1e15;
+  EXPECT_EQ(Make(c)->RungResources().back(), 617673396283947.0);  // 3^31
+}
+
 TEST(AshaTest, AJumpOverSeveralRungsIsJudgedAtTheHighestOnly) {
   auto s = Make(Asha());
   Decision d = s->OnReport(0, 10, 0.9);

@@ -426,6 +426,8 @@ TEST_F(BadConfigTest, EarlyStoppingAndConditionErrors) {
        "e.toml:15:16: early_stopping.grace_period: does not apply to algorithm \"asha\""},
       {bs + "[early_stopping]\nalgorithm = \"asha\"\nreduction_factor = 1\n",
        "e.toml:15:20: early_stopping.reduction_factor must be >= 2"},
+      {bs + "[early_stopping]\nalgorithm = \"median\"\nmin_trials = 0\n",
+       "e.toml:15:14: early_stopping.min_trials: must be between 1 and"},
       {bs + "[early_stopping]\nalgorithm = \"asha\"\nmax_resource = 81\n",
        "e.toml:15:16: early_stopping.max_resource: is 81 but every trial stops at 27"},
       {b + "[early_stopping]\nalgorithm = \"median\"\n",
