@@ -14,6 +14,11 @@ out=${2:-build-gpu-pack}
 data=${3:-/usr/share/datasets/fashion-mnist}
 binaries=(sweep/sweep tests/trainer/sweep_trainer_cuda_tests bench/gpu/gpu_bench)
 
+# Built here, so that the pack never carries binaries older than the tree.
+cmake --build "$build" --target sweep sweep_trainer_cuda_tests gpu_bench > /dev/null || {
+  echo "pack.sh: building sweep, sweep_trainer_cuda_tests and gpu_bench in $build failed" >&2
+  exit 2
+}
 for b in "${binaries[@]}"; do
   if [[ ! -x "$build/$b" ]]; then
     echo "pack.sh: $build/$b is missing: configure $build with CUDA and build sweep," \

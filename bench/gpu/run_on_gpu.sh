@@ -12,12 +12,13 @@
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
 # running all of them.
 set -u
-# Each step gets at most STEP_TIMEOUT seconds (default 300): a hang in one must not take the
-# others' output with it. The whole script ends within DEADLINE seconds (default 570, inside a
-# 10-minute limit on one command): a step gets what is left, and one with under 30 s left is
-# skipped and counted as failed. The steps run in order of what matters most.
-step_timeout=${STEP_TIMEOUT:-300}
-deadline=$((SECONDS + ${DEADLINE:-570}))
+# Each step gets at most STEP_TIMEOUT seconds (default 240): a hang in one must not take the
+# others' output with it. The whole script ends within DEADLINE seconds (default 450: with a
+# machine's start-up, that leaves time to run it again within 15 minutes of device time): a step
+# gets what is left, and one with under 30 s left is skipped and counted as failed. The steps
+# run in order of what matters most.
+step_timeout=${STEP_TIMEOUT:-240}
+deadline=$((SECONDS + ${DEADLINE:-450}))
 # Prints the seconds the next step may take, or (failing) why it is skipped.
 allot() {
   local left=$((deadline - SECONDS - 5))
@@ -37,6 +38,14 @@ if [[ ! -d "$build" ]]; then
   echo "run_on_gpu.sh: no build directory '$build' (configure and build first)" >&2
   exit 2
 fi
+if [[ ! -d "$data" ]]; then
+  echo "run_on_gpu.sh: no data directory '$data'" >&2
+  exit 2
+fi
+# Absolute: the sweeps' config is copied to a scratch folder, and a relative dataset path in a
+# config is read from the config's folder.
+build=$(cd "$build" && pwd)
+data=$(cd "$data" && pwd)
 binaries=("$build/sweep/sweep" "$build/tests/trainer/sweep_trainer_cuda_tests"
           "$build/bench/gpu/gpu_bench")
 

@@ -34,6 +34,13 @@ thread_local dim3 gridDim;
 namespace {
 
 thread_local cudaError_t last_error = cudaSuccess;
+
+// As the CUDA runtime: every call that fails, cudaErrorNotReady included, leaves its error for
+// the thread's next cudaGetLastError(), which a launch check would otherwise report as its own.
+cudaError_t Failed(cudaError_t err) {
+  last_error = err;
+  return err;
+}
 thread_local int current_device = 0;
 constexpr int kDevices = 2;
 
@@ -306,7 +313,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device < 0 || device >= kDevices) return cudaErrorInvalidDevice;
+  if (device < 0 || device >= kDevices) return Failed(cudaErrorInvalidDevice);
   current_device = device;
   return cudaSuccess;
 }
@@ -323,7 +330,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 }
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
-  if (ptr == nullptr) return cudaErrorInvalidValue;
+  if (ptr == nullptr) return Failed(cudaErrorInvalidValue);
   if (bytes == 0) {
     *ptr = nullptr;
     return cudaSuccess;
@@ -335,11 +342,11 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   const size_t data_pages = (bytes + page - 1) / page;
   const size_t mapped = (data_pages + 1) * page;
   void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) return cudaErrorMemoryAllocation;
+  if (base == MAP_FAILED) return Failed(cudaErrorMemoryAllocation);
   char* guard = static_cast<char*>(base) + data_pages * page;
   if (mprotect(guard, page, PROT_NONE) != 0) {
     munmap(base, mapped);
-    return cudaErrorMemoryAllocation;
+    return Failed(cudaErrorMemoryAllocation);
   }
   void* p = guard - bytes;
   std::memset(p, 0xA5, bytes);  // not zero: cudaMalloc's memory holds whatever was there
@@ -358,7 +365,7 @@ cudaError_t cudaFree(void* ptr) {
   {
     std::lock_guard<std::mutex> lock(memory_mu);
     auto it = Allocations().find(ptr);
-    if (it == Allocations().end()) return cudaErrorInvalidValue;
+    if (it == Allocations().end()) return Failed(cudaErrorInvalidValue);
     m = it->second;
     Allocations().erase(it);
   }
@@ -388,6 +395,7 @@ struct CUevent_st {
   uint64_t position = 0;
   bool recorded = false;
   std::chrono::steady_clock::time_point when;
+  uint64_t queried_early = 0;  // the record a query has already found not ready
 };
 
 namespace {
@@ -553,9 +561,9 @@ cudaError_t cudaMemset(void* ptr, int value, size_t bytes) {
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t stream) {
-  if (ptr == nullptr && bytes > 0) return cudaErrorInvalidValue;
+  if (ptr == nullptr && bytes > 0) return Failed(cudaErrorInvalidValue);
   if (!cuda_emu::Enqueue(stream, [=] { std::memset(ptr, value, bytes); })) {
-    return cudaErrorInvalidResourceHandle;
+    return Failed(cudaErrorInvalidResourceHandle);
   }
   return cudaSuccess;
 }
@@ -563,8 +571,8 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
 // The copies, as the CUDA Runtime API's "API synchronization behavior" section describes them.
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t stream) {
-  if ((dst == nullptr || src == nullptr) && bytes > 0) return cudaErrorInvalidValue;
-  if (!StreamOk(stream)) return cudaErrorInvalidResourceHandle;
+  if ((dst == nullptr || src == nullptr) && bytes > 0) return Failed(cudaErrorInvalidValue);
+  if (!StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
   const cudaStream_t s = Resolve(stream);
   if (kind == cudaMemcpyHostToDevice && !Pinned(src, bytes)) {
     QueueFromPageable(s, dst, src, bytes);
@@ -602,9 +610,9 @@ cudaError_t cudaDeviceSynchronize() {
 // ---- pinned memory, streams, events ----
 
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
-  if (ptr == nullptr) return cudaErrorInvalidValue;
+  if (ptr == nullptr) return Failed(cudaErrorInvalidValue);
   void* p = std::malloc(bytes > 0 ? bytes : 1);
-  if (p == nullptr) return cudaErrorMemoryAllocation;
+  if (p == nullptr) return Failed(cudaErrorMemoryAllocation);
   Track(reinterpret_cast<uintptr_t>(p), bytes > 0 ? bytes : 1);
   *ptr = p;
   return cudaSuccess;
@@ -612,8 +620,9 @@ cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
-  DrainDevice(current_device);                      // as cudaFree: queued copies may still read it
-  if (!Untrack(ptr)) return cudaErrorInvalidValue;  // not from cudaHostAlloc, or freed twice
+  DrainDevice(current_device);  // as cudaFree: queued copies may still read it
+  if (!Untrack(ptr))
+    return Failed(cudaErrorInvalidValue);  // not from cudaHostAlloc, or freed twice
   std::free(ptr);
   return cudaSuccess;
 }
@@ -629,7 +638,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  if (stream == nullptr || !Live(stream)) return cudaErrorInvalidResourceHandle;
+  if (stream == nullptr || !Live(stream)) return Failed(cudaErrorInvalidResourceHandle);
   Drain(stream);  // CUDA lets queued work finish first
   Untrack(stream);
   std::lock_guard<std::mutex> lock(handles_mu);
@@ -638,7 +647,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (!StreamOk(stream)) return cudaErrorInvalidResourceHandle;
+  if (!StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
   const cudaStream_t s = Resolve(stream);
   HostWaits(s);
   Drain(s);
@@ -646,7 +655,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
-  if (!StreamOk(stream) || !Live(event)) return cudaErrorInvalidResourceHandle;
+  if (!StreamOk(stream) || !Live(event)) return Failed(cudaErrorInvalidResourceHandle);
   // The record the event has now; a later record does not move the wait. Never recorded: no
   // wait.
   cudaStream_t on;
@@ -669,14 +678,15 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
 cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  if (event == nullptr || !Untrack(event)) return cudaErrorInvalidResourceHandle;
+  if (event == nullptr || !Untrack(event)) return Failed(cudaErrorInvalidResourceHandle);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!Live(event) || !StreamOk(stream)) return cudaErrorInvalidResourceHandle;
+  if (!Live(event) || !StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
   // As CUDA: the stream must belong to the current device.
-  if (stream != nullptr && stream->device != current_device) return cudaErrorInvalidResourceHandle;
+  if (stream != nullptr && stream->device != current_device)
+    return Failed(cudaErrorInvalidResourceHandle);
   const cudaStream_t s = Resolve(stream);
   uint64_t position;
   {
@@ -696,7 +706,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  if (!Live(event)) return cudaErrorInvalidResourceHandle;
+  if (!Live(event)) return Failed(cudaErrorInvalidResourceHandle);
   cudaStream_t on;
   uint64_t position;
   {
@@ -711,20 +721,26 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  if (!Live(event)) return cudaErrorInvalidResourceHandle;
-  if (stall_queries.load()) {
+  if (!Live(event)) return Failed(cudaErrorInvalidResourceHandle);
+  {
     std::lock_guard<std::mutex> lock(events_mu);
-    if (event->stream != nullptr) return cudaErrorNotReady;
+    if (stall_queries.load() && event->stream != nullptr) return Failed(cudaErrorNotReady);
+    // A GPU is rarely done at the first look: the first query of a record whose work has not
+    // run says so (and leaves the error a caller must clear), the next one waits for it.
+    if (event->stream != nullptr && !event->recorded && event->queried_early != event->position) {
+      event->queried_early = event->position;
+      return Failed(cudaErrorNotReady);
+    }
   }
   return cudaEventSynchronize(event);
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (!Live(start) || !Live(end)) return cudaErrorInvalidResourceHandle;
+  if (!Live(start) || !Live(end)) return Failed(cudaErrorInvalidResourceHandle);
   // As CUDA: events made without timing cannot be timed; ones not yet reached are not ready.
-  if (!start->timing || !end->timing) return cudaErrorInvalidResourceHandle;
+  if (!start->timing || !end->timing) return Failed(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> lock(events_mu);
-  if (!start->recorded || !end->recorded) return cudaErrorNotReady;
+  if (!start->recorded || !end->recorded) return Failed(cudaErrorNotReady);
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
   return cudaSuccess;
 }

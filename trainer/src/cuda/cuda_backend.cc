@@ -177,6 +177,9 @@ class CudaReplicaGroup final : public ReplicaGroup {
         if (s != nullptr) cudaStreamDestroy(s);
       }
     }
+    // What a failed teardown call left as this thread's last error would fail the next group's
+    // first launch check (a reused worker's next trial).
+    (void)cudaGetLastError();
   }
 
   int size() const override { return static_cast<int>(ranks_.size()); }
@@ -590,6 +593,9 @@ class CudaReplicaGroup final : public ReplicaGroup {
       const cudaError_t ready = cudaEventQuery(event);
       if (ready == cudaSuccess) return Status::Ok();
       if (ready != cudaErrorNotReady) CUDA_CHECK(ready);
+      // Not ready is an answer, not a fault, but the runtime keeps it as the thread's last error
+      // all the same: the next launch's check would fail on it.
+      (void)cudaGetLastError();
       if (spins % 64 == 0) SWEEP_RETURN_IF_ERROR(CheckAsyncError(r));
       std::this_thread::yield();
     }
@@ -919,6 +925,7 @@ std::string ContextFault() {
     }
   }
   if (restore) cudaSetDevice(current);
+  (void)cudaGetLastError();  // said in `fault`; not the next launch's error
   return fault;
 }
 

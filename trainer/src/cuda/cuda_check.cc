@@ -22,6 +22,10 @@ Status Make(const char* lib, const std::string& what, const char* stmt, const ch
 }  // namespace
 
 Status CudaStatus(cudaError_t err, const char* stmt, const char* file, int line) {
+  // The runtime also keeps a failed call's error for the thread's next cudaGetLastError(): left
+  // there, the next launch check on this thread (the next trial's, a worker being reused) would
+  // report it as its own. A sticky error (the context is lost) comes back from every call anyway.
+  (void)cudaGetLastError();
   return Make("cuda", std::string(cudaGetErrorString(err)) + " (" + cudaGetErrorName(err) + ")",
               stmt, file, line);
 }
