@@ -553,15 +553,28 @@ DatasetProblem DatasetFilesProblem(const trainer::DatasetSpec& ds) {
   for (auto [name, file] : files) {
     if (file->empty()) continue;
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(*file, ec)) {
+    const auto type = std::filesystem::status(*file, ec).type();
+    if (type == std::filesystem::file_type::not_found) {
       std::string msg = "no such file '" + *file + "'";
       if (file->find("fashion-mnist") != std::string::npos) {
         msg += " (Debian's dataset-fashion-mnist package installs it)";
       }
       return {name, msg};
     }
+    if (ec) return {name, "cannot reach '" + *file + "': " + ec.message()};
+    if (type != std::filesystem::file_type::regular) {
+      return {name, "'" + *file + "' is " +
+                        (type == std::filesystem::file_type::directory
+                             ? "a folder, not a file"
+                             : "not a regular file (a device, pipe or socket)")};
+    }
+    errno = 0;
     std::ifstream probe(*file);
-    if (!probe) return {name, "cannot read '" + *file + "'"};
+    if (!probe) {
+      const int err = errno;
+      return {name, "cannot read '" + *file + "'" +
+                        (err != 0 ? ": " + std::string(std::strerror(err)) : "")};
+    }
   }
   if (ds.train_images.empty()) return {"", "no training data given"};
   return {};

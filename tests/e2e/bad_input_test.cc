@@ -489,6 +489,10 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        "train_images = \"train-images\", train_labels = \"train-labels\", test_images = "
        "\"train-images\", test_labels = \"no-such-labels\" }\n",
        {"bad.toml:5:11: trainer.dataset.test_labels: no such file '/", "/no-such-labels'"}},
+      {"dataset file is a folder",
+       "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
+       "train_images = \"train-images\", train_labels = \"..\" }\n",
+       {"bad.toml:5:11: trainer.dataset.train_labels: '/", "' is a folder, not a file"}},
       {"missing Fashion-MNIST file",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
        "train_images = \"/nonexistent/fashion-mnist/train-images-idx3-ubyte.gz\", train_labels = "

@@ -2,9 +2,11 @@
 // cache, the fixed validation split and the background batcher. Each test writes its own
 // files into a fresh temporary directory.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -80,6 +82,40 @@ std::string IdxError(const TempDir& dir, const std::vector<uint8_t>& img,
   WriteBytes(dir / "labels.idx", lbl, gz);
   auto ds = LoadIdx(dir / "images.idx", dir / "labels.idx");
   return ds.ok() ? "" : ds.status().message();
+}
+
+// A file much larger than its header declares (a wrong file, a gzip bomb) is refused without
+// holding it: the header is checked first, only the declared data is kept, the rest is counted.
+TEST(IdxErrors, DataBeyondTheHeaderIsCountedNotHeld) {
+  TempDir dir;
+  const std::string big = dir / "big.gz";
+  constexpr int kMiB = 1 << 20;
+  const std::vector<uint8_t> header = {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2};
+  std::vector<uint8_t> zeros(kMiB);
+  auto write = [&](uint8_t type, int mib) {
+    gzFile f = gzopen(big.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::vector<uint8_t> h = header;
+    h[2] = type;
+    ASSERT_EQ(gzwrite(f, h.data(), static_cast<unsigned>(h.size())), static_cast<int>(h.size()));
+    for (int i = 0; i < mib; ++i) ASSERT_EQ(gzwrite(f, zeros.data(), kMiB), kMiB);
+    ASSERT_EQ(gzclose(f), Z_OK);
+  };
+  rusage before{};
+  getrusage(RUSAGE_SELF, &before);
+  write(0x08, 256);  // 2 images of 2x2, then 256 MiB of zeros (about 250 KB gzipped)
+  auto ds = LoadIdx(big, dir / "labels.idx");
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().message(),
+            big + ": expected 2 images of 2x2, found " + std::to_string(256 * kMiB / 4));
+  write(0x0D, 256);  // refused by its header alone
+  ds = LoadIdx(big, dir / "labels.idx");
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().message(),
+            big + ": IDX data type 0x0D is not supported (only unsigned bytes, 0x08)");
+  rusage after{};
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 64 * 1024) << "KiB more at the peak";
 }
 
 TEST(IdxErrors, EveryMalformedFileIsNamed) {
@@ -246,6 +282,47 @@ TEST(Csv, ErrorsNameFileAndLine) {
             f + ":1: label \"3.5\" is not a class index (an integer in [0, 100000))");
   // So is a bad feature value in a first row with a label: it is data, not column names.
   EXPECT_EQ(CsvError(dir, "1,0.5,NA\n0,1,2\n"), f + ":1: column 3: \"NA\" is not a finite number");
+}
+
+// Quoted fields may hold commas (RFC 4180 within a line); a quote left open is named.
+TEST(Csv, QuotedFieldsMayHoldCommas) {
+  TempDir dir;
+  WriteText(dir / "q.csv",
+            "\"label\",\"width, cm\",\"say \"\"hi\"\"\"\n\"1\", \"0.5\" ,2\n0,1,\"3\"\n");
+  auto q = LoadCsv(dir / "q.csv", 0);
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_EQ((*q)->n, 2);
+  EXPECT_EQ((*q)->dim, 2);
+  EXPECT_EQ(ToVector((*q)->f32), (std::vector<float>{0.5f, 2.0f, 1.0f, 3.0f}));
+  EXPECT_EQ(ToVector((*q)->labels), (std::vector<int32_t>{1, 0}));
+  const std::string f = dir / "d.csv";
+  EXPECT_EQ(CsvError(dir, "1,\"2,5\",3\n"), f + ":1: column 2: \"2,5\" is not a finite number");
+  EXPECT_EQ(CsvError(dir, "1,2,3\n0,\"4,5\n"),
+            f + ":2: a quote opens a field that does not close on this line (a field cannot "
+                "span lines)");
+  EXPECT_EQ(CsvError(dir, "1,\"2\"x,3\n"), f + ":1: column 2: \"\"2\"x\" is not a finite number");
+}
+
+// A column that gives nearly every row a label of its own (the row index pandas writes first)
+// is refused as a label, with a hint.
+TEST(Labels, ARowNumberIsNotAClass) {
+  TempDir dir;
+  std::string text = ",label,a\n";
+  for (int i = 0; i < 40; ++i) {
+    text += std::to_string(i) + "," + std::to_string(i % 3) + ",0.5\n";
+  }
+  WriteText(dir / "indexed.csv", text);
+  auto indexed = LoadCsv(dir / "indexed.csv", 0);
+  ASSERT_TRUE(indexed.ok()) << indexed.status().message();
+  EXPECT_EQ(CheckTrainingLabels(**indexed).message(),
+            dir / "indexed.csv" +
+                ": 40 samples hold 40 distinct labels; a label that nearly every sample has alone "
+                "numbers or names the samples, it is not a class (is the label in another "
+                "column? label_column picks it: 0 by default, -1 for the last; pandas' to_csv "
+                "writes its row index first unless given index=False)");
+  auto right = LoadCsv(dir / "indexed.csv", 1);
+  ASSERT_TRUE(right.ok()) << right.status().message();
+  EXPECT_TRUE(CheckTrainingLabels(**right).ok());
 }
 
 // Integer feature names with a named label (as pandas writes them) are a header; `header` says

@@ -41,44 +41,93 @@ constexpr uint64_t kSplitSeed = 0x5EEDC0DE5A17ull;
 // memory a sweep over several datasets can pin.
 constexpr size_t kMaxCachedDatasets = 4;
 
-// Reads a whole file through zlib, which decompresses gzip data (detected by its magic bytes)
-// and passes anything else through unchanged.
+// A file read through zlib, which decompresses gzip data (detected by its magic bytes) and
+// passes anything else through unchanged. Reads are bounded by what the caller asks for, so a
+// header can be checked before the data is read, and a file (or a gzip bomb) larger than its
+// header says costs no memory beyond what was declared.
+class ZFile {
+ public:
+  ZFile() = default;
+  ZFile(const ZFile&) = delete;
+  ZFile& operator=(const ZFile&) = delete;
+  ~ZFile() {
+    if (f_ != nullptr) gzclose(f_);
+  }
+
+  Status Open(const std::string& path) {
+    path_ = path;
+    errno = 0;
+    f_ = gzopen(path.c_str(), "rb");
+    if (f_ == nullptr) {
+      const int err = errno;
+      const std::string why = err != 0 ? std::strerror(err) : "out of memory";
+      if (err == ENOENT) return Status::NotFound(path + ": cannot open: " + why);
+      return Status::IoError(path + ": cannot open: " + why);
+    }
+    gzbuffer(f_, 1 << 17);
+    return Status::Ok();
+  }
+
+  // Appends up to `n` more bytes of the file to *out: fewer only at its end.
+  Status Append(uint64_t n, std::vector<uint8_t>* out) {
+    constexpr uint64_t kChunk = 1u << 20;
+    while (n > 0) {
+      const auto want = static_cast<unsigned>(std::min(n, kChunk));
+      const size_t size = out->size();
+      out->resize(size + want);
+      const int got = gzread(f_, out->data() + size, want);
+      out->resize(size + static_cast<size_t>(std::max(got, 0)));
+      read_ += static_cast<uint64_t>(std::max(got, 0));
+      if (got < static_cast<int>(want)) return Check();
+      n -= want;
+    }
+    return Status::Ok();
+  }
+
+  // Reads the rest of the file through a small buffer; *rest: how many bytes it held.
+  Status Skip(uint64_t* rest) {
+    std::vector<uint8_t> scratch;
+    *rest = 0;
+    for (;;) {
+      scratch.clear();
+      const uint64_t before = read_;
+      SWEEP_RETURN_IF_ERROR(Append(1u << 20, &scratch));
+      *rest += read_ - before;
+      if (scratch.size() < (1u << 20)) return Status::Ok();
+    }
+  }
+
+ private:
+  // After a short read: the end of the file, or the error that cut it short.
+  Status Check() {
+    int errnum = Z_OK;
+    const char* msg = gzerror(f_, &errnum);
+    const std::string zmsg = msg != nullptr ? msg : "";
+    if (errnum == Z_BUF_ERROR) {
+      return Status::Corruption(path_ + ": gzip data ends early (unexpected end of file) after " +
+                                std::to_string(read_) + " bytes");
+    }
+    if (errnum == Z_ERRNO) return Status::IoError(path_ + ": read failed: " + std::strerror(errno));
+    if (errnum != Z_OK) {
+      // zlib's message may begin with the file's name: say it once.
+      std::string why = zmsg;
+      if (why.rfind(path_ + ": ", 0) == 0) why = why.substr(path_.size() + 2);
+      return Status::Corruption(path_ + ": bad gzip data: " + why);
+    }
+    return Status::Ok();
+  }
+
+  std::string path_;
+  gzFile f_ = nullptr;
+  uint64_t read_ = 0;
+};
+
+// The whole file (a CSV's text).
 Result<std::vector<uint8_t>> ReadFile(const std::string& path) {
-  errno = 0;
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    const int err = errno;
-    const std::string why = err != 0 ? std::strerror(err) : "out of memory";
-    if (err == ENOENT) return Status::NotFound(path + ": cannot open: " + why);
-    return Status::IoError(path + ": cannot open: " + why);
-  }
-  gzbuffer(f, 1 << 17);
+  ZFile f;
+  SWEEP_RETURN_IF_ERROR(f.Open(path));
   std::vector<uint8_t> bytes;
-  size_t size = 0;
-  constexpr unsigned kChunk = 1u << 20;
-  for (;;) {
-    bytes.resize(size + kChunk);
-    const int got = gzread(f, bytes.data() + size, kChunk);
-    if (got < 0) break;
-    size += static_cast<size_t>(got);
-    if (got < static_cast<int>(kChunk)) break;
-  }
-  int errnum = Z_OK;
-  const char* msg = gzerror(f, &errnum);
-  const std::string zmsg = msg != nullptr ? msg : "";
-  gzclose(f);
-  if (errnum == Z_BUF_ERROR) {
-    return Status::Corruption(path + ": gzip data ends early (unexpected end of file) after " +
-                              std::to_string(size) + " bytes");
-  }
-  if (errnum == Z_ERRNO) return Status::IoError(path + ": read failed: " + std::strerror(errno));
-  if (errnum != Z_OK) {
-    // zlib's message may begin with the file's name: say it once.
-    std::string why = zmsg;
-    if (why.rfind(path + ": ", 0) == 0) why = why.substr(path.size() + 2);
-    return Status::Corruption(path + ": bad gzip data: " + why);
-  }
-  bytes.resize(size);
+  SWEEP_RETURN_IF_ERROR(f.Append(std::numeric_limits<uint64_t>::max(), &bytes));
   bytes.shrink_to_fit();
   return bytes;
 }
@@ -96,9 +145,10 @@ struct IdxFile {
 // otherwise 2 or more (count, then each item's shape). The item count in the header must match
 // the data exactly.
 Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
-  auto read = ReadFile(path);
-  if (!read.ok()) return read.status();
-  std::vector<uint8_t>& b = read.value();
+  ZFile f;
+  SWEEP_RETURN_IF_ERROR(f.Open(path));
+  std::vector<uint8_t> b;
+  SWEEP_RETURN_IF_ERROR(f.Append(4, &b));
   if (b.size() < 4) {
     return Status::Corruption(path + ": not an IDX file (" + std::to_string(b.size()) +
                               " bytes, too short for the header)");
@@ -122,6 +172,7 @@ Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
                               std::to_string(ndims) + (ndims == 1 ? " dimension" : " dimensions"));
   }
   const size_t header = 4 + 4 * static_cast<size_t>(ndims);
+  SWEEP_RETURN_IF_ERROR(f.Append(header - 4, &b));
   if (b.size() < header) {
     return Status::Corruption(path + ": IDX header is cut short (" + std::to_string(b.size()) +
                               " of " + std::to_string(header) + " bytes)");
@@ -145,7 +196,15 @@ Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
     out.dims.push_back(v);
   }
   const int64_t count = out.dims[0];
-  const int64_t data = static_cast<int64_t>(b.size() - header);
+  if (count >= std::numeric_limits<int32_t>::max()) {
+    return Status::Corruption(path + ": too many items (" + std::to_string(count) + ")");
+  }
+  // The data the header declares, and no more: what follows it is only counted.
+  const auto declared = static_cast<uint64_t>(count) * static_cast<uint64_t>(item);
+  SWEEP_RETURN_IF_ERROR(f.Append(declared, &out.bytes));
+  uint64_t rest = 0;
+  if (out.bytes.size() == declared) SWEEP_RETURN_IF_ERROR(f.Skip(&rest));
+  const auto data = static_cast<int64_t>(out.bytes.size() + rest);
   const int64_t found = data / item;
   const std::string plural = std::string(kind) + "s";
   if (found != count) {
@@ -157,12 +216,7 @@ Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
     return Status::Corruption(path + ": " + std::to_string(data % item) + " stray bytes after " +
                               std::to_string(count) + " " + plural);
   }
-  if (count >= std::numeric_limits<int32_t>::max()) {
-    return Status::Corruption(path + ": too many items (" + std::to_string(count) + ")");
-  }
-  b.erase(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(header));
-  b.shrink_to_fit();
-  out.bytes = std::move(b);
+  out.bytes.shrink_to_fit();
   return out;
 }
 
@@ -181,16 +235,36 @@ bool ParseFloat(std::string_view s, float* v) {
   return ec == std::errc() && ptr == s.data() + s.size();
 }
 
-void SplitFields(std::string_view line, std::vector<std::string_view>* fields) {
+// Splits a CSV line into its fields. A field in double quotes may hold commas, and "" in it
+// stands for a quote (RFC 4180 within one line; the quotes are not part of the value, and a
+// doubled quote is left doubled: values are numbers, and names only go into messages). False
+// when a quote opens a field that its line does not close.
+bool SplitFields(std::string_view line, std::vector<std::string_view>* fields) {
   fields->clear();
   size_t start = 0;
   for (;;) {
-    const size_t comma = line.find(',', start);
-    if (comma == std::string_view::npos) {
-      fields->push_back(Trim(line.substr(start)));
-      return;
+    size_t i = start;
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    size_t comma;
+    if (i < line.size() && line[i] == '"') {
+      size_t close = i + 1;
+      for (;; close += 2) {
+        close = line.find('"', close);
+        if (close == std::string_view::npos) return false;
+        if (close + 1 >= line.size() || line[close + 1] != '"') break;
+      }
+      comma = line.find(',', close + 1);
+      const std::string_view after =
+          Trim(line.substr(close + 1, comma == std::string_view::npos ? comma : comma - close - 1));
+      // Anything between the closing quote and the comma is kept, so the field reads as no
+      // number and its message shows it.
+      fields->push_back(after.empty() ? line.substr(i + 1, close - i - 1)
+                                      : Trim(line.substr(start, comma - start)));
+    } else {
+      comma = line.find(',', start);
+      fields->push_back(Trim(line.substr(start, comma - start)));
     }
-    fields->push_back(Trim(line.substr(start, comma - start)));
+    if (comma == std::string_view::npos) return true;
     start = comma + 1;
   }
 }
@@ -264,6 +338,21 @@ Status CheckTrainingLabels(const Dataset& data) {
         std::to_string(empty) + " of the classes 0 to " + std::to_string(data.num_classes - 1) +
         " have no sample; labels must be numbered 0 to C-1");
   }
+  // Most samples in a class of their own: the column read as the label numbers the rows (an
+  // index pandas wrote) or identifies them; nothing can be learnt from it.
+  const int64_t distinct = data.num_classes - empty;
+  if (data.n >= 20 && distinct * 2 > data.n) {
+    std::string msg = data.source + ": " + std::to_string(data.n) + " samples hold " +
+                      std::to_string(distinct) +
+                      " distinct labels; a label that nearly every sample has alone numbers or "
+                      "names the samples, it is not a class";
+    if (data.shape.size() == 1) {
+      msg +=
+          " (is the label in another column? label_column picks it: 0 by default, -1 for the "
+          "last; pandas' to_csv writes its row index first unless given index=False)";
+    }
+    return Status::Corruption(msg);
+  }
   return Status::Ok();
 }
 
@@ -310,7 +399,11 @@ Result<DatasetPtr> LoadCsv(const std::string& path, int label_column, std::optio
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (Trim(line).empty()) continue;
     const std::string where = path + ":" + std::to_string(line_no);
-    SplitFields(line, &fields);
+    if (!SplitFields(line, &fields)) {
+      return Status::Corruption(where +
+                                ": a quote opens a field that does not close on this line (a "
+                                "field cannot span lines)");
+    }
     const int64_t ncols = static_cast<int64_t>(fields.size());
     if (columns < 0) {
       columns = ncols;
