@@ -140,12 +140,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
     }
     if (faulted) AbortCommunicators();
 #endif
-    for (Rank& r : ranks_) {
-      cudaSetDevice(r.device);
-      for (cudaStream_t s : {r.compute, r.copy, r.comm}) {
-        if (s != nullptr) cudaStreamSynchronize(s);
-      }
-    }
+    SynchronizeAll();
 #if defined(SWEEP_HAVE_NCCL)
     // One thread destroys every rank's communicator: as a group, since a destroy may wait for
     // the other ranks' (it finalizes the communicator, an intra-node collective). None with one
@@ -202,9 +197,24 @@ class CudaReplicaGroup final : public ReplicaGroup {
         }
       });
     } catch (...) {
+      // A rank that failed may have left copies queued from the Batcher's pinned buffers, which
+      // its owner frees next: let every stream finish (the communicators are aborted, so the
+      // collectives end too) before the failure goes up.
+      SynchronizeAll();
       if (first) std::rethrow_exception(first);
       throw;
     }
+  }
+
+  // Waits for every rank's streams, ignoring their errors (said already, or sticky).
+  void SynchronizeAll() {
+    for (Rank& r : ranks_) {
+      cudaSetDevice(r.device);
+      for (cudaStream_t s : {r.compute, r.copy, r.comm}) {
+        if (s != nullptr) cudaStreamSynchronize(s);
+      }
+    }
+    (void)cudaGetLastError();
   }
 
   void TrainMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args,

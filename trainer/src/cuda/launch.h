@@ -11,6 +11,10 @@ namespace sweep::trainer::cuda {
 
 template <typename... Params, typename... Args>
 void Launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  // The check after a launch reads the thread's last error, which any earlier runtime call may
+  // have set, NCCL's and cuBLAS's own included (an event query answered "not ready"): start from
+  // none, so the check sees this launch's error only. Every call of ours is checked where made.
+  (void)cudaGetLastError();
 #if defined(__CUDACC__)
   kernel<<<grid, block, 0, stream>>>(args...);
 #else
