@@ -67,6 +67,9 @@ using nlohmann::json;
 
 namespace {
 
+// What a command trial's pipe may hold read but unparsed while its report waits for a verdict.
+constexpr size_t kMaxHeldBytes = size_t{4} << 20;
+
 using Clock = std::chrono::steady_clock;
 
 TrialOutcome Failed(std::string error) {
@@ -576,47 +579,47 @@ class CommandRun {
   // Reads the program's output until it ends; stops it when asked, on timeout or divergence.
   TrialOutcome Supervise(int out_log, int err_log) {
     ::fcntl(pipe_.get(), F_SETFL, ::fcntl(pipe_.get(), F_GETFL) | O_NONBLOCK);
+    out_log_ = out_log;
+    pipe_open_ = true;
+    partial_.clear();
+    // While the caller waits inside the sink for an early-stopping verdict, the program runs on.
+    if (hooks_.while_waiting != nullptr) *hooks_.while_waiting = [this] { Drain(); };
+    struct Unset {
+      std::function<void()>* f;
+      ~Unset() {
+        if (f != nullptr) *f = nullptr;
+      }
+    } unset{hooks_.while_waiting};
     const Clock::time_point start = Clock::now();
     Clock::time_point term_sent{};
-    bool term = false, killed = false, pipe_open = true, exited = false;
+    bool term = false, killed = false, exited = false;
     int wait_status = 0;
     Clock::time_point exited_at{};
     std::string why_stopped;  // non-empty: we ended it (timeout, divergence)
     bool overlong = false;    // in a line already read (as too long) before its end came
-    std::string partial;
-    char buf[65536];
+    std::string& partial = partial_;
 
     for (;;) {
-      if (pipe_open) {
+      if (pipe_open_) {
         pollfd p{pipe_.get(), POLLIN, 0};
         int ready = ::poll(&p, 1, exited ? 20 : 100);
-        if (ready > 0) {
-          ssize_t n = ::read(pipe_.get(), buf, sizeof buf);
-          if (n > 0) {
-            if (!WriteAll(out_log, std::string(buf, static_cast<size_t>(n))) &&
-                log_error_.empty()) {
-              log_error_ = std::strerror(errno);
-              // What follows is not in the log: a run again reads it only up to here.
-              (void)AppendRecord(runs_path_, {{"end_offset", ::lseek(out_log, 0, SEEK_END)}});
-            }
-            partial.append(buf, static_cast<size_t>(n));
-            size_t pos;
-            while ((pos = partial.find('\n')) != std::string::npos) {
-              // The end of an overlong line was read as one already (below).
-              if (!overlong) Line(partial.substr(0, pos), err_log, &why_stopped);
-              overlong = false;
-              partial.erase(0, pos + 1);
-            }
-            if (partial.size() > kMaxReportBytes) {
-              // No line break for this long (a progress bar redrawn with \r, binary output):
-              // read what came as a line (an overlong report is refused), and the rest of it,
-              // up to its line break, not at all.
-              if (!overlong) Line(partial, err_log, &why_stopped);
-              overlong = true;
-              partial.clear();
-            }
-          } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-            pipe_open = false;
+        if (ready > 0 && ReadSome()) {
+          size_t pos;
+          // Line() may wait for a verdict, and Drain() append to `partial` meanwhile: its
+          // beginning, the line being read, stays where it is.
+          while ((pos = partial.find('\n')) != std::string::npos) {
+            // The end of an overlong line was read as one already (below).
+            if (!overlong) Line(partial.substr(0, pos), err_log, &why_stopped);
+            overlong = false;
+            partial.erase(0, pos + 1);
+          }
+          if (partial.size() > kMaxReportBytes) {
+            // No line break for this long (a progress bar redrawn with \r, binary output):
+            // read what came as a line (an overlong report is refused), and the rest of it,
+            // up to its line break, not at all.
+            if (!overlong) Line(partial, err_log, &why_stopped);
+            overlong = true;
+            partial.clear();
           }
         }
       }
@@ -631,13 +634,13 @@ class CommandRun {
           ::kill(-pid_, SIGKILL);
           if (hooks_.ended) hooks_.ended();
           ::waitpid(pid_, &wait_status, 0);
-        } else if (!pipe_open) {
+        } else if (!pipe_open_) {
           // Its stdout is closed but it runs on: wait without spinning.
           ::usleep(20'000);
         }
       }
       // Once it exited, read what is left; a descendant holding the pipe gets 1 s.
-      if (exited && (!pipe_open || Clock::now() - exited_at > std::chrono::seconds(1))) break;
+      if (exited && (!pipe_open_ || Clock::now() - exited_at > std::chrono::seconds(1))) break;
       if (exited) continue;
 
       if (hooks_.idle) hooks_.idle();  // a stop may have come while the program was silent
@@ -717,6 +720,34 @@ class CommandRun {
   }
 
   // One line of the program's stdout.
+  // Reads what the pipe holds into the log and `partial_`; false when nothing came (and, at its
+  // end or on an error, the pipe is closed for reading).
+  bool ReadSome() {
+    char buf[65536];
+    const ssize_t n = ::read(pipe_.get(), buf, sizeof buf);
+    if (n <= 0) {
+      if (n == 0 || (errno != EAGAIN && errno != EINTR)) pipe_open_ = false;
+      return false;
+    }
+    if (!WriteAll(out_log_, std::string(buf, static_cast<size_t>(n))) && log_error_.empty()) {
+      log_error_ = std::strerror(errno);
+      // What follows is not in the log: a run again reads it only up to here.
+      (void)AppendRecord(runs_path_, {{"end_offset", ::lseek(out_log_, 0, SEEK_END)}});
+    }
+    partial_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+
+  // Called while the caller waits for an early-stopping verdict inside the sink: the program's
+  // output goes on reaching its log, so a coordinator killed meanwhile loses none of it (a run
+  // again replays the log), and is read as reports once the verdict came. Up to kMaxHeldBytes
+  // are held; past that the program waits on its full pipe.
+  void Drain() {
+    for (int i = 0; i < 16 && pipe_open_ && partial_.size() < kMaxHeldBytes; ++i) {
+      if (!ReadSome()) return;
+    }
+  }
+
   void Line(const std::string& line, int err_log, std::string* why_stopped) {
     ++lines_;
     std::optional<Result<CommandReport>> parsed = ParseReportLine(line);
@@ -847,6 +878,11 @@ class CommandRun {
   const ReportSink& sink_;
   const std::atomic<bool>& stop_;
   const TrialHooks& hooks_;
+  // The program's stdout as Supervise and Drain read it: the log's descriptor, whether the pipe
+  // is open, and what was read but not yet taken as lines.
+  int out_log_ = -1;
+  bool pipe_open_ = false;
+  std::string partial_;
   std::string workdir_, trial_dir_, metric_;
   std::string stdout_path_, stderr_path_;
   std::string log_error_;  // why writing its stdout to its log first failed

@@ -133,6 +133,7 @@ class Worker {
         std::abort();
       }
       size_t next_point = 0;
+      std::function<void()> while_waiting;  // a command trial's, while its program runs
       auto sink = [&](int64_t step, double epoch, const json& metrics) {
         Send(json{{"op", "report"},
                   {"trial", task->number},
@@ -144,13 +145,21 @@ class Worker {
           // Early stopping judges this report: wait for its verdict.
           Flush();
           verdict_ = false;
-          while (!verdict_ && !closed_) Pump(-1);
+          while (!verdict_ && !closed_) {
+            if (!while_waiting) {
+              Pump(-1);
+              continue;
+            }
+            Pump(20);
+            if (!verdict_) while_waiting();
+          }
           return;
         }
         FlushIfDue();
         Pump(0);  // a stop request takes effect at this report
       };
       TrialHooks hooks;
+      hooks.while_waiting = &while_waiting;
       // Between reports (a command trial's silent epoch), a stop is read as it arrives.
       hooks.idle = [&] { Pump(0); };
       // The executor kills this group if it has to kill this worker (see TrialHooks).

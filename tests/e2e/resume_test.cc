@@ -56,6 +56,8 @@ std::string TwoCommandTrials(const std::string& name, const std::string& script,
 
 class ResumeTest : public E2eTest {
  protected:
+  void LostReportsComeBack(const std::string& early_stopping);
+
   // l.toml: a grid of two trainer trials of 2 epochs on a tiny dataset, one at a time.
   void WriteTwoTinyTrainerTrials(const std::string& name) {
     WriteTinyDataset(800, 200);
@@ -819,12 +821,13 @@ TEST_F(ResumeTest, ALockHeldOnANewFileIsWaitedFor) {
 // coordinator died (kill -9) before it committed them (here the store was held locked until
 // then). Run again, the program finds its work done and prints nothing: the reports come back
 // from its stdout log, and the trial ends completed with every epoch, as an uninterrupted run.
-TEST_F(ResumeTest, ReportsTheCoordinatorLostComeBackFromTheProgramsLog) {
+// `early_stopping`: config text that makes epoch 1 a decision point, or none.
+void ResumeTest::LostReportsComeBack(const std::string& early_stopping) {
   Write("own.sh", R"(#!/bin/sh
 state="$SWEEP_TRIAL_DIR/epoch"
 e=$(cat "$state" 2>/dev/null || echo 0)
 while [ ! -e go ]; do sleep 0.02; done
-while [ "$e" -lt 3 ]; do
+while [ "$e" -lt 4 ]; do
   e=$((e + 1))
   echo "sweep-report {\"epoch\": $e, \"score\": $e}"
   echo "$e" > "$state"
@@ -834,7 +837,8 @@ done
   Write("o.toml",
         "[sweep]\nname = \"own\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
         "[parameters]\nx = 1\n[trial]\nkind = \"command\"\ncommand = [\"./own.sh\"]\n"
-        "[executor]\ncpu_slots = 1\n");
+        "[executor]\ncpu_slots = 1\n" +
+            early_stopping);
   pid_t pid = Start("run o.toml", "own.log");
   auto wait_for = [](const std::function<bool()>& done) {
     for (int i = 0; i < 800 && !done(); ++i) {
@@ -849,7 +853,13 @@ done
   ASSERT_NE(lock, nullptr);
   Write("go", "");
   const fs::path state = dir_ / "sweeps.db-trials" / "own" / "trial-0" / "epoch";
-  ASSERT_TRUE(wait_for([&] { return sweep_e2e::Slurp(state) == "3\n"; }));
+  ASSERT_TRUE(wait_for([&] { return sweep_e2e::Slurp(state) == "4\n"; }));
+  // Killed once the worker has logged what the program printed (it had left it in the pipe
+  // while it waited for a verdict).
+  const fs::path log = state.parent_path() / "stdout.log";
+  ASSERT_TRUE(wait_for([&] {
+    return sweep_e2e::Slurp(log).find("\"epoch\": 4") != std::string::npos;
+  })) << sweep_e2e::Slurp(log);
   ::kill(pid, SIGKILL);
   Wait(pid);
   ASSERT_EQ(sqlite3_exec(lock, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
@@ -859,15 +869,25 @@ done
   Output resumed = Sweep("resume own");
   EXPECT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_EQ(Query("SELECT status, objective FROM trials"),
-            (std::vector<std::vector<std::string>>{{"completed", "3.0"}}));
+            (std::vector<std::vector<std::string>>{{"completed", "4.0"}}));
   EXPECT_EQ(Query("SELECT group_concat(step || ':' || epoch) FROM (SELECT step, epoch FROM "
                   "reports ORDER BY step)")[0][0],
-            "1:1.0,2:2.0,3:3.0");
+            "1:1.0,2:2.0,3:3.0,4:4.0");
   const std::string err =
       sweep_e2e::Slurp(dir_ / "sweeps.db-trials" / "own" / "trial-0" / "stderr.log");
-  EXPECT_NE(err.find("reported again 3 report(s) of an earlier run that the store had not kept"),
+  EXPECT_NE(err.find("reported again 4 report(s) of an earlier run that the store had not kept"),
             std::string::npos)
       << err;
+}
+
+TEST_F(ResumeTest, ReportsTheCoordinatorLostComeBackFromTheProgramsLog) { LostReportsComeBack(""); }
+
+// At a decision point the worker waits for the verdict, but the program runs on: what it prints
+// meanwhile still reaches its log (it was left in the pipe, and lost with the coordinator).
+TEST_F(ResumeTest, ReportsPrintedWhileAVerdictIsAwaitedComeBackToo) {
+  LostReportsComeBack(
+      "[early_stopping]\nalgorithm = \"asha\"\nmin_resource = 1\nmax_resource = 9\n"
+      "reduction_factor = 3\n");
 }
 
 // Ctrl-C while the sweep waits for another process's lock stops it then (nothing can be recorded

@@ -96,6 +96,11 @@ struct TrialHooks {
   // yet reaped) still holds its id: from here on the id may name another group, which nobody
   // must kill.
   std::function<void()> ended;
+  // Where the caller gives one: set by a command trial for the time its program runs (empty
+  // otherwise) to what the caller calls, about every 20 ms, while it waits inside the report
+  // sink for an early-stopping verdict. The program runs on meanwhile, and this moves what it
+  // prints to its log, where a run again finds it if the coordinator dies before the verdict.
+  std::function<void()>* while_waiting = nullptr;
 };
 
 // Runs the task to its end, or until `stop` is set (then kStopped after the current epoch/step).
