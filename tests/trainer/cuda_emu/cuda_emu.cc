@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <vector>
 
 #include "cublas_v2.h"
@@ -443,6 +444,13 @@ bool Pinned(const void* p, size_t bytes) {
   return Key(p) + bytes <= it->first + it->second && it->second > 0;
 }
 
+// The size of the pinned block that starts at p (0 if none does).
+size_t PinnedSize(const void* p) {
+  std::lock_guard<std::mutex> lock(handles_mu);
+  auto it = Handles().find(Key(p));
+  return it == Handles().end() ? 0 : it->second;
+}
+
 // Each device's legacy stream (stream 0 while it is current): a stream like the others, which
 // the non-blocking streams the trainer makes do not wait for, nor it for them.
 cudaStream_t Legacy(int device) {
@@ -510,6 +518,25 @@ void DrainDevice(int device) {
 
 // A copy to device memory from pageable host memory: CUDA has read the host's bytes when the
 // call returns (into its staging buffer); the device's copy lands in the stream's order.
+// Pinned host memory that queued copies still read or write: [begin, end) per queued copy.
+// Freeing it before they ran is a use after free on a GPU (a copy from freed pages, or into
+// them), which plain host memory here would hide.
+std::mutex pending_mu;
+std::multiset<std::pair<uintptr_t, uintptr_t>> pending_host;
+
+void PushPinnedCopy(cudaStream_t s, const void* host, size_t bytes, std::function<void()> copy) {
+  const std::pair<uintptr_t, uintptr_t> range{Key(host), Key(host) + bytes};
+  {
+    std::lock_guard<std::mutex> lock(pending_mu);
+    pending_host.insert(range);
+  }
+  Push(s, [range, copy = std::move(copy)] {
+    copy();
+    std::lock_guard<std::mutex> lock(pending_mu);
+    pending_host.erase(pending_host.find(range));
+  });
+}
+
 void QueueFromPageable(cudaStream_t s, void* dst, const void* src, size_t bytes) {
   auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src),
                                                     static_cast<const char*>(src) + bytes);
@@ -582,6 +609,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     std::memmove(dst, src, bytes);
   } else if (kind == cudaMemcpyHostToHost) {
     std::memmove(dst, src, bytes);
+  } else if (kind == cudaMemcpyHostToDevice) {
+    PushPinnedCopy(s, src, bytes, [=] { std::memmove(dst, src, bytes); });
+  } else if (kind == cudaMemcpyDeviceToHost) {
+    PushPinnedCopy(s, dst, bytes, [=] { std::memmove(dst, src, bytes); });
   } else {
     Push(s, [=] { std::memmove(dst, src, bytes); });
   }
@@ -621,6 +652,17 @@ cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int) {
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   DrainDevice(current_device);  // as cudaFree: queued copies may still read it
+  {
+    // A copy still queued on another device (or a stream never waited for) would use the
+    // block after it is gone.
+    std::lock_guard<std::mutex> lock(pending_mu);
+    const uintptr_t first = Key(ptr), last = first + PinnedSize(ptr);
+    for (const auto& [begin, end] : pending_host) {
+      if (begin < last && first < end) {
+        Die("cudaFreeHost of pinned memory that a queued copy still reads or writes");
+      }
+    }
+  }
   if (!Untrack(ptr))
     return Failed(cudaErrorInvalidValue);  // not from cudaHostAlloc, or freed twice
   std::free(ptr);

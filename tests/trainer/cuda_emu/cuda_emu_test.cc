@@ -16,6 +16,7 @@
 #include "nccl.h"
 
 #include "../group_util.h"
+#include "../test_util.h"
 #include "backend.h"
 #include "cuda/cuda_backend.h"
 
@@ -283,6 +284,29 @@ TEST(NcclEmu, AnAsynchronousNcclErrorFailsTheStepInsteadOfHanging) {
   EXPECT_NE(error.find("remote process exited or there was a network error"), std::string::npos)
       << error;
   group->reset();  // its streams' work ends: the communicators were aborted
+}
+
+// The same fault in a whole training run whose batches stream from the Batcher's pinned
+// buffers: Train() returns NCCL's error (the trial fails with it), and the group and the
+// Batcher come down cleanly (the emulator ends the process if a copy queued from a pinned
+// buffer outlives it).
+TEST(NcclEmu, AnAsynchronousNcclErrorFailsTheTrainingRun) {
+  using namespace sweep::trainer;
+  namespace tt = sweep::trainer::testing;
+  tt::TempDir dir;
+  TrainOptions o = tt::BlobOptions(dir);
+  o.backend = "cuda";
+  o.replicas = 2;
+  o.devices = {0, 1};
+  o.dataset_on_gpu = false;
+  cuda_emu::StallEventQueries(true);
+  nccl_emu::InjectAsyncError(ncclRemoteError);
+  auto r = Train(o, [](const EpochReport&) { return true; });
+  cuda_emu::StallEventQueries(false);
+  nccl_emu::InjectAsyncError(ncclSuccess);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("ncclCommGetAsyncError"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace
