@@ -148,7 +148,10 @@ class Pump {
             Status started = executor_.Start(c.task);
             if (started.ok()) {
               running.insert(c.trial);
-              const double kill_grace_s = c.task.settings.value("kill_grace_s", 0.0);
+              // The worker checks the task's settings; here only a number counts.
+              const auto grace = c.task.settings.find("kill_grace_s");
+              const double kill_grace_s =
+                  grace != c.task.settings.end() && grace->is_number() ? grace->get<double>() : 0.0;
               grace_ms[c.trial] =
                   kill_grace_s > 0 ? static_cast<int>(std::min(kill_grace_s, 86400.0) * 1000) + 1000
                                    : 0;

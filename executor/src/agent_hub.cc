@@ -38,6 +38,11 @@
 namespace sweep::executor {
 
 namespace asio = boost::asio;
+
+namespace {
+// Connections in their handshake at once (see Accept).
+constexpr long kMaxHandshakes = 64;
+}  // namespace
 using Clock = std::chrono::steady_clock;
 using net::MessageType;
 using nlohmann::json;
@@ -197,13 +202,31 @@ class AgentHub::Impl {
  private:
   // ---- io thread ----
 
-  void Log(const std::string& line) { options_.log(line); }
+  // Peers' words (names, reasons, an unknown message type) are part of some lines: their
+  // control characters are escaped, so that a peer cannot forge a line of ours.
+  void Log(const std::string& line) { options_.log(net::Printable(line)); }
 
   void Accept(std::shared_ptr<net::Connection> connection) {
     if (shutting_down_) {
       connection->Close();
       return;
     }
+    // Connections that have not authenticated cost memory (a frame being received, up to
+    // max_frame_bytes each) and anyone who can reach the port can open them: at most
+    // kMaxHandshakes at once; past that a new one is closed at once (an agent tries again).
+    const auto handshaking = std::count_if(peers_.begin(), peers_.end(), [](const auto& p) {
+      return p.second->state == Peer::State::kHello || p.second->state == Peer::State::kAuth;
+    });
+    if (handshaking >= kMaxHandshakes) {
+      if (!refusing_) {
+        Log("refusing connections: " + std::to_string(handshaking) +
+            " have not finished their handshake (the newest from " + connection->peer() + ")");
+      }
+      refusing_ = true;
+      connection->Close();
+      return;
+    }
+    refusing_ = false;
     auto peer = std::make_shared<Peer>(options_.max_frame_bytes);
     peer->connection = connection;
     peer->address = connection->peer();
@@ -637,6 +660,7 @@ class AgentHub::Impl {
   std::vector<WorkerEvent> scratch_;
   int64_t next_id_ = 1;
   bool shutting_down_ = false;
+  bool refusing_ = false;  // the last connection was refused for kMaxHandshakes (said once)
   std::thread thread_;
 
   std::mutex stop_mu_;

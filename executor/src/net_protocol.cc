@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <set>
 
@@ -169,6 +170,50 @@ Status AppendFrame(const json& message, size_t max_frame_bytes, std::string* out
   return Status::Ok();
 }
 
+namespace {
+
+// Whether JSON text nests arrays and objects deeper than `limit` (brackets in strings do not
+// count). Checked before parsing: the parser itself does not recurse, but copies of what it
+// builds do.
+bool NestsDeeperThan(const char* text, size_t n, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string Printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02X", u);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 Status FrameDecoder::Fail(Status status) {
   error_ = std::move(status);
   buffer_.clear();
@@ -190,6 +235,10 @@ Status FrameDecoder::Feed(const char* data, size_t size, std::vector<Frame>* fra
     if (n == 0) return Fail(Status::InvalidArgument("empty frame"));
     if (buffer_.size() - start_ < kFrameHeaderBytes + n) break;
     const char* text = buffer_.data() + start_ + kFrameHeaderBytes;
+    if (NestsDeeperThan(text, n, kMaxJsonDepth)) {
+      return Fail(Status::InvalidArgument("frame nests arrays or objects deeper than " +
+                                          std::to_string(kMaxJsonDepth) + " levels"));
+    }
     json body = json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
     start_ += kFrameHeaderBytes + n;
     if (body.is_discarded()) return Fail(Status::InvalidArgument("frame is not valid JSON"));
@@ -200,7 +249,7 @@ Status FrameDecoder::Feed(const char* data, size_t size, std::vector<Frame>* fra
     }
     auto known = MessageTypeFromString(type->get_ref<const std::string&>());
     if (!known) {
-      std::string name = type->get<std::string>().substr(0, 64);
+      std::string name = Printable(type->get<std::string>().substr(0, 64));
       return Fail(Status::InvalidArgument("unknown message type '" + name + "'"));
     }
     frames->push_back(Frame{*known, std::move(body)});

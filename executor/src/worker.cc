@@ -171,7 +171,19 @@ class Worker {
       };
       hooks.started = tell_group;
       hooks.ended = [&] { tell_group(0); };
-      TrialOutcome outcome = RunTrial(*task, sink, stop_, hooks);
+      TrialOutcome outcome;
+      try {
+        outcome = RunTrial(*task, sink, stop_, hooks);
+      } catch (const std::exception& e) {
+        // A task whose settings are not what its kind reads (a string where a number goes:
+        // only a coordinator of another build, or a forged one, sends such): the trial fails,
+        // not the worker.
+        if (g_program_group > 0) ::kill(-g_program_group, SIGKILL);
+        outcome = TrialOutcome();
+        outcome.kind = TrialOutcome::Kind::kFailed;
+        outcome.error = std::string("the task could not be read: ") + e.what();
+        outcome.end_metrics = json::object();
+      }
       g_program_group = 0;  // ended, or the program never ran
       current_ = -1;
       std::string fault;

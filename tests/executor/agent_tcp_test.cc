@@ -224,5 +224,57 @@ TEST_F(AgentTcpTest, PeerThatNeverSpeaksIsClosed) {
   EXPECT_NE(hub_log_.text().find("no handshake within"), std::string::npos) << hub_log_.text();
 }
 
+// Anyone who reaches the port can open connections that never authenticate, each able to hold
+// a frame of up to a MiB: past 64 in their handshake at once, a new one is closed at once, and
+// once they are gone (the handshake timeout) an agent joins as ever.
+TEST_F(AgentTcpTest, ConnectionsInTheirHandshakeAreCapped) {
+  Listen();
+  std::vector<std::unique_ptr<RawClient>> silent;
+  for (int i = 0; i < 64; ++i) {
+    silent.push_back(std::make_unique<RawClient>(hub_.port()));
+    ASSERT_TRUE(silent.back()->connected());
+    ASSERT_TRUE(silent.back()->SendBytes(std::string("\x00\x0f\xff\xff", 4)));  // ~1 MiB due
+  }
+  RawClient extra(hub_.port());
+  EXPECT_TRUE(extra.Closed(2000)) << "the 65th connection in its handshake is closed";
+  EXPECT_EQ(hub_log_.Count("refusing connections: 64 have not finished their handshake"), 1u)
+      << hub_log_.text();
+  for (auto& c : silent) EXPECT_TRUE(c->Closed(5000));  // 0.5 s handshake timeout
+  AgentThread agent(Agent());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; })) << hub_log_.text();
+}
+
+// What a peer says is logged with its control characters escaped: no forged line of ours.
+TEST_F(AgentTcpTest, APeersWordsCannotForgeALogLine) {
+  Listen();
+  RawClient c(hub_.port());
+  ASSERT_TRUE(c.Send(json{{"type", "x\nsweep: agent 'gpu-a' joined"}, {"seq", 1}}));
+  EXPECT_TRUE(c.Closed(2000));
+  ASSERT_TRUE(events_.WaitFor([&] { return hub_log_.Count("unknown message type") == 1; }));
+  EXPECT_NE(hub_log_.text().find("unknown message type 'x\\x0Asweep: agent 'gpu-a' joined'"),
+            std::string::npos)
+      << hub_log_.text();
+  EXPECT_EQ(hub_log_.Count("\nsweep: agent"), 0u) << hub_log_.text();
+}
+
+// A frame nested deeper than any message of ours is malformed (a copy of it would recurse as
+// deep): closed before it is parsed.
+TEST_F(AgentTcpTest, ADeeplyNestedFrameClosesOnlyThatConnection) {
+  Listen();
+  RawClient c(hub_.port());
+  std::string text = "{\"type\":\"hello\",\"seq\":1,\"x\":";
+  text += std::string(200000, '[') + std::string(200000, ']') + "}";
+  std::string frame(4, '\0');
+  frame[1] = static_cast<char>((text.size() >> 16) & 0xff);
+  frame[2] = static_cast<char>((text.size() >> 8) & 0xff);
+  frame[3] = static_cast<char>(text.size() & 0xff);
+  ASSERT_TRUE(c.SendBytes(frame + text));
+  EXPECT_TRUE(c.Closed(2000));
+  ASSERT_TRUE(events_.WaitFor([&] { return hub_log_.Count("deeper than 64 levels") == 1; }))
+      << hub_log_.text();
+  AgentThread agent(Agent());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+}
+
 }  // namespace
 }  // namespace sweep::executor

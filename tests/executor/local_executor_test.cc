@@ -191,6 +191,25 @@ TEST(LocalExecutorTest, BadTaskFailsWithItsError) {
   EXPECT_NE(events.back().error.find("x2"), std::string::npos) << events.back().error;
 }
 
+// Settings of the wrong type (only a forged or foreign coordinator sends them) fail the trial,
+// not the worker, which goes on to the next.
+TEST(LocalExecutorTest, SettingsOfTheWrongTypeFailTheTrialNotTheWorker) {
+  LocalExecutor ex({SWEEP_TEST_WORKER});
+  TrialTask t;
+  t.number = 5;
+  t.kind = "command";
+  t.params = json::object();
+  t.settings = {{"command", {"/bin/true"}}, {"kill_grace_s", "soon"}};
+  ASSERT_TRUE(ex.Start(t).ok());
+  auto events = RunUntilDone(ex, 1);
+  EXPECT_EQ(events.back().outcome, TrialOutcome::Kind::kFailed);
+  EXPECT_FALSE(events.back().worker_lost) << events.back().error;
+  EXPECT_EQ(events.back().error.rfind("the task could not be read: ", 0), 0u)
+      << events.back().error;
+  ASSERT_TRUE(ex.Start(BraninTask(6, 1.0, 2.0)).ok());
+  EXPECT_EQ(RunUntilDone(ex, 1).back().outcome, TrialOutcome::Kind::kCompleted);
+}
+
 TEST(LocalExecutorTest, MissingWorkerProgramIsAnError) {
   LocalExecutor ex({"/nonexistent/sweep-worker"});
   Status s = ex.Start(BraninTask(1, 1.0, 2.0));

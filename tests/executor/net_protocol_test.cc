@@ -100,6 +100,9 @@ TEST(FrameDecoderTest, RefusesGarbage) {
       {RawFrame("{\"type\":7}"), "no string 'type'"},
       {RawFrame("{\"type\":\"launch\"}"), "unknown message type 'launch'"},
       {std::string(4, '\0'), "empty frame"},
+      {RawFrame("{\"type\":\"heartbeat\",\"x\":" + std::string(64, '[') + std::string(64, ']') +
+                "}"),
+       "nests arrays or objects deeper than 64 levels"},
       {std::string("\xff\xff\xff\xff", 4), "exceeds the limit"},
   };
   for (const auto& c : cases) {
@@ -111,6 +114,17 @@ TEST(FrameDecoderTest, RefusesGarbage) {
     EXPECT_NE(st.message().find(c.message), std::string::npos) << st.message();
     EXPECT_EQ(frames.size(), 1u) << "the good frame before the garbage is still decoded";
   }
+}
+
+TEST(FrameDecoderTest, BracketsInStringsAreNotNesting) {
+  FrameDecoder d;
+  std::vector<Frame> frames;
+  std::string bytes =
+      RawFrame("{\"type\":\"bye\",\"seq\":1,\"reason\":\"" + std::string(100, '[') +
+               "\\\"{{\",\"x\":" + std::string(63, '[') + std::string(63, ']') + "}");
+  ASSERT_TRUE(d.Feed(bytes.data(), bytes.size(), &frames).ok());
+  EXPECT_EQ(frames.size(), 1u);
+  EXPECT_EQ(Printable("a\nb\x1b[31mc\td"), "a\\x0Ab\\x1B[31mc\\x09d");
 }
 
 // ---- messages ----

@@ -27,8 +27,11 @@ inline constexpr int kProtocolVersion = 3;
 // can change, so the agent ends rather than retry forever.
 inline constexpr std::string_view kAuthFailed = "authentication failed";
 inline constexpr size_t kDefaultMaxFrameBytes = size_t{1} << 20;  // 1 MiB of payload
-inline constexpr size_t kFrameHeaderBytes = 4;                    // big-endian payload length
-inline constexpr size_t kNonceBytes = 32;                         // sent as 64 hex digits
+// Arrays and objects nested deeper than this make a frame malformed: no message of ours nests
+// past a few levels, and copying a deeper one would recurse as deep.
+inline constexpr int kMaxJsonDepth = 64;
+inline constexpr size_t kFrameHeaderBytes = 4;  // big-endian payload length
+inline constexpr size_t kNonceBytes = 32;       // sent as 64 hex digits
 
 // ---- frames ----
 
@@ -55,6 +58,10 @@ struct Frame {
   nlohmann::json body;
 };
 
+// Text from a peer, for a log line: control characters (a line break that would forge a line
+// of our own, a terminal escape) as \xNN.
+std::string Printable(std::string_view text);
+
 // Appends `message` (a JSON object) framed: 4-byte big-endian length, then its JSON text.
 // InvalidArgument when the text is longer than max_frame_bytes (nothing is appended).
 Status AppendFrame(const nlohmann::json& message, size_t max_frame_bytes, std::string* out);
@@ -68,6 +75,8 @@ class FrameDecoder {
   explicit FrameDecoder(size_t max_frame_bytes = kDefaultMaxFrameBytes)
       : max_frame_bytes_(max_frame_bytes) {}
   Status Feed(const char* data, size_t size, std::vector<Frame>* frames);
+  // The limit for frames not yet received whole (the hub raises it once a peer authenticated).
+  void set_max_frame_bytes(size_t max_frame_bytes) { max_frame_bytes_ = max_frame_bytes; }
   size_t buffered() const { return buffer_.size() - start_; }
 
  private:
