@@ -57,15 +57,20 @@ nlohmann::json Draw(const Distribution& d, uint64_t bits) {
         __extension__ using Wide = unsigned __int128;
         return lo + static_cast<int64_t>((static_cast<Wide>(bits) * width) >> 64);
       }
-      const double v = std::floor(d.min + u * (d.max - d.min + 1));
-      return static_cast<int64_t>(std::clamp(v, d.min, d.max));
+      // The offset from lo in doubles, then added as an integer: min + u * width in doubles
+      // would round to the spacing of doubles near min (0.5 at 2^51), starving the low end.
+      const double offset = std::floor(u * static_cast<double>(width));
+      return lo + static_cast<int64_t>(std::clamp(offset, 0.0, static_cast<double>(width - 1)));
     }
     case Kind::kLogIntUniform: {
-      // Widening by half a unit each side gives the end integers their fair share of mass.
-      const double lo = std::log(d.min - 0.5);
-      const double hi = std::log(d.max + 0.5);
-      const double v = std::round(std::exp(lo + u * (hi - lo)));
-      return static_cast<int64_t>(std::clamp(v, d.min, d.max));
+      // Log-uniform on [min - 0.5, max + 0.5], rounded: widening by half a unit each side gives
+      // the end integers their fair share of mass. As an offset from min - 0.5, with log1p and
+      // expm1, so that a narrow range far from 0 (1e15 to 1e15 + 4) keeps its resolution.
+      const auto lo = static_cast<int64_t>(d.min), hi = static_cast<int64_t>(d.max);
+      const double base = d.min - 0.5;
+      const double width = static_cast<double>(hi - lo) + 1;
+      const double offset = std::floor(base * std::expm1(u * std::log1p(width / base)));
+      return lo + static_cast<int64_t>(std::clamp(offset, 0.0, width - 1));
     }
   }
   return nlohmann::json();

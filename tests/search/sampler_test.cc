@@ -309,6 +309,22 @@ TEST(RandomSamplerTest, IntUniformWiderThan2To53ReachesOddValues) {
   EXPECT_NEAR(negative, 1000, 120);
 }
 
+// A narrow range far from zero: each integer as likely as the next, both for int_uniform and,
+// a range this narrow being nearly flat in log space too, for log_int_uniform (min + u * width
+// in doubles had rounded to the doubles' spacing there, and exp(log(...)) to a few values).
+TEST(RandomSamplerTest, NarrowIntRangesFarFromZeroAreEven) {
+  for (const double lo : {9007199254740987.0, 4503599627370491.0, 1e15, 1e14}) {
+    for (const Kind kind : {Kind::kIntUniform, Kind::kLogIntUniform}) {
+      auto sampler = MakeRandomSampler(Space({Range("n", kind, lo, lo + 4)}), 3);
+      std::map<int64_t, int> counts;
+      for (int64_t i = 0; i < 5000; ++i) ++counts[(*sampler->Sample(i))["n"].get<int64_t>()];
+      ASSERT_EQ(counts.size(), 5u) << lo;
+      EXPECT_EQ(counts.begin()->first, static_cast<int64_t>(lo));
+      for (const auto& [value, count] : counts) EXPECT_NEAR(count, 1000, 130) << value;
+    }
+  }
+}
+
 TEST(RandomSamplerTest, SinglePointIntRangeIsConstant) {
   auto sampler = MakeRandomSampler(
       Space({Range("n", Kind::kIntUniform, 4, 4), Range("m", Kind::kLogIntUniform, 1, 1)}), 11);
