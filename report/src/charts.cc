@@ -347,6 +347,11 @@ std::vector<Importance> ComputeImportance(const SweepData& data) {
     y.push_back(*t->objective);
     params.push_back(ParseObject(t->params_json));
   }
+  // A metric the same in every trial has nothing to explain; its mean in doubles need not be
+  // exactly that value (1.1111111111111112 eighteen times), and a variance of rounding alone
+  // would be shared out as if it meant something.
+  const auto [lowest, highest] = std::minmax_element(y.begin(), y.end());
+  if (*highest - *lowest <= 1e-12 * std::max(std::abs(*lowest), std::abs(*highest))) return out;
   const double mean = std::accumulate(y.begin(), y.end(), 0.0) / static_cast<double>(n);
   double ss_total = 0;
   for (double v : y) ss_total += (v - mean) * (v - mean);

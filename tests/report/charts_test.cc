@@ -333,6 +333,13 @@ TEST(ImportanceTest, NothingToExplain) {
       .Trial({{"x", 0.4}}, TrialStatus::kCompleted, 0.5);
   b.data().trials[1].objective = 0.5;
   EXPECT_TRUE(ComputeImportance(b.data()).empty());  // a flat metric
+  // Flat at a value whose mean in doubles is not exactly itself: still nothing to explain.
+  SweepBuilder c("loss", false);
+  c.Param(Linear("x", 0, 1));
+  for (int i = 0; i < 18; ++i) {
+    c.Trial({{"x", 0.05 * i}}, TrialStatus::kCompleted, 1.0 + 1.0 / 9.0);
+  }
+  EXPECT_TRUE(ComputeImportance(c.data()).empty());
 }
 
 // ---- best trials and the page's data ----
