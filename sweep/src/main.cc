@@ -100,7 +100,9 @@ int CmdBest(const QueryArgs& a, int64_t top) {
   if (a.json) {
     sweep::PrintTrialsJson(std::cout, *trials);
   } else if (a.csv) {
-    sweep::PrintTrialsCsv(std::cout, *trials);
+    auto all = (*st)->Trials(sw->id, sweep::store::TrialQuery{});
+    if (!all.ok()) return Fail(all.status());
+    sweep::PrintTrialsCsv(std::cout, *trials, *all);
   } else if (trials->empty()) {
     std::cout << "no completed trial with a value of " << sw->metric << " yet\n";
   } else {
@@ -185,7 +187,13 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   if (a.json) {
     sweep::PrintTrialsJson(std::cout, *trials);
   } else if (a.csv) {
-    sweep::PrintTrialsCsv(std::cout, *trials);
+    if (!q.status) {
+      sweep::PrintTrialsCsv(std::cout, *trials, *trials);
+    } else {
+      auto all = (*st)->Trials(sw->id, sweep::store::TrialQuery{});
+      if (!all.ok()) return Fail(all.status());
+      sweep::PrintTrialsCsv(std::cout, *trials, *all);
+    }
   } else {
     sweep::PrintTrialsTable(std::cout, *trials, sw->metric);
   }

@@ -15,7 +15,10 @@ namespace sweep {
 
 nlohmann::json TrialJson(const store::TrialRecord& t);
 void PrintTrialsJson(std::ostream& out, const std::vector<store::TrialRecord>& trials);
-void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& trials);
+// The columns are those of `columns_of` (every trial of the sweep, so that a filtered listing
+// and an empty one have the same header as the whole); the rows are `trials`.
+void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& trials,
+                    const std::vector<store::TrialRecord>& columns_of);
 // `metric` is shown as its own column, first.
 void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& trials,
                       const std::string& metric);

@@ -66,13 +66,20 @@ TEST(OutputTest, CsvHasOneColumnPerParameterAndMetric) {
   b.started_s = 1000.0;
   b.ended_s = 1000.1497430801392;
   std::ostringstream out;
-  PrintTrialsCsv(out, {a, b});
+  PrintTrialsCsv(out, {a, b}, {a, b});
   EXPECT_EQ(out.str(),
             "trial,status,epochs,duration_s,hidden,lr,val_acc,error\n"
             "0,pending,0.0,,\"[256,128]\",0.1,0.9,\n"
             "1,failed,7654321.125," +
                 nlohmann::json(1000.1497430801392 - 1000.0).dump() +
                 ",,0.2,,\"diverged, badly\"\n");
+  // Listing the failed trial alone, or none, keeps the sweep's columns: files concatenate.
+  std::ostringstream failed, none;
+  PrintTrialsCsv(failed, {b}, {a, b});
+  EXPECT_EQ(failed.str().substr(0, failed.str().find('\n')),
+            "trial,status,epochs,duration_s,hidden,lr,val_acc,error");
+  PrintTrialsCsv(none, {}, {a, b});
+  EXPECT_EQ(none.str(), "trial,status,epochs,duration_s,hidden,lr,val_acc,error\n");
 }
 
 }  // namespace
