@@ -336,6 +336,8 @@ class Session {
     const uint64_t gen = generation_;
     connection_ = std::move(connection);
     decoder_ = net::FrameDecoder(options_.max_frame_bytes);
+    decoder_.PauseAfter(MessageType::kWelcome);
+    tx_mac_ = net::FrameMac();
     rx_seq_ = tx_seq_ = 0;
     opened_ = last_rx_ = last_tx_ = Clock::now();
     auto nonce = net::NewNonce();
@@ -362,9 +364,15 @@ class Session {
     frames_.clear();
     Status st = decoder_.Feed(data, n, &frames_);
     const uint64_t gen = generation_;
-    for (auto& frame : frames_) {
-      if (gen != generation_ || state_ == State::kDraining) return;
-      Handle(frame);
+    for (;;) {
+      for (auto& frame : frames_) {
+        if (gen != generation_ || state_ == State::kDraining) return;
+        Handle(frame);
+      }
+      // Paused after the welcome (its MAC key now set): what came after it, authenticated.
+      if (!st.ok() || !decoder_.paused() || gen != generation_) break;
+      frames_.clear();
+      st = decoder_.Feed(nullptr, 0, &frames_);
     }
     if (!st.ok() && gen == generation_ && state_ != State::kDraining) {
       Send(net::ByeToJson("closing the connection: " + st.message()));
@@ -382,6 +390,11 @@ class Session {
     if (*seq != rx_seq_ + 1) {
       Drop("frames from the coordinator were lost (frame " + std::to_string(*seq) + " came after " +
            std::to_string(rx_seq_) + ")");
+      return;
+    }
+    if (!frame.authenticated) {
+      Send(net::ByeToJson("closing the connection: a frame without its MAC"));
+      Drop("a frame without its MAC after the handshake (not from the coordinator)");
       return;
     }
     rx_seq_ = *seq;
@@ -439,6 +452,11 @@ class Session {
       Send(net::ByeToJson(why));
       return EndRefused("cannot register with the coordinator at " + where_ + ": " + why);
     }
+    // Every frame after the welcome, both ways, carries a MAC under the session's key: a
+    // machine on the path can no longer inject or alter one.
+    const std::string key = net::SessionKey(options_.token, hello_.nonce, coordinator_nonce_);
+    tx_mac_ = net::FrameMac{key, net::kAgentFrameLabel};
+    decoder_.Authenticate(net::FrameMac{key, net::kCoordinatorFrameLabel});
     agent_id_ = welcome->agent_id;
     heartbeat_ms_ = welcome->heartbeat_ms;
     heartbeat_timeout_ms_ = welcome->heartbeat_timeout_ms;
@@ -517,7 +535,8 @@ class Session {
     if (!connection_) return;
     body["seq"] = ++tx_seq_;
     std::string bytes;
-    Status st = net::AppendFrame(body, options_.max_frame_bytes, &bytes);
+    Status st = net::AppendFrame(body, options_.max_frame_bytes, &bytes,
+                                 tx_mac_.key.empty() ? nullptr : &tx_mac_);
     if (!st.ok()) {
       --tx_seq_;
       Log("cannot send " + body.value("type", std::string("?")) + ": " + st.message());
@@ -561,7 +580,9 @@ class Session {
   void SendReports(json& message) {
     json& reports = message["reports"];
     std::string probe;
-    if (reports.size() <= 1 || net::AppendFrame(message, options_.max_frame_bytes, &probe).ok()) {
+    // Room for the seq the send adds, and the MAC.
+    if (reports.size() <= 1 ||
+        net::AppendFrame(message, options_.max_frame_bytes - 32, &probe, &tx_mac_).ok()) {
       Send(std::move(message));
       return;
     }
@@ -728,6 +749,7 @@ class Session {
   net::Hello hello_;
   std::shared_ptr<net::Connection> connection_;
   net::FrameDecoder decoder_;
+  net::FrameMac tx_mac_;  // once registered: what this agent's frames carry
   std::vector<net::Frame> frames_;
   int64_t rx_seq_ = 0;
   int64_t tx_seq_ = 0;

@@ -92,7 +92,10 @@ struct Peer {
   bool draining = false;     // the agent is stopping: its trials end, then it says bye
   int64_t ignored_events = 0;
 
-  explicit Peer(size_t max_frame_bytes) : decoder(max_frame_bytes) {}
+  net::FrameMac tx_mac;  // once registered: what the hub's frames to it carry
+  explicit Peer(size_t max_frame_bytes) : decoder(max_frame_bytes) {
+    decoder.PauseAfter(MessageType::kAuth);
+  }
 
   std::string Describe() const {
     if (state == State::kServing) {
@@ -242,9 +245,15 @@ class AgentHub::Impl {
     peer->last_rx = Clock::now();
     frames_.clear();
     Status st = peer->decoder.Feed(data, n, &frames_);
-    for (auto& frame : frames_) {
-      if (peer->state == Peer::State::kClosed) break;
-      Handle(peer, frame);
+    for (;;) {
+      for (auto& frame : frames_) {
+        if (peer->state == Peer::State::kClosed) break;
+        Handle(peer, frame);
+      }
+      // Paused after the auth (its MAC key now set): what came after it, authenticated.
+      if (!st.ok() || !peer->decoder.paused() || peer->state == Peer::State::kClosed) break;
+      frames_.clear();
+      st = peer->decoder.Feed(nullptr, 0, &frames_);
     }
     if (!st.ok() && peer->state != Peer::State::kClosed) {
       Lose(peer, AgentLost::Reason::kMalformedFrame, st.message());
@@ -274,6 +283,11 @@ class AgentHub::Impl {
       Lose(peer, AgentLost::Reason::kMalformedFrame,
            "frames were lost (frame " + std::to_string(*seq) + " came after " +
                std::to_string(peer->rx_seq) + ")");
+      return;
+    }
+    if (!frame.authenticated) {
+      Lose(peer, AgentLost::Reason::kMalformedFrame,
+           "a frame without its MAC after the handshake (not from the agent)");
       return;
     }
     peer->rx_seq = *seq;
@@ -347,6 +361,10 @@ class AgentHub::Impl {
     welcome.heartbeat_timeout_ms = options_.heartbeat_timeout_ms;
     welcome.proof = net::CoordinatorProof(token_, peer->agent_nonce, peer->hub_nonce);
     Send(peer, net::ToJson(welcome));
+    // Every frame after the welcome, both ways, carries a MAC under the session's key.
+    const std::string key = net::SessionKey(token_, peer->agent_nonce, peer->hub_nonce);
+    peer->tx_mac = net::FrameMac{key, net::kCoordinatorFrameLabel};
+    peer->decoder.Authenticate(net::FrameMac{key, net::kAgentFrameLabel});
     by_id_[peer->id] = peer;
     {
       std::lock_guard lock(mu_);
@@ -445,7 +463,8 @@ class AgentHub::Impl {
   void Send(Peer* peer, json body) {
     body["seq"] = ++peer->tx_seq;
     std::string bytes;
-    Status st = net::AppendFrame(body, options_.max_frame_bytes, &bytes);
+    Status st = net::AppendFrame(body, options_.max_frame_bytes, &bytes,
+                                 peer->tx_mac.key.empty() ? nullptr : &peer->tx_mac);
     if (!st.ok()) {
       Log("cannot send " + body.value("type", std::string("?")) + " to " + peer->Describe() + ": " +
           st.message());
@@ -552,7 +571,8 @@ class AgentHub::Impl {
   void StartOn(Peer* peer, Command c) {
     c.body["seq"] = peer->tx_seq + 1;
     std::string bytes;
-    Status st = net::AppendFrame(c.body, options_.max_frame_bytes, &bytes);
+    Status st = net::AppendFrame(c.body, options_.max_frame_bytes, &bytes,
+                                 peer->tx_mac.key.empty() ? nullptr : &peer->tx_mac);
     if (!st.ok()) {
       WorkerEvent ev;
       ev.type = WorkerEvent::Type::kDone;

@@ -111,6 +111,11 @@ std::string CoordinatorProof(std::string_view token, std::string_view agent_nonc
   return Proof("sweep coordinator proof v1", token, agent_nonce, coordinator_nonce);
 }
 
+std::string SessionKey(std::string_view token, std::string_view agent_nonce,
+                       std::string_view coordinator_nonce) {
+  return Proof("sweep session key v1", token, agent_nonce, coordinator_nonce);
+}
+
 bool ProofsEqual(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;

@@ -3,6 +3,7 @@
 #include "executor/net_protocol.h"
 
 #include "executor/command.h"
+#include "executor/net_auth.h"
 
 #include <array>
 #include <cmath>
@@ -155,8 +156,10 @@ std::optional<MessageType> MessageTypeFromString(std::string_view name) {
 
 // ---- frames ----
 
-Status AppendFrame(const json& message, size_t max_frame_bytes, std::string* out) {
+Status AppendFrame(const json& message, size_t max_frame_bytes, std::string* out,
+                   const FrameMac* mac) {
   std::string text = message.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (mac != nullptr) text = HmacSha256Hex(mac->key, mac->label + text) + text;
   if (text.size() > max_frame_bytes) {
     return Status::InvalidArgument("message of " + std::to_string(text.size()) +
                                    " bytes exceeds the frame limit of " +
@@ -223,8 +226,9 @@ Status FrameDecoder::Fail(Status status) {
 
 Status FrameDecoder::Feed(const char* data, size_t size, std::vector<Frame>* frames) {
   if (!error_.ok()) return error_;
-  buffer_.append(data, size);
-  while (buffer_.size() - start_ >= kFrameHeaderBytes) {
+  if (size > 0) buffer_.append(data, size);
+  paused_ = false;
+  while (!paused_ && buffer_.size() - start_ >= kFrameHeaderBytes) {
     const auto* p = reinterpret_cast<const unsigned char*>(buffer_.data() + start_);
     const size_t n = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | p[3];
     if (n > max_frame_bytes_) {
@@ -235,11 +239,26 @@ Status FrameDecoder::Feed(const char* data, size_t size, std::vector<Frame>* fra
     if (n == 0) return Fail(Status::InvalidArgument("empty frame"));
     if (buffer_.size() - start_ < kFrameHeaderBytes + n) break;
     const char* text = buffer_.data() + start_ + kFrameHeaderBytes;
-    if (NestsDeeperThan(text, n, kMaxJsonDepth)) {
+    size_t length = n;                                    // of the JSON text
+    const bool unauthenticated = mac_ && text[0] == '{';  // a MAC is hex, a message an object
+    if (mac_ && !unauthenticated) {
+      // The MAC covers the direction's label and the text: a frame altered, injected by a
+      // machine on the path, or reflected from the other direction fails here.
+      if (n < kFrameMacBytes ||
+          !ProofsEqual(std::string_view(text, kFrameMacBytes),
+                       HmacSha256Hex(mac_->key, mac_->label + std::string(text + kFrameMacBytes,
+                                                                          n - kFrameMacBytes)))) {
+        return Fail(Status::InvalidArgument(
+            "frame fails its authentication (its MAC does not match the session's key)"));
+      }
+      text += kFrameMacBytes;
+      length -= kFrameMacBytes;
+    }
+    if (NestsDeeperThan(text, length, kMaxJsonDepth)) {
       return Fail(Status::InvalidArgument("frame nests arrays or objects deeper than " +
                                           std::to_string(kMaxJsonDepth) + " levels"));
     }
-    json body = json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
+    json body = json::parse(text, text + length, nullptr, /*allow_exceptions=*/false);
     start_ += kFrameHeaderBytes + n;
     if (body.is_discarded()) return Fail(Status::InvalidArgument("frame is not valid JSON"));
     if (!body.is_object()) return Fail(Status::InvalidArgument("frame is not a JSON object"));
@@ -252,7 +271,11 @@ Status FrameDecoder::Feed(const char* data, size_t size, std::vector<Frame>* fra
       std::string name = Printable(type->get<std::string>().substr(0, 64));
       return Fail(Status::InvalidArgument("unknown message type '" + name + "'"));
     }
-    frames->push_back(Frame{*known, std::move(body)});
+    frames->push_back(Frame{*known, std::move(body), !unauthenticated});
+    if (pause_after_ && *known == *pause_after_) {
+      pause_after_.reset();
+      paused_ = true;
+    }
   }
   // Drop consumed bytes once they are most of the buffer, so appends stay amortised O(1).
   if (start_ > 0 && start_ * 2 >= buffer_.size()) {

@@ -243,10 +243,57 @@ TEST_F(AgentHubTest, GarbageClosesOnlyThatConnection) {
   ASSERT_TRUE(events_.WaitFor([&] { return events_.Lost().size() == 2; }));
   for (auto [id, lost] : events_.Lost()) {
     EXPECT_EQ(lost->reason, AgentLost::Reason::kMalformedFrame);
-    EXPECT_NE(lost->detail.find("not valid JSON"), std::string::npos) << lost->detail;
+    // After the handshake every frame must carry the session's MAC.
+    EXPECT_NE(lost->detail.find("frame fails its authentication"), std::string::npos)
+        << lost->detail;
   }
   ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 4; }));
   EXPECT_EQ(hub_.agents(), 2);
+}
+
+// After the handshake every frame carries a MAC under the session's key: a machine on the path
+// (here, frames injected into the connection) cannot make an agent run a command, nor feed the
+// coordinator reports. Each side closes the connection instead, and the agent joins again.
+TEST_F(AgentHubTest, FramesInjectedAfterTheHandshakeAreRefused) {
+  Listen();
+  AgentThread agent(Agent());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+  const auto marker =
+      std::filesystem::temp_directory_path() / ("sweep-injected-" + std::to_string(::getpid()));
+  std::filesystem::remove(marker);
+  TrialTask task;
+  task.number = 9;
+  task.kind = "command";
+  task.params = json::object();
+  task.settings = {{"command", {"/bin/sh", "-c", "touch " + marker.string()}}};
+  json assign = net::AssignToJson(task);
+  assign["seq"] = 3;  // the next after challenge and welcome
+  const std::string text = assign.dump();
+  auto framed = [](const std::string& payload) {
+    const auto n = static_cast<uint32_t>(payload.size());
+    return std::string{static_cast<char>(n >> 24), static_cast<char>(n >> 16),
+                       static_cast<char>(n >> 8), static_cast<char>(n)} +
+           payload;
+  };
+  // Without a MAC, and with one made up: neither runs.
+  ASSERT_EQ(network_.InjectGarbage(Direction::kToConnector, framed(text)), 1);
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 2; })) << agent.log.text();
+  EXPECT_EQ(agent.log.Count("a frame without its MAC after the handshake"), 1u) << agent.log.text();
+  ASSERT_EQ(network_.InjectGarbage(Direction::kToConnector, framed(std::string(64, '0') + text)),
+            1);
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 3; })) << agent.log.text();
+  EXPECT_EQ(agent.log.Count("frame fails its authentication"), 1u) << agent.log.text();
+  EXPECT_FALSE(std::filesystem::exists(marker));
+  // Towards the coordinator: a forged report batch closes that connection.
+  json reports = {{"type", "reports"}, {"seq", 2}, {"reports", json::array()}};
+  ASSERT_EQ(
+      network_.InjectGarbage(Direction::kToListener, framed(std::string(64, 'a') + reports.dump())),
+      1);
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Lost().size() == 3; }));
+  EXPECT_NE(events_.Lost().back().second->detail.find("frame fails its authentication"),
+            std::string::npos)
+      << events_.Lost().back().second->detail;
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 4; }));
 }
 
 TEST_F(AgentHubTest, DisconnectMidTrialLosesTheAgentWhichReconnects) {

@@ -1,6 +1,7 @@
 // The agent protocol's frames and messages: the decoder against split reads, oversized and
 // garbage input; every message's validation.
 #include "executor/net_protocol.h"
+#include "executor/net_auth.h"
 
 #include <gtest/gtest.h>
 
@@ -114,6 +115,39 @@ TEST(FrameDecoderTest, RefusesGarbage) {
     EXPECT_NE(st.message().find(c.message), std::string::npos) << st.message();
     EXPECT_EQ(frames.size(), 1u) << "the good frame before the garbage is still decoded";
   }
+}
+
+// After the handshake: frames carry a MAC of their direction under the session key; the
+// decoder pauses after the handshake's last frame so that what follows is read under it.
+TEST(FrameDecoderTest, AuthenticatedFramesAfterThePause) {
+  const std::string key = SessionKey("tok", "na", "nh");
+  EXPECT_NE(key, AgentProof("tok", "na", "nh"));
+  EXPECT_NE(key, CoordinatorProof("tok", "na", "nh"));
+  const FrameMac from_agent{key, kAgentFrameLabel}, from_hub{key, kCoordinatorFrameLabel};
+  std::string bytes = Framed(ToJson(Auth{std::string(64, 'a')}));
+  ASSERT_TRUE(AppendFrame(HeartbeatToJson(), kDefaultMaxFrameBytes, &bytes, &from_agent).ok());
+  FrameDecoder d;
+  d.PauseAfter(MessageType::kAuth);
+  std::vector<Frame> frames;
+  ASSERT_TRUE(d.Feed(bytes.data(), bytes.size(), &frames).ok());
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_TRUE(d.paused());
+  d.Authenticate(from_agent);
+  ASSERT_TRUE(d.Feed(nullptr, 0, &frames).ok());
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[1].type, MessageType::kHeartbeat);
+  EXPECT_TRUE(frames[1].authenticated);
+  // A frame with no MAC comes out unauthenticated (the session drops or refuses it) ...
+  std::string plain = Framed(HeartbeatToJson());
+  ASSERT_TRUE(d.Feed(plain.data(), plain.size(), &frames).ok());
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_FALSE(frames[2].authenticated);
+  // ... and one with the other direction's MAC (reflected) is malformed.
+  std::string reflected;
+  ASSERT_TRUE(AppendFrame(HeartbeatToJson(), kDefaultMaxFrameBytes, &reflected, &from_hub).ok());
+  Status st = d.Feed(reflected.data(), reflected.size(), &frames);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("fails its authentication"), std::string::npos) << st.message();
 }
 
 TEST(FrameDecoderTest, BracketsInStringsAreNotNesting) {

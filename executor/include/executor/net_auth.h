@@ -32,6 +32,11 @@ std::string AgentProof(std::string_view token, std::string_view agent_nonce,
 std::string CoordinatorProof(std::string_view token, std::string_view agent_nonce,
                              std::string_view coordinator_nonce);
 
+// The key that authenticates a session's frames once the handshake is done (executor/README.md,
+// "Frames after the handshake"): HMAC of both nonces under the token, with its own label.
+std::string SessionKey(std::string_view token, std::string_view agent_nonce,
+                       std::string_view coordinator_nonce);
+
 // Constant-time comparison (CRYPTO_memcmp) of two proofs; false when the lengths differ.
 bool ProofsEqual(std::string_view a, std::string_view b);
 

@@ -22,7 +22,7 @@
 namespace sweep::executor::net {
 
 // Both sides must speak the same version; a mismatch is refused in the handshake.
-inline constexpr int kProtocolVersion = 3;
+inline constexpr int kProtocolVersion = 4;
 // How a coordinator's bye to an agent whose token does not match begins: a refusal that no retry
 // can change, so the agent ends rather than retry forever.
 inline constexpr std::string_view kAuthFailed = "authentication failed";
@@ -56,15 +56,32 @@ std::optional<MessageType> MessageTypeFromString(std::string_view name);
 struct Frame {
   MessageType type = MessageType::kHeartbeat;
   nlohmann::json body;
+  // False for a frame without a MAC where the decoder expects one (FrameDecoder::Authenticate):
+  // a repeat of a handshake frame is dropped as any duplicate is; anything else closes the
+  // connection, unread.
+  bool authenticated = true;
 };
 
 // Text from a peer, for a log line: control characters (a line break that would forge a line
 // of our own, a terminal escape) as \xNN.
 std::string Printable(std::string_view text);
 
-// Appends `message` (a JSON object) framed: 4-byte big-endian length, then its JSON text.
-// InvalidArgument when the text is longer than max_frame_bytes (nothing is appended).
-Status AppendFrame(const nlohmann::json& message, size_t max_frame_bytes, std::string* out);
+// How one direction of a session authenticates its frames after the handshake: each payload
+// starts with the HMAC-SHA256 (64 hex digits) of `label` and the JSON text that follows it,
+// under the session key (SessionKey, net_auth.h).
+struct FrameMac {
+  std::string key;
+  std::string label;
+};
+inline constexpr const char* kAgentFrameLabel = "sweep frame from the agent v1\n";
+inline constexpr const char* kCoordinatorFrameLabel = "sweep frame from the coordinator v1\n";
+inline constexpr size_t kFrameMacBytes = 64;
+
+// Appends `message` (a JSON object) framed: 4-byte big-endian length, then its JSON text, after
+// its MAC when `mac` is given. InvalidArgument when the payload is longer than max_frame_bytes
+// (nothing is appended).
+Status AppendFrame(const nlohmann::json& message, size_t max_frame_bytes, std::string* out,
+                   const FrameMac* mac = nullptr);
 
 // Takes bytes as they arrive, in pieces of any size, and yields whole frames. The first error
 // (a length over the limit, a zero length, text that is not JSON, not an object, or without a
@@ -75,13 +92,21 @@ class FrameDecoder {
   explicit FrameDecoder(size_t max_frame_bytes = kDefaultMaxFrameBytes)
       : max_frame_bytes_(max_frame_bytes) {}
   Status Feed(const char* data, size_t size, std::vector<Frame>* frames);
-  // The limit for frames not yet received whole (the hub raises it once a peer authenticated).
-  void set_max_frame_bytes(size_t max_frame_bytes) { max_frame_bytes_ = max_frame_bytes; }
+  // Feed stops after a frame of this type (the last of the handshake), leaving what follows
+  // buffered: paused() says so, and a Feed with no new data goes on, after Authenticate.
+  void PauseAfter(MessageType type) { pause_after_ = type; }
+  bool paused() const { return paused_; }
+  // From now on every frame must carry a valid MAC; one whose MAC is wrong is malformed
+  // (final), and one with none (its text right after the length) comes out unauthenticated.
+  void Authenticate(FrameMac mac) { mac_ = std::move(mac); }
   size_t buffered() const { return buffer_.size() - start_; }
 
  private:
   Status Fail(Status status);
   size_t max_frame_bytes_;
+  std::optional<MessageType> pause_after_;
+  bool paused_ = false;
+  std::optional<FrameMac> mac_;
   std::string buffer_;
   size_t start_ = 0;  // first unconsumed byte of buffer_
   Status error_;
