@@ -336,7 +336,7 @@ class Session {
     const uint64_t gen = generation_;
     connection_ = std::move(connection);
     decoder_ = net::FrameDecoder(options_.max_frame_bytes);
-    decoder_.PauseAfter(MessageType::kWelcome);
+    decoder_.StepUntilAuthenticated();
     tx_mac_ = net::FrameMac();
     rx_seq_ = tx_seq_ = 0;
     opened_ = last_rx_ = last_tx_ = Clock::now();
@@ -369,7 +369,7 @@ class Session {
         if (gen != generation_ || state_ == State::kDraining) return;
         Handle(frame);
       }
-      // Paused after the welcome (its MAC key now set): what came after it, authenticated.
+      // One frame at a time until the handshake is done (its MAC key set): then the rest.
       if (!st.ok() || !decoder_.paused() || gen != generation_) break;
       frames_.clear();
       st = decoder_.Feed(nullptr, 0, &frames_);
@@ -392,7 +392,7 @@ class Session {
            std::to_string(rx_seq_) + ")");
       return;
     }
-    if (!frame.authenticated) {
+    if (state_ == State::kServing && !frame.mac_verified) {
       Send(net::ByeToJson("closing the connection: a frame without its MAC"));
       Drop("a frame without its MAC after the handshake (not from the coordinator)");
       return;
@@ -404,12 +404,21 @@ class Session {
       if (state_ == State::kServing) {
         Drop("the coordinator said bye: " + why);
       } else if (why.rfind(net::kAuthFailed, 0) == 0) {
-        // The tokens differ: no retry can change that, so the agent ends and says why.
-        // (The coordinator's reason says which side has no token, if one has none.)
-        EndRefused("the coordinator at " + where_ + " refused this agent: " + why);
+        // The tokens differ: no retry can change that, so the agent ends and says why (the
+        // coordinator's reason says which side has no token, if one has none). Not at the
+        // first refusal, though: that bye is not authenticated, and anyone on the path (or
+        // at the address while the coordinator is down) could send one.
+        const std::string line =
+            "the coordinator at " + where_ + " refused this agent: " + net::Printable(why);
+        if (++auth_refusals_ >= kAuthRefusalsToEnd) {
+          EndRefused(line);
+        } else {
+          LogFailure(line);
+          Drop("", /*log=*/false);
+        }
       } else {
         // Refused in the handshake (another version, a coordinator shutting down): try again.
-        LogFailure("the coordinator at " + where_ + " refused this agent: " + why);
+        LogFailure("the coordinator at " + where_ + " refused this agent: " + net::Printable(why));
         Drop("", /*log=*/false);
       }
       return;
@@ -434,7 +443,8 @@ class Session {
     if (!challenge.ok()) return Refused(challenge.status().message());
     coordinator_nonce_ = challenge->nonce;
     state_ = State::kWelcome;
-    Send(net::ToJson(net::Auth{net::AgentProof(options_.token, hello_.nonce, coordinator_nonce_)}));
+    Send(net::ToJson(net::Auth{net::AgentProof(options_.token, hello_.nonce, coordinator_nonce_,
+                                               net::HelloTranscript(hello_))}));
   }
 
   void OnWelcome(net::Frame& frame) {
@@ -443,8 +453,10 @@ class Session {
     }
     auto welcome = net::WelcomeFromJson(frame.body);
     if (!welcome.ok()) return Refused(welcome.status().message());
-    const std::string expected =
-        net::CoordinatorProof(options_.token, hello_.nonce, coordinator_nonce_);
+    const std::string expected = net::CoordinatorProof(
+        options_.token, hello_.nonce, coordinator_nonce_,
+        net::WelcomeTranscript(hello_, welcome->agent_id, welcome->heartbeat_ms,
+                               welcome->heartbeat_timeout_ms));
     if (!net::ProofsEqual(welcome->proof, expected)) {
       const std::string why =
           "it failed to prove that it holds the token (the tokens differ, or it is not a sweep "
@@ -462,6 +474,7 @@ class Session {
     heartbeat_timeout_ms_ = welcome->heartbeat_timeout_ms;
     state_ = State::kServing;
     backoff_ms_ = options_.backoff_initial_ms;
+    auth_refusals_ = 0;
     last_failure_.clear();
     Log("registered with the coordinator at " + where_ + " (" + connection_->peer() +
         ") as agent " + std::to_string(agent_id_));
@@ -750,6 +763,9 @@ class Session {
   std::shared_ptr<net::Connection> connection_;
   net::FrameDecoder decoder_;
   net::FrameMac tx_mac_;  // once registered: what this agent's frames carry
+  // Refusals for the token in a row: the agent ends at kAuthRefusalsToEnd.
+  static constexpr int kAuthRefusalsToEnd = 3;
+  int auth_refusals_ = 0;
   std::vector<net::Frame> frames_;
   int64_t rx_seq_ = 0;
   int64_t tx_seq_ = 0;

@@ -94,7 +94,7 @@ struct Peer {
 
   net::FrameMac tx_mac;  // once registered: what the hub's frames to it carry
   explicit Peer(size_t max_frame_bytes) : decoder(max_frame_bytes) {
-    decoder.PauseAfter(MessageType::kAuth);
+    decoder.StepUntilAuthenticated();
   }
 
   std::string Describe() const {
@@ -216,20 +216,29 @@ class AgentHub::Impl {
     }
     // Connections that have not authenticated cost memory (a frame being received, up to
     // max_frame_bytes each) and anyone who can reach the port can open them: at most
-    // kMaxHandshakes at once; past that a new one is closed at once (an agent tries again).
-    const auto handshaking = std::count_if(peers_.begin(), peers_.end(), [](const auto& p) {
-      return p.second->state == Peer::State::kHello || p.second->state == Peer::State::kAuth;
-    });
-    if (handshaking >= kMaxHandshakes) {
-      if (!refusing_) {
-        Log("refusing connections: " + std::to_string(handshaking) +
-            " have not finished their handshake (the newest from " + connection->peer() + ")");
-      }
-      refusing_ = true;
-      connection->Close();
-      return;
+    // kMaxHandshakes at once. Past that the oldest is closed for the new one: a genuine
+    // agent's handshake takes a few round trips, so a flood of silent connections must open
+    // kMaxHandshakes more within them to push it out, while ones held open push out only each
+    // other.
+    Peer* oldest = nullptr;
+    long handshaking = 0;
+    for (const auto& [raw, p] : peers_) {
+      if (p->state != Peer::State::kHello && p->state != Peer::State::kAuth) continue;
+      ++handshaking;
+      if (oldest == nullptr || p->opened < oldest->opened) oldest = p.get();
     }
-    refusing_ = false;
+    if (handshaking >= kMaxHandshakes && oldest != nullptr) {
+      if (!evicting_) {
+        Log("closing the oldest of " + std::to_string(handshaking) +
+            " connections that have not finished their handshake (" + oldest->Describe() +
+            ") for a new one from " + connection->peer());
+      }
+      evicting_ = true;
+      oldest->state = Peer::State::kClosed;  // not registered: nothing to tell the coordinator
+      oldest->connection->Close();
+    } else {
+      evicting_ = false;
+    }
     auto peer = std::make_shared<Peer>(options_.max_frame_bytes);
     peer->connection = connection;
     peer->address = connection->peer();
@@ -250,7 +259,7 @@ class AgentHub::Impl {
         if (peer->state == Peer::State::kClosed) break;
         Handle(peer, frame);
       }
-      // Paused after the auth (its MAC key now set): what came after it, authenticated.
+      // One frame at a time until the handshake is done (its MAC key set): then the rest.
       if (!st.ok() || !peer->decoder.paused() || peer->state == Peer::State::kClosed) break;
       frames_.clear();
       st = peer->decoder.Feed(nullptr, 0, &frames_);
@@ -285,7 +294,7 @@ class AgentHub::Impl {
                std::to_string(peer->rx_seq) + ")");
       return;
     }
-    if (!frame.authenticated) {
+    if (peer->state == Peer::State::kServing && !frame.mac_verified) {
       Lose(peer, AgentLost::Reason::kMalformedFrame,
            "a frame without its MAC after the handshake (not from the agent)");
       return;
@@ -339,11 +348,13 @@ class AgentHub::Impl {
       Refuse(peer, auth.status().message());
       return;
     }
-    const std::string expected = net::AgentProof(token_, peer->agent_nonce, peer->hub_nonce);
+    const std::string transcript = net::HelloTranscript(peer->hello);
+    const std::string expected =
+        net::AgentProof(token_, peer->agent_nonce, peer->hub_nonce, transcript);
     if (!net::ProofsEqual(auth->proof, expected)) {
       // Which side lacks a token, when one does, says what to fix.
-      const bool agent_has_none =
-          net::ProofsEqual(auth->proof, net::AgentProof("", peer->agent_nonce, peer->hub_nonce));
+      const bool agent_has_none = net::ProofsEqual(
+          auth->proof, net::AgentProof("", peer->agent_nonce, peer->hub_nonce, transcript));
       Refuse(peer, std::string(net::kAuthFailed) + ": " +
                        (token_.empty()   ? "the coordinator runs without a token (no --token-file) "
                                            "but the agent gave one; give both the same token, or "
@@ -359,7 +370,10 @@ class AgentHub::Impl {
     welcome.agent_id = peer->id;
     welcome.heartbeat_ms = options_.heartbeat_ms;
     welcome.heartbeat_timeout_ms = options_.heartbeat_timeout_ms;
-    welcome.proof = net::CoordinatorProof(token_, peer->agent_nonce, peer->hub_nonce);
+    welcome.proof = net::CoordinatorProof(
+        token_, peer->agent_nonce, peer->hub_nonce,
+        net::WelcomeTranscript(peer->hello, welcome.agent_id, welcome.heartbeat_ms,
+                               welcome.heartbeat_timeout_ms));
     Send(peer, net::ToJson(welcome));
     // Every frame after the welcome, both ways, carries a MAC under the session's key.
     const std::string key = net::SessionKey(token_, peer->agent_nonce, peer->hub_nonce);
@@ -680,7 +694,7 @@ class AgentHub::Impl {
   std::vector<WorkerEvent> scratch_;
   int64_t next_id_ = 1;
   bool shutting_down_ = false;
-  bool refusing_ = false;  // the last connection was refused for kMaxHandshakes (said once)
+  bool evicting_ = false;  // the last accept closed the oldest handshake (said once a burst)
   std::thread thread_;
 
   std::mutex stop_mu_;

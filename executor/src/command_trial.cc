@@ -665,6 +665,9 @@ class CommandRun {
                           FormatSeconds(kill_grace_.count()) + " after SIGTERM");
       }
     }
+    // The last line, unended: no more is read (what a descendant still writes stays in the
+    // pipe, as it would have), so nothing is drained into `partial` unparsed while it waits.
+    pipe_open_ = false;
     if (!partial.empty() && !overlong) Line(partial, err_log, &why_stopped);
     pid_ = -1;
 

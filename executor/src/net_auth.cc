@@ -32,14 +32,19 @@ std::string Hex(const unsigned char* data, size_t n) {
 }
 
 std::string Proof(std::string_view label, std::string_view token, std::string_view agent_nonce,
-                  std::string_view coordinator_nonce) {
+                  std::string_view coordinator_nonce, std::string_view transcript = {}) {
   std::string message;
-  message.reserve(label.size() + agent_nonce.size() + coordinator_nonce.size() + 2);
+  message.reserve(label.size() + agent_nonce.size() + coordinator_nonce.size() + transcript.size() +
+                  3);
   message += label;
   message += '\n';
   message += agent_nonce;
   message += '\n';
   message += coordinator_nonce;
+  if (!transcript.empty()) {
+    message += '\n';
+    message += transcript;
+  }
   return HmacSha256Hex(token, message);
 }
 
@@ -101,14 +106,18 @@ std::string HmacSha256Hex(std::string_view key, std::string_view message) {
   return Hex(digest, length);
 }
 
+std::string HandshakeDigest(std::string_view text) {
+  return HmacSha256Hex("sweep handshake digest v1", text);
+}
+
 std::string AgentProof(std::string_view token, std::string_view agent_nonce,
-                       std::string_view coordinator_nonce) {
-  return Proof("sweep agent proof v1", token, agent_nonce, coordinator_nonce);
+                       std::string_view coordinator_nonce, std::string_view transcript) {
+  return Proof("sweep agent proof v2", token, agent_nonce, coordinator_nonce, transcript);
 }
 
 std::string CoordinatorProof(std::string_view token, std::string_view agent_nonce,
-                             std::string_view coordinator_nonce) {
-  return Proof("sweep coordinator proof v1", token, agent_nonce, coordinator_nonce);
+                             std::string_view coordinator_nonce, std::string_view transcript) {
+  return Proof("sweep coordinator proof v2", token, agent_nonce, coordinator_nonce, transcript);
 }
 
 std::string SessionKey(std::string_view token, std::string_view agent_nonce,

@@ -271,11 +271,8 @@ Status FrameDecoder::Feed(const char* data, size_t size, std::vector<Frame>* fra
       std::string name = Printable(type->get<std::string>().substr(0, 64));
       return Fail(Status::InvalidArgument("unknown message type '" + name + "'"));
     }
-    frames->push_back(Frame{*known, std::move(body), !unauthenticated});
-    if (pause_after_ && *known == *pause_after_) {
-      pause_after_.reset();
-      paused_ = true;
-    }
+    frames->push_back(Frame{*known, std::move(body), mac_.has_value() && !unauthenticated});
+    if (stepwise_ && !mac_) paused_ = true;
   }
   // Drop consumed bytes once they are most of the buffer, so appends stay amortised O(1).
   if (start_ > 0 && start_ * 2 >= buffer_.size()) {
@@ -312,6 +309,14 @@ json ToJson(const Hello& h) {
   j["nonce"] = h.nonce;
   if (!h.folder.empty()) j["folder"] = h.folder;
   return j;
+}
+
+std::string HelloTranscript(const Hello& hello) { return HandshakeDigest(ToJson(hello).dump()); }
+
+std::string WelcomeTranscript(const Hello& hello, int64_t agent_id, int heartbeat_ms,
+                              int heartbeat_timeout_ms) {
+  return HelloTranscript(hello) + "\n" + std::to_string(agent_id) + "\n" +
+         std::to_string(heartbeat_ms) + "\n" + std::to_string(heartbeat_timeout_ms);
 }
 
 Result<Hello> HelloFromJson(const json& j) {

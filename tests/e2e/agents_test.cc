@@ -337,10 +337,11 @@ TEST_F(AgentsTest, WrongTokenIsRefusedAndTheSweepGoesOn) {
       << Log("coordinator.log");
   EXPECT_TRUE(WaitForLine("agent-intruder.log", "refused this agent: authentication failed", 10))
       << Log("agent-intruder.log");
-  // No retry can change a token: the refused agent ends, with exit status 2 and the reason,
-  // said once.
+  // No retry can change a token: the refused agent ends at the third refusal in a row (one
+  // alone is not authenticated), with exit status 2 and the reason: said when it retries, and
+  // when it ends.
   EXPECT_EQ(WaitExit(intruder, 10), 2) << Log("agent-intruder.log");
-  EXPECT_EQ(Count(Log("agent-intruder.log"), "the coordinator at 127.0.0.1:"), 1)
+  EXPECT_EQ(Count(Log("agent-intruder.log"), "the coordinator at 127.0.0.1:"), 2)
       << Log("agent-intruder.log");
   EXPECT_EQ(Scalar("SELECT count(*) FROM trials"), 0);  // nothing ran on the intruder
 
@@ -350,7 +351,7 @@ TEST_F(AgentsTest, WrongTokenIsRefusedAndTheSweepGoesOn) {
   EXPECT_EQ(PlacedOn("SELECT detail FROM events WHERE to_state = 'running' AND trial IS NOT NULL"),
             std::set<std::string>{"good"});
   EXPECT_EQ(Count(Log("coordinator.log"), "joined from host"), 1);
-  EXPECT_EQ(Count(Log("coordinator.log"), "refused agent 'intruder'"), 1);
+  EXPECT_EQ(Count(Log("coordinator.log"), "refused agent 'intruder'"), 3);
 }
 
 TEST_F(AgentsTest, GarbageAndOversizedFramesCloseOnlyTheirConnection) {

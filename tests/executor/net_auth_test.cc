@@ -74,6 +74,11 @@ TEST(ProofTest, ProofsDependOnTokenNoncesAndDirection) {
   // reflected back as the coordinator's.
   EXPECT_FALSE(ProofsEqual(p, CoordinatorProof("tok", *na, *nh)));
   EXPECT_FALSE(ProofsEqual(p, p.substr(1)));
+  // And on what the handshake said: a hello changed on the path changes the proof.
+  const std::string t = HandshakeDigest(R"({"slots":[1]})");
+  EXPECT_FALSE(ProofsEqual(AgentProof("tok", *na, *nh, t), p));
+  EXPECT_FALSE(ProofsEqual(AgentProof("tok", *na, *nh, t),
+                           AgentProof("tok", *na, *nh, HandshakeDigest(R"({"slots":[1,2]})"))));
 }
 
 TEST(ProofTest, HmacMatchesAKnownVector) {

@@ -117,8 +117,8 @@ TEST(FrameDecoderTest, RefusesGarbage) {
   }
 }
 
-// After the handshake: frames carry a MAC of their direction under the session key; the
-// decoder pauses after the handshake's last frame so that what follows is read under it.
+// After the handshake: frames carry a MAC of their direction under the session key; until
+// then the decoder yields one frame at a time, so that what follows is read under it.
 TEST(FrameDecoderTest, AuthenticatedFramesAfterThePause) {
   const std::string key = SessionKey("tok", "na", "nh");
   EXPECT_NE(key, AgentProof("tok", "na", "nh"));
@@ -127,7 +127,7 @@ TEST(FrameDecoderTest, AuthenticatedFramesAfterThePause) {
   std::string bytes = Framed(ToJson(Auth{std::string(64, 'a')}));
   ASSERT_TRUE(AppendFrame(HeartbeatToJson(), kDefaultMaxFrameBytes, &bytes, &from_agent).ok());
   FrameDecoder d;
-  d.PauseAfter(MessageType::kAuth);
+  d.StepUntilAuthenticated();
   std::vector<Frame> frames;
   ASSERT_TRUE(d.Feed(bytes.data(), bytes.size(), &frames).ok());
   ASSERT_EQ(frames.size(), 1u);
@@ -136,12 +136,12 @@ TEST(FrameDecoderTest, AuthenticatedFramesAfterThePause) {
   ASSERT_TRUE(d.Feed(nullptr, 0, &frames).ok());
   ASSERT_EQ(frames.size(), 2u);
   EXPECT_EQ(frames[1].type, MessageType::kHeartbeat);
-  EXPECT_TRUE(frames[1].authenticated);
+  EXPECT_TRUE(frames[1].mac_verified);
   // A frame with no MAC comes out unauthenticated (the session drops or refuses it) ...
   std::string plain = Framed(HeartbeatToJson());
   ASSERT_TRUE(d.Feed(plain.data(), plain.size(), &frames).ok());
   ASSERT_EQ(frames.size(), 3u);
-  EXPECT_FALSE(frames[2].authenticated);
+  EXPECT_FALSE(frames[2].mac_verified);
   // ... and one with the other direction's MAC (reflected) is malformed.
   std::string reflected;
   ASSERT_TRUE(AppendFrame(HeartbeatToJson(), kDefaultMaxFrameBytes, &reflected, &from_hub).ok());

@@ -25,12 +25,17 @@ Result<std::string> NewNonce();
 // HMAC-SHA256 of `message` under `key`, as 64 lowercase hex digits.
 std::string HmacSha256Hex(std::string_view key, std::string_view message);
 
-// The proofs of the handshake. Both cover the two nonces in a fixed order; the different
-// labels keep one side's proof from being reflected back as the other's.
+// The proofs of the handshake. Both cover the two nonces in a fixed order, and `transcript`:
+// what the handshake's messages said (HandshakeDigest of the hello's JSON text; for the
+// coordinator's, that and the welcome's own fields), so that a machine on the path cannot
+// change a hello's slots or a welcome's heartbeat. The different labels keep one side's proof
+// from being reflected back as the other's.
 std::string AgentProof(std::string_view token, std::string_view agent_nonce,
-                       std::string_view coordinator_nonce);
+                       std::string_view coordinator_nonce, std::string_view transcript = {});
 std::string CoordinatorProof(std::string_view token, std::string_view agent_nonce,
-                             std::string_view coordinator_nonce);
+                             std::string_view coordinator_nonce, std::string_view transcript = {});
+// A digest of a handshake message's JSON text, for the proofs' transcript.
+std::string HandshakeDigest(std::string_view text);
 
 // The key that authenticates a session's frames once the handshake is done (executor/README.md,
 // "Frames after the handshake"): HMAC of both nonces under the token, with its own label.

@@ -56,10 +56,10 @@ std::optional<MessageType> MessageTypeFromString(std::string_view name);
 struct Frame {
   MessageType type = MessageType::kHeartbeat;
   nlohmann::json body;
-  // False for a frame without a MAC where the decoder expects one (FrameDecoder::Authenticate):
-  // a repeat of a handshake frame is dropped as any duplicate is; anything else closes the
-  // connection, unread.
-  bool authenticated = true;
+  // True only for a frame whose MAC the decoder checked (FrameDecoder::Authenticate). After the
+  // handshake a session takes no other: a frame without one is a repeat of a handshake frame,
+  // dropped as any duplicate is, or else closes the connection unread.
+  bool mac_verified = false;
 };
 
 // Text from a peer, for a log line: control characters (a line break that would forge a line
@@ -92,9 +92,11 @@ class FrameDecoder {
   explicit FrameDecoder(size_t max_frame_bytes = kDefaultMaxFrameBytes)
       : max_frame_bytes_(max_frame_bytes) {}
   Status Feed(const char* data, size_t size, std::vector<Frame>* frames);
-  // Feed stops after a frame of this type (the last of the handshake), leaving what follows
-  // buffered: paused() says so, and a Feed with no new data goes on, after Authenticate.
-  void PauseAfter(MessageType type) { pause_after_ = type; }
+  // Until Authenticate, Feed yields one frame at a time, leaving what follows buffered:
+  // paused() says so, and a Feed with no new data goes on. The session handles each frame of
+  // its handshake before the next is decoded, so the first frame after the handshake's last is
+  // decoded under the key (and no frame can be slipped in to be decoded before it is set).
+  void StepUntilAuthenticated() { stepwise_ = true; }
   bool paused() const { return paused_; }
   // From now on every frame must carry a valid MAC; one whose MAC is wrong is malformed
   // (final), and one with none (its text right after the length) comes out unauthenticated.
@@ -104,7 +106,7 @@ class FrameDecoder {
  private:
   Status Fail(Status status);
   size_t max_frame_bytes_;
-  std::optional<MessageType> pause_after_;
+  bool stepwise_ = false;
   bool paused_ = false;
   std::optional<FrameMac> mac_;
   std::string buffer_;
@@ -136,6 +138,13 @@ nlohmann::json ToJson(const Hello& hello);
 // Checks the version first, so an agent of another version gets the message naming both
 // versions, whatever else it sent.
 Result<Hello> HelloFromJson(const nlohmann::json& json);
+
+// What both proofs of the handshake cover (net_auth.h): the digest of the hello's JSON text
+// (as ToJson writes it: each side from its Hello), and for the coordinator's proof the
+// welcome's fields after it.
+std::string HelloTranscript(const Hello& hello);
+std::string WelcomeTranscript(const Hello& hello, int64_t agent_id, int heartbeat_ms,
+                              int heartbeat_timeout_ms);
 
 // challenge: the coordinator's nonce.
 struct Challenge {
