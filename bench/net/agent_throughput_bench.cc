@@ -75,13 +75,21 @@ class Sender {
   std::string Frame(json message) {
     message["seq"] = ++seq_;
     std::string out;
-    if (!net::AppendFrame(message, net::kDefaultMaxFrameBytes, &out).ok()) Die("frame too big");
+    if (!net::AppendFrame(message, net::kDefaultMaxFrameBytes, &out,
+                          mac_.key.empty() ? nullptr : &mac_)
+             .ok()) {
+      Die("frame too big");
+    }
     return out;
   }
   // The next frame that is not a heartbeat.
   net::Frame Read() {
     for (;;) {
       while (frames_.empty()) {
+        if (decoder_.paused()) {  // in the handshake: one frame at a time
+          if (!decoder_.Feed(nullptr, 0, &frames_).ok()) Die("bad frame");
+          continue;
+        }
         char buf[65536];
         ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
         if (n <= 0) Die("the hub closed the connection");
@@ -101,17 +109,24 @@ class Sender {
     slot.name = "cpu0";
     hello.slots = {slot};
     hello.nonce = *net::NewNonce();
+    decoder_.StepUntilAuthenticated();
     Write(Frame(net::ToJson(hello)));
     net::Frame challenge = Read();
     if (challenge.type != net::MessageType::kChallenge) Die("no challenge");
-    Write(Frame(net::ToJson(net::Auth{
-        net::AgentProof(kToken, hello.nonce, challenge.body["nonce"].get<std::string>())})));
+    const std::string hub_nonce = challenge.body["nonce"].get<std::string>();
+    Write(Frame(net::ToJson(
+        net::Auth{net::AgentProof(kToken, hello.nonce, hub_nonce, net::HelloTranscript(hello))})));
     if (Read().type != net::MessageType::kWelcome) Die("not welcomed");
+    // From here every frame carries the session's MAC, both ways (the hub checks each).
+    const std::string key = net::SessionKey(kToken, hello.nonce, hub_nonce);
+    mac_ = net::FrameMac{key, net::kAgentFrameLabel};
+    decoder_.Authenticate(net::FrameMac{key, net::kCoordinatorFrameLabel});
   }
 
  private:
   int fd_ = -1;
   int64_t seq_ = 0;
+  net::FrameMac mac_;
   net::FrameDecoder decoder_;
   std::vector<net::Frame> frames_;
 };
