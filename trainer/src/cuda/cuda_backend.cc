@@ -208,12 +208,15 @@ class CudaReplicaGroup final : public ReplicaGroup {
 
   // Waits for every rank's streams, ignoring their errors (said already, or sticky).
   void SynchronizeAll() {
+    int current = 0;
+    const bool restore = cudaGetDevice(&current) == cudaSuccess;
     for (Rank& r : ranks_) {
       cudaSetDevice(r.device);
       for (cudaStream_t s : {r.compute, r.copy, r.comm}) {
         if (s != nullptr) cudaStreamSynchronize(s);
       }
     }
+    if (restore) cudaSetDevice(current);  // the caller's device, as it was
     (void)cudaGetLastError();
   }
 
