@@ -360,7 +360,6 @@ class Session {
   // ---- receiving ----
 
   void OnData(const char* data, size_t n) {
-    last_rx_ = Clock::now();
     frames_.clear();
     Status st = decoder_.Feed(data, n, &frames_);
     const uint64_t gen = generation_;
@@ -398,6 +397,8 @@ class Session {
       return;
     }
     rx_seq_ = *seq;
+    // Alive: a new frame, authenticated once registered (not bytes alone, nor a duplicate).
+    last_rx_ = Clock::now();
     if (frame.type == MessageType::kBye) {
       auto reason = net::ByeFromJson(frame.body);
       std::string why = reason.ok() ? *reason : reason.status().message();
@@ -408,14 +409,7 @@ class Session {
         // coordinator's reason says which side has no token, if one has none). Not at the
         // first refusal, though: that bye is not authenticated, and anyone on the path (or
         // at the address while the coordinator is down) could send one.
-        const std::string line =
-            "the coordinator at " + where_ + " refused this agent: " + net::Printable(why);
-        if (++auth_refusals_ >= kAuthRefusalsToEnd) {
-          EndRefused(line);
-        } else {
-          LogFailure(line);
-          Drop("", /*log=*/false);
-        }
+        AuthFailed("the coordinator at " + where_ + " refused this agent: " + net::Printable(why));
       } else {
         // Refused in the handshake (another version, a coordinator shutting down): try again.
         LogFailure("the coordinator at " + where_ + " refused this agent: " + net::Printable(why));
@@ -462,7 +456,7 @@ class Session {
           "it failed to prove that it holds the token (the tokens differ, or it is not a sweep "
           "coordinator)";
       Send(net::ByeToJson(why));
-      return EndRefused("cannot register with the coordinator at " + where_ + ": " + why);
+      return AuthFailed("cannot register with the coordinator at " + where_ + ": " + why);
     }
     // Every frame after the welcome, both ways, carries a MAC under the session's key: a
     // machine on the path can no longer inject or alter one.
@@ -478,6 +472,21 @@ class Session {
     last_failure_.clear();
     Log("registered with the coordinator at " + where_ + " (" + connection_->peer() +
         ") as agent " + std::to_string(agent_id_));
+  }
+
+  // The tokens differ, it seems: no retry changes that, so the agent ends, but only once the
+  // failures have gone on for auth_refusal_window_ms and numbered kAuthRefusalsToEnd (nothing
+  // is authenticated yet: one forged refusal, or a few, must not end it). Until then it
+  // retries with backoff.
+  void AuthFailed(const std::string& why) {
+    const auto now = Clock::now();
+    if (auth_refusals_++ == 0) first_auth_refusal_ = now;
+    if (auth_refusals_ >= kAuthRefusalsToEnd &&
+        now - first_auth_refusal_ >= std::chrono::milliseconds(options_.auth_refusal_window_ms)) {
+      return EndRefused(why);
+    }
+    LogFailure(why);
+    Drop("", /*log=*/false);
   }
 
   // A refusal no retry can change: log it, stop, and have Run() return it.
@@ -763,9 +772,10 @@ class Session {
   std::shared_ptr<net::Connection> connection_;
   net::FrameDecoder decoder_;
   net::FrameMac tx_mac_;  // once registered: what this agent's frames carry
-  // Refusals for the token in a row: the agent ends at kAuthRefusalsToEnd.
+  // Token failures since the last registration (AuthFailed).
   static constexpr int kAuthRefusalsToEnd = 3;
   int auth_refusals_ = 0;
+  Clock::time_point first_auth_refusal_;
   std::vector<net::Frame> frames_;
   int64_t rx_seq_ = 0;
   int64_t tx_seq_ = 0;
@@ -814,7 +824,7 @@ Status RunAgent(const AgentOptions& options, const std::atomic<bool>& stop) {
   }
   if (options.backoff_initial_ms < 1 || options.backoff_max_ms < options.backoff_initial_ms ||
       options.flush_ms < 0 || options.max_batch_reports < 1 || options.stop_grace_ms < 0 ||
-      options.handshake_timeout_ms < 1) {
+      options.handshake_timeout_ms < 1 || options.auth_refusal_window_ms < 0) {
     return Status::InvalidArgument("agent: a backoff, batching or timeout option is out of range");
   }
   Session session(options, stop);

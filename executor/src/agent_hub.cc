@@ -251,7 +251,6 @@ class AgentHub::Impl {
 
   void OnData(Peer* peer, const char* data, size_t n) {
     if (peer->state == Peer::State::kClosed) return;
-    peer->last_rx = Clock::now();
     frames_.clear();
     Status st = peer->decoder.Feed(data, n, &frames_);
     for (;;) {
@@ -300,6 +299,9 @@ class AgentHub::Impl {
       return;
     }
     peer->rx_seq = *seq;
+    // Alive: a new frame, authenticated once registered (bytes alone, or a duplicate anyone on
+    // the path could inject, would keep a dead session looking alive).
+    peer->last_rx = Clock::now();
     switch (peer->state) {
       case Peer::State::kHello:
         OnHello(peer, frame);

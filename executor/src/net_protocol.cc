@@ -311,7 +311,10 @@ json ToJson(const Hello& h) {
   return j;
 }
 
-std::string HelloTranscript(const Hello& hello) { return HandshakeDigest(ToJson(hello).dump()); }
+std::string HelloTranscript(const Hello& hello) {
+  // As AppendFrame writes it (bytes that are not UTF-8 replaced), on both sides.
+  return HandshakeDigest(ToJson(hello).dump(-1, ' ', false, json::error_handler_t::replace));
+}
 
 std::string WelcomeTranscript(const Hello& hello, int64_t agent_id, int heartbeat_ms,
                               int heartbeat_timeout_ms) {

@@ -596,6 +596,14 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
     auto token = ex::net::ReadTokenFile(a.token_file);
     if (!token.ok()) return Fail(token.status());
     options.token = *token;
+  } else if (!ex::net::IsLoopback(options.host)) {
+    // As a coordinator will not listen there without one: with no token, whoever answers at
+    // that address (or sits on the path) could prove it "holds" the empty token, and send
+    // command trials for this agent to run.
+    return Fail(Status::InvalidArgument(
+        "--connect " + a.connect +
+        ": a coordinator off this machine needs --token-file (the same token as its own); "
+        "without one, anyone who answers at that address could run commands here"));
   }
   std::optional<std::vector<int>> gpus;
   if (!a.gpus.empty()) {
@@ -625,12 +633,18 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
     if (s.gpu) options.link_group.push_back(s.link_group);
   }
   // Shown in the coordinator's log and in placements, where it must read as one name.
-  if (a.name.size() > 256 || std::any_of(a.name.begin(), a.name.end(),
-                                         [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
+  if (a.name.size() > 256 || !sweep::IsValidUtf8(a.name) ||
+      std::any_of(a.name.begin(), a.name.end(),
+                  [](unsigned char c) { return c < 0x20 || c == 0x7f; })) {
     return Fail(Status::InvalidArgument(
-        "--name: at most 256 bytes, without control characters (line breaks, escapes)"));
+        "--name: at most 256 bytes of UTF-8, without control characters (line breaks, "
+        "escapes)"));
   }
   options.name = a.name;
+  // Test hook: how long token refusals must go on before the agent ends (default a minute).
+  if (const char* w = std::getenv("SWEEP_TEST_AUTH_REFUSAL_WINDOW_MS")) {
+    options.auth_refusal_window_ms = std::atoi(w);
+  }
   options.worker_command = {SelfExe(argv0), "worker"};
   options.log = &std::cerr;
   options.stop_now = &g_interrupt_again;

@@ -56,6 +56,7 @@ class AgentHubTest : public ::testing::Test {
     o.backoff_max_ms = 100;
     o.stop_grace_ms = 2000;
     o.handshake_timeout_ms = 1000;
+    o.auth_refusal_window_ms = 200;  // token refusals end the agent within the test
     return o;
   }
 
@@ -350,12 +351,12 @@ TEST_F(AgentHubTest, WrongTokenIsRefusedAndLoggedWithTheAddress) {
   ASSERT_TRUE(events_.WaitFor([&] { return agent.log.Count("stopped") >= 1; }));
   EXPECT_TRUE(events_.Joined().empty());
   EXPECT_NE(hub_log_.text().find("at memory-peer-"), std::string::npos) << hub_log_.text();
-  // A token no retry can change: the agent ends with the refusal, at the third in a row (one
-  // alone is not authenticated: anyone on the path could send it). It says so twice: retrying,
-  // then ending.
+  // A token no retry can change: the agent ends with the refusal once refusals have gone on for
+  // its window (here 0.2 s) and numbered three (one alone is not authenticated: anyone on the
+  // path could send it). It says so twice: retrying, then ending.
   EXPECT_EQ(agent.log.Count("refused this agent: authentication failed"), 2u) << agent.log.text();
   EXPECT_EQ(agent.log.Count("retrying with backoff"), 1u) << agent.log.text();
-  EXPECT_EQ(hub_log_.Count("authentication failed"), 3u) << hub_log_.text();
+  EXPECT_GE(hub_log_.Count("authentication failed"), 3u) << hub_log_.text();
   Status ended = agent.Stop();
   EXPECT_EQ(ended.code(), Status::Code::kInvalidArgument) << ended.message();
 }

@@ -49,6 +49,7 @@ class AgentTcpTest : public ::testing::Test {
     o.slots = CpuSlots(2);
     o.backoff_initial_ms = 20;
     o.backoff_max_ms = 200;
+    o.auth_refusal_window_ms = 200;  // token refusals end the agent within the test
     return o;
   }
 
@@ -125,7 +126,7 @@ TEST_F(AgentTcpTest, WrongTokenIsRefused) {
   Status ended = agent.Stop();
   EXPECT_EQ(ended.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(ended.message().find("authentication failed"), std::string::npos) << ended.message();
-  EXPECT_EQ(hub_log_.Count("authentication failed"), 3) << hub_log_.text();  // 3 in a row
+  EXPECT_GE(hub_log_.Count("authentication failed"), 3) << hub_log_.text();  // 3 or more in a row
 }
 
 TEST_F(AgentTcpTest, ReplayedProofFailsBecauseTheNonceIsNew) {

@@ -50,6 +50,11 @@ struct AgentOptions {
   const std::atomic<bool>* stop_now = nullptr;
   // Give up a handshake that has not finished in this long.
   int handshake_timeout_ms = 10'000;
+  // A token refusal (or a coordinator that cannot prove the token) ends the agent only once
+  // such failures, with no registration between them, have gone on this long and numbered at
+  // least three: they come before anything is authenticated, so anyone at the address or on
+  // the path could send one.
+  int auth_refusal_window_ms = 60'000;
   size_t max_frame_bytes = net::kDefaultMaxFrameBytes;
   std::ostream* log = nullptr;      // nullptr: std::cerr
   net::TransportFactory transport;  // empty: TCP
