@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <future>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -40,8 +41,18 @@ namespace sweep::executor {
 namespace asio = boost::asio;
 
 namespace {
-// Connections in their handshake at once (see Accept).
+// Connections in their handshake at once, in all and from one address (see Accept).
 constexpr long kMaxHandshakes = 64;
+constexpr long kMaxHandshakesPerAddress = 8;
+// Log lines about connections that never registered (see LogBeforeRegistration).
+constexpr int kPreRegistrationLines = 10;
+constexpr auto kPreRegistrationWindow = std::chrono::seconds(10);
+
+// "10.0.0.1" of "10.0.0.1:5000", "[::1]" of "[::1]:5000": the peer's machine.
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
 }  // namespace
 using Clock = std::chrono::steady_clock;
 using net::MessageType;
@@ -216,22 +227,35 @@ class AgentHub::Impl {
     }
     // Connections that have not authenticated cost memory (a frame being received, up to
     // max_frame_bytes each) and anyone who can reach the port can open them: at most
-    // kMaxHandshakes at once. Past that the oldest is closed for the new one: a genuine
-    // agent's handshake takes a few round trips, so a flood of silent connections must open
-    // kMaxHandshakes more within them to push it out, while ones held open push out only each
-    // other.
-    Peer* oldest = nullptr;
+    // kMaxHandshakesPerAddress from one address and kMaxHandshakes in all at once. Past that
+    // the oldest of the address that holds the most is closed for the new one: a flood from
+    // one machine pushes out only its own connections, and a genuine agent's handshake, a few
+    // round trips, is done long before a flood from many machines could push it out.
+    const std::string host = HostOf(connection->peer());
+    std::map<std::string, std::pair<long, Peer*>> by_host;  // handshaking, oldest
     long handshaking = 0;
     for (const auto& [raw, p] : peers_) {
       if (p->state != Peer::State::kHello && p->state != Peer::State::kAuth) continue;
       ++handshaking;
+      auto& [count, oldest] = by_host[HostOf(p->address)];
+      ++count;
       if (oldest == nullptr || p->opened < oldest->opened) oldest = p.get();
     }
-    if (handshaking >= kMaxHandshakes && oldest != nullptr) {
+    const std::pair<long, Peer*>* evict = nullptr;
+    if (auto own = by_host.find(host);
+        own != by_host.end() && own->second.first >= kMaxHandshakesPerAddress) {
+      evict = &own->second;
+    } else if (handshaking >= kMaxHandshakes) {
+      for (const auto& [h, entry] : by_host) {
+        if (evict == nullptr || entry.first > evict->first) evict = &entry;
+      }
+    }
+    if (evict != nullptr && evict->second != nullptr) {
+      Peer* oldest = evict->second;
       if (!evicting_) {
-        Log("closing the oldest of " + std::to_string(handshaking) +
-            " connections that have not finished their handshake (" + oldest->Describe() +
-            ") for a new one from " + connection->peer());
+        Log("closing the oldest of " + std::to_string(evict->first) + " connections from " +
+            HostOf(oldest->address) + " that have not finished their handshake (" +
+            std::to_string(handshaking) + " in all) for a new one from " + connection->peer());
       }
       evicting_ = true;
       oldest->state = Peer::State::kClosed;  // not registered: nothing to tell the coordinator
@@ -493,10 +517,33 @@ class AgentHub::Impl {
 
   // Refuses a connection still in its handshake: bye with the reason, close, log.
   void Refuse(Peer* peer, const std::string& reason) {
-    Log("refused " + peer->Describe() + ": " + reason);
+    LogBeforeRegistration("refused " + peer->Describe() + ": " + reason);
     Send(peer, net::ByeToJson(reason));
     peer->state = Peer::State::kClosed;
     peer->connection->Close();
+  }
+
+  // A line about a connection that has not registered: anyone who reaches the port can cause
+  // them, so at most kPreRegistrationLines per kPreRegistrationWindow; past that they are
+  // counted, and the next line said says how many were not.
+  void LogBeforeRegistration(const std::string& line) {
+    const auto now = Clock::now();
+    if (now - prereg_window_start_ >= kPreRegistrationWindow) {
+      prereg_window_start_ = now;
+      prereg_lines_ = 0;
+    }
+    if (prereg_lines_ >= kPreRegistrationLines) {
+      ++prereg_unsaid_;
+      return;
+    }
+    ++prereg_lines_;
+    std::string said = line;
+    if (prereg_unsaid_ > 0) {
+      said += " (and " + std::to_string(prereg_unsaid_) +
+              " more connections refused or closed before registering, not logged)";
+      prereg_unsaid_ = 0;
+    }
+    Log(said);
   }
 
   // Ends a connection: for a registered agent, its trials' kDone events and AgentLost.
@@ -512,7 +559,7 @@ class AgentHub::Impl {
     }
     peer->state = Peer::State::kClosed;
     if (!registered) {
-      Log("closed " + who + " before it registered: " + detail);
+      LogBeforeRegistration("closed " + who + " before it registered: " + detail);
       peer->connection->Close();
       return;
     }
@@ -696,6 +743,9 @@ class AgentHub::Impl {
   std::vector<WorkerEvent> scratch_;
   int64_t next_id_ = 1;
   bool shutting_down_ = false;
+  Clock::time_point prereg_window_start_{};
+  int prereg_lines_ = 0;
+  int64_t prereg_unsaid_ = 0;
   bool evicting_ = false;  // the last accept closed the oldest handshake (said once a burst)
   std::thread thread_;
 

@@ -204,14 +204,30 @@ bool NestsDeeperThan(const char* text, size_t n, int limit) {
 
 std::string Printable(std::string_view text) {
   std::string out;
-  for (const char c : text) {
-    const auto u = static_cast<unsigned char>(c);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto u = static_cast<unsigned char>(text[i]);
+    const auto next = [&](size_t k) {
+      return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0;
+    };
+    char hex[16];
     if (u < 0x20 || u == 0x7f) {
-      char hex[8];
       std::snprintf(hex, sizeof hex, "\\x%02X", u);
       out += hex;
+    } else if (u == 0xC2 && next(1) >= 0x80 && next(1) <= 0x9F) {
+      // C1 controls (U+0080..U+009F): NEL ends a line, CSI starts a terminal sequence.
+      std::snprintf(hex, sizeof hex, "\\u%04X", next(1));
+      out += hex;
+      i += 1;
+    } else if (u == 0xE2 && ((next(1) == 0x80 && next(2) >= 0xA8 && next(2) <= 0xAE) ||
+                             (next(1) == 0x81 && next(2) >= 0xA6 && next(2) <= 0xA9))) {
+      // Line and paragraph separators (U+2028, U+2029) and the bidirectional overrides and
+      // isolates (U+202A..U+202E, U+2066..U+2069), which reorder what a reader sees.
+      const unsigned code = ((u & 0x0Fu) << 12) | ((next(1) & 0x3Fu) << 6) | (next(2) & 0x3Fu);
+      std::snprintf(hex, sizeof hex, "\\u%04X", code);
+      out += hex;
+      i += 2;
     } else {
-      out += c;
+      out += static_cast<char>(u);
     }
   }
   return out;

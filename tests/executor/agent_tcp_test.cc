@@ -230,8 +230,9 @@ TEST_F(AgentTcpTest, PeerThatNeverSpeaksIsClosed) {
 }
 
 // Anyone who reaches the port can open connections that never authenticate, each able to hold
-// a frame of up to a MiB: past 64 in their handshake at once, the oldest is closed for a new
-// one, so an agent still joins while they are held open (and memory stays bounded).
+// a frame of up to a MiB: past 8 in their handshake from one address (64 in all), the oldest
+// of that address is closed for a new one, so an agent still joins while they are held open
+// (and memory stays bounded).
 TEST_F(AgentTcpTest, ConnectionsInTheirHandshakeAreCapped) {
   HubOptions o;
   o.handshake_timeout_ms = 60'000;  // they are not timed out during the test
@@ -242,23 +243,37 @@ TEST_F(AgentTcpTest, ConnectionsInTheirHandshakeAreCapped) {
   };
   ASSERT_TRUE(hub_.Listen("127.0.0.1", 0, "tcp-token", o).ok());
   std::vector<std::unique_ptr<RawClient>> silent;
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < 20; ++i) {
     silent.push_back(std::make_unique<RawClient>(hub_.port()));
     ASSERT_TRUE(silent.back()->connected());
     ASSERT_TRUE(silent.back()->SendBytes(std::string("\x00\x0f\xff\xff", 4)));  // ~1 MiB due
   }
-  AgentThread agent(Agent());
-  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; })) << hub_log_.text();
-  EXPECT_TRUE(silent.front()->Closed(2000)) << "the oldest made room";
-  EXPECT_EQ(hub_log_.Count("closing the oldest of 64 connections that have not finished their "
-                           "handshake"),
+  for (int i = 0; i < 12; ++i) EXPECT_TRUE(silent[static_cast<size_t>(i)]->Closed(2000)) << i;
+  for (int i = 12; i < 20; ++i) EXPECT_FALSE(silent[static_cast<size_t>(i)]->Closed(50)) << i;
+  EXPECT_EQ(hub_log_.Count("closing the oldest of 8 connections from 127.0.0.1 that have not "
+                           "finished their handshake"),
             1u)
       << hub_log_.text();
-  // 63 left: one more fills the 64, the next pushes out the next oldest.
-  RawClient another(hub_.port()), and_another(hub_.port());
-  ASSERT_TRUE(another.connected() && and_another.connected());
-  EXPECT_TRUE(silent[1]->Closed(2000));
-  EXPECT_FALSE(silent[2]->Closed(100));
+  AgentThread agent(Agent());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; })) << hub_log_.text();
+  EXPECT_TRUE(silent[12]->Closed(2000)) << "the oldest made room for the agent";
+}
+
+// Connections that come and go before registering are logged, but at most 10 lines in 10 s:
+// anyone who reaches the port could otherwise fill the coordinator's log.
+TEST_F(AgentTcpTest, ConnectionsThatNeverRegisterCannotFloodTheLog) {
+  Listen();
+  for (int i = 0; i < 40; ++i) {
+    RawClient c(hub_.port());
+    ASSERT_TRUE(c.SendBytes("garbage!"));
+    EXPECT_TRUE(c.Closed(2000));
+  }
+  ASSERT_TRUE(events_.WaitFor([&] { return hub_log_.Count("before it registered") == 10; }))
+      << hub_log_.text();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(hub_log_.Count("before it registered"), 10u) << hub_log_.text();
+  AgentThread agent(Agent());  // a genuine agent is logged as ever
+  ASSERT_TRUE(events_.WaitFor([&] { return hub_log_.Count("joined from host") == 1; }));
 }
 
 // What a peer says is logged with its control characters escaped: no forged line of ours.

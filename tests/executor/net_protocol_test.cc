@@ -159,6 +159,9 @@ TEST(FrameDecoderTest, BracketsInStringsAreNotNesting) {
   ASSERT_TRUE(d.Feed(bytes.data(), bytes.size(), &frames).ok());
   EXPECT_EQ(frames.size(), 1u);
   EXPECT_EQ(Printable("a\nb\x1b[31mc\td"), "a\\x0Ab\\x1B[31mc\\x09d");
+  // C1 controls, line separators and bidirectional overrides too; other UTF-8 stays.
+  EXPECT_EQ(Printable("x\u0085y\u009B1m\u2028z\u202Eq\u2066w caf\u00e9 \u20ac"),
+            "x\\u0085y\\u009B1m\\u2028z\\u202Eq\\u2066w caf\u00e9 \u20ac");
 }
 
 // ---- messages ----

@@ -63,7 +63,8 @@ struct Frame {
 };
 
 // Text from a peer, for a log line: control characters (a line break that would forge a line
-// of our own, a terminal escape) as \xNN.
+// of our own, a terminal escape) as \xNN; C1 controls, U+2028/U+2029 and the bidirectional
+// overrides as \uNNNN.
 std::string Printable(std::string_view text);
 
 // How one direction of a session authenticates its frames after the handshake: each payload
