@@ -262,12 +262,7 @@ TEST_F(AgentHubTest, FramesInjectedAfterTheHandshakeAreRefused) {
   const auto marker =
       std::filesystem::temp_directory_path() / ("sweep-injected-" + std::to_string(::getpid()));
   std::filesystem::remove(marker);
-  TrialTask task;
-  task.number = 9;
-  task.kind = "command";
-  task.params = json::object();
-  task.settings = {{"command", {"/bin/sh", "-c", "touch " + marker.string()}}};
-  json assign = net::AssignToJson(task);
+  json assign = net::AssignToJson(testing::TouchingTask(9, marker));
   assign["seq"] = 3;  // the next after challenge and welcome
   const std::string text = assign.dump();
   auto framed = [](const std::string& payload) {

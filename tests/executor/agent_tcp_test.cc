@@ -317,20 +317,34 @@ class RelayTest : public AgentTcpTest {
     EXPECT_TRUE(net::AppendFrame(body, net::kDefaultMaxFrameBytes, &out).ok());
     return out;
   }
+
+  // Starts the hub and an agent whose connection goes through `relay_`, opens the relay's own
+  // connection to the hub (`hub_side_`), and reads the agent's hello (`hello_`).
+  void StartRelay() {
+    Listen();
+    agent_ = std::make_unique<AgentThread>(Agent("tcp-token", relay_.port()));
+    agent_side_ = relay_.Accept();
+    ASSERT_TRUE(agent_side_);
+    hub_side_ = std::make_unique<RawClient>(hub_.port());
+    auto hello = agent_side_->Read();
+    ASSERT_TRUE(hello && hello->type == MessageType::kHello);
+    hello_ = hello->body;
+  }
+
+  testing::RawListener relay_;
+  std::unique_ptr<AgentThread> agent_;
+  std::unique_ptr<RawClient> agent_side_, hub_side_;
+  json hello_;
 };
 
 // A made-up "duplicate" welcome during the handshake, then the real welcome and an assign in
 // one write: the assign is read under the session's key, has no MAC, and never runs.
 TEST_F(RelayTest, AnAssignSlippedInAfterTheWelcomeDoesNotRun) {
-  Listen();
-  testing::RawListener relay;
-  AgentThread agent(Agent("tcp-token", relay.port()));
-  auto a = relay.Accept();
-  ASSERT_TRUE(a);
-  RawClient h(hub_.port());
-  auto hello = a->Read();
-  ASSERT_TRUE(hello && hello->type == MessageType::kHello);
-  ASSERT_TRUE(h.SendBytes(Framed(hello->body)));
+  ASSERT_NO_FATAL_FAILURE(StartRelay());
+  RawClient* a = agent_side_.get();
+  RawClient& h = *hub_side_;
+  AgentThread& agent = *agent_;
+  ASSERT_TRUE(h.SendBytes(Framed(hello_)));
   auto challenge = h.Read();
   ASSERT_TRUE(challenge && challenge->type == MessageType::kChallenge);
   ASSERT_TRUE(
@@ -343,12 +357,7 @@ TEST_F(RelayTest, AnAssignSlippedInAfterTheWelcomeDoesNotRun) {
   const auto marker =
       std::filesystem::temp_directory_path() / ("sweep-relayed-" + std::to_string(::getpid()));
   std::filesystem::remove(marker);
-  TrialTask task;
-  task.number = 9;
-  task.kind = "command";
-  task.params = json::object();
-  task.settings = {{"command", {"/bin/sh", "-c", "touch " + marker.string()}}};
-  json assign = net::AssignToJson(task);
+  json assign = net::AssignToJson(testing::TouchingTask(9, marker));
   assign["seq"] = 3;
   ASSERT_TRUE(a->SendBytes(Framed(welcome->body) + Framed(assign)));
   ASSERT_TRUE(events_.WaitFor([&] {
@@ -360,15 +369,10 @@ TEST_F(RelayTest, AnAssignSlippedInAfterTheWelcomeDoesNotRun) {
 
 // The same towards the coordinator: a made-up auth, then the real one and a forged draining.
 TEST_F(RelayTest, FramesSlippedInAfterTheAuthAreRefused) {
-  Listen();
-  testing::RawListener relay;
-  AgentThread agent(Agent("tcp-token", relay.port()));
-  auto a = relay.Accept();
-  ASSERT_TRUE(a);
-  RawClient h(hub_.port());
-  auto hello = a->Read();
-  ASSERT_TRUE(hello);
-  ASSERT_TRUE(h.SendBytes(Framed(hello->body) + Framed(json{{"type", "auth"}, {"seq", 1}})));
+  ASSERT_NO_FATAL_FAILURE(StartRelay());
+  RawClient* a = agent_side_.get();
+  RawClient& h = *hub_side_;
+  ASSERT_TRUE(h.SendBytes(Framed(hello_) + Framed(json{{"type", "auth"}, {"seq", 1}})));
   auto challenge = h.Read();
   ASSERT_TRUE(challenge);
   ASSERT_TRUE(a->SendBytes(Framed(challenge->body)));
@@ -383,15 +387,10 @@ TEST_F(RelayTest, FramesSlippedInAfterTheAuthAreRefused) {
 
 // What the hello says is covered by the agent's proof: slots added on the path fail it.
 TEST_F(RelayTest, AHelloChangedOnThePathFailsTheProof) {
-  Listen();
-  testing::RawListener relay;
-  AgentThread agent(Agent("tcp-token", relay.port()));
-  auto a = relay.Accept();
-  ASSERT_TRUE(a);
-  RawClient h(hub_.port());
-  auto hello = a->Read();
-  ASSERT_TRUE(hello);
-  json changed = hello->body;
+  ASSERT_NO_FATAL_FAILURE(StartRelay());
+  RawClient* a = agent_side_.get();
+  RawClient& h = *hub_side_;
+  json changed = hello_;
   changed["slots"].push_back(changed["slots"][0]);
   changed["slots"].back()["device"] = 7;
   ASSERT_TRUE(h.SendBytes(Framed(changed)));

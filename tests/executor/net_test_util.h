@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <ostream>
@@ -26,6 +27,16 @@
 namespace sweep::executor::testing {
 
 using nlohmann::json;
+
+// A command trial that touches `marker` if it ever runs (for tests that it must not).
+inline TrialTask TouchingTask(int64_t number, const std::filesystem::path& marker) {
+  TrialTask task;
+  task.number = number;
+  task.kind = "command";
+  task.params = json::object();
+  task.settings = {{"command", {"/bin/sh", "-c", "touch " + marker.string()}}};
+  return task;
+}
 
 inline TrialTask FunctionTask(int64_t number, json settings = json::object()) {
   TrialTask t;
