@@ -48,10 +48,10 @@ constexpr long kMaxHandshakesPerAddress = 8;
 constexpr int kPreRegistrationLines = 10;
 constexpr auto kPreRegistrationWindow = std::chrono::seconds(10);
 
-// "10.0.0.1" of "10.0.0.1:5000", "[::1]" of "[::1]:5000": the peer's machine.
+// The peer's machine: "10.0.0.1" of "10.0.0.1:5000" (an address without a port, as it is).
 std::string HostOf(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
+  auto host_port = net::ParseHostPort(address);
+  return host_port.ok() ? host_port->first : address;
 }
 }  // namespace
 using Clock = std::chrono::steady_clock;

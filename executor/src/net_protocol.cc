@@ -156,19 +156,23 @@ std::optional<MessageType> MessageTypeFromString(std::string_view name) {
 
 // ---- frames ----
 
+FrameMac::FrameMac(std::string_view session_key, std::string_view label)
+    : key(HmacSha256Hex(session_key, label)) {}
+
 Status AppendFrame(const json& message, size_t max_frame_bytes, std::string* out,
                    const FrameMac* mac) {
-  std::string text = message.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (mac != nullptr) text = HmacSha256Hex(mac->key, mac->label + text) + text;
-  if (text.size() > max_frame_bytes) {
-    return Status::InvalidArgument("message of " + std::to_string(text.size()) +
+  const std::string text = message.dump(-1, ' ', false, json::error_handler_t::replace);
+  const size_t payload = text.size() + (mac != nullptr ? kFrameMacBytes : 0);
+  if (payload > max_frame_bytes) {
+    return Status::InvalidArgument("message of " + std::to_string(payload) +
                                    " bytes exceeds the frame limit of " +
                                    std::to_string(max_frame_bytes) + " bytes");
   }
-  const auto n = static_cast<uint32_t>(text.size());
+  const auto n = static_cast<uint32_t>(payload);
   const char header[kFrameHeaderBytes] = {static_cast<char>(n >> 24), static_cast<char>(n >> 16),
                                           static_cast<char>(n >> 8), static_cast<char>(n)};
   out->append(header, kFrameHeaderBytes);
+  if (mac != nullptr) out->append(HmacSha256Hex(mac->key, text));
   out->append(text);
   return Status::Ok();
 }
@@ -258,12 +262,12 @@ Status FrameDecoder::Feed(const char* data, size_t size, std::vector<Frame>* fra
     size_t length = n;                                    // of the JSON text
     const bool unauthenticated = mac_ && text[0] == '{';  // a MAC is hex, a message an object
     if (mac_ && !unauthenticated) {
-      // The MAC covers the direction's label and the text: a frame altered, injected by a
+      // The MAC covers the text under the direction's key: a frame altered, injected by a
       // machine on the path, or reflected from the other direction fails here.
       if (n < kFrameMacBytes ||
           !ProofsEqual(std::string_view(text, kFrameMacBytes),
-                       HmacSha256Hex(mac_->key, mac_->label + std::string(text + kFrameMacBytes,
-                                                                          n - kFrameMacBytes)))) {
+                       HmacSha256Hex(mac_->key, std::string_view(text + kFrameMacBytes,
+                                                                 n - kFrameMacBytes)))) {
         return Fail(Status::InvalidArgument(
             "frame fails its authentication (its MAC does not match the session's key)"));
       }

@@ -1388,10 +1388,9 @@ Status Store::AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::stri
 
 Status Store::Commit() { return impl_->CommitBatch(); }
 
-void Store::WaitForLocks(std::chrono::milliseconds limit,
-                         std::function<bool(double waited_s)> on_wait) {
-  impl_->lock_wait = limit;
-  impl_->on_lock_wait = std::move(on_wait);
+void Store::WaitForLocks(LockWait wait) {
+  impl_->lock_wait = wait.limit;
+  impl_->on_lock_wait = std::move(wait.on_wait);
 }
 
 Status Store::ReadTogether(const std::function<Status()>& reads) {

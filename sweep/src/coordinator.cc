@@ -180,8 +180,7 @@ namespace {
 class Coordinator {
  public:
   Coordinator(store::Store& store, const RunOptions& options) : store_(store), options_(options) {
-    store::LockWait wait = SweepLockWait(options_, store_.path());
-    store_.WaitForLocks(wait.limit, std::move(wait.on_wait));
+    store_.WaitForLocks(SweepLockWait(options_, store_.path()));
   }
 
   Result<RunSummary> Start(const SweepConfig& config) {
@@ -789,9 +788,7 @@ class Coordinator {
     if (m == metrics.end() || !m->is_number() || !config_.stop_when->Reached(m->get<double>())) {
       return;
     }
-    target_trials_.insert(trial);
-    if (target_reached_) return;
-    target_reached_ = true;
+    if (!target_trials_.insert(trial).second || target_trials_.size() > 1) return;
     // Met as the sweep stopped for another reason: both are said.
     stop_reason_ = (stop_reason_.empty() ? "" : stop_reason_ + "; then ") + "target " +
                    config_.stop_when->ToString() + " reached by trial " + std::to_string(trial);
@@ -966,7 +963,7 @@ class Coordinator {
           options_.interrupt_again->load()) {
         SWEEP_RETURN_IF_ERROR(StopAtOnce(now));
       }
-      if (!stopping && target_reached_) {
+      if (!stopping && !target_trials_.empty()) {
         stopping = true;  // stop_reason_ says which trial reached it
       }
       if (!stopping && !machine_trouble_.empty()) {
@@ -1049,7 +1046,7 @@ class Coordinator {
     const double end = UnixSeconds();
     // The target was met, whatever else stopped the sweep meanwhile: it has what it sought, and
     // a resume would end it at once.
-    if (target_reached_) interrupted_ = false;
+    if (!target_trials_.empty()) interrupted_ = false;
     store::SweepStatus final_status =
         interrupted_ ? store::SweepStatus::kInterrupted : store::SweepStatus::kCompleted;
     SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, "running",
@@ -1601,7 +1598,6 @@ class Coordinator {
   // Tells this sweep from another of its name (a store made anew): its name and creation time.
   // A command trial's folder records it (see command_trial.h).
   std::string sweep_key_;
-  bool target_reached_ = false;
   std::set<int64_t> target_trials_;  // the trials whose reports met stop_when
   std::set<int64_t> progressed_;     // running trials with reports not yet in their row
   std::string stop_reason_;

@@ -102,7 +102,7 @@ int CmdBest(const QueryArgs& a, int64_t top) {
   } else if (a.csv) {
     auto all = (*st)->Trials(sw->id, sweep::store::TrialQuery{});
     if (!all.ok()) return Fail(all.status());
-    sweep::PrintTrialsCsv(std::cout, *trials, *all);
+    sweep::PrintTrialsCsv(std::cout, *trials, &*all);
   } else if (trials->empty()) {
     std::cout << "no completed trial with a value of " << sw->metric << " yet\n";
   } else {
@@ -136,7 +136,16 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   std::string key = sort.substr(descending ? 1 : 0);
   const std::vector<std::string> columns = {"number",  "status", "objective",
                                             "started", "ended",  "epochs"};
-  if (std::find(columns.begin(), columns.end(), key) == columns.end()) {
+  const bool by_key = std::find(columns.begin(), columns.end(), key) == columns.end();
+  // Keys (to sort by, and the CSV's columns) are those of every trial of the sweep, not only
+  // of the ones --status lists.
+  std::vector<sweep::store::TrialRecord> whole;
+  if (q.status && (by_key || a.csv)) {
+    auto all = (*st)->Trials(sw->id, sweep::store::TrialQuery{});
+    if (!all.ok()) return Fail(all.status());
+    whole = std::move(*all);
+  }
+  if (by_key) {
     std::vector<std::string> metrics, params;
     const bool as_param = key.starts_with("param."), as_metric = key.starts_with("metric.");
     const std::string bare = as_param ? key.substr(6) : as_metric ? key.substr(7) : key;
@@ -145,13 +154,7 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
     auto add = [](std::vector<std::string>* names, const std::string& k) {
       if (std::find(names->begin(), names->end(), k) == names->end()) names->push_back(k);
     };
-    // Keys are those of every trial of the sweep, not only of the ones --status lists.
-    decltype(trials) unfiltered = std::vector<sweep::store::TrialRecord>();
-    if (q.status) {
-      unfiltered = (*st)->Trials(sw->id, sweep::store::TrialQuery{});
-      if (!unfiltered.ok()) return Fail(unfiltered.status());
-    }
-    const auto& every = q.status ? *unfiltered : *trials;
+    const auto& every = q.status ? whole : *trials;
     for (const auto& t : every) {
       json m = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
       json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
@@ -187,13 +190,7 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   if (a.json) {
     sweep::PrintTrialsJson(std::cout, *trials);
   } else if (a.csv) {
-    if (!q.status) {
-      sweep::PrintTrialsCsv(std::cout, *trials, *trials);
-    } else {
-      auto all = (*st)->Trials(sw->id, sweep::store::TrialQuery{});
-      if (!all.ok()) return Fail(all.status());
-      sweep::PrintTrialsCsv(std::cout, *trials, *all);
-    }
+    sweep::PrintTrialsCsv(std::cout, *trials, q.status ? &whole : nullptr);
   } else {
     sweep::PrintTrialsTable(std::cout, *trials, sw->metric);
   }

@@ -71,21 +71,21 @@ std::string CsvField(const std::string& text) {
 }
 
 void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& trials,
-                    const std::vector<store::TrialRecord>& columns_of) {
+                    const std::vector<store::TrialRecord>* whole) {
   std::vector<json> params, metrics;
   std::set<std::string> pkeys, mkeys;
   for (const auto& t : trials) {
     params.push_back(ParseOrEmpty(t.params_json));
     metrics.push_back(ParseOrEmpty(t.metrics_json));
+    for (auto& [k, v] : params.back().items()) pkeys.insert(k);
+    for (auto& [k, v] : metrics.back().items()) mkeys.insert(k);
   }
-  for (const auto& t : columns_of) {
-    const json p = ParseOrEmpty(t.params_json), m = ParseOrEmpty(t.metrics_json);
-    for (auto& [k, v] : p.items()) pkeys.insert(k);
-    for (auto& [k, v] : m.items()) mkeys.insert(k);
-  }
-  for (size_t i = 0; i < trials.size(); ++i) {  // a trial stored since `columns_of` was read
-    for (auto& [k, v] : params[i].items()) pkeys.insert(k);
-    for (auto& [k, v] : metrics[i].items()) mkeys.insert(k);
+  if (whole != nullptr) {
+    for (const auto& t : *whole) {
+      const json p = ParseOrEmpty(t.params_json), m = ParseOrEmpty(t.metrics_json);
+      for (auto& [k, v] : p.items()) pkeys.insert(k);
+      for (auto& [k, v] : m.items()) mkeys.insert(k);
+    }
   }
   // The fixed columns; a parameter or metric named like one (`epochs`, in most trainer sweeps)
   // takes a prefix, so that no column name appears twice.

@@ -15,10 +15,11 @@ namespace sweep {
 
 nlohmann::json TrialJson(const store::TrialRecord& t);
 void PrintTrialsJson(std::ostream& out, const std::vector<store::TrialRecord>& trials);
-// The columns are those of `columns_of` (every trial of the sweep, so that a filtered listing
-// and an empty one have the same header as the whole); the rows are `trials`.
+// One row per trial of `trials`, one column per parameter and metric they have, and those of
+// `whole` too where `trials` are part of a sweep (its every trial: a filtered listing, or an
+// empty one, has the same header as the whole).
 void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& trials,
-                    const std::vector<store::TrialRecord>& columns_of);
+                    const std::vector<store::TrialRecord>* whole = nullptr);
 // `metric` is shown as its own column, first.
 void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& trials,
                       const std::string& metric);

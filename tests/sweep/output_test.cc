@@ -66,7 +66,7 @@ TEST(OutputTest, CsvHasOneColumnPerParameterAndMetric) {
   b.started_s = 1000.0;
   b.ended_s = 1000.1497430801392;
   std::ostringstream out;
-  PrintTrialsCsv(out, {a, b}, {a, b});
+  PrintTrialsCsv(out, {a, b});
   EXPECT_EQ(out.str(),
             "trial,status,epochs,duration_s,hidden,lr,val_acc,error\n"
             "0,pending,0.0,,\"[256,128]\",0.1,0.9,\n"
@@ -75,10 +75,11 @@ TEST(OutputTest, CsvHasOneColumnPerParameterAndMetric) {
                 ",,0.2,,\"diverged, badly\"\n");
   // Listing the failed trial alone, or none, keeps the sweep's columns: files concatenate.
   std::ostringstream failed, none;
-  PrintTrialsCsv(failed, {b}, {a, b});
+  const std::vector<store::TrialRecord> whole = {a, b};
+  PrintTrialsCsv(failed, {b}, &whole);
   EXPECT_EQ(failed.str().substr(0, failed.str().find('\n')),
             "trial,status,epochs,duration_s,hidden,lr,val_acc,error");
-  PrintTrialsCsv(none, {}, {a, b});
+  PrintTrialsCsv(none, {}, &whole);
   EXPECT_EQ(none.str(), "trial,status,epochs,duration_s,hidden,lr,val_acc,error\n");
 }
 

@@ -313,17 +313,19 @@ DatasetPtr MakeDataset(Dataset meta, std::vector<uint8_t> u8, std::vector<float>
 }
 
 Status CheckTrainingLabels(const Dataset& data) {
+  // For a CSV (one-dimensional samples): where the label may be instead, and `more` about why.
+  auto other_column = [&](const std::string& more) -> std::string {
+    if (data.shape.size() != 1) return "";
+    return " (is the label in another column? label_column picks it: 0 by default, -1 for the "
+           "last" +
+           more + ")";
+  };
   // One class is no classification: every prediction is right, and every trial would score 1.
   if (!data.labels.empty() && std::all_of(data.labels.begin(), data.labels.end(),
                                           [&](int32_t l) { return l == data.labels.front(); })) {
-    std::string msg = data.source + ": every label is " + std::to_string(data.labels.front()) +
-                      "; a classifier needs samples of at least two classes";
-    if (data.shape.size() == 1) {
-      msg +=
-          " (is the label in another column? label_column picks it: 0 by default, -1 for the "
-          "last)";
-    }
-    return Status::Corruption(msg);
+    return Status::Corruption(
+        data.source + ": every label is " + std::to_string(data.labels.front()) +
+        "; a classifier needs samples of at least two classes" + other_column(""));
   }
   if (data.num_classes <= 2) return Status::Ok();
   std::vector<bool> seen(static_cast<size_t>(data.num_classes), false);
@@ -343,16 +345,11 @@ Status CheckTrainingLabels(const Dataset& data) {
   // many classes, a few-shot one, has a few samples per class: well under 90% distinct.)
   const int64_t distinct = data.num_classes - empty;
   if (data.n >= 20 && distinct * 10 > data.n * 9) {
-    std::string msg = data.source + ": " + std::to_string(data.n) + " samples hold " +
-                      std::to_string(distinct) +
-                      " distinct labels; a label that nearly every sample has alone numbers or "
-                      "names the samples, it is not a class";
-    if (data.shape.size() == 1) {
-      msg +=
-          " (is the label in another column? label_column picks it: 0 by default, -1 for the "
-          "last; pandas' to_csv writes its row index first unless given index=False)";
-    }
-    return Status::Corruption(msg);
+    return Status::Corruption(
+        data.source + ": " + std::to_string(data.n) + " samples hold " + std::to_string(distinct) +
+        " distinct labels; a label that nearly every sample has alone numbers or names the "
+        "samples, it is not a class" +
+        other_column("; pandas' to_csv writes its row index first unless given index=False"));
   }
   return Status::Ok();
 }

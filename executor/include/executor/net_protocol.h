@@ -68,11 +68,12 @@ struct Frame {
 std::string Printable(std::string_view text);
 
 // How one direction of a session authenticates its frames after the handshake: each payload
-// starts with the HMAC-SHA256 (64 hex digits) of `label` and the JSON text that follows it,
-// under the session key (SessionKey, net_auth.h).
+// starts with the HMAC-SHA256 (64 hex digits) of the JSON text that follows it, under that
+// direction's key: HMAC(session key (SessionKey, net_auth.h), the direction's label).
 struct FrameMac {
-  std::string key;
-  std::string label;
+  FrameMac() = default;
+  FrameMac(std::string_view session_key, std::string_view label);
+  std::string key;  // empty: frames carry no MAC
 };
 inline constexpr const char* kAgentFrameLabel = "sweep frame from the agent v1\n";
 inline constexpr const char* kCoordinatorFrameLabel = "sweep frame from the coordinator v1\n";

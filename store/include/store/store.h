@@ -181,8 +181,7 @@ class Store {
   // waits, up to `limit`, instead of failing (then kIoError); `on_wait` hears how long it has
   // waited after each 5 s, and returns false to stop waiting (kIoError). The default, 0: fail
   // at once with kBusy.
-  void WaitForLocks(std::chrono::milliseconds limit,
-                    std::function<bool(double waited_s)> on_wait = {});
+  void WaitForLocks(LockWait wait);
   // Runs `reads` (queries on this Store) in one read transaction, so that they see one state of
   // the file, not the commits a running sweep makes between them (trials, then their reports).
   // Within an open write batch they already do.
