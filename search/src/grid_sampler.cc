@@ -29,12 +29,20 @@ class GridSampler final : public Sampler {
  public:
   struct Axis {
     std::string name;
-    std::vector<nlohmann::json> values;
-    int parent = -1;                  // index of the parent axis; -1 when unconditional
-    std::vector<bool> active_for;     // by the parent's value index, when parent >= 0
-    std::vector<int> children;        // axes whose parent this is
-    int64_t count = 0;                // distinct assignments of this axis's subtree
-    std::vector<int64_t> cumulative;  // cumulative[v] = branches(0) + ... + branches(v)
+    std::vector<nlohmann::json> values;  // the choices; empty for a stepped range
+    Distribution stepped;                // a stepped range's distribution, when values is empty
+    int64_t size = 0;                    // how many values: values.size() or StepCount(stepped)
+    int parent = -1;                     // index of the parent axis; -1 when unconditional
+    std::vector<bool> active_for;        // by the parent's value index, when parent >= 0
+    std::vector<int> children;           // axes whose parent this is
+    int64_t count = 0;                   // distinct assignments of this axis's subtree
+    // cumulative[v] = branches(0) + ... + branches(v); empty for an axis without children,
+    // whose every value has one branch (cumulative[v] would be v + 1).
+    std::vector<int64_t> cumulative;
+
+    nlohmann::json Value(int64_t v) const {
+      return values.empty() ? StepValue(stepped, v) : values[static_cast<size_t>(v)];
+    }
   };
 
   GridSampler(std::vector<Axis> axes, int64_t size) : axes_(std::move(axes)), size_(size) {}
@@ -42,26 +50,30 @@ class GridSampler final : public Sampler {
   std::optional<nlohmann::json> Sample(int64_t index) const override {
     if (index < 0 || index >= size_) return std::nullopt;
     nlohmann::json trial = nlohmann::json::object();
-    std::vector<int> chosen(axes_.size(), -1);  // value index per axis; -1 while inactive
-    int64_t undecided = size_;                  // assignments of everything not yet decided
-    int64_t rest = index;                       // position within them
+    std::vector<int64_t> chosen(axes_.size(), -1);  // value index per axis; -1 while inactive
+    int64_t undecided = size_;                      // assignments of everything not yet decided
+    int64_t rest = index;                           // position within them
     for (size_t j = 0; j < axes_.size(); ++j) {
       const Axis& axis = axes_[j];
       if (axis.parent >= 0) {
-        const int parent_value = chosen[static_cast<size_t>(axis.parent)];
+        const int64_t parent_value = chosen[static_cast<size_t>(axis.parent)];
         if (parent_value < 0 || !axis.active_for[static_cast<size_t>(parent_value)]) continue;
       }
       // Everything undecided besides this axis's subtree; its count divides `undecided`.
       const int64_t others = undecided / axis.count;
       const int64_t block = rest / others;
-      const auto v = static_cast<size_t>(
-          std::upper_bound(axis.cumulative.begin(), axis.cumulative.end(), block) -
-          axis.cumulative.begin());
-      const int64_t before = v == 0 ? 0 : axis.cumulative[v - 1];
+      int64_t v = block;  // without children, value v is block v
+      int64_t before = v, branches = 1;
+      if (!axis.cumulative.empty()) {
+        v = std::upper_bound(axis.cumulative.begin(), axis.cumulative.end(), block) -
+            axis.cumulative.begin();
+        before = v == 0 ? 0 : axis.cumulative[static_cast<size_t>(v - 1)];
+        branches = axis.cumulative[static_cast<size_t>(v)] - before;
+      }
       rest -= others * before;
-      undecided = others * (axis.cumulative[v] - before);
-      chosen[j] = static_cast<int>(v);
-      trial[axis.name] = axis.values[v];
+      undecided = others * branches;
+      chosen[j] = v;
+      trial[axis.name] = axis.Value(v);
     }
     return trial;
   }
@@ -85,18 +97,28 @@ Result<std::unique_ptr<Sampler>> MakeGridSampler(const SearchSpace& space) {
   std::vector<GridSampler::Axis> axes;
   for (const Parameter& parameter : parameters) {
     const Distribution& d = parameter.distribution;
-    if (d.kind != Distribution::Kind::kCategorical && d.kind != Distribution::Kind::kConstant) {
+    GridSampler::Axis axis;
+    axis.name = parameter.name;
+    if (d.kind == Distribution::Kind::kCategorical || d.kind == Distribution::Kind::kConstant) {
+      axis.values = d.values;
+      axis.size = static_cast<int64_t>(d.values.size());
+    } else if (StepCount(d) > 0) {
+      axis.stepped = d;
+      axis.size = StepCount(d);
+    } else {
+      const bool steppable =
+          d.kind == Distribution::Kind::kUniform || d.kind == Distribution::Kind::kIntUniform;
       return Status::InvalidArgument("grid search cannot enumerate '" + parameter.name + "' (" +
-                                     std::string(KindName(d.kind)) + "); give it `values = [...]`");
+                                     std::string(KindName(d.kind)) +
+                                     (steppable
+                                          ? " without a step); give it `values = [...]` or a `step`"
+                                          : "); give it `values = [...]`"));
     }
     // Parameters reach a SearchSpace only through Add, which validates, but a sampler must
     // never divide by an empty axis even if that ever changes.
-    if (d.values.empty()) {
+    if (axis.size <= 0) {
       return Status::InvalidArgument(parameter.name + ": no values to enumerate");
     }
-    GridSampler::Axis axis;
-    axis.name = parameter.name;
-    axis.values = d.values;
     if (parameter.condition) {
       for (size_t p = 0; p < axes.size(); ++p) {
         if (axes[p].name == parameter.condition->parent) axis.parent = static_cast<int>(p);
@@ -107,6 +129,10 @@ Result<std::unique_ptr<Sampler>> MakeGridSampler(const SearchSpace& space) {
                                        "', which is not a parameter declared before it");
       }
       const GridSampler::Axis& parent = axes[static_cast<size_t>(axis.parent)];
+      if (parent.values.empty()) {  // SearchSpace::Add refuses a parent that is a range
+        return Status::InvalidArgument(parameter.name + ": condition on '" + parent.name +
+                                       "', which is a range; a parent must list its values");
+      }
       for (const nlohmann::json& value : parent.values) {
         const auto& allowed = parameter.condition->values;
         axis.active_for.push_back(std::find(allowed.begin(), allowed.end(), value) !=
@@ -120,6 +146,10 @@ Result<std::unique_ptr<Sampler>> MakeGridSampler(const SearchSpace& space) {
   // Children come after their parents, so counting backwards sees every child first.
   for (size_t j = axes.size(); j-- > 0;) {
     GridSampler::Axis& axis = axes[j];
+    if (axis.children.empty()) {
+      axis.count = axis.size;
+      continue;
+    }
     int64_t total = 0;
     for (size_t v = 0; v < axis.values.size(); ++v) {
       int64_t branches = 1;

@@ -29,6 +29,11 @@ constexpr double kTwoTo53 = 9007199254740992.0;
 // distribution but an integer range of more than 2^53 values, whose every integer needs all 64.
 nlohmann::json Draw(const Distribution& d, uint64_t bits) {
   const double u = UnitInterval(bits);
+  if (const int64_t n = StepCount(d); n > 0) {
+    // One of the n values, each equally likely (n <= 2^53 + 1, so u * n loses no value).
+    const double k = std::floor(u * static_cast<double>(n));
+    return StepValue(d, static_cast<int64_t>(std::clamp(k, 0.0, static_cast<double>(n - 1))));
+  }
   using Kind = Distribution::Kind;
   switch (d.kind) {
     case Kind::kConstant:

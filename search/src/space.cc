@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 
@@ -63,6 +65,38 @@ Status ValidateRange(const std::string& name, Kind kind, double min, double max)
   return Status::Ok();
 }
 
+// A step divides max - min into whole steps (within 1e-9 of one: 1 / 0.1 is 10.000000000000002),
+// and leaves at most 2^53 values, each exactly a double's worth of index.
+Status ValidateStep(const std::string& name, const Distribution& d) {
+  if (d.step == 0) return Status::Ok();
+  const std::string prefix = name + ": " + std::string(KindName(d.kind));
+  if (d.kind != Kind::kUniform && d.kind != Kind::kIntUniform) {
+    return Status::InvalidArgument(prefix +
+                                   " takes no step; a step applies to uniform and int_uniform");
+  }
+  if (!std::isfinite(d.step) || d.step < 0) {
+    return Status::InvalidArgument(prefix + " needs step > 0 (got " + FormatNumber(d.step) + ")");
+  }
+  if (d.kind == Kind::kIntUniform && d.step != std::floor(d.step)) {
+    return Status::InvalidArgument(prefix + " needs an integer step (got " + FormatNumber(d.step) +
+                                   ")");
+  }
+  const double steps = (d.max - d.min) / d.step;
+  const double whole = std::round(steps);
+  if (!(whole < kMaxExactInteger)) {
+    return Status::InvalidArgument(prefix + " has more than 2^53 steps of " + FormatNumber(d.step) +
+                                   " between min and max");
+  }
+  if (std::fabs(steps - whole) > 1e-9 * std::max(1.0, whole)) {
+    const std::string last = StepValue(d, static_cast<int64_t>(std::floor(steps))).dump();
+    return Status::InvalidArgument(prefix + ": max - min (" + FormatNumber(d.max - d.min) +
+                                   ") is not a whole number of steps of " + FormatNumber(d.step) +
+                                   "; the last value would be " + last + ", so set max = " + last +
+                                   " or change the step");
+  }
+  return Status::Ok();
+}
+
 Status ValidateDistribution(const Parameter& parameter) {
   const std::string& name = parameter.name;
   const Distribution& d = parameter.distribution;
@@ -82,13 +116,38 @@ Status ValidateDistribution(const Parameter& parameter) {
     case Kind::kLogUniform:
     case Kind::kIntUniform:
     case Kind::kLogIntUniform:
-      return ValidateRange(name, d.kind, d.min, d.max);
+      SWEEP_RETURN_IF_ERROR(ValidateRange(name, d.kind, d.min, d.max));
+      return ValidateStep(name, d);
   }
   return Status::InvalidArgument(name + ": unknown distribution kind " +
                                  std::to_string(static_cast<int>(d.kind)));
 }
 
 }  // namespace
+
+int64_t StepCount(const Distribution& d) {
+  if (d.step <= 0 || (d.kind != Kind::kUniform && d.kind != Kind::kIntUniform)) return 0;
+  return static_cast<int64_t>(std::round((d.max - d.min) / d.step)) + 1;
+}
+
+nlohmann::json StepValue(const Distribution& d, int64_t k) {
+  if (d.kind == Kind::kIntUniform) {
+    // Bounds and step are integers within 2^53 (Validate), so this is exact.
+    return static_cast<int64_t>(d.min) + k * static_cast<int64_t>(d.step);
+  }
+  const double exact = d.min + static_cast<double>(k) * d.step;
+  double value = exact;
+  char text[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, exact);
+    const double shorter = std::strtod(text, nullptr);
+    if (std::fabs(shorter - exact) <= d.step * 1e-9) {
+      value = shorter;
+      break;
+    }
+  }
+  return std::clamp(value, d.min, d.max);
+}
 
 std::string_view KindName(Distribution::Kind kind) {
   switch (kind) {

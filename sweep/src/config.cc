@@ -326,7 +326,8 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
     p.distribution.values = {ToJson(node)};
     return p;
   }
-  SWEEP_RETURN_IF_ERROR(c.KnownKeys(*t, key, {"distribution", "min", "max", "values", "when"}));
+  SWEEP_RETURN_IF_ERROR(
+      c.KnownKeys(*t, key, {"distribution", "min", "max", "step", "values", "when"}));
   if (const toml::node* when = t->get("when")) {
     // when = { parent = value } or { parent = [value, ...] }: active only for those values.
     const toml::table* w = when->as_table();
@@ -361,9 +362,10 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
                            "a distribution with `min` and `max`, not both");
       }
     }
-    for (const char* k : {"min", "max"}) {
+    for (const char* k : {"min", "max", "step"}) {
       if (const toml::node* extra = t->get(k)) {
-        return c.Error(*extra, key + "." + k, "'values' lists its choices; min/max do not apply");
+        return c.Error(*extra, key + "." + k,
+                       "'values' lists its choices; min/max/step do not apply");
       }
     }
     const toml::array* a = values->as_array();
@@ -421,6 +423,23 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
     return c.Error(*min, key + ".min",
                    d + " needs min > 0 (got " + FormatNumber(p.distribution.min) + ")");
   }
+  if (const toml::node* step = t->get("step")) {
+    if (d != "uniform" && d != "int_uniform") {
+      return c.Error(*step, key + ".step",
+                     d + " takes no step (its values are spaced by ratio, not difference); a "
+                         "step applies to uniform and int_uniform");
+    }
+    if (integral && !step->is_integer()) {
+      return c.Error(*step, key + ".step", d + " needs an integer step, got " + TypeName(*step));
+    }
+    SWEEP_ASSIGN_OR_RETURN(p.distribution.step, c.Number(*step, key + ".step"));
+    if (!(p.distribution.step > 0)) {
+      return c.Error(*step, key + ".step",
+                     "step must be > 0 (got " + FormatNumber(p.distribution.step) + ")");
+    }
+    Status s = search::Validate(p);
+    if (!s.ok()) return c.Error(*step, "", "parameters." + s.message());
+  }
   Status s = search::Validate(p);
   if (!s.ok()) return c.Error(node, "", "parameters." + s.message());
   return p;
@@ -467,6 +486,11 @@ Status CheckTrainerParameter(const Checker& c, const ParamEntry& e, bool stored)
     // batch_size) would fail every trial as it starts.
     double inside = d.min + (d.max - d.min) * 0.382;
     if (inside == std::floor(inside)) inside = d.min + (d.max - d.min) * 0.618;
+    if (search::StepCount(d) > 0) {
+      // Its values are all whole when min and step are (16 to 256 by 16); otherwise min or
+      // min + step is a fraction.
+      inside = search::StepValue(d, d.min == std::floor(d.min) ? 1 : 0).get<double>();
+    }
     if (!CheckTrainerOption(e.parameter.name, json(inside)).ok() &&
         CheckTrainerOption(e.parameter.name, json(static_cast<int64_t>(std::floor(inside)))).ok()) {
       const bool log = d.kind == Kind::kLogUniform;
@@ -1415,13 +1439,17 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   if (cfg.algorithm == "grid") {
     for (const ParamEntry& e : params) {
       auto k = e.parameter.distribution.kind;
+      if (search::StepCount(e.parameter.distribution) > 0) continue;  // distinct by design
       if (k != search::Distribution::Kind::kConstant &&
           k != search::Distribution::Kind::kCategorical) {
+        const bool steppable = k == search::Distribution::Kind::kUniform ||
+                               k == search::Distribution::Kind::kIntUniform;
         return c.Error(*e.node, "parameters." + e.parameter.name,
-                       "grid search takes the points listed in `values = [...]`, not "
-                       "distribution = \"" +
-                           std::string(search::KindName(k)) +
-                           "\"; list them, or use search.algorithm = \"random\"");
+                       "grid search takes the points listed in `values = [...]`" +
+                           std::string(steppable ? " or a range with a `step`" : "") +
+                           ", not distribution = \"" + std::string(search::KindName(k)) + "\"" +
+                           (steppable ? " without one" : "") +
+                           "; list them, or use search.algorithm = \"random\"");
       }
       // The same value twice would run the same trials twice (1 and 1.0 are the same value).
       // json's order compares numbers by value, so the map holds 1 and 1.0 as one key.

@@ -22,6 +22,7 @@ using Kind = Distribution::Kind;
 using nlohmann::json;
 
 using testing::Range;
+using testing::Stepped;
 using testing::Values;
 
 // Built with += because GCC 12 at -O3 warns falsely (-Wrestrict) on "literal" + std::string.
@@ -119,11 +120,13 @@ TEST(GridSamplerTest, EmptySpaceIsOneEmptyTrial) {
 TEST(GridSamplerTest, RefusesEveryContinuousKind) {
   const std::vector<std::pair<Parameter, std::string>> cases = {
       {Range("x", Kind::kUniform, 0, 1),
-       "grid search cannot enumerate 'x' (uniform); give it `values = [...]`"},
+       "grid search cannot enumerate 'x' (uniform without a step); give it `values = [...]` "
+       "or a `step`"},
       {Range("lr", Kind::kLogUniform, 1e-4, 1e-1),
        "grid search cannot enumerate 'lr' (log_uniform); give it `values = [...]`"},
       {Range("n", Kind::kIntUniform, 1, 4),
-       "grid search cannot enumerate 'n' (int_uniform); give it `values = [...]`"},
+       "grid search cannot enumerate 'n' (int_uniform without a step); give it `values = "
+       "[...]` or a `step`"},
       {Range("bs", Kind::kLogIntUniform, 16, 512),
        "grid search cannot enumerate 'bs' (log_int_uniform); give it `values = [...]`"},
   };
@@ -134,6 +137,34 @@ TEST(GridSamplerTest, RefusesEveryContinuousKind) {
     EXPECT_EQ(sampler.status().code(), Status::Code::kInvalidArgument);
     EXPECT_EQ(sampler.status().message(), message);
   }
+}
+
+TEST(GridSamplerTest, EnumeratesSteppedRanges) {
+  auto sampler = Grid(Space(
+      {Stepped("x", Kind::kUniform, 0, 0.3, 0.1), Stepped("bs", Kind::kIntUniform, 16, 48, 16)}));
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->size(), 12);
+  std::vector<json> trials;
+  for (int64_t i = 0; i < 12; ++i) trials.push_back(*sampler->Sample(i));
+  EXPECT_EQ(trials[0], (json{{"bs", 16}, {"x", 0.0}}));
+  EXPECT_EQ(trials[1], (json{{"bs", 32}, {"x", 0.0}}));
+  EXPECT_EQ(trials[10], (json{{"bs", 32}, {"x", 0.3}}));
+  EXPECT_EQ(trials[11], (json{{"bs", 48}, {"x", 0.3}}));
+  EXPECT_EQ(std::set<json>(trials.begin(), trials.end()).size(), 12u);
+  EXPECT_FALSE(sampler->Sample(12).has_value());
+}
+
+// A stepped axis of 2^40 values is decoded, not listed: building the sampler and drawing its
+// last point take no memory or time in proportion to it.
+TEST(GridSamplerTest, DecodesHugeSteppedRangesWithoutEnumerating) {
+  const double n = 1099511627776.0;  // 2^40
+  auto sampler = Grid(Space({Values("opt", Kind::kCategorical, {"sgd", "adam"}),
+                             Stepped("seed", Kind::kIntUniform, 0, n - 1, 1)}));
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->size(), int64_t{2} << 40);
+  EXPECT_EQ(*sampler->Sample((int64_t{2} << 40) - 1),
+            (json{{"opt", "adam"}, {"seed", (int64_t{1} << 40) - 1}}));
+  EXPECT_EQ(*sampler->Sample(int64_t{1} << 40), (json{{"opt", "adam"}, {"seed", 0}}));
 }
 
 TEST(GridSamplerTest, DecodesLargeIndicesWithoutEnumerating) {
@@ -280,6 +311,22 @@ TEST(RandomSamplerTest, LogUniformMedianNearGeometricMean) {
   int below_1e4 = 0;
   for (double d : draws) below_1e4 += d < 1e-4;
   EXPECT_NEAR(below_1e4, 2500, 250);  // a quarter of the decades
+}
+
+TEST(RandomSamplerTest, SteppedRangesDrawEveryStepEvenly) {
+  auto sampler = MakeRandomSampler(Space({Stepped("x", Kind::kUniform, 0.1, 0.5, 0.1),
+                                          Stepped("bs", Kind::kIntUniform, 16, 64, 16)}),
+                                   3);
+  std::map<json, int> xs, sizes;
+  for (int64_t i = 0; i < 8000; ++i) {
+    const json trial = *sampler->Sample(i);
+    ++xs[trial["x"]];
+    ++sizes[trial["bs"]];
+  }
+  EXPECT_EQ(xs.size(), 5u);
+  for (double v : {0.1, 0.2, 0.3, 0.4, 0.5}) EXPECT_NEAR(xs[json(v)], 1600, 200) << v;
+  EXPECT_EQ(sizes.size(), 4u);
+  for (int v : {16, 32, 48, 64}) EXPECT_NEAR(sizes[json(v)], 2000, 200) << v;
 }
 
 TEST(RandomSamplerTest, IntUniformReachesBothEndsEvenly) {
@@ -492,6 +539,16 @@ TEST(ConditionalGridTest, NestedAndSiblingConditionsMatchBruteForce) {
              When(Values("amsgrad", Kind::kCategorical, {true, false}), "optimizer", {"adam"})}));
 }
 
+TEST(ConditionalGridTest, SteppedChildMultipliesOnlyItsBranch) {
+  auto sampler = Grid(
+      Space({Values("optimizer", Kind::kCategorical, {"sgd", "adamw"}),
+             When(Stepped("momentum", Kind::kUniform, 0.8, 0.9, 0.05), "optimizer", {"sgd"})}));
+  ASSERT_NE(sampler, nullptr);
+  ASSERT_EQ(sampler->size(), 4);
+  EXPECT_EQ(*sampler->Sample(1), (json{{"optimizer", "sgd"}, {"momentum", 0.85}}));
+  EXPECT_EQ(*sampler->Sample(3), (json{{"optimizer", "adamw"}}));
+}
+
 TEST(ConditionalGridTest, ChildOfAConstantIsAlwaysThere) {
   ExpectGridMatchesBruteForce(
       Space({Values("epochs", Kind::kConstant, {27}),
@@ -534,7 +591,8 @@ TEST(ConditionalGridTest, RefusesAContinuousChild) {
              When(Range("momentum", Kind::kUniform, 0.8, 0.99), "optimizer", {"sgd"})}));
   ASSERT_FALSE(sampler.ok());
   EXPECT_EQ(sampler.status().message(),
-            "grid search cannot enumerate 'momentum' (uniform); give it `values = [...]`");
+            "grid search cannot enumerate 'momentum' (uniform without a step); give it "
+            "`values = [...]` or a `step`");
 }
 
 SearchSpace ConditionalMixedSpace() {

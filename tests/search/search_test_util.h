@@ -21,6 +21,14 @@ inline Parameter Range(std::string name, Distribution::Kind kind, double min, do
   return p;
 }
 
+// A uniform or int_uniform over [min, max] in steps of `step`.
+inline Parameter Stepped(std::string name, Distribution::Kind kind, double min, double max,
+                         double step) {
+  Parameter p = Range(std::move(name), kind, min, max);
+  p.distribution.step = step;
+  return p;
+}
+
 // A categorical or constant parameter.
 inline Parameter Values(std::string name, Distribution::Kind kind,
                         std::vector<nlohmann::json> values) {

@@ -21,6 +21,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
 
 using testing::Range;
+using testing::Stepped;
 using testing::Values;
 
 void ExpectRefused(const Parameter& p, const std::string& message) {
@@ -109,6 +110,55 @@ TEST(ValidateTest, LogIntUniformNeedsMinAtLeastOne) {
 TEST(ValidateTest, UniformRefusesOverflowingWidth) {
   ExpectRefused(Range("x", Kind::kUniform, -1e308, 1e308),
                 "x: uniform range is too wide (max - min overflows) (got min=-1e+308, max=1e+308)");
+}
+
+TEST(ValidateTest, AcceptsAStepThatDividesTheRange) {
+  EXPECT_TRUE(Validate(Stepped("x", Kind::kUniform, 0, 1, 0.1)).ok());  // 10.000000000000002
+  EXPECT_TRUE(Validate(Stepped("x", Kind::kUniform, 0.001, 0.01, 0.001)).ok());
+  EXPECT_TRUE(Validate(Stepped("bs", Kind::kIntUniform, 16, 256, 16)).ok());
+  EXPECT_TRUE(Validate(Stepped("n", Kind::kIntUniform, 5, 5, 3)).ok());  // one value
+}
+
+TEST(ValidateTest, RefusesAStepThatDoesNotDivideTheRange) {
+  ExpectRefused(Stepped("x", Kind::kUniform, 0, 1, 0.3),
+                "x: uniform: max - min (1) is not a whole number of steps of 0.3; the last value "
+                "would be 0.9, so set max = 0.9 or change the step");
+  ExpectRefused(Stepped("bs", Kind::kIntUniform, 16, 250, 16),
+                "bs: int_uniform: max - min (234) is not a whole number of steps of 16; the last "
+                "value would be 240, so set max = 240 or change the step");
+}
+
+TEST(ValidateTest, RefusesABadStep) {
+  ExpectRefused(Stepped("lr", Kind::kLogUniform, 0.1, 1, 0.1),
+                "lr: log_uniform takes no step; a step applies to uniform and int_uniform");
+  ExpectRefused(Stepped("n", Kind::kLogIntUniform, 1, 8, 1),
+                "n: log_int_uniform takes no step; a step applies to uniform and int_uniform");
+  ExpectRefused(Stepped("x", Kind::kUniform, 0, 1, -0.5), "x: uniform needs step > 0 (got -0.5)");
+  ExpectRefused(Stepped("x", Kind::kUniform, 0, 1, kNan), "x: uniform needs step > 0 (got nan)");
+  ExpectRefused(Stepped("n", Kind::kIntUniform, 0, 10, 2.5),
+                "n: int_uniform needs an integer step (got 2.5)");
+  ExpectRefused(Stepped("x", Kind::kUniform, 0, 1, 1e-17),
+                "x: uniform has more than 2^53 steps of 1e-17 between min and max");
+}
+
+TEST(StepTest, CountsBothEnds) {
+  EXPECT_EQ(StepCount(Stepped("x", Kind::kUniform, 0, 1, 0.1).distribution), 11);
+  EXPECT_EQ(StepCount(Stepped("bs", Kind::kIntUniform, 16, 256, 16).distribution), 16);
+  EXPECT_EQ(StepCount(Range("x", Kind::kUniform, 0, 1).distribution), 0);
+}
+
+TEST(StepTest, ValuesReadAsWritten) {
+  const Distribution d = Stepped("x", Kind::kUniform, 0, 1, 0.1).distribution;
+  EXPECT_EQ(StepValue(d, 3), json(0.3));  // 3 * 0.1 is 0.30000000000000004 in doubles
+  EXPECT_EQ(StepValue(d, 7), json(0.7));
+  EXPECT_EQ(StepValue(d, 10), json(1.0));
+  EXPECT_TRUE(StepValue(d, 0).is_number_float());
+  const Distribution fine = Stepped("x", Kind::kUniform, 1, 1 + 1e-12, 1e-15).distribution;
+  EXPECT_EQ(StepValue(fine, 1).get<double>(), 1.000000000000001);  // 16 digits kept
+  EXPECT_NE(StepValue(fine, 1), StepValue(fine, 2));
+  const Distribution ints = Stepped("bs", Kind::kIntUniform, -16, 256, 16).distribution;
+  EXPECT_EQ(StepValue(ints, 2), json(16));
+  EXPECT_TRUE(StepValue(ints, 2).is_number_integer());
 }
 
 TEST(ValidateTest, CategoricalNeedsValues) {

@@ -191,6 +191,27 @@ TEST_F(ConfigTest, KeepCheckpointsTakesACountOrAll) {
   EXPECT_FALSE(cfg->keep_checkpoints);
 }
 
+// A stepped range is a finite set: grid search enumerates it, random search draws from it, and a
+// whole-number option accepts a uniform whose steps are whole.
+TEST_F(ConfigTest, SteppedRangesInGridAndRandom) {
+  const std::string params =
+      "lr = { distribution = \"uniform\", min = 0.05, max = 0.2, step = 0.05 }\n"
+      "batch_size = { distribution = \"int_uniform\", min = 64, max = 256, step = 64 }\n"
+      "epochs = { distribution = \"uniform\", min = 1, max = 3, step = 1 }\n";
+  auto grid = ParseConfig(
+      TrainerConfig(params).replace(TrainerConfig(params).find("max_trials = 4\n"), 15, "") +
+          "[search]\nalgorithm = \"grid\"\n",
+      "g.toml");
+  ASSERT_TRUE(grid.ok()) << grid.status().message();
+  EXPECT_EQ(grid->max_trials, 4 * 4 * 3);
+  const auto* lr = grid->space.Find("lr");
+  ASSERT_NE(lr, nullptr);
+  EXPECT_EQ(lr->distribution.step, 0.05);
+  auto random = ParseConfig(TrainerConfig(params), "r.toml");
+  ASSERT_TRUE(random.ok()) << random.status().message();
+  EXPECT_EQ(random->space.Find("batch_size")->distribution.step, 64);
+}
+
 TEST_F(ConfigTest, GridMaxTrialsDefaultsToTheGridSize) {
   auto cfg = ParseConfig(R"([sweep]
 name = "g"
@@ -306,8 +327,32 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
       {"grid over continuous",
        trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5 }",
                "[search]\nalgorithm = \"grid\"\n"),
+       "bad.toml:7:6: parameters.lr: grid search takes the points listed in `values = [...]` or "
+       "a range with a `step`, not distribution = \"uniform\" without one"},
+      {"grid over a log range",
+       trainer("lr = { distribution = \"log_uniform\", min = 0.1, max = 0.5 }",
+               "[search]\nalgorithm = \"grid\"\n"),
        "bad.toml:7:6: parameters.lr: grid search takes the points listed in `values = [...]`, not "
-       "distribution = \"uniform\""},
+       "distribution = \"log_uniform\"; list them"},
+      {"step that does not divide the range",
+       trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5, step = 0.15 }"),
+       "bad.toml:7:63: parameters.lr: uniform: max - min (0.4) is not a whole number of steps of "
+       "0.15; the last value would be 0.4, so set max = 0.4 or change the step"},
+      {"step on a log range",
+       trainer("lr = { distribution = \"log_uniform\", min = 0.1, max = 0.5, step = 0.1 }"),
+       "bad.toml:7:67: parameters.lr.step: log_uniform takes no step"},
+      {"step of zero",
+       trainer("lr = { distribution = \"uniform\", min = 0.1, max = 0.5, step = 0 }"),
+       "bad.toml:7:63: parameters.lr.step: step must be > 0 (got 0)"},
+      {"fractional step on integers",
+       trainer("batch_size = { distribution = \"int_uniform\", min = 16, max = 64, step = 8.0 }"),
+       "bad.toml:7:73: parameters.batch_size.step: int_uniform needs an integer step, got a float"},
+      {"step with values", trainer("lr = { values = [0.1, 0.2], step = 0.1 }"),
+       "bad.toml:7:36: parameters.lr.step: 'values' lists its choices; min/max/step do not apply"},
+      {"stepped uniform drawing fractions for whole numbers",
+       trainer("batch_size = { distribution = \"uniform\", min = 16, max = 64, step = 0.5 }"),
+       "bad.toml:7:14: parameters.batch_size: uniform draws fractions and batch_size takes whole "
+       "numbers"},
       {"metric never reported",
        "[sweep]\nname = \"t\"\nmetric = \"val_accuracy\"\nmode = \"max\"\nmax_trials = 2\n"
        "[trainer]\ndataset = " +

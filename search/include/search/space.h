@@ -29,8 +29,18 @@ struct Distribution {
   Kind kind = Kind::kConstant;
   double min = 0;
   double max = 0;
+  // kUniform / kIntUniform only: when > 0, the values are min, min + step, ..., max (max - min
+  // a whole number of steps), a finite set that grid search can enumerate. 0: any value.
+  double step = 0;
   std::vector<nlohmann::json> values;  // kCategorical: the choices; kConstant: the one value
 };
+
+// How many values a stepped distribution has (max - min) / step + 1; 0 when it has no step.
+int64_t StepCount(const Distribution& d);
+// The k-th of them, 0 <= k < StepCount(d): min + k * step, an integer for int_uniform; for
+// uniform the shortest decimal within step * 1e-9 of it, so that 0.1 + 2 * 0.1 is 0.3, not
+// 0.30000000000000004, and the value a trial gets reads as the user wrote the grid.
+nlohmann::json StepValue(const Distribution& d, int64_t k);
 
 // A parameter that exists only in some branches of the space: it is active when its parent is
 // active and takes one of `values` (compared as JSON, so 1 matches 1.0). The parent must be a
@@ -48,6 +58,7 @@ struct Parameter {
 };
 
 // Checks one distribution: min <= max, log ranges above zero, integer bounds integral,
+// a step only on uniform / int_uniform (positive, integral for int_uniform, dividing max - min),
 // non-empty values; and the shape of a condition (a parent other than itself, some values).
 // The message names the parameter. What the condition refers to is checked by SearchSpace::Add.
 Status Validate(const Parameter& parameter);
@@ -85,11 +96,13 @@ class Sampler {
 // value indices taken in declaration order (first declared varies slowest). Without conditions
 // that is the full Cartesian product. A conditional parameter multiplies only the branches where
 // it is active, and size() counts exactly the distinct assignments. Trial i costs
-// O(#parameters * log #values); nothing is enumerated. Refuses a continuous distribution
-// (uniform, log_uniform, int ranges) naming the parameter, and a space beyond 2^63 points.
+// O(#parameters * log #values); nothing is enumerated. A stepped uniform or int_uniform is an
+// axis of its StepCount values, in increasing order. Refuses a range without a step (uniform,
+// log_uniform, int ranges) naming the parameter, and a space beyond 2^63 points.
 Result<std::unique_ptr<Sampler>> MakeGridSampler(const SearchSpace& space);
 
 // Independent draws; the value of parameter p in trial i depends only on (seed, i, p's name).
+// A stepped distribution gives each of its StepCount values the same chance.
 // A conditional parameter is drawn (with that same value) only when active, so adding one leaves
 // every other parameter's draws unchanged.
 std::unique_ptr<Sampler> MakeRandomSampler(const SearchSpace& space, uint64_t seed);
