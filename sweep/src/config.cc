@@ -365,7 +365,7 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
     for (const char* k : {"min", "max", "step"}) {
       if (const toml::node* extra = t->get(k)) {
         return c.Error(*extra, key + "." + k,
-                       "'values' lists its choices; min/max/step do not apply");
+                       std::string("'values' lists its choices; ") + k + " does not apply");
       }
     }
     const toml::array* a = values->as_array();

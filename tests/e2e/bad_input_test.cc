@@ -294,7 +294,7 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        {"bad.toml:9:6: parameters.x1: uniform needs `max`"}},
       {"values with min",
        Fn({.params = "x1 = { values = [1, 2], min = 0 }\nx2 = 1.0\n"}),
-       {"bad.toml:9:31: parameters.x1.min: 'values' lists its choices; min/max do not apply"}},
+       {"bad.toml:9:31: parameters.x1.min: 'values' lists its choices; min does not apply"}},
       {"max_trials 0",
        "[sweep]\nname = \"b\"\nmax_trials = 0\n",
        {"bad.toml:3:14: sweep.max_trials: must be between 1 and 1099511627776 (got 0)"}},
@@ -673,13 +673,13 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        {"bad.toml:11:6: parameters.x3: branin: unexpected parameter 'x3' (expects x1..x2)"}},
       {"grid over a continuous distribution",
        Fn({.tail = "[search]\nalgorithm = \"grid\"\n"}),
-       {"bad.toml:9:6: parameters.x1: grid search takes the points listed in `values = [...]`, "
-        "not distribution = \"uniform\""}},
+       {"bad.toml:9:6: parameters.x1: grid search takes the points listed in `values = [...]` "
+        "or a range with a `step`, not distribution = \"uniform\" without one"}},
       {"grid over an integer range",
        Fn({.params = "x1 = { distribution = \"int_uniform\", min = 1, max = 3 }\nx2 = 1.0\n",
            .tail = "[search]\nalgorithm = \"grid\"\n"}),
-       {"bad.toml:9:6: parameters.x1: grid search takes the points listed in `values = [...]`, "
-        "not distribution = \"int_uniform\""}},
+       {"bad.toml:9:6: parameters.x1: grid search takes the points listed in `values = [...]` "
+        "or a range with a `step`, not distribution = \"int_uniform\" without one"}},
       {"random search without max_trials",
        "[sweep]\nname = \"b\"\n[trial]\nkind = \"function\"\n[function]\nname = "
        "\"branin\"\n[parameters]\nx1 = { distribution = \"uniform\", min = 0, max = 1 }\nx2 = "

@@ -348,7 +348,7 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
        trainer("batch_size = { distribution = \"int_uniform\", min = 16, max = 64, step = 8.0 }"),
        "bad.toml:7:73: parameters.batch_size.step: int_uniform needs an integer step, got a float"},
       {"step with values", trainer("lr = { values = [0.1, 0.2], step = 0.1 }"),
-       "bad.toml:7:36: parameters.lr.step: 'values' lists its choices; min/max/step do not apply"},
+       "bad.toml:7:36: parameters.lr.step: 'values' lists its choices; step does not apply"},
       {"stepped uniform drawing fractions for whole numbers",
        trainer("batch_size = { distribution = \"uniform\", min = 16, max = 64, step = 0.5 }"),
        "bad.toml:7:14: parameters.batch_size: uniform draws fractions and batch_size takes whole "
