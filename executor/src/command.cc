@@ -196,7 +196,31 @@ Result<std::vector<std::string>> ExpandCommand(const std::vector<std::string>& a
   return out;
 }
 
+namespace {
+
+// What a terminal shows of a line: the text after its last carriage return (a progress bar
+// drawn over and over before it, as tqdm's on stdout), without the blanks that start it.
+std::string_view Shown(std::string_view line) {
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // CRLF
+  if (const size_t cr = line.rfind('\r'); cr != std::string_view::npos) line.remove_prefix(cr + 1);
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  return line;
+}
+
+}  // namespace
+
+bool MentionsReport(std::string_view line) {
+  const std::string_view word = kReportPrefix.substr(0, kReportPrefix.size() - 1);
+  for (size_t at = line.find(word); at != std::string_view::npos; at = line.find(word, at + 1)) {
+    size_t i = at + word.size();
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    if (i < line.size() && line[i] == '{') return true;
+  }
+  return false;
+}
+
 std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
+  line = Shown(line);
   // "sweep-report" then a space, a tab or the object itself ("sweep-report{...}" is a report
   // with a missing space, not a line of the program's own).
   const std::string_view word = kReportPrefix.substr(0, kReportPrefix.size() - 1);
@@ -204,7 +228,6 @@ std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
   const char after = line[word.size()];
   if (after != ' ' && after != '\t' && after != '{') return std::nullopt;
   std::string_view body = line.substr(after == '{' ? word.size() : word.size() + 1);
-  if (!body.empty() && body.back() == '\r') body.remove_suffix(1);
   if (line.size() > kMaxReportBytes) {
     // The caller may have read only the start of a longer line.
     return Result<CommandReport>(Status::InvalidArgument(

@@ -87,6 +87,39 @@ TrialOutcome Interrupted(std::string error) {
   return out;
 }
 
+// Why execve would refuse the regular file at `path` for its content, in a user's words; empty
+// when it is a binary (ELF) or a script whose #! line names an executable file. The kernel
+// runs nothing else (a script without #! is a shell's convention, not execve's: it fails with
+// "Exec format error").
+std::string WhyNotRunnable(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) return "";  // not readable here: execve says why, if it cannot run it
+  char head[256] = {};
+  in.read(head, sizeof head);
+  const std::string_view text(head, static_cast<size_t>(in.gcount()));
+  if (text.starts_with("\x7f"
+                       "ELF"))
+    return "";
+  if (!text.starts_with("#!")) {
+    return "it has no #! line and is not a binary, so it cannot be run by itself: start it with "
+           "#!/bin/sh (or the interpreter it needs), or put that interpreter first in `command`";
+  }
+  std::string_view line = text.substr(
+      2, text.find('\n') == std::string_view::npos ? std::string_view::npos : text.find('\n') - 2);
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  const std::string interpreter(line.substr(0, line.find_first_of(" \t\r")));
+  if (interpreter.empty()) return "its #! line names no interpreter";
+  struct stat st {};
+  if (::stat(interpreter.c_str(), &st) != 0) {
+    return "its #! line names the interpreter '" + interpreter + "', which is not on this machine";
+  }
+  if (!S_ISREG(st.st_mode) || ::access(interpreter.c_str(), X_OK) != 0) {
+    return "its #! line names the interpreter '" + interpreter +
+           "', which is not an executable file";
+  }
+  return "";
+}
+
 // Owns a file descriptor.
 class Fd {
  public:
@@ -544,7 +577,16 @@ class CommandRun {
         return Status::Unavailable(workdir_ + ": cannot enter the working directory: " + why);
       }
       struct stat st {};
-      if ((report[1] == ENOENT || report[1] == ENOTDIR) && ::stat(program.c_str(), &st) != 0) {
+      const bool there = ::stat(program.c_str(), &st) == 0;
+      if (there && (report[1] == ENOEXEC || report[1] == ENOENT)) {
+        // The file is there but its content cannot run (no #! line, a missing interpreter):
+        // ENOENT alone would blame the program itself.
+        if (std::string not_runnable = WhyNotRunnable(program); !not_runnable.empty()) {
+          return Status::IoError("command: cannot run '" + argv[0] + "' (" + program +
+                                 "): " + not_runnable);
+        }
+      }
+      if ((report[1] == ENOENT || report[1] == ENOTDIR) && !there) {
         // The program is not there on this machine. (One that is there but cannot run, for its
         // #! line, its format or its mode, would fail the same way anywhere: the trial fails.)
         return Status::Unavailable("command: cannot run '" + argv[0] + "' (" + program +
@@ -692,9 +734,18 @@ class CommandRun {
         return Failed(
             "the program exited 0 without reporting: print lines `sweep-report {\"epoch\": 1, "
             "\"" +
-            (metric_.empty() ? std::string("val_acc") : metric_) + "\": 0.9}` on its stdout");
+            (metric_.empty() ? std::string("val_acc") : metric_) + "\": 0.9}` on its stdout" +
+            (inside_line_ > 0 ? " (stdout line " + std::to_string(inside_line_) +
+                                    " has one after other text; a report starts its line)"
+                              : std::string()));
       }
       if (!metric_.empty() && !metric_seen_ && !task_.stored_metric) {
+        if (metric_not_number_) {
+          return Failed("the program exited 0 but its reports' '" + metric_ +
+                        "' was never a number (a string, a bool, a list?): report it as a JSON "
+                        "number, e.g. \"" +
+                        metric_ + "\": 0.9");
+        }
         // A misspelt metric would otherwise make a sweep of successes with nothing to rank.
         std::string names;
         for (const std::string& k : reported_) names += (names.empty() ? "" : ", ") + k;
@@ -754,7 +805,15 @@ class CommandRun {
   void Line(const std::string& line, int err_log, std::string* why_stopped) {
     ++lines_;
     std::optional<Result<CommandReport>> parsed = ParseReportLine(line);
-    if (!parsed) return;
+    if (!parsed) {
+      if (inside_line_ == 0 && MentionsReport(line)) {
+        Note(err_log, "[sweep] stdout line " + std::to_string(lines_) +
+                          " has `sweep-report {` after other text, so it is not a report: a "
+                          "report starts its line (print a newline before it)");
+        inside_line_ = lines_;
+      }
+      return;
+    }
     if (!parsed->ok()) {
       const std::string why = "stdout line " + std::to_string(lines_) +
                               " is not a report: " + parsed->status().message();
@@ -773,6 +832,9 @@ class CommandRun {
       return;
     }
     CommandReport& r = **parsed;
+    if (std::find(r.ignored.begin(), r.ignored.end(), metric_) != r.ignored.end()) {
+      metric_not_number_ = true;
+    }
     if (!r.ignored.empty() && !warned_ignored_) {
       std::string keys;
       for (const std::string& k : r.ignored) keys += (keys.empty() ? "" : ", ") + k;
@@ -822,12 +884,12 @@ class CommandRun {
   // the program may have saved its own checkpoint past them: going on from there, it would not
   // print them again. Each earlier run's output is read from where it started (runs_), and its
   // reports get the steps that run gave them (Line, with the stored reports it was started
-  // after); those the store lacks (past stored_step) go again, the first of each step, as the
-  // store keeps the first. Returns how many were reported.
+  // after); those from the last stored step on go again, every line of a step (the store keeps
+  // the values it has and adds the metrics it lacks: one step's later lines may not have
+  // reached it). Returns how many steps past the stored ones were reported.
   int64_t Replay(std::string* why_stopped) {
     const int64_t stored = numbering_.stored_step;
-    std::set<int64_t> sent;
-    int64_t replayed = 0;
+    std::set<int64_t> fresh;  // the steps past the stored ones
     for (size_t i = 0; i < runs_.size() && why_stopped->empty(); ++i) {
       const RunRecord& run = runs_[i];
       off_t end = i + 1 < runs_.size() ? runs_[i + 1].stdout_offset : -1;
@@ -847,16 +909,16 @@ class CommandRun {
         const int64_t step = *numbered;
         // Past a diverged report that run recorded nothing more.
         for (const std::string& k : r.nonfinite) diverged = diverged || k == metric_;
-        if (step <= stored || !sent.insert(step).second) return true;
+        if (step < stored) return true;
         const double epoch = r.epoch.value_or(static_cast<double>(step));
         numbering_.stored_step = std::max(numbering_.stored_step, step);
         numbering_.stored_epoch = std::max(numbering_.stored_epoch, epoch);
         Emit(step, epoch, r, why_stopped);
-        ++replayed;
+        if (step > stored) fresh.insert(step);
         return true;
       });
     }
-    return replayed;
+    return static_cast<int64_t>(fresh.size());
   }
 
   std::string LastLines() const {
@@ -905,6 +967,8 @@ class CommandRun {
   std::string first_unread_;  // and why the first could not
   bool warned_ignored_ = false;
   bool warned_late_ = false;
+  int64_t inside_line_ = 0;         // the first stdout line with a report after other text; 0: none
+  bool metric_not_number_ = false;  // a report had the sweep's metric as a string, bool, ...
   bool metric_seen_ = false;        // a report had the sweep's metric
   std::set<std::string> reported_;  // the metrics its reports had (the first 20 names)
 };
@@ -936,6 +1000,9 @@ Status CheckProgram(std::string program, const std::string& workdir) {
         "trial.command: '" + program + "' (" + path +
         (::stat(path.c_str(), &st) != 0 ? ") does not exist" : ") is not an executable file") +
         "; a relative path is workdir's (" + workdir + ")");
+  }
+  if (std::string why = WhyNotRunnable(path); !why.empty()) {
+    return Status::InvalidArgument("trial.command: '" + program + "' (" + path + "): " + why);
   }
   return Status::Ok();
 }

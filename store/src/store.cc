@@ -197,6 +197,15 @@ std::string_view QuerySql(Query query) {
              "WHERE sweep_id = ? AND trial = ? ORDER BY step, id";
     case Query::kMaxTrialNumber:
       return "SELECT MAX(number) FROM trials WHERE sweep_id = ?";
+    case Query::kReportAt:
+      return "SELECT trial, step, epoch, metrics, time FROM reports "
+             "WHERE sweep_id = ? AND trial = ? AND step = ?";
+    case Query::kRewriteReport:
+      // An INTEGER PRIMARY KEY may be rewritten: past the largest id, the report is the latest
+      // in arrival order (kAllReports' order, which resume replays).
+      return "UPDATE reports SET metrics = ?, time = ?, "
+             "id = CASE WHEN ? THEN (SELECT MAX(id) + 1 FROM reports) ELSE id END "
+             "WHERE sweep_id = ? AND trial = ? AND step = ?";
     case Query::kAllReports:
       return "SELECT trial, step, epoch, metrics, time FROM reports WHERE sweep_id = ? "
              "ORDER BY id";
@@ -1510,6 +1519,36 @@ Result<std::vector<ReportRecord>> Store::Reports(int64_t sweep_id, int64_t trial
                         "reading the reports of trial " + std::to_string(trial_number));
   }
   return reports;
+}
+
+Result<std::optional<ReportRecord>> Store::ReportAt(int64_t sweep_id, int64_t trial, int64_t step) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kReportAt));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).Int(trial).Int(step);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the report query");
+  auto reports = StepReports(stmt);
+  if (!reports.ok()) {
+    return impl_->Error(sqlite3_errcode(impl_->db), "reading step " + std::to_string(step) +
+                                                        " of trial " + std::to_string(trial));
+  }
+  if (reports->empty()) return std::optional<ReportRecord>();
+  return std::optional<ReportRecord>(std::move(reports->front()));
+}
+
+Status Store::RewriteReport(int64_t sweep_id, const ReportRecord& report, bool last) {
+  const std::string metrics = JsonOrEmptyObject(report.metrics_json);
+  return impl_->Update(
+      Query::kRewriteReport,
+      "rewriting step " + std::to_string(report.step) + " of trial " + std::to_string(report.trial),
+      [&](Binder& b) {
+        b.Text(metrics)
+            .Real(report.time_s)
+            .Int(last ? 1 : 0)
+            .Int(sweep_id)
+            .Int(report.trial)
+            .Int(report.step);
+      });
 }
 
 Result<std::vector<ReportRecord>> Store::AllReports(int64_t sweep_id) {

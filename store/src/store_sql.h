@@ -43,6 +43,8 @@ enum class Query {
   kSetTrialRetries,    // retries, sweep_id, number
   kDropCheckpoint,     // sweep_id, number
   kSetTrialAgentLosses,  // agent_losses, sweep_id, number
+  kReportAt,             // sweep_id, trial, step
+  kRewriteReport,        // metrics, time, last (0/1), sweep_id, trial, step
   kCount,                // not a query: the number of them
 };
 

@@ -509,6 +509,28 @@ class Coordinator {
   // The scheduler's view of a report: the resource is the epoch for trainer trials and the step
   // for the others; the value is the sweep's metric (null, as JSON writes NaN, reads as NaN).
   // Used for live reports and for replays alike, so both see the same numbers.
+  // A report of a step already stored: the metrics the stored report lacks are added to it (the
+  // values it has stand), and returned, an object; `ev` takes the stored report's epoch. When
+  // the sweep's metric is among them, the report moves to the end of the arrival order, since
+  // early stopping decides on it now and resume replays reports in that order.
+  Result<json> MergeIntoStoredReport(executor::WorkerEvent& ev, double now) {
+    json added = json::object();
+    SWEEP_ASSIGN_OR_RETURN(std::optional<store::ReportRecord> stored,
+                           store_.ReportAt(sweep_id_, ev.trial, ev.step));
+    if (!stored || !ev.metrics.is_object()) return added;
+    json merged = json::parse(stored->metrics_json, nullptr, /*allow_exceptions=*/false);
+    if (!merged.is_object()) return added;
+    for (const auto& [k, v] : ev.metrics.items()) {
+      if (!merged.contains(k)) added[k] = merged[k] = v;
+    }
+    if (added.empty()) return added;
+    stored->metrics_json = merged.dump(-1, ' ', false, json::error_handler_t::replace);
+    stored->time_s = now;
+    SWEEP_RETURN_IF_ERROR(store_.RewriteReport(sweep_id_, *stored, added.contains(config_.metric)));
+    ev.epoch = stored->epoch;
+    return added;
+  }
+
   std::optional<search::Report> SchedulerReport(int64_t trial, int64_t step, double epoch,
                                                 const json& metrics) const {
     if (!metrics.is_object()) return std::nullopt;
@@ -1289,10 +1311,16 @@ class Coordinator {
       }
       // A command (its length unknown) is stopped once it reports past max_resource; its
       // result is its last report within it (as a pruned trial's is its report at the rung),
-      // unless it has no other.
-      if (scheduler_ != nullptr && !t.length && !t.stop_sent && !t.metrics.empty() &&
+      // unless it has no other. Nor is a report past it stored while the trial stops for
+      // another reason (the sweep stops, and the program reports on during its grace period, or
+      // a function takes its next step): it had reached max_resource, and ends completed there.
+      if (scheduler_ != nullptr && !t.metrics.empty() &&
           Resource(ev.step, ev.epoch) > scheduler_->MaxResource(ev.trial)) {
-        StopAtMaxResource(ev.trial, t);
+        if (t.stop_sent) {
+          t.at_max_resource = true;
+        } else {
+          StopAtMaxResource(ev.trial, t);
+        }
         return Status::Ok();
       }
       store::ReportRecord r;
@@ -1306,10 +1334,16 @@ class Coordinator {
       const bool decision_point = decisions_.IsDecisionPoint(ev.step, ev.epoch, &t.next_point);
       if (!stored) {
         // A step it has a report for already (a rerun going over its steps again, a program
-        // reporting one twice) keeps that first report, which early stopping decided on: this
-        // one is not its result either. A worker waiting at a decision point goes on.
-        if (decision_point && !t.stop_sent) ContinueTrial(ev.trial, t);
-        return Status::Ok();
+        // reporting one twice) keeps that first report's values, which early stopping decided
+        // on. Metrics it lacked are added (a program printing its training loss and its
+        // validation accuracy of one step on two lines), and go on as a report of their own.
+        SWEEP_ASSIGN_OR_RETURN(json added, MergeIntoStoredReport(ev, now));
+        if (added.empty()) {
+          // Not its result either. A worker waiting at a decision point goes on.
+          if (decision_point && !t.stop_sent) ContinueTrial(ev.trial, t);
+          return Status::Ok();
+        }
+        ev.metrics = std::move(added);
       }
       for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
       t.epochs = std::max(t.epochs, ev.epoch);

@@ -6,11 +6,13 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -445,6 +447,103 @@ cpu_slots = 1
     EXPECT_EQ(Query("SELECT epochs FROM trials WHERE number = " + num)[0][0], "0.3");
     EXPECT_EQ(Query("SELECT max(epoch) FROM reports WHERE trial = " + num)[0][0], "0.3");
   }
+}
+
+// A program that prints one step's metrics on two lines (its training loss, then its validation
+// score) makes one report of them: the second line's metric is stored, judged by early stopping
+// and ranked, where it was once dropped as a repeat of the step. A line a progress bar drew over
+// (a carriage return before the report) and one indented are reports too.
+TEST_F(CommandTrialE2eTest, AStepsMetricsOnSeveralLinesAreOneReport) {
+  Write("split.sh", R"(#!/bin/sh
+for e in 1 2 3 4; do
+  echo "sweep-report {\"step\": $e, \"train_loss\": 1}"
+  case $e in
+    2) printf 'epoch 2: 100%%|####|\rsweep-report {"step": 2, "score": %d}\n' $(($1 * 2)) ;;
+    3) echo "   sweep-report {\"step\": 3, \"score\": $(($1 * 3))}" ;;
+    *) echo "sweep-report {\"step\": $e, \"score\": $(($1 * e))}" ;;
+  esac
+done
+)");
+  fs::permissions(dir_ / "split.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "split"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[early_stopping]
+algorithm = "asha"
+min_resource = 1
+max_resource = 4
+reduction_factor = 2
+[parameters]
+x = { values = [4, 3, 2, 1] }
+[trial]
+kind = "command"
+command = ["./split.sh", "{x}"]
+kill_grace = 0.2
+[executor]
+cpu_slots = 1
+)");
+  Output o = Sweep("run c.toml");
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 4u);
+  EXPECT_EQ(trials[0][1], "completed");
+  EXPECT_EQ(trials[0][5], "16.0");
+  EXPECT_EQ(trials[3][1], "pruned") << trials[3][2];
+  for (auto& [n, row] : trials) {
+    EXPECT_FALSE(row[5].empty()) << "trial " << n << " has no objective";
+  }
+  // Every stored report holds both lines' metrics.
+  EXPECT_EQ(Query("SELECT count(*) FROM reports WHERE json_extract(metrics, '$.train_loss') "
+                  "IS NULL OR json_extract(metrics, '$.score') IS NULL")[0][0],
+            "0");
+  EXPECT_EQ(Query("SELECT json_extract(metrics, '$.score') FROM reports WHERE trial = 0 AND "
+                  "step = 2")[0][0],
+            "8");
+}
+
+// A program stopped with the sweep (Ctrl-C) that reports once more past max_resource as it
+// ends: that report is not its result. It had reached max_resource, and ends completed there.
+TEST_F(CommandTrialE2eTest, AReportPastMaxResourceWhileTheSweepStopsIsNotItsResult) {
+  Write("late.sh", R"(#!/bin/sh
+trap 'echo "sweep-report {\"epoch\": 4, \"score\": 0.4}"; exit 0' TERM
+for e in 1 2 3; do echo "sweep-report {\"epoch\": $e, \"score\": 0.$e}"; done
+while :; do sleep 0.05; done
+)");
+  fs::permissions(dir_ / "late.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "late"
+metric = "score"
+mode = "max"
+max_trials = 1
+[early_stopping]
+algorithm = "asha"
+max_resource = 3
+[parameters]
+x = 1
+[trial]
+kind = "command"
+command = ["./late.sh"]
+kill_grace = 5
+)");
+  const pid_t pid = Start("run c.toml", "run.log");
+  bool reached = false;
+  for (int i = 0; i < 400 && !reached; ++i) {
+    reached =
+        HasTable("reports") && Query("SELECT count(*) FROM reports WHERE epoch = 3")[0][0] == "1";
+    if (!reached) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(reached);
+  ::kill(pid, SIGINT);
+  EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "run.log");
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 1u);
+  EXPECT_EQ(trials[0][1], "completed");
+  EXPECT_EQ(trials[0][2], "ran to early_stopping.max_resource = 3");
+  EXPECT_EQ(trials[0][5], "0.3");
+  EXPECT_EQ(Query("SELECT max(epoch) FROM reports")[0][0], "3.0");
 }
 
 TEST_F(CommandTrialE2eTest, ShippedExampleRuns) {

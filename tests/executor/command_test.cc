@@ -114,13 +114,34 @@ TEST(ReportLineTest, OtherLinesAreNotReports) {
   EXPECT_FALSE(ParseReportLine("sweep-reportx {}").has_value());
   EXPECT_FALSE(ParseReportLine("sweep-reports follow").has_value());
   EXPECT_FALSE(ParseReportLine("sweep-report").has_value());
-  EXPECT_FALSE(ParseReportLine(" sweep-report {}").has_value());
   // A tab, or no space at all, still makes a report.
   for (const char* line : {"sweep-report\t{\"loss\": 1}", "sweep-report{\"loss\": 1}"}) {
     auto r = ParseReportLine(line);
     ASSERT_TRUE(r.has_value() && r->ok()) << line;
     EXPECT_EQ((*r)->metrics, (json{{"loss", 1}})) << line;
   }
+}
+
+// A line is read as a terminal shows it: a progress bar drawn over and over before the report
+// (tqdm on stdout), blanks before it, a CRLF end.
+TEST(ReportLineTest, ALineIsReadAsATerminalShowsIt) {
+  for (const char* line :
+       {"epoch 1: 100%|####|\rsweep-report {\"loss\": 1}", "  sweep-report {\"loss\": 1}",
+        "\t sweep-report {\"loss\": 1}\r", "a\rb\r sweep-report {\"loss\": 1}\r"}) {
+    auto r = ParseReportLine(line);
+    ASSERT_TRUE(r.has_value() && r->ok()) << line;
+    EXPECT_EQ((*r)->metrics, (json{{"loss", 1}})) << line;
+  }
+  // What the terminal shows last is what counts: a report drawn over is gone.
+  EXPECT_FALSE(ParseReportLine("sweep-report {\"loss\": 1}\rdone").has_value());
+}
+
+TEST(ReportLineTest, AReportAfterOtherTextIsMentionedNotRead) {
+  EXPECT_FALSE(ParseReportLine("loss 1 sweep-report {\"loss\": 1}").has_value());
+  EXPECT_TRUE(MentionsReport("loss 1 sweep-report {\"loss\": 1}"));
+  EXPECT_TRUE(MentionsReport("[INFO] sweep-report\t{}"));
+  EXPECT_FALSE(MentionsReport("printing sweep-report lines from now on"));
+  EXPECT_FALSE(MentionsReport("sweep-reports {"));
 }
 
 TEST(ReportLineTest, MalformedReportsSayWhy) {
@@ -404,13 +425,15 @@ TEST_F(CommandTrialTest, ARunAgainReportsWhatTheStoreLostAsNumberedLive) {
   task.stored_metric = true;
   Run run = RunIt(task);
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
-  ASSERT_EQ(run.reports.size(), 4u);
-  const std::vector<std::pair<int64_t, double>> expected = {{3, 1}, {4, 1}, {5, 2}, {6, 2}};
+  // The last stored step goes again too (the store adds what it lacks of it: a step's later
+  // lines may not have reached it), then the steps past it.
+  ASSERT_EQ(run.reports.size(), 5u);
+  const std::vector<std::pair<int64_t, double>> expected = {{2, 0}, {3, 1}, {4, 1}, {5, 2}, {6, 2}};
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(std::get<0>(run.reports[i]), expected[i].first) << i;
     EXPECT_EQ(std::get<1>(run.reports[i]), expected[i].second) << i;
   }
-  EXPECT_EQ(std::get<2>(run.reports[3]), json({{"val_acc", 0.3}}));
+  EXPECT_EQ(std::get<2>(run.reports[4]), json({{"val_acc", 0.3}}));
   const std::string err = Read(folder + "/stderr.log");
   EXPECT_NE(err.find("reported again 4 report(s) of an earlier run"), std::string::npos) << err;
   // This run is recorded after the reports given again, for the next run to number from.
@@ -641,6 +664,66 @@ TEST_F(CommandTrialTest, ProgramThatNeverReportsTheMetricFails) {
             "the program exited 0 but never reported the sweep's metric 'val_acc' (its reports "
             "had: loss, val_accuracy)");
   EXPECT_EQ(run.reports.size(), 1u);  // still stored
+}
+
+// A report printed after other text on its line (no newline before it) is not read; the trial's
+// failure says where it was.
+TEST_F(CommandTrialTest, AReportAfterOtherTextIsNamedInTheFailure) {
+  Run run =
+      RunIt(ShellTask("echo starting; printf 'loading... '; "
+                      "echo 'sweep-report {\"val_acc\": 0.5}'"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(
+      run.outcome.error.find("(stdout line 2 has one after other text; a report starts its line)"),
+      std::string::npos)
+      << run.outcome.error;
+  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log")
+                .find("stdout line 2 has `sweep-report {` after other text, so it is not a report"),
+            std::string::npos);
+}
+
+// The sweep's metric reported, but as a string: the failure says so rather than that it was
+// never reported (which reads as a misspelt name).
+TEST_F(CommandTrialTest, AMetricThatIsNotANumberIsNamedSo) {
+  Run run = RunIt(ShellTask("echo 'sweep-report {\"val_acc\": \"0.5\", \"loss\": 1}'"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_EQ(run.outcome.error,
+            "the program exited 0 but its reports' 'val_acc' was never a number (a string, a "
+            "bool, a list?): report it as a JSON number, e.g. \"val_acc\": 0.9");
+}
+
+// Before any trial: a program execve cannot run for its content is refused, saying why.
+TEST_F(CommandTrialTest, CheckProgramRefusesWhatCannotRunByItself) {
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir_ + "/" + name) << text;
+    std::filesystem::permissions(dir_ + "/" + name, std::filesystem::perms::owner_all);
+  };
+  write("bare.sh", "echo 'sweep-report {\"val_acc\": 1}'\n");
+  write("py4.sh", "#!/usr/bin/no-such-python4 -u\nprint(1)\n");
+  write("dir.sh", "#!/tmp\n");
+  write("ok.sh", "#! /bin/sh -e\necho hi\n");
+  Status bare = CheckProgram("./bare.sh", dir_);
+  EXPECT_EQ(bare.message(), "trial.command: './bare.sh' (" + dir_ +
+                                "/./bare.sh): it has no #! line and is not a binary, so it "
+                                "cannot be run by itself: start it with #!/bin/sh (or the "
+                                "interpreter it needs), or put that interpreter first in "
+                                "`command`");
+  EXPECT_NE(CheckProgram("./py4.sh", dir_)
+                .message()
+                .find("its #! line names the interpreter '/usr/bin/no-such-python4', which is "
+                      "not on this machine"),
+            std::string::npos);
+  EXPECT_NE(CheckProgram("./dir.sh", dir_).message().find("which is not an executable file"),
+            std::string::npos);
+  EXPECT_TRUE(CheckProgram("./ok.sh", dir_).ok()) << CheckProgram("./ok.sh", dir_).message();
+  EXPECT_TRUE(CheckProgram("true", dir_).ok());  // a binary from PATH
+  // Running it anyway (on an agent, nothing checked it): the trial fails, saying the same.
+  TrialTask task = ShellTask("true");
+  task.settings["command"] = {"./bare.sh"};
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  EXPECT_NE(run.outcome.error.find("it has no #! line and is not a binary"), std::string::npos)
+      << run.outcome.error;
 }
 
 // A program or workdir this machine lacks (on an agent: nothing checked them there before the

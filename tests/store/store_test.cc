@@ -513,6 +513,57 @@ TEST_F(StoreTest, ReportingAStepAgainKeepsTheFirstReport) {
   EXPECT_EQ((*all)[1].trial, 1);
 }
 
+// A stored report is read back before the commit, and rewritten in place or moved to the end of
+// the arrival order (AllReports), which resume replays.
+TEST_F(StoreTest, AStoredReportIsReadAndRewrittenInPlaceOrLast) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  TrialRecord t;
+  t.params_json = "{}";
+  for (int64_t n : {0, 1}) {
+    t.number = n;
+    ASSERT_OK(store_->InsertTrial(sweep_id_, t));
+  }
+  ReportRecord r;
+  r.step = 1;
+  r.epoch = 0.5;
+  for (int64_t trial : {0, 1}) {
+    r.trial = trial;
+    r.metrics_json = "{\"loss\":" + std::to_string(trial) + "}";
+    ASSERT_OK(store_->AddReport(sweep_id_, r));
+  }
+  auto missing = store_->ReportAt(sweep_id_, 0, 2);
+  ASSERT_TRUE(missing.ok()) << missing.status().message();
+  EXPECT_FALSE(missing->has_value());
+  auto stored = store_->ReportAt(sweep_id_, 0, 1);  // not committed yet
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->metrics_json, "{\"loss\":0}");
+  EXPECT_EQ((*stored)->epoch, 0.5);
+
+  ReportRecord merged = **stored;
+  merged.metrics_json = "{\"loss\":0,\"lr\":0.1}";
+  merged.time_s = 7;
+  ASSERT_OK(store_->RewriteReport(sweep_id_, merged, /*last=*/false));
+  auto all = store_->AllReports(sweep_id_);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].trial, 0);
+  EXPECT_EQ((*all)[0].metrics_json, "{\"loss\":0,\"lr\":0.1}");
+  EXPECT_EQ((*all)[0].time_s, 7);
+
+  merged.metrics_json = "{\"loss\":0,\"lr\":0.1,\"acc\":1}";
+  ASSERT_OK(store_->RewriteReport(sweep_id_, merged, /*last=*/true));
+  ASSERT_OK(store_->Commit());
+  all = store_->AllReports(sweep_id_);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].trial, 1);
+  EXPECT_EQ((*all)[1].trial, 0);
+  EXPECT_EQ((*all)[1].metrics_json, "{\"loss\":0,\"lr\":0.1,\"acc\":1}");
+  EXPECT_EQ((*all)[1].epoch, 0.5);
+  merged.step = 9;
+  EXPECT_EQ(store_->RewriteReport(sweep_id_, merged, false).code(), Status::Code::kNotFound);
+}
+
 TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
   TrialRecord t;

@@ -56,8 +56,13 @@ inline constexpr size_t kMaxMetricNameBytes = 256;
 // The longest report line read (thousands of metrics fit): one that could not cross from an
 // agent to the coordinator in one frame is refused alike wherever the trial runs.
 inline constexpr size_t kMaxReportBytes = 256 * 1024;
-// nullopt: the line is not a report (no prefix). An error: it is one, but malformed.
+// nullopt: the line is not a report (no prefix). An error: it is one, but malformed. The line
+// is read as a terminal shows it: from its last carriage return (a progress bar redrawn before
+// the report), and blanks before the prefix are skipped.
 std::optional<Result<CommandReport>> ParseReportLine(std::string_view line);
+// Whether a line that is not a report has `sweep-report {` somewhere inside it (a report printed
+// after other text on its line), which its program most likely meant as one.
+bool MentionsReport(std::string_view line);
 
 // `text` cut to at most about `max_bytes` (at a UTF-8 character boundary), saying how much was
 // left out: for quoting a program's output, or its value, in a message.

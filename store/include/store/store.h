@@ -164,6 +164,13 @@ class Store {
   // A trial's step is stored once: reporting it again (a rerun, or a program reporting it
   // twice) keeps the first report; `stored` (when given) says whether this one was stored.
   Status AddReport(int64_t sweep_id, const ReportRecord& report, bool* stored = nullptr);
+  // The stored report of a trial's step, if any; on the writing connection, so what this Store
+  // wrote is seen before it commits.
+  Result<std::optional<ReportRecord>> ReportAt(int64_t sweep_id, int64_t trial, int64_t step);
+  // A stored report's metrics and time replaced (a later line of the same step added metrics
+  // to it). With `last`, it also moves to the end of the arrival order (AllReports), as if it had
+  // arrived now: resume replays reports in that order, and early stopping decided on it now.
+  Status RewriteReport(int64_t sweep_id, const ReportRecord& report, bool last);
   // A running trial's latest metrics, objective and epochs, so that readers see its progress
   // before it ends; a trial no longer running is left alone.
   Status SetTrialProgress(int64_t sweep_id, const TrialRecord& trial);
