@@ -1008,15 +1008,19 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
   if (const toml::table* trial = table("trial")) {
     SWEEP_RETURN_IF_ERROR(
         c.KnownKeys(*trial, "[trial]",
-                    {"kind", "gpus", "command", "max_retries", "heartbeat_timeout",
-                     "checkpoint_dir", "keep_checkpoints", "workdir", "trials_dir", "kill_grace",
-                     "timeout", "gpu_share", "order"}));
+                    {"kind", "gpus", "command", "max_retries", "max_initial_failures",
+                     "heartbeat_timeout", "checkpoint_dir", "keep_checkpoints", "workdir",
+                     "trials_dir", "kill_grace", "timeout", "gpu_share", "order"}));
     if (const toml::node* n = trial->get("checkpoint_dir")) {
       SWEEP_ASSIGN_OR_RETURN(cfg.checkpoint_dir, c.String(*n, "trial.checkpoint_dir"));
     }
     if (const toml::node* n = trial->get("max_retries")) {
       SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.max_retries", 0, 100));
       cfg.max_retries = static_cast<int>(v);
+    }
+    if (const toml::node* n = trial->get("max_initial_failures")) {
+      SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*n, "trial.max_initial_failures", 0, 1000000000));
+      cfg.max_initial_failures = static_cast<int>(v);
     }
     if (const toml::node* n = trial->get("heartbeat_timeout")) {
       SWEEP_ASSIGN_OR_RETURN(cfg.heartbeat_timeout_s,

@@ -1000,6 +1000,15 @@ class Coordinator {
           *options_.log << ": " << machine_trouble_ << "\n";
         }
       }
+      if (!stopping && !failing_start_.empty()) {
+        stopping = true;
+        interrupted_ = true;
+        stop_reason_ = failing_start_;
+        if (options_.log != nullptr) {
+          *options_.log << (options_.live_status ? "\n" : "")
+                        << "sweep: stopping: " << failing_start_ << "\n";
+        }
+      }
       if (!stopping && config_.time_budget_s && ActiveSeconds(now) >= *config_.time_budget_s) {
         stopping = true;
         // A budget under a minute in seconds ("0.4 s", which mm:ss would show as 00:00).
@@ -1546,6 +1555,18 @@ class Coordinator {
         break;
       case TrialStatus::kFailed:
         ++counts_.failed;
+        ++failed_this_run_;
+        if (config_.max_initial_failures > 0 && counts_.completed + counts_.pruned == 0 &&
+            failed_this_run_ >= config_.max_initial_failures && failing_start_.empty()) {
+          std::string one_line = error.substr(0, 400);
+          std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+          failing_start_ =
+              "its first " + std::to_string(failed_this_run_) +
+              " trials all failed, the last (trial " + std::to_string(number) +
+              ") with: " + executor::Abbreviate(one_line, 300) +
+              "; fix the cause and resume, or set [trial] max_initial_failures = 0 to go on "
+              "whatever fails";
+        }
         break;
       case TrialStatus::kPruned:
         ++counts_.pruned;
@@ -1635,6 +1656,10 @@ class Coordinator {
   std::set<int64_t> target_trials_;  // the trials whose reports met stop_when
   std::set<int64_t> progressed_;     // running trials with reports not yet in their row
   std::string stop_reason_;
+  // Set when the run's first trials all failed ([trial] max_initial_failures): why the sweep
+  // stops.
+  std::string failing_start_;
+  int64_t failed_this_run_ = 0;
   std::string machine_trouble_;  // what stopped a trial that was not its fault; stops the sweep
 };
 

@@ -226,6 +226,63 @@ cpu_slots = 2
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
 }
 
+// A sweep whose first trials all fail (a broken program, not a bad region of the space) stops
+// after [trial] max_initial_failures of them, interrupted, rather than failing trial after trial
+// until its time budget is spent; once the cause is fixed, resume goes on. 0 turns it off.
+TEST_F(CommandTrialE2eTest, ASweepWhoseFirstTrialsAllFailStops) {
+  Write("fails.sh", "#!/bin/sh\necho 'no GPU here' >&2\nexit 3\n");
+  fs::permissions(dir_ / "fails.sh", fs::perms::owner_all);
+  const std::string config = R"([sweep]
+name = "NAME"
+metric = "score"
+mode = "max"
+LIMIT
+[parameters]
+x = { distribution = "uniform", min = 0, max = 1 }
+[trial]
+kind = "command"
+command = ["./fails.sh"]
+EXTRA
+[executor]
+cpu_slots = 1
+)";
+  auto make = [&](const std::string& name, const std::string& limit, const std::string& extra) {
+    std::string c = config;
+    c.replace(c.find("NAME"), 4, name);
+    c.replace(c.find("LIMIT"), 5, limit);
+    c.replace(c.find("EXTRA"), 5, extra);
+    return c;
+  };
+  Write("a.toml", make("broken", "time_budget = \"10m\"\nstop_when = \"score >= 1\"",
+                       "max_initial_failures = 4"));
+  Output o = Sweep("run a.toml");
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_NE(o.err.find("sweep: stopping: its first 4 trials all failed, the last (trial 3) "
+                       "with: exited with code 3; last lines of stderr: no GPU here; fix the "
+                       "cause and resume, or set [trial] max_initial_failures = 0"),
+            std::string::npos)
+      << o.err;
+  EXPECT_EQ(Query("SELECT status FROM sweeps WHERE name = 'broken'")[0][0], "interrupted");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "4");
+
+  // Fixed, it goes on (here to its target).
+  Write("fails.sh", "#!/bin/sh\necho 'sweep-report {\"score\": 1}'\n");
+  Output resumed = Sweep("resume broken");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT status FROM sweeps WHERE name = 'broken'")[0][0], "completed");
+  EXPECT_EQ(Query("SELECT number, status FROM trials WHERE status != 'failed'"),
+            (std::vector<std::vector<std::string>>{{"4", "completed"}}));
+
+  Write("b.toml", make("on", "max_trials = 6", "max_initial_failures = 0"));
+  Write("fails.sh", "#!/bin/sh\nexit 3\n");
+  Output on = Sweep("run b.toml");
+  EXPECT_EQ(on.code, 1) << on.err;
+  EXPECT_EQ(on.err.find("stopping"), std::string::npos) << on.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
+                  "s.name = 'on' AND t.status = 'failed'")[0][0],
+            "6");
+}
+
 // NCCL_RUNTIME_CONNECT, which a training process sets for its own NCCL, never reaches a
 // command trial's program: not even when a word of the command line is "worker" or "train".
 TEST_F(CommandTrialE2eTest, TheProgramDoesNotSeeOurNcclSetting) {
