@@ -108,6 +108,25 @@ TEST(Train, HugeLearningRateDiverges) {
   EXPECT_EQ(calls, 0);
 }
 
+// In fp16 a diverged run may be the format's range, not the learning rate: the message says so
+// (and only there).
+TEST(Train, ADivergedFp16RunNamesTheFormatsRange) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.lr = 1e30;
+  o.precision = "fp16";
+  auto r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("; in fp16 a value past 65504 is infinite: inputs that "
+                                      "large need scaling, or use precision = \"bf16\""),
+            std::string::npos)
+      << r.status().message();
+  o.precision = "bf16";
+  r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().find("65504"), std::string::npos) << r.status().message();
+}
+
 // Every replica sees the same summed loss, so all of them stop at the same step: no replica is
 // left waiting in the all-reduce, and the trial fails with the message, not a hang or a crash.
 TEST(Train, DivergenceWithReplicasFailsCleanly) {

@@ -46,9 +46,16 @@ std::string LossText(double loss) {
   return loss > 0 ? "inf" : "-inf";
 }
 
-Status Diverged(int epoch, int64_t step, const std::string& what) {
-  return Status::InvalidArgument("diverged at epoch " + std::to_string(epoch) + ", step " +
-                                 std::to_string(step) + " (" + what + ")");
+// In fp16 the largest finite value is 65504: inputs or activations past it are infinite, which
+// reads as a diverged run whatever the learning rate.
+Status Diverged(int epoch, int64_t step, const std::string& what, Precision precision) {
+  return Status::InvalidArgument(
+      "diverged at epoch " + std::to_string(epoch) + ", step " + std::to_string(step) + " (" +
+      what + ")" +
+      (precision == Precision::kFp16
+           ? "; in fp16 a value past 65504 is infinite: inputs that large need scaling, or use "
+             "precision = \"bf16\""
+           : ""));
 }
 
 // Bytes of memory this process may use: the machine's, or its cgroup's limit when lower.
@@ -396,7 +403,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       }
     });
     if (diverged_step != 0)
-      return Diverged(epoch, diverged_step, "loss " + LossText(diverged_loss));
+      return Diverged(epoch, diverged_step, "loss " + LossText(diverged_loss), spec.precision);
     const double train_s = Seconds(train_start);
     step += steps_per_epoch;
 
@@ -419,7 +426,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
              &eval_x, &eval_y, &report.val_loss, &report.val_acc);
     // A last step that blows up shows only here, in weights that no longer give a number.
     if (!split.val.empty() && !std::isfinite(report.val_loss)) {
-      return Diverged(epoch, step, "validation loss " + LossText(report.val_loss));
+      return Diverged(epoch, step, "validation loss " + LossText(report.val_loss), spec.precision);
     }
     report.epoch_s = Seconds(epoch_start);
     result.epochs_done = epoch;
