@@ -201,7 +201,7 @@ namespace {
 // What a terminal shows of a line: the text after its last carriage return (a progress bar
 // drawn over and over before it, as tqdm's on stdout), without the blanks that start it.
 std::string_view Shown(std::string_view line) {
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // CRLF
+  while (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // CRLF (or CR CR LF)
   if (const size_t cr = line.rfind('\r'); cr != std::string_view::npos) line.remove_prefix(cr + 1);
   while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
   return line;

@@ -87,11 +87,11 @@ TrialOutcome Interrupted(std::string error) {
   return out;
 }
 
-// Why execve would refuse the regular file at `path` for its content, in a user's words; empty
-// when it is a binary (ELF) or a script whose #! line names an executable file. The kernel
-// runs nothing else (a script without #! is a shell's convention, not execve's: it fails with
-// "Exec format error").
-std::string WhyNotRunnable(const std::string& path) {
+// Why execve would refuse the regular file at `path`, started in `workdir`, for its content, in
+// a user's words; empty when it is a binary (ELF) or a script whose #! line names an executable
+// file (and, through env, a program on PATH). The kernel runs nothing else (a script without #!
+// is a shell's convention, not execve's: it fails with "Exec format error").
+std::string WhyNotRunnable(const std::string& path, const std::string& workdir) {
   std::ifstream in(path, std::ios::binary);
   if (!in.is_open()) return "";  // not readable here: execve says why, if it cannot run it
   char head[256] = {};
@@ -104,11 +104,39 @@ std::string WhyNotRunnable(const std::string& path) {
     return "it has no #! line and is not a binary, so it cannot be run by itself: start it with "
            "#!/bin/sh (or the interpreter it needs), or put that interpreter first in `command`";
   }
-  std::string_view line = text.substr(
-      2, text.find('\n') == std::string_view::npos ? std::string_view::npos : text.find('\n') - 2);
-  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-  const std::string interpreter(line.substr(0, line.find_first_of(" \t\r")));
-  if (interpreter.empty()) return "its #! line names no interpreter";
+  std::string_view line = text.substr(2);
+  line = line.substr(0, line.find('\n'));
+  if (line.find('\r') != std::string_view::npos) {
+    // The kernel takes the interpreter's name up to a blank or the line's end: "/bin/sh\r".
+    return "its #! line ends in a carriage return (the file has Windows line ends), so the "
+           "kernel looks for an interpreter whose name ends in one; convert the file (dos2unix, "
+           "or sed -i 's/\\r$//')";
+  }
+  const auto words = [](std::string_view rest) {
+    std::vector<std::string> out;
+    size_t i = 0;
+    while (i < rest.size()) {
+      while (i < rest.size() && (rest[i] == ' ' || rest[i] == '\t')) ++i;
+      const size_t from = i;
+      while (i < rest.size() && rest[i] != ' ' && rest[i] != '\t') ++i;
+      if (i > from) out.emplace_back(rest.substr(from, i - from));
+    }
+    return out;
+  };
+  const std::vector<std::string> argv = words(line);
+  if (argv.empty()) return "its #! line names no interpreter";
+  std::string interpreter = argv[0];
+  if (interpreter[0] != '/') {
+    // The kernel reads a relative one from the working directory, never from PATH.
+    const std::string from_workdir = (std::filesystem::path(workdir) / interpreter).string();
+    struct stat st {};
+    if (::stat(from_workdir.c_str(), &st) != 0) {
+      return "its #! line names the interpreter '" + interpreter +
+             "', which is not a file in its working directory (" + workdir +
+             "; the kernel does not look it up on PATH): use #!/usr/bin/env " + interpreter;
+    }
+    interpreter = from_workdir;
+  }
   struct stat st {};
   if (::stat(interpreter.c_str(), &st) != 0) {
     return "its #! line names the interpreter '" + interpreter + "', which is not on this machine";
@@ -116,6 +144,15 @@ std::string WhyNotRunnable(const std::string& path) {
   if (!S_ISREG(st.st_mode) || ::access(interpreter.c_str(), X_OK) != 0) {
     return "its #! line names the interpreter '" + interpreter +
            "', which is not an executable file";
+  }
+  // #!/usr/bin/env python3: env looks the program up on PATH when the script runs. (Linux
+  // passes everything after the interpreter as one argument: "env -S ..." and options are
+  // env's own to read, and not looked into.)
+  if (std::filesystem::path(interpreter).filename() == "env" && argv.size() == 2 &&
+      argv[1][0] != '-' && argv[1].find('=') == std::string::npos &&
+      ResolveProgram(argv[1], "").empty()) {
+    return "its #! line runs '" + argv[1] + "' through env, which finds no '" + argv[1] +
+           "' on PATH";
   }
   return "";
 }
@@ -581,7 +618,7 @@ class CommandRun {
       if (there && (report[1] == ENOEXEC || report[1] == ENOENT)) {
         // The file is there but its content cannot run (no #! line, a missing interpreter):
         // ENOENT alone would blame the program itself.
-        if (std::string not_runnable = WhyNotRunnable(program); !not_runnable.empty()) {
+        if (std::string not_runnable = WhyNotRunnable(program, workdir_); !not_runnable.empty()) {
           return Status::IoError("command: cannot run '" + argv[0] + "' (" + program +
                                  "): " + not_runnable);
         }
@@ -1001,7 +1038,7 @@ Status CheckProgram(std::string program, const std::string& workdir) {
         (::stat(path.c_str(), &st) != 0 ? ") does not exist" : ") is not an executable file") +
         "; a relative path is workdir's (" + workdir + ")");
   }
-  if (std::string why = WhyNotRunnable(path); !why.empty()) {
+  if (std::string why = WhyNotRunnable(path, workdir); !why.empty()) {
     return Status::InvalidArgument("trial.command: '" + program + "' (" + path + "): " + why);
   }
   return Status::Ok();

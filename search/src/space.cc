@@ -87,6 +87,11 @@ Status ValidateStep(const std::string& name, const Distribution& d) {
     return Status::InvalidArgument(prefix + " has more than 2^53 steps of " + FormatNumber(d.step) +
                                    " between min and max");
   }
+  if (steps > 0 && steps < 1 - 1e-9) {
+    return Status::InvalidArgument(prefix + ": the step (" + FormatNumber(d.step) +
+                                   ") is larger than max - min (" + FormatNumber(d.max - d.min) +
+                                   "); use a smaller step");
+  }
   if (std::fabs(steps - whole) > 1e-9 * std::max(1.0, whole)) {
     const std::string last = StepValue(d, static_cast<int64_t>(std::floor(steps))).dump();
     return Status::InvalidArgument(prefix + ": max - min (" + FormatNumber(d.max - d.min) +
@@ -136,17 +141,30 @@ nlohmann::json StepValue(const Distribution& d, int64_t k) {
     return static_cast<int64_t>(d.min) + k * static_cast<int64_t>(d.step);
   }
   const double exact = d.min + static_cast<double>(k) * d.step;
+  const double tolerance = d.step * 1e-9;
+  // The fewest decimals first (so -0.3 + 3 * 0.1, which is 5.6e-17, is 0), then the fewest
+  // significant digits (a step too fine for 20 decimals, 1e-30).
   double value = exact;
-  char text[32];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(text, sizeof text, "%.*g", digits, exact);
+  bool found = false;
+  char text[400];  // "%.20f" of 1e300: 301 digits, the point and 20 decimals
+  for (int decimals = 0; decimals <= 20 && !found; ++decimals) {
+    std::snprintf(text, sizeof text, "%.*f", decimals, exact);
     const double shorter = std::strtod(text, nullptr);
-    if (std::fabs(shorter - exact) <= d.step * 1e-9) {
+    if (std::fabs(shorter - exact) <= tolerance) {
       value = shorter;
-      break;
+      found = true;
     }
   }
-  return std::clamp(value, d.min, d.max);
+  for (int digits = 1; digits <= 17 && !found; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, exact);
+    const double shorter = std::strtod(text, nullptr);
+    if (std::fabs(shorter - exact) <= tolerance) {
+      value = shorter;
+      found = true;
+    }
+  }
+  value = std::clamp(value, d.min, d.max);
+  return value == 0 ? 0.0 : value;  // not -0.0
 }
 
 std::string_view KindName(Distribution::Kind kind) {

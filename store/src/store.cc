@@ -475,6 +475,9 @@ struct Store::Impl {
   // Its write-ahead log and index (path-wal, path-shm), and whether the file was found gone.
   std::optional<FileId> wal_identity, shm_identity;
   bool file_lost = false;
+  // The file's largest size seen: it never shrinks under its writers (no VACUUM, no
+  // auto_vacuum), so a smaller one was cut short or written over by another program.
+  off_t largest_size = 0;
   std::array<sqlite3_stmt*, static_cast<size_t>(Query::kCount)> statements{};
   // Trials() statements keyed by SQL text: a few dozen shapes at most (sort key x direction x
   // filter), since metric names are bound rather than part of the text.
@@ -488,10 +491,12 @@ struct Store::Impl {
       if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
       if (!read_only && !file_lost) {
         // Everything into the file itself and the log emptied, so that the file alone holds
-        // the store once its writer ends (a copy of it is whole), even if a reader (an open
-        // `status --watch`) keeps SQLite from deleting the log at close. Without waiting:
-        // a reader in the way leaves it for the next writer.
-        sqlite3_busy_timeout(db, 0);
+        // the store once its writer ends (a copy of it is whole, a reader that cannot write
+        // the folder reads it whole as immutable), even if a reader (an open `status --watch`)
+        // keeps SQLite from deleting the log at close. A reader's snapshot holds the log back
+        // while it reads (milliseconds, for ours), so this waits up to 2 s for the readers to
+        // finish; one that keeps a snapshot longer leaves the log for the next writer.
+        sqlite3_busy_timeout(db, 2000);
         sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
       }
       sqlite3_close_v2(db);
@@ -530,10 +535,21 @@ struct Store::Impl {
         return Status::IoError(path + ": database is read-only while " + what + " (" + detail +
                                "); check the permissions of the file and its directory");
       }
-      case SQLITE_CORRUPT:
-        return Status::Corruption(path + ": database file is corrupt (" + detail +
-                                  "); restore it from a backup, or try `sqlite3 " + path +
+      case SQLITE_CORRUPT: {
+        // A writer opened it whole (Open's quick_check): damaged since, another program wrote
+        // over it, which its size may show.
+        std::string since;
+        struct stat st {};
+        if (identity && ::stat(path.c_str(), &st) == 0 && st.st_size < largest_size) {
+          since = "; it was cut short (from " + std::to_string(largest_size) + " to " +
+                  std::to_string(st.st_size) +
+                  " bytes) while this sweep wrote to it: another program wrote over it (a copy "
+                  "onto it, a truncate)";
+        }
+        return Status::Corruption(path + ": database file is corrupt (" + detail + ")" + since +
+                                  "; restore it from a backup, or try `sqlite3 " + path +
                                   " .recover` to save what is left");
+      }
       case SQLITE_NOTADB:
         // A file the user named that is no database at all: a usage error, as a missing one is.
         return Status::InvalidArgument(path + ": not a SQLite database (" + detail + ")");
@@ -681,16 +697,27 @@ struct Store::Impl {
   Status CommitBatch() {
     if (sqlite3_get_autocommit(db)) return Status::Ok();
     SWEEP_RETURN_IF_ERROR(CheckStillTheFile());
-    return Run(Query::kCommit, "committing");
+    SWEEP_RETURN_IF_ERROR(Run(Query::kCommit, "committing"));
+    // The commit may have checkpointed the log into the file, which grew.
+    struct stat st {};
+    if (identity && ::stat(path.c_str(), &st) == 0 && st.st_size > largest_size) {
+      largest_size = st.st_size;
+    }
+    return Status::Ok();
   }
 
   // The file at `path` is still the one this Store writes: removed, or replaced by another
   // (a copy moved over it, a restore from backup), it would take every later commit with it.
   Status CheckStillTheFile() {
     if (!identity) return Status::Ok();
-    const std::optional<FileId> now = IdOf(path);
-    if (!now && errno != ENOENT) return Status::Ok();  // cannot tell: SQLite will say
-    if (now == identity) {
+    struct stat st {};
+    const bool there = ::stat(path.c_str(), &st) == 0;
+    if (!there && errno != ENOENT) return Status::Ok();  // cannot tell: SQLite will say
+    const std::optional<FileId> now =
+        there ? std::optional<FileId>(FileId{st.st_dev, st.st_ino}) : std::nullopt;
+    const bool cut = now == identity && st.st_size < largest_size;
+    if (now == identity && !cut) {
+      largest_size = st.st_size;
       RememberLogFiles();
       return Status::Ok();
     }
@@ -700,8 +727,13 @@ struct Store::Impl {
     std::string msg =
         path + (removed ? ": the database file was removed or renamed while this sweep wrote to "
                           "it; nothing more is written"
-                        : ": the database file was replaced by another file while this sweep "
-                          "wrote to it; nothing more is written (to either file)");
+                : cut ? ": the database file was cut short (from " + std::to_string(largest_size) +
+                            " to " + std::to_string(st.st_size) +
+                            " bytes) while this sweep wrote to it: another program wrote over "
+                            "it (a copy onto it, a truncate), and it is damaged; nothing more "
+                            "is written"
+                      : ": the database file was replaced by another file while this sweep "
+                        "wrote to it; nothing more is written (to either file)");
     if (!kept.empty()) {
       msg += ". Its last commits, not yet in that file, are in its write-ahead log, set aside as " +
              kept + " so that no database put at " + path +
@@ -1120,6 +1152,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
     // MB), without the index cross-checks of integrity_check.
     if (version > 0) SWEEP_RETURN_IF_ERROR(impl->QuickCheck());
     impl->identity = IdOf(path);
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) impl->largest_size = st.st_size;
     impl->RememberLogFiles();
   } else if (version < kSchemaVersion) {
     // An older file is a reader's to read, not to change (its folder may not even be
@@ -1133,6 +1167,15 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
 }
 
 bool Store::file_lost() const { return impl_->file_lost; }
+
+Status Store::CheckFile() {
+  SWEEP_RETURN_IF_ERROR(impl_->CommitBatch());
+  Status status = impl_->QuickCheck();
+  if (status.code() != Status::Code::kCorruption) return status;
+  return Status::Corruption(status.message() +
+                            "; it was whole when the sweep opened it, so another program wrote "
+                            "over it while the sweep ran (a copy onto it, a truncate?)");
+}
 
 // ---- sweeps ----
 

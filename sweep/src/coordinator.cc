@@ -1087,6 +1087,9 @@ class Coordinator {
                                                 final_status == store::SweepStatus::kCompleted
                                                     ? std::optional<double>(end)
                                                     : std::nullopt));
+    // Written over in place while the sweep ran (a backup copied onto it), the file would be
+    // damaged with nothing said, and the sweep's end claim results it no longer holds.
+    SWEEP_RETURN_IF_ERROR(store_.CheckFile());
     ShowProgress(end, true);
     executor_->Shutdown(1000);
     if (hub_ != nullptr) hub_->Shutdown();

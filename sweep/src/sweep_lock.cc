@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,6 +30,23 @@ std::string LockPath(const std::string& db_path) {
   return (ec || canonical.empty() ? db_path : canonical.string()) + ".lock";
 }
 
+// The lock file as the database's owners may use it, as SQLite makes its -wal and -shm: the
+// database's mode (for its group) and, when root made it, the database's owner. Otherwise a run
+// by root, or by another user of a shared group-writable folder, would leave a lock file the
+// database's own users could not open for writing, and keep them from running the sweep.
+void ShareWithTheDatabase(int fd, const std::string& db_path) {
+  struct stat db {};
+  struct stat lock {};
+  if (::stat(db_path.c_str(), &db) != 0 || ::fstat(fd, &lock) != 0) return;
+  if (lock.st_uid == ::geteuid()) {
+    const mode_t mode = (db.st_mode & 0666) | 0600;
+    if ((lock.st_mode & 0777) != mode) (void)::fchmod(fd, mode);
+  }
+  if (::geteuid() == 0 && (lock.st_uid != db.st_uid || lock.st_gid != db.st_gid)) {
+    (void)!::fchown(fd, db.st_uid, db.st_gid);
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<SweepLock>> SweepLock::Acquire(const std::string& db_path,
@@ -36,6 +54,7 @@ Result<std::unique_ptr<SweepLock>> SweepLock::Acquire(const std::string& db_path
   const std::string path = LockPath(db_path);
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError(path + ": " + std::strerror(errno));
+  ShareWithTheDatabase(fd, db_path);
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;

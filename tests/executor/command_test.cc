@@ -127,7 +127,8 @@ TEST(ReportLineTest, OtherLinesAreNotReports) {
 TEST(ReportLineTest, ALineIsReadAsATerminalShowsIt) {
   for (const char* line :
        {"epoch 1: 100%|####|\rsweep-report {\"loss\": 1}", "  sweep-report {\"loss\": 1}",
-        "\t sweep-report {\"loss\": 1}\r", "a\rb\r sweep-report {\"loss\": 1}\r"}) {
+        "\t sweep-report {\"loss\": 1}\r", "a\rb\r sweep-report {\"loss\": 1}\r",
+        "sweep-report {\"loss\": 1}\r\r"}) {
     auto r = ParseReportLine(line);
     ASSERT_TRUE(r.has_value() && r->ok()) << line;
     EXPECT_EQ((*r)->metrics, (json{{"loss", 1}})) << line;
@@ -702,6 +703,11 @@ TEST_F(CommandTrialTest, CheckProgramRefusesWhatCannotRunByItself) {
   write("py4.sh", "#!/usr/bin/no-such-python4 -u\nprint(1)\n");
   write("dir.sh", "#!/tmp\n");
   write("ok.sh", "#! /bin/sh -e\necho hi\n");
+  write("crlf.sh", "#!/bin/sh\r\necho hi\r\n");
+  write("env.sh", "#!/usr/bin/env no-such-python4\nprint(1)\n");
+  write("envok.sh", "#!/usr/bin/env sh\necho hi\n");
+  write("relative.sh", "#!python3\nprint(1)\n");
+  write("local.sh", "#!ok.sh\n");  // relative to the working directory, as the kernel reads it
   Status bare = CheckProgram("./bare.sh", dir_);
   EXPECT_EQ(bare.message(), "trial.command: './bare.sh' (" + dir_ +
                                 "/./bare.sh): it has no #! line and is not a binary, so it "
@@ -716,6 +722,25 @@ TEST_F(CommandTrialTest, CheckProgramRefusesWhatCannotRunByItself) {
   EXPECT_NE(CheckProgram("./dir.sh", dir_).message().find("which is not an executable file"),
             std::string::npos);
   EXPECT_TRUE(CheckProgram("./ok.sh", dir_).ok()) << CheckProgram("./ok.sh", dir_).message();
+  EXPECT_NE(CheckProgram("./crlf.sh", dir_)
+                .message()
+                .find("its #! line ends in a carriage return (the file has Windows line ends)"),
+            std::string::npos);
+  EXPECT_NE(CheckProgram("./env.sh", dir_)
+                .message()
+                .find("its #! line runs 'no-such-python4' through env, which finds no "
+                      "'no-such-python4' on PATH"),
+            std::string::npos);
+  EXPECT_TRUE(CheckProgram("./envok.sh", dir_).ok()) << CheckProgram("./envok.sh", dir_).message();
+  EXPECT_NE(CheckProgram("./relative.sh", dir_)
+                .message()
+                .find("names the interpreter 'python3', which is not a file in its working "
+                      "directory (" +
+                      dir_ +
+                      "; the kernel does not look it up on PATH): use #!/usr/bin/env "
+                      "python3"),
+            std::string::npos);
+  EXPECT_TRUE(CheckProgram("./local.sh", dir_).ok()) << CheckProgram("./local.sh", dir_).message();
   EXPECT_TRUE(CheckProgram("true", dir_).ok());  // a binary from PATH
   // Running it anyway (on an agent, nothing checked it): the trial fails, saying the same.
   TrialTask task = ShellTask("true");

@@ -128,6 +128,11 @@ TEST(ValidateTest, RefusesAStepThatDoesNotDivideTheRange) {
                 "value would be 240, so set max = 240 or change the step");
 }
 
+TEST(ValidateTest, RefusesAStepLargerThanTheRange) {
+  ExpectRefused(Stepped("x", Kind::kUniform, 0, 1, 2),
+                "x: uniform: the step (2) is larger than max - min (1); use a smaller step");
+}
+
 TEST(ValidateTest, RefusesABadStep) {
   ExpectRefused(Stepped("lr", Kind::kLogUniform, 0.1, 1, 0.1),
                 "lr: log_uniform takes no step; a step applies to uniform and int_uniform");
@@ -156,6 +161,17 @@ TEST(StepTest, ValuesReadAsWritten) {
   const Distribution fine = Stepped("x", Kind::kUniform, 1, 1 + 1e-12, 1e-15).distribution;
   EXPECT_EQ(StepValue(fine, 1).get<double>(), 1.000000000000001);  // 16 digits kept
   EXPECT_NE(StepValue(fine, 1), StepValue(fine, 2));
+  // Across zero: -0.3 + 3 * 0.1 is 5.6e-17 in doubles, and the value is 0 (not -0).
+  const Distribution across = Stepped("x", Kind::kUniform, -0.3, 0.3, 0.1).distribution;
+  EXPECT_EQ(StepValue(across, 3).get<double>(), 0.0);
+  EXPECT_FALSE(std::signbit(StepValue(across, 3).get<double>()));
+  EXPECT_EQ(StepValue(across, 1), json(-0.2));
+  const Distribution wide = Stepped("x", Kind::kUniform, -0.9, 0.9, 0.3).distribution;
+  EXPECT_EQ(StepValue(wide, 3).get<double>(), 0.0);
+  const Distribution big = Stepped("x", Kind::kUniform, 1e300, 2e300, 1e299).distribution;
+  EXPECT_EQ(StepValue(big, 10), json(2e300));
+  const Distribution tiny = Stepped("x", Kind::kUniform, 0, 1e-29, 1e-30).distribution;
+  EXPECT_EQ(StepValue(tiny, 3), json(3e-30));
   const Distribution ints = Stepped("bs", Kind::kIntUniform, -16, 256, 16).distribution;
   EXPECT_EQ(StepValue(ints, 2), json(16));
   EXPECT_TRUE(StepValue(ints, 2).is_number_integer());

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <vector>
 
 #include "sha256.h"
@@ -37,6 +39,13 @@ const Status& StatusOf(const Result<T>& result) {
     const auto& assert_ok_value_ = (expr);                        \
     ASSERT_TRUE(StatusOf(assert_ok_value_).ok())                  \
         << #expr << ": " << StatusOf(assert_ok_value_).message(); \
+  } while (0)
+
+#define EXPECT_OK(expr)                                           \
+  do {                                                            \
+    const auto& expect_ok_value_ = (expr);                        \
+    EXPECT_TRUE(StatusOf(expect_ok_value_).ok())                  \
+        << #expr << ": " << StatusOf(expect_ok_value_).message(); \
   } while (0)
 
 bool Contains(const std::string& text, const std::string& part) {
@@ -624,6 +633,105 @@ TEST_F(StoreTest, AWriterWhoseFileWasReplacedLeavesTheNewFilesLogAlone) {
   auto reader = Store::Open(path_, OpenMode::kReadOnly);
   ASSERT_OK(reader);
   EXPECT_TRUE((*reader)->FindSweep("after").ok()) << "the new file lost its writer's commit";
+}
+
+// Written over in place (a truncate; a copy onto it) the file keeps its identity: a commit
+// finds it smaller than it was, which it never is under its writers, and stops, as for a file
+// replaced, and a read that finds it damaged says so too; a file damaged without shrinking is
+// found by CheckFile.
+// A writer that closes while a reader holds a snapshot (a query of `sweep status`, a notebook's
+// cursor) waits for it to finish, then moves everything into the file and empties the log, so
+// that the file alone holds the sweep: a copy of it is whole.
+TEST_F(StoreTest, AClosingWriterWaitsForAReaderAndLeavesTheLogEmpty) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  TrialRecord t;
+  t.params_json = "{}";
+  for (int64_t n = 0; n < 50; ++n) {
+    t.number = n;
+    ASSERT_OK(store_->InsertTrial(sweep_id_, t));
+  }
+  ASSERT_OK(store_->Commit());
+  sqlite3* reader = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path_.c_str(), &reader, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(reader, "BEGIN; SELECT count(*) FROM trials;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  std::thread done([reader] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    sqlite3_exec(reader, "COMMIT", nullptr, nullptr, nullptr);
+  });
+  store_.reset();
+  done.join();
+  std::error_code ec;
+  EXPECT_EQ(std::filesystem::file_size(path_ + "-wal", ec), 0u) << "the log still holds commits";
+  sqlite3_close(reader);
+  // The file alone, read as immutable (no log), holds every trial.
+  sqlite3* alone = nullptr;
+  const std::string uri = "file:" + path_ + "?immutable=1";
+  ASSERT_EQ(sqlite3_open_v2(uri.c_str(), &alone, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr),
+            SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(alone, "SELECT count(*) FROM trials", -1, &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(stmt, 0), 50);
+  sqlite3_finalize(stmt);
+  sqlite3_close(alone);
+}
+
+class StoreWrittenOverTest : public StoreTest {
+ protected:
+  // 200 trials of 2 kB, checkpointed into the file itself, as SQLite's checkpoints put them;
+  // returns the file's size.
+  uintmax_t Fill() {
+    EXPECT_NO_FATAL_FAILURE(OpenWithSweep());
+    TrialRecord t;
+    t.params_json = std::string(2000, ' ') + "{}";
+    for (int64_t n = 0; n < 200; ++n) {
+      t.number = n;
+      EXPECT_OK(store_->InsertTrial(sweep_id_, t));
+    }
+    EXPECT_OK(store_->Commit());
+    EXPECT_OK(store_->CheckFile());
+    sqlite3* other = nullptr;
+    EXPECT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(other, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(other);
+    EXPECT_OK(InsertAndCommit(200));  // after which this writer knows the file's size
+    return std::filesystem::file_size(path_);
+  }
+  Status InsertAndCommit(int64_t number) {
+    TrialRecord t;
+    t.number = number;
+    t.params_json = "{}";
+    Status inserted = store_->InsertTrial(sweep_id_, t);
+    return inserted.ok() ? store_->Commit() : inserted;
+  }
+};
+
+TEST_F(StoreWrittenOverTest, ACommitFindsTheFileCutShort) {
+  const uintmax_t size = Fill();
+  ASSERT_GT(size, 100000u);
+  std::filesystem::resize_file(path_, size - 8192);  // the last pages gone, the rest whole
+  const Status cut = InsertAndCommit(500);
+  EXPECT_FALSE(cut.ok());
+  EXPECT_TRUE(Contains(cut.message(), "cut short (from " + std::to_string(size) + " to " +
+                                          std::to_string(size - 8192) + " bytes)"))
+      << cut.message();
+}
+
+TEST_F(StoreWrittenOverTest, CheckFileFindsItWrittenOverInPlace) {
+  const uintmax_t size = Fill();
+  {
+    // Garbage over every page but the first, the size kept.
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4096);
+    const std::string junk(size - 4096, '\x5a');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  const Status damaged = store_->CheckFile();
+  EXPECT_EQ(damaged.code(), Status::Code::kCorruption) << damaged.message();
+  EXPECT_TRUE(Contains(damaged.message(), "another program wrote over it")) << damaged.message();
 }
 
 TEST_F(StoreTest, RefusesFileThatIsNotADatabase) {
