@@ -977,6 +977,18 @@ bool CanOnlyReadInPlace(const std::string& path) {
   return ::access(dir.c_str(), W_OK) != 0 || ::access(file.c_str(), W_OK) != 0;
 }
 
+// The file `path` names, through links (SQLite keeps its -wal and -shm beside that file).
+std::string RealPath(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path file = std::filesystem::canonical(path, ec);
+  return ec ? path : file.string();
+}
+
+bool Exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
+
 // `path` for a file: URI (percent-encoding what a URI would read as syntax).
 std::string UriPath(const std::string& path) {
   std::string out;
@@ -1050,21 +1062,47 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& path, OpenMode mod
   // A reader of a WAL database makes its -wal and -shm files beside it. Where it must not (see
   // CanOnlyReadInPlace), the file is complete and unchanging (with no -wal, the last writer
   // closed it cleanly, and none is at work): read it as immutable, which needs neither.
-  const bool in_place = impl->read_only && CanOnlyReadInPlace(path);
-  int rc = in_place ? sqlite3_open_v2(("file:" + UriPath(path) + "?immutable=1").c_str(), &impl->db,
-                                      flags | SQLITE_OPEN_URI, nullptr)
-                    : sqlite3_open_v2(path.c_str(), &impl->db, flags, nullptr);
-  if (rc != SQLITE_OK) return impl->Error(rc, "opening the database");
-  sqlite3_extended_result_codes(impl->db, 1);
-  sqlite3_busy_timeout(impl->db, kBusyTimeoutMs);
+  bool in_place = impl->read_only && CanOnlyReadInPlace(path);
+  // A file the last writer closed cleanly (no -wal) is read as immutable also where a reader
+  // cannot make its -wal and -shm for want of space (a full disk).
+  const std::string real = RealPath(path);
+  const bool had_wal = Exists(real + "-wal"), had_shm = Exists(real + "-shm");
+  const auto open = [&] {
+    if (impl->db != nullptr) sqlite3_close_v2(impl->db);
+    impl->db = nullptr;
+    int rc = in_place ? sqlite3_open_v2(("file:" + UriPath(path) + "?immutable=1").c_str(),
+                                        &impl->db, flags | SQLITE_OPEN_URI, nullptr)
+                      : sqlite3_open_v2(path.c_str(), &impl->db, flags, nullptr);
+    if (rc != SQLITE_OK) return impl->Error(rc, "opening the database");
+    sqlite3_extended_result_codes(impl->db, 1);
+    sqlite3_busy_timeout(impl->db, kBusyTimeoutMs);
+    return Status::Ok();
+  };
+  SWEEP_RETURN_IF_ERROR(open());
 
   // Reading the version is also the first read of the file header: a file that is not a
   // database fails here with NOTADB.
   Result<int> read = impl->UserVersion();
+  const bool no_space = (sqlite3_errcode(impl->db) & 0xff) == SQLITE_FULL ||
+                        ((sqlite3_errcode(impl->db) & 0xff) == SQLITE_IOERR &&
+                         sqlite3_system_errno(impl->db) == ENOSPC);
+  if (!read.ok() && impl->read_only && !in_place && !had_wal && no_space) {
+    sqlite3_close_v2(impl->db);
+    impl->db = nullptr;
+    // What this open made and could not fill, and nobody else uses (no -wal: no writer).
+    std::error_code left;
+    if (std::filesystem::file_size(real + "-wal", left) == 0 && !left) {
+      std::filesystem::remove(real + "-wal", left);
+    }
+    if (!had_shm && !Exists(real + "-wal")) std::filesystem::remove(real + "-shm", left);
+    in_place = true;
+    SWEEP_RETURN_IF_ERROR(open());
+    read = impl->UserVersion();
+  }
   if (in_place) {
     // A writer (another user, who may write there) that opened it meanwhile has made a -wal
     // file: an immutable reader would not see its commits. Refuse rather than read stale data.
-    if (read.ok() && !CanOnlyReadInPlace(path)) {
+    if (read.ok() && Exists(real + "-wal")) {
       return Status::IoError(path +
                              ": being written by another user while this one cannot "
                              "write it or its folder; read it again when that sweep ends");

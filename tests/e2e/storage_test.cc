@@ -139,6 +139,30 @@ mount -t tmpfs -o size=64k tmpfs disk || exit 90
   EXPECT_NE(rows[0][1].find("disk/trials/noisy/trial-0) is full"), std::string::npos) << rows[0][1];
 }
 
+// A finished sweep's file on a disk that has since filled up: a reader cannot make its -wal and
+// -shm there, reads the file (which its writer closed whole) as immutable instead, and leaves
+// nothing behind.
+TEST_F(StorageTest, AFinishedSweepIsReadOnAFullDisk) {
+  Write("c.toml", sweep_e2e::BraninConfig("done", 5));
+  ASSERT_EQ(InNamespace(R"(set -u
+mkdir -p disk
+mount -t tmpfs -o size=1m tmpfs disk || exit 90
+"$SWEEP" run c.toml --db disk/s.db > run.out 2> run.err || exit 91
+dd if=/dev/zero of=disk/filler bs=4k 2> /dev/null
+"$SWEEP" list --db disk/s.db > list.out 2> list.err; echo $? > list.rc
+"$SWEEP" trials done --json --db disk/s.db > trials.out 2> trials.err; echo $? > trials.rc
+ls disk > left.txt
+)"),
+            0)
+      << Read("script.log") << Read("run.err");
+  EXPECT_EQ(Read("list.rc"), "0\n") << Read("list.err");
+  EXPECT_NE(Read("list.out").find("done  completed  5 trials"), std::string::npos)
+      << Read("list.out");
+  EXPECT_EQ(Read("trials.rc"), "0\n") << Read("trials.err");
+  EXPECT_EQ(json::parse(Read("trials.out")).size(), 5u);
+  EXPECT_EQ(Read("left.txt"), "filler\ns.db\ns.db.lock\n");  // no -wal, no -shm
+}
+
 // A disk too small for the new database's schema: SQLite reports the failed write as a "disk
 // I/O error", and the store says from the system's errno that the disk is full.
 TEST_F(StorageTest, DiskFullWhileCreatingTheSchemaSaysDiskFull) {
