@@ -385,6 +385,25 @@ struct StepNumbering {
     }
     return reports;
   }
+
+  // The epoch of a report numbered `step`: its own; else, on a later line of the step the last
+  // report had (one step's metrics printed on several lines), that step's; else the step.
+  // Sets *disagrees when the report gives an epoch other than the one its step already has.
+  double EpochOf(const CommandReport& r, int64_t step, bool* disagrees = nullptr) {
+    const bool same_step = last_step == step;
+    double epoch = static_cast<double>(step);
+    if (r.epoch) {
+      epoch = *r.epoch;
+      if (disagrees != nullptr) *disagrees = same_step && epoch != last_epoch;
+    } else if (same_step) {
+      epoch = last_epoch;
+    }
+    if (!same_step) last_epoch = epoch;
+    last_step = step;
+    return same_step ? last_epoch : epoch;
+  }
+  std::optional<int64_t> last_step;  // the last report's step, and its epoch
+  double last_epoch = 0;
 };
 
 class CommandRun {
@@ -895,7 +914,16 @@ class CommandRun {
       }
       return;
     }
-    Emit(*step, r.epoch.value_or(static_cast<double>(*step)), r, why_stopped);
+    bool disagrees = false;
+    const double epoch = numbering_.EpochOf(r, *step, &disagrees);
+    if (disagrees && !warned_epoch_) {
+      Note(err_log, "[sweep] stdout line " + std::to_string(lines_) + " gives step " +
+                        std::to_string(*step) + " epoch " + FormatNumber(*r.epoch) +
+                        ", but the step's first line made it epoch " + FormatNumber(epoch) +
+                        ", which stands: give `epoch` on a step's first line (or on none)");
+      warned_epoch_ = true;
+    }
+    Emit(*step, epoch, r, why_stopped);
   }
 
   // A report read, to the coordinator: NaN and infinity as null (in the sweep's metric, the
@@ -932,7 +960,9 @@ class CommandRun {
       off_t end = i + 1 < runs_.size() ? runs_[i + 1].stdout_offset : -1;
       if (run.end_offset >= 0 && (end < 0 || run.end_offset < end)) end = run.end_offset;
       // Line's numbering in that run.
-      StepNumbering past{run.stored_step, run.stored_epoch};
+      StepNumbering past;
+      past.stored_step = run.stored_step;
+      past.stored_epoch = run.stored_epoch;
       bool diverged = false;
       ForEachLine(stdout_path_, run.stdout_offset, end, [&](const std::string& line) {
         if (diverged || !why_stopped->empty() || stop_.load(std::memory_order_relaxed)) {
@@ -947,7 +977,7 @@ class CommandRun {
         // Past a diverged report that run recorded nothing more.
         for (const std::string& k : r.nonfinite) diverged = diverged || k == metric_;
         if (step < stored) return true;
-        const double epoch = r.epoch.value_or(static_cast<double>(step));
+        const double epoch = past.EpochOf(r, step);
         numbering_.stored_step = std::max(numbering_.stored_step, step);
         numbering_.stored_epoch = std::max(numbering_.stored_epoch, epoch);
         Emit(step, epoch, r, why_stopped);
@@ -1004,6 +1034,7 @@ class CommandRun {
   std::string first_unread_;  // and why the first could not
   bool warned_ignored_ = false;
   bool warned_late_ = false;
+  bool warned_epoch_ = false;       // a later line of a step gave another epoch
   int64_t inside_line_ = 0;         // the first stdout line with a report after other text; 0: none
   bool metric_not_number_ = false;  // a report had the sweep's metric as a string, bool, ...
   bool metric_seen_ = false;        // a report had the sweep's metric

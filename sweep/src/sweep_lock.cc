@@ -30,18 +30,20 @@ std::string LockPath(const std::string& db_path) {
   return (ec || canonical.empty() ? db_path : canonical.string()) + ".lock";
 }
 
-// The lock file as the database's owners may use it, as SQLite makes its -wal and -shm: the
-// database's mode (for its group) and, when root made it, the database's owner. Otherwise a run
-// by root, or by another user of a shared group-writable folder, would leave a lock file the
-// database's own users could not open for writing, and keep them from running the sweep.
+// A lock file just made (fd), as the database's owners may use it, as SQLite makes its -wal
+// and -shm: the database's mode (for its group) and, when root made it, the database's owner.
+// Otherwise a run by root, or by another user of a shared group-writable folder, would leave a
+// lock file the database's own users could not open for writing, and keep them from running
+// the sweep. Only a regular file of one name that this process created is changed.
 void ShareWithTheDatabase(int fd, const std::string& db_path) {
   struct stat db {};
   struct stat lock {};
-  if (::stat(db_path.c_str(), &db) != 0 || ::fstat(fd, &lock) != 0) return;
-  if (lock.st_uid == ::geteuid()) {
-    const mode_t mode = (db.st_mode & 0666) | 0600;
-    if ((lock.st_mode & 0777) != mode) (void)::fchmod(fd, mode);
+  if (::stat(db_path.c_str(), &db) != 0 || !S_ISREG(db.st_mode) || ::fstat(fd, &lock) != 0 ||
+      !S_ISREG(lock.st_mode) || lock.st_nlink != 1 || lock.st_uid != ::geteuid()) {
+    return;
   }
+  const mode_t mode = (db.st_mode & 0666) | 0600;
+  if ((lock.st_mode & 0777) != mode) (void)::fchmod(fd, mode);
   if (::geteuid() == 0 && (lock.st_uid != db.st_uid || lock.st_gid != db.st_gid)) {
     (void)!::fchown(fd, db.st_uid, db.st_gid);
   }
@@ -52,9 +54,19 @@ void ShareWithTheDatabase(int fd, const std::string& db_path) {
 Result<std::unique_ptr<SweepLock>> SweepLock::Acquire(const std::string& db_path,
                                                       int64_t sweep_id) {
   const std::string path = LockPath(db_path);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError(path + ": " + std::strerror(errno));
-  ShareWithTheDatabase(fd, db_path);
+  // Never through a link: its target is not ours to lock, let alone to give away.
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const bool made = fd >= 0;
+  if (!made && errno == EEXIST) fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      return Status::IoError(path +
+                             ": is a symbolic link, which a sweep's lock file never is; "
+                             "remove it");
+    }
+    return Status::IoError(path + ": " + std::strerror(errno));
+  }
+  if (made) ShareWithTheDatabase(fd, db_path);
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
@@ -71,7 +83,7 @@ Result<std::unique_ptr<SweepLock>> SweepLock::Acquire(const std::string& db_path
 
 Result<bool> SweepLock::IsHeld(const std::string& db_path, int64_t sweep_id) {
   const std::string path = LockPath(db_path);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return false;
     return Status::IoError(path + ": " + std::strerror(errno));

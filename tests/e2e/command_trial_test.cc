@@ -561,6 +561,48 @@ cpu_slots = 1
             "8");
 }
 
+// A step's later line without `epoch` takes the epoch its first line gave (not the step, 100
+// times larger, which would put the trial past max_resource at once and lose its metric).
+TEST_F(CommandTrialE2eTest, ALaterLineOfAStepTakesItsEpoch) {
+  Write("steps.sh", R"(#!/bin/sh
+for e in 1 2 3 4; do
+  echo "sweep-report {\"step\": $((e * 100)), \"epoch\": $e, \"train_loss\": 1}"
+  echo "sweep-report {\"step\": $((e * 100)), \"score\": $(($1 * e))}"
+done
+)");
+  fs::permissions(dir_ / "steps.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "steps"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[early_stopping]
+algorithm = "asha"
+max_resource = 4
+reduction_factor = 2
+[parameters]
+x = { values = [4, 1] }
+[trial]
+kind = "command"
+command = ["./steps.sh", "{x}"]
+kill_grace = 0.2
+[executor]
+cpu_slots = 1
+)");
+  Output o = Sweep("run c.toml");
+  ASSERT_EQ(o.code, 0) << o.out << o.err;
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 2u);
+  EXPECT_EQ(trials[0][1], "completed");
+  EXPECT_EQ(trials[0][5], "16.0");
+  EXPECT_EQ(Query("SELECT epochs FROM trials WHERE number = 0")[0][0], "4.0");
+  EXPECT_EQ(trials[1][1], "pruned") << trials[1][2];
+  EXPECT_EQ(Query("SELECT count(*) FROM reports WHERE epoch > 4 OR "
+                  "json_extract(metrics, '$.score') IS NULL")[0][0],
+            "0");
+}
+
 // A program stopped with the sweep (Ctrl-C) that reports once more past max_resource as it
 // ends: that report is not its result. It had reached max_resource, and ends completed there.
 TEST_F(CommandTrialE2eTest, AReportPastMaxResourceWhileTheSweepStopsIsNotItsResult) {

@@ -683,6 +683,29 @@ TEST_F(CommandTrialTest, AReportAfterOtherTextIsNamedInTheFailure) {
             std::string::npos);
 }
 
+// One step on several lines: a line without `epoch` takes the epoch the step's first line gave;
+// a later line that gives another epoch is noted (the first line's stands).
+TEST_F(CommandTrialTest, TheLinesOfAStepShareItsFirstLinesEpoch) {
+  Run run =
+      RunIt(ShellTask("echo 'sweep-report {\"step\": 100, \"epoch\": 1, \"loss\": 2}'; "
+                      "echo 'sweep-report {\"step\": 100, \"val_acc\": 0.5}'; "
+                      "echo 'sweep-report {\"step\": 200, \"loss\": 1}'; "
+                      "echo 'sweep-report {\"step\": 200, \"epoch\": 2, \"val_acc\": 0.6}'"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  ASSERT_EQ(run.reports.size(), 4u);
+  const std::vector<std::pair<int64_t, double>> expected = {
+      {100, 1}, {100, 1}, {200, 200}, {200, 200}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(std::get<0>(run.reports[i]), expected[i].first) << i;
+    EXPECT_EQ(std::get<1>(run.reports[i]), expected[i].second) << i;
+  }
+  EXPECT_NE(Read(dir_ + "/trial-3/stderr.log")
+                .find("stdout line 4 gives step 200 epoch 2, but the step's first line made it "
+                      "epoch 200, which stands: give `epoch` on a step's first line (or on none)"),
+            std::string::npos)
+      << Read(dir_ + "/trial-3/stderr.log");
+}
+
 // The sweep's metric reported, but as a string: the failure says so rather than that it was
 // never reported (which reads as a misspelt name).
 TEST_F(CommandTrialTest, AMetricThatIsNotANumberIsNamedSo) {

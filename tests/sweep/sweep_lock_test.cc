@@ -67,5 +67,29 @@ TEST_F(SweepLockTest, ALockFileMadeByRootBelongsToTheDatabasesOwner) {
   EXPECT_EQ(lock.st_gid, 65534u);
 }
 
+// A lock file that is a link (planted in a shared folder) is refused, and what it points at is
+// left as it was: the sweep's run must not lock, chmod or chown another file.
+TEST_F(SweepLockTest, ALinkInPlaceOfTheLockFileIsRefusedAndItsTargetLeftAlone) {
+  const std::string target = (dir_ / "private").string();
+  std::ofstream(target) << "secret";
+  ::chmod(target.c_str(), 0600);
+  ::chmod(db_.c_str(), 0666);
+  fs::create_symlink(target, db_ + ".lock");
+  auto lock = SweepLock::Acquire(db_, 1);
+  ASSERT_FALSE(lock.ok());
+  EXPECT_NE(lock.status().message().find("is a symbolic link"), std::string::npos)
+      << lock.status().message();
+  EXPECT_EQ(StatOf(target).st_mode & 0777, 0600u);
+}
+
+// A lock file that exists already (another user's, of an earlier run) is used as it is.
+TEST_F(SweepLockTest, AnExistingLockFileKeepsItsMode) {
+  std::ofstream(db_ + ".lock") << "";
+  ::chmod((db_ + ".lock").c_str(), 0640);
+  ::chmod(db_.c_str(), 0666);
+  ASSERT_TRUE(SweepLock::Acquire(db_, 1).ok());
+  EXPECT_EQ(StatOf(db_ + ".lock").st_mode & 0777, 0640u);
+}
+
 }  // namespace
 }  // namespace sweep
