@@ -485,7 +485,8 @@ class Session {
         now - first_auth_refusal_ >= std::chrono::milliseconds(options_.auth_refusal_window_ms)) {
       return EndRefused(why);
     }
-    LogFailure(why);
+    LogFailure(why + "; it ends (status 2) if its token is still refused " +
+               Seconds(options_.auth_refusal_window_ms) + " after the first refusal");
     Drop("", /*log=*/false);
   }
 

@@ -408,7 +408,8 @@ Result<search::Parameter> ParseParameter(const Checker& c, const std::string& na
       // Said here, with the value as written: past 2^53 a double no longer holds it. (Compared
       // as the double the sampler uses, which is what search::Validate checks below.)
       const int64_t v = n->as_integer()->get();
-      if (std::fabs(static_cast<double>(v)) > 9007199254740992.0) {
+      constexpr int64_t kTwoTo53 = int64_t{1} << 53;
+      if (v > kTwoTo53 || v < -kTwoTo53) {  // compared as integers: 2^53 + 1 is a double's 2^53
         return c.Error(*n, key + (n == min ? ".min" : ".max"),
                        d + " bounds must lie within +-2^53 (got " + std::to_string(v) + ")");
       }

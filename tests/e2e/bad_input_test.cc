@@ -544,6 +544,11 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
                      "9223372036854775807 }\nx2 = 1.0\n"}),
        {"bad.toml:9:44: parameters.x1.min: int_uniform bounds must lie within +-2^53 (got "
         "-9223372036854775808)"}},
+      {"int bound one past 2^53 (a double's 2^53)",
+       Fn({.params = "x1 = { distribution = \"int_uniform\", min = 0, max = "
+                     "9007199254740993 }\nx2 = 1.0\n"}),
+       {"bad.toml:9:53: parameters.x1.max: int_uniform bounds must lie within +-2^53 (got "
+        "9007199254740993)"}},
       {"heartbeat_timeout = 1e300",
        Fn({.trial = "heartbeat_timeout = 1e300\n"}),
        {"bad.toml:6:21: trial.heartbeat_timeout:"}},

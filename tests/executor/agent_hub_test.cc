@@ -351,6 +351,10 @@ TEST_F(AgentHubTest, WrongTokenIsRefusedAndLoggedWithTheAddress) {
   // path could send it). It says so twice: retrying, then ending.
   EXPECT_EQ(agent.log.Count("refused this agent: authentication failed"), 2u) << agent.log.text();
   EXPECT_EQ(agent.log.Count("retrying with backoff"), 1u) << agent.log.text();
+  EXPECT_EQ(agent.log.Count("it ends (status 2) if its token is still refused 0.2 s after the "
+                            "first refusal"),
+            1u)
+      << agent.log.text();
   EXPECT_GE(hub_log_.Count("authentication failed"), 3u) << hub_log_.text();
   Status ended = agent.Stop();
   EXPECT_EQ(ended.code(), Status::Code::kInvalidArgument) << ended.message();
