@@ -1521,6 +1521,29 @@ class Coordinator {
     return FinishTrial(ev.trial, done, status, error, now);
   }
 
+  // [trial] max_initial_failures: the sweep stops when that many trials of this run failed
+  // before reporting anything and none of the sweep's completed or was pruned, unless a trial
+  // still running may yet succeed: one that has reported, or that started before the one that
+  // just failed and outlived it (fast failures of a bad region of the space come before slow
+  // successes; a broken program fails every trial in the order they started).
+  void NoteInitialFailure(int64_t number, const RunningTrial& failed, const std::string& error) {
+    if (config_.max_initial_failures <= 0 || !failing_start_.empty() ||
+        counts_.completed + counts_.pruned > 0 ||
+        failed_unreported_ < config_.max_initial_failures) {
+      return;
+    }
+    for (const auto& [other, r] : running_) {
+      if (other != number && (!r.metrics.empty() || r.started_s < failed.started_s)) return;
+    }
+    std::string one_line = error.substr(0, 400);
+    std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+    failing_start_ = "its first " + std::to_string(failed_unreported_) +
+                     " trials all failed before reporting anything, the last (trial " +
+                     std::to_string(number) + ") with: " + executor::Abbreviate(one_line, 300) +
+                     "; fix the cause and resume, or set [trial] max_initial_failures = 0 to go "
+                     "on whatever fails";
+  }
+
   Status FinishTrial(int64_t number, const RunningTrial& t, TrialStatus status,
                      const std::string& error, double now) {
     store::TrialRecord rec;
@@ -1558,17 +1581,11 @@ class Coordinator {
         break;
       case TrialStatus::kFailed:
         ++counts_.failed;
-        ++failed_this_run_;
-        if (config_.max_initial_failures > 0 && counts_.completed + counts_.pruned == 0 &&
-            failed_this_run_ >= config_.max_initial_failures && failing_start_.empty()) {
-          std::string one_line = error.substr(0, 400);
-          std::replace(one_line.begin(), one_line.end(), '\n', ' ');
-          failing_start_ =
-              "its first " + std::to_string(failed_this_run_) +
-              " trials all failed, the last (trial " + std::to_string(number) +
-              ") with: " + executor::Abbreviate(one_line, 300) +
-              "; fix the cause and resume, or set [trial] max_initial_failures = 0 to go on "
-              "whatever fails";
+        // Failed before it reported anything: a program that cannot run, a setting that
+        // breaks at once (not a trial that diverged or crashed later).
+        if (t.metrics.empty()) {
+          ++failed_unreported_;
+          NoteInitialFailure(number, t, error);
         }
         break;
       case TrialStatus::kPruned:
@@ -1662,8 +1679,8 @@ class Coordinator {
   // Set when the run's first trials all failed ([trial] max_initial_failures): why the sweep
   // stops.
   std::string failing_start_;
-  int64_t failed_this_run_ = 0;
-  std::string machine_trouble_;  // what stopped a trial that was not its fault; stops the sweep
+  int64_t failed_unreported_ = 0;  // trials of this run that failed before reporting anything
+  std::string machine_trouble_;    // what stopped a trial that was not its fault; stops the sweep
 };
 
 }  // namespace

@@ -257,9 +257,10 @@ cpu_slots = 1
                        "max_initial_failures = 4"));
   Output o = Sweep("run a.toml");
   EXPECT_EQ(o.code, 1) << o.err;
-  EXPECT_NE(o.err.find("sweep: stopping: its first 4 trials all failed, the last (trial 3) "
-                       "with: exited with code 3; last lines of stderr: no GPU here; fix the "
-                       "cause and resume, or set [trial] max_initial_failures = 0"),
+  EXPECT_NE(o.err.find("sweep: stopping: its first 4 trials all failed before reporting "
+                       "anything, the last (trial 3) with: exited with code 3; last lines of "
+                       "stderr: no GPU here; fix the cause and resume, or set [trial] "
+                       "max_initial_failures = 0"),
             std::string::npos)
       << o.err;
   EXPECT_EQ(Query("SELECT status FROM sweeps WHERE name = 'broken'")[0][0], "interrupted");
@@ -281,6 +282,37 @@ cpu_slots = 1
   EXPECT_EQ(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
                   "s.name = 'on' AND t.status = 'failed'")[0][0],
             "6");
+}
+
+// Fast failures of a bad region of the space (an out-of-memory batch size) while a slow trial
+// that started before them runs on: it may succeed, so they do not stop the sweep.
+TEST_F(CommandTrialE2eTest, FastFailuresBesideASlowerTrialDoNotStopTheSweep) {
+  Write("region.sh", R"(#!/bin/sh
+[ "$1" = 9 ] || { echo "out of memory" >&2; exit 3; }
+sleep 1.5
+echo "sweep-report {\"score\": 1}"
+)");
+  fs::permissions(dir_ / "region.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "region"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[parameters]
+x = { values = [9, 1, 2, 3, 4, 5, 6, 7] }
+[trial]
+kind = "command"
+command = ["./region.sh", "{x}"]
+max_initial_failures = 3
+[executor]
+cpu_slots = 2
+)");
+  Output o = Sweep("run c.toml");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err.find("stopping"), std::string::npos) << o.err;
+  EXPECT_EQ(Query("SELECT status, count(*) FROM trials GROUP BY status ORDER BY status"),
+            (std::vector<std::vector<std::string>>{{"completed", "1"}, {"failed", "7"}}));
 }
 
 // NCCL_RUNTIME_CONNECT, which a training process sets for its own NCCL, never reaches a

@@ -60,9 +60,9 @@ struct SweepConfig {
   // with the most work first (trainer trials only), so no long one runs alone at the end.
   bool longest_first = false;
   int max_retries = 1;  // reruns of a trial whose worker died or hung
-  // The sweep stops (interrupted, for resume) when this many trials of a run have failed and
-  // none of the sweep's has completed or been pruned: a broken program or setting, not a bad
-  // region of the space. 0: never.
+  // The sweep stops (interrupted, for resume) when this many trials of a run have failed
+  // before reporting anything, none of the sweep's has completed or been pruned, and no running
+  // trial may yet succeed: a broken program or setting, not a bad region of the space. 0: never.
   int max_initial_failures = 10;
   double heartbeat_timeout_s = 60;  // a running worker silent this long is killed
   std::string checkpoint_dir;       // trainer trials' checkpoints; "": "<db>-checkpoints"
