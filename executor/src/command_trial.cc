@@ -87,6 +87,46 @@ TrialOutcome Interrupted(std::string error) {
   return out;
 }
 
+// Whether a format registered with binfmt_misc (qemu-user for another architecture, a jar
+// runner) makes the kernel run the file whose first bytes are `head`: an enabled entry whose
+// magic (under its mask, at its offset) or extension matches.
+bool RegisteredFormatRuns(const std::string& path, std::string_view head) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/sys/fs/binfmt_misc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "register" || name == "status") continue;
+    std::ifstream in(entry.path());
+    std::string line, magic, mask, extension;
+    bool enabled = false;
+    size_t offset = 0;
+    while (std::getline(in, line)) {
+      if (line == "enabled") enabled = true;
+      if (line.rfind("offset ", 0) == 0) offset = std::strtoul(line.c_str() + 7, nullptr, 10);
+      if (line.rfind("magic ", 0) == 0) magic = line.substr(6);
+      if (line.rfind("mask ", 0) == 0) mask = line.substr(5);
+      if (line.rfind("extension .", 0) == 0) extension = line.substr(11);
+    }
+    if (!enabled) continue;
+    if (!extension.empty()) {
+      if (path.size() > extension.size() && path.compare(path.size() - extension.size() - 1,
+                                                         std::string::npos, "." + extension) == 0) {
+        return true;
+      }
+      continue;
+    }
+    bool matches = !magic.empty() && offset + magic.size() / 2 <= head.size();
+    for (size_t i = 0; matches && i < magic.size() / 2; ++i) {
+      const auto byte = [](const std::string& hex, size_t at) {
+        return static_cast<unsigned char>(std::strtoul(hex.substr(2 * at, 2).c_str(), nullptr, 16));
+      };
+      const unsigned char m = i < mask.size() / 2 ? byte(mask, i) : 0xff;
+      matches = (static_cast<unsigned char>(head[offset + i]) & m) == (byte(magic, i) & m);
+    }
+    if (matches) return true;
+  }
+  return false;
+}
+
 // Why execve would refuse the regular file at `path`, started in `workdir`, for its content, in
 // a user's words; empty when it is a binary (ELF) or a script whose #! line names an executable
 // file (and, through env, a program on PATH). The kernel runs nothing else (a script without #!
@@ -101,6 +141,7 @@ std::string WhyNotRunnable(const std::string& path, const std::string& workdir) 
                        "ELF"))
     return "";
   if (!text.starts_with("#!")) {
+    if (RegisteredFormatRuns(path, text)) return "";
     return "it has no #! line and is not a binary, so it cannot be run by itself: start it with "
            "#!/bin/sh (or the interpreter it needs), or put that interpreter first in `command`";
   }
@@ -332,9 +373,19 @@ void ClearFolder(const std::string& dir, std::error_code& ec) {
   std::filesystem::remove_all(dir, ec);
 }
 
+// A line not yet ended that has grown long: what a carriage return was followed by has been
+// drawn over on a terminal (a progress bar redrawn with \r before a report), so it goes, up to
+// the last \r that text follows (a last \r may be the CR of a CR LF still to come).
+void DropDrawnOver(std::string* partial) {
+  if (partial->size() < 2) return;
+  const size_t cr = partial->rfind('\r', partial->size() - 2);
+  if (cr != std::string::npos) partial->erase(0, cr + 1);
+}
+
 // Calls `line` for each line of `path` from byte `begin` to `end` (-1: its end), without its
-// line break, until it returns false. A line longer than kMaxReportBytes (no report) is skipped
-// unread, as the live reader skips it, so a progress bar redrawn with \r costs no memory.
+// line break, until it returns false. A line longer than kMaxReportBytes after its last \r (no
+// report) is skipped unread, as the live reader skips it, so a progress bar redrawn with \r
+// costs no memory.
 void ForEachLine(const std::string& path, off_t begin, off_t end,
                  const std::function<bool(const std::string&)>& line) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -356,6 +407,7 @@ void ForEachLine(const std::string& path, off_t begin, off_t end,
         overlong = false;
       } else if (!overlong) {
         partial.push_back(buf[i]);
+        if (partial.size() > kMaxReportBytes) DropDrawnOver(&partial);
         if (partial.size() > kMaxReportBytes) {
           overlong = true;
           partial.clear();
@@ -711,10 +763,11 @@ class CommandRun {
             overlong = false;
             partial.erase(0, pos + 1);
           }
+          if (partial.size() > kMaxReportBytes && !overlong) DropDrawnOver(&partial);
           if (partial.size() > kMaxReportBytes) {
-            // No line break for this long (a progress bar redrawn with \r, binary output):
-            // read what came as a line (an overlong report is refused), and the rest of it,
-            // up to its line break, not at all.
+            // No line break for this long (binary output, a line of its own that long): read
+            // what came as a line (an overlong report is refused), and the rest of it, up to
+            // its line break, not at all.
             if (!overlong) Line(partial, err_log, &why_stopped);
             overlong = true;
             partial.clear();

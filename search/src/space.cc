@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -92,7 +93,15 @@ Status ValidateStep(const std::string& name, const Distribution& d) {
                                    ") is larger than max - min (" + FormatNumber(d.max - d.min) +
                                    "); use a smaller step");
   }
-  if (std::fabs(steps - whole) > 1e-9 * std::max(1.0, whole)) {
+  // Integers exactly; reals within the rounding of (max - min) / step, which grows with the
+  // number of steps, but never by as much as a step's 1e-9 past a few million steps.
+  const bool divides = d.kind == Kind::kIntUniform
+                           ? (static_cast<int64_t>(d.max) - static_cast<int64_t>(d.min)) %
+                                     static_cast<int64_t>(d.step) ==
+                                 0
+                           : std::fabs(steps - whole) <=
+                                 std::max(1e-9, 8 * std::numeric_limits<double>::epsilon() * whole);
+  if (!divides) {
     const std::string last = StepValue(d, static_cast<int64_t>(std::floor(steps))).dump();
     return Status::InvalidArgument(prefix + ": max - min (" + FormatNumber(d.max - d.min) +
                                    ") is not a whole number of steps of " + FormatNumber(d.step) +
@@ -132,6 +141,11 @@ Status ValidateDistribution(const Parameter& parameter) {
 
 int64_t StepCount(const Distribution& d) {
   if (d.step <= 0 || (d.kind != Kind::kUniform && d.kind != Kind::kIntUniform)) return 0;
+  if (d.kind == Kind::kIntUniform) {
+    return (static_cast<int64_t>(d.max) - static_cast<int64_t>(d.min)) /
+               static_cast<int64_t>(d.step) +
+           1;
+  }
   return static_cast<int64_t>(std::round((d.max - d.min) / d.step)) + 1;
 }
 

@@ -723,17 +723,21 @@ struct Store::Impl {
     }
     const bool removed = !now;
     file_lost = true;
+    if (cut) {
+      // Still this file, damaged: its log stays beside it, holding the last commits.
+      return Status::IoError(path + ": the database file was cut short (from " +
+                             std::to_string(largest_size) + " to " + std::to_string(st.st_size) +
+                             " bytes) while this sweep wrote to it: another program wrote over "
+                             "it (a copy onto it, a truncate), and it is damaged; nothing more "
+                             "is written. Restore it from a backup, or try `sqlite3 " +
+                             path + " .recover` to save what is left");
+    }
     const std::string kept = SetAsideLogFiles();
     std::string msg =
         path + (removed ? ": the database file was removed or renamed while this sweep wrote to "
                           "it; nothing more is written"
-                : cut ? ": the database file was cut short (from " + std::to_string(largest_size) +
-                            " to " + std::to_string(st.st_size) +
-                            " bytes) while this sweep wrote to it: another program wrote over "
-                            "it (a copy onto it, a truncate), and it is damaged; nothing more "
-                            "is written"
-                      : ": the database file was replaced by another file while this sweep "
-                        "wrote to it; nothing more is written (to either file)");
+                        : ": the database file was replaced by another file while this sweep "
+                          "wrote to it; nothing more is written (to either file)");
     if (!kept.empty()) {
       msg += ". Its last commits, not yet in that file, are in its write-ahead log, set aside as " +
              kept + " so that no database put at " + path +
@@ -1211,8 +1215,9 @@ Status Store::CheckFile() {
   Status status = impl_->QuickCheck();
   if (status.code() != Status::Code::kCorruption) return status;
   return Status::Corruption(status.message() +
-                            "; it was whole when the sweep opened it, so another program wrote "
-                            "over it while the sweep ran (a copy onto it, a truncate?)");
+                            "; it was whole when the sweep opened it: another program wrote "
+                            "over it while the sweep ran (a copy onto it, a truncate), or the "
+                            "disk failed");
 }
 
 // ---- sweeps ----

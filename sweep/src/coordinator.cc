@@ -511,8 +511,9 @@ class Coordinator {
   // Used for live reports and for replays alike, so both see the same numbers.
   // A report of a step already stored: the metrics the stored report lacks are added to it (the
   // values it has stand), and returned, an object; `ev` takes the stored report's epoch. When
-  // the sweep's metric is among them, the report moves to the end of the arrival order, since
-  // early stopping decides on it now and resume replays reports in that order.
+  // the sweep's metric or stop_when's is among them, the report moves to the end of the arrival
+  // order, since early stopping or the target decides on it now and resume replays reports in
+  // that order.
   Result<json> MergeIntoStoredReport(executor::WorkerEvent& ev, double now) {
     json added = json::object();
     SWEEP_ASSIGN_OR_RETURN(std::optional<store::ReportRecord> stored,
@@ -526,7 +527,10 @@ class Coordinator {
     if (added.empty()) return added;
     stored->metrics_json = merged.dump(-1, ' ', false, json::error_handler_t::replace);
     stored->time_s = now;
-    SWEEP_RETURN_IF_ERROR(store_.RewriteReport(sweep_id_, *stored, added.contains(config_.metric)));
+    // Decided on now: by early stopping (the sweep's metric), or by stop_when (its own).
+    const bool decides = added.contains(config_.metric) ||
+                         (config_.stop_when && added.contains(config_.stop_when->metric));
+    SWEEP_RETURN_IF_ERROR(store_.RewriteReport(sweep_id_, *stored, decides));
     ev.epoch = stored->epoch;
     return added;
   }

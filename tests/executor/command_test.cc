@@ -706,6 +706,33 @@ TEST_F(CommandTrialTest, TheLinesOfAStepShareItsFirstLinesEpoch) {
       << Read(dir_ + "/trial-3/stderr.log");
 }
 
+// A progress bar redrawn with \r for longer than a report line may be (256 KiB), then the
+// report: what the bar drew over is gone, and the report is read, live and by a run again.
+TEST_F(CommandTrialTest, AReportAfterALongProgressBarIsRead) {
+  TrialTask task = ShellTask(
+      "i=0; while [ $i -lt 4000 ]; do printf '\\rtraining %5d |##################################"
+      "##############################################|' $i; i=$((i + 1)); done; "
+      "printf '\\rsweep-report {\"step\": 1, \"val_acc\": 0.5}\\n'");
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  ASSERT_EQ(run.reports.size(), 1u);
+  EXPECT_EQ(std::get<2>(run.reports[0]), json({{"val_acc", 0.5}}));
+  const std::string folder = dir_ + "/trial-3";
+  ASSERT_GT(std::filesystem::file_size(folder + "/stdout.log"), 300000u);
+
+  // Run again with nothing stored: the report is given again from the log.
+  task.settings["command"] = {"sh", "-c", "exit 0"};
+  task.settings["sweep_key"] = "s@1";
+  {
+    std::ofstream(folder + "/.sweep-runs", std::ios::trunc)
+        << "{\"sweep\":\"s@1\",\"stdout_offset\":0,\"stored_step\":0,\"stored_epoch\":0}\n";
+  }
+  Run again = RunIt(task);
+  ASSERT_EQ(again.outcome.kind, TrialOutcome::Kind::kCompleted) << again.outcome.error;
+  ASSERT_EQ(again.reports.size(), 1u);
+  EXPECT_EQ(std::get<2>(again.reports[0]), json({{"val_acc", 0.5}}));
+}
+
 // The sweep's metric reported, but as a string: the failure says so rather than that it was
 // never reported (which reads as a misspelt name).
 TEST_F(CommandTrialTest, AMetricThatIsNotANumberIsNamedSo) {

@@ -128,6 +128,19 @@ TEST(ValidateTest, RefusesAStepThatDoesNotDivideTheRange) {
                 "value would be 240, so set max = 240 or change the step");
 }
 
+// Past a few hundred million steps a relative tolerance would take any step: integers are
+// checked exactly, reals within the rounding of the division.
+TEST(ValidateTest, AStepMustDivideAHugeRangeToo) {
+  ExpectRefused(Stepped("n", Kind::kIntUniform, 0, 1000000001, 3),
+                "n: int_uniform: max - min (1000000001) is not a whole number of steps of 3; the "
+                "last value would be 999999999, so set max = 999999999 or change the step");
+  EXPECT_TRUE(Validate(Stepped("n", Kind::kIntUniform, 0, 999999999, 3)).ok());
+  EXPECT_EQ(StepCount(Stepped("n", Kind::kIntUniform, 0, 999999999, 3).distribution), 333333334);
+  Status fine = Validate(Stepped("x", Kind::kUniform, 0, 1, 1.5e-9));
+  EXPECT_FALSE(fine.ok());
+  EXPECT_TRUE(Validate(Stepped("x", Kind::kUniform, 0, 1, 1e-9)).ok());
+}
+
 TEST(ValidateTest, RefusesAStepLargerThanTheRange) {
   ExpectRefused(Stepped("x", Kind::kUniform, 0, 1, 2),
                 "x: uniform: the step (2) is larger than max - min (1); use a smaller step");

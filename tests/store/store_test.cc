@@ -635,10 +635,6 @@ TEST_F(StoreTest, AWriterWhoseFileWasReplacedLeavesTheNewFilesLogAlone) {
   EXPECT_TRUE((*reader)->FindSweep("after").ok()) << "the new file lost its writer's commit";
 }
 
-// Written over in place (a truncate; a copy onto it) the file keeps its identity: a commit
-// finds it smaller than it was, which it never is under its writers, and stops, as for a file
-// replaced, and a read that finds it damaged says so too; a file damaged without shrinking is
-// found by CheckFile.
 // A writer that closes while a reader holds a snapshot (a query of `sweep status`, a notebook's
 // cursor) waits for it to finish, then moves everything into the file and empties the log, so
 // that the file alone holds the sweep: a copy of it is whole.
@@ -678,6 +674,10 @@ TEST_F(StoreTest, AClosingWriterWaitsForAReaderAndLeavesTheLogEmpty) {
   sqlite3_close(alone);
 }
 
+// Written over in place (a truncate; a copy onto it) the file keeps its identity: a commit
+// finds it smaller than it was, which it never is under its writers, and stops, as for a file
+// replaced, and a read that finds it damaged says so too; a file damaged without shrinking is
+// found by CheckFile.
 class StoreWrittenOverTest : public StoreTest {
  protected:
   // 200 trials of 2 kB, checkpointed into the file itself, as SQLite's checkpoints put them;
@@ -718,6 +718,8 @@ TEST_F(StoreWrittenOverTest, ACommitFindsTheFileCutShort) {
   EXPECT_TRUE(Contains(cut.message(), "cut short (from " + std::to_string(size) + " to " +
                                           std::to_string(size - 8192) + " bytes)"))
       << cut.message();
+  // Still this file: its log stays beside it, with its last commits, for a recovery.
+  EXPECT_FALSE(std::filesystem::exists(path_ + "-wal.orphaned-" + std::to_string(::getpid())));
 }
 
 TEST_F(StoreWrittenOverTest, CheckFileFindsItWrittenOverInPlace) {

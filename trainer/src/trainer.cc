@@ -53,7 +53,8 @@ Status Diverged(int epoch, int64_t step, const std::string& what, Precision prec
       "diverged at epoch " + std::to_string(epoch) + ", step " + std::to_string(step) + " (" +
       what + ")" +
       (precision == Precision::kFp16
-           ? "; in fp16 a value past 65504 is infinite: inputs that large need scaling, or use "
+           ? "; in fp16 a value past 65504 is infinite: if the learning rate is not the cause, "
+             "inputs that large need scaling, or use "
              "precision = \"bf16\""
            : ""));
 }
