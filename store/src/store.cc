@@ -703,7 +703,27 @@ struct Store::Impl {
     if (identity && ::stat(path.c_str(), &st) == 0 && st.st_size > largest_size) {
       largest_size = st.st_size;
     }
-    return Status::Ok();
+    return CheckLogStillThere();
+  }
+
+  // The write-ahead log deleted under this writer (a clean-up's `rm *-wal`): SQLite goes on
+  // committing into the deleted file, where no reader sees the commits and a crash loses them.
+  // They are moved into the database file at once (a checkpoint, through the open log), and
+  // the sweep stops rather than commit more there; a resume makes a new log.
+  Status CheckLogStillThere() {
+    if (!wal_identity || IdOf(path + "-wal") == wal_identity) return Status::Ok();
+    wal_identity.reset();
+    const int rc = sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) {
+      return Status::IoError(path + ": its write-ahead log " + path +
+                             "-wal was deleted while this sweep wrote to it, and its commits "
+                             "could not be moved into the file (" +
+                             sqlite3_errmsg(db) + "): those since the last checkpoint may be lost");
+    }
+    return Status::IoError(path + ": its write-ahead log " + path +
+                           "-wal was deleted while this sweep wrote to it; every commit was "
+                           "moved into the file, and the sweep stops rather than commit where "
+                           "no reader finds it: resume it to go on");
   }
 
   // The file at `path` is still the one this Store writes: removed, or replaced by another

@@ -674,6 +674,39 @@ TEST_F(StoreTest, AClosingWriterWaitsForAReaderAndLeavesTheLogEmpty) {
   sqlite3_close(alone);
 }
 
+// The write-ahead log deleted under its writer: the commits in it (now reachable only through
+// the writer's open descriptor) are moved into the file, and the commit says so.
+TEST_F(StoreTest, ALogDeletedUnderItsWriterHasItsCommitsMovedIntoTheFile) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  TrialRecord t;
+  t.params_json = "{}";
+  t.number = 0;
+  ASSERT_OK(store_->InsertTrial(sweep_id_, t));
+  ASSERT_OK(store_->Commit());
+  ASSERT_TRUE(std::filesystem::exists(path_ + "-wal"));
+  std::filesystem::remove(path_ + "-wal");
+  t.number = 1;
+  ASSERT_OK(store_->InsertTrial(sweep_id_, t));
+  const Status moved = store_->Commit();
+  EXPECT_EQ(moved.code(), Status::Code::kIoError);
+  EXPECT_TRUE(Contains(moved.message(),
+                       "-wal was deleted while this sweep wrote to it; every "
+                       "commit was moved into the file"))
+      << moved.message();
+  // The file alone (read as immutable: no log) holds both trials.
+  sqlite3* alone = nullptr;
+  const std::string uri = "file:" + path_ + "?immutable=1";
+  ASSERT_EQ(sqlite3_open_v2(uri.c_str(), &alone, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr),
+            SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(alone, "SELECT count(*) FROM trials", -1, &stmt, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(stmt, 0), 2);
+  sqlite3_finalize(stmt);
+  sqlite3_close(alone);
+}
+
 // Written over in place (a truncate; a copy onto it) the file keeps its identity: a commit
 // finds it smaller than it was, which it never is under its writers, and stops, as for a file
 // replaced, and a read that finds it damaged says so too; a file damaged without shrinking is
