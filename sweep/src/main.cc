@@ -497,15 +497,26 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
     cfg->name = *name_flag;
   }
   std::string db = db_flag.empty() ? cfg->store_path : db_flag;
-  // A folder that is not there is a mistyped path (a usage error), not a failing disk.
+  // A folder that is not there is a mistyped path (a usage error), not a failing disk; so is
+  // a link to a file in one (the database is made where the link points).
+  const std::string db_key = db_flag.empty() ? config_path + ": [store] path" : "--db";
   if (const std::filesystem::path folder = std::filesystem::path(db).parent_path();
       !folder.empty() && !std::filesystem::is_directory(folder)) {
-    return Fail(Status::InvalidArgument(
-        (db_flag.empty() ? config_path + ": [store] path" : std::string("--db")) + " " + db +
-        ": the folder " + folder.string() + " does not exist"));
+    return Fail(Status::InvalidArgument(db_key + " " + db + ": the folder " + folder.string() +
+                                        " does not exist"));
   }
-  if (Status s = CheckTextPath(db_flag.empty() ? config_path + ": [store] path" : "--db", db);
-      !s.ok()) {
+  if (std::error_code ec; std::filesystem::is_symlink(db, ec) && !std::filesystem::exists(db, ec)) {
+    const std::filesystem::path target = std::filesystem::read_symlink(db, ec);
+    const std::filesystem::path where =
+        (target.is_absolute() ? target : std::filesystem::path(db).parent_path() / target)
+            .parent_path();
+    if (!ec && !where.empty() && !std::filesystem::is_directory(where)) {
+      return Fail(Status::InvalidArgument(db_key + " " + db + " is a link to " + target.string() +
+                                          ", in a folder that does not exist (" + where.string() +
+                                          ")"));
+    }
+  }
+  if (Status s = CheckTextPath(db_key, db); !s.ok()) {
     return Fail(s);
   }
   // The remote options first: a usage error (a token file others can read) leaves no new,

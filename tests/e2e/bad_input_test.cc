@@ -1081,6 +1081,10 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"run b.toml --db nodir/x.db",
        kUsage,
        {"sweep: --db nodir/x.db: the folder nodir does not exist"}},
+      {"run b.toml --db dangling.db",
+       kUsage,
+       {"sweep: --db dangling.db is a link to nodir/x.db, in a folder that does not exist "
+        "(nodir)"}},
       // --db naming a file that is no sweep database: the wrong file named, as a missing one.
       {"list --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
       {"best branin --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
@@ -1088,6 +1092,7 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"status branin --watch --interval nan", kUsage, {"--interval: seconds from 0.01"}},
       {"status branin --watch --interval 0", kUsage, {"--interval: seconds from 0.01"}},
   };
+  fs::create_symlink("nodir/x.db", dir_ / "dangling.db");
   for (const CommandCase& c : cases) {
     SCOPED_TRACE(c.args);
     Check(c.args, Sweep(c.args), c.code, c.expected, c.known_problem);
