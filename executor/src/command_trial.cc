@@ -684,19 +684,22 @@ class CommandRun {
       if (report[0] == 0) {
         return Status::Unavailable(workdir_ + ": cannot enter the working directory: " + why);
       }
+      // The program cannot start on this machine: not there, or this machine's copy cannot run
+      // (no #! line, a missing interpreter, not executable, built for another processor).
+      // Where trials run on this machine the sweep refused such a program before it started,
+      // so it is this machine's trouble (an agent's copy, a file changed since): the trial
+      // runs again elsewhere, and this machine takes no more. Only arguments too large for
+      // Linux, which come from the trial's parameters, fail the trial.
       struct stat st {};
       const bool there = ::stat(program.c_str(), &st) == 0;
       if (there && (report[1] == ENOEXEC || report[1] == ENOENT)) {
-        // The file is there but its content cannot run (no #! line, a missing interpreter):
-        // ENOENT alone would blame the program itself.
+        // ENOENT alone would blame the program itself, not its interpreter.
         if (std::string not_runnable = WhyNotRunnable(program, workdir_); !not_runnable.empty()) {
-          return Status::IoError("command: cannot run '" + argv[0] + "' (" + program +
-                                 "): " + not_runnable);
+          return Status::Unavailable("command: cannot run '" + argv[0] + "' (" + program +
+                                     "): " + not_runnable);
         }
       }
       if ((report[1] == ENOENT || report[1] == ENOTDIR) && !there) {
-        // The program is not there on this machine. (One that is there but cannot run, for its
-        // #! line, its format or its mode, would fail the same way anywhere: the trial fails.)
         return Status::Unavailable("command: cannot run '" + argv[0] + "' (" + program +
                                    "): it is not on this machine");
       }
@@ -720,8 +723,12 @@ class CommandRun {
                                            " bytes, over the 128 KiB Linux passes in one");
           }
         }
+        return Status::InvalidArgument("command: cannot run '" + argv[0] +
+                                       "': its arguments and environment together are over "
+                                       "what Linux passes to a program (the parameters are too "
+                                       "large to pass this way)");
       }
-      return Status::IoError("command: cannot run '" + argv[0] + "' (" + program + "): " + why);
+      return Status::Unavailable("command: cannot run '" + argv[0] + "' (" + program + "): " + why);
     }
     return Status::Ok();
   }

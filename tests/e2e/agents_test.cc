@@ -875,6 +875,40 @@ TEST_F(AgentsTest, AnAgentWithoutTheProgramIsRetiredNotEveryTrialFailed) {
             "4");
 }
 
+// An agent whose copy of the program cannot run there (no #! line: what a coordinator refuses
+// before a sweep where its own slots would run it) is retired in the same way: its trials run
+// again elsewhere, failing none, and it takes no more.
+TEST_F(AgentsTest, AnAgentWhoseCopyOfTheProgramCannotRunIsRetiredToo) {
+  for (const char* folder : {"bin", "bin-bad"}) fs::create_directory(dir_ / folder);
+  Write("bin/mytrain", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
+  Write("bin-bad/mytrain", "echo 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
+  for (const char* file : {"bin/mytrain", "bin-bad/mytrain"}) {
+    fs::permissions(dir_ / file, fs::perms::owner_all);
+  }
+  Write("m.toml",
+        "[sweep]\nname = \"copy\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 4\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"mytrain\"]\nmax_initial_failures = 1\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("m.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
+            " --token-file tok --cpu-slots 2 --name bad",
+        "agent-bad.log", "PATH=" + (dir_ / "bin-bad").string() + ":/usr/bin:/bin");
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Log("coordinator.log").find("no more trials on bad") != std::string::npos; },
+      30))
+      << Log("coordinator.log");
+  Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
+            " --token-file tok --cpu-slots 2 --name good",
+        "agent-good.log", "PATH=" + (dir_ / "bin").string() + ":/usr/bin:/bin");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  EXPECT_NE(Log("coordinator.log").find("it has no #! line and is not a binary"), std::string::npos)
+      << Log("coordinator.log");
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed' AND placement LIKE "
+                  "'good:%' AND retries = 0")[0][0],
+            "4");
+}
+
 // A second SIGTERM (or Ctrl-C) to a stopping agent ends its trials at once, as a second one to
 // the coordinator does, instead of waiting out a program's kill_grace; the trial runs again
 // elsewhere, counted as neither a retry nor a loss.

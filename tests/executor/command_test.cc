@@ -792,11 +792,12 @@ TEST_F(CommandTrialTest, CheckProgramRefusesWhatCannotRunByItself) {
             std::string::npos);
   EXPECT_TRUE(CheckProgram("./local.sh", dir_).ok()) << CheckProgram("./local.sh", dir_).message();
   EXPECT_TRUE(CheckProgram("true", dir_).ok());  // a binary from PATH
-  // Running it anyway (on an agent, nothing checked it): the trial fails, saying the same.
+  // Running it anyway (on an agent, nothing checked it): this machine's trouble, saying the
+  // same; the trial runs again elsewhere.
   TrialTask task = ShellTask("true");
   task.settings["command"] = {"./bare.sh"};
   Run run = RunIt(task);
-  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kInterrupted);
   EXPECT_NE(run.outcome.error.find("it has no #! line and is not a binary"), std::string::npos)
       << run.outcome.error;
 }
@@ -823,8 +824,9 @@ TEST_F(CommandTrialTest, ProgramThatCannotStartSaysWhy) {
   EXPECT_NE(run.outcome.error.find("it is not on this machine"), std::string::npos)
       << run.outcome.error;
 
-  // One that is there but cannot run (a #! line naming no program, no #! line at all) would
-  // fail the same anywhere: the trial fails.
+  // One that is there but this machine's copy cannot run (a #! line naming an interpreter it
+  // lacks, a binary for another processor) is this machine's trouble too: a local one is
+  // refused before a sweep starts, so this is an agent's copy, or a file changed since.
   std::ofstream(dir_ + "/py4.sh") << "#!/usr/bin/no-such-python4\nprint(1)\n";
   std::ofstream(dir_ + "/bare.sh") << "\x7f"
                                    << "ELF but not really\n";
@@ -832,7 +834,7 @@ TEST_F(CommandTrialTest, ProgramThatCannotStartSaysWhy) {
     std::filesystem::permissions(dir_ + script, std::filesystem::perms::owner_all);
     task.settings["command"] = {dir_ + script};
     run = RunIt(task);
-    ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed) << script;
+    ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kInterrupted) << script;
     EXPECT_NE(run.outcome.error.find("cannot run"), std::string::npos) << run.outcome.error;
   }
 
