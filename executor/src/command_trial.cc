@@ -418,24 +418,43 @@ void ForEachLine(const std::string& path, off_t begin, off_t end,
   if (!overlong && !partial.empty()) line(partial);
 }
 
-// How a run numbers its reports (see TrialTask::stored_step): a report's own step; else, run
-// again after stored reports, an epoch past the stored ones follows them (one up to them is not
-// recorded: nullopt); else its count in the run. Replay numbers an earlier run's reports the same
-// way, from the stored reports that run followed.
+// How a run numbers its reports (see TrialTask::stored_step): a report's own step; else the
+// step of the line before when both give the same epoch without a step (an epoch's training
+// line and its validation line are one report); else, run again after stored reports, an epoch
+// past the stored ones follows them, the last stored one is that step again (what the store
+// lacks of it is added), and one before it is not recorded (nullopt); else its count in the
+// run. Replay numbers an earlier run's reports the same way, from the stored reports that run
+// followed.
 struct StepNumbering {
   int64_t stored_step = 0;
   double stored_epoch = 0;
-  int64_t reports = 0;   // reports read in the run
-  int64_t appended = 0;  // of them, numbered after the stored ones
+  int64_t reports = 0;   // report lines read in the run
+  int64_t numbered = 0;  // steps numbered by count
+  int64_t appended = 0;  // steps numbered after the stored ones
 
   std::optional<int64_t> Next(const CommandReport& r) {
     ++reports;
-    if (r.step) return *r.step;
-    if (stored_step > 0 && r.epoch) {
-      if (*r.epoch <= stored_epoch) return std::nullopt;
-      return stored_step + ++appended;
+    if (r.step) {
+      epoch_step_.reset();
+      return *r.step;
     }
-    return reports;
+    if (r.epoch && epoch_step_ && epoch_step_->first == *r.epoch) return epoch_step_->second;
+    std::optional<int64_t> step;
+    if (stored_step > 0 && r.epoch) {
+      if (*r.epoch == stored_epoch) {
+        step = stored_step;
+      } else if (*r.epoch > stored_epoch) {
+        step = stored_step + ++appended;
+      }
+    } else {
+      step = ++numbered;
+    }
+    if (r.epoch) {
+      epoch_step_.emplace(*r.epoch, step);
+    } else {
+      epoch_step_.reset();
+    }
+    return step;
   }
 
   // The epoch of a report numbered `step`: its own; else, on a later line of the step the last
@@ -456,6 +475,10 @@ struct StepNumbering {
   }
   std::optional<int64_t> last_step;  // the last report's step, and its epoch
   double last_epoch = 0;
+
+ private:
+  // The epoch the last report gave without a step, and the step it got (nullopt: not recorded).
+  std::optional<std::pair<double, std::optional<int64_t>>> epoch_step_;
 };
 
 class CommandRun {
@@ -966,10 +989,11 @@ class CommandRun {
     const std::optional<int64_t> step = numbering_.Next(r);
     if (!step) {
       if (!warned_stored_) {
-        Note(err_log, "[sweep] stdout line " + std::to_string(lines_) + ": epochs up to " +
-                          FormatNumber(numbering_.stored_epoch) +
+        const std::string last = FormatNumber(numbering_.stored_epoch);
+        Note(err_log, "[sweep] stdout line " + std::to_string(lines_) + ": epochs before " + last +
                           " were reported by an earlier run of this trial; they are kept, and "
-                          "this run's reports of them are not recorded");
+                          "this run's reports of them are not recorded (of epoch " +
+                          last + ", what the store lacks is added)");
         warned_stored_ = true;
       }
       return;

@@ -635,6 +635,55 @@ cpu_slots = 1
             "0");
 }
 
+// A program that reports epochs without steps, an epoch's training line then its validation
+// line, stopped between the two (Ctrl-C) and going on from its own checkpoint on resume: the
+// epoch's two lines are one report, and its validation metrics, printed again by the resumed
+// run, are added to it (they were once dropped as an epoch already reported).
+TEST_F(CommandTrialE2eTest, AnEpochCutBetweenItsLinesIsCompletedOnResume) {
+  Write("epochs.sh", R"(#!/bin/sh
+ckpt="$1/ckpt"; done=$(cat "$ckpt" 2>/dev/null || echo 0)
+e=$((done + 1))
+while [ $e -le 4 ]; do
+  echo "sweep-report {\"epoch\": $e, \"train_loss\": 0.$e}"
+  if [ $e = 3 ] && [ ! -e stopped-once ]; then touch stopped-once; while :; do sleep 0.05; done; fi
+  echo "sweep-report {\"epoch\": $e, \"val_acc\": 0.$e}"
+  echo $e > "$ckpt"
+  e=$((e + 1))
+done
+)");
+  fs::permissions(dir_ / "epochs.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "epochs"
+metric = "val_acc"
+mode = "max"
+max_trials = 1
+[parameters]
+x = 1
+[trial]
+kind = "command"
+command = ["./epochs.sh", "{trial_dir}"]
+kill_grace = 0.2
+)");
+  const pid_t pid = Start("run c.toml", "run.log");
+  for (int i = 0; i < 400 && !fs::exists(dir_ / "stopped-once"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(fs::exists(dir_ / "stopped-once"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // epoch 3's first line stored
+  ::kill(pid, SIGINT);
+  EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "run.log");
+  Output resumed = Sweep("resume epochs");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT step, epoch, json_extract(metrics, '$.train_loss'), "
+                  "json_extract(metrics, '$.val_acc') FROM reports ORDER BY step"),
+            (std::vector<std::vector<std::string>>{{"1", "1.0", "0.1", "0.1"},
+                                                   {"2", "2.0", "0.2", "0.2"},
+                                                   {"3", "3.0", "0.3", "0.3"},
+                                                   {"4", "4.0", "0.4", "0.4"}}));
+  EXPECT_EQ(Query("SELECT status, objective FROM trials"),
+            (std::vector<std::vector<std::string>>{{"completed", "0.4"}}));
+}
+
 // A program stopped with the sweep (Ctrl-C) that reports once more past max_resource as it
 // ends: that report is not its result. It had reached max_resource, and ends completed there.
 TEST_F(CommandTrialE2eTest, AReportPastMaxResourceWhileTheSweepStopsIsNotItsResult) {

@@ -395,10 +395,10 @@ TEST_F(CommandTrialTest, ExitingWithoutAReportIsAFailureThatSaysHow) {
   EXPECT_NE(run.outcome.error.find("val_acc"), std::string::npos) << run.outcome.error;
 }
 
-// A run again first reports what its earlier runs printed past the stored reports, each with
-// the step that run gave it (Line's numbering after the stored reports it started from, in
-// .sweep-runs): two reports of one epoch, epoch 0, and a line cut short by a kill all number
-// as they did live.
+// A run again first reports what its earlier runs printed from the last stored report on,
+// each with the step that run gave it (Line's numbering after the stored reports it started
+// from, in .sweep-runs): an epoch's two lines (one step, as they were live), and a line cut
+// short by a kill, all number as they did live.
 TEST_F(CommandTrialTest, ARunAgainReportsWhatTheStoreLostAsNumberedLive) {
   const std::string folder = dir_ + "/trial-3";
   std::filesystem::create_directories(folder);
@@ -417,29 +417,30 @@ TEST_F(CommandTrialTest, ARunAgainReportsWhatTheStoreLostAsNumberedLive) {
     std::ofstream(folder + "/.sweep-runs")
         << "{\"sweep\":\"s@1\",\"stdout_offset\":0,\"stored_step\":0,\"stored_epoch\":0}\n"
         << "{\"sweep\":\"s@1\",\"stdout_offset\":" << first.size()
-        << ",\"stored_step\":4,\"stored_epoch\":1}\n";
+        << ",\"stored_step\":2,\"stored_epoch\":1}\n";
   }
   TrialTask task = ShellTask("exit 0");  // it finds its work done in its own checkpoint
   task.settings["sweep_key"] = "s@1";
-  task.stored_step = 2;  // the store kept epoch 0's two reports only
+  task.stored_step = 1;  // the store kept epoch 0 only
   task.stored_epoch = 0;
   task.stored_metric = true;
   Run run = RunIt(task);
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
   // The last stored step goes again too (the store adds what it lacks of it: a step's later
   // lines may not have reached it), then the steps past it.
-  ASSERT_EQ(run.reports.size(), 5u);
-  const std::vector<std::pair<int64_t, double>> expected = {{2, 0}, {3, 1}, {4, 1}, {5, 2}, {6, 2}};
+  ASSERT_EQ(run.reports.size(), 6u);
+  const std::vector<std::pair<int64_t, double>> expected = {{1, 0}, {1, 0}, {2, 1},
+                                                            {2, 1}, {3, 2}, {3, 2}};
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(std::get<0>(run.reports[i]), expected[i].first) << i;
     EXPECT_EQ(std::get<1>(run.reports[i]), expected[i].second) << i;
   }
-  EXPECT_EQ(std::get<2>(run.reports[4]), json({{"val_acc", 0.3}}));
+  EXPECT_EQ(std::get<2>(run.reports[5]), json({{"val_acc", 0.3}}));
   const std::string err = Read(folder + "/stderr.log");
-  EXPECT_NE(err.find("reported again 4 report(s) of an earlier run"), std::string::npos) << err;
+  EXPECT_NE(err.find("reported again 2 report(s) of an earlier run"), std::string::npos) << err;
   // This run is recorded after the reports given again, for the next run to number from.
   const std::string runs = Read(folder + "/.sweep-runs");
-  EXPECT_NE(runs.find("\"stored_epoch\":2.0,\"stored_step\":6"), std::string::npos) << runs;
+  EXPECT_NE(runs.find("\"stored_epoch\":2.0,\"stored_step\":3"), std::string::npos) << runs;
 }
 
 // What a run again must not read back: a run's output past its timeout (not recorded live
@@ -865,8 +866,10 @@ TEST_F(CommandTrialTest, RerunAppendsToTheLogs) {
 }
 
 // Run again after its earlier runs stored epochs 1-3 (steps 1-3): a program that starts over
-// reports those epochs again, and they are not passed on (the stored ones stand, noted in its
-// log); its later epochs are numbered after the stored steps. Explicit steps are its own.
+// reports those epochs again, and those before the last are not passed on (the stored ones
+// stand, noted in its log); the last stored epoch is its step again (the store adds what it
+// lacks of it); its later epochs are numbered after the stored steps. Explicit steps are its
+// own.
 TEST_F(CommandTrialTest, ARerunNumbersItsEpochsAfterTheStoredOnes) {
   TrialTask task = ShellTask(
       "for e in 1 2 3 4 5; do "
@@ -877,12 +880,15 @@ TEST_F(CommandTrialTest, ARerunNumbersItsEpochsAfterTheStoredOnes) {
   task.stored_metric = true;
   Run run = RunIt(task);
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
-  ASSERT_EQ(run.reports.size(), 3u);
-  EXPECT_EQ(run.reports[0], std::make_tuple(int64_t{4}, 4.0, json{{"val_acc", 0.4}}));
-  EXPECT_EQ(run.reports[1], std::make_tuple(int64_t{5}, 5.0, json{{"val_acc", 0.5}}));
-  EXPECT_EQ(run.reports[2], std::make_tuple(int64_t{2}, 9.0, json{{"val_acc", 0.9}}));
+  ASSERT_EQ(run.reports.size(), 4u);
+  EXPECT_EQ(run.reports[0], std::make_tuple(int64_t{3}, 3.0, json{{"val_acc", 0.3}}));
+  EXPECT_EQ(run.reports[1], std::make_tuple(int64_t{4}, 4.0, json{{"val_acc", 0.4}}));
+  EXPECT_EQ(run.reports[2], std::make_tuple(int64_t{5}, 5.0, json{{"val_acc", 0.5}}));
+  EXPECT_EQ(run.reports[3], std::make_tuple(int64_t{2}, 9.0, json{{"val_acc", 0.9}}));
   EXPECT_NE(Read(dir_ + "/trial-3/stderr.log")
-                .find("epochs up to 3 were reported by an earlier run of this trial"),
+                .find("epochs before 3 were reported by an earlier run of this trial; they are "
+                      "kept, and this run's reports of them are not recorded (of epoch 3, what "
+                      "the store lacks is added)"),
             std::string::npos);
 
   // With its work done, it reports nothing and exits 0: the stored reports are its result.
