@@ -1079,6 +1079,9 @@ class Coordinator {
     }
 
     const double end = UnixSeconds();
+    if (!failing_start_.empty() && counts_.completed + counts_.pruned == 0) {
+      SWEEP_RETURN_IF_ERROR(RequeueInitialFailures(end));
+    }
     // The target was met, whatever else stopped the sweep meanwhile: it has what it sought, and
     // a resume would end it at once.
     if (!target_trials_.empty()) interrupted_ = false;
@@ -1531,9 +1534,9 @@ class Coordinator {
   // just failed and outlived it (fast failures of a bad region of the space come before slow
   // successes; a broken program fails every trial in the order they started).
   void NoteInitialFailure(int64_t number, const RunningTrial& failed, const std::string& error) {
-    if (config_.max_initial_failures <= 0 || !failing_start_.empty() ||
-        counts_.completed + counts_.pruned > 0 ||
-        failed_unreported_ < config_.max_initial_failures) {
+    const int limit = options_.max_initial_failures.value_or(config_.max_initial_failures);
+    if (limit <= 0 || !failing_start_.empty() || counts_.completed + counts_.pruned > 0 ||
+        failed_unreported_ < limit) {
       return;
     }
     for (const auto& [other, r] : running_) {
@@ -1544,8 +1547,25 @@ class Coordinator {
     failing_start_ = "its first " + std::to_string(failed_unreported_) +
                      " trials all failed before reporting anything, the last (trial " +
                      std::to_string(number) + ") with: " + executor::Abbreviate(one_line, 300) +
-                     "; fix the cause and resume, or set [trial] max_initial_failures = 0 to go "
-                     "on whatever fails";
+                     "; fix the cause and resume (they run again), or resume with "
+                     "--max-initial-failures 0 to go on whatever fails (a cause in the config "
+                     "itself needs a new sweep: run it with --name)";
+  }
+
+  // The trials that failed before reporting anything in a run the failures stopped: they never
+  // had a chance, so they end interrupted, and run again on resume once the cause is fixed.
+  Status RequeueInitialFailures(double now) {
+    for (const int64_t number : initial_failures_) {
+      SWEEP_RETURN_IF_ERROR(
+          store_.UpdateTrialStatus(sweep_id_, number, TrialStatus::kInterrupted, "", {}));
+      SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, number, "failed", "interrupted",
+                                            "to run again: the sweep's first trials all failed",
+                                            now));
+      --counts_.failed;
+      ++counts_.interrupted;
+    }
+    initial_failures_.clear();
+    return Status::Ok();
   }
 
   Status FinishTrial(int64_t number, const RunningTrial& t, TrialStatus status,
@@ -1589,6 +1609,7 @@ class Coordinator {
         // breaks at once (not a trial that diverged or crashed later).
         if (t.metrics.empty()) {
           ++failed_unreported_;
+          if (counts_.completed + counts_.pruned == 0) initial_failures_.push_back(number);
           NoteInitialFailure(number, t, error);
         }
         break;
@@ -1684,7 +1705,8 @@ class Coordinator {
   // stops.
   std::string failing_start_;
   int64_t failed_unreported_ = 0;  // trials of this run that failed before reporting anything
-  std::string machine_trouble_;    // what stopped a trial that was not its fault; stops the sweep
+  std::vector<int64_t> initial_failures_;  // their numbers, while none of the sweep succeeded
+  std::string machine_trouble_;  // what stopped a trial that was not its fault; stops the sweep
 };
 
 }  // namespace

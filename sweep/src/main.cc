@@ -453,9 +453,10 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
 }
 
 int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& remote,
-              const char* argv0) {
+              std::optional<int> max_initial_failures, const char* argv0) {
   // The remote options first: a usage error, whatever the database.
   sweep::RunOptions options = MakeRunOptions(argv0);
+  options.max_initial_failures = max_initial_failures;
   if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
   std::error_code ec;
   if (!std::filesystem::exists(db, ec)) {
@@ -547,7 +548,7 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
             sweep::SweepCommand("resume", cfg->name, db, ResumeOptions(remote, {})) +
             "`, or start the edited config under a new name (--name)"));
       }
-      return CmdResume(cfg->name, db, remote, argv0);
+      return CmdResume(cfg->name, db, remote, std::nullopt, argv0);
     }
   }
 
@@ -898,6 +899,11 @@ int main(int argc, char** argv) {
   std::string resume_db = "sweeps.db";
   sweep::AddDbOption(*resume, resume_db, "SQLite file", true);
   add_remote(resume);
+  std::optional<int> max_initial_failures;
+  resume
+      ->add_option("--max-initial-failures", max_initial_failures,
+                   "this run's [trial] max_initial_failures (0: go on whatever fails)")
+      ->check(CLI::Range(0, 1000000000));
   resume->footer(
       "Runs again the trials that were running when it stopped (from their checkpoints) and "
       "goes on where it left off.\nExample: sweep resume fashion-mlp");
@@ -1006,7 +1012,9 @@ int main(int argc, char** argv) {
   const int code = [&] {
     if (std::optional<int> view = views->Run()) return *view;
     if (run->parsed()) return CmdRun(config_path, db_flag, name_flag, resume_flag, remote, argv[0]);
-    if (resume->parsed()) return CmdResume(name, resume_db, remote, argv[0]);
+    if (resume->parsed()) {
+      return CmdResume(name, resume_db, remote, max_initial_failures, argv[0]);
+    }
     if (agent->parsed()) return CmdAgent(agent_args, argv[0]);
     if (train->parsed()) return CmdTrain(config_path, sets, json_out, threads);
     if (best->parsed()) return CmdBest(q, top);

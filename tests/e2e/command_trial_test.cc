@@ -228,60 +228,75 @@ cpu_slots = 2
 
 // A sweep whose first trials all fail (a broken program, not a bad region of the space) stops
 // after [trial] max_initial_failures of them, interrupted, rather than failing trial after trial
-// until its time budget is spent; once the cause is fixed, resume goes on. 0 turns it off.
+// until its time budget is spent. Those trials never had a chance: they end interrupted, and
+// run again on resume once the cause is fixed. `resume --max-initial-failures 0`, or 0 in the
+// config, goes on whatever fails.
 TEST_F(CommandTrialE2eTest, ASweepWhoseFirstTrialsAllFailStops) {
-  Write("fails.sh", "#!/bin/sh\necho 'no GPU here' >&2\nexit 3\n");
+  const std::string broken = "#!/bin/sh\necho 'no GPU here' >&2\nexit 3\n";
+  Write("fails.sh", broken);
   fs::permissions(dir_ / "fails.sh", fs::perms::owner_all);
   const std::string config = R"([sweep]
 name = "NAME"
 metric = "score"
 mode = "max"
-LIMIT
+max_trials = 6
 [parameters]
 x = { distribution = "uniform", min = 0, max = 1 }
 [trial]
 kind = "command"
 command = ["./fails.sh"]
-EXTRA
+max_initial_failures = LIMIT
 [executor]
 cpu_slots = 1
 )";
-  auto make = [&](const std::string& name, const std::string& limit, const std::string& extra) {
+  auto make = [&](const std::string& name, const std::string& limit) {
     std::string c = config;
     c.replace(c.find("NAME"), 4, name);
     c.replace(c.find("LIMIT"), 5, limit);
-    c.replace(c.find("EXTRA"), 5, extra);
     return c;
   };
-  Write("a.toml", make("broken", "time_budget = \"10m\"\nstop_when = \"score >= 1\"",
-                       "max_initial_failures = 4"));
+  auto statuses = [&](const std::string& name) {
+    return Query(
+        "SELECT t.status, count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+        "WHERE s.name = '" +
+        name + "' GROUP BY t.status ORDER BY t.status");
+  };
+  using Rows = std::vector<std::vector<std::string>>;
+  Write("a.toml", make("broken", "4"));
   Output o = Sweep("run a.toml");
   EXPECT_EQ(o.code, 1) << o.err;
   EXPECT_NE(o.err.find("sweep: stopping: its first 4 trials all failed before reporting "
                        "anything, the last (trial 3) with: exited with code 3; last lines of "
-                       "stderr: no GPU here; fix the cause and resume, or set [trial] "
-                       "max_initial_failures = 0"),
+                       "stderr: no GPU here; fix the cause and resume (they run again), or "
+                       "resume with --max-initial-failures 0 to go on whatever fails"),
             std::string::npos)
       << o.err;
   EXPECT_EQ(Query("SELECT status FROM sweeps WHERE name = 'broken'")[0][0], "interrupted");
-  EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "4");
+  EXPECT_EQ(statuses("broken"), (Rows{{"interrupted", "4"}}));
+  EXPECT_NE(Query("SELECT error FROM trials WHERE number = 0")[0][0].find("no GPU here"),
+            std::string::npos);
 
-  // Fixed, it goes on (here to its target).
+  // Fixed, it goes on: the four run again, and the rest of the sweep runs.
   Write("fails.sh", "#!/bin/sh\necho 'sweep-report {\"score\": 1}'\n");
   Output resumed = Sweep("resume broken");
   EXPECT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_EQ(Query("SELECT status FROM sweeps WHERE name = 'broken'")[0][0], "completed");
-  EXPECT_EQ(Query("SELECT number, status FROM trials WHERE status != 'failed'"),
-            (std::vector<std::vector<std::string>>{{"4", "completed"}}));
+  EXPECT_EQ(statuses("broken"), (Rows{{"completed", "6"}}));
 
-  Write("b.toml", make("on", "max_trials = 6", "max_initial_failures = 0"));
-  Write("fails.sh", "#!/bin/sh\nexit 3\n");
+  // Still broken, a resume told to go on whatever fails runs the sweep to its end.
+  Write("fails.sh", broken);
+  Write("s.toml", make("stuck", "4"));
+  EXPECT_EQ(Sweep("run s.toml").code, 1);
+  Output anyway = Sweep("resume stuck --max-initial-failures 0");
+  EXPECT_EQ(anyway.code, 1) << anyway.err;
+  EXPECT_EQ(anyway.err.find("stopping"), std::string::npos) << anyway.err;
+  EXPECT_EQ(statuses("stuck"), (Rows{{"failed", "6"}}));
+
+  Write("b.toml", make("on", "0"));
   Output on = Sweep("run b.toml");
   EXPECT_EQ(on.code, 1) << on.err;
   EXPECT_EQ(on.err.find("stopping"), std::string::npos) << on.err;
-  EXPECT_EQ(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
-                  "s.name = 'on' AND t.status = 'failed'")[0][0],
-            "6");
+  EXPECT_EQ(statuses("on"), (Rows{{"failed", "6"}}));
 }
 
 // Fast failures of a bad region of the space (an out-of-memory batch size) while a slow trial

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ struct RunOptions {
   std::string token;        // shared secret for the agents' challenge-response
   std::string token_file;   // where it was read (absolute), for the stored resume hint
   bool local_slots = true;  // also run trials on this machine's slots
+  // `resume --max-initial-failures N`: this run's own [trial] max_initial_failures (a resumed
+  // sweep keeps its config), e.g. 0 to go on whatever fails.
+  std::optional<int> max_initial_failures;
 };
 
 struct RunSummary {
