@@ -144,12 +144,13 @@ struct RunningTrial {
   int retries = 0;
   int agent_losses = 0;
   bool stop_sent = false;
-  std::string prune_reason;      // set when early stopping asked it to stop
-  bool at_max_resource = false;  // stopped on reaching early_stopping.max_resource
-  std::optional<double> length;  // the resource it runs to on its own (with early stopping)
-  size_t next_point = 0;         // see TrialTask::IsDecisionPoint
-  bool first_run = false;        // no earlier run of it started (its checkpoint is none of its)
-  std::string checkpoint;        // where this run checkpoints, as the store names it
+  std::string prune_reason;           // set when early stopping asked it to stop
+  bool at_max_resource = false;       // stopped on reaching early_stopping.max_resource
+  bool reached_max_resource = false;  // a command: reported its metric there, and runs on
+  std::optional<double> length;       // the resource it runs to on its own (with early stopping)
+  size_t next_point = 0;              // see TrialTask::IsDecisionPoint
+  bool first_run = false;  // no earlier run of it started (its checkpoint is none of its)
+  std::string checkpoint;  // where this run checkpoints, as the store names it
 };
 
 constexpr int kLocalServer = 0;
@@ -875,7 +876,7 @@ class Coordinator {
     if (!t.prune_reason.empty()) return {TrialStatus::kPruned, t.prune_reason};
     // It reached the target that ended the sweep: its result is the one sought.
     if (target_trials_.contains(number)) return {TrialStatus::kCompleted, TargetNote()};
-    if (t.at_max_resource) return {TrialStatus::kCompleted, CapNote()};
+    if (t.at_max_resource || t.reached_max_resource) return {TrialStatus::kCompleted, CapNote()};
     return {TrialStatus::kInterrupted, why};
   }
 
@@ -1381,6 +1382,12 @@ class Coordinator {
               t.stop_sent = true;
             }
           }
+          // A command that reported the sweep's metric at max_resource has its result there,
+          // whatever ends it after (its own end-of-run work failing or hanging to its timeout,
+          // a stop): it is not stopped, so a program that ends there finishes undisturbed.
+          if (!t.length && report->resource >= scheduler_->MaxResource(ev.trial)) {
+            t.reached_max_resource = true;
+          }
         }
         // A survivor runs to max_resource (ASHA's and Hyperband's), not past it, whatever
         // its own epochs or steps: there it ends completed (Ray Tune's max_t). A trial whose
@@ -1460,6 +1467,10 @@ class Coordinator {
           // It had reached max_resource; what ended it while it stopped does not undo that.
           status = TrialStatus::kCompleted;
           error = CapNote();
+        } else if (t.reached_max_resource && t.prune_reason.empty()) {
+          // Its result is its report there; what failed after is said beside it.
+          status = TrialStatus::kCompleted;
+          error = CapNote() + "; after that: " + ev.error;
         } else if (!t.prune_reason.empty()) {
           // Early stopping had already decided. Whatever ended it while it stopped (its worker
           // or agent vanished, its program failed or diverged), the decision stands: it ends

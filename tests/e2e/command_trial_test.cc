@@ -699,6 +699,54 @@ kill_grace = 0.2
             (std::vector<std::vector<std::string>>{{"completed", "0.4"}}));
 }
 
+// A program that reported the sweep's metric at max_resource and then hangs in its own end
+// (children it waits for) or fails there: its result is its report at max_resource, so it ends
+// completed, saying what came after, not failed.
+TEST_F(CommandTrialE2eTest, WhatEndsAProgramAfterMaxResourceDoesNotUndoItsResult) {
+  Write("tail.sh", R"(#!/bin/sh
+for e in 1 2 3; do echo "sweep-report {\"epoch\": $e, \"score\": $e}"; done
+[ "$1" = hang ] && sleep 30
+exit 4
+)");
+  fs::permissions(dir_ / "tail.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "tail"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[early_stopping]
+algorithm = "asha"
+max_resource = 3
+[parameters]
+end = { values = ["hang", "fail"] }
+[trial]
+kind = "command"
+command = ["./tail.sh", "{end}"]
+timeout = "1s"
+kill_grace = 0.2
+[executor]
+cpu_slots = 2
+)");
+  Output o = Sweep("run c.toml");
+  ASSERT_EQ(o.code, 0) << o.err;
+  auto trials = TrialsByNumber();
+  ASSERT_EQ(trials.size(), 2u);
+  for (auto& [n, row] : trials) {
+    EXPECT_EQ(row[1], "completed") << n << ": " << row[2];
+    EXPECT_EQ(row[5], "3.0") << n;
+  }
+  EXPECT_EQ(trials[0][2].rfind("ran to early_stopping.max_resource = 3; after that: timed out "
+                               "after 1 s",
+                               0),
+            0u)
+      << trials[0][2];
+  EXPECT_EQ(trials[1][2].rfind(
+                "ran to early_stopping.max_resource = 3; after that: exited with code 4", 0),
+            0u)
+      << trials[1][2];
+}
+
 // A program stopped with the sweep (Ctrl-C) that reports once more past max_resource as it
 // ends: that report is not its result. It had reached max_resource, and ends completed there.
 TEST_F(CommandTrialE2eTest, AReportPastMaxResourceWhileTheSweepStopsIsNotItsResult) {
