@@ -310,6 +310,9 @@ struct RunRecord {
   int64_t stored_step = 0;
   double stored_epoch = 0;
   off_t end_offset = -1;  // -1: where the next run starts (or the log's end)
+  // How that run numbered its reports: 2, lines of one epoch as one report (StepNumbering);
+  // 1 (a record without it, of an earlier version), every line a report of its own.
+  int numbering = 2;
 };
 
 std::vector<RunRecord> ReadRuns(const std::string& path) {
@@ -330,6 +333,7 @@ std::vector<RunRecord> ReadRuns(const std::string& path) {
     r.stdout_offset = j.value("stdout_offset", off_t{0});
     r.stored_step = j.value("stored_step", int64_t{0});
     r.stored_epoch = j.value("stored_epoch", 0.0);
+    r.numbering = j.value("numbering", 1);
     // Its log was emptied or replaced since those runs: their offsets no longer mean anything.
     if (!runs.empty() && r.stdout_offset < runs.back().stdout_offset) runs.clear();
     runs.push_back(std::move(r));
@@ -359,7 +363,8 @@ bool AppendRun(const std::string& path, const RunRecord& run) {
   return AppendRecord(path, {{"sweep", run.sweep_key},
                              {"stdout_offset", run.stdout_offset},
                              {"stored_step", run.stored_step},
-                             {"stored_epoch", run.stored_epoch}});
+                             {"stored_epoch", run.stored_epoch},
+                             {"numbering", run.numbering}});
 }
 
 // Empties `dir`, the record of its runs last: a clearing cut short leaves it to be cleared again.
@@ -419,38 +424,59 @@ void ForEachLine(const std::string& path, off_t begin, off_t end,
 }
 
 // How a run numbers its reports (see TrialTask::stored_step): a report's own step; else the
-// step of the line before when both give the same epoch without a step (an epoch's training
-// line and its validation line are one report); else, run again after stored reports, an epoch
-// past the stored ones follows them, the last stored one is that step again (what the store
-// lacks of it is added), and one before it is not recorded (nullopt); else its count in the
-// run. Replay numbers an earlier run's reports the same way, from the stored reports that run
-// followed.
+// step of the line before when both give the same epoch without a step and the line adds
+// metrics that step lacks (an epoch's training line, then its validation line: one report; a
+// line repeating a metric, as a program logging every few batches does, is a report of its
+// own); else, run again after stored reports, an epoch past the stored ones follows them, the
+// last stored one is that step again (what the store lacks of it is added), and one before it
+// is not recorded (nullopt); else its count in the run. Replay numbers an earlier run's reports
+// the same way, from the stored reports that run followed (and, for a run of an earlier version,
+// as it did: every line a report of its own, `by_line`).
 struct StepNumbering {
   int64_t stored_step = 0;
   double stored_epoch = 0;
+  bool by_line = false;  // numbering 1 (RunRecord)
   int64_t reports = 0;   // report lines read in the run
   int64_t numbered = 0;  // steps numbered by count
   int64_t appended = 0;  // steps numbered after the stored ones
 
   std::optional<int64_t> Next(const CommandReport& r) {
     ++reports;
+    if (by_line) {
+      if (r.step) return *r.step;
+      if (stored_step > 0 && r.epoch) {
+        if (*r.epoch <= stored_epoch) return std::nullopt;
+        return stored_step + ++appended;
+      }
+      return reports;
+    }
     if (r.step) {
       epoch_step_.reset();
       return *r.step;
     }
-    if (r.epoch && epoch_step_ && epoch_step_->first == *r.epoch) return epoch_step_->second;
+    if (r.epoch && epoch_step_ && epoch_step_->epoch == *r.epoch) {
+      bool repeats = false;
+      for (const auto& [name, value] : r.metrics.items())
+        repeats = repeats || epoch_step_->has(name);
+      for (const std::string& name : r.nonfinite) repeats = repeats || epoch_step_->has(name);
+      if (!repeats) {
+        epoch_step_->Add(r);
+        return epoch_step_->step;
+      }
+    }
     std::optional<int64_t> step;
     if (stored_step > 0 && r.epoch) {
-      if (*r.epoch == stored_epoch) {
+      if (*r.epoch == stored_epoch && !(epoch_step_ && epoch_step_->epoch == *r.epoch)) {
         step = stored_step;
-      } else if (*r.epoch > stored_epoch) {
+      } else if (*r.epoch >= stored_epoch) {
         step = stored_step + ++appended;
       }
     } else {
       step = ++numbered;
     }
     if (r.epoch) {
-      epoch_step_.emplace(*r.epoch, step);
+      epoch_step_.emplace(EpochStep{*r.epoch, step, {}});
+      epoch_step_->Add(r);
     } else {
       epoch_step_.reset();
     }
@@ -477,8 +503,19 @@ struct StepNumbering {
   double last_epoch = 0;
 
  private:
-  // The epoch the last report gave without a step, and the step it got (nullopt: not recorded).
-  std::optional<std::pair<double, std::optional<int64_t>>> epoch_step_;
+  // The epoch the last report gave without a step, the step it got (nullopt: not recorded),
+  // and the metrics the lines of that step have given.
+  struct EpochStep {
+    double epoch = 0;
+    std::optional<int64_t> step;
+    std::set<std::string> names;
+    bool has(const std::string& name) const { return names.contains(name); }
+    void Add(const CommandReport& r) {
+      for (const auto& [name, value] : r.metrics.items()) names.insert(name);
+      names.insert(r.nonfinite.begin(), r.nonfinite.end());
+    }
+  };
+  std::optional<EpochStep> epoch_step_;
 };
 
 class CommandRun {
@@ -1047,6 +1084,7 @@ class CommandRun {
       StepNumbering past;
       past.stored_step = run.stored_step;
       past.stored_epoch = run.stored_epoch;
+      past.by_line = run.numbering < 2;
       bool diverged = false;
       ForEachLine(stdout_path_, run.stdout_offset, end, [&](const std::string& line) {
         if (diverged || !why_stopped->empty() || stop_.load(std::memory_order_relaxed)) {

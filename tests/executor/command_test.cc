@@ -415,9 +415,10 @@ TEST_F(CommandTrialTest, ARunAgainReportsWhatTheStoreLostAsNumberedLive) {
   {
     std::ofstream(folder + "/stdout.log") << first << second;
     std::ofstream(folder + "/.sweep-runs")
-        << "{\"sweep\":\"s@1\",\"stdout_offset\":0,\"stored_step\":0,\"stored_epoch\":0}\n"
+        << "{\"sweep\":\"s@1\",\"stdout_offset\":0,\"stored_step\":0,\"stored_epoch\":0,"
+           "\"numbering\":2}\n"
         << "{\"sweep\":\"s@1\",\"stdout_offset\":" << first.size()
-        << ",\"stored_step\":2,\"stored_epoch\":1}\n";
+        << ",\"stored_step\":2,\"stored_epoch\":1,\"numbering\":2}\n";
   }
   TrialTask task = ShellTask("exit 0");  // it finds its work done in its own checkpoint
   task.settings["sweep_key"] = "s@1";
@@ -441,6 +442,56 @@ TEST_F(CommandTrialTest, ARunAgainReportsWhatTheStoreLostAsNumberedLive) {
   // This run is recorded after the reports given again, for the next run to number from.
   const std::string runs = Read(folder + "/.sweep-runs");
   EXPECT_NE(runs.find("\"stored_epoch\":2.0,\"stored_step\":3"), std::string::npos) << runs;
+}
+
+// Runs recorded by an earlier version, which numbered every line as a report of its own, are
+// read back as they were numbered live: two lines of one epoch are two steps there.
+TEST_F(CommandTrialTest, ARunAgainNumbersAnEarlierVersionsRunsAsItDid) {
+  const std::string folder = dir_ + "/trial-3";
+  std::filesystem::create_directories(folder);
+  {
+    std::ofstream(folder + "/stdout.log") << "sweep-report {\"epoch\": 1, \"loss\": 2}\n"
+                                             "sweep-report {\"epoch\": 1, \"val_acc\": 0.1}\n"
+                                             "sweep-report {\"epoch\": 2, \"loss\": 1}\n"
+                                             "sweep-report {\"epoch\": 2, \"val_acc\": 0.2}\n";
+    std::ofstream(folder + "/.sweep-runs")
+        << "{\"sweep\":\"s@1\",\"stdout_offset\":0,\"stored_step\":0,\"stored_epoch\":0}\n";
+  }
+  TrialTask task = ShellTask("exit 0");
+  task.settings["sweep_key"] = "s@1";
+  task.stored_step = 2;  // that version stored epoch 1's two lines as steps 1 and 2
+  task.stored_epoch = 1;
+  task.stored_metric = true;
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  const std::vector<std::pair<int64_t, double>> expected = {{2, 1}, {3, 2}, {4, 2}};
+  ASSERT_EQ(run.reports.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(std::get<0>(run.reports[i]), expected[i].first) << i;
+    EXPECT_EQ(std::get<1>(run.reports[i]), expected[i].second) << i;
+  }
+  EXPECT_EQ(std::get<2>(run.reports[2]), json({{"val_acc", 0.2}}));
+}
+
+// A program logging several times an epoch without a step: a line that repeats a metric of the
+// epoch's report is a report of its own, so none is dropped; a line that adds the metrics the
+// report lacks joins it.
+TEST_F(CommandTrialTest, LinesOfAnEpochJoinOnlyWhenTheyAddMetrics) {
+  Run run = RunIt(ShellTask(
+      "for b in 1 2 3; do printf 'sweep-report {\"epoch\": 1, \"loss\": 0.%s}\\n' $b; done; "
+      "echo 'sweep-report {\"epoch\": 1, \"val_acc\": 0.5}'; "
+      "echo 'sweep-report {\"epoch\": 2, \"loss\": 0.1, \"val_acc\": 0.6}'"));
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  const std::vector<std::pair<int64_t, json>> expected = {{1, {{"loss", 0.1}}},
+                                                          {2, {{"loss", 0.2}}},
+                                                          {3, {{"loss", 0.3}}},
+                                                          {3, {{"val_acc", 0.5}}},
+                                                          {4, {{"loss", 0.1}, {"val_acc", 0.6}}}};
+  ASSERT_EQ(run.reports.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(std::get<0>(run.reports[i]), expected[i].first) << i;
+    EXPECT_EQ(std::get<2>(run.reports[i]), expected[i].second) << i;
+  }
 }
 
 // What a run again must not read back: a run's output past its timeout (not recorded live
