@@ -291,6 +291,9 @@ class Coordinator {
               stop_reasons[r.trial] = d.reason;
               pruned_here = true;
             }
+            if (report->resource >= scheduler_->MaxResource(r.trial)) {
+              metric_at_cap_.insert(r.trial);
+            }
           }
         }
         if (!pruned_here && !stop_reasons.count(r.trial)) NoteTarget(r.trial, metrics);
@@ -327,6 +330,12 @@ class Coordinator {
       }
       if (at_cap) {
         // It had run to max_resource, where it would have been stopped: completed, as live.
+        SWEEP_RETURN_IF_ERROR(CompleteOnResume(t, CapNote()));
+        continue;
+      }
+      if (!length && !was_pruned && metric_at_cap_.contains(t.number)) {
+        // A command that had reported the sweep's metric at max_resource, and ran on (its own
+        // end) until the coordinator died: its result is there, as live (reached_max_resource).
         SWEEP_RETURN_IF_ERROR(CompleteOnResume(t, CapNote()));
         continue;
       }
@@ -1168,6 +1177,7 @@ class Coordinator {
     }
     t.started_s = now;
     t.first_run = !rerun || p.never_ran;
+    t.reached_max_resource = !t.length && metric_at_cap_.contains(p.number);
     t.prune_reason = p.finish_pruned;
     t.at_max_resource = p.finish_at_cap;
     t.checkpoint = RunCheckpointPath(p.number, server);
@@ -1387,6 +1397,7 @@ class Coordinator {
           // a stop): it is not stopped, so a program that ends there finishes undisturbed.
           if (!t.length && report->resource >= scheduler_->MaxResource(ev.trial)) {
             t.reached_max_resource = true;
+            metric_at_cap_.insert(ev.trial);
           }
         }
         // A survivor runs to max_resource (ASHA's and Hyperband's), not past it, whatever
@@ -1715,6 +1726,8 @@ class Coordinator {
   // Set when the run's first trials all failed ([trial] max_initial_failures): why the sweep
   // stops.
   std::string failing_start_;
+  // Commands (trials of unknown length) whose sweep's metric was reported at max_resource.
+  std::set<int64_t> metric_at_cap_;
   int64_t failed_unreported_ = 0;  // trials of this run that failed before reporting anything
   std::vector<int64_t> initial_failures_;  // their numbers, while none of the sweep succeeded
   std::string machine_trouble_;  // what stopped a trial that was not its fault; stops the sweep

@@ -747,6 +747,48 @@ cpu_slots = 2
       << trials[1][2];
 }
 
+// The same after kill -9 of the coordinator while the program ran on past its report at
+// max_resource: resume finds the result in the store and ends the trial completed, as live.
+TEST_F(CommandTrialE2eTest, AResultAtMaxResourceSurvivesACoordinatorKilledAfterIt) {
+  Write("tail.sh", R"(#!/bin/sh
+[ -e ran-once ] && exit 4
+for e in 1 2 3; do echo "sweep-report {\"epoch\": $e, \"score\": $e}"; done
+touch ran-once
+sleep 30
+)");
+  fs::permissions(dir_ / "tail.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "tailkill"
+metric = "score"
+mode = "max"
+max_trials = 1
+[early_stopping]
+algorithm = "asha"
+max_resource = 3
+[parameters]
+x = 1
+[trial]
+kind = "command"
+command = ["./tail.sh"]
+kill_grace = 0.2
+)");
+  const pid_t pid = Start("run c.toml", "run.log");
+  bool reached = false;
+  for (int i = 0; i < 400 && !reached; ++i) {
+    reached = fs::exists(dir_ / "ran-once") && HasTable("reports") &&
+              Query("SELECT count(*) FROM reports WHERE epoch = 3")[0][0] == "1";
+    if (!reached) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(reached) << sweep_e2e::Slurp(dir_ / "run.log");
+  ::kill(pid, SIGKILL);
+  Wait(pid);
+  Output resumed = Sweep("resume tailkill");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT status, error, objective FROM trials"),
+            (std::vector<std::vector<std::string>>{
+                {"completed", "ran to early_stopping.max_resource = 3", "3.0"}}));
+}
+
 // A program stopped with the sweep (Ctrl-C) that reports once more past max_resource as it
 // ends: that report is not its result. It had reached max_resource, and ends completed there.
 TEST_F(CommandTrialE2eTest, AReportPastMaxResourceWhileTheSweepStopsIsNotItsResult) {
