@@ -692,12 +692,12 @@ class CommandRun {
 
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-      return Status::IoError(std::string("pipe: ") + std::strerror(errno));
+      return Status::Unavailable(std::string("pipe: ") + std::strerror(errno));
     }
     if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
       ::close(out_pipe[0]);
       ::close(out_pipe[1]);
-      return Status::IoError(std::string("pipe: ") + std::strerror(errno));
+      return Status::Unavailable(std::string("pipe: ") + std::strerror(errno));
     }
     Fd null_in(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     const pid_t parent = ::getpid();
@@ -728,7 +728,8 @@ class CommandRun {
     ::close(err_pipe[1]);
     pipe_.Reset(out_pipe[0]);
     Fd exec_status(err_pipe[0]);
-    if (pid < 0) return Status::IoError(std::string("fork: ") + std::strerror(errno));
+    // Out of processes or descriptors: this machine's trouble, as a program it lacks is.
+    if (pid < 0) return Status::Unavailable(std::string("fork: ") + std::strerror(errno));
     pid_ = pid;
     ::setpgid(pid, pid);  // also here, so the group exists before any kill below
     int report[2];
@@ -762,6 +763,9 @@ class CommandRun {
       if ((report[1] == ENOENT || report[1] == ENOTDIR) && !there) {
         return Status::Unavailable("command: cannot run '" + argv[0] + "' (" + program +
                                    "): it is not on this machine");
+      }
+      if (report[1] == ENAMETOOLONG) {  // a parameter in the program's own path
+        return Status::InvalidArgument("command: cannot run '" + argv[0] + "': " + why);
       }
       if (report[1] == E2BIG) {
         // Linux passes at most 32 pages (128 KiB) in one argument or environment string: name

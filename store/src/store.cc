@@ -713,12 +713,23 @@ struct Store::Impl {
   Status CheckLogStillThere() {
     if (!wal_identity || IdOf(path + "-wal") == wal_identity) return Status::Ok();
     wal_identity.reset();
-    const int rc = sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
-    if (rc != SQLITE_OK) {
-      return Status::IoError(path + ": its write-ahead log " + path +
-                             "-wal was deleted while this sweep wrote to it, and its commits "
-                             "could not be moved into the file (" +
-                             sqlite3_errmsg(db) + "): those since the last checkpoint may be lost");
+    // Every frame of the log into the file: a reader's snapshot can hold the checkpoint back
+    // (it says so in the frame counts and SQLITE_BUSY, which the PRAGMA's result code hides),
+    // and is waited for as any lock is.
+    int frames = -1, copied = -1;
+    const int rc =
+        sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_TRUNCATE, &frames, &copied);
+    if (rc != SQLITE_OK || frames != copied) {
+      return Status::IoError(
+          path + ": its write-ahead log " + path +
+          "-wal was deleted while this sweep wrote to it, and its commits could not all be moved "
+          "into the file (" +
+          (frames >= 0 && copied >= 0 && frames != copied
+               ? "a reader held " + std::to_string(frames - copied) + " of " +
+                     std::to_string(frames) + " pages back"
+               : std::string(sqlite3_errmsg(db))) +
+          "): the sweep stops; it moves them as it closes if that reader is done by then, and "
+          "those left are lost");
     }
     return Status::IoError(path + ": its write-ahead log " + path +
                            "-wal was deleted while this sweep wrote to it; every commit was "

@@ -1089,9 +1089,6 @@ class Coordinator {
     }
 
     const double end = UnixSeconds();
-    if (!failing_start_.empty() && counts_.completed + counts_.pruned == 0) {
-      SWEEP_RETURN_IF_ERROR(RequeueInitialFailures(end));
-    }
     // The target was met, whatever else stopped the sweep meanwhile: it has what it sought, and
     // a resume would end it at once.
     if (!target_trials_.empty()) interrupted_ = false;
@@ -1575,7 +1572,8 @@ class Coordinator {
   }
 
   // The trials that failed before reporting anything in a run the failures stopped: they never
-  // had a chance, so they end interrupted, and run again on resume once the cause is fixed.
+  // had a chance, so they end interrupted, and run again (once) on resume; at once, in the same
+  // commit as their failure, so that however the run ends they are recorded so.
   Status RequeueInitialFailures(double now) {
     for (const int64_t number : initial_failures_) {
       SWEEP_RETURN_IF_ERROR(
@@ -1629,10 +1627,18 @@ class Coordinator {
         ++counts_.failed;
         // Failed before it reported anything: a program that cannot run, a setting that
         // breaks at once (not a trial that diverged or crashed later).
-        if (t.metrics.empty()) {
+        // A first run only: one run again (requeued when such failures stopped the sweep
+        // before) has had its chance, and counting it again would stop every resume of a sweep
+        // whose first trials fail for their parameters (a region that runs out of memory).
+        if (t.metrics.empty() && t.first_run) {
           ++failed_unreported_;
           if (counts_.completed + counts_.pruned == 0) initial_failures_.push_back(number);
-          NoteInitialFailure(number, t, error);
+          if (!failing_start_.empty()) {
+            SWEEP_RETURN_IF_ERROR(RequeueInitialFailures(now));  // failed while the sweep stops
+          } else {
+            NoteInitialFailure(number, t, error);
+            if (!failing_start_.empty()) SWEEP_RETURN_IF_ERROR(RequeueInitialFailures(now));
+          }
         }
         break;
       case TrialStatus::kPruned:

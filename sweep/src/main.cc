@@ -507,12 +507,17 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
                                         " does not exist"));
   }
   if (std::error_code ec; std::filesystem::is_symlink(db, ec) && !std::filesystem::exists(db, ec)) {
-    const std::filesystem::path target = std::filesystem::read_symlink(db, ec);
-    const std::filesystem::path where =
-        (target.is_absolute() ? target : std::filesystem::path(db).parent_path() / target)
-            .parent_path();
+    // Followed link by link (a chain of them), to the name the database would be made at.
+    std::filesystem::path at = db;
+    std::error_code missing;  // the last name is not there: that ends the chain
+    for (int hops = 0; hops < 40 && std::filesystem::is_symlink(at, missing); ++hops) {
+      const std::filesystem::path target = std::filesystem::read_symlink(at, ec);
+      if (ec) break;
+      at = target.is_absolute() ? target : at.parent_path() / target;
+    }
+    const std::filesystem::path where = at.parent_path();
     if (!ec && !where.empty() && !std::filesystem::is_directory(where)) {
-      return Fail(Status::InvalidArgument(db_key + " " + db + " is a link to " + target.string() +
+      return Fail(Status::InvalidArgument(db_key + " " + db + " is a link to " + at.string() +
                                           ", in a folder that does not exist (" + where.string() +
                                           ")"));
     }

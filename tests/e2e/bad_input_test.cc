@@ -1085,6 +1085,10 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
        kUsage,
        {"sweep: --db dangling.db is a link to nodir/x.db, in a folder that does not exist "
         "(nodir)"}},
+      {"run b.toml --db chain.db",
+       kUsage,
+       {"sweep: --db chain.db is a link to nodir/x.db, in a folder that does not exist "
+        "(nodir)"}},
       // --db naming a file that is no sweep database: the wrong file named, as a missing one.
       {"list --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
       {"best branin --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
@@ -1093,6 +1097,7 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"status branin --watch --interval 0", kUsage, {"--interval: seconds from 0.01"}},
   };
   fs::create_symlink("nodir/x.db", dir_ / "dangling.db");
+  fs::create_symlink("dangling.db", dir_ / "chain.db");
   for (const CommandCase& c : cases) {
     SCOPED_TRACE(c.args);
     Check(c.args, Sweep(c.args), c.code, c.expected, c.known_problem);

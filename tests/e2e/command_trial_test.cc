@@ -299,6 +299,42 @@ cpu_slots = 1
   EXPECT_EQ(statuses("on"), (Rows{{"failed", "6"}}));
 }
 
+// First trials that fail for their parameters (a region that runs out of memory), not for a
+// broken program: the sweep stops once, a resume runs them again once (they fail for good now)
+// and goes on to the rest of the space, rather than stopping at them on every resume.
+TEST_F(CommandTrialE2eTest, AResumeGetsPastFirstTrialsThatFailForTheirParameters) {
+  Write("oom.sh", R"(#!/bin/sh
+case "$1" in big|huge) echo "CUDA out of memory" >&2; exit 1 ;; esac
+echo "sweep-report {\"score\": 1}"
+)");
+  fs::permissions(dir_ / "oom.sh", fs::perms::owner_all);
+  Write("c.toml", R"([sweep]
+name = "oom"
+metric = "score"
+mode = "max"
+[search]
+algorithm = "grid"
+[parameters]
+batch = { values = ["big", "huge", "small", "tiny"] }
+[trial]
+kind = "command"
+command = ["./oom.sh", "{batch}"]
+max_initial_failures = 2
+[executor]
+cpu_slots = 1
+)");
+  Output o = Sweep("run c.toml");
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_EQ(Query("SELECT number, status FROM trials ORDER BY number"),
+            (std::vector<std::vector<std::string>>{{"0", "interrupted"}, {"1", "interrupted"}}));
+  Output resumed = Sweep("resume oom");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(resumed.err.find("stopping"), std::string::npos) << resumed.err;
+  EXPECT_EQ(Query("SELECT number, status FROM trials ORDER BY number"),
+            (std::vector<std::vector<std::string>>{
+                {"0", "failed"}, {"1", "failed"}, {"2", "completed"}, {"3", "completed"}}));
+}
+
 // Fast failures of a bad region of the space (an out-of-memory batch size) while a slow trial
 // that started before them runs on: it may succeed, so they do not stop the sweep.
 TEST_F(CommandTrialE2eTest, FastFailuresBesideASlowerTrialDoNotStopTheSweep) {

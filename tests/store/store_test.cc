@@ -707,6 +707,43 @@ TEST_F(StoreTest, ALogDeletedUnderItsWriterHasItsCommitsMovedIntoTheFile) {
   sqlite3_close(alone);
 }
 
+// The same with a reader holding a snapshot: the checkpoint cannot move every page, and the
+// commit says so rather than that everything was moved.
+TEST_F(StoreTest, ALogDeletedWhileAReaderHoldsItBackSaysSo) {
+  ASSERT_NO_FATAL_FAILURE(OpenWithSweep());
+  TrialRecord t;
+  t.params_json = "{}";
+  t.number = 0;
+  ASSERT_OK(store_->InsertTrial(sweep_id_, t));
+  ASSERT_OK(store_->Commit());
+  // The reader is another process (SQLite's locks between connections of one process differ).
+  int ready[2], done[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    sqlite3* reader = nullptr;
+    sqlite3_open_v2(path_.c_str(), &reader, SQLITE_OPEN_READONLY, nullptr);
+    sqlite3_exec(reader, "BEGIN; SELECT count(*) FROM trials;", nullptr, nullptr, nullptr);
+    char c = 'r';
+    (void)!::write(ready[1], &c, 1);
+    (void)!::read(done[0], &c, 1);
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  std::filesystem::remove(path_ + "-wal");
+  t.number = 1;
+  ASSERT_OK(store_->InsertTrial(sweep_id_, t));
+  const Status held = store_->Commit();
+  (void)!::write(done[1], &c, 1);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_EQ(held.code(), Status::Code::kIoError);
+  EXPECT_TRUE(Contains(held.message(), "could not all be moved into the file (")) << held.message();
+  for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
+}
+
 // Written over in place (a truncate; a copy onto it) the file keeps its identity: a commit
 // finds it smaller than it was, which it never is under its writers, and stops, as for a file
 // replaced, and a read that finds it damaged says so too; a file damaged without shrinking is
