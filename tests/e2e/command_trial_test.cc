@@ -720,7 +720,12 @@ kill_grace = 0.2
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   ASSERT_TRUE(fs::exists(dir_ / "stopped-once"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // epoch 3's first line stored
+  bool stored = false;  // epoch 3's first line, committed
+  for (int i = 0; i < 400 && !stored; ++i) {
+    stored = Query("SELECT count(*) FROM reports WHERE epoch = 3")[0][0] == "1";
+    if (!stored) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(stored);
   ::kill(pid, SIGINT);
   EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "run.log");
   Output resumed = Sweep("resume epochs");
