@@ -635,6 +635,24 @@ TEST_F(StoreTest, AWriterWhoseFileWasReplacedLeavesTheNewFilesLogAlone) {
   EXPECT_TRUE((*reader)->FindSweep("after").ok()) << "the new file lost its writer's commit";
 }
 
+// How many trials the database file alone holds, read as immutable (without its log); -1 when
+// it cannot be read so.
+int TrialsInTheFileAlone(const std::string& path) {
+  sqlite3* alone = nullptr;
+  const std::string uri = "file:" + path + "?immutable=1";
+  int count = -1;
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_open_v2(uri.c_str(), &alone, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr) ==
+          SQLITE_OK &&
+      sqlite3_prepare_v2(alone, "SELECT count(*) FROM trials", -1, &stmt, nullptr) == SQLITE_OK &&
+      sqlite3_step(stmt) == SQLITE_ROW) {
+    count = sqlite3_column_int(stmt, 0);
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(alone);
+  return count;
+}
+
 // A writer that closes while a reader holds a snapshot (a query of `sweep status`, a notebook's
 // cursor) waits for it to finish, then moves everything into the file and empties the log, so
 // that the file alone holds the sweep: a copy of it is whole.
@@ -660,18 +678,7 @@ TEST_F(StoreTest, AClosingWriterWaitsForAReaderAndLeavesTheLogEmpty) {
   std::error_code ec;
   EXPECT_EQ(std::filesystem::file_size(path_ + "-wal", ec), 0u) << "the log still holds commits";
   sqlite3_close(reader);
-  // The file alone, read as immutable (no log), holds every trial.
-  sqlite3* alone = nullptr;
-  const std::string uri = "file:" + path_ + "?immutable=1";
-  ASSERT_EQ(sqlite3_open_v2(uri.c_str(), &alone, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr),
-            SQLITE_OK);
-  sqlite3_stmt* stmt = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(alone, "SELECT count(*) FROM trials", -1, &stmt, nullptr),
-            SQLITE_OK);
-  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(stmt, 0), 50);
-  sqlite3_finalize(stmt);
-  sqlite3_close(alone);
+  EXPECT_EQ(TrialsInTheFileAlone(path_), 50);
 }
 
 // The write-ahead log deleted under its writer: the commits in it (now reachable only through
@@ -693,18 +700,7 @@ TEST_F(StoreTest, ALogDeletedUnderItsWriterHasItsCommitsMovedIntoTheFile) {
                        "-wal was deleted while this sweep wrote to it; every "
                        "commit was moved into the file"))
       << moved.message();
-  // The file alone (read as immutable: no log) holds both trials.
-  sqlite3* alone = nullptr;
-  const std::string uri = "file:" + path_ + "?immutable=1";
-  ASSERT_EQ(sqlite3_open_v2(uri.c_str(), &alone, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr),
-            SQLITE_OK);
-  sqlite3_stmt* stmt = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(alone, "SELECT count(*) FROM trials", -1, &stmt, nullptr),
-            SQLITE_OK);
-  ASSERT_EQ(sqlite3_step(stmt), SQLITE_ROW);
-  EXPECT_EQ(sqlite3_column_int(stmt, 0), 2);
-  sqlite3_finalize(stmt);
-  sqlite3_close(alone);
+  EXPECT_EQ(TrialsInTheFileAlone(path_), 2);
 }
 
 // The same with a reader holding a snapshot: the checkpoint cannot move every page, and the
