@@ -309,7 +309,8 @@ struct RunRecord {
   off_t stdout_offset = 0;
   int64_t stored_step = 0;
   double stored_epoch = 0;
-  off_t end_offset = -1;  // -1: where the next run starts (or the log's end)
+  off_t end_offset = -1;           // -1: where the next run starts (or the log's end)
+  int64_t stored_epoch_steps = 1;  // TrialTask::stored_epoch_steps when it started
   // How that run numbered its reports: 2, lines of one epoch as one report (StepNumbering);
   // 1 (a record without it, of an earlier version), every line a report of its own.
   int numbering = 2;
@@ -334,6 +335,7 @@ std::vector<RunRecord> ReadRuns(const std::string& path) {
     r.stored_step = j.value("stored_step", int64_t{0});
     r.stored_epoch = j.value("stored_epoch", 0.0);
     r.numbering = j.value("numbering", 1);
+    r.stored_epoch_steps = std::max<int64_t>(1, j.value("epoch_steps", int64_t{1}));
     // Its log was emptied or replaced since those runs: their offsets no longer mean anything.
     if (!runs.empty() && r.stdout_offset < runs.back().stdout_offset) runs.clear();
     runs.push_back(std::move(r));
@@ -364,6 +366,7 @@ bool AppendRun(const std::string& path, const RunRecord& run) {
                              {"stdout_offset", run.stdout_offset},
                              {"stored_step", run.stored_step},
                              {"stored_epoch", run.stored_epoch},
+                             {"epoch_steps", run.stored_epoch_steps},
                              {"numbering", run.numbering}});
 }
 
@@ -435,10 +438,11 @@ void ForEachLine(const std::string& path, off_t begin, off_t end,
 struct StepNumbering {
   int64_t stored_step = 0;
   double stored_epoch = 0;
-  bool by_line = false;  // numbering 1 (RunRecord)
-  int64_t reports = 0;   // report lines read in the run
-  int64_t numbered = 0;  // steps numbered by count
-  int64_t appended = 0;  // steps numbered after the stored ones
+  int64_t stored_epoch_steps = 1;  // see TrialTask
+  bool by_line = false;            // numbering 1 (RunRecord)
+  int64_t reports = 0;             // report lines read in the run
+  int64_t numbered = 0;            // steps numbered by count
+  int64_t appended = 0;            // steps numbered after the stored ones
 
   std::optional<int64_t> Next(const CommandReport& r) {
     ++reports;
@@ -466,8 +470,9 @@ struct StepNumbering {
     }
     std::optional<int64_t> step;
     if (stored_step > 0 && r.epoch) {
-      if (*r.epoch == stored_epoch && !(epoch_step_ && epoch_step_->epoch == *r.epoch)) {
-        step = stored_step;
+      if (*r.epoch == stored_epoch && stored_epoch_seen_ < stored_epoch_steps) {
+        // The last stored epoch printed again: its steps, in order, then new ones.
+        step = stored_step - stored_epoch_steps + 1 + stored_epoch_seen_++;
       } else if (*r.epoch >= stored_epoch) {
         step = stored_step + ++appended;
       }
@@ -516,6 +521,7 @@ struct StepNumbering {
     }
   };
   std::optional<EpochStep> epoch_step_;
+  int64_t stored_epoch_seen_ = 0;  // steps of the last stored epoch printed again so far
 };
 
 class CommandRun {
@@ -541,6 +547,7 @@ class CommandRun {
     if (trial_dir_.empty()) return Failed("command trial without a trial directory");
     numbering_.stored_step = task_.stored_step;
     numbering_.stored_epoch = task_.stored_epoch;
+    numbering_.stored_epoch_steps = std::min(task_.stored_epoch_steps, task_.stored_step);
 
     json values = task_.params.is_object() ? task_.params : json::object();
     values["trial"] = task_.number;
@@ -622,6 +629,7 @@ class CommandRun {
     if (!EndsLine(out_log.get())) WriteAll(out_log.get(), "\n");
     stdout_start_ = ::lseek(out_log.get(), 0, SEEK_END);
     RunRecord run{sweep_key, stdout_start_, numbering_.stored_step, numbering_.stored_epoch};
+    run.stored_epoch_steps = numbering_.stored_epoch_steps;
     if (!AppendRun(runs_path_, run)) {
       // The machine's trouble (a full disk): without the record a later run again would number
       // this run's reports wrongly, so it does not run here.
@@ -1088,6 +1096,7 @@ class CommandRun {
       StepNumbering past;
       past.stored_step = run.stored_step;
       past.stored_epoch = run.stored_epoch;
+      past.stored_epoch_steps = std::min(run.stored_epoch_steps, run.stored_step);
       past.by_line = run.numbering < 2;
       bool diverged = false;
       ForEachLine(stdout_path_, run.stdout_offset, end, [&](const std::string& line) {

@@ -59,8 +59,10 @@ json ToJson(const TrialTask& task) {
   if (task.stop_at_epoch > 0) j["stop_at_epoch"] = task.stop_at_epoch;
   if (task.heartbeat_timeout_s > 0) j["heartbeat_timeout_s"] = task.heartbeat_timeout_s;
   if (task.stored_step > 0) {
-    j["stored"] = {
-        {"step", task.stored_step}, {"epoch", task.stored_epoch}, {"metric", task.stored_metric}};
+    j["stored"] = {{"step", task.stored_step},
+                   {"epoch", task.stored_epoch},
+                   {"metric", task.stored_metric},
+                   {"epoch_steps", task.stored_epoch_steps}};
   }
   if (!task.decision_points.empty() || task.decide_every_report) {
     j["decide"] = {{"at", task.decision_points},
@@ -94,6 +96,10 @@ Result<TrialTask> TrialTaskFromJson(const json& j) {
       t.stored_step = stored->at("step").get<int64_t>();
       t.stored_epoch = stored->at("epoch").get<double>();
       t.stored_metric = stored->at("metric").get<bool>();
+      t.stored_epoch_steps = stored->value("epoch_steps", int64_t{1});
+      if (t.stored_epoch_steps < 1 || t.stored_epoch_steps > t.stored_step) {
+        return Status::InvalidArgument("malformed trial task: stored epoch_steps out of range");
+      }
     }
     if (auto d = j.find("decide"); d != j.end()) {
       t.decision_points = d->at("at").get<std::vector<double>>();

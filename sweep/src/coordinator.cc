@@ -1196,6 +1196,9 @@ class Coordinator {
         task.stored_step = std::max(task.stored_step, r.step);
         task.stored_epoch = std::max(task.stored_epoch, r.epoch);
       }
+      task.stored_epoch_steps = std::max<int64_t>(
+          1, std::count_if(before.begin(), before.end(),
+                           [&](const auto& r) { return r.epoch == task.stored_epoch; }));
       SWEEP_RETURN_IF_ERROR(store_.UpdateTrialStatus(sweep_id_, p.number, TrialStatus::kRunning,
                                                      t.placement, now, t.checkpoint));
       SWEEP_RETURN_IF_ERROR(

@@ -473,6 +473,31 @@ TEST_F(CommandTrialTest, ARunAgainNumbersAnEarlierVersionsRunsAsItDid) {
   EXPECT_EQ(std::get<2>(run.reports[2]), json({{"val_acc", 0.2}}));
 }
 
+// Run again after the store kept two of epoch 3's three loss lines (steps 7 and 8): the epoch
+// printed again maps onto those steps in order, then goes on (step 9, with the epoch's
+// validation line), as an uninterrupted run numbered it: nothing is reported twice.
+TEST_F(CommandTrialTest, ARunAgainMapsAnEpochsLinesOntoItsStoredSteps) {
+  TrialTask task = ShellTask(
+      "for e in 3 4; do for b in 1 2 3; do "
+      "printf 'sweep-report {\"epoch\": %s, \"loss\": 0.%s%s}\\n' $e $e $b; done; "
+      "printf 'sweep-report {\"epoch\": %s, \"val_acc\": 0.%s}\\n' $e $e; done");
+  task.stored_step = 8;
+  task.stored_epoch = 3;
+  task.stored_epoch_steps = 2;
+  task.stored_metric = true;
+  Run run = RunIt(task);
+  ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+  const std::vector<std::pair<int64_t, json>> expected = {
+      {7, {{"loss", 0.31}}},   {8, {{"loss", 0.32}}},   {9, {{"loss", 0.33}}},
+      {9, {{"val_acc", 0.3}}}, {10, {{"loss", 0.41}}},  {11, {{"loss", 0.42}}},
+      {12, {{"loss", 0.43}}},  {12, {{"val_acc", 0.4}}}};
+  ASSERT_EQ(run.reports.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(std::get<0>(run.reports[i]), expected[i].first) << i;
+    EXPECT_EQ(std::get<2>(run.reports[i]), expected[i].second) << i;
+  }
+}
+
 // A program logging several times an epoch without a step: a line that repeats a metric of the
 // epoch's report is a report of its own, so none is dropped; a line that adds the metrics the
 // report lacks joins it.

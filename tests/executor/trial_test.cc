@@ -41,5 +41,31 @@ TEST(TrainerLayoutTest, TheConfigWinsOverTheSlots) {
   EXPECT_EQ(gpus->replicas, 3);
 }
 
+// A run again's stored reports travel with its task (to an agent too): the last step and
+// epoch, whether the metric was among them, and how many steps the last epoch had. A task from
+// a coordinator that does not send the count (an earlier version) gets one step.
+TEST(TrialTaskJsonTest, StoredReportsRoundTrip) {
+  TrialTask task;
+  task.number = 4;
+  task.kind = "command";
+  task.params = nlohmann::json::object();
+  task.settings = nlohmann::json::object();
+  task.stored_step = 8;
+  task.stored_epoch = 3;
+  task.stored_metric = true;
+  task.stored_epoch_steps = 2;
+  nlohmann::json j = ToJson(task);
+  auto back = TrialTaskFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->stored_step, 8);
+  EXPECT_EQ(back->stored_epoch, 3);
+  EXPECT_TRUE(back->stored_metric);
+  EXPECT_EQ(back->stored_epoch_steps, 2);
+  j["stored"].erase("epoch_steps");
+  EXPECT_EQ(TrialTaskFromJson(j)->stored_epoch_steps, 1);
+  j["stored"]["epoch_steps"] = 9;  // more than the stored steps
+  EXPECT_FALSE(TrialTaskFromJson(j).ok());
+}
+
 }  // namespace
 }  // namespace sweep::executor

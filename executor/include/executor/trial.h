@@ -35,6 +35,9 @@ struct TrialTask {
   int64_t stored_step = 0;
   double stored_epoch = 0;
   bool stored_metric = false;
+  // How many stored reports have stored_epoch: that epoch's steps, stored_step the last of
+  // them (a program logging several times an epoch). Its lines printed again map onto them.
+  int64_t stored_epoch_steps = 1;
   // A trainer trial run again: going on from its checkpoint, it first reports the checkpoint's
   // epoch again when that is past stored_step (a trial told to stop checkpoints without waiting
   // to hear that its report was stored, so the store may have lost that report).
