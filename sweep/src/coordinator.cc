@@ -1566,8 +1566,10 @@ class Coordinator {
     }
     std::string one_line = error.substr(0, 400);
     std::replace(one_line.begin(), one_line.end(), '\n', ' ');
-    failing_start_ = "its first " + std::to_string(failed_unreported_) +
-                     " trials all failed before reporting anything, the last (trial " +
+    // Counted in this run, new trials only (see FinishTrial): the words say so on a resume too.
+    failing_start_ = std::to_string(failed_unreported_) +
+                     " new trials all failed before reporting anything (none of the sweep's has "
+                     "succeeded), the last (trial " +
                      std::to_string(number) + ") with: " + executor::Abbreviate(one_line, 300) +
                      "; fix the cause and resume (they run again), or resume with "
                      "--max-initial-failures 0 to go on whatever fails (a cause in the config "

@@ -265,8 +265,9 @@ cpu_slots = 1
   Write("a.toml", make("broken", "4"));
   Output o = Sweep("run a.toml");
   EXPECT_EQ(o.code, 1) << o.err;
-  EXPECT_NE(o.err.find("sweep: stopping: its first 4 trials all failed before reporting "
-                       "anything, the last (trial 3) with: exited with code 3; last lines of "
+  EXPECT_NE(o.err.find("sweep: stopping: 4 new trials all failed before reporting anything "
+                       "(none of the sweep's has succeeded), the last (trial 3) with: exited with "
+                       "code 3; last lines of "
                        "stderr: no GPU here; fix the cause and resume (they run again), or "
                        "resume with --max-initial-failures 0 to go on whatever fails"),
             std::string::npos)
