@@ -198,6 +198,9 @@ Result<std::vector<std::string>> ExpandCommand(const std::vector<std::string>& a
 
 namespace {
 
+// kReportPrefix's word, without the space that may instead be a tab or nothing.
+constexpr std::string_view kReportWord = kReportPrefix.substr(0, kReportPrefix.size() - 1);
+
 // What a terminal shows of a line: the text after its last carriage return (a progress bar
 // drawn over and over before it, as tqdm's on stdout), without the blanks that start it.
 std::string_view Shown(std::string_view line) {
@@ -210,9 +213,9 @@ std::string_view Shown(std::string_view line) {
 }  // namespace
 
 bool MentionsReport(std::string_view line) {
-  const std::string_view word = kReportPrefix.substr(0, kReportPrefix.size() - 1);
-  for (size_t at = line.find(word); at != std::string_view::npos; at = line.find(word, at + 1)) {
-    size_t i = at + word.size();
+  for (size_t at = line.find(kReportWord); at != std::string_view::npos;
+       at = line.find(kReportWord, at + 1)) {
+    size_t i = at + kReportWord.size();
     while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
     if (i < line.size() && line[i] == '{') return true;
   }
@@ -223,7 +226,7 @@ std::optional<Result<CommandReport>> ParseReportLine(std::string_view line) {
   line = Shown(line);
   // "sweep-report" then a space, a tab or the object itself ("sweep-report{...}" is a report
   // with a missing space, not a line of the program's own).
-  const std::string_view word = kReportPrefix.substr(0, kReportPrefix.size() - 1);
+  const std::string_view word = kReportWord;
   if (line.substr(0, word.size()) != word || line.size() == word.size()) return std::nullopt;
   const char after = line[word.size()];
   if (after != ' ' && after != '\t' && after != '{') return std::nullopt;

@@ -458,15 +458,9 @@ struct StepNumbering {
       epoch_step_.reset();
       return *r.step;
     }
-    if (r.epoch && epoch_step_ && epoch_step_->epoch == *r.epoch) {
-      bool repeats = false;
-      for (const auto& [name, value] : r.metrics.items())
-        repeats = repeats || epoch_step_->has(name);
-      for (const std::string& name : r.nonfinite) repeats = repeats || epoch_step_->has(name);
-      if (!repeats) {
-        epoch_step_->Add(r);
-        return epoch_step_->step;
-      }
+    if (r.epoch && epoch_step_ && epoch_step_->epoch == *r.epoch && !epoch_step_->Repeats(r)) {
+      epoch_step_->Add(r);
+      return epoch_step_->step;
     }
     std::optional<int64_t> step;
     if (stored_step > 0 && r.epoch) {
@@ -492,17 +486,13 @@ struct StepNumbering {
   // report had (one step's metrics printed on several lines), that step's; else the step.
   // Sets *disagrees when the report gives an epoch other than the one its step already has.
   double EpochOf(const CommandReport& r, int64_t step, bool* disagrees = nullptr) {
-    const bool same_step = last_step == step;
-    double epoch = static_cast<double>(step);
-    if (r.epoch) {
-      epoch = *r.epoch;
-      if (disagrees != nullptr) *disagrees = same_step && epoch != last_epoch;
-    } else if (same_step) {
-      epoch = last_epoch;
+    if (last_step == step) {
+      if (disagrees != nullptr) *disagrees = r.epoch && *r.epoch != last_epoch;
+      return last_epoch;
     }
-    if (!same_step) last_epoch = epoch;
     last_step = step;
-    return same_step ? last_epoch : epoch;
+    last_epoch = r.epoch.value_or(static_cast<double>(step));
+    return last_epoch;
   }
   std::optional<int64_t> last_step;  // the last report's step, and its epoch
   double last_epoch = 0;
@@ -514,10 +504,20 @@ struct StepNumbering {
     double epoch = 0;
     std::optional<int64_t> step;
     std::set<std::string> names;
-    bool has(const std::string& name) const { return names.contains(name); }
+    // The metric names a report gives: its numbers and its NaNs or infinities.
+    static std::vector<std::string> NamesOf(const CommandReport& r) {
+      std::vector<std::string> out = r.nonfinite;
+      for (const auto& [name, value] : r.metrics.items()) out.push_back(name);
+      return out;
+    }
+    bool Repeats(const CommandReport& r) const {
+      for (const std::string& name : NamesOf(r)) {
+        if (names.contains(name)) return true;
+      }
+      return false;
+    }
     void Add(const CommandReport& r) {
-      for (const auto& [name, value] : r.metrics.items()) names.insert(name);
-      names.insert(r.nonfinite.begin(), r.nonfinite.end());
+      for (std::string& name : NamesOf(r)) names.insert(std::move(name));
     }
   };
   std::optional<EpochStep> epoch_step_;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -155,30 +156,21 @@ nlohmann::json StepValue(const Distribution& d, int64_t k) {
     return static_cast<int64_t>(d.min) + k * static_cast<int64_t>(d.step);
   }
   const double exact = d.min + static_cast<double>(k) * d.step;
-  const double tolerance = d.step * 1e-9;
+  // `exact` printed with `format` at `precision`, read back, when within a billionth of a step.
+  const auto near = [&](const char* format, int precision) -> std::optional<double> {
+    char text[400];  // "%.20f" of 1e300: 301 digits, the point and 20 decimals
+    std::snprintf(text, sizeof text, format, precision, exact);
+    const double shorter = std::strtod(text, nullptr);
+    if (std::fabs(shorter - exact) <= d.step * 1e-9) return shorter;
+    return std::nullopt;
+  };
   // The fewest decimals first (so -0.3 + 3 * 0.1, which is 5.6e-17, is 0), then the fewest
   // significant digits (a step too fine for 20 decimals, 1e-30).
-  double value = exact;
-  bool found = false;
-  char text[400];  // "%.20f" of 1e300: 301 digits, the point and 20 decimals
-  for (int decimals = 0; decimals <= 20 && !found; ++decimals) {
-    std::snprintf(text, sizeof text, "%.*f", decimals, exact);
-    const double shorter = std::strtod(text, nullptr);
-    if (std::fabs(shorter - exact) <= tolerance) {
-      value = shorter;
-      found = true;
-    }
-  }
-  for (int digits = 1; digits <= 17 && !found; ++digits) {
-    std::snprintf(text, sizeof text, "%.*g", digits, exact);
-    const double shorter = std::strtod(text, nullptr);
-    if (std::fabs(shorter - exact) <= tolerance) {
-      value = shorter;
-      found = true;
-    }
-  }
-  value = std::clamp(value, d.min, d.max);
-  return value == 0 ? 0.0 : value;  // not -0.0
+  std::optional<double> value;
+  for (int decimals = 0; decimals <= 20 && !value; ++decimals) value = near("%.*f", decimals);
+  for (int digits = 1; digits <= 17 && !value; ++digits) value = near("%.*g", digits);
+  const double v = std::clamp(value.value_or(exact), d.min, d.max);
+  return v == 0 ? 0.0 : v;  // not -0.0
 }
 
 std::string_view KindName(Distribution::Kind kind) {

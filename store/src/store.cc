@@ -541,10 +541,7 @@ struct Store::Impl {
         std::string since;
         struct stat st {};
         if (identity && ::stat(path.c_str(), &st) == 0 && st.st_size < largest_size) {
-          since = "; it was cut short (from " + std::to_string(largest_size) + " to " +
-                  std::to_string(st.st_size) +
-                  " bytes) while this sweep wrote to it: another program wrote over it (a copy "
-                  "onto it, a truncate)";
+          since = "; it was " + CutShort(st.st_size);
         }
         return Status::Corruption(path + ": database file is corrupt (" + detail + ")" + since +
                                   "; restore it from a backup, or try `sqlite3 " + path +
@@ -756,11 +753,9 @@ struct Store::Impl {
     file_lost = true;
     if (cut) {
       // Still this file, damaged: its log stays beside it, holding the last commits.
-      return Status::IoError(path + ": the database file was cut short (from " +
-                             std::to_string(largest_size) + " to " + std::to_string(st.st_size) +
-                             " bytes) while this sweep wrote to it: another program wrote over "
-                             "it (a copy onto it, a truncate), and it is damaged; nothing more "
-                             "is written. Restore it from a backup, or try `sqlite3 " +
+      return Status::IoError(path + ": the database file was " + CutShort(st.st_size) +
+                             ", and it is damaged; nothing more is written. Restore it from a "
+                             "backup, or try `sqlite3 " +
                              path + " .recover` to save what is left");
     }
     const std::string kept = SetAsideLogFiles();
@@ -776,6 +771,14 @@ struct Store::Impl {
              " at " + path + "-wal";
     }
     return Status::IoError(msg);
+  }
+
+  // What the file being `size` bytes, less than it was under this writer, means: "cut short
+  // (from ...) ...".
+  std::string CutShort(off_t size) const {
+    return "cut short (from " + std::to_string(largest_size) + " to " + std::to_string(size) +
+           " bytes) while this sweep wrote to it: another program wrote over it (a copy onto it, "
+           "a truncate)";
   }
 
   // The identities of this connection's write-ahead log and its index, once they exist.
@@ -1001,17 +1004,6 @@ namespace {
 // reader of a WAL database makes the -wal and -shm files; made by a user who may not write the
 // database (another user, in a shared folder), they would be that user's, and its owner could
 // no longer write it (root's are given to the database's owner, so root is never refused here).
-bool CanOnlyReadInPlace(const std::string& path) {
-  // SQLite follows a link to the file it names, and keeps the -wal beside the file itself.
-  std::error_code ec;
-  std::filesystem::path file = std::filesystem::canonical(path, ec);
-  if (ec) file = path;
-  if (std::filesystem::exists(file.string() + "-wal", ec)) return false;
-  std::filesystem::path dir = file.parent_path();
-  if (dir.empty()) dir = ".";
-  return ::access(dir.c_str(), W_OK) != 0 || ::access(file.c_str(), W_OK) != 0;
-}
-
 // The file `path` names, through links (SQLite keeps its -wal and -shm beside that file).
 std::string RealPath(const std::string& path) {
   std::error_code ec;
@@ -1022,6 +1014,15 @@ std::string RealPath(const std::string& path) {
 bool Exists(const std::string& path) {
   std::error_code ec;
   return std::filesystem::exists(path, ec);
+}
+
+bool CanOnlyReadInPlace(const std::string& path) {
+  // SQLite follows a link to the file it names, and keeps the -wal beside the file itself.
+  const std::filesystem::path file = RealPath(path);
+  if (Exists(file.string() + "-wal")) return false;
+  std::filesystem::path dir = file.parent_path();
+  if (dir.empty()) dir = ".";
+  return ::access(dir.c_str(), W_OK) != 0 || ::access(file.c_str(), W_OK) != 0;
 }
 
 // `path` for a file: URI (percent-encoding what a URI would read as syntax).

@@ -144,13 +144,12 @@ struct RunningTrial {
   int retries = 0;
   int agent_losses = 0;
   bool stop_sent = false;
-  std::string prune_reason;           // set when early stopping asked it to stop
-  bool at_max_resource = false;       // stopped on reaching early_stopping.max_resource
-  bool reached_max_resource = false;  // a command: reported its metric there, and runs on
-  std::optional<double> length;       // the resource it runs to on its own (with early stopping)
-  size_t next_point = 0;              // see TrialTask::IsDecisionPoint
-  bool first_run = false;  // no earlier run of it started (its checkpoint is none of its)
-  std::string checkpoint;  // where this run checkpoints, as the store names it
+  std::string prune_reason;      // set when early stopping asked it to stop
+  bool at_max_resource = false;  // stopped on reaching early_stopping.max_resource
+  std::optional<double> length;  // the resource it runs to on its own (with early stopping)
+  size_t next_point = 0;         // see TrialTask::IsDecisionPoint
+  bool first_run = false;        // no earlier run of it started (its checkpoint is none of its)
+  std::string checkpoint;        // where this run checkpoints, as the store names it
 };
 
 constexpr int kLocalServer = 0;
@@ -335,7 +334,7 @@ class Coordinator {
       }
       if (!length && !was_pruned && metric_at_cap_.contains(t.number)) {
         // A command that had reported the sweep's metric at max_resource, and ran on (its own
-        // end) until the coordinator died: its result is there, as live (reached_max_resource).
+        // end) until the coordinator died: its result is there, as live (ReachedMaxResource).
         SWEEP_RETURN_IF_ERROR(CompleteOnResume(t, CapNote()));
         continue;
       }
@@ -516,9 +515,6 @@ class Coordinator {
     return config_.kind == TrialKind::kFunction ? static_cast<double>(step) : epoch;
   }
 
-  // The scheduler's view of a report: the resource is the epoch for trainer trials and the step
-  // for the others; the value is the sweep's metric (null, as JSON writes NaN, reads as NaN).
-  // Used for live reports and for replays alike, so both see the same numbers.
   // A report of a step already stored: the metrics the stored report lacks are added to it (the
   // values it has stand), and returned, an object; `ev` takes the stored report's epoch. When
   // the sweep's metric or stop_when's is among them, the report moves to the end of the arrival
@@ -545,6 +541,9 @@ class Coordinator {
     return added;
   }
 
+  // The scheduler's view of a report: the resource is the epoch for trainer trials and the step
+  // for the others; the value is the sweep's metric (null, as JSON writes NaN, reads as NaN).
+  // Used for live reports and for replays alike, so both see the same numbers.
   std::optional<search::Report> SchedulerReport(int64_t trial, int64_t step, double epoch,
                                                 const json& metrics) const {
     if (!metrics.is_object()) return std::nullopt;
@@ -878,6 +877,12 @@ class Coordinator {
     return std::nullopt;
   }
 
+  // A command (a trial of unknown length) that reported the sweep's metric at max_resource, in
+  // this run or an earlier one: its result is there, whatever ends it after.
+  bool ReachedMaxResource(int64_t number, const RunningTrial& t) const {
+    return !t.length && metric_at_cap_.contains(number);
+  }
+
   // How a trial that was stopped ends: pruned (early stopping decided), completed (it met
   // stop_when, or reached max_resource), or else interrupted with `why`.
   std::pair<TrialStatus, std::string> StoppedOutcome(int64_t number, const RunningTrial& t,
@@ -885,7 +890,9 @@ class Coordinator {
     if (!t.prune_reason.empty()) return {TrialStatus::kPruned, t.prune_reason};
     // It reached the target that ended the sweep: its result is the one sought.
     if (target_trials_.contains(number)) return {TrialStatus::kCompleted, TargetNote()};
-    if (t.at_max_resource || t.reached_max_resource) return {TrialStatus::kCompleted, CapNote()};
+    if (t.at_max_resource || ReachedMaxResource(number, t)) {
+      return {TrialStatus::kCompleted, CapNote()};
+    }
     return {TrialStatus::kInterrupted, why};
   }
 
@@ -1174,7 +1181,6 @@ class Coordinator {
     }
     t.started_s = now;
     t.first_run = !rerun || p.never_ran;
-    t.reached_max_resource = !t.length && metric_at_cap_.contains(p.number);
     t.prune_reason = p.finish_pruned;
     t.at_max_resource = p.finish_at_cap;
     t.checkpoint = RunCheckpointPath(p.number, server);
@@ -1396,7 +1402,6 @@ class Coordinator {
           // whatever ends it after (its own end-of-run work failing or hanging to its timeout,
           // a stop): it is not stopped, so a program that ends there finishes undisturbed.
           if (!t.length && report->resource >= scheduler_->MaxResource(ev.trial)) {
-            t.reached_max_resource = true;
             metric_at_cap_.insert(ev.trial);
           }
         }
@@ -1478,7 +1483,7 @@ class Coordinator {
           // It had reached max_resource; what ended it while it stopped does not undo that.
           status = TrialStatus::kCompleted;
           error = CapNote();
-        } else if (t.reached_max_resource && t.prune_reason.empty()) {
+        } else if (ReachedMaxResource(ev.trial, t) && t.prune_reason.empty()) {
           // Its result is its report there; what failed after is said beside it.
           status = TrialStatus::kCompleted;
           error = CapNote() + "; after that: " + ev.error;
@@ -1630,20 +1635,16 @@ class Coordinator {
         break;
       case TrialStatus::kFailed:
         ++counts_.failed;
-        // Failed before it reported anything: a program that cannot run, a setting that
-        // breaks at once (not a trial that diverged or crashed later).
-        // A first run only: one run again (requeued when such failures stopped the sweep
-        // before) has had its chance, and counting it again would stop every resume of a sweep
-        // whose first trials fail for their parameters (a region that runs out of memory).
+        // Failed before it reported anything (a program that cannot run, a setting that breaks
+        // at once), in its first run: one run again (requeued when such failures stopped the
+        // sweep before) has had its chance, and counting it again would stop every resume of a
+        // sweep whose first trials fail for their parameters (a region that runs out of memory).
+        // Once the sweep stops for them, each such failure is requeued as it comes.
         if (t.metrics.empty() && t.first_run) {
           ++failed_unreported_;
           if (counts_.completed + counts_.pruned == 0) initial_failures_.push_back(number);
-          if (!failing_start_.empty()) {
-            SWEEP_RETURN_IF_ERROR(RequeueInitialFailures(now));  // failed while the sweep stops
-          } else {
-            NoteInitialFailure(number, t, error);
-            if (!failing_start_.empty()) SWEEP_RETURN_IF_ERROR(RequeueInitialFailures(now));
-          }
+          if (failing_start_.empty()) NoteInitialFailure(number, t, error);
+          if (!failing_start_.empty()) SWEEP_RETURN_IF_ERROR(RequeueInitialFailures(now));
         }
         break;
       case TrialStatus::kPruned:

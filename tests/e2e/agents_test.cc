@@ -81,10 +81,30 @@ class AgentsTest : public E2eTest {
     return pid;
   }
 
-  pid_t StartAgent(const std::string& name, int port, const std::string& token = "tok") {
+  pid_t StartAgent(const std::string& name, int port, const std::string& token = "tok",
+                   const std::string& env = "") {
     return Spawn("agent --connect 127.0.0.1:" + std::to_string(port) + " --token-file " + token +
                      " --cpu-slots 2 --name " + name,
-                 "agent-" + name + ".log");
+                 "agent-" + name + ".log", env);
+  }
+
+  // The sweep of m.toml (the caller's: command trials of `mytrain`, found on PATH) runs on agent
+  // "bad" (its environment `bad_env`) until the coordinator retires it, then on agent "good",
+  // whose PATH has bin/, with a `mytrain` that reports, to the sweep's end.
+  void RetireBadThenRunOnGood(const std::string& bad_env) {
+    fs::create_directories(dir_ / "bin");
+    Write("bin/mytrain", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
+    fs::permissions(dir_ / "bin/mytrain", fs::perms::owner_all);
+    int port = 0;
+    pid_t coordinator = StartCoordinator("m.toml", &port);
+    ASSERT_GT(port, 0) << Log("coordinator.log");
+    StartAgent("bad", port, "tok", bad_env);
+    ASSERT_TRUE(WaitUntil(
+        [&] { return Log("coordinator.log").find("no more trials on bad") != std::string::npos; },
+        30))
+        << Log("coordinator.log");
+    StartAgent("good", port, "tok", "PATH=" + (dir_ / "bin").string() + ":/usr/bin:/bin");
+    ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
   }
 
   // A program whose first run sets TRAP, touches `running` and runs until it is ended; a run
@@ -843,24 +863,11 @@ TEST_F(AgentsTest, AnAgentsCheckpointIsNamedWhereItIs) {
 // sweep) takes no more trials after the first it cannot start; that one runs again, on an agent
 // that has the program, and no trial fails.
 TEST_F(AgentsTest, AnAgentWithoutTheProgramIsRetiredNotEveryTrialFailed) {
-  fs::create_directory(dir_ / "bin");
-  Write("bin/mytrain", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
-  fs::permissions(dir_ / "bin/mytrain", fs::perms::owner_all);
   Write("m.toml",
         "[sweep]\nname = \"path\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 4\n"
         "[trial]\nkind = \"command\"\ncommand = [\"mytrain\"]\n");
-  int port = 0;
-  pid_t coordinator = StartCoordinator("m.toml", &port);
-  ASSERT_GT(port, 0) << Log("coordinator.log");
-  StartAgent("bad", port);
-  ASSERT_TRUE(WaitUntil(
-      [&] { return Log("coordinator.log").find("no more trials on bad") != std::string::npos; },
-      30))
-      << Log("coordinator.log");
-  Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
-            " --token-file tok --cpu-slots 2 --name good",
-        "agent-good.log", "PATH=" + (dir_ / "bin").string() + ":/usr/bin:/bin");
-  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  RetireBadThenRunOnGood("");
+  if (HasFatalFailure()) return;
   EXPECT_NE(
       Log("coordinator.log").find("'mytrain' is not an executable program on PATH on this machine"),
       std::string::npos)
@@ -879,29 +886,14 @@ TEST_F(AgentsTest, AnAgentWithoutTheProgramIsRetiredNotEveryTrialFailed) {
 // before a sweep where its own slots would run it) is retired in the same way: its trials run
 // again elsewhere, failing none, and it takes no more.
 TEST_F(AgentsTest, AnAgentWhoseCopyOfTheProgramCannotRunIsRetiredToo) {
-  for (const char* folder : {"bin", "bin-bad"}) fs::create_directory(dir_ / folder);
-  Write("bin/mytrain", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
+  fs::create_directory(dir_ / "bin-bad");
   Write("bin-bad/mytrain", "echo 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
-  for (const char* file : {"bin/mytrain", "bin-bad/mytrain"}) {
-    fs::permissions(dir_ / file, fs::perms::owner_all);
-  }
+  fs::permissions(dir_ / "bin-bad/mytrain", fs::perms::owner_all);
   Write("m.toml",
         "[sweep]\nname = \"copy\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 4\n"
         "[trial]\nkind = \"command\"\ncommand = [\"mytrain\"]\nmax_initial_failures = 1\n");
-  int port = 0;
-  pid_t coordinator = StartCoordinator("m.toml", &port);
-  ASSERT_GT(port, 0) << Log("coordinator.log");
-  Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
-            " --token-file tok --cpu-slots 2 --name bad",
-        "agent-bad.log", "PATH=" + (dir_ / "bin-bad").string() + ":/usr/bin:/bin");
-  ASSERT_TRUE(WaitUntil(
-      [&] { return Log("coordinator.log").find("no more trials on bad") != std::string::npos; },
-      30))
-      << Log("coordinator.log");
-  Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
-            " --token-file tok --cpu-slots 2 --name good",
-        "agent-good.log", "PATH=" + (dir_ / "bin").string() + ":/usr/bin:/bin");
-  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  RetireBadThenRunOnGood("PATH=" + (dir_ / "bin-bad").string() + ":/usr/bin:/bin");
+  if (HasFatalFailure()) return;
   EXPECT_NE(Log("coordinator.log").find("it has no #! line and is not a binary"), std::string::npos)
       << Log("coordinator.log");
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed' AND placement LIKE "
