@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -32,6 +33,7 @@
 #include <nccl.h>
 #endif
 
+#include "batcher.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_buffer.h"
 #include "cuda/ops.h"
@@ -193,6 +195,26 @@ double StreamMs(cudaStream_t stream, int warmup, int iters, Fn&& fn) {
   if (a != nullptr) cudaEventDestroy(a);
   if (b != nullptr) cudaEventDestroy(b);
   return ok ? ms / iters : -1;
+}
+
+// GB/s of one cudaMemcpyAsync of `bytes` from pinned host memory to the device (the streamed
+// path's copy of a batch), over 20 copies after 3; -1 on failure.
+double PinnedCopyGbps(size_t bytes) {
+  if (cudaSetDevice(0) != cudaSuccess) return -1;
+  void *host = nullptr, *dev = nullptr;
+  cudaStream_t stream = nullptr;
+  double ms = -1;
+  if (cudaHostAlloc(&host, bytes, cudaHostAllocDefault) == cudaSuccess &&
+      cudaMalloc(&dev, bytes) == cudaSuccess && cudaStreamCreate(&stream) == cudaSuccess) {
+    std::memset(host, 1, bytes);
+    ms = StreamMs(stream, 3, 20, [&] {
+      return cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream) == cudaSuccess;
+    });
+  }
+  if (stream != nullptr) cudaStreamDestroy(stream);
+  if (dev != nullptr) cudaFree(dev);
+  if (host != nullptr) cudaFreeHost(host);
+  return ms > 0 ? static_cast<double>(bytes) / (ms * 1e-3) / 1e9 : -1;
 }
 
 // ---- cuBLAS alone on one training step's GEMMs ----
@@ -510,6 +532,14 @@ int main(int argc, char** argv) {
       if (streamed.ok) {
         std::printf("  ours, batches streamed from the host: %.0f samples/s, data_wait %.2f%%\n",
                     streamed.samples_per_s, 100 * streamed.wait_share);
+        // What bounds that path: the copy of a batch of floats, and the host's gathering.
+        const size_t batch_bytes = static_cast<size_t>(c.batch) * 784 * sizeof(float);
+        const double h2d = PinnedCopyGbps(batch_bytes);
+        std::printf(
+            "  its ceilings: copying a batch (%.1f MB of floats) from pinned memory %.1f GB/s, "
+            "%.0f samples/s; gathering on the host with up to %d thread(s)\n",
+            batch_bytes / 1e6, h2d, h2d > 0 ? h2d * 1e9 / (784 * sizeof(float)) : 0.0,
+            sweep::trainer::GpuGatherThreads());
       } else {
         std::printf("  ours, streamed: FAILED: %s\n", streamed.error.c_str());
         ++missing;

@@ -7,7 +7,9 @@
 #   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths);
 #   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin;
 #   4. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store, then the same
-#      sweep on the CPU, and bench/gpu/compare_rankings.py on the two (same ranking quality).
+#      sweep on the CPU, and bench/gpu/compare_rankings.py on the two (same ranking quality);
+#   5. the GPU tests again under compute-sanitizer's memcheck (out-of-bounds and misaligned
+#      accesses, leaks, failed CUDA calls), where the machine has compute-sanitizer.
 # Run from the repository root: bench/gpu/run_on_gpu.sh [BUILD_DIR] [DATA_DIR]
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
 # running all of them.
@@ -172,6 +174,19 @@ else
   status=1
 fi
 rm -rf "$scratch"
+
+step "GPU tests under compute-sanitizer (memcheck)"
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [[ ! -x "$sanitizer" ]]; then
+  echo "no compute-sanitizer on this machine: not run"
+elif t=$(allot); then
+  timeout "$t" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 3 \
+    "$build/tests/trainer/sweep_trainer_cuda_tests" --gtest_brief=1 2>&1 | tail -40
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+else
+  echo "$t"
+  status=1
+fi
 
 step "done: exit status $status"
 exit $status

@@ -802,5 +802,63 @@ TEST(Batcher, SlotsComeFromTheGivenAllocator) {
   EXPECT_EQ(alloc.freed, 3);
 }
 
+// A batch large enough is split among gather threads, each writing its own rows: the batches
+// are the same as one thread gathers, for every consumer, epoch after epoch, with a last share
+// shorter than the others; and the Batcher stops its helpers with batches unread.
+TEST(Batcher, ThreadsSharingAGatherWriteWhatOneThreadWrites) {
+  Dataset meta;
+  meta.n = 3000;
+  meta.dim = 784;
+  meta.num_classes = 10;
+  std::vector<uint8_t> pixels(static_cast<size_t>(meta.n * meta.dim));
+  uint32_t state = 12345;
+  for (uint8_t& p : pixels) {
+    state = state * 1664525u + 1013904223u;
+    p = static_cast<uint8_t>(state >> 24);
+  }
+  std::vector<int32_t> labels(static_cast<size_t>(meta.n));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
+  const DatasetPtr ds = MakeDataset(meta, std::move(pixels), {}, std::move(labels));
+  const int batch = 1499;  // 1499 x 784 floats: 4 shares of at least 2^18, the last 374 rows
+
+  // A small batch stays with one thread, and no more threads than asked for are used.
+  EXPECT_EQ(Batcher(ds, 256, 1, kPrefetchDepth, 0, nullptr, 4).gather_parts(), 1);
+  EXPECT_EQ(Batcher(ds, batch, 1, kPrefetchDepth, 0, nullptr, 2).gather_parts(), 2);
+  EXPECT_EQ(Batcher(ds, batch, 1, kPrefetchDepth, 0, nullptr, 1).gather_parts(), 1);
+
+  std::vector<int32_t> order(static_cast<size_t>(meta.n));
+  std::iota(order.begin(), order.end(), 0);
+  const size_t batch_floats = static_cast<size_t>(batch * meta.dim);
+  {
+    Batcher batcher(ds, batch, /*consumers=*/2, kPrefetchDepth, /*lag=*/1, nullptr, 8);
+    ASSERT_EQ(batcher.gather_parts(), 4);
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      std::rotate(order.begin(), order.begin() + 777, order.end());
+      batcher.StartEpoch(order.data(), 2);
+      std::vector<std::thread> threads;
+      std::vector<int> bad(2, 0);
+      for (int c = 0; c < 2; ++c) {
+        threads.emplace_back([&, c] {
+          double wait = 0;
+          std::vector<float> x(batch_floats);
+          std::vector<int32_t> y(static_cast<size_t>(batch));
+          for (int k = 0; k < 2; ++k) {
+            const Batcher::Batch b = batcher.Next(c, &wait);
+            ds->Gather(order.data() + static_cast<ptrdiff_t>(k) * batch, batch, x.data(), y.data());
+            bad[static_cast<size_t>(c)] +=
+                std::memcmp(b.x, x.data(), x.size() * sizeof(float)) != 0 ||
+                std::memcmp(b.y, y.data(), y.size() * sizeof(int32_t)) != 0;
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      EXPECT_EQ(bad, (std::vector<int>{0, 0})) << "epoch " << epoch;
+    }
+    batcher.StartEpoch(order.data(), 2);
+    double wait = 0;
+    batcher.Next(0, &wait);
+  }
+}
+
 }  // namespace
 }  // namespace sweep::trainer

@@ -10,8 +10,13 @@
 
 namespace sweep::trainer {
 
+int GpuGatherThreads() {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  return std::clamp(cores / 4, 1, 8);
+}
+
 Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int lag,
-                 HostAllocator* alloc)
+                 HostAllocator* alloc, int gather_threads)
     : data_(std::move(data)),
       batch_size_(batch_size),
       slots_(depth + lag + 1),
@@ -38,7 +43,62 @@ Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int 
     for (Block& b : blocks_) Release(&b);
     throw;
   }
+  const int64_t floats = static_cast<int64_t>(batch_size) * data_->dim;
+  parts_ = static_cast<int>(
+      std::clamp<int64_t>(std::min<int64_t>(floats / kMinGatherFloatsPerThread, batch_size), 1,
+                          std::max(gather_threads, 1)));
+  if (parts_ > 1) {
+    start_ = std::make_unique<std::barrier<>>(parts_);
+    done_ = std::make_unique<std::barrier<>>(parts_);
+    try {
+      for (int p = 1; p < parts_; ++p) helpers_.emplace_back([this, p] { Help(p); });
+    } catch (...) {
+      // The helpers that never started will not arrive: drop them, then stop the others.
+      for (int p = static_cast<int>(helpers_.size()) + 1; p < parts_; ++p) {
+        start_->arrive_and_drop();
+      }
+      StopHelpers();
+      for (Block& b : blocks_) Release(&b);
+      throw;
+    }
+  }
   thread_ = std::thread([this] { Produce(); });
+}
+
+void Batcher::StopHelpers() {
+  if (helpers_.empty()) return;
+  helpers_stop_ = true;
+  start_->arrive_and_wait();
+  for (std::thread& t : helpers_) t.join();
+  helpers_.clear();
+}
+
+void Batcher::Help(int part) {
+  for (;;) {
+    start_->arrive_and_wait();
+    if (helpers_stop_) return;
+    GatherPart(part);
+    done_->arrive_and_wait();
+  }
+}
+
+void Batcher::GatherPart(int part) {
+  const int64_t b = batch_size_, per = (b + parts_ - 1) / parts_;
+  const int64_t begin = std::min(b, part * per), end = std::min(b, begin + per);
+  if (begin < end) {
+    data_->Gather(job_.rows + begin, end - begin, job_.x + begin * data_->dim, job_.y + begin);
+  }
+}
+
+void Batcher::GatherBatch(const int32_t* rows, size_t slot) {
+  if (parts_ == 1) {
+    data_->Gather(rows, batch_size_, x_[slot], y_[slot]);
+    return;
+  }
+  job_ = {rows, x_[slot], y_[slot]};
+  start_->arrive_and_wait();
+  GatherPart(0);
+  done_->arrive_and_wait();
 }
 
 Batcher::~Batcher() {
@@ -48,6 +108,7 @@ Batcher::~Batcher() {
   }
   freed_cv_.notify_all();
   thread_.join();
+  StopHelpers();
   for (Block& b : blocks_) Release(&b);
 }
 
@@ -114,7 +175,7 @@ void Batcher::Produce() {
     const int32_t* rows = order_ + k * batch_size_;
     gathering_ = true;
     lock.unlock();
-    data_->Gather(rows, batch_size_, x_[slot], y_[slot]);
+    GatherBatch(rows, slot);
     lock.lock();
     gathering_ = false;
     ++produced_;

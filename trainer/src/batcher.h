@@ -3,10 +3,14 @@
 // data-parallel group: every batch goes to all of them (each reads its own rows of it), and a
 // slot is reused only once every consumer has moved past it. One producer thread inside; each
 // consumer index is used by one thread at a time; StartEpoch while no consumer is in Next.
+// A large batch may be gathered by several threads at once (gather_threads): the producer and
+// helpers that each write their own rows of it.
 #pragma once
 
+#include <barrier>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -16,6 +20,14 @@
 namespace sweep::trainer {
 
 inline constexpr int kPrefetchDepth = 2;
+// A thread of a parallel gather writes at least this many floats of a batch (1 MiB): a smaller
+// share costs more in waking and waiting than it saves.
+inline constexpr int64_t kMinGatherFloatsPerThread = int64_t{1} << 18;
+
+// How many threads gather a GPU group's batches: the host must feed a GPU that consumes
+// millions of samples a second, and a quarter of the machine's cores, up to 8, leaves the rest
+// to the trials packed beside it.
+int GpuGatherThreads();
 
 // Memory for the Batcher's slots, from a backend (a GPU's pinned host memory, so that copies out
 // of the slots are asynchronous DMA). Allocate throws on failure (Train() catches it); both are
@@ -37,8 +49,10 @@ class Batcher {
   // lag: how many batches the fastest consumer may run ahead of the slowest without waiting
   // for a free slot (the micro-batches of one optimizer step, when consumers sync per step).
   // alloc (null: ordinary memory) holds the slots; it must outlive the Batcher.
+  // gather_threads: at most how many threads gather one batch, each at least
+  // kMinGatherFloatsPerThread of it; the batches are the same whatever the number.
   Batcher(DatasetPtr data, int batch_size, int consumers = 1, int depth = kPrefetchDepth,
-          int lag = 0, HostAllocator* alloc = nullptr);
+          int lag = 0, HostAllocator* alloc = nullptr, int gather_threads = 1);
   ~Batcher();  // stops and joins the producer, also mid-epoch
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -57,8 +71,16 @@ class Batcher {
   // for the rest of the Batcher's life.
   void Cancel();
 
+  // How many threads gather each batch (1: the producer alone).
+  int gather_parts() const { return parts_; }
+
  private:
   void Produce();
+  // Writes rows order[k B, (k + 1) B) into `slot`, split among the helpers when there are any.
+  void GatherBatch(const int32_t* rows, size_t slot);
+  void GatherPart(int part);  // part p of the batch job_ names
+  void Help(int part);        // a helper's loop
+  void StopHelpers();
   int64_t MinReleased() const;  // under mu_
 
   const DatasetPtr data_;
@@ -86,6 +108,19 @@ class Batcher {
   bool gathering_ = false;         // the producer is writing a slot outside the lock
   bool stop_ = false;
   bool cancelled_ = false;
+  // The parallel gather: parts_ threads (the producer is part 0) meet at start_ once job_ is
+  // set and at done_ once each has written its rows; job_ and helpers_stop_ are written only
+  // by the thread that arrives at start_ after writing them, so the barrier orders them.
+  int parts_ = 1;
+  struct Job {
+    const int32_t* rows = nullptr;
+    float* x = nullptr;
+    int32_t* y = nullptr;
+  } job_;
+  bool helpers_stop_ = false;
+  std::unique_ptr<std::barrier<>> start_, done_;
+  std::vector<std::thread> helpers_;
+
   std::thread thread_;  // last: starts once everything above is ready
 };
 

@@ -301,8 +301,11 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   }
   std::unique_ptr<Batcher> batcher;
   if (!resident) {
-    batcher = std::make_unique<Batcher>(train, B, R, kPrefetchDepth, R > 1 ? K : 0,
-                                        group->host_allocator());
+    // A GPU consumes batches faster than one thread gathers them; on the CPU the cores are
+    // the replicas' own.
+    HostAllocator* const pinned = group->host_allocator();
+    batcher = std::make_unique<Batcher>(train, B, R, kPrefetchDepth, R > 1 ? K : 0, pinned,
+                                        pinned != nullptr ? GpuGatherThreads() : 1);
   }
   std::vector<std::vector<float>> eval_x(static_cast<size_t>(R));
   std::vector<std::vector<int32_t>> eval_y(static_cast<size_t>(R));
