@@ -8,7 +8,9 @@
 #   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin;
 #   4. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store, then the same
 #      sweep on the CPU, and bench/gpu/compare_rankings.py on the two (same ranking quality);
-#   5. the GPU tests again under compute-sanitizer's memcheck (out-of-bounds and misaligned
+#   5. trials that fail on the GPU (out of GPU memory, a diverged loss) beside one that does not
+#      (bench/gpu/check_gpu_failures.py), and the quickstart sweep with 4 trials sharing the GPU;
+#   6. the GPU tests again under compute-sanitizer's memcheck (out-of-bounds and misaligned
 #      accesses, leaks, failed CUDA calls), where the machine has compute-sanitizer.
 # Run from the repository root: bench/gpu/run_on_gpu.sh [BUILD_DIR] [DATA_DIR]
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
@@ -169,6 +171,51 @@ if t=$(allot); then
   nvidia-smi -L > /dev/null 2>&1 && expect=(--expect-gpu)
   python3 bench/gpu/compare_rankings.py "$scratch/gpu.json" "$scratch/cpu.json" "${expect[@]}" ||
     status=1
+else
+  echo "$t"
+  status=1
+fi
+
+step "trials that fail on the GPU, and 4 trials sharing it"
+if t=$(allot); then
+  cat > "$scratch/failures.toml" <<EOF
+[sweep]
+name = "gpu_failures"
+metric = "val_acc"
+mode = "max"
+[search]
+algorithm = "grid"
+[parameters]
+hidden = { values = [[256], [60000, 60000, 60000]] }
+lr = { values = [0.05, 1e30] }
+momentum = 0.9
+batch_size = 256
+epochs = 2
+[trial]
+kind = "trainer"
+gpus = 1
+max_retries = 0
+[trainer]
+model = "mlp"
+dataset = "$data"
+validation_fraction = 0.1
+EOF
+  # Some trials fail, one completes: the sweep itself succeeds (exit status 0).
+  timeout "$t" "$build/sweep/sweep" run "$scratch/failures.toml" --db "$scratch/failures.db" ||
+    status=1
+  "$build/sweep/sweep" trials gpu_failures --db "$scratch/failures.db" --json \
+    > "$scratch/failures.json" || status=1
+  python3 bench/gpu/check_gpu_failures.py "$scratch/failures.json" || status=1
+else
+  echo "$t"
+  status=1
+fi
+if t=$(allot); then
+  sed 's/^gpus = 1$/gpus = 1\ngpu_share = 4/' "$scratch/quickstart.toml" > "$scratch/shared.toml"
+  grep -q '^gpu_share = 4$' "$scratch/shared.toml" || { echo "no gpu_share in the config"; status=1; }
+  timeout "$t" "$build/sweep/sweep" run "$scratch/shared.toml" --db "$scratch/shared.db" ||
+    status=1
+  "$build/sweep/sweep" status quickstart --db "$scratch/shared.db" || status=1
 else
   echo "$t"
   status=1
