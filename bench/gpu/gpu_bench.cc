@@ -532,13 +532,14 @@ int main(int argc, char** argv) {
       if (streamed.ok) {
         std::printf("  ours, batches streamed from the host: %.0f samples/s, data_wait %.2f%%\n",
                     streamed.samples_per_s, 100 * streamed.wait_share);
-        // What bounds that path: the copy of a batch of floats, and the host's gathering.
-        const size_t batch_bytes = static_cast<size_t>(c.batch) * 784 * sizeof(float);
+        // What bounds that path: the copy of a batch of pixels (the GPU scales them), and the
+        // host's gathering.
+        const size_t batch_bytes = static_cast<size_t>(c.batch) * 784;
         const double h2d = PinnedCopyGbps(batch_bytes);
         std::printf(
-            "  its ceilings: copying a batch (%.1f MB of floats) from pinned memory %.1f GB/s, "
-            "%.0f samples/s; gathering on the host with up to %d thread(s)\n",
-            batch_bytes / 1e6, h2d, h2d > 0 ? h2d * 1e9 / (784 * sizeof(float)) : 0.0,
+            "  its ceilings: copying a batch (%.1f MB of uint8 pixels) from pinned memory %.1f "
+            "GB/s, %.0f samples/s; gathering on the host with up to %d thread(s)\n",
+            batch_bytes / 1e6, h2d, h2d > 0 ? h2d * 1e9 / 784 : 0.0,
             sweep::trainer::GpuGatherThreads());
       } else {
         std::printf("  ours, streamed: FAILED: %s\n", streamed.error.c_str());

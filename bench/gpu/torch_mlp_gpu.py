@@ -5,9 +5,10 @@ Same model (Linear/ReLU stack, 10 classes), SGD momentum 0.9, cross-entropy, bat
 a per-epoch permutation with the last partial batch dropped. fp32 runs with TF32 matmuls (what
 the trainer does by default); bf16 runs under torch.autocast (bf16 matmul inputs, fp32 master
 weights, as the trainer's bf16). Two input modes:
-  host      each batch gathered on the CPU straight into one of two preallocated pinned
-            buffers and sent with a non_blocking copy (the trainer's streamed path; a buffer is
-            refilled only after its copy has finished)
+  host      each batch's uint8 pixels gathered on the CPU straight into one of two
+            preallocated pinned buffers, sent with a non_blocking copy and scaled by 1/255 on
+            the GPU (the trainer's streamed path; a buffer is refilled only after its copy has
+            finished)
   resident  the whole dataset moved to the GPU once; batches indexed there (no copies)
 Prints samples_per_s over training steps only (the first epoch is warm-up and not counted when
 there are several) and the test accuracy.
@@ -62,8 +63,9 @@ def main():
     except (AttributeError, AssertionError):
         torch.backends.cuda.matmul.allow_tf32 = True
     torch.manual_seed(0)
-    xtr = torch.tensor(idx(find(a.data, "train-images-idx3-ubyte")).reshape(-1, 784),
-                       dtype=torch.float32) / 255
+    pixels = torch.tensor(idx(find(a.data, "train-images-idx3-ubyte")).reshape(-1, 784),
+                          dtype=torch.uint8)
+    xtr = pixels.to(torch.float32) / 255
     ytr = torch.tensor(idx(find(a.data, "train-labels-idx1-ubyte")), dtype=torch.long)
     xte = torch.tensor(idx(find(a.data, "t10k-images-idx3-ubyte")).reshape(-1, 784),
                        dtype=torch.float32) / 255
@@ -71,7 +73,8 @@ def main():
     if a.input == "resident":
         xtr, ytr = xtr.to(dev), ytr.to(dev)
     else:
-        pinned_x = [torch.empty((a.batch, 784), pin_memory=True) for _ in range(2)]
+        pinned_x = [torch.empty((a.batch, 784), dtype=torch.uint8, pin_memory=True)
+                    for _ in range(2)]
         pinned_y = [torch.empty((a.batch,), dtype=torch.long, pin_memory=True) for _ in range(2)]
         copied = [None, None]
 
@@ -98,9 +101,9 @@ def main():
                 k = steps % 2
                 if copied[k] is not None:
                     copied[k].synchronize()
-                torch.index_select(xtr, 0, rows, out=pinned_x[k])
+                torch.index_select(pixels, 0, rows, out=pinned_x[k])
                 torch.index_select(ytr, 0, rows, out=pinned_y[k])
-                xb = pinned_x[k].to(dev, non_blocking=True)
+                xb = pinned_x[k].to(dev, non_blocking=True).to(torch.float32) / 255
                 yb = pinned_y[k].to(dev, non_blocking=True)
                 copied[k] = torch.cuda.Event()
                 copied[k].record()

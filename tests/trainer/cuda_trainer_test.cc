@@ -241,6 +241,19 @@ TEST_F(CudaGroup, HeldDatasetGathersWhatTheHostGathers) {
         gathered.losses.back(), fed.losses.back());
     EXPECT_EQ(gathered.losses, fed.losses) << kind;
     EXPECT_EQ(gathered.state.params, fed.state.params) << kind;
+    if (!set->u8.empty()) {
+      // Streamed as the set's pixels, scaled on the device: the same floats as the host's.
+      Batches raw;
+      raw.pixels.resize(rows.idx.size() * testing::kInputs);
+      raw.y.resize(rows.idx.size());
+      set->GatherPixels(rows.idx.data(), static_cast<int64_t>(rows.idx.size()), raw.pixels.data(),
+                        raw.y.data());
+      const RunResult scaled = OnGpu(spec, kSteps, 1, raw);
+      std::printf("  %s: %d steps fed as arrays and as pixels: weights %s\n", kind, kSteps,
+                  scaled.state.params == fed.state.params ? "identical" : "DIFFER");
+      EXPECT_EQ(scaled.losses, fed.losses) << kind;
+      EXPECT_EQ(scaled.state.params, fed.state.params) << kind;
+    }
   }
 }
 

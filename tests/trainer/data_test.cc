@@ -737,7 +737,7 @@ TEST(Batcher, CancelReleasesAConsumerWaitingForAFailedOne) {
   std::thread ahead([&] {
     double w = 0;
     int k = 0;
-    while (batcher.Next(0, &w).x != nullptr) ++k;
+    while (batcher.Next(0, &w).y != nullptr) ++k;
     taken.set_value(k);
   });
   std::future<int> done = taken.get_future();
@@ -858,6 +858,52 @@ TEST(Batcher, ThreadsSharingAGatherWriteWhatOneThreadWrites) {
     double wait = 0;
     batcher.Next(0, &wait);
   }
+}
+
+// For a device that scales pixels itself, batches of an IDX set hold its bytes as stored (a
+// quarter of the floats' size, so a batch needs fewer gather threads); they scale to exactly
+// the floats Gather writes. A set of floats has no pixels: its batches stay floats.
+TEST(Batcher, PixelBatchesHoldTheSetsBytes) {
+  Dataset meta;
+  meta.n = 3000;
+  meta.dim = 784;
+  meta.num_classes = 10;
+  std::vector<uint8_t> pixels(static_cast<size_t>(meta.n * meta.dim));
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7919 % 251);
+  std::vector<int32_t> labels(static_cast<size_t>(meta.n));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
+  const DatasetPtr ds = MakeDataset(meta, std::move(pixels), {}, labels);
+  const int batch = 1499;
+  std::vector<int32_t> order(static_cast<size_t>(meta.n));
+  std::iota(order.begin(), order.end(), 0);
+  std::reverse(order.begin(), order.end());
+  // 1499 x 784 bytes is one share; 2999 rows are two.
+  EXPECT_EQ(Batcher(ds, batch, 1, kPrefetchDepth, 0, nullptr, 8, true).gather_parts(), 1);
+  Batcher batcher(ds, 2999, 1, kPrefetchDepth, 0, nullptr, 8, /*pixels=*/true);
+  ASSERT_TRUE(batcher.pixels());
+  EXPECT_EQ(batcher.gather_parts(), 2);
+  batcher.StartEpoch(order.data(), 1);
+  double wait = 0;
+  const Batcher::Batch b = batcher.Next(0, &wait);
+  ASSERT_NE(b.pixels, nullptr);
+  EXPECT_EQ(b.x, nullptr);
+  std::vector<float> x(static_cast<size_t>(2999 * meta.dim));
+  std::vector<int32_t> y(2999);
+  ds->Gather(order.data(), 2999, x.data(), y.data());
+  int bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) bad += static_cast<float>(b.pixels[i]) / 255.0f != x[i];
+  EXPECT_EQ(bad, 0);
+  EXPECT_EQ(std::vector<int32_t>(b.y, b.y + 2999), y);
+
+  std::vector<float> values(static_cast<size_t>(meta.n * meta.dim), 0.5f);
+  const DatasetPtr floats = MakeDataset(meta, {}, std::move(values), std::move(labels));
+  Batcher float_batcher(floats, batch, 1, kPrefetchDepth, 0, nullptr, 1, /*pixels=*/true);
+  EXPECT_FALSE(float_batcher.pixels());
+  float_batcher.StartEpoch(order.data(), 1);
+  const Batcher::Batch f = float_batcher.Next(0, &wait);
+  ASSERT_NE(f.x, nullptr);
+  EXPECT_EQ(f.pixels, nullptr);
+  EXPECT_EQ(f.x[0], 0.5f);
 }
 
 }  // namespace

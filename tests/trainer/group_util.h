@@ -30,10 +30,12 @@ inline double NormErr(const std::vector<float>& a, const std::vector<float>& ref
 
 // Inputs and labels for micro-batches of kBatch rows, one after another; or, when idx is not
 // empty, the row numbers of a set the group holds (ReplicaGroup::HoldDataset).
+// The micro-batches as arrays (x, y), as uint8 pixels with y, or as row numbers of a held set.
 struct Batches {
   std::vector<float> x;
   std::vector<int32_t> y;
   std::vector<int32_t> idx;
+  std::vector<uint8_t> pixels;
 };
 
 inline Batches MakeBatches(int micro_batches, uint64_t seed) {
@@ -104,7 +106,10 @@ inline RunResult RunSteps(ReplicaGroup* group, const GroupSpec& spec, int steps,
       for (int m = 0; m < accum; ++m) {
         const int64_t row0 = int64_t{step * accum + m} * kBatch + begin;
         MicroBatch mb;
-        if (data.idx.empty()) {
+        if (!data.pixels.empty()) {
+          mb.pixels = data.pixels.data() + row0 * kInputs;
+          mb.y = data.y.data() + row0;
+        } else if (data.idx.empty()) {
           mb.x = data.x.data() + row0 * kInputs;
           mb.y = data.y.data() + row0;
         } else {

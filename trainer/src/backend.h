@@ -72,6 +72,9 @@ struct MicroBatch {
   const float* x = nullptr;      // [rows, inputs]
   const int32_t* y = nullptr;    // [rows]
   const int32_t* idx = nullptr;  // [rows]: rows of the held set; x and y are then unused
+  // [rows, inputs]: uint8 pixels, for a group that takes them (ReplicaGroup::takes_pixels),
+  // which scales them by 1/255 as Dataset::Gather does; x is then unused.
+  const uint8_t* pixels = nullptr;
   int rows = 0;
   int64_t first_row = 0;  // index of x's first row among the step's samples (keys dropout)
   bool first = true;      // the step's first micro-batch: gradients start from zero
@@ -138,6 +141,9 @@ class ReplicaGroup {
   // Where the Batcher should put the batches this group reads (pinned memory for a GPU, so that
   // copies from it are asynchronous); null: ordinary memory. Owned by the group.
   virtual HostAllocator* host_allocator() { return nullptr; }
+  // Whether training micro-batches of an IDX set may come as its uint8 pixels
+  // (MicroBatch::pixels) rather than floats.
+  virtual bool takes_pixels() const { return false; }
   // Outside Run: offers the group the training set. True when it copied the set to its devices
   // and will take training micro-batches as row numbers (MicroBatch::idx), gathering them
   // there; false (the CPU; a GPU without room for it) when batches must come as arrays. The

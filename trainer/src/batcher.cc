@@ -16,16 +16,18 @@ int GpuGatherThreads() {
 }
 
 Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int lag,
-                 HostAllocator* alloc, int gather_threads)
+                 HostAllocator* alloc, int gather_threads, bool pixels)
     : data_(std::move(data)),
       batch_size_(batch_size),
+      pixels_(pixels && !data_->u8.empty()),
       slots_(depth + lag + 1),
       blocks_(static_cast<size_t>(slots_)),
       released_(static_cast<size_t>(consumers), 0),
       holding_(static_cast<size_t>(consumers), 0) {
-  // x first (floats), then y (int32): the labels start 4-byte aligned.
-  const size_t x_bytes =
-      static_cast<size_t>(batch_size) * static_cast<size_t>(data_->dim) * sizeof(float);
+  // x first (floats, or pixels padded to a multiple of 4 bytes), then y (int32): the labels
+  // start 4-byte aligned.
+  const size_t row_bytes = static_cast<size_t>(data_->dim) * (pixels_ ? 1 : sizeof(float));
+  const size_t x_bytes = (static_cast<size_t>(batch_size) * row_bytes + 3) / 4 * 4;
   const size_t bytes = x_bytes + static_cast<size_t>(batch_size) * sizeof(int32_t);
   try {
     for (Block& b : blocks_) {
@@ -36,16 +38,16 @@ Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int 
         b.own.resize(bytes);
         b.p = b.own.data();
       }
-      x_.push_back(static_cast<float*>(b.p));
+      x_.push_back(b.p);
       y_.push_back(reinterpret_cast<int32_t*>(static_cast<char*>(b.p) + x_bytes));
     }
   } catch (...) {
     for (Block& b : blocks_) Release(&b);
     throw;
   }
-  const int64_t floats = static_cast<int64_t>(batch_size) * data_->dim;
+  const int64_t batch_bytes = static_cast<int64_t>(batch_size) * static_cast<int64_t>(row_bytes);
   parts_ = static_cast<int>(
-      std::clamp<int64_t>(std::min<int64_t>(floats / kMinGatherFloatsPerThread, batch_size), 1,
+      std::clamp<int64_t>(std::min<int64_t>(batch_bytes / kMinGatherBytesPerThread, batch_size), 1,
                           std::max(gather_threads, 1)));
   if (parts_ > 1) {
     start_ = std::make_unique<std::barrier<>>(parts_);
@@ -85,14 +87,22 @@ void Batcher::Help(int part) {
 void Batcher::GatherPart(int part) {
   const int64_t b = batch_size_, per = (b + parts_ - 1) / parts_;
   const int64_t begin = std::min(b, part * per), end = std::min(b, begin + per);
-  if (begin < end) {
-    data_->Gather(job_.rows + begin, end - begin, job_.x + begin * data_->dim, job_.y + begin);
+  if (begin < end) GatherRows(job_.rows + begin, end - begin, job_.x, begin, job_.y + begin);
+}
+
+void Batcher::GatherRows(const int32_t* rows, int64_t count, void* x, int64_t first,
+                         int32_t* y) const {
+  const int64_t at = first * data_->dim;
+  if (pixels_) {
+    data_->GatherPixels(rows, count, static_cast<uint8_t*>(x) + at, y);
+  } else {
+    data_->Gather(rows, count, static_cast<float*>(x) + at, y);
   }
 }
 
 void Batcher::GatherBatch(const int32_t* rows, size_t slot) {
   if (parts_ == 1) {
-    data_->Gather(rows, batch_size_, x_[slot], y_[slot]);
+    GatherRows(rows, batch_size_, x_[slot], 0, y_[slot]);
     return;
   }
   job_ = {rows, x_[slot], y_[slot]};
@@ -150,10 +160,17 @@ Batcher::Batch Batcher::Next(int consumer, double* wait_s) {
     produced_cv_.wait(lock, [&] { return cancelled_ || produced_ > released_[c]; });
     *wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  if (cancelled_) return {nullptr, nullptr};
+  if (cancelled_) return {};
   holding_[c] = 1;
   const size_t slot = static_cast<size_t>(released_[c] % slots_);
-  return {x_[slot], y_[slot]};
+  Batch b;
+  b.y = y_[slot];
+  if (pixels_) {
+    b.pixels = static_cast<const uint8_t*>(x_[slot]);
+  } else {
+    b.x = static_cast<const float*>(x_[slot]);
+  }
+  return b;
 }
 
 void Batcher::Cancel() {

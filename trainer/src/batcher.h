@@ -4,7 +4,9 @@
 // slot is reused only once every consumer has moved past it. One producer thread inside; each
 // consumer index is used by one thread at a time; StartEpoch while no consumer is in Next.
 // A large batch may be gathered by several threads at once (gather_threads): the producer and
-// helpers that each write their own rows of it.
+// helpers that each write their own rows of it. For a device that scales pixels itself, the
+// batches of an IDX set can hold its uint8 pixels as they are (pixels): a quarter of the bytes
+// to gather and to copy.
 #pragma once
 
 #include <barrier>
@@ -20,9 +22,9 @@
 namespace sweep::trainer {
 
 inline constexpr int kPrefetchDepth = 2;
-// A thread of a parallel gather writes at least this many floats of a batch (1 MiB): a smaller
-// share costs more in waking and waiting than it saves.
-inline constexpr int64_t kMinGatherFloatsPerThread = int64_t{1} << 18;
+// A thread of a parallel gather writes at least this many bytes of a batch: a smaller share
+// costs more in waking and waiting than it saves.
+inline constexpr int64_t kMinGatherBytesPerThread = int64_t{1} << 20;
 
 // How many threads gather a GPU group's batches: the host must feed a GPU that consumes
 // millions of samples a second, and a quarter of the machine's cores, up to 8, leaves the rest
@@ -41,18 +43,22 @@ class HostAllocator {
 
 class Batcher {
  public:
+  // x or pixels is set, as the Batcher was made; all null once cancelled.
   struct Batch {
-    const float* x;    // [batch_size, dim]
-    const int32_t* y;  // [batch_size]
+    const float* x = nullptr;         // [batch_size, dim]
+    const int32_t* y = nullptr;       // [batch_size]
+    const uint8_t* pixels = nullptr;  // [batch_size, dim]: the set's uint8 pixels, unscaled
   };
 
   // lag: how many batches the fastest consumer may run ahead of the slowest without waiting
   // for a free slot (the micro-batches of one optimizer step, when consumers sync per step).
   // alloc (null: ordinary memory) holds the slots; it must outlive the Batcher.
   // gather_threads: at most how many threads gather one batch, each at least
-  // kMinGatherFloatsPerThread of it; the batches are the same whatever the number.
+  // kMinGatherBytesPerThread of it; the batches are the same whatever the number.
+  // pixels: batches hold the set's uint8 pixels (Batch::pixels) rather than floats; only for a
+  // set with u8 features.
   Batcher(DatasetPtr data, int batch_size, int consumers = 1, int depth = kPrefetchDepth,
-          int lag = 0, HostAllocator* alloc = nullptr, int gather_threads = 1);
+          int lag = 0, HostAllocator* alloc = nullptr, int gather_threads = 1, bool pixels = false);
   ~Batcher();  // stops and joins the producer, also mid-epoch
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -64,7 +70,7 @@ class Batcher {
   // Consumer c's next batch, valid until c's following Next or StartEpoch; blocks while it is
   // being gathered and adds the time blocked to *wait_s. Each consumer calls it at most
   // `steps` times per epoch.
-  // Returns {nullptr, nullptr} once Cancel has been called.
+  // Returns an empty Batch (all null) once Cancel has been called.
   Batch Next(int consumer, double* wait_s);
   // For a consumer that fails: it will not move on, so the others, who may be waiting for a
   // slot it holds, get no more batches (Next returns nulls, also to a consumer blocked in it)
@@ -73,19 +79,25 @@ class Batcher {
 
   // How many threads gather each batch (1: the producer alone).
   int gather_parts() const { return parts_; }
+  // Whether batches hold pixels (Batch::pixels) rather than floats.
+  bool pixels() const { return pixels_; }
 
  private:
   void Produce();
   // Writes rows order[k B, (k + 1) B) into `slot`, split among the helpers when there are any.
   void GatherBatch(const int32_t* rows, size_t slot);
   void GatherPart(int part);  // part p of the batch job_ names
-  void Help(int part);        // a helper's loop
+  // rows[0, count) as batch rows first.. of the slot whose features are x and labels y.
+  void GatherRows(const int32_t* rows, int64_t count, void* x, int64_t first, int32_t* y) const;
+  void Help(int part);  // a helper's loop
   void StopHelpers();
   int64_t MinReleased() const;  // under mu_
 
   const DatasetPtr data_;
   const int batch_size_;
-  // One block per slot: x [batch_size, dim] floats, then y [batch_size] labels.
+  const bool pixels_;
+  // One block per slot: x [batch_size, dim] floats (or pixels, bytes, padded to 4), then y
+  // [batch_size] labels.
   struct Block {
     HostAllocator* alloc = nullptr;
     void* p = nullptr;
@@ -95,7 +107,7 @@ class Batcher {
 
   const int slots_;  // depth + lag + the one each consumer holds
   std::vector<Block> blocks_;
-  std::vector<float*> x_;
+  std::vector<void*> x_;
   std::vector<int32_t*> y_;
 
   std::mutex mu_;
@@ -114,7 +126,7 @@ class Batcher {
   int parts_ = 1;
   struct Job {
     const int32_t* rows = nullptr;
-    float* x = nullptr;
+    void* x = nullptr;
     int32_t* y = nullptr;
   } job_;
   bool helpers_stop_ = false;

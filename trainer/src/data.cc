@@ -295,6 +295,16 @@ void Dataset::Gather(const int32_t* idx, int64_t count, float* __restrict x,
   }
 }
 
+void Dataset::GatherPixels(const int32_t* idx, int64_t count, uint8_t* __restrict pixels,
+                           int32_t* __restrict y) const {
+  const size_t d = static_cast<size_t>(dim);
+  for (int64_t i = 0; i < count; ++i) {
+    const size_t row = static_cast<size_t>(idx[i]);
+    std::memcpy(pixels + static_cast<size_t>(i) * d, u8.data() + row * d, d);
+    y[i] = labels[row];
+  }
+}
+
 DatasetPtr MakeDataset(Dataset meta, std::vector<uint8_t> u8, std::vector<float> f32,
                        std::vector<int32_t> labels) {
   struct Arrays {

@@ -39,6 +39,9 @@ struct Dataset {
 
   // Writes rows idx[0..count) as floats into x[count, dim] and their labels into y[count].
   void Gather(const int32_t* idx, int64_t count, float* x, int32_t* y) const;
+  // The same rows as they are stored, uint8 pixels into pixels[count, dim] (a set read from
+  // IDX only: u8 is not empty), for a device that scales them itself: a quarter of the bytes.
+  void GatherPixels(const int32_t* idx, int64_t count, uint8_t* pixels, int32_t* y) const;
 };
 
 using DatasetPtr = std::shared_ptr<const Dataset>;

@@ -305,7 +305,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     // the replicas' own.
     HostAllocator* const pinned = group->host_allocator();
     batcher = std::make_unique<Batcher>(train, B, R, kPrefetchDepth, R > 1 ? K : 0, pinned,
-                                        pinned != nullptr ? GpuGatherThreads() : 1);
+                                        pinned != nullptr ? GpuGatherThreads() : 1,
+                                        group->takes_pixels());
   }
   std::vector<std::vector<float>> eval_x(static_cast<size_t>(R));
   std::vector<std::vector<int32_t>> eval_y(static_cast<size_t>(R));
@@ -380,8 +381,13 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
             mb.idx = order.data() + (s * K + m) * int64_t{B} + begin;
           } else {
             const Batcher::Batch batch = batcher->Next(rank, &wait_s[r]);
-            if (batch.x == nullptr) return;  // another rank failed: Run reports its error
-            mb.x = batch.x + static_cast<int64_t>(begin) * train->dim;
+            if (batch.y == nullptr) return;  // another rank failed: Run reports its error
+            const int64_t at = static_cast<int64_t>(begin) * train->dim;
+            if (batch.pixels != nullptr) {
+              mb.pixels = batch.pixels + at;
+            } else {
+              mb.x = batch.x + at;
+            }
             mb.y = batch.y + begin;
           }
           mb.rows = shard_begin(rank + 1) - begin;

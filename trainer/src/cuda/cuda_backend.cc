@@ -311,6 +311,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   }
 
   HostAllocator* host_allocator() override { return &pinned_; }
+  bool takes_pixels() const override { return true; }
 
   Result<bool> HoldDataset(const Dataset& data) override {
     const bool u8 = !data.u8.empty();
@@ -377,6 +378,9 @@ class CudaReplicaGroup final : public ReplicaGroup {
     DeviceBuffer<int32_t> idx[Mlp::kInputSlots];
     int32_t* idx_host = nullptr;
     int64_t data_dim = 0, data_rows = 0;
+    // Streamed pixels (MicroBatch::pixels): per input slot, the micro-batch's uint8 rows, which
+    // the copy stream scales into the model's input slot. Made at the first such micro-batch.
+    DeviceBuffer<uint8_t> pixels[Mlp::kInputSlots];
 
     std::vector<cudaEvent_t> AllEvents() const {
       std::vector<cudaEvent_t> all(bucket_ready);
@@ -670,6 +674,19 @@ class CudaReplicaGroup final : public ReplicaGroup {
       SWEEP_RETURN_IF_ERROR(gather_rows(model.x(slot), model.y(slot), r.idx[slot].data(), mb.rows,
                                         r.data_u8.data(), r.data_f32.data(), r.data_labels.data(),
                                         r.data_dim, r.copy));
+    } else if (mb.pixels != nullptr) {
+      const int64_t dim = spec_.shape.in(0);
+      if (r.pixels[slot].data() == nullptr) {
+        for (DeviceBuffer<uint8_t>& p : r.pixels) {
+          SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(spec_.max_rows * dim, &p));
+        }
+      }
+      CUDA_CHECK(cudaMemcpyAsync(r.pixels[slot].data(), mb.pixels, rows * static_cast<size_t>(dim),
+                                 cudaMemcpyHostToDevice, r.copy));
+      CUDA_CHECK(cudaMemcpyAsync(model.y(slot), mb.y, rows * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, r.copy));
+      SWEEP_RETURN_IF_ERROR(gather_rows(model.x(slot), nullptr, nullptr, mb.rows,
+                                        r.pixels[slot].data(), nullptr, nullptr, dim, r.copy));
     } else {
       CUDA_CHECK(cudaMemcpyAsync(model.x(slot), mb.x,
                                  rows * static_cast<size_t>(spec_.shape.in(0)) * sizeof(float),

@@ -289,7 +289,7 @@ __global__ void GatherRowsKernel(float* x, int32_t* y, const int32_t* idx, int r
                                  const uint8_t* u8, const float* f32, const int32_t* labels,
                                  int64_t dim) {
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t row = idx[r];
+    const int64_t row = idx != nullptr ? idx[r] : r;
     float* dst = x + static_cast<int64_t>(r) * dim;
     if (u8 != nullptr) {
       const uint8_t* src = u8 + row * dim;
@@ -301,7 +301,7 @@ __global__ void GatherRowsKernel(float* x, int32_t* y, const int32_t* idx, int r
       const float* src = f32 + row * dim;
       for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) dst[j] = src[j];
     }
-    if (threadIdx.x == 0) y[r] = labels[row];
+    if (threadIdx.x == 0 && labels != nullptr) y[r] = labels[row];
   }
 }
 

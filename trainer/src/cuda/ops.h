@@ -124,7 +124,8 @@ Status dropout_backward(float* d, const float* mask, int64_t n, cudaStream_t str
 
 // Dataset::Gather on the device, from a training set held in GPU memory: x[r, :] = row idx[r] of
 // the features (u8 / 255, as the CPU divides, or f32 as stored; exactly one of u8 and f32 is not
-// null) and y[r] = labels[idx[r]], for r < rows. Every idx[r] must be a row of the set.
+// null) and y[r] = labels[idx[r]], for r < rows. Every idx[r] must be a row of the set. A null
+// idx takes rows 0..rows-1 in order (a streamed batch of pixels, scaled); null labels leave y.
 Status gather_rows(float* x, int32_t* y, const int32_t* idx, int rows, const uint8_t* u8,
                    const float* f32, const int32_t* labels, int64_t dim, cudaStream_t stream);
 
