@@ -344,5 +344,26 @@ TEST_F(CudaGroup, RefusesADeviceListedTwice) {
             "cuda: device 0 is listed twice; each replica needs a GPU of its own");
 }
 
+// A model whose weights, gradients and optimizer state alone exceed the GPU's free memory is
+// refused in words, naming the GPU and what it needs, before anything is allocated; one that
+// fits is made.
+TEST_F(CudaGroup, RefusesAModelLargerThanTheGpu) {
+  if (devices_ < 1) GTEST_SKIP() << "no GPU";
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kAdamw, 0.0f);
+  // 4 x 10^10 parameters, 640 GB in fp32 with AdamW's two buffers: more than any GPU holds.
+  spec.shape = MlpShape::Make(testing::kInputs, {200000, 200000}, testing::kClasses);
+  Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_FALSE(g.ok());
+  std::printf("  hidden [200000, 200000]: %s\n", g.status().message().c_str());
+  EXPECT_EQ(g.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("cuda: the model does not fit in GPU 0's memory: " +
+                                      std::to_string(spec.shape.num_params) + " parameters"),
+            std::string::npos)
+      << g.status().message();
+  EXPECT_NE(g.status().message().find("make hidden smaller"), std::string::npos);
+  spec.shape = MlpShape::Make(testing::kInputs, {40, 24}, testing::kClasses);
+  EXPECT_TRUE(cuda::GetBackend()->CreateGroup(spec).ok());
+}
+
 }  // namespace
 }  // namespace sweep::trainer

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -887,6 +888,33 @@ Result<std::vector<int>> GroupDevices(const GroupSpec& spec, int count) {
   return devices;
 }
 
+// What every GPU of the group must hold for the model: weights and gradients in fp32, the
+// optimizer's state, and the 16-bit copy of the weights in bf16/fp16. A lower bound (the
+// activations and cuBLAS's workspace come on top), so a model refused here could never have been
+// made, and the user learns why in words rather than from a failed cudaMalloc.
+Status CheckDeviceMemory(const GroupSpec& spec, const std::vector<int>& devices) {
+  const double params = static_cast<double>(spec.shape.num_params);
+  const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
+  const double need = params * (sizeof(float) * (2.0 + states) +
+                                (spec.precision != Precision::kFp32 ? sizeof(uint16_t) : 0));
+  for (int d : devices) {
+    CUDA_CHECK(cudaSetDevice(d));
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    if (need > static_cast<double>(free)) {
+      char msg[320];
+      std::snprintf(msg, sizeof msg,
+                    "cuda: the model does not fit in GPU %d's memory: %.0f parameters need at "
+                    "least %.1f GiB (weights, gradients, optimizer state), it has %.1f GiB free "
+                    "of %.1f; make hidden smaller",
+                    d, params, need / 1073741824.0, static_cast<double>(free) / 1073741824.0,
+                    static_cast<double>(total) / 1073741824.0);
+      return Status::InvalidArgument(msg);
+    }
+  }
+  return Status::Ok();
+}
+
 class CudaBackend final : public Backend {
  public:
   std::string_view name() const override { return "cuda"; }
@@ -906,7 +934,18 @@ class CudaBackend final : public Backend {
     SWEEP_RETURN_IF_ERROR(Supports(spec));
     SWEEP_ASSIGN_OR_RETURN(const int count, DeviceCount());
     SWEEP_ASSIGN_OR_RETURN(std::vector<int> devices, GroupDevices(spec, count));
-    return CudaReplicaGroup::Create(spec, std::move(devices));
+    SWEEP_RETURN_IF_ERROR(CheckDeviceMemory(spec, devices));
+    Result<std::unique_ptr<ReplicaGroup>> group = CudaReplicaGroup::Create(spec, devices);
+    const std::string& why = group.ok() ? std::string() : group.status().message();
+    if (why.find("cudaErrorMemoryAllocation") != std::string::npos) {
+      // The weights fit (above), so the activations, another trial sharing the GPU, or
+      // another program took the rest.
+      return group.status().WithMessage(
+          why + " (making the model, " + std::to_string(spec.shape.num_params) +
+          " parameters, for batches of " + std::to_string(spec.max_rows) +
+          " rows: make hidden or batch_size smaller, or leave the GPU to one trial)");
+    }
+    return group;
   }
 };
 
