@@ -819,10 +819,11 @@ TEST(Batcher, ThreadsSharingAGatherWriteWhatOneThreadWrites) {
   std::vector<int32_t> labels(static_cast<size_t>(meta.n));
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
   const DatasetPtr ds = MakeDataset(meta, std::move(pixels), {}, std::move(labels));
-  const int batch = 1499;  // 1499 x 784 floats: 4 shares of at least 2^18, the last 374 rows
+  // 1499 x 784 floats: 17 shares of 2^18 bytes; 8 threads take 188 rows each, the last 183.
+  const int batch = 1499;
 
   // A small batch stays with one thread, and no more threads than asked for are used.
-  EXPECT_EQ(Batcher(ds, 256, 1, kPrefetchDepth, 0, nullptr, 4).gather_parts(), 1);
+  EXPECT_EQ(Batcher(ds, 64, 1, kPrefetchDepth, 0, nullptr, 4).gather_parts(), 1);
   EXPECT_EQ(Batcher(ds, batch, 1, kPrefetchDepth, 0, nullptr, 2).gather_parts(), 2);
   EXPECT_EQ(Batcher(ds, batch, 1, kPrefetchDepth, 0, nullptr, 1).gather_parts(), 1);
 
@@ -831,7 +832,7 @@ TEST(Batcher, ThreadsSharingAGatherWriteWhatOneThreadWrites) {
   const size_t batch_floats = static_cast<size_t>(batch * meta.dim);
   {
     Batcher batcher(ds, batch, /*consumers=*/2, kPrefetchDepth, /*lag=*/1, nullptr, 8);
-    ASSERT_EQ(batcher.gather_parts(), 4);
+    ASSERT_EQ(batcher.gather_parts(), 8);
     for (int epoch = 0; epoch < 3; ++epoch) {
       std::rotate(order.begin(), order.begin() + 777, order.end());
       batcher.StartEpoch(order.data(), 2);
@@ -877,11 +878,12 @@ TEST(Batcher, PixelBatchesHoldTheSetsBytes) {
   std::vector<int32_t> order(static_cast<size_t>(meta.n));
   std::iota(order.begin(), order.end(), 0);
   std::reverse(order.begin(), order.end());
-  // 1499 x 784 bytes is one share; 2999 rows are two.
-  EXPECT_EQ(Batcher(ds, batch, 1, kPrefetchDepth, 0, nullptr, 8, true).gather_parts(), 1);
+  // 1499 x 784 bytes are 4 shares of 2^18 (as floats, 17); 2999 rows are 8.
+  EXPECT_EQ(Batcher(ds, batch, 1, kPrefetchDepth, 0, nullptr, 16, true).gather_parts(), 4);
+  EXPECT_EQ(Batcher(ds, batch, 1, kPrefetchDepth, 0, nullptr, 16, false).gather_parts(), 16);
   Batcher batcher(ds, 2999, 1, kPrefetchDepth, 0, nullptr, 8, /*pixels=*/true);
   ASSERT_TRUE(batcher.pixels());
-  EXPECT_EQ(batcher.gather_parts(), 2);
+  EXPECT_EQ(batcher.gather_parts(), 8);
   batcher.StartEpoch(order.data(), 1);
   double wait = 0;
   const Batcher::Batch b = batcher.Next(0, &wait);

@@ -12,7 +12,7 @@ namespace sweep::trainer {
 
 int GpuGatherThreads() {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  return std::clamp(cores / 4, 1, 8);
+  return std::clamp(cores / 2, 1, 8);
 }
 
 Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int lag,

@@ -22,13 +22,14 @@
 namespace sweep::trainer {
 
 inline constexpr int kPrefetchDepth = 2;
-// A thread of a parallel gather writes at least this many bytes of a batch: a smaller share
-// costs more in waking and waiting than it saves.
-inline constexpr int64_t kMinGatherBytesPerThread = int64_t{1} << 20;
+// A thread of a parallel gather writes at least this many bytes of a batch (tens of
+// microseconds of copying): a smaller share costs more in waking and waiting than it saves.
+inline constexpr int64_t kMinGatherBytesPerThread = int64_t{1} << 18;
 
-// How many threads gather a GPU group's batches: the host must feed a GPU that consumes
-// millions of samples a second, and a quarter of the machine's cores, up to 8, leaves the rest
-// to the trials packed beside it.
+// How many threads gather a GPU group's batches: the host must feed a GPU that consumes tens of
+// millions of samples a second (random rows gather at a few GB/s a thread). Half the machine's
+// cores, up to 8; they wait on a barrier between batches, so trials packed beside it get them
+// back while the GPU computes.
 int GpuGatherThreads();
 
 // Memory for the Batcher's slots, from a backend (a GPU's pinned host memory, so that copies out
