@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Checks the `sweep trials NAME --json` of bench/gpu/run_on_gpu.sh's failure sweep: a grid of
-hidden [256] or [60000, 60000, 60000] (about 87 GB of weights, gradients and momentum: more than
-one GPU holds, while the host's check of its own memory passes) by lr 0.05 or 1e30 (the
-weights overflow at once). Every small model at lr 0.05 must complete with a val_acc above 0.7;
-every small one at lr 1e30 must fail saying it diverged; every large one must fail saying it
+"""Checks the `sweep trials NAME --json` of bench/gpu/run_on_gpu.sh's failure sweep, AdamW: a
+grid of hidden [256] or [74000, 74000, 74000] (1.1e10 parameters: 175 GB of weights, gradients
+and AdamW's two buffers, more than an H100 or H200 holds, while the host's check of its own
+memory, 88 GB for a GPU trial, passes on a machine with 128 GiB) by lr 0.001 or 1e30 (the
+weights overflow at once). Every small model at lr 0.001 must complete with a val_acc above
+0.7; every small one at lr 1e30 must fail saying it diverged; every large one must fail saying it
 does not fit in the GPU's memory (the backend's check before allocating), or else with CUDA's
 out-of-memory error and the statement's file and line.
 Usage: check_gpu_failures.py TRIALS.json. Exit status 0 when all hold, 1 when not.

@@ -186,9 +186,9 @@ mode = "max"
 [search]
 algorithm = "grid"
 [parameters]
-hidden = { values = [[256], [60000, 60000, 60000]] }
-lr = { values = [0.05, 1e30] }
-momentum = 0.9
+hidden = { values = [[256], [74000, 74000, 74000]] }
+lr = { values = [0.001, 1e30] }
+optimizer = "adamw"
 batch_size = 256
 epochs = 2
 [trial]

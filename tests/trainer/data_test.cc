@@ -897,6 +897,23 @@ TEST(Batcher, PixelBatchesHoldTheSetsBytes) {
   EXPECT_EQ(bad, 0);
   EXPECT_EQ(std::vector<int32_t>(b.y, b.y + 2999), y);
 
+  // 3 rows of 3 bytes: the labels after them start at the next multiple of 4.
+  Dataset small_meta;
+  small_meta.n = 5;
+  small_meta.dim = 3;
+  small_meta.num_classes = 5;
+  const DatasetPtr small = MakeDataset(
+      small_meta, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}, {}, {0, 1, 2, 3, 4});
+  Batcher odd(small, 3, 1, kPrefetchDepth, 0, nullptr, 1, /*pixels=*/true);
+  const std::vector<int32_t> rows = {4, 0, 2};
+  odd.StartEpoch(rows.data(), 1);
+  const Batcher::Batch o = odd.Next(0, &wait);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(o.y) % alignof(int32_t), 0u);
+  EXPECT_EQ(reinterpret_cast<const uint8_t*>(o.y) - o.pixels, 12);
+  EXPECT_EQ(std::vector<uint8_t>(o.pixels, o.pixels + 9),
+            (std::vector<uint8_t>{13, 14, 15, 1, 2, 3, 7, 8, 9}));
+  EXPECT_EQ(std::vector<int32_t>(o.y, o.y + 3), (std::vector<int32_t>{4, 0, 2}));
+
   std::vector<float> values(static_cast<size_t>(meta.n * meta.dim), 0.5f);
   const DatasetPtr floats = MakeDataset(meta, {}, std::move(values), std::move(labels));
   Batcher float_batcher(floats, batch, 1, kPrefetchDepth, 0, nullptr, 1, /*pixels=*/true);

@@ -52,19 +52,22 @@ Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int 
   if (parts_ > 1) {
     start_ = std::make_unique<std::barrier<>>(parts_);
     done_ = std::make_unique<std::barrier<>>(parts_);
-    try {
-      for (int p = 1; p < parts_; ++p) helpers_.emplace_back([this, p] { Help(p); });
-    } catch (...) {
-      // The helpers that never started will not arrive: drop them, then stop the others.
-      for (int p = static_cast<int>(helpers_.size()) + 1; p < parts_; ++p) {
-        start_->arrive_and_drop();
-      }
-      StopHelpers();
-      for (Block& b : blocks_) Release(&b);
-      throw;
-    }
   }
-  thread_ = std::thread([this] { Produce(); });
+  // A thread that cannot start (the process's limit) throws here, and Train() fails the trial
+  // with it: the threads already running are stopped first, or their destructors would end the
+  // process.
+  try {
+    for (int p = 1; p < parts_; ++p) helpers_.emplace_back([this, p] { Help(p); });
+    thread_ = std::thread([this] { Produce(); });
+  } catch (...) {
+    // The helpers that never started will not arrive: drop them, then stop the others.
+    for (int p = static_cast<int>(helpers_.size()) + 1; p < parts_; ++p) {
+      start_->arrive_and_drop();
+    }
+    StopHelpers();
+    for (Block& b : blocks_) Release(&b);
+    throw;
+  }
 }
 
 void Batcher::StopHelpers() {

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "cublas_v2.h"
@@ -168,7 +169,8 @@ void RunBlock(unsigned threads) {
 
 struct Mapping {
   void* base;
-  size_t bytes;
+  size_t bytes;      // mapped, the guard page included
+  size_t requested;  // what cudaMalloc was asked for (counted against the limit)
 };
 
 std::mutex memory_mu;
@@ -176,6 +178,10 @@ std::map<void*, Mapping>& Allocations() {
   static auto* allocations = new std::map<void*, Mapping>();
   return *allocations;
 }
+// Under memory_mu: cuda_emu::SetDeviceMemory's limit, and the bytes cudaMalloc handed out (all
+// devices together: the tests that set a limit use one).
+size_t memory_limit = size_t{12} << 30;
+size_t memory_used = 0;
 
 // The TF32 value nearest x (10 explicit significand bits, ties to even), as tensor cores read
 // fp32 inputs in CUBLAS_TF32_TENSOR_OP_MATH.
@@ -325,8 +331,9 @@ cudaError_t cudaGetDevice(int* device) {
 }
 
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
-  *total = size_t{16} << 30;
-  *free = size_t{12} << 30;
+  std::lock_guard<std::mutex> lock(memory_mu);
+  *total = std::max(size_t{16} << 30, memory_limit);
+  *free = memory_limit > memory_used ? memory_limit - memory_used : 0;
   return cudaSuccess;
 }
 
@@ -336,24 +343,39 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
     *ptr = nullptr;
     return cudaSuccess;
   }
+  {
+    std::lock_guard<std::mutex> lock(memory_mu);
+    if (bytes > memory_limit - std::min(memory_used, memory_limit)) {
+      return Failed(cudaErrorMemoryAllocation);
+    }
+    memory_used += bytes;
+  }
   // The buffer ends exactly where the guard page starts, so a one-element overrun faults. Its
   // start is then aligned to the largest power of two dividing bytes: n * sizeof(T) bytes keep
   // T's alignment, which sizeof(T) is a multiple of.
   const size_t page = PageBytes();
   const size_t data_pages = (bytes + page - 1) / page;
   const size_t mapped = (data_pages + 1) * page;
+  auto unreserve = [bytes] {
+    std::lock_guard<std::mutex> lock(memory_mu);
+    memory_used -= bytes;
+  };
   void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) return Failed(cudaErrorMemoryAllocation);
+  if (base == MAP_FAILED) {
+    unreserve();
+    return Failed(cudaErrorMemoryAllocation);
+  }
   char* guard = static_cast<char*>(base) + data_pages * page;
   if (mprotect(guard, page, PROT_NONE) != 0) {
     munmap(base, mapped);
+    unreserve();
     return Failed(cudaErrorMemoryAllocation);
   }
   void* p = guard - bytes;
   std::memset(p, 0xA5, bytes);  // not zero: cudaMalloc's memory holds whatever was there
   {
     std::lock_guard<std::mutex> lock(memory_mu);
-    Allocations()[p] = Mapping{base, mapped};
+    Allocations()[p] = Mapping{base, mapped, bytes};
   }
   *ptr = p;
   return cudaSuccess;
@@ -369,6 +391,7 @@ cudaError_t cudaFree(void* ptr) {
     if (it == Allocations().end()) return Failed(cudaErrorInvalidValue);
     m = it->second;
     Allocations().erase(it);
+    memory_used -= m.requested;
   }
   munmap(m.base, m.bytes);
   return cudaSuccess;
@@ -548,6 +571,11 @@ void QueueFromPageable(cudaStream_t s, void* dst, const void* src, size_t bytes)
 namespace cuda_emu {
 
 void StallEventQueries(bool stall) { stall_queries = stall; }
+
+size_t SetDeviceMemory(size_t bytes) {
+  std::lock_guard<std::mutex> lock(memory_mu);
+  return std::exchange(memory_limit, bytes);
+}
 
 uint64_t NextPosition(cudaStream_t stream) { return Queued(Resolve(stream)) + 1; }
 

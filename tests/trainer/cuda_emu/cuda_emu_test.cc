@@ -309,4 +309,53 @@ TEST(NcclEmu, AnAsynchronousNcclErrorFailsTheTrainingRun) {
       << r.status().message();
 }
 
+// A full GPU, emulated: cudaMalloc fails past the set memory, and cudaMemGetInfo counts what is
+// allocated. A group whose weights fit but whose batches do not keeps CUDA's own words (the
+// statement, file and line) and says what to make smaller; a model whose weights alone exceed
+// the free memory is refused before anything is allocated.
+TEST(CudaEmu, AFullGpuFailsTheGroupWithWhatToMakeSmaller) {
+  using namespace sweep::trainer;
+  namespace tt = sweep::trainer::testing;
+  struct Restore {
+    size_t limit;
+    ~Restore() { cuda_emu::SetDeviceMemory(limit); }
+  } restore{cuda_emu::SetDeviceMemory(size_t{64} << 20)};
+  size_t free = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_EQ(free, size_t{64} << 20);
+  void* p = nullptr;
+  ASSERT_EQ(cudaMalloc(&p, size_t{16} << 20), cudaSuccess);
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_EQ(free, size_t{48} << 20);
+  void* q = nullptr;
+  EXPECT_EQ(cudaMalloc(&q, size_t{49} << 20), cudaErrorMemoryAllocation);
+  (void)cudaGetLastError();
+  ASSERT_EQ(cudaFree(p), cudaSuccess);
+
+  GroupSpec spec = tt::Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.max_rows = 1 << 20;  // an input slot alone: 2^20 rows x 24 floats, 96 MiB
+  auto group = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_FALSE(group.ok());
+  const std::string& why = group.status().message();
+  EXPECT_NE(why.find("cudaErrorMemoryAllocation"), std::string::npos) << why;
+  EXPECT_NE(why.find(".h:"), std::string::npos) << why;
+  EXPECT_NE(why.find("for batches of 1048576 rows: make hidden or batch_size smaller"),
+            std::string::npos)
+      << why;
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_EQ(free, size_t{64} << 20) << "the failed group left memory allocated";
+
+  spec.max_rows = tt::kBatch;
+  // 8.5 M parameters: 102 MB of weights, gradients and momentum.
+  spec.shape = MlpShape::Make(tt::kInputs, {4096, 2048}, tt::kClasses);
+  group = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_FALSE(group.ok());
+  EXPECT_NE(group.status().message().find("does not fit in GPU 0's memory: " +
+                                          std::to_string(spec.shape.num_params) + " parameters"),
+            std::string::npos)
+      << group.status().message();
+  ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  EXPECT_EQ(free, size_t{64} << 20);
+}
+
 }  // namespace

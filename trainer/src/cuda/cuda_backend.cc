@@ -164,6 +164,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
       r.loss_total = DeviceBuffer<double>();
       r.loss_scale = DeviceBuffer<LossScaleState>();
       r.found_inf = DeviceBuffer<int>();
+      for (DeviceBuffer<uint8_t>& p : r.pixels) p = DeviceBuffer<uint8_t>();
       for (cudaEvent_t e : r.AllEvents()) {
         if (e != nullptr) cudaEventDestroy(e);
       }

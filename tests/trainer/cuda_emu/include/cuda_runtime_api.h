@@ -130,6 +130,11 @@ namespace cuda_emu {
 // nothing, as for work stuck behind a collective that never ends.
 void StallEventQueries(bool stall);
 
+// For tests: how many bytes of device memory there are (every device; 12 GiB unless set).
+// cudaMemGetInfo reports them less what is allocated, and a cudaMalloc past them fails with
+// cudaErrorMemoryAllocation, as a full GPU's does. Returns the previous limit.
+size_t SetDeviceMemory(size_t bytes);
+
 // Runs body(ctx) once for every thread of grid x block, now (see the top of this file).
 void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx);
 
