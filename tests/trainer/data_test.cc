@@ -802,10 +802,8 @@ TEST(Batcher, SlotsComeFromTheGivenAllocator) {
   EXPECT_EQ(alloc.freed, 3);
 }
 
-// A batch large enough is split among gather threads, each writing its own rows: the batches
-// are the same as one thread gathers, for every consumer, epoch after epoch, with a last share
-// shorter than the others; and the Batcher stops its helpers with batches unread.
-TEST(Batcher, ThreadsSharingAGatherWriteWhatOneThreadWrites) {
+// 3000 images of 784 pseudo-random pixels, labels 0..9 in turn: Fashion-MNIST's shape.
+DatasetPtr PixelSet() {
   Dataset meta;
   meta.n = 3000;
   meta.dim = 784;
@@ -818,7 +816,15 @@ TEST(Batcher, ThreadsSharingAGatherWriteWhatOneThreadWrites) {
   }
   std::vector<int32_t> labels(static_cast<size_t>(meta.n));
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
-  const DatasetPtr ds = MakeDataset(meta, std::move(pixels), {}, std::move(labels));
+  return MakeDataset(meta, std::move(pixels), {}, std::move(labels));
+}
+
+// A batch large enough is split among gather threads, each writing its own rows: the batches
+// are the same as one thread gathers, for every consumer, epoch after epoch, with a last share
+// shorter than the others; and the Batcher stops its helpers with batches unread.
+TEST(Batcher, ThreadsSharingAGatherWriteWhatOneThreadWrites) {
+  const DatasetPtr ds = PixelSet();
+  const Dataset& meta = *ds;
   // 1499 x 784 floats: 17 shares of 2^18 bytes; 8 threads take 188 rows each, the last 183.
   const int batch = 1499;
 
@@ -865,15 +871,8 @@ TEST(Batcher, ThreadsSharingAGatherWriteWhatOneThreadWrites) {
 // quarter of the floats' size, so a batch needs fewer gather threads); they scale to exactly
 // the floats Gather writes. A set of floats has no pixels: its batches stay floats.
 TEST(Batcher, PixelBatchesHoldTheSetsBytes) {
-  Dataset meta;
-  meta.n = 3000;
-  meta.dim = 784;
-  meta.num_classes = 10;
-  std::vector<uint8_t> pixels(static_cast<size_t>(meta.n * meta.dim));
-  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7919 % 251);
-  std::vector<int32_t> labels(static_cast<size_t>(meta.n));
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
-  const DatasetPtr ds = MakeDataset(meta, std::move(pixels), {}, labels);
+  const DatasetPtr ds = PixelSet();
+  Dataset meta = *ds;  // the shape, for the set of floats below
   const int batch = 1499;
   std::vector<int32_t> order(static_cast<size_t>(meta.n));
   std::iota(order.begin(), order.end(), 0);
@@ -915,7 +914,8 @@ TEST(Batcher, PixelBatchesHoldTheSetsBytes) {
   EXPECT_EQ(std::vector<int32_t>(o.y, o.y + 3), (std::vector<int32_t>{4, 0, 2}));
 
   std::vector<float> values(static_cast<size_t>(meta.n * meta.dim), 0.5f);
-  const DatasetPtr floats = MakeDataset(meta, {}, std::move(values), std::move(labels));
+  const DatasetPtr floats = MakeDataset(meta, {}, std::move(values),
+                                        std::vector<int32_t>(ds->labels.begin(), ds->labels.end()));
   Batcher float_batcher(floats, batch, 1, kPrefetchDepth, 0, nullptr, 1, /*pixels=*/true);
   EXPECT_FALSE(float_batcher.pixels());
   float_batcher.StartEpoch(order.data(), 1);
