@@ -14,7 +14,9 @@
 #      accesses, leaks, failed CUDA calls), where the machine has compute-sanitizer.
 # Run from the repository root: bench/gpu/run_on_gpu.sh [BUILD_DIR] [DATA_DIR]
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
-# running all of them.
+# running all of them. STEPS picks some of steps 2 to 6, by name, separated by commas: tests,
+# bench, sweep, failures, memcheck (default: all); the machine and its libraries are always
+# shown (STEPS=tests,failures reruns the checks of a fix without the benchmark's minute).
 set -u
 # Each step gets at most STEP_TIMEOUT seconds (default 240): a hang in one must not take the
 # others' output with it. The whole script ends within DEADLINE seconds (default 450: with a
@@ -22,6 +24,17 @@ set -u
 # gets what is left, and one with under 30 s left is skipped and counted as failed. The steps
 # run in order of what matters most.
 step_timeout=${STEP_TIMEOUT:-240}
+steps=",${STEPS:-tests,bench,sweep,failures,memcheck},"
+for s in ${STEPS//,/ }; do
+  case $s in
+    tests | bench | sweep | failures | memcheck) ;;
+    *)
+      echo "run_on_gpu.sh: STEPS: unknown step '$s' (tests, bench, sweep, failures, memcheck)" >&2
+      exit 2
+      ;;
+  esac
+done
+want() { [[ $steps == *",$1,"* ]]; }
 deadline=$((SECONDS + ${DEADLINE:-450}))
 # Prints the seconds the next step may take, or (failing) why it is skipped.
 allot() {
@@ -118,6 +131,7 @@ for so in libcublas.so.13 libnccl.so.2; do
   echo "$so: ${found:-not in LD_LIBRARY_PATH or /usr/local/cuda (ld.so.cache may still have it)}"
 done
 
+if want tests; then
 step "GPU tests (sweep_trainer_cuda_tests)"
 # The tests skip without a usable device; where nvidia-smi sees a GPU, skipping is a failure (a
 # driver older than the CUDA runtime linked into the binaries says so here, and nowhere else).
@@ -134,7 +148,9 @@ else
   status=1
 fi
 rm -f "$tests_out"
+fi
 
+if want bench; then
 step "bench/gpu/gpu_bench --data $data"
 if t=$(allot); then
   timeout "$t" "$build/bench/gpu/gpu_bench" --data "$data" --torch bench/gpu/torch_mlp_gpu.py ||
@@ -144,12 +160,15 @@ else
   status=1
 fi
 
+fi
+
+scratch=$(mktemp -d)
+sed "s|/usr/share/datasets/fashion-mnist|$data|" configs/quickstart.toml > "$scratch/quickstart.toml"
+if want sweep; then
 step "sweep devices (what trials are placed on)"
 timeout 60 "$build/sweep/sweep" devices || status=1
 
 step "sweep run configs/quickstart.toml (on the GPU)"
-scratch=$(mktemp -d)
-sed "s|/usr/share/datasets/fashion-mnist|$data|" configs/quickstart.toml > "$scratch/quickstart.toml"
 if t=$(allot); then
   timeout "$t" "$build/sweep/sweep" run "$scratch/quickstart.toml" --db "$scratch/gpu.db" ||
     status=1
@@ -176,6 +195,9 @@ else
   status=1
 fi
 
+fi
+
+if want failures; then
 step "trials that fail on the GPU, and 4 trials sharing it"
 if t=$(allot); then
   cat > "$scratch/failures.toml" <<EOF
@@ -220,8 +242,10 @@ else
   echo "$t"
   status=1
 fi
+fi
 rm -rf "$scratch"
 
+if want memcheck; then
 step "GPU tests under compute-sanitizer (memcheck)"
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [[ ! -x "$sanitizer" ]]; then
@@ -233,6 +257,8 @@ elif t=$(allot); then
 else
   echo "$t"
   status=1
+fi
+
 fi
 
 step "done: exit status $status"
