@@ -1262,7 +1262,13 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       SWEEP_RETURN_IF_ERROR(CheckDatasetFiles(c, *dataset_node, dataset_key, merged.dataset));
     }
     // Rules across options (nesterov needs momentum, ...) on what every trial shares: [trainer]
-    // and the constant parameters. Varied values are checked per trial when it runs.
+    // and the constant parameters. Varied values are checked per trial when it runs. A trial's
+    // replicas are its slots unless the config says otherwise (see TrainerLayoutOf).
+    const bool replicas_given = cfg.trainer.contains("replicas") ||
+                                std::any_of(params.begin(), params.end(), [](const ParamEntry& e) {
+                                  return e.parameter.name == "replicas";
+                                });
+    if (!replicas_given) merged.replicas = cfg.gpus;
     if (Status v = trainer::Validate(merged); !v.ok()) {
       const std::string msg = "the options every trial shares do not go together: " + v.message();
       return trainer_table != nullptr ? c.Error(*trainer_table, "trainer", msg) : c.FileError(msg);

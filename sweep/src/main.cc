@@ -714,8 +714,15 @@ int CmdTrain(const std::string& config_path, const std::vector<std::string>& set
     std::string key = s.substr(0, eq);
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       std::string msg = "--set " + s + ": unknown key '" + key + "'";
-      std::string hint = sweep::DidYouMean(key, known);
-      if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+      if (key == "gpus" && cfg->kind == sweep::TrialKind::kTrainer) {
+        // A [trial] setting, not a hyperparameter: what it means here has options of its own.
+        msg +=
+            "; trial.gpus is the sweep's slots per trial: here, --set replicas=N trains N "
+            "data-parallel replicas (on GPUs 0..N-1, or --set devices=[...]) and --threads N "
+            "gives the CPU's threads";
+      } else if (std::string hint = sweep::DidYouMean(key, known); !hint.empty()) {
+        msg += "; did you mean '" + hint + "'?";
+      }
       return Fail(Status::InvalidArgument(msg));
     }
     if (!sweep::IsValidUtf8(s)) {

@@ -806,6 +806,11 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
        kUsage,
        {"sweep: --set lr_shedule=cosine: unknown key 'lr_shedule'; did you mean 'lr_schedule'?"}},
       {"train t.toml --set lr", kUsage, {"sweep: --set lr: expected KEY=VALUE"}},
+      {"train t.toml --set lr=inf", kUsage, {"sweep: --set lr=inf: lr: expected a finite number"}},
+      {"train t.toml --set gpus=2",
+       kUsage,
+       {"sweep: --set gpus=2: unknown key 'gpus'; trial.gpus is the sweep's slots per trial: "
+        "here, --set replicas=N trains N data-parallel replicas"}},
       {"train t.toml --set lr=-1",
        kUsage,
        {"sweep: --set lr=-1: lr: must be a positive number that a 32-bit float holds", "got -1"}},

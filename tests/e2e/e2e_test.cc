@@ -1,6 +1,7 @@
 // End-to-end tests of the `sweep` binary: real configs, a real SQLite file, real worker
 // processes. Each test works in its own temporary directory and checks exit codes, messages,
 // the CLI's JSON, and the rows in the store.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -398,6 +399,45 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
       std::regex("^the model does not fit in memory: 1[0-9]{12} parameters need at least [0-9.]+ "
                  "GiB .*, this machine has [0-9.]+ GiB")))
       << failed["error"];
+  // Under a process limit (ulimit -v) below the machine's memory, the limit is the bound, and
+  // the message says which.
+  Output capped = Sweep("train t.toml --set lr=0.1 --set hidden=[30000,30000] --json",
+                        "prlimit --as=2000000000 --");
+  EXPECT_EQ(capped.code, 1) << capped.err;
+  const json capped_result = json::parse(capped.out);
+  EXPECT_TRUE(std::regex_search(capped_result["error"].get<std::string>(),
+                                std::regex("^the model does not fit in memory: [0-9]+ parameters "
+                                           "need at least [0-9.]+ GiB .*, this process may "
+                                           "use 1.9 GiB \\(ulimit -v\\); make hidden")))
+      << capped_result["error"];
+}
+
+// A trial that names GPUs on a machine without one fails saying why each backend declines,
+// and how to train on the CPU instead; with no NVIDIA driver at all, CUDA's "insufficient
+// driver" becomes what it means.
+TEST_F(E2eTest, GpusNamedWhereThereAreNoneSayWhyAndHowToTrainOnTheCpu) {
+  if (Sweep("devices").out.find("no CUDA device") == std::string::npos) {
+    GTEST_SKIP() << "this machine has a GPU";
+  }
+  WriteTinyDataset(400, 100);
+  Write("t.toml", "[sweep]\nname = \"tiny\"\n[parameters]\nepochs = 1\n[trainer]\ndataset = \"" +
+                      dir_.string() + "\"\nhidden = [16]\nbatch_size = 32\n");
+  Output o = Sweep("train t.toml --set devices=[0] --json");
+  EXPECT_EQ(o.code, 1) << o.err;
+  const std::string error = json::parse(o.out)["error"].get<std::string>();
+  EXPECT_NE(error.find("no backend can train this model: cuda: "), std::string::npos) << error;
+  EXPECT_NE(error.find("cpu: the trial names GPUs (devices), which the CPU cannot use (leave "
+                       "devices unset to train on the CPU)"),
+            std::string::npos)
+      << error;
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) {
+    EXPECT_NE(error.find("cuda: no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)"),
+              std::string::npos)
+        << error;
+  } else {
+    dlclose(driver);
+  }
 }
 
 // `--set dataset=...` replaces the config's dataset, which need not exist on this machine (a

@@ -593,6 +593,17 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
       ParseConfig(TrainerConfig("batch_size = { values = [2, 128] }") + "[trial]\ngpus = 2\n",
                   "n.toml")
           .ok());
+  // A trial's replicas are its slots: devices for two GPUs go with gpus = 2 and no replicas
+  // setting, as the trial will have them; one device for two slots does not.
+  auto gpu_devices =
+      ParseConfig(TrainerConfig("lr = 0.1") + "devices = [0, 1]\n[trial]\ngpus = 2\n", "n.toml");
+  EXPECT_TRUE(gpu_devices.ok()) << gpu_devices.status().message();
+  auto one_device =
+      ParseConfig(TrainerConfig("lr = 0.1") + "devices = [0]\n[trial]\ngpus = 2\n", "n.toml");
+  ASSERT_FALSE(one_device.ok());
+  EXPECT_NE(one_device.status().message().find("devices: 1 GPUs given for replicas = 2"),
+            std::string::npos)
+      << one_device.status().message();
   // A fraction drawn for an option of whole numbers.
   auto fraction = ParseConfig(
       TrainerConfig("epochs = { distribution = \"uniform\", min = 1, max = 3 }"), "n.toml");

@@ -133,8 +133,8 @@ TEST(Options, TypeErrors) {
   EXPECT_EQ(ApplyError("lr", "0.1"), "lr: expected a number, got \"0.1\"");
   EXPECT_EQ(ApplyError("lr", true), "lr: expected a number, got true");
   EXPECT_EQ(ApplyError("lr", std::numeric_limits<double>::infinity()),
-            "lr: expected a number, got inf");
-  EXPECT_EQ(ApplyError("lr", std::nan("")), "lr: expected a number, got nan");
+            "lr: expected a finite number, got inf");
+  EXPECT_EQ(ApplyError("lr", std::nan("")), "lr: expected a finite number, got nan");
   EXPECT_EQ(ApplyError("momentum", nullptr), "momentum: expected a number, got null");
   EXPECT_EQ(ApplyError("batch_size", 12.5), "batch_size: expected an integer, got 12.5");
   EXPECT_EQ(ApplyError("batch_size", 1e12), "batch_size: expected an integer, got 1000000000000.0");

@@ -294,6 +294,13 @@ TEST(Train, DatasetErrorsNameTheFile) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
             "training set has 360 samples after the validation split, fewer than batch_size 400");
+  // Capped by max_train_samples, the message says so rather than blame the split.
+  o.batch_size = 64;
+  o.max_train_samples = 50;
+  r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "training set has 50 samples (max_train_samples), fewer than batch_size 64");
 
   o = BlobOptions(dir);
   o.lr = -1;

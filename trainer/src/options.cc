@@ -74,7 +74,8 @@ Status SetInt(std::string_view key, const json& v, int64_t lo, int64_t hi, std::
 }
 
 Status SetDouble(std::string_view key, const json& v, double* out) {
-  if (!v.is_number() || !std::isfinite(v.get<double>())) return TypeError(key, "a number", v);
+  if (!v.is_number()) return TypeError(key, "a number", v);
+  if (!std::isfinite(v.get<double>())) return TypeError(key, "a finite number", v);
   *out = v.get<double>();
   return Status::Ok();
 }

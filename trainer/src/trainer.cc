@@ -6,6 +6,7 @@
 // the one process-wide thing it sets is OpenBLAS's thread count.
 #include "trainer/trainer.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,8 +17,10 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend.h"
@@ -60,16 +63,36 @@ Status Diverged(int epoch, int64_t step, const std::string& what, Precision prec
 }
 
 // Bytes of memory this process may use: the machine's, or its cgroup's limit when lower.
-double MemoryLimitBytes() {
-  double bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
-                 static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+// The memory this process may have, and how to say where the bound comes from: the machine's,
+// its container's (cgroup), or the process's own limits (ulimit -v, ulimit -d).
+struct MemoryLimit {
+  double bytes = 0;
+  const char* said = "this machine has";
+  const char* why = "";  // after the figure: which limit
+};
+
+MemoryLimit HostMemoryLimit() {
+  MemoryLimit m;
+  m.bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+            static_cast<double>(::sysconf(_SC_PAGE_SIZE));
   for (const char* file :
        {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
     std::ifstream in(file);
     double limit = 0;
-    if (in >> limit && limit > 0) bytes = std::min(bytes, limit);  // "max" reads as no number
+    if (in >> limit && limit > 0) m.bytes = std::min(m.bytes, limit);  // "max": no number
   }
-  return bytes;
+  const std::pair<int, const char*> rlimits[] = {{RLIMIT_AS, " (ulimit -v)"},
+                                                 {RLIMIT_DATA, " (ulimit -d)"}};
+  for (const auto& [resource, why] : rlimits) {
+    struct rlimit r {};
+    if (::getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY &&
+        static_cast<double>(r.rlim_cur) < m.bytes) {
+      m.bytes = static_cast<double>(r.rlim_cur);
+      m.said = "this process may use";
+      m.why = why;
+    }
+  }
+  return m;
 }
 
 // A model too large for this machine fails its trial here, with its size, rather than at an
@@ -88,14 +111,15 @@ Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
     floats += params * (spec.replicas + states) +
               2.0 * spec.replicas * spec.max_rows * (spec.shape.in(0) + widths);
   }
-  const double need = floats * sizeof(float), have = MemoryLimitBytes();
-  if (have > 0 && need > have) {
-    char msg[256];
+  const double need = floats * sizeof(float);
+  const MemoryLimit have = HostMemoryLimit();
+  if (have.bytes > 0 && need > have.bytes) {
+    char msg[320];
     std::snprintf(msg, sizeof msg,
                   "the model does not fit in memory: %.0f parameters need at least %.1f GiB "
-                  "(weights, gradients, optimizer state, activations), this machine has %.1f GiB; "
+                  "(weights, gradients, optimizer state, activations), %s %.1f GiB%s; "
                   "make hidden or batch_size smaller",
-                  params, need / 1073741824.0, have / 1073741824.0);
+                  params, need / 1073741824.0, have.said, have.bytes / 1073741824.0, have.why);
     return Status::InvalidArgument(msg);
   }
   return Status::Ok();
@@ -183,9 +207,9 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   }
   std::vector<int32_t>& rows = split.train;
   // The split's order is a fixed permutation, so this subset is the same for every trial.
-  if (o.max_train_samples > 0 && o.max_train_samples < static_cast<int64_t>(rows.size())) {
-    rows.resize(static_cast<size_t>(o.max_train_samples));
-  }
+  const bool capped =
+      o.max_train_samples > 0 && o.max_train_samples < static_cast<int64_t>(rows.size());
+  if (capped) rows.resize(static_cast<size_t>(o.max_train_samples));
   const int R = o.replicas, B = o.batch_size, K = o.accum_steps;
   // Rank r takes rows [B r / R, B (r + 1) / R) of every micro-batch: shards differ by at most
   // one row when R does not divide B, and the loss is scaled by B whatever the split.
@@ -196,7 +220,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   if (n_train < step_samples) {
     return Status::InvalidArgument(
         "training set has " + std::to_string(n_train) + (n_train == 1 ? " sample" : " samples") +
-        " after the validation split, fewer than " +
+        (capped ? " (max_train_samples)" : " after the validation split") + ", fewer than " +
         (K == 1 ? "batch_size " : "batch_size * accum_steps = ") + std::to_string(step_samples));
   }
   // The last partial step of each epoch is dropped: every step then has the same shape and the
@@ -474,7 +498,13 @@ Result<TrainResult> TrainWithState(const TrainOptions& options, const EpochCallb
                                    ModelState* final_state, CommStats* comm) {
   try {
     return TrainImpl(options, on_epoch, final_state, comm);
-  } catch (const std::exception& e) {  // bad_alloc, std::system_error from a thread, a callback
+  } catch (const std::bad_alloc&) {
+    // Past CheckHostMemory's lower bound: the activations, the dataset's cache, the trials or
+    // programs beside this one.
+    return Status::Internal(
+        "trainer: out of host memory (std::bad_alloc): make hidden or batch_size smaller, run "
+        "fewer trials at once on this machine, or give the process more memory");
+  } catch (const std::exception& e) {  // std::system_error from a thread, a callback
     return Status::Internal(std::string("trainer: ") + e.what());
   }
 }

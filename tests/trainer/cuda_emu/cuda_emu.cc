@@ -274,6 +274,8 @@ const char* cudaGetErrorString(cudaError_t err) {
       return "out of memory";
     case cudaErrorInvalidConfiguration:
       return "invalid configuration argument";
+    case cudaErrorInsufficientDriver:
+      return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice:
       return "no CUDA-capable device is detected";
     case cudaErrorInvalidDevice:
@@ -296,6 +298,8 @@ const char* cudaGetErrorName(cudaError_t err) {
       return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration:
       return "cudaErrorInvalidConfiguration";
+    case cudaErrorInsufficientDriver:
+      return "cudaErrorInsufficientDriver";
     case cudaErrorNoDevice:
       return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice:

@@ -226,7 +226,9 @@ class CpuBackend final : public Backend {
     if (spec.replicas < 1) return Status::InvalidArgument("cpu: replicas must be >= 1");
     // NotFound: the registry then lists every backend's reason (the GPU one's among them).
     if (!spec.devices.empty()) {
-      return Status::NotFound("cpu: the trial names GPUs (devices), which the CPU cannot use");
+      return Status::NotFound(
+          "cpu: the trial names GPUs (devices), which the CPU cannot use (leave devices unset "
+          "to train on the CPU)");
     }
     return Status::Ok();
   }

@@ -32,6 +32,8 @@
 // communicator; after an abort the group only reports errors.
 #include "cuda/cuda_backend.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -955,6 +957,15 @@ Result<int> ProbeDevices() {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear it: the CPU path must not trip over it later
+    // The runtime says "insufficient driver" also where there is no driver at all: say which.
+    if (err == cudaErrorInsufficientDriver) {
+      void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+      if (driver == nullptr) {
+        return Status::NotFound(
+            "cuda: no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)");
+      }
+      ::dlclose(driver);
+    }
     return Status::NotFound(std::string("cuda: no usable device (") + cudaGetErrorName(err) + ": " +
                             cudaGetErrorString(err) + ")");
   }
