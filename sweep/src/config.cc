@@ -1268,7 +1268,9 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                                 std::any_of(params.begin(), params.end(), [](const ParamEntry& e) {
                                   return e.parameter.name == "replicas";
                                 });
-    if (!replicas_given) merged.replicas = cfg.gpus;
+    // Only for a new sweep: `sweep train` sets its own layout (--threads, --set replicas=...)
+    // after this, and a stored sweep is taken as it was recorded.
+    if (!replicas_given && use == ConfigUse::kSweep) merged.replicas = cfg.gpus;
     if (Status v = trainer::Validate(merged); !v.ok()) {
       const std::string msg = "the options every trial shares do not go together: " + v.message();
       return trainer_table != nullptr ? c.Error(*trainer_table, "trainer", msg) : c.FileError(msg);

@@ -402,7 +402,7 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
   // Under a process limit (ulimit -v) below the machine's memory, the limit is the bound, and
   // the message says which.
   Output capped = Sweep("train t.toml --set lr=0.1 --set hidden=[30000,30000] --json",
-                        "prlimit --as=2000000000 --");
+                        "OPENBLAS_NUM_THREADS=1 prlimit --as=2000000000 --");
   EXPECT_EQ(capped.code, 1) << capped.err;
   const json capped_result = json::parse(capped.out);
   EXPECT_TRUE(std::regex_search(capped_result["error"].get<std::string>(),
@@ -425,18 +425,19 @@ TEST_F(E2eTest, GpusNamedWhereThereAreNoneSayWhyAndHowToTrainOnTheCpu) {
   Output o = Sweep("train t.toml --set devices=[0] --json");
   EXPECT_EQ(o.code, 1) << o.err;
   const std::string error = json::parse(o.out)["error"].get<std::string>();
-  EXPECT_NE(error.find("no backend can train this model: cuda: "), std::string::npos) << error;
+  EXPECT_NE(error.find("no backend can train this model: "), std::string::npos) << error;
   EXPECT_NE(error.find("cpu: the trial names GPUs (devices), which the CPU cannot use (leave "
                        "devices unset to train on the CPU)"),
             std::string::npos)
       << error;
+  // A build without the CUDA backend gives only the CPU's reason.
   void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
-  if (driver == nullptr) {
+  const bool has_driver = driver != nullptr;
+  if (has_driver) dlclose(driver);
+  if (!has_driver && error.find("cuda: ") != std::string::npos) {
     EXPECT_NE(error.find("cuda: no NVIDIA driver on this machine (libcuda.so.1 cannot be loaded)"),
               std::string::npos)
         << error;
-  } else {
-    dlclose(driver);
   }
 }
 

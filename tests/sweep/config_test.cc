@@ -604,6 +604,11 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
   EXPECT_NE(one_device.status().message().find("devices: 1 GPUs given for replicas = 2"),
             std::string::npos)
       << one_device.status().message();
+  // `sweep train` sets its own layout (--threads, --set replicas) after reading the config, and
+  // a stored sweep is taken as recorded: neither is held to the slots here.
+  EXPECT_TRUE(ParseConfig(TrainerConfig("lr = 0.1") + "devices = [0]\n[trial]\ngpus = 2\n",
+                          "n.toml", ConfigUse::kOneTrial)
+                  .ok());
   // A fraction drawn for an option of whole numbers.
   auto fraction = ParseConfig(
       TrainerConfig("epochs = { distribution = \"uniform\", min = 1, max = 3 }"), "n.toml");
