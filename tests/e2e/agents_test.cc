@@ -93,8 +93,7 @@ class AgentsTest : public E2eTest {
   // whose PATH has bin/, with a `mytrain` that reports, to the sweep's end.
   void RetireBadThenRunOnGood(const std::string& bad_env) {
     fs::create_directories(dir_ / "bin");
-    Write("bin/mytrain", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
-    fs::permissions(dir_ / "bin/mytrain", fs::perms::owner_all);
+    WriteProgram("bin/mytrain", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
     int port = 0;
     pid_t coordinator = StartCoordinator("m.toml", &port);
     ASSERT_GT(port, 0) << Log("coordinator.log");
@@ -121,8 +120,7 @@ class AgentsTest : public E2eTest {
   void OneTrialOnTheFirstOfTwoAgents(const std::string& name, const std::string& script,
                                      const std::string& kill_grace, pid_t* coordinator,
                                      pid_t* first) {
-    Write(name + ".sh", script);
-    fs::permissions(dir_ / (name + ".sh"), fs::perms::owner_all);
+    WriteProgram(name + ".sh", script);
     Write(name + ".toml", "[sweep]\nname = \"" + name +
                               "\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
                               "[trial]\nkind = \"command\"\ncommand = [\"./" +
@@ -579,7 +577,7 @@ TEST_F(AgentsTest, ResumeOfACompletedSweepDoesNotListenForAgents) {
 // SIGTERM and has a long grace period) when its agent is lost: the decision stands, so it ends
 // pruned, as `sweep resume` records such a trial, and is not run again only to be pruned anew.
 TEST_F(AgentsTest, PrunedTrialOfALostAgentEndsPrunedNotRunAgain) {
-  Write("train.sh", R"(#!/bin/sh
+  WriteProgram("train.sh", R"(#!/bin/sh
 trap '' TERM
 case $1 in 0.1) n=100 ;; *) n=9 ;; esac
 e=1
@@ -589,7 +587,6 @@ while [ $e -le $n ]; do
   e=$((e + 1))
 done
 )");
-  fs::permissions(dir_ / "train.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "stubborn"
 metric = "score"
@@ -645,11 +642,10 @@ kill_grace = "60s"
 // run again without using up a retry, as any trial of a lost agent, but not for ever: after its
 // third lost agent it fails, and the sweep finishes, with agents restarted by a supervisor.
 TEST_F(AgentsTest, TrialThatKeepsKillingItsAgentFails) {
-  Write(
+  WriteProgram(
       "k.sh",
       "#!/bin/sh\nif [ \"$SWEEP_TRIAL\" = 1 ]; then kill -9 $(awk '{print $4}' /proc/$PPID/stat); "
       "sleep 5; fi\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
-  fs::permissions(dir_ / "k.sh", fs::perms::owner_all);
   Write("k.toml",
         "[sweep]\nname = \"poison\"\nmetric = \"score\"\nmode = \"max\"\n[search]\n"
         "algorithm = \"grid\"\n[parameters]\nx = { values = [1, 2, 3] }\n[trial]\n"
@@ -681,11 +677,11 @@ TEST_F(AgentsTest, TrialThatKeepsKillingItsAgentFails) {
 // An agent stopped with SIGTERM (a batch system's preemption) says goodbye: its trial runs
 // again, and however often that happens it is no sign that the trial takes its agent down.
 TEST_F(AgentsTest, AStoppedAgentsTrialRunsAgainWithoutCountingALoss) {
-  Write("p.sh",
-        "#!/bin/sh\nn=$(cat runs 2>/dev/null || echo 0); n=$((n + 1)); echo $n > runs\n"
-        "if [ $n -ge 5 ]; then echo 'sweep-report {\"epoch\": 1, \"score\": 1}'; exit 0; fi\n"
-        "touch running\nexec sleep 60\n");
-  fs::permissions(dir_ / "p.sh", fs::perms::owner_all);
+  WriteProgram(
+      "p.sh",
+      "#!/bin/sh\nn=$(cat runs 2>/dev/null || echo 0); n=$((n + 1)); echo $n > runs\n"
+      "if [ $n -ge 5 ]; then echo 'sweep-report {\"epoch\": 1, \"score\": 1}'; exit 0; fi\n"
+      "touch running\nexec sleep 60\n");
   Write("p.toml",
         "[sweep]\nname = \"preempted\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
         "[trial]\nkind = \"command\"\ncommand = [\"./p.sh\"]\nkill_grace = \"2s\"\n");
@@ -792,10 +788,10 @@ TEST_F(AgentsTest, EventsThatArriveWhileTheStoreIsLockedKeepTheirTimes) {
 // (frozen here by its own program) is killed once it has been silent that long, not after the
 // agent's default minute, and its trial runs again.
 TEST_F(AgentsTest, AnAgentsHungWorkerIsKilledAfterTheSweepsHeartbeatTimeout) {
-  Write("f.sh",
-        "#!/bin/sh\nif [ -e ran ]; then echo 'sweep-report {\"epoch\": 1, \"score\": 1}'; exit 0; "
-        "fi\ntouch ran\nkill -STOP $PPID\nexec sleep 60\n");
-  fs::permissions(dir_ / "f.sh", fs::perms::owner_all);
+  WriteProgram(
+      "f.sh",
+      "#!/bin/sh\nif [ -e ran ]; then echo 'sweep-report {\"epoch\": 1, \"score\": 1}'; exit 0; "
+      "fi\ntouch ran\nkill -STOP $PPID\nexec sleep 60\n");
   Write("f.toml",
         "[sweep]\nname = \"hung\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
         "[trial]\nkind = \"command\"\ncommand = [\"./f.sh\"]\nheartbeat_timeout = \"2s\"\n");
@@ -887,8 +883,7 @@ TEST_F(AgentsTest, AnAgentWithoutTheProgramIsRetiredNotEveryTrialFailed) {
 // again elsewhere, failing none, and it takes no more.
 TEST_F(AgentsTest, AnAgentWhoseCopyOfTheProgramCannotRunIsRetiredToo) {
   fs::create_directory(dir_ / "bin-bad");
-  Write("bin-bad/mytrain", "echo 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
-  fs::permissions(dir_ / "bin-bad/mytrain", fs::perms::owner_all);
+  WriteProgram("bin-bad/mytrain", "echo 'sweep-report {\"epoch\": 1, \"score\": 1}'\n");
   Write("m.toml",
         "[sweep]\nname = \"copy\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 4\n"
         "[trial]\nkind = \"command\"\ncommand = [\"mytrain\"]\nmax_initial_failures = 1\n");

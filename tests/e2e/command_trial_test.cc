@@ -53,8 +53,14 @@ class CommandTrialE2eTest : public E2eTest {
  protected:
   void SetUp() override {
     E2eTest::SetUp();
-    Write("train.sh", kProgram);
-    fs::permissions(dir_ / "train.sh", fs::perms::owner_all);
+    WriteProgram("train.sh", kProgram);
+  }
+
+  // Reports stored at `epoch` (0 before the store has its reports table).
+  int ReportsAtEpoch(int epoch) {
+    if (!HasTable("reports")) return 0;
+    return std::stoi(
+        Query("SELECT count(*) FROM reports WHERE epoch = " + std::to_string(epoch))[0][0]);
   }
 
   std::map<int, std::vector<std::string>> TrialsByNumber() {
@@ -119,8 +125,7 @@ cpu_slots = 2
 // The default trials folder is beside the store's file itself, however --db names it: a sweep
 // run through a link to the file and resumed by its own name finds its trials' folders.
 TEST_F(CommandTrialE2eTest, TheTrialsFolderIsBesideTheStoreNotItsLink) {
-  Write("r.sh", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"val_acc\": 1}'\n");
-  fs::permissions(dir_ / "r.sh", fs::perms::owner_all);
+  WriteProgram("r.sh", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"val_acc\": 1}'\n");
   Write("l.toml",
         "[sweep]\nname = \"linked\"\nmetric = \"val_acc\"\nmode = \"max\"\nmax_trials = 1\n"
         "[trial]\n"
@@ -142,10 +147,9 @@ TEST_F(CommandTrialE2eTest, TheTrialsFolderIsBesideTheStoreNotItsLink) {
 // A metric reported as NaN or infinity (not the sweep's) is kept as null, which JSON allows,
 // and shown as nan, so a diverged loss is told from one never reported.
 TEST_F(CommandTrialE2eTest, NonFiniteMetricsShowAsNan) {
-  Write("n.sh",
-        "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1, \"loss\": NaN, \"big\": "
-        "Infinity}'\n");
-  fs::permissions(dir_ / "n.sh", fs::perms::owner_all);
+  WriteProgram("n.sh",
+               "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1, \"loss\": NaN, \"big\": "
+               "Infinity}'\n");
   Write("n.toml",
         "[sweep]\nname = \"nan\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
         "[trial]\nkind = \"command\"\ncommand = [\"./n.sh\"]\n[parameters]\nx = 1\n");
@@ -170,10 +174,9 @@ TEST_F(CommandTrialE2eTest, NonFiniteMetricsShowAsNan) {
 // `show` charts each metric over the reports that carry it, and in a narrow terminal wraps
 // long values rather than cutting them.
 TEST_F(CommandTrialE2eTest, ShowCountsTheReportsOfEachMetricAndKeepsLongValues) {
-  Write("m.sh",
-        "#!/bin/sh\necho 'sweep-report {\"step\": 0, \"score\": 5, \"early\": 1}'\n"
-        "echo 'sweep-report {\"step\": 1, \"score\": 4}'\n");
-  fs::permissions(dir_ / "m.sh", fs::perms::owner_all);
+  WriteProgram("m.sh",
+               "#!/bin/sh\necho 'sweep-report {\"step\": 0, \"score\": 5, \"early\": 1}'\n"
+               "echo 'sweep-report {\"step\": 1, \"score\": 4}'\n");
   Write("m.toml",
         "[sweep]\nname = \"m\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
         "[trial]\nkind = \"command\"\ncommand = [\"./m.sh\"]\n[parameters]\n"
@@ -233,8 +236,7 @@ cpu_slots = 2
 // config, goes on whatever fails.
 TEST_F(CommandTrialE2eTest, ASweepWhoseFirstTrialsAllFailStops) {
   const std::string broken = "#!/bin/sh\necho 'no GPU here' >&2\nexit 3\n";
-  Write("fails.sh", broken);
-  fs::permissions(dir_ / "fails.sh", fs::perms::owner_all);
+  WriteProgram("fails.sh", broken);
   const std::string config = R"([sweep]
 name = "NAME"
 metric = "score"
@@ -304,11 +306,10 @@ cpu_slots = 1
 // broken program: the sweep stops once, a resume runs them again once (they fail for good now)
 // and goes on to the rest of the space, rather than stopping at them on every resume.
 TEST_F(CommandTrialE2eTest, AResumeGetsPastFirstTrialsThatFailForTheirParameters) {
-  Write("oom.sh", R"(#!/bin/sh
+  WriteProgram("oom.sh", R"(#!/bin/sh
 case "$1" in big|huge) echo "CUDA out of memory" >&2; exit 1 ;; esac
 echo "sweep-report {\"score\": 1}"
 )");
-  fs::permissions(dir_ / "oom.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "oom"
 metric = "score"
@@ -339,12 +340,11 @@ cpu_slots = 1
 // Fast failures of a bad region of the space (an out-of-memory batch size) while a slow trial
 // that started before them runs on: it may succeed, so they do not stop the sweep.
 TEST_F(CommandTrialE2eTest, FastFailuresBesideASlowerTrialDoNotStopTheSweep) {
-  Write("region.sh", R"(#!/bin/sh
+  WriteProgram("region.sh", R"(#!/bin/sh
 [ "$1" = 9 ] || { echo "out of memory" >&2; exit 3; }
 sleep 1.5
 echo "sweep-report {\"score\": 1}"
 )");
-  fs::permissions(dir_ / "region.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "region"
 metric = "score"
@@ -548,13 +548,12 @@ cpu_slots = 2
 // Rungs at fractions of an epoch are the decimals the config implies: 0.1 * 3 is
 // 0.30000000000000004 in doubles, and a program reporting epoch 0.3 is judged there.
 TEST_F(CommandTrialE2eTest, AProgramReportingTenthsOfAnEpochIsJudgedAtEachRung) {
-  Write("tenths.sh", R"(#!/bin/sh
+  WriteProgram("tenths.sh", R"(#!/bin/sh
 for e in 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1; do
   case "$e" in 0.1|0.2) s=1 ;; *) s=$1 ;; esac
   echo "sweep-report {\"epoch\": $e, \"score\": $s}"
 done
 )");
-  fs::permissions(dir_ / "tenths.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "tenths"
 metric = "score"
@@ -595,7 +594,7 @@ cpu_slots = 1
 // and ranked, where it was once dropped as a repeat of the step. A line a progress bar drew over
 // (a carriage return before the report) and one indented are reports too.
 TEST_F(CommandTrialE2eTest, AStepsMetricsOnSeveralLinesAreOneReport) {
-  Write("split.sh", R"(#!/bin/sh
+  WriteProgram("split.sh", R"(#!/bin/sh
 for e in 1 2 3 4; do
   echo "sweep-report {\"step\": $e, \"train_loss\": 1}"
   case $e in
@@ -605,7 +604,6 @@ for e in 1 2 3 4; do
   esac
 done
 )");
-  fs::permissions(dir_ / "split.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "split"
 metric = "score"
@@ -648,13 +646,12 @@ cpu_slots = 1
 // A step's later line without `epoch` takes the epoch its first line gave (not the step, 100
 // times larger, which would put the trial past max_resource at once and lose its metric).
 TEST_F(CommandTrialE2eTest, ALaterLineOfAStepTakesItsEpoch) {
-  Write("steps.sh", R"(#!/bin/sh
+  WriteProgram("steps.sh", R"(#!/bin/sh
 for e in 1 2 3 4; do
   echo "sweep-report {\"step\": $((e * 100)), \"epoch\": $e, \"train_loss\": 1}"
   echo "sweep-report {\"step\": $((e * 100)), \"score\": $(($1 * e))}"
 done
 )");
-  fs::permissions(dir_ / "steps.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "steps"
 metric = "score"
@@ -692,7 +689,7 @@ cpu_slots = 1
 // epoch's two lines are one report, and its validation metrics, printed again by the resumed
 // run, are added to it (they were once dropped as an epoch already reported).
 TEST_F(CommandTrialE2eTest, AnEpochCutBetweenItsLinesIsCompletedOnResume) {
-  Write("epochs.sh", R"(#!/bin/sh
+  WriteProgram("epochs.sh", R"(#!/bin/sh
 ckpt="$1/ckpt"; done=$(cat "$ckpt" 2>/dev/null || echo 0)
 e=$((done + 1))
 while [ $e -le 4 ]; do
@@ -703,7 +700,6 @@ while [ $e -le 4 ]; do
   e=$((e + 1))
 done
 )");
-  fs::permissions(dir_ / "epochs.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "epochs"
 metric = "val_acc"
@@ -717,16 +713,8 @@ command = ["./epochs.sh", "{trial_dir}"]
 kill_grace = 0.2
 )");
   const pid_t pid = Start("run c.toml", "run.log");
-  for (int i = 0; i < 400 && !fs::exists(dir_ / "stopped-once"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(fs::exists(dir_ / "stopped-once"));
-  bool stored = false;  // epoch 3's first line, committed
-  for (int i = 0; i < 400 && !stored; ++i) {
-    stored = Query("SELECT count(*) FROM reports WHERE epoch = 3")[0][0] == "1";
-    if (!stored) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(stored);
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "stopped-once"); }));
+  ASSERT_TRUE(WaitUntil([&] { return ReportsAtEpoch(3) == 1; }));  // its first line, committed
   ::kill(pid, SIGINT);
   EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "run.log");
   Output resumed = Sweep("resume epochs");
@@ -745,12 +733,11 @@ kill_grace = 0.2
 // (children it waits for) or fails there: its result is its report at max_resource, so it ends
 // completed, saying what came after, not failed.
 TEST_F(CommandTrialE2eTest, WhatEndsAProgramAfterMaxResourceDoesNotUndoItsResult) {
-  Write("tail.sh", R"(#!/bin/sh
+  WriteProgram("tail.sh", R"(#!/bin/sh
 for e in 1 2 3; do echo "sweep-report {\"epoch\": $e, \"score\": $e}"; done
 [ "$1" = hang ] && sleep 30
 exit 4
 )");
-  fs::permissions(dir_ / "tail.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "tail"
 metric = "score"
@@ -792,13 +779,12 @@ cpu_slots = 2
 // The same after kill -9 of the coordinator while the program ran on past its report at
 // max_resource: resume finds the result in the store and ends the trial completed, as live.
 TEST_F(CommandTrialE2eTest, AResultAtMaxResourceSurvivesACoordinatorKilledAfterIt) {
-  Write("tail.sh", R"(#!/bin/sh
+  WriteProgram("tail.sh", R"(#!/bin/sh
 [ -e ran-once ] && exit 4
 for e in 1 2 3; do echo "sweep-report {\"epoch\": $e, \"score\": $e}"; done
 touch ran-once
 sleep 30
 )");
-  fs::permissions(dir_ / "tail.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "tailkill"
 metric = "score"
@@ -815,13 +801,8 @@ command = ["./tail.sh"]
 kill_grace = 0.2
 )");
   const pid_t pid = Start("run c.toml", "run.log");
-  bool reached = false;
-  for (int i = 0; i < 400 && !reached; ++i) {
-    reached = fs::exists(dir_ / "ran-once") && HasTable("reports") &&
-              Query("SELECT count(*) FROM reports WHERE epoch = 3")[0][0] == "1";
-    if (!reached) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(reached) << sweep_e2e::Slurp(dir_ / "run.log");
+  ASSERT_TRUE(WaitUntil([&] { return fs::exists(dir_ / "ran-once") && ReportsAtEpoch(3) == 1; }))
+      << sweep_e2e::Slurp(dir_ / "run.log");
   ::kill(pid, SIGKILL);
   Wait(pid);
   Output resumed = Sweep("resume tailkill");
@@ -834,12 +815,11 @@ kill_grace = 0.2
 // A program stopped with the sweep (Ctrl-C) that reports once more past max_resource as it
 // ends: that report is not its result. It had reached max_resource, and ends completed there.
 TEST_F(CommandTrialE2eTest, AReportPastMaxResourceWhileTheSweepStopsIsNotItsResult) {
-  Write("late.sh", R"(#!/bin/sh
+  WriteProgram("late.sh", R"(#!/bin/sh
 trap 'echo "sweep-report {\"epoch\": 4, \"score\": 0.4}"; exit 0' TERM
 for e in 1 2 3; do echo "sweep-report {\"epoch\": $e, \"score\": 0.$e}"; done
 while :; do sleep 0.05; done
 )");
-  fs::permissions(dir_ / "late.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "late"
 metric = "score"
@@ -856,13 +836,7 @@ command = ["./late.sh"]
 kill_grace = 5
 )");
   const pid_t pid = Start("run c.toml", "run.log");
-  bool reached = false;
-  for (int i = 0; i < 400 && !reached; ++i) {
-    reached =
-        HasTable("reports") && Query("SELECT count(*) FROM reports WHERE epoch = 3")[0][0] == "1";
-    if (!reached) std::this_thread::sleep_for(std::chrono::milliseconds(25));
-  }
-  ASSERT_TRUE(reached);
+  ASSERT_TRUE(WaitUntil([&] { return ReportsAtEpoch(3) == 1; }));
   ::kill(pid, SIGINT);
   EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "run.log");
   auto trials = TrialsByNumber();
@@ -890,7 +864,7 @@ TEST_F(CommandTrialE2eTest, ShippedExampleRuns) {
 // The sweep's metric turning NaN or infinite fails the trial as diverged, wherever the report
 // falls: on a rung (where early stopping would have ranked it last and pruned it) or between.
 TEST_F(CommandTrialE2eTest, ADivergedMetricFailsTheTrialOnARungToo) {
-  Write("d.sh", R"(#!/bin/sh
+  WriteProgram("d.sh", R"(#!/bin/sh
 echo 'sweep-report {"epoch": 1, "score": 1}'
 case "$1" in
   rung) echo 'sweep-report {"epoch": 2, "score": NaN}' ;;
@@ -898,7 +872,6 @@ case "$1" in
 esac
 sleep 5
 )");
-  fs::permissions(dir_ / "d.sh", fs::perms::owner_all);
   Write("d.toml", R"([sweep]
 name = "div"
 metric = "score"
@@ -959,8 +932,7 @@ TEST_F(CommandTrialE2eTest, AProgramOrWorkdirMissingHereIsRefusedBeforeAnyTrial)
     EXPECT_FALSE(fs::exists(dir_ / "sweeps.db")) << trial;
   }
   // And one that is there, braces and all, runs.
-  Write("x{y}.sh", "#!/bin/sh\necho 'sweep-report {\"score\": 1}'\n");
-  fs::permissions(dir_ / "x{y}.sh", fs::perms::owner_all);
+  WriteProgram("x{y}.sh", "#!/bin/sh\necho 'sweep-report {\"score\": 1}'\n");
   Write("c.toml", head + "command = [\"./x{{y}}.sh\"]\n");
   Output o = Sweep("run c.toml");
   EXPECT_EQ(o.code, 0) << o.out << o.err;
@@ -971,7 +943,7 @@ TEST_F(CommandTrialE2eTest, AProgramOrWorkdirMissingHereIsRefusedBeforeAnyTrial)
 // follows what the store kept; run again with its work done, it exits 0 reporting nothing and
 // the trial ends with the stored reports.
 TEST_F(CommandTrialE2eTest, ARunAgainGoesOnFromTheProgramsOwnCheckpoint) {
-  Write("ckpt.sh", R"(#!/bin/sh
+  WriteProgram("ckpt.sh", R"(#!/bin/sh
 state="$SWEEP_TRIAL_DIR/epoch"
 e=0; [ -f "$state" ] && e=$(cat "$state")
 while [ $e -lt 6 ]; do
@@ -983,7 +955,6 @@ while [ $e -lt 6 ]; do
   fi
 done
 )");
-  fs::permissions(dir_ / "ckpt.sh", fs::perms::owner_all);
   Write("c.toml", R"([sweep]
 name = "ck"
 metric = "loss"

@@ -76,6 +76,12 @@ class E2eTest : public ::testing::Test {
     std::ofstream(dir_ / name) << text;
   }
 
+  // Write, then make it executable: a program (a script with its #! line) a trial runs.
+  void WriteProgram(const std::string& name, const std::string& text) {
+    Write(name, text);
+    fs::permissions(dir_ / name, fs::perms::owner_all);
+  }
+
   // Starts `sweep ARGS` in the test directory without waiting; output goes to LOG.
   pid_t Start(const std::string& args, const std::string& log, const std::string& env = "") {
     std::string cmd = "cd '" + dir_.string() + "' && exec env " + env + " '" SWEEP_BINARY "' " +
@@ -93,15 +99,21 @@ class E2eTest : public ::testing::Test {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
 
-  // Waits (up to 10 s) until the store holds some report.
-  bool WaitForAReport() {
+  // Waits (up to 10 s, looking every 25 ms) until done() holds; whether it did.
+  template <typename Done>
+  static bool WaitUntil(Done&& done) {
     for (int i = 0; i < 400; ++i) {
-      if (HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0) {
-        return true;
-      }
+      if (done()) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(25));
     }
     return false;
+  }
+
+  // Waits (up to 10 s) until the store holds some report.
+  bool WaitForAReport() {
+    return WaitUntil([&] {
+      return HasTable("reports") && std::stoi(Query("SELECT count(*) FROM reports")[0][0]) > 0;
+    });
   }
 
   // Takes sweeps.db's write lock as another program would (a sqlite3 shell's BEGIN EXCLUSIVE);

@@ -617,8 +617,8 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
 // A hyperparameter and a metric of the same name (the trainer's `lr`): a bare --sort key is the
 // hyperparameter, as the CSV's columns name them; metric.NAME is the metric.
 TEST_F(E2eTest, SortKeyNamedByBothAParameterAndAMetric) {
-  Write("r.sh", "#!/bin/sh\necho \"sweep-report {\\\"score\\\": $1, \\\"x\\\": $((10 - $1))}\"\n");
-  fs::permissions(dir_ / "r.sh", fs::perms::owner_all);
+  WriteProgram("r.sh",
+               "#!/bin/sh\necho \"sweep-report {\\\"score\\\": $1, \\\"x\\\": $((10 - $1))}\"\n");
   Write("c.toml",
         "[sweep]\nname = \"both\"\nmetric = \"score\"\nmode = \"max\"\n[search]\n"
         "algorithm = \"grid\"\n[parameters]\nx = { values = [2, 1, 3] }\n[trial]\n"

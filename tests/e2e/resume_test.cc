@@ -475,11 +475,11 @@ TEST_F(ResumeTest, ResumeAfterTheTargetWasMetEndsTheSweep) {
 // met, so the trial ends completed and the sweep with it (exit 0), as a resume replaying the
 // store would have it; the other trial is interrupted, as beside any target.
 TEST_F(ResumeTest, TheTargetMetWhileStoppingEndsTheSweepCompleted) {
-  Write("last.sh",
-        "#!/bin/sh\ntrap 'echo \"sweep-report {\\\"epoch\\\": 2, \\\"score\\\": $(($1 - 1))}\"; "
-        "exit 0' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 0}'\n"
-        "while :; do sleep 0.05; done\n");
-  fs::permissions(dir_ / "last.sh", fs::perms::owner_all);
+  WriteProgram(
+      "last.sh",
+      "#!/bin/sh\ntrap 'echo \"sweep-report {\\\"epoch\\\": 2, \\\"score\\\": $(($1 - 1))}\"; "
+      "exit 0' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 0}'\n"
+      "while :; do sleep 0.05; done\n");
   Write("l.toml", "[sweep]\nstop_when = \"score >= 0.5\"\n" +
                       TwoCommandTrials("last", "last.sh").substr(std::string("[sweep]\n").size()));
   pid_t pid = Start("run l.toml", "last.log");
@@ -503,11 +503,10 @@ TEST_F(ResumeTest, TheTargetMetWhileStoppingEndsTheSweepCompleted) {
 // Every trial whose last report, sent as it stops, meets the target has met it: each ends
 // completed, not only the first to report (the second may be the better one).
 TEST_F(ResumeTest, EveryTrialWhoseStoppingReportMeetsTheTargetEndsCompleted) {
-  Write("both.sh",
-        "#!/bin/sh\ntrap 'echo \"sweep-report {\\\"epoch\\\": 2, \\\"score\\\": $1}\"; "
-        "exit 0' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 0}'\n"
-        "while :; do sleep 0.05; done\n");
-  fs::permissions(dir_ / "both.sh", fs::perms::owner_all);
+  WriteProgram("both.sh",
+               "#!/bin/sh\ntrap 'echo \"sweep-report {\\\"epoch\\\": 2, \\\"score\\\": $1}\"; "
+               "exit 0' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 0}'\n"
+               "while :; do sleep 0.05; done\n");
   Write("b.toml", "[sweep]\nstop_when = \"score >= 0.5\"\n" +
                       TwoCommandTrials("both", "both.sh").substr(std::string("[sweep]\n").size()));
   pid_t pid = Start("run b.toml", "both.log");
@@ -523,8 +522,8 @@ TEST_F(ResumeTest, EveryTrialWhoseStoppingReportMeetsTheTargetEndsCompleted) {
 
 // A trial whose own last report meets the target (it ends by itself there) says so too.
 TEST_F(ResumeTest, ATrialWhoseFinalReportMeetsTheTargetSaysSo) {
-  Write("one.sh", "#!/bin/sh\necho \"sweep-report {\\\"epoch\\\": 1, \\\"score\\\": $1}\"\n");
-  fs::permissions(dir_ / "one.sh", fs::perms::owner_all);
+  WriteProgram("one.sh",
+               "#!/bin/sh\necho \"sweep-report {\\\"epoch\\\": 1, \\\"score\\\": $1}\"\n");
   Write("o.toml", "[sweep]\nstop_when = \"score >= 2\"\nmax_concurrent = 1\n" +
                       TwoCommandTrials("one", "one.sh").substr(std::string("[sweep]\n").size()));
   ASSERT_EQ(Sweep("run o.toml").code, 0);
@@ -540,8 +539,8 @@ TEST_F(ResumeTest, ATrialWhoseFinalReportMeetsTheTargetSaysSo) {
 // next report: one interrupt ends the sweep in moments, its trials interrupted. (Its one report
 // also reaches the store at once, not with the next.)
 TEST_F(ResumeTest, AStopReachesAProgramBetweenItsReports) {
-  Write("slow.sh", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\nexec sleep 300\n");
-  fs::permissions(dir_ / "slow.sh", fs::perms::owner_all);
+  WriteProgram("slow.sh",
+               "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\nexec sleep 300\n");
   Write("s.toml", TwoCommandTrials("slow", "slow.sh"));
   pid_t pid = Start("run s.toml", "slow.log");
   ASSERT_TRUE(WaitForReports(2)) << sweep_e2e::Slurp(dir_ / "slow.log");
@@ -560,10 +559,9 @@ TEST_F(ResumeTest, AStopReachesAProgramBetweenItsReports) {
 // second one does not wait (here, programs deaf to SIGTERM with a minute of grace): the
 // workers end at once and the trials are recorded interrupted, for resume to continue.
 TEST_F(ResumeTest, SecondInterruptStopsAtOnce) {
-  Write("deaf.sh",
-        "#!/bin/sh\ntrap '' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n"
-        "exec sleep 300\n");
-  fs::permissions(dir_ / "deaf.sh", fs::perms::owner_all);
+  WriteProgram("deaf.sh",
+               "#!/bin/sh\ntrap '' TERM\necho 'sweep-report {\"epoch\": 1, \"score\": 1}'\n"
+               "exec sleep 300\n");
   Write("d.toml", TwoCommandTrials("deaf", "deaf.sh", "kill_grace = \"60s\"\n"));
   pid_t pid = Start("run d.toml", "deaf.log", "setsid");
   ASSERT_TRUE(WaitForReports(2)) << sweep_e2e::Slurp(dir_ / "deaf.log");
@@ -748,10 +746,10 @@ TEST_F(ResumeTest, ATrialThatFailedBeforeItsFirstCheckpointNamesNone) {
 // they started in their process group (a data loader holding memory or a GPU): each worker
 // kills its program's group when its parent dies.
 TEST_F(ResumeTest, KilledCoordinatorLeavesNoHelperBehind) {
-  Write("h.sh",
-        "#!/bin/sh\nsleep 300 &\necho $! > helper.$1\necho 'sweep-report {\"epoch\": 1, \"score\": "
-        "1}'\nexec sleep 300\n");
-  fs::permissions(dir_ / "h.sh", fs::perms::owner_all);
+  WriteProgram(
+      "h.sh",
+      "#!/bin/sh\nsleep 300 &\necho $! > helper.$1\necho 'sweep-report {\"epoch\": 1, \"score\": "
+      "1}'\nexec sleep 300\n");
   Write("h.toml", TwoCommandTrials("helpers", "h.sh"));
   pid_t pid = Start("run h.toml", "h.log");
   ASSERT_TRUE(WaitForReports(2)) << sweep_e2e::Slurp(dir_ / "h.log");
@@ -823,7 +821,7 @@ TEST_F(ResumeTest, ALockHeldOnANewFileIsWaitedFor) {
 // from its stdout log, and the trial ends completed with every epoch, as an uninterrupted run.
 // `early_stopping`: config text that makes epoch 1 a decision point, or none.
 void ResumeTest::LostReportsComeBack(const std::string& early_stopping) {
-  Write("own.sh", R"(#!/bin/sh
+  WriteProgram("own.sh", R"(#!/bin/sh
 state="$SWEEP_TRIAL_DIR/epoch"
 e=$(cat "$state" 2>/dev/null || echo 0)
 while [ ! -e go ]; do sleep 0.02; done
@@ -833,7 +831,6 @@ while [ "$e" -lt 4 ]; do
   echo "$e" > "$state"
 done
 )");
-  fs::permissions(dir_ / "own.sh", fs::perms::owner_all);
   Write("o.toml",
         "[sweep]\nname = \"own\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
         "[parameters]\nx = 1\n[trial]\nkind = \"command\"\ncommand = [\"./own.sh\"]\n"

@@ -114,11 +114,10 @@ cp disk/s.db* after_resume/
 // A command trial whose logs' disk is full: its program's writes to stderr (the log) fail and
 // it exits non-zero; the trial's error says the disk is full, not only the exit code.
 TEST_F(StorageTest, ACommandTrialWhoseLogDiskIsFullSaysSo) {
-  Write("noisy.sh", R"sh(#!/bin/sh
+  WriteProgram("noisy.sh", R"sh(#!/bin/sh
 head -c 200000 /dev/zero | tr '\0' x >&2 || exit 3
 echo 'sweep-report {"epoch": 1, "score": 1}'
 )sh");
-  fs::permissions(dir_ / "noisy.sh", fs::perms::owner_all);
   Write("n.toml",
         "[sweep]\nname = \"noisy\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
         "[trial]\nkind = \"command\"\ncommand = [\"./noisy.sh\"]\nmax_retries = 0\n"

@@ -90,25 +90,22 @@ void Batcher::Help(int part) {
 void Batcher::GatherPart(int part) {
   const int64_t b = batch_size_, per = (b + parts_ - 1) / parts_;
   const int64_t begin = std::min(b, part * per), end = std::min(b, begin + per);
-  if (begin < end) GatherRows(job_.rows + begin, end - begin, job_.x, begin, job_.y + begin);
-}
-
-void Batcher::GatherRows(const int32_t* rows, int64_t count, void* x, int64_t first,
-                         int32_t* y) const {
-  const int64_t at = first * data_->dim;
+  if (begin >= end) return;
+  const int64_t at = begin * data_->dim;
   if (pixels_) {
-    data_->GatherPixels(rows, count, static_cast<uint8_t*>(x) + at, y);
+    data_->GatherPixels(job_.rows + begin, end - begin, static_cast<uint8_t*>(job_.x) + at,
+                        job_.y + begin);
   } else {
-    data_->Gather(rows, count, static_cast<float*>(x) + at, y);
+    data_->Gather(job_.rows + begin, end - begin, static_cast<float*>(job_.x) + at, job_.y + begin);
   }
 }
 
 void Batcher::GatherBatch(const int32_t* rows, size_t slot) {
+  job_ = {rows, x_[slot], y_[slot]};
   if (parts_ == 1) {
-    GatherRows(rows, batch_size_, x_[slot], 0, y_[slot]);
+    GatherPart(0);
     return;
   }
-  job_ = {rows, x_[slot], y_[slot]};
   start_->arrive_and_wait();
   GatherPart(0);
   done_->arrive_and_wait();

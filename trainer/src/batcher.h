@@ -88,9 +88,7 @@ class Batcher {
   // Writes rows order[k B, (k + 1) B) into `slot`, split among the helpers when there are any.
   void GatherBatch(const int32_t* rows, size_t slot);
   void GatherPart(int part);  // part p of the batch job_ names
-  // rows[0, count) as batch rows first.. of the slot whose features are x and labels y.
-  void GatherRows(const int32_t* rows, int64_t count, void* x, int64_t first, int32_t* y) const;
-  void Help(int part);  // a helper's loop
+  void Help(int part);        // a helper's loop
   void StopHelpers();
   int64_t MinReleased() const;  // under mu_
 

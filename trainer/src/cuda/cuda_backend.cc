@@ -939,13 +939,14 @@ class CudaBackend final : public Backend {
     SWEEP_ASSIGN_OR_RETURN(std::vector<int> devices, GroupDevices(spec, count));
     SWEEP_RETURN_IF_ERROR(CheckDeviceMemory(spec, devices));
     Result<std::unique_ptr<ReplicaGroup>> group = CudaReplicaGroup::Create(spec, devices);
-    const std::string& why = group.ok() ? std::string() : group.status().message();
-    if (why.find("cudaErrorMemoryAllocation") != std::string::npos) {
+    if (!group.ok() &&
+        group.status().message().find("cudaErrorMemoryAllocation") != std::string::npos) {
       // The weights fit (above), so the activations, another trial sharing the GPU, or
       // another program took the rest.
       return group.status().WithMessage(
-          why + " (making the model, " + std::to_string(spec.shape.num_params) +
-          " parameters, for batches of " + std::to_string(spec.max_rows) +
+          group.status().message() + " (making the model, " +
+          std::to_string(spec.shape.num_params) + " parameters, for batches of " +
+          std::to_string(spec.max_rows) +
           " rows: make hidden or batch_size smaller, or leave the GPU to one trial)");
     }
     return group;
