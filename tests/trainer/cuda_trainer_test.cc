@@ -147,8 +147,8 @@ TEST_F(CudaGroup, Fp16SkipsStepsWhoseGradientsOverflow) {
   spec.precision = Precision::kFp16;
   spec.initial_loss_scale = std::ldexp(1.0f, 40);
   ModelState init;
-  init.params.resize(static_cast<size_t>(spec.shape.num_params));
-  InitParams(spec.shape, spec.act, 11, init.params.data());
+  init.params.resize(static_cast<size_t>(spec.model.num_params));
+  InitParams(spec.model, 11, init.params.data(), nullptr);
 
   Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
   ASSERT_TRUE(g.ok()) << g.status().message();
@@ -351,17 +351,18 @@ TEST_F(CudaGroup, RefusesAModelLargerThanTheGpu) {
   if (devices_ < 1) GTEST_SKIP() << "no GPU";
   GroupSpec spec = Spec(1, OptimizerSpec::Kind::kAdamw, 0.0f);
   // 4 x 10^10 parameters, 640 GB in fp32 with AdamW's two buffers: more than any GPU holds.
-  spec.shape = MlpShape::Make(testing::kInputs, {200000, 200000}, testing::kClasses);
+  spec.model = ModelSpec::Mlp(testing::kInputs, {200000, 200000}, testing::kClasses,
+                              Activation::kGelu);
   Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
   ASSERT_FALSE(g.ok());
   std::printf("  hidden [200000, 200000]: %s\n", g.status().message().c_str());
   EXPECT_EQ(g.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(g.status().message().find("cuda: the model does not fit in GPU 0's memory: " +
-                                      std::to_string(spec.shape.num_params) + " parameters"),
+                                      std::to_string(spec.model.num_params) + " parameters"),
             std::string::npos)
       << g.status().message();
   EXPECT_NE(g.status().message().find("make hidden smaller"), std::string::npos);
-  spec.shape = MlpShape::Make(testing::kInputs, {40, 24}, testing::kClasses);
+  spec.model = ModelSpec::Mlp(testing::kInputs, {40, 24}, testing::kClasses, Activation::kGelu);
   EXPECT_TRUE(cuda::GetBackend()->CreateGroup(spec).ok());
 }
 

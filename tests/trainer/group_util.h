@@ -53,9 +53,7 @@ inline Batches MakeBatches(int micro_batches, uint64_t seed) {
 
 inline GroupSpec Spec(int replicas, OptimizerSpec::Kind kind, float dropout) {
   GroupSpec spec;
-  spec.shape = MlpShape::Make(kInputs, {40, 24}, kClasses);
-  spec.act = Activation::kGelu;
-  spec.dropout = dropout;
+  spec.model = ModelSpec::Mlp(kInputs, {40, 24}, kClasses, Activation::kGelu, dropout);
   spec.replicas = replicas;
   spec.max_rows = kBatch;
   spec.optimizer.kind = kind;
@@ -66,8 +64,8 @@ inline GroupSpec Spec(int replicas, OptimizerSpec::Kind kind, float dropout) {
 // The seeded initial weights of spec's model, no optimizer state.
 inline ModelState InitialState(const GroupSpec& spec) {
   ModelState init;
-  init.params.resize(static_cast<size_t>(spec.shape.num_params));
-  InitParams(spec.shape, spec.act, 11, init.params.data());
+  init.params.resize(static_cast<size_t>(spec.model.num_params));
+  InitParams(spec.model, 11, init.params.data(), nullptr);
   return init;
 }
 

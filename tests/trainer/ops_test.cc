@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "cpu/mlp.h"
+#include "cpu/net.h"
 #include "cpu/ops.h"
 #include "gtest/gtest.h"
 #include "model.h"
@@ -293,14 +293,14 @@ class WholeMlp : public ::testing::TestWithParam<Activation> {};
 
 TEST_P(WholeMlp, GradientsMatchFiniteDifferences) {
   const int B = 5, in = 4, classes = 3;
-  Mlp model(MlpShape::Make(in, {6, 5}, classes), GetParam(), B);
-  InitParams(model.shape(), GetParam(), 42, model.params());
-  const MlpShape& s = model.shape();
+  Net model(ModelSpec::Mlp(in, {6, 5}, classes, GetParam()), B);
+  InitParams(model.model(), 42, model.params(), nullptr);
   // Biases start at zero; give them values so their gradients are exercised off the kink.
   Rng rng(9);
-  for (int l = 0; l < s.layers(); ++l) {
-    for (int o = 0; o < s.out(l); ++o) {
-      model.params()[s.bias_offset[l] + o] = static_cast<float>(0.2 * rng.Uniform() - 0.1);
+  for (const Layer& l : model.model().layers) {
+    if (l.bias_at < 0) continue;
+    for (int o = 0; o < l.out; ++o) {
+      model.params()[l.bias_at + o] = static_cast<float>(0.2 * rng.Uniform() - 0.1);
     }
   }
   const auto x = Random(B * in, 10, 1.5);
@@ -326,10 +326,10 @@ INSTANTIATE_TEST_SUITE_P(Activations, WholeMlp,
 // weights give without dropout, every time; a training forward pass does not.
 TEST(WholeMlp, DropoutIsOffAtEvaluation) {
   const int B = 8, in = 5, classes = 3;
-  const MlpShape shape = MlpShape::Make(in, {32, 16}, classes);
-  Mlp dropped(shape, Activation::kRelu, B, 0.5f), plain(shape, Activation::kRelu, B, 0.0f);
-  InitParams(shape, Activation::kRelu, 5, dropped.params());
-  InitParams(shape, Activation::kRelu, 5, plain.params());
+  Net dropped(ModelSpec::Mlp(in, {32, 16}, classes, Activation::kRelu, 0.5f), B);
+  Net plain(ModelSpec::Mlp(in, {32, 16}, classes, Activation::kRelu), B);
+  InitParams(dropped.model(), 5, dropped.params(), nullptr);
+  InitParams(plain.model(), 5, plain.params(), nullptr);
   const auto x = Random(B * in, 11);
   const std::vector<int32_t> y = {0, 1, 2, 0, 1, 2, 0, 1};
   double a = 0, b = 0, c = 0;
@@ -350,8 +350,8 @@ TEST(WholeMlp, DropoutIsOffAtEvaluation) {
 // training loss with the same key (the same masks) agree with Backward.
 TEST(WholeMlp, DropoutGradientsMatchFiniteDifferences) {
   const int B = 4, in = 3, classes = 3;
-  Mlp model(MlpShape::Make(in, {8}, classes), Activation::kTanh, B, 0.3f);
-  InitParams(model.shape(), Activation::kTanh, 8, model.params());
+  Net model(ModelSpec::Mlp(in, {8}, classes, Activation::kTanh, 0.3f), B);
+  InitParams(model.model(), 8, model.params(), nullptr);
   const auto x = Random(B * in, 12, 1.5);
   const std::vector<int32_t> y = {0, 1, 2, 1};
   model.ForwardLoss(x.data(), y.data(), B, 1.0f / B, 99, 0);
@@ -371,27 +371,30 @@ TEST(Init, SeededScaledAndPadded) {
   for (int64_t off : s.weight_offset) EXPECT_EQ(off % 16, 0);
   for (int64_t off : s.bias_offset) EXPECT_EQ(off % 16, 0);
   EXPECT_GE(s.num_params, 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  const ModelSpec relu = ModelSpec::Mlp(784, {256, 128}, 10, Activation::kRelu);
+  const ModelSpec tanh = ModelSpec::Mlp(784, {256, 128}, 10, Activation::kTanh);
+  EXPECT_EQ(relu.num_params, s.num_params);
   std::vector<float> a(s.num_params), b(s.num_params), c(s.num_params);
-  InitParams(s, Activation::kRelu, 7, a.data());
-  InitParams(s, Activation::kRelu, 7, b.data());
-  InitParams(s, Activation::kRelu, 8, c.data());
+  InitParams(relu, 7, a.data(), nullptr);
+  InitParams(relu, 7, b.data(), nullptr);
+  InitParams(relu, 8, c.data(), nullptr);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   double sq = 0;
   for (int64_t i = 0; i < 784 * 256; ++i) sq += double{a[i]} * a[i];
   EXPECT_NEAR(std::sqrt(sq / (784 * 256)), std::sqrt(2.0 / 784), 0.002);  // He
   for (int64_t i = s.bias_offset[0]; i < s.weight_offset[1]; ++i) EXPECT_EQ(a[i], 0.0f);
-  InitParams(s, Activation::kTanh, 7, c.data());
+  InitParams(tanh, 7, c.data(), nullptr);
   sq = 0;
   for (int64_t i = 0; i < 784 * 256; ++i) sq += double{c[i]} * c[i];
   EXPECT_NEAR(std::sqrt(sq / (784 * 256)), std::sqrt(2.0 / (784 + 256)), 0.002);  // Xavier
   // Chosen explicitly, whatever the activation; the output layer stays Xavier.
   std::vector<float> d(s.num_params);
-  InitParams(s, Activation::kTanh, 7, d.data(), InitScheme::kHe);
+  InitParams(tanh, 7, d.data(), nullptr, InitScheme::kHe);
   EXPECT_EQ(d, a);
-  InitParams(s, Activation::kRelu, 7, d.data(), InitScheme::kXavier);
+  InitParams(relu, 7, d.data(), nullptr, InitScheme::kXavier);
   EXPECT_EQ(d, c);
-  InitParams(s, Activation::kRelu, 7, d.data(), InitScheme::kHe);
+  InitParams(relu, 7, d.data(), nullptr, InitScheme::kHe);
   sq = 0;
   for (int64_t i = s.weight_offset[2]; i < s.weight_offset[2] + 128 * 10; ++i) {
     sq += double{d[i]} * d[i];

@@ -67,7 +67,21 @@ TEST(Options, EveryKeyApplies) {
       {"dataset_on_gpu", false},
       {"checkpoint_path", "/tmp/x.ckpt"},
       {"checkpoint_every", 2},
-      {"cache_dir", "/tmp/cache"}};
+      {"cache_dir", "/tmp/cache"},
+      {"channels", {32, 64}},
+      {"convs_per_stage", 1},
+      {"kernel_size", 5},
+      {"batch_norm", false},
+      {"residual", true},
+      {"pool", "avg"},
+      {"global_pool", true},
+      {"bn_momentum", 0.2},
+      {"bn_eps", 1e-3},
+      {"normalize", true},
+      {"augment_crop", 2},
+      {"augment_flip", true},
+      {"random_erasing", 0.25},
+      {"label_smoothing", 0.1}};
   for (const std::string& key : OptionKeys()) {
     ASSERT_TRUE(values.contains(key)) << key;
     Status s = ApplyOption(&o, key, values[key]);
@@ -145,7 +159,7 @@ TEST(Options, TypeErrors) {
             "dataset: expected an object {format, train_images, ...} or a directory name, got 3");
   EXPECT_EQ(ApplyError("dataset", {{"train_image", "x"}}),
             "dataset: unknown key \"train_image\" (expected format, train_images, train_labels, "
-            "test_images, test_labels, label_column, header)");
+            "test_images, test_labels, label_column, header, shape)");
   EXPECT_EQ(ApplyError("dataset", {{"label_column", "x"}}),
             "dataset.label_column: expected an integer column index, got \"x\"");
   EXPECT_EQ(ApplyError("dataset", {{"header", 1}}),
@@ -213,8 +227,8 @@ TEST(Options, Validate) {
             "dataset: idx needs both dataset.test_images and dataset.test_labels, or neither");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dataset.format = "csv"; }),
             "dataset: csv takes labels from dataset.label_column; leave *_labels empty");
-  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->model = "cnn"; }),
-            "model: expected \"mlp\", got \"cnn\"");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->model = "resnet"; }),
+            "model: expected \"mlp\" or \"cnn\", got \"resnet\"");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->hidden = {0}; }),
             "hidden: widths must be positive, got 0");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->activation = "swish"; }),

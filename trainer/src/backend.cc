@@ -13,7 +13,8 @@
 
 namespace sweep::trainer {
 
-Status CheckModelState(const ModelState& state, size_t num_params, size_t optimizer_buffers) {
+Status CheckModelState(const ModelState& state, size_t num_params, size_t optimizer_buffers,
+                       size_t num_stats) {
   if (state.params.size() != num_params) {
     return Status::InvalidArgument("model state has " + std::to_string(state.params.size()) +
                                    " parameters, the model " + std::to_string(num_params));
@@ -26,6 +27,11 @@ Status CheckModelState(const ModelState& state, size_t num_params, size_t optimi
     if (o.size() != num_params) {
       return Status::InvalidArgument("optimizer state has the wrong size");
     }
+  }
+  if (!state.stats.empty() && state.stats.size() != num_stats) {
+    return Status::InvalidArgument("model state has " + std::to_string(state.stats.size()) +
+                                   " batch norm statistics, the model " +
+                                   std::to_string(num_stats));
   }
   return Status::Ok();
 }

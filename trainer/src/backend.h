@@ -31,9 +31,8 @@ struct OptimizerSpec {
 };
 
 struct GroupSpec {
-  MlpShape shape;
-  Activation act = Activation::kRelu;
-  float dropout = 0;  // after every hidden activation, training only
+  ModelSpec model;
+  float label_smoothing = 0;  // of the training loss
   int replicas = 1;
   int max_rows = 1;  // most rows one replica sees at once (a micro-batch shard or eval chunk)
   OptimizerSpec optimizer;
@@ -83,16 +82,21 @@ struct MicroBatch {
 
 // Weights and optimizer state as host arrays, for initialisation, checkpoints and tests.
 struct ModelState {
-  std::vector<float> params;                  // shape.num_params
+  std::vector<float> params;                  // model.num_params
   std::vector<std::vector<float>> optimizer;  // sgd: {velocity}; adamw: {m, v}
   // fp16: the dynamic loss scale and the steps skipped so far (AdamW's step count leaves them
   // out). Empty: start from GroupSpec's initial scale, none skipped. Other precisions: empty.
   std::optional<LossScaleState> loss_scale;
+  // Batch norm's running statistics (model.num_buffers floats; rank 0's, which every replica
+  // evaluates with, as DDP broadcasts rank 0's buffers). Empty: their initial values.
+  std::vector<float> stats;
 };
 
-// Checks that `state` fits a model of num_params parameters and an optimizer with
-// optimizer_buffers buffers (an empty optimizer state is allowed: it means zeros).
-Status CheckModelState(const ModelState& state, size_t num_params, size_t optimizer_buffers);
+// Checks that `state` fits a model of num_params parameters and num_stats running statistics,
+// and an optimizer with optimizer_buffers buffers (an empty optimizer state is allowed: it
+// means zeros; so are empty statistics: their initial values).
+Status CheckModelState(const ModelState& state, size_t num_params, size_t optimizer_buffers,
+                       size_t num_stats = 0);
 
 // Per-epoch collective timings (seconds), rank 0's.
 struct CommStats {

@@ -96,12 +96,16 @@ void Batcher::GatherPart(int part) {
     data_->GatherPixels(job_.rows + begin, end - begin, static_cast<uint8_t*>(job_.x) + at,
                         job_.y + begin);
   } else {
-    data_->Gather(job_.rows + begin, end - begin, static_cast<float*>(job_.x) + at, job_.y + begin);
+    float* x = static_cast<float*>(job_.x) + at;
+    data_->Gather(job_.rows + begin, end - begin, x, job_.y + begin);
+    if (transform_ != nullptr) {
+      transform_->Apply(x, end - begin, /*augment=*/true, epoch_, job_.position + begin);
+    }
   }
 }
 
-void Batcher::GatherBatch(const int32_t* rows, size_t slot) {
-  job_ = {rows, x_[slot], y_[slot]};
+void Batcher::GatherBatch(const int32_t* rows, size_t slot, int64_t position) {
+  job_ = {rows, x_[slot], y_[slot], position};
   if (parts_ == 1) {
     GatherPart(0);
     return;
@@ -132,13 +136,14 @@ int64_t Batcher::MinReleased() const {
   return *std::min_element(released_.begin(), released_.end());
 }
 
-void Batcher::StartEpoch(const int32_t* order, int64_t steps) {
+void Batcher::StartEpoch(const int32_t* order, int64_t steps, int epoch) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     // A gather in flight may still be reading the old order: let it land first.
     produced_cv_.wait(lock, [&] { return !gathering_; });
     order_ = order;
     steps_ = steps;
+    epoch_ = epoch;
     produced_ = 0;
     std::fill(released_.begin(), released_.end(), 0);
     std::fill(holding_.begin(), holding_.end(), 0);
@@ -192,7 +197,7 @@ void Batcher::Produce() {
     const int32_t* rows = order_ + k * batch_size_;
     gathering_ = true;
     lock.unlock();
-    GatherBatch(rows, slot);
+    GatherBatch(rows, slot, k * batch_size_);
     lock.lock();
     gathering_ = false;
     ++produced_;

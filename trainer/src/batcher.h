@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "augment.h"
 #include "data.h"
 
 namespace sweep::trainer {
@@ -67,7 +68,11 @@ class Batcher {
   // Starts gathering rows order[0 .. steps * batch_size) as `steps` batches. `order` must stay
   // alive and unchanged until the next StartEpoch returns or the destructor has returned.
   // Abandons any unread batches.
-  void StartEpoch(const int32_t* order, int64_t steps);
+  // `epoch` keys the transform's augmentation (SetTransform).
+  void StartEpoch(const int32_t* order, int64_t steps, int epoch = 0);
+  // Applies `t` (training: with augmentation) to every batch gathered from now on; it must
+  // outlive the Batcher. Only for float batches (not pixels); call before the first StartEpoch.
+  void SetTransform(const InputTransform* t) { transform_ = t; }
   // Consumer c's next batch, valid until c's following Next or StartEpoch; blocks while it is
   // being gathered and adds the time blocked to *wait_s. Each consumer calls it at most
   // `steps` times per epoch.
@@ -86,7 +91,7 @@ class Batcher {
  private:
   void Produce();
   // Writes rows order[k B, (k + 1) B) into `slot`, split among the helpers when there are any.
-  void GatherBatch(const int32_t* rows, size_t slot);
+  void GatherBatch(const int32_t* rows, size_t slot, int64_t position);
   void GatherPart(int part);  // part p of the batch job_ names
   void Help(int part);        // a helper's loop
   void StopHelpers();
@@ -127,7 +132,10 @@ class Batcher {
     const int32_t* rows = nullptr;
     void* x = nullptr;
     int32_t* y = nullptr;
+    int64_t position = 0;  // of the batch's first row in the epoch
   } job_;
+  const InputTransform* transform_ = nullptr;
+  int epoch_ = 0;
   bool helpers_stop_ = false;
   std::unique_ptr<std::barrier<>> start_, done_;
   std::vector<std::thread> helpers_;

@@ -2,12 +2,15 @@
 //   "SWEEPCK1"                     8 bytes, magic and format version
 //   header_bytes                   uint32
 //   header                         JSON: config, epoch, step, rng_seed, replicas, params,
-//                                  optimizer_buffers; fp16 also loss_scale {scale, good_steps,
+//                                  optimizer_buffers; model (the layer description) and stats
+//                                  (batch norm's running statistics; both absent in files from
+//                                  before them); fp16 also loss_scale {scale, good_steps,
 //                                  skipped} (absent in files from before it: start afresh);
 //                                  report, the last epoch's EpochReport (absent in older files;
 //                                  a figure that is NaN is left out)
 //   params                         float[params]
 //   optimizer buffers              optimizer_buffers x float[params]
+//   running statistics             float[stats]
 //   crc32                          uint32 over everything before it
 #include "checkpoint.h"
 
@@ -131,6 +134,27 @@ std::string TrainingConfig(const TrainOptions& o) {
   }
   if (o.lr_schedule == "cosine") j["epochs"] = o.epochs;
   if (o.scale_lr) j["base_batch"] = o.base_batch;
+  // Keys that came with convolutional models: only when they change what is computed, so a
+  // checkpoint of an MLP written before them still matches.
+  if (o.model == "cnn") {
+    j["channels"] = o.channels;
+    j["convs_per_stage"] = o.convs_per_stage;
+    j["kernel_size"] = o.kernel_size;
+    j["batch_norm"] = o.batch_norm;
+    j["residual"] = o.residual;
+    j["pool"] = o.pool;
+    j["global_pool"] = o.global_pool;
+    if (o.batch_norm) {
+      j["bn_momentum"] = o.bn_momentum;
+      j["bn_eps"] = o.bn_eps;
+    }
+  }
+  if (o.normalize.has_value()) j["normalize"] = *o.normalize;
+  if (o.augment_crop > 0) j["augment_crop"] = o.augment_crop;
+  if (o.augment_flip) j["augment_flip"] = true;
+  if (o.random_erasing > 0) j["random_erasing"] = o.random_erasing;
+  if (o.label_smoothing > 0) j["label_smoothing"] = o.label_smoothing;
+  if (!o.dataset.shape.empty()) j["dataset"]["shape"] = o.dataset.shape;
   return j.dump();
 }
 
@@ -171,6 +195,8 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
         {"scale", ls.scale}, {"good_steps", ls.good_steps}, {"skipped", ls.skipped}};
   }
   if (c.report.has_value()) header["report"] = ReportJson(*c.report);
+  if (c.model.has_value()) header["model"] = *c.model;
+  if (!c.state.stats.empty()) header["stats"] = c.state.stats.size();
   const std::string text = header.dump();
   const uint32_t header_bytes = static_cast<uint32_t>(text.size());
   std::vector<ByteRange> pieces = {{kMagic, sizeof kMagic},
@@ -182,6 +208,9 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
       return Status::Internal(path + ": optimizer state and weights differ in size");
     }
     pieces.push_back({o.data(), o.size() * sizeof(float)});
+  }
+  if (!c.state.stats.empty()) {
+    pieces.push_back({c.state.stats.data(), c.state.stats.size() * sizeof(float)});
   }
   uint32_t crc = Crc(0, nullptr, 0);
   for (const ByteRange& p : pieces) crc = Crc(crc, p.data, p.size);
@@ -251,7 +280,7 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
     return Bad(path, "header length " + std::to_string(header_bytes));
   }
   Checkpoint c;
-  size_t n = 0, buffers = 0;
+  size_t n = 0, buffers = 0, stats = 0;
   try {
     const json h = json::parse(bytes.begin() + fixed, bytes.begin() + fixed + header_bytes);
     c.config = h.at("config").get<std::string>();
@@ -261,6 +290,8 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
     c.replicas = h.at("replicas").get<int>();
     n = h.at("params").get<size_t>();
     buffers = h.at("optimizer_buffers").get<size_t>();
+    if (h.contains("model")) c.model = h.at("model");
+    if (h.contains("stats")) stats = h.at("stats").get<size_t>();
     if (h.contains("loss_scale")) {
       const json& ls = h.at("loss_scale");
       c.state.loss_scale =
@@ -288,7 +319,8 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
   }
   const size_t payload = bytes.size() - sizeof stored - fixed - header_bytes;
   if (buffers > 16 || n > std::numeric_limits<size_t>::max() / sizeof(float) / 17 ||
-      payload != n * sizeof(float) * (1 + buffers)) {
+      stats > std::numeric_limits<uint32_t>::max() ||
+      payload != n * sizeof(float) * (1 + buffers) + stats * sizeof(float)) {
     return Bad(path, std::to_string(payload) + " bytes of state for " + std::to_string(n) +
                          " parameters and " + std::to_string(buffers) + " optimizer buffers");
   }
@@ -302,7 +334,40 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
     std::memcpy(o.data(), at, n * sizeof(float));
     at += n * sizeof(float);
   }
+  c.state.stats.resize(stats);
+  if (stats > 0) std::memcpy(c.state.stats.data(), at, stats * sizeof(float));
   return c;
+}
+
+Status CheckSameModel(const std::string& path, const Checkpoint& ckpt, const ModelSpec& model) {
+  const auto refuse = [&](const std::string& why) {
+    return Status::InvalidArgument(path + ": checkpoint holds another model (" + why +
+                                   "); delete it or point checkpoint_path elsewhere");
+  };
+  if (!ckpt.model.has_value()) {
+    // Written before models were layers: an MLP, in the layout ModelSpec::Mlp keeps.
+    MlpView mlp;
+    if (!AsMlp(model, &mlp)) {
+      return refuse("an MLP from an older version, and this model is not an MLP");
+    }
+  } else {
+    const Result<ModelSpec> theirs = ModelSpec::FromJson(*ckpt.model);
+    if (!theirs.ok()) return Bad(path, "model: " + theirs.status().message());
+    if (theirs->ToJson() != model.ToJson()) {
+      return refuse("its layers differ from this model's: " +
+                    std::to_string(theirs->layers.size()) + " layers against " +
+                    std::to_string(model.layers.size()));
+    }
+  }
+  if (ckpt.state.params.size() != static_cast<size_t>(model.num_params)) {
+    return refuse(std::to_string(ckpt.state.params.size()) + " parameters, this model has " +
+                  std::to_string(model.num_params));
+  }
+  if (!ckpt.state.stats.empty() && ckpt.state.stats.size() != static_cast<size_t>(model.num_buffers)) {
+    return refuse(std::to_string(ckpt.state.stats.size()) + " batch norm statistics, this model has " +
+                  std::to_string(model.num_buffers));
+  }
+  return Status::Ok();
 }
 
 Status CheckSameConfig(const std::string& path, const Checkpoint& ckpt, const std::string& config) {

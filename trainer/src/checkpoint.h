@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "backend.h"
 #include "base/status.h"
 #include "trainer/trainer.h"
@@ -21,7 +23,10 @@ struct Checkpoint {
   int64_t step = 0;    // optimizer steps completed
   uint64_t rng_seed = 0;
   int replicas = 1;  // of the writer (a resume may use another count: rounding differs)
-  ModelState state;
+  // The layer description (ModelSpec::ToJson) of the model it holds; absent in files from
+  // before models were layers, which hold MLPs.
+  std::optional<nlohmann::json> model;
+  ModelState state;  // with batch norm's running statistics
   // The report of its last epoch (absent in files from before it was kept), so that a resume
   // can report it again to a caller that never kept it (see TrainOptions::report_resumed_epoch).
   std::optional<EpochReport> report;
@@ -46,6 +51,9 @@ void RemoveAbandonedCheckpointWrites(const std::string& path);
 // NotFound when there is no file; Unavailable (naming the file) when the system refuses to open
 // or read it; Corruption (naming the file) for a bad checksum, a cut-short or malformed file.
 Result<Checkpoint> ReadCheckpoint(const std::string& path);
+// InvalidArgument naming the file when ckpt holds another model than `model`: other layers, or
+// an MLP of an older file (no description) for a model that is not that MLP.
+Status CheckSameModel(const std::string& path, const Checkpoint& ckpt, const ModelSpec& model);
 // InvalidArgument naming the file and the differing options when ckpt was written by another
 // training configuration than `config`.
 Status CheckSameConfig(const std::string& path, const Checkpoint& ckpt, const std::string& config);

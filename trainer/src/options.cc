@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "augment.h"
 #include "model.h"
 
 namespace sweep::trainer {
@@ -148,6 +149,15 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       int64_t col = 0;
       SWEEP_RETURN_IF_ERROR(SetInt(key, item, -100000, 100000, "an integer column index", &col));
       s.label_column = static_cast<int>(col);
+    } else if (k == "shape") {
+      const char* what = "[channels, height, width], positive integers";
+      if (!item.is_array() || item.size() != 3) return TypeError(key, what, item);
+      s.shape.clear();
+      for (const json& d : item) {
+        int64_t n = 0;
+        if (!GetInt(d, 1, 1 << 20, &n)) return TypeError(key, what, item);
+        s.shape.push_back(static_cast<int>(n));
+      }
     } else if (k == "header") {
       if (item.is_string() && item.get<std::string>() == "auto") {
         s.header.reset();
@@ -163,7 +173,7 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       return Status::InvalidArgument(
           "dataset: unknown key \"" + k +
           "\" (expected format, train_images, train_labels, test_images, test_labels, "
-          "label_column, header)");
+          "label_column, header, shape)");
     }
   }
   *spec = std::move(s);
@@ -177,21 +187,31 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
     if (v.is_object()) return DatasetFromObject(v, &o->dataset);
     return TypeError(key, "an object {format, train_images, ...} or a directory name", v);
   }
-  if (key == "hidden") {
-    // One integer is taken as a single hidden layer; [] means none (a linear model).
+  if (key == "hidden" || key == "channels") {
+    // One integer is taken as a single layer; [] means none (hidden: a linear head).
     const char* what = "a list of positive integers (or one, for one layer), each at most 1048576";
-    std::vector<int> hidden;
+    std::vector<int> widths;
     if (v.is_array()) {
       for (const json& item : v) {
         if (!GetInt(item, 1, 1 << 20, &i)) return TypeError(key, what, v);
-        hidden.push_back(static_cast<int>(i));
+        widths.push_back(static_cast<int>(i));
       }
     } else if (GetInt(v, 1, 1 << 20, &i)) {
-      hidden.push_back(static_cast<int>(i));
+      widths.push_back(static_cast<int>(i));
     } else {
       return TypeError(key, what, v);
     }
-    o->hidden = std::move(hidden);
+    (key == "hidden" ? o->hidden : o->channels) = std::move(widths);
+    return Status::Ok();
+  }
+  if (key == "normalize") {
+    if (v.is_string() && v.get<std::string>() == "auto") {
+      o->normalize.reset();
+      return Status::Ok();
+    }
+    bool on = false;
+    SWEEP_RETURN_IF_ERROR(SetBool(key, v, &on));
+    o->normalize = on;
     return Status::Ok();
   }
   if (key == "devices") {
@@ -214,6 +234,7 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
       {"lr_schedule", &o->lr_schedule},
       {"precision", &o->precision},
       {"backend", &o->backend},
+      {"pool", &o->pool},
       {"checkpoint_path", &o->checkpoint_path},
       {"cache_dir", &o->cache_dir}};
   for (const auto& [name, field] : strings) {
@@ -229,18 +250,28 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
       {"dropout", &o->dropout},
       {"warmup_epochs", &o->warmup_epochs},
       {"gamma", &o->gamma},
-      {"validation_fraction", &o->validation_fraction}};
+      {"validation_fraction", &o->validation_fraction},
+      {"bn_momentum", &o->bn_momentum},
+      {"bn_eps", &o->bn_eps},
+      {"random_erasing", &o->random_erasing},
+      {"label_smoothing", &o->label_smoothing}};
   for (const auto& [name, field] : doubles) {
     if (key == name) return SetDouble(key, v, field);
   }
   if (key == "nesterov") return SetBool(key, v, &o->nesterov);
   if (key == "scale_lr") return SetBool(key, v, &o->scale_lr);
   if (key == "dataset_on_gpu") return SetBool(key, v, &o->dataset_on_gpu);
+  if (key == "batch_norm") return SetBool(key, v, &o->batch_norm);
+  if (key == "residual") return SetBool(key, v, &o->residual);
+  if (key == "global_pool") return SetBool(key, v, &o->global_pool);
+  if (key == "augment_flip") return SetBool(key, v, &o->augment_flip);
   const std::pair<std::string_view, int*> ints[] = {
       {"batch_size", &o->batch_size}, {"accum_steps", &o->accum_steps},
       {"epochs", &o->epochs},         {"step_size", &o->step_size},
       {"base_batch", &o->base_batch}, {"threads", &o->threads},
-      {"replicas", &o->replicas},     {"checkpoint_every", &o->checkpoint_every}};
+      {"replicas", &o->replicas},     {"checkpoint_every", &o->checkpoint_every},
+      {"convs_per_stage", &o->convs_per_stage}, {"kernel_size", &o->kernel_size},
+      {"augment_crop", &o->augment_crop}};
   for (const auto& [name, field] : ints) {
     if (key != name) continue;
     SWEEP_RETURN_IF_ERROR(SetInt(key, v, std::numeric_limits<int>::min(),
@@ -285,6 +316,20 @@ const std::vector<std::string>& OptionKeys() {
                                                 "activation",
                                                 "init",
                                                 "dropout",
+                                                "channels",
+                                                "convs_per_stage",
+                                                "kernel_size",
+                                                "batch_norm",
+                                                "residual",
+                                                "pool",
+                                                "global_pool",
+                                                "bn_momentum",
+                                                "bn_eps",
+                                                "normalize",
+                                                "augment_crop",
+                                                "augment_flip",
+                                                "random_erasing",
+                                                "label_smoothing",
                                                 "optimizer",
                                                 "lr",
                                                 "momentum",
@@ -325,18 +370,21 @@ const std::vector<std::string>& MetricNames() {
 }
 
 double EstimatedWork(const TrainOptions& o) {
-  constexpr double kInputs = 784, kClasses = 10, kImages = 60000;
+  constexpr double kImages = 60000;
+  constexpr int kClasses = 10;
   double samples = kImages * (1.0 - std::clamp(o.validation_fraction, 0.0, 1.0));
   if (o.max_train_samples > 0)
     samples = std::min(samples, static_cast<double>(o.max_train_samples));
-  double per_sample = 0, width = kInputs;
-  for (int h : o.hidden) {
-    per_sample += width * h;
-    width = h;
+  // The dataset's own image shape when its header says it cheaply, else Fashion-MNIST's.
+  TensorShape input{1, 28, 28};
+  if (o.dataset.shape.size() == 3) {
+    input = {o.dataset.shape[0], o.dataset.shape[1], o.dataset.shape[2]};
   }
-  per_sample += width * kClasses;
+  if (o.model == "mlp") input = {static_cast<int>(input.size()), 1, 1};
+  const Result<ModelSpec> model = BuildModel(o, input, kClasses);
+  if (!model.ok()) return 0;
   // Forward, and backward for the inputs' and the weights' gradients: three GEMMs per layer.
-  return 3.0 * per_sample * samples * std::max(0, o.epochs);
+  return 3.0 * model->ForwardMacs() * samples * std::max(0, o.epochs);
 }
 
 namespace {
@@ -345,6 +393,79 @@ namespace {
 // divide by zero and AdamW's bias correction 1 - beta^t zero.
 bool BelowOne(double v) { return v >= 0 && static_cast<float>(v) < 1.0f; }
 const std::string kFloat = " as a 32-bit float (at most 0.99999994), got ";
+
+}  // namespace
+
+namespace {
+
+bool Augments(const TrainOptions& o) {
+  return o.augment_crop > 0 || o.augment_flip || o.random_erasing > 0;
+}
+
+// The cnn keys' own ranges, and with `together` how they go with the data and the batch.
+Status ValidateModelOptions(const TrainOptions& o, bool together) {
+  auto bad = [](std::string msg) { return Status::InvalidArgument(std::move(msg)); };
+  if (o.channels.empty()) return bad("channels: needs at least one stage, got []");
+  if (o.convs_per_stage < 1 || o.convs_per_stage > 64) {
+    return bad("convs_per_stage: must be in [1, 64], got " + std::to_string(o.convs_per_stage));
+  }
+  if (o.kernel_size < 1 || o.kernel_size > 31 || o.kernel_size % 2 == 0) {
+    return bad("kernel_size: must be odd and in [1, 31] (\"same\" padding), got " +
+               std::to_string(o.kernel_size));
+  }
+  if (o.pool != "max" && o.pool != "avg") {
+    return bad("pool: expected \"max\" or \"avg\", got \"" + o.pool + "\"");
+  }
+  if (!(o.bn_momentum >= 0 && o.bn_momentum <= 1)) {
+    return bad("bn_momentum: must be in [0, 1], got " + Num(o.bn_momentum));
+  }
+  if (!(static_cast<float>(o.bn_eps) > 0) || !std::isfinite(o.bn_eps)) {
+    return bad("bn_eps: must be > 0, got " + Num(o.bn_eps));
+  }
+  if (o.augment_crop < 0 || o.augment_crop > 64) {
+    return bad("augment_crop: must be in [0, 64] pixels (0: off), got " +
+               std::to_string(o.augment_crop));
+  }
+  if (!(o.random_erasing >= 0 && o.random_erasing <= 1)) {
+    return bad("random_erasing: must be a probability in [0, 1], got " + Num(o.random_erasing));
+  }
+  if (!(o.label_smoothing >= 0 && o.label_smoothing < 1)) {
+    return bad("label_smoothing: must be in [0, 1), got " + Num(o.label_smoothing));
+  }
+  if (!together) return Status::Ok();
+  const bool images = o.dataset.format == "idx" || !o.dataset.shape.empty();
+  if (!images && o.model == "cnn") {
+    return bad("model: \"cnn\" needs images; give a csv dataset its dataset.shape = [C, H, W]");
+  }
+  if (!images && Augments(o)) {
+    return bad(std::string(o.augment_crop > 0 ? "augment_crop"
+                           : o.augment_flip   ? "augment_flip"
+                                              : "random_erasing") +
+               ": augmentation needs images; give a csv dataset its dataset.shape = [C, H, W]");
+  }
+  if (o.model == "cnn" && o.batch_norm && o.batch_size / o.replicas < 2) {
+    return bad("batch_norm: batch_size " + std::to_string(o.batch_size) + " over replicas = " +
+               std::to_string(o.replicas) +
+               " leaves a replica one sample, and batch statistics need two; make batch_size "
+               "larger or set batch_norm = false");
+  }
+  // The model against the data's shape, when the files say it without decoding them (a missing
+  // file is reported by the dataset's own checks).
+  const Result<TensorShape> input = ProbeInputShape(o.dataset);
+  if (input.ok()) {
+    if (Augments(o) && input->h == 1 && input->w == 1) {
+      return bad("augment_crop, augment_flip, random_erasing: " + o.dataset.train_images +
+                 " holds flat vectors, not images");
+    }
+    if (o.model == "cnn") {
+      const Result<ModelSpec> model = BuildModel(o, *input, 2);
+      if (!model.ok()) return model.status();
+    }
+  } else if (input.status().code() == Status::Code::kInvalidArgument) {
+    return input.status();
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -365,7 +486,10 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
   } else if (!d.train_labels.empty() || !d.test_labels.empty()) {
     return bad("dataset: csv takes labels from dataset.label_column; leave *_labels empty");
   }
-  if (o.model != "mlp") return bad("model: expected \"mlp\", got \"" + o.model + "\"");
+  if (o.model != "mlp" && o.model != "cnn") {
+    return bad("model: expected \"mlp\" or \"cnn\", got \"" + o.model + "\"");
+  }
+  SWEEP_RETURN_IF_ERROR(ValidateModelOptions(o, together));
   for (int h : o.hidden) {
     if (h < 1) return bad("hidden: widths must be positive, got " + std::to_string(h));
   }

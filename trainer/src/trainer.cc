@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "augment.h"
 #include "backend.h"
 #include "batcher.h"
 #include "checkpoint.h"
@@ -100,26 +101,34 @@ MemoryLimit HostMemoryLimit() {
 // lower bound: in host memory the weights, the state kept for checkpoints and, on the CPU, each
 // replica's gradients, the optimizer's state and the activations of a micro-batch.
 Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
-  const double params = static_cast<double>(spec.shape.num_params);
+  const ModelSpec& m = spec.model;
+  const double params = static_cast<double>(m.num_params);
   const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2
                      : spec.optimizer.momentum > 0                      ? 1
                                                                         : 0;
   double floats = 2 * params;
+  double activations = 0;
   if (on_cpu) {
-    double widths = 0;
-    for (int l = 0; l < spec.shape.layers(); ++l) widths += spec.shape.out(l);
-    floats += params * (spec.replicas + states) +
-              2.0 * spec.replicas * spec.max_rows * (spec.shape.in(0) + widths);
+    // Each layer's output and its gradient, for a micro-batch shard on every replica.
+    activations = 2.0 * spec.replicas * spec.max_rows * static_cast<double>(m.ActivationFloats());
+    floats += params * (spec.replicas + states) + activations;
   }
   const double need = floats * sizeof(float);
   const MemoryLimit have = HostMemoryLimit();
   if (have.bytes > 0 && need > have.bytes) {
-    char msg[320];
+    const bool cnn = std::any_of(m.layers.begin(), m.layers.end(),
+                                 [](const Layer& l) { return l.kind == LayerKind::kConv; });
+    // Name what dominates: the activations grow with the batch, the weights with the widths.
+    const char* smaller = activations > params * (spec.replicas + states + 2)
+                              ? (cnn ? "batch_size or channels" : "batch_size or hidden")
+                              : (cnn ? "channels or hidden" : "hidden or batch_size");
+    char msg[400];
     std::snprintf(msg, sizeof msg,
-                  "the model does not fit in memory: %.0f parameters need at least %.1f GiB "
-                  "(weights, gradients, optimizer state, activations), %s %.1f GiB%s; "
-                  "make hidden or batch_size smaller",
-                  params, need / 1073741824.0, have.said, have.bytes / 1073741824.0, have.why);
+                  "the model does not fit in memory: %.0f parameters and activations of %d "
+                  "samples per replica need at least %.1f GiB (weights, gradients, optimizer "
+                  "state, activations), %s %.1f GiB%s; make %s smaller",
+                  params, spec.max_rows, need / 1073741824.0, have.said,
+                  have.bytes / 1073741824.0, have.why, smaller);
     return Status::InvalidArgument(msg);
   }
   return Status::Ok();
@@ -128,9 +137,9 @@ Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
 // Mean loss and accuracy over rows[0..n) of `data`, split into one contiguous part per replica
 // and evaluated in chunks of at most `chunk` rows; parts are combined in rank order, so the
 // result does not depend on timing. NaN for both when n == 0.
-void Evaluate(ReplicaGroup* group, const Dataset& data, const int32_t* rows, int64_t n, int chunk,
-              std::vector<std::vector<float>>* x, std::vector<std::vector<int32_t>>* y,
-              double* loss, double* acc) {
+void Evaluate(ReplicaGroup* group, const Dataset& data, const InputTransform& transform,
+              const int32_t* rows, int64_t n, int chunk, std::vector<std::vector<float>>* x,
+              std::vector<std::vector<int32_t>>* y, double* loss, double* acc) {
   if (n == 0) {
     *loss = *acc = std::numeric_limits<double>::quiet_NaN();
     return;
@@ -144,6 +153,7 @@ void Evaluate(ReplicaGroup* group, const Dataset& data, const int32_t* rows, int
     for (int64_t at = begin; at < end; at += chunk) {
       const int b = static_cast<int>(std::min<int64_t>(chunk, end - at));
       data.Gather(rows + at, b, (*x)[r].data(), (*y)[r].data());
+      if (transform.active()) transform.Apply((*x)[r].data(), b, /*augment=*/false, 0, 0);
       group->Evaluate(rank, (*x)[r].data(), (*y)[r].data(), b, &loss_sum[r], &correct[r]);
     }
   });
@@ -168,11 +178,35 @@ std::string CacheDir(const TrainOptions& o) {
   return o.cache_dir;
 }
 
+// The transform between the dataset and the model: csv channels reordered, the split's
+// per-channel statistics when normalizing, and the augmentations, which need images.
+Status MakeTransform(const TrainOptions& o, const Dataset& train, TensorShape input,
+                     const std::vector<int32_t>& split_rows, InputTransform* t) {
+  t->shape = input;
+  t->chw = o.dataset.format == "csv" && input.c > 1;
+  t->crop = o.augment_crop;
+  t->flip = o.augment_flip;
+  t->erasing = static_cast<float>(o.random_erasing);
+  t->seed = o.seed;
+  if (t->augments() && input.h == 1 && input.w == 1) {
+    return Status::InvalidArgument(
+        std::string(o.augment_crop > 0 ? "augment_crop" : o.augment_flip ? "augment_flip"
+                                                                       : "random_erasing") +
+        ": augmentation needs images, and " + train.source + " holds flat vectors" +
+        (o.dataset.format == "csv" ? " (give dataset.shape = [C, H, W])" : ""));
+  }
+  if (o.normalize.value_or(o.model == "cnn")) {
+    std::vector<float> stddev;
+    ChannelStats(train, split_rows.data(), static_cast<int64_t>(split_rows.size()), input, t->chw,
+                 &t->mean, &stddev);
+    for (float sd : stddev) t->inv_std.push_back(1.0f / sd);
+  }
+  return Status::Ok();
+}
+
 Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epoch,
                               ModelState* final_state, CommStats* comm) {
   SWEEP_RETURN_IF_ERROR(Validate(o));
-  Activation act = Activation::kRelu;
-  ParseActivation(o.activation, &act);
   InitScheme init = InitScheme::kAuto;
   ParseInit(o.init, &init);
   const std::string cache_dir = CacheDir(o);
@@ -180,10 +214,12 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   // The test set loads up front too: a bad test file should fail before hours of training.
   SWEEP_ASSIGN_OR_RETURN(DatasetPtr train, LoadCached(o.dataset, /*test=*/false, cache_dir));
   SWEEP_RETURN_IF_ERROR(CheckTrainingLabels(*train));
+  SWEEP_ASSIGN_OR_RETURN(const TensorShape input, SampleShape(*train, o.dataset));
   DatasetPtr test;
   if (!o.dataset.test_images.empty()) {
     SWEEP_ASSIGN_OR_RETURN(test, LoadCached(o.dataset, /*test=*/true, cache_dir));
-    if (test->dim != train->dim) {
+    const Result<TensorShape> test_shape = SampleShape(*test, o.dataset);
+    if (test->dim != train->dim || (test_shape.ok() && !(*test_shape == input))) {
       return Status::InvalidArgument(o.dataset.test_images + ": samples have " +
                                      std::to_string(test->dim) + " features, the training set's " +
                                      std::to_string(train->dim));
@@ -205,6 +241,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
         << " of them, or a larger training set";
     return Status::InvalidArgument(msg.str());
   }
+  InputTransform transform;
+  SWEEP_RETURN_IF_ERROR(MakeTransform(o, *train, input, split.train, &transform));
   std::vector<int32_t>& rows = split.train;
   // The split's order is a fixed permutation, so this subset is the same for every trial.
   const bool capped =
@@ -228,9 +266,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   const int64_t steps_per_epoch = n_train / step_samples;
 
   GroupSpec spec;
-  spec.shape = MlpShape::Make(static_cast<int>(train->dim), o.hidden, train->num_classes);
-  spec.act = act;
-  spec.dropout = static_cast<float>(o.dropout);
+  SWEEP_ASSIGN_OR_RETURN(spec.model, BuildModel(o, input, train->num_classes));
+  spec.label_smoothing = static_cast<float>(o.label_smoothing);
   spec.replicas = R;
   spec.max_rows = shard;
   spec.threads = o.threads;
@@ -261,11 +298,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     Result<Checkpoint> ckpt = ReadCheckpoint(o.checkpoint_path);
     if (ckpt.ok()) {
       SWEEP_RETURN_IF_ERROR(CheckSameConfig(o.checkpoint_path, *ckpt, config));
-      if (ckpt->state.params.size() != static_cast<size_t>(spec.shape.num_params)) {
-        return Status::InvalidArgument(
-            o.checkpoint_path + ": checkpoint holds " + std::to_string(ckpt->state.params.size()) +
-            " parameters, this model has " + std::to_string(spec.shape.num_params));
-      }
+      SWEEP_RETURN_IF_ERROR(CheckSameModel(o.checkpoint_path, *ckpt, spec.model));
       // Left by a longer run (its config differs only in epochs): going on from it would
       // report a model trained past what was asked as this run's.
       if (ckpt->epoch > o.epochs) {
@@ -290,8 +323,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     }
   }
   if (state.params.empty()) {
-    state.params.resize(static_cast<size_t>(spec.shape.num_params));
-    InitParams(spec.shape, act, o.seed, state.params.data(), init);
+    state.params.resize(static_cast<size_t>(spec.model.num_params));
+    InitParams(spec.model, o.seed, state.params.data(), nullptr, init);
   }
   SWEEP_RETURN_IF_ERROR(group->SetState(state));
   state = ModelState();
@@ -304,6 +337,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     c.step = step;
     c.rng_seed = o.seed;
     c.replicas = R;
+    c.model = spec.model.ToJson();
     c.state = group->GetState();
     c.report = last_report;
     SWEEP_RETURN_IF_ERROR(WriteCheckpoint(o.checkpoint_path, c));
@@ -320,7 +354,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   // Batcher gathers ahead on its thread. Replicas sync once per step, so within one the fastest
   // may run K micro-batches ahead.
   bool resident = false;
-  if (o.dataset_on_gpu) {
+  // A transform runs on the host, as the Batcher gathers: such batches come as floats.
+  if (o.dataset_on_gpu && !transform.active()) {
     SWEEP_ASSIGN_OR_RETURN(resident, group->HoldDataset(*train));
   }
   std::unique_ptr<Batcher> batcher;
@@ -330,7 +365,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     HostAllocator* const pinned = group->host_allocator();
     batcher = std::make_unique<Batcher>(train, B, R, kPrefetchDepth, R > 1 ? K : 0, pinned,
                                         pinned != nullptr ? GpuGatherThreads() : 1,
-                                        group->takes_pixels());
+                                        group->takes_pixels() && !transform.active());
+    if (transform.active()) batcher->SetTransform(&transform);
   }
   std::vector<std::vector<float>> eval_x(static_cast<size_t>(R));
   std::vector<std::vector<int32_t>> eval_y(static_cast<size_t>(R));
@@ -360,7 +396,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     order = rows;
     Rng(MixSeed(o.seed, kShuffleStream, static_cast<uint64_t>(epoch)))
         .Shuffle(order.data(), n_train);
-    if (batcher) batcher->StartEpoch(order.data(), steps_per_epoch * K);
+    if (batcher) batcher->StartEpoch(order.data(), steps_per_epoch * K, epoch);
     std::fill(wait_s.begin(), wait_s.end(), 0.0);
     group->TakeCommStats();
     group->TakeSkippedSteps();
@@ -456,7 +492,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       comm->reduce_s += epoch_comm.reduce_s;
     }
     report.lr = schedule.At(step - 1);
-    Evaluate(group.get(), *train, split.val.data(), static_cast<int64_t>(split.val.size()), shard,
+    Evaluate(group.get(), *train, transform, split.val.data(), static_cast<int64_t>(split.val.size()), shard,
              &eval_x, &eval_y, &report.val_loss, &report.val_acc);
     // A last step that blows up shows only here, in weights that no longer give a number.
     if (!split.val.empty() && !std::isfinite(report.val_loss)) {
@@ -484,7 +520,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     std::vector<int32_t> all(static_cast<size_t>(test->n));
     for (int64_t i = 0; i < test->n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     double test_loss = 0, test_acc = 0;
-    Evaluate(group.get(), *test, all.data(), test->n, shard, &eval_x, &eval_y, &test_loss,
+    Evaluate(group.get(), *test, transform, all.data(), test->n, shard, &eval_x, &eval_y, &test_loss,
              &test_acc);
     result.test_acc = test_acc;
   }
@@ -502,7 +538,8 @@ Result<TrainResult> TrainWithState(const TrainOptions& options, const EpochCallb
     // Past CheckHostMemory's lower bound: the activations, the dataset's cache, the trials or
     // programs beside this one.
     return Status::Internal(
-        "trainer: out of host memory (std::bad_alloc): make hidden or batch_size smaller, run "
+        "trainer: out of host memory (std::bad_alloc): make batch_size, hidden or channels "
+        "smaller, run "
         "fewer trials at once on this machine, or give the process more memory");
   } catch (const std::exception& e) {  // std::system_error from a thread, a callback
     return Status::Internal(std::string("trainer: ") + e.what());

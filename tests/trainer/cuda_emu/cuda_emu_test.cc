@@ -347,11 +347,11 @@ TEST(CudaEmu, AFullGpuFailsTheGroupWithWhatToMakeSmaller) {
 
   spec.max_rows = tt::kBatch;
   // 8.5 M parameters: 102 MB of weights, gradients and momentum.
-  spec.shape = MlpShape::Make(tt::kInputs, {4096, 2048}, tt::kClasses);
+  spec.model = ModelSpec::Mlp(tt::kInputs, {4096, 2048}, tt::kClasses, Activation::kGelu);
   group = cuda::GetBackend()->CreateGroup(spec);
   ASSERT_FALSE(group.ok());
   EXPECT_NE(group.status().message().find("does not fit in GPU 0's memory: " +
-                                          std::to_string(spec.shape.num_params) + " parameters"),
+                                          std::to_string(spec.model.num_params) + " parameters"),
             std::string::npos)
       << group.status().message();
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);

@@ -28,17 +28,45 @@ struct DatasetSpec {
   // csv only: whether the first row is a header (column names); unset: it is when its label
   // field is not a number.
   std::optional<bool> header;
+  // csv only: each row's features as an image, {channels, height, width} in that order (as
+  // PyTorch's tensors); empty: a flat vector. Their product must be the row's width.
+  std::vector<int> shape;
 };
 
 // Every field is a hyperparameter a sweep may vary (the key ApplyOption takes is the field
 // name), except where it says it is the executor's or the machine's choice.
 struct TrainOptions {
   DatasetSpec dataset;
-  std::string model = "mlp";
-  std::vector<int> hidden = {256, 128};  // hidden layer widths
+  std::string model = "mlp";             // mlp | cnn
+  std::vector<int> hidden = {256, 128};  // hidden linear layers' widths (cnn: after the convs)
   std::string activation = "relu";       // relu | tanh | gelu
   std::string init = "auto";             // he | xavier | auto (he for relu/gelu, xavier for tanh)
-  double dropout = 0;                    // drop probability after each hidden activation, [0, 1)
+  // Drop probability, [0, 1): mlp, after each hidden activation; cnn, before each linear layer.
+  double dropout = 0;
+
+  // cnn: one stage per entry, each `convs_per_stage` convolutions of kernel_size x kernel_size
+  // ("same" padding) with that many channels, each followed by batch norm and the activation,
+  // then a 2x2 pool.
+  std::vector<int> channels = {16, 32};
+  int convs_per_stage = 2;
+  int kernel_size = 3;  // odd
+  bool batch_norm = true;
+  bool residual = false;      // a stage's convolutions form ResNet basic blocks
+  std::string pool = "max";   // max | avg
+  bool global_pool = false;   // global average pooling after the last stage, not a flatten
+  double bn_momentum = 0.1;   // running = (1 - m) running + m batch statistic (PyTorch's)
+  double bn_eps = 1e-5;
+
+  // Inputs: scale each channel by the training split's mean and standard deviation. Unset:
+  // on for cnn, off for mlp.
+  std::optional<bool> normalize;
+  // Augmentation of training batches (images only): a random crop of the image padded by this
+  // many pixels (0: off), a horizontal flip of half the samples, and a random erasing of a
+  // rectangle with this probability. Seeded by (seed, epoch, sample).
+  int augment_crop = 0;
+  bool augment_flip = false;
+  double random_erasing = 0;
+  double label_smoothing = 0;  // [0, 1): the target puts this mass evenly on every class
 
   std::string optimizer = "sgd";  // sgd | adamw
   double lr = 0.05;               // peak learning rate (before scale_lr)

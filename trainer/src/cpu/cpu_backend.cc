@@ -1,4 +1,4 @@
-// The CPU ReplicaGroup: R Mlp replicas on R threads of a ThreadTeam, one optimizer state for
+// The CPU ReplicaGroup: R Net replicas on R threads of a ThreadTeam, one optimizer state for
 // all of them, and the optimizer step fused into the all-reduce: whichever rank reduces a chunk
 // of gradients also applies the update to that chunk of rank 0's weights and copies the result
 // into the other replicas. That is an all-reduce followed by R identical optimizer steps, done
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cpu/collective.h"
-#include "cpu/mlp.h"
+#include "cpu/net.h"
 #include "cpu/ops.h"
 #include "team.h"
 
@@ -36,21 +36,22 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
         team_(spec.replicas),
         ranks_(static_cast<size_t>(spec.replicas)),
         step_end_(spec.replicas, StepEnd{this}) {
-    const int64_t n = spec.shape.num_params;
+    const int64_t n = spec.model.num_params;
     const int slots = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
     for (int s = 0; s < slots; ++s) opt_.emplace_back(n);
     if (fp16()) grad_sum_ = FloatBuffer(n);
     loss_scale_.scale = spec.initial_loss_scale;
     std::vector<const float*> grads;
     for (Rank& r : ranks_) {
-      r.model =
-          std::make_unique<Mlp>(spec.shape, spec.act, spec.max_rows, spec.dropout, spec.precision);
+      r.model = std::make_unique<Net>(spec.model, spec.max_rows, spec.precision,
+                                      spec.label_smoothing);
       r.scratch = FloatBuffer(kChunkFloats);
       grads.push_back(r.model->grads());
     }
-    std::vector<Bucket> buckets;  // bucket l = layer l
-    for (int l = 0; l < spec.shape.layers(); ++l) {
-      buckets.push_back({spec.shape.layer_begin(l), spec.shape.layer_end(l)});
+    // Bucket k = the k-th layer with parameters (the unit LayerSink reports).
+    std::vector<Bucket> buckets(spec.model.param_layers.size());
+    for (const GradBucket& b : MakeGradBuckets(spec.model, 1)) {
+      buckets[static_cast<size_t>(b.first_layer)] = {b.begin, b.end};
     }
     comm_ =
         std::make_unique<Communicator>(std::move(grads), std::move(buckets), kChunkFloats, this);
@@ -69,9 +70,11 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
                        std::vector<double>* finished) override {
     Rank& r = ranks_[static_cast<size_t>(rank)];
     r.args = args;
-    const double loss =
-        r.model->ForwardLoss(mb.x, mb.y, mb.rows, args.dloss_scale, args.dropout_key, mb.first_row,
-                             fp16() ? loss_scale_.scale : 1.0f);
+    // Only rank 0's running statistics are ever read (DDP broadcasts rank 0's buffers before
+    // each forward): the others need not keep theirs.
+    const double loss = r.model->ForwardLoss(mb.x, mb.y, mb.rows, args.dloss_scale,
+                                             args.dropout_key, mb.first_row,
+                                             fp16() ? loss_scale_.scale : 1.0f, rank == 0);
     r.loss = mb.first ? loss : r.loss + loss;
     if (!mb.last) {
       r.model->Backward(mb.x, mb.rows, !mb.first, nullptr);
@@ -93,14 +96,25 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
 
   void Evaluate(int rank, const float* x, const int32_t* y, int rows, double* loss_sum,
                 int64_t* correct) override {
-    ranks_[static_cast<size_t>(rank)].model->Evaluate(x, y, rows, loss_sum, correct);
+    ranks_[static_cast<size_t>(rank)].model->Evaluate(x, y, rows, loss_sum, correct,
+                                                      ranks_[0].model->stats());
   }
 
   Status SetState(const ModelState& state) override {
-    const size_t n = static_cast<size_t>(spec_.shape.num_params);
-    SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, opt_.size()));
+    const size_t n = static_cast<size_t>(spec_.model.num_params);
+    const size_t stats = static_cast<size_t>(spec_.model.num_buffers);
+    SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, opt_.size(), stats));
+    std::vector<float> initial;
+    if (state.stats.empty() && stats > 0) {
+      initial.resize(stats);
+      InitStats(spec_.model, initial.data());
+    }
     for (Rank& r : ranks_) {
       std::memcpy(r.model->params(), state.params.data(), n * sizeof(float));
+      if (stats > 0) {
+        std::memcpy(r.model->stats(), state.stats.empty() ? initial.data() : state.stats.data(),
+                    stats * sizeof(float));
+      }
       r.model->ParamsChanged();
     }
     for (size_t s = 0; s < opt_.size(); ++s) {
@@ -120,7 +134,9 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
   ModelState GetState() const override {
     ModelState s;
     const float* p = ranks_[0].model->params();
-    s.params.assign(p, p + spec_.shape.num_params);
+    s.params.assign(p, p + spec_.model.num_params);
+    const float* st = ranks_[0].model->stats();
+    s.stats.assign(st, st + spec_.model.num_buffers);
     for (const FloatBuffer& o : opt_) s.optimizer.emplace_back(o.data(), o.data() + o.size());
     if (fp16()) s.loss_scale = loss_scale_;
     return s;
@@ -152,7 +168,7 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
   };
 
   struct alignas(64) Rank {
-    std::unique_ptr<Mlp> model;
+    std::unique_ptr<Net> model;
     FloatBuffer scratch;
     DeviceGroup group;
     BucketSink sink;
@@ -200,7 +216,7 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
 
   void EndFp16Step() {
     const bool skip = found_inf_.exchange(false, std::memory_order_relaxed);
-    if (!skip) Step(ranks_[0].args, 0, spec_.shape.num_params, grad_sum_.data());
+    if (!skip) Step(ranks_[0].args, 0, spec_.model.num_params, grad_sum_.data());
     AdvanceLossScale(&loss_scale_, skip, spec_.loss_scale_window);
   }
 

@@ -16,8 +16,10 @@ void matmul_forward(float* out, const float* inp, const float* weight, int B, in
 
 // Given dout[B, OC]: dweight[OC, C] (+)= doutᵀ · inp, and dinp[B, C] = dout · weight unless
 // dinp is null (the first layer's input needs no gradient).
+// accumulate_dinp: dinp += instead (an input that feeds several layers).
 void matmul_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                     const float* weight, int B, int C, int OC, bool accumulate = false);
+                     const float* weight, int B, int C, int OC, bool accumulate = false,
+                     bool accumulate_dinp = false);
 
 // pre[B, C] += bias (in place: backward needs it for gelu), out = act(pre). For kNone out may
 // be pre itself (the logits layer keeps one buffer); otherwise they must not overlap.
@@ -29,10 +31,12 @@ void bias_act_backward(float* d, float* dbias, const float* pre, const float* ou
                        Activation act, bool accumulate = false);
 
 // Per-sample cross-entropy of softmax(logits) against labels into losses[B]; when dlogits is
-// not null, also dlogits = (softmax - onehot) * dloss_scale (1/B for a mean over the batch; a
-// data-parallel caller passes 1/global batch).
+// not null, also dlogits = (softmax - target) * dloss_scale (1/B for a mean over the batch; a
+// data-parallel caller passes 1/global batch). The target is the one-hot label, or with
+// label_smoothing = e, (1 - e) onehot + e / V (PyTorch's rule; the loss is then against it).
 void softmax_xent_forward_backward(float* dlogits, float* losses, const float* logits,
-                                   const int32_t* labels, int B, int V, float dloss_scale);
+                                   const int32_t* labels, int B, int V, float dloss_scale,
+                                   float label_smoothing = 0.0f);
 
 // SGD with momentum, PyTorch's convention (no dampening):
 //   g = grad + weight_decay * param;  velocity = momentum * velocity + g;

@@ -122,8 +122,11 @@ class CudaReplicaGroup final : public ReplicaGroup {
  public:
   static Result<std::unique_ptr<ReplicaGroup>> Create(const GroupSpec& spec,
                                                       std::vector<int> devices) {
+    MlpView mlp;
+    if (!AsMlp(spec.model, &mlp)) return Status::InvalidArgument("cuda: not an MLP");
     NoteDevicesUsed(devices);
-    std::unique_ptr<CudaReplicaGroup> g(new CudaReplicaGroup(spec, std::move(devices)));
+    std::unique_ptr<CudaReplicaGroup> g(
+        new CudaReplicaGroup(spec, std::move(mlp), std::move(devices)));
     SWEEP_RETURN_IF_ERROR(g->Init());
     return std::unique_ptr<ReplicaGroup>(std::move(g));
   }
@@ -247,7 +250,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   }
 
   Status SetState(const ModelState& state) override {
-    const size_t n = static_cast<size_t>(spec_.shape.num_params);
+    const size_t n = static_cast<size_t>(mlp_.shape.num_params);
     SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, ranks_[0].opt.size()));
     // Rank 0 loads the host state; the others receive it by broadcast, so every replica starts
     // from the same bits whatever the host holds.
@@ -401,9 +404,10 @@ class CudaReplicaGroup final : public ReplicaGroup {
     }
   };
 
-  CudaReplicaGroup(const GroupSpec& spec, std::vector<int> devices)
+  CudaReplicaGroup(const GroupSpec& spec, MlpView mlp, std::vector<int> devices)
       : spec_(spec),
-        buckets_(MakeGradBuckets(spec.shape, spec.bucket_floats)),
+        mlp_(std::move(mlp)),
+        buckets_(MakeGradBuckets(mlp_.shape, spec.bucket_floats)),
         team_(static_cast<int>(devices.size())),
         ranks_(devices.size()) {
     for (size_t i = 0; i < devices.size(); ++i) ranks_[i].device = devices[i];
@@ -444,12 +448,12 @@ class CudaReplicaGroup final : public ReplicaGroup {
     CUDA_CHECK(cudaStreamCreateWithFlags(&r.compute, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
     SWEEP_RETURN_IF_ERROR(CreateBlasHandle(r.compute, spec_.tf32, &r.blas));
-    SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(spec_.shape, spec_.act, spec_.max_rows,
-                                                spec_.dropout, spec_.precision, r.compute, r.blas));
+    SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(mlp_.shape, mlp_.act, spec_.max_rows,
+                                                mlp_.dropout, spec_.precision, r.compute, r.blas));
     const int slots = spec_.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
     r.opt.resize(static_cast<size_t>(slots));
     for (DeviceBuffer<float>& o : r.opt) {
-      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(spec_.shape.num_params, &o));
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(mlp_.shape.num_params, &o));
     }
     // Events that only order work carry no timestamps (cheaper to record and wait on).
     for (int i = 0; i < Mlp::kInputSlots; ++i) {
@@ -555,7 +559,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
     std::shared_lock<std::shared_mutex> lock(nccl_mu_);
     if (aborted_) return Aborted();
     // One thread drives every communicator here, so the calls form one NCCL group.
-    const size_t n = static_cast<size_t>(spec_.shape.num_params);
+    const size_t n = static_cast<size_t>(mlp_.shape.num_params);
     NCCL_CHECK(ncclGroupStart());
     Status first = Status::Ok();
     auto keep = [&first](Status s) {
@@ -679,7 +683,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
                                         r.data_u8.data(), r.data_f32.data(), r.data_labels.data(),
                                         r.data_dim, r.copy));
     } else if (mb.pixels != nullptr) {
-      const int64_t dim = spec_.shape.in(0);
+      const int64_t dim = mlp_.shape.in(0);
       if (r.pixels[slot].data() == nullptr) {
         for (DeviceBuffer<uint8_t>& p : r.pixels) {
           SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(spec_.max_rows * dim, &p));
@@ -693,7 +697,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
                                         r.pixels[slot].data(), nullptr, nullptr, dim, r.copy));
     } else {
       CUDA_CHECK(cudaMemcpyAsync(model.x(slot), mb.x,
-                                 rows * static_cast<size_t>(spec_.shape.in(0)) * sizeof(float),
+                                 rows * static_cast<size_t>(mlp_.shape.in(0)) * sizeof(float),
                                  cudaMemcpyHostToDevice, r.copy));
       CUDA_CHECK(cudaMemcpyAsync(model.y(slot), mb.y, rows * sizeof(int32_t),
                                  cudaMemcpyHostToDevice, r.copy));
@@ -747,7 +751,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
       return Status::InvalidArgument("cuda: several GPUs need NCCL, which this build lacks");
 #endif
     }
-    const int64_t n = spec_.shape.num_params;
+    const int64_t n = mlp_.shape.num_params;
     const int* skip = nullptr;
     if (fp16()) {
       SWEEP_RETURN_IF_ERROR(unscale_check(model.grads(), n, &r.loss_scale.data()->scale,
@@ -799,7 +803,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   Status ReadState(ModelState* s) const {
     const Rank& r = ranks_[0];  // every replica holds the same weights and optimizer state
     SWEEP_RETURN_IF_ERROR(SetDevice(0));
-    const size_t n = static_cast<size_t>(spec_.shape.num_params);
+    const size_t n = static_cast<size_t>(mlp_.shape.num_params);
     s->params.resize(n);
     CUDA_CHECK(cudaMemcpyAsync(s->params.data(), r.model->params(), n * sizeof(float),
                                cudaMemcpyDeviceToHost, r.compute));
@@ -832,6 +836,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   }
 
   const GroupSpec spec_;
+  const MlpView mlp_;  // the model, which Supports checked is an MLP
   const std::vector<GradBucket> buckets_;  // in the order backward completes them
   ThreadTeam team_;
   std::vector<Rank> ranks_;
@@ -896,7 +901,7 @@ Result<std::vector<int>> GroupDevices(const GroupSpec& spec, int count) {
 // activations and cuBLAS's workspace come on top), so a model refused here could never have been
 // made, and the user learns why in words rather than from a failed cudaMalloc.
 Status CheckDeviceMemory(const GroupSpec& spec, const std::vector<int>& devices) {
-  const double params = static_cast<double>(spec.shape.num_params);
+  const double params = static_cast<double>(spec.model.num_params);
   const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
   const double need = params * (sizeof(float) * (2.0 + states) +
                                 (spec.precision != Precision::kFp32 ? sizeof(uint16_t) : 0));
@@ -925,6 +930,13 @@ class CudaBackend final : public Backend {
     const Result<int> count = DeviceCount();
     if (!count.ok()) return count.status();  // NotFound: the CPU may take it
     if (spec.replicas < 1) return Status::InvalidArgument("cuda: replicas must be >= 1");
+    MlpView mlp;
+    if (!AsMlp(spec.model, &mlp) || spec.label_smoothing != 0) {
+      // NotFound: the CPU backend trains it (and with backend = "cuda" this is the error).
+      return Status::NotFound(
+          "cuda: the GPU backend trains MLPs only for now (this model has convolution, pooling "
+          "or batch norm layers, or label_smoothing)");
+    }
     if (spec.replicas > 1 && !HaveNccl()) {
       return Status::InvalidArgument(
           "cuda: replicas = " + std::to_string(spec.replicas) +
@@ -945,7 +957,7 @@ class CudaBackend final : public Backend {
       // another program took the rest.
       return group.status().WithMessage(
           group.status().message() + " (making the model, " +
-          std::to_string(spec.shape.num_params) + " parameters, for batches of " +
+          std::to_string(spec.model.num_params) + " parameters, for batches of " +
           std::to_string(spec.max_rows) +
           " rows: make hidden or batch_size smaller, or leave the GPU to one trial)");
     }

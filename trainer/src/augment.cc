@@ -1,0 +1,211 @@
+// Input transforms, sample shapes and channel statistics (augment.h). Owned by the trainer.
+#include "augment.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "rng.h"
+
+namespace sweep::trainer {
+namespace {
+
+constexpr uint64_t kAugmentStream = 0xA06Dull;  // apart from shuffle, init and dropout draws
+
+std::string ShapeText(const std::vector<int>& s) {
+  std::string t;
+  for (int d : s) t += (t.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + t + "]";
+}
+
+Result<TensorShape> CsvShape(const DatasetSpec& spec, int64_t width, const std::string& file) {
+  if (spec.shape.empty()) return TensorShape{static_cast<int>(width), 1, 1};
+  const int64_t product = int64_t{spec.shape[0]} * spec.shape[1] * spec.shape[2];
+  if (product != width) {
+    return Status::InvalidArgument("dataset.shape: " + ShapeText(spec.shape) + " holds " +
+                                   std::to_string(product) + " values, but the rows of " + file +
+                                   " have " + std::to_string(width) + " features");
+  }
+  return TensorShape{spec.shape[0], spec.shape[1], spec.shape[2]};
+}
+
+// torchvision's RandomErasing defaults: 2% to 33% of the image, aspect 0.3 to 3.3, ten tries.
+void Erase(float* x, TensorShape s, Rng* rng) {
+  const double area = static_cast<double>(s.h) * s.w;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target = area * (0.02 + (0.33 - 0.02) * rng->Uniform());
+    const double aspect = std::exp(std::log(0.3) + (std::log(3.3) - std::log(0.3)) * rng->Uniform());
+    const int h = static_cast<int>(std::lround(std::sqrt(target * aspect)));
+    const int w = static_cast<int>(std::lround(std::sqrt(target / aspect)));
+    if (h < 1 || w < 1 || h >= s.h || w >= s.w) continue;
+    const int y0 = static_cast<int>(rng->Below(static_cast<uint64_t>(s.h - h + 1)));
+    const int x0 = static_cast<int>(rng->Below(static_cast<uint64_t>(s.w - w + 1)));
+    for (int yy = y0; yy < y0 + h; ++yy) {
+      std::fill_n(x + (int64_t{yy} * s.w + x0) * s.c, int64_t{w} * s.c, 0.0f);
+    }
+    return;
+  }
+}
+
+}  // namespace
+
+void InputTransform::Apply(float* x, int64_t count, bool augment, int epoch,
+                           int64_t first_position) const {
+  const int64_t n = shape.size();
+  const int C = shape.c, H = shape.h, W = shape.w;
+  thread_local std::vector<float> scratch;
+  if (static_cast<int64_t>(scratch.size()) < n) scratch.resize(static_cast<size_t>(n));
+  const bool moves = augment && (crop > 0 || flip);
+  const uint64_t epoch_key = MixSeed(seed, kAugmentStream, static_cast<uint64_t>(epoch));
+  for (int64_t i = 0; i < count; ++i) {
+    float* row = x + i * n;
+    Rng rng(MixSeed(epoch_key, static_cast<uint64_t>(first_position + i)));
+    if (chw || moves) {
+      std::copy_n(row, n, scratch.data());
+      // Where output pixel (h, w) reads from: the crop's offset into the padded image, then
+      // the flip; outside the image is the padding's zero.
+      const int dy = moves && crop > 0 ? static_cast<int>(rng.Below(2 * crop + 1)) - crop : 0;
+      const int dx = moves && crop > 0 ? static_cast<int>(rng.Below(2 * crop + 1)) - crop : 0;
+      const bool mirror = moves && flip && rng.Below(2) == 1;
+      for (int h = 0; h < H; ++h) {
+        const int sh = h + dy;
+        for (int w = 0; w < W; ++w) {
+          const int sw = (mirror ? W - 1 - w : w) + dx;
+          float* out = row + (int64_t{h} * W + w) * C;
+          if (sh < 0 || sh >= H || sw < 0 || sw >= W) {
+            std::fill_n(out, C, 0.0f);
+            continue;
+          }
+          for (int c = 0; c < C; ++c) {
+            out[c] = chw ? scratch[static_cast<size_t>((int64_t{c} * H + sh) * W + sw)]
+                         : scratch[static_cast<size_t>((int64_t{sh} * W + sw) * C + c)];
+          }
+        }
+      }
+    }
+    if (!mean.empty()) {
+      for (int64_t p = 0; p < int64_t{H} * W; ++p) {
+        float* px = row + p * C;
+        for (int c = 0; c < C; ++c) {
+          px[c] = (px[c] - mean[static_cast<size_t>(c)]) * inv_std[static_cast<size_t>(c)];
+        }
+      }
+    }
+    if (augment && erasing > 0 && rng.Uniform() < erasing) Erase(row, shape, &rng);
+  }
+}
+
+Result<TensorShape> SampleShape(const Dataset& data, const DatasetSpec& spec) {
+  if (spec.format == "csv") return CsvShape(spec, data.dim, data.source);
+  if (data.shape.size() == 2) {
+    return TensorShape{1, static_cast<int>(data.shape[0]), static_cast<int>(data.shape[1])};
+  }
+  if (data.shape.size() == 3) {
+    return TensorShape{static_cast<int>(data.shape[2]), static_cast<int>(data.shape[0]),
+                       static_cast<int>(data.shape[1])};
+  }
+  return TensorShape{static_cast<int>(data.dim), 1, 1};
+}
+
+Result<TensorShape> ProbeInputShape(const DatasetSpec& spec) {
+  const std::string& path = spec.train_images;
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) return Status::NotFound(path + ": cannot be opened");
+  Result<TensorShape> shape = Status::NotFound(path + ": no header");
+  if (spec.format == "idx") {
+    unsigned char h[16] = {};
+    const int got = gzread(f, h, sizeof h);
+    auto be = [&h](int at) {
+      return static_cast<int>((uint32_t{h[at]} << 24) | (uint32_t{h[at + 1]} << 16) |
+                              (uint32_t{h[at + 2]} << 8) | uint32_t{h[at + 3]});
+    };
+    if (got >= 4 && h[0] == 0 && h[1] == 0 && h[2] == 0x08) {
+      const int dims = h[3];
+      if (dims == 2 && got >= 12) shape = TensorShape{be(8), 1, 1};
+      if (dims == 3 && got >= 16) shape = TensorShape{1, be(8), be(12)};
+      if (dims == 4 && got >= 16) {
+        unsigned char c[4] = {};
+        if (gzread(f, c, 4) == 4) {
+          shape = TensorShape{static_cast<int>((uint32_t{c[0]} << 24) | (uint32_t{c[1]} << 16) |
+                                               (uint32_t{c[2]} << 8) | uint32_t{c[3]}),
+                              be(8), be(12)};
+        }
+      }
+    }
+  } else {
+    // The first line's fields, counted outside quotes; one of them is the label.
+    int64_t fields = 1;
+    bool quoted = false, any = false;
+    for (int ch = gzgetc(f); ch != -1 && ch != '\n'; ch = gzgetc(f)) {
+      any = true;
+      if (ch == '"') quoted = !quoted;
+      if (ch == ',' && !quoted) ++fields;
+    }
+    if (any && fields > 1) shape = CsvShape(spec, fields - 1, path);
+  }
+  gzclose(f);
+  return shape;
+}
+
+void ChannelStats(const Dataset& data, const int32_t* rows, int64_t n, TensorShape shape, bool chw,
+                  std::vector<float>* mean, std::vector<float>* stddev) {
+  using Key = std::tuple<const void*, int64_t, int64_t, int32_t, int32_t>;
+  static std::mutex mu;
+  static std::map<Key, std::pair<std::vector<float>, std::vector<float>>> memo;
+  const Key key{data.storage.get(), data.n, n, n > 0 ? rows[0] : -1, n > 0 ? rows[n - 1] : -1};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = memo.find(key); it != memo.end()) {
+      *mean = it->second.first;
+      *stddev = it->second.second;
+      return;
+    }
+  }
+  const int C = shape.c;
+  const int64_t pixels = int64_t{shape.h} * shape.w, dim = shape.size();
+  std::vector<double> sum(static_cast<size_t>(C), 0.0), sq(static_cast<size_t>(C), 0.0);
+  auto channel = [&](int64_t j) { return static_cast<size_t>(chw ? j / pixels : j % C); };
+  if (!data.u8.empty()) {
+    // Pixel values are bytes: a histogram per channel, then exact sums.
+    std::vector<int64_t> hist(static_cast<size_t>(C) * 256, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* src = data.u8.data() + int64_t{rows[i]} * dim;
+      for (int64_t j = 0; j < dim; ++j) ++hist[channel(j) * 256 + src[j]];
+    }
+    for (size_t c = 0; c < static_cast<size_t>(C); ++c) {
+      for (int v = 0; v < 256; ++v) {
+        const double x = v / 255.0, k = static_cast<double>(hist[c * 256 + static_cast<size_t>(v)]);
+        sum[c] += k * x;
+        sq[c] += k * x * x;
+      }
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      const float* src = data.f32.data() + int64_t{rows[i]} * dim;
+      for (int64_t j = 0; j < dim; ++j) {
+        sum[channel(j)] += src[j];
+        sq[channel(j)] += double{src[j]} * src[j];
+      }
+    }
+  }
+  mean->assign(static_cast<size_t>(C), 0.0f);
+  stddev->assign(static_cast<size_t>(C), 1.0f);
+  const double count = static_cast<double>(n) * static_cast<double>(pixels);
+  for (size_t c = 0; c < static_cast<size_t>(C); ++c) {
+    const double m = count > 0 ? sum[c] / count : 0.0;
+    const double var = count > 0 ? std::max(0.0, sq[c] / count - m * m) : 1.0;
+    (*mean)[c] = static_cast<float>(m);
+    // A constant channel keeps its scale rather than dividing by zero.
+    (*stddev)[c] = var > 1e-12 ? static_cast<float>(std::sqrt(var)) : 1.0f;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  memo.emplace(key, std::make_pair(*mean, *stddev));
+}
+
+}  // namespace sweep::trainer
