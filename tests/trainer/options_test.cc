@@ -33,7 +33,8 @@ TEST(Options, EveryKeyApplies) {
   TempDir dir;
   TrainOptions o;
   const json values = {
-      {"dataset", {{"format", "csv"}, {"train_images", "a.csv"}, {"label_column", -1}}},
+      {"dataset",
+       {{"format", "csv"}, {"train_images", "a.csv"}, {"label_column", -1}, {"shape", {1, 8, 8}}}},
       {"model", "mlp"},
       {"hidden", {64, 32.0}},
       {"activation", "tanh"},

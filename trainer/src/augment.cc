@@ -40,7 +40,8 @@ void Erase(float* x, TensorShape s, Rng* rng) {
   const double area = static_cast<double>(s.h) * s.w;
   for (int attempt = 0; attempt < 10; ++attempt) {
     const double target = area * (0.02 + (0.33 - 0.02) * rng->Uniform());
-    const double aspect = std::exp(std::log(0.3) + (std::log(3.3) - std::log(0.3)) * rng->Uniform());
+    const double aspect =
+        std::exp(std::log(0.3) + (std::log(3.3) - std::log(0.3)) * rng->Uniform());
     const int h = static_cast<int>(std::lround(std::sqrt(target * aspect)));
     const int w = static_cast<int>(std::lround(std::sqrt(target / aspect)));
     if (h < 1 || w < 1 || h >= s.h || w >= s.w) continue;

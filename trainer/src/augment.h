@@ -45,7 +45,7 @@ Result<TensorShape> ProbeInputShape(const DatasetSpec& spec);
 // Per-channel mean and standard deviation (population) of rows[0..n) of `data`, after scaling
 // pixels by 1/255. Memoised in this process per (dataset, rows' count and first rows), since
 // every trial of a sweep asks for the same split's.
-void ChannelStats(const Dataset& data, const int32_t* rows, int64_t n, TensorShape shape,
-                  bool chw, std::vector<float>* mean, std::vector<float>* stddev);
+void ChannelStats(const Dataset& data, const int32_t* rows, int64_t n, TensorShape shape, bool chw,
+                  std::vector<float>* mean, std::vector<float>* stddev);
 
 }  // namespace sweep::trainer

@@ -354,18 +354,19 @@ Status CheckSameModel(const std::string& path, const Checkpoint& ckpt, const Mod
     const Result<ModelSpec> theirs = ModelSpec::FromJson(*ckpt.model);
     if (!theirs.ok()) return Bad(path, "model: " + theirs.status().message());
     if (theirs->ToJson() != model.ToJson()) {
-      return refuse("its layers differ from this model's: " +
-                    std::to_string(theirs->layers.size()) + " layers against " +
-                    std::to_string(model.layers.size()));
+      return refuse(
+          "its layers differ from this model's: " + std::to_string(theirs->layers.size()) +
+          " layers against " + std::to_string(model.layers.size()));
     }
   }
   if (ckpt.state.params.size() != static_cast<size_t>(model.num_params)) {
     return refuse(std::to_string(ckpt.state.params.size()) + " parameters, this model has " +
                   std::to_string(model.num_params));
   }
-  if (!ckpt.state.stats.empty() && ckpt.state.stats.size() != static_cast<size_t>(model.num_buffers)) {
-    return refuse(std::to_string(ckpt.state.stats.size()) + " batch norm statistics, this model has " +
-                  std::to_string(model.num_buffers));
+  if (!ckpt.state.stats.empty() &&
+      ckpt.state.stats.size() != static_cast<size_t>(model.num_buffers)) {
+    return refuse(std::to_string(ckpt.state.stats.size()) +
+                  " batch norm statistics, this model has " + std::to_string(model.num_buffers));
   }
   return Status::Ok();
 }

@@ -23,11 +23,16 @@ std::string ShapeText(TensorShape s) {
 }
 
 constexpr std::pair<LayerKind, const char*> kKindNames[] = {
-    {LayerKind::kLinear, "linear"},      {LayerKind::kConv, "conv2d"},
-    {LayerKind::kBatchNorm, "batch_norm"}, {LayerKind::kActivation, "activation"},
-    {LayerKind::kMaxPool, "max_pool"},   {LayerKind::kAvgPool, "avg_pool"},
-    {LayerKind::kGlobalAvgPool, "global_avg_pool"}, {LayerKind::kFlatten, "flatten"},
-    {LayerKind::kDropout, "dropout"},    {LayerKind::kAdd, "add"}};
+    {LayerKind::kLinear, "linear"},
+    {LayerKind::kConv, "conv2d"},
+    {LayerKind::kBatchNorm, "batch_norm"},
+    {LayerKind::kActivation, "activation"},
+    {LayerKind::kMaxPool, "max_pool"},
+    {LayerKind::kAvgPool, "avg_pool"},
+    {LayerKind::kGlobalAvgPool, "global_avg_pool"},
+    {LayerKind::kFlatten, "flatten"},
+    {LayerKind::kDropout, "dropout"},
+    {LayerKind::kAdd, "add"}};
 
 // Layers by kind, the fields that kind reads set; the rest keep their defaults.
 Layer Linear(int units) {
@@ -163,8 +168,9 @@ Status ModelSpec::Finish() {
         if (l.kernel < 1 || l.stride < 1 || l.pad < 0) return bad(i, l, "bad window");
         const int h = in.h + 2 * l.pad - l.kernel, w = in.w + 2 * l.pad - l.kernel;
         if (h < 0 || w < 0) {
-          return bad(i, l, "kernel " + std::to_string(l.kernel) + " is larger than its input " +
-                               ShapeText(in) + " (with padding " + std::to_string(l.pad) + ")");
+          return bad(i, l,
+                     "kernel " + std::to_string(l.kernel) + " is larger than its input " +
+                         ShapeText(in) + " (with padding " + std::to_string(l.pad) + ")");
         }
         out = {l.out, h / l.stride + 1, w / l.stride + 1};
         break;
@@ -173,8 +179,9 @@ Status ModelSpec::Finish() {
       case LayerKind::kAvgPool:
         if (l.kernel < 1 || l.stride < 1) return bad(i, l, "bad window");
         if (in.h < l.kernel || in.w < l.kernel) {
-          return bad(i, l, "a " + std::to_string(l.kernel) + "x" + std::to_string(l.kernel) +
-                               " pool does not fit its input " + ShapeText(in));
+          return bad(i, l,
+                     "a " + std::to_string(l.kernel) + "x" + std::to_string(l.kernel) +
+                         " pool does not fit its input " + ShapeText(in));
         }
         out = {in.c, (in.h - l.kernel) / l.stride + 1, (in.w - l.kernel) / l.stride + 1};
         break;
@@ -395,23 +402,22 @@ Result<ModelSpec> BuildModel(const TrainOptions& o, TensorShape input, int class
   };
   for (size_t s = 0; s < o.channels.size(); ++s) {
     const int c = o.channels[s];
-    const std::string stage = "channels: stage " + std::to_string(s + 1) + " of " +
+    const std::string stage = "stage " + std::to_string(s + 1) + " of " +
                               std::to_string(o.channels.size()) + " (" + std::to_string(c) +
                               " channels)";
     if (shape.h < 2 || shape.w < 2) {
       int stages = 0;
       for (int side = std::min(input.h, input.w); side >= 2; side /= 2) ++stages;
-      return Status::InvalidArgument(stage + " would start from a " + std::to_string(shape.h) +
-                                     "x" + std::to_string(shape.w) +
-                                     " input, too small for its 2x2 pool (" +
-                                     std::to_string(input.h) + "x" + std::to_string(input.w) +
-                                     " images allow at most " + std::to_string(stages) +
-                                     " stages)");
+      return Status::InvalidArgument(
+          "channels: " + stage + " would start from a " + std::to_string(shape.h) + "x" +
+          std::to_string(shape.w) + " input, too small for its 2x2 pool (" +
+          std::to_string(input.h) + "x" + std::to_string(input.w) + " images allow at most " +
+          std::to_string(stages) + " stages)");
     }
-    if (k > shape.h + 2 * pad || k > shape.w + 2 * pad) {
-      return Status::InvalidArgument("kernel_size: " + std::to_string(k) +
-                                     " is larger than the input of " + stage + ", " +
-                                     std::to_string(shape.h) + "x" + std::to_string(shape.w));
+    if (k > shape.h || k > shape.w) {
+      return Status::InvalidArgument("kernel_size: " + std::to_string(k) + " is larger than the " +
+                                     std::to_string(shape.h) + "x" + std::to_string(shape.w) +
+                                     " input of " + stage);
     }
     if (o.residual) {
       // ResNet basic blocks: conv-bn-act-conv-bn, plus the block's input (through a 1x1
@@ -492,9 +498,7 @@ std::vector<GradBucket> MakeGradBuckets(const ModelSpec& model, int64_t min_floa
   std::vector<GradBucket> buckets;
   const int P = static_cast<int>(model.param_layers.size());
   auto begin = [&](int k) { return model.layer(model.param_layers[static_cast<size_t>(k)]).begin; };
-  auto end = [&](int k) {
-    return k + 1 < P ? begin(k + 1) : model.num_params;
-  };
+  auto end = [&](int k) { return k + 1 < P ? begin(k + 1) : model.num_params; };
   int last = P - 1;
   for (int k = P - 1; k >= 0; --k) {
     if (end(last) - begin(k) >= min_floats || k == 0) {
@@ -538,16 +542,17 @@ void InitParams(const ModelSpec& model, uint64_t seed, float* params, float* buf
       continue;
     }
     const double fan_in = static_cast<double>(l.fan_in());
-    const double fan_out = static_cast<double>(l.out) *
-                           (l.kind == LayerKind::kConv ? static_cast<double>(l.kernel) * l.kernel : 1.0);
+    const double fan_out =
+        static_cast<double>(l.out) *
+        (l.kind == LayerKind::kConv ? static_cast<double>(l.kernel) * l.kernel : 1.0);
     const bool last = k == P - 1;
     const double stddev = (last || init == InitScheme::kXavier)
                               ? std::sqrt(2.0 / (fan_in + fan_out))
                               : std::sqrt(2.0 / fan_in);
     Rng rng(MixSeed(seed, kInitStream, static_cast<uint64_t>(k)));
     float* w = params + l.weight;
-    const int64_t n = l.kind == LayerKind::kConv ? int64_t{l.out} * l.fan_in()
-                                                  : l.in_shape.size() * l.out;
+    const int64_t n =
+        l.kind == LayerKind::kConv ? int64_t{l.out} * l.fan_in() : l.in_shape.size() * l.out;
     for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(stddev * rng.Normal());
   }
   if (buffers != nullptr) InitStats(model, buffers);

@@ -81,7 +81,7 @@ struct Layer {
 
   // Set by ModelSpec::Finish.
   TensorShape in_shape, out_shape;
-  int64_t weight = -1;  // offset of the weight (batch norm: gamma) in the parameters; -1: none
+  int64_t weight = -1;   // offset of the weight (batch norm: gamma) in the parameters; -1: none
   int64_t bias_at = -1;  // offset of the bias (batch norm: beta); -1: none
   int64_t stats = -1;    // kBatchNorm: offset of running mean [c], then running var [c]
   int64_t begin = 0, end = 0;  // this layer's range of the parameters (empty: none)
@@ -98,8 +98,8 @@ struct ModelSpec {
   std::vector<Layer> layers;  // the last one's output is the logits: {classes, 1, 1}
 
   // Set by Finish.
-  int64_t num_params = 0;   // including padding (each tensor starts on a 64-byte boundary)
-  int64_t num_buffers = 0;  // batch norm's running statistics
+  int64_t num_params = 0;         // including padding (each tensor starts on a 64-byte boundary)
+  int64_t num_buffers = 0;        // batch norm's running statistics
   std::vector<int> param_layers;  // indices of the layers with parameters, in order
 
   // Works out every layer's shapes and offsets. InvalidArgument names the layer and why (a

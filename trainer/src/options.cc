@@ -265,13 +265,17 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
   if (key == "residual") return SetBool(key, v, &o->residual);
   if (key == "global_pool") return SetBool(key, v, &o->global_pool);
   if (key == "augment_flip") return SetBool(key, v, &o->augment_flip);
-  const std::pair<std::string_view, int*> ints[] = {
-      {"batch_size", &o->batch_size}, {"accum_steps", &o->accum_steps},
-      {"epochs", &o->epochs},         {"step_size", &o->step_size},
-      {"base_batch", &o->base_batch}, {"threads", &o->threads},
-      {"replicas", &o->replicas},     {"checkpoint_every", &o->checkpoint_every},
-      {"convs_per_stage", &o->convs_per_stage}, {"kernel_size", &o->kernel_size},
-      {"augment_crop", &o->augment_crop}};
+  const std::pair<std::string_view, int*> ints[] = {{"batch_size", &o->batch_size},
+                                                    {"accum_steps", &o->accum_steps},
+                                                    {"epochs", &o->epochs},
+                                                    {"step_size", &o->step_size},
+                                                    {"base_batch", &o->base_batch},
+                                                    {"threads", &o->threads},
+                                                    {"replicas", &o->replicas},
+                                                    {"checkpoint_every", &o->checkpoint_every},
+                                                    {"convs_per_stage", &o->convs_per_stage},
+                                                    {"kernel_size", &o->kernel_size},
+                                                    {"augment_crop", &o->augment_crop}};
   for (const auto& [name, field] : ints) {
     if (key != name) continue;
     SWEEP_RETURN_IF_ERROR(SetInt(key, v, std::numeric_limits<int>::min(),
@@ -444,8 +448,8 @@ Status ValidateModelOptions(const TrainOptions& o, bool together) {
                ": augmentation needs images; give a csv dataset its dataset.shape = [C, H, W]");
   }
   if (o.model == "cnn" && o.batch_norm && o.batch_size / o.replicas < 2) {
-    return bad("batch_norm: batch_size " + std::to_string(o.batch_size) + " over replicas = " +
-               std::to_string(o.replicas) +
+    return bad("batch_norm: batch_size " + std::to_string(o.batch_size) +
+               " over replicas = " + std::to_string(o.replicas) +
                " leaves a replica one sample, and batch statistics need two; make batch_size "
                "larger or set batch_norm = false");
   }

@@ -127,8 +127,8 @@ Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
                   "the model does not fit in memory: %.0f parameters and activations of %d "
                   "samples per replica need at least %.1f GiB (weights, gradients, optimizer "
                   "state, activations), %s %.1f GiB%s; make %s smaller",
-                  params, spec.max_rows, need / 1073741824.0, have.said,
-                  have.bytes / 1073741824.0, have.why, smaller);
+                  params, spec.max_rows, need / 1073741824.0, have.said, have.bytes / 1073741824.0,
+                  have.why, smaller);
     return Status::InvalidArgument(msg);
   }
   return Status::Ok();
@@ -190,8 +190,9 @@ Status MakeTransform(const TrainOptions& o, const Dataset& train, TensorShape in
   t->seed = o.seed;
   if (t->augments() && input.h == 1 && input.w == 1) {
     return Status::InvalidArgument(
-        std::string(o.augment_crop > 0 ? "augment_crop" : o.augment_flip ? "augment_flip"
-                                                                       : "random_erasing") +
+        std::string(o.augment_crop > 0 ? "augment_crop"
+                    : o.augment_flip   ? "augment_flip"
+                                       : "random_erasing") +
         ": augmentation needs images, and " + train.source + " holds flat vectors" +
         (o.dataset.format == "csv" ? " (give dataset.shape = [C, H, W])" : ""));
   }
@@ -492,8 +493,9 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       comm->reduce_s += epoch_comm.reduce_s;
     }
     report.lr = schedule.At(step - 1);
-    Evaluate(group.get(), *train, transform, split.val.data(), static_cast<int64_t>(split.val.size()), shard,
-             &eval_x, &eval_y, &report.val_loss, &report.val_acc);
+    Evaluate(group.get(), *train, transform, split.val.data(),
+             static_cast<int64_t>(split.val.size()), shard, &eval_x, &eval_y, &report.val_loss,
+             &report.val_acc);
     // A last step that blows up shows only here, in weights that no longer give a number.
     if (!split.val.empty() && !std::isfinite(report.val_loss)) {
       return Diverged(epoch, step, "validation loss " + LossText(report.val_loss), spec.precision);
@@ -520,8 +522,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     std::vector<int32_t> all(static_cast<size_t>(test->n));
     for (int64_t i = 0; i < test->n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     double test_loss = 0, test_acc = 0;
-    Evaluate(group.get(), *test, transform, all.data(), test->n, shard, &eval_x, &eval_y, &test_loss,
-             &test_acc);
+    Evaluate(group.get(), *test, transform, all.data(), test->n, shard, &eval_x, &eval_y,
+             &test_loss, &test_acc);
     result.test_acc = test_acc;
   }
   if (final_state != nullptr) *final_state = group->GetState();

@@ -43,8 +43,8 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
     loss_scale_.scale = spec.initial_loss_scale;
     std::vector<const float*> grads;
     for (Rank& r : ranks_) {
-      r.model = std::make_unique<Net>(spec.model, spec.max_rows, spec.precision,
-                                      spec.label_smoothing);
+      r.model =
+          std::make_unique<Net>(spec.model, spec.max_rows, spec.precision, spec.label_smoothing);
       r.scratch = FloatBuffer(kChunkFloats);
       grads.push_back(r.model->grads());
     }
@@ -72,9 +72,9 @@ class CpuReplicaGroup final : public ReplicaGroup, public ReduceSink {
     r.args = args;
     // Only rank 0's running statistics are ever read (DDP broadcasts rank 0's buffers before
     // each forward): the others need not keep theirs.
-    const double loss = r.model->ForwardLoss(mb.x, mb.y, mb.rows, args.dloss_scale,
-                                             args.dropout_key, mb.first_row,
-                                             fp16() ? loss_scale_.scale : 1.0f, rank == 0);
+    const double loss =
+        r.model->ForwardLoss(mb.x, mb.y, mb.rows, args.dloss_scale, args.dropout_key, mb.first_row,
+                             fp16() ? loss_scale_.scale : 1.0f, rank == 0);
     r.loss = mb.first ? loss : r.loss + loss;
     if (!mb.last) {
       r.model->Backward(mb.x, mb.rows, !mb.first, nullptr);

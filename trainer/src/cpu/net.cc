@@ -60,7 +60,8 @@ Net::Net(ModelSpec model, int max_batch, Precision precision, float label_smooth
   gown_.resize(n);
   for (int i = 0; i < L; ++i) gown_[static_cast<size_t>(i)] = i;
   for (int i = 0; i < L; ++i) {
-    if (fused_[static_cast<size_t>(i)] >= 0) gown_[static_cast<size_t>(i)] = fused_[static_cast<size_t>(i)];
+    if (fused_[static_cast<size_t>(i)] >= 0)
+      gown_[static_cast<size_t>(i)] = fused_[static_cast<size_t>(i)];
   }
   for (int i = 0; i < L; ++i) {
     const Layer& l = model_.layer(i);
@@ -171,8 +172,7 @@ const float* Net::RunForward(const float* x, int B, bool train, uint64_t dropout
       }
       case LayerKind::kConv: {
         const ConvShape s = Conv(l, B);
-        conv2d_forward(out, GemmInput(i, in, n_in), w + l.weight, nullptr, s,
-                       conv_scratch_.data());
+        conv2d_forward(out, GemmInput(i, in, n_in), w + l.weight, nullptr, s, conv_scratch_.data());
         const int64_t rows = int64_t{B} * s.OH() * s.OW();
         if (l.bias_at >= 0) {
           bias_act_forward(act_out, out, p + l.bias_at, static_cast<int>(rows), l.out, act);
@@ -189,8 +189,8 @@ const float* Net::RunForward(const float* x, int B, bool train, uint64_t dropout
         if (train) {
           float* rm = update_stats ? stats_.data() + l.stats : nullptr;
           batchnorm_forward(act_out, a >= 0 ? out : nullptr, mean_[at].data(), invstd_[at].data(),
-                            in, gamma, beta, rm, rm == nullptr ? nullptr : rm + C, N, C,
-                            l.momentum, l.eps, act);
+                            in, gamma, beta, rm, rm == nullptr ? nullptr : rm + C, N, C, l.momentum,
+                            l.eps, act);
         } else {
           batchnorm_eval(act_out, in, gamma, beta, stats + l.stats, stats + l.stats + C, N, C,
                          l.eps, act);
@@ -218,8 +218,7 @@ const float* Net::RunForward(const float* x, int B, bool train, uint64_t dropout
           const int C = static_cast<int>(l.in_shape.size());
           // Each layer draws its own mask: the key mixes in the layer.
           dropout_forward(out, mask_[at].data(), in, B, C, l.p,
-                          MixSeed(dropout_key, static_cast<uint64_t>(l.dropout_index)),
-                          first_row);
+                          MixSeed(dropout_key, static_cast<uint64_t>(l.dropout_index)), first_row);
         } else {
           y_[at] = in;
         }
@@ -316,8 +315,8 @@ void Net::Backward(const float* x, int B, bool accumulate, LayerSink* sink) {
         float* d_in = target(l.input, &add);
         batchnorm_backward(d_in, g + l.weight, g + l.bias_at, d, in, y_[at], act_out,
                            mean_[at].data(), invstd_[at].data(), p32 + l.weight,
-                           int64_t{B} * l.in_shape.h * l.in_shape.w, l.in_shape.c, act,
-                           accumulate, add);
+                           int64_t{B} * l.in_shape.h * l.in_shape.w, l.in_shape.c, act, accumulate,
+                           add);
         break;
       }
       case LayerKind::kActivation: {
@@ -328,16 +327,16 @@ void Net::Backward(const float* x, int B, bool accumulate, LayerSink* sink) {
       case LayerKind::kMaxPool: {
         float* d_in = target(l.input, &add);
         if (d_in != nullptr) {
-          maxpool_backward(d_in, d, argmax_[at].data(), B, l.in_shape.h, l.in_shape.w,
-                           l.in_shape.c, l.kernel, l.stride, add);
+          maxpool_backward(d_in, d, argmax_[at].data(), B, l.in_shape.h, l.in_shape.w, l.in_shape.c,
+                           l.kernel, l.stride, add);
         }
         break;
       }
       case LayerKind::kAvgPool: {
         float* d_in = target(l.input, &add);
         if (d_in != nullptr) {
-          avgpool_backward(d_in, d, B, l.in_shape.h, l.in_shape.w, l.in_shape.c, l.kernel,
-                           l.stride, add);
+          avgpool_backward(d_in, d, B, l.in_shape.h, l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
+                           add);
         }
         break;
       }

@@ -115,9 +115,9 @@ class Net {
   std::vector<int> gown_;
   std::vector<FloatBuffer> gbuf_;
   std::vector<char> written_;
-  std::vector<FloatBuffer> mask_;                  // dropout
-  std::vector<std::vector<int32_t>> argmax_;       // max pool
-  std::vector<FloatBuffer> mean_, invstd_;         // batch norm, of the last training forward
+  std::vector<FloatBuffer> mask_;             // dropout
+  std::vector<std::vector<int32_t>> argmax_;  // max pool
+  std::vector<FloatBuffer> mean_, invstd_;    // batch norm, of the last training forward
   FloatBuffer conv_scratch_;
   FloatBuffer losses_;
   // bf16 / fp16 only: what the GEMMs read. params16_ mirrors params_; in16_[i] GEMM layer i's
