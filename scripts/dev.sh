@@ -15,8 +15,9 @@ PACKAGES=(build-essential cmake ninja-build pkg-config
           libsqlite3-dev sqlite3 libcli11-dev libtomlplusplus-dev libboost-dev libssl-dev
           libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
           dataset-fashion-mnist python3 chromium)
-# Only the peer comparison in bench/ needs these.
-BENCH_PACKAGES=(python3 python3-optuna python3-torch)
+# The peer comparisons in bench/ need these; the trainer's PyTorch parity test needs torch.
+BENCH_PACKAGES=(python3 python3-optuna python3-torch python3-numpy)
+TEST_PACKAGES=(python3-torch)
 
 install_missing() {
   local missing=()
@@ -56,6 +57,7 @@ case "$cmd" in
     "$BUILD_DIR/sweep/sweep" run "$config" --db sweeps.db "${extra[@]}"
     ;;
   test)
+    install_missing "${TEST_PACKAGES[@]}"
     build
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600
     ;;

@@ -515,6 +515,13 @@ Status CheckTrainerTrials(const Checker& c, const SweepConfig& cfg, const toml::
   for (const auto& [key, value] : cfg.trainer.items()) {
     if (key != "dataset") SWEEP_RETURN_IF_ERROR(trainer::ApplyOption(&shared, key, value));
   }
+  // The dataset as given, when it reads: a CNN's stages are checked against its images' shape.
+  if (cfg.trainer.contains("dataset")) {
+    trainer::TrainOptions with_data = shared;
+    if (trainer::ApplyOption(&with_data, "dataset", cfg.trainer["dataset"]).ok()) {
+      shared.dataset = with_data.dataset;
+    }
+  }
   // A trial's replicas are its slots unless the config says otherwise (see TrainerLayoutOf).
   if (!cfg.trainer.contains("replicas")) shared.replicas = cfg.gpus;
   std::unique_ptr<search::Sampler> sampler;

@@ -620,6 +620,26 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
       << fraction.status().message();
 }
 
+// A CNN's stages against the images the dataset's header describes, for each trial the sweep
+// will run: channels varied as lists, one of them too deep for 28x28 images.
+TEST_F(BadConfigTest, CnnStagesAreCheckedAgainstTheImages) {
+  std::vector<char> idx = {0, 0, 0x08, 3, 0, 0, 0, 2, 0, 0, 0, 28, 0, 0, 0, 28};
+  idx.resize(idx.size() + 2 * 28 * 28);
+  std::ofstream(dir_ / "train-images", std::ios::binary).write(idx.data(), idx.size());
+  auto ok = ParseConfig(
+      TrainerConfig("model = \"cnn\"\nchannels = { values = [[16, 32], [32, 64]] }"), "c.toml");
+  EXPECT_TRUE(ok.ok()) << ok.status().message();
+  auto deep = ParseConfig(
+      TrainerConfig("model = \"cnn\"\nchannels = { values = [[16, 32], [8, 8, 8, 8, 8]] }"),
+      "c.toml");
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("channels: stage 5 of 5 (8 channels) would start from a "
+                                         "1x1 input, too small for its 2x2 pool (28x28 images "
+                                         "allow at most 4 stages)"),
+            std::string::npos)
+      << deep.status().message();
+}
+
 TEST_F(BadConfigTest, FunctionMetricMustBeValue) {
   std::string text = kBranin;
   text.replace(text.find("seed = 3"), 8, "seed = 3\nmetric = \"acc\"\nmode = \"max\"");

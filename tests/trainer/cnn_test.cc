@@ -427,6 +427,35 @@ TEST(CnnTrain, AnOldMlpCheckpointIsLoadedOrRefusedByName) {
       << refused.status().message();
 }
 
+// bf16 rounds what the convolutions read as it does for linear layers: close to fp32, not equal.
+TEST(CnnTrain, Bf16RoundsTheConvolutionsInputs) {
+  TempDir dir;
+  TrainOptions o = CnnOptions(dir);
+  o.epochs = 1;
+  const ModelState fp32 = FinalState(o);
+  o.precision = "bf16";
+  const ModelState bf16 = FinalState(o);
+  const double d = MaxRelative(fp32.params, bf16.params);
+  EXPECT_GT(d, 0.0);
+  EXPECT_LT(d, 0.05);
+}
+
+// The activations of a wide CNN's batch, not its weights, are what does not fit: the refusal
+// says so before anything large is allocated.
+TEST(CnnTrain, ActivationsTooLargeNameBatchSizeAndChannels) {
+  TempDir dir;
+  TrainOptions o = CnnOptions(dir);
+  o.channels = {1 << 20};  // 117 Mi floats of outputs a sample, 9 Mi of weights
+  o.convs_per_stage = 1;
+  o.batch_size = 240;
+  auto r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("activations of 240 samples per replica"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("make batch_size or channels smaller"), std::string::npos)
+      << r.status().message();
+}
+
 TEST(CnnTrain, EstimatedWorkCountsTheConvolutions) {
   TrainOptions small, wide, deep;
   small.model = wide.model = deep.model = "cnn";

@@ -455,6 +455,8 @@ Status ValidateModelOptions(const TrainOptions& o, bool together) {
   }
   // The model against the data's shape, when the files say it without decoding them (a missing
   // file is reported by the dataset's own checks).
+  // (MLP sweeps, which need no shape, open no file here.)
+  if (o.model != "cnn" && !Augments(o) && o.dataset.shape.empty()) return Status::Ok();
   const Result<TensorShape> input = ProbeInputShape(o.dataset);
   if (input.ok()) {
     if (Augments(o) && input->h == 1 && input->w == 1) {

@@ -124,10 +124,10 @@ Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
                               : (cnn ? "channels or hidden" : "hidden or batch_size");
     char msg[400];
     std::snprintf(msg, sizeof msg,
-                  "the model does not fit in memory: %.0f parameters and activations of %d "
-                  "samples per replica need at least %.1f GiB (weights, gradients, optimizer "
-                  "state, activations), %s %.1f GiB%s; make %s smaller",
-                  params, spec.max_rows, need / 1073741824.0, have.said, have.bytes / 1073741824.0,
+                  "the model does not fit in memory: %.0f parameters need at least %.1f GiB "
+                  "(weights, gradients, optimizer state, activations of %d samples per "
+                  "replica), %s %.1f GiB%s; make %s smaller",
+                  params, need / 1073741824.0, spec.max_rows, have.said, have.bytes / 1073741824.0,
                   have.why, smaller);
     return Status::InvalidArgument(msg);
   }
