@@ -22,8 +22,20 @@ struct ConvShape {
   bool pointwise() const { return K == 1 && stride == 1 && pad == 0; }
 };
 
-// Floats of scratch that conv2d_forward and conv2d_backward need for this shape.
+// Floats of scratch that conv2d_forward and conv2d_backward need for this shape (with either
+// implementation below).
 int64_t conv2d_scratch_floats(const ConvShape& s);
+
+// How convolutions run. kAuto: direct AVX2/FMA kernels (output channels in vector lanes) where the
+// CPU has them and the channel counts are multiples of 16, im2col + SGEMM elsewhere. kGemm:
+// im2col + SGEMM always (benchmarks and tests compare the two). Process-wide.
+enum class ConvImpl { kAuto, kGemm };
+void set_conv_impl(ConvImpl impl);
+ConvImpl conv_impl();
+// Whether the direct kernels would run for this shape: forward, backward-data, backward-weights.
+bool conv2d_direct_forward(const ConvShape& s);
+bool conv2d_direct_backward_data(const ConvShape& s);
+bool conv2d_direct_backward_weights(const ConvShape& s);
 
 // out = conv(inp, weight) (+ bias[OC] when not null). scratch: conv2d_scratch_floats floats.
 void conv2d_forward(float* out, const float* inp, const float* weight, const float* bias,
@@ -32,9 +44,9 @@ void conv2d_forward(float* out, const float* inp, const float* weight, const flo
 // Given dout [B, OH, OW, OC]: dweight (+)= its correlation with inp; dbias[OC] (+)= its sum
 // when not null; dinp (+)= the gradient w.r.t. inp when not null (accumulate_dinp: added to
 // what it holds, for an input that feeds several layers).
-void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, const ConvShape& s, float* scratch,
-                     bool accumulate, bool accumulate_dinp);
+void conv2d_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, const ConvShape& s, float* scratch, bool accumulate,
+                     bool accumulate_dinp);
 
 // Batch normalization of x [N, C] (N = samples x pixels) per channel. Training: the batch's
 // mean and biased variance, written to mean[C] and invstd[C] (1 / sqrt(var + eps)) for
@@ -53,9 +65,9 @@ void batchnorm_eval(float* out, const float* x, const float* gamma, const float*
 // On entry d [N, C] is the gradient w.r.t. out; it is used as scratch. dgamma, dbeta (+)= their
 // gradients; dx (+= when accumulate_dx) the input's. pre and out are what forward left.
 void batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, const float* x,
-                        const float* pre, const float* out, const float* mean,
-                        const float* invstd, const float* gamma, int64_t N, int C, Activation act,
-                        bool accumulate, bool accumulate_dx);
+                        const float* pre, const float* out, const float* mean, const float* invstd,
+                        const float* gamma, int64_t N, int C, Activation act, bool accumulate,
+                        bool accumulate_dx);
 
 // K x K windows at `stride` over inp [B, H, W, C] into out [B, OH, OW, C]; max keeps the
 // index (within the sample's H W C) of each maximum for backward.
@@ -64,13 +76,12 @@ void maxpool_forward(float* out, int32_t* argmax, const float* inp, int B, int H
 void maxpool_backward(float* dinp, const float* dout, const int32_t* argmax, int B, int H, int W,
                       int C, int K, int stride, bool accumulate);
 void avgpool_forward(float* out, const float* inp, int B, int H, int W, int C, int K, int stride);
-void avgpool_backward(float* dinp, const float* dout, int B, int H, int W, int C, int K,
-                      int stride, bool accumulate);
+void avgpool_backward(float* dinp, const float* dout, int B, int H, int W, int C, int K, int stride,
+                      bool accumulate);
 
 // Mean over each sample's H W pixels: inp [B, HW, C] -> out [B, C].
 void global_avgpool_forward(float* out, const float* inp, int B, int HW, int C);
-void global_avgpool_backward(float* dinp, const float* dout, int B, int HW, int C,
-                             bool accumulate);
+void global_avgpool_backward(float* dinp, const float* dout, int B, int HW, int C, bool accumulate);
 
 // out[n] = act(x[n]) (out may not be x for gelu's backward, which reads x).
 void act_forward(float* out, const float* x, int64_t n, Activation act);
