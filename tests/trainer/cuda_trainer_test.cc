@@ -351,8 +351,8 @@ TEST_F(CudaGroup, RefusesAModelLargerThanTheGpu) {
   if (devices_ < 1) GTEST_SKIP() << "no GPU";
   GroupSpec spec = Spec(1, OptimizerSpec::Kind::kAdamw, 0.0f);
   // 4 x 10^10 parameters, 640 GB in fp32 with AdamW's two buffers: more than any GPU holds.
-  spec.model = ModelSpec::Mlp(testing::kInputs, {200000, 200000}, testing::kClasses,
-                              Activation::kGelu);
+  spec.model =
+      ModelSpec::Mlp(testing::kInputs, {200000, 200000}, testing::kClasses, Activation::kGelu);
   Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
   ASSERT_FALSE(g.ok());
   std::printf("  hidden [200000, 200000]: %s\n", g.status().message().c_str());

@@ -120,7 +120,8 @@ Result<TensorShape> ProbeInputShape(const DatasetSpec& spec) {
   if (f == nullptr) return Status::NotFound(path + ": cannot be opened");
   Result<TensorShape> shape = Status::NotFound(path + ": no header");
   if (spec.format == "idx") {
-    unsigned char h[16] = {};
+    // Magic, then up to four big-endian dimensions: count, then the item's shape.
+    unsigned char h[20] = {};
     const int got = gzread(f, h, sizeof h);
     auto be = [&h](int at) {
       return static_cast<int>((uint32_t{h[at]} << 24) | (uint32_t{h[at + 1]} << 16) |
@@ -130,14 +131,7 @@ Result<TensorShape> ProbeInputShape(const DatasetSpec& spec) {
       const int dims = h[3];
       if (dims == 2 && got >= 12) shape = TensorShape{be(8), 1, 1};
       if (dims == 3 && got >= 16) shape = TensorShape{1, be(8), be(12)};
-      if (dims == 4 && got >= 16) {
-        unsigned char c[4] = {};
-        if (gzread(f, c, 4) == 4) {
-          shape = TensorShape{static_cast<int>((uint32_t{c[0]} << 24) | (uint32_t{c[1]} << 16) |
-                                               (uint32_t{c[2]} << 8) | uint32_t{c[3]}),
-                              be(8), be(12)};
-        }
-      }
+      if (dims == 4 && got >= 20) shape = TensorShape{be(16), be(8), be(12)};
     }
   } else {
     // The first line's fields, counted outside quotes; one of them is the label.

@@ -51,10 +51,10 @@ struct TrainOptions {
   int convs_per_stage = 2;
   int kernel_size = 3;  // odd
   bool batch_norm = true;
-  bool residual = false;      // a stage's convolutions form ResNet basic blocks
-  std::string pool = "max";   // max | avg
-  bool global_pool = false;   // global average pooling after the last stage, not a flatten
-  double bn_momentum = 0.1;   // running = (1 - m) running + m batch statistic (PyTorch's)
+  bool residual = false;     // a stage's convolutions form ResNet basic blocks
+  std::string pool = "max";  // max | avg
+  bool global_pool = false;  // global average pooling after the last stage, not a flatten
+  double bn_momentum = 0.1;  // running = (1 - m) running + m batch statistic (PyTorch's)
   double bn_eps = 1e-5;
 
   // Inputs: scale each channel by the training split's mean and standard deviation. Unset:

@@ -14,9 +14,7 @@
 #include "step_math.h"
 
 namespace sweep::trainer::cpu {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 void matmul_forward(float* out, const float* inp, const float* weight, int B, int C, int OC) {
   // The transpose is sgemm's job (CblasTrans), not a copy of ours.

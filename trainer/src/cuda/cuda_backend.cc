@@ -448,8 +448,8 @@ class CudaReplicaGroup final : public ReplicaGroup {
     CUDA_CHECK(cudaStreamCreateWithFlags(&r.compute, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
     SWEEP_RETURN_IF_ERROR(CreateBlasHandle(r.compute, spec_.tf32, &r.blas));
-    SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(mlp_.shape, mlp_.act, spec_.max_rows,
-                                                mlp_.dropout, spec_.precision, r.compute, r.blas));
+    SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(mlp_.shape, mlp_.act, spec_.max_rows, mlp_.dropout,
+                                                spec_.precision, r.compute, r.blas));
     const int slots = spec_.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
     r.opt.resize(static_cast<size_t>(slots));
     for (DeviceBuffer<float>& o : r.opt) {
@@ -836,7 +836,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   }
 
   const GroupSpec spec_;
-  const MlpView mlp_;  // the model, which Supports checked is an MLP
+  const MlpView mlp_;                      // the model, which Supports checked is an MLP
   const std::vector<GradBucket> buckets_;  // in the order backward completes them
   ThreadTeam team_;
   std::vector<Rank> ranks_;
