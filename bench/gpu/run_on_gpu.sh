@@ -25,7 +25,7 @@ set -u
 # run in order of what matters most.
 step_timeout=${STEP_TIMEOUT:-240}
 steps=",${STEPS:-tests,bench,sweep,failures,memcheck},"
-for s in ${STEPS//,/ }; do
+for s in ${STEPS:+${STEPS//,/ }}; do
   case $s in
     tests | bench | sweep | failures | memcheck) ;;
     *)
