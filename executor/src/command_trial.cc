@@ -79,6 +79,13 @@ TrialOutcome Failed(std::string error) {
   return out;
 }
 
+// Failed, its reports having had the sweep's metric only as something other than a number.
+TrialOutcome FailedNotNumber(std::string error) {
+  TrialOutcome out = Failed(std::move(error));
+  out.metric_not_number = true;
+  return out;
+}
+
 // The machine's trouble, not the trial's: it runs again elsewhere (see TrialOutcome).
 TrialOutcome Interrupted(std::string error) {
   TrialOutcome out;
@@ -929,10 +936,11 @@ class CommandRun {
       }
       if (!metric_.empty() && !metric_seen_ && !task_.stored_metric) {
         if (metric_not_number_) {
-          return Failed("the program exited 0 but its reports' '" + metric_ +
-                        "' was never a number (a string, a bool, a list?): report it as a JSON "
-                        "number, e.g. \"" +
-                        metric_ + "\": 0.9");
+          return FailedNotNumber(
+              "the program exited 0 but its reports' '" + metric_ +
+              "' was never a number (a string, a bool, a list?): report it as a JSON "
+              "number, e.g. \"" +
+              metric_ + "\": 0.9");
         }
         // A misspelt metric would otherwise make a sweep of successes with nothing to rank.
         std::string names;

@@ -236,6 +236,7 @@ void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
       ev.error = msg.value("error", "");
       ev.metrics = msg.value("metrics", json::object());
       ev.time_s = msg.value("t", 0.0);
+      ev.metric_not_number = msg.value("metric_not_number", false);
       w.trial.reset();
       w.program_group = -1;  // the program's group ended with it
     } else if (op == "hb") {

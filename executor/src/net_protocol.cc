@@ -537,7 +537,8 @@ json DoneToJson(const WorkerEvent& done) {
   j["error"] = Abbreviate(done.error, kMaxErrorChars - 64);
   j["end_metrics"] = done.metrics.is_object() ? done.metrics : json::object();
   j["worker_lost"] = done.worker_lost;
-  if (done.never_started) j["never_started"] = true;  // optional: absent means false
+  if (done.never_started) j["never_started"] = true;          // optional: absent means false
+  if (done.metric_not_number) j["metric_not_number"] = true;  // optional too
   return j;
 }
 
@@ -558,6 +559,9 @@ Result<WorkerEvent> DoneFromJson(json& j) {
   SWEEP_ASSIGN_OR_RETURN(ev.worker_lost, r.Bool("worker_lost"));
   if (j.contains("never_started")) {
     SWEEP_ASSIGN_OR_RETURN(ev.never_started, r.Bool("never_started"));
+  }
+  if (j.contains("metric_not_number")) {
+    SWEEP_ASSIGN_OR_RETURN(ev.metric_not_number, r.Bool("metric_not_number"));
   }
   auto m = j.find("end_metrics");
   if (m == j.end()) return r.Error("end_metrics", "is missing");

@@ -196,13 +196,15 @@ class Worker {
         // First, so the executor gives this worker nothing more once it reads the "done".
         Send(json{{"op", "retire"}, {"trial", task->number}, {"why", fault}});
       }
-      Send(json{{"op", "done"},
+      json done{{"op", "done"},
                 {"trial", task->number},
                 {"outcome", ToString(outcome.kind)},
                 // A program's output quoted at length is cut: the store keeps a message.
                 {"error", Abbreviate(outcome.error, kMaxTrialErrorBytes)},
                 {"metrics", outcome.end_metrics},
-                {"t", UnixSeconds()}});
+                {"t", UnixSeconds()}};
+      if (outcome.metric_not_number) done["metric_not_number"] = true;
+      Send(done);
       if (!Flush()) return 1;  // the executor is gone
       if (!fault.empty()) return 0;
     }

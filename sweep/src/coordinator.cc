@@ -144,12 +144,14 @@ struct RunningTrial {
   int retries = 0;
   int agent_losses = 0;
   bool stop_sent = false;
-  std::string prune_reason;      // set when early stopping asked it to stop
-  bool at_max_resource = false;  // stopped on reaching early_stopping.max_resource
-  std::optional<double> length;  // the resource it runs to on its own (with early stopping)
-  size_t next_point = 0;         // see TrialTask::IsDecisionPoint
-  bool first_run = false;        // no earlier run of it started (its checkpoint is none of its)
-  std::string checkpoint;        // where this run checkpoints, as the store names it
+  std::string prune_reason;        // set when early stopping asked it to stop
+  bool at_max_resource = false;    // stopped on reaching early_stopping.max_resource
+  std::optional<double> length;    // the resource it runs to on its own (with early stopping)
+  size_t next_point = 0;           // see TrialTask::IsDecisionPoint
+  bool first_run = false;          // no earlier run of it started (its checkpoint is none of its)
+  std::string checkpoint;          // where this run checkpoints, as the store names it
+  bool metric_reported = false;    // the sweep's metric came as a number (or NaN) in a report
+  bool metric_not_number = false;  // ... or only as a string, a bool, a list
 };
 
 constexpr int kLocalServer = 0;
@@ -375,6 +377,7 @@ class Coordinator {
       if (!seen[static_cast<size_t>(n)]) gaps_.push_back(n);
     }
     SWEEP_ASSIGN_OR_RETURN(counts_, store_.CountByStatus(sweep_id_));
+    for (const auto& t : stored) metric_seen_ = metric_seen_ || t.objective.has_value();
     SWEEP_ASSIGN_OR_RETURN(auto best, store_.BestTrials(sweep_id_, config_.maximize, 1));
     if (!best.empty()) {
       best_ = best[0].objective;
@@ -1021,6 +1024,15 @@ class Coordinator {
           *options_.log << ": " << machine_trouble_ << "\n";
         }
       }
+      if (!stopping && !metric_missing_.empty()) {
+        stopping = true;
+        interrupted_ = true;
+        stop_reason_ = metric_missing_;
+        if (options_.log != nullptr) {
+          *options_.log << (options_.live_status ? "\n" : "")
+                        << "sweep: stopping: " << metric_missing_ << "\n";
+        }
+      }
       if (!stopping && !failing_start_.empty()) {
         stopping = true;
         interrupted_ = true;
@@ -1197,6 +1209,7 @@ class Coordinator {
           for (auto& [k, v] : m.items()) t.metrics[k] = v;
           auto metric = m.find(config_.metric);
           if (metric != m.end() && metric->is_number()) task.stored_metric = true;
+          NoteMetric(t, m);
         }
         t.epochs = std::max(t.epochs, r.epoch);
         task.stored_step = std::max(task.stored_step, r.step);
@@ -1382,6 +1395,7 @@ class Coordinator {
         ev.metrics = std::move(added);
       }
       for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
+      NoteMetric(t, ev.metrics);
       t.epochs = std::max(t.epochs, ev.epoch);
       progressed_.insert(ev.trial);
       // Its worker checkpoints this epoch once it hears back (go on, or stop): commit first.
@@ -1429,6 +1443,8 @@ class Coordinator {
       return Status::Ok();
     }
     for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
+    NoteMetric(t, ev.metrics);
+    if (ev.metric_not_number) t.metric_not_number = true;
     TrialStatus status = TrialStatus::kCompleted;
     std::string error;
     switch (ev.outcome) {
@@ -1598,8 +1614,71 @@ class Coordinator {
     return Status::Ok();
   }
 
-  Status FinishTrial(int64_t number, const RunningTrial& t, TrialStatus status,
-                     const std::string& error, double now) {
+  // Whether a trial's reports show the sweep's metric.
+  void NoteMetric(RunningTrial& t, const json& reported) {
+    if (!reported.is_object()) return;
+    auto m = reported.find(config_.metric);
+    if (m == reported.end()) return;
+    // NaN arrives as null: a diverged loss, under the right name.
+    if (m->is_number() || m->is_null()) {
+      t.metric_reported = true;
+      metric_seen_ = true;
+    } else {
+      t.metric_not_number = true;
+    }
+  }
+
+  // A trial that ran to its end reporting other metrics but never the sweep's, while no trial
+  // of the sweep has: a misspelt name (in the config or the program) that would fail every
+  // trial and leave early stopping nothing to rank. The sweep stops, interrupted, at the first;
+  // it and any like it end interrupted, to run again on resume once the program is fixed.
+  bool MetricNeverReported(int64_t number, const RunningTrial& t, TrialStatus status,
+                           const std::string& error) {
+    if (metric_seen_ || t.metric_reported || (t.metrics.empty() && !t.metric_not_number) ||
+        (status != TrialStatus::kCompleted && status != TrialStatus::kFailed)) {
+      return false;
+    }
+    if (metric_missing_.empty()) {
+      std::vector<std::string> names;
+      for (const auto& [k, v] : t.metrics.items()) names.push_back(k);
+      if (t.metric_not_number) names.push_back(config_.metric);
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+      std::vector<std::string> others;
+      for (const std::string& n : names) {
+        if (n != config_.metric) others.push_back(n);
+      }
+      std::string hint = DidYouMean(config_.metric, others);
+      // "val_accuracy" for "val_acc": too far apart to be a typo, but one begins the other.
+      for (size_t i = 0; hint.empty() && i < others.size(); ++i) {
+        const std::string& n = others[i];
+        const std::string& m = config_.metric;
+        if (std::min(n.size(), m.size()) >= 3 && (n.starts_with(m) || m.starts_with(n))) {
+          hint = n;
+        }
+      }
+      metric_missing_ =
+          "trial " + std::to_string(number) +
+          (status == TrialStatus::kFailed && error.find("never reported") == std::string::npos
+               ? " failed (" + executor::Abbreviate(error, 200) + ")"
+               : " ended") +
+          " without reporting the sweep's metric '" + config_.metric + "'" +
+          (t.metric_not_number ? " as a number (it came only as text, a bool or a list)" : "") +
+          "; it reported " + list + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+          ". A wrong [sweep] metric in the config: start the fixed config under a new name "
+          "(--name). A wrong name in the program's reports: fix it and resume (this trial runs "
+          "again)";
+    }
+    return true;
+  }
+
+  Status FinishTrial(int64_t number, const RunningTrial& t, TrialStatus status, std::string error,
+                     double now) {
+    if (MetricNeverReported(number, t, status, error)) {
+      status = TrialStatus::kInterrupted;
+      error = "to run again: it never reported the sweep's metric '" + config_.metric + "'" +
+              (error.empty() ? "" : " (" + error + ")");
+    }
     store::TrialRecord rec;
     rec.number = number;
     rec.status = status;
@@ -1738,6 +1817,9 @@ class Coordinator {
   // Set when the run's first trials all failed ([trial] max_initial_failures): why the sweep
   // stops.
   std::string failing_start_;
+  // Set when a trial ended without the sweep's metric while no trial has reported it.
+  std::string metric_missing_;
+  bool metric_seen_ = false;  // a trial of the sweep (in any run) reported the metric
   // Commands (trials of unknown length) whose sweep's metric was reported at max_resource.
   std::set<int64_t> metric_at_cap_;
   int64_t failed_unreported_ = 0;  // trials of this run that failed before reporting anything

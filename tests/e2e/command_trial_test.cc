@@ -302,6 +302,68 @@ cpu_slots = 1
   EXPECT_EQ(statuses("on"), (Rows{{"failed", "6"}}));
 }
 
+// A metric the program never reports (misspelt in the config or in the program) stops the sweep
+// at the first trial that ends without it, with the names it did report and a did-you-mean,
+// rather than failing every trial. That trial ends interrupted and runs again on resume once the
+// program reports the name. A metric that only ever came as text stops it the same way.
+TEST_F(CommandTrialE2eTest, AMetricNeverReportedStopsTheSweep) {
+  WriteProgram("r.sh",
+               "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"val_acc\": 0.5, "
+               "\"loss\": 1}'\n");
+  Write("m.toml", R"([sweep]
+name = "misspelt"
+metric = "val_accuracy"
+mode = "max"
+max_trials = 5
+[parameters]
+x = { distribution = "uniform", min = 0, max = 1 }
+[trial]
+kind = "command"
+command = ["./r.sh"]
+[executor]
+cpu_slots = 1
+)");
+  Output o = Sweep("run m.toml");
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_NE(o.err.find("sweep: stopping: trial 0 ended without reporting the sweep's metric "
+                       "'val_accuracy'; it reported 'loss', 'val_acc' (did you mean 'val_acc'?)"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("resume"), std::string::npos) << o.err;
+  EXPECT_EQ(Query("SELECT status FROM sweeps WHERE name = 'misspelt'")[0][0], "interrupted");
+  // One trial ran; it is to run again, and nothing failed.
+  EXPECT_EQ(Query("SELECT number, status FROM trials"),
+            (std::vector<std::vector<std::string>>{{"0", "interrupted"}}));
+  EXPECT_NE(Query("SELECT error FROM trials")[0][0].find("never reported the sweep's metric"),
+            std::string::npos);
+
+  // The program fixed, the sweep goes on from that trial.
+  WriteProgram("r.sh", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"val_accuracy\": 0.5}'\n");
+  Output resumed = Sweep("resume misspelt");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "5");
+
+  // Only ever text: stopped too, and said so.
+  WriteProgram("t.sh", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"score\": \"high\"}'\n");
+  Write("t.toml", R"([sweep]
+name = "text"
+metric = "score"
+mode = "max"
+max_trials = 3
+[parameters]
+x = 1
+[trial]
+kind = "command"
+command = ["./t.sh"]
+)");
+  Output text = Sweep("run t.toml");
+  EXPECT_EQ(text.code, 1) << text.err;
+  EXPECT_NE(text.err.find("without reporting the sweep's metric 'score' as a number (it came "
+                          "only as text, a bool or a list)"),
+            std::string::npos)
+      << text.err;
+}
+
 // First trials that fail for their parameters (a region that runs out of memory), not for a
 // broken program: the sweep stops once, a resume runs them again once (they fail for good now)
 // and goes on to the rest of the space, rather than stopping at them on every resume.

@@ -77,6 +77,9 @@ struct TrialOutcome {
   // A trainer trial that went on from its checkpoint: the checkpoint's epoch (else 0). Known
   // where RunTrial ran (sweep train); a worker does not send it.
   int resumed_from_epoch = 0;
+  // A command's reports had the sweep's metric only as text, a bool or a list (reports carry
+  // numbers alone, so the coordinator would not know it came under that name).
+  bool metric_not_number = false;
 };
 std::string_view ToString(TrialOutcome::Kind kind);
 // The kind ToString names; nullopt for any other text.
