@@ -1492,6 +1492,32 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
                  : c.FileError(grid.status().message());
     }
     int64_t size = (*grid)->size().value_or(1);
+    // A grid of fine steps can be billions of points: each run writes rows, reports and
+    // folders until the disk fills. Past this size, max_trials must say how much of it to run.
+    constexpr int64_t kMaxUncappedGrid = 1'000'000;
+    if (!max_trials && size > kMaxUncappedGrid) {
+      std::vector<std::pair<int64_t, std::string>> axes;
+      for (const ParamEntry& e : params) {
+        const search::Distribution& d = e.parameter.distribution;
+        const int64_t n = search::StepCount(d) > 0 ? search::StepCount(d)
+                          : d.kind == search::Distribution::Kind::kCategorical
+                              ? static_cast<int64_t>(d.values.size())
+                              : 1;
+        if (n > 1) axes.emplace_back(n, e.parameter.name);
+      }
+      std::stable_sort(axes.begin(), axes.end(),
+                       [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::string list;
+      for (const auto& [n, axis] : axes) {
+        list += (list.empty() ? "" : ", ") + axis + ": " + std::to_string(n) + " values";
+      }
+      return c.Error(*sweep, "sweep.max_trials",
+                     "the grid has " + std::to_string(size) + " points (" + list + "), more than " +
+                         std::to_string(kMaxUncappedGrid) +
+                         " to run without a cap; make the steps larger or list fewer values, "
+                         "set max_trials to run the grid's first N points, or use "
+                         "search.algorithm = \"random\" with max_trials");
+    }
     cfg.max_trials = max_trials ? std::min(*max_trials, size) : size;
   } else {
     // Without max_trials a random search draws until its time budget is spent or its target

@@ -685,6 +685,13 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
            .tail = "[search]\nalgorithm = \"grid\"\n"}),
        {"bad.toml:9:6: parameters.x1: grid search takes the points listed in `values = [...]` "
         "or a range with a `step`, not distribution = \"int_uniform\" without one"}},
+      {"a grid of a billion points without max_trials",
+       "[sweep]\nname = \"b\"\n[trial]\nkind = \"function\"\n[function]\nname = "
+       "\"branin\"\n[parameters]\nx1 = { distribution = \"uniform\", min = 0, max = 1, step = "
+       "0.0001 }\nx2 = { distribution = \"uniform\", min = 0, max = 1, step = 0.001 }\n"
+       "[search]\nalgorithm = \"grid\"\n",
+       {"bad.toml:1:1: sweep.max_trials: the grid has 10011001 points (x1: 10001 values, x2: "
+        "1001 values), more than 1000000 to run without a cap"}},
       {"random search without max_trials",
        "[sweep]\nname = \"b\"\n[trial]\nkind = \"function\"\n[function]\nname = "
        "\"branin\"\n[parameters]\nx1 = { distribution = \"uniform\", min = 0, max = 1 }\nx2 = "

@@ -156,6 +156,32 @@ x1 = { values = [-5, 0, 5] }
   }
 }
 
+// A grid of ten million points runs with max_trials capping it: its first points, in grid
+// order, and the store holds a row only for a trial that started (none waits as pending).
+TEST_F(E2eTest, AHugeGridRunsCappedByMaxTrialsWithoutPendingRows) {
+  Write("h.toml", R"([sweep]
+name = "huge"
+max_trials = 4
+[search]
+algorithm = "grid"
+[trial]
+kind = "function"
+[function]
+name = "branin"
+[parameters]
+x1 = { distribution = "uniform", min = 0, max = 1, step = 0.0001 }
+x2 = { distribution = "uniform", min = 0, max = 1, step = 0.001 }
+)");
+  Output o = Sweep("run h.toml");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(Query("SELECT count(*), min(status), max(status) FROM trials"),
+            (std::vector<std::vector<std::string>>{{"4", "completed", "completed"}}));
+  json arr = json::parse(Sweep("trials huge --json").out);
+  ASSERT_EQ(arr.size(), 4u);
+  EXPECT_EQ(arr[3]["params"]["x1"].get<double>(), 0.0);
+  EXPECT_EQ(arr[3]["params"]["x2"].get<double>(), 0.003);
+}
+
 TEST_F(E2eTest, AbortingWorkerFailsItsTrialAndTheRestComplete) {
   Write("b.toml", kBranin);
   Output run = Sweep("run b.toml", "SWEEP_TEST_ABORT_TRIAL=3");
