@@ -1201,16 +1201,37 @@ Status CheckProgram(std::string program, const std::string& workdir) {
   if (!expanded.ok()) return expanded.status();
   if (expanded->empty()) return Status::InvalidArgument("trial.command: the program is empty");
   program = expanded->front();
+  // How to run a script that lacks its executable bit: the two fixes users reach for.
+  auto chmod_hint = [&](const std::string& file) {
+    return "make it executable (`chmod +x " + file +
+           "`), or name its interpreter first: command = [\"python3\", \"" + program + "\", ...]";
+  };
   const std::string path = ResolveProgram(program, workdir);
   if (path.empty()) {
-    return Status::InvalidArgument("trial.command: '" + program +
-                                   "' is not an executable program on PATH");
+    std::string msg = "trial.command: '" + program + "' is not an executable program on PATH";
+    // A bare name is looked up on PATH only, as a shell does: the file beside the config is
+    // "./name".
+    const std::string local = workdir + "/" + program;
+    if (program.find('/') == std::string::npos && ::stat(local.c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode)) {
+      msg += "; workdir (" + workdir + ") has a file of that name: write \"./" + program +
+             "\" to run it";
+      if (::access(local.c_str(), X_OK) != 0)
+        msg += "; it is not executable either: " + chmod_hint(local);
+    }
+    return Status::InvalidArgument(msg);
   }
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
-    return Status::InvalidArgument(
-        "trial.command: '" + program + "' (" + path +
-        (::stat(path.c_str(), &st) != 0 ? ") does not exist" : ") is not an executable file") +
-        "; a relative path is workdir's (" + workdir + ")");
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::InvalidArgument("trial.command: '" + program + "' (" + path +
+                                   ") does not exist; a relative path is workdir's (" + workdir +
+                                   ")");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument("trial.command: '" + program + "' (" + path + ") is not a file");
+  }
+  if (::access(path.c_str(), X_OK) != 0) {
+    return Status::InvalidArgument("trial.command: '" + program + "' (" + path +
+                                   ") is not executable; " + chmod_hint(path));
   }
   if (std::string why = WhyNotRunnable(path, workdir); !why.empty()) {
     return Status::InvalidArgument("trial.command: '" + program + "' (" + path + "): " + why);

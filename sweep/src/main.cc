@@ -87,7 +87,7 @@ struct QueryArgs {
 };
 
 sweep::Result<std::unique_ptr<sweep::store::Store>> OpenForQuery(const QueryArgs& a) {
-  return sweep::store::Store::Open(a.db, sweep::store::OpenMode::kReadOnly);
+  return sweep::OpenToRead(a.db);
 }
 
 int CmdBest(const QueryArgs& a, int64_t top) {
@@ -460,7 +460,7 @@ int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& 
   if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
   std::error_code ec;
   if (!std::filesystem::exists(db, ec)) {
-    return Fail(Status::NotFound(db + ": no such database"));
+    return Fail(sweep::NoSuchDatabase(db));
   }
   if (Status s = CheckTextPath("--db", db); !s.ok()) return Fail(s);
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite,

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <set>
@@ -273,6 +274,27 @@ int Fail(const Status& s) {
     default:
       return kExitRuntime;
   }
+}
+
+Status NoSuchDatabase(const std::string& db) {
+  std::string where;
+  if (std::filesystem::path(db).is_relative()) {
+    std::error_code ec;
+    const std::filesystem::path cwd = std::filesystem::current_path(ec);
+    if (!ec) where = " in " + cwd.string() + " (the working folder)";
+  }
+  return Status::NotFound(db + ": no such database" + where +
+                          "; name the sweep's store with --db PATH (the `[store] path` of its "
+                          "config, default sweeps.db beside where `sweep run` ran)");
+}
+
+Result<std::unique_ptr<store::Store>> OpenToRead(const std::string& db) {
+  auto st = store::Store::Open(db, store::OpenMode::kReadOnly);
+  if (!st.ok() && st.status().code() == Status::Code::kNotFound) {
+    std::error_code ec;
+    if (!std::filesystem::exists(db, ec) && !ec) return NoSuchDatabase(db);
+  }
+  return st;
 }
 
 Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name) {

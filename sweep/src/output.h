@@ -61,6 +61,11 @@ std::string AgentFlags(const std::string& listen_host, int port, const std::stri
 // The command that continues `sweep` of store `db`: `sweep resume NAME[ --db DB]`, with the
 // agent flags of the process that last ran it.
 std::string ResumeCommand(const store::SweepRecord& sweep, const std::string& db);
+// Opens `db` to read; a missing one is said with the folder a relative path was looked for in
+// and how to name another (--db), since the working folder differs between shells and jobs.
+Result<std::unique_ptr<store::Store>> OpenToRead(const std::string& db);
+// The NotFound for a database that is not there, worded as OpenToRead's.
+Status NoSuchDatabase(const std::string& db);
 // Store::FindSweep, with "did you mean ..." when the name is close to one that exists.
 Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name);
 

@@ -94,7 +94,7 @@ bool ResourceIsEpoch(const store::SweepRecord& sweep) {
 }
 
 Result<report::SweepData> LoadView(const std::string& db, const std::string& name) {
-  SWEEP_ASSIGN_OR_RETURN(auto st, store::Store::Open(db, store::OpenMode::kReadOnly));
+  SWEEP_ASSIGN_OR_RETURN(auto st, OpenToRead(db));
   SWEEP_ASSIGN_OR_RETURN(store::SweepRecord sw, FindSweepOrSuggest(*st, name));
   SWEEP_ASSIGN_OR_RETURN(report::SweepData data, report::LoadSweepData(*st, sw));
   ApplyConfig(data);
@@ -204,7 +204,7 @@ struct ShowArgs {
 };
 
 int CmdShow(const ShowArgs& a) {
-  auto st = store::Store::Open(a.db, store::OpenMode::kReadOnly);
+  auto st = OpenToRead(a.db);
   if (!st.ok()) return Fail(st.status());
   auto sw = FindSweepOrSuggest(**st, a.name);
   if (!sw.ok()) return Fail(sw.status());

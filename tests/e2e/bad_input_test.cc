@@ -1017,7 +1017,14 @@ TEST_F(BadInputTest, QueriesOnAMissingDatabase) {
   for (const std::string args :
        {"best branin", "trials branin", "status branin", "status branin --json", "list"}) {
     SCOPED_TRACE(args);
-    Check(args, Sweep(args), kUsage, {"sweep: sweeps.db: no such database"});
+    // Where it was looked for (the working folder differs between shells and jobs), and how
+    // to name another.
+    Check(args, Sweep(args), kUsage,
+          {"sweep: sweeps.db: no such database in " + fs::canonical(dir_).string() +
+           " (the working folder); name the sweep's store with --db PATH"});
+  }
+  for (const std::string args : {"report branin", "show branin 0"}) {
+    Check(args, Sweep(args), kUsage, {"sweep: sweeps.db: no such database in "});
   }
   Check("best branin --db missing.db", Sweep("best branin --db missing.db"), kUsage,
         {"sweep: missing.db: no such database"});

@@ -980,7 +980,14 @@ TEST_F(CommandTrialE2eTest, AProgramOrWorkdirMissingHereIsRefusedBeforeAnyTrial)
       {"command = [\"no-such-program-here\"]\n",
        "c.toml:10:12: trial.command: 'no-such-program-here' is not an executable program on PATH"},
       {"command = [\"./c.toml\"]\n",
-       "(" + (dir_ / "./c.toml").string() + ") is not an executable file"},
+       "(" + (dir_ / "./c.toml").string() + ") is not executable; make it executable (`chmod +x " +
+           (dir_ / "./c.toml").string() +
+           "`), or name its interpreter first: command = [\"python3\", \"./c.toml\", ...]"},
+      // A bare name is looked up on PATH only: the file in workdir is "./c.toml".
+      {"command = [\"c.toml\"]\n",
+       "trial.command: 'c.toml' is not an executable program on PATH; workdir (" + dir_.string() +
+           ") has a file of that name: write \"./c.toml\" to run it; it is not executable "
+           "either: make it executable (`chmod +x "},
       // The program as it runs: `{{` is one brace.
       {"command = [\"./x{{y}}.sh\"]\n", "'./x{y}.sh' (" + (dir_ / "./x{y}.sh").string() + ")"},
   };
