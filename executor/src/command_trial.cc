@@ -654,6 +654,10 @@ class CommandRun {
       return Interrupted("command: '" + (*argv)[0] +
                          "' is not an executable program on PATH on this machine");
     }
+    // PATH differs between shells, jobs and agents: the log says which program ran.
+    if (program != (*argv)[0]) {
+      Note(err_log.get(), "[sweep] " + (*argv)[0] + " is " + program);
+    }
     Status spawned = Spawn(program, *argv, err_log.get());
     if (!spawned.ok()) {
       return spawned.code() == Status::Code::kUnavailable ? Interrupted(spawned.message())

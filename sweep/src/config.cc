@@ -68,14 +68,35 @@ std::string DidYouMean(std::string_view word, const std::vector<std::string>& ca
   // What other tools (PyTorch, Keras, Optuna examples) call our trainer's keys: a word near one
   // of those names points to ours, where ours is a candidate.
   static const std::pair<std::string_view, std::string_view> kOtherNames[] = {
-      {"learning_rate", "lr"},      {"batch", "batch_size"},
-      {"hidden_sizes", "hidden"},   {"hidden_layers", "hidden"},
-      {"layers", "hidden"},         {"num_epochs", "epochs"},
-      {"n_epochs", "epochs"},       {"max_epochs", "epochs"},
-      {"optim", "optimizer"},       {"wd", "weight_decay"},
-      {"warmup", "warmup_epochs"},  {"act", "activation"},
-      {"scheduler", "lr_schedule"}, {"lr_scheduler", "lr_schedule"},
-      {"dropout_rate", "dropout"},  {"val_fraction", "validation_fraction"},
+      {"learning_rate", "lr"},
+      {"batch", "batch_size"},
+      {"hidden_sizes", "hidden"},
+      {"hidden_layers", "hidden"},
+      {"layers", "hidden"},
+      {"num_epochs", "epochs"},
+      {"n_epochs", "epochs"},
+      {"max_epochs", "epochs"},
+      {"optim", "optimizer"},
+      {"wd", "weight_decay"},
+      {"warmup", "warmup_epochs"},
+      {"act", "activation"},
+      {"scheduler", "lr_schedule"},
+      {"lr_scheduler", "lr_schedule"},
+      {"dropout_rate", "dropout"},
+      {"val_fraction", "validation_fraction"},
+      // Optuna's words, for a config written by its users.
+      {"low", "min"},
+      {"high", "max"},
+      {"choices", "values"},
+      {"direction", "mode"},
+      {"n_trials", "max_trials"},
+      {"timeout", "time_budget"},
+      {"int", "int_uniform"},
+      {"float", "uniform"},
+      {"sampler", "algorithm"},
+      {"pruner", "early_stopping"},
+      {"maximize", "max"},
+      {"minimize", "min"},
   };
   for (const auto& [other, ours] : kOtherNames) {
     if (std::find(candidates.begin(), candidates.end(), ours) == candidates.end()) continue;

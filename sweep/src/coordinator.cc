@@ -1000,9 +1000,18 @@ class Coordinator {
         interrupted_ = true;
         stop_reason_ = "interrupted by the user";
         if (options_.log != nullptr && !running_.empty()) {
-          *options_.log << "\nsweep: stopping " << running_.size()
-                        << " running trial(s) after their current epoch; interrupt again to "
-                           "stop them at once\n";
+          // What a stop means depends on the kind: a command gets SIGTERM now, its program
+          // deciding when to end (SIGKILL after kill_grace); the others end at their epoch.
+          if (config_.kind == TrialKind::kCommand) {
+            *options_.log << "\nsweep: stopping " << running_.size()
+                          << " running trial(s): their programs got SIGTERM, and SIGKILL follows "
+                          << FormatMetric(config_.kill_grace_s)
+                          << " s later (trial.kill_grace); interrupt again to kill them at once\n";
+          } else {
+            *options_.log << "\nsweep: stopping " << running_.size()
+                          << " running trial(s) after their current epoch; interrupt again to "
+                             "stop them at once\n";
+          }
         }
       }
       if (stopping && !running_.empty() && options_.interrupt_again != nullptr &&

@@ -570,14 +570,15 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
           sweep::SweepCommand("best", cfg->name, db, "") +
           "`; to run the config again, give it a new name (--name)"));
     }
+    if (live) {
+      return Fail(Status::Busy(summary.status().message() + " and " +
+                               sweep::DescribeOwner(existing->owner) +
+                               " is running it now; follow it with `" +
+                               sweep::SweepCommand("status", cfg->name, db, "--watch") + "`"));
+    }
     return Fail(summary.status().WithMessage(
-        summary.status().message() +
-        (live
-             ? " and " + sweep::DescribeOwner(existing->owner) +
-                   " is running it now; follow it with `" +
-                   sweep::SweepCommand("status", cfg->name, db, "--watch") + "`"
-             : "; use `" + sweep::SweepCommand("resume", cfg->name, db, ResumeOptions(remote, {})) +
-                   "`")));
+        summary.status().message() + "; use `" +
+        sweep::SweepCommand("resume", cfg->name, db, ResumeOptions(remote, {})) + "`"));
   }
   if (!summary.ok()) return Fail(summary.status());
   return ReportRun(**st, cfg->name, *summary, ResumeOptions(remote, *summary));

@@ -271,6 +271,8 @@ int Fail(const Status& s) {
     case Status::Code::kNotFound:
     case Status::Code::kAlreadyExists:
       return kExitUsage;
+    case Status::Code::kBusy:
+      return kExitBusy;
     default:
       return kExitRuntime;
   }

@@ -30,6 +30,9 @@ std::string CsvField(const std::string& text);
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRuntime = 1;
 inline constexpr int kExitUsage = 2;
+// Another process runs the sweep (run, resume), or holds its store locked: the same code from
+// every command, so that a script can wait and try again.
+inline constexpr int kExitBusy = 3;
 // Prints "sweep: MESSAGE" on stderr and returns the exit code for it: a user's mistake (a bad
 // flag or config, an unknown sweep or trial, a name taken) exits 2, anything else 1.
 int Fail(const Status& s);

@@ -692,6 +692,24 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        "[search]\nalgorithm = \"grid\"\n",
        {"bad.toml:1:1: sweep.max_trials: the grid has 10011001 points (x1: 10001 values, x2: "
         "1001 values), more than 1000000 to run without a cap"}},
+      // Optuna's words point to ours.
+      {"optuna's low",
+       Fn({.params = "x1 = { distribution = \"uniform\", low = -5, max = 10 }\nx2 = 1.0\n"}),
+       {"parameters.x1.low: unknown key 'low' in parameters.x1; did you mean 'min'?"}},
+      {"optuna's choices",
+       Fn({.params = "x1 = { choices = [1, 2] }\nx2 = 1.0\n"}),
+       {"parameters.x1.choices: unknown key 'choices' in parameters.x1; did you mean 'values'?"}},
+      {"optuna's direction",
+       Fn({.sweep = "direction = \"maximize\"\n"}),
+       {"bad.toml:4:1: sweep.direction: unknown key 'direction' in [sweep]; did you mean "
+        "'mode'?"}},
+      {"optuna's maximize",
+       Fn({.sweep = "metric = \"value\"\nmode = \"maximize\"\n"}),
+       {"sweep.mode: unknown value \"maximize\"; expected one of \"max\", \"min\" (did you "
+        "mean \"max\"?)"}},
+      {"optuna's n_trials",
+       Fn({.sweep = "n_trials = 5\n"}),
+       {"sweep.n_trials: unknown key 'n_trials' in [sweep]; did you mean 'max_trials'?"}},
       {"random search without max_trials",
        "[sweep]\nname = \"b\"\n[trial]\nkind = \"function\"\n[function]\nname = "
        "\"branin\"\n[parameters]\nx1 = { distribution = \"uniform\", min = 0, max = 1 }\nx2 = "

@@ -449,6 +449,8 @@ command = ["sh", "-c", "echo nccl=[${{NCCL_RUNTIME_CONNECT-unset}}] >&2; echo 's
   const std::string log = Query("SELECT stderr_log FROM trials")[0][0];
   const std::string err = sweep_e2e::Slurp(log);
   EXPECT_NE(err.find("nccl=[unset]"), std::string::npos) << err;
+  // The program found on PATH is named in the log.
+  EXPECT_NE(err.find("[sweep] sh is /"), std::string::npos) << err;
 }
 
 // The report that meets stop_when is its trial's result, whatever the program reports while it

@@ -224,14 +224,16 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   Write("s.toml", SlowFunctionConfig("owned", "random", 8, 20, 100));
   pid_t first = Start("run s.toml", "first.log");
   WaitForTheOwner();
+  // Running elsewhere: exit 3 from every command that would run it.
   Output second = Sweep("resume owned");
-  EXPECT_EQ(second.code, 1);
+  EXPECT_EQ(second.code, 3);
   EXPECT_NE(second.err.find("sweep 'owned' is being run by pid " + std::to_string(first)),
             std::string::npos)
       << second.err;
   EXPECT_NE(second.err.find(" on host "), std::string::npos);
   Output again = Sweep("run s.toml");
-  EXPECT_EQ(again.code, 2);
+  EXPECT_EQ(again.code, 3);
+  EXPECT_EQ(Sweep("run s.toml --resume").code, 3);
   // Not advice to resume, which would be refused: it is running now.
   EXPECT_NE(again.err.find("sweep 'owned' already exists in sweeps.db and pid " +
                            std::to_string(first) + " on host "),
@@ -292,7 +294,7 @@ TEST_F(ResumeTest, ARemovedLockFileDoesNotLetASecondOwnerIn) {
   EXPECT_FALSE(json::parse(alive.out)["coordinator_gone"].get<bool>()) << alive.out;
   EXPECT_EQ(Sweep("status unlocked").out.find("coordinator is gone"), std::string::npos);
   Output second = Sweep("resume unlocked");
-  EXPECT_EQ(second.code, 1);
+  EXPECT_EQ(second.code, 3);
   EXPECT_NE(second.err.find("sweep 'unlocked' is being run by pid " + std::to_string(first)),
             std::string::npos)
       << second.err;
@@ -313,7 +315,7 @@ TEST_F(ResumeTest, SecondOwnerThroughASymlinkIsRefused) {
   for (const std::string& db :
        std::vector<std::string>{"link.db", "sub/../real.db", (dir_ / "real.db").string()}) {
     Output second = Sweep("resume linked --db " + db);
-    EXPECT_EQ(second.code, 1) << db;
+    EXPECT_EQ(second.code, 3) << db;
     EXPECT_NE(second.err.find("sweep 'linked' is being run by pid " + std::to_string(first)),
               std::string::npos)
         << db << ": " << second.err;
@@ -569,7 +571,11 @@ TEST_F(ResumeTest, SecondInterruptStopsAtOnce) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, WNOHANG), 0) << "the first interrupt waits for the trials";
-  EXPECT_NE(sweep_e2e::Slurp(dir_ / "deaf.log").find("interrupt again to stop them at once"),
+  // A command's stop is a signal, said as such.
+  EXPECT_NE(sweep_e2e::Slurp(dir_ / "deaf.log")
+                .find("sweep: stopping 2 running trial(s): their programs got SIGTERM, and "
+                      "SIGKILL follows 60 s later (trial.kill_grace); interrupt again to kill "
+                      "them at once"),
             std::string::npos)
       << sweep_e2e::Slurp(dir_ / "deaf.log");
   const auto second = std::chrono::steady_clock::now();
