@@ -4,6 +4,8 @@
 #   scripts/dev.sh test           runs every test (ctest)
 #   scripts/dev.sh bench          runs the benchmarks under bench/
 #   scripts/dev.sh build          only installs and builds
+#   scripts/dev.sh install        installs sweep on PATH (cmake --install; PREFIX, default /usr/local)
+#   scripts/dev.sh package        builds the Debian package (cpack) into BUILD_DIR
 # BUILD_DIR (default: build) and SWEEP_CUDA (AUTO|ON|OFF) may be set in the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +40,36 @@ build() {
   cmake --build "$BUILD_DIR" -j "$JOBS"
 }
 
+# The Debian package of the build: its path on stdout.
+package() {
+  install_missing dpkg-dev >&2  # dpkg-shlibdeps, for the package's dependencies
+  (cd "$BUILD_DIR" && cpack -G DEB > /dev/null)
+  ls "$BUILD_DIR"/sweep_*.deb
+}
+
+# Installs the package with apt (which brings its dependencies), runs `sweep --version` and the
+# quickstart from what it installed, then removes it.
+check_package() {
+  local deb dir rc=0
+  deb=$(package)
+  echo "== the Debian package: $deb"
+  dpkg-deb -I "$deb" | grep -E "Depends|Version"
+  apt-get install -y -qq --no-install-recommends "./$deb" > /dev/null
+  dir=$(mktemp -d)
+  (
+    cd "$dir"
+    /usr/bin/sweep --version
+    /usr/bin/sweep run /usr/share/doc/sweep/examples/quickstart.toml --db "$dir/q.db"
+    /usr/bin/sweep best quickstart --db "$dir/q.db" --top 1
+  ) || rc=$?
+  apt-get remove -y -qq sweep > /dev/null
+  rm -rf "$dir"
+  if [[ $rc -ne 0 ]]; then
+    echo "dev.sh: the installed package failed its check (exit $rc)" >&2
+    exit 1
+  fi
+}
+
 cmd=${1:-run}
 shift || true
 case "$cmd" in
@@ -56,10 +88,25 @@ case "$cmd" in
     fi
     "$BUILD_DIR/sweep/sweep" run "$config" --db sweeps.db "${extra[@]}"
     ;;
+  install)
+    build
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo cmake --install "$BUILD_DIR" --prefix "${PREFIX:-/usr/local}"
+    echo "installed: $(command -v sweep || echo "${PREFIX:-/usr/local}/bin/sweep (not on PATH)")"
+    ;;
+  package)
+    build
+    package
+    ;;
   test)
     install_missing "${TEST_PACKAGES[@]}"
     build
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600
+    # In CI (a throwaway machine), the Debian package is installed as a user would, and run.
+    if [[ "${CI:-}" == "true" ]]; then
+      check_package
+    fi
     ;;
   bench)
     install_missing "${BENCH_PACKAGES[@]}"
@@ -79,7 +126,7 @@ case "$cmd" in
     fi
     ;;
   *)
-    echo "usage: scripts/dev.sh [run [CONFIG]|test|bench|build]" >&2
+    echo "usage: scripts/dev.sh [run [CONFIG]|test|bench|build|install|package]" >&2
     exit 2
     ;;
 esac

@@ -19,6 +19,7 @@
 
 #include "base/clock.h"
 #include "base/utf8.h"
+#include "build_info.h"
 #include "executor/agent.h"
 #include "executor/functions.h"
 #include "executor/net_auth.h"
@@ -881,6 +882,9 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"sweep: hyperparameter sweeps with an embedded data-parallel trainer"};
   app.footer(kExamples);
+  // What was built and from which commit: the first thing a bug report needs.
+  app.set_version_flag("--version", sweep::VersionText(),
+                       "the version, its commit, and what was compiled in");
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");
 
@@ -1010,6 +1014,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return sweep::CheckStandardOutput(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
+    return sweep::CheckStandardOutput(app.exit(e));
+  } catch (const CLI::CallForVersion& e) {
     return sweep::CheckStandardOutput(app.exit(e));
   } catch (const CLI::ParseError& e) {
     app.exit(e);

@@ -182,6 +182,17 @@ x2 = { distribution = "uniform", min = 0, max = 1, step = 0.001 }
   EXPECT_EQ(arr[3]["params"]["x2"].get<double>(), 0.003);
 }
 
+// --version names the version, the commit and what was compiled in, on stdout, exit 0.
+TEST_F(E2eTest, VersionSaysWhatWasBuilt) {
+  Output o = Sweep("--version");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out.rfind("sweep 0.", 0), 0u) << o.out;
+  EXPECT_NE(o.out.find(" (commit "), std::string::npos) << o.out;
+  for (const char* line : {"\nCUDA: ", "\ncuDNN: ", "\nNCCL: ", "\nBLAS: ", "\nagents: "}) {
+    EXPECT_NE(o.out.find(line), std::string::npos) << line << " in " << o.out;
+  }
+}
+
 TEST_F(E2eTest, AbortingWorkerFailsItsTrialAndTheRestComplete) {
   Write("b.toml", kBranin);
   Output run = Sweep("run b.toml", "SWEEP_TEST_ABORT_TRIAL=3");
