@@ -257,6 +257,32 @@ std::string VisibleDevices(const std::vector<int>& gpus) {
   return s;
 }
 
+// The values a command template is filled from: the parameters and the builtins.
+json CommandValues(const TrialTask& task, const std::string& trial_dir) {
+  json values = task.params.is_object() ? task.params : json::object();
+  values["trial"] = task.number;
+  values["trial_dir"] = trial_dir;
+  values["seed"] = ProgramSeed(task.seed);
+  values["gpus"] = VisibleDevices(task.gpus);
+  return values;
+}
+
+// What a program's environment gets on top of what it inherits.
+std::vector<std::pair<std::string, std::string>> OurEnvironment(const TrialTask& task,
+                                                                const std::string& trial_dir) {
+  std::vector<std::pair<std::string, std::string>> set = {
+      {"CUDA_VISIBLE_DEVICES", VisibleDevices(task.gpus)},
+      {"SWEEP_PARAMS", task.params.dump(-1, ' ', false, json::error_handler_t::replace)},
+      {"SWEEP_TRIAL_DIR", trial_dir},
+      {"SWEEP_TRIAL", std::to_string(task.number)},
+      {"SWEEP_SEED", std::to_string(ProgramSeed(task.seed))},
+      // Reports should arrive when printed, not when a block buffer fills.
+      {"PYTHONUNBUFFERED", "1"},
+  };
+  if (task.gpus.empty()) set.emplace_back("OMP_NUM_THREADS", std::to_string(task.threads));
+  return set;
+}
+
 // The last `max_lines` lines a file gained after `offset`, at most about 2 KiB.
 // The last `max_lines` lines of `path` from `offset` on (of its last 2 KiB), without our own
 // notes ("[sweep] ..."), which are not the program's output.
@@ -556,12 +582,8 @@ class CommandRun {
     numbering_.stored_epoch = task_.stored_epoch;
     numbering_.stored_epoch_steps = std::min(task_.stored_epoch_steps, task_.stored_step);
 
-    json values = task_.params.is_object() ? task_.params : json::object();
-    values["trial"] = task_.number;
-    values["trial_dir"] = trial_dir_;
-    values["seed"] = ProgramSeed(task_.seed);
-    values["gpus"] = VisibleDevices(task_.gpus);
-    Result<std::vector<std::string>> argv = ExpandCommand(argv_template, values);
+    Result<std::vector<std::string>> argv =
+        ExpandCommand(argv_template, CommandValues(task_, trial_dir_));
     if (!argv.ok()) return Failed("command: " + argv.status().message());
 
     std::error_code ec;
@@ -672,16 +694,7 @@ class CommandRun {
   static void Note(int fd, const std::string& line) { (void)AppendLine(fd, line); }
 
   std::vector<std::string> Environment() const {
-    std::vector<std::pair<std::string, std::string>> set = {
-        {"CUDA_VISIBLE_DEVICES", VisibleDevices(task_.gpus)},
-        {"SWEEP_PARAMS", task_.params.dump(-1, ' ', false, json::error_handler_t::replace)},
-        {"SWEEP_TRIAL_DIR", trial_dir_},
-        {"SWEEP_TRIAL", std::to_string(task_.number)},
-        {"SWEEP_SEED", std::to_string(ProgramSeed(task_.seed))},
-        // Reports should arrive when printed, not when a block buffer fills.
-        {"PYTHONUNBUFFERED", "1"},
-    };
-    if (task_.gpus.empty()) set.emplace_back("OMP_NUM_THREADS", std::to_string(task_.threads));
+    const std::vector<std::pair<std::string, std::string>> set = OurEnvironment(task_, trial_dir_);
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) {
       std::string_view entry(*e);
@@ -1193,6 +1206,22 @@ class CommandRun {
 TrialOutcome RunCommandTrial(const TrialTask& task, const ReportSink& sink,
                              const std::atomic<bool>& stop, const TrialHooks& hooks) {
   return CommandRun(task, sink, stop, hooks).Run();
+}
+
+Result<CommandLaunch> DescribeCommand(const TrialTask& task) {
+  CommandLaunch launch;
+  const json& s = task.settings;
+  std::vector<std::string> argv_template;
+  try {
+    argv_template = s.at("command").get<std::vector<std::string>>();
+  } catch (const json::exception&) {
+    return Status::InvalidArgument("command trial without a `command` list of strings");
+  }
+  const std::string trial_dir = s.value("trial_dir", "");
+  SWEEP_ASSIGN_OR_RETURN(launch.argv, ExpandCommand(argv_template, CommandValues(task, trial_dir)));
+  if (!launch.argv.empty()) launch.program = ResolveProgram(launch.argv[0], s.value("workdir", ""));
+  launch.env = OurEnvironment(task, trial_dir);
+  return launch;
 }
 
 Status CheckProgram(std::string program, const std::string& workdir) {

@@ -47,6 +47,23 @@ namespace sweep {
 using nlohmann::json;
 using store::TrialStatus;
 
+std::string CommandTrialsDir(const SweepConfig& config, const std::string& db_file) {
+  const std::string dir =
+      config.trials_dir.empty()
+          ? db_file + "-trials"
+          : (std::filesystem::absolute(config.path).parent_path() / config.trials_dir).string();
+  return std::filesystem::absolute(dir).lexically_normal().string() + "/" + config.name;
+}
+
+nlohmann::json CommandSettings(const SweepConfig& config, const std::string& trial_dir,
+                               const std::string& sweep_key) {
+  nlohmann::json settings = {
+      {"command", config.command}, {"workdir", config.workdir},           {"trial_dir", trial_dir},
+      {"metric", config.metric},   {"kill_grace_s", config.kill_grace_s}, {"sweep_key", sweep_key}};
+  if (config.trial_timeout_s) settings["timeout_s"] = *config.trial_timeout_s;
+  return settings;
+}
+
 uint64_t TrialSeed(uint64_t sweep_seed, int64_t number) {
   uint64_t z = SplitMix64(SplitMix64(sweep_seed) ^ static_cast<uint64_t>(number));
   return z & 0x7FFFFFFFFFFFFFFFULL;  // fits a signed 64-bit column
@@ -492,10 +509,7 @@ class Coordinator {
     }
     if (config_.kind == TrialKind::kCommand) {
       // Each command trial gets a directory of its own: its logs, and room for its files.
-      trials_dir_ = config_.trials_dir.empty() ? db_file + "-trials"
-                                               : (config_dir / config_.trials_dir).string();
-      trials_dir_ =
-          std::filesystem::absolute(trials_dir_).lexically_normal().string() + "/" + config_.name;
+      trials_dir_ = CommandTrialsDir(config_, db_file);
       std::error_code ec;
       std::filesystem::create_directories(trials_dir_, ec);
       if (ec) {
@@ -1264,10 +1278,7 @@ class Coordinator {
     task.params = p.params;
     task.settings = config_.kind == TrialKind::kTrainer ? config_.trainer : config_.function;
     if (config_.kind == TrialKind::kCommand) {
-      task.settings = {{"command", config_.command},           {"workdir", config_.workdir},
-                       {"trial_dir", TrialDir(p.number)},      {"metric", config_.metric},
-                       {"kill_grace_s", config_.kill_grace_s}, {"sweep_key", sweep_key_}};
-      if (config_.trial_timeout_s) task.settings["timeout_s"] = *config_.trial_timeout_s;
+      task.settings = CommandSettings(config_, TrialDir(p.number), sweep_key_);
     }
     if (config_.kind == TrialKind::kTrainer) {
       task.settings["checkpoint_path"] = CheckpointPath(p.number, server.agent.has_value());

@@ -485,8 +485,8 @@ int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& 
 }
 
 int CmdRun(const std::string& config_path, const std::string& db_flag,
-           const std::optional<std::string>& name_flag, bool resume, const RemoteArgs& remote,
-           const char* argv0) {
+           const std::optional<std::string>& name_flag, bool resume, bool dry_run,
+           const RemoteArgs& remote, const char* argv0) {
   auto cfg = sweep::LoadConfig(config_path);
   if (!cfg.ok()) return Fail(cfg.status());
   // Its folder is where the config's relative paths start.
@@ -533,6 +533,10 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
   // And what this machine refuses (trial.gpus past its slots, a program missing here): no
   // database is made for a run that cannot start.
   if (Status s = sweep::CheckRunHere(*cfg, options); !s.ok()) return Fail(s);
+  if (dry_run) {
+    if (Status s = sweep::DryRun(*cfg, options, db, std::cout); !s.ok()) return Fail(s);
+    return sweep::CheckStandardOutput(kExitOk);
+  }
   // A port another program holds, said before a new store is made (an empty one would be left
   // behind); with a store already there, the run's own listening says it, after saying whether
   // this sweep runs elsewhere now (which would explain the port).
@@ -901,6 +905,9 @@ int main(int argc, char** argv) {
   run->add_option("--name", name_flag, "sweep name (default: [sweep] name)");
   bool resume_flag = false;
   run->add_flag("--resume", resume_flag, "continue the sweep if it exists (see resume)");
+  bool dry_run_flag = false;
+  run->add_flag("--dry-run", dry_run_flag,
+                "check everything, print the first trials it would start, touch no store");
   RemoteArgs remote;
   auto add_remote = [&remote](CLI::App* sub) {
     sub->add_option("--listen", remote.listen,
@@ -1030,7 +1037,8 @@ int main(int argc, char** argv) {
   }
   const int code = [&] {
     if (std::optional<int> view = views->Run()) return *view;
-    if (run->parsed()) return CmdRun(config_path, db_flag, name_flag, resume_flag, remote, argv[0]);
+    if (run->parsed())
+      return CmdRun(config_path, db_flag, name_flag, resume_flag, dry_run_flag, remote, argv[0]);
     if (resume->parsed()) {
       return CmdResume(name, resume_db, remote, max_initial_failures, argv[0]);
     }

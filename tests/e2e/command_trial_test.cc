@@ -364,6 +364,49 @@ command = ["./t.sh"]
       << text.err;
 }
 
+// --dry-run checks the config, prints the first trials with the argv and environment their
+// programs would get, and touches no store; the real run then gives the programs exactly those.
+TEST_F(CommandTrialE2eTest, ADryRunShowsWhatTheProgramsWillGet) {
+  WriteProgram("p.sh",
+               "#!/bin/sh\necho \"args=$* seed=$SWEEP_SEED dir=$SWEEP_TRIAL_DIR\" >&2\n"
+               "echo 'sweep-report {\"score\": 1}'\n");
+  Write("d.toml", R"([sweep]
+name = "dry"
+metric = "score"
+mode = "max"
+max_trials = 3
+[parameters]
+lr = { distribution = "log_uniform", min = 0.001, max = 0.1 }
+[trial]
+kind = "command"
+command = ["./p.sh", "--lr={lr}", "--trial={trial}"]
+[executor]
+cpu_slots = 2
+)");
+  Output dry = Sweep("run d.toml --dry-run");
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db")) << "a dry run made the store";
+  EXPECT_NE(dry.out.find("the first 2 trial(s) it would start"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("trial 1 on local:cpu1: {\"lr\":"), std::string::npos) << dry.out;
+  ASSERT_EQ(Sweep("run d.toml").code, 0);
+  const std::string log =
+      sweep_e2e::Slurp(Query("SELECT stderr_log FROM trials WHERE number = 0")[0][0]);
+  // What the program got, as the dry run said.
+  const size_t args = log.find("args=");
+  ASSERT_NE(args, std::string::npos) << log;
+  const std::string got = log.substr(args + 5, log.find(" seed=", args) - args - 5);
+  EXPECT_NE(dry.out.find("  argv: ./p.sh " + got + "\n"), std::string::npos)
+      << got << " in " << dry.out;
+  const size_t seed = log.find("seed=");
+  const std::string seed_value = log.substr(seed + 5, log.find(" dir=", seed) - seed - 5);
+  EXPECT_NE(dry.out.find("  env: SWEEP_SEED=" + seed_value + "\n"), std::string::npos)
+      << seed_value << " in " << dry.out;
+  const size_t folder = log.find("dir=");
+  const std::string dir_value = log.substr(folder + 4, log.find('\n', folder) - folder - 4);
+  EXPECT_NE(dry.out.find("  env: SWEEP_TRIAL_DIR=" + dir_value + "\n"), std::string::npos)
+      << dir_value << " in " << dry.out;
+}
+
 // First trials that fail for their parameters (a region that runs out of memory), not for a
 // broken program: the sweep stops once, a resume runs them again once (they fail for good now)
 // and goes on to the rest of the space, rather than stopping at them on every resume.

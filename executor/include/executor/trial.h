@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -82,6 +83,16 @@ struct TrialOutcome {
   bool metric_not_number = false;
 };
 std::string_view ToString(TrialOutcome::Kind kind);
+
+// What a command trial's task would run, as its runner builds it: the argv with the parameters
+// filled in, the program PATH resolves argv[0] to here (empty when none), and the variables set
+// in the program's environment on top of the ones it inherits.
+struct CommandLaunch {
+  std::vector<std::string> argv;
+  std::string program;
+  std::vector<std::pair<std::string, std::string>> env;
+};
+Result<CommandLaunch> DescribeCommand(const TrialTask& task);
 // The kind ToString names; nullopt for any other text.
 std::optional<TrialOutcome::Kind> OutcomeFromString(std::string_view text);
 

@@ -77,6 +77,19 @@ Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
 Result<RunSummary> ResumeSweep(const std::string& name, store::Store& store,
                                const RunOptions& options);
 
+// Where a command sweep's trials get their folders (trial-N inside): [trial] trials_dir (the
+// config's folder's when relative), else beside the store file, then the sweep's name.
+std::string CommandTrialsDir(const SweepConfig& config, const std::string& db_file);
+// A command trial's task settings (see command_trial.h): what its runner reads.
+nlohmann::json CommandSettings(const SweepConfig& config, const std::string& trial_dir,
+                               const std::string& sweep_key);
+
+// Checks everything `run` checks, then prints the trials it would start at once (at most 10):
+// their parameters and slots, and for a command its argv, the program PATH resolves and the
+// variables set in its environment. Touches no store and starts nothing.
+Status DryRun(const SweepConfig& config, const RunOptions& options, const std::string& db,
+              std::ostream& out);
+
 // The seed a trial's trainer gets unless the config sets one: a mix of the sweep seed and the
 // trial number, so trials differ but a rerun repeats.
 uint64_t TrialSeed(uint64_t sweep_seed, int64_t number);

@@ -1,0 +1,106 @@
+// `sweep run CONFIG --dry-run`: the first trials a run would start, without a store.
+#include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "executor/slots.h"
+#include "executor/trial.h"
+#include "search/space.h"
+#include "sweep/coordinator.h"
+
+namespace sweep {
+
+namespace {
+
+// An argument as a POSIX shell would need it written to mean the same: as it is when it holds
+// only safe characters, else in single quotes.
+std::string ShellQuote(const std::string& arg) {
+  const bool safe = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("-_./=:,+@%").find(c) != std::string_view::npos;
+  });
+  if (safe) return arg;
+  std::string quoted = "'";
+  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+}  // namespace
+
+Status DryRun(const SweepConfig& config, const RunOptions& options, const std::string& db,
+              std::ostream& out) {
+  SWEEP_RETURN_IF_ERROR(CheckRunHere(config, options));
+  SWEEP_RETURN_IF_ERROR(CheckCanListen(options));
+  std::unique_ptr<search::Sampler> sampler;
+  if (config.algorithm == "grid") {
+    SWEEP_ASSIGN_OR_RETURN(sampler, search::MakeGridSampler(config.space));
+  } else {
+    sampler = search::MakeRandomSampler(config.space, config.seed);
+  }
+  const std::vector<executor::Slot> slots = options.local_slots
+                                                ? executor::DiscoverLocalSlots(config.cpu_slots)
+                                                : std::vector<executor::Slot>{};
+  const int per_trial = std::max(1, config.gpus);
+  // The trials that start at once on this machine's slots (one when trials wait for agents).
+  int64_t at_once = std::max<int64_t>(1, static_cast<int64_t>(slots.size()) / per_trial);
+  if (config.max_concurrent > 0) at_once = std::min<int64_t>(at_once, config.max_concurrent);
+  at_once = std::min<int64_t>({at_once, config.max_trials, 10});
+  std::error_code ec;
+  std::string db_file = std::filesystem::weakly_canonical(db, ec).string();
+  if (ec || db_file.empty()) db_file = db;
+
+  out << "dry run of sweep '" << config.name << "' (" << config.algorithm << " search, "
+      << (config.unbounded_trials ? std::string("no trial limit")
+                                  : std::to_string(config.max_trials) + " trial(s)")
+      << "): the config and this machine check out; the first " << at_once
+      << " trial(s) it would start:\n";
+  if (config.longest_first) {
+    out << "(order = \"longest_first\" starts the heaviest of the whole sweep first; these are "
+           "the sampler's first)\n";
+  }
+  for (int64_t n = 0; n < at_once; ++n) {
+    std::optional<nlohmann::json> params = sampler->Sample(n);
+    if (!params) break;
+    executor::TrialTask task;
+    task.number = n;
+    task.params = *params;
+    task.seed = TrialSeed(config.seed, n);
+    std::string where;
+    const size_t first = static_cast<size_t>(n) * static_cast<size_t>(per_trial);
+    if (first + static_cast<size_t>(per_trial) <= slots.size()) {
+      const bool gpu = slots[first].gpu;
+      task.threads = gpu ? 1 : per_trial;
+      for (size_t i = first; i < first + static_cast<size_t>(per_trial); ++i) {
+        where += (where.empty() ? "local:" : ",") + slots[i].name;
+        if (gpu) task.gpus.push_back(slots[i].device);
+      }
+    } else {
+      where = "an agent's slots";
+      task.threads = per_trial;
+    }
+    out << "trial " << n << " on " << where << ": "
+        << params->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (config.kind != TrialKind::kCommand) continue;
+    task.kind = "command";
+    task.settings = CommandSettings(
+        config, CommandTrialsDir(config, db_file) + "/trial-" + std::to_string(n), "");
+    SWEEP_ASSIGN_OR_RETURN(executor::CommandLaunch launch, executor::DescribeCommand(task));
+    std::string argv;
+    for (const std::string& a : launch.argv) argv += (argv.empty() ? "" : " ") + ShellQuote(a);
+    out << "  argv: " << argv << "\n";
+    if (!launch.program.empty() && !launch.argv.empty() && launch.program != launch.argv[0]) {
+      out << "  program: " << launch.program << "\n";
+    }
+    out << "  in: " << config.workdir << "\n";
+    for (const auto& [key, value] : launch.env) {
+      out << "  env: " << key << "=" << ShellQuote(value) << "\n";
+    }
+  }
+  out << "nothing was started, and " << db << " was not touched\n";
+  return Status::Ok();
+}
+
+}  // namespace sweep
