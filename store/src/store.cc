@@ -219,6 +219,13 @@ std::string_view QuerySql(Query query) {
       return "UPDATE trials SET agent_losses = ? WHERE sweep_id = ? AND number = ?";
     case Query::kDropCheckpoint:
       return "UPDATE trials SET checkpoint = '' WHERE sweep_id = ? AND number = ?";
+    case Query::kRowCounts:
+      return "SELECT (SELECT COUNT(*) FROM trials WHERE sweep_id = ?1), "
+             "(SELECT COUNT(*) FROM reports WHERE sweep_id = ?1), "
+             "(SELECT COUNT(*) FROM events WHERE sweep_id = ?1)";
+    case Query::kDeleteSweep:
+      // Its trials, reports and events go with it (ON DELETE CASCADE).
+      return "DELETE FROM sweeps WHERE id = ?";
     case Query::kCount:
       break;
   }
@@ -1707,6 +1714,27 @@ Status Store::DropTrialCheckpoint(int64_t sweep_id, int64_t number) {
   return impl_->Update(Query::kDropCheckpoint,
                        "forgetting the checkpoint of trial " + std::to_string(number),
                        [&](Binder& b) { b.Int(sweep_id).Int(number); });
+}
+
+Result<RowCounts> Store::CountRows(int64_t sweep_id) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kRowCounts));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the row count query");
+  const int rc = sqlite3_step(stmt);
+  if (rc != SQLITE_ROW) return impl_->Error(rc, "counting the sweep's rows");
+  RowCounts counts;
+  counts.trials = sqlite3_column_int64(stmt, 0);
+  counts.reports = sqlite3_column_int64(stmt, 1);
+  counts.events = sqlite3_column_int64(stmt, 2);
+  return counts;
+}
+
+Status Store::DeleteSweep(int64_t sweep_id) {
+  SWEEP_RETURN_IF_ERROR(impl_->Update(Query::kDeleteSweep, "deleting the sweep",
+                                      [&](Binder& b) { b.Int(sweep_id); }));
+  return Commit();
 }
 
 Result<int64_t> Store::MaxTrialNumber(int64_t sweep_id) {

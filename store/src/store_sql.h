@@ -45,6 +45,8 @@ enum class Query {
   kSetTrialAgentLosses,  // agent_losses, sweep_id, number
   kReportAt,             // sweep_id, trial, step
   kRewriteReport,        // metrics, time, last (0/1), sweep_id, trial, step
+  kRowCounts,            // sweep_id
+  kDeleteSweep,          // id
   kCount,                // not a query: the number of them
 };
 

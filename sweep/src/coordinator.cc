@@ -47,6 +47,13 @@ namespace sweep {
 using nlohmann::json;
 using store::TrialStatus;
 
+std::string CheckpointDirFor(const SweepConfig& config, const std::string& db_file) {
+  return config.checkpoint_dir.empty() ? db_file + "-checkpoints/" + config.name
+                                       : (std::filesystem::absolute(config.path).parent_path() /
+                                          config.checkpoint_dir / config.name)
+                                             .string();
+}
+
 std::string CommandTrialsDir(const SweepConfig& config, const std::string& db_file) {
   const std::string dir =
       config.trials_dir.empty()
@@ -477,7 +484,6 @@ class Coordinator {
     }
     // Relative [trial] folders are the config's folder's, as its other paths are: a sweep
     // resumed from another folder finds them.
-    const std::filesystem::path config_dir = std::filesystem::absolute(config_.path).parent_path();
     // The default folders are beside the store's file itself: one store, one set of folders,
     // however --db names it (through a link, or another spelling), as its lock is.
     std::error_code real_ec;
@@ -494,9 +500,7 @@ class Coordinator {
       agent_checkpoint_dir_ =
           (config_.checkpoint_dir.empty() ? db_name + "-checkpoints" : config_.checkpoint_dir) +
           "/" + config_.name;
-      checkpoint_dir_ = config_.checkpoint_dir.empty()
-                            ? db_file + "-checkpoints/" + config_.name
-                            : (config_dir / config_.checkpoint_dir / config_.name).string();
+      checkpoint_dir_ = CheckpointDirFor(config_, db_file);
       stored_checkpoint_dir_ =
           std::filesystem::absolute(checkpoint_dir_).lexically_normal().string();
       std::error_code ec;

@@ -26,6 +26,7 @@
 #include "executor/slots.h"
 #include "executor/trial.h"
 #include "executor/worker.h"
+#include "manage_commands.h"
 #include "output.h"
 #include "store/store.h"
 #include "sweep/config.h"
@@ -256,6 +257,11 @@ int CmdList(const QueryArgs& a) {
   if (!list.ok()) return Fail(list.status());
   // A sweep stored as running whose coordinator died says so (sweep resume continues it):
   // the command that does, else "".
+  // What each holds on this machine's disk (checkpoints, trial folders).
+  auto disk = [&](const sweep::store::SweepSummary& s) -> int64_t {
+    auto sw = (*st)->FindSweep(s.name);
+    return sw.ok() ? sweep::FootprintOf(*sw, a.db).bytes : 0;
+  };
   auto gone = [&](const sweep::store::SweepSummary& s) -> std::string {
     if (s.status != sweep::store::SweepStatus::kRunning) return "";
     auto sw = (*st)->FindSweep(s.name);
@@ -271,7 +277,8 @@ int CmdList(const QueryArgs& a) {
                      {"trials", s.trials},
                      {"metric", s.metric},
                      {"mode", s.maximize ? "max" : "min"},
-                     {"best", s.best ? json(*s.best) : json(nullptr)}});
+                     {"best", s.best ? json(*s.best) : json(nullptr)},
+                     {"disk_bytes", disk(s)}});
     }
     sweep::PrintJson(std::cout, arr);
     return kExitOk;
@@ -281,8 +288,9 @@ int CmdList(const QueryArgs& a) {
     const std::string resume = gone(s);
     std::cout << s.name << "  " << sweep::store::ToString(s.status)
               << (resume.empty() ? "" : " (coordinator gone: " + resume + ")") << "  " << s.trials
-              << " trials  best " << s.metric << " = " << (s.best ? json(*s.best).dump() : "-")
-              << "\n";
+              << " trials  best " << s.metric << " = "
+              << (s.best ? sweep::FormatNumber(*s.best) : "-") << "  disk "
+              << sweep::HumanBytes(disk(s)) << "\n";
   }
   return kExitOk;
 }
@@ -966,8 +974,14 @@ int main(int argc, char** argv) {
   trials->footer("Example: sweep trials fashion-mlp --sort -val_acc --csv > trials.csv");
   auto* status = app.add_subcommand("status", "counts, running trials, best so far");
   add_query(status, true, false);
-  auto* list = app.add_subcommand("list", "the sweeps in the store");
+  auto* list = app.add_subcommand("list", "the sweeps in the store, with their sizes");
   add_query(list, false, false);
+  auto* del = app.add_subcommand("delete", "remove a sweep: its rows, checkpoints and folders");
+  std::string delete_name;
+  bool delete_yes = false;
+  del->add_option("NAME", delete_name, "sweep name")->required();
+  sweep::AddDbOption(*del, q.db, "SQLite file", true);
+  del->add_flag("--yes", delete_yes, "do not ask (needed where stdin is not a terminal)");
   auto* devices = app.add_subcommand("devices", "the GPUs (or CPU slots) trials would run on here");
   devices->add_flag("--json", json_out, "print JSON");
   int devices_cpu_slots = 0;
@@ -1048,6 +1062,7 @@ int main(int argc, char** argv) {
     if (trials->parsed()) return CmdTrials(q, status_filter, sort);
     if (status->parsed()) return CmdStatus(q);
     if (list->parsed()) return CmdList(q);
+    if (del->parsed()) return sweep::CmdDelete(q.db, delete_name, delete_yes);
     if (devices->parsed()) return CmdDevices(json_out, devices_cpu_slots);
     return kExitUsage;
   }();

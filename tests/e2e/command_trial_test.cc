@@ -407,6 +407,50 @@ cpu_slots = 2
       << dir_value << " in " << dry.out;
 }
 
+// `delete` says what it would remove, wants --yes where it cannot ask, then removes the sweep's
+// rows and its trials' folders, and leaves the other sweeps alone; `list` shows their sizes.
+TEST_F(CommandTrialE2eTest, DeleteRemovesRowsAndFolders) {
+  WriteProgram("p.sh", "#!/bin/sh\necho 'sweep-report {\"score\": 0.5}'\n");
+  const std::string config = R"([sweep]
+name = "NAME"
+metric = "score"
+mode = "max"
+max_trials = 2
+[parameters]
+x = { distribution = "uniform", min = 0, max = 1 }
+[trial]
+kind = "command"
+command = ["./p.sh"]
+)";
+  for (const std::string name : {"gone", "kept"}) {
+    std::string c = config;
+    c.replace(c.find("NAME"), 4, name);
+    Write(name + ".toml", c);
+    ASSERT_EQ(Sweep("run " + name + ".toml").code, 0);
+  }
+  Output list = Sweep("list");
+  EXPECT_NE(list.out.find("gone  completed  2 trials  best score = 0.5  disk "), std::string::npos)
+      << list.out;
+  ASSERT_TRUE(fs::exists(dir_ / "sweeps.db-trials/gone/trial-0"));
+  Output ask = Sweep("delete gone");  // stdin is not a terminal here
+  EXPECT_EQ(ask.code, 2) << ask.err;
+  EXPECT_NE(ask.err.find("would delete sweep 'gone' (completed) in sweeps.db: 2 trial(s), 2 "
+                         "report(s)"),
+            std::string::npos)
+      << ask.err;
+  EXPECT_NE(ask.err.find("run again with --yes"), std::string::npos) << ask.err;
+  ASSERT_TRUE(fs::exists(dir_ / "sweeps.db-trials/gone/trial-0"));
+  Output yes = Sweep("delete gone --yes");
+  EXPECT_EQ(yes.code, 0) << yes.err;
+  EXPECT_NE(yes.out.find("sweeps.db-trials/gone"), std::string::npos) << yes.out;
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db-trials/gone"));
+  EXPECT_TRUE(fs::exists(dir_ / "sweeps.db-trials/kept/trial-0"));
+  EXPECT_EQ(Query("SELECT name FROM sweeps"), (std::vector<std::vector<std::string>>{{"kept"}}));
+  EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "2");
+  Output again = Sweep("delete gone --yes");
+  EXPECT_EQ(again.code, 2) << again.err;
+}
+
 // First trials that fail for their parameters (a region that runs out of memory), not for a
 // broken program: the sweep stops once, a resume runs them again once (they fail for good now)
 // and goes on to the rest of the space, rather than stopping at them on every resume.

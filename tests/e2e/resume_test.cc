@@ -220,6 +220,29 @@ TEST_F(ResumeTest, ChaosKillsDuringAshaLoseNothing) {
             "0");
 }
 
+// `delete` refuses a sweep another process runs (exit 3, as run and resume do), and removes
+// one whose coordinator died.
+TEST_F(ResumeTest, DeleteRefusesARunningSweep) {
+  Write("s.toml", SlowFunctionConfig("busy", "random", 8, 20, 100));
+  pid_t first = Start("run s.toml", "first.log");
+  WaitForTheOwner();
+  Output refused = Sweep("delete busy --yes");
+  EXPECT_EQ(refused.code, 3) << refused.err;
+  EXPECT_NE(refused.err.find("sweep 'busy' is being run by pid " + std::to_string(first)),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM sweeps")[0][0], "1");
+  ::kill(first, SIGKILL);
+  Wait(first);
+  Output deleted = Sweep("delete busy --yes");
+  EXPECT_EQ(deleted.code, 0) << deleted.err;
+  EXPECT_NE(deleted.out.find("deleted sweep 'busy' (running) in sweeps.db: "), std::string::npos)
+      << deleted.out;
+  EXPECT_EQ(Query("SELECT (SELECT count(*) FROM sweeps) + (SELECT count(*) FROM trials) + "
+                  "(SELECT count(*) FROM reports) + (SELECT count(*) FROM events)")[0][0],
+            "0");
+}
+
 TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   Write("s.toml", SlowFunctionConfig("owned", "random", 8, 20, 100));
   pid_t first = Start("run s.toml", "first.log");

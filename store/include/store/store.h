@@ -62,6 +62,10 @@ struct SweepRecord {
   std::string run_options;  // that process's agent flags, as in NewSweep
 };
 
+struct RowCounts {
+  int64_t trials = 0, reports = 0, events = 0;
+};
+
 struct TrialRecord {
   int64_t number = 0;  // 0-based, unique within the sweep
   TrialStatus status = TrialStatus::kPending;
@@ -204,6 +208,10 @@ class Store {
   Result<StatusCounts> CountByStatus(int64_t sweep_id);
   Result<std::vector<ReportRecord>> Reports(int64_t sweep_id, int64_t trial_number);
   Result<int64_t> MaxTrialNumber(int64_t sweep_id);  // -1 when the sweep has no trial
+  // How many rows the sweep has in each table.
+  Result<RowCounts> CountRows(int64_t sweep_id);
+  // Removes the sweep and its trials, reports and events, and commits. NotFound when absent.
+  Status DeleteSweep(int64_t sweep_id);
   // Every report of the sweep in the order it first arrived (what a scheduler replays).
   Result<std::vector<ReportRecord>> AllReports(int64_t sweep_id);
 

@@ -77,6 +77,9 @@ Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
 Result<RunSummary> ResumeSweep(const std::string& name, store::Store& store,
                                const RunOptions& options);
 
+// Where a trainer sweep's trials checkpoint on this machine: [trial] checkpoint_dir (the
+// config's folder's when relative), else beside the store file, then the sweep's name.
+std::string CheckpointDirFor(const SweepConfig& config, const std::string& db_file);
 // Where a command sweep's trials get their folders (trial-N inside): [trial] trials_dir (the
 // config's folder's when relative), else beside the store file, then the sweep's name.
 std::string CommandTrialsDir(const SweepConfig& config, const std::string& db_file);
