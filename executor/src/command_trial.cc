@@ -676,8 +676,9 @@ class CommandRun {
       return Interrupted("command: '" + (*argv)[0] +
                          "' is not an executable program on PATH on this machine");
     }
-    // PATH differs between shells, jobs and agents: the log says which program ran.
-    if (program != (*argv)[0]) {
+    // PATH differs between shells, jobs and agents: the log says which program a bare name
+    // found there.
+    if ((*argv)[0].find('/') == std::string::npos) {
       Note(err_log.get(), "[sweep] " + (*argv)[0] + " is " + program);
     }
     Status spawned = Spawn(program, *argv, err_log.get());

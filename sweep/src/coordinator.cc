@@ -1051,22 +1051,15 @@ class Coordinator {
           *options_.log << ": " << machine_trouble_ << "\n";
         }
       }
-      if (!stopping && !metric_missing_.empty()) {
+      // Trials that cannot succeed as configured: the sweep stops, resumable once fixed.
+      const std::string& hopeless = !metric_missing_.empty() ? metric_missing_ : failing_start_;
+      if (!stopping && !hopeless.empty()) {
         stopping = true;
         interrupted_ = true;
-        stop_reason_ = metric_missing_;
+        stop_reason_ = hopeless;
         if (options_.log != nullptr) {
-          *options_.log << (options_.live_status ? "\n" : "")
-                        << "sweep: stopping: " << metric_missing_ << "\n";
-        }
-      }
-      if (!stopping && !failing_start_.empty()) {
-        stopping = true;
-        interrupted_ = true;
-        stop_reason_ = failing_start_;
-        if (options_.log != nullptr) {
-          *options_.log << (options_.live_status ? "\n" : "")
-                        << "sweep: stopping: " << failing_start_ << "\n";
+          *options_.log << (options_.live_status ? "\n" : "") << "sweep: stopping: " << hopeless
+                        << "\n";
         }
       }
       if (!stopping && config_.time_budget_s && ActiveSeconds(now) >= *config_.time_budget_s) {
