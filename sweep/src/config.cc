@@ -109,6 +109,11 @@ std::string DidYouMean(std::string_view word, const std::vector<std::string>& ca
   return best;
 }
 
+Result<std::unique_ptr<search::Sampler>> MakeSampler(const SweepConfig& cfg) {
+  if (cfg.algorithm == "grid") return search::MakeGridSampler(cfg.space);
+  return search::MakeRandomSampler(cfg.space, cfg.seed);
+}
+
 std::optional<double> ParseDuration(std::string_view text) {
   if (text.empty()) return std::nullopt;
   double total = 0;
@@ -545,12 +550,7 @@ Status CheckTrainerTrials(const Checker& c, const SweepConfig& cfg, const toml::
   }
   // A trial's replicas are its slots unless the config says otherwise (see TrainerLayoutOf).
   if (!cfg.trainer.contains("replicas")) shared.replicas = cfg.gpus;
-  std::unique_ptr<search::Sampler> sampler;
-  if (cfg.algorithm == "grid") {
-    SWEEP_ASSIGN_OR_RETURN(sampler, search::MakeGridSampler(cfg.space));
-  } else {
-    sampler = search::MakeRandomSampler(cfg.space, cfg.seed);
-  }
+  SWEEP_ASSIGN_OR_RETURN(std::unique_ptr<search::Sampler> sampler, MakeSampler(cfg));
   const int64_t n = std::min<int64_t>(cfg.max_trials, 10000);
   for (int64_t i = 0; i < n; ++i) {
     std::optional<json> params = sampler->Sample(i);

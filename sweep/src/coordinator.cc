@@ -47,6 +47,12 @@ namespace sweep {
 using nlohmann::json;
 using store::TrialStatus;
 
+std::string StoreFile(const std::string& db) {
+  std::error_code ec;
+  std::string file = std::filesystem::weakly_canonical(db, ec).string();
+  return ec || file.empty() ? db : file;
+}
+
 std::string CheckpointDirFor(const SweepConfig& config, const std::string& db_file) {
   return config.checkpoint_dir.empty() ? db_file + "-checkpoints/" + config.name
                                        : (std::filesystem::absolute(config.path).parent_path() /
@@ -454,11 +460,7 @@ class Coordinator {
       *options_.log << "sweep: trial.gpu_share = " << config_.gpu_share
                     << " applies to GPUs; this machine offers CPU slots, one trial each\n";
     }
-    if (config_.algorithm == "grid") {
-      SWEEP_ASSIGN_OR_RETURN(sampler_, search::MakeGridSampler(config_.space));
-    } else {
-      sampler_ = search::MakeRandomSampler(config_.space, config_.seed);
-    }
+    SWEEP_ASSIGN_OR_RETURN(sampler_, MakeSampler(config_));
     if (config_.early_stopping.algorithm != search::EarlyStopping::kNone) {
       SWEEP_ASSIGN_OR_RETURN(scheduler_, search::MakeScheduler(config_.early_stopping));
       // Where the scheduler can decide, workers wait for its verdict: rungs for ASHA and
@@ -486,9 +488,7 @@ class Coordinator {
     // resumed from another folder finds them.
     // The default folders are beside the store's file itself: one store, one set of folders,
     // however --db names it (through a link, or another spelling), as its lock is.
-    std::error_code real_ec;
-    std::string db_file = std::filesystem::weakly_canonical(store_.path(), real_ec).string();
-    if (real_ec || db_file.empty()) db_file = store_.path();
+    const std::string db_file = StoreFile(store_.path());
     if (config_.kind == TrialKind::kTrainer) {
       // Each trainer trial checkpoints into a file of its own, so an interrupted trial goes on
       // from its last epoch instead of from the start. An agent's workers get the folder as
@@ -1656,15 +1656,14 @@ class Coordinator {
       return false;
     }
     if (metric_missing_.empty()) {
-      std::vector<std::string> names;
-      for (const auto& [k, v] : t.metrics.items()) names.push_back(k);
-      if (t.metric_not_number) names.push_back(config_.metric);
-      std::string list;
-      for (const std::string& n : names) list += (list.empty() ? "'" : ", '") + n + "'";
+      // The names it reported besides the metric (which it may have sent as text).
       std::vector<std::string> others;
-      for (const std::string& n : names) {
-        if (n != config_.metric) others.push_back(n);
+      for (const auto& [k, v] : t.metrics.items()) {
+        if (k != config_.metric) others.push_back(k);
       }
+      std::string list;
+      for (const std::string& n : others) list += (list.empty() ? "'" : ", '") + n + "'";
+      if (t.metric_not_number) list += (list.empty() ? "'" : ", '") + config_.metric + "'";
       std::string hint = DidYouMean(config_.metric, others);
       // "val_accuracy" for "val_acc": too far apart to be a typo, but one begins the other.
       for (size_t i = 0; hint.empty() && i < others.size(); ++i) {

@@ -9,6 +9,7 @@
 #include "executor/slots.h"
 #include "executor/trial.h"
 #include "search/space.h"
+#include "sweep/config.h"
 #include "sweep/coordinator.h"
 
 namespace sweep {
@@ -34,12 +35,7 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
               std::ostream& out) {
   SWEEP_RETURN_IF_ERROR(CheckRunHere(config, options));
   SWEEP_RETURN_IF_ERROR(CheckCanListen(options));
-  std::unique_ptr<search::Sampler> sampler;
-  if (config.algorithm == "grid") {
-    SWEEP_ASSIGN_OR_RETURN(sampler, search::MakeGridSampler(config.space));
-  } else {
-    sampler = search::MakeRandomSampler(config.space, config.seed);
-  }
+  SWEEP_ASSIGN_OR_RETURN(std::unique_ptr<search::Sampler> sampler, MakeSampler(config));
   const std::vector<executor::Slot> slots = options.local_slots
                                                 ? executor::DiscoverLocalSlots(config.cpu_slots)
                                                 : std::vector<executor::Slot>{};
@@ -48,9 +44,7 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
   int64_t at_once = std::max<int64_t>(1, static_cast<int64_t>(slots.size()) / per_trial);
   if (config.max_concurrent > 0) at_once = std::min<int64_t>(at_once, config.max_concurrent);
   at_once = std::min<int64_t>({at_once, config.max_trials, 10});
-  std::error_code ec;
-  std::string db_file = std::filesystem::weakly_canonical(db, ec).string();
-  if (ec || db_file.empty()) db_file = db;
+  const std::string db_file = StoreFile(db);
 
   out << "dry run of sweep '" << config.name << "' (" << config.algorithm << " search, "
       << (config.unbounded_trials ? std::string("no trial limit")

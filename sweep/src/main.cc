@@ -255,42 +255,47 @@ int CmdList(const QueryArgs& a) {
                                std::vector<sweep::store::SweepSummary>{})
                          : (*st)->ListSweeps();
   if (!list.ok()) return Fail(list.status());
-  // A sweep stored as running whose coordinator died says so (sweep resume continues it):
-  // the command that does, else "".
-  // What each holds on this machine's disk (checkpoints, trial folders).
-  auto disk = [&](const sweep::store::SweepSummary& s) -> int64_t {
-    auto sw = (*st)->FindSweep(s.name);
-    return sw.ok() ? sweep::FootprintOf(*sw, a.db).bytes : 0;
+  // Per sweep, its record read once: a sweep stored as running whose coordinator died says so
+  // (the command that resumes it, else ""), and what it holds on this machine's disk
+  // (checkpoints, trial folders).
+  struct Extra {
+    std::string resume;
+    int64_t disk_bytes = 0;
   };
-  auto gone = [&](const sweep::store::SweepSummary& s) -> std::string {
-    if (s.status != sweep::store::SweepStatus::kRunning) return "";
+  auto extra = [&](const sweep::store::SweepSummary& s) {
+    Extra e;
     auto sw = (*st)->FindSweep(s.name);
-    if (!sw.ok() || !sweep::CoordinatorGone(a.db, *sw)) return "";
-    return sweep::ResumeCommand(*sw, a.db);
+    if (!sw.ok()) return e;
+    e.disk_bytes = sweep::FootprintOf(*sw, a.db).bytes;
+    if (s.status == sweep::store::SweepStatus::kRunning && sweep::CoordinatorGone(a.db, *sw)) {
+      e.resume = sweep::ResumeCommand(*sw, a.db);
+    }
+    return e;
   };
   if (a.json) {
     json arr = json::array();
     for (const auto& s : *list) {
+      const Extra e = extra(s);
       arr.push_back({{"name", s.name},
                      {"status", sweep::store::ToString(s.status)},
-                     {"coordinator_gone", !gone(s).empty()},
+                     {"coordinator_gone", !e.resume.empty()},
                      {"trials", s.trials},
                      {"metric", s.metric},
                      {"mode", s.maximize ? "max" : "min"},
                      {"best", s.best ? json(*s.best) : json(nullptr)},
-                     {"disk_bytes", disk(s)}});
+                     {"disk_bytes", e.disk_bytes}});
     }
     sweep::PrintJson(std::cout, arr);
     return kExitOk;
   }
   if (list->empty()) std::cout << "no sweeps in " << a.db << "\n";
   for (const auto& s : *list) {
-    const std::string resume = gone(s);
+    const Extra e = extra(s);
     std::cout << s.name << "  " << sweep::store::ToString(s.status)
-              << (resume.empty() ? "" : " (coordinator gone: " + resume + ")") << "  " << s.trials
-              << " trials  best " << s.metric << " = "
+              << (e.resume.empty() ? "" : " (coordinator gone: " + e.resume + ")") << "  "
+              << s.trials << " trials  best " << s.metric << " = "
               << (s.best ? sweep::FormatNumber(*s.best) : "-") << "  disk "
-              << sweep::HumanBytes(disk(s)) << "\n";
+              << sweep::HumanBytes(e.disk_bytes) << "\n";
   }
   return kExitOk;
 }

@@ -33,9 +33,8 @@ SweepFootprint FootprintOf(const store::SweepRecord& sweep, const std::string& d
   SweepFootprint out;
   auto cfg = ParseConfig(sweep.config_text, sweep.config_path, ConfigUse::kView);
   if (!cfg.ok()) return out;
+  const std::string db_file = StoreFile(db);
   std::error_code ec;
-  std::string db_file = fs::weakly_canonical(db, ec).string();
-  if (ec || db_file.empty()) db_file = db;
   std::vector<std::string> candidates;
   if (cfg->kind == TrialKind::kTrainer) candidates.push_back(CheckpointDirFor(*cfg, db_file));
   if (cfg->kind == TrialKind::kCommand) candidates.push_back(CommandTrialsDir(*cfg, db_file));

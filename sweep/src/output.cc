@@ -248,7 +248,7 @@ void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
   if (!best.empty()) {
     const auto& b = best.front();
     out << "  best: trial " << b.number << " " << sweep.metric << " = "
-        << (b.objective ? Cell(json(*b.objective)) : "-") << "  " << b.params_json << "\n";
+        << (b.objective ? FormatNumber(*b.objective) : "-") << "  " << b.params_json << "\n";
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -135,5 +136,8 @@ std::optional<double> ParseDuration(std::string_view text);
 
 // The closest of `candidates` to `word` within a small edit distance, or "".
 std::string DidYouMean(std::string_view word, const std::vector<std::string>& candidates);
+
+// The sweep's sampler: grid or random (seeded by the sweep's seed), as its run draws trials.
+Result<std::unique_ptr<search::Sampler>> MakeSampler(const SweepConfig& cfg);
 
 }  // namespace sweep

@@ -77,6 +77,9 @@ Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
 Result<RunSummary> ResumeSweep(const std::string& name, store::Store& store,
                                const RunOptions& options);
 
+// The store's file as its folders are named after: `db` through links, and however it is
+// spelt (`db` itself when that cannot be resolved).
+std::string StoreFile(const std::string& db);
 // Where a trainer sweep's trials checkpoint on this machine: [trial] checkpoint_dir (the
 // config's folder's when relative), else beside the store file, then the sweep's name.
 std::string CheckpointDirFor(const SweepConfig& config, const std::string& db_file);
