@@ -12,7 +12,9 @@
 //   3. challenge {Nh} -> send auth {HMAC(token, "sweep agent proof v1\nNa\nNh")};
 //   4. welcome -> check its proof HMAC(token, "sweep coordinator proof v1\nNa\nNh"); a bye
 //      instead means refused (wrong token, another version): log it, go to 1 after backoff;
-//   5. serve; when the connection ends, stop the running trials, wait until they have, go to 1.
+//   5. serve; when the connection ends, stop the running trials, wait until they have, go to 1,
+//      unless the coordinator's bye said the sweep is over (then end, or go to 1 with `stay`) or
+//      the agent has been without a coordinator for retry_for_ms (then end, Unavailable).
 #include "executor/agent.h"
 
 #include <sys/eventfd.h>
@@ -53,7 +55,7 @@ std::string HostName() {
   return buf;
 }
 
-std::string Seconds(int ms) {
+std::string Seconds(int64_t ms) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g s", ms / 1000.0);
   return buf;
@@ -277,6 +279,7 @@ class Session {
     io_.run();
     pump_.Join();
     if (!refusal_.empty()) return Status::InvalidArgument(refusal_);
+    if (!gave_up_.empty()) return Status::Unavailable(gave_up_);
     return Status::Ok();
   }
 
@@ -315,6 +318,15 @@ class Session {
 
   void Backoff() {
     state_ = State::kBackoff;
+    if (!stopping_ && options_.retry_for_ms >= 0 &&
+        Clock::now() - alone_since_ >= std::chrono::milliseconds(options_.retry_for_ms)) {
+      gave_up_ =
+          "no coordinator at " + where_ + " for " + Seconds(options_.retry_for_ms) +
+          (ever_registered_ ? " since the connection was lost" : " since the agent started") +
+          " (--retry-for); the agent ends";
+      Log(gave_up_);
+      stopping_ = true;
+    }
     if (stopping_) {
       Finish();
       return;
@@ -402,7 +414,9 @@ class Session {
     if (frame.type == MessageType::kBye) {
       auto reason = net::ByeFromJson(frame.body);
       std::string why = reason.ok() ? *reason : reason.status().message();
-      if (state_ == State::kServing) {
+      if (state_ == State::kServing && why.rfind(net::kSweepOver, 0) == 0) {
+        SweepOver(why);
+      } else if (state_ == State::kServing) {
         Drop("the coordinator said bye: " + why);
       } else if (why.rfind(net::kAuthFailed, 0) == 0) {
         // The tokens differ: no retry can change that, so the agent ends and says why (the
@@ -467,11 +481,25 @@ class Session {
     heartbeat_ms_ = welcome->heartbeat_ms;
     heartbeat_timeout_ms_ = welcome->heartbeat_timeout_ms;
     state_ = State::kServing;
+    ever_registered_ = true;
     backoff_ms_ = options_.backoff_initial_ms;
     auth_refusals_ = 0;
     last_failure_.clear();
     Log("registered with the coordinator at " + where_ + " (" + connection_->peer() +
         ") as agent " + std::to_string(agent_id_));
+  }
+
+  // The coordinator has finished its sweep: nothing will come back to this address for it.
+  void SweepOver(const std::string& why) {
+    if (options_.stay) {
+      Log("the coordinator at " + where_ + " said: " + net::Printable(why) +
+          "; staying for the next sweep on that address (--stay)");
+    } else {
+      Log("the coordinator at " + where_ + " said: " + net::Printable(why) +
+          "; the agent ends (--stay keeps it for the next sweep)");
+      stopping_ = true;
+    }
+    Drop("", /*log=*/false);
   }
 
   // The tokens differ, it seems: no retry changes that, so the agent ends, but only once the
@@ -626,7 +654,8 @@ class Session {
   void Drop(const std::string& why, bool log = true) {
     if (state_ == State::kDraining || state_ == State::kDone || state_ == State::kBackoff) return;
     const bool was_serving = state_ == State::kServing;
-    ++generation_;  // late callbacks of this connection are ignored
+    if (was_serving) alone_since_ = Clock::now();  // the wait for a coordinator starts again
+    ++generation_;                                 // late callbacks of this connection are ignored
     if (connection_) connection_->Close();
     connection_.reset();
     const size_t running = assigned_.size();
@@ -749,6 +778,7 @@ class Session {
   const AgentOptions& options_;
   const std::atomic<bool>& stop_;
   std::string refusal_;  // why the coordinator refused this agent for good (EndRefused)
+  std::string gave_up_;  // why the agent ended without a coordinator (Backoff)
   std::ostream& log_;
   std::string where_;
 
@@ -768,6 +798,9 @@ class Session {
   bool flush_armed_ = false;
   int backoff_ms_;
   std::string last_failure_;
+  // Since when the agent has had no coordinator (start, or the last lost connection).
+  Clock::time_point alone_since_ = Clock::now();
+  bool ever_registered_ = false;
 
   net::Hello hello_;
   std::shared_ptr<net::Connection> connection_;

@@ -187,11 +187,12 @@ class AgentHub::Impl {
     return static_cast<int>(live_.size());
   }
 
-  void Shutdown() {
+  void Shutdown(bool sweep_over) {
     if (!thread_.joinable()) return;
     std::promise<void> done;
     auto finished = done.get_future();
-    asio::post(io_, [this, &done] {
+    asio::post(io_, [this, &done, sweep_over] {
+      sweep_over_ = sweep_over;
       CloseAll();
       done.set_value();
     });
@@ -555,7 +556,9 @@ class AgentHub::Impl {
     if (reason == AgentLost::Reason::kMalformedFrame) {
       Send(peer, net::ByeToJson("closing the connection: " + detail));
     } else if (reason == AgentLost::Reason::kShutdown) {
-      Send(peer, net::ByeToJson("the coordinator is shutting down"));
+      Send(peer, net::ByeToJson(sweep_over_ ? std::string(net::kSweepOver) +
+                                                  ": the coordinator has finished it"
+                                            : std::string("the coordinator is shutting down")));
     }
     peer->state = Peer::State::kClosed;
     if (!registered) {
@@ -752,6 +755,7 @@ class AgentHub::Impl {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopped_ = false;
+  bool sweep_over_ = false;  // what the shutdown's byes say (io thread)
 
   friend class AgentHub;
 };
@@ -804,7 +808,11 @@ Status AgentHub::Continue(int64_t agent_id, int64_t trial) {
 int AgentHub::agents() const { return impl_ ? impl_->agents() : 0; }
 
 void AgentHub::Shutdown() {
-  if (impl_) impl_->Shutdown();
+  if (impl_) impl_->Shutdown(/*sweep_over=*/false);
+}
+
+void AgentHub::ShutdownSweepOver() {
+  if (impl_) impl_->Shutdown(/*sweep_over=*/true);
 }
 
 }  // namespace sweep::executor

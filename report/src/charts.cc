@@ -121,6 +121,60 @@ json NumberOrNull(double v, double round_to = 0) {
 
 }  // namespace
 
+// ---- which trials explain the metric ----
+
+Explaining ExplainingTrials(const SweepData& data) {
+  Explaining out;
+  out.trials = CompletedWithValue(data);
+  for (const auto* t : out.trials) out.values.push_back(*t->objective);
+  if (out.trials.size() >= kEnoughToExplain) return out;
+  double largest = 0;
+  for (const store::ReportRecord& r : data.reports) largest = std::max(largest, Resource(data, r));
+  const std::vector<double> rungs = RungResources(data.rungs, largest);
+  if (rungs.empty()) return out;
+  const auto ranges = ReportRanges(data);
+  // Each ended trial's metric at each rung: its first report at or past the rung.
+  std::vector<std::vector<std::pair<const store::TrialRecord*, double>>> at(rungs.size());
+  for (const store::TrialRecord& t : data.trials) {
+    if (t.status != store::TrialStatus::kCompleted && t.status != store::TrialStatus::kPruned) {
+      continue;
+    }
+    auto range = ranges.find(t.number);
+    if (range == ranges.end()) continue;
+    for (size_t k = 0; k < rungs.size(); ++k) {
+      const store::ReportRecord* first = nullptr;
+      for (size_t i = range->second.first; i < range->second.second; ++i) {
+        const store::ReportRecord& r = data.reports[i];
+        if (Resource(data, r) >= rungs[k] &&
+            (first == nullptr || Resource(data, r) < Resource(data, *first))) {
+          first = &r;
+        }
+      }
+      if (first == nullptr) continue;
+      auto v = NumberIn(ParseObject(first->metrics_json), data.sweep.metric);
+      if (v) at[k].emplace_back(&t, *v);
+    }
+  }
+  size_t pick = 0;
+  for (size_t k = 0; k < rungs.size(); ++k) {
+    if (at[k].size() >= kEnoughToExplain || at[k].size() > at[pick].size()) pick = k;
+  }
+  if (at[pick].size() <= out.trials.size()) return out;
+  out.trials.clear();
+  out.values.clear();
+  for (const auto& [t, v] : at[pick]) {
+    out.trials.push_back(t);
+    out.values.push_back(v);
+  }
+  out.rung = rungs[pick];
+  out.note = std::to_string(CompletedWithValue(data).size()) +
+             " trial(s) completed, too few to explain " + data.sweep.metric + ": this uses " +
+             std::to_string(at[pick].size()) + " trials' " + data.sweep.metric + " at " +
+             data.resource + " " + ShortNumber(rungs[pick]) +
+             " (an early-stopping rung), pruned trials included";
+  return out;
+}
+
 // ---- optimisation history ----
 
 HistoryData ComputeHistory(const SweepData& data) {
@@ -169,7 +223,10 @@ double AxisPosition(const Axis& axis, const json& value) {
 
 ParallelData ComputeParallel(const SweepData& data) {
   ParallelData out;
-  std::vector<const store::TrialRecord*> trials = CompletedWithValue(data);
+  const Explaining explaining = ExplainingTrials(data);
+  const std::vector<const store::TrialRecord*>& trials = explaining.trials;
+  const std::vector<double>& metric_values = explaining.values;
+  out.note = explaining.note;
   std::vector<json> params;
   params.reserve(trials.size());
   for (const auto* t : trials) params.push_back(ParseObject(t->params_json));
@@ -217,12 +274,9 @@ ParallelData ComputeParallel(const SweepData& data) {
   Axis metric;
   metric.name = data.sweep.metric;
   metric.scale = Scale::kLinear;
-  if (!trials.empty()) {
-    metric.min = metric.max = *trials.front()->objective;
-    for (const auto* t : trials) {
-      metric.min = std::min(metric.min, *t->objective);
-      metric.max = std::max(metric.max, *t->objective);
-    }
+  if (!metric_values.empty()) {
+    metric.min = *std::min_element(metric_values.begin(), metric_values.end());
+    metric.max = *std::max_element(metric_values.begin(), metric_values.end());
   }
   const double lo = metric.min, hi = metric.max;
   WidenEmptyRange(&metric.min, &metric.max);
@@ -238,7 +292,7 @@ ParallelData ComputeParallel(const SweepData& data) {
       auto it = params[i].find(out.axes[a].name);
       line.positions.push_back(it == params[i].end() ? kNaN : AxisPosition(out.axes[a], *it));
     }
-    const double v = *trials[i]->objective;
+    const double v = metric_values[i];
     line.positions.push_back(AxisPosition(out.axes.back(), json(v)));
     double c = hi > lo ? Fraction(v, lo, hi) : 1.0;
     line.color = data.sweep.maximize ? c : 1 - c;
@@ -338,15 +392,12 @@ CurvesData ComputeCurves(const SweepData& data, int top_k, size_t max_points) {
 
 std::vector<Importance> ComputeImportance(const SweepData& data) {
   std::vector<Importance> out;
-  std::vector<const store::TrialRecord*> trials = CompletedWithValue(data);
-  const int64_t n = static_cast<int64_t>(trials.size());
+  const Explaining explaining = ExplainingTrials(data);
+  const int64_t n = static_cast<int64_t>(explaining.trials.size());
   if (n < 3) return out;
-  std::vector<double> y;
+  std::vector<double> y = explaining.values;
   std::vector<json> params;
-  for (const auto* t : trials) {
-    y.push_back(*t->objective);
-    params.push_back(ParseObject(t->params_json));
-  }
+  for (const auto* t : explaining.trials) params.push_back(ParseObject(t->params_json));
   // A metric the same in every trial has nothing to explain; its mean in doubles need not be
   // exactly that value (1.1111111111111112 eighteen times), and a variance of rounding alone
   // would be shared out as if it meant something.
@@ -468,7 +519,7 @@ json ToJson(const ParallelData& parallel) {
     for (double p : l.positions) row.push_back(NumberOrNull(p, 1e-4));
     lines.push_back(std::move(row));
   }
-  return {{"axes", std::move(axes)}, {"lines", std::move(lines)}};
+  return {{"axes", std::move(axes)}, {"lines", std::move(lines)}, {"note", parallel.note}};
 }
 
 json ToJson(const CurvesData& curves) {
@@ -499,6 +550,15 @@ json ToJson(const std::vector<Importance>& importance) {
   }
   return arr;
 }
+
+namespace {
+json ExplainedJson(const SweepData& data) {
+  const Explaining e = ExplainingTrials(data);
+  return {{"note", e.note},
+          {"rung", e.note.empty() ? json(nullptr) : json(e.rung)},
+          {"trials", e.trials.size()}};
+}
+}  // namespace
 
 json ReportJson(const SweepData& data, const ReportOptions& options) {
   store::StatusCounts counts;
@@ -547,6 +607,7 @@ json ReportJson(const SweepData& data, const ReportOptions& options) {
           {"parallel", ToJson(ComputeParallel(data))},
           {"curves", ToJson(ComputeCurves(data, options.top_curves))},
           {"importance", ToJson(ComputeImportance(data))},
+          {"explained", ExplainedJson(data)},
           {"best", BestTrialsJson(data, options.top_trials)},
           {"config", s.config_text}};
 }

@@ -30,10 +30,18 @@ json MetricCell(const json& metrics, const std::string& key) {
 
 }  // namespace
 
-Table TrialsTable(const SweepData& data) {
-  std::vector<json> params, metrics;
+Table TrialsTable(const SweepData& data) { return TrialsTable(data.trials, data.trials); }
+
+Table TrialsTable(const std::vector<store::TrialRecord>& rows,
+                  const std::vector<store::TrialRecord>& all) {
   std::set<std::string> pkeys, mkeys;
-  for (const store::TrialRecord& t : data.trials) {
+  for (const store::TrialRecord& t : all) {
+    const json p = ParseObject(t.params_json), m = ParseObject(t.metrics_json);
+    for (auto& [k, v] : p.items()) pkeys.insert(k);
+    for (auto& [k, v] : m.items()) mkeys.insert(k);
+  }
+  std::vector<json> params, metrics;
+  for (const store::TrialRecord& t : rows) {
     params.push_back(ParseObject(t.params_json));
     metrics.push_back(ParseObject(t.metrics_json));
     for (auto& [k, v] : params.back().items()) pkeys.insert(k);
@@ -54,7 +62,7 @@ Table TrialsTable(const SweepData& data) {
       {"stderr_log", &store::TrialRecord::stderr_log}};
   std::vector<Path> present;
   for (const auto& [name, member] : files) {
-    for (const store::TrialRecord& t : data.trials) {
+    for (const store::TrialRecord& t : all) {
       if (!(t.*member).empty()) {
         table.columns.push_back(name);
         present.push_back(member);
@@ -62,8 +70,8 @@ Table TrialsTable(const SweepData& data) {
       }
     }
   }
-  for (size_t i = 0; i < data.trials.size(); ++i) {
-    const store::TrialRecord& t = data.trials[i];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const store::TrialRecord& t = rows[i];
     std::vector<json> row = {t.number,
                              store::ToString(t.status),
                              Opt(t.objective),

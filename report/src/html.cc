@@ -59,6 +59,10 @@ std::string ScriptSafeJson(const json& value) {
 
 std::string RenderHtml(const SweepData& data, const ReportOptions& options) {
   const json page = ReportJson(data, options);
+  // Too few trials completed: both explaining charts use the trials at a rung, and say so.
+  const std::string explained = page["explained"]["note"].get<std::string>();
+  const std::string rung_note =
+      explained.empty() ? "" : "<p class=\"note\"><b>" + HtmlEscape(explained) + ".</b></p>\n";
   const std::string mode = data.sweep.maximize ? "highest" : "lowest";
   std::string html;
   html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
@@ -75,7 +79,8 @@ std::string RenderHtml(const SweepData& data, const ReportOptions& options) {
   html +=
       "<h2>Parallel coordinates</h2>\n<p class=\"note\">One line per completed trial through "
       "its parameter values, coloured by the metric (yellow: best, purple: worst). A line "
-      "breaks where a conditional parameter is absent.</p>\n<canvas id=\"parallel\"></canvas>\n";
+      "breaks where a conditional parameter is absent.</p>\n" +
+      rung_note + "<canvas id=\"parallel\"></canvas>\n";
   html +=
       "<h2>Learning curves</h2>\n<p class=\"note\">The best completed trials over their "
       "reports; &times; marks the last report of each pruned trial; grey dashed curves are "
@@ -85,8 +90,8 @@ std::string RenderHtml(const SweepData& data, const ReportOptions& options) {
   html +=
       "<h2>Parameter importance</h2>\n<p class=\"note\">Share of the metric's variance over "
       "completed trials explained by each parameter's binned marginal means (first-order, "
-      "corrected for chance; interactions not counted).</p>\n<canvas "
-      "id=\"importance\"></canvas>\n";
+      "corrected for chance; interactions not counted).</p>\n" +
+      rung_note + "<canvas id=\"importance\"></canvas>\n";
   html += "<h2>Best trials</h2>\n<div id=\"best-wrap\"><table id=\"best\"></table></div>\n";
   html += "<h2>Config</h2>\n<pre id=\"config\"></pre>\n<div id=\"tip\"></div>\n";
   html += "<script id=\"sweep-data\" type=\"application/json\">";

@@ -258,4 +258,65 @@ Status SearchSpace::Add(Parameter parameter) {
   return Status::Ok();
 }
 
+std::string Outside(const SearchSpace& space, const nlohmann::json& params) {
+  if (!params.is_object()) return "its parameters are not an object";
+  // As the config would write it: a whole bound of a real range as 0, not 0.0.
+  auto show = [](const nlohmann::json& v) {
+    if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+        v.get<double>() == std::floor(v.get<double>()) && std::abs(v.get<double>()) < 1e15) {
+      return std::to_string(static_cast<int64_t>(v.get<double>()));
+    }
+    return v.dump();
+  };
+  for (const Parameter& p : space.parameters()) {
+    bool active = true;
+    if (p.condition) {
+      auto parent = params.find(p.condition->parent);
+      const auto& values = p.condition->values;
+      active = parent != params.end() &&
+               std::find(values.begin(), values.end(), *parent) != values.end();
+    }
+    auto it = params.find(p.name);
+    if (!active) {
+      if (it != params.end()) return p.name + " is set where this space has it inactive";
+      continue;
+    }
+    if (it == params.end()) return "it has no " + p.name;
+    const nlohmann::json& v = *it;
+    const Distribution& d = p.distribution;
+    switch (d.kind) {
+      case Kind::kConstant:
+        if (v != d.values[0]) return p.name + " is " + show(v) + ", not " + show(d.values[0]);
+        break;
+      case Kind::kCategorical:
+        if (std::find(d.values.begin(), d.values.end(), v) == d.values.end()) {
+          return p.name + " " + show(v) + " is not one of " + nlohmann::json(d.values).dump();
+        }
+        break;
+      case Kind::kUniform:
+      case Kind::kLogUniform:
+      case Kind::kIntUniform:
+      case Kind::kLogIntUniform: {
+        if (!v.is_number()) return p.name + " " + show(v) + " is not a number";
+        const double x = v.get<double>();
+        const bool integral = d.kind == Kind::kIntUniform || d.kind == Kind::kLogIntUniform;
+        if (integral && x != std::floor(x)) return p.name + " " + show(v) + " is not an integer";
+        if (x < d.min) return p.name + " " + show(v) + " is below its min " + show(d.min);
+        if (x > d.max) return p.name + " " + show(v) + " is above its max " + show(d.max);
+        if (d.step > 0) {
+          const double k = (x - d.min) / d.step;
+          if (std::abs(k - std::round(k)) > 1e-6) {
+            return p.name + " " + show(v) + " is off its step " + show(d.step);
+          }
+        }
+        break;
+      }
+    }
+  }
+  for (const auto& [name, value] : params.items()) {
+    if (space.Find(name) == nullptr) return "this space has no parameter " + name;
+  }
+  return "";
+}
+
 }  // namespace sweep::search

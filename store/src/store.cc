@@ -139,7 +139,9 @@ std::string_view QuerySql(Query query) {
              "seed, status, created, owner, run_options) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     case Query::kFindSweep:
       return "SELECT id, name, config_text, config_hash, config_path, metric, maximize, seed, "
-             "status, created, ended, owner, active_s, run_options FROM sweeps WHERE name = ?";
+             "status, created, ended, owner, active_s, run_options, max_trials, time_budget_s, "
+             "carried, "
+             "sample_shift FROM sweeps WHERE name = ?";
     case Query::kListSweeps:
       // Correlated subqueries so each count and best value is an index range, not a scan of the
       // sweep's trials; MIN/MAX on trials_best(sweep_id, status, objective) is one index seek.
@@ -226,6 +228,13 @@ std::string_view QuerySql(Query query) {
     case Query::kDeleteSweep:
       // Its trials, reports and events go with it (ON DELETE CASCADE).
       return "DELETE FROM sweeps WHERE id = ?";
+    case Query::kSetSweepBudget:
+      return "UPDATE sweeps SET max_trials = ?, time_budget_s = ? WHERE id = ?";
+    case Query::kTrialEvents:
+      return "SELECT from_state, to_state, detail, time FROM events "
+             "WHERE sweep_id = ? AND trial = ? ORDER BY id";
+    case Query::kSetSweepCarried:
+      return "UPDATE sweeps SET carried = ?, sample_shift = ? WHERE id = ?";
     case Query::kCount:
       break;
   }
@@ -391,6 +400,15 @@ ALTER TABLE trials ADD COLUMN agent_losses INTEGER NOT NULL DEFAULT 0;
     // sweep, so that a resume hint given after it died brings its agents back.
     R"sql(
 ALTER TABLE sweeps ADD COLUMN run_options TEXT NOT NULL DEFAULT '';
+)sql",
+    // 5 -> 6: a budget given to `sweep resume --max-trials/--time-budget` in place of the
+    // config's (NULL: the config's), kept for the sweep's later resumes; and, for a sweep
+    // started with `run --from`, how many trials it carried over and its sampler's shift.
+    R"sql(
+ALTER TABLE sweeps ADD COLUMN max_trials INTEGER;
+ALTER TABLE sweeps ADD COLUMN time_budget_s REAL;
+ALTER TABLE sweeps ADD COLUMN carried INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sweeps ADD COLUMN sample_shift INTEGER NOT NULL DEFAULT 0;
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,
@@ -1335,6 +1353,11 @@ Result<SweepRecord> Store::FindSweep(std::string_view name) {
   sweep.owner = ColumnText(stmt, 11);
   sweep.active_s = sqlite3_column_double(stmt, 12);
   sweep.run_options = ColumnText(stmt, 13);
+  if (sqlite3_column_type(stmt, 14) != SQLITE_NULL)
+    sweep.max_trials = sqlite3_column_int64(stmt, 14);
+  sweep.time_budget_s = ColumnOptReal(stmt, 15);
+  sweep.carried = sqlite3_column_int64(stmt, 16);
+  sweep.sample_shift = sqlite3_column_int64(stmt, 17);
   return sweep;
 }
 
@@ -1646,6 +1669,28 @@ Result<std::vector<ReportRecord>> Store::Reports(int64_t sweep_id, int64_t trial
   return reports;
 }
 
+Result<std::vector<EventRecord>> Store::TrialEvents(int64_t sweep_id, int64_t trial_number) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kTrialEvents));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).Int(trial_number);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the events query");
+  std::vector<EventRecord> events;
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    EventRecord e;
+    e.from = ColumnText(stmt, 0);
+    e.to = ColumnText(stmt, 1);
+    e.detail = ColumnText(stmt, 2);
+    e.time_s = sqlite3_column_double(stmt, 3);
+    events.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) {
+    return impl_->Error(rc, "reading the events of trial " + std::to_string(trial_number));
+  }
+  return events;
+}
+
 Result<std::optional<ReportRecord>> Store::ReportAt(int64_t sweep_id, int64_t trial, int64_t step) {
   SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kReportAt));
   ResetOnExit reset(stmt);
@@ -1691,6 +1736,18 @@ Status Store::SetSweepOwner(int64_t sweep_id, std::string_view owner,
                             std::string_view run_options) {
   return impl_->Update(Query::kSetSweepOwner, "recording the sweep's owner",
                        [&](Binder& b) { b.Text(owner).Text(run_options).Int(sweep_id); });
+}
+
+Status Store::SetSweepBudget(int64_t sweep_id, std::optional<int64_t> max_trials,
+                             std::optional<double> time_budget_s) {
+  return impl_->Update(Query::kSetSweepBudget, "recording the sweep's budget", [&](Binder& b) {
+    b.OptInt(max_trials).OptReal(time_budget_s).Int(sweep_id);
+  });
+}
+
+Status Store::SetSweepCarried(int64_t sweep_id, int64_t carried, int64_t sample_shift) {
+  return impl_->Update(Query::kSetSweepCarried, "recording the trials carried over",
+                       [&](Binder& b) { b.Int(carried).Int(sample_shift).Int(sweep_id); });
 }
 
 Status Store::SetSweepActive(int64_t sweep_id, double active_s) {

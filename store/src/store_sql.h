@@ -47,6 +47,9 @@ enum class Query {
   kRewriteReport,        // metrics, time, last (0/1), sweep_id, trial, step
   kRowCounts,            // sweep_id
   kDeleteSweep,          // id
+  kSetSweepBudget,       // max_trials, time_budget_s, id
+  kSetSweepCarried,      // carried, sample_shift, id
+  kTrialEvents,          // sweep_id, trial
   kCount,                // not a query: the number of them
 };
 

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -27,6 +28,7 @@
 
 #include "base/clock.h"
 #include "base/hash.h"
+#include "carry_over.h"
 #include "checkpoint_keeper.h"
 #include "executor/agent_hub.h"
 #include "executor/command.h"
@@ -218,6 +220,11 @@ class Coordinator {
   Result<RunSummary> Start(const SweepConfig& config) {
     config_ = config;
     SWEEP_RETURN_IF_ERROR(Prepare());
+    // Read before the new sweep is recorded, so that a mistyped name leaves nothing behind.
+    std::optional<CarryPlan> carry;
+    if (!options_.from.empty()) {
+      SWEEP_ASSIGN_OR_RETURN(carry, PlanCarryOver(store_, config_, options_.from));
+    }
     store::NewSweep ns;
     ns.name = config_.name;
     ns.config_text = config_.text;
@@ -242,9 +249,11 @@ class Coordinator {
       lock_ = std::move(lock).value();
       return Status::Ok();
     }));
-    SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, "", "running", "", start_s_));
+    SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, "", "running",
+                                          carry ? carry->Summary() : "", start_s_));
+    if (carry) SWEEP_RETURN_IF_ERROR(TakeCarried(*carry));
     SWEEP_RETURN_IF_ERROR(store_.Commit());
-    Announce("");
+    Announce(carry ? " (" + carry->Summary() + ")" : "");
     return Loop();
   }
 
@@ -277,7 +286,19 @@ class Coordinator {
     config_ = std::move(cfg).value();
     config_.name = rec.name;  // it may have been renamed by `run --name`
     sweep_key_ = SweepKey(rec.name, rec.created_s);
-    if (rec.status == store::SweepStatus::kCompleted) {
+    // A budget an earlier `resume --max-trials/--time-budget` gave stands over the config's.
+    if (rec.max_trials) {
+      config_.max_trials = *rec.max_trials;
+      config_.unbounded_trials = false;
+    }
+    if (rec.time_budget_s) config_.time_budget_s = rec.time_budget_s;
+    carried_ = rec.carried;
+    sample_shift_ = rec.sample_shift;
+    std::string extended;  // what the new budget changed, for the log and the resume event
+    if (!options_.budget.empty()) {
+      SWEEP_ASSIGN_OR_RETURN(extended, ExtendBudget(rec));
+    }
+    if (rec.status == store::SweepStatus::kCompleted && extended.empty()) {
       // Nothing to run: no slots to discover, no agents to accept.
       RunSummary summary;
       summary.sweep_id = sweep_id_;
@@ -327,7 +348,10 @@ class Coordinator {
             }
           }
         }
-        if (!pruned_here && !stop_reasons.count(r.trial)) NoteTarget(r.trial, metrics);
+        // stop_when counts the sweep's own trials, not those carried over (as live).
+        if (!pruned_here && !stop_reasons.count(r.trial) && r.trial >= carried_) {
+          NoteTarget(r.trial, metrics);
+        }
       }
     }
     store::TrialQuery interrupted;
@@ -407,21 +431,174 @@ class Coordinator {
       if (!seen[static_cast<size_t>(n)]) gaps_.push_back(n);
     }
     SWEEP_ASSIGN_OR_RETURN(counts_, store_.CountByStatus(sweep_id_));
-    for (const auto& t : stored) metric_seen_ = metric_seen_ || t.objective.has_value();
+    for (const auto& t : stored) {
+      metric_seen_ = metric_seen_ || t.objective.has_value();
+      if (t.number < carried_ && config_.algorithm == "grid") {
+        carried_params_.insert(CanonicalParams(t.params_json));
+      }
+    }
     SWEEP_ASSIGN_OR_RETURN(auto best, store_.BestTrials(sweep_id_, config_.maximize, 1));
     if (!best.empty()) {
       best_ = best[0].objective;
       best_trial_ = best[0].number;
     }
-    SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, std::nullopt, store::ToString(rec.status),
-                                          "running", "resumed by " + OwnerId(), start_s_));
+    SWEEP_RETURN_IF_ERROR(store_.AddEvent(
+        sweep_id_, std::nullopt, store::ToString(rec.status), "running",
+        "resumed by " + OwnerId() + (extended.empty() ? "" : "; " + extended), start_s_));
     SWEEP_RETURN_IF_ERROR(store_.SetSweepStatus(sweep_id_, store::SweepStatus::kRunning, {}));
+    if (!extended.empty()) {
+      SWEEP_RETURN_IF_ERROR(store_.SetSweepBudget(sweep_id_, rec.max_trials, rec.time_budget_s));
+    }
     Announce(" (resumed: " + std::to_string(queue_.size()) + " trial(s) to run again, " +
-             std::to_string(stored.size()) + " started before)");
+             std::to_string(stored.size()) + " started before" +
+             (extended.empty() ? "" : "; " + extended) + ")");
     return Loop();
   }
 
  private:
+  // `run --from`: copies the planned trials into the new sweep, and has early stopping, the
+  // counts and the best trial start from them.
+  Status TakeCarried(const CarryPlan& plan) {
+    std::vector<store::ReportRecord> reports;
+    SWEEP_RETURN_IF_ERROR(ApplyCarryOver(store_, sweep_id_, plan, start_s_, &reports));
+    carried_ = static_cast<int64_t>(plan.trials.size());
+    sample_shift_ = plan.sample_shift;
+    next_number_ = carried_;
+    for (const store::TrialRecord& t : plan.trials) {
+      if (config_.algorithm == "grid") carried_params_.insert(CanonicalParams(t.params_json));
+      metric_seen_ = true;
+      if (t.status != TrialStatus::kCompleted) {
+        ++counts_.pruned;
+        continue;
+      }
+      ++counts_.completed;
+      // The best completed trial, as `best` ranks them (ties: the lower number).
+      if (!best_ || (config_.maximize ? *t.objective > *best_ : *t.objective < *best_)) {
+        best_ = t.objective;
+        best_trial_ = t.number;
+      }
+    }
+    if (scheduler_ != nullptr) {
+      for (const auto& r : reports) {
+        json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
+        if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics)) {
+          (void)scheduler_->OnReport(report->trial, report->resource, report->value);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // The sampler's point for trial `number`: n + sample_shift_; for a grid that carried points
+  // over, trial carried_ + k is its k-th point not carried (so none runs twice, and numbers
+  // have no gaps), found by walking the grid once.
+  std::optional<json> SampleFor(int64_t number) {
+    if (carried_params_.empty()) return sampler_->Sample(number + sample_shift_);
+    const int64_t k = number - carried_;
+    while (static_cast<int64_t>(fresh_points_.size()) <= k) {
+      std::optional<json> p = sampler_->Sample(grid_cursor_);
+      if (!p) return std::nullopt;
+      if (!carried_params_.contains(p->dump())) fresh_points_.push_back(grid_cursor_);
+      ++grid_cursor_;
+    }
+    return sampler_->Sample(fresh_points_[static_cast<size_t>(k)]);
+  }
+
+  // A trial's parameters as one string, to tell a grid point already carried over.
+  static std::string CanonicalParams(const std::string& params_json) {
+    return json::parse(params_json, nullptr, /*allow_exceptions=*/false).dump();
+  }
+
+  // The number below which new trials may start: carried-over ones do not count.
+  int64_t TrialLimit() const {
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    return config_.max_trials > kMax - carried_ ? kMax : carried_ + config_.max_trials;
+  }
+
+  // `resume --max-trials/--time-budget`: sets the new budget in config_ and `rec` (stored once
+  // the resume starts) and says what changed ("max_trials 16 -> 32"). Refused, before anything
+  // is written, when it leaves nothing to run: a completed sweep whose trials have all started
+  // and whose budget is not raised past them, whose time is spent, whose grid is done, or which
+  // met its stop_when target.
+  Result<std::string> ExtendBudget(store::SweepRecord& rec) {
+    const BudgetChange& change = options_.budget;
+    const std::string who = "sweep '" + rec.name + "'";
+    SWEEP_ASSIGN_OR_RETURN(const int64_t max_number, store_.MaxTrialNumber(sweep_id_));
+    const int64_t started = max_number + 1 - rec.carried;  // max_trials counts these
+    std::string said;
+    if (change.max_trials) {
+      const int64_t before = config_.unbounded_trials ? started : config_.max_trials;
+      const int64_t want = change.more_trials ? before + *change.max_trials : *change.max_trials;
+      if (want < started || (want == started && rec.status == store::SweepStatus::kCompleted)) {
+        return Status::InvalidArgument("--max-trials " + std::to_string(want) + ": " + who +
+                                       " has started " + std::to_string(started) +
+                                       " trial(s) already; give a larger total, or +N for N more");
+      }
+      said = "max_trials " +
+             (config_.unbounded_trials ? std::string("unset") : std::to_string(before)) + " -> " +
+             std::to_string(want);
+      config_.max_trials = want;
+      config_.unbounded_trials = false;
+      rec.max_trials = want;
+    }
+    if (change.time_budget_s) {
+      const double before = std::max(config_.time_budget_s.value_or(0), rec.active_s);
+      const double want = change.more_time ? before + *change.time_budget_s : *change.time_budget_s;
+      if (want <= rec.active_s) {
+        return Status::InvalidArgument(
+            "--time-budget " + FormatElapsed(want) + ": " + who + " has run for " +
+            FormatElapsed(rec.active_s) +
+            " already, and the budget is its total running time; give more than that, or +30m "
+            "for 30 more minutes");
+      }
+      said +=
+          std::string(said.empty() ? "" : ", ") + "time_budget " +
+          (config_.time_budget_s ? FormatElapsed(*config_.time_budget_s) : std::string("unset")) +
+          " -> " + FormatElapsed(want);
+      config_.time_budget_s = want;
+      rec.time_budget_s = want;
+    }
+    if (rec.status != store::SweepStatus::kCompleted) return said;
+    // A completed sweep: does the new budget let anything run?
+    SWEEP_ASSIGN_OR_RETURN(const store::StatusCounts counts, store_.CountByStatus(sweep_id_));
+    const bool reruns = counts.interrupted > 0;
+    if (config_.time_budget_s && rec.active_s >= *config_.time_budget_s) {
+      return Status::InvalidArgument(who + " spent its time budget of " +
+                                     FormatElapsed(*config_.time_budget_s) +
+                                     "; give a larger --time-budget (or +30m for 30 more minutes)");
+    }
+    if (!reruns && !config_.unbounded_trials && started >= config_.max_trials) {
+      return Status::InvalidArgument(who + " has started all its " +
+                                     std::to_string(config_.max_trials) +
+                                     " trials; give a larger --max-trials (or +N for N more)");
+    }
+    SWEEP_ASSIGN_OR_RETURN(auto probe, MakeSampler(config_));
+    // Every trial, carried over or not, is a distinct point of the grid.
+    if (!reruns && probe->size() && max_number + 1 >= *probe->size()) {
+      return Status::InvalidArgument(who + "'s " + config_.algorithm + " search has run all " +
+                                     std::to_string(*probe->size()) +
+                                     " of its points; a larger budget adds none (widen the "
+                                     "space in a new sweep: sweep run CONFIG --from " +
+                                     rec.name + ")");
+    }
+    if (config_.stop_when) {
+      SWEEP_ASSIGN_OR_RETURN(auto reports, store_.AllReports(sweep_id_));
+      for (const auto& r : reports) {
+        if (r.trial < rec.carried) continue;
+        json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
+        auto m = metrics.is_object() ? metrics.find(config_.stop_when->metric) : metrics.end();
+        if (m != metrics.end() && m->is_number() && config_.stop_when->Reached(m->get<double>())) {
+          return Status::InvalidArgument(who + " met its target " + config_.stop_when->ToString() +
+                                         " (trial " + std::to_string(r.trial) +
+                                         "), so it would end at once; set a new target in a new "
+                                         "sweep: sweep run CONFIG --from " +
+                                         rec.name);
+        }
+      }
+    }
+    return said;
+  }
+
   Status Prepare() {
     SWEEP_ASSIGN_OR_RETURN(packer_, executor::Packer::Create({}));
     if (options_.local_slots) {
@@ -598,7 +775,7 @@ class Coordinator {
   bool WorkLeft(bool exhausted) const { return !queue_.empty() || FreshLeft(exhausted); }
 
   bool FreshLeft(bool exhausted) const {
-    return !gaps_.empty() || !ahead_.empty() || (!exhausted && next_number_ < config_.max_trials);
+    return !gaps_.empty() || !ahead_.empty() || (!exhausted && next_number_ < TrialLimit());
   }
 
   // The next new trial: numbers a resume found never started first, then the sampler's next; or,
@@ -606,9 +783,9 @@ class Coordinator {
   std::optional<Pending> NextFresh(bool* exhausted) {
     auto draw = [&]() -> std::optional<Pending> {
       const bool gap = !gaps_.empty();
-      if (!gap && (*exhausted || next_number_ >= config_.max_trials)) return std::nullopt;
+      if (!gap && (*exhausted || next_number_ >= TrialLimit())) return std::nullopt;
       const int64_t number = gap ? gaps_.front() : next_number_;
-      std::optional<json> params = sampler_->Sample(number);
+      std::optional<json> params = SampleFor(number);
       if (gap) {
         gaps_.pop_front();
       } else if (params) {
@@ -620,7 +797,7 @@ class Coordinator {
       return Pending{number, std::move(*params), 0};
     };
     if (!config_.longest_first) {
-      while (!gaps_.empty() || (!*exhausted && next_number_ < config_.max_trials)) {
+      while (!gaps_.empty() || (!*exhausted && next_number_ < TrialLimit())) {
         if (std::optional<Pending> p = draw()) return p;
       }
       return std::nullopt;
@@ -628,7 +805,7 @@ class Coordinator {
     while (ahead_.size() < kMaxDrawnAhead) {
       std::optional<Pending> p = draw();
       if (!p) {
-        if (gaps_.empty() && (*exhausted || next_number_ >= config_.max_trials)) break;
+        if (gaps_.empty() && (*exhausted || next_number_ >= TrialLimit())) break;
         continue;
       }
       ahead_.emplace(std::make_pair(-EstimatedWork(p->params), p->number), std::move(p->params));
@@ -1145,7 +1322,9 @@ class Coordinator {
     SWEEP_RETURN_IF_ERROR(store_.CheckFile());
     ShowProgress(end, true);
     executor_->Shutdown(1000);
-    if (hub_ != nullptr) hub_->Shutdown();
+    // A completed sweep lets its agents go; an interrupted one keeps them for its resume.
+    if (hub_ != nullptr && interrupted_) hub_->Shutdown();
+    if (hub_ != nullptr && !interrupted_) hub_->ShutdownSweepOver();
     // An interrupted sweep ends now; what is left to delete goes on the next run or resume.
     if (!interrupted_ && reaper_.Busy()) {
       if (options_.log != nullptr) {
@@ -1770,7 +1949,7 @@ class Coordinator {
     std::string line =
         "\r\033[K" + config_.name + ": " +
         std::to_string(counts_.completed + counts_.pruned + counts_.failed) +
-        (config_.unbounded_trials ? std::string() : "/" + std::to_string(config_.max_trials)) +
+        (config_.unbounded_trials ? std::string() : "/" + std::to_string(TrialLimit())) +
         " done, " + std::to_string(counts_.running) + " running, " +
         std::to_string(counts_.pruned) + " pruned, " + std::to_string(counts_.failed) + " failed";
     if (best_) {
@@ -1816,6 +1995,13 @@ class Coordinator {
   std::optional<trainer::TrainOptions> work_base_;    // [trainer] applied, for EstimatedWork
   double start_s_ = 0;
   double active_before_s_ = 0;  // running time of earlier runs of this sweep
+  // `run --from`: trials below carried_ came from another sweep; trial n is the sampler's
+  // point n + sample_shift_, or for a grid (SampleFor) the next point not in carried_params_.
+  int64_t carried_ = 0;
+  int64_t sample_shift_ = 0;
+  std::set<std::string> carried_params_;  // CanonicalParams of the grid points carried over
+  std::vector<int64_t> fresh_points_;     // grid indices of trials carried_, carried_ + 1, ...
+  int64_t grid_cursor_ = 0;               // the next grid index SampleFor looks at
   double last_progress_s_ = 0;
   double last_commit_s_ = 0;
   std::deque<Pending> queue_;

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -28,6 +30,7 @@
 #include "executor/worker.h"
 #include "manage_commands.h"
 #include "output.h"
+#include "report/export.h"
 #include "store/store.h"
 #include "sweep/config.h"
 #include "sweep/coordinator.h"
@@ -104,7 +107,7 @@ int CmdBest(const QueryArgs& a, int64_t top) {
   } else if (a.csv) {
     auto all = (*st)->Trials(sw->id, sweep::store::TrialQuery{});
     if (!all.ok()) return Fail(all.status());
-    sweep::PrintTrialsCsv(std::cout, *trials, &*all);
+    sweep::report::WriteCsv(std::cout, sweep::report::TrialsTable(*trials, *all));
   } else if (trials->empty()) {
     std::cout << "no completed trial with a value of " << sw->metric << " yet\n";
   } else {
@@ -192,7 +195,9 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
   if (a.json) {
     sweep::PrintTrialsJson(std::cout, *trials);
   } else if (a.csv) {
-    sweep::PrintTrialsCsv(std::cout, *trials, q.status ? &whole : nullptr);
+    // The layout of `export --format csv`: the columns of every trial of the sweep.
+    sweep::report::WriteCsv(std::cout,
+                            sweep::report::TrialsTable(*trials, q.status ? whole : *trials));
   } else {
     sweep::PrintTrialsTable(std::cout, *trials, sw->metric);
   }
@@ -435,7 +440,9 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
   const auto& c = summary.counts;
   if (summary.already_complete) {
     std::cerr << "sweep '" << name << "' is already complete (" << c.total()
-              << " trials); nothing to resume\n";
+              << " trials); nothing to resume. To continue it with a larger budget: `"
+              << sweep::SweepCommand("resume", name, st.path(), "--max-trials +10") << "` (or "
+              << "--time-budget +30m)\n";
   } else {
     std::cerr << "sweep '" << name << "' " << (summary.interrupted ? "interrupted" : "done")
               << " in " << static_cast<int64_t>(summary.elapsed_s) << " s: " << c.completed
@@ -466,11 +473,42 @@ int ReportRun(sweep::store::Store& st, const std::string& name, const sweep::Run
   return kExitOk;
 }
 
+// `resume --max-trials N|+N --time-budget D|+D` (empty: not given).
+sweep::Result<sweep::BudgetChange> ParseBudgetChange(const std::string& max_trials,
+                                                     const std::string& time_budget) {
+  sweep::BudgetChange change;
+  if (!max_trials.empty()) {
+    change.more_trials = max_trials[0] == '+';
+    const std::string digits = max_trials.substr(change.more_trials ? 1 : 0);
+    char* rest = nullptr;
+    const long long n = std::strtoll(digits.c_str(), &rest, 10);
+    if (digits.empty() || !std::isdigit(static_cast<unsigned char>(digits[0])) || *rest != '\0' ||
+        n < 1 || n > 1'000'000'000) {
+      return Status::InvalidArgument("--max-trials " + max_trials +
+                                     ": expected the new total (e.g. 32) or +N for N more trials");
+    }
+    change.max_trials = n;
+  }
+  if (!time_budget.empty()) {
+    change.more_time = time_budget[0] == '+';
+    auto seconds = sweep::ParseDuration(time_budget.substr(change.more_time ? 1 : 0));
+    if (!seconds || *seconds <= 0 || *seconds > 3650 * 86400.0) {
+      return Status::InvalidArgument("--time-budget " + time_budget +
+                                     ": expected the new total (e.g. 2h) or +D for that much more "
+                                     "(e.g. +30m)");
+    }
+    change.time_budget_s = *seconds;
+  }
+  return change;
+}
+
 int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& remote,
-              std::optional<int> max_initial_failures, const char* argv0) {
+              std::optional<int> max_initial_failures, const sweep::BudgetChange& budget,
+              const char* argv0) {
   // The remote options first: a usage error, whatever the database.
   sweep::RunOptions options = MakeRunOptions(argv0);
   options.max_initial_failures = max_initial_failures;
+  options.budget = budget;
   if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
   std::error_code ec;
   if (!std::filesystem::exists(db, ec)) {
@@ -499,7 +537,7 @@ int CmdResume(const std::string& name, const std::string& db, const RemoteArgs& 
 
 int CmdRun(const std::string& config_path, const std::string& db_flag,
            const std::optional<std::string>& name_flag, bool resume, bool dry_run,
-           const RemoteArgs& remote, const char* argv0) {
+           const std::string& from, const RemoteArgs& remote, const char* argv0) {
   auto cfg = sweep::LoadConfig(config_path);
   if (!cfg.ok()) return Fail(cfg.status());
   // Its folder is where the config's relative paths start.
@@ -543,17 +581,26 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
   // empty database behind.
   sweep::RunOptions options = MakeRunOptions(argv0);
   if (Status s = ApplyRemoteArgs(remote, &options); !s.ok()) return Fail(s);
+  options.from = from;
   // And what this machine refuses (trial.gpus past its slots, a program missing here): no
   // database is made for a run that cannot start.
   if (Status s = sweep::CheckRunHere(*cfg, options); !s.ok()) return Fail(s);
   if (dry_run) {
     if (Status s = sweep::DryRun(*cfg, options, db, std::cout); !s.ok()) return Fail(s);
+    if (!from.empty()) {
+      std::cout << "with --from " << from << ", the run first carries over that sweep's trials "
+                << "that are points of this space (the dry run does not read them)\n";
+    }
     return sweep::CheckStandardOutput(kExitOk);
   }
   // A port another program holds, said before a new store is made (an empty one would be left
   // behind); with a store already there, the run's own listening says it, after saying whether
   // this sweep runs elsewhere now (which would explain the port).
   if (std::error_code ec; !std::filesystem::exists(db, ec)) {
+    // The sweep to start from is in this store: none, no such sweep (and no file made).
+    if (!from.empty())
+      return Fail(sweep::NoSuchDatabase(db).WithMessage("--from " + from + ": " +
+                                                        sweep::NoSuchDatabase(db).message()));
     if (Status s = sweep::CheckCanListen(options); !s.ok()) return Fail(s);
   }
   auto st = sweep::store::Store::Open(db, sweep::store::OpenMode::kReadWrite,
@@ -571,7 +618,7 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
             sweep::SweepCommand("resume", cfg->name, db, ResumeOptions(remote, {})) +
             "`, or start the edited config under a new name (--name)"));
       }
-      return CmdResume(cfg->name, db, remote, std::nullopt, argv0);
+      return CmdResume(cfg->name, db, remote, std::nullopt, {}, argv0);
     }
   }
 
@@ -610,6 +657,8 @@ struct AgentArgs {
   std::string gpus;  // "0,1"; empty: every GPU
   int cpu_slots = 0;
   std::string name;
+  bool stay = false;
+  std::string retry_for;  // a duration or "forever"; empty: 10m, forever with --stay
 };
 
 int CmdAgent(const AgentArgs& a, const char* argv0) {
@@ -674,6 +723,18 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
         "escapes)"));
   }
   options.name = a.name;
+  options.stay = a.stay;
+  if (a.retry_for == "forever" || (a.retry_for.empty() && a.stay)) {
+    options.retry_for_ms = -1;
+  } else if (!a.retry_for.empty()) {
+    auto seconds = sweep::ParseDuration(a.retry_for);
+    if (!seconds || *seconds > 366 * 86400.0) {
+      return Fail(Status::InvalidArgument("--retry-for " + a.retry_for +
+                                          ": expected a duration such as 90s, 10m or 2h, or "
+                                          "'forever'"));
+    }
+    options.retry_for_ms = static_cast<int64_t>(*seconds * 1000);
+  }
   // Test hook: how long token refusals must go on before the agent ends (default a minute).
   if (const char* w = std::getenv("SWEEP_TEST_AUTH_REFUSAL_WINDOW_MS")) {
     options.auth_refusal_window_ms = std::atoi(w);
@@ -684,8 +745,10 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, OnInterrupt);
   Status s = ex::RunAgent(options, g_interrupt);
   // A refusal by the coordinator (the only InvalidArgument once the options above are checked)
-  // was logged as it came: its exit code, not a second copy of the line.
+  // and giving up without one (Unavailable) were logged as they came: their exit codes, not a
+  // second copy of the line.
   if (!s.ok() && s.code() == Status::Code::kInvalidArgument) return kExitUsage;
+  if (!s.ok() && s.code() == Status::Code::kUnavailable) return kExitRuntime;
   if (!s.ok()) return Fail(s);
   return kExitOk;
 }
@@ -921,6 +984,9 @@ int main(int argc, char** argv) {
   bool dry_run_flag = false;
   run->add_flag("--dry-run", dry_run_flag,
                 "check everything, print the first trials it would start, touch no store");
+  std::string from_flag;
+  run->add_option("--from", from_flag,
+                  "start from that sweep's trials (in the same --db) where the spaces agree");
   RemoteArgs remote;
   auto add_remote = [&remote](CLI::App* sub) {
     sub->add_option("--listen", remote.listen,
@@ -941,10 +1007,19 @@ int main(int argc, char** argv) {
       ->add_option("--max-initial-failures", max_initial_failures,
                    "this run's [trial] max_initial_failures (0: go on whatever fails)")
       ->check(CLI::Range(0, 1000000000));
+  std::string more_trials, more_time;
+  resume->add_option("--max-trials", more_trials,
+                     "a new max_trials: the total, or +N for N more (a completed sweep too)");
+  resume->add_option("--time-budget", more_time,
+                     "a new time_budget: the total running time, or +D for D more (e.g. +30m)");
   resume->footer(
       "Runs again the trials that were running when it stopped (from their checkpoints) and "
-      "goes on where it left off.\nExample: sweep resume fashion-mlp");
-  run->footer("Example: sweep run configs/quickstart.toml --db results.db");
+      "goes on where it left off.\nA new budget continues the sampler where it stopped, early "
+      "stopping's rungs intact, and is kept for later resumes.\nExamples: sweep resume "
+      "fashion-mlp; sweep resume fashion-mlp --max-trials +16");
+  run->footer(
+      "Examples: sweep run configs/quickstart.toml --db results.db\n"
+      "          sweep run fixed.toml --name fixed --from first  (carries first's trials over)");
 
   auto* train = app.add_subcommand("train", "run one trial directly, no store");
   train->add_option("CONFIG", config_path, "sweep config (TOML)")->required();
@@ -1000,9 +1075,16 @@ int main(int argc, char** argv) {
   agent->add_option("--cpu-slots", agent_args.cpu_slots, "CPU slots to offer (no GPU)")
       ->check(CLI::Range(1, 1024));
   agent->add_option("--name", agent_args.name, "name in placements (default: host name)");
+  agent->add_flag("--stay", agent_args.stay,
+                  "keep serving when the sweep is over: wait for the next one on that address");
+  agent->add_option("--retry-for", agent_args.retry_for,
+                    "give up after this long without a coordinator (default 10m; with --stay "
+                    "'forever')");
   agent->footer(
       "Example: sweep agent --connect coordinator:7070 --token-file ~/.sweep-token --gpus 0,1\n"
-      "Reconnects with backoff when the coordinator restarts (sweep resume --listen ...).");
+      "Reconnects with backoff when the coordinator restarts (sweep resume --listen ...).\n"
+      "Exits 0 when the coordinator's sweep is over (unless --stay), 1 after --retry-for "
+      "without a coordinator.");
   auto* worker = app.add_subcommand("worker", "");  // hidden: spawned by the coordinator
   worker->group("");
   // show, export, report and status --watch: sweep/src/view_commands.h.
@@ -1057,9 +1139,12 @@ int main(int argc, char** argv) {
   const int code = [&] {
     if (std::optional<int> view = views->Run()) return *view;
     if (run->parsed())
-      return CmdRun(config_path, db_flag, name_flag, resume_flag, dry_run_flag, remote, argv[0]);
+      return CmdRun(config_path, db_flag, name_flag, resume_flag, dry_run_flag, from_flag, remote,
+                    argv[0]);
     if (resume->parsed()) {
-      return CmdResume(name, resume_db, remote, max_initial_failures, argv[0]);
+      auto budget = ParseBudgetChange(more_trials, more_time);
+      if (!budget.ok()) return Fail(budget.status());
+      return CmdResume(name, resume_db, remote, max_initial_failures, *budget, argv[0]);
     }
     if (agent->parsed()) return CmdAgent(agent_args, argv[0]);
     if (train->parsed()) return CmdTrain(config_path, sets, json_out, threads);

@@ -1,4 +1,4 @@
-// Tables, JSON and CSV for stored trials.
+// Tables and JSON for stored trials.
 #include "output.h"
 
 #include <algorithm>
@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
-#include <set>
 
 #include "executor/net_auth.h"
 #include "sweep/config.h"
@@ -59,66 +58,6 @@ void PrintTrialsJson(std::ostream& out, const std::vector<store::TrialRecord>& t
   json arr = json::array();
   for (const auto& t : trials) arr.push_back(TrialJson(t));
   PrintJson(out, arr);
-}
-
-std::string CsvField(const std::string& text) {
-  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
-  std::string q = "\"";
-  for (char c : text) {
-    if (c == '"') q += '"';
-    q += c;
-  }
-  return q + "\"";
-}
-
-void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& trials,
-                    const std::vector<store::TrialRecord>* whole) {
-  std::vector<json> params, metrics;
-  std::set<std::string> pkeys, mkeys;
-  for (const auto& t : trials) {
-    params.push_back(ParseOrEmpty(t.params_json));
-    metrics.push_back(ParseOrEmpty(t.metrics_json));
-    for (auto& [k, v] : params.back().items()) pkeys.insert(k);
-    for (auto& [k, v] : metrics.back().items()) mkeys.insert(k);
-  }
-  if (whole != nullptr) {
-    for (const auto& t : *whole) {
-      const json p = ParseOrEmpty(t.params_json), m = ParseOrEmpty(t.metrics_json);
-      for (auto& [k, v] : p.items()) pkeys.insert(k);
-      for (auto& [k, v] : m.items()) mkeys.insert(k);
-    }
-  }
-  // The fixed columns; a parameter or metric named like one (`epochs`, in most trainer sweeps)
-  // takes a prefix, so that no column name appears twice.
-  const std::set<std::string> fixed = {"trial", "status", "epochs", "duration_s", "error"};
-  out << "trial,status,epochs,duration_s";
-  for (const auto& k : pkeys) out << "," << CsvField(fixed.count(k) ? "param." + k : k);
-  // A metric named like a parameter keeps both columns apart.
-  for (const auto& k : mkeys) {
-    out << "," << CsvField(pkeys.count(k) || fixed.count(k) ? "metric." + k : k);
-  }
-  out << ",error\n";
-  for (size_t i = 0; i < trials.size(); ++i) {
-    const auto& t = trials[i];
-    // In full (shortest round trip), as the metrics: a table rounds, a CSV is data.
-    out << t.number << "," << store::ToString(t.status) << "," << json(t.epochs).dump() << ",";
-    if (t.started_s && t.ended_s) out << json(*t.ended_s - *t.started_s).dump();
-    for (const auto& k : pkeys) {
-      out << ",";
-      if (params[i].contains(k)) {
-        const json& v = params[i][k];
-        out << CsvField(v.is_string() ? v.get<std::string>() : v.dump());
-      }
-    }
-    for (const auto& k : mkeys) {
-      out << ",";
-      // Empty: not reported; nan: reported, not finite (stored as null).
-      if (metrics[i].contains(k)) {
-        out << CsvField(metrics[i][k].is_null() ? "nan" : metrics[i][k].dump());
-      }
-    }
-    out << "," << CsvField(t.error) << "\n";
-  }
 }
 
 void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& trials,

@@ -15,16 +15,9 @@ namespace sweep {
 
 nlohmann::json TrialJson(const store::TrialRecord& t);
 void PrintTrialsJson(std::ostream& out, const std::vector<store::TrialRecord>& trials);
-// One row per trial of `trials`, one column per parameter and metric they have, and those of
-// `whole` too where `trials` are part of a sweep (its every trial: a filtered listing, or an
-// empty one, has the same header as the whole).
-void PrintTrialsCsv(std::ostream& out, const std::vector<store::TrialRecord>& trials,
-                    const std::vector<store::TrialRecord>* whole = nullptr);
 // `metric` is shown as its own column, first.
 void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& trials,
                       const std::string& metric);
-
-std::string CsvField(const std::string& text);
 
 // Exit codes of every command: 0 success; 1 runtime failure; 2 usage or config error.
 inline constexpr int kExitOk = 0;

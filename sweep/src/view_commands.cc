@@ -222,6 +222,8 @@ int CmdShow(const ShowArgs& a) {
   const store::TrialRecord& t = **trial;
   auto reports = (*st)->Reports(sw->id, t.number);
   if (!reports.ok()) return Fail(reports.status());
+  auto events = (*st)->TrialEvents(sw->id, t.number);
+  if (!events.ok()) return Fail(events.status());
   // Stored as running, but nothing runs it: its coordinator died (resume runs it again).
   const bool orphaned = t.status == store::TrialStatus::kRunning && CoordinatorGone(a.db, *sw);
 
@@ -240,6 +242,11 @@ int CmdShow(const ShowArgs& a) {
                     {"metrics", report::ParseObject(r.metrics_json)}});
     }
     j["reports"] = std::move(rs);
+    json history = json::array();
+    for (const store::EventRecord& e : *events) {
+      history.push_back({{"from", e.from}, {"to", e.to}, {"detail", e.detail}, {"time", e.time_s}});
+    }
+    j["history"] = std::move(history);
     PrintJson(std::cout, j);
     return kExitOk;
   }
@@ -318,6 +325,21 @@ int CmdShow(const ShowArgs& a) {
   if (!t.stderr_log.empty()) row("stderr", t.stderr_log);
   if (!t.error.empty()) {
     row(t.status == store::TrialStatus::kPruned ? "pruned" : "error", t.error);
+  }
+  // Its state changes, when there is more to tell than one start and one end: interrupted on a
+  // lost agent or a stopped coordinator and run again, or carried over from another sweep.
+  const bool eventful =
+      events->size() > 2 || std::any_of(events->begin(), events->end(), [](const auto& e) {
+        return e.detail.rfind("carried over", 0) == 0;
+      });
+  if (eventful) {
+    std::string lines;
+    for (const store::EventRecord& e : *events) {
+      lines += (lines.empty() ? "" : "\n") + LocalTime(e.time_s) + "  " +
+               (e.from.empty() ? "" : e.from + " -> ") + e.to +
+               (e.detail.empty() ? "" : ": " + e.detail);
+    }
+    row("history", lines);
   }
 
   // One chart per metric the reports carry, the sweep's metric first.

@@ -452,10 +452,13 @@ TEST_F(AgentsTest, AgentsReconnectToAResumedCoordinatorOnTheSamePort) {
       "resume restart --listen 127.0.0.1:" + std::to_string(port) + " --token-file tok --no-local",
       "resume.log");
   EXPECT_EQ(WaitExit(resumed, 50), 0) << Log("resume.log");
-  EXPECT_TRUE(Alive(a) && Alive(b)) << "the agents were never restarted";
+  // The same two processes served both coordinators, and left once the sweep was over.
   for (const char* name : {"agent-a.log", "agent-b.log"}) {
     EXPECT_EQ(Count(Log(name), "registered with the coordinator"), 2) << Log(name);
   }
+  EXPECT_EQ(WaitExit(a, 30), 0) << Log("agent-a.log");
+  EXPECT_EQ(WaitExit(b, 30), 0) << Log("agent-b.log");
+  EXPECT_EQ(Count(Log("agent-a.log"), "said: the sweep is over"), 1) << Log("agent-a.log");
   EXPECT_EQ(Count(Log("resume.log"), "joined from host"), 2) << Log("resume.log");
   ExpectEveryTrialAccountedFor(kTrials, kSteps);
 
@@ -533,6 +536,8 @@ TEST_F(AgentsTest, StartUpRefusals) {
       {"agent --connect 192.0.2.1:7000",
        "--connect 192.0.2.1:7000: a coordinator off this machine needs --token-file"},
       {"agent --connect 127.0.0.1:7000 --name caf\xe9", "--name: at most 256 bytes of UTF-8"},
+      {"agent --connect 127.0.0.1:7000 --retry-for soon",
+       "--retry-for soon: expected a duration such as 90s, 10m or 2h, or 'forever'"},
   };
   for (const Case& c : cases) {
     Output o = Sweep(c.args);
@@ -558,6 +563,53 @@ TEST_F(AgentsTest, StartUpRefusals) {
       << taken.err;
   // Refused before the store is opened: no sweep recorded, no empty database left behind.
   EXPECT_FALSE(fs::exists(dir_ / "sweeps.db")) << "a refused run left a database";
+}
+
+// An agent leaves when its coordinator says the sweep is over (on a cluster it would hold its
+// GPUs to the job's time limit); one with --stay serves the next sweep on that address; one
+// without a coordinator gives up after --retry-for, exit 1, saying so.
+TEST_F(AgentsTest, AgentsLeaveWhenTheSweepIsOverUnlessTheyStay) {
+  Write("c.toml", AshaBranin("first", 6, 5, 200));  // long enough for both to join
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  pid_t go = StartAgent("go", port);
+  pid_t stay = Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
+                         " --token-file tok --cpu-slots 1 --name stay --stay",
+                     "agent-stay.log");
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 15, 2)) << Log("coordinator.log");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  EXPECT_EQ(WaitExit(go, 30), 0) << Log("agent-go.log");
+  EXPECT_NE(Log("agent-go.log")
+                .find("said: the sweep is over: the coordinator has finished it; the agent ends "
+                      "(--stay keeps it for the next sweep)"),
+            std::string::npos)
+      << Log("agent-go.log");
+  ASSERT_TRUE(WaitForLine("agent-stay.log", "staying for the next sweep on that address", 15))
+      << Log("agent-stay.log");
+  EXPECT_TRUE(Alive(stay));
+
+  Write("d.toml", AshaBranin("second", 4, 5, 0));
+  pid_t next = Spawn(
+      "run d.toml --listen 127.0.0.1:" + std::to_string(port) + " --token-file tok --no-local",
+      "next.log");
+  ASSERT_EQ(WaitExit(next, 60), 0) << Log("next.log");
+  EXPECT_EQ(Count(Log("agent-stay.log"), "registered with the coordinator"), 2)
+      << Log("agent-stay.log");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
+                   "s.name = 'second' AND t.status IN ('completed', 'pruned')"),
+            4);
+  ::kill(stay, SIGTERM);
+  EXPECT_EQ(WaitExit(stay, 30), 0) << Log("agent-stay.log");
+
+  // Nobody at the address: the agent tries for --retry-for, then ends.
+  Output alone = Sweep("agent --connect 127.0.0.1:" + std::to_string(port) +
+                       " --token-file tok --cpu-slots 1 --retry-for 1s");
+  EXPECT_EQ(alone.code, 1) << alone.err;
+  EXPECT_NE(alone.err.find("no coordinator at 127.0.0.1:" + std::to_string(port) +
+                           " for 1 s since the agent started (--retry-for); the agent ends"),
+            std::string::npos)
+      << alone.err;
 }
 
 // Resuming a sweep that already completed has nothing to run: it must not open a port and

@@ -1132,6 +1132,22 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"resume branin --db b.toml", kUsage, {"sweep: b.toml: not a SQLite database"}},
       {"status branin --watch --interval nan", kUsage, {"--interval: seconds from 0.01"}},
       {"status branin --watch --interval 0", kUsage, {"--interval: seconds from 0.01"}},
+      // A new budget for `resume`, and the sweep a run starts from.
+      {"resume branin --max-trials ten",
+       kUsage,
+       {"sweep: --max-trials ten: expected the new total (e.g. 32) or +N for N more trials"}},
+      {"resume branin --max-trials +0", kUsage, {"sweep: --max-trials +0: expected the new total"}},
+      {"resume branin --time-budget soon",
+       kUsage,
+       {"sweep: --time-budget soon: expected the new total (e.g. 2h) or +D for that much more "
+        "(e.g. +30m)"}},
+      {"run b.toml --name other --from brannin",
+       kUsage,
+       {"sweep: no sweep named 'brannin' in sweeps.db", "did you mean 'branin'?"}},
+      {"run b.toml --from branin",
+       kUsage,
+       {"sweep: --from branin: that is the new sweep's own name; give the new sweep another "
+        "(--name)"}},
   };
   fs::create_symlink("nodir/x.db", dir_ / "dangling.db");
   fs::create_symlink("dangling.db", dir_ / "chain.db");

@@ -156,11 +156,13 @@ TEST_F(CommandTrialE2eTest, NonFiniteMetricsShowAsNan) {
   ASSERT_EQ(Sweep("run n.toml").code, 0);
   Output csv = Sweep("trials nan --csv");
   ASSERT_EQ(csv.code, 0) << csv.err;
-  EXPECT_NE(csv.out.find(",big,loss,score,"), std::string::npos) << csv.out;
+  EXPECT_NE(csv.out.find(",metric.big,metric.loss,metric.score,"), std::string::npos) << csv.out;
   EXPECT_NE(csv.out.find(",nan,nan,1,"), std::string::npos) << csv.out;
   Output exported = Sweep("export nan --format csv -o -");
   ASSERT_EQ(exported.code, 0) << exported.err;
   EXPECT_NE(exported.out.find(",nan,nan,1,"), std::string::npos) << exported.out;
+  // One layout for both.
+  EXPECT_EQ(csv.out.substr(0, csv.out.find('\n')), exported.out.substr(0, exported.out.find('\n')));
   Output show = Sweep("show nan 0");
   ASSERT_EQ(show.code, 0) << show.err;
   EXPECT_NE(show.out.find("big nan  loss nan  score 1"), std::string::npos) << show.out;

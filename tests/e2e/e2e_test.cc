@@ -275,7 +275,9 @@ TEST_F(E2eTest, TrainerSweepOnASmallDataset) {
   Output csv = Sweep("trials tiny --csv");
   ASSERT_EQ(csv.code, 0) << csv.err;
   const std::string header = csv.out.substr(0, csv.out.find('\n'));
-  EXPECT_EQ(header.rfind("trial,status,epochs,duration_s,batch_size,param.epochs,hidden,lr,", 0),
+  EXPECT_EQ(header.rfind("trial,status,objective,epochs,retries,started,ended,duration_s,"
+                         "placement,param.batch_size,param.epochs,param.hidden,param.lr,",
+                         0),
             0u)
       << header;
   std::set<std::string> names;
@@ -601,7 +603,9 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
   std::istringstream in(csv.out);
   std::string header;
   std::getline(in, header);
-  EXPECT_EQ(header, "trial,status,epochs,duration_s,x1,x2,value,error");
+  EXPECT_EQ(header,
+            "trial,status,objective,epochs,retries,started,ended,duration_s,placement,param.x1,"
+            "param.x2,metric.value,error");
   // Parameters in full, as stored (shortest round trip), not rounded as in the table.
   Output js = Sweep("trials branin --json");
   ASSERT_EQ(js.code, 0) << js.err;
@@ -617,10 +621,10 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
     std::vector<std::string> f;
     std::istringstream fields(line);
     for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
-    ASSERT_GE(f.size(), 6u) << line;
+    ASSERT_GE(f.size(), 11u) << line;
     const json& p = params[std::stoi(f[0])];
-    EXPECT_EQ(std::stod(f[4]), p["x1"].get<double>()) << line;
-    EXPECT_EQ(std::stod(f[5]), p["x2"].get<double>()) << line;
+    EXPECT_EQ(std::stod(f[9]), p["x1"].get<double>()) << line;  // param.x1
+    EXPECT_EQ(std::stod(f[10]), p["x2"].get<double>()) << line;
   }
   EXPECT_EQ(lines, 40);
 

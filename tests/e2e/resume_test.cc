@@ -1227,6 +1227,19 @@ TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_NE(events[0][0].find("killed by signal 9"), std::string::npos) << events[0][0];
   EXPECT_NE(events[0][0].find("running it again (retry 1 of 1)"), std::string::npos);
+  // `show` tells that history: the first run, its end, the second run.
+  Output show = Sweep("show workers " + retried[0][0]);
+  ASSERT_EQ(show.code, 0) << show.err;
+  const size_t history = show.out.find("  history ");
+  ASSERT_NE(history, std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("running -> interrupted: ", history), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("interrupted -> running", history), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("running -> completed", history), std::string::npos) << show.out;
+  auto shown = json::parse(Sweep("show workers " + retried[0][0] + " --json").out);
+  ASSERT_EQ(shown["history"].size(), 4u) << shown["history"].dump();
+  EXPECT_EQ(shown["history"][1]["to"], "interrupted");
+  EXPECT_NE(shown["history"][1]["detail"].get<std::string>().find("killed by signal 9"),
+            std::string::npos);
 }
 
 TEST_F(ResumeTest, HungWorkerIsKilledAndItsTrialRunsAgain) {
@@ -1312,3 +1325,222 @@ TEST_F(ResumeTest, ReadersDuringARunNeverSeeALockedDatabase) {
 }
 
 }  // namespace
+
+// `resume --max-trials` continues a completed sweep: the sampler goes on where it stopped and
+// early stopping's rungs hold the earlier trials, so the extended sweep is the one a larger
+// budget would have run from the start (one trial at a time, so that the order is the same);
+// the new budget is kept for later resumes; a budget that leaves nothing to run is refused.
+TEST_F(ResumeTest, AResumeWithALargerBudgetContinuesACompletedSweep) {
+  const std::string asha =
+      "[early_stopping]\nalgorithm = \"asha\"\nmin_resource = 1\nmax_resource = 9\n"
+      "reduction_factor = 3\n";
+  const std::string one_at_a_time = "max_concurrent = 1\nseed = 5\n";
+  Write("short.toml", sweep_e2e::BraninConfig("grown", 6, one_at_a_time, "steps = 9\n", asha));
+  Write("long.toml", sweep_e2e::BraninConfig("whole", 14, one_at_a_time, "steps = 9\n", asha));
+  ASSERT_EQ(Sweep("run short.toml").code, 0);
+  ASSERT_EQ(Sweep("run long.toml").code, 0);
+
+  Output done = Sweep("resume grown");
+  EXPECT_EQ(done.code, 0) << done.err;
+  EXPECT_NE(done.err.find("To continue it with a larger budget: `sweep resume grown --max-trials "
+                          "+10`"),
+            std::string::npos)
+      << done.err;
+  Output same = Sweep("resume grown --max-trials 6");
+  EXPECT_EQ(same.code, 2);
+  EXPECT_NE(same.err.find("--max-trials 6: sweep 'grown' has started 6 trial(s) already"),
+            std::string::npos)
+      << same.err;
+  for (const char* bad : {"--max-trials ten", "--max-trials +0", "--time-budget soon"}) {
+    EXPECT_EQ(Sweep(std::string("resume grown ") + bad).code, 2) << bad;
+  }
+
+  Output grown = Sweep("resume grown --max-trials 10");
+  ASSERT_EQ(grown.code, 0) << grown.err;
+  EXPECT_NE(grown.err.find("max_trials 6 -> 10"), std::string::npos) << grown.err;
+  Output more = Sweep("resume grown --max-trials +4");
+  ASSERT_EQ(more.code, 0) << more.err;
+  EXPECT_NE(more.err.find("max_trials 10 -> 14"), std::string::npos) << more.err;
+  const std::string by_number =
+      "SELECT t.number, t.params, t.status, t.objective FROM trials t JOIN sweeps s ON "
+      "s.id = t.sweep_id WHERE s.name = '";
+  auto grown_rows = Query(by_number + "grown' ORDER BY t.number");
+  auto whole_rows = Query(by_number + "whole' ORDER BY t.number");
+  ASSERT_EQ(grown_rows.size(), 14u);
+  EXPECT_EQ(grown_rows, whole_rows);
+  // Early stopping judged the new trials against the first six: some were pruned.
+  EXPECT_NE(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
+                  "s.name = 'grown' AND t.status = 'pruned' AND t.number >= 6")[0][0],
+            "0");
+  EXPECT_EQ(Query("SELECT max_trials, status FROM sweeps WHERE name = 'grown'")[0],
+            (std::vector<std::string>{"14", "completed"}));
+  auto events = Query(
+      "SELECT detail FROM events e JOIN sweeps s ON s.id = e.sweep_id WHERE s.name = 'grown' AND "
+      "e.trial IS NULL AND e.to_state = 'running' AND e.detail LIKE 'resumed by%' ORDER BY e.id");
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_NE(events[1][0].find("; max_trials 10 -> 14"), std::string::npos) << events[1][0];
+
+  // A grid that has run all its points gains nothing from a larger budget.
+  Write("grid.toml",
+        "[sweep]\nname = \"g\"\n[search]\nalgorithm = \"grid\"\n[trial]\nkind = \"function\"\n"
+        "[function]\nname = \"branin\"\n[parameters]\nx1 = { values = [0, 1] }\nx2 = 2\n");
+  ASSERT_EQ(Sweep("run grid.toml").code, 0);
+  Output grid = Sweep("resume g --max-trials +5");
+  EXPECT_EQ(grid.code, 2);
+  EXPECT_NE(grid.err.find("sweep 'g''s grid search has run all 2 of its points"), std::string::npos)
+      << grid.err;
+
+  // A time budget is the total running time: it must exceed what the sweep has run.
+  Write("timed.toml",
+        sweep_e2e::BraninConfig("timed", 100000, "time_budget = \"1s\"\nmax_concurrent = 1\n",
+                                "steps = 5\nstep_ms = 20\n"));
+  ASSERT_EQ(Sweep("run timed.toml").code, 0);
+  const int64_t before =
+      std::stoll(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = "
+                       "t.sweep_id WHERE s.name = 'timed'")[0][0]);
+  Output spent = Sweep("resume timed --max-trials +100");
+  EXPECT_EQ(spent.code, 2);
+  EXPECT_NE(spent.err.find("sweep 'timed' spent its time budget of 00:01; give a larger "
+                           "--time-budget"),
+            std::string::npos)
+      << spent.err;
+  Output less = Sweep("resume timed --time-budget 0.5s");
+  EXPECT_EQ(less.code, 2);
+  EXPECT_NE(less.err.find("has run for 00:01 already"), std::string::npos) << less.err;
+  Output longer = Sweep("resume timed --time-budget +1s");
+  ASSERT_EQ(longer.code, 0) << longer.err;
+  EXPECT_NE(longer.err.find("time_budget 00:01 -> 00:02"), std::string::npos) << longer.err;
+  EXPECT_GT(std::stoll(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+                             "WHERE s.name = 'timed'")[0][0]),
+            before);
+  EXPECT_GE(std::stod(Query("SELECT active_s FROM sweeps WHERE name = 'timed'")[0][0]), 2.0);
+}
+
+// A sweep that met its stop_when target would end at once: extending it is refused, with the
+// way to go on.
+TEST_F(ResumeTest, AResumeWithALargerBudgetRefusesASweepThatMetItsTarget) {
+  Write("s.toml", sweep_e2e::BraninConfig("met", 200, "stop_when = \"value <= 30\"\nseed = 3\n",
+                                          "steps = 5\n"));
+  ASSERT_EQ(Sweep("run s.toml").code, 0);
+  Output more = Sweep("resume met --max-trials +10");
+  EXPECT_EQ(more.code, 2);
+  EXPECT_NE(more.err.find("sweep 'met' met its target value <= 30"), std::string::npos) << more.err;
+  EXPECT_NE(more.err.find("sweep run CONFIG --from met"), std::string::npos) << more.err;
+}
+
+// `run --from`: a fixed config starts from the earlier sweep's trials that are points of its
+// space. They are copied (with their reports, and an event saying where each came from), early
+// stopping's rungs hold them, max_trials counts only the new trials, and what stayed behind is
+// said with a reason.
+TEST_F(ResumeTest, ARunFromAnEarlierSweepCarriesItsTrialsOver) {
+  const std::string asha =
+      "[early_stopping]\nalgorithm = \"asha\"\nmin_resource = 1\nmax_resource = 9\n"
+      "reduction_factor = 3\n";
+  Write("first.toml", sweep_e2e::BraninConfig("first", 12, "max_concurrent = 1\nseed = 4\n",
+                                              "steps = 9\n", asha));
+  ASSERT_EQ(Sweep("run first.toml").code, 0);
+  // The fix: x1 narrowed to [0, 10].
+  std::string fixed =
+      sweep_e2e::BraninConfig("fixed", 6, "max_concurrent = 1\nseed = 4\n", "steps = 9\n", asha);
+  fixed.replace(fixed.find("min = -5"), 8, "min = 0");
+  Write("fixed.toml", fixed);
+
+  Output nosuch = Sweep("run fixed.toml --from frist");
+  EXPECT_EQ(nosuch.code, 2);
+  EXPECT_NE(nosuch.err.find("no sweep named 'frist'"), std::string::npos) << nosuch.err;
+  EXPECT_NE(nosuch.err.find("first"), std::string::npos) << nosuch.err;  // did you mean
+  Output own = Sweep("run first.toml --name again --from again");
+  EXPECT_EQ(own.code, 2);
+  EXPECT_NE(own.err.find("--from again: that is the new sweep's own name"), std::string::npos)
+      << own.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM sweeps")[0][0], "1");  // refused before recording
+  Output no_db = Sweep("run fixed.toml --db other.db --from first");
+  EXPECT_EQ(no_db.code, 2);
+  EXPECT_FALSE(fs::exists(dir_ / "other.db"));
+
+  Output run = Sweep("run fixed.toml --from first");
+  ASSERT_EQ(run.code, 0) << run.err;
+  auto inside = Query(
+      "SELECT t.number, t.params, t.status FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+      "WHERE s.name = 'first' AND t.status IN ('completed', 'pruned') AND "
+      "json_extract(t.params, '$.x1') >= 0 ORDER BY t.number");
+  const size_t carried = inside.size();
+  ASSERT_GT(carried, 0u);
+  ASSERT_LT(carried, 12u) << "every trial of 'first' lies in the fixed space; the test needs some "
+                             "outside";
+  EXPECT_NE(
+      run.err.find("carried over " + std::to_string(carried) + " of 12 trial(s) from 'first'"),
+      std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("outside this space (trial "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find(" is below its min 0)"), std::string::npos) << run.err;
+
+  auto fixed_rows = Query(
+      "SELECT t.number, t.params, t.status, (SELECT count(*) FROM reports r WHERE r.sweep_id = "
+      "t.sweep_id AND r.trial = t.number) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
+      "s.name = 'fixed' ORDER BY t.number");
+  ASSERT_EQ(fixed_rows.size(), carried + 6);  // max_trials counts the new trials only
+  for (size_t i = 0; i < carried; ++i) {
+    EXPECT_EQ(fixed_rows[i][0], std::to_string(i));
+    EXPECT_EQ(fixed_rows[i][1], inside[i][1]);
+    EXPECT_EQ(fixed_rows[i][2], inside[i][2]);
+    const auto detail = Query(
+        "SELECT e.detail FROM events e JOIN sweeps s ON s.id = e.sweep_id WHERE s.name = 'fixed' "
+        "AND e.trial = " +
+        std::to_string(i));
+    ASSERT_EQ(detail.size(), 1u);
+    EXPECT_EQ(detail[0][0], "carried over from sweep 'first' trial " + inside[i][0]);
+  }
+  Output show = Sweep("show fixed 0");
+  EXPECT_NE(show.out.find("completed: carried over from sweep 'first'"), std::string::npos)
+      << show.out;
+  // The new trials are drawn from the fixed space, after the earlier sweep's draws.
+  std::set<std::string> earlier;
+  for (auto& row : Query("SELECT t.params FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+                         "WHERE s.name = 'first'")) {
+    earlier.insert(row[0]);
+  }
+  for (size_t i = carried; i < fixed_rows.size(); ++i) {
+    EXPECT_GE(json::parse(fixed_rows[i][1])["x1"].get<double>(), 0.0);
+    EXPECT_FALSE(earlier.contains(fixed_rows[i][1])) << fixed_rows[i][1];
+  }
+  // Early stopping judged the new trials among the carried ones: at the first rung, one at a
+  // time, trial n met n + 1 trials there (itself, every earlier one, carried or new).
+  static const std::regex kRung0(
+      "pruned at rung 0 \\(resource 1\\): value [^ ]+ not in the top "
+      "1/3 of ([0-9]+) trials");
+  int checked = 0;
+  for (auto& row : Query("SELECT t.number, t.error FROM trials t JOIN sweeps s ON s.id = "
+                         "t.sweep_id WHERE s.name = 'fixed' AND t.status = 'pruned' AND t.number "
+                         ">= " +
+                         std::to_string(carried))) {
+    std::smatch m;
+    if (!std::regex_search(row[1], m, kRung0)) continue;
+    EXPECT_EQ(std::stoll(m[1]), std::stoll(row[0]) + 1) << row[1];
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no new trial was pruned at the first rung";
+
+  // A grid skips the points carried over: only the new value of x1 runs.
+  Write("grid.toml",
+        "[sweep]\nname = \"g1\"\n[search]\nalgorithm = \"grid\"\n[trial]\nkind = \"function\"\n"
+        "[function]\nname = \"branin\"\n[parameters]\nx1 = { values = [0, 1, 2] }\n"
+        "x2 = { values = [1, 2] }\n");
+  ASSERT_EQ(Sweep("run grid.toml").code, 0);
+  Write("grid2.toml",
+        "[sweep]\nname = \"g2\"\n[search]\nalgorithm = \"grid\"\n[trial]\nkind = \"function\"\n"
+        "[function]\nname = \"branin\"\n[parameters]\nx1 = { values = [0, 1, 2, 3] }\n"
+        "x2 = { values = [1, 2] }\n");
+  Output grid = Sweep("run grid2.toml --from g1");
+  ASSERT_EQ(grid.code, 0) << grid.err;
+  EXPECT_NE(grid.err.find("carried over 6 of 6 trial(s) from 'g1' (6 completed, 0 pruned)"),
+            std::string::npos)
+      << grid.err;
+  auto g2 = Query(
+      "SELECT json_extract(t.params, '$.x1') FROM trials t JOIN sweeps s ON s.id = "
+      "t.sweep_id WHERE s.name = 'g2' AND t.number >= 6");
+  EXPECT_EQ(g2, (std::vector<std::vector<std::string>>{{"3"}, {"3"}}));
+  EXPECT_EQ(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
+                  "s.name = 'g2'")[0][0],
+            "8");
+}

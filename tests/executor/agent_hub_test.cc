@@ -411,6 +411,70 @@ TEST_F(AgentHubTest, ShutdownLosesRunningTrialsAndSaysBye) {
   EXPECT_EQ(agent.log.Count("the coordinator is shutting down"), 1u) << agent.log.text();
 }
 
+// A sweep that is over lets its agents go: they end with Ok, saying why and how to stay.
+TEST_F(AgentHubTest, AnAgentEndsWhenTheSweepIsOver) {
+  Listen();
+  AgentThread agent(Agent());
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+  hub_.ShutdownSweepOver();
+  ASSERT_TRUE(events_.WaitFor([&] { return agent.Finished(); })) << agent.log.text();
+  EXPECT_TRUE(agent.Stop().ok());
+  EXPECT_EQ(agent.log.Count("said: the sweep is over"), 1u) << agent.log.text();
+  EXPECT_EQ(agent.log.Count("the agent ends (--stay keeps it for the next sweep)"), 1u);
+}
+
+// With `stay` it serves the next coordinator on that address, and does not give up meanwhile.
+TEST_F(AgentHubTest, AnAgentThatStaysServesTheNextSweep) {
+  Listen();
+  AgentOptions o = Agent();
+  o.stay = true;
+  o.retry_for_ms = -1;
+  AgentThread agent(o);
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+  const int port = hub_.port();
+  hub_.ShutdownSweepOver();
+  ASSERT_TRUE(events_.WaitFor([&] { return agent.log.Count("(--stay)") == 1; }))
+      << agent.log.text();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(agent.Finished());
+  AgentHub next;
+  HubEvents next_events{next};
+  HubOptions ho;
+  ho.transport = network_.Factory();
+  ASSERT_TRUE(next.Listen("hub", port, "tok", ho).ok());
+  ASSERT_TRUE(next_events.WaitFor([&] { return next_events.Joined().size() == 1; }));
+  EXPECT_EQ(agent.log.Count("registered with the coordinator"), 2u) << agent.log.text();
+  next.Shutdown();
+  EXPECT_TRUE(agent.Stop().ok());
+}
+
+// Without a coordinator for retry_for_ms (none ever, or one lost without the word that the
+// sweep is over) the agent gives up, Unavailable, naming the address and the flag.
+TEST_F(AgentHubTest, AnAgentGivesUpAfterRetryForWithoutACoordinator) {
+  AgentOptions o = Agent();
+  o.port = 40000;
+  o.retry_for_ms = 300;
+  AgentThread never(o);
+  ASSERT_TRUE(events_.WaitFor([&] { return never.Finished(); })) << never.log.text();
+  Status st = never.Stop();
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable);
+  EXPECT_NE(st.message().find("no coordinator at hub:40000 for 0.3 s since the agent started "
+                              "(--retry-for)"),
+            std::string::npos)
+      << st.message();
+
+  Listen();
+  o.port = hub_.port();
+  AgentThread lost(o);
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+  hub_.Shutdown();  // not over: the agent waits for a resume, but not for ever
+  ASSERT_TRUE(events_.WaitFor([&] { return lost.Finished(); })) << lost.log.text();
+  st = lost.Stop();
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable);
+  EXPECT_NE(st.message().find("since the connection was lost"), std::string::npos) << st.message();
+  EXPECT_EQ(lost.log.Count("the coordinator is shutting down"), 1u) << lost.log.text();
+}
+
 // An agent that stops (SIGTERM, its coordinator gone) gives a command trial its kill_grace to
 // save its state, when that is longer than the agent's own stop_grace_ms.
 TEST_F(AgentHubTest, AStoppingAgentGivesACommandTrialItsKillGrace) {

@@ -147,7 +147,10 @@ class AgentThread {
  public:
   explicit AgentThread(AgentOptions options) : options_(std::move(options)), stream_(&log) {
     options_.log = &stream_;
-    thread_ = std::thread([this] { status_ = RunAgent(options_, stop_); });
+    thread_ = std::thread([this] {
+      status_ = RunAgent(options_, stop_);
+      finished_ = true;
+    });
   }
   ~AgentThread() { Stop(); }
   Status Stop() {
@@ -155,12 +158,15 @@ class AgentThread {
     if (thread_.joinable()) thread_.join();
     return status_;
   }
+  // Whether RunAgent has returned without being stopped (the sweep over, or given up).
+  bool Finished() const { return finished_.load(); }
   SharedLog log;
 
  private:
   AgentOptions options_;
   std::ostream stream_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> finished_{false};
   Status status_;
   std::thread thread_;
 };

@@ -342,6 +342,50 @@ TEST(ImportanceTest, NothingToExplain) {
   EXPECT_TRUE(ComputeImportance(c.data()).empty());
 }
 
+// Early stopping pruned most trials and two completed: too few to explain the metric, so
+// parallel coordinates and importance take every trial's value at the deepest rung that ten
+// reached (the rungs are epochs 1 and 3; epoch 1 has more trials, but is earlier), and say so.
+TEST(ImportanceTest, TooFewCompletedUsesEveryTrialAtARung) {
+  SweepBuilder b("acc", true);
+  b.Param(Linear("lr", 0, 1));
+  b.data().rungs = {true, 1, 3, 9};
+  b.data().resource = "epoch";
+  for (int i = 0; i < 16; ++i) {
+    const double lr = i / 16.0;
+    // The accuracy rises with lr, at every epoch; the first 4 stop at epoch 1, the next 10 at
+    // epoch 3, the last 2 run to epoch 9.
+    const int last = i < 4 ? 1 : i < 14 ? 3 : 9;
+    std::vector<std::pair<double, double>> curve;
+    for (int e = 1; e <= last; ++e) curve.emplace_back(e, 0.5 + 0.3 * lr + 0.01 * e);
+    b.Trial({{"lr", lr}}, i < 14 ? TrialStatus::kPruned : TrialStatus::kCompleted,
+            curve.back().second, curve);
+  }
+  Explaining e = ExplainingTrials(b.data());
+  EXPECT_EQ(e.rung, 3);
+  ASSERT_EQ(e.trials.size(), 12u);  // the 10 pruned at epoch 3 and the 2 completed
+  EXPECT_EQ(e.trials[0]->number, 4);
+  EXPECT_DOUBLE_EQ(e.values[0], 0.5 + 0.3 * 4 / 16.0 + 0.03);  // at epoch 3, not its last
+  EXPECT_EQ(e.note,
+            "2 trial(s) completed, too few to explain acc: this uses 12 trials' acc at epoch 3 "
+            "(an early-stopping rung), pruned trials included");
+  EXPECT_EQ(ComputeParallel(b.data()).lines.size(), 12u);
+  EXPECT_EQ(ComputeParallel(b.data()).note, e.note);
+  std::vector<Importance> imp = ComputeImportance(b.data());
+  ASSERT_EQ(imp.size(), 1u);
+  EXPECT_EQ(imp[0].trials, 12);
+  EXPECT_GT(imp[0].fraction, 0.8);
+  EXPECT_EQ(ReportJson(b.data(), {})["explained"]["rung"], 3);
+
+  // Without early stopping, or with enough completed, the completed trials alone, unsaid.
+  b.data().rungs.enabled = false;
+  EXPECT_EQ(ExplainingTrials(b.data()).trials.size(), 2u);
+  EXPECT_EQ(ExplainingTrials(b.data()).note, "");
+  b.data().rungs.enabled = true;
+  for (auto& t : b.data().trials) t.status = TrialStatus::kCompleted;
+  EXPECT_EQ(ExplainingTrials(b.data()).trials.size(), 16u);
+  EXPECT_EQ(ExplainingTrials(b.data()).note, "");
+}
+
 // ---- best trials and the page's data ----
 
 TEST(ReportJsonTest, BestTrialsRankCompletedOnesAndThePageHasEveryChart) {

@@ -92,6 +92,15 @@ TEST(ExportTest, TrialsTableColumns) {
   EXPECT_EQ(f.columns[expected.size() + 1], "stderr_log");
   EXPECT_EQ(f.rows[1][expected.size()], "/runs/trial-1/stdout.log");
   EXPECT_TRUE(f.rows[0][expected.size()].is_null());
+
+  // A filtered list (`sweep trials --status failed --csv`), or an empty one, keeps the sweep's
+  // columns, so that its files concatenate with the whole's.
+  const SweepData whole = Tricky();
+  Table failed = TrialsTable({whole.trials[2]}, whole.trials);
+  EXPECT_EQ(failed.columns, expected);
+  ASSERT_EQ(failed.rows.size(), 1u);
+  EXPECT_EQ(failed.rows[0][0], 2);
+  EXPECT_EQ(TrialsTable({}, whole.trials).columns, expected);
 }
 
 TEST(ExportTest, CsvRoundTrip) {

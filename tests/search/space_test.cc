@@ -334,5 +334,42 @@ TEST(ConditionTest, AChildMayBeAParent) {
           .ok());
 }
 
+// Whether a trial of one sweep is a point of another's space (`sweep run --from`): each reason
+// it is not names the parameter and the bound it misses.
+TEST(OutsideTest, TellsWhyATrialIsNotAPointOfTheSpace) {
+  SearchSpace space;
+  ASSERT_TRUE(space.Add(Range("lr", Kind::kLogUniform, 0.01, 0.1)).ok());
+  ASSERT_TRUE(space.Add(Stepped("width", Kind::kIntUniform, 16, 64, 16)).ok());
+  ASSERT_TRUE(space.Add(Values("opt", Kind::kCategorical, {"sgd", "adam"})).ok());
+  ASSERT_TRUE(space.Add(Values("epochs", Kind::kConstant, {12})).ok());
+  Parameter beta = Range("beta", Kind::kUniform, 0.8, 0.99);
+  beta.condition = Condition{"opt", {"adam"}};
+  ASSERT_TRUE(space.Add(beta).ok());
+  const json inside = {{"lr", 0.05}, {"width", 32}, {"opt", "sgd"}, {"epochs", 12.0}};
+  EXPECT_EQ(Outside(space, inside), "");
+  EXPECT_EQ(
+      Outside(space,
+              json{{"lr", 0.05}, {"width", 48}, {"opt", "adam"}, {"epochs", 12}, {"beta", 0.9}}),
+      "");
+  auto with = [&](const std::string& key, json value) {
+    json p = inside;
+    p[key] = std::move(value);
+    return Outside(space, p);
+  };
+  EXPECT_EQ(with("lr", 0.2), "lr 0.2 is above its max 0.1");
+  EXPECT_EQ(with("lr", 0.001), "lr 0.001 is below its min 0.01");
+  EXPECT_EQ(with("lr", "fast"), "lr \"fast\" is not a number");
+  EXPECT_EQ(with("width", 24), "width 24 is off its step 16");
+  EXPECT_EQ(with("width", 32.5), "width 32.5 is not an integer");
+  EXPECT_EQ(with("opt", "rmsprop"), "opt \"rmsprop\" is not one of [\"sgd\",\"adam\"]");
+  EXPECT_EQ(with("epochs", 20), "epochs is 20, not 12");
+  EXPECT_EQ(with("beta", 0.9), "beta is set where this space has it inactive");
+  EXPECT_EQ(with("momentum", 0.9), "this space has no parameter momentum");
+  json missing = inside;
+  missing.erase("width");
+  EXPECT_EQ(Outside(space, missing), "it has no width");
+  EXPECT_EQ(Outside(space, json::array()), "its parameters are not an object");
+}
+
 }  // namespace
 }  // namespace sweep::search

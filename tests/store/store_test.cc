@@ -591,7 +591,21 @@ TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   EXPECT_EQ(sweep->owner, "123@host");
   EXPECT_EQ(sweep->run_options, "--listen 0.0.0.0:7000");
   EXPECT_EQ(sweep->active_s, 12.5);
+  EXPECT_EQ(sweep->max_trials, std::nullopt);  // the config's, until a resume gives another
+  EXPECT_EQ(sweep->time_budget_s, std::nullopt);
   EXPECT_EQ(store_->SetTrialRetries(sweep_id_, 99, 1).code(), Status::Code::kNotFound);
+  ASSERT_TRUE(store_->SetSweepBudget(sweep_id_, 32, 5400.0).ok());
+  ASSERT_TRUE(store_->Commit().ok());
+  EXPECT_EQ(store_->FindSweep("s")->max_trials, 32);
+  EXPECT_EQ(store_->FindSweep("s")->time_budget_s, 5400.0);
+  ASSERT_TRUE(store_->SetSweepBudget(sweep_id_, std::nullopt, 60.0).ok());
+  ASSERT_TRUE(store_->Commit().ok());
+  EXPECT_EQ(store_->FindSweep("s")->max_trials, std::nullopt);
+  EXPECT_EQ(store_->FindSweep("s")->carried, 0);
+  ASSERT_TRUE(store_->SetSweepCarried(sweep_id_, 7, -7).ok());
+  ASSERT_TRUE(store_->Commit().ok());
+  EXPECT_EQ(store_->FindSweep("s")->carried, 7);
+  EXPECT_EQ(store_->FindSweep("s")->sample_shift, -7);
 }
 
 // The file replaced under a writer: its commits stop, its write-ahead log is set aside, and
@@ -1113,6 +1127,17 @@ TEST_F(StoreTest, EventsAreStoredWithOptionalTrial) {
                      "SELECT COALESCE(trial, 'NULL') || '|' || from_state || '|' || to_state || "
                      "'|' || detail || '|' || time FROM events ORDER BY id"),
             "0|pending|running|local:cpu0|1.5\nNULL||running|sweep started|1.0");
+  ASSERT_OK(store_->AddEvent(sweep_id_, 0, "running", "interrupted", "agent a lost", 2.5));
+  auto events = store_->TrialEvents(sweep_id_, 0);
+  ASSERT_OK(events);
+  ASSERT_EQ(events->size(), 2u);  // the trial's own, in order, seen before the commit
+  EXPECT_EQ((*events)[0].to, "running");
+  EXPECT_EQ((*events)[0].detail, "local:cpu0");
+  EXPECT_EQ((*events)[1].from, "running");
+  EXPECT_EQ((*events)[1].to, "interrupted");
+  EXPECT_EQ((*events)[1].detail, "agent a lost");
+  EXPECT_EQ((*events)[1].time_s, 2.5);
+  EXPECT_TRUE(store_->TrialEvents(sweep_id_, 7)->empty());
 }
 
 // ---- batching ----
@@ -1443,6 +1468,8 @@ TEST_F(StoreTest, HundredThousandTrialsQueriesUseIndexes) {
     std::string plan = QueryPlan(path_, internal::QuerySql(query));
     EXPECT_TRUE(SearchesTrialsByIndex(plan)) << internal::QuerySql(query) << "\nplan:\n" << plan;
   }
+  std::string events_plan = QueryPlan(path_, internal::QuerySql(Query::kTrialEvents));
+  EXPECT_TRUE(Contains(events_plan, "USING INDEX events_by_trial")) << events_plan;
   std::string reports_plan = QueryPlan(path_, internal::QuerySql(Query::kReports));
   EXPECT_TRUE(Contains(reports_plan, "SEARCH reports USING INDEX reports_by_trial_step"))
       << reports_plan;

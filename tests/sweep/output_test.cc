@@ -1,4 +1,4 @@
-// CLI output: CSV quoting and the stable JSON shape of a trial.
+// CLI output: the stable JSON shape of a trial, tables.
 #include "output.h"
 
 #include <gtest/gtest.h>
@@ -8,12 +8,6 @@
 
 namespace sweep {
 namespace {
-
-TEST(OutputTest, CsvQuotesOnlyWhenNeeded) {
-  EXPECT_EQ(CsvField("plain"), "plain");
-  EXPECT_EQ(CsvField("[256,128]"), "\"[256,128]\"");
-  EXPECT_EQ(CsvField("say \"hi\""), "\"say \"\"hi\"\"\"");
-}
 
 TEST(OutputTest, TrialJsonHasTheStableKeys) {
   store::TrialRecord t;
@@ -50,37 +44,6 @@ TEST(OutputTest, TableKeepsEachTrialOnOneLine) {
   EXPECT_NE(text.find("tag=a b  [exited with code 3; last lines of stderr: | boom | ]"),
             std::string::npos)
       << text;
-}
-
-TEST(OutputTest, CsvHasOneColumnPerParameterAndMetric) {
-  store::TrialRecord a, b;
-  a.number = 0;
-  a.params_json = R"({"hidden":[256,128],"lr":0.1})";
-  a.metrics_json = R"({"val_acc":0.9})";
-  b.number = 1;
-  b.status = store::TrialStatus::kFailed;
-  b.params_json = R"({"lr":0.2})";
-  b.error = "diverged, badly";
-  // Resources and durations in full, as the metrics: a CSV is data.
-  b.epochs = 7654321.125;
-  b.started_s = 1000.0;
-  b.ended_s = 1000.1497430801392;
-  std::ostringstream out;
-  PrintTrialsCsv(out, {a, b});
-  EXPECT_EQ(out.str(),
-            "trial,status,epochs,duration_s,hidden,lr,val_acc,error\n"
-            "0,pending,0.0,,\"[256,128]\",0.1,0.9,\n"
-            "1,failed,7654321.125," +
-                nlohmann::json(1000.1497430801392 - 1000.0).dump() +
-                ",,0.2,,\"diverged, badly\"\n");
-  // Listing the failed trial alone, or none, keeps the sweep's columns: files concatenate.
-  std::ostringstream failed, none;
-  const std::vector<store::TrialRecord> whole = {a, b};
-  PrintTrialsCsv(failed, {b}, &whole);
-  EXPECT_EQ(failed.str().substr(0, failed.str().find('\n')),
-            "trial,status,epochs,duration_s,hidden,lr,val_acc,error");
-  PrintTrialsCsv(none, {}, &whole);
-  EXPECT_EQ(none.str(), "trial,status,epochs,duration_s,hidden,lr,val_acc,error\n");
 }
 
 }  // namespace

@@ -2,12 +2,15 @@
 // connects (retrying with backoff for as long as it runs), authenticates, advertises its slots,
 // runs the trials it is assigned in local worker processes (a LocalExecutor), and streams their
 // reports back in batches. When the connection drops it stops its trials (the coordinator has
-// requeued them) and connects again; it returns once `stop` is set, after saying bye.
+// requeued them) and connects again; it returns once `stop` is set, after saying bye, once the
+// coordinator says its sweep is over (unless `stay`), or once it has been without a coordinator
+// for `retry_for_ms`.
 // RunAgent blocks the calling thread and runs a second one for the workers; `stop` may be set
 // from any thread (a signal handler included: it is only loaded).
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -37,6 +40,13 @@ struct AgentOptions {
   // wait drawn at random between half and all of it so agents do not come back in step.
   int backoff_initial_ms = 200;
   int backoff_max_ms = 5000;
+  // Without a coordinator (never registered, or lost without its word that the sweep is over)
+  // for this long, the agent gives up: RunAgent returns Unavailable. < 0: it never gives up.
+  // On a cluster an agent that retried for ever would hold its GPUs to the job's time limit.
+  int64_t retry_for_ms = 600'000;
+  // When the coordinator says its sweep is over: false, the agent ends (RunAgent returns Ok);
+  // true, it stays, connecting again for the next sweep on the same address.
+  bool stay = false;
   // Reports go out in batches: at the latest flush_ms after the first one waiting, at once when
   // max_batch_reports wait, and always before the trial's done.
   int flush_ms = 2;
@@ -66,9 +76,10 @@ struct AgentOptions {
 // gpus = {} (an empty list, not nullopt) and N to offer CPU shares only.
 Result<std::vector<Slot>> AgentSlots(const std::optional<std::vector<int>>& gpus, int cpu_slots);
 
-// Serves until `stop` is set. InvalidArgument for unusable options (no slots, no worker
-// command, a bad port) before connecting; Ok after a clean stop. Network failures are never
-// returned: they are logged, and the agent tries again.
+// Serves until `stop` is set or the sweep is over. InvalidArgument for unusable options (no
+// slots, no worker command, a bad port) before connecting; Ok after a clean stop or the end of
+// the sweep; Unavailable once it has gone retry_for_ms without a coordinator. Other network
+// failures are not returned: they are logged, and the agent tries again.
 Status RunAgent(const AgentOptions& options, const std::atomic<bool>& stop);
 
 }  // namespace sweep::executor

@@ -118,6 +118,9 @@ class AgentHub {
   // Events not yet drained stay drainable (running trials get worker_lost kDone events, agents
   // AgentLost kShutdown). Idempotent.
   void Shutdown();
+  // Shutdown, telling the agents that the sweep is over (net::kSweepOver): they exit, where a
+  // plain Shutdown has them reconnect for a resume.
+  void ShutdownSweepOver();
 
  private:
   class Impl;

@@ -26,6 +26,9 @@ inline constexpr int kProtocolVersion = 4;
 // How a coordinator's bye to an agent whose token does not match begins: a refusal that no retry
 // can change, so the agent ends rather than retry forever.
 inline constexpr std::string_view kAuthFailed = "authentication failed";
+// How a coordinator's bye begins when its sweep has ended for good (completed, not interrupted):
+// its agents exit rather than wait for a resume that will not come.
+inline constexpr std::string_view kSweepOver = "the sweep is over";
 inline constexpr size_t kDefaultMaxFrameBytes = size_t{1} << 20;  // 1 MiB of payload
 // Arrays and objects nested deeper than this make a frame malformed: no message of ours nests
 // past a few levels, and copying a deeper one would recurse as deep.

@@ -3,9 +3,9 @@
 // caller owns, and ToJson gives exactly what the page embeds.
 //
 // Which trials count: a trial's value is its objective (the last reported value of the sweep's
-// metric). History plots completed and pruned trials that have one; everything that ranks or
-// explains (best so far, colours, importance, the best-trials table) uses completed trials only,
-// as `sweep best` does.
+// metric). History plots completed and pruned trials that have one; what ranks (best so far, the
+// best-trials table) uses completed trials only, as `sweep best` does; what explains (parallel
+// coordinates, importance) uses the trials ExplainingTrials picks.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,25 @@
 #include "report/sweep_data.h"
 
 namespace sweep::report {
+
+// ---- which trials explain the metric ----
+
+// Fewer completed trials than this, and parallel coordinates and importance look to the rungs.
+inline constexpr size_t kEnoughToExplain = 10;
+
+// The trials that parallel coordinates and importance use, and their values. Normally the
+// completed trials with a value, at their objective. With fewer than kEnoughToExplain of them,
+// and more trials at an early-stopping rung, every completed or pruned trial's metric at one
+// rung instead (its first report at or past the rung's resource): the deepest rung that
+// kEnoughToExplain trials reached, else the one most reached. One resource for all, so that an
+// early value is never compared with a late one; `note` says so.
+struct Explaining {
+  std::vector<const store::TrialRecord*> trials;  // by number
+  std::vector<double> values;                     // values[i] is trials[i]'s
+  double rung = 0;                                // the resource, when `note` is set
+  std::string note;                               // empty: the completed trials, at their objective
+};
+Explaining ExplainingTrials(const SweepData& data);
 
 // ---- optimisation history ----
 
@@ -62,7 +81,8 @@ struct ParallelLine {
 
 struct ParallelData {
   std::vector<Axis> axes;           // the parameters in declared order, then the metric
-  std::vector<ParallelLine> lines;  // completed trials with a value, by number
+  std::vector<ParallelLine> lines;  // the ExplainingTrials, by number
+  std::string note;                 // ExplainingTrials' note
 };
 ParallelData ComputeParallel(const SweepData& data);
 
@@ -109,11 +129,12 @@ std::vector<double> RungResources(const RungSpec& spec, double largest_resource)
 
 // ---- parameter importance ----
 //
-// A first-order, functional-ANOVA-like estimate from binned marginal means over the n completed
-// trials with a finite value y. For a parameter, trials are grouped: a categorical parameter by
-// value; a numeric one into B = clamp(round(sqrt(n)), 2, 10) quantile bins of equal counts
-// (equal values always share a bin); trials where a conditional parameter is absent form one
-// more group. With group means m_g over n_g trials and the grand mean m,
+// A first-order, functional-ANOVA-like estimate from binned marginal means over the n
+// ExplainingTrials (the completed trials with a finite value y, or all at one rung). For a
+// parameter, trials are grouped: a categorical parameter by value; a numeric one into B =
+// clamp(round(sqrt(n)), 2, 10) quantile bins of equal counts (equal values always share a bin);
+// trials where a conditional parameter is absent form one more group. With group means m_g over n_g
+// trials and the grand mean m,
 //   SS_between = sum_g n_g (m_g - m)^2,  SS_within = SS_total - SS_between,
 //   importance = max(0, SS_between - (G - 1) * SS_within / (n - G)) / SS_total
 // is the fraction of the variance of y that the parameter's marginal mean explains, with the
@@ -143,7 +164,8 @@ struct ReportOptions {
   int top_trials = 20;  // rows in the best-trials table
 };
 
-// The page's data: {"sweep", "history", "parallel", "curves", "importance", "best", "config"}.
+// The page's data: {"sweep", "history", "parallel", "curves", "importance", "explained",
+// "best", "config"}; "explained" is ExplainingTrials' {"note", "rung", "trials"}.
 // NaN positions become null.
 nlohmann::json ReportJson(const SweepData& data, const ReportOptions& options);
 nlohmann::json ToJson(const HistoryData& history);

@@ -1,5 +1,5 @@
-// `sweep export`: a sweep's trials, or every report, as one flat table that pandas
-// (read_csv / read_json) or a spreadsheet opens as it is. Pure functions of a SweepData.
+// `sweep export`, and `sweep trials/best --csv`: a sweep's trials, or every report, as one flat
+// table that pandas (read_csv / read_json) or a spreadsheet opens as it is. Pure functions.
 //
 // Columns, in this order (absent values are empty cells in CSV and null in JSON):
 //   trials:  trial, status, objective, epochs, retries, started, ended, duration_s, placement,
@@ -35,6 +35,10 @@ struct Table {
 };
 
 Table TrialsTable(const SweepData& data);
+// The rows of `rows` (a filtered or sorted list) under the columns of every trial in `all` (the
+// whole sweep), so that the lists of one sweep have one layout and their files concatenate.
+Table TrialsTable(const std::vector<store::TrialRecord>& rows,
+                  const std::vector<store::TrialRecord>& all);
 Table ReportsTable(const SweepData& data);
 
 void WriteCsv(std::ostream& out, const Table& table);

@@ -92,6 +92,12 @@ class Sampler {
   virtual std::optional<int64_t> size() const = 0;
 };
 
+// Why `params` (a trial's parameters, as a sampler gives them) is not a point of `space`: a
+// parameter missing, one the space does not have (or has inactive there), a value outside its
+// range or off its step, or not among its values ("lr 0.2 is above its max 0.1"). Empty when
+// it is one. For carrying trials from one sweep into another (`sweep run --from`).
+std::string Outside(const SearchSpace& space, const nlohmann::json& params);
+
 // Every distinct assignment of the active parameters' values, in lexicographic order of the
 // value indices taken in declaration order (first declared varies slowest). Without conditions
 // that is the full Cartesian product. A conditional parameter multiplies only the branches where

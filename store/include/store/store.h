@@ -19,7 +19,7 @@
 namespace sweep::store {
 
 // Current schema version, kept in PRAGMA user_version.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
 // "pending", "running", "completed", "pruned", "failed", "interrupted".
@@ -60,6 +60,14 @@ struct SweepRecord {
   std::string owner;        // "pid@host" of the process that runs or last ran it
   double active_s = 0;      // seconds it has been run for, over every run and resume
   std::string run_options;  // that process's agent flags, as in NewSweep
+  // A budget given to `sweep resume` in place of the config's (none: the config's).
+  std::optional<int64_t> max_trials;
+  std::optional<double> time_budget_s;
+  // `sweep run --from`: trials 0 .. carried - 1 were copied from another sweep (max_trials
+  // counts those after them), and trial n is its sampler's point n + sample_shift (a grid
+  // skips the points carried instead).
+  int64_t carried = 0;
+  int64_t sample_shift = 0;
 };
 
 struct RowCounts {
@@ -91,6 +99,13 @@ struct ReportRecord {
   double epoch = 0;
   std::string metrics_json;  // JSON object of metric name -> number
   double time_s = 0;         // Unix time, seconds
+};
+
+// One state change of a trial, as AddEvent recorded it.
+struct EventRecord {
+  std::string from, to;  // states ("" before the first)
+  std::string detail;    // why: a lost agent, a placement, a prune
+  double time_s = 0;     // Unix time, seconds
 };
 
 struct SweepSummary {
@@ -187,6 +202,11 @@ class Store {
   Status DropTrialCheckpoint(int64_t sweep_id, int64_t number);
   Status SetSweepOwner(int64_t sweep_id, std::string_view owner, std::string_view run_options);
   Status SetSweepActive(int64_t sweep_id, double active_s);
+  // The budget a resume extends the sweep to, kept for its later resumes (none: the config's).
+  Status SetSweepBudget(int64_t sweep_id, std::optional<int64_t> max_trials,
+                        std::optional<double> time_budget_s);
+  // How many trials the sweep took from another (`run --from`), and its sampler's shift.
+  Status SetSweepCarried(int64_t sweep_id, int64_t carried, int64_t sample_shift);
   Status AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::string_view from,
                   std::string_view to, std::string_view detail, double time_s);
   // Commits the open transaction, if any. Cheap when nothing was written.
@@ -208,6 +228,8 @@ class Store {
   Result<StatusCounts> CountByStatus(int64_t sweep_id);
   Result<std::vector<ReportRecord>> Reports(int64_t sweep_id, int64_t trial_number);
   Result<int64_t> MaxTrialNumber(int64_t sweep_id);  // -1 when the sweep has no trial
+  // A trial's state changes in the order they were recorded.
+  Result<std::vector<EventRecord>> TrialEvents(int64_t sweep_id, int64_t trial_number);
   // How many rows the sweep has in each table.
   Result<RowCounts> CountRows(int64_t sweep_id);
   // Removes the sweep and its trials, reports and events, and commits. NotFound when absent.

@@ -16,6 +16,16 @@
 
 namespace sweep {
 
+// `sweep resume NAME --max-trials N --time-budget D`: a new budget, each a total or (`more`) an
+// amount added to the budget in force. It is kept with the sweep for its later resumes.
+struct BudgetChange {
+  std::optional<int64_t> max_trials;
+  bool more_trials = false;
+  std::optional<double> time_budget_s;  // of running time, over every run of the sweep
+  bool more_time = false;
+  bool empty() const { return !max_trials && !time_budget_s; }
+};
+
 struct RunOptions {
   std::vector<std::string> worker_command;       // argv of `sweep worker`
   std::vector<std::string> worker_env;           // extra "KEY=VALUE" for workers
@@ -35,6 +45,11 @@ struct RunOptions {
   // `resume --max-initial-failures N`: this run's own [trial] max_initial_failures (a resumed
   // sweep keeps its config), e.g. 0 to go on whatever fails.
   std::optional<int> max_initial_failures;
+  // Resume only: continue with this budget, a completed sweep too (see BudgetChange).
+  BudgetChange budget;
+  // Run only (`--from NAME`): start from that sweep's trials, where the spaces agree (see
+  // sweep/src/carry_over.h).
+  std::string from;
 };
 
 struct RunSummary {
@@ -73,7 +88,9 @@ Result<RunSummary> RunSweep(const SweepConfig& config, store::Store& store,
 // alone: its config is the stored text; trials left RUNNING become INTERRUPTED; interrupted
 // trials run again first (from their checkpoints, when the trainer left one); numbering goes on
 // after the highest stored trial. Busy when another process runs the sweep (the message names
-// its pid and host); NotFound for an unknown name.
+// its pid and host); NotFound for an unknown name. With options.budget it goes on to the new
+// budget, a completed sweep too: the sampler continues where it stopped and early stopping's
+// rungs are replayed; InvalidArgument when the new budget leaves nothing to run (and why).
 Result<RunSummary> ResumeSweep(const std::string& name, store::Store& store,
                                const RunOptions& options);
 

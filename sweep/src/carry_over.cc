@@ -1,0 +1,120 @@
+#include "carry_over.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "output.h"
+#include "search/space.h"
+
+namespace sweep {
+
+using nlohmann::json;
+using store::TrialStatus;
+
+std::string CarryPlan::Summary() const {
+  int64_t completed = 0, pruned = 0;
+  for (const auto& t : trials) (t.status == TrialStatus::kCompleted ? completed : pruned) += 1;
+  std::string s = "carried over " + std::to_string(trials.size()) + " of " +
+                  std::to_string(considered) + " trial(s) from '" + from + "'";
+  if (!trials.empty()) {
+    s += " (" + std::to_string(completed) + " completed, " + std::to_string(pruned) + " pruned)";
+  }
+  if (!left.empty()) {
+    s += "; not carried:";
+    bool first = true;
+    for (const auto& [why, n] : left) {
+      s += std::string(first ? " " : ", ") + std::to_string(n) + " " + why;
+      if (why == "outside this space" && !first_outside.empty()) s += " (" + first_outside + ")";
+      first = false;
+    }
+  }
+  return s;
+}
+
+Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
+                                const std::string& from) {
+  if (from == config.name) {
+    return Status::InvalidArgument("--from " + from +
+                                   ": that is the new sweep's own name; give the new sweep "
+                                   "another (--name)");
+  }
+  SWEEP_ASSIGN_OR_RETURN(store::SweepRecord rec, FindSweepOrSuggest(store, from));
+  auto old_config = ParseConfig(rec.config_text, rec.config_path, ConfigUse::kResume);
+  if (old_config.ok() && old_config->kind != config.kind) {
+    return Status::InvalidArgument("--from " + from + ": its trials are " +
+                                   std::string(ToString(old_config->kind)) +
+                                   " trials, and this config's are " +
+                                   std::string(ToString(config.kind)) + "; nothing to carry over");
+  }
+  CarryPlan plan;
+  plan.from = rec.name;
+  plan.from_id = rec.id;
+  SWEEP_ASSIGN_OR_RETURN(auto trials, store.Trials(rec.id, store::TrialQuery{}));
+  plan.considered = static_cast<int64_t>(trials.size());
+  int64_t highest = -1;
+  for (auto& t : trials) {
+    highest = std::max(highest, t.number);
+    if (t.status != TrialStatus::kCompleted && t.status != TrialStatus::kPruned) {
+      ++plan.left[std::string(store::ToString(t.status))];
+      continue;
+    }
+    const json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+    if (std::string why = search::Outside(config.space, params); !why.empty()) {
+      if (plan.first_outside.empty()) {
+        plan.first_outside = "trial " + std::to_string(t.number) + ": " + why;
+      }
+      ++plan.left["outside this space"];
+      continue;
+    }
+    const json metrics = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
+    auto m = metrics.is_object() ? metrics.find(config.metric) : metrics.end();
+    if (m == metrics.end() || !m->is_number() || !std::isfinite(m->get<double>())) {
+      ++plan.left["without " + config.metric];
+      continue;
+    }
+    plan.old_numbers.push_back(t.number);
+    t.objective = m->get<double>();
+    t.number = static_cast<int64_t>(plan.trials.size());
+    t.checkpoint.clear();  // the earlier sweep's to keep or delete
+    t.stdout_log.clear();
+    t.stderr_log.clear();
+    t.retries = 0;
+    t.agent_losses = 0;
+    plan.trials.push_back(std::move(t));
+  }
+  const int64_t carried = static_cast<int64_t>(plan.trials.size());
+  // A grid starts from its first point and skips those carried (the coordinator's SampleFor);
+  // random draws go on after the earlier sweep's, so that with the same seed none repeats.
+  plan.sample_shift = config.algorithm == "grid" ? 0 : highest + 1 + rec.sample_shift - carried;
+  return plan;
+}
+
+Status ApplyCarryOver(store::Store& store, int64_t sweep_id, const CarryPlan& plan, double now_s,
+                      std::vector<store::ReportRecord>* reports) {
+  std::map<int64_t, int64_t> renumber;
+  for (size_t i = 0; i < plan.trials.size(); ++i) {
+    const store::TrialRecord& t = plan.trials[i];
+    renumber[plan.old_numbers[i]] = t.number;
+    SWEEP_RETURN_IF_ERROR(store.InsertTrial(sweep_id, t));
+    SWEEP_RETURN_IF_ERROR(store.AddEvent(
+        sweep_id, t.number, "", store::ToString(t.status),
+        "carried over from sweep '" + plan.from + "' trial " + std::to_string(plan.old_numbers[i]),
+        now_s));
+  }
+  if (!plan.trials.empty()) {
+    SWEEP_ASSIGN_OR_RETURN(auto all, store.AllReports(plan.from_id));
+    for (store::ReportRecord& r : all) {
+      auto it = renumber.find(r.trial);
+      if (it == renumber.end()) continue;
+      r.trial = it->second;
+      SWEEP_RETURN_IF_ERROR(store.AddReport(sweep_id, r));
+      reports->push_back(std::move(r));
+    }
+  }
+  return store.SetSweepCarried(sweep_id, static_cast<int64_t>(plan.trials.size()),
+                               plan.sample_shift);
+}
+
+}  // namespace sweep
