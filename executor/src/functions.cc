@@ -87,6 +87,54 @@ double Ackley(const Point& x) {
          std::numbers::e;
 }
 
+// Hartmann's 3-D function, with the constants of the same 1973 table as Hartmann6.
+double Hartmann3(const Point& x) {
+  static constexpr std::array<double, 4> kAlpha = {1.0, 1.2, 3.0, 3.2};
+  static constexpr std::array<std::array<double, 3>, 4> kA = {{
+      {3, 10, 30},
+      {0.1, 10, 35},
+      {3, 10, 30},
+      {0.1, 10, 35},
+  }};
+  static constexpr std::array<std::array<double, 3>, 4> kP = {{
+      {3689, 1170, 2673},
+      {4699, 4387, 7470},
+      {1091, 8732, 5547},
+      {381, 5743, 8828},
+  }};
+  double sum = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    double exponent = 0;
+    for (size_t j = 0; j < 3; ++j) {
+      const double d = x[j] - 1e-4 * kP[i][j];
+      exponent += kA[i][j] * d * d;
+    }
+    sum += kAlpha[i] * std::exp(-exponent);
+  }
+  return -sum;
+}
+
+// Levy, on w = 1 + (x - 1) / 4, as in the Virtual Library of Simulation Experiments.
+double Levy(const Point& x) {
+  constexpr double kPi = std::numbers::pi;
+  auto w = [&x](size_t i) { return 1 + (x[i] - 1) / 4; };
+  const double first = std::sin(kPi * w(0));
+  double sum = first * first;
+  for (size_t i = 0; i + 1 < x.size(); ++i) {
+    const double s = std::sin(kPi * w(i) + 1);
+    sum += (w(i) - 1) * (w(i) - 1) * (1 + 10 * s * s);
+  }
+  const double last = w(x.size() - 1);
+  const double s = std::sin(2 * kPi * last);
+  return sum + (last - 1) * (last - 1) * (1 + s * s);
+}
+
+double StyblinskiTang(const Point& x) {
+  double sum = 0;
+  for (double v : x) sum += v * v * v * v - 16 * v * v + 5 * v;
+  return sum / 2;
+}
+
 struct Entry {
   FunctionInfo info;
   Evaluator evaluate;
@@ -98,31 +146,53 @@ const std::vector<Entry>& Catalogue() {
         2,
         {{-5, 10}, {0, 15}},
         5 / (4 * std::numbers::pi),
-        "Branin-Hoo, 2-D; three global minima at (-pi, 12.275), (pi, 2.275), (9.42478, 2.475)"},
+        "Branin-Hoo, 2-D; three global minima at (-pi, 12.275), (pi, 2.275), (9.42478, 2.475)",
+        false},
        Branin},
       {{"rosenbrock",
         0,
         {{-5, 10}},
         0,
         "Rosenbrock's valley, n-D (n >= 2); minimum 0 at (1, ..., 1) at the end of a long, flat "
-        "curved valley"},
+        "curved valley",
+        false},
        Rosenbrock},
       {{"hartmann6", 6, std::vector<std::pair<double, double>>(6, {0, 1}), -3.32236801141551,
         "Hartmann 6-D; six local minima, global minimum at (0.20169, 0.150011, 0.476874, "
-        "0.275332, 0.311652, 0.6573)"},
+        "0.275332, 0.311652, 0.6573)",
+        false},
        Hartmann6},
       {{"sphere",
         0,
         {{-5.12, 5.12}},
         0,
-        "Sphere, n-D (n >= 2): the sum of squares; minimum 0 at 0"},
+        "Sphere, n-D (n >= 2): the sum of squares; minimum 0 at 0",
+        false},
        Sphere},
       {{"ackley",
         0,
         {{-32.768, 32.768}},
         0,
-        "Ackley, n-D (n >= 2); many regular local minima around a global minimum 0 at 0"},
+        "Ackley, n-D (n >= 2); many regular local minima around a global minimum 0 at 0",
+        false},
        Ackley},
+      {{"hartmann3", 3, std::vector<std::pair<double, double>>(3, {0, 1}), -3.8627797873327,
+        "Hartmann 3-D; four local minima, global minimum at (0.114614, 0.555649, 0.852547)", false},
+       Hartmann3},
+      {{"levy",
+        0,
+        {{-10, 10}},
+        0,
+        "Levy, n-D (n >= 2); many local minima, global minimum 0 at (1, ..., 1)",
+        false},
+       Levy},
+      {{"styblinski_tang",
+        0,
+        {{-5, 5}},
+        -39.16616570377142,
+        "Styblinski-Tang, n-D (n >= 2); minimum -39.16617 * n at (-2.903534, ..., -2.903534)",
+        true},
+       StyblinskiTang},
   };
   return kEntries;
 }
@@ -180,6 +250,10 @@ std::pair<double, double> DomainOf(const FunctionInfo& info, int index) {
   if (info.domain.empty()) return {0, 0};
   if (info.domain.size() == 1 || index < 1) return info.domain.front();
   return info.domain[std::min(static_cast<size_t>(index), info.domain.size()) - 1];
+}
+
+double MinimumOf(const FunctionInfo& info, int dims) {
+  return info.minimum_per_input ? info.minimum * dims : info.minimum;
 }
 
 Status CheckFunctionParams(const FunctionInfo& info, const std::vector<std::string>& param_names) {

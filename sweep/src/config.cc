@@ -111,6 +111,7 @@ std::string DidYouMean(std::string_view word, const std::vector<std::string>& ca
 
 Result<std::unique_ptr<search::Sampler>> MakeSampler(const SweepConfig& cfg) {
   if (cfg.algorithm == "grid") return search::MakeGridSampler(cfg.space);
+  // TPE's first trials are exactly these; the coordinator asks TPE for the rest.
   return search::MakeRandomSampler(cfg.space, cfg.seed);
 }
 
@@ -871,6 +872,54 @@ std::string SweepConfig::Target::ToString() const {
   return metric + " " + op + " " + FormatNumber(value);
 }
 
+// [search]'s TPE knobs (see search/tpe.h): only with algorithm = "tpe", where a knob set for
+// another algorithm would silently do nothing.
+Status ParseTpeKnobs(const Checker& c, const toml::table& search, SweepConfig* cfg) {
+  search::TpeOptions& o = cfg->tpe;
+  const std::vector<std::pair<std::string, const toml::node*>> knobs = {
+      {"n_startup_trials", search.get("n_startup_trials")},
+      {"n_ei_candidates", search.get("n_ei_candidates")},
+      {"gamma", search.get("gamma")},
+      {"gamma_max", search.get("gamma_max")},
+      {"prior_weight", search.get("prior_weight")},
+      {"multivariate", search.get("multivariate")},
+      {"consider_endpoints", search.get("consider_endpoints")},
+      {"magic_clip", search.get("magic_clip")}};
+  for (const auto& [name, node] : knobs) {
+    if (node == nullptr) continue;
+    const std::string key = "search." + name;
+    if (cfg->algorithm != "tpe") {
+      return c.Error(*node, key,
+                     "only for algorithm = \"tpe\" (this search is \"" + cfg->algorithm + "\")");
+    }
+    if (name == "multivariate" || name == "consider_endpoints" || name == "magic_clip") {
+      auto v = node->value_exact<bool>();
+      if (!v) return c.Error(*node, key, "expected true or false, got " + TypeName(*node));
+      (name == "multivariate"         ? o.multivariate
+       : name == "consider_endpoints" ? o.consider_endpoints
+                                      : o.magic_clip) = *v;
+    } else if (name == "gamma" || name == "prior_weight") {
+      SWEEP_ASSIGN_OR_RETURN(double v, c.Number(*node, key));
+      (name == "gamma" ? o.gamma : o.prior_weight) = v;
+    } else {
+      SWEEP_ASSIGN_OR_RETURN(int64_t v, c.Integer(*node, key, INT64_MIN, INT64_MAX));
+      (name == "n_startup_trials"  ? o.n_startup_trials
+       : name == "n_ei_candidates" ? o.n_ei_candidates
+                                   : o.gamma_max) = v;
+    }
+  }
+  if (Status s = search::Validate(o); !s.ok()) {
+    // "search.gamma: must be in (0, 1] (got 0)": said at the key's place in the file.
+    const std::string& m = s.message();
+    const size_t colon = m.find(": ");
+    const std::string key = colon == std::string::npos ? "" : m.substr(0, colon);
+    const toml::node* at = key.size() > 7 ? search.get(key.substr(7)) : nullptr;
+    if (at != nullptr) return c.Error(*at, key, m.substr(colon + 2));
+    return c.Error(search, "search", m);
+  }
+  return Status::Ok();
+}
+
 Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, ConfigUse use) {
   Checker c(path);
   // TOML allows non-ASCII only inside strings and comments; refusing it elsewhere here also keeps
@@ -960,12 +1009,17 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
 
   // ---- [search] ----
   const toml::node* algorithm_node = nullptr;
-  if (const toml::table* search = table("search")) {
-    SWEEP_RETURN_IF_ERROR(c.KnownKeys(*search, "[search]", {"algorithm"}));
-    if ((algorithm_node = search->get("algorithm"))) {
-      SWEEP_ASSIGN_OR_RETURN(cfg.algorithm,
-                             c.OneOf(*algorithm_node, "search.algorithm", {"grid", "random"}));
+  const toml::table* search_table = table("search");
+  if (search_table != nullptr) {
+    SWEEP_RETURN_IF_ERROR(
+        c.KnownKeys(*search_table, "[search]",
+                    {"algorithm", "n_startup_trials", "n_ei_candidates", "gamma", "gamma_max",
+                     "prior_weight", "multivariate", "consider_endpoints", "magic_clip"}));
+    if ((algorithm_node = search_table->get("algorithm"))) {
+      SWEEP_ASSIGN_OR_RETURN(
+          cfg.algorithm, c.OneOf(*algorithm_node, "search.algorithm", {"grid", "random", "tpe"}));
     }
+    SWEEP_RETURN_IF_ERROR(ParseTpeKnobs(c, *search_table, &cfg));
   }
 
   // ---- [early_stopping] ----
@@ -1558,6 +1612,27 @@ Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path, 
       return c.Error(*sweep, "sweep.max_trials",
                      "random search needs max_trials (how many trials to draw), or time_budget "
                      "or stop_when to end it");
+    }
+  }
+  if (cfg.algorithm == "tpe") {
+    // TPE proposes each trial from the results before it: it cannot draw the sweep ahead.
+    if (cfg.longest_first && order_node != nullptr) {
+      return c.Error(*order_node, "trial.order",
+                     "\"longest_first\" draws the whole sweep ahead to start the longest trials "
+                     "first, and TPE proposes each trial from the results before it; use order "
+                     "= \"sampled\" (the default) with algorithm = \"tpe\"");
+    }
+    // Every trial would be a startup trial: random search under another name.
+    if (!cfg.unbounded_trials && cfg.tpe.n_startup_trials >= cfg.max_trials &&
+        (use == ConfigUse::kSweep || use == ConfigUse::kResume)) {
+      const toml::node* at = search_table->get("n_startup_trials");
+      return c.Error(at != nullptr ? *at : *algorithm_node, "search.n_startup_trials",
+                     std::to_string(cfg.tpe.n_startup_trials) +
+                         " random trials before TPE, and "
+                         "max_trials is " +
+                         std::to_string(cfg.max_trials) +
+                         ": no trial would be proposed by TPE; lower n_startup_trials or raise "
+                         "max_trials");
     }
   }
   if (cfg.kind == TrialKind::kTrainer && use == ConfigUse::kSweep) {

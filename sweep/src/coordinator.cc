@@ -329,6 +329,18 @@ class Coordinator {
     // reports: replay them in order, as they were decided live.
     std::map<int64_t, std::string> stop_reasons;
     std::map<int64_t, double> reached;  // the largest resource each trial reported
+    if (tpe_ != nullptr) {
+      // TPE learns again what it had learnt: every trial's parameters, the completed ones'
+      // ends, and (below) the values at the rungs.
+      SWEEP_ASSIGN_OR_RETURN(auto all, store_.Trials(sweep_id_, store::TrialQuery{}));
+      for (const auto& t : all) {
+        json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+        if (t.status == TrialStatus::kCompleted && t.objective) {
+          TpeNoteEnd(t.number, *t.objective, params);
+        }
+        tpe_params_[t.number] = std::move(params);
+      }
+    }
     if (scheduler_ != nullptr || config_.stop_when) {
       SWEEP_ASSIGN_OR_RETURN(auto stored, store_.AllReports(sweep_id_));
       for (const auto& r : stored) {
@@ -339,6 +351,7 @@ class Coordinator {
           if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics)) {
             search::Decision d =
                 scheduler_->OnReport(report->trial, report->resource, report->value);
+            TpeNoteReport(report->trial, report->resource, report->value, tpe_params_[r.trial]);
             if (d.stop() && !stop_reasons.count(r.trial)) {
               stop_reasons[r.trial] = d.reason;
               pruned_here = true;
@@ -478,11 +491,17 @@ class Coordinator {
         best_trial_ = t.number;
       }
     }
+    for (const store::TrialRecord& t : plan.trials) {
+      json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+      if (t.status == TrialStatus::kCompleted) TpeNoteEnd(t.number, *t.objective, params);
+      tpe_params_[t.number] = std::move(params);
+    }
     if (scheduler_ != nullptr) {
       for (const auto& r : reports) {
         json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
         if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics)) {
           (void)scheduler_->OnReport(report->trial, report->resource, report->value);
+          TpeNoteReport(report->trial, report->resource, report->value, tpe_params_[r.trial]);
         }
       }
     }
@@ -493,6 +512,7 @@ class Coordinator {
   // over, trial carried_ + k is its k-th point not carried (so none runs twice, and numbers
   // have no gaps), found by walking the grid once.
   std::optional<json> SampleFor(int64_t number) {
+    if (tpe_ != nullptr) return SuggestTpe(number);
     if (carried_params_.empty()) return sampler_->Sample(number + sample_shift_);
     const int64_t k = number - carried_;
     while (static_cast<int64_t>(fresh_points_.size()) <= k) {
@@ -502,6 +522,59 @@ class Coordinator {
       ++grid_cursor_;
     }
     return sampler_->Sample(fresh_points_[static_cast<size_t>(k)]);
+  }
+
+  // ---- TPE ----
+
+  // TPE's proposal for trial `number`, from the observations at the level TpeLevel picks, with
+  // the trials running or waiting to run again as pessimistic ones (the constant liar).
+  json SuggestTpe(int64_t number) {
+    const size_t level = TpeLevel();
+    if (level != tpe_fed_) {
+      // A higher rung has enough values now: TPE learns from it instead (rare: once a rung).
+      tpe_->Reset();
+      for (const auto& [trial, value] : tpe_values_[level]) {
+        tpe_->Observe(trial, tpe_params_[trial], value);
+      }
+      tpe_fed_ = level;
+    }
+    std::vector<json> pending;
+    for (const auto& [n, t] : running_) pending.push_back(t.params);
+    for (const Pending& p : queue_) pending.push_back(p.params);
+    search::Suggestion s = tpe_->Suggest(number, pending);
+    proposed_by_[number] = std::string(search::SourceName(s.source));
+    tpe_params_[number] = s.params;
+    return std::move(s.params);
+  }
+
+  // The highest level (rung, or the trials' ends) with n_startup_trials values; else the
+  // lowest, which has the most.
+  size_t TpeLevel() const {
+    const size_t enough = static_cast<size_t>(std::max<int64_t>(1, config_.tpe.n_startup_trials));
+    for (size_t k = tpe_levels_.size(); k-- > 0;) {
+      if (tpe_values_[k].size() >= enough) return k;
+    }
+    return 0;
+  }
+
+  // A trial's value at each level its report reached for the first time (live and replayed).
+  void TpeNoteReport(int64_t trial, double resource, double value, const json& params) {
+    if (tpe_ == nullptr) return;
+    if (!tpe_params_.contains(trial)) tpe_params_[trial] = params;
+    for (size_t k = 0; k + 1 < tpe_levels_.size() && resource >= tpe_levels_[k]; ++k) {
+      if (tpe_values_[k].emplace(trial, value).second && k == tpe_fed_) {
+        tpe_->Observe(trial, tpe_params_[trial], value);
+      }
+    }
+  }
+
+  // A completed trial's final value (its objective).
+  void TpeNoteEnd(int64_t trial, double value, const json& params) {
+    if (tpe_ == nullptr) return;
+    tpe_params_[trial] = params;
+    const size_t last = tpe_levels_.size() - 1;
+    tpe_values_[last][trial] = value;
+    if (last == tpe_fed_) tpe_->Observe(trial, params, value);
   }
 
   // A trial's parameters as one string, to tell a grid point already carried over.
@@ -651,6 +724,14 @@ class Coordinator {
         decisions_.decision_points.push_back(config_.early_stopping.max_resource);
       }
       decisions_.decide_by_epoch = config_.kind != TrialKind::kFunction;
+    }
+    if (config_.algorithm == "tpe") {
+      SWEEP_ASSIGN_OR_RETURN(
+          tpe_, search::MakeTpeSampler(config_.space, config_.seed, config_.tpe, config_.maximize));
+      // What TPE learns from (the BOHB rule): the values at each rung, then the trials' ends.
+      if (scheduler_ != nullptr) tpe_levels_ = scheduler_->RungResources();
+      tpe_levels_.push_back(std::numeric_limits<double>::infinity());
+      tpe_values_.resize(tpe_levels_.size());
     }
     // Every report is a decision point of a trainer trial, whose worker writes the epoch's
     // checkpoint only once told to go on: by then the report is committed (Handle), so a
@@ -1053,6 +1134,7 @@ class Coordinator {
     done.error = note;
     SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, done));
     SWEEP_RETURN_IF_ERROR(KeepCheckpoints(t.number, TrialStatus::kCompleted, t.objective));
+    if (t.objective) TpeNoteEnd(t.number, *t.objective, tpe_params_[t.number]);
     return store_.AddEvent(sweep_id_, t.number, "interrupted", "completed", note, start_s_);
   }
 
@@ -1446,7 +1528,13 @@ class Coordinator {
         rec.stderr_log = TrialDir(p.number) + "/stderr.log";
       }
       SWEEP_RETURN_IF_ERROR(store_.InsertTrial(sweep_id_, rec));
-      SWEEP_RETURN_IF_ERROR(store_.AddEvent(sweep_id_, p.number, "", "running", t.placement, now));
+      // With TPE, which way it was proposed (the first trials are random search's).
+      auto by = proposed_by_.find(p.number);
+      SWEEP_RETURN_IF_ERROR(store_.AddEvent(
+          sweep_id_, p.number, "", "running",
+          by == proposed_by_.end() ? t.placement : t.placement + "; proposed by " + by->second,
+          now));
+      if (by != proposed_by_.end()) proposed_by_.erase(by);
     }
 
     task.number = p.number;
@@ -1601,6 +1689,7 @@ class Coordinator {
       if (scheduler_ != nullptr) {
         if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics)) {
           search::Decision d = scheduler_->OnReport(report->trial, report->resource, report->value);
+          TpeNoteReport(report->trial, report->resource, report->value, t.params);
           if (d.stop() && t.prune_reason.empty()) {
             t.prune_reason = d.reason;
             if (!t.stop_sent) {
@@ -1882,6 +1971,9 @@ class Coordinator {
     rec.metrics_json = t.metrics.dump(-1, ' ', false, json::error_handler_t::replace);
     rec.epochs = t.epochs;
     rec.objective = Objective(t.metrics);
+    if (status == TrialStatus::kCompleted && rec.objective) {
+      TpeNoteEnd(number, *rec.objective, t.params);
+    }
     rec.checkpoint = t.checkpoint;  // this run's: a rerun may have run elsewhere
     SWEEP_RETURN_IF_ERROR(store_.FinishTrial(sweep_id_, rec));
     SWEEP_RETURN_IF_ERROR(
@@ -2000,8 +2092,16 @@ class Coordinator {
   int64_t carried_ = 0;
   int64_t sample_shift_ = 0;
   std::set<std::string> carried_params_;  // CanonicalParams of the grid points carried over
-  std::vector<int64_t> fresh_points_;     // grid indices of trials carried_, carried_ + 1, ...
-  int64_t grid_cursor_ = 0;               // the next grid index SampleFor looks at
+  // algorithm = "tpe": the sampler, and what it learns from at each level (the rungs, then the
+  // end: +inf), with the parameters of every trial seen; tpe_fed_ is the level it was given.
+  std::unique_ptr<search::TpeSampler> tpe_;
+  std::vector<double> tpe_levels_;
+  std::vector<std::map<int64_t, double>> tpe_values_;
+  std::map<int64_t, json> tpe_params_;
+  size_t tpe_fed_ = std::numeric_limits<size_t>::max();
+  std::map<int64_t, std::string> proposed_by_;  // "tpe" or "startup random", for the start event
+  std::vector<int64_t> fresh_points_;  // grid indices of trials carried_, carried_ + 1, ...
+  int64_t grid_cursor_ = 0;            // the next grid index SampleFor looks at
   double last_progress_s_ = 0;
   double last_commit_s_ = 0;
   std::deque<Pending> queue_;

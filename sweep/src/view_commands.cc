@@ -326,6 +326,14 @@ int CmdShow(const ShowArgs& a) {
   if (!t.error.empty()) {
     row(t.status == store::TrialStatus::kPruned ? "pruned" : "error", t.error);
   }
+  // With TPE, which way it was proposed (its first start event says).
+  for (const store::EventRecord& e : *events) {
+    const size_t by = e.detail.find("; proposed by ");
+    if (e.from.empty() && by != std::string::npos) {
+      row("proposed by", e.detail.substr(by + 14));
+      break;
+    }
+  }
   // Its state changes, when there is more to tell than one start and one end: interrupted on a
   // lost agent or a stopped coordinator and run again, or carried over from another sweep.
   const bool eventful =

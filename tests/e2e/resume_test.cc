@@ -1544,3 +1544,52 @@ TEST_F(ResumeTest, ARunFromAnEarlierSweepCarriesItsTrialsOver) {
                   "s.name = 'g2'")[0][0],
             "8");
 }
+
+// algorithm = "tpe": its first trials are random search's, the rest TPE's (each start event
+// says which); one trial at a time, a run repeats itself, and a sweep resumed with a larger
+// budget proposes exactly what an uninterrupted run did from the same history.
+TEST_F(ResumeTest, ATpeSweepRepeatsItselfAndAResumeProposesWhatARunWould) {
+  auto config = [](const std::string& name, int max_trials, const std::string& algorithm) {
+    return sweep_e2e::BraninConfig(name, max_trials, "max_concurrent = 1\nseed = 3\n",
+                                   "steps = 1\n",
+                                   "[search]\nalgorithm = \"" + algorithm + "\"\n" +
+                                       (algorithm == "tpe" ? "n_startup_trials = 5\n" : ""));
+  };
+  Write("whole.toml", config("whole", 20, "tpe"));
+  Write("again.toml", config("again", 20, "tpe"));
+  Write("part.toml", config("part", 10, "tpe"));
+  Write("rand.toml", config("rand", 5, "random"));
+  for (const char* c : {"whole.toml", "again.toml", "part.toml", "rand.toml"}) {
+    Output o = Sweep(std::string("run ") + c);
+    ASSERT_EQ(o.code, 0) << c << "\n" << o.err;
+  }
+  Output more = Sweep("resume part --max-trials 20");
+  ASSERT_EQ(more.code, 0) << more.err;
+  auto params = [&](const std::string& name) {
+    std::vector<std::string> out;
+    for (auto& row : Query("SELECT t.params FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+                           "WHERE s.name = '" +
+                           name + "' ORDER BY t.number")) {
+      out.push_back(row[0]);
+    }
+    return out;
+  };
+  const std::vector<std::string> whole = params("whole");
+  ASSERT_EQ(whole.size(), 20u);
+  EXPECT_EQ(params("again"), whole);
+  EXPECT_EQ(params("part"), whole);
+  const std::vector<std::string> random = params("rand");
+  EXPECT_EQ(std::vector<std::string>(whole.begin(), whole.begin() + 5), random);
+  auto by = Query(
+      "SELECT e.trial, e.detail FROM events e JOIN sweeps s ON s.id = e.sweep_id WHERE s.name = "
+      "'whole' AND e.from_state = '' AND e.to_state = 'running' AND e.trial IS NOT NULL ORDER BY "
+      "e.trial");
+  ASSERT_EQ(by.size(), 20u);
+  for (const auto& row : by) {
+    const bool startup = std::stoi(row[0]) < 5;
+    EXPECT_NE(row[1].find(startup ? "; proposed by startup random" : "; proposed by tpe"),
+              std::string::npos)
+        << row[0] << ": " << row[1];
+  }
+  EXPECT_NE(Sweep("show whole 7").out.find("  proposed by tpe\n"), std::string::npos);
+}

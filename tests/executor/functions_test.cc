@@ -55,15 +55,15 @@ std::string CheckError(std::string_view name, const std::vector<std::string>& na
 TEST(FunctionsTest, CatalogueListsEveryFunctionInOrder) {
   std::vector<std::string> names;
   for (const FunctionInfo& info : Functions()) names.push_back(info.name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"branin", "rosenbrock", "hartmann6", "sphere", "ackley"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"branin", "rosenbrock", "hartmann6", "sphere",
+                                             "ackley", "hartmann3", "levy", "styblinski_tang"}));
   for (const FunctionInfo& info : Functions()) {
     EXPECT_EQ(FindFunction(info.name), &info);
     EXPECT_FALSE(info.description.empty()) << info.name;
     // One pair per input for a fixed dimension, one pair for all inputs otherwise.
     EXPECT_EQ(info.domain.size(), info.dims > 0 ? static_cast<size_t>(info.dims) : 1u) << info.name;
   }
-  EXPECT_EQ(FindFunction("levy"), nullptr);
+  EXPECT_EQ(FindFunction("griewank"), nullptr);
   EXPECT_EQ(FindFunction(""), nullptr);
   EXPECT_EQ(kFunctionMetric, "value");
 }
@@ -81,6 +81,13 @@ TEST(FunctionsTest, DomainsAreTheConventionalOnes) {
   for (int i = 1; i <= 6; ++i) EXPECT_EQ(DomainOf(hartmann6, i), (std::pair<double, double>{0, 1}));
   EXPECT_EQ(DomainOf(*FindFunction("sphere"), 1), (std::pair<double, double>{-5.12, 5.12}));
   EXPECT_EQ(DomainOf(*FindFunction("ackley"), 3), (std::pair<double, double>{-32.768, 32.768}));
+  const FunctionInfo& hartmann3 = *FindFunction("hartmann3");
+  EXPECT_EQ(hartmann3.dims, 3);
+  for (int i = 1; i <= 3; ++i) EXPECT_EQ(DomainOf(hartmann3, i), (std::pair<double, double>{0, 1}));
+  EXPECT_EQ(FindFunction("levy")->dims, 0);
+  EXPECT_EQ(DomainOf(*FindFunction("levy"), 4), (std::pair<double, double>{-10, 10}));
+  EXPECT_EQ(FindFunction("styblinski_tang")->dims, 0);
+  EXPECT_EQ(DomainOf(*FindFunction("styblinski_tang"), 2), (std::pair<double, double>{-5, 5}));
 }
 
 // ---- Values ----
@@ -130,6 +137,46 @@ TEST(FunctionsTest, SphereAndAckley) {
   EXPECT_NEAR(Eval("ackley", {0.5, -1.5, 2.0}), 7.102062941907507, 1e-12);
 }
 
+TEST(FunctionsTest, Hartmann3AtItsOptimum) {
+  const double minimum = FindFunction("hartmann3")->minimum;
+  EXPECT_NEAR(minimum, -3.86278, 1e-5);
+  const double value = Eval("hartmann3", {0.114614, 0.555649, 0.852547});
+  EXPECT_NEAR(value, -3.86278, 1e-5);
+  EXPECT_NEAR(value, minimum, 1e-9);
+  EXPECT_GE(value, minimum);
+}
+
+TEST(FunctionsTest, Hartmann3AtKnownPoint) {
+  EXPECT_NEAR(Eval("hartmann3", {0.5, 0.5, 0.5}), -0.6280220150705937, 1e-12);
+}
+
+TEST(FunctionsTest, LevyAtOnesAndKnownPoint) {
+  EXPECT_EQ(FindFunction("levy")->minimum, 0);
+  EXPECT_NEAR(Eval("levy", {1, 1}), 0, 1e-12);
+  EXPECT_NEAR(Eval("levy", {1, 1, 1, 1, 1}), 0, 1e-12);
+  EXPECT_NEAR(Eval("levy", {0, 0}), 0.7158445541169746, 1e-12);
+  EXPECT_NEAR(Eval("levy", {2, -3, 0.5}), 9.263327128618736, 1e-12);
+}
+
+TEST(FunctionsTest, StyblinskiTangMinimumScalesWithInputs) {
+  const FunctionInfo& info = *FindFunction("styblinski_tang");
+  EXPECT_TRUE(info.minimum_per_input);
+  EXPECT_NEAR(MinimumOf(info, 1), -39.16617, 1e-5);
+  EXPECT_NEAR(MinimumOf(info, 5), -5 * 39.16617, 5e-5);
+  constexpr double kArgmin = -2.903534027771178;
+  EXPECT_NEAR(Eval("styblinski_tang", {kArgmin, kArgmin}), MinimumOf(info, 2), 1e-9);
+  EXPECT_NEAR(Eval("styblinski_tang", {kArgmin, kArgmin, kArgmin, kArgmin, kArgmin}),
+              MinimumOf(info, 5), 1e-9);
+  // A fixed-dimension function's minimum does not scale.
+  EXPECT_EQ(MinimumOf(*FindFunction("branin"), 7), FindFunction("branin")->minimum);
+}
+
+TEST(FunctionsTest, StyblinskiTangAtKnownPoints) {
+  EXPECT_EQ(Eval("styblinski_tang", {0, 0}), 0);
+  EXPECT_EQ(Eval("styblinski_tang", {1, 1}), -10);  // (1 - 16 + 5) / 2 each
+  EXPECT_EQ(Eval("styblinski_tang", {2, -1, 1}), -19 - 10 - 5);
+}
+
 // No point of the domain may beat the stated minimum: a wrong constant would show up here.
 TEST(FunctionsTest, NoPointInTheDomainBeatsTheMinimum) {
   uint64_t state = 1;
@@ -145,7 +192,7 @@ TEST(FunctionsTest, NoPointInTheDomainBeatsTheMinimum) {
         auto [low, high] = DomainOf(info, i);
         x.push_back(low + next_unit() * (high - low));
       }
-      EXPECT_GE(Eval(info.name, x), info.minimum - 1e-9) << info.name;
+      EXPECT_GE(Eval(info.name, x), MinimumOf(info, n) - 1e-9) << info.name;
     }
   }
 }
@@ -195,11 +242,12 @@ TEST(FunctionsTest, CheckNamesARepeatedParameter) {
 }
 
 TEST(FunctionsTest, EvaluateRefusesBadInput) {
-  Result<double> unknown = EvaluateFunction("levy", Point({0, 0}));
+  Result<double> unknown = EvaluateFunction("griewank", Point({0, 0}));
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.status().code(), Status::Code::kNotFound);
   EXPECT_EQ(unknown.status().message(),
-            "unknown function 'levy' (known: branin, rosenbrock, hartmann6, sphere, ackley)");
+            "unknown function 'griewank' (known: branin, rosenbrock, hartmann6, sphere, ackley, "
+            "hartmann3, levy, styblinski_tang)");
 
   EXPECT_EQ(EvalError("branin", json::array({1, 2})),
             "branin: parameters must be a JSON object, got [1,2]");

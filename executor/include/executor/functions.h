@@ -1,7 +1,8 @@
 // Analytic test functions from the HPO literature (Branin, Rosenbrock, Hartmann6, Sphere,
-// Ackley) that a trial worker can evaluate instead of training a model, so a whole sweep, early
-// stopping included, can be exercised in milliseconds. The catalogue is immutable static data
-// and every function here is pure, so all of it is safe to call from any number of threads.
+// Ackley, Hartmann3, Levy, Styblinski-Tang) that a trial worker can evaluate instead of training a
+// model, so a whole sweep, early stopping included, can be exercised in milliseconds. The catalogue
+// is immutable static data and every function here is pure, so all of it is safe to call from any
+// number of threads.
 #pragma once
 
 #include <cstdint>
@@ -27,13 +28,17 @@ struct FunctionInfo {
   // The conventional search box: one (low, high) per input, or a single pair for every input
   // when dims == 0. Advisory: EvaluateFunction accepts points outside it.
   std::vector<std::pair<double, double>> domain;
-  double minimum = 0;  // the global minimum value (to the precision the literature gives)
+  // The global minimum value (to the precision the literature gives); per input when
+  // minimum_per_input (Styblinski-Tang's grows with n): MinimumOf gives the n-D one.
+  double minimum = 0;
   std::string description;
+  bool minimum_per_input = false;
 };
 
 inline constexpr int kMinAnyDims = 2;
 
-// Every function, in a fixed order: branin, rosenbrock, hartmann6, sphere, ackley.
+// Every function, in a fixed order: branin, rosenbrock, hartmann6, sphere, ackley, hartmann3,
+// levy, styblinski_tang.
 const std::vector<FunctionInfo>& Functions();
 
 // nullptr when no function has that name.
@@ -41,6 +46,9 @@ const FunctionInfo* FindFunction(std::string_view name);
 
 // The (low, high) box for input x<index> (1-based) of `info`, whichever way domain is given.
 std::pair<double, double> DomainOf(const FunctionInfo& info, int index);
+
+// The global minimum of `info` over `dims` inputs: minimum, times dims when minimum_per_input.
+double MinimumOf(const FunctionInfo& info, int dims);
 
 // Checks that `param_names` are exactly x1..xn for the function's n (for dims == 0: for some
 // n >= kMinAnyDims, with no gap). InvalidArgument naming the first missing, unexpected or

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "search/early_stopping.h"
 #include "search/space.h"
+#include "search/tpe.h"
 
 namespace sweep {
 
@@ -36,8 +37,9 @@ struct SweepConfig {
   uint64_t seed = 0;
 
   // [search]
-  std::string algorithm = "random";  // grid | random
+  std::string algorithm = "random";  // grid | random | tpe
   search::SearchSpace space;
+  search::TpeOptions tpe;  // algorithm = "tpe": its knobs, the other [search] keys
 
   // [early_stopping]; maximize and metric copied from [sweep]
   search::SchedulerConfig early_stopping;
@@ -137,7 +139,8 @@ std::optional<double> ParseDuration(std::string_view text);
 // The closest of `candidates` to `word` within a small edit distance, or "".
 std::string DidYouMean(std::string_view word, const std::vector<std::string>& candidates);
 
-// The sweep's sampler: grid or random (seeded by the sweep's seed), as its run draws trials.
+// The sweep's sampler: grid or random (seeded by the sweep's seed), as its run draws trials;
+// for tpe, the random sampler its startup trials come from (the coordinator asks TPE after).
 Result<std::unique_ptr<search::Sampler>> MakeSampler(const SweepConfig& cfg);
 
 }  // namespace sweep

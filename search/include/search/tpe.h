@@ -1,0 +1,102 @@
+// Model-based search: the tree-structured Parzen estimator (Bergstra et al. 2011; Watanabe 2023).
+// A TpeSampler keeps the finished trials handed to it and proposes the next trial's parameters
+// where good trials are dense and the rest are not. Its suggestions are a pure function of
+// (space, seed, options, trial number, the observations, the running list): no clock, no I/O.
+// MakeTpeSampler's caller owns the sampler; Suggest is const and safe from several threads at
+// once, Observe and Reset are not (one writer, as for a Scheduler).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "search/space.h"
+
+namespace sweep::search {
+
+// The [search] keys of algorithm = "tpe". Defaults are Optuna's TPESampler's.
+struct TpeOptions {
+  // Trials proposed by random search (exactly MakeRandomSampler(space, seed)'s) while fewer
+  // than this many observations exist (>= 0).
+  int64_t n_startup_trials = 10;
+  // Draws from the good-trial model scored per suggestion (>= 1).
+  int64_t n_ei_candidates = 24;
+  // The good set is the best min(ceil(gamma * n), gamma_max) of n trials (running ones
+  // included in n); 0 < gamma <= 1, gamma_max >= 1.
+  double gamma = 0.1;
+  int64_t gamma_max = 25;
+  // Weight of the prior kernel (the whole domain) in each model (> 0).
+  double prior_weight = 1.0;
+  // true: one kernel per observation across the parameters that occur together (see below);
+  // false: every parameter modelled and chosen on its own.
+  bool multivariate = true;
+  // Univariate bandwidths: whether the outermost kernels also reach to the domain's ends.
+  bool consider_endpoints = false;
+  // Bandwidths at least range / min(100, kernels + 1): a few close points do not collapse the
+  // model onto themselves.
+  bool magic_clip = true;
+};
+
+// Checks every key; the message names it, e.g. "search.n_ei_candidates: must be >= 1 (got 0)".
+Status Validate(const TpeOptions& options);
+
+struct Suggestion {
+  enum class Source { kStartupRandom, kTpe };
+  // The trial's parameters as a JSON object (keys sorted, inactive conditionals absent),
+  // the same shape as Sampler::Sample gives.
+  nlohmann::json params;
+  Source source = Source::kStartupRandom;
+};
+
+// "startup random" or "tpe": for logs and the store.
+std::string_view SourceName(Suggestion::Source source);
+
+// How a suggestion is made, once at least n_startup_trials observations exist:
+//  1. Observations are ranked by value in the sweep's mode (NaN last, ties by trial number).
+//     Running trials rank after all of them (the constant liar: the worst value seen), so
+//     concurrent suggestions spread out. The best n_below = min(gamma(n_obs + n_running),
+//     n_obs) observations are the good set, the rest and the running ones the bad set.
+//  2. Parameters are modelled in groups, in declaration order: multivariate, one group holds
+//     the unconditional parameters and one more each set of parameters sharing a condition;
+//     univariate, each parameter is a group. A group sees only the trials where it is active.
+//  3. Each set gives a mixture l (good) or g (bad): one kernel per trial plus a prior kernel
+//     over the whole domain; kernel weights fall for trials older than the newest 25.
+//     Reals are truncated normals (log-uniform in log space); integer and stepped ranges are
+//     the same normal rounded to their grid; categoricals keep their observed value with
+//     weight 1 + prior_weight / kernels, every value with prior_weight / kernels.
+//  4. n_ei_candidates points are drawn from l; the one with the largest log l - log g wins.
+// Randomness is a counter-based stream hashed from (seed, trial, the group's first name).
+//
+// Observations carry their params as a sampler gave them. A value outside its range is
+// clamped, off its grid rounded, a categorical not among the values or a missing parameter
+// makes that parameter inactive for this observation. What to feed is the caller's choice:
+// completed trials' final values; with early stopping, the values at the highest rung that
+// has at least n_startup_trials of them (the BOHB rule), re-fed through Reset when that rung
+// changes. Pruned or failed trials are best left out rather than given a made-up value.
+class TpeSampler {
+ public:
+  virtual ~TpeSampler() = default;
+
+  // Adds one observation: O(log n), plus O(n) memory moves for univariate models. A trial
+  // observed again replaces its earlier observation. The order of calls does not matter:
+  // the model depends on the set of observations.
+  virtual void Observe(int64_t trial, const nlohmann::json& params, double value) = 0;
+  // Forgets every observation (to refeed another set, e.g. a higher rung's).
+  virtual void Reset() = 0;
+  // Number of observations held.
+  virtual size_t size() const = 0;
+
+  // Trial `trial`'s parameters (trial >= 0), given the params of the trials still running.
+  // O(n * d * n_ei_candidates) for n observations of d parameters.
+  virtual Suggestion Suggest(int64_t trial, const std::vector<nlohmann::json>& running) const = 0;
+};
+
+// Validates `options`; the sampler keeps its own copy of `space`.
+Result<std::unique_ptr<TpeSampler>> MakeTpeSampler(const SearchSpace& space, uint64_t seed,
+                                                   const TpeOptions& options, bool maximize);
+
+}  // namespace sweep::search

@@ -1,0 +1,870 @@
+// The tree-structured Parzen estimator behind search/tpe.h: an incremental history of
+// observations, and per suggestion two kernel mixtures (good, bad) built from it.
+// Everything a suggestion uses is passed in or immutable; Suggest writes only locals.
+#include "search/tpe.h"
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numbers>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "base/hash.h"
+
+namespace sweep::search {
+namespace {
+
+using Kind = Distribution::Kind;
+using nlohmann::json;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kHalfLog2Pi = 0.91893853320467274178;
+// The newest this many trials of a set keep full kernel weight; older ones ramp down to 1/n.
+constexpr size_t kFlatWeights = 25;
+// Salt for TPE's streams, so its candidate draws are not random search's values again.
+constexpr uint64_t kStreamSalt = 0x7470652d64726177ULL;
+// Below this many kernels a univariate model sorts its centres; above, it walks the index.
+constexpr size_t kSortLimit = 128;
+constexpr uint32_t kNoPosition = std::numeric_limits<uint32_t>::max();
+
+// ---- numerics ----
+
+// e^x for x <= 0, about 1e-15 relative; branch-free so loops over it vectorise. Below -708 it
+// gives e^-708 rather than 0: a term that small never changes a sum of kernels.
+inline double ExpNonPositive(double x) {
+  constexpr double kLog2e = 1.4426950408889634074;
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;  // ln 2 in two parts: n * kLn2Hi is exact
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;
+  constexpr double kShifter = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer
+  x = x < -708.0 ? -708.0 : x;
+  const double shifted = x * kLog2e + kShifter;
+  const double n = shifted - kShifter;
+  const double r = (x - n * kLn2Hi) - n * kLn2Lo;  // |r| <= ln(2) / 2
+  // Taylor series to r^12: the remainder is below 2e-16 on |r| <= 0.347.
+  double p = 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  // 2^n from n's bits, which sit in the low mantissa bits of `shifted`.
+  const int64_t k = std::bit_cast<int64_t>(shifted) - std::bit_cast<int64_t>(kShifter);
+  return p * std::bit_cast<double>((k + 1023) << 52);
+}
+
+// P(Z > t) for t >= 0 to 4e-9 absolute, for a kernel's truncation mass (>= 0.34, its centre
+// lies inside a range >= one bandwidth wide), computed for every kernel at every suggestion:
+// cubic Hermite interpolation between knots 1/32 apart, 0 past 8.5 (where P < 1e-17).
+class UpperTailTable {
+ public:
+  UpperTailTable() {
+    for (size_t i = 0; i <= kKnots; ++i) {
+      const double t = static_cast<double>(i) / kPerUnit;
+      value_[i] = 0.5 * std::erfc(t * kInvSqrt2);
+      slope_[i] = -std::exp(-0.5 * t * t) / std::sqrt(2 * std::numbers::pi) / kPerUnit;
+    }
+  }
+
+  double operator()(double t) const {
+    if (!(t < kEnd)) return 0;
+    const double u = (t > 0 ? t : 0) * kPerUnit;
+    const auto i = static_cast<size_t>(u);
+    const double s = u - static_cast<double>(i), s2 = s * s, s3 = s2 * s;
+    return (2 * s3 - 3 * s2 + 1) * value_[i] + (s3 - 2 * s2 + s) * slope_[i] +
+           (3 * s2 - 2 * s3) * value_[i + 1] + (s3 - s2) * slope_[i + 1];
+  }
+
+ private:
+  static constexpr double kPerUnit = 32;
+  static constexpr double kEnd = 8.5;
+  static constexpr size_t kKnots = 8 * 32 + 17;  // a knot past kEnd
+  double value_[kKnots + 1];
+  double slope_[kKnots + 1];
+};
+
+const UpperTailTable& UpperTailFast() {
+  static const UpperTailTable table;
+  return table;
+}
+
+// P(Z > t), accurate in both tails.
+inline double UpperTail(double t) { return 0.5 * std::erfc(t * kInvSqrt2); }
+
+// log P(za <= Z <= zb), za < zb, accurate; far in a tail, where the mass underflows, the
+// midpoint rule (monotone there, and those kernels weigh nothing next to the others).
+double LogMass(double za, double zb) {
+  double mass;
+  if (za >= 0) {
+    mass = UpperTail(za) - UpperTail(zb);
+  } else if (zb <= 0) {
+    mass = UpperTail(-zb) - UpperTail(-za);
+  } else {
+    mass = 1 - UpperTail(-za) - UpperTail(zb);
+  }
+  if (mass > 1e-300) return std::log(mass);
+  const double mid = 0.5 * (za + zb);
+  return std::log(zb - za) - 0.5 * mid * mid - kHalfLog2Pi;
+}
+
+// The sum of e^(v[k] - top) for k < n, top >= every v[k]. Terms below e^-40 are left out:
+// next to the largest (1) they are below rounding, and far kernels are most kernels.
+double SumExp(const double* v, size_t n, double top) {
+  // Four partial sums: a fixed order (so a fixed result) that still pipelines.
+  double s[4] = {0, 0, 0, 0};
+  for (size_t k = 0; k < n; ++k) {
+    const double d = v[k] - top;
+    if (d > -40) s[k & 3] += ExpNonPositive(d);
+  }
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// A counter-based stream: the i-th draw depends on (seed, trial, name, i) only.
+class Stream {
+ public:
+  Stream(uint64_t seed, int64_t trial, uint64_t name_hash)
+      : state_(
+            SplitMix64(SplitMix64(SplitMix64(seed ^ kStreamSalt) ^ static_cast<uint64_t>(trial)) ^
+                       name_hash)) {}
+
+  double Unit() {  // [0, 1)
+    state_ += 0x9e3779b97f4a7c15ULL;
+    return UnitInterval(SplitMix64(state_));
+  }
+
+  double Normal() {  // Box-Muller; 1 - Unit() is in (0, 1], so the log is finite
+    const double radius = std::sqrt(-2 * std::log(1 - Unit()));
+    return radius * std::cos(2 * std::numbers::pi * Unit());
+  }
+
+  // Standard normal conditioned on [a, b], a <= 0 <= b, b - a >= 1: rejection accepts at least
+  // a third of the draws, so 64 failures (odds 1e-11) fall back to uniform.
+  double TruncatedNormal(double a, double b) {
+    for (int i = 0; i < 64; ++i) {
+      const double z = Normal();
+      if (z >= a && z <= b) return z;
+    }
+    return a + Unit() * (b - a);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// ---- the space, as the model sees it ----
+
+// How a parameter is modelled. Internal coordinates: reals as they are (log ones as their log),
+// grid values as they are, log integers as log(k), categoricals as the value's index.
+struct Dim {
+  enum class Type { kContinuous, kDiscrete, kLogInt, kCategorical };
+  Type type = Type::kContinuous;
+  size_t param = 0;  // declaration index
+  bool log = false;  // kContinuous: log_uniform
+  // Kernel bounds in internal coordinates; half a step (half a unit) beyond a grid's ends, so
+  // the end values get a whole cell of mass.
+  double lo = 0, hi = 0;
+  double grid_min = 0, step = 0;  // kDiscrete: grid_min + k * step, k < count
+  double min = 0, max = 0;        // the distribution's own bounds
+  double count = 0;               // kDiscrete: grid points; kCategorical: values
+};
+
+// One dimension of a mixture, for K kernels (the prior last).
+struct DimModel {
+  std::vector<double> mu;         // numeric: centres; categorical: value index, -1 for the prior
+  std::vector<double> sigma;      // numeric
+  std::vector<double> inv_sigma;  // numeric
+  std::vector<double> log_width;  // kDiscrete: log(step / sigma), the midpoint rule's cell
+  // Categorical: an observed kernel gives its value weight 1 + eps, every value eps, over a
+  // total of 1 + count * eps.
+  double eps = 0;
+  double log_hit = 0, log_miss = 0, log_prior = 0;
+  // Multivariate reals share one bandwidth across the observed kernels, so the square in
+  // -z^2 / 2 expands: -(x^2 - 2 x mu + mu^2) w / 2 with w = 1 / sigma^2, whose x^2 term is the
+  // same for every kernel and mu^2 term the same for every candidate: one multiply-add per
+  // kernel. Coordinates are taken from the range's centre so that the squares stay small.
+  bool shared = false;
+  double w = 0, centre = 0;
+  std::vector<double> mu_centred;  // mu - centre, observed kernels only
+};
+
+struct Mixture {
+  size_t kernels = 0;               // the set's trials + the prior (last)
+  std::vector<double> cum_weight;   // for drawing a kernel
+  std::vector<double> base;         // log weight - sum of log sigma and log truncation mass
+  std::vector<double> base_shared;  // base - (mu - centre)^2 w / 2 over shared dimensions
+  std::vector<DimModel> dims;       // by the group's dims
+};
+
+struct Group {
+  std::vector<size_t> dims;  // indices into dims_, in declaration order
+  uint64_t name_hash = 0;    // of the first member's name: seeds the group's stream
+};
+
+// The history's per-dimension order for univariate bandwidths: (x, trial) ascending.
+struct SortedEntry {
+  double x;
+  int64_t trial;
+  uint32_t row;
+  bool operator<(const SortedEntry& o) const { return x < o.x || (x == o.x && trial < o.trial); }
+};
+
+// A suggestion's view of the rows: observations first, then the running trials.
+struct Rows {
+  const double* observed;
+  const double* running;
+  size_t n_observed;
+  size_t width;
+  const double* Row(uint32_t row) const {
+    return row < n_observed ? observed + row * width : running + (row - n_observed) * width;
+  }
+};
+
+class TpeSamplerImpl final : public TpeSampler {
+ public:
+  TpeSamplerImpl(const SearchSpace& space, uint64_t seed, const TpeOptions& options, bool maximize)
+      : space_(space),
+        seed_(seed),
+        options_(options),
+        maximize_(maximize),
+        random_(MakeRandomSampler(space, seed)) {
+    const std::vector<Parameter>& parameters = space_.parameters();
+    dim_of_param_.assign(parameters.size(), -1);
+    group_of_param_.assign(parameters.size(), -1);
+    std::map<std::string, size_t> group_by_condition;  // multivariate: condition -> group
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      const Parameter& parameter = parameters[p];
+      if (parameter.distribution.kind == Kind::kConstant) continue;
+      dim_of_param_[p] = static_cast<int>(dims_.size());
+      dims_.push_back(MakeDim(p, parameter.distribution));
+      size_t g = groups_.size();
+      if (options_.multivariate) {
+        std::string key;
+        if (parameter.condition) {
+          key = parameter.condition->parent + '\n' + json(parameter.condition->values).dump();
+        }
+        auto [it, added] = group_by_condition.emplace(key, g);
+        g = it->second;
+        if (added) groups_.push_back({{}, Fnv1a64(parameter.name)});
+      } else {
+        groups_.push_back({{}, Fnv1a64(parameter.name)});
+      }
+      groups_[g].dims.push_back(dims_.size() - 1);
+      group_of_param_[p] = static_cast<int>(g);
+    }
+    if (!options_.multivariate) sorted_.resize(dims_.size());
+  }
+
+  void Observe(int64_t trial, const json& params, double value) override {
+    const double score = std::isnan(value) ? kInf : (maximize_ ? -value : value);
+    const size_t width = dims_.size();
+    auto at = std::lower_bound(by_trial_.begin(), by_trial_.end(), std::make_pair(trial, 0u));
+    uint32_t row;
+    if (at != by_trial_.end() && at->first == trial) {
+      row = at->second;  // observed before: replace
+      by_score_.erase(std::tuple(score_[row], trial, row));
+      for (size_t d = 0; d < sorted_.size(); ++d) {
+        const double x = x_[row * width + d];
+        if (std::isnan(x) || dims_[d].type == Dim::Type::kCategorical) continue;
+        auto& index = sorted_[d];
+        index.erase(std::lower_bound(index.begin(), index.end(), SortedEntry{x, trial, row}));
+      }
+    } else {
+      row = static_cast<uint32_t>(trial_.size());
+      trial_.push_back(trial);
+      score_.push_back(0);
+      x_.resize(x_.size() + width, kNaN);
+      by_trial_.insert(at, {trial, row});
+    }
+    score_[row] = score;
+    Parse(params, &x_[row * width]);
+    by_score_.insert(std::tuple(score, trial, row));
+    for (size_t d = 0; d < sorted_.size(); ++d) {
+      const double x = x_[row * width + d];
+      if (std::isnan(x) || dims_[d].type == Dim::Type::kCategorical) continue;
+      auto& index = sorted_[d];
+      const SortedEntry entry{x, trial, row};
+      index.insert(std::lower_bound(index.begin(), index.end(), entry), entry);
+    }
+  }
+
+  void Reset() override {
+    trial_.clear();
+    score_.clear();
+    x_.clear();
+    by_trial_.clear();
+    by_score_.clear();
+    for (auto& index : sorted_) index.clear();
+  }
+
+  size_t size() const override { return trial_.size(); }
+
+  Suggestion Suggest(int64_t trial, const std::vector<json>& running) const override {
+    if (static_cast<int64_t>(trial_.size()) < options_.n_startup_trials) {
+      return {random_->Sample(trial).value_or(json::object()), Suggestion::Source::kStartupRandom};
+    }
+    const size_t width = dims_.size();
+    const size_t n_observed = trial_.size();
+    std::vector<double> running_x(running.size() * width, kNaN);
+    for (size_t r = 0; r < running.size(); ++r) Parse(running[r], &running_x[r * width]);
+    const Rows rows{x_.data(), running_x.data(), n_observed, width};
+
+    // The good set: the best n_below observations; running trials are always bad.
+    const size_t n_below = std::min(GoodCount(n_observed + running.size()), n_observed);
+    std::vector<char> good(n_observed, 0);
+    auto it = by_score_.begin();
+    for (size_t i = 0; i < n_below; ++i, ++it) good[std::get<2>(*it)] = 1;
+
+    const std::vector<Parameter>& parameters = space_.parameters();
+    json params = json::object();
+    std::vector<double> chosen(width, kNaN);
+    std::vector<char> done(groups_.size(), 0);
+    for (size_t p = 0; p < parameters.size(); ++p) {
+      const Parameter& parameter = parameters[p];
+      if (parameter.condition) {
+        // Parents come first, so their value (or absence) is already decided.
+        auto parent = params.find(parameter.condition->parent);
+        const auto& allowed = parameter.condition->values;
+        if (parent == params.end() ||
+            std::find(allowed.begin(), allowed.end(), *parent) == allowed.end()) {
+          continue;
+        }
+      }
+      if (group_of_param_[p] < 0) {
+        params[parameter.name] =
+            parameter.distribution.values.empty() ? json() : parameter.distribution.values[0];
+        continue;
+      }
+      const auto g = static_cast<size_t>(group_of_param_[p]);
+      if (!done[g]) {
+        SampleGroup(groups_[g], trial, rows, running.size(), good, chosen);
+        done[g] = 1;
+      }
+      const auto d = static_cast<size_t>(dim_of_param_[p]);
+      params[parameter.name] = Output(dims_[d], chosen[d]);
+    }
+    return {std::move(params), Suggestion::Source::kTpe};
+  }
+
+ private:
+  static Dim MakeDim(size_t p, const Distribution& d) {
+    Dim dim;
+    dim.param = p;
+    dim.min = d.min;
+    dim.max = d.max;
+    switch (d.kind) {
+      case Kind::kCategorical:
+      case Kind::kConstant:
+        dim.type = Dim::Type::kCategorical;
+        dim.count = static_cast<double>(d.values.size());
+        return dim;
+      case Kind::kLogUniform:
+        dim.log = true;
+        dim.lo = std::log(d.min);
+        dim.hi = std::log(d.max);
+        return dim;
+      case Kind::kLogIntUniform:
+        dim.type = Dim::Type::kLogInt;
+        dim.lo = std::log(d.min - 0.5);
+        dim.hi = std::log(d.max + 0.5);
+        return dim;
+      case Kind::kUniform:
+        if (d.step <= 0) {
+          dim.lo = d.min;
+          dim.hi = d.max;
+          return dim;
+        }
+        break;
+      case Kind::kIntUniform:
+        break;
+    }
+    dim.type = Dim::Type::kDiscrete;
+    dim.grid_min = d.min;
+    dim.step = d.step > 0 ? d.step : 1;
+    dim.count = d.step > 0 ? static_cast<double>(StepCount(d)) : d.max - d.min + 1;
+    dim.lo = d.min - 0.5 * dim.step;
+    dim.hi = d.min + (dim.count - 1) * dim.step + 0.5 * dim.step;
+    return dim;
+  }
+
+  // A value as given to internal coordinates, NaN when it cannot be used.
+  double Internal(const Dim& dim, const json& v) const {
+    if (dim.type == Dim::Type::kCategorical) {
+      const auto& values = space_.parameters()[dim.param].distribution.values;
+      auto found = std::find(values.begin(), values.end(), v);
+      return found == values.end() ? kNaN : static_cast<double>(found - values.begin());
+    }
+    if (!v.is_number()) return kNaN;
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) return kNaN;
+    switch (dim.type) {
+      case Dim::Type::kContinuous: {
+        const double clamped = std::clamp(x, dim.min, dim.max);
+        return dim.log ? std::log(clamped) : clamped;
+      }
+      case Dim::Type::kDiscrete:
+        return Snap(dim, x);
+      case Dim::Type::kLogInt:
+        return std::log(std::clamp(std::round(x), dim.min, dim.max));
+      case Dim::Type::kCategorical:
+        break;
+    }
+    return kNaN;
+  }
+
+  // The grid point nearest to x.
+  static double Snap(const Dim& dim, double x) {
+    const double k = std::clamp(std::round((x - dim.grid_min) / dim.step), 0.0, dim.count - 1);
+    return dim.grid_min + k * dim.step;
+  }
+
+  // Internal coordinates back to the value a trial gets.
+  json Output(const Dim& dim, double y) const {
+    const Distribution& d = space_.parameters()[dim.param].distribution;
+    switch (dim.type) {
+      case Dim::Type::kContinuous:
+        return std::clamp(dim.log ? std::exp(y) : y, dim.min, dim.max);
+      case Dim::Type::kDiscrete: {
+        const double k = std::clamp(std::round((y - dim.grid_min) / dim.step), 0.0, dim.count - 1);
+        if (d.step > 0) return StepValue(d, static_cast<int64_t>(k));
+        return static_cast<int64_t>(d.min) + static_cast<int64_t>(k);
+      }
+      case Dim::Type::kLogInt:
+        return static_cast<int64_t>(std::clamp(std::round(std::exp(y)), dim.min, dim.max));
+      case Dim::Type::kCategorical: {
+        const auto i = static_cast<size_t>(std::clamp(y, 0.0, dim.count - 1));
+        return d.values[i];
+      }
+    }
+    return json();
+  }
+
+  void Parse(const json& params, double* row) const {
+    if (!params.is_object()) return;
+    for (size_t d = 0; d < dims_.size(); ++d) {
+      auto it = params.find(space_.parameters()[dims_[d].param].name);
+      row[d] = it == params.end() ? kNaN : Internal(dims_[d], *it);
+    }
+  }
+
+  // min(ceil(gamma * n), gamma_max); the 1e-12 keeps 0.1 * 30 = 3.0000000000000004 at 3.
+  size_t GoodCount(size_t n) const {
+    const double good = std::ceil(options_.gamma * static_cast<double>(n) * (1 - 1e-12));
+    return std::min(static_cast<size_t>(good), static_cast<size_t>(options_.gamma_max));
+  }
+
+  // ---- one group's suggestion ----
+
+  void SampleGroup(const Group& group, int64_t trial, const Rows& rows, size_t n_running,
+                   const std::vector<char>& good, std::vector<double>& chosen) const {
+    // The trials where the whole group is active, oldest first (running ones newest).
+    std::vector<uint32_t> good_rows, bad_rows;
+    auto active = [&](uint32_t row) {
+      const double* x = rows.Row(row);
+      for (size_t d : group.dims) {
+        if (std::isnan(x[d])) return false;
+      }
+      return true;
+    };
+    for (const auto& [t, row] : by_trial_) {
+      if (active(row)) (good[row] ? good_rows : bad_rows).push_back(row);
+    }
+    for (size_t r = 0; r < n_running; ++r) {
+      const auto row = static_cast<uint32_t>(rows.n_observed + r);
+      if (active(row)) bad_rows.push_back(row);
+    }
+    const Mixture l = Build(group, good_rows, rows);
+    const Mixture g = Build(group, bad_rows, rows);
+
+    const size_t width = group.dims.size();
+    const auto n = static_cast<size_t>(options_.n_ei_candidates);
+    Stream stream(seed_, trial, group.name_hash);
+    std::vector<double> candidates(n * width);
+    for (size_t c = 0; c < n; ++c) Draw(group, l, stream, &candidates[c * width]);
+    std::vector<double> score_l(n), score_g(n);
+    LogDensity(group, l, candidates, score_l);
+    LogDensity(group, g, candidates, score_g);
+    size_t best = 0;
+    for (size_t c = 1; c < n; ++c) {
+      if (score_l[c] - score_g[c] > score_l[best] - score_g[best]) best = c;
+    }
+    for (size_t j = 0; j < width; ++j) chosen[group.dims[j]] = candidates[best * width + j];
+  }
+
+  // The mixture of one set: a kernel per row (in the given order) and the prior last.
+  Mixture Build(const Group& group, const std::vector<uint32_t>& set, const Rows& rows) const {
+    Mixture m;
+    const size_t n = set.size();
+    const size_t k_total = n + 1;
+    m.kernels = k_total;
+
+    // Weights: the newest kFlatWeights at 1, older ones on a ramp from 1/n; the prior apart.
+    std::vector<double> weight(k_total, 1.0);
+    if (n > kFlatWeights) {
+      const size_t ramp = n - kFlatWeights;
+      const double first = 1.0 / static_cast<double>(n);
+      for (size_t i = 0; i < ramp; ++i) {
+        weight[i] = ramp == 1 ? first
+                              : first + static_cast<double>(i) * (1 - first) /
+                                            static_cast<double>(ramp - 1);
+      }
+    }
+    weight[n] = options_.prior_weight;
+    double total = 0;
+    for (double w : weight) total += w;
+    m.cum_weight.resize(k_total);
+    m.base.resize(k_total);
+    double running_sum = 0;
+    for (size_t k = 0; k < k_total; ++k) {
+      running_sum += weight[k];
+      m.cum_weight[k] = running_sum;
+      m.base[k] = std::log(weight[k] / total);
+    }
+
+    std::vector<double> mass(k_total, 1.0);  // product of truncation masses over numeric dims
+    std::vector<double> quad(k_total, 0.0);  // sum of (mu - centre)^2 w / 2 over shared dims
+    const double group_dims = static_cast<double>(group.dims.size());
+    m.dims.resize(group.dims.size());
+    for (size_t j = 0; j < group.dims.size(); ++j) {
+      const size_t d = group.dims[j];
+      const Dim& dim = dims_[d];
+      DimModel& model = m.dims[j];
+      model.mu.resize(k_total);
+      for (size_t i = 0; i < n; ++i) model.mu[i] = rows.Row(set[i])[d];
+
+      if (dim.type == Dim::Type::kCategorical) {
+        model.mu[n] = -1;
+        model.eps = options_.prior_weight / static_cast<double>(k_total);
+        const double norm = std::log(1 + dim.count * model.eps);
+        model.log_hit = std::log(1 + model.eps) - norm;
+        model.log_miss = std::log(model.eps) - norm;
+        model.log_prior = -std::log(dim.count);
+        continue;
+      }
+
+      const double range = dim.hi - dim.lo;
+      model.mu[n] = 0.5 * (dim.lo + dim.hi);
+      model.sigma.resize(k_total);
+      if (options_.multivariate) {
+        // A Scott-like rule: narrower with more trials, wider with more dimensions.
+        const double sigma =
+            0.2 * std::pow(std::max<double>(static_cast<double>(n), 1.0), -1.0 / (group_dims + 4)) *
+            range;
+        std::fill(model.sigma.begin(), model.sigma.end(), sigma);
+      } else {
+        NeighbourSigmas(dim, d, set, rows, model);
+      }
+      const double min_sigma = options_.magic_clip
+                                   ? range / std::min(100.0, 1.0 + static_cast<double>(k_total))
+                                   : range * 1e-12;
+      for (double& s : model.sigma) s = std::clamp(s, min_sigma, range);
+      model.sigma[n] = range;  // the prior covers the whole domain
+
+      model.inv_sigma.resize(k_total);
+      const bool discrete = dim.type == Dim::Type::kDiscrete;
+      if (discrete) model.log_width.resize(k_total);
+      const double* mu = model.mu.data();
+      const double* sigma = model.sigma.data();
+      double* inv_sigma = model.inv_sigma.data();
+      const UpperTailTable& tail = UpperTailFast();
+      for (size_t k = 0; k < k_total; ++k) {
+        const double inv = 1.0 / sigma[k];
+        inv_sigma[k] = inv;
+        mass[k] *= 1 - tail((mu[k] - dim.lo) * inv) - tail((dim.hi - mu[k]) * inv);
+      }
+      // Multivariate bandwidths repeat: one log per distinct run of them.
+      double last_sigma = kNaN, last_log = 0;
+      for (size_t k = 0; k < k_total; ++k) {
+        if (sigma[k] != last_sigma) {
+          last_sigma = sigma[k];
+          last_log = std::log(sigma[k]);
+        }
+        if (discrete) {
+          model.log_width[k] = std::log(dim.step) - last_log;
+        } else {
+          m.base[k] -= last_log;
+        }
+      }
+      if (options_.multivariate && !discrete && n > 0) {
+        model.shared = true;
+        model.w = inv_sigma[0] * inv_sigma[0];
+        model.centre = model.mu[n];
+        model.mu_centred.resize(n);
+        for (size_t k = 0; k < n; ++k) {
+          model.mu_centred[k] = mu[k] - model.centre;
+          quad[k] += 0.5 * model.mu_centred[k] * model.mu_centred[k] * model.w;
+        }
+      }
+    }
+    for (size_t k = 0; k < k_total; ++k) m.base[k] -= std::log(mass[k]);
+    m.base_shared.resize(k_total);
+    for (size_t k = 0; k < k_total; ++k) m.base_shared[k] = m.base[k] - quad[k];
+    return m;
+  }
+
+  // Univariate bandwidths: each kernel reaches to the farther of its neighbours (centres
+  // sorted, the prior's among them, the domain's ends beyond).
+  void NeighbourSigmas(const Dim& dim, size_t d, const std::vector<uint32_t>& set, const Rows& rows,
+                       DimModel& model) const {
+    const size_t n = set.size();
+    std::vector<std::pair<double, uint32_t>> sorted;  // (centre, kernel position)
+    sorted.reserve(n + 1);
+    if (n < kSortLimit) {
+      for (size_t i = 0; i <= n; ++i) sorted.push_back({model.mu[i], static_cast<uint32_t>(i)});
+      std::sort(sorted.begin(), sorted.end());
+    } else {
+      // The history keeps each dimension sorted: walk it, keeping this set's rows, and merge
+      // in the running trials and the prior (sorted here: few).
+      std::vector<uint32_t> position(rows.n_observed, kNoPosition);
+      std::vector<std::pair<double, uint32_t>> extra;
+      for (size_t i = 0; i < n; ++i) {
+        if (set[i] < rows.n_observed) {
+          position[set[i]] = static_cast<uint32_t>(i);
+        } else {
+          extra.push_back({model.mu[i], static_cast<uint32_t>(i)});
+        }
+      }
+      extra.push_back({model.mu[n], static_cast<uint32_t>(n)});
+      std::sort(extra.begin(), extra.end());
+      size_t e = 0;
+      for (const SortedEntry& entry : sorted_[d]) {
+        const uint32_t pos = position[entry.row];
+        if (pos == kNoPosition) continue;
+        while (e < extra.size() && extra[e].first < entry.x) sorted.push_back(extra[e++]);
+        sorted.push_back({entry.x, pos});
+      }
+      while (e < extra.size()) sorted.push_back(extra[e++]);
+    }
+    const size_t count = sorted.size();
+    for (size_t i = 0; i < count; ++i) {
+      const double x = sorted[i].first;
+      const double left = x - (i == 0 ? dim.lo : sorted[i - 1].first);
+      const double right = (i + 1 == count ? dim.hi : sorted[i + 1].first) - x;
+      double s = std::max(left, right);
+      // Without endpoints the outermost kernels look inward only.
+      if (!options_.consider_endpoints && count >= 2) {
+        if (i == 0) s = right;
+        if (i + 1 == count) s = left;
+      }
+      model.sigma[sorted[i].second] = s;
+    }
+  }
+
+  // One draw from mixture m into out[0 .. group.dims.size()).
+  void Draw(const Group& group, const Mixture& m, Stream& stream, double* out) const {
+    const double u = stream.Unit() * m.cum_weight.back();
+    const auto k = static_cast<size_t>(std::min<std::ptrdiff_t>(
+        std::upper_bound(m.cum_weight.begin(), m.cum_weight.end(), u) - m.cum_weight.begin(),
+        static_cast<std::ptrdiff_t>(m.kernels - 1)));
+    for (size_t j = 0; j < group.dims.size(); ++j) {
+      const Dim& dim = dims_[group.dims[j]];
+      const DimModel& model = m.dims[j];
+      if (dim.type == Dim::Type::kCategorical) {
+        const double v = stream.Unit();
+        const double mu = model.mu[k];
+        if (mu < 0) {  // the prior: uniform
+          out[j] = std::min(std::floor(v * dim.count), dim.count - 1);
+          continue;
+        }
+        // Keep the observed value with weight 1, else any value with weight eps each.
+        const double scaled = v * (1 + dim.count * model.eps);
+        out[j] = scaled < 1 ? mu : std::min(std::floor((scaled - 1) / model.eps), dim.count - 1);
+        continue;
+      }
+      const double mu = model.mu[k], sigma = model.sigma[k];
+      const double z = stream.TruncatedNormal((dim.lo - mu) / sigma, (dim.hi - mu) / sigma);
+      const double y = std::clamp(mu + sigma * z, dim.lo, dim.hi);
+      switch (dim.type) {
+        case Dim::Type::kContinuous:
+          out[j] = y;
+          break;
+        case Dim::Type::kDiscrete:
+          out[j] = Snap(dim, y);
+          break;
+        case Dim::Type::kLogInt:
+          out[j] = std::log(std::clamp(std::round(std::exp(y)), dim.min, dim.max));
+          break;
+        case Dim::Type::kCategorical:
+          break;
+      }
+    }
+  }
+
+  // log m(x) for every candidate. Constants common to all kernels of a dimension (the normal's
+  // 1/sqrt(2 pi)) are left out: they cancel in log l - log g. Kernels go in blocks that stay in
+  // cache while every candidate visits them; each candidate keeps a running log-sum-exp.
+  void LogDensity(const Group& group, const Mixture& m, const std::vector<double>& candidates,
+                  std::vector<double>& out) const {
+    constexpr size_t kBlock = 256;
+    const size_t width = group.dims.size();
+    const size_t k_total = m.kernels;
+    const size_t n = out.size();
+    std::vector<double> top(n, -kInf), sum(n, 0.0);  // per candidate: max so far, sum below it
+    std::vector<double> acc(kBlock);
+    for (size_t k0 = 0; k0 < k_total; k0 += kBlock) {
+      const size_t nb = std::min(kBlock, k_total - k0);
+      // Observed kernels of this block; the prior, when in it, is the last and apart.
+      const size_t n_observed = std::min(nb, k_total - 1 - k0);
+      for (size_t c = 0; c < n; ++c) {
+        const double* x = &candidates[c * width];
+        double x_square = 0;  // the candidate's share of the expanded squares
+        for (size_t j = 0; j < width; ++j) {
+          const DimModel& model = m.dims[j];
+          if (model.shared)
+            x_square += 0.5 * (x[j] - model.centre) * (x[j] - model.centre) * model.w;
+        }
+        for (size_t k = 0; k < n_observed; ++k) acc[k] = m.base_shared[k0 + k] - x_square;
+        if (n_observed < nb) acc[n_observed] = m.base[k_total - 1];
+        for (size_t j = 0; j < width; ++j) {
+          const DimModel& model = m.dims[j];
+          if (!model.shared) {
+            AddLogKernel(dims_[group.dims[j]], model, x[j], k0, nb, k_total, acc.data());
+            continue;
+          }
+          const double a = (x[j] - model.centre) * model.w;
+          const double* mu_centred = model.mu_centred.data() + k0;
+          for (size_t k = 0; k < n_observed; ++k) acc[k] += a * mu_centred[k];
+          if (n_observed < nb) {
+            const double z = (x[j] - model.mu[k_total - 1]) * model.inv_sigma[k_total - 1];
+            acc[n_observed] -= 0.5 * z * z;
+          }
+        }
+        double block_top = -kInf;
+        for (size_t k = 0; k < nb; ++k) block_top = acc[k] > block_top ? acc[k] : block_top;
+        if (block_top == -kInf) continue;
+        if (block_top > top[c]) {
+          sum[c] *= ExpNonPositive(top[c] - block_top);
+          top[c] = block_top;
+        }
+        sum[c] += SumExp(acc.data(), nb, top[c]);
+      }
+    }
+    for (size_t c = 0; c < n; ++c) out[c] = top[c] + std::log(sum[c]);
+  }
+
+  // Adds log k(x) of dimension `dim` to acc[0, nb) for kernels k0 .. k0 + nb.
+  static void AddLogKernel(const Dim& dim, const DimModel& model, double x, size_t k0, size_t nb,
+                           size_t k_total, double* acc) {
+    const double* mu = model.mu.data() + k0;
+    switch (dim.type) {
+      case Dim::Type::kContinuous:
+      case Dim::Type::kLogInt: {
+        const double* inv = model.inv_sigma.data() + k0;
+        for (size_t k = 0; k < nb; ++k) {
+          const double z = (x - mu[k]) * inv[k];
+          acc[k] -= 0.5 * z * z;
+        }
+        return;
+      }
+      case Dim::Type::kDiscrete: {
+        // The cell [x - step/2, x + step/2]: exact, or by the midpoint rule when the cell is
+        // narrow next to the bandwidth (relative error below (step/sigma)^2 / 24).
+        const double half = 0.5 * dim.step;
+        const double* inv = model.inv_sigma.data() + k0;
+        const double* log_width = model.log_width.data() + k0;
+        for (size_t k = 0; k < nb; ++k) {
+          if (dim.step * inv[k] < 0.25) {
+            const double z = (x - mu[k]) * inv[k];
+            acc[k] += log_width[k] - 0.5 * z * z - kHalfLog2Pi;
+          } else {
+            acc[k] += LogMass((x - half - mu[k]) * inv[k], (x + half - mu[k]) * inv[k]);
+          }
+        }
+        return;
+      }
+      case Dim::Type::kCategorical:
+        for (size_t k = 0; k < nb; ++k) {
+          // The prior (the last kernel) gives every value the same probability.
+          acc[k] += k0 + k + 1 == k_total ? model.log_prior
+                                          : (mu[k] == x ? model.log_hit : model.log_miss);
+        }
+        return;
+    }
+  }
+
+  SearchSpace space_;
+  uint64_t seed_;
+  TpeOptions options_;
+  bool maximize_;
+  std::unique_ptr<Sampler> random_;  // the startup trials
+  std::vector<Dim> dims_;            // the non-constant parameters, in declaration order
+  std::vector<Group> groups_;
+  std::vector<int> dim_of_param_;    // -1 for a constant
+  std::vector<int> group_of_param_;  // -1 for a constant
+
+  // ---- history ----
+  // Rows in arrival order; a replaced observation keeps its row.
+  std::vector<int64_t> trial_;
+  std::vector<double> score_;  // lower is better: the value, negated to maximise, NaN as +inf
+  std::vector<double> x_;      // rows x dims_.size(), internal coordinates, NaN when inactive
+  std::vector<std::pair<int64_t, uint32_t>> by_trial_;        // (trial, row), by trial
+  std::set<std::tuple<double, int64_t, uint32_t>> by_score_;  // (score, trial, row)
+  std::vector<std::vector<SortedEntry>> sorted_;  // univariate only: by dim, active rows by x
+};
+
+// Shortest text that reads back as the same number ("nan" for NaN).
+std::string Show(double x) {
+  char buffer[32];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), x);
+  return ec == std::errc() ? std::string(buffer, end) : std::to_string(x);
+}
+std::string Show(int64_t x) { return std::to_string(x); }
+
+template <typename T>
+Status Refuse(std::string_view key, std::string_view rule, T got) {
+  std::string text = "search.";
+  text += key;
+  text += ": must be ";
+  text += rule;
+  text += " (got " + Show(got) + ")";
+  return Status::InvalidArgument(text);
+}
+
+}  // namespace
+
+Status Validate(const TpeOptions& o) {
+  if (o.n_startup_trials < 0) return Refuse("n_startup_trials", ">= 0", o.n_startup_trials);
+  if (o.n_ei_candidates < 1) return Refuse("n_ei_candidates", ">= 1", o.n_ei_candidates);
+  // One draw costs a pass over every kernel: beyond this a suggestion takes seconds.
+  if (o.n_ei_candidates > 100000) {
+    return Refuse("n_ei_candidates", "<= 100000", o.n_ei_candidates);
+  }
+  if (!(o.gamma > 0 && o.gamma <= 1)) return Refuse("gamma", "in (0, 1]", o.gamma);
+  if (o.gamma_max < 1) return Refuse("gamma_max", ">= 1", o.gamma_max);
+  if (!(o.prior_weight > 0) || !std::isfinite(o.prior_weight)) {
+    return Refuse("prior_weight", "a finite number > 0", o.prior_weight);
+  }
+  return Status::Ok();
+}
+
+std::string_view SourceName(Suggestion::Source source) {
+  return source == Suggestion::Source::kTpe ? "tpe" : "startup random";
+}
+
+Result<std::unique_ptr<TpeSampler>> MakeTpeSampler(const SearchSpace& space, uint64_t seed,
+                                                   const TpeOptions& options, bool maximize) {
+  SWEEP_RETURN_IF_ERROR(Validate(options));
+  return std::unique_ptr<TpeSampler>(
+      std::make_unique<TpeSamplerImpl>(space, seed, options, maximize));
+}
+
+}  // namespace sweep::search
