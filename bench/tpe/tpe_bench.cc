@@ -4,7 +4,8 @@
 //
 // Part 1, ask cost: a history of N random points over D floats in [0, 1] with value = their
 // sum (as optuna_tpe.py ask-cost), then ASKS suggestions, each observed before the next; p50
-// and p99 ms per Suggest, for N = 1,000 and 10,000, multivariate and univariate.
+// and p99 ms per Suggest (wall, and this thread's CPU time, which other load on the machine
+// does not inflate), for N = 1,000 and 10,000, multivariate and univariate.
 //
 // Part 2, quality: each function minimised on its standard domain by sequential trials (ask,
 // evaluate through executor's EvaluateFunction, observe), once per seed 0..SEEDS-1; the median

@@ -239,6 +239,9 @@ TrialOutcome RunFunctionTrial(const TrialTask& task, const ReportSink& sink,
   if (!value.ok()) return Failed(value.status().message());
   int64_t steps = task.settings.value("steps", int64_t{0});
   int64_t step_ms = task.settings.value("step_ms", int64_t{0});
+  // The curve descends towards the function's minimum in this many inputs (Styblinski-Tang's
+  // grows with them).
+  const double minimum = MinimumOf(*info, static_cast<int>(task.params.size()));
   TrialOutcome out;
   out.end_metrics = json::object();
   if (steps <= 0) {
@@ -247,7 +250,7 @@ TrialOutcome RunFunctionTrial(const TrialTask& task, const ReportSink& sink,
   }
   for (int64_t t = 1; t <= steps; ++t) {
     if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
-    double v = CurveValue(*value, info->minimum, task.params, t, steps);
+    double v = CurveValue(*value, minimum, task.params, t, steps);
     sink(t, static_cast<double>(t), json{{"value", v}});
     if (t < steps && stop.load(std::memory_order_relaxed)) {
       out.kind = TrialOutcome::Kind::kStopped;

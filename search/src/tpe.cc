@@ -544,12 +544,16 @@ class TpeSamplerImpl final : public TpeSampler {
     std::vector<double> quad(k_total, 0.0);  // sum of (mu - centre)^2 w / 2 over shared dims
     const double group_dims = static_cast<double>(group.dims.size());
     m.dims.resize(group.dims.size());
+    for (DimModel& model : m.dims) model.mu.resize(k_total);
+    // One pass over the rows for all the group's dimensions: rows are contiguous, columns not.
+    for (size_t i = 0; i < n; ++i) {
+      const double* row = rows.Row(set[i]);
+      for (size_t j = 0; j < group.dims.size(); ++j) m.dims[j].mu[i] = row[group.dims[j]];
+    }
     for (size_t j = 0; j < group.dims.size(); ++j) {
       const size_t d = group.dims[j];
       const Dim& dim = dims_[d];
       DimModel& model = m.dims[j];
-      model.mu.resize(k_total);
-      for (size_t i = 0; i < n; ++i) model.mu[i] = rows.Row(set[i])[d];
 
       if (dim.type == Dim::Type::kCategorical) {
         model.mu[n] = -1;
