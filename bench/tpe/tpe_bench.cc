@@ -1,6 +1,6 @@
 // TPE: what one suggestion costs with a large history, and what it finds on analytic functions
 // compared with random search. The peer is Optuna's TPESampler
-// (/work/shared/peers/optuna_tpe.py runs the same protocol).
+// (../shared/peers/optuna_tpe.py, beside the checkout, runs the same protocol).
 //
 // Part 1, ask cost: a history of N random points over D floats in [0, 1] with value = their
 // sum (as optuna_tpe.py ask-cost), then ASKS suggestions, each observed before the next; p50

@@ -479,21 +479,19 @@ class Coordinator {
     next_number_ = carried_;
     for (const store::TrialRecord& t : plan.trials) {
       if (config_.algorithm == "grid") carried_params_.insert(CanonicalParams(t.params_json));
-      metric_seen_ = true;
-      if (t.status != TrialStatus::kCompleted) {
-        ++counts_.pruned;
-        continue;
-      }
-      ++counts_.completed;
-      // The best completed trial, as `best` ranks them (ties: the lower number).
-      if (!best_ || (config_.maximize ? *t.objective > *best_ : *t.objective < *best_)) {
-        best_ = t.objective;
-        best_trial_ = t.number;
-      }
-    }
-    for (const store::TrialRecord& t : plan.trials) {
       json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
-      if (t.status == TrialStatus::kCompleted) TpeNoteEnd(t.number, *t.objective, params);
+      metric_seen_ = true;
+      if (t.status == TrialStatus::kCompleted) {
+        ++counts_.completed;
+        TpeNoteEnd(t.number, *t.objective, params);
+        // The best completed trial, as `best` ranks them (ties: the lower number).
+        if (!best_ || (config_.maximize ? *t.objective > *best_ : *t.objective < *best_)) {
+          best_ = t.objective;
+          best_trial_ = t.number;
+        }
+      } else {
+        ++counts_.pruned;
+      }
       tpe_params_[t.number] = std::move(params);
     }
     if (scheduler_ != nullptr) {
@@ -658,9 +656,7 @@ class Coordinator {
       SWEEP_ASSIGN_OR_RETURN(auto reports, store_.AllReports(sweep_id_));
       for (const auto& r : reports) {
         if (r.trial < rec.carried) continue;
-        json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
-        auto m = metrics.is_object() ? metrics.find(config_.stop_when->metric) : metrics.end();
-        if (m != metrics.end() && m->is_number() && config_.stop_when->Reached(m->get<double>())) {
+        if (MeetsTarget(json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false))) {
           return Status::InvalidArgument(who + " met its target " + config_.stop_when->ToString() +
                                          " (trial " + std::to_string(r.trial) +
                                          "), so it would end at once; set a new target in a new "
@@ -1093,15 +1089,18 @@ class Coordinator {
 
   double ActiveSeconds(double now) const { return active_before_s_ + (now - start_s_); }
 
+  // Whether a report's `metrics` meet stop_when (false without one).
+  bool MeetsTarget(const json& metrics) const {
+    if (!config_.stop_when || !metrics.is_object()) return false;
+    auto m = metrics.find(config_.stop_when->metric);
+    return m != metrics.end() && m->is_number() && config_.stop_when->Reached(m->get<double>());
+  }
+
   // Records that `trial`'s report `metrics` met stop_when. The first to meet it ends the sweep;
   // one whose report meets it as it stops (for that, an interrupt or the time budget) has met
   // it as well, and ends completed too.
   void NoteTarget(int64_t trial, const json& metrics) {
-    if (!config_.stop_when) return;
-    auto m = metrics.find(config_.stop_when->metric);
-    if (m == metrics.end() || !m->is_number() || !config_.stop_when->Reached(m->get<double>())) {
-      return;
-    }
+    if (!MeetsTarget(metrics)) return;
     if (!target_trials_.insert(trial).second || target_trials_.size() > 1) return;
     // Met as the sweep stopped for another reason: both are said.
     stop_reason_ = (stop_reason_.empty() ? "" : stop_reason_ + "; then ") + "target " +
@@ -1532,7 +1531,8 @@ class Coordinator {
       auto by = proposed_by_.find(p.number);
       SWEEP_RETURN_IF_ERROR(store_.AddEvent(
           sweep_id_, p.number, "", "running",
-          by == proposed_by_.end() ? t.placement : t.placement + "; proposed by " + by->second,
+          by == proposed_by_.end() ? t.placement
+                                   : t.placement + std::string(kProposedBy) + by->second,
           now));
       if (by != proposed_by_.end()) proposed_by_.erase(by);
     }

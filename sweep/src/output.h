@@ -4,6 +4,7 @@
 
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,6 +19,10 @@ void PrintTrialsJson(std::ostream& out, const std::vector<store::TrialRecord>& t
 // `metric` is shown as its own column, first.
 void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& trials,
                       const std::string& metric);
+
+// How a trial's first start event says which sampler proposed it, after its placement
+// ("local:cpu0; proposed by tpe"): written by the coordinator, read by `show`.
+inline constexpr std::string_view kProposedBy = "; proposed by ";
 
 // Exit codes of every command: 0 success; 1 runtime failure; 2 usage or config error.
 inline constexpr int kExitOk = 0;

@@ -328,9 +328,9 @@ int CmdShow(const ShowArgs& a) {
   }
   // With TPE, which way it was proposed (its first start event says).
   for (const store::EventRecord& e : *events) {
-    const size_t by = e.detail.find("; proposed by ");
+    const size_t by = e.detail.find(kProposedBy);
     if (e.from.empty() && by != std::string::npos) {
-      row("proposed by", e.detail.substr(by + 14));
+      row("proposed by", e.detail.substr(by + kProposedBy.size()));
       break;
     }
   }
