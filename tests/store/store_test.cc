@@ -1451,6 +1451,12 @@ TEST_F(StoreTest, HundredThousandTrialsQueriesUseIndexes) {
     EXPECT_GT(*(*best)[i].objective, *(*best)[i + 1].objective);
     EXPECT_EQ((*best)[i].status, TrialStatus::kCompleted);
   }
+  // Trial i has objective (i * 7919) mod kTrials: 99999 is trial 82321, and so on. 99996 is
+  // trial 29284, pruned (29284 % 4 == 0), so it is not among the best.
+  EXPECT_EQ(Numbers(*best), (std::vector<int64_t>{82321, 64642, 46963, 11605, 93926}));
+  std::vector<double> objectives;
+  for (const TrialRecord& t : *best) objectives.push_back(t.objective.value_or(-1));
+  EXPECT_EQ(objectives, (std::vector<double>{99999, 99998, 99997, 99995, 99994}));
   auto counts = store_->CountByStatus(sweep_id_);
   ASSERT_OK(counts);
   EXPECT_EQ(counts->pruned, kTrials / 4);

@@ -1,0 +1,156 @@
+// Reports and events: a trial's reported steps (added once per step, read back, rewritten
+// when a rerun adds what the store lacked) and its state transitions.
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store_impl.h"
+#include "store_sql.h"
+
+namespace sweep::store {
+
+using internal::Query;
+
+namespace {
+Result<std::vector<ReportRecord>> StepReports(sqlite3_stmt* stmt) {
+  std::vector<ReportRecord> reports;
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    ReportRecord report;
+    report.trial = sqlite3_column_int64(stmt, 0);
+    report.step = sqlite3_column_int64(stmt, 1);
+    report.epoch = sqlite3_column_double(stmt, 2);
+    report.metrics_json = ColumnText(stmt, 3);
+    report.time_s = sqlite3_column_double(stmt, 4);
+    reports.push_back(std::move(report));
+  }
+  if (rc != SQLITE_DONE) return Status::IoError(std::to_string(rc));
+  return reports;
+}
+}  // namespace
+
+// ---- reports ----
+
+Status Store::AddReport(int64_t sweep_id, const ReportRecord& report, bool* stored) {
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kAddReport));
+  ResetOnExit reset(stmt);
+  std::string metrics = JsonOrEmptyObject(report.metrics_json);
+  Binder bind(stmt);
+  bind.Int(sweep_id)
+      .Int(report.trial)
+      .Int(report.step)
+      .Real(report.epoch)
+      .Text(metrics)
+      .Real(report.time_s);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a report");
+  int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_DONE) {
+    if (stored != nullptr) *stored = sqlite3_changes(impl_->db) > 0;
+    return Status::Ok();
+  }
+  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) return impl_->NoSuchTrial(sweep_id, report.trial);
+  return impl_->Error(rc, "adding a report for trial " + std::to_string(report.trial));
+}
+
+Result<std::vector<ReportRecord>> Store::Reports(int64_t sweep_id, int64_t trial_number) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kReports));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).Int(trial_number);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the reports query");
+  auto reports = StepReports(stmt);
+  if (!reports.ok()) {
+    return impl_->Error(sqlite3_errcode(impl_->db),
+                        "reading the reports of trial " + std::to_string(trial_number));
+  }
+  return reports;
+}
+
+Result<std::optional<ReportRecord>> Store::ReportAt(int64_t sweep_id, int64_t trial, int64_t step) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kReportAt));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).Int(trial).Int(step);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the report query");
+  auto reports = StepReports(stmt);
+  if (!reports.ok()) {
+    return impl_->Error(sqlite3_errcode(impl_->db), "reading step " + std::to_string(step) +
+                                                        " of trial " + std::to_string(trial));
+  }
+  if (reports->empty()) return std::optional<ReportRecord>();
+  return std::optional<ReportRecord>(std::move(reports->front()));
+}
+
+Status Store::RewriteReport(int64_t sweep_id, const ReportRecord& report, bool last) {
+  const std::string metrics = JsonOrEmptyObject(report.metrics_json);
+  return impl_->Update(
+      Query::kRewriteReport,
+      "rewriting step " + std::to_string(report.step) + " of trial " + std::to_string(report.trial),
+      [&](Binder& b) {
+        b.Text(metrics)
+            .Real(report.time_s)
+            .Int(last ? 1 : 0)
+            .Int(sweep_id)
+            .Int(report.trial)
+            .Int(report.step);
+      });
+}
+
+Result<std::vector<ReportRecord>> Store::AllReports(int64_t sweep_id) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kAllReports));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the reports query");
+  auto reports = StepReports(stmt);
+  if (!reports.ok()) return impl_->Error(sqlite3_errcode(impl_->db), "reading the reports");
+  return reports;
+}
+
+// ---- events ----
+
+Status Store::AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::string_view from,
+                       std::string_view to, std::string_view detail, double time_s) {
+  SWEEP_RETURN_IF_ERROR(impl_->BeginBatch());
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kAddEvent));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).OptInt(trial).Text(from).Text(to).Text(detail).Real(time_s);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding an event");
+  int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_DONE) return Status::Ok();
+  if (rc == SQLITE_CONSTRAINT_FOREIGNKEY) {
+    if (trial) return impl_->NoSuchTrial(sweep_id, *trial);
+    return Status::NotFound("no sweep with id " + std::to_string(sweep_id) + " in " + path_);
+  }
+  return impl_->Error(rc, "adding an event");
+}
+
+Result<std::vector<EventRecord>> Store::TrialEvents(int64_t sweep_id, int64_t trial_number) {
+  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kTrialEvents));
+  ResetOnExit reset(stmt);
+  Binder bind(stmt);
+  bind.Int(sweep_id).Int(trial_number);
+  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the events query");
+  std::vector<EventRecord> events;
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    EventRecord e;
+    e.from = ColumnText(stmt, 0);
+    e.to = ColumnText(stmt, 1);
+    e.detail = ColumnText(stmt, 2);
+    e.time_s = sqlite3_column_double(stmt, 3);
+    events.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) {
+    return impl_->Error(rc, "reading the events of trial " + std::to_string(trial_number));
+  }
+  return events;
+}
+
+}  // namespace sweep::store
