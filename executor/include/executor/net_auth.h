@@ -1,7 +1,7 @@
 // Authentication of agents: the shared token, nonces and HMAC-SHA256 proofs, and the start-up
 // checks the CLI runs (ValidateListen, ParseHostPort). The token never crosses the wire: each
-// side proves it holds the token by an HMAC over both sides' fresh nonces (executor/README.md,
-// "Handshake"). Every function is safe from any thread.
+// side proves it holds the token by an HMAC over both sides' fresh nonces (docs/agent-protocol.md,
+// "Handshake and authentication"). Every function is safe from any thread.
 #pragma once
 
 #include <string>
@@ -37,7 +37,7 @@ std::string CoordinatorProof(std::string_view token, std::string_view agent_nonc
 // A digest of a handshake message's JSON text, for the proofs' transcript.
 std::string HandshakeDigest(std::string_view text);
 
-// The key that authenticates a session's frames once the handshake is done (executor/README.md,
+// The key that authenticates a session's frames once the handshake is done (docs/agent-protocol.md,
 // "Frames after the handshake"): HMAC of both nonces under the token, with its own label.
 std::string SessionKey(std::string_view token, std::string_view agent_nonce,
                        std::string_view coordinator_nonce);

@@ -1,7 +1,7 @@
-// The coordinator <-> agent wire protocol: frames and the messages they carry (executor/README.md
-// describes the whole exchange). Pure: no I/O, no clocks. Encoders and parsers are free
-// functions safe from any thread; a FrameDecoder is one connection's state and is not
-// thread-safe. Every parser validates every field (types and ranges) and names the field that
+// The coordinator <-> agent wire protocol: frames and the messages they carry
+// (docs/agent-protocol.md describes the whole exchange). Pure: no I/O, no clocks. Encoders and
+// parsers are free functions safe from any thread; a FrameDecoder is one connection's state and is
+// not thread-safe. Every parser validates every field (types and ranges) and names the field that
 // is wrong, so a peer's bad message becomes a Status, never an exception.
 #pragma once
 
