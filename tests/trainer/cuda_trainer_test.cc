@@ -281,8 +281,12 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
     EXPECT_GE(last.val_acc, 0.99) << precision;
     EXPECT_LT(last.train_loss, reports.front().train_loss) << precision;
     EXPECT_EQ(last.skipped_steps, 0) << precision;
-    EXPECT_GE(last.data_wait_s, 0);
-    EXPECT_GE(last.epoch_s, last.data_wait_s);
+    // The host's waits for input fall inside the epoch. No share of it is a bound: a copy waits
+    // for its input slot, so the wait includes the GPU computing an earlier micro-batch.
+    for (const EpochReport& e : reports) {
+      EXPECT_GE(e.data_wait_s, 0) << precision;
+      EXPECT_LT(e.data_wait_s, e.epoch_s) << precision;
+    }
   }
   // The training set held on the GPU (the default) and batches streamed from pinned host memory
   // train the same: the same rows reach the same kernels.
@@ -308,16 +312,26 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
     o.backend = "cuda";
     o.replicas = 2;
     o.devices = {1, 0};
-    double val_acc = 0, allreduce_s = -1;
+    std::vector<EpochReport> reports;
     auto r = Train(o, [&](const EpochReport& e) {
-      val_acc = e.val_acc;
-      allreduce_s = e.allreduce_s;
+      reports.push_back(e);
       return true;
     });
     ASSERT_TRUE(r.ok()) << r.status().message();
-    std::printf("  2 GPUs (devices 1, 0): val_acc %.4f, allreduce_s %.6f\n", val_acc, allreduce_s);
-    EXPECT_GE(val_acc, 0.99);
-    EXPECT_GE(allreduce_s, 0);
+    ASSERT_FALSE(reports.empty());
+    std::printf("  2 GPUs (devices 1, 0): val_acc %.4f, allreduce_s %.6f of %.4f s\n",
+                reports.back().val_acc, reports.back().allreduce_s, reports.back().epoch_s);
+    EXPECT_GE(reports.back().val_acc, 0.99);
+    for (const EpochReport& e : reports) {
+      // The steps' exposed all-reduce spans are disjoint, each inside the epoch.
+      EXPECT_LT(e.allreduce_s, e.epoch_s) << "epoch " << e.epoch;
+#if !defined(SWEEP_CUDA_EMU)
+      // On a GPU, comm_done follows the last bucket's and the loss's all-reduces, which start
+      // when compute reaches backward's end: every step leaves some exposed. The emulator runs
+      // streams when the host waits, in any order (greedy-reverse: comm first), so not there.
+      EXPECT_GT(e.allreduce_s, 0.0) << "epoch " << e.epoch;
+#endif
+    }
   }
 }
 

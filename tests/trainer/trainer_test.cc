@@ -60,8 +60,11 @@ TEST(Train, LearnsASeparableProblem) {
   EXPECT_GE(*r->test_acc, 0.99);
   for (const EpochReport& e : reports) {
     EXPECT_GT(e.samples_per_s, 0);
+    // The wait falls inside the epoch. No share of it is a bound here: a step of this model
+    // takes microseconds, less than waking the Batcher's thread, so a working prefetch may still
+    // leave much of an epoch waiting on a loaded machine (bench/trainer measures what it hides).
     EXPECT_GE(e.data_wait_s, 0);
-    EXPECT_GE(e.epoch_s, e.data_wait_s);
+    EXPECT_LT(e.data_wait_s, e.epoch_s);
   }
 }
 
@@ -398,9 +401,15 @@ TEST(Train, ReplicasMatchOneReplicaAtTheSameGlobalBatch) {
       ASSERT_EQ(reports.size(), one_reports.size()) << what;
       EXPECT_EQ(reports.back().step, one_reports.back().step) << what;
       EXPECT_NEAR(reports.back().train_loss, one_reports.back().train_loss, 1e-5) << what;
-      EXPECT_GE(reports.back().allreduce_s, 0.0) << what;
+      for (const EpochReport& e : reports) {
+        // Every step ends in Finish, timed in nanoseconds: a positive sum, inside the epoch.
+        EXPECT_GT(e.allreduce_s, 0.0) << what << ", epoch " << e.epoch;
+        EXPECT_LT(e.allreduce_s, e.epoch_s) << what << ", epoch " << e.epoch;
+      }
     }
-    EXPECT_EQ(one_reports.back().allreduce_s, 0.0);  // one replica: nothing to reduce
+    for (const EpochReport& e : one_reports) {
+      EXPECT_EQ(e.allreduce_s, 0.0) << optimizer;  // one replica: nothing to reduce
+    }
   }
 }
 

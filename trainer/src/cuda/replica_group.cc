@@ -1,0 +1,364 @@
+// The CUDA ReplicaGroup's life (replica_group.h): each rank's streams, cuBLAS handle and
+// buffers made and freed, Run, the weights in and out, and the training set held on the devices.
+#include "cuda/replica_group.h"
+
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda/ops.h"
+#include "data.h"
+
+namespace sweep::trainer::cuda {
+
+void* PinnedAllocator::Allocate(size_t bytes) {
+  void* p = nullptr;
+  ThrowIfError(Alloc(bytes, &p));
+  return p;
+}
+
+void PinnedAllocator::Free(void* p) { cudaFreeHost(p); }
+
+Status PinnedAllocator::Alloc(size_t bytes, void** p) {
+  CUDA_CHECK(cudaHostAlloc(p, bytes, cudaHostAllocPortable));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<ReplicaGroup>> CudaReplicaGroup::Create(const GroupSpec& spec,
+                                                               std::vector<int> devices) {
+  MlpView mlp;
+  if (!AsMlp(spec.model, &mlp)) return Status::InvalidArgument("cuda: not an MLP");
+  std::unique_ptr<CudaReplicaGroup> g(
+      new CudaReplicaGroup(spec, std::move(mlp), std::move(devices)));
+  SWEEP_RETURN_IF_ERROR(g->Init());
+  return std::unique_ptr<ReplicaGroup>(std::move(g));
+}
+
+CudaReplicaGroup::CudaReplicaGroup(const GroupSpec& spec, MlpView mlp, std::vector<int> devices)
+    : spec_(spec),
+      mlp_(std::move(mlp)),
+      buckets_(MakeGradBuckets(mlp_.shape, spec.bucket_floats)),
+      team_(static_cast<int>(devices.size())),
+      ranks_(devices.size()) {
+  for (size_t i = 0; i < devices.size(); ++i) ranks_[i].device = devices[i];
+}
+
+CudaReplicaGroup::~CudaReplicaGroup() {
+  // Errors here have nowhere to go. Every rank's queued work ends before its communicator,
+  // buffers, events and streams go, each on its own device.
+  AbortFaultedCommunicators();
+  SynchronizeAll();
+  DestroyCommunicators();
+  ReleaseDataset();
+  for (Rank& r : ranks_) {
+    cudaSetDevice(r.device);
+    r.model.reset();
+    r.opt.clear();
+    r.loss_total = DeviceBuffer<double>();
+    r.loss_scale = DeviceBuffer<LossScaleState>();
+    r.found_inf = DeviceBuffer<int>();
+    for (DeviceBuffer<uint8_t>& p : r.pixels) p = DeviceBuffer<uint8_t>();
+    for (cudaEvent_t e : r.AllEvents()) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (r.loss_host != nullptr) cudaFreeHost(r.loss_host);
+    if (r.blas != nullptr) cublasDestroy(r.blas);
+    for (cudaStream_t s : {r.compute, r.copy, r.comm}) {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
+  }
+  // What a failed teardown call left as this thread's last error would fail the next group's
+  // first launch check (a reused worker's next trial).
+  (void)cudaGetLastError();
+}
+
+Status CudaReplicaGroup::SetDevice(int rank) const {
+  CUDA_CHECK(cudaSetDevice(ranks_[static_cast<size_t>(rank)].device));
+  return Status::Ok();
+}
+
+Status CudaReplicaGroup::Init() {
+  for (int i = 0; i < size(); ++i) SWEEP_RETURN_IF_ERROR(InitRank(i));
+  if (size() > 1) SWEEP_RETURN_IF_ERROR(InitCommunicators());
+  return Status::Ok();
+}
+
+Status CudaReplicaGroup::InitRank(int rank) {
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  SWEEP_RETURN_IF_ERROR(SetDevice(rank));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&r.compute, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
+  SWEEP_RETURN_IF_ERROR(CreateBlasHandle(r.compute, spec_.tf32, &r.blas));
+  SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(mlp_.shape, mlp_.act, spec_.max_rows, mlp_.dropout,
+                                              spec_.precision, r.compute, r.blas));
+  const int slots = spec_.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
+  r.opt.resize(static_cast<size_t>(slots));
+  for (DeviceBuffer<float>& o : r.opt) {
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(mlp_.shape.num_params, &o));
+  }
+  // Events that only order work carry no timestamps (cheaper to record and wait on).
+  for (int i = 0; i < Mlp::kInputSlots; ++i) {
+    CUDA_CHECK(cudaEventCreateWithFlags(&r.copied[i], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&r.input_free[i], cudaEventDisableTiming));
+  }
+  for (cudaEvent_t& e : r.done) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  void* loss_host = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&loss_host, 2 * sizeof(double), cudaHostAllocPortable));
+  r.loss_host = static_cast<double*>(loss_host);
+  if (size() > 1) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&r.comm, cudaStreamNonBlocking));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &r.loss_total));
+    r.bucket_ready.resize(buckets_.size(), nullptr);
+    for (cudaEvent_t& e : r.bucket_ready) {
+      CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    for (int i = 0; i < 2; ++i) {
+      CUDA_CHECK(cudaEventCreate(&r.backward_end[i]));
+      CUDA_CHECK(cudaEventCreate(&r.comm_start[i]));
+      CUDA_CHECK(cudaEventCreate(&r.comm_done[i]));
+    }
+    r.hook = std::make_unique<BucketHook>(this, rank);
+  }
+  if (fp16()) {
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<LossScaleState>::Make(1, &r.loss_scale));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<int>::Make(1, &r.found_inf));
+    const LossScaleState initial{spec_.initial_loss_scale, 0, 0};
+    CUDA_CHECK(cudaMemcpy(r.loss_scale.data(), &initial, sizeof initial, cudaMemcpyHostToDevice));
+  }
+  // The buffers were zeroed on the legacy stream, which the non-blocking streams do not wait
+  // for: let that finish before any of them runs.
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return Status::Ok();
+}
+
+std::vector<cudaEvent_t> CudaReplicaGroup::Rank::AllEvents() const {
+  std::vector<cudaEvent_t> all(bucket_ready);
+  for (int i = 0; i < Mlp::kInputSlots; ++i) {
+    all.push_back(copied[i]);
+    all.push_back(input_free[i]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (cudaEvent_t e : {done[i], backward_end[i], comm_start[i], comm_done[i]}) {
+      all.push_back(e);
+    }
+  }
+  return all;
+}
+
+void CudaReplicaGroup::Run(const std::function<void(int rank)>& fn) {
+  std::mutex first_mu;
+  std::exception_ptr first;  // the failure that started an abort, not its echoes
+  try {
+    team_.Run([&](int rank) {
+      try {
+        ThrowIfError(SetDevice(rank));
+        fn(rank);
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(first_mu);
+          if (!first) first = std::current_exception();
+        }
+        AbortCommunicators();
+        throw;
+      }
+    });
+  } catch (...) {
+    // A rank that failed may have left copies queued from the Batcher's pinned buffers, which
+    // its owner frees next: let every stream finish (the communicators are aborted, so the
+    // collectives end too) before the failure goes up.
+    SynchronizeAll();
+    if (first) std::rethrow_exception(first);
+    throw;
+  }
+}
+
+void CudaReplicaGroup::SynchronizeAll() {
+  int current = 0;
+  const bool restore = cudaGetDevice(&current) == cudaSuccess;
+  for (Rank& r : ranks_) {
+    cudaSetDevice(r.device);
+    for (cudaStream_t s : {r.compute, r.copy, r.comm}) {
+      if (s != nullptr) cudaStreamSynchronize(s);
+    }
+  }
+  if (restore) cudaSetDevice(current);  // the caller's device, as it was
+  (void)cudaGetLastError();
+}
+
+void CudaReplicaGroup::Evaluate(int rank, const float* x, const int32_t* y, int rows,
+                                double* loss_sum, int64_t* correct) {
+  ThrowIfError(ranks_[static_cast<size_t>(rank)].model->Evaluate(x, y, rows, loss_sum, correct));
+}
+
+Status CudaReplicaGroup::SetState(const ModelState& state) {
+  const size_t n = static_cast<size_t>(mlp_.shape.num_params);
+  SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, ranks_[0].opt.size()));
+  // Rank 0 loads the host state; the others receive it by broadcast, so every replica starts
+  // from the same bits whatever the host holds.
+  Rank& r0 = ranks_[0];
+  SWEEP_RETURN_IF_ERROR(SetDevice(0));
+  CUDA_CHECK(cudaMemcpyAsync(r0.model->params(), state.params.data(), n * sizeof(float),
+                             cudaMemcpyHostToDevice, r0.compute));
+  for (size_t s = 0; s < r0.opt.size(); ++s) {
+    if (state.optimizer.empty()) {
+      CUDA_CHECK(cudaMemsetAsync(r0.opt[s].data(), 0, r0.opt[s].bytes(), r0.compute));
+    } else {
+      CUDA_CHECK(cudaMemcpyAsync(r0.opt[s].data(), state.optimizer[s].data(), n * sizeof(float),
+                                 cudaMemcpyHostToDevice, r0.compute));
+    }
+  }
+  if (size() > 1) {
+    Status sent = BroadcastFromRank0();
+    for (int i = 0; sent.ok() && i < size(); ++i) {
+      Rank& r = ranks_[static_cast<size_t>(i)];
+      SWEEP_RETURN_IF_ERROR(SetDevice(i));
+      CUDA_CHECK(cudaEventRecord(r.done[0], r.compute));
+      sent = WaitPastCollectives(r, r.done[0]);
+    }
+    if (!sent.ok()) {
+      // Some ranks' parts may be queued without the others': they would wait for ever.
+      AbortCommunicators();
+      return sent;
+    }
+  }
+  // fp16: every rank gets the same loss scale state from the host (a few bytes).
+  const LossScaleState scale =
+      state.loss_scale.value_or(LossScaleState{spec_.initial_loss_scale, 0, 0});
+  for (int i = 0; i < size(); ++i) {
+    Rank& r = ranks_[static_cast<size_t>(i)];
+    SWEEP_RETURN_IF_ERROR(SetDevice(i));
+    if (fp16()) {
+      CUDA_CHECK(cudaMemcpyAsync(r.loss_scale.data(), &scale, sizeof scale, cudaMemcpyHostToDevice,
+                                 r.compute));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(r.compute));
+    r.model->ParamsChanged();
+  }
+  skipped_reported_ = static_cast<int64_t>(scale.skipped);
+  return Status::Ok();
+}
+
+ModelState CudaReplicaGroup::GetState() const {
+  ModelState s;
+  ThrowIfError(ReadState(&s));
+  return s;
+}
+
+Status CudaReplicaGroup::ReadState(ModelState* s) const {
+  const Rank& r = ranks_[0];  // every replica holds the same weights and optimizer state
+  SWEEP_RETURN_IF_ERROR(SetDevice(0));
+  const size_t n = static_cast<size_t>(mlp_.shape.num_params);
+  s->params.resize(n);
+  CUDA_CHECK(cudaMemcpyAsync(s->params.data(), r.model->params(), n * sizeof(float),
+                             cudaMemcpyDeviceToHost, r.compute));
+  for (const DeviceBuffer<float>& o : r.opt) {
+    s->optimizer.emplace_back(n);
+    CUDA_CHECK(cudaMemcpyAsync(s->optimizer.back().data(), o.data(), n * sizeof(float),
+                               cudaMemcpyDeviceToHost, r.compute));
+  }
+  LossScaleState scale;
+  if (fp16()) {
+    CUDA_CHECK(cudaMemcpyAsync(&scale, r.loss_scale.data(), sizeof scale, cudaMemcpyDeviceToHost,
+                               r.compute));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(r.compute));
+  if (fp16()) s->loss_scale = scale;
+  return Status::Ok();
+}
+
+int64_t CudaReplicaGroup::TakeSkippedSteps() {
+  int64_t skipped = 0;
+  ThrowIfError(ReadSkipped(&skipped));
+  const int64_t delta = skipped - skipped_reported_;
+  skipped_reported_ = skipped;
+  return delta;
+}
+
+Status CudaReplicaGroup::ReadSkipped(int64_t* skipped) const {
+  *skipped = 0;
+  if (!fp16()) return Status::Ok();
+  const Rank& r = ranks_[0];  // every rank skips the same steps
+  SWEEP_RETURN_IF_ERROR(SetDevice(0));
+  LossScaleState scale;
+  CUDA_CHECK(cudaMemcpyAsync(&scale, r.loss_scale.data(), sizeof scale, cudaMemcpyDeviceToHost,
+                             r.compute));
+  CUDA_CHECK(cudaStreamSynchronize(r.compute));
+  *skipped = static_cast<int64_t>(scale.skipped);
+  return Status::Ok();
+}
+
+Result<bool> CudaReplicaGroup::HoldDataset(const Dataset& data) {
+  const bool u8 = !data.u8.empty();
+  const size_t n = static_cast<size_t>(data.n), dim = static_cast<size_t>(data.dim);
+  const size_t bytes = n * dim * (u8 ? 1 : sizeof(float)) + n * sizeof(int32_t);
+  // A quarter of free memory at most: the trial's activations, and other trials sharing the
+  // GPU, keep the rest.
+  for (int i = 0; i < size(); ++i) {
+    SWEEP_RETURN_IF_ERROR(SetDevice(i));
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    if (bytes > free / 4) return false;
+  }
+  for (int i = 0; i < size(); ++i) {
+    const Status held = HoldOn(i, data);
+    if (!held.ok()) {
+      // Most likely another trial took the memory after the check above: stream the batches
+      // instead. A broken device shows again at the next call that needs it.
+      ReleaseDataset();
+      cudaGetLastError();  // not sticky (an allocation): clear it for the next launch
+      return false;
+    }
+  }
+  return true;
+}
+
+Status CudaReplicaGroup::HoldOn(int i, const Dataset& data) {
+  Rank& r = ranks_[static_cast<size_t>(i)];
+  SWEEP_RETURN_IF_ERROR(SetDevice(i));
+  const size_t n = static_cast<size_t>(data.n), dim = static_cast<size_t>(data.dim);
+  if (!data.u8.empty()) {
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(data.n * data.dim, &r.data_u8));
+    CUDA_CHECK(cudaMemcpy(r.data_u8.data(), data.u8.data(), n * dim, cudaMemcpyHostToDevice));
+  } else {
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(data.n * data.dim, &r.data_f32));
+    CUDA_CHECK(cudaMemcpy(r.data_f32.data(), data.f32.data(), n * dim * sizeof(float),
+                          cudaMemcpyHostToDevice));
+  }
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(data.n, &r.data_labels));
+  CUDA_CHECK(cudaMemcpy(r.data_labels.data(), data.labels.data(), n * sizeof(int32_t),
+                        cudaMemcpyHostToDevice));
+  for (DeviceBuffer<int32_t>& idx : r.idx) {
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(spec_.max_rows, &idx));
+  }
+  void* staging = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&staging, Mlp::kInputSlots * sizeof(int32_t) * spec_.max_rows,
+                           cudaHostAllocPortable));
+  if (r.idx_host != nullptr) cudaFreeHost(r.idx_host);  // held before: replaced
+  r.idx_host = static_cast<int32_t*>(staging);
+  r.data_dim = data.dim;
+  r.data_rows = data.n;
+  // The zeroing and the copies ran on the legacy stream, which the copy stream does not wait
+  // for, and a copy from pageable memory may still be landing when cudaMemcpy returns.
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return Status::Ok();
+}
+
+void CudaReplicaGroup::ReleaseDataset() {
+  for (int i = 0; i < size(); ++i) {
+    Rank& r = ranks_[static_cast<size_t>(i)];
+    cudaSetDevice(r.device);
+    r.data_u8 = DeviceBuffer<uint8_t>();
+    r.data_f32 = DeviceBuffer<float>();
+    r.data_labels = DeviceBuffer<int32_t>();
+    for (DeviceBuffer<int32_t>& idx : r.idx) idx = DeviceBuffer<int32_t>();
+    if (r.idx_host != nullptr) cudaFreeHost(r.idx_host);
+    r.idx_host = nullptr;
+    r.data_dim = r.data_rows = 0;
+  }
+}
+
+}  // namespace sweep::trainer::cuda
