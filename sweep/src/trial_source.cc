@@ -1,0 +1,172 @@
+#include "trial_source.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace sweep {
+
+using nlohmann::json;
+
+namespace {
+// order = "longest_first" draws the sweep ahead, up to this many trials at a time.
+constexpr size_t kMaxDrawnAhead = 100000;
+}  // namespace
+
+Result<std::unique_ptr<TrialSource>> TrialSource::Make(const SweepConfig& config,
+                                                       std::function<double(const json&)> work,
+                                                       std::vector<double> rungs) {
+  std::unique_ptr<TrialSource> source(new TrialSource(config));
+  source->work_ = std::move(work);
+  SWEEP_ASSIGN_OR_RETURN(source->sampler_, MakeSampler(config));
+  if (config.algorithm == "tpe") {
+    SWEEP_ASSIGN_OR_RETURN(source->tpe_, search::MakeTpeSampler(config.space, config.seed,
+                                                                config.tpe, config.maximize));
+    // What TPE learns from (the BOHB rule): the values at each rung, then the trials' ends.
+    source->tpe_levels_ = std::move(rungs);
+    source->tpe_levels_.push_back(std::numeric_limits<double>::infinity());
+    source->tpe_values_.resize(source->tpe_levels_.size());
+  }
+  return source;
+}
+
+int64_t TrialSource::TrialLimit() const {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return config_.max_trials > kMax - carried_ ? kMax : carried_ + config_.max_trials;
+}
+
+bool TrialSource::Left() const {
+  return !gaps_.empty() || !ahead_.empty() || (!exhausted_ && next_number_ < TrialLimit());
+}
+
+void TrialSource::SetCarried(int64_t carried, int64_t sample_shift) {
+  carried_ = carried;
+  sample_shift_ = sample_shift;
+  next_number_ = std::max(next_number_, carried);
+}
+
+void TrialSource::CarriedPoint(const std::string& params_json) {
+  carried_points_.insert(json::parse(params_json, nullptr, /*allow_exceptions=*/false).dump());
+}
+
+void TrialSource::ContinueAfter(int64_t max_number, const std::vector<bool>& started) {
+  next_number_ = max_number + 1;
+  for (int64_t n = 0; n < next_number_; ++n) {
+    if (static_cast<size_t>(n) >= started.size() || !started[static_cast<size_t>(n)]) {
+      gaps_.push_back(n);
+    }
+  }
+}
+
+// The sampler's point for trial `number`: n + sample_shift_; for a grid that carried points
+// over, trial carried_ + k is its k-th point not carried (so none runs twice, and numbers have
+// no gaps), found by walking the grid once.
+std::optional<json> TrialSource::SampleFor(int64_t number) {
+  if (carried_points_.empty()) return sampler_->Sample(number + sample_shift_);
+  const int64_t k = number - carried_;
+  while (static_cast<int64_t>(fresh_points_.size()) <= k) {
+    std::optional<json> p = sampler_->Sample(grid_cursor_);
+    if (!p) return std::nullopt;
+    if (!carried_points_.contains(p->dump())) fresh_points_.push_back(grid_cursor_);
+    ++grid_cursor_;
+  }
+  return sampler_->Sample(fresh_points_[static_cast<size_t>(k)]);
+}
+
+std::optional<NewTrial> TrialSource::Draw(const std::function<std::vector<json>()>& pending) {
+  const bool gap = !gaps_.empty();
+  if (!gap && (exhausted_ || next_number_ >= TrialLimit())) return std::nullopt;
+  const int64_t number = gap ? gaps_.front() : next_number_;
+  std::optional<json> params =
+      tpe_ != nullptr ? std::optional<json>(SuggestTpe(number, pending())) : SampleFor(number);
+  if (gap) {
+    gaps_.pop_front();
+  } else if (params) {
+    ++next_number_;
+  } else {
+    exhausted_ = true;
+  }
+  if (!params) return std::nullopt;
+  return NewTrial{number, std::move(*params)};
+}
+
+std::optional<NewTrial> TrialSource::Next(const std::function<std::vector<json>()>& pending) {
+  if (!config_.longest_first) {
+    while (!gaps_.empty() || (!exhausted_ && next_number_ < TrialLimit())) {
+      if (std::optional<NewTrial> p = Draw(pending)) return p;
+    }
+    return std::nullopt;
+  }
+  while (ahead_.size() < kMaxDrawnAhead) {
+    std::optional<NewTrial> p = Draw(pending);
+    if (!p) {
+      if (gaps_.empty() && (exhausted_ || next_number_ >= TrialLimit())) break;
+      continue;
+    }
+    ahead_.emplace(std::make_pair(-work_(p->params), p->number), std::move(p->params));
+  }
+  if (ahead_.empty()) return std::nullopt;
+  auto first = ahead_.begin();
+  NewTrial p{first->first.second, std::move(first->second)};
+  ahead_.erase(first);
+  return p;
+}
+
+// TPE's proposal for trial `number`, from the observations at the level TpeLevel picks, with
+// the trials running or waiting to run again as pessimistic ones (the constant liar).
+json TrialSource::SuggestTpe(int64_t number, const std::vector<json>& pending) {
+  const size_t level = TpeLevel();
+  if (level != tpe_fed_) {
+    // A higher rung has enough values now: TPE learns from it instead (rare: once a rung).
+    tpe_->Reset();
+    for (const auto& [trial, value] : tpe_values_[level]) {
+      tpe_->Observe(trial, tpe_params_[trial], value);
+    }
+    tpe_fed_ = level;
+  }
+  search::Suggestion s = tpe_->Suggest(number, pending);
+  proposed_by_[number] = std::string(search::SourceName(s.source));
+  tpe_params_[number] = s.params;
+  return std::move(s.params);
+}
+
+// The highest level (rung, or the trials' ends) with n_startup_trials values; else the lowest,
+// which has the most.
+size_t TrialSource::TpeLevel() const {
+  const size_t enough = static_cast<size_t>(std::max<int64_t>(1, config_.tpe.n_startup_trials));
+  for (size_t k = tpe_levels_.size(); k-- > 0;) {
+    if (tpe_values_[k].size() >= enough) return k;
+  }
+  return 0;
+}
+
+void TrialSource::NoteParams(int64_t trial, const json& params) {
+  if (tpe_ != nullptr) tpe_params_[trial] = params;
+}
+
+void TrialSource::NoteReport(int64_t trial, double resource, double value, const json& params) {
+  if (tpe_ == nullptr) return;
+  if (!tpe_params_.contains(trial)) tpe_params_[trial] = params;
+  for (size_t k = 0; k + 1 < tpe_levels_.size() && resource >= tpe_levels_[k]; ++k) {
+    if (tpe_values_[k].emplace(trial, value).second && k == tpe_fed_) {
+      tpe_->Observe(trial, tpe_params_[trial], value);
+    }
+  }
+}
+
+void TrialSource::NoteEnd(int64_t trial, double value, const json& params) {
+  if (tpe_ == nullptr) return;
+  tpe_params_[trial] = params;
+  const size_t last = tpe_levels_.size() - 1;
+  tpe_values_[last][trial] = value;
+  if (last == tpe_fed_) tpe_->Observe(trial, params, value);
+}
+
+std::string TrialSource::TakeProposer(int64_t number) {
+  auto by = proposed_by_.find(number);
+  if (by == proposed_by_.end()) return "";
+  std::string said = std::move(by->second);
+  proposed_by_.erase(by);
+  return said;
+}
+
+}  // namespace sweep

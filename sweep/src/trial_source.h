@@ -1,0 +1,98 @@
+// Where new trials come from: the sampler (grid, random) or TPE, numbered in order, with the
+// numbers a resume found never started first, and with order = "longest_first" the most work
+// first. A sweep started `--from` another skips the points it carried over.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "search/space.h"
+#include "search/tpe.h"
+#include "sweep/config.h"
+
+namespace sweep {
+
+struct NewTrial {
+  int64_t number = 0;
+  nlohmann::json params;
+};
+
+class TrialSource {
+ public:
+  // `config` outlives the source and may have its budget raised (max_trials) meanwhile.
+  // `work`: the work a trial's parameters make (for longest_first). `rungs`: early stopping's
+  // rung resources (empty without it), the levels TPE learns at.
+  static Result<std::unique_ptr<TrialSource>> Make(
+      const SweepConfig& config, std::function<double(const nlohmann::json&)> work,
+      std::vector<double> rungs);
+
+  // The number below which new trials may start: carried-over ones do not count.
+  int64_t TrialLimit() const;
+  // Whether a new trial may still come: a number left unstarted, one drawn ahead, or a next.
+  bool Left() const;
+  // The number the next trial would get, for a placement request.
+  int64_t next_number() const { return next_number_; }
+  // The next new trial; none when the search or the budget is done. `pending`: the parameters of
+  // the trials running or waiting to run again, TPE's pessimistic observations.
+  std::optional<NewTrial> Next(const std::function<std::vector<nlohmann::json>()>& pending);
+
+  // `run --from`: trials 0..carried-1 came from another sweep; trial n is the sampler's point
+  // n + sample_shift, or for a grid the next point not carried (given by CarriedPoint).
+  void SetCarried(int64_t carried, int64_t sample_shift);
+  void CarriedPoint(const std::string& params_json);  // grid only
+  int64_t carried() const { return carried_; }
+  // Resume: numbering goes on after `max_number`; the numbers below it not `started` are drawn
+  // again (longest_first starts trials out of order; the sampler gives a number its point).
+  void ContinueAfter(int64_t max_number, const std::vector<bool>& started);
+
+  // What TPE learns from (the BOHB rule): a trial's parameters, its value at each rung its
+  // reports reach for the first time, and a completed trial's final value.
+  void NoteParams(int64_t trial, const nlohmann::json& params);
+  void NoteReport(int64_t trial, double resource, double value, const nlohmann::json& params);
+  void NoteEnd(int64_t trial, double value, const nlohmann::json& params);
+  bool learns() const { return tpe_ != nullptr; }
+  // Which way trial `number` was proposed ("tpe", "startup random"), once; "" when not by TPE.
+  std::string TakeProposer(int64_t number);
+
+ private:
+  TrialSource(const SweepConfig& config) : config_(config) {}
+  std::optional<nlohmann::json> SampleFor(int64_t number);
+  std::optional<NewTrial> Draw(const std::function<std::vector<nlohmann::json>()>& pending);
+  nlohmann::json SuggestTpe(int64_t number, const std::vector<nlohmann::json>& pending);
+  size_t TpeLevel() const;
+
+  const SweepConfig& config_;
+  std::function<double(const nlohmann::json&)> work_;
+  std::unique_ptr<search::Sampler> sampler_;
+  bool exhausted_ = false;    // the sampler has no more points
+  int64_t next_number_ = 0;   // the next number the sampler has not been asked for
+  std::deque<int64_t> gaps_;  // numbers below next_number_ that never started (after a resume)
+  // order = "longest_first": drawn from the sampler, not started yet; most work first.
+  std::map<std::pair<double, int64_t>, nlohmann::json> ahead_;  // (-work, number) -> params
+  int64_t carried_ = 0;
+  int64_t sample_shift_ = 0;
+  std::set<std::string> carried_points_;  // the grid points carried over, as one string each
+  std::vector<int64_t> fresh_points_;     // grid indices of trials carried_, carried_ + 1, ...
+  int64_t grid_cursor_ = 0;               // the next grid index SampleFor looks at
+  // algorithm = "tpe": the sampler, and what it learns from at each level (the rungs, then the
+  // end: +inf), with the parameters of every trial seen; tpe_fed_ is the level it was given.
+  std::unique_ptr<search::TpeSampler> tpe_;
+  std::vector<double> tpe_levels_;
+  std::vector<std::map<int64_t, double>> tpe_values_;
+  std::map<int64_t, nlohmann::json> tpe_params_;
+  size_t tpe_fed_ = std::numeric_limits<size_t>::max();
+  std::map<int64_t, std::string> proposed_by_;
+};
+
+}  // namespace sweep
