@@ -62,9 +62,14 @@ class E2eTest : public ::testing::Test {
 
   // Runs `sweep ARGS` in the test directory; `env` is prepended ("K=V K2=V2").
   Output Sweep(const std::string& args, const std::string& env = "") {
+    return SweepAs("", args, env);
+  }
+  // The same, started by `launcher` ("setpriv --reuid=65534 ... ": as another user).
+  Output SweepAs(const std::string& launcher, const std::string& args,
+                 const std::string& env = "") {
     Output o;
-    std::string cmd = "cd '" + dir_.string() + "' && env " + env + " '" SWEEP_BINARY "' " + args +
-                      " > out.txt 2> err.txt < /dev/null";
+    std::string cmd = "cd '" + dir_.string() + "' && " + launcher + "env " + env +
+                      " '" SWEEP_BINARY "' " + args + " > out.txt 2> err.txt < /dev/null";
     int rc = std::system(cmd.c_str());
     o.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
     o.out = Slurp(dir_ / "out.txt");
