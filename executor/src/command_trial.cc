@@ -32,6 +32,7 @@
 #include "executor/command.h"
 #include "line_io.h"
 #include "step_numbering.h"
+#include "worker_kinds.h"
 
 namespace sweep::executor {
 
@@ -44,25 +45,10 @@ constexpr size_t kMaxHeldBytes = size_t{4} << 20;
 
 using Clock = std::chrono::steady_clock;
 
-TrialOutcome Failed(std::string error) {
-  TrialOutcome out;
-  out.kind = TrialOutcome::Kind::kFailed;
-  out.error = std::move(error);
-  return out;
-}
-
 // Failed, its reports having had the sweep's metric only as something other than a number.
 TrialOutcome FailedNotNumber(std::string error) {
   TrialOutcome out = Failed(std::move(error));
   out.metric_not_number = true;
-  return out;
-}
-
-// The machine's trouble, not the trial's: it runs again elsewhere (see TrialOutcome).
-TrialOutcome Interrupted(std::string error) {
-  TrialOutcome out;
-  out.kind = TrialOutcome::Kind::kInterrupted;
-  out.error = std::move(error);
   return out;
 }
 
@@ -642,5 +628,12 @@ TrialOutcome RunCommandTrial(const TrialTask& task, const ReportSink& sink,
                              const std::atomic<bool>& stop, const TrialHooks& hooks) {
   return CommandRun(task, sink, stop, hooks).Run();
 }
+
+namespace {
+// What a program reports is its own: no names are known in advance.
+std::vector<std::string> CommandMetrics() { return {}; }
+}  // namespace
+
+const WorkerKind kCommandKind{"command", RunCommandTrial, CommandMetrics};
 
 }  // namespace sweep::executor

@@ -1,17 +1,8 @@
-// RunTrial for each trial kind, and the TrialTask wire form.
-// Trainer trials apply [trainer] settings, then the trial's parameters, then the executor's
-// choices (threads, seed); function trials evaluate an analytic test function, optionally as a
-// curve over `steps` reports.
+// The TrialTask wire form, and RunTrial: the table of the kinds a worker runs (one file each,
+// see worker_kinds.h).
 #include "executor/trial.h"
 
-#include <chrono>
-#include <cmath>
-#include <filesystem>
-#include <thread>
-
-#include "command_trial.h"
-#include "executor/functions.h"
-#include "trainer/trainer.h"
+#include "worker_kinds.h"
 
 namespace sweep::executor {
 
@@ -112,13 +103,24 @@ Result<TrialTask> TrialTaskFromJson(const json& j) {
   }
 }
 
-std::vector<std::string> TrialMetricNames(std::string_view kind) {
-  if (kind == "trainer") return trainer::MetricNames();
-  if (kind == "function") return {"value"};
-  return {};
+namespace {
+
+// One line per kind.
+constexpr const WorkerKind* kKinds[] = {&kTrainerKind, &kFunctionKind, &kCommandKind};
+
+const WorkerKind* FindKind(std::string_view name) {
+  for (const WorkerKind* kind : kKinds) {
+    if (kind->name == name) return kind;
+  }
+  return nullptr;
 }
 
-namespace {
+}  // namespace
+
+std::vector<std::string> TrialMetricNames(std::string_view kind) {
+  const WorkerKind* found = FindKind(kind);
+  return found != nullptr ? found->metrics() : std::vector<std::string>{};
+}
 
 TrialOutcome Failed(std::string error) {
   TrialOutcome out;
@@ -134,147 +136,11 @@ TrialOutcome Interrupted(std::string error) {
   return out;
 }
 
-// The trainer's options for a task: its settings, then its parameters, then its slots.
-Result<trainer::TrainOptions> TrainerOptions(const TrialTask& task) {
-  trainer::TrainOptions options;
-  options.seed = task.seed;
-  for (const json* source : {&task.settings, &task.params}) {
-    for (const auto& [key, value] : source->items()) {
-      SWEEP_RETURN_IF_ERROR(trainer::ApplyOption(&options, key, value));
-    }
-  }
-  // The trial's slots give its threads and replicas, unless the config says otherwise.
-  auto set = [&](const char* key) {
-    return task.settings.contains(key) || task.params.contains(key);
-  };
-  if (!set("threads")) options.threads = std::max(1, task.threads);
-  // One replica per slot (device). On CPU a single-slot trial keeps one replica and lets BLAS
-  // use its thread.
-  if (!set("replicas")) {
-    options.replicas =
-        task.gpus.empty() ? std::max(1, task.threads) : static_cast<int>(task.gpus.size());
-  }
-  // The trial's slots are the GPUs its replicas train on.
-  if (!task.gpus.empty()) options.devices = task.gpus;
-  SWEEP_RETURN_IF_ERROR(trainer::Validate(options));
-  return options;
-}
-
-TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
-                             const std::atomic<bool>& stop) {
-  Result<trainer::TrainOptions> built = TrainerOptions(task);
-  if (!built.ok()) return Failed(built.status().message());
-  trainer::TrainOptions& options = *built;
-  options.report_resumed_epoch = task.replay_checkpoint_report;
-  options.stop_after_epoch = task.stop_at_epoch;
-  if (task.fresh && !options.checkpoint_path.empty()) {
-    std::error_code ec;
-    std::filesystem::remove(options.checkpoint_path, ec);
-    // A file where a folder of the path should be leaves nothing to delete: writing the first
-    // checkpoint says why it cannot be there.
-    // A folder in its place is the trial's trouble (its generated path), not the machine's.
-    if (ec == std::errc::directory_not_empty || ec == std::errc::is_a_directory) {
-      return Failed(options.checkpoint_path + ": cannot delete the checkpoint an earlier sweep " +
-                    "left there: " + ec.message());
-    }
-    if (ec && ec != std::errc::not_a_directory) {
-      return Interrupted(
-          options.checkpoint_path +
-          ": cannot delete the checkpoint an earlier sweep left there: " + ec.message());
-    }
-  }
-
-  auto on_epoch = [&](const trainer::EpochReport& r) {
-    // The checkpoint's epoch again: only the store that lost its report needs it.
-    if (r.replayed && r.step <= task.stored_step) return !stop.load(std::memory_order_relaxed);
-    json metrics = {{"train_loss", r.train_loss},   {"samples_per_s", r.samples_per_s},
-                    {"data_wait_s", r.data_wait_s}, {"epoch_s", r.epoch_s},
-                    {"allreduce_s", r.allreduce_s}, {"lr", r.lr}};
-    metrics["skipped_steps"] = r.skipped_steps;
-    if (std::isfinite(r.val_loss)) metrics["val_loss"] = r.val_loss;
-    if (std::isfinite(r.val_acc)) metrics["val_acc"] = r.val_acc;
-    sink(r.step, r.epoch, metrics);
-    return !stop.load(std::memory_order_relaxed);
-  };
-  Result<trainer::TrainResult> result = trainer::Train(options, on_epoch);
-  // Its own checkpoint, written by this sweep, refused (damaged, cut short, or replaced by
-  // another file): the file's trouble, not the trial's, nor its machine's. It trains from the
-  // start, as it does without a checkpoint; the store keeps the reports it had (a step reported
-  // again keeps its first report). Only a sweep's rerun (replay_checkpoint_report) owns its
-  // file: `sweep train`'s checkpoint_path is the user's, and a file refused there is left as it
-  // is and named in the failure.
-  const std::string& path = options.checkpoint_path;
-  std::string note;
-  if (!result.ok() && task.replay_checkpoint_report && !path.empty() &&
-      result.status().message().rfind(path + ": ", 0) == 0 &&
-      (result.status().code() == Status::Code::kCorruption ||
-       result.status().code() == Status::Code::kInvalidArgument)) {
-    std::error_code ec;
-    std::filesystem::remove(path, ec);
-    if (ec) {
-      return Interrupted(result.status().message() + "; cannot delete it: " + ec.message());
-    }
-    note = result.status().message() + "; deleted it and trained the trial from the start";
-    result = trainer::Train(options, on_epoch);
-  }
-  if (!result.ok() && result.status().code() == Status::Code::kUnavailable) {
-    return Interrupted(result.status().message());
-  }
-  if (!result.ok()) return Failed(result.status().message());
-  TrialOutcome out;
-  out.kind = result->stopped ? TrialOutcome::Kind::kStopped : TrialOutcome::Kind::kCompleted;
-  out.error = note;
-  out.end_metrics = json::object();
-  if (result->test_acc) out.end_metrics["test_acc"] = *result->test_acc;
-  out.resumed_from_epoch = result->resumed_from_epoch;
-  return out;
-}
-
-TrialOutcome RunFunctionTrial(const TrialTask& task, const ReportSink& sink,
-                              const std::atomic<bool>& stop) {
-  std::string name = task.settings.value("name", "");
-  const FunctionInfo* info = FindFunction(name);
-  if (info == nullptr) return Failed("unknown function '" + name + "'");
-  Result<double> value = EvaluateFunction(name, task.params);
-  if (!value.ok()) return Failed(value.status().message());
-  int64_t steps = task.settings.value("steps", int64_t{0});
-  int64_t step_ms = task.settings.value("step_ms", int64_t{0});
-  // The curve descends towards the function's minimum in this many inputs (Styblinski-Tang's
-  // grows with them).
-  const double minimum = MinimumOf(*info, static_cast<int>(task.params.size()));
-  TrialOutcome out;
-  out.end_metrics = json::object();
-  if (steps <= 0) {
-    sink(1, 1, json{{"value", *value}});
-    return out;
-  }
-  for (int64_t t = 1; t <= steps; ++t) {
-    if (step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_ms));
-    double v = CurveValue(*value, minimum, task.params, t, steps);
-    sink(t, static_cast<double>(t), json{{"value", v}});
-    if (t < steps && stop.load(std::memory_order_relaxed)) {
-      out.kind = TrialOutcome::Kind::kStopped;
-      return out;
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
-Status CheckTrainerTask(const TrialTask& task) { return TrainerOptions(task).status(); }
-
-Result<TrainerLayout> TrainerLayoutOf(const TrialTask& task) {
-  SWEEP_ASSIGN_OR_RETURN(trainer::TrainOptions options, TrainerOptions(task));
-  return TrainerLayout{options.replicas, options.threads};
-}
-
 TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
                       const TrialHooks& hooks) {
-  if (task.kind == "trainer") return RunTrainerTrial(task, sink, stop);
-  if (task.kind == "function") return RunFunctionTrial(task, sink, stop);
-  if (task.kind == "command") return RunCommandTrial(task, sink, stop, hooks);
-  return Failed("unknown trial kind '" + task.kind + "'");
+  const WorkerKind* kind = FindKind(task.kind);
+  if (kind == nullptr) return Failed("unknown trial kind '" + task.kind + "'");
+  return kind->run(task, sink, stop, hooks);
 }
 
 }  // namespace sweep::executor

@@ -443,6 +443,8 @@ TEST_F(AgentHubTest, AnAgentThatStaysServesTheNextSweep) {
   ho.transport = network_.Factory();
   ASSERT_TRUE(next.Listen("hub", port, "tok", ho).ok());
   ASSERT_TRUE(next_events.WaitFor([&] { return next_events.Joined().size() == 1; }));
+  // The agent says so once the hub's welcome arrives, which may be after the hub's event.
+  next_events.WaitFor([&] { return agent.log.Count("registered with the coordinator") == 2; });
   EXPECT_EQ(agent.log.Count("registered with the coordinator"), 2u) << agent.log.text();
   next.Shutdown();
   EXPECT_TRUE(agent.Stop().ok());
