@@ -239,6 +239,22 @@ struct Rows {
   }
 };
 
+// What one suggestion works in, kept between suggestions: a history of 10,000 trials makes
+// mixtures of megabytes, and fresh ones each time cost as much in page faults as the maths.
+// One per thread, so that Suggest stays safe from several threads at once.
+struct Scratch {
+  Mixture l, g;
+  std::vector<uint32_t> good_rows, bad_rows;
+  std::vector<double> candidates, score_l, score_g, weight, mass, quad, top, sum, acc;
+  std::vector<std::pair<double, uint32_t>> sorted, extra;  // univariate bandwidths
+  std::vector<uint32_t> position;
+};
+
+Scratch& ThreadScratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
 class TpeSamplerImpl final : public TpeSampler {
  public:
   TpeSamplerImpl(const SearchSpace& space, uint64_t seed, const TpeOptions& options, bool maximize)
@@ -476,8 +492,12 @@ class TpeSamplerImpl final : public TpeSampler {
 
   void SampleGroup(const Group& group, int64_t trial, const Rows& rows, size_t n_running,
                    const std::vector<char>& good, std::vector<double>& chosen) const {
+    Scratch& scratch = ThreadScratch();
     // The trials where the whole group is active, oldest first (running ones newest).
-    std::vector<uint32_t> good_rows, bad_rows;
+    std::vector<uint32_t>& good_rows = scratch.good_rows;
+    std::vector<uint32_t>& bad_rows = scratch.bad_rows;
+    good_rows.clear();
+    bad_rows.clear();
     auto active = [&](uint32_t row) {
       const double* x = rows.Row(row);
       for (size_t d : group.dims) {
@@ -492,17 +512,21 @@ class TpeSamplerImpl final : public TpeSampler {
       const auto row = static_cast<uint32_t>(rows.n_observed + r);
       if (active(row)) bad_rows.push_back(row);
     }
-    const Mixture l = Build(group, good_rows, rows);
-    const Mixture g = Build(group, bad_rows, rows);
+    const Mixture& l = Build(group, good_rows, rows, scratch, scratch.l);
+    const Mixture& g = Build(group, bad_rows, rows, scratch, scratch.g);
 
     const size_t width = group.dims.size();
     const auto n = static_cast<size_t>(options_.n_ei_candidates);
     Stream stream(seed_, trial, group.name_hash);
-    std::vector<double> candidates(n * width);
+    std::vector<double>& candidates = scratch.candidates;
+    candidates.resize(n * width);
     for (size_t c = 0; c < n; ++c) Draw(group, l, stream, &candidates[c * width]);
-    std::vector<double> score_l(n), score_g(n);
-    LogDensity(group, l, candidates, score_l);
-    LogDensity(group, g, candidates, score_g);
+    std::vector<double>& score_l = scratch.score_l;
+    std::vector<double>& score_g = scratch.score_g;
+    score_l.resize(n);
+    score_g.resize(n);
+    LogDensity(group, l, candidates, scratch, score_l);
+    LogDensity(group, g, candidates, scratch, score_g);
     size_t best = 0;
     for (size_t c = 1; c < n; ++c) {
       if (score_l[c] - score_g[c] > score_l[best] - score_g[best]) best = c;
@@ -510,15 +534,17 @@ class TpeSamplerImpl final : public TpeSampler {
     for (size_t j = 0; j < width; ++j) chosen[group.dims[j]] = candidates[best * width + j];
   }
 
-  // The mixture of one set: a kernel per row (in the given order) and the prior last.
-  Mixture Build(const Group& group, const std::vector<uint32_t>& set, const Rows& rows) const {
-    Mixture m;
+  // The mixture of one set, in `m` (its buffers reused): a kernel per row (in the given order)
+  // and the prior last.
+  const Mixture& Build(const Group& group, const std::vector<uint32_t>& set, const Rows& rows,
+                       Scratch& scratch, Mixture& m) const {
     const size_t n = set.size();
     const size_t k_total = n + 1;
     m.kernels = k_total;
 
     // Weights: the newest kFlatWeights at 1, older ones on a ramp from 1/n; the prior apart.
-    std::vector<double> weight(k_total, 1.0);
+    std::vector<double>& weight = scratch.weight;
+    weight.assign(k_total, 1.0);
     if (n > kFlatWeights) {
       const size_t ramp = n - kFlatWeights;
       const double first = 1.0 / static_cast<double>(n);
@@ -540,8 +566,10 @@ class TpeSamplerImpl final : public TpeSampler {
       m.base[k] = std::log(weight[k] / total);
     }
 
-    std::vector<double> mass(k_total, 1.0);  // product of truncation masses over numeric dims
-    std::vector<double> quad(k_total, 0.0);  // sum of (mu - centre)^2 w / 2 over shared dims
+    std::vector<double>& mass = scratch.mass;  // product of truncation masses over numeric dims
+    std::vector<double>& quad = scratch.quad;  // sum of (mu - centre)^2 w / 2 over shared dims
+    mass.assign(k_total, 1.0);
+    quad.assign(k_total, 0.0);
     const double group_dims = static_cast<double>(group.dims.size());
     m.dims.resize(group.dims.size());
     for (DimModel& model : m.dims) model.mu.resize(k_total);
@@ -554,6 +582,7 @@ class TpeSamplerImpl final : public TpeSampler {
       const size_t d = group.dims[j];
       const Dim& dim = dims_[d];
       DimModel& model = m.dims[j];
+      model.shared = false;
 
       if (dim.type == Dim::Type::kCategorical) {
         model.mu[n] = -1;
@@ -575,7 +604,7 @@ class TpeSamplerImpl final : public TpeSampler {
             range;
         std::fill(model.sigma.begin(), model.sigma.end(), sigma);
       } else {
-        NeighbourSigmas(dim, d, set, rows, model);
+        NeighbourSigmas(dim, d, set, rows, scratch, model);
       }
       const double min_sigma = options_.magic_clip
                                    ? range / std::min(100.0, 1.0 + static_cast<double>(k_total))
@@ -628,18 +657,20 @@ class TpeSamplerImpl final : public TpeSampler {
   // Univariate bandwidths: each kernel reaches to the farther of its neighbours (centres
   // sorted, the prior's among them, the domain's ends beyond).
   void NeighbourSigmas(const Dim& dim, size_t d, const std::vector<uint32_t>& set, const Rows& rows,
-                       DimModel& model) const {
+                       Scratch& scratch, DimModel& model) const {
     const size_t n = set.size();
-    std::vector<std::pair<double, uint32_t>> sorted;  // (centre, kernel position)
-    sorted.reserve(n + 1);
+    std::vector<std::pair<double, uint32_t>>& sorted = scratch.sorted;  // (centre, kernel position)
+    sorted.clear();
     if (n < kSortLimit) {
       for (size_t i = 0; i <= n; ++i) sorted.push_back({model.mu[i], static_cast<uint32_t>(i)});
       std::sort(sorted.begin(), sorted.end());
     } else {
       // The history keeps each dimension sorted: walk it, keeping this set's rows, and merge
       // in the running trials and the prior (sorted here: few).
-      std::vector<uint32_t> position(rows.n_observed, kNoPosition);
-      std::vector<std::pair<double, uint32_t>> extra;
+      std::vector<uint32_t>& position = scratch.position;
+      std::vector<std::pair<double, uint32_t>>& extra = scratch.extra;
+      position.assign(rows.n_observed, kNoPosition);
+      extra.clear();
       for (size_t i = 0; i < n; ++i) {
         if (set[i] < rows.n_observed) {
           position[set[i]] = static_cast<uint32_t>(i);
@@ -717,13 +748,17 @@ class TpeSamplerImpl final : public TpeSampler {
   // 1/sqrt(2 pi)) are left out: they cancel in log l - log g. Kernels go in blocks that stay in
   // cache while every candidate visits them; each candidate keeps a running log-sum-exp.
   void LogDensity(const Group& group, const Mixture& m, const std::vector<double>& candidates,
-                  std::vector<double>& out) const {
+                  Scratch& scratch, std::vector<double>& out) const {
     constexpr size_t kBlock = 256;
     const size_t width = group.dims.size();
     const size_t k_total = m.kernels;
     const size_t n = out.size();
-    std::vector<double> top(n, -kInf), sum(n, 0.0);  // per candidate: max so far, sum below it
-    std::vector<double> acc(kBlock);
+    std::vector<double>& top = scratch.top;  // per candidate: max so far, sum below it
+    std::vector<double>& sum = scratch.sum;
+    std::vector<double>& acc = scratch.acc;
+    top.assign(n, -kInf);
+    sum.assign(n, 0.0);
+    acc.resize(kBlock);
     for (size_t k0 = 0; k0 < k_total; k0 += kBlock) {
       const size_t nb = std::min(kBlock, k_total - k0);
       // Observed kernels of this block; the prior, when in it, is the last and apart.
