@@ -26,7 +26,9 @@
 #include <cstdlib>
 #include <ctime>
 #include <deque>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -158,11 +160,17 @@ struct Problem {
   int dims;
 };
 
-// Best value after each trial count in `marks`, for one seed. `concurrency` trials run at
-// once: each suggestion sees the others as running (the constant liar), and the oldest
-// finishes first.
-std::vector<double> Run(const Problem& problem, const std::string& sampler, uint64_t seed,
-                        const std::vector<int64_t>& marks, int concurrency, double* sampler_s) {
+// One seed's run: the best value after each trial, and how many suggestions repeated an
+// earlier one exactly.
+struct Trace {
+  std::vector<double> best;
+  int64_t duplicates = 0;
+};
+
+// `trials` trials, `concurrency` at once: each suggestion sees the others as running (the
+// constant liar), and the oldest finishes first.
+Trace Run(const Problem& problem, const std::string& sampler, uint64_t seed, int64_t trials,
+          int concurrency, double* sampler_s) {
   const sweep::executor::FunctionInfo* info = sweep::executor::FindFunction(problem.function);
   const SearchSpace space = Box(problem.dims, info);
   std::unique_ptr<TpeSampler> tpe;
@@ -172,17 +180,19 @@ std::vector<double> Run(const Problem& problem, const std::string& sampler, uint
   } else {
     tpe = Make(space, seed, sampler == "tpe-mv");
   }
-  std::vector<double> at;
+  Trace trace;
+  std::set<std::string> seen;
   std::deque<std::pair<int64_t, json>> running;
   double best = INFINITY;
   int64_t next = 0, done = 0;
-  while (done < marks.back()) {
-    while (static_cast<int>(running.size()) < concurrency && next < marks.back()) {
+  while (done < trials) {
+    while (static_cast<int>(running.size()) < concurrency && next < trials) {
       std::vector<json> others;
       for (const auto& r : running) others.push_back(r.second);
       const double t0 = Seconds();
       json p = tpe ? tpe->Suggest(next, others).params : *random->Sample(next);
       *sampler_s += Seconds() - t0;
+      if (!seen.insert(p.dump()).second) ++trace.duplicates;
       running.push_back({next++, std::move(p)});
     }
     const auto [t, p] = std::move(running.front());
@@ -195,9 +205,28 @@ std::vector<double> Run(const Problem& problem, const std::string& sampler, uint
     if (tpe) tpe->Observe(t, p, *value);
     best = std::min(best, *value);
     ++done;
-    if (std::find(marks.begin(), marks.end(), done) != marks.end()) at.push_back(best);
+    trace.best.push_back(best);
   }
-  return at;
+  return trace;
+}
+
+// The median over seeds of the best after each trial count.
+std::vector<double> MedianCurve(const std::vector<Trace>& traces) {
+  std::vector<double> curve(traces.at(0).best.size());
+  for (size_t n = 0; n < curve.size(); ++n) {
+    std::vector<double> at;
+    for (const Trace& t : traces) at.push_back(t.best[n]);
+    curve[n] = Median(at);
+  }
+  return curve;
+}
+
+// The first trial count whose median best reaches `target`; 0 when none does.
+size_t TrialsToReach(const std::vector<double>& curve, double target) {
+  for (size_t n = 0; n < curve.size(); ++n) {
+    if (curve[n] <= target) return n + 1;
+  }
+  return 0;
 }
 
 void Quality(const std::vector<Problem>& problems, int seeds, int64_t trials, int concurrency) {
@@ -217,21 +246,54 @@ void Quality(const std::vector<Problem>& problems, int seeds, int64_t trials, in
     const sweep::executor::FunctionInfo* info = sweep::executor::FindFunction(problem.function);
     std::string label = problem.function;
     if (info->dims == 0) label += "-" + std::to_string(problem.dims);
+    std::map<std::string, std::vector<double>> curves;
+    std::map<std::string, int64_t> duplicates;
     for (const char* name : {"tpe-mv", "tpe", "random"}) {
       const std::string sampler = name;
-      std::vector<std::vector<double>> rows(marks.size());
+      std::vector<Trace> traces;
       double sampler_s = 0;
       for (int seed = 0; seed < seeds; ++seed) {
-        const std::vector<double> at =
-            Run(problem, sampler, static_cast<uint64_t>(seed), marks, concurrency, &sampler_s);
-        for (size_t i = 0; i < marks.size(); ++i) rows[i].push_back(at[i]);
+        traces.push_back(
+            Run(problem, sampler, static_cast<uint64_t>(seed), trials, concurrency, &sampler_s));
+        duplicates[sampler] += traces.back().duplicates;
       }
+      curves[sampler] = MedianCurve(traces);
       std::printf("%-20s %-8s |", label.c_str(), sampler.c_str());
-      for (const auto& row : rows) std::printf(" %11.5g", Median(row));
+      for (int64_t m : marks) std::printf(" %11.5g", curves[sampler][static_cast<size_t>(m - 1)]);
       std::printf(" | %10.4f\n", sampler_s / static_cast<double>(seeds * trials) * 1000);
     }
-    std::printf("%-20s %-8s | global minimum %.6g\n", label.c_str(), "",
-                sweep::executor::MinimumOf(*info, problem.dims));
+    const double minimum = sweep::executor::MinimumOf(*info, problem.dims);
+    std::printf("%-20s %-8s | global minimum %.6g\n", label.c_str(), "", minimum);
+    // How much sooner TPE gets where random search gets in all its trials.
+    const double target = curves["random"].back();
+    for (const char* name : {"tpe-mv", "tpe"}) {
+      const size_t n = TrialsToReach(curves[name], target);
+      std::printf(
+          "%-20s %-8s | reaches random's median best@%lld (%.5g) in %s trials; %lld of "
+          "%lld suggestions repeat an earlier one\n",
+          label.c_str(), name, static_cast<long long>(trials), target,
+          n == 0 ? "more than all" : std::to_string(n).c_str(),
+          static_cast<long long>(duplicates[name]), static_cast<long long>(seeds * trials));
+    }
+    if (concurrency > 1) {
+      // The same run one trial at a time: what running trials at once costs, on the log of the
+      // regret (the distance to the minimum) at the last mark.
+      std::vector<Trace> sequential;
+      double ignored = 0;
+      for (int seed = 0; seed < seeds; ++seed) {
+        sequential.push_back(
+            Run(problem, "tpe-mv", static_cast<uint64_t>(seed), trials, 1, &ignored));
+      }
+      const double one = MedianCurve(sequential).back() - minimum;
+      const double many = curves["tpe-mv"].back() - minimum;
+      std::printf(
+          "%-20s %-8s | regret at %lld: %.5g one at a time, %.5g %d at a time; log10 "
+          "%.3f vs %.3f (%.1f%% apart)\n",
+          label.c_str(), "tpe-mv", static_cast<long long>(trials), one, many, concurrency,
+          std::log10(one), std::log10(many),
+          100 * std::abs(std::log10(many) - std::log10(one)) /
+              std::max(1e-12, std::abs(std::log10(one))));
+    }
   }
 }
 
