@@ -35,18 +35,18 @@ std::string CarryPlan::Summary() const {
 
 Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
                                 const std::string& from) {
-  if (from == config.name) {
+  if (from == config.sweep.name) {
     return Status::InvalidArgument("--from " + from +
                                    ": that is the new sweep's own name; give the new sweep "
                                    "another (--name)");
   }
   SWEEP_ASSIGN_OR_RETURN(store::SweepRecord rec, FindSweepOrSuggest(store, from));
   auto old_config = ParseConfig(rec.config_text, rec.config_path, ConfigUse::kResume);
-  if (old_config.ok() && old_config->kind != config.kind) {
-    return Status::InvalidArgument("--from " + from + ": its trials are " +
-                                   std::string(ToString(old_config->kind)) +
-                                   " trials, and this config's are " +
-                                   std::string(ToString(config.kind)) + "; nothing to carry over");
+  if (old_config.ok() && old_config->trial.kind != config.trial.kind) {
+    return Status::InvalidArgument(
+        "--from " + from + ": its trials are " + std::string(ToString(old_config->trial.kind)) +
+        " trials, and this config's are " + std::string(ToString(config.trial.kind)) +
+        "; nothing to carry over");
   }
   CarryPlan plan;
   plan.from = rec.name;
@@ -61,7 +61,7 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
       continue;
     }
     const json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
-    if (std::string why = search::Outside(config.space, params); !why.empty()) {
+    if (std::string why = search::Outside(config.search.space, params); !why.empty()) {
       if (plan.first_outside.empty()) {
         plan.first_outside = "trial " + std::to_string(t.number) + ": " + why;
       }
@@ -69,9 +69,9 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
       continue;
     }
     const json metrics = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
-    auto m = metrics.is_object() ? metrics.find(config.metric) : metrics.end();
+    auto m = metrics.is_object() ? metrics.find(config.sweep.metric) : metrics.end();
     if (m == metrics.end() || !m->is_number() || !std::isfinite(m->get<double>())) {
-      ++plan.left["without " + config.metric];
+      ++plan.left["without " + config.sweep.metric];
       continue;
     }
     plan.old_numbers.push_back(t.number);
@@ -87,7 +87,8 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
   const int64_t carried = static_cast<int64_t>(plan.trials.size());
   // A grid starts from its first point and skips those carried (the coordinator's SampleFor);
   // random draws go on after the earlier sweep's, so that with the same seed none repeats.
-  plan.sample_shift = config.algorithm == "grid" ? 0 : highest + 1 + rec.sample_shift - carried;
+  plan.sample_shift =
+      config.search.algorithm == "grid" ? 0 : highest + 1 + rec.sample_shift - carried;
   return plan;
 }
 

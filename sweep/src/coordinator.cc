@@ -46,18 +46,18 @@ Result<RunSummary> Coordinator::Start(const SweepConfig& config) {
     SWEEP_ASSIGN_OR_RETURN(carry, PlanCarryOver(store_, config_, options_.from));
   }
   store::NewSweep ns;
-  ns.name = config_.name;
+  ns.name = config_.sweep.name;
   ns.config_text = config_.text;
   // Absolute, so that a resume from another folder finds what the config's relative paths mean.
   std::error_code abs_ec;
   std::filesystem::path config_abs = std::filesystem::absolute(config_.path, abs_ec);
   ns.config_path = abs_ec ? config_.path : config_abs.lexically_normal().string();
-  ns.metric = config_.metric;
-  ns.maximize = config_.maximize;
-  ns.seed = static_cast<int64_t>(config_.seed);
+  ns.metric = config_.sweep.metric;
+  ns.maximize = config_.sweep.maximize;
+  ns.seed = static_cast<int64_t>(config_.sweep.seed);
   start_s_ = Now();
   ns.created_s = start_s_;
-  sweep_key_ = SweepKey(config_.name, ns.created_s);
+  sweep_key_ = SweepKey(config_.sweep.name, ns.created_s);
   // The owner goes in with the sweep's row, and the lock is taken before the row commits: a
   // reader sees the sweep only with an owner that holds its lock (or held it and died).
   ns.owner = OwnerId();
@@ -86,8 +86,8 @@ Status Coordinator::Prepare() {
   SWEEP_RETURN_IF_ERROR(TakeServerEvents(events_, event_runners_, Now(), false));
   SWEEP_RETURN_IF_ERROR(FitsHere(config_, options_, servers_->packer().largest_server()));
   if (options_.local_slots && options_.log != nullptr) kind_->WarnHere(*options_.log);
-  if (config_.gpu_share > 1 && !servers_->packer().gpu() && options_.log != nullptr) {
-    *options_.log << "sweep: trial.gpu_share = " << config_.gpu_share
+  if (config_.trial.gpu_share > 1 && !servers_->packer().gpu() && options_.log != nullptr) {
+    *options_.log << "sweep: trial.gpu_share = " << config_.trial.gpu_share
                   << " applies to GPUs; this machine offers CPU slots, one trial each\n";
   }
   std::vector<double> rungs;
@@ -104,7 +104,7 @@ Status Coordinator::Prepare() {
       // so it stops at the cap, not an epoch past it.
       decisions_.decision_points.push_back(config_.early_stopping.max_resource);
     }
-    decisions_.decide_by_epoch = config_.kind != TrialKind::kFunction;
+    decisions_.decide_by_epoch = config_.trial.kind != TrialKind::kFunction;
   }
   SWEEP_ASSIGN_OR_RETURN(
       source_, TrialSource::Make(
@@ -114,12 +114,12 @@ Status Coordinator::Prepare() {
   // checkpoint only once told to go on: by then the report is committed (HandleReport), so a
   // checkpoint is not ahead of the store, and a rerun from it has reported all it skips. And
   // with stop_when, a trial stops at the report that met the target, not one later.
-  if (kind_->checkpoints() || config_.stop_when) decisions_.decide_every_report = true;
+  if (kind_->checkpoints() || config_.sweep.stop_when) decisions_.decide_every_report = true;
   // The default folders are beside the store's file itself: one store, one set of folders,
   // however --db names it (through a link, or another spelling), as its lock is.
   SWEEP_ASSIGN_OR_RETURN(paths_, TrialPaths::Make(config_, StoreFile(store_.path())));
-  if (kind_->checkpoints() && config_.keep_checkpoints) {
-    keeper_.emplace(*config_.keep_checkpoints, config_.maximize);
+  if (kind_->checkpoints() && config_.trial.keep_checkpoints) {
+    keeper_.emplace(*config_.trial.keep_checkpoints, config_.sweep.maximize);
   }
   // Folders an earlier run moved aside and had not deleted when it ended.
   if (kind_->folders()) reaper_.Adopt(paths_->trials_dir());
@@ -136,8 +136,8 @@ Status Coordinator::TakeServerEvents(std::vector<RunnerEvent>& events,
         SWEEP_RETURN_IF_ERROR(Handle(e.trial, now, stopping, e.server_lost, e.server_stopped));
         break;
       case RunnerEvent::Kind::kServerJoined:
-        SWEEP_RETURN_IF_ERROR(
-            servers_->Join(from[i], e.server, std::move(e.offer), config_.gpus, options_.log));
+        SWEEP_RETURN_IF_ERROR(servers_->Join(from[i], e.server, std::move(e.offer),
+                                             config_.trial.slots, options_.log));
         break;
       case RunnerEvent::Kind::kServerDraining:
         servers_->Draining(from[i], e.server);
@@ -208,10 +208,10 @@ void Coordinator::CheckStops(double now, bool* stopping) {
     *stopping = interrupted_ = true;
     stop_reason_ = hopeless;
     progress_.Stopping(hopeless, 0);
-  } else if (config_.time_budget_s && ActiveSeconds(now) >= *config_.time_budget_s) {
+  } else if (config_.sweep.time_budget_s && ActiveSeconds(now) >= *config_.sweep.time_budget_s) {
     *stopping = true;
     // A budget under a minute in seconds ("0.4 s", which mm:ss would show as 00:00).
-    const double budget = *config_.time_budget_s;
+    const double budget = *config_.sweep.time_budget_s;
     stop_reason_ = "time budget of " +
                    (budget < 60 ? FormatMetric(budget) + " s" : FormatElapsed(budget)) + " spent";
   }
@@ -219,15 +219,16 @@ void Coordinator::CheckStops(double now, bool* stopping) {
 
 // Places trials while there is room: those to run again first, then new ones.
 Status Coordinator::PlaceTrials(double now, bool stopping) {
-  const int max_concurrent = config_.max_concurrent > 0 ? config_.max_concurrent : 1 << 30;
+  const int max_concurrent =
+      config_.sweep.max_concurrent > 0 ? config_.sweep.max_concurrent : 1 << 30;
   executor::Packer& packer = servers_->packer();
   while (!stopping && static_cast<int>(running_.size()) < max_concurrent) {
     const bool fresh = queue_.empty();
     if (fresh && !source_->Left()) break;
     executor::Request request;
     request.trial = fresh ? source_->next_number() : queue_.front().number;
-    request.gpus = config_.gpus;
-    request.share = packer.gpu() ? config_.gpu_share : 1;
+    request.gpus = config_.trial.slots;
+    request.share = packer.gpu() ? config_.trial.gpu_share : 1;
     std::optional<executor::Placement> got = packer.Place(request);
     if (!got) break;
     if (!fresh) {
@@ -330,7 +331,7 @@ Status Coordinator::RecordRerun(const Pending& p, RunningTrial& t, executor::Tri
     json m = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
     if (m.is_object()) {
       for (auto& [k, v] : m.items()) t.metrics[k] = v;
-      auto metric = m.find(config_.metric);
+      auto metric = m.find(config_.sweep.metric);
       if (metric != m.end() && metric->is_number()) task.stored_metric = true;
       NoteMetric(t, m);
     }
@@ -385,13 +386,13 @@ executor::TrialTask Coordinator::MakeTask(const Pending& p, const RunningTrial& 
                                           const ServerInfo& server) {
   executor::TrialTask task;
   task.number = p.number;
-  task.kind = std::string(ToString(config_.kind));
+  task.kind = std::string(ToString(config_.trial.kind));
   task.params = p.params;
   task.settings =
       kind_->Settings({paths_->TrialDir(p.number),
                        paths_->WorkerCheckpoint(p.number, server.this_machine), sweep_key_});
-  task.seed = TrialSeed(config_.seed, p.number);
-  task.heartbeat_timeout_s = config_.heartbeat_timeout_s;  // an agent's workers too
+  task.seed = TrialSeed(config_.sweep.seed, p.number);
+  task.heartbeat_timeout_s = config_.trial.heartbeat_timeout_s;  // an agent's workers too
   task.fresh = t.first_run;
   task.replay_checkpoint_report = kind_->checkpoints() && !task.fresh;
   if (!p.finish_pruned.empty() || p.finish_at_cap) {
@@ -432,7 +433,7 @@ Status Coordinator::StartFailed(const Pending& p, RunningTrial& t, const ServerI
   // server can take the trial, so that `resume` runs it once that is put right.
   const std::string trouble = server.name + ": " + s.message();
   servers_->Retire(t.where.server, trouble, options_.log, options_.live_status);
-  if (packer.largest_server() < config_.gpus && machine_trouble_.empty()) {
+  if (packer.largest_server() < config_.trial.slots && machine_trouble_.empty()) {
     machine_trouble_ = trouble;
   }
   return FinishTrial(p.number, t, TrialStatus::kInterrupted, s.message(), now);
@@ -494,7 +495,7 @@ Status Coordinator::CommitNow(double now) {
 // Whether waiting can ever let a trial start: a server big enough is here, or agents may still
 // join.
 bool Coordinator::MayPlaceLater() const {
-  return runners_.port() != 0 || config_.gpus <= servers_->packer().largest_server();
+  return runners_.port() != 0 || config_.trial.slots <= servers_->packer().largest_server();
 }
 
 // The flags a resume needs to bring this run's agents back (stored with the sweep's owner).
@@ -511,11 +512,11 @@ void Coordinator::Announce(const std::string& extra) {
 void Coordinator::ShowProgress(double now, bool final) {
   Progress::Line line;
   line.counts = counts_;
-  if (!config_.unbounded_trials) line.limit = source_->TrialLimit();
+  if (!config_.sweep.unbounded_trials) line.limit = source_->TrialLimit();
   line.best = best_;
   line.best_trial = best_trial_;
   line.active_s = ActiveSeconds(now);
-  progress_.Show(config_.name, config_.metric, line, now, final);
+  progress_.Show(config_.sweep.name, config_.sweep.metric, line, now, final);
 }
 
 }  // namespace sweep

@@ -36,22 +36,24 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
   SWEEP_RETURN_IF_ERROR(CheckRunHere(config, options));
   SWEEP_RETURN_IF_ERROR(CheckCanListen(options));
   SWEEP_ASSIGN_OR_RETURN(std::unique_ptr<search::Sampler> sampler, MakeSampler(config));
-  const std::vector<executor::Slot> slots = options.local_slots
-                                                ? executor::DiscoverLocalSlots(config.cpu_slots)
-                                                : std::vector<executor::Slot>{};
-  const int per_trial = std::max(1, config.gpus);
+  const std::vector<executor::Slot> slots =
+      options.local_slots ? executor::DiscoverLocalSlots(config.executor.cpu_slots)
+                          : std::vector<executor::Slot>{};
+  const int per_trial = std::max(1, config.trial.slots);
   // The trials that start at once on this machine's slots (one when trials wait for agents).
   int64_t at_once = std::max<int64_t>(1, static_cast<int64_t>(slots.size()) / per_trial);
-  if (config.max_concurrent > 0) at_once = std::min<int64_t>(at_once, config.max_concurrent);
-  at_once = std::min<int64_t>({at_once, config.max_trials, 10});
+  if (config.sweep.max_concurrent > 0)
+    at_once = std::min<int64_t>(at_once, config.sweep.max_concurrent);
+  at_once = std::min<int64_t>({at_once, config.sweep.max_trials, 10});
   const std::string db_file = StoreFile(db);
 
-  out << "dry run of sweep '" << config.name << "' (" << config.algorithm << " search, "
-      << (config.unbounded_trials ? std::string("no trial limit")
-                                  : std::to_string(config.max_trials) + " trial(s)")
+  out << "dry run of sweep '" << config.sweep.name << "' (" << config.search.algorithm
+      << " search, "
+      << (config.sweep.unbounded_trials ? std::string("no trial limit")
+                                        : std::to_string(config.sweep.max_trials) + " trial(s)")
       << "): the config and this machine check out; the first " << at_once
       << " trial(s) it would start:\n";
-  if (config.longest_first) {
+  if (config.trial.longest_first) {
     out << "(order = \"longest_first\" starts the heaviest of the whole sweep first; these are "
            "the sampler's first)\n";
   }
@@ -61,7 +63,7 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     executor::TrialTask task;
     task.number = n;
     task.params = *params;
-    task.seed = TrialSeed(config.seed, n);
+    task.seed = TrialSeed(config.sweep.seed, n);
     std::string where;
     const size_t first = static_cast<size_t>(n) * static_cast<size_t>(per_trial);
     if (first + static_cast<size_t>(per_trial) <= slots.size()) {
@@ -77,7 +79,7 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     }
     out << "trial " << n << " on " << where << ": "
         << params->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    if (config.kind != TrialKind::kCommand) continue;
+    if (config.trial.kind != TrialKind::kCommand) continue;
     task.kind = "command";
     task.settings = CommandSettings(
         config, CommandTrialsDir(config, db_file) + "/trial-" + std::to_string(n), "");
@@ -88,7 +90,7 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     if (!launch.program.empty() && !launch.argv.empty() && launch.program != launch.argv[0]) {
       out << "  program: " << launch.program << "\n";
     }
-    out << "  in: " << config.workdir << "\n";
+    out << "  in: " << config.trial.workdir << "\n";
     for (const auto& [key, value] : launch.env) {
       out << "  env: " << key << "=" << ShellQuote(value) << "\n";
     }

@@ -7,10 +7,13 @@
 #include <iostream>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "output.h"
 #include "sweep/config.h"
 #include "sweep/coordinator.h"
 #include "sweep_lock.h"
+#include "view_commands.h"
 
 namespace sweep {
 
@@ -36,8 +39,8 @@ SweepFootprint FootprintOf(const store::SweepRecord& sweep, const std::string& d
   const std::string db_file = StoreFile(db);
   std::error_code ec;
   std::vector<std::string> candidates;
-  if (cfg->kind == TrialKind::kTrainer) candidates.push_back(CheckpointDirFor(*cfg, db_file));
-  if (cfg->kind == TrialKind::kCommand) candidates.push_back(CommandTrialsDir(*cfg, db_file));
+  if (cfg->trial.kind == TrialKind::kTrainer) candidates.push_back(CheckpointDirFor(*cfg, db_file));
+  if (cfg->trial.kind == TrialKind::kCommand) candidates.push_back(CommandTrialsDir(*cfg, db_file));
   for (const std::string& dir : candidates) {
     if (!fs::is_directory(dir, ec)) continue;
     out.folders.push_back(dir);
@@ -101,6 +104,36 @@ int CmdDelete(const std::string& db, const std::string& name, bool yes) {
     return kExitRuntime;
   }
   return kExitOk;
+}
+
+namespace {
+
+class ManageCommandsImpl final : public CommandGroup {
+ public:
+  explicit ManageCommandsImpl(CLI::App& app) {
+    delete_cmd_ = app.add_subcommand("delete", "remove a sweep: its rows, checkpoints and folders");
+    delete_cmd_->add_option("NAME", delete_name_, "sweep name")->required();
+    AddDbOption(*delete_cmd_, db_, "SQLite file", true);
+    delete_cmd_->add_flag("--yes", delete_yes_,
+                          "do not ask (needed where stdin is not a terminal)");
+  }
+
+  std::optional<int> Run() override {
+    if (delete_cmd_->parsed()) return CmdDelete(db_, delete_name_, delete_yes_);
+    return std::nullopt;
+  }
+
+ private:
+  CLI::App* delete_cmd_ = nullptr;
+  std::string db_ = "sweeps.db";
+  std::string delete_name_;
+  bool delete_yes_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<CommandGroup> AddManageCommands(CLI::App& app) {
+  return std::make_unique<ManageCommandsImpl>(app);
 }
 
 }  // namespace sweep

@@ -1,14 +1,25 @@
 // Commands that change what the store holds beyond running a sweep: `sweep delete`.
+// AddManageCommands registers them on the CLI; after parsing, Run() executes the one the command
+// line named. Not thread-safe; one per process.
 #ifndef SWEEP_SWEEP_MANAGE_COMMANDS_H_
 #define SWEEP_SWEEP_MANAGE_COMMANDS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "command_common.h"
 #include "store/store.h"
 
+namespace CLI {
+class App;
+}
+
 namespace sweep {
+
+// Adds delete to `app`. The result must outlive app's parse.
+std::unique_ptr<CommandGroup> AddManageCommands(CLI::App& app);
 
 // What a sweep holds on this machine's disk besides its rows: its checkpoint folder (trainer
 // trials) and its trials' folders (command trials), where they exist, and their bytes.

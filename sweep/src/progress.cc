@@ -24,25 +24,26 @@ std::string FormatMetric(double v) {
 void Progress::Announce(const SweepConfig& config, const executor::Packer& packer,
                         const std::string& store_path, const std::string& extra) {
   if (log_ == nullptr) return;
-  *log_ << "sweep '" << config.name << "': ";
-  if (config.unbounded_trials) {
+  *log_ << "sweep '" << config.sweep.name << "': ";
+  if (config.sweep.unbounded_trials) {
     *log_ << "trials until "
-          << (config.time_budget_s && config.stop_when ? "its time budget or target"
-              : config.time_budget_s                   ? "its time budget"
-                                                       : "its target")
+          << (config.sweep.time_budget_s && config.sweep.stop_when ? "its time budget or target"
+              : config.sweep.time_budget_s                         ? "its time budget"
+                                                                   : "its target")
           << ", ";
   } else {
-    *log_ << config.max_trials << " trial(s), ";
+    *log_ << config.sweep.max_trials << " trial(s), ";
   }
-  *log_ << config.algorithm << " search, " << (config.maximize ? "max " : "min ") << config.metric
-        << "; ";
+  *log_ << config.search.algorithm << " search, " << (config.sweep.maximize ? "max " : "min ")
+        << config.sweep.metric << "; ";
   if (packer.total_slots() == 0) {
     *log_ << "no local slots (trials run on agents), ";
   } else {
     *log_ << packer.total_slots() << " " << (packer.gpu() ? "GPU" : "CPU") << " slot(s), ";
   }
-  *log_ << config.gpus << " per trial";
-  if (config.gpu_share > 1 && packer.gpu()) *log_ << ", up to " << config.gpu_share << " per GPU";
+  *log_ << config.trial.slots << " per trial";
+  if (config.trial.gpu_share > 1 && packer.gpu())
+    *log_ << ", up to " << config.trial.gpu_share << " per GPU";
   *log_ << "; store " << store_path << extra << "\n";
 }
 

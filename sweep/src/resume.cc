@@ -40,14 +40,14 @@ Result<RunSummary> Coordinator::Resume(const std::string& name) {
         "': its stored config no longer loads: " + cfg.status().message());
   }
   config_ = std::move(cfg).value();
-  config_.name = rec.name;  // it may have been renamed by `run --name`
+  config_.sweep.name = rec.name;  // it may have been renamed by `run --name`
   sweep_key_ = SweepKey(rec.name, rec.created_s);
   // A budget an earlier `resume --max-trials/--time-budget` gave stands over the config's.
   if (rec.max_trials) {
-    config_.max_trials = *rec.max_trials;
-    config_.unbounded_trials = false;
+    config_.sweep.max_trials = *rec.max_trials;
+    config_.sweep.unbounded_trials = false;
   }
-  if (rec.time_budget_s) config_.time_budget_s = rec.time_budget_s;
+  if (rec.time_budget_s) config_.sweep.time_budget_s = rec.time_budget_s;
   carried_ = rec.carried;
   sample_shift_ = rec.sample_shift;
   std::string extended;  // what the new budget changed, for the log and the resume event
@@ -122,7 +122,7 @@ Status Coordinator::ReplayReports(std::map<int64_t, std::string>* stop_reasons,
       params[t.number] = std::move(p);
     }
   }
-  if (scheduler_ == nullptr && !config_.stop_when) return Status::Ok();
+  if (scheduler_ == nullptr && !config_.sweep.stop_when) return Status::Ok();
   SWEEP_ASSIGN_OR_RETURN(auto stored, store_.AllReports(sweep_id_));
   for (const auto& r : stored) {
     (*reached)[r.trial] = std::max((*reached)[r.trial], kind_->Resource(r.step, r.epoch));
@@ -222,9 +222,10 @@ Status Coordinator::RestoreTotals(int64_t* stored_count) {
   SWEEP_ASSIGN_OR_RETURN(counts_, store_.CountByStatus(sweep_id_));
   for (const auto& t : stored) {
     metric_seen_ = metric_seen_ || t.objective.has_value();
-    if (t.number < carried_ && config_.algorithm == "grid") source_->CarriedPoint(t.params_json);
+    if (t.number < carried_ && config_.search.algorithm == "grid")
+      source_->CarriedPoint(t.params_json);
   }
-  SWEEP_ASSIGN_OR_RETURN(auto best, store_.BestTrials(sweep_id_, config_.maximize, 1));
+  SWEEP_ASSIGN_OR_RETURN(auto best, store_.BestTrials(sweep_id_, config_.sweep.maximize, 1));
   if (!best.empty()) {
     best_ = best[0].objective;
     best_trial_ = best[0].number;
@@ -243,14 +244,14 @@ Status Coordinator::TakeCarried(const CarryPlan& plan) {
   source_->SetCarried(carried_, sample_shift_);
   std::map<int64_t, json> params;
   for (const store::TrialRecord& t : plan.trials) {
-    if (config_.algorithm == "grid") source_->CarriedPoint(t.params_json);
+    if (config_.search.algorithm == "grid") source_->CarriedPoint(t.params_json);
     json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
     metric_seen_ = true;
     if (t.status == TrialStatus::kCompleted) {
       ++counts_.completed;
       source_->NoteEnd(t.number, *t.objective, p);
       // The best completed trial, as `best` ranks them (ties: the lower number).
-      if (!best_ || (config_.maximize ? *t.objective > *best_ : *t.objective < *best_)) {
+      if (!best_ || (config_.sweep.maximize ? *t.objective > *best_ : *t.objective < *best_)) {
         best_ = t.objective;
         best_trial_ = t.number;
       }
@@ -281,7 +282,7 @@ Result<std::string> Coordinator::ExtendBudget(store::SweepRecord& rec) {
   const int64_t started = max_number + 1 - rec.carried;  // max_trials counts these
   std::string said;
   if (change.max_trials) {
-    const int64_t before = config_.unbounded_trials ? started : config_.max_trials;
+    const int64_t before = config_.sweep.unbounded_trials ? started : config_.sweep.max_trials;
     const int64_t want = change.more_trials ? before + *change.max_trials : *change.max_trials;
     if (want < started || (want == started && rec.status == store::SweepStatus::kCompleted)) {
       return Status::InvalidArgument("--max-trials " + std::to_string(want) + ": " + who +
@@ -289,14 +290,14 @@ Result<std::string> Coordinator::ExtendBudget(store::SweepRecord& rec) {
                                      " trial(s) already; give a larger total, or +N for N more");
     }
     said = "max_trials " +
-           (config_.unbounded_trials ? std::string("unset") : std::to_string(before)) + " -> " +
-           std::to_string(want);
-    config_.max_trials = want;
-    config_.unbounded_trials = false;
+           (config_.sweep.unbounded_trials ? std::string("unset") : std::to_string(before)) +
+           " -> " + std::to_string(want);
+    config_.sweep.max_trials = want;
+    config_.sweep.unbounded_trials = false;
     rec.max_trials = want;
   }
   if (change.time_budget_s) {
-    const double before = std::max(config_.time_budget_s.value_or(0), rec.active_s);
+    const double before = std::max(config_.sweep.time_budget_s.value_or(0), rec.active_s);
     const double want = change.more_time ? before + *change.time_budget_s : *change.time_budget_s;
     if (want <= rec.active_s) {
       return Status::InvalidArgument(
@@ -306,9 +307,10 @@ Result<std::string> Coordinator::ExtendBudget(store::SweepRecord& rec) {
           "for 30 more minutes");
     }
     said += std::string(said.empty() ? "" : ", ") + "time_budget " +
-            (config_.time_budget_s ? FormatElapsed(*config_.time_budget_s) : std::string("unset")) +
+            (config_.sweep.time_budget_s ? FormatElapsed(*config_.sweep.time_budget_s)
+                                         : std::string("unset")) +
             " -> " + FormatElapsed(want);
-    config_.time_budget_s = want;
+    config_.sweep.time_budget_s = want;
     rec.time_budget_s = want;
   }
   if (rec.status != store::SweepStatus::kCompleted) return said;
@@ -325,32 +327,33 @@ Result<std::string> Coordinator::CheckBudgetLeavesWork(const store::SweepRecord&
   const int64_t started = max_number + 1 - rec.carried;
   SWEEP_ASSIGN_OR_RETURN(const store::StatusCounts counts, store_.CountByStatus(sweep_id_));
   const bool reruns = counts.interrupted > 0;
-  if (config_.time_budget_s && rec.active_s >= *config_.time_budget_s) {
+  if (config_.sweep.time_budget_s && rec.active_s >= *config_.sweep.time_budget_s) {
     return Status::InvalidArgument(who + " spent its time budget of " +
-                                   FormatElapsed(*config_.time_budget_s) +
+                                   FormatElapsed(*config_.sweep.time_budget_s) +
                                    "; give a larger --time-budget (or +30m for 30 more minutes)");
   }
-  if (!reruns && !config_.unbounded_trials && started >= config_.max_trials) {
+  if (!reruns && !config_.sweep.unbounded_trials && started >= config_.sweep.max_trials) {
     return Status::InvalidArgument(who + " has started all its " +
-                                   std::to_string(config_.max_trials) +
+                                   std::to_string(config_.sweep.max_trials) +
                                    " trials; give a larger --max-trials (or +N for N more)");
   }
   SWEEP_ASSIGN_OR_RETURN(auto probe, MakeSampler(config_));
   // Every trial, carried over or not, is a distinct point of the grid.
   if (!reruns && probe->size() && max_number + 1 >= *probe->size()) {
-    return Status::InvalidArgument(who + "'s " + config_.algorithm + " search has run all " +
+    return Status::InvalidArgument(who + "'s " + config_.search.algorithm + " search has run all " +
                                    std::to_string(*probe->size()) +
                                    " of its points; a larger budget adds none (widen the "
                                    "space in a new sweep: sweep run CONFIG --from " +
                                    rec.name + ")");
   }
-  if (config_.stop_when) {
+  if (config_.sweep.stop_when) {
     SWEEP_ASSIGN_OR_RETURN(auto reports, store_.AllReports(sweep_id_));
     for (const auto& r : reports) {
       if (r.trial < rec.carried) continue;
       if (MeetsTarget(json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false))) {
-        return Status::InvalidArgument(who + " met its target " + config_.stop_when->ToString() +
-                                       " (trial " + std::to_string(r.trial) +
+        return Status::InvalidArgument(who + " met its target " +
+                                       config_.sweep.stop_when->ToString() + " (trial " +
+                                       std::to_string(r.trial) +
                                        "), so it would end at once; set a new target in a new "
                                        "sweep: sweep run CONFIG --from " +
                                        rec.name);

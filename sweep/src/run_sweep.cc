@@ -21,15 +21,15 @@ uint64_t TrialSeed(uint64_t sweep_seed, int64_t number) {
 }
 
 Status FitsHere(const SweepConfig& config, const RunOptions& options, int local_slots) {
-  if (options.listen_host.empty() && config.gpus > local_slots) {
-    return Status::InvalidArgument((config.gpus_where.empty() ? config.path : config.gpus_where) +
-                                   ": trial.gpus: " + std::to_string(config.gpus) +
+  if (options.listen_host.empty() && config.trial.slots > local_slots) {
+    return Status::InvalidArgument((config.where.slots.empty() ? config.path : config.where.slots) +
+                                   ": trial.gpus: " + std::to_string(config.trial.slots) +
                                    " slots per trial, but this machine offers " +
                                    std::to_string(local_slots) +
                                    " (add agents with --listen, or lower it)");
   }
   // Where this machine cannot hold a trial, only agents run them, and theirs count.
-  if (options.local_slots && local_slots >= config.gpus) {
+  if (options.local_slots && local_slots >= config.trial.slots) {
     return MakeTrialKindRules(config)->CheckHere();
   }
   return Status::Ok();
@@ -57,14 +57,14 @@ store::LockWait SweepLockWait(const RunOptions& options, const std::string& path
 Result<RunnerSet> DefaultRunners(const SweepConfig& config, const RunOptions& options) {
   RunnerSet runners;
   std::vector<executor::Slot> slots;
-  if (options.local_slots) slots = executor::DiscoverLocalSlots(config.cpu_slots);
+  if (options.local_slots) slots = executor::DiscoverLocalSlots(config.executor.cpu_slots);
   runners.Add(
       std::make_unique<LocalRunner>(options.worker_command, options.worker_env, std::move(slots),
-                                    static_cast<int64_t>(config.heartbeat_timeout_s * 1000)));
+                                    static_cast<int64_t>(config.trial.heartbeat_timeout_s * 1000)));
   if (!options.listen_host.empty()) {
     SWEEP_ASSIGN_OR_RETURN(
         auto hub, HubRunner::Listen(options.listen_host, options.listen_port, options.token,
-                                    config.agent_timeout_s, options.log));
+                                    config.executor.agent_timeout_s, options.log));
     runners.Add(std::move(hub));
   }
   return runners;
@@ -102,9 +102,10 @@ std::string UnusableCacheDir(const std::string& dir) {
 }
 
 Status CheckRunHere(const SweepConfig& config, const RunOptions& options) {
-  const int local = options.local_slots
-                        ? static_cast<int>(executor::DiscoverLocalSlots(config.cpu_slots).size())
-                        : 0;
+  const int local =
+      options.local_slots
+          ? static_cast<int>(executor::DiscoverLocalSlots(config.executor.cpu_slots).size())
+          : 0;
   return FitsHere(config, options, local);
 }
 
@@ -121,7 +122,7 @@ Status CheckCanListen(const RunOptions& options) {
 
 Result<RunSummary> RunSweepWith(const SweepConfig& config, store::Store& store,
                                 const RunOptions& options, const CoordinatorSeams& seams) {
-  return WithResumeHint(Coordinator(store, options, seams).Start(config), store, config.name);
+  return WithResumeHint(Coordinator(store, options, seams).Start(config), store, config.sweep.name);
 }
 
 Result<RunSummary> ResumeSweepWith(const std::string& name, store::Store& store,

@@ -41,9 +41,9 @@ TrialFacts Coordinator::FactsOf(int64_t number, const RunningTrial& t, bool stop
   // Ctrl-C or SIGTERM has arrived, perhaps since this loop turn began.
   f.signalled = options_.interrupt != nullptr && options_.interrupt->load();
   f.stop_reason = stop_reason_;
-  f.max_retries = config_.max_retries;
+  f.max_retries = config_.trial.max_retries;
   if (scheduler_ != nullptr) f.cap_note = CapNote();
-  if (config_.stop_when) f.target_note = TargetNote();
+  if (config_.sweep.stop_when) f.target_note = TargetNote();
   return f;
 }
 
@@ -84,10 +84,10 @@ void Coordinator::ServerTrouble(int64_t number, const RunningTrial& t, TrialEnd&
   const std::string trouble = "trial " + std::to_string(number) + ": " + error;
   servers_->Retire(t.where.server, trouble, options_.log, options_.live_status);
   const executor::Packer& packer = servers_->packer();
-  if (packer.largest_server() >= config_.gpus || runners_.port() != 0) {
+  if (packer.largest_server() >= config_.trial.slots || runners_.port() != 0) {
     end.then = TrialEnd::Then::kRunAgain;
     end.note += "; running it again on another server";
-    if (packer.largest_server() < config_.gpus && options_.log != nullptr &&
+    if (packer.largest_server() < config_.trial.slots && options_.log != nullptr &&
         servers_->TakeNoServerNotice()) {
       *options_.log << "sweep: no server left that can run a trial; waiting for an agent "
                        "(Ctrl-C stops the sweep)\n";
@@ -101,7 +101,7 @@ Status Coordinator::FinishTrial(int64_t number, const RunningTrial& t, TrialStat
                                 std::string error, double now) {
   if (MetricNeverReported(number, t, status, error)) {
     status = TrialStatus::kInterrupted;
-    error = "to run again: it never reported the sweep's metric '" + config_.metric + "'" +
+    error = "to run again: it never reported the sweep's metric '" + config_.sweep.metric + "'" +
             (error.empty() ? "" : " (" + error + ")");
   }
   store::TrialRecord rec;
@@ -133,7 +133,8 @@ Status Coordinator::FinishTrial(int64_t number, const RunningTrial& t, TrialStat
   }
   CountEnd(number, status, rec.objective);
   if (status == TrialStatus::kFailed) SWEEP_RETURN_IF_ERROR(NoteFailure(number, t, error, now));
-  progress_.TrialEnded(number, status, config_.metric, rec.objective, now - t.started_s, error);
+  progress_.TrialEnded(number, status, config_.sweep.metric, rec.objective, now - t.started_s,
+                       error);
   return Status::Ok();
 }
 
@@ -142,7 +143,7 @@ void Coordinator::CountEnd(int64_t number, TrialStatus status, std::optional<dou
     case TrialStatus::kCompleted:
       ++counts_.completed;
       if (objective &&
-          (!best_ || (config_.maximize ? *objective > *best_ : *objective < *best_) ||
+          (!best_ || (config_.sweep.maximize ? *objective > *best_ : *objective < *best_) ||
            (*objective == *best_ && number < best_trial_))) {  // ties: as `best` ranks them
         best_ = objective;
         best_trial_ = number;
@@ -182,7 +183,7 @@ Status Coordinator::NoteFailure(int64_t number, const RunningTrial& t, const std
 // successes; a broken program fails every trial in the order they started).
 void Coordinator::NoteInitialFailure(int64_t number, const RunningTrial& failed,
                                      const std::string& error) {
-  const int limit = options_.max_initial_failures.value_or(config_.max_initial_failures);
+  const int limit = options_.max_initial_failures.value_or(config_.trial.max_initial_failures);
   if (limit <= 0 || !failing_start_.empty() || counts_.completed + counts_.pruned > 0 ||
       failed_unreported_ < limit) {
     return;
@@ -231,7 +232,7 @@ bool Coordinator::MetricNeverReported(int64_t number, const RunningTrial& t, Tri
   }
   if (!metric_missing_.empty()) return true;
   // The names it reported besides the metric (which it may have sent as text).
-  const std::string& metric = config_.metric;
+  const std::string& metric = config_.sweep.metric;
   std::vector<std::string> others;
   for (const auto& [k, v] : t.metrics.items()) {
     if (k != metric) others.push_back(k);

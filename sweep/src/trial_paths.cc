@@ -17,31 +17,34 @@ std::string StoreFile(const std::string& db) {
 }
 
 std::string CheckpointDirFor(const SweepConfig& config, const std::string& db_file) {
-  return config.checkpoint_dir.empty() ? db_file + "-checkpoints/" + config.name
-                                       : (std::filesystem::absolute(config.path).parent_path() /
-                                          config.checkpoint_dir / config.name)
-                                             .string();
+  return config.trial.checkpoint_dir.empty()
+             ? db_file + "-checkpoints/" + config.sweep.name
+             : (std::filesystem::absolute(config.path).parent_path() / config.trial.checkpoint_dir /
+                config.sweep.name)
+                   .string();
 }
 
 std::string CommandTrialsDir(const SweepConfig& config, const std::string& db_file) {
   const std::string dir =
-      config.trials_dir.empty()
+      config.trial.trials_dir.empty()
           ? db_file + "-trials"
-          : (std::filesystem::absolute(config.path).parent_path() / config.trials_dir).string();
-  return std::filesystem::absolute(dir).lexically_normal().string() + "/" + config.name;
+          : (std::filesystem::absolute(config.path).parent_path() / config.trial.trials_dir)
+                .string();
+  return std::filesystem::absolute(dir).lexically_normal().string() + "/" + config.sweep.name;
 }
 
 Result<TrialPaths> TrialPaths::Make(const SweepConfig& config, const std::string& db_file) {
   TrialPaths paths;
   std::error_code ec;
-  if (config.kind == TrialKind::kTrainer) {
+  if (config.trial.kind == TrialKind::kTrainer) {
     // Each trainer trial checkpoints into a file of its own, so an interrupted trial goes on
     // from its last epoch. The default is beside the store here, and in the agent's folder on
     // an agent, however --db was spelt (an absolute one names a folder an agent may not have).
     const std::string db_name = std::filesystem::path(db_file).filename().string();
     paths.agent_checkpoint_dir_ =
-        (config.checkpoint_dir.empty() ? db_name + "-checkpoints" : config.checkpoint_dir) + "/" +
-        config.name;
+        (config.trial.checkpoint_dir.empty() ? db_name + "-checkpoints"
+                                             : config.trial.checkpoint_dir) +
+        "/" + config.sweep.name;
     paths.checkpoint_dir_ = CheckpointDirFor(config, db_file);
     paths.stored_checkpoint_dir_ =
         std::filesystem::absolute(paths.checkpoint_dir_).lexically_normal().string();
@@ -51,7 +54,7 @@ Result<TrialPaths> TrialPaths::Make(const SweepConfig& config, const std::string
                              ": cannot create the checkpoint directory: " + ec.message());
     }
   }
-  if (config.kind == TrialKind::kCommand) {
+  if (config.trial.kind == TrialKind::kCommand) {
     // Each command trial gets a directory of its own: its logs, and room for its files.
     paths.trials_dir_ = CommandTrialsDir(config, db_file);
     std::filesystem::create_directories(paths.trials_dir_, ec);

@@ -120,8 +120,8 @@ Result<json> Coordinator::MergeIntoStoredReport(executor::WorkerEvent& ev, doubl
   stored->metrics_json = merged.dump(-1, ' ', false, json::error_handler_t::replace);
   stored->time_s = now;
   // Decided on now: by early stopping (the sweep's metric), or by stop_when (its own).
-  const bool decides = added.contains(config_.metric) ||
-                       (config_.stop_when && added.contains(config_.stop_when->metric));
+  const bool decides = added.contains(config_.sweep.metric) ||
+                       (config_.sweep.stop_when && added.contains(config_.sweep.stop_when->metric));
   SWEEP_RETURN_IF_ERROR(store_.RewriteReport(sweep_id_, *stored, decides));
   ev.epoch = stored->epoch;
   return added;
@@ -134,7 +134,7 @@ std::optional<search::Report> Coordinator::SchedulerReport(int64_t trial, int64_
                                                            double epoch,
                                                            const json& metrics) const {
   if (!metrics.is_object()) return std::nullopt;
-  auto m = metrics.find(config_.metric);
+  auto m = metrics.find(config_.sweep.metric);
   if (m == metrics.end()) return std::nullopt;
   // NaN or an infinity (stored as null) in the sweep's metric: the trial diverged, and its
   // worker fails it so ("the run diverged"), whether or not the report fell on a rung. Early
@@ -156,7 +156,7 @@ void Coordinator::StopAtMaxResource(int64_t number, RunningTrial& t) {
 // Whether a trial's reports show the sweep's metric.
 void Coordinator::NoteMetric(RunningTrial& t, const json& reported) {
   if (!reported.is_object()) return;
-  auto m = reported.find(config_.metric);
+  auto m = reported.find(config_.sweep.metric);
   if (m == reported.end()) return;
   // NaN arrives as null: a diverged loss, under the right name.
   if (m->is_number() || m->is_null()) {
@@ -169,9 +169,9 @@ void Coordinator::NoteMetric(RunningTrial& t, const json& reported) {
 
 // Whether a report's `metrics` meet stop_when (false without one).
 bool Coordinator::MeetsTarget(const json& metrics) const {
-  if (!config_.stop_when || !metrics.is_object()) return false;
-  auto m = metrics.find(config_.stop_when->metric);
-  return m != metrics.end() && m->is_number() && config_.stop_when->Reached(m->get<double>());
+  if (!config_.sweep.stop_when || !metrics.is_object()) return false;
+  auto m = metrics.find(config_.sweep.stop_when->metric);
+  return m != metrics.end() && m->is_number() && config_.sweep.stop_when->Reached(m->get<double>());
 }
 
 // Records that `trial`'s report `metrics` met stop_when. The first to meet it ends the sweep;
@@ -182,12 +182,12 @@ void Coordinator::NoteTarget(int64_t trial, const json& metrics) {
   if (!target_trials_.insert(trial).second || target_trials_.size() > 1) return;
   // Met as the sweep stopped for another reason: both are said.
   stop_reason_ = (stop_reason_.empty() ? "" : stop_reason_ + "; then ") + "target " +
-                 config_.stop_when->ToString() + " reached by trial " + std::to_string(trial);
+                 config_.sweep.stop_when->ToString() + " reached by trial " + std::to_string(trial);
 }
 
 // The configured metric's value in `metrics`, when it is a finite number.
 std::optional<double> Coordinator::Objective(const json& metrics) const {
-  auto m = metrics.find(config_.metric);
+  auto m = metrics.find(config_.sweep.metric);
   if (m != metrics.end() && m->is_number() && std::isfinite(m->get<double>())) {
     return m->get<double>();
   }
@@ -202,7 +202,7 @@ std::string Coordinator::CapNote() const {
 
 // The note of the trial that met stop_when.
 std::string Coordinator::TargetNote() const {
-  return "reached the target " + config_.stop_when->ToString() + "; the sweep stopped";
+  return "reached the target " + config_.sweep.stop_when->ToString() + "; the sweep stopped";
 }
 
 }  // namespace sweep

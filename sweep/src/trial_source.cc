@@ -18,9 +18,10 @@ Result<std::unique_ptr<TrialSource>> TrialSource::Make(const SweepConfig& config
   std::unique_ptr<TrialSource> source(new TrialSource(config));
   source->work_ = std::move(work);
   SWEEP_ASSIGN_OR_RETURN(source->sampler_, MakeSampler(config));
-  if (config.algorithm == "tpe") {
-    SWEEP_ASSIGN_OR_RETURN(source->tpe_, search::MakeTpeSampler(config.space, config.seed,
-                                                                config.tpe, config.maximize));
+  if (config.search.algorithm == "tpe") {
+    SWEEP_ASSIGN_OR_RETURN(source->tpe_,
+                           search::MakeTpeSampler(config.search.space, config.sweep.seed,
+                                                  config.search.tpe, config.sweep.maximize));
     // What TPE learns from (the BOHB rule): the values at each rung, then the trials' ends.
     source->tpe_levels_ = std::move(rungs);
     source->tpe_levels_.push_back(std::numeric_limits<double>::infinity());
@@ -31,7 +32,7 @@ Result<std::unique_ptr<TrialSource>> TrialSource::Make(const SweepConfig& config
 
 int64_t TrialSource::TrialLimit() const {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  return config_.max_trials > kMax - carried_ ? kMax : carried_ + config_.max_trials;
+  return config_.sweep.max_trials > kMax - carried_ ? kMax : carried_ + config_.sweep.max_trials;
 }
 
 bool TrialSource::Left() const {
@@ -90,7 +91,7 @@ std::optional<NewTrial> TrialSource::Draw(const std::function<std::vector<json>(
 }
 
 std::optional<NewTrial> TrialSource::Next(const std::function<std::vector<json>()>& pending) {
-  if (!config_.longest_first) {
+  if (!config_.trial.longest_first) {
     while (!gaps_.empty() || (!exhausted_ && next_number_ < TrialLimit())) {
       if (std::optional<NewTrial> p = Draw(pending)) return p;
     }
@@ -132,7 +133,8 @@ json TrialSource::SuggestTpe(int64_t number, const std::vector<json>& pending) {
 // The highest level (rung, or the trials' ends) with n_startup_trials values; else the lowest,
 // which has the most.
 size_t TrialSource::TpeLevel() const {
-  const size_t enough = static_cast<size_t>(std::max<int64_t>(1, config_.tpe.n_startup_trials));
+  const size_t enough =
+      static_cast<size_t>(std::max<int64_t>(1, config_.search.tpe.n_startup_trials));
   for (size_t k = tpe_levels_.size(); k-- > 0;) {
     if (tpe_values_[k].size() >= enough) return k;
   }

@@ -54,7 +54,7 @@ void ApplyConfig(report::SweepData& data) {
     return;
   }
   using Kind = search::Distribution::Kind;
-  for (const search::Parameter& p : cfg->space.parameters()) {
+  for (const search::Parameter& p : cfg->search.space.parameters()) {
     const search::Distribution& d = p.distribution;
     if (d.kind == Kind::kConstant) continue;
     report::ParamSpec spec;
@@ -77,7 +77,7 @@ void ApplyConfig(report::SweepData& data) {
     data.params.push_back(std::move(spec));
   }
   report::CompleteParams(data);
-  data.resource = cfg->kind == TrialKind::kFunction ? "step" : "epoch";
+  data.resource = cfg->trial.kind == TrialKind::kFunction ? "step" : "epoch";
   const search::SchedulerConfig& es = cfg->early_stopping;
   data.early_stopping = std::string(search::EarlyStoppingName(es.algorithm));
   data.rungs.enabled = es.algorithm == search::EarlyStopping::kAsha ||
@@ -90,7 +90,7 @@ void ApplyConfig(report::SweepData& data) {
 // Whether the sweep's trials report progress in epochs (trainer) or steps (function, command).
 bool ResourceIsEpoch(const store::SweepRecord& sweep) {
   auto cfg = ParseConfig(sweep.config_text, sweep.config_path, ConfigUse::kView);
-  return !cfg.ok() || cfg->kind != TrialKind::kFunction;
+  return !cfg.ok() || cfg->trial.kind != TrialKind::kFunction;
 }
 
 Result<report::SweepData> LoadView(const std::string& db, const std::string& name) {

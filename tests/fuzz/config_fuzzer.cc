@@ -24,10 +24,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto cfg = sweep::ParseConfig(text, "fuzz.toml");
   if (cfg.ok()) {
-    if (!sweep::IsValidSweepName(cfg->name)) Violated("accepted an invalid name", cfg->name);
-    if (cfg->metric.empty()) Violated("accepted a config with no metric", cfg->name);
-    if (cfg->max_trials < 1) {
-      Violated("accepted a config with no trials", std::to_string(cfg->max_trials));
+    if (!sweep::IsValidSweepName(cfg->sweep.name))
+      Violated("accepted an invalid name", cfg->sweep.name);
+    if (cfg->sweep.metric.empty()) Violated("accepted a config with no metric", cfg->sweep.name);
+    if (cfg->sweep.max_trials < 1) {
+      Violated("accepted a config with no trials", std::to_string(cfg->sweep.max_trials));
     }
   } else {
     const std::string& message = cfg.status().message();

@@ -59,22 +59,22 @@ TEST_F(ConfigTest, AStoredNameStartingWithADashStillOpens) {
   for (ConfigUse use : {ConfigUse::kResume, ConfigUse::kView}) {
     auto cfg = ParseConfig(text, "b.toml", use);
     ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-    EXPECT_EQ(cfg->name, "-old");
+    EXPECT_EQ(cfg->sweep.name, "-old");
   }
 }
 
 TEST_F(ConfigTest, FunctionConfigParses) {
   auto cfg = ParseConfig(kBranin, "b.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  EXPECT_EQ(cfg->name, "b");
-  EXPECT_EQ(cfg->metric, "value");
-  EXPECT_FALSE(cfg->maximize);
-  EXPECT_EQ(cfg->max_trials, 10);
-  EXPECT_EQ(cfg->seed, 3u);
-  EXPECT_EQ(cfg->kind, TrialKind::kFunction);
-  ASSERT_EQ(cfg->space.parameters().size(), 2u);
-  EXPECT_EQ(cfg->space.parameters()[0].name, "x1");
-  EXPECT_EQ(cfg->store_path, "sweeps.db");
+  EXPECT_EQ(cfg->sweep.name, "b");
+  EXPECT_EQ(cfg->sweep.metric, "value");
+  EXPECT_FALSE(cfg->sweep.maximize);
+  EXPECT_EQ(cfg->sweep.max_trials, 10);
+  EXPECT_EQ(cfg->sweep.seed, 3u);
+  EXPECT_EQ(cfg->trial.kind, TrialKind::kFunction);
+  ASSERT_EQ(cfg->search.space.parameters().size(), 2u);
+  EXPECT_EQ(cfg->search.space.parameters()[0].name, "x1");
+  EXPECT_EQ(cfg->store.path, "sweeps.db");
 }
 
 // A random search without max_trials draws until its time budget or target ends it; with
@@ -87,7 +87,7 @@ TEST_F(ConfigTest, RandomSearchWithoutMaxTrialsNeedsAnotherEnd) {
     text.insert(text.find("seed = 3"), end);
     auto cfg = ParseConfig(text, "b.toml");
     ASSERT_TRUE(cfg.ok()) << end << cfg.status().message();
-    EXPECT_EQ(cfg->max_trials, sweep::kUnboundedTrials) << end;
+    EXPECT_EQ(cfg->sweep.max_trials, sweep::kUnboundedTrials) << end;
   }
   auto refused = ParseConfig(open, "b.toml");
   ASSERT_FALSE(refused.ok());
@@ -124,7 +124,7 @@ TEST_F(ConfigTest, TrainerConfigParsesAndKeepsDeclarationOrder) {
                          "t.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   std::vector<std::string> names;
-  for (const auto& p : cfg->space.parameters()) names.push_back(p.name);
+  for (const auto& p : cfg->search.space.parameters()) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"lr", "batch_size", "hidden", "epochs"}));
   EXPECT_TRUE(cfg->trainer.contains("dataset"));
 }
@@ -163,7 +163,7 @@ TEST_F(ConfigTest, RelativeDatasetPathsAreRelativeToTheConfigsFolder) {
   // ...which a view of stored results does not need: it reads the search space only.
   auto view = ParseConfig(text, "/c.toml", ConfigUse::kView);
   ASSERT_TRUE(view.ok()) << view.status().message();
-  EXPECT_EQ(view->name, "r");
+  EXPECT_EQ(view->sweep.name, "r");
 }
 
 // So is a relative cache_dir, in [trainer] or as a constant parameter; an absolute one stays.
@@ -175,8 +175,9 @@ TEST_F(ConfigTest, ARelativeCacheDirIsRelativeToTheConfigsFolder) {
   EXPECT_EQ(cfg->trainer["cache_dir"], (dir_ / "relc").string());
   cfg = ParseConfig(base + "[parameters]\ncache_dir = \"../x\"\n", (dir_ / "c.toml").string());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  ASSERT_EQ(cfg->space.parameters().size(), 1u);
-  EXPECT_EQ(cfg->space.parameters()[0].distribution.values[0], (dir_.parent_path() / "x").string());
+  ASSERT_EQ(cfg->search.space.parameters().size(), 1u);
+  EXPECT_EQ(cfg->search.space.parameters()[0].distribution.values[0],
+            (dir_.parent_path() / "x").string());
   cfg = ParseConfig(base + "cache_dir = \"/var/cache/s\"\n", (dir_ / "c.toml").string());
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
   EXPECT_EQ(cfg->trainer["cache_dir"], "/var/cache/s");
@@ -185,10 +186,10 @@ TEST_F(ConfigTest, ARelativeCacheDirIsRelativeToTheConfigsFolder) {
 TEST_F(ConfigTest, KeepCheckpointsTakesACountOrAll) {
   auto cfg = ParseConfig(TrainerConfig("lr = 0.1") + "[trial]\nkeep_checkpoints = 2\n", "k.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  EXPECT_EQ(cfg->keep_checkpoints, 2);
+  EXPECT_EQ(cfg->trial.keep_checkpoints, 2);
   cfg = ParseConfig(TrainerConfig("lr = 0.1") + "[trial]\nkeep_checkpoints = \"all\"\n", "k.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  EXPECT_FALSE(cfg->keep_checkpoints);
+  EXPECT_FALSE(cfg->trial.keep_checkpoints);
 }
 
 // A stepped range is a finite set: grid search enumerates it, random search draws from it, and a
@@ -203,13 +204,13 @@ TEST_F(ConfigTest, SteppedRangesInGridAndRandom) {
           "[search]\nalgorithm = \"grid\"\n",
       "g.toml");
   ASSERT_TRUE(grid.ok()) << grid.status().message();
-  EXPECT_EQ(grid->max_trials, 4 * 4 * 3);
-  const auto* lr = grid->space.Find("lr");
+  EXPECT_EQ(grid->sweep.max_trials, 4 * 4 * 3);
+  const auto* lr = grid->search.space.Find("lr");
   ASSERT_NE(lr, nullptr);
   EXPECT_EQ(lr->distribution.step, 0.05);
   auto random = ParseConfig(TrainerConfig(params), "r.toml");
   ASSERT_TRUE(random.ok()) << random.status().message();
-  EXPECT_EQ(random->space.Find("batch_size")->distribution.step, 64);
+  EXPECT_EQ(random->search.space.Find("batch_size")->distribution.step, 64);
 }
 
 TEST_F(ConfigTest, GridMaxTrialsDefaultsToTheGridSize) {
@@ -227,7 +228,7 @@ x2 = { values = [0, 5] }
 )",
                          "g.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  EXPECT_EQ(cfg->max_trials, 6);
+  EXPECT_EQ(cfg->sweep.max_trials, 6);
 }
 
 std::string BraninWithSteps();  // below
@@ -448,12 +449,12 @@ TEST_F(ConfigTest, ConditionalParameterAndTarget) {
   text.replace(0, 7, "[sweep]\nstop_when = \"val_acc >= 0.9\"");
   auto cfg = ParseConfig(text, "c.toml");
   ASSERT_TRUE(cfg.ok()) << cfg.status().message();
-  const auto& p = cfg->space.parameters()[1];
+  const auto& p = cfg->search.space.parameters()[1];
   ASSERT_TRUE(p.condition.has_value());
   EXPECT_EQ(p.condition->parent, "optimizer");
-  ASSERT_TRUE(cfg->stop_when.has_value());
-  EXPECT_TRUE(cfg->stop_when->Reached(0.95));
-  EXPECT_FALSE(cfg->stop_when->Reached(0.85));
+  ASSERT_TRUE(cfg->sweep.stop_when.has_value());
+  EXPECT_TRUE(cfg->sweep.stop_when->Reached(0.95));
+  EXPECT_FALSE(cfg->sweep.stop_when->Reached(0.85));
 }
 
 TEST_F(BadConfigTest, EarlyStoppingAndConditionErrors) {

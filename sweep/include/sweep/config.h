@@ -22,27 +22,11 @@ namespace sweep {
 enum class TrialKind { kTrainer, kFunction, kCommand };
 std::string_view ToString(TrialKind kind);
 
+// Nested as the file is: config.sweep.metric is [sweep] metric, config.trial.slots is [trial]
+// gpus. Durations are in seconds.
 struct SweepConfig {
   std::string path;  // the file it was read from
   std::string text;  // its contents, as stored with the sweep
-
-  // [sweep]
-  std::string name;
-  std::string metric;
-  bool maximize = true;
-  int64_t max_trials = 0;
-  bool unbounded_trials = false;        // random search ended by time_budget or stop_when alone
-  int max_concurrent = 0;               // 0: as many as the slots allow
-  std::optional<double> time_budget_s;  // wall-clock budget
-  uint64_t seed = 0;
-
-  // [search]
-  std::string algorithm = "random";  // grid | random | tpe
-  search::SearchSpace space;
-  search::TpeOptions tpe;  // algorithm = "tpe": its knobs, the other [search] keys
-
-  // [early_stopping]; maximize and metric copied from [sweep]
-  search::SchedulerConfig early_stopping;
 
   // [sweep] stop_when: end the sweep once a report reaches a target, e.g. "val_acc >= 0.9".
   struct Target {
@@ -52,46 +36,87 @@ struct SweepConfig {
     bool Reached(double v) const;
     std::string ToString() const;
   };
-  std::optional<Target> stop_when;
+
+  // [sweep]
+  struct Sweep {
+    std::string name;
+    std::string metric;
+    bool maximize = true;
+    int64_t max_trials = 0;
+    bool unbounded_trials = false;        // random search ended by time_budget or stop_when alone
+    int max_concurrent = 0;               // 0: as many as the slots allow
+    std::optional<double> time_budget_s;  // wall-clock budget
+    uint64_t seed = 0;
+    std::optional<Target> stop_when;
+  };
+  Sweep sweep;
+
+  // [search]
+  struct Search {
+    std::string algorithm = "random";  // grid | random | tpe
+    search::SearchSpace space;         // [parameters]
+    search::TpeOptions tpe;            // algorithm = "tpe": its knobs, the other [search] keys
+  };
+  Search search;
+
+  // [early_stopping]; maximize and metric copied from [sweep]
+  search::SchedulerConfig early_stopping;
 
   // [trial]
-  TrialKind kind = TrialKind::kTrainer;
-  int gpus = 1;            // slots per trial
-  std::string gpus_where;  // "file:line:column" of trial.gpus, for errors found when placing
-  int gpu_share = 1;       // k > 1: up to k 1-GPU trials share one GPU (opt-in)
-  // order = "longest_first": draw the whole sweep from the sampler ahead and start the trials
-  // with the most work first (trainer trials only), so no long one runs alone at the end.
-  bool longest_first = false;
-  int max_retries = 1;  // reruns of a trial whose worker died or hung
-  // The sweep stops (interrupted, for resume) when this many trials of a run have failed
-  // before reporting anything, none of the sweep's has completed or been pruned, and no running
-  // trial may yet succeed: a broken program or setting, not a bad region of the space. 0: never.
-  int max_initial_failures = 10;
-  double heartbeat_timeout_s = 60;  // a running worker silent this long is killed
-  std::string checkpoint_dir;       // trainer trials' checkpoints; "": "<db>-checkpoints"
-  // Only the checkpoints of this many best completed trials are kept (see CheckpointKeeper);
-  // unset: every trial's.
-  std::optional<int64_t> keep_checkpoints;
-  // kind = "command": the program and its arguments, a template ("--lr={lr}").
-  std::vector<std::string> command;
-  std::string command_where;  // "file:line:column" of the program (command's first string)
-  std::string workdir;        // where the program starts: absolute (default: the config's folder)
-  std::string workdir_where;  // "file:line:column" of trial.workdir; empty: not set
-  std::string trials_dir;     // each trial's directory and logs: "<trials_dir>/<sweep>/trial-N";
-                              // "": "<db>-trials"
-  double kill_grace_s = 10;   // SIGTERM, then SIGKILL this much later
-  std::optional<double> trial_timeout_s;  // a run of one trial longer than this fails
+  struct Trial {
+    TrialKind kind = TrialKind::kTrainer;
+    // Slots per trial: GPUs, or CPU slots where there is no GPU (the TOML key is trial.gpus).
+    int slots = 1;
+    int gpu_share = 1;  // k > 1: up to k 1-GPU trials share one GPU (opt-in)
+    // order = "longest_first": draw the whole sweep from the sampler ahead and start the trials
+    // with the most work first (trainer trials only), so no long one runs alone at the end.
+    bool longest_first = false;
+    int max_retries = 1;  // reruns of a trial whose worker died or hung
+    // The sweep stops (interrupted, for resume) when this many trials of a run have failed
+    // before reporting anything, none of the sweep's has completed or been pruned, and no
+    // running trial may yet succeed: a broken program or setting, not a bad region of the space.
+    // 0: never.
+    int max_initial_failures = 10;
+    double heartbeat_timeout_s = 60;  // a running worker silent this long is killed
+    std::string checkpoint_dir;       // trainer trials' checkpoints; "": "<db>-checkpoints"
+    // Only the checkpoints of this many best completed trials are kept (see CheckpointKeeper);
+    // unset: every trial's.
+    std::optional<int64_t> keep_checkpoints;
+    // kind = "command": the program and its arguments, a template ("--lr={lr}").
+    std::vector<std::string> command;
+    std::string workdir;       // where the program starts: absolute (default: the config's folder)
+    std::string trials_dir;    // each trial's directory and logs: "<trials_dir>/<sweep>/trial-N";
+                               // "": "<db>-trials"
+    double kill_grace_s = 10;  // SIGTERM, then SIGKILL this much later
+    std::optional<double> timeout_s;  // a run of one trial longer than this fails
+  };
+  Trial trial;
 
   // [trainer] (defaults for trainer trials; [parameters] override them) or [function].
   nlohmann::json trainer = nlohmann::json::object();
   nlohmann::json function = nlohmann::json::object();
 
   // [executor]
-  int cpu_slots = 0;            // 0: one per hardware thread
-  double agent_timeout_s = 10;  // a remote agent silent this long is lost
+  struct Executor {
+    int cpu_slots = 0;            // 0: one per hardware thread
+    double agent_timeout_s = 10;  // a remote agent silent this long is lost
+  };
+  Executor executor;
 
   // [store]
-  std::string store_path = "sweeps.db";
+  struct Store {
+    std::string path = "sweeps.db";
+  };
+  Store store;
+
+  // "file:line:column" of the settings checked after parsing (when trials are placed, when the
+  // program starts), for their errors; empty: not written.
+  struct Where {
+    std::string slots;    // trial.gpus
+    std::string command;  // the program: trial.command's first string
+    std::string workdir;  // trial.workdir
+  };
+  Where where;
 };
 
 // max_trials of a random search with no max_trials, which its time_budget or stop_when ends.

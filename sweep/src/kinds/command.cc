@@ -18,16 +18,16 @@ class CommandKind final : public TrialKindRules {
   bool folders() const override { return true; }
   // Its program or folder missing here would fail every trial that runs here.
   Status CheckHere() const override {
-    Status runs = executor::CheckProgram(config_.command.at(0), config_.workdir);
+    Status runs = executor::CheckProgram(config_.trial.command.at(0), config_.trial.workdir);
     if (runs.ok()) return runs;
     const bool workdir = runs.message().rfind("trial.workdir", 0) == 0;
-    const std::string& where = workdir ? config_.workdir_where : config_.command_where;
+    const std::string& where = workdir ? config_.where.workdir : config_.where.command;
     return runs.WithMessage((where.empty() ? config_.path : where) + ": " + runs.message());
   }
   // A command gets SIGTERM now, its program deciding when to end (SIGKILL after kill_grace).
   std::string HowTrialsStop() const override {
     return ": their programs got SIGTERM, and SIGKILL follows " +
-           FormatMetric(config_.kill_grace_s) +
+           FormatMetric(config_.trial.kill_grace_s) +
            " s later (trial.kill_grace); interrupt again to kill them at once";
   }
 
@@ -39,10 +39,13 @@ class CommandKind final : public TrialKindRules {
 
 nlohmann::json CommandSettings(const SweepConfig& config, const std::string& trial_dir,
                                const std::string& sweep_key) {
-  nlohmann::json settings = {
-      {"command", config.command}, {"workdir", config.workdir},           {"trial_dir", trial_dir},
-      {"metric", config.metric},   {"kill_grace_s", config.kill_grace_s}, {"sweep_key", sweep_key}};
-  if (config.trial_timeout_s) settings["timeout_s"] = *config.trial_timeout_s;
+  nlohmann::json settings = {{"command", config.trial.command},
+                             {"workdir", config.trial.workdir},
+                             {"trial_dir", trial_dir},
+                             {"metric", config.sweep.metric},
+                             {"kill_grace_s", config.trial.kill_grace_s},
+                             {"sweep_key", sweep_key}};
+  if (config.trial.timeout_s) settings["timeout_s"] = *config.trial.timeout_s;
   return settings;
 }
 

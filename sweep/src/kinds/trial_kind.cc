@@ -3,7 +3,7 @@
 namespace sweep {
 
 std::unique_ptr<TrialKindRules> MakeTrialKindRules(const SweepConfig& config) {
-  switch (config.kind) {
+  switch (config.trial.kind) {
     case TrialKind::kTrainer:
       return MakeTrainerKind(config);
     case TrialKind::kFunction:

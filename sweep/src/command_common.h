@@ -1,0 +1,45 @@
+// What the CLI's command groups share: the interface each group implements, the interrupt flags
+// that Ctrl-C, SIGTERM and SIGHUP set, this binary's path (to start workers) and the UTF-8 check
+// of paths. One process runs one command; nothing here is for several threads but the flags.
+#ifndef SWEEP_SWEEP_COMMAND_COMMON_H_
+#define SWEEP_SWEEP_COMMAND_COMMON_H_
+
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+
+namespace sweep {
+
+// A group of commands registered on the CLI by its Add…Commands function. After parsing, Run()
+// executes the one the command line named. The group must outlive the app's parse.
+class CommandGroup {
+ public:
+  virtual ~CommandGroup() = default;
+  // The exit code of the group's command given on the command line, or nullopt when it named
+  // none of them.
+  virtual std::optional<int> Run() = 0;
+};
+
+// Set by the first Ctrl-C / SIGTERM / SIGHUP (after StopOnSignals or StopTrainOnSignals).
+std::atomic<bool>& InterruptRequested();
+// Set by a second Ctrl-C / SIGTERM: stop at once. A hangup never sets it.
+std::atomic<bool>& InterruptAgain();
+// run, resume, agent: SIGINT, SIGTERM and SIGHUP set the flags above (a closed terminal stops a
+// sweep as Ctrl-C does: trials interrupted, resumable).
+void StopOnSignals();
+// `sweep train`: the first SIGINT / SIGTERM sets InterruptRequested (stop after the current
+// epoch); a second ends the process at once, by that signal.
+void StopTrainOnSignals();
+
+// The path of this binary (/proc/self/exe), else argv0: what workers are started from.
+std::string SelfExe(const char* argv0);
+
+// The store, the workers' tasks and --json carry paths as JSON text, which is UTF-8: a path
+// (made absolute, as they carry it) that is not is refused where it enters, by name.
+Status CheckTextPath(const std::string& what, const std::string& path);
+
+}  // namespace sweep
+
+#endif  // SWEEP_SWEEP_COMMAND_COMMON_H_
