@@ -478,6 +478,7 @@ json BestTrialsJson(const SweepData& data, int top) {
               {"metrics", ParseObject(t->metrics_json)},
               {"epochs", t->epochs},
               {"placement", t->placement}};
+    if (!t->proposed_by.empty()) j["proposed_by"] = t->proposed_by;
     j["started"] = t->started_s ? json(*t->started_s) : json(nullptr);
     j["ended"] = t->ended_s ? json(*t->ended_s) : json(nullptr);
     j["duration_s"] =

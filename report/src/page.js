@@ -335,14 +335,20 @@
     });
     var head = table.insertRow();
     var done = data.sweep.resource === 'epoch' ? 'epochs run' : 'steps run';
-    ['trial', data.sweep.metric, done, 'duration (s)'].concat(params).forEach(function (h) {
+    // A TPE sweep says which sampler proposed each trial: TPE, or its startup random search.
+    var by = rows.some(function (r) { return r.proposed_by; });
+    var heads = ['trial', data.sweep.metric, done, 'duration (s)'];
+    if (by) heads.push('proposed by');
+    heads.concat(params).forEach(function (h) {
       var th = document.createElement('th');
       th.textContent = h;
       head.appendChild(th);
     });
     rows.forEach(function (r) {
       var tr = table.insertRow();
-      [r.trial, fmt(r.objective), fmt(r.epochs), fmt(r.duration_s)].concat(params.map(function (k) {
+      var cells = [r.trial, fmt(r.objective), fmt(r.epochs), fmt(r.duration_s)];
+      if (by) cells.push(r.proposed_by || '');
+      cells.concat(params.map(function (k) {
         var v = r.params[k];
         return v === undefined ? '' : (typeof v === 'number' ? fmt(v) :
             (typeof v === 'string' ? v : JSON.stringify(v)));

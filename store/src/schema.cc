@@ -113,6 +113,10 @@ ALTER TABLE sweeps ADD COLUMN time_budget_s REAL;
 ALTER TABLE sweeps ADD COLUMN carried INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sweeps ADD COLUMN sample_shift INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 6 -> 7: which sampler proposed a TPE sweep's trial (TPE, or its startup random trials).
+    R"sql(
+ALTER TABLE trials ADD COLUMN proposed_by TEXT NOT NULL DEFAULT '';
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,
               "each schema version needs exactly one migration step");

@@ -11,7 +11,7 @@ namespace {
 // Column list shared by every query that returns TrialRecords; ReadTrial() reads this order.
 #define SWEEP_TRIAL_COLUMNS                                                                    \
   "number, status, params, placement, started, ended, error, checkpoint, metrics, objective, " \
-  "epochs, retries, stdout_log, stderr_log, agent_losses"
+  "epochs, retries, stdout_log, stderr_log, agent_losses, proposed_by"
 
 // Whether a quoted JSON path ($."name") reaches a metric or parameter name: any but '"', '\\'
 // and control characters (SQLite's paths have no escapes).
@@ -57,8 +57,8 @@ std::string_view QuerySql(Query query) {
       return "UPDATE sweeps SET status = ?, ended = ? WHERE id = ?";
     case Query::kInsertTrial:
       return "INSERT INTO trials (sweep_id, number, params, status, placement, started, ended, "
-             "error, checkpoint, metrics, objective, epochs, stdout_log, stderr_log) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+             "error, checkpoint, metrics, objective, epochs, stdout_log, stderr_log, proposed_by) "
+             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     case Query::kUpdateTrialStatus:
       return "UPDATE trials SET status = ?, placement = COALESCE(NULLIF(?, ''), placement), "
              "started = COALESCE(?, started), checkpoint = COALESCE(NULLIF(?, ''), checkpoint) "

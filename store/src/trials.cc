@@ -71,6 +71,7 @@ Result<TrialRecord> Store::Impl::ReadTrial(sqlite3_stmt* stmt) const {
   trial.agent_losses = sqlite3_column_int(stmt, 14);
   trial.stdout_log = ColumnText(stmt, 12);
   trial.stderr_log = ColumnText(stmt, 13);
+  trial.proposed_by = ColumnText(stmt, 15);
   return trial;
 }
 
@@ -114,7 +115,8 @@ Status Store::InsertTrial(int64_t sweep_id, const TrialRecord& trial) {
       .OptReal(trial.objective)
       .Real(trial.epochs)
       .Text(trial.stdout_log)
-      .Text(trial.stderr_log);
+      .Text(trial.stderr_log)
+      .Text(trial.proposed_by);
   if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a trial");
   int rc = sqlite3_step(stmt);
   if (rc == SQLITE_DONE) return Status::Ok();

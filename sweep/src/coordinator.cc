@@ -374,9 +374,10 @@ Status Coordinator::RecordFirstRun(const Pending& p, const RunningTrial& t, doub
     rec.stdout_log = dir + "/stdout.log";
     rec.stderr_log = dir + "/stderr.log";
   }
-  SWEEP_RETURN_IF_ERROR(store_.InsertTrial(sweep_id_, rec));
   // With TPE, which way it was proposed (the first trials are random search's).
   const std::string by = source_->TakeProposer(p.number);
+  rec.proposed_by = by;
+  SWEEP_RETURN_IF_ERROR(store_.InsertTrial(sweep_id_, rec));
   return store_.AddEvent(sweep_id_, p.number, "", "running",
                          by.empty() ? t.placement : t.placement + std::string(kProposedBy) + by,
                          now);

@@ -51,6 +51,7 @@ json TrialJson(const store::TrialRecord& t) {
   if (!t.checkpoint.empty()) j["checkpoint"] = t.checkpoint;
   if (!t.stdout_log.empty()) j["stdout_log"] = t.stdout_log;
   if (!t.stderr_log.empty()) j["stderr_log"] = t.stderr_log;
+  if (!t.proposed_by.empty()) j["proposed_by"] = t.proposed_by;
   return j;
 }
 
@@ -181,13 +182,18 @@ void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
       << "  trials: " << c.total() << " (" << c.completed << " completed, " << c.running
       << " running, " << c.pruned << " pruned, " << c.failed << " failed, " << c.interrupted
       << " interrupted, " << c.pending << " pending)\n";
+  // A TPE sweep's trials say which sampler proposed them.
+  auto by = [](const store::TrialRecord& t) {
+    return t.proposed_by.empty() ? std::string() : " (proposed by " + t.proposed_by + ")";
+  };
   for (const auto& t : running) {
-    out << "  running: trial " << t.number << " on " << t.placement << "\n";
+    out << "  running: trial " << t.number << " on " << t.placement << by(t) << "\n";
   }
   if (!best.empty()) {
     const auto& b = best.front();
     out << "  best: trial " << b.number << " " << sweep.metric << " = "
-        << (b.objective ? FormatNumber(*b.objective) : "-") << "  " << b.params_json << "\n";
+        << (b.objective ? FormatNumber(*b.objective) : "-") << "  " << b.params_json << by(b)
+        << "\n";
   }
 }
 

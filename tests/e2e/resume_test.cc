@@ -1595,4 +1595,23 @@ TEST_F(ResumeTest, ATpeSweepRepeatsItselfAndAResumeProposesWhatARunWould) {
         << row[0] << ": " << row[1];
   }
   EXPECT_NE(Sweep("show whole 7").out.find("  proposed by tpe\n"), std::string::npos);
+  // The store keeps it with each trial, for `trials --json`, `status` and the report.
+  const auto kept = Query(
+      "SELECT t.number, t.proposed_by FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
+      "s.name = 'whole' ORDER BY t.number");
+  ASSERT_EQ(kept.size(), 20u);
+  for (const auto& row : kept) {
+    EXPECT_EQ(row[1], std::stoi(row[0]) < 5 ? "startup random" : "tpe") << row[0];
+  }
+  EXPECT_EQ(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
+                  "s.name = 'rand' AND t.proposed_by != ''")[0][0],
+            "0");
+  const json listed = json::parse(Sweep("trials whole --json").out);
+  EXPECT_EQ(listed[0]["proposed_by"], "startup random");
+  EXPECT_EQ(listed[7]["proposed_by"], "tpe");
+  const Output status = Sweep("status whole");
+  EXPECT_NE(status.out.find(" (proposed by "), std::string::npos) << status.out;
+  ASSERT_EQ(Sweep("report whole -o whole.html").code, 0);
+  EXPECT_NE(sweep_e2e::Slurp(dir_ / "whole.html").find("\"proposed_by\":\"tpe\""),
+            std::string::npos);
 }

@@ -19,7 +19,7 @@
 namespace sweep::store {
 
 // Current schema version, kept in PRAGMA user_version.
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
 
 enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
 // "pending", "running", "completed", "pruned", "failed", "interrupted".
@@ -88,6 +88,9 @@ struct TrialRecord {
   double epochs = 0;                // resource consumed (epochs, or steps for function trials)
   int retries = 0;                  // reruns after its worker died
   int agent_losses = 0;             // agents lost while it ran (it runs again, up to a limit)
+  // Which way a TPE sweep's trial was proposed: "tpe", or "startup random" (the first ones);
+  // empty for grid and random search.
+  std::string proposed_by;
   // Command trials: the program's stdout and stderr, on the machine named in `placement`.
   std::string stdout_log;
   std::string stderr_log;
