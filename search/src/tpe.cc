@@ -129,14 +129,22 @@ double LogMass(double za, double zb) {
 
 // The sum of e^(v[k] - top) for k < n, top >= every v[k]. Terms below e^-40 are left out:
 // next to the largest (1) they are below rounding, and far kernels are most kernels.
+inline double ExpTerm(double d) { return d > -40 ? ExpNonPositive(d) : 0.0; }
+
 double SumExp(const double* v, size_t n, double top) {
-  // Four partial sums: a fixed order (so a fixed result) that still pipelines.
-  double s[4] = {0, 0, 0, 0};
-  for (size_t k = 0; k < n; ++k) {
-    const double d = v[k] - top;
-    if (d > -40) s[k & 3] += ExpNonPositive(d);
+  // Four partial sums: a fixed order (so a fixed result) whose lanes vectorise. A term left
+  // out adds an exact 0.
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    s0 += ExpTerm(v[k] - top);
+    s1 += ExpTerm(v[k + 1] - top);
+    s2 += ExpTerm(v[k + 2] - top);
+    s3 += ExpTerm(v[k + 3] - top);
   }
-  return (s[0] + s[1]) + (s[2] + s[3]);
+  double* rest[3] = {&s0, &s1, &s2};
+  for (size_t i = 0; k < n; ++k, ++i) *rest[i] += ExpTerm(v[k] - top);
+  return (s0 + s1) + (s2 + s3);
 }
 
 // A counter-based stream: the i-th draw depends on (seed, trial, name, i) only.
