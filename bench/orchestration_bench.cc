@@ -3,7 +3,9 @@
 // no-op objective with SQLite storage (the peer script), measured in the same run.
 //
 // Usage: orchestration_bench [--peers DIR] [--skip-peer] [--peer-all-sizes] [--sizes 1000,10000]
-//                            [--repeat N]
+//                            [--repeat N] [--baseline SWEEP]
+// --baseline: another build's sweep binary, run in turn with this one (round by round), so
+// that a change to the coordinator is measured against what it replaced in one run.
 // Optuna runs at the first size only unless --peer-all-sizes (10,000 Optuna trials take minutes).
 // Prints one line per measurement and a summary with the ratios the targets are about:
 //   ours_vs_optuna = our trials/s at 1,000 / Optuna's trials/s at 1,000   (target >= 100)
@@ -36,16 +38,18 @@ int Shell(const std::string& cmd) {
 }
 
 // One `sweep run` of n no-op-like function trials; returns wall seconds, or -1.
-double RunOurs(const fs::path& dir, int64_t n, int round) {
-  std::string name = "noop" + std::to_string(n) + "_" + std::to_string(round);
+double RunOurs(const fs::path& dir, int64_t n, int round,
+               const std::string& binary = SWEEP_BINARY) {
+  std::string name = "noop" + std::to_string(n) + "_" + std::to_string(round) +
+                     (binary == SWEEP_BINARY ? "" : "_baseline");
   fs::path cfg = dir / (name + ".toml");
   std::ofstream(cfg) << "[sweep]\nname = \"" << name << "\"\nmax_trials = " << n
                      << "\nseed = 1\n[trial]\nkind = \"function\"\n[function]\nname = "
                         "\"branin\"\n[parameters]\nx1 = { distribution = \"uniform\", min = -5, "
                         "max = 10 }\nx2 = { distribution = \"uniform\", min = 0, max = 15 }\n";
   fs::path db = dir / (name + ".db");
-  std::string cmd = std::string("'") + SWEEP_BINARY + "' run '" + cfg.string() + "' --db '" +
-                    db.string() + "' > /dev/null 2> '" + (dir / "log.txt").string() + "'";
+  std::string cmd = "'" + binary + "' run '" + cfg.string() + "' --db '" + db.string() +
+                    "' > /dev/null 2> '" + (dir / "log.txt").string() + "'";
   double t0 = Seconds();
   int rc = Shell(cmd);
   double t1 = Seconds();
@@ -79,6 +83,7 @@ int main(int argc, char** argv) {
   bool peer_all_sizes = false;
   std::vector<int64_t> sizes = {1000, 10000};
   int repeat = 3;
+  std::string baseline;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--peers" && i + 1 < argc) {
@@ -89,6 +94,8 @@ int main(int argc, char** argv) {
       peer_all_sizes = true;
     } else if (a == "--repeat" && i + 1 < argc) {
       repeat = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--baseline" && i + 1 < argc) {
+      baseline = argv[++i];
     } else if (a == "--sizes" && i + 1 < argc) {
       sizes.clear();
       std::stringstream ss(argv[++i]);
@@ -96,7 +103,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--peers DIR] [--skip-peer] [--peer-all-sizes] [--sizes 1000,10000] "
-                   "[--repeat N]\n",
+                   "[--repeat N] [--baseline SWEEP]\n",
                    argv[0]);
       return 2;
     }
@@ -108,11 +115,15 @@ int main(int argc, char** argv) {
 
   std::map<int64_t, double> per_trial_ms;
   for (int64_t n : sizes) {
-    std::vector<double> times;
+    std::vector<double> times, base_times;
     for (int r = 0; r < repeat; ++r) {
       double s = RunOurs(dir, n, r);
       if (s < 0) return 1;
       times.push_back(s);
+      if (baseline.empty()) continue;
+      s = RunOurs(dir, n, r, baseline);
+      if (s < 0) return 1;
+      base_times.push_back(s);
     }
     std::sort(times.begin(), times.end());
     double median = times[times.size() / 2];
@@ -121,6 +132,14 @@ int main(int argc, char** argv) {
         "sweep  trials=%-6ld seconds=%.3f (median of %d)  trials_per_s=%.0f  "
         "ms_per_trial=%.4f\n",
         static_cast<long>(n), median, repeat, static_cast<double>(n) / median, per_trial_ms[n]);
+    if (!baseline.empty()) {
+      std::sort(base_times.begin(), base_times.end());
+      const double base = base_times[base_times.size() / 2];
+      std::printf(
+          "baseline trials=%-6ld seconds=%.3f (median of %d)  trials_per_s=%.0f  "
+          "this build / baseline time=%.3f\n",
+          static_cast<long>(n), base, repeat, static_cast<double>(n) / base, median / base);
+    }
     std::fflush(stdout);
   }
 

@@ -4,7 +4,8 @@
 // (or better) while spending at most one third of its epochs.
 //
 // Usage: asha_trainer_bench [--trials N] [--asha-trials M] [--epochs E] [--samples S]
-//                           [--seeds 1,2,...] [--dataset DIR]
+//                           [--seeds 1,2,...] [--dataset DIR] [--search random|tpe]
+// --search tpe: the early-stopping arm proposes its trials by TPE, which learns from the rungs.
 // ASHA may be given more trials than random search (--asha-trials): spending the saved epochs
 // on more candidates is what early stopping is for; the epoch ratio is reported either way.
 #include <sys/wait.h>
@@ -71,11 +72,11 @@ bool RunSweep(const fs::path& dir, const std::string& name, const std::string& c
 }
 
 std::string Config(const std::string& name, int trials, int epochs, int samples, int seed,
-                   const std::string& dataset, bool asha) {
+                   const std::string& dataset, bool asha, const std::string& search = "random") {
   std::ostringstream c;
   c << "[sweep]\nname = \"" << name
     << "\"\nmetric = \"val_acc\"\nmode = \"max\"\nmax_trials = " << trials << "\nseed = " << seed
-    << "\n[search]\nalgorithm = \"random\"\n[parameters]\n"
+    << "\n[search]\nalgorithm = \"" << search << "\"\n[parameters]\n"
     << "lr = { distribution = \"log_uniform\", min = 0.002, max = 0.5 }\n"
     << "momentum = { distribution = \"uniform\", min = 0.5, max = 0.98 }\n"
     << "batch_size = { values = [32, 64, 128, 256] }\n"
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
   int trials = 27, asha_trials = 27, epochs = 27, samples = 10000;
   std::vector<int> seeds = {1};
   std::string dataset = "/usr/share/datasets/fashion-mnist";
+  std::string search = "random";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--trials") {
@@ -105,6 +107,8 @@ int main(int argc, char** argv) {
       epochs = std::stoi(v);
     } else if (a == "--samples") {
       samples = std::stoi(v);
+    } else if (a == "--search" && (v == "random" || v == "tpe")) {
+      search = v;
     } else if (a == "--dataset") {
       dataset = v;
     } else if (a == "--seeds") {
@@ -124,8 +128,8 @@ int main(int argc, char** argv) {
   fs::path dir = ::mkdtemp(tmpl);
   std::printf(
       "ASHA vs random search: Fashion-MNIST MLP, %d training images, up to %d epochs, "
-      "random %d trials, ASHA %d trials (eta 3, rungs at 1, 3, 9)\n",
-      samples, epochs, trials, asha_trials);
+      "random %d trials, ASHA %d trials proposed by %s search (eta 3, rungs at 1, 3, 9)\n",
+      samples, epochs, trials, asha_trials, search.c_str());
   std::printf("%-5s %-10s %7s %7s %9s %8s %8s\n", "seed", "search", "trials", "pruned", "epochs",
               "best", "seconds");
   int met = 0;
@@ -133,7 +137,8 @@ int main(int argc, char** argv) {
     Outcome random, asha;
     std::string r = "random" + std::to_string(seed), s = "asha" + std::to_string(seed);
     if (!RunSweep(dir, r, Config(r, trials, epochs, samples, seed, dataset, false), &random) ||
-        !RunSweep(dir, s, Config(s, asha_trials, epochs, samples, seed, dataset, true), &asha)) {
+        !RunSweep(dir, s, Config(s, asha_trials, epochs, samples, seed, dataset, true, search),
+                  &asha)) {
       return 1;
     }
     for (auto [label, o] : {std::pair<const char*, Outcome*>{"random", &random}, {"asha", &asha}}) {
