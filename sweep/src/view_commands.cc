@@ -203,6 +203,182 @@ struct ShowArgs {
   bool json = false;
 };
 
+// "  key         value", the value wrapped at spaces to the terminal's width; its own line
+// breaks (a program's last lines in an error) keep the indent, other control characters
+// (a carriage return in a value) become spaces.
+void WriteRow(std::ostream& out, int width, const std::string& key, const std::string& value) {
+  const size_t indent = 14;
+  // A terminal too narrow for the indent and 8 columns of text gets lines that wrap rather
+  // than text that is lost.
+  const size_t columns = static_cast<size_t>(std::max(width, 0));
+  const size_t room = columns > indent + 8 ? columns - indent : 8;
+  const size_t clip = indent + room;
+  std::string rest;
+  for (char ch : value) {
+    const bool control = static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
+    rest += ch == '\n' ? '\n' : control ? ' ' : ch;
+  }
+  while (!rest.empty() && rest.back() == '\n') rest.pop_back();
+  std::string head = "  " + key + std::string(key.size() < 12 ? 12 - key.size() : 1, ' ');
+  do {
+    if (const size_t nl = rest.find('\n'); nl != std::string::npos) {
+      // A line break of the value's own, before it needs wrapping.
+      if (report::DisplayWidth(rest.substr(0, nl)) <= room) {
+        out << report::ClipColumns(head + rest.substr(0, nl), clip) << "\n";
+        rest = rest.substr(nl + 1);
+        head = std::string(indent, ' ');
+        continue;
+      }
+    }
+    size_t cut = rest.size();
+    if (report::DisplayWidth(rest) > room) {
+      cut = report::ClipColumns(rest, room).size();
+      // Break between "key value" pairs (two spaces) before breaking inside one.
+      size_t space = rest.rfind("  ", cut);
+      if (space == std::string::npos || space <= cut / 2) space = rest.rfind(' ', cut);
+      if (space != std::string::npos && space > cut / 2) cut = space;
+    }
+    out << report::ClipColumns(head + rest.substr(0, cut), clip) << "\n";
+    rest = rest.substr(cut);
+    while (!rest.empty() && rest.front() == ' ') rest.erase(0, 1);
+    head = std::string(indent, ' ');
+  } while (!rest.empty());
+}
+
+// `show --json`: the trial's row, its reports and its history.
+void ShowJson(const store::TrialRecord& t, const std::vector<store::ReportRecord>& reports,
+              const std::vector<store::EventRecord>& events, bool orphaned) {
+  json j = TrialJson(t);
+  j["objective"] = t.objective ? json(*t.objective) : json(nullptr);
+  j["retries"] = t.retries;
+  // Always there (null unless pruned): a script reads it without checking first.
+  j["pruned_reason"] = t.status == store::TrialStatus::kPruned ? json(t.error) : json(nullptr);
+  j["coordinator_gone"] = orphaned;
+  json rs = json::array();
+  for (const store::ReportRecord& r : reports) {
+    rs.push_back({{"step", r.step},
+                  {"epoch", r.epoch},
+                  {"time", r.time_s},
+                  {"metrics", report::ParseObject(r.metrics_json)}});
+  }
+  j["reports"] = std::move(rs);
+  json history = json::array();
+  for (const store::EventRecord& e : events) {
+    history.push_back({{"from", e.from}, {"to", e.to}, {"detail", e.detail}, {"time", e.time_s}});
+  }
+  j["history"] = std::move(history);
+  PrintJson(std::cout, j);
+}
+
+// The trial's fields, one row each, and its history when there is more than a start and an end.
+void ShowFields(std::ostream& out, int width, const store::SweepRecord& sw,
+                const store::TrialRecord& t, const std::vector<store::EventRecord>& events,
+                bool orphaned) {
+  auto row = [&](const std::string& key, const std::string& value) {
+    WriteRow(out, width, key, value);
+  };
+  json params = report::ParseObject(t.params_json);
+  if (params.empty()) row("params", "(none)");
+  for (auto& [k, v] : params.items())
+    row(k == params.begin().key() ? "params" : "", k + " = " + Value(v));
+  row(sw.metric, t.objective ? report::ShortNumber(*t.objective) + "  (" +
+                                   (sw.maximize ? "max" : "min") + ", last reported)"
+                             : "-");
+  json metrics = report::ParseObject(t.metrics_json);
+  std::string ms;
+  for (auto& [k, v] : metrics.items()) ms += (ms.empty() ? "" : "  ") + k + " " + Value(v);
+  if (!ms.empty()) row("metrics", ms);
+  row("placement", t.placement.empty() ? "-" : t.placement);
+  row("started", t.started_s ? LocalTime(*t.started_s) : "-");
+  row("ended", t.ended_s ? LocalTime(*t.ended_s) : "-");
+  if (t.started_s && t.ended_s) {
+    row("duration", report::ShortNumber(*t.ended_s - *t.started_s) + " s");
+  } else if (t.started_s && t.status == store::TrialStatus::kRunning && !orphaned) {
+    row("duration", "running for " + report::ShortNumber(UnixSeconds() - *t.started_s) + " s");
+  }
+  const bool by_epoch = ResourceIsEpoch(sw);
+  row(by_epoch ? "epochs" : "steps", report::ShortNumber(t.epochs));
+  if (t.retries > 0) row("retries", std::to_string(t.retries));
+  if (!t.checkpoint.empty()) row("checkpoint", t.checkpoint);
+  if (!t.stdout_log.empty()) row("stdout", t.stdout_log);
+  if (!t.stderr_log.empty()) row("stderr", t.stderr_log);
+  if (!t.error.empty()) {
+    row(t.status == store::TrialStatus::kPruned ? "pruned" : "error", t.error);
+  }
+  // With TPE, which way it was proposed (its first start event says).
+  for (const store::EventRecord& e : events) {
+    const size_t by = e.detail.find(kProposedBy);
+    if (e.from.empty() && by != std::string::npos) {
+      row("proposed by", e.detail.substr(by + kProposedBy.size()));
+      break;
+    }
+  }
+  // Its state changes, when there is more to tell than one start and one end: interrupted on a
+  // lost agent or a stopped coordinator and run again, or carried over from another sweep.
+  const bool eventful =
+      events.size() > 2 || std::any_of(events.begin(), events.end(), [](const auto& e) {
+        return e.detail.rfind("carried over", 0) == 0;
+      });
+  if (eventful) {
+    std::string lines;
+    for (const store::EventRecord& e : events) {
+      lines += (lines.empty() ? "" : "\n") + LocalTime(e.time_s) + "  " +
+               (e.from.empty() ? "" : e.from + " -> ") + e.to +
+               (e.detail.empty() ? "" : ": " + e.detail);
+    }
+    row("history", lines);
+  }
+}
+
+// One chart per metric the reports carry, the sweep's metric first.
+void ShowCharts(std::ostream& out, int width, const store::SweepRecord& sw,
+                const std::vector<store::ReportRecord>& reports) {
+  const bool by_epoch = ResourceIsEpoch(sw);
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  std::vector<std::string> never_finite;  // reported, but NaN or infinite (null) every time
+  std::vector<json> parsed;
+  for (const store::ReportRecord& r : reports) {
+    parsed.push_back(report::ParseObject(r.metrics_json));
+    for (auto& [k, v] : parsed.back().items()) {
+      if (v.is_number() && seen.insert(k).second) names.push_back(k);
+    }
+  }
+  for (const json& m : parsed) {
+    for (auto& [k, v] : m.items()) {
+      if (v.is_null() && !seen.count(k) &&
+          std::find(never_finite.begin(), never_finite.end(), k) == never_finite.end()) {
+        never_finite.push_back(k);
+      }
+    }
+  }
+  std::stable_partition(names.begin(), names.end(),
+                        [&](const std::string& n) { return n == sw.metric; });
+  if (reports.empty()) out << "\nno reports\n";
+  for (const std::string& name : names) {
+    // The reports that carry the metric (NaN where it was reported NaN or infinite).
+    std::vector<std::pair<double, double>> points;
+    for (size_t i = 0; i < reports.size(); ++i) {
+      if (!parsed[i].contains(name)) continue;
+      auto v = report::NumberIn(parsed[i], name);
+      const double x = by_epoch ? reports[i].epoch : static_cast<double>(reports[i].step);
+      points.emplace_back(x, v ? *v : std::nan(""));
+    }
+    report::LineChartOptions o;
+    o.width = width;
+    o.height = 4;
+    o.x_label = by_epoch ? "epoch" : "step";
+    const auto& last = points.back();
+    o.title = name + "  (" + std::to_string(points.size()) +
+              (points.size() == 1 ? " report" : " reports") + ", last " +
+              report::ShortNumber(last.second) + ")";
+    out << "\n" << report::LineChart(points, o);
+  }
+  for (const std::string& name : never_finite) {
+    out << "\n" << name << "  (no chart: nan, NaN or infinite, in every report)\n";
+  }
+}
+
 int CmdShow(const ShowArgs& a) {
   auto st = OpenToRead(a.db);
   if (!st.ok()) return Fail(st.status());
@@ -228,172 +404,17 @@ int CmdShow(const ShowArgs& a) {
   const bool orphaned = t.status == store::TrialStatus::kRunning && CoordinatorGone(a.db, *sw);
 
   if (a.json) {
-    json j = TrialJson(t);
-    j["objective"] = t.objective ? json(*t.objective) : json(nullptr);
-    j["retries"] = t.retries;
-    // Always there (null unless pruned): a script reads it without checking first.
-    j["pruned_reason"] = t.status == store::TrialStatus::kPruned ? json(t.error) : json(nullptr);
-    j["coordinator_gone"] = orphaned;
-    json rs = json::array();
-    for (const store::ReportRecord& r : *reports) {
-      rs.push_back({{"step", r.step},
-                    {"epoch", r.epoch},
-                    {"time", r.time_s},
-                    {"metrics", report::ParseObject(r.metrics_json)}});
-    }
-    j["reports"] = std::move(rs);
-    json history = json::array();
-    for (const store::EventRecord& e : *events) {
-      history.push_back({{"from", e.from}, {"to", e.to}, {"detail", e.detail}, {"time", e.time_s}});
-    }
-    j["history"] = std::move(history);
-    PrintJson(std::cout, j);
+    ShowJson(t, *reports, *events, orphaned);
     return kExitOk;
   }
-
   const int width = report::TerminalColumns(STDOUT_FILENO);
   std::ostringstream out;
   out << "trial " << t.number << " of sweep " << sw->name << ": " << store::ToString(t.status)
       << (orphaned ? " (its coordinator is gone: " + ResumeCommand(*sw, a.db) + " runs it again)"
                    : "")
       << "\n";
-  // "  key         value", the value wrapped at spaces to the terminal's width; its own line
-  // breaks (a program's last lines in an error) keep the indent, other control characters
-  // (a carriage return in a value) become spaces.
-  auto row = [&](const std::string& key, const std::string& value) {
-    const size_t indent = 14;
-    // A terminal too narrow for the indent and 8 columns of text gets lines that wrap rather
-    // than text that is lost.
-    const size_t columns = static_cast<size_t>(std::max(width, 0));
-    const size_t room = columns > indent + 8 ? columns - indent : 8;
-    const size_t clip = indent + room;
-    std::string rest;
-    for (char ch : value) {
-      const bool control = static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
-      rest += ch == '\n' ? '\n' : control ? ' ' : ch;
-    }
-    while (!rest.empty() && rest.back() == '\n') rest.pop_back();
-    std::string head = "  " + key + std::string(key.size() < 12 ? 12 - key.size() : 1, ' ');
-    do {
-      if (const size_t nl = rest.find('\n'); nl != std::string::npos) {
-        // A line break of the value's own, before it needs wrapping.
-        if (report::DisplayWidth(rest.substr(0, nl)) <= room) {
-          out << report::ClipColumns(head + rest.substr(0, nl), clip) << "\n";
-          rest = rest.substr(nl + 1);
-          head = std::string(indent, ' ');
-          continue;
-        }
-      }
-      size_t cut = rest.size();
-      if (report::DisplayWidth(rest) > room) {
-        cut = report::ClipColumns(rest, room).size();
-        // Break between "key value" pairs (two spaces) before breaking inside one.
-        size_t space = rest.rfind("  ", cut);
-        if (space == std::string::npos || space <= cut / 2) space = rest.rfind(' ', cut);
-        if (space != std::string::npos && space > cut / 2) cut = space;
-      }
-      out << report::ClipColumns(head + rest.substr(0, cut), clip) << "\n";
-      rest = rest.substr(cut);
-      while (!rest.empty() && rest.front() == ' ') rest.erase(0, 1);
-      head = std::string(indent, ' ');
-    } while (!rest.empty());
-  };
-  json params = report::ParseObject(t.params_json);
-  if (params.empty()) row("params", "(none)");
-  for (auto& [k, v] : params.items())
-    row(k == params.begin().key() ? "params" : "", k + " = " + Value(v));
-  row(sw->metric, t.objective ? report::ShortNumber(*t.objective) + "  (" +
-                                    (sw->maximize ? "max" : "min") + ", last reported)"
-                              : "-");
-  json metrics = report::ParseObject(t.metrics_json);
-  std::string ms;
-  for (auto& [k, v] : metrics.items()) ms += (ms.empty() ? "" : "  ") + k + " " + Value(v);
-  if (!ms.empty()) row("metrics", ms);
-  row("placement", t.placement.empty() ? "-" : t.placement);
-  row("started", t.started_s ? LocalTime(*t.started_s) : "-");
-  row("ended", t.ended_s ? LocalTime(*t.ended_s) : "-");
-  if (t.started_s && t.ended_s) {
-    row("duration", report::ShortNumber(*t.ended_s - *t.started_s) + " s");
-  } else if (t.started_s && t.status == store::TrialStatus::kRunning && !orphaned) {
-    row("duration", "running for " + report::ShortNumber(UnixSeconds() - *t.started_s) + " s");
-  }
-  const bool by_epoch = ResourceIsEpoch(*sw);
-  row(by_epoch ? "epochs" : "steps", report::ShortNumber(t.epochs));
-  if (t.retries > 0) row("retries", std::to_string(t.retries));
-  if (!t.checkpoint.empty()) row("checkpoint", t.checkpoint);
-  if (!t.stdout_log.empty()) row("stdout", t.stdout_log);
-  if (!t.stderr_log.empty()) row("stderr", t.stderr_log);
-  if (!t.error.empty()) {
-    row(t.status == store::TrialStatus::kPruned ? "pruned" : "error", t.error);
-  }
-  // With TPE, which way it was proposed (its first start event says).
-  for (const store::EventRecord& e : *events) {
-    const size_t by = e.detail.find(kProposedBy);
-    if (e.from.empty() && by != std::string::npos) {
-      row("proposed by", e.detail.substr(by + kProposedBy.size()));
-      break;
-    }
-  }
-  // Its state changes, when there is more to tell than one start and one end: interrupted on a
-  // lost agent or a stopped coordinator and run again, or carried over from another sweep.
-  const bool eventful =
-      events->size() > 2 || std::any_of(events->begin(), events->end(), [](const auto& e) {
-        return e.detail.rfind("carried over", 0) == 0;
-      });
-  if (eventful) {
-    std::string lines;
-    for (const store::EventRecord& e : *events) {
-      lines += (lines.empty() ? "" : "\n") + LocalTime(e.time_s) + "  " +
-               (e.from.empty() ? "" : e.from + " -> ") + e.to +
-               (e.detail.empty() ? "" : ": " + e.detail);
-    }
-    row("history", lines);
-  }
-
-  // One chart per metric the reports carry, the sweep's metric first.
-  std::vector<std::string> names;
-  std::set<std::string> seen;
-  std::vector<std::string> never_finite;  // reported, but NaN or infinite (null) every time
-  std::vector<json> parsed;
-  for (const store::ReportRecord& r : *reports) {
-    parsed.push_back(report::ParseObject(r.metrics_json));
-    for (auto& [k, v] : parsed.back().items()) {
-      if (v.is_number() && seen.insert(k).second) names.push_back(k);
-    }
-  }
-  for (const json& m : parsed) {
-    for (auto& [k, v] : m.items()) {
-      if (v.is_null() && !seen.count(k) &&
-          std::find(never_finite.begin(), never_finite.end(), k) == never_finite.end()) {
-        never_finite.push_back(k);
-      }
-    }
-  }
-  std::stable_partition(names.begin(), names.end(),
-                        [&](const std::string& n) { return n == sw->metric; });
-  if (reports->empty()) out << "\nno reports\n";
-  for (const std::string& name : names) {
-    // The reports that carry the metric (NaN where it was reported NaN or infinite).
-    std::vector<std::pair<double, double>> points;
-    for (size_t i = 0; i < reports->size(); ++i) {
-      if (!parsed[i].contains(name)) continue;
-      auto v = report::NumberIn(parsed[i], name);
-      const double x = by_epoch ? (*reports)[i].epoch : static_cast<double>((*reports)[i].step);
-      points.emplace_back(x, v ? *v : std::nan(""));
-    }
-    report::LineChartOptions o;
-    o.width = width;
-    o.height = 4;
-    o.x_label = by_epoch ? "epoch" : "step";
-    const auto& last = points.back();
-    o.title = name + "  (" + std::to_string(points.size()) +
-              (points.size() == 1 ? " report" : " reports") + ", last " +
-              report::ShortNumber(last.second) + ")";
-    out << "\n" << report::LineChart(points, o);
-  }
-  for (const std::string& name : never_finite) {
-    out << "\n" << name << "  (no chart: nan, NaN or infinite, in every report)\n";
-  }
+  ShowFields(out, width, *sw, t, *events, orphaned);
+  ShowCharts(out, width, *sw, *reports);
   std::cout << out.str();
   return kExitOk;
 }
