@@ -161,6 +161,16 @@ std::string ResumeCommand(const store::SweepRecord& sweep, const std::string& db
   return SweepCommand("resume", sweep.name, db, sweep.run_options);
 }
 
+Result<StatusFacts> ReadStatusFacts(store::Store& st, const store::SweepRecord& sweep) {
+  StatusFacts facts;
+  SWEEP_ASSIGN_OR_RETURN(facts.counts, st.CountByStatus(sweep.id));
+  store::TrialQuery q;
+  q.status = store::TrialStatus::kRunning;
+  SWEEP_ASSIGN_OR_RETURN(facts.running, st.Trials(sweep.id, q));
+  SWEEP_ASSIGN_OR_RETURN(facts.best, st.BestTrials(sweep.id, sweep.maximize, 1));
+  return facts;
+}
+
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
                      const store::StatusCounts& counts,
                      const std::vector<store::TrialRecord>& running,

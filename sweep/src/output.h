@@ -75,6 +75,14 @@ Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::strin
 // False for a sweep that has ended.
 bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep);
 
+// What `status` reads of a sweep: its counts by state, its running trials, its best trial.
+struct StatusFacts {
+  store::StatusCounts counts;
+  std::vector<store::TrialRecord> running;
+  std::vector<store::TrialRecord> best;  // at most one
+};
+Result<StatusFacts> ReadStatusFacts(store::Store& st, const store::SweepRecord& sweep);
+
 // The text of `sweep status`: the sweep's state and elapsed time, counts by state, the running
 // trials and their slots, the best trial. `now_s` is Unix time, for the elapsed time of a
 // sweep that has not ended; `gone`: its coordinator died (CoordinatorGone), said in its state.

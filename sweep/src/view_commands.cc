@@ -517,14 +517,11 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
       continue;
     }
     seen = true;
-    auto counts = (*st)->CountByStatus(sw->id);
-    if (!counts.ok()) return Fail(counts.status());
-    store::TrialQuery q;
-    q.status = store::TrialStatus::kRunning;
-    auto running = (*st)->Trials(sw->id, q);
-    if (!running.ok()) return Fail(running.status());
-    auto best = (*st)->BestTrials(sw->id, sw->maximize, 1);
-    if (!best.ok()) return Fail(best.status());
+    auto facts = ReadStatusFacts(**st, *sw);
+    if (!facts.ok()) return Fail(facts.status());
+    const auto* counts = &facts->counts;
+    const auto* running = &facts->running;
+    const auto* best = &facts->best;
     // A coordinator gone is said from the first table on, as `status` says it.
     const bool ended = sw->status != store::SweepStatus::kRunning;
     const bool gone = !ended && CoordinatorGone(db, *sw);
