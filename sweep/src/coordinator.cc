@@ -496,7 +496,7 @@ Status Coordinator::CommitNow(double now) {
 // Whether waiting can ever let a trial start: a server big enough is here, or agents may still
 // join.
 bool Coordinator::MayPlaceLater() const {
-  return runners_.port() != 0 || config_.trial.slots <= servers_->packer().largest_server();
+  return runners_.may_add_servers() || config_.trial.slots <= servers_->packer().largest_server();
 }
 
 // The flags a resume needs to bring this run's agents back (stored with the sweep's owner).

@@ -176,6 +176,13 @@ void RunnerSet::EndTrialsNow() {
   for (auto& r : runners_) r->EndTrialsNow();
 }
 
+bool RunnerSet::may_add_servers() const {
+  for (const auto& r : runners_) {
+    if (r->may_add_servers()) return true;
+  }
+  return false;
+}
+
 int RunnerSet::port() const {
   for (const auto& r : runners_) {
     if (r->port() != 0) return r->port();

@@ -73,6 +73,8 @@ class TrialRunner {
   virtual void EndTrialsNow() {}
   // The port agents connect to (0: this runner takes none).
   virtual int port() const { return 0; }
+  // Whether servers may still join it (agents connecting): a sweep waits for them.
+  virtual bool may_add_servers() const { return false; }
 };
 
 // This machine's slots and its pool of `sweep worker` processes.
@@ -112,6 +114,7 @@ class HubRunner final : public TrialRunner {
   Status Wait(int timeout_ms, int wake_fd, std::vector<RunnerEvent>* events) override;
   void Shutdown(bool sweep_over, int grace_ms) override;
   int port() const override { return hub_.port(); }
+  bool may_add_servers() const override { return true; }
 
  private:
   executor::AgentHub hub_;
@@ -134,6 +137,7 @@ class RunnerSet {
   void Shutdown(bool sweep_over, int grace_ms);
   void EndTrialsNow();
   int port() const;  // the first runner's that takes agents, else 0
+  bool may_add_servers() const;
 
  private:
   std::vector<std::unique_ptr<TrialRunner>> runners_;

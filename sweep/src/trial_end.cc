@@ -84,7 +84,7 @@ void Coordinator::ServerTrouble(int64_t number, const RunningTrial& t, TrialEnd&
   const std::string trouble = "trial " + std::to_string(number) + ": " + error;
   servers_->Retire(t.where.server, trouble, options_.log, options_.live_status);
   const executor::Packer& packer = servers_->packer();
-  if (packer.largest_server() >= config_.trial.slots || runners_.port() != 0) {
+  if (packer.largest_server() >= config_.trial.slots || runners_.may_add_servers()) {
     end.then = TrialEnd::Then::kRunAgain;
     end.note += "; running it again on another server";
     if (packer.largest_server() < config_.trial.slots && options_.log != nullptr &&
