@@ -113,9 +113,15 @@ ALTER TABLE sweeps ADD COLUMN time_budget_s REAL;
 ALTER TABLE sweeps ADD COLUMN carried INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sweeps ADD COLUMN sample_shift INTEGER NOT NULL DEFAULT 0;
 )sql",
-    // 6 -> 7: which sampler proposed a TPE sweep's trial (TPE, or its startup random trials).
+    // 6 -> 7: which sampler proposed a TPE sweep's trial (TPE, or its startup random trials),
+    // taken for earlier trials from their start event ("local:cpu0; proposed by tpe").
     R"sql(
 ALTER TABLE trials ADD COLUMN proposed_by TEXT NOT NULL DEFAULT '';
+UPDATE trials SET proposed_by = COALESCE((
+  SELECT substr(e.detail, instr(e.detail, '; proposed by ') + 14) FROM events e
+  WHERE e.sweep_id = trials.sweep_id AND e.trial = trials.number AND e.from_state = ''
+    AND instr(e.detail, '; proposed by ') > 0
+  ORDER BY e.id LIMIT 1), '');
 )sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,

@@ -82,8 +82,8 @@ Status Coordinator::Prepare() {
   SWEEP_ASSIGN_OR_RETURN(runners_, seams_.runners ? seams_.runners(config_, options_)
                                                   : DefaultRunners(config_, options_));
   // This machine's server joins at once (agents later, as they connect).
-  SWEEP_RETURN_IF_ERROR(runners_.Poll(0, &events_, &event_runners_));
-  SWEEP_RETURN_IF_ERROR(TakeServerEvents(events_, event_runners_, Now(), false));
+  SWEEP_RETURN_IF_ERROR(runners_.Poll(0, &events_));
+  SWEEP_RETURN_IF_ERROR(TakeEvents(Now()));
   SWEEP_RETURN_IF_ERROR(FitsHere(config_, options_, servers_->packer().largest_server()));
   if (options_.local_slots && options_.log != nullptr) kind_->WarnHere(*options_.log);
   if (config_.trial.gpu_share > 1 && !servers_->packer().gpu() && options_.log != nullptr) {
@@ -127,34 +127,32 @@ Status Coordinator::Prepare() {
 }
 
 // Servers joining, stopping and leaving; trials' reports and ends.
-Status Coordinator::TakeServerEvents(std::vector<RunnerEvent>& events,
-                                     const std::vector<size_t>& from, double now, bool stopping) {
-  for (size_t i = 0; i < events.size(); ++i) {
-    RunnerEvent& e = events[i];
+Status Coordinator::TakeEvents(double now) {
+  for (RunnerEvent& e : events_) {
     switch (e.kind) {
       case RunnerEvent::Kind::kTrial:
-        SWEEP_RETURN_IF_ERROR(Handle(e.trial, now, stopping, e.server_lost, e.server_stopped));
+        SWEEP_RETURN_IF_ERROR(Handle(e.trial, now, e.server_lost, e.server_stopped));
         break;
       case RunnerEvent::Kind::kServerJoined:
-        SWEEP_RETURN_IF_ERROR(servers_->Join(from[i], e.server, std::move(e.offer),
+        SWEEP_RETURN_IF_ERROR(servers_->Join(e.runner, e.server, std::move(e.offer),
                                              config_.trial.slots, options_.log));
         break;
       case RunnerEvent::Kind::kServerDraining:
-        servers_->Draining(from[i], e.server);
+        servers_->Draining(e.runner, e.server);
         break;
       case RunnerEvent::Kind::kServerLost:
-        servers_->Lost(from[i], e.server);
+        servers_->Lost(e.runner, e.server);
         break;
     }
   }
-  events.clear();
+  events_.clear();
   return Status::Ok();
 }
 
 Result<RunSummary> Coordinator::Loop() {
   for (;;) {
     const double now = Now();
-    CheckStops(now, &stopping_);
+    CheckStops(now);
     if (stopping_ && !running_.empty() && options_.interrupt_again != nullptr &&
         options_.interrupt_again->load()) {
       SWEEP_RETURN_IF_ERROR(StopAtOnce(now));
@@ -164,7 +162,7 @@ Result<RunSummary> Coordinator::Loop() {
         if (!t.stop_sent) (void)StopTrial(number, t);
       }
     }
-    if (!stopping_) SWEEP_RETURN_IF_ERROR(PlaceTrials(now, stopping_));
+    if (!stopping_) SWEEP_RETURN_IF_ERROR(PlaceTrials(now));
     // (Trouble met while placing, the sweep stops interrupted at the loop's top first.)
     if (running_.empty() && (stopping_ || !WorkLeft() || !MayPlaceLater()) &&
         (stopping_ || machine_trouble_.empty())) {
@@ -172,16 +170,16 @@ Result<RunSummary> Coordinator::Loop() {
     }
     // Take what has arrived; commit before waiting, so readers see everything up to the moment
     // the loop goes idle, and at least every kCommitIntervalS while busy.
-    SWEEP_RETURN_IF_ERROR(runners_.Poll(0, &events_, &event_runners_));
+    SWEEP_RETURN_IF_ERROR(runners_.Poll(0, &events_));
     double t = Now();
     if (events_.empty() || t - last_commit_s_ >= kCommitIntervalS) {
       SWEEP_RETURN_IF_ERROR(CommitNow(t));
     }
     if (events_.empty()) {
-      SWEEP_RETURN_IF_ERROR(runners_.Poll(200, &events_, &event_runners_));
+      SWEEP_RETURN_IF_ERROR(runners_.Poll(200, &events_));
       t = Now();
     }
-    SWEEP_RETURN_IF_ERROR(TakeServerEvents(events_, event_runners_, t, stopping_));
+    SWEEP_RETURN_IF_ERROR(TakeEvents(t));
     ShowProgress(t, false);
   }
   return End();
@@ -189,27 +187,27 @@ Result<RunSummary> Coordinator::Loop() {
 
 // Whether the sweep stops now, and why: an interrupt, stop_when met, the machine's trouble,
 // trials that cannot succeed as configured, the time budget.
-void Coordinator::CheckStops(double now, bool* stopping) {
-  if (*stopping) return;
+void Coordinator::CheckStops(double now) {
+  if (stopping_) return;
   if (options_.interrupt != nullptr && options_.interrupt->load()) {
-    *stopping = interrupted_ = true;
+    stopping_ = interrupted_ = true;
     stop_reason_ = "interrupted by the user";
     progress_.Interrupted(running_.size(), kind_->HowTrialsStop());
   } else if (!target_trials_.empty()) {
-    *stopping = true;  // stop_reason_ says which trial reached it
+    stopping_ = true;  // stop_reason_ says which trial reached it
   } else if (!machine_trouble_.empty()) {
-    *stopping = interrupted_ = true;
+    stopping_ = interrupted_ = true;
     stop_reason_ = machine_trouble_;
     progress_.Stopping(machine_trouble_, running_.size());
   } else if (const std::string& hopeless =
                  !metric_missing_.empty() ? metric_missing_ : failing_start_;
              !hopeless.empty()) {
     // Trials that cannot succeed as configured: the sweep stops, resumable once fixed.
-    *stopping = interrupted_ = true;
+    stopping_ = interrupted_ = true;
     stop_reason_ = hopeless;
     progress_.Stopping(hopeless, 0);
   } else if (config_.sweep.time_budget_s && ActiveSeconds(now) >= *config_.sweep.time_budget_s) {
-    *stopping = true;
+    stopping_ = true;
     // A budget under a minute in seconds ("0.4 s", which mm:ss would show as 00:00).
     const double budget = *config_.sweep.time_budget_s;
     stop_reason_ = "time budget of " +
@@ -218,11 +216,11 @@ void Coordinator::CheckStops(double now, bool* stopping) {
 }
 
 // Places trials while there is room: those to run again first, then new ones.
-Status Coordinator::PlaceTrials(double now, bool stopping) {
+Status Coordinator::PlaceTrials(double now) {
   const int max_concurrent =
       config_.sweep.max_concurrent > 0 ? config_.sweep.max_concurrent : 1 << 30;
   executor::Packer& packer = servers_->packer();
-  while (!stopping && static_cast<int>(running_.size()) < max_concurrent) {
+  while (static_cast<int>(running_.size()) < max_concurrent) {
     const bool fresh = queue_.empty();
     if (fresh && !source_->Left()) break;
     executor::Request request;
@@ -466,8 +464,7 @@ Status Coordinator::StopAtOnce(double now) {
     (void)servers_->packer().Release(t.where);
     --counts_.running;
     progressed_.erase(number);
-    const TrialEnd end =
-        StoppedEnd(FactsOf(number, t, true), "stopped at once by a second interrupt");
+    const TrialEnd end = StoppedEnd(FactsOf(number, t), "stopped at once by a second interrupt");
     SWEEP_RETURN_IF_ERROR(FinishTrial(number, t, end.status, end.note, now));
   }
   return Status::Ok();

@@ -103,11 +103,10 @@ class Coordinator {
 
   // coordinator.cc
   Status Prepare();
-  Status TakeServerEvents(std::vector<RunnerEvent>& events, const std::vector<size_t>& from,
-                          double now, bool stopping);
+  Status TakeEvents(double now);
   Result<RunSummary> Loop();
-  void CheckStops(double now, bool* stopping);
-  Status PlaceTrials(double now, bool stopping);
+  void CheckStops(double now);
+  Status PlaceTrials(double now);
   Result<RunSummary> End();
   Status StartTrial(const Pending& p, executor::Placement where, double now, bool rerun);
   Status RecordRerun(const Pending& p, RunningTrial& t, executor::TrialTask& task, double now);
@@ -141,11 +140,10 @@ class Coordinator {
   std::string TargetNote() const;
 
   // trial_end.cc
-  Status Handle(executor::WorkerEvent& ev, double now, bool stopping, bool server_lost = false,
-                bool server_stopped = false);
-  Status HandleEnd(executor::WorkerEvent& ev, RunningTrial& t, double now, bool stopping,
-                   bool server_lost, bool server_stopped);
-  TrialFacts FactsOf(int64_t number, const RunningTrial& t, bool stopping) const;
+  Status Handle(executor::WorkerEvent& ev, double now, bool server_lost, bool server_stopped);
+  Status HandleEnd(executor::WorkerEvent& ev, RunningTrial& t, double now, bool server_lost,
+                   bool server_stopped);
+  TrialFacts FactsOf(int64_t number, const RunningTrial& t) const;
   void ServerTrouble(int64_t number, const RunningTrial& t, TrialEnd& end,
                      const std::string& error);
   Status FinishTrial(int64_t number, const RunningTrial& t, store::TrialStatus status,
@@ -222,9 +220,8 @@ class Coordinator {
   std::set<int64_t> metric_at_cap_;
   int64_t failed_unreported_ = 0;  // trials of this run that failed before reporting anything
   std::vector<int64_t> initial_failures_;  // their numbers, while none of the sweep succeeded
-  std::string machine_trouble_;  // what stopped a trial that was not its fault; stops the sweep
-  std::vector<RunnerEvent> events_;
-  std::vector<size_t> event_runners_;
+  std::string machine_trouble_;      // what stopped a trial that was not its fault; stops the sweep
+  std::vector<RunnerEvent> events_;  // what the runners said this loop turn
 };
 
 }  // namespace sweep

@@ -21,7 +21,7 @@ void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& 
                       const std::string& metric);
 
 // How a trial's first start event says which sampler proposed it, after its placement
-// ("local:cpu0; proposed by tpe"): written by the coordinator, read by `show`.
+// ("local:cpu0; proposed by tpe"); the store's schema 7 migration reads it back the same way.
 inline constexpr std::string_view kProposedBy = "; proposed by ";
 
 // Exit codes of every command: 0 success; 1 runtime failure; 2 usage or config error.

@@ -150,21 +150,21 @@ void HubRunner::Shutdown(bool sweep_over, int) {
 
 void RunnerSet::Add(std::unique_ptr<TrialRunner> runner) { runners_.push_back(std::move(runner)); }
 
-Status RunnerSet::Poll(int timeout_ms, std::vector<RunnerEvent>* events,
-                       std::vector<size_t>* from) {
-  auto drain = [&](size_t i, bool wait, int wake_fd) -> Status {
+Status RunnerSet::Poll(int timeout_ms, std::vector<RunnerEvent>* events) {
+  auto take = [&](size_t i, bool wait, int wake_fd) -> Status {
+    const size_t before = events->size();
     SWEEP_RETURN_IF_ERROR(wait ? runners_[i]->Wait(timeout_ms, wake_fd, events)
                                : runners_[i]->Drain(events));
-    from->resize(events->size(), i);
+    for (size_t k = before; k < events->size(); ++k) (*events)[k].runner = i;
     return Status::Ok();
   };
-  for (size_t i = 0; i < runners_.size(); ++i) SWEEP_RETURN_IF_ERROR(drain(i, false, -1));
+  for (size_t i = 0; i < runners_.size(); ++i) SWEEP_RETURN_IF_ERROR(take(i, false, -1));
   if (!events->empty() || timeout_ms <= 0 || runners_.empty()) return Status::Ok();
   // The first runner waits, woken by another's events (one other can wake it: the hub).
   int wake_fd = -1;
   for (size_t i = 1; i < runners_.size() && wake_fd < 0; ++i) wake_fd = runners_[i]->wake_fd();
-  SWEEP_RETURN_IF_ERROR(drain(0, true, wake_fd));
-  for (size_t i = 1; i < runners_.size(); ++i) SWEEP_RETURN_IF_ERROR(drain(i, false, -1));
+  SWEEP_RETURN_IF_ERROR(take(0, true, wake_fd));
+  for (size_t i = 1; i < runners_.size(); ++i) SWEEP_RETURN_IF_ERROR(take(i, false, -1));
   return Status::Ok();
 }
 

@@ -33,6 +33,7 @@ struct ServerOffer {
 struct RunnerEvent {
   enum class Kind { kTrial, kServerJoined, kServerDraining, kServerLost };
   Kind kind = Kind::kTrial;
+  size_t runner = 0;            // the runner's index in its RunnerSet (set by RunnerSet::Poll)
   int64_t server = 0;           // the runner's own name for the server (an agent id)
   executor::WorkerEvent trial;  // kTrial
   // kTrial: the trial ended because its server went away (lost, or stopping)...
@@ -131,9 +132,9 @@ class RunnerSet {
   void Add(std::unique_ptr<TrialRunner> runner);
   size_t size() const { return runners_.size(); }
   TrialRunner& at(size_t i) { return *runners_[i]; }
-  // Everything that has arrived; when nothing has, waits up to timeout_ms for something.
-  // Each event's runner index goes in `from`, beside it.
-  Status Poll(int timeout_ms, std::vector<RunnerEvent>* events, std::vector<size_t>* from);
+  // Everything that has arrived, each event with its runner's index; when nothing has, waits
+  // up to timeout_ms for something.
+  Status Poll(int timeout_ms, std::vector<RunnerEvent>* events);
   void Shutdown(bool sweep_over, int grace_ms);
   void EndTrialsNow();
   int port() const;  // the first runner's that takes agents, else 0

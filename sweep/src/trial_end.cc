@@ -14,7 +14,7 @@ using store::TrialStatus;
 
 // server_lost: the trial's server went away; server_stopped: it said so first (it was stopped:
 // a batch system's preemption, maintenance), which the trial cannot have caused.
-Status Coordinator::Handle(executor::WorkerEvent& ev, double now, bool stopping, bool server_lost,
+Status Coordinator::Handle(executor::WorkerEvent& ev, double now, bool server_lost,
                            bool server_stopped) {
   // When it happened, not when this loop turn came to it: a turn held up by a locked store
   // takes many events at once, and some arrived after the turn's time was taken (never later
@@ -23,10 +23,10 @@ Status Coordinator::Handle(executor::WorkerEvent& ev, double now, bool stopping,
   auto it = running_.find(ev.trial);
   if (it == running_.end()) return Status::Ok();  // a late message for a finished trial
   if (ev.type == executor::WorkerEvent::Type::kReport) return HandleReport(ev, it->second, now);
-  return HandleEnd(ev, it->second, now, stopping, server_lost, server_stopped);
+  return HandleEnd(ev, it->second, now, server_lost, server_stopped);
 }
 
-TrialFacts Coordinator::FactsOf(int64_t number, const RunningTrial& t, bool stopping) const {
+TrialFacts Coordinator::FactsOf(int64_t number, const RunningTrial& t) const {
   TrialFacts f;
   f.prune_reason = t.prune_reason;
   f.at_max_resource = t.at_max_resource;
@@ -37,7 +37,7 @@ TrialFacts Coordinator::FactsOf(int64_t number, const RunningTrial& t, bool stop
   f.retries = t.retries;
   f.agent_losses = t.agent_losses;
   f.first_run = t.first_run;
-  f.stopping = stopping;
+  f.stopping = stopping_;
   // Ctrl-C or SIGTERM has arrived, perhaps since this loop turn began.
   f.signalled = options_.interrupt != nullptr && options_.interrupt->load();
   f.stop_reason = stop_reason_;
@@ -47,13 +47,13 @@ TrialFacts Coordinator::FactsOf(int64_t number, const RunningTrial& t, bool stop
   return f;
 }
 
-Status Coordinator::HandleEnd(executor::WorkerEvent& ev, RunningTrial& t, double now, bool stopping,
+Status Coordinator::HandleEnd(executor::WorkerEvent& ev, RunningTrial& t, double now,
                               bool server_lost, bool server_stopped) {
   for (auto& [k, v] : ev.metrics.items()) t.metrics[k] = v;
   NoteMetric(t, ev.metrics);
   if (ev.metric_not_number) t.metric_not_number = true;
   RunEnd run{ev.outcome, ev.error, ev.worker_lost, ev.never_started, server_lost, server_stopped};
-  TrialEnd end = DecideEnd(FactsOf(ev.trial, t, stopping), run);
+  TrialEnd end = DecideEnd(FactsOf(ev.trial, t), run);
   if (end.store_agent_losses) {
     SWEEP_RETURN_IF_ERROR(store_.SetTrialAgentLosses(sweep_id_, ev.trial, *end.store_agent_losses));
   }

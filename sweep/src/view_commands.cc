@@ -305,14 +305,7 @@ void ShowFields(std::ostream& out, int width, const store::SweepRecord& sw,
   if (!t.error.empty()) {
     row(t.status == store::TrialStatus::kPruned ? "pruned" : "error", t.error);
   }
-  // With TPE, which way it was proposed (its first start event says).
-  for (const store::EventRecord& e : events) {
-    const size_t by = e.detail.find(kProposedBy);
-    if (e.from.empty() && by != std::string::npos) {
-      row("proposed by", e.detail.substr(by + kProposedBy.size()));
-      break;
-    }
-  }
+  if (!t.proposed_by.empty()) row("proposed by", t.proposed_by);  // with TPE
   // Its state changes, when there is more to tell than one start and one end: interrupted on a
   // lost agent or a stopped coordinator and run again, or carried over from another sweep.
   const bool eventful =
