@@ -239,7 +239,7 @@ void NetworkPath(int64_t per_agent, int batch) {
   for (int a = 0; a < kAgents; ++a) {
     ex::TrialTask task;
     task.number = a;
-    task.kind = "function";
+    task.kind = ex::TrialKind::kFunction;
     task.params = json::object();
     task.settings = json::object();
     if (auto st = hub.Start(ids[a], task); !st.ok()) Die(st.message());
@@ -297,7 +297,7 @@ void EndToEnd(int steps) {
   for (int i = 0; i < trials; ++i) {
     ex::TrialTask task;
     task.number = i;
-    task.kind = "function";
+    task.kind = ex::TrialKind::kFunction;
     task.params = {{"x1", 1.0 + i}, {"x2", 2.0}};
     task.settings = {{"name", "branin"}, {"steps", steps}};
     if (auto st = hub.Start(ids[i % kAgents], task); !st.ok()) Die(st.message());

@@ -356,10 +356,27 @@ class Session {
     Drop("", /*log=*/false);
   }
 
+  // A task this agent cannot read but whose number it can (a newer coordinator's trial kind)
+  // fails that trial, saying why. Dropping the connection instead would bring the same task
+  // back at every reconnect, for ever.
+  bool FailUnreadableTask(const nlohmann::json& body, const std::string& why) {
+    if (!body.is_object() || !body.contains("task") || !body["task"].is_object()) return false;
+    const nlohmann::json& number = body["task"].value("number", nlohmann::json());
+    if (!number.is_number_integer() || number.get<int64_t>() < 0) return false;
+    WorkerEvent ev;
+    ev.type = WorkerEvent::Type::kDone;
+    ev.trial = number.get<int64_t>();
+    ev.outcome = TrialOutcome::Kind::kFailed;
+    ev.error = "this agent cannot run it: " + why;
+    Send(net::DoneToJson(ev));
+    return true;
+  }
+
   void OnServing(net::Frame& frame) {
     switch (frame.type) {
       case MessageType::kAssign: {
         auto task = net::AssignFromJson(frame.body);
+        if (!task.ok() && FailUnreadableTask(frame.body, task.status().message())) return;
         if (!task.ok()) {
           Send(net::ByeToJson("closing the connection: " + task.status().message()));
           Drop("bad assign from the coordinator: " + task.status().message());

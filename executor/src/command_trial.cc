@@ -634,6 +634,6 @@ namespace {
 std::vector<std::string> CommandMetrics() { return {}; }
 }  // namespace
 
-const WorkerKind kCommandKind{"command", RunCommandTrial, CommandMetrics};
+const WorkerKind kCommandKind{TrialKind::kCommand, RunCommandTrial, CommandMetrics};
 
 }  // namespace sweep::executor

@@ -46,6 +46,6 @@ std::vector<std::string> FunctionMetrics() { return {"value"}; }
 
 }  // namespace
 
-const WorkerKind kFunctionKind{"function", RunFunctionTrial, FunctionMetrics};
+const WorkerKind kFunctionKind{TrialKind::kFunction, RunFunctionTrial, FunctionMetrics};
 
 }  // namespace sweep::executor

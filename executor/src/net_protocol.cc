@@ -465,7 +465,6 @@ Result<TrialTask> AssignFromJson(const json& j) {
   TrialTask& task = *parsed;
   FieldReader tr(*t, "assign: task");
   if (task.number < 0) return tr.Error("number", "must be >= 0");
-  if (task.kind.empty()) return tr.Error("kind", "must not be empty");
   if (!task.params.is_object()) return tr.Error("params", "must be an object");
   if (!task.settings.is_object()) return tr.Error("settings", "must be an object");
   if (task.threads < 1) return tr.Error("threads", "must be >= 1");

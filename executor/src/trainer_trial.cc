@@ -112,7 +112,7 @@ std::vector<std::string> TrainerMetrics() { return trainer::MetricNames(); }
 
 }  // namespace
 
-const WorkerKind kTrainerKind{"trainer", RunTrainerTrial, TrainerMetrics};
+const WorkerKind kTrainerKind{TrialKind::kTrainer, RunTrainerTrial, TrainerMetrics};
 
 Status CheckTrainerTask(const TrialTask& task) { return TrainerOptions(task).status(); }
 

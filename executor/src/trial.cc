@@ -8,6 +8,33 @@ namespace sweep::executor {
 
 using nlohmann::json;
 
+std::string_view ToString(TrialKind kind) {
+  switch (kind) {
+    case TrialKind::kTrainer:
+      return "trainer";
+    case TrialKind::kFunction:
+      return "function";
+    case TrialKind::kCommand:
+      return "command";
+  }
+  return "trainer";
+}
+
+std::vector<std::string> TrialKindNames() {
+  std::vector<std::string> out;
+  for (TrialKind kind : {TrialKind::kTrainer, TrialKind::kFunction, TrialKind::kCommand}) {
+    out.emplace_back(ToString(kind));
+  }
+  return out;
+}
+
+std::optional<TrialKind> TrialKindFromString(std::string_view text) {
+  for (TrialKind kind : {TrialKind::kTrainer, TrialKind::kFunction, TrialKind::kCommand}) {
+    if (text == ToString(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
 std::string_view ToString(TrialOutcome::Kind kind) {
   switch (kind) {
     case TrialOutcome::Kind::kCompleted:
@@ -42,8 +69,8 @@ bool TrialTask::IsDecisionPoint(int64_t step, double epoch, size_t* next_point) 
 }
 
 json ToJson(const TrialTask& task) {
-  json j = {{"number", task.number},     {"kind", task.kind},       {"params", task.params},
-            {"settings", task.settings}, {"threads", task.threads}, {"gpus", task.gpus},
+  json j = {{"number", task.number},     {"kind", ToString(task.kind)}, {"params", task.params},
+            {"settings", task.settings}, {"threads", task.threads},     {"gpus", task.gpus},
             {"seed", task.seed}};
   if (task.fresh) j["fresh"] = true;
   if (task.replay_checkpoint_report) j["replay"] = true;
@@ -67,7 +94,14 @@ Result<TrialTask> TrialTaskFromJson(const json& j) {
   try {
     TrialTask t;
     t.number = j.at("number").get<int64_t>();
-    t.kind = j.at("kind").get<std::string>();
+    const std::string kind = j.at("kind").get<std::string>();
+    const std::optional<TrialKind> known = TrialKindFromString(kind);
+    if (!known) {
+      // A newer coordinator's kind reaches an older worker: say so rather than run nothing.
+      return Status::InvalidArgument("malformed trial task: unknown trial kind '" + kind +
+                                     "' (this worker runs trainer, function and command trials)");
+    }
+    t.kind = *known;
     t.params = j.at("params");
     t.settings = j.at("settings");
     t.threads = j.at("threads").get<int>();
@@ -108,16 +142,16 @@ namespace {
 // One line per kind.
 constexpr const WorkerKind* kKinds[] = {&kTrainerKind, &kFunctionKind, &kCommandKind};
 
-const WorkerKind* FindKind(std::string_view name) {
+const WorkerKind* FindKind(TrialKind id) {
   for (const WorkerKind* kind : kKinds) {
-    if (kind->name == name) return kind;
+    if (kind->kind == id) return kind;
   }
   return nullptr;
 }
 
 }  // namespace
 
-std::vector<std::string> TrialMetricNames(std::string_view kind) {
+std::vector<std::string> TrialMetricNames(TrialKind kind) {
   const WorkerKind* found = FindKind(kind);
   return found != nullptr ? found->metrics() : std::vector<std::string>{};
 }
@@ -139,7 +173,8 @@ TrialOutcome Interrupted(std::string error) {
 TrialOutcome RunTrial(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
                       const TrialHooks& hooks) {
   const WorkerKind* kind = FindKind(task.kind);
-  if (kind == nullptr) return Failed("unknown trial kind '" + task.kind + "'");
+  if (kind == nullptr)
+    return Failed("no worker for trial kind '" + std::string(ToString(task.kind)) + "'");
   return kind->run(task, sink, stop, hooks);
 }
 

@@ -13,7 +13,7 @@
 namespace sweep::executor {
 
 struct WorkerKind {
-  std::string_view name;  // TrialTask::kind
+  TrialKind kind;
   TrialOutcome (*run)(const TrialTask& task, const ReportSink& sink, const std::atomic<bool>& stop,
                       const TrialHooks& hooks);
   std::vector<std::string> (*metrics)();  // what it reports, where known in advance

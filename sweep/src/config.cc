@@ -2,8 +2,9 @@
 // across tables. toml++ exceptions stop here; every refusal is an InvalidArgument whose message
 // begins with "file:line:column: " and names the key. Validation that needs other libraries
 // (trainer option types, function parameter names, search distributions) asks those libraries,
-// so the rules live in one place. [parameters]: config_space.cc; [trainer] and [function]:
-// config_kinds.cc; durations, names and TOML helpers: config_values.cc.
+// so the rules live in one place. [parameters]: config_space.cc; each trial kind's table and
+// checks: its file in kinds/ (kind_config.h); durations, names and TOML helpers:
+// config_values.cc.
 #include "sweep/config.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 
 #include "config_parse.h"
 #include "executor/trial.h"
+#include "kinds/kind_config.h"
 
 namespace sweep {
 
@@ -251,9 +253,10 @@ Status ParseEarlyStoppingTable(const Checker& c, ParseState* ps, SweepConfig* cf
 Status ParseCommandKeys(const Checker& c, const toml::table& trial, ParseState* ps,
                         SweepConfig* cfg) {
   SweepConfig::Trial& t = cfg->trial;
+  const KindConfig& kind = KindConfigOf(t.kind);
   for (const char* key : {"command", "workdir", "trials_dir", "kill_grace", "timeout"}) {
     const toml::node* n = trial.get(key);
-    if (n != nullptr && t.kind != TrialKind::kCommand) {
+    if (n != nullptr && !kind.program) {
       return c.Error(*n, std::string("trial.") + key, "only for kind = \"command\"");
     }
   }
@@ -270,7 +273,7 @@ Status ParseCommandKeys(const Checker& c, const toml::table& trial, ParseState* 
       t.command.push_back(std::move(a));
     }
     ps->command_node = n;
-  } else if (t.kind == TrialKind::kCommand) {
+  } else if (kind.program) {
     return c.Error(*ps->kind_node, "trial.command",
                    "kind = \"command\" needs the program to run: command = [\"python3\", "
                    "\"train.py\", \"--lr={lr}\"]");
@@ -298,8 +301,9 @@ Status ParseCommandKeys(const Checker& c, const toml::table& trial, ParseState* 
 // [trial]'s keys for trainer trials: their checkpoints, and the order they start in.
 Status ParseTrainerTrialKeys(const Checker& c, const toml::table& trial, ParseState* ps,
                              SweepConfig::Trial* t) {
+  const KindConfig& kind = KindConfigOf(t->kind);
   if (const toml::node* n = trial.get("keep_checkpoints")) {
-    if (t->kind != TrialKind::kTrainer) {
+    if (!kind.checkpoints) {
       return c.Error(*n, "trial.keep_checkpoints",
                      "only for kind = \"trainer\" (a command trial's program keeps its own "
                      "files, in its trial directory; a function trial has none)");
@@ -315,7 +319,7 @@ Status ParseTrainerTrialKeys(const Checker& c, const toml::table& trial, ParseSt
                              c.Integer(*n, "trial.keep_checkpoints", 0, 1'000'000));
     }
   }
-  if (const toml::node* n = trial.get("checkpoint_dir"); n && t->kind != TrialKind::kTrainer) {
+  if (const toml::node* n = trial.get("checkpoint_dir"); n && !kind.checkpoints) {
     return c.Error(*n, "trial.checkpoint_dir",
                    "only for kind = \"trainer\" (a command trial's program keeps its own "
                    "files, in its trial directory; a function trial has none)");
@@ -325,7 +329,7 @@ Status ParseTrainerTrialKeys(const Checker& c, const toml::table& trial, ParseSt
     SWEEP_ASSIGN_OR_RETURN(std::string order,
                            c.OneOf(*n, "trial.order", {"sampled", "longest_first"}));
     t->longest_first = order == "longest_first";
-    if (t->longest_first && t->kind != TrialKind::kTrainer) {
+    if (t->longest_first && !kind.work_estimate) {
       return c.Error(*n, "trial.order",
                      "\"longest_first\" ranks trials by the work their [trainer] options and "
                      "parameters imply; kind = \"" +
@@ -360,11 +364,9 @@ Status ParseTrialTable(const Checker& c, ParseState* ps, SweepConfig* cfg) {
                                         "between 2 s and 7 days, e.g. \"60s\" or \"5m\""));
     }
     if ((ps->kind_node = trial->get("kind"))) {
-      SWEEP_ASSIGN_OR_RETURN(std::string kind, c.OneOf(*ps->kind_node, "trial.kind",
-                                                       {"trainer", "function", "command"}));
-      t.kind = kind == "trainer"    ? TrialKind::kTrainer
-               : kind == "function" ? TrialKind::kFunction
-                                    : TrialKind::kCommand;
+      SWEEP_ASSIGN_OR_RETURN(std::string kind,
+                             c.OneOf(*ps->kind_node, "trial.kind", executor::TrialKindNames()));
+      t.kind = *executor::TrialKindFromString(kind);
     }
     SWEEP_RETURN_IF_ERROR(ParseTrainerTrialKeys(c, *trial, ps, &t));
     if (const toml::node* n = trial->get("gpus")) {
@@ -383,7 +385,7 @@ Status ParseTrialTable(const Checker& c, ParseState* ps, SweepConfig* cfg) {
     }
     SWEEP_RETURN_IF_ERROR(ParseCommandKeys(c, *trial, ps, cfg));
   }
-  if (t.kind == TrialKind::kCommand) {
+  if (KindConfigOf(t.kind).program) {
     // Relative paths in the config are relative to the config's folder, wherever sweep runs.
     std::filesystem::path base = std::filesystem::absolute(cfg->path).parent_path();
     t.workdir = t.workdir.empty() ? base.string() : (base / t.workdir).lexically_normal().string();
@@ -423,25 +425,15 @@ Status ParseStoreTable(const Checker& c, const ParseState& ps, SweepConfig* cfg)
 // metric its default; the table of another kind is refused.
 Status ParseKindTable(const Checker& c, ParseState* ps, SweepConfig* cfg) {
   const TrialKind kind = cfg->trial.kind;
-  const toml::table& root = *ps->root;
-  if (kind != TrialKind::kTrainer && ps->Table("trainer") != nullptr) {
-    return c.Error(root["trainer"].node()->source(), "trainer",
-                   "[trainer] applies to kind = \"trainer\" only (this sweep's trial.kind is \"" +
-                       std::string(ToString(kind)) + "\")");
+  for (const KindConfig* other : AllKindConfigs()) {
+    if (other->kind == kind || other->table == nullptr || !ps->Table(other->table)) continue;
+    const std::string name = other->table;
+    return c.Error((*ps->root)[name].node()->source(), name,
+                   "[" + name + "] applies to kind = \"" + std::string(ToString(other->kind)) +
+                       "\" only (this sweep's trial.kind is \"" + std::string(ToString(kind)) +
+                       "\")");
   }
-  if (kind != TrialKind::kFunction && ps->Table("function") != nullptr) {
-    return c.Error(root["function"].node()->source(), "function",
-                   "[function] applies to kind = \"function\" only");
-  }
-  switch (kind) {
-    case TrialKind::kTrainer:
-      return ParseTrainerTable(c, ps, cfg);
-    case TrialKind::kFunction:
-      return ParseFunctionTable(c, ps, cfg);
-    case TrialKind::kCommand:
-      return CheckCommandTrial(c, *ps, *cfg);
-  }
-  return Status::Ok();
+  return KindConfigOf(kind).parse(c, ps, cfg);
 }
 
 // "val_acc >= 0.9" -> {val_acc, >=, 0.9}.
@@ -483,34 +475,26 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
   sc.grid_order = cfg->search.algorithm == "grid";
   if (sc.algorithm == search::EarlyStopping::kNone) return Status::Ok();
   const toml::node& where = *es;  // an algorithm other than none was set in [early_stopping]
-  if (cfg->trial.kind == TrialKind::kFunction && cfg->function.value("steps", int64_t{0}) < 2) {
-    return c.Error(where, "early_stopping",
-                   "early stopping needs trials that report a curve: set function.steps");
-  }
-  // The trainer measures test_acc once, after its last epoch: no rung or median ever sees it.
-  if (cfg->trial.kind == TrialKind::kTrainer && cfg->sweep.metric == "test_acc") {
-    return c.Error(where, "early_stopping",
-                   "early stopping compares trials on a metric they report every epoch; the "
-                   "trainer reports 'test_acc' only at the end: use metric = \"val_acc\" or "
-                   "\"val_loss\"");
+  const KindConfig& kind = KindConfigOf(cfg->trial.kind);
+  if (kind.check_early_stopping != nullptr) {
+    SWEEP_RETURN_IF_ERROR(kind.check_early_stopping(c, where, *cfg));
   }
   const bool rungs = sc.algorithm != search::EarlyStopping::kMedian;
   if (!rungs && natural_max && static_cast<double>(sc.grace_period) >= *natural_max && !stored) {
     const toml::node* grace = es->get("grace_period");
     return c.Error(grace != nullptr ? *grace : where, "early_stopping.grace_period",
                    "is " + std::to_string(sc.grace_period) + " but every trial runs " +
-                       FormatNumber(*natural_max) +
-                       (cfg->trial.kind == TrialKind::kTrainer ? " epochs" : " steps") +
+                       FormatNumber(*natural_max) + " " + kind.unit +
                        ", one report each: the median rule could never stop one");
   }
   if (rungs) {
     if (max_resource_node == nullptr) {
       if (!natural_max) {
         return c.Error(where, "early_stopping.max_resource",
-                       cfg->trial.kind == TrialKind::kCommand
-                           ? "set it: the epochs (or steps) a command trial runs are not known "
-                             "in advance"
-                           : "set it: the epochs of a trial vary, so it cannot be taken from them");
+                       kind.length_known
+                           ? "set it: the epochs of a trial vary, so it cannot be taken from them"
+                           : "set it: the epochs (or steps) a " + std::string(ToString(kind.kind)) +
+                                 " trial runs are not known in advance");
       }
       sc.max_resource = *natural_max;
       // max_resource was not written: the key to blame is min_resource, if it was.
@@ -521,12 +505,10 @@ Status FinishEarlyStopping(const Checker& c, const toml::table* es,
                            FormatNumber(sc.max_resource) +
                            " (max_resource defaults to that): the first rung must come before");
       }
-    } else if (cfg->trial.kind != TrialKind::kCommand &&
-               sc.max_resource != std::floor(sc.max_resource)) {
+    } else if (kind.whole_units && sc.max_resource != std::floor(sc.max_resource)) {
       return c.Error(*max_resource_node, "early_stopping.max_resource",
                      "is " + FormatNumber(sc.max_resource) + " but " +
-                         std::string(ToString(cfg->trial.kind)) + " trials report whole " +
-                         (cfg->trial.kind == TrialKind::kTrainer ? "epochs" : "steps") +
+                         std::string(ToString(kind.kind)) + " trials report whole " + kind.unit +
                          ": give a whole number");
     } else if (natural_max && sc.max_resource > *natural_max) {
       return c.Error(*max_resource_node, "early_stopping.max_resource",
@@ -559,23 +541,15 @@ Status ParseStopWhen(const Checker& c, const ParseState& ps, SweepConfig* cfg) {
         *n, "sweep.stop_when",
         "cannot read \"" + written + "\"; write METRIC OP NUMBER, e.g. \"val_acc >= 0.9\"");
   }
-  const auto names = executor::TrialMetricNames(ToString(kind));
-  if (kind == TrialKind::kCommand && (target->metric == "step" || target->metric == "epoch")) {
-    return c.Error(*n, "sweep.stop_when",
-                   "'" + target->metric +
-                       "' is where a report stands, not a metric: to bound a trial's length, "
-                       "use early_stopping.max_resource or the program's own setting");
+  const KindConfig& rules = KindConfigOf(kind);
+  if (rules.check_stop_when != nullptr) {
+    SWEEP_RETURN_IF_ERROR(rules.check_stop_when(c, *n, *target, ps));
   }
-  if (kind != TrialKind::kCommand &&  // a program may report any metric
-      std::find(names.begin(), names.end(), target->metric) == names.end()) {
+  // A kind whose metrics are not known in advance (a program's) may report any.
+  const auto names = executor::TrialMetricNames(kind);
+  if (!names.empty() && std::find(names.begin(), names.end(), target->metric) == names.end()) {
     return c.Error(*n, "sweep.stop_when",
                    std::string(ToString(kind)) + " trials never report '" + target->metric + "'");
-  }
-  // stop_when is checked on each report; test_acc comes once, after a trial's last epoch.
-  if (kind == TrialKind::kTrainer && target->metric == "test_acc" && !ps.stored) {
-    return c.Error(*n, "sweep.stop_when",
-                   "stop_when is checked on every report, and the trainer measures 'test_acc' "
-                   "only after a trial's last epoch: use \"val_acc\" or \"val_loss\"");
   }
   cfg->sweep.stop_when = target;
   return Status::Ok();
@@ -596,9 +570,10 @@ Status CheckAcrossTables(const Checker& c, const ParseState& ps, SweepConfig* cf
       FinishEarlyStopping(c, ps.es, ps.max_resource_node, ps.natural_max_resource, ps.stored, cfg));
   SWEEP_RETURN_IF_ERROR(ParseStopWhen(c, ps, cfg));
   SWEEP_RETURN_IF_ERROR(BuildSpace(c, ps, cfg));
-  if (cfg->trial.kind == TrialKind::kTrainer && ps.use == ConfigUse::kSweep) {
+  const KindConfig& kind = KindConfigOf(cfg->trial.kind);
+  if (kind.check_trials != nullptr && ps.use == ConfigUse::kSweep) {
     const toml::node* where = ps.Table("parameters") ? (*ps.root)["parameters"].node() : nullptr;
-    SWEEP_RETURN_IF_ERROR(CheckTrainerTrials(c, *cfg, where));
+    SWEEP_RETURN_IF_ERROR(kind.check_trials(c, *cfg, where));
   }
   return Status::Ok();
 }

@@ -1,7 +1,7 @@
-// What the config parser's files share (config.cc, config_space.cc, config_kinds.cc,
-// config_values.cc): the TOML helpers, the Checker that words every error, and ParseState, what
-// the tables wrote that checks across tables need. Private to sweep_core; pure functions of
-// their arguments, safe from several threads.
+// What the config parser's files share (config.cc, config_space.cc, config_values.cc and each
+// trial kind's file in kinds/): the TOML helpers, the Checker that words every error, and
+// ParseState, what the tables wrote that checks across tables need. Private to sweep_core; pure
+// functions of their arguments, safe from several threads.
 #ifndef SWEEP_SWEEP_CONFIG_PARSE_H_
 #define SWEEP_SWEEP_CONFIG_PARSE_H_
 
@@ -196,17 +196,6 @@ Result<std::vector<ParamEntry>> ParseParameters(const Checker& c, const ParseSta
 // The search space from the parameters, and the sweep's trial count (grid size, max_trials, or
 // unbounded), with the search algorithm's rules on both.
 Status BuildSpace(const Checker& c, const ParseState& ps, SweepConfig* cfg);
-
-// ---- config_kinds.cc: the trial kinds' own tables ----
-
-// [trainer] with the parameters the trainer receives; the metric's default and checks.
-Status ParseTrainerTable(const Checker& c, ParseState* ps, SweepConfig* cfg);
-// [function] with the function's parameters; the metric's default and checks.
-Status ParseFunctionTable(const Checker& c, ParseState* ps, SweepConfig* cfg);
-// A command trial: its metric named, its command template's placeholders known.
-Status CheckCommandTrial(const Checker& c, const ParseState& ps, const SweepConfig& cfg);
-// The trials a new trainer sweep would run, checked as each would start.
-Status CheckTrainerTrials(const Checker& c, const SweepConfig& cfg, const toml::node* where);
 
 }  // namespace sweep::config_internal
 

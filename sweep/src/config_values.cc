@@ -15,18 +15,6 @@ namespace sweep {
 
 using nlohmann::json;
 
-std::string_view ToString(TrialKind kind) {
-  switch (kind) {
-    case TrialKind::kTrainer:
-      return "trainer";
-    case TrialKind::kFunction:
-      return "function";
-    case TrialKind::kCommand:
-      return "command";
-  }
-  return "trainer";
-}
-
 std::string DidYouMean(std::string_view word, const std::vector<std::string>& candidates) {
   auto distance = [](std::string_view a, std::string_view b) {
     std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);

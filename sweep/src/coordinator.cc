@@ -385,7 +385,7 @@ executor::TrialTask Coordinator::MakeTask(const Pending& p, const RunningTrial& 
                                           const ServerInfo& server) {
   executor::TrialTask task;
   task.number = p.number;
-  task.kind = std::string(ToString(config_.trial.kind));
+  task.kind = config_.trial.kind;
   task.params = p.params;
   task.settings =
       kind_->Settings({paths_->TrialDir(p.number),

@@ -80,7 +80,7 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     out << "trial " << n << " on " << where << ": "
         << params->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     if (config.trial.kind != TrialKind::kCommand) continue;
-    task.kind = "command";
+    task.kind = TrialKind::kCommand;
     task.settings = CommandSettings(
         config, CommandTrialsDir(config, db_file) + "/trial-" + std::to_string(n), "");
     SWEEP_ASSIGN_OR_RETURN(executor::CommandLaunch launch, executor::DescribeCommand(task));

@@ -74,7 +74,7 @@ Result<executor::TrialTask> MakeTrainTask(const SweepConfig& cfg, const std::str
                                           const std::vector<std::string>& sets, bool other_dataset,
                                           int threads, std::vector<std::string>* varied) {
   executor::TrialTask task;
-  task.kind = std::string(ToString(cfg.trial.kind));
+  task.kind = cfg.trial.kind;
   task.settings = cfg.trial.kind == TrialKind::kTrainer ? cfg.trainer : cfg.function;
   if (other_dataset) task.settings.erase("dataset");
   task.params = json::object();

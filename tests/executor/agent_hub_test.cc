@@ -71,7 +71,7 @@ class AgentHubTest : public ::testing::Test {
     std::filesystem::permissions(*dir / "p.sh", std::filesystem::perms::owner_all);
     TrialTask task;
     task.number = 4;
-    task.kind = "command";
+    task.kind = TrialKind::kCommand;
     task.params = json::object();
     task.settings = {{"command", {(*dir / "p.sh").string()}},
                      {"workdir", dir->string()},

@@ -82,6 +82,27 @@ class AgentTcpTest : public ::testing::Test {
     return c.Read();
   }
 
+  // Plays the coordinator's side of the handshake on `c` up to the welcome, proving `token`;
+  // from there on its frames carry MACs under that token's session key.
+  bool FakeCoordinator(RawClient& c, const std::string& token) {
+    auto hello = c.Read();
+    if (!hello || hello->type != MessageType::kHello) return false;
+    auto parsed = net::HelloFromJson(hello->body);
+    if (!parsed.ok()) return false;
+    const std::string nh = *net::NewNonce();
+    c.Send(net::ToJson(net::Challenge{nh}));
+    if (!c.ReadType(MessageType::kAuth)) return false;
+    net::Welcome w;
+    w.agent_id = 1;
+    w.proof = net::CoordinatorProof(
+        token, parsed->nonce, nh,
+        net::WelcomeTranscript(*parsed, w.agent_id, w.heartbeat_ms, w.heartbeat_timeout_ms));
+    c.Send(net::ToJson(w));
+    c.Authenticate(net::SessionKey(token, parsed->nonce, nh), net::kCoordinatorFrameLabel,
+                   net::kAgentFrameLabel);
+    return true;
+  }
+
   SharedLog hub_log_;  // outlives the hub, whose thread writes to it
   AgentHub hub_;
   HubEvents events_{hub_};
@@ -174,26 +195,33 @@ TEST_F(AgentTcpTest, AgentRefusesACoordinatorThatCannotProveTheToken) {
   AgentThread agent(Agent("tcp-token", fake.port()));
   auto c = fake.Accept();
   ASSERT_NE(c, nullptr);
-  auto hello = c->Read();
-  ASSERT_TRUE(hello.has_value());
-  ASSERT_EQ(hello->type, MessageType::kHello);
-  auto parsed = net::HelloFromJson(hello->body);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-  const std::string nh = *net::NewNonce();
-  c->Send(net::ToJson(net::Challenge{nh}));
-  auto auth = c->Read();
-  ASSERT_TRUE(auth.has_value());
-  ASSERT_EQ(auth->type, MessageType::kAuth);
-  net::Welcome w;
-  w.agent_id = 1;
-  w.proof = net::CoordinatorProof("guessed-token", parsed->nonce, nh);
-  c->Send(net::ToJson(w));
+  ASSERT_TRUE(FakeCoordinator(*c, "guessed-token"));
   auto bye = c->ReadType(MessageType::kBye);
   ASSERT_TRUE(bye.has_value());
   EXPECT_NE(bye->body["reason"].get<std::string>().find("failed to prove"), std::string::npos);
   EXPECT_TRUE(c->Closed());
   EXPECT_NE(agent.log.text().find("failed to prove that it holds the token"), std::string::npos)
       << agent.log.text();
+}
+
+// A task the agent cannot read (a newer coordinator's trial kind) fails that trial, with why;
+// the connection stays, so the same task does not come back at every reconnect.
+TEST_F(AgentTcpTest, ATaskOfAnUnknownKindFailsThatTrialNotTheConnection) {
+  testing::RawListener fake;
+  AgentThread agent(Agent("tcp-token", fake.port()));
+  auto c = fake.Accept();
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(FakeCoordinator(*c, "tcp-token"));
+  json assign = net::AssignToJson(FunctionTask(5));
+  assign["task"]["kind"] = "notebook";
+  c->Send(assign);
+  auto done = c->ReadType(MessageType::kDone);
+  ASSERT_TRUE(done.has_value()) << agent.log.text();
+  EXPECT_EQ(done->body["trial"], 5);
+  EXPECT_EQ(done->body["outcome"], "failed");
+  EXPECT_NE(done->body.dump().find("unknown trial kind 'notebook'"), std::string::npos)
+      << done->body.dump();
+  EXPECT_FALSE(c->Closed(300));
 }
 
 TEST_F(AgentTcpTest, OversizedFrameClosesOnlyThatConnection) {

@@ -247,7 +247,7 @@ class CommandTrialTest : public ::testing::Test {
   TrialTask ShellTask(const std::string& script, std::vector<std::string> extra = {}) {
     TrialTask task;
     task.number = 3;
-    task.kind = "command";
+    task.kind = TrialKind::kCommand;
     task.params = json{{"lr", 0.05}, {"opt", "sgd"}};
     task.seed = 99;
     task.threads = 2;

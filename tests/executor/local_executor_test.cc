@@ -22,7 +22,7 @@ using nlohmann::json;
 TrialTask BraninTask(int64_t number, double x1, double x2, json settings = json::object()) {
   TrialTask t;
   t.number = number;
-  t.kind = "function";
+  t.kind = TrialKind::kFunction;
   t.params = {{"x1", x1}, {"x2", x2}};
   settings["name"] = "branin";
   t.settings = settings;
@@ -71,7 +71,7 @@ TrialTask CheckpointingTrainerTask(const std::filesystem::path& dir) {
   csv.close();
   TrialTask t;
   t.number = 5;
-  t.kind = "trainer";
+  t.kind = TrialKind::kTrainer;
   t.settings = {{"dataset", {{"format", "csv"}, {"train_images", (dir / "train.csv").string()}}},
                 {"hidden", {256, 256}},
                 {"batch_size", 8},
@@ -197,7 +197,7 @@ TEST(LocalExecutorTest, SettingsOfTheWrongTypeFailTheTrialNotTheWorker) {
   LocalExecutor ex({SWEEP_TEST_WORKER});
   TrialTask t;
   t.number = 5;
-  t.kind = "command";
+  t.kind = TrialKind::kCommand;
   t.params = json::object();
   t.settings = {{"command", {"/bin/true"}}, {"kill_grace_s", "soon"}};
   ASSERT_TRUE(ex.Start(t).ok());
@@ -306,7 +306,7 @@ struct ScratchDir {
 TrialTask ShellTrial(int64_t number, const std::filesystem::path& dir, const std::string& script) {
   TrialTask task;
   task.number = number;
-  task.kind = "command";
+  task.kind = TrialKind::kCommand;
   task.settings = {{"command", {"sh", "-c", script}},
                    {"workdir", dir.string()},
                    {"trial_dir", (dir / ("trial-" + std::to_string(number))).string()}};

@@ -266,7 +266,7 @@ TEST(MessageTest, WelcomeNeedsATimeoutAboveTheInterval) {
 TEST(MessageTest, AssignCarriesTheTrialTask) {
   TrialTask t;
   t.number = 12;
-  t.kind = "function";
+  t.kind = TrialKind::kFunction;
   t.params = {{"x1", 1.0}, {"x2", 2.0}};
   t.settings = {{"name", "branin"}};
   t.gpus = {1, 3};
@@ -306,6 +306,14 @@ TEST(MessageTest, AssignCarriesTheTrialTask) {
   auto missing = AssignFromJson(j);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("assign"), std::string::npos);
+  // A kind this worker does not know (a newer coordinator's) is named, not run as another.
+  j = AssignToJson(t);
+  j["task"]["threads"] = 1;
+  j["task"]["kind"] = "notebook";
+  auto unknown = AssignFromJson(j);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown trial kind 'notebook'"), std::string::npos)
+      << unknown.status().message();
 }
 
 TEST(MessageTest, ReportBatchRoundTrips) {

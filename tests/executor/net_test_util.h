@@ -32,7 +32,7 @@ using nlohmann::json;
 inline TrialTask TouchingTask(int64_t number, const std::filesystem::path& marker) {
   TrialTask task;
   task.number = number;
-  task.kind = "command";
+  task.kind = TrialKind::kCommand;
   task.params = json::object();
   task.settings = {{"command", {"/bin/sh", "-c", "touch " + marker.string()}}};
   return task;
@@ -41,7 +41,7 @@ inline TrialTask TouchingTask(int64_t number, const std::filesystem::path& marke
 inline TrialTask FunctionTask(int64_t number, json settings = json::object()) {
   TrialTask t;
   t.number = number;
-  t.kind = "function";
+  t.kind = TrialKind::kFunction;
   t.params = {{"x1", 1.0}, {"x2", 2.0}};
   settings["name"] = "branin";
   t.settings = settings;
@@ -200,8 +200,16 @@ class RawClient {
   bool Send(json message) {
     message["seq"] = ++seq_;
     std::string bytes;
-    if (!net::AppendFrame(message, net::kDefaultMaxFrameBytes, &bytes).ok()) return false;
+    const net::FrameMac* mac = send_mac_.key.empty() ? nullptr : &send_mac_;
+    if (!net::AppendFrame(message, net::kDefaultMaxFrameBytes, &bytes, mac).ok()) return false;
     return SendBytes(bytes);
+  }
+  // From here on frames carry a MAC both ways, under the session's key and each direction's
+  // label, as after a welcome.
+  void Authenticate(const std::string& session_key, const char* send_label,
+                    const char* receive_label) {
+    send_mac_ = net::FrameMac(session_key, send_label);
+    decoder_.Authenticate(net::FrameMac(session_key, receive_label));
   }
   // The next frame, or nullopt after timeout_ms or when the peer closed.
   std::optional<net::Frame> Read(int timeout_ms = 5000) {
@@ -243,6 +251,7 @@ class RawClient {
  private:
   int fd_ = -1;
   bool connected_ = false;
+  net::FrameMac send_mac_;
   int64_t seq_ = 0;
   net::FrameDecoder decoder_;
   std::vector<net::Frame> pending_;

@@ -13,7 +13,7 @@ namespace {
 // comes from its slots.
 TEST(TrainerLayoutTest, TheConfigWinsOverTheSlots) {
   TrialTask task;
-  task.kind = "trainer";
+  task.kind = TrialKind::kTrainer;
   task.threads = 2;
   // Where the files are is not looked at here.
   const nlohmann::json dataset = {{"train_images", "train-images"},
@@ -47,7 +47,7 @@ TEST(TrainerLayoutTest, TheConfigWinsOverTheSlots) {
 TEST(TrialTaskJsonTest, StoredReportsRoundTrip) {
   TrialTask task;
   task.number = 4;
-  task.kind = "command";
+  task.kind = TrialKind::kCommand;
   task.params = nlohmann::json::object();
   task.settings = nlohmann::json::object();
   task.stored_step = 8;

@@ -17,9 +17,18 @@
 
 namespace sweep::executor {
 
+// What a trial runs: the embedded trainer, an analytic test function, or the user's program. On
+// the wire and in configs by its name (ToString).
+enum class TrialKind { kTrainer, kFunction, kCommand };
+std::string_view ToString(TrialKind kind);
+// The kind ToString names; nullopt for any other text.
+std::optional<TrialKind> TrialKindFromString(std::string_view text);
+// Every kind's name, in enum order: "trainer", "function", "command".
+std::vector<std::string> TrialKindNames();
+
 struct TrialTask {
   int64_t number = 0;
-  std::string kind;         // "trainer" | "function" | "command"
+  TrialKind kind = TrialKind::kTrainer;
   nlohmann::json params;    // the trial's hyperparameters (object)
   nlohmann::json settings;  // [trainer] defaults, the [function] table, or the command's
                             // settings (see command_trial.h) (object)
@@ -136,7 +145,8 @@ struct TrainerLayout {
 };
 Result<TrainerLayout> TrainerLayoutOf(const TrialTask& task);
 
-// Metrics a trial of this kind reports ("trainer": the trainer's; "function": "value").
-std::vector<std::string> TrialMetricNames(std::string_view kind);
+// Metrics a trial of this kind reports (a trainer's; a function's "value"; none known in advance
+// for a command).
+std::vector<std::string> TrialMetricNames(TrialKind kind);
 
 }  // namespace sweep::executor

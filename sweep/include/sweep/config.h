@@ -13,14 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "executor/trial.h"
 #include "search/early_stopping.h"
 #include "search/space.h"
 #include "search/tpe.h"
 
 namespace sweep {
 
-enum class TrialKind { kTrainer, kFunction, kCommand };
-std::string_view ToString(TrialKind kind);
+// The kind of the config's trials ([trial] kind), named as the wire names it.
+using executor::TrialKind;
 
 // Nested as the file is: config.sweep.metric is [sweep] metric, config.trial.slots is [trial]
 // gpus. Durations are in seconds.

@@ -1,11 +1,65 @@
 // Command trials: the user's own program, its metrics read from its output
-// (executor/command.h).
+// (executor/command.h), configured in [trial] (command, workdir, ...).
+#include <string>
+#include <vector>
+
 #include "executor/command.h"
+#include "kind_config.h"
 #include "progress.h"
 #include "sweep/coordinator.h"
 #include "trial_kind.h"
 
 namespace sweep {
+namespace config_internal {
+namespace {
+
+Status CheckCommandTrial(const Checker& c, ParseState* state, SweepConfig* config) {
+  const ParseState& ps = *state;
+  const SweepConfig& cfg = *config;
+  const std::optional<std::string>& metric = ps.metric;
+  if (!metric) {
+    return c.Error(*ps.sweep, "sweep.metric",
+                   "missing: name the metric to optimise, as the program reports it in its "
+                   "`sweep-report {...}` lines");
+  }
+  if (*metric == "step" || *metric == "epoch") {
+    return c.Error(*ps.metric_node, "sweep.metric",
+                   "'" + *metric +
+                       "' is where a report stands, not a metric: name a value the program "
+                       "reports");
+  }
+  std::vector<std::string> names;
+  for (const ParamEntry& e : ps.params) names.push_back(e.parameter.name);
+  Status s = executor::CheckCommandTemplate(cfg.trial.command, names);
+  if (!s.ok()) return c.Error(*ps.command_node, "trial.command", s.message());
+  return Status::Ok();
+}
+
+// A program's reports say where they stand by step and epoch: neither is a metric to stop on.
+Status CheckCommandStopWhen(const Checker& c, const toml::node& written,
+                            const SweepConfig::Target& target, const ParseState&) {
+  if (target.metric == "step" || target.metric == "epoch") {
+    return c.Error(written, "sweep.stop_when",
+                   "'" + target.metric +
+                       "' is where a report stands, not a metric: to bound a trial's length, "
+                       "use early_stopping.max_resource or the program's own setting");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// What its program reports is its own: any metric, any resource, any length.
+const KindConfig kCommandConfig{.kind = TrialKind::kCommand,
+                                .unit = "epochs",
+                                .whole_units = false,
+                                .length_known = false,
+                                .program = true,
+                                .parse = CheckCommandTrial,
+                                .check_stop_when = CheckCommandStopWhen};
+
+}  // namespace config_internal
+
 namespace {
 
 class CommandKind final : public TrialKindRules {
