@@ -15,9 +15,17 @@
 // With --concurrency N, N trials run at once in part 2 (the oldest finishes first), so each
 // suggestion sees N - 1 running trials: the constant liar at work.
 //
-// Usage: tpe_bench [--seeds N] [--trials N] [--asks N] [--dims N] [--concurrency N]
-//                  [--model multivariate|univariate] [--cost-only | --quality-only]
-//                  [--function NAME[-DIMS]]...
+// With --peer FILE, FILE holds what `optuna_tpe.py quality FUNCTION DIMS TRIALS SEEDS
+// [--sampler tpe|tpe-mv]` printed, for one or more runs (concatenated): part 2 then ends with a
+// table of our median best@TRIALS against the peer's better TPE variant's, per function, with
+// a one-sided Wilcoxon rank-sum p-value for "ours is worse". --first-seed S runs seeds
+// S..S+SEEDS-1 (fresh seeds, to check that a change was not tuned to 0..SEEDS-1); --sampler
+// (repeatable) runs only the named samplers of tpe-mv, tpe, random.
+//
+// Usage: tpe_bench [--seeds N] [--first-seed S] [--trials N] [--asks N] [--dims N]
+//                  [--concurrency N] [--model multivariate|univariate]
+//                  [--cost-only | --quality-only] [--function NAME[-DIMS]]...
+//                  [--sampler tpe-mv|tpe|random]... [--peer FILE]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +34,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <deque>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -153,6 +162,103 @@ void AskCost(int dims, int asks, const std::string& model) {
   }
 }
 
+// ---- the peer's results, and a rank-sum test against them ----
+
+// One run of the peer (optuna_tpe.py quality ...): its sampler and the best value after
+// `trials` trials for each seed.
+struct PeerRun {
+  std::string sampler;
+  std::vector<double> best;
+};
+
+// The value of `key`= in a line of space-separated key=value fields; "" when absent.
+std::string Field(const std::string& line, const std::string& key) {
+  const std::string tag = key + "=";
+  size_t at = 0;
+  while ((at = line.find(tag, at)) != std::string::npos) {
+    if (at == 0 || line[at - 1] == ' ') {
+      const size_t start = at + tag.size();
+      return line.substr(start, line.find(' ', start) - start);
+    }
+    at += tag.size();
+  }
+  return "";
+}
+
+// Reads the text optuna_tpe.py quality prints (one or several runs, concatenated): its
+// per-seed lines "seed=S best@10=... best@100=..." followed by the line
+// "optuna V sampler=K function=F dims=D trials=N seeds=S". Keyed by "F-D"; only the values
+// at best@`trials` are kept, so a run without that mark is left out.
+std::map<std::string, std::vector<PeerRun>> ReadPeer(const std::string& path, int64_t trials) {
+  std::map<std::string, std::vector<PeerRun>> runs;
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", path.c_str());
+    std::exit(2);
+  }
+  std::vector<double> pending;
+  bool complete = true;  // every pending seed line had best@trials
+  std::string line;
+  const std::string mark = "best@" + std::to_string(trials);
+  while (std::getline(in, line)) {
+    if (line.rfind("seed=", 0) == 0) {
+      const std::string v = Field(line, mark);
+      if (v.empty()) {
+        complete = false;
+      } else {
+        pending.push_back(std::strtod(v.c_str(), nullptr));
+      }
+    } else if (line.rfind("optuna ", 0) == 0 && !Field(line, "sampler").empty()) {
+      if (complete && !pending.empty() && Field(line, "trials") == std::to_string(trials)) {
+        runs[Field(line, "function") + "-" + Field(line, "dims")].push_back(
+            {Field(line, "sampler"), pending});
+      }
+      pending.clear();
+      complete = true;
+    }
+  }
+  return runs;
+}
+
+// One-sided Wilcoxon rank-sum (Mann-Whitney) test: the exact probability, under the hypothesis
+// that x and y come from one distribution, that x's rank sum is at least the one observed,
+// i.e. small when x tends to be larger than y. Ties get mid-ranks and the exact conditional
+// distribution over those ranks (counts by dynamic programming over doubled rank sums).
+double RankSumPValue(const std::vector<double>& x, const std::vector<double>& y) {
+  std::vector<std::pair<double, int>> pooled;  // (value, 1 for x)
+  for (double v : x) pooled.push_back({v, 1});
+  for (double v : y) pooled.push_back({v, 0});
+  std::sort(pooled.begin(), pooled.end());
+  const size_t n = pooled.size(), m = x.size();
+  std::vector<int> rank2(n);  // twice the mid-rank: an integer
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && pooled[j].first == pooled[i].first) ++j;
+    for (size_t k = i; k < j; ++k) rank2[k] = static_cast<int>(i + 1 + j);  // (i+1) + j
+    i = j;
+  }
+  int observed = 0, total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    total += rank2[i];
+    if (pooled[i].second) observed += rank2[i];
+  }
+  // ways[k][s]: subsets of k of the items seen so far with doubled rank sum s (exact in a
+  // double up to 2^53; C(40, 20) is 1.4e11).
+  std::vector<std::vector<double>> ways(m + 1, std::vector<double>(total + 1, 0.0));
+  ways[0][0] = 1;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t k = std::min(m, i + 1); k >= 1; --k) {
+      for (int s = total; s >= rank2[i]; --s) ways[k][s] += ways[k - 1][s - rank2[i]];
+    }
+  }
+  double at_least = 0, all = 0;
+  for (int s = 0; s <= total; ++s) {
+    all += ways[m][s];
+    if (s >= observed) at_least += ways[m][s];
+  }
+  return at_least / all;
+}
+
 // ---- part 2: quality ----
 
 struct Problem {
@@ -229,7 +335,59 @@ size_t TrialsToReach(const std::vector<double>& curve, double target) {
   return 0;
 }
 
-void Quality(const std::vector<Problem>& problems, int seeds, int64_t trials, int concurrency) {
+// Our TPE against the peer's better TPE variant (the lower median) per function: medians of the
+// best after `trials` trials, and the one-sided rank-sum p-value for "ours is worse" (the
+// seeds are not paired: the two use different random streams, so seed k here and there share
+// nothing but the number).
+void ComparePeer(
+    const std::vector<std::pair<std::string, std::map<std::string, std::vector<double>>>>& finals,
+    const std::map<std::string, std::vector<PeerRun>>& peer, int64_t trials) {
+  std::printf(
+      "\n== against the peer's better TPE variant: median best@%lld; p = one-sided rank-sum "
+      "p-value that ours is worse\n",
+      static_cast<long long>(trials));
+  std::printf("%-20s %-8s | %11s %4s | %11s %-7s %4s | %8s | %s\n", "function", "ours", "median",
+              "n", "peer median", "variant", "n", "p", "ours is");
+  std::map<std::string, int> no_worse, worse_significant, compared;
+  for (const auto& [label, by_sampler] : finals) {
+    auto runs = peer.find(label);
+    const PeerRun* best = nullptr;
+    if (runs != peer.end()) {
+      for (const PeerRun& run : runs->second) {
+        if (run.sampler.rfind("tpe", 0) != 0) continue;
+        if (best == nullptr || Median(run.best) < Median(best->best)) best = &run;
+      }
+    }
+    for (const char* name : {"tpe-mv", "tpe"}) {
+      auto ours = by_sampler.find(name);
+      if (ours == by_sampler.end()) continue;
+      if (best == nullptr) {
+        std::printf("%-20s %-8s | no peer run of TPE at best@%lld\n", label.c_str(), name,
+                    static_cast<long long>(trials));
+        continue;
+      }
+      const double mine = Median(ours->second), theirs = Median(best->best);
+      const double p = RankSumPValue(ours->second, best->best);
+      const bool worse = mine > theirs;
+      ++compared[name];
+      no_worse[name] += worse ? 0 : 1;
+      worse_significant[name] += p < 0.05 ? 1 : 0;
+      std::printf("%-20s %-8s | %11.6g %4zu | %11.6g %-7s %4zu | %8.4f | %s%s\n", label.c_str(),
+                  name, mine, ours->second.size(), theirs, best->sampler.c_str(), best->best.size(),
+                  p, worse ? "worse" : "better", p < 0.05 ? " (significant, p < 0.05)" : "");
+    }
+  }
+  for (const auto& [name, n] : compared) {
+    std::printf("%-8s: no worse on %d of %d; significantly worse (p < 0.05) on %d\n", name.c_str(),
+                no_worse[name], n, worse_significant[name]);
+  }
+}
+
+void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, int64_t trials,
+             int concurrency, const std::vector<std::string>& samplers,
+             const std::string& peer_path) {
+  // Per problem label and sampler: each seed's best after all the trials.
+  std::vector<std::pair<std::string, std::map<std::string, std::vector<double>>>> finals;
   std::vector<int64_t> marks;
   for (int64_t m : {10, 25, 50, 100, 200, 500, 1000}) {
     if (m <= trials) marks.push_back(m);
@@ -248,16 +406,17 @@ void Quality(const std::vector<Problem>& problems, int seeds, int64_t trials, in
     if (info->dims == 0) label += "-" + std::to_string(problem.dims);
     std::map<std::string, std::vector<double>> curves;
     std::map<std::string, int64_t> duplicates;
-    for (const char* name : {"tpe-mv", "tpe", "random"}) {
-      const std::string sampler = name;
+    finals.push_back({problem.function + "-" + std::to_string(problem.dims), {}});
+    for (const std::string& sampler : samplers) {
       std::vector<Trace> traces;
       double sampler_s = 0;
-      for (int seed = 0; seed < seeds; ++seed) {
+      for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
         traces.push_back(
             Run(problem, sampler, static_cast<uint64_t>(seed), trials, concurrency, &sampler_s));
         duplicates[sampler] += traces.back().duplicates;
       }
       curves[sampler] = MedianCurve(traces);
+      for (const Trace& t : traces) finals.back().second[sampler].push_back(t.best.back());
       std::printf("%-20s %-8s |", label.c_str(), sampler.c_str());
       for (int64_t m : marks) std::printf(" %11.5g", curves[sampler][static_cast<size_t>(m - 1)]);
       std::printf(" | %10.4f\n", sampler_s / static_cast<double>(seeds * trials) * 1000);
@@ -265,8 +424,9 @@ void Quality(const std::vector<Problem>& problems, int seeds, int64_t trials, in
     const double minimum = sweep::executor::MinimumOf(*info, problem.dims);
     std::printf("%-20s %-8s | global minimum %.6g\n", label.c_str(), "", minimum);
     // How much sooner TPE gets where random search gets in all its trials.
-    const double target = curves["random"].back();
+    const double target = curves.count("random") ? curves["random"].back() : -INFINITY;
     for (const char* name : {"tpe-mv", "tpe"}) {
+      if (!curves.count("random") || !curves.count(name)) continue;
       const size_t n = TrialsToReach(curves[name], target);
       std::printf(
           "%-20s %-8s | reaches random's median best@%lld (%.5g) in %s trials; %lld of "
@@ -275,12 +435,12 @@ void Quality(const std::vector<Problem>& problems, int seeds, int64_t trials, in
           n == 0 ? "more than all" : std::to_string(n).c_str(),
           static_cast<long long>(duplicates[name]), static_cast<long long>(seeds * trials));
     }
-    if (concurrency > 1) {
+    if (concurrency > 1 && curves.count("tpe-mv")) {
       // The same run one trial at a time: what running trials at once costs, on the log of the
       // regret (the distance to the minimum) at the last mark.
       std::vector<Trace> sequential;
       double ignored = 0;
-      for (int seed = 0; seed < seeds; ++seed) {
+      for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
         sequential.push_back(
             Run(problem, "tpe-mv", static_cast<uint64_t>(seed), trials, 1, &ignored));
       }
@@ -295,12 +455,16 @@ void Quality(const std::vector<Problem>& problems, int seeds, int64_t trials, in
               std::max(1e-12, std::abs(std::log10(one))));
     }
   }
+  if (!peer_path.empty()) ComparePeer(finals, ReadPeer(peer_path, trials), trials);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int seeds = 20;
+  int first_seed = 0;
+  std::string peer_path;  // --peer: optuna_tpe.py quality output to compare with
+  std::vector<std::string> samplers;
   int64_t trials = 100;
   int asks = 200;
   int dims = 10;
@@ -315,6 +479,12 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--seeds" && i + 1 < argc) {
       seeds = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--first-seed" && i + 1 < argc) {
+      first_seed = std::max(0, std::atoi(argv[++i]));
+    } else if (a == "--peer" && i + 1 < argc) {
+      peer_path = argv[++i];
+    } else if (a == "--sampler" && i + 1 < argc) {
+      samplers.push_back(argv[++i]);
     } else if (a == "--trials" && i + 1 < argc) {
       trials = std::max<int64_t>(10, std::atoll(argv[++i]));
     } else if (a == "--asks" && i + 1 < argc) {
@@ -348,14 +518,15 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: %s [--seeds N] [--trials N] [--asks N] [--dims N] "
+          "usage: %s [--seeds N] [--first-seed S] [--trials N] [--asks N] [--dims N] "
           "[--concurrency N] [--model multivariate|univariate] [--cost-only | --quality-only] "
-          "[--function NAME[-DIMS]]...\n",
+          "[--function NAME[-DIMS]]... [--sampler tpe-mv|tpe|random]... [--peer FILE]\n",
           argv[0]);
       return 2;
     }
   }
   if (cost) AskCost(dims, asks, model);
-  if (quality) Quality(problems, seeds, trials, concurrency);
+  if (samplers.empty()) samplers = {"tpe-mv", "tpe", "random"};
+  if (quality) Quality(problems, first_seed, seeds, trials, concurrency, samplers, peer_path);
   return 0;
 }

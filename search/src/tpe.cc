@@ -33,8 +33,12 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kHalfLog2Pi = 0.91893853320467274178;
-// The newest this many trials of a set keep full kernel weight; older ones ramp down to 1/n.
+// The newest this many trials of the bad set keep full kernel weight; older ones ramp down to
+// 1/n.
 constexpr size_t kFlatWeights = 25;
+// Multivariate bandwidth of the bad set, per unit of range at one kernel: half of Optuna's 0.2.
+// A sharper g marks where bad trials are without blurring over the good region between them.
+constexpr double kBadBandwidth = 0.1;
 // Salt for TPE's streams, so its candidate draws are not random search's values again.
 constexpr uint64_t kStreamSalt = 0x7470652d64726177ULL;
 // Below this many kernels a univariate model sorts its centres; above, it walks the index.
@@ -253,6 +257,7 @@ struct Rows {
 struct Scratch {
   Mixture l, g;
   std::vector<uint32_t> good_rows, bad_rows;
+  std::vector<std::pair<uint32_t, uint32_t>> ranked;  // good set: (rank, position in the set)
   std::vector<double> candidates, score_l, score_g, weight, mass, quad, top, sum, acc;
   std::vector<std::pair<double, uint32_t>> sorted, extra;  // univariate bandwidths
   std::vector<uint32_t> position;
@@ -352,11 +357,14 @@ class TpeSamplerImpl final : public TpeSampler {
     for (size_t r = 0; r < running.size(); ++r) Parse(running[r], &running_x[r * width]);
     const Rows rows{x_.data(), running_x.data(), n_observed, width};
 
-    // The good set: the best n_below observations; running trials are always bad.
+    // The good set: the best n_below observations, with their rank (1 the best; 0 for the
+    // rest); running trials are always bad.
     const size_t n_below = std::min(GoodCount(n_observed + running.size()), n_observed);
-    std::vector<char> good(n_observed, 0);
+    std::vector<uint32_t> good_rank(n_observed, 0);
     auto it = by_score_.begin();
-    for (size_t i = 0; i < n_below; ++i, ++it) good[std::get<2>(*it)] = 1;
+    for (size_t i = 0; i < n_below; ++i, ++it) {
+      good_rank[std::get<2>(*it)] = static_cast<uint32_t>(i + 1);
+    }
 
     const std::vector<Parameter>& parameters = space_.parameters();
     json params = json::object();
@@ -380,7 +388,7 @@ class TpeSamplerImpl final : public TpeSampler {
       }
       const auto g = static_cast<size_t>(group_of_param_[p]);
       if (!done[g]) {
-        SampleGroup(groups_[g], trial, rows, running.size(), good, chosen);
+        SampleGroup(groups_[g], trial, rows, running.size(), good_rank, chosen);
         done[g] = 1;
       }
       const auto d = static_cast<size_t>(dim_of_param_[p]);
@@ -499,7 +507,7 @@ class TpeSamplerImpl final : public TpeSampler {
   // ---- one group's suggestion ----
 
   void SampleGroup(const Group& group, int64_t trial, const Rows& rows, size_t n_running,
-                   const std::vector<char>& good, std::vector<double>& chosen) const {
+                   const std::vector<uint32_t>& good_rank, std::vector<double>& chosen) const {
     Scratch& scratch = ThreadScratch();
     // The trials where the whole group is active, oldest first (running ones newest).
     std::vector<uint32_t>& good_rows = scratch.good_rows;
@@ -514,14 +522,14 @@ class TpeSamplerImpl final : public TpeSampler {
       return true;
     };
     for (const auto& [t, row] : by_trial_) {
-      if (active(row)) (good[row] ? good_rows : bad_rows).push_back(row);
+      if (active(row)) (good_rank[row] != 0 ? good_rows : bad_rows).push_back(row);
     }
     for (size_t r = 0; r < n_running; ++r) {
       const auto row = static_cast<uint32_t>(rows.n_observed + r);
       if (active(row)) bad_rows.push_back(row);
     }
-    const Mixture& l = Build(group, good_rows, rows, scratch, scratch.l);
-    const Mixture& g = Build(group, bad_rows, rows, scratch, scratch.g);
+    const Mixture& l = Build(group, good_rows, rows, good_rank.data(), scratch, scratch.l);
+    const Mixture& g = Build(group, bad_rows, rows, nullptr, scratch, scratch.g);
 
     const size_t width = group.dims.size();
     const auto n = static_cast<size_t>(options_.n_ei_candidates);
@@ -543,17 +551,31 @@ class TpeSamplerImpl final : public TpeSampler {
   }
 
   // The mixture of one set, in `m` (its buffers reused): a kernel per row (in the given order)
-  // and the prior last.
+  // and the prior last. `good_rank` (by observed row) is given for the good set, null for the
+  // bad one.
   const Mixture& Build(const Group& group, const std::vector<uint32_t>& set, const Rows& rows,
-                       Scratch& scratch, Mixture& m) const {
+                       const uint32_t* good_rank, Scratch& scratch, Mixture& m) const {
     const size_t n = set.size();
     const size_t k_total = n + 1;
+    const bool good = good_rank != nullptr;
     m.kernels = k_total;
 
-    // Weights: the newest kFlatWeights at 1, older ones on a ramp from 1/n; the prior apart.
+    // Weights, the prior's apart. The good set: by rank, from 1 for the best down to 1/n for the
+    // worst in steps of 1/n, so draws favour the best trials while the others still count. The
+    // bad set: the newest kFlatWeights at 1, older ones on a ramp from 1/n.
     std::vector<double>& weight = scratch.weight;
     weight.assign(k_total, 1.0);
-    if (n > kFlatWeights) {
+    if (good) {
+      std::vector<std::pair<uint32_t, uint32_t>>& ranked = scratch.ranked;
+      ranked.clear();
+      for (size_t i = 0; i < n; ++i) {
+        ranked.push_back({good_rank[set[i]], static_cast<uint32_t>(i)});
+      }
+      std::sort(ranked.begin(), ranked.end());
+      for (size_t r = 0; r < n; ++r) {
+        weight[ranked[r].second] = static_cast<double>(n - r) / static_cast<double>(n);
+      }
+    } else if (n > kFlatWeights) {
       const size_t ramp = n - kFlatWeights;
       const double first = 1.0 / static_cast<double>(n);
       for (size_t i = 0; i < ramp; ++i) {
@@ -606,10 +628,14 @@ class TpeSamplerImpl final : public TpeSampler {
       model.mu[n] = 0.5 * (dim.lo + dim.hi);
       model.sigma.resize(k_total);
       if (options_.multivariate) {
-        // A Scott-like rule: narrower with more trials, wider with more dimensions.
-        const double sigma =
-            0.2 * std::pow(std::max<double>(static_cast<double>(n), 1.0), -1.0 / (group_dims + 4)) *
-            range;
+        // The good set: range / min(100, n + 2), the magic clip's floor, so draws from l refine
+        // around the good trials and more finely as the set grows. The bad set: a Scott-like
+        // rule, narrower with more trials, wider with more dimensions.
+        const double sigma = good ? range / std::min(100.0, static_cast<double>(n) + 2)
+                                  : kBadBandwidth *
+                                        std::pow(std::max<double>(static_cast<double>(n), 1.0),
+                                                 -1.0 / (group_dims + 4)) *
+                                        range;
         std::fill(model.sigma.begin(), model.sigma.end(), sigma);
       } else {
         NeighbourSigmas(dim, d, set, rows, scratch, model);

@@ -69,12 +69,13 @@ std::string OptionsError(TpeOptions options) {
   return status.message();
 }
 
-TEST(TpeOptionsTest, DefaultsAreOptunas) {
+// Optuna's TPESampler's defaults, but for gamma (Optuna's is 0.1) and multivariate.
+TEST(TpeOptionsTest, DefaultsAreOptunasButGammaAndMultivariate) {
   const TpeOptions o;
   EXPECT_TRUE(Validate(o).ok());
   EXPECT_EQ(o.n_startup_trials, 10);
   EXPECT_EQ(o.n_ei_candidates, 24);
-  EXPECT_EQ(o.gamma, 0.1);
+  EXPECT_EQ(o.gamma, 0.2);
   EXPECT_EQ(o.gamma_max, 25);
   EXPECT_EQ(o.prior_weight, 1.0);
   EXPECT_TRUE(o.multivariate);
@@ -399,6 +400,34 @@ TEST(TpeSamplerTest, RunningTrialsPushSuggestionsAway) {
   }
   EXPECT_LT(alone, 1.0);  // the model does find the optimum
   EXPECT_GT(with_liars, alone);
+}
+
+// The good set's kernels weigh by rank: with the best trial at 2 and the second best at its
+// mirror image 8, among bad trials placed symmetrically about 5, suggestions land near 2 more
+// often than near 8 (with equal weights, as often).
+TEST(TpeSamplerTest, TheBestGoodTrialWeighsMost) {
+  const SearchSpace space = Space({Range("x", Kind::kUniform, 0, 10)});
+  const std::vector<double> bad = {0.2, 0.6, 1.0, 3.0, 3.4, 3.8, 4.2, 4.6, 4.9};
+  for (bool multivariate : {true, false}) {
+    TpeOptions o;
+    o.multivariate = multivariate;
+    o.gamma = 0.1;  // of 20 trials, the good set is the best two
+    auto tpe = Tpe(space, 5, o);
+    tpe->Observe(0, json{{"x", 2.0}}, 0.0);
+    tpe->Observe(1, json{{"x", 8.0}}, 1.0);
+    for (size_t i = 0; i < bad.size(); ++i) {
+      tpe->Observe(static_cast<int64_t>(2 + 2 * i), json{{"x", bad[i]}}, 10.0);
+      tpe->Observe(static_cast<int64_t>(3 + 2 * i), json{{"x", 10 - bad[i]}}, 10.0);
+    }
+    int near_best = 0, near_second = 0;
+    for (int64_t t = 20; t < 220; ++t) {
+      const double x = tpe->Suggest(t, {}).params.at("x").get<double>();
+      near_best += std::fabs(x - 2) < 1 ? 1 : 0;
+      near_second += std::fabs(x - 8) < 1 ? 1 : 0;
+    }
+    EXPECT_GT(near_best, 2 * near_second) << "multivariate=" << multivariate << ": " << near_best
+                                          << " near 2, " << near_second << " near 8";
+  }
 }
 
 // ---- quality ----
