@@ -15,11 +15,13 @@ JOBS=${JOBS:-$(nproc)}
 # Debian packages the build, the tests and the default sweep need.
 PACKAGES=(build-essential cmake ninja-build pkg-config
           libsqlite3-dev sqlite3 libcli11-dev libtomlplusplus-dev libboost-dev libssl-dev
-          libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
+          libgtest-dev libgmock-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev libpng-dev
+          libjpeg62-turbo-dev
           dataset-fashion-mnist python3 chromium)
 # The peer comparisons in bench/ need these; the trainer's PyTorch parity test needs torch.
 BENCH_PACKAGES=(python3 python3-optuna python3-torch python3-numpy)
-TEST_PACKAGES=(python3-torch)
+# The cluster tests start a local Slurm (without systemd) and read manifests back as YAML.
+TEST_PACKAGES=(python3-torch slurmctld slurmd slurm-client python3-yaml)
 
 install_missing() {
   local missing=()

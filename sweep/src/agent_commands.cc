@@ -123,7 +123,7 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
   options.worker_command = {SelfExe(argv0), "worker"};
   options.log = &std::cerr;
   options.stop_now = &InterruptAgain();
-  StopOnSignals();
+  StopAgentOnSignals();
   Status s = ex::RunAgent(options, InterruptRequested());
   // A refusal by the coordinator (the only InvalidArgument once the options above are checked)
   // and giving up without one (Unavailable) were logged as they came: their exit codes, not a

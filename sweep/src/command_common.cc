@@ -43,6 +43,11 @@ void StopOnSignals() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, OnInterrupt);
 }
 
+void StopAgentOnSignals() {
+  StopOnSignals();
+  std::signal(SIGUSR1, OnInterrupt);
+}
+
 void StopTrainOnSignals() {
   std::signal(SIGINT, OnTrainInterrupt);
   std::signal(SIGTERM, OnTrainInterrupt);

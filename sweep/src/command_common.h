@@ -29,6 +29,9 @@ std::atomic<bool>& InterruptAgain();
 // run, resume, agent: SIGINT, SIGTERM and SIGHUP set the flags above (a closed terminal stops a
 // sweep as Ctrl-C does: trials interrupted, resumable).
 void StopOnSignals();
+// `sweep agent`: as StopOnSignals, and SIGUSR1 too: the warning a batch system sends before a
+// time limit or a preemption (Slurm's --signal), so the agent stops at its trials' checkpoints.
+void StopAgentOnSignals();
 // `sweep train`: the first SIGINT / SIGTERM sets InterruptRequested (stop after the current
 // epoch); a second ends the process at once, by that signal.
 void StopTrainOnSignals();

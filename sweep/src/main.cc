@@ -1,6 +1,6 @@
 // The `sweep` command line: main() sets up the CLI, registers each group of commands (one file
 // each: run_commands, train_command, query_commands, manage_commands, devices_command,
-// agent_commands, view_commands) and runs the one the command line names.
+// agent_commands, cluster_commands, view_commands) and runs the one the command line names.
 // Exit codes: 0 success; 1 runtime failure; 2 usage or config error. Errors go to stderr as one
 // line naming the file, key, sweep or trial at fault.
 #include <algorithm>
@@ -15,6 +15,7 @@
 
 #include "agent_commands.h"
 #include "build_info.h"
+#include "cluster_commands.h"
 #include "devices_command.h"
 #include "manage_commands.h"
 #include "output.h"
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
   groups.push_back(sweep::AddManageCommands(app));
   groups.push_back(sweep::AddDevicesCommand(app));
   std::unique_ptr<sweep::AgentCommands> agents = sweep::AddAgentCommands(app, argv[0]);
+  groups.push_back(sweep::AddClusterCommands(app, argv[0]));
   std::unique_ptr<sweep::ViewCommands> views = sweep::AddViewCommands(app);
 
   // `sweep --db PATH list` (the global-option habit of git -C or docker -H): --db before the

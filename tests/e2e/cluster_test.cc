@@ -1,0 +1,314 @@
+// The cluster launchers end to end. A real single-node Slurm (Debian's slurmctld and slurmd,
+// started here without systemd, auth/none, two CPUs) runs the job arrays `sweep slurm submit`
+// writes, against a real coordinator: an array where only two of three tasks fit, a task
+// cancelled mid-sweep, the warning signal, a requeue. Skipped, saying why, only where Slurm is
+// not installed. `sweep k8s render`'s manifests are read back as YAML (python3-yaml), and the
+// agent command they hold serves a coordinator here.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agents_fixture.h"
+#include "e2e_fixture.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using sweep_e2e::Output;
+
+// What `command` prints, and its exit code.
+std::pair<int, std::string> Shell(const std::string& command) {
+  std::string out;
+  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+}
+
+std::string Trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// A port nothing listens on now.
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// slurmctld and slurmd for this test binary, in a folder of their own, on free ports; their
+// clients (sbatch, squeue, and sweep's calls of them) find it through SLURM_CONF.
+class LocalSlurm {
+ public:
+  static std::string Missing() {
+    for (const char* tool : {"slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol"}) {
+      if (Shell(std::string("command -v ") + tool + " || test -x /usr/sbin/" + tool).first != 0) {
+        return tool;
+      }
+    }
+    return "";
+  }
+
+  bool Start(std::string* why) {
+    char tmpl[] = "/tmp/sweep-slurm-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    fs::create_directories(dir_ / "state");
+    fs::create_directories(dir_ / "spool");
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    std::string node = host;
+    node = node.substr(0, node.find('.'));
+    const std::string user = Trimmed(Shell("id -un").second);
+    const std::string d = dir_.string();
+    // Requeued jobs wait out the credential's lifetime (120 s by default); the scheduler looks
+    // every second: a test sees a requeue or a freed CPU in seconds.
+    std::ofstream(dir_ / "slurm.conf")
+        << "ClusterName=sweeptest\nSlurmctldHost=" << node << "\nAuthType=auth/none\n"
+        << "CredType=cred/none\nAuthInfo=cred_expire=5\nProctrackType=proctrack/pgid\n"
+        << "TaskPlugin=task/none\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+        << "SlurmUser=" << user << "\nSlurmdUser=" << user << "\nStateSaveLocation=" << d
+        << "/state\nSlurmdSpoolDir=" << d << "/spool\nSlurmctldPidFile=" << d
+        << "/slurmctld.pid\nSlurmdPidFile=" << d << "/slurmd.pid\nSlurmctldPort=" << FreePort()
+        << "\nSlurmdPort=" << FreePort() << "\nSlurmctldLogFile=" << d
+        << "/slurmctld.log\nSlurmdLogFile=" << d << "/slurmd.log\nReturnToService=2\n"
+        << "MpiDefault=none\nJobCompType=jobcomp/none\n"
+        << "AccountingStorageType=accounting_storage/none\nKillWait=5\nMinJobAge=300\n"
+        << "SchedulerParameters=sched_interval=1,bf_interval=1\n"
+        << "NodeName=" << node << " CPUs=2 State=UNKNOWN\n"
+        << "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n";
+    ::setenv("SLURM_CONF", (dir_ / "slurm.conf").c_str(), 1);
+    const std::string path = "PATH=$PATH:/usr/sbin ";
+    Shell(path + "slurmctld -i");
+    Shell(path + "slurmd");
+    for (int i = 0; i < 100; ++i) {
+      if (Shell("sinfo -h -o %T").second.find("idle") != std::string::npos) return true;
+      ::usleep(100'000);
+    }
+    *why =
+        "the local Slurm did not come up: " + Shell("sinfo; tail -5 " + d + "/slurm*.log").second;
+    return false;
+  }
+
+  void Stop() {
+    if (dir_.empty()) return;
+    Shell("scancel --user $(id -un)");
+    for (const char* pid : {"slurmd.pid", "slurmctld.pid"}) {
+      Shell("kill $(cat " + (dir_ / pid).string() + ") 2>/dev/null");
+    }
+    ::usleep(500'000);
+    fs::remove_all(dir_);
+    dir_.clear();
+  }
+
+ private:
+  fs::path dir_;
+};
+
+class SlurmTest : public sweep_e2e::AgentsFixture {
+ protected:
+  static void SetUpTestSuite() {
+    missing_ = LocalSlurm::Missing();
+    if (!missing_.empty()) return;
+    slurm_ = new LocalSlurm;
+    if (!slurm_->Start(&failed_)) {
+      delete slurm_;
+      slurm_ = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    if (slurm_ != nullptr) slurm_->Stop();
+    delete slurm_;
+    slurm_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!missing_.empty()) {
+      GTEST_SKIP() << "Slurm is not installed here (no " << missing_
+                   << "; Debian's slurmctld, slurmd and slurm-client packages provide it)";
+    }
+    ASSERT_TRUE(failed_.empty()) << failed_;
+    AgentsFixture::SetUp();
+  }
+  void TearDown() override {
+    for (const std::string& job : jobs_) Shell("scancel " + job);
+    AgentsFixture::TearDown();
+  }
+
+  // `sweep slurm submit` of `n` one-CPU agents for the coordinator on `port`: the job id.
+  std::string Submit(int n, int port) {
+    Output o = Sweep("slurm submit --agents " + std::to_string(n) +
+                     " --cpu-slots 1 --connect 127.0.0.1:" + std::to_string(port) +
+                     " --token-file tok --retry-for 20s --output " +
+                     (dir_ / "task-%a.log").string() + " --sbatch-arg=--chdir=" + dir_.string());
+    EXPECT_EQ(o.code, 0) << o.err;
+    const std::string id = Trimmed(o.out);
+    jobs_.push_back(id);
+    return id;
+  }
+
+  // The state of array task `task` of `job` ("RUNNING", "PENDING"; empty once it is gone).
+  static std::string TaskState(const std::string& job, int task) {
+    return Trimmed(Shell("squeue -h -r -j " + job + "_" + std::to_string(task) + " -o %T").second);
+  }
+
+  static inline std::string missing_;
+  static inline std::string failed_;
+  static inline LocalSlurm* slurm_ = nullptr;
+  std::vector<std::string> jobs_;
+};
+
+// Three tasks, two CPUs: the third waits until a task leaves. One is cancelled mid-sweep; its
+// trials run again elsewhere and the pending task starts and serves: none lost or run twice.
+TEST_F(SlurmTest, AnArrayWhereTwoOfThreeFitCompletesTheSweepThroughACancelledTask) {
+  const int kTrials = 16, kSteps = 10;
+  Write("f.toml",
+        sweep_e2e::BraninConfig("slurm", kTrials, "seed = 3\n",
+                                "steps = " + std::to_string(kSteps) + "\nstep_ms = 150\n"));
+  int port = 0;
+  pid_t coordinator = StartCoordinator("f.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  const std::string job = Submit(3, port);
+  ASSERT_TRUE(WaitUntil([&] { return TaskState(job, 2) == "PENDING"; }, 20))
+      << Shell("squeue -r").second;
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 30, 2)) << Log("coordinator.log");
+  EXPECT_EQ(TaskState(job, 2), "PENDING") << "only two one-CPU tasks fit on two CPUs";
+  ASSERT_TRUE(WaitForAReport());
+  ASSERT_EQ(Shell("scancel " + job + "_0").first, 0);
+  ASSERT_EQ(WaitExit(coordinator, 120), 0) << Log("coordinator.log");
+  ExpectEveryTrialAccountedFor(kTrials, kSteps);
+  const auto agents = PlacedOn("SELECT placement FROM trials");
+  EXPECT_TRUE(agents.count("slurm-" + job + "-2")) << ::testing::PrintToString(agents);
+  EXPECT_GT(Scalar("SELECT count(*) FROM events WHERE to_state = 'interrupted'"), 0)
+      << "task 0 had trials running when it was cancelled";
+}
+
+// Slurm's warning before a time limit or a preemption (USR1 to the batch shell, which the
+// script's agent is): the agent's trial stops at its checkpoint and goes on from it on the
+// other agent, every epoch reported once.
+TEST_F(SlurmTest, TheWarningSignalMovesATrialOnFromItsCheckpoint) {
+  WriteProgram(
+      "epochs.sh",
+      "#!/bin/sh\n# 12 epochs; the last one done is kept in the trial's folder.\n"
+      "cd \"$SWEEP_TRIAL_DIR\"\ne=$(cat ckpt 2>/dev/null || echo 0)\n"
+      "stop=0\ntrap 'stop=1' TERM\n"
+      "while [ $e -lt 12 ] && [ $stop = 0 ]; do sleep 0.25; e=$((e + 1)); echo $e > ckpt;\n"
+      "  echo \"sweep-report {\\\"epoch\\\": $e, \\\"score\\\": $e}\"; done\n");
+  Write("c.toml",
+        "[sweep]\nname = \"warned\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 2\n"
+        "[parameters]\nx = { values = [1, 2] }\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"./epochs.sh\"]\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  const std::string job = Submit(2, port);
+  ASSERT_TRUE(
+      WaitUntil([&] { return Scalar("SELECT count(DISTINCT trial) FROM reports") == 2; }, 40))
+      << Log("coordinator.log");
+  const std::string first = Query("SELECT placement FROM trials WHERE number = 0")[0][0];
+  const std::string task = first.substr(first.rfind('-') + 1, 1);
+  ASSERT_EQ(Shell("scancel --batch --signal=USR1 " + job + "_" + task).first, 0);
+  ASSERT_EQ(WaitExit(coordinator, 90), 0) << Log("coordinator.log");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM trials WHERE status = 'completed'"), 2);
+  // Trial 0 was interrupted, not failed, and went on from its checkpoint elsewhere.
+  EXPECT_EQ(Scalar("SELECT count(*) FROM events WHERE trial = 0 AND to_state = 'interrupted'"), 1)
+      << Log("coordinator.log");
+  EXPECT_EQ(Scalar("SELECT retries FROM trials WHERE number = 0"), 0);
+  EXPECT_NE(Query("SELECT placement FROM trials WHERE number = 0")[0][0], first);
+  EXPECT_EQ(Scalar("SELECT count(*) FROM reports WHERE trial = 0"), 12);
+  EXPECT_EQ(Scalar("SELECT count(DISTINCT json_extract(metrics, '$.score')) FROM reports "
+                   "WHERE trial = 0"),
+            12);
+}
+
+// `scontrol requeue` kills a task and queues it again: it comes back, reconnects and serves.
+TEST_F(SlurmTest, ARequeuedTaskReconnectsAndServes) {
+  Write("f.toml",
+        sweep_e2e::BraninConfig("requeued", 12, "seed = 4\n", "steps = 10\nstep_ms = 200\n"));
+  int port = 0;
+  pid_t coordinator = StartCoordinator("f.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  const std::string job = Submit(1, port);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 30)) << Log("coordinator.log");
+  ASSERT_TRUE(WaitForAReport());
+  ASSERT_EQ(Shell("scontrol requeue " + job + "_0").first, 0);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 60, 2)) << Log("coordinator.log");
+  ASSERT_EQ(WaitExit(coordinator, 120), 0) << Log("coordinator.log");
+  ExpectEveryTrialAccountedFor(12, 10);
+  EXPECT_EQ(Count(Log("task-0.log"), "registered with the coordinator"), 2) << Log("task-0.log");
+}
+
+class K8sTest : public sweep_e2e::AgentsFixture {};
+
+// The manifests read back as YAML carry what the cluster needs, and the agent command they
+// hold, with the index Kubernetes sets, serves a coordinator here.
+TEST_F(K8sTest, TheRenderedAgentCommandServesACoordinator) {
+  if (Shell("/usr/bin/python3 -c 'import yaml'").first != 0) {
+    GTEST_SKIP() << "python3-yaml is not installed: the manifests cannot be read back here";
+  }
+  Write("f.toml", sweep_e2e::BraninConfig("k8s", 6, "seed = 2\n", "steps = 3\n"));
+  Output o = Sweep(
+      "k8s render f.toml --agents 2 --cpu-slots 2 --image reg.example/sweep:1 "
+      "--namespace ml --queue team-a --token-file tok");
+  ASSERT_EQ(o.code, 0) << o.err;
+  Write("manifests.yaml", o.out);
+  auto [rc, text] = Shell(
+      "/usr/bin/python3 -c 'import json, sys, yaml; "
+      "print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))' " +
+      (dir_ / "manifests.yaml").string());
+  ASSERT_EQ(rc, 0) << text;
+  const json docs = json::parse(text);
+  ASSERT_EQ(docs.size(), 5u);
+  json job;
+  for (const json& d : docs) {
+    if (d["kind"] == "Job") job = d;
+    if (d["kind"] == "Secret") {
+      EXPECT_EQ(d["stringData"]["token"], Trimmed(Log("tok")));
+    }
+  }
+  ASSERT_TRUE(job.is_object()) << text;
+  EXPECT_EQ(job["metadata"]["namespace"], "ml");
+  EXPECT_EQ(job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "team-a");
+  EXPECT_EQ(job["spec"]["completionMode"], "Indexed");
+  // The command as the pod would run it: the index expanded, the coordinator and token here.
+  int port = 0;
+  pid_t coordinator = StartCoordinator("f.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  std::string args;
+  const json command = job["spec"]["template"]["spec"]["containers"][0]["command"];
+  ASSERT_EQ(command[0], "sweep");
+  for (size_t i = 1; i < command.size(); ++i) {
+    std::string a = command[i];
+    if (a.find(":7070") != std::string::npos) a = "127.0.0.1:" + std::to_string(port);
+    if (a == "/etc/sweep/token/token") a = "tok";
+    const size_t at = a.find("$(JOB_COMPLETION_INDEX)");
+    if (at != std::string::npos) a.replace(at, 23, "1");
+    args += " " + a;
+  }
+  Spawn(args, "agent.log", "JOB_COMPLETION_INDEX=1");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log") << Log("agent.log");
+  EXPECT_TRUE(PlacedOn("SELECT placement FROM trials").count("k8s-agent-1"))
+      << Log("coordinator.log");
+}
+
+}  // namespace
