@@ -525,7 +525,8 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
       {"dataset format unknown",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"png\", "
        "train_images = \"train-images\", train_labels = \"train-labels\" }\n",
-       {"bad.toml:5:11: trainer.dataset: dataset.format: expected \"idx\" or \"csv\", got "
+       {"bad.toml:5:11: trainer.dataset: dataset.format: expected \"idx\", \"csv\" or \"folder\", "
+        "got "
         "\"png\""}},
       {"no dataset",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n",

@@ -160,7 +160,8 @@ TEST(Options, TypeErrors) {
             "dataset: expected an object {format, train_images, ...} or a directory name, got 3");
   EXPECT_EQ(ApplyError("dataset", {{"train_image", "x"}}),
             "dataset: unknown key \"train_image\" (expected format, train_images, train_labels, "
-            "test_images, test_labels, label_column, header, shape)");
+            "test_images, test_labels, label_column, header, shape, cache; or for format = "
+            "\"folder\": train, test, image_size, on_bad_file, decode_threads)");
   EXPECT_EQ(ApplyError("dataset", {{"label_column", "x"}}),
             "dataset.label_column: expected an integer column index, got \"x\"");
   EXPECT_EQ(ApplyError("dataset", {{"header", 1}}),
@@ -223,7 +224,7 @@ TEST(Options, Validate) {
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dataset.train_images.clear(); }),
             "dataset: no training file (dataset.train_images)");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dataset.format = "parquet"; }),
-            "dataset.format: expected \"idx\" or \"csv\", got \"parquet\"");
+            "dataset.format: expected \"idx\", \"csv\" or \"folder\", got \"parquet\"");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dataset.test_images = "t"; }),
             "dataset: idx needs both dataset.test_images and dataset.test_labels, or neither");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dataset.format = "csv"; }),

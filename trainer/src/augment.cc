@@ -11,6 +11,7 @@
 #include <tuple>
 #include <utility>
 
+#include "image_folder.h"
 #include "rng.h"
 
 namespace sweep::trainer {
@@ -115,6 +116,7 @@ Result<TensorShape> SampleShape(const Dataset& data, const DatasetSpec& spec) {
 }
 
 Result<TensorShape> ProbeInputShape(const DatasetSpec& spec) {
+  if (spec.format == "folder") return ProbeFolderShape(spec);
   const std::string& path = spec.train_images;
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) return Status::NotFound(path + ": cannot be opened");

@@ -155,6 +155,11 @@ std::string TrainingConfig(const TrainOptions& o) {
   if (o.random_erasing > 0) j["random_erasing"] = o.random_erasing;
   if (o.label_smoothing > 0) j["label_smoothing"] = o.label_smoothing;
   if (!o.dataset.shape.empty()) j["dataset"]["shape"] = o.dataset.shape;
+  // What a folder set decodes to (a format that came later: only for it).
+  if (o.dataset.format == "folder") {
+    j["dataset"]["image_size"] = o.dataset.image_size;
+    j["dataset"]["on_bad_file"] = o.dataset.on_bad_file;
+  }
   return j.dump();
 }
 

@@ -75,9 +75,13 @@ Status CheckTrainingLabels(const Dataset& data) {
                                           [&](int32_t l) { return l == data.labels.front(); })) {
     return Status::Corruption(
         data.source + ": every label is " + std::to_string(data.labels.front()) +
+        (data.class_names.empty()
+             ? ""
+             : " (class '" + data.class_names[static_cast<size_t>(data.labels.front())] + "')") +
         "; a classifier needs samples of at least two classes" + other_column(""));
   }
-  if (data.num_classes <= 2) return Status::Ok();
+  // A folder set's labels are its class folders: they cannot be misnumbered.
+  if (data.num_classes <= 2 || !data.class_names.empty()) return Status::Ok();
   std::vector<bool> seen(static_cast<size_t>(data.num_classes), false);
   for (int32_t l : data.labels) seen[static_cast<size_t>(l)] = true;
   const int64_t empty = std::count(seen.begin(), seen.end(), false);

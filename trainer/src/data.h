@@ -1,6 +1,6 @@
-// Datasets for the trainer: IDX (MNIST layout, gzipped or raw) and CSV loaders, a two-level
-// cache of decoded datasets (in the process, then one file per dataset per machine that every
-// process maps read-only), the fixed validation split, and row gathering into batches.
+// Datasets for the trainer: IDX (MNIST layout, gzipped or raw), CSV and image-folder loaders,
+// a two-level cache of decoded datasets (in the process, then one file per dataset per machine
+// that every process maps read-only), the fixed validation split, and gathering into batches.
 // A loaded Dataset is immutable and shared (shared_ptr<const Dataset>) between trials and
 // threads; the caches are thread-safe and safe across processes; the rest is pure functions.
 #pragma once
@@ -36,6 +36,11 @@ struct Dataset {
   // What the views point into: the decoder's arrays, or a read-only mapping of a cache file.
   std::shared_ptr<const void> storage;
   bool mapped = false;  // from the machine-wide cache file
+  // folder: the label map (class_names[label], the class folders' names sorted); else empty.
+  std::vector<std::string> class_names;
+  // folder with on_bad_file = "skip": files left out, and the first few of them ("path: why").
+  int64_t skipped_files = 0;
+  std::vector<std::string> skipped;
 
   // Writes rows idx[0..count) as floats into x[count, dim] and their labels into y[count].
   void Gather(const int32_t* idx, int64_t count, float* x, int32_t* y) const;
@@ -65,6 +70,11 @@ Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& la
 Result<DatasetPtr> LoadCsv(const std::string& path, int label_column,
                            std::optional<bool> header = std::nullopt);
 
+// A folder of class folders (DatasetSpec::format "folder"), decoded with decode_threads threads:
+// classes sorted by name give the labels; within a class, files sorted by their path under it
+// give the order. Pixels are uint8, channels last. Errors name the file or folder.
+Result<DatasetPtr> LoadImageFolder(const std::string& dir, const DatasetSpec& spec);
+
 // Loads the training (test = false) or test set of `spec`, keyed by format, label column and
 // each file's (canonical path, size, mtime), through two caches: this process's (a worker
 // reused across trials decodes a file once; concurrent callers wait for one load), then, when
@@ -77,7 +87,9 @@ Result<DatasetPtr> LoadCached(const DatasetSpec& spec, bool test, const std::str
 // Drops every dataset cached in this process (ones still held by callers live on until
 // released; cache files stay).
 void ClearDatasetCache();
-// Decodes (of IDX or CSV text) and cache-file maps this process has done (for tests).
+// A folder set's key is its reading options and every file's (path, size, mtime).
+// Decodes (of IDX or CSV text, or of image folders) and cache-file maps this process has done
+// (for tests).
 int64_t DatasetDecodeCount();
 int64_t DatasetMapCount();
 

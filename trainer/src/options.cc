@@ -131,12 +131,54 @@ Status DatasetFromDirectory(const std::string& dir, DatasetSpec* spec) {
   return Status::Ok();
 }
 
+// The dataset keys that belong to one format (the rest are the files' of idx and csv).
+bool FolderOnlyKey(const std::string& k) {
+  return k == "train" || k == "test" || k == "image_size" || k == "on_bad_file" ||
+         k == "decode_threads";
+}
+bool FileOnlyKey(const std::string& k) {
+  return k == "train_images" || k == "train_labels" || k == "test_images" || k == "test_labels" ||
+         k == "label_column" || k == "header" || k == "shape";
+}
+
 Status DatasetFromObject(const json& v, DatasetSpec* spec) {
   DatasetSpec s;
+  if (v.contains("format") && v["format"].is_string()) s.format = v["format"].get<std::string>();
+  const bool folder = s.format == "folder";
   for (const auto& [k, item] : v.items()) {
     const std::string key = "dataset." + k;
+    if (folder && FileOnlyKey(k)) {
+      return Status::InvalidArgument(key +
+                                     ": not a key of format = \"folder\" (it takes train, test, "
+                                     "image_size, on_bad_file, decode_threads, cache)");
+    }
+    if (!folder && FolderOnlyKey(k)) {
+      return Status::InvalidArgument(key + ": only for format = \"folder\"");
+    }
     if (k == "format") {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.format));
+    } else if (k == "train") {
+      SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.train_images));
+    } else if (k == "test") {
+      SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.test_images));
+    } else if (k == "image_size") {
+      const char* what = "[height, width], positive integers";
+      if (!item.is_array() || item.size() != 2) return TypeError(key, what, item);
+      s.image_size.clear();
+      for (const json& d : item) {
+        int64_t n = 0;
+        if (!GetInt(d, 1, 1 << 15, &n)) return TypeError(key, what, item);
+        s.image_size.push_back(static_cast<int>(n));
+      }
+    } else if (k == "on_bad_file") {
+      SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.on_bad_file));
+    } else if (k == "decode_threads") {
+      int64_t n = 0;
+      SWEEP_RETURN_IF_ERROR(
+          SetInt(key, item, 0, 1024, "a number of threads in [0, 1024] (0: one per core)", &n));
+      s.decode_threads = static_cast<int>(n);
+    } else if (k == "cache") {
+      SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.cache));
     } else if (k == "train_images") {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.train_images));
     } else if (k == "train_labels") {
@@ -173,7 +215,8 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       return Status::InvalidArgument(
           "dataset: unknown key \"" + k +
           "\" (expected format, train_images, train_labels, test_images, test_labels, "
-          "label_column, header, shape)");
+          "label_column, header, shape, cache; or for format = \"folder\": train, test, "
+          "image_size, on_bad_file, decode_threads)");
     }
   }
   *spec = std::move(s);
@@ -384,6 +427,8 @@ double EstimatedWork(const TrainOptions& o) {
   if (o.dataset.shape.size() == 3) {
     input = {o.dataset.shape[0], o.dataset.shape[1], o.dataset.shape[2]};
   }
+  if (o.dataset.image_size.size() == 2)
+    input = {1, o.dataset.image_size[0], o.dataset.image_size[1]};
   if (o.model == "mlp") input = {static_cast<int>(input.size()), 1, 1};
   const Result<ModelSpec> model = BuildModel(o, input, kClasses);
   if (!model.ok()) return 0;
@@ -437,7 +482,8 @@ Status ValidateModelOptions(const TrainOptions& o, bool together) {
     return bad("label_smoothing: must be in [0, 1), got " + Num(o.label_smoothing));
   }
   if (!together) return Status::Ok();
-  const bool images = o.dataset.format == "idx" || !o.dataset.shape.empty();
+  const bool images =
+      o.dataset.format == "idx" || o.dataset.format == "folder" || !o.dataset.shape.empty();
   if (!images && o.model == "cnn") {
     return bad("model: \"cnn\" needs images; give a csv dataset its dataset.shape = [C, H, W]");
   }
@@ -479,8 +525,31 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
   const bool together = scope == ValidateScope::kAll;
   const DatasetSpec& d = o.dataset;
   auto bad = [](std::string msg) { return Status::InvalidArgument(std::move(msg)); };
-  if (d.format != "idx" && d.format != "csv") {
-    return bad("dataset.format: expected \"idx\" or \"csv\", got \"" + d.format + "\"");
+  if (d.format != "idx" && d.format != "csv" && d.format != "folder") {
+    return bad("dataset.format: expected \"idx\", \"csv\" or \"folder\", got \"" + d.format + "\"");
+  }
+  if (d.cache != "auto" && d.cache != "off") {
+    return bad("dataset.cache: expected \"auto\" or \"off\", got \"" + d.cache + "\"");
+  }
+  if (d.format == "folder") {
+    if (d.train_images.empty()) return bad("dataset: folder needs dataset.train (a folder)");
+    if (!d.train_labels.empty() || !d.test_labels.empty() || d.header || !d.shape.empty()) {
+      return bad(
+          "dataset: folder takes labels and shapes from its images; leave *_labels, "
+          "header and shape unset");
+    }
+    if (d.on_bad_file != "error" && d.on_bad_file != "skip") {
+      return bad("dataset.on_bad_file: expected \"error\" or \"skip\", got \"" + d.on_bad_file +
+                 "\"");
+    }
+    if (!d.image_size.empty() &&
+        (d.image_size.size() != 2 ||
+         *std::min_element(d.image_size.begin(), d.image_size.end()) < 1)) {
+      return bad("dataset.image_size: expected [height, width], positive integers");
+    }
+    if (d.decode_threads < 0) return bad("dataset.decode_threads: must be >= 0");
+  } else if (!d.image_size.empty() || d.on_bad_file != "error" || d.decode_threads != 0) {
+    return bad("dataset: image_size, on_bad_file and decode_threads are for format = \"folder\"");
   }
   if (d.train_images.empty()) return bad("dataset: no training file (dataset.train_images)");
   if (d.format == "idx") {

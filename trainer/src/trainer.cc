@@ -225,6 +225,11 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
                                      std::to_string(test->dim) + " features, the training set's " +
                                      std::to_string(train->dim));
     }
+    if (test->class_names != train->class_names) {
+      return Status::InvalidArgument(o.dataset.test_images +
+                                     ": its class folders are not the training folder's (" +
+                                     train->source + "); labels are the sorted class names");
+    }
     if (test->num_classes > train->num_classes) {
       return Status::InvalidArgument(
           test->source + ": has label " + std::to_string(test->num_classes - 1) +
@@ -289,6 +294,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
 
   // ---- initial state: fresh, or the checkpoint's ----
   TrainResult result;
+  result.skipped_files = train->skipped_files + (test != nullptr ? test->skipped_files : 0);
+  result.class_names = train->class_names;
   const std::string config = TrainingConfig(o);
   ModelState state;
   int first_epoch = 1;

@@ -103,7 +103,8 @@ json DatasetRelativeTo(json value, const std::filesystem::path& base) {
   auto resolve = [&](json& path) { ResolveRelativeTo(path, base); };
   if (value.is_string()) resolve(value);
   if (value.is_object()) {
-    for (const char* k : {"train_images", "train_labels", "test_images", "test_labels"}) {
+    for (const char* k :
+         {"train_images", "train_labels", "test_images", "test_labels", "train", "test"}) {
       if (value.contains(k)) resolve(value[k]);
     }
   }
@@ -117,6 +118,14 @@ struct DatasetProblem {
   std::string why;
 };
 DatasetProblem DatasetFilesProblem(const trainer::DatasetSpec& ds) {
+  // Folders of class folders: the trainer checks them without decoding (no images, test
+  // classes that are not the training ones, an empty class folder).
+  if (ds.format == "folder") {
+    std::string field;
+    const Status s = trainer::CheckImageFolders(ds, &field);
+    if (s.ok()) return {};
+    return {field, s.message()};
+  }
   const std::pair<const char*, const std::string*> files[] = {{"train_images", &ds.train_images},
                                                               {"train_labels", &ds.train_labels},
                                                               {"test_images", &ds.test_images},

@@ -19,10 +19,14 @@
 namespace sweep::trainer {
 
 struct DatasetSpec {
-  std::string format = "idx";  // "idx" (MNIST layout, gzipped or not) or "csv"
+  // "idx" (MNIST layout, gzipped or not), "csv", or "folder" (torchvision's ImageFolder: one
+  // subfolder per class, PNG or JPEG files in it; the sorted class names give the labels).
+  std::string format = "idx";
   // idx: image and label files. csv: train_images / test_images hold the CSV files (one row per
   // sample, the label in `label_column`, features in every other column; a first row whose
   // label is not a number is a header, unless `header` says); the *_labels fields stay empty.
+  // folder: train_images / test_images hold the class folders (the config's keys `train` and
+  // `test`); the *_labels fields stay empty.
   std::string train_images, train_labels, test_images, test_labels;
   int label_column = 0;  // csv only; negative counts from the end (-1: the last column)
   // csv only: whether the first row is a header (column names); unset: it is when its label
@@ -31,6 +35,17 @@ struct DatasetSpec {
   // csv only: each row's features as an image, {channels, height, width} in that order (as
   // PyTorch's tensors); empty: a flat vector. Their product must be the row's width.
   std::vector<int> shape;
+  // folder only: {height, width} every image is resized to (bilinear, antialiased when
+  // shrinking); empty: every image must have the first image's size.
+  std::vector<int> image_size;
+  // folder only: "error" (an unreadable, corrupt or odd file fails the load, naming it) or
+  // "skip" (such files are left out and counted; an empty class folder keeps its label).
+  std::string on_bad_file = "error";
+  // folder only: threads that decode the files; 0: one per core.
+  int decode_threads = 0;
+  // "auto": the decoded set goes into the machine-wide cache (TrainOptions::cache_dir) when it
+  // can be written; "off": decoded in each process (kept in this process's cache only).
+  std::string cache = "auto";
 };
 
 // Every field is a hyperparameter a sweep may vary (the key ApplyOption takes is the field
@@ -177,6 +192,10 @@ struct TrainResult {
   bool stopped = false;            // the callback asked to stop before the last epoch
   bool checkpointed = false;       // a checkpoint was written (at the end, or when stopped)
   std::optional<double> test_acc;  // when a test set is given and training was not stopped
+  // folder with on_bad_file = "skip": files left out of the training and test sets.
+  int64_t skipped_files = 0;
+  // folder: the label map, class_names[label] (the class folders' names, sorted); else empty.
+  std::vector<std::string> class_names;
 };
 
 // Return false to stop training after this epoch (a checkpoint is written first when
@@ -189,6 +208,31 @@ using EpochCallback = std::function<bool(const EpochReport&)>;
 // last epoch. Errors: a missing or malformed dataset (names the file), a NaN or infinite loss
 // ("diverged at epoch E, step S"), bad options, a bad checkpoint.
 Result<TrainResult> Train(const TrainOptions& options, const EpochCallback& on_epoch);
+
+// ---- datasets ----
+
+// What a dataset holds, for showing it: its samples, shape and label map.
+struct DatasetSummary {
+  std::string source;  // the file(s) or folder
+  int64_t samples = 0;
+  std::vector<int64_t> shape;  // per sample: {H, W} (one channel), {H, W, C}, or {features}
+  int num_classes = 0;
+  std::vector<std::string> class_names;  // folder: class_names[label]; else empty
+  std::vector<int64_t> class_counts;     // samples per label
+  int64_t skipped_files = 0;             // folder, on_bad_file = "skip"
+  std::vector<std::string> skipped;      // the first few of them: "path: why"
+};
+
+// Loads the training (test = false) or test set of `spec` as Train() does (through the same
+// caches; cache_dir as TrainOptions::cache_dir, empty: the default) and describes it.
+Result<DatasetSummary> DescribeDataset(const DatasetSpec& spec, bool test,
+                                       const std::string& cache_dir = "");
+
+// format = "folder", checked without decoding anything: each folder exists and holds class
+// folders and at least one PNG or JPEG file; with on_bad_file = "error" no class folder is
+// empty; the test folder's classes are the training folder's. On failure *field names the
+// dataset key at fault ("train" or "test").
+Status CheckImageFolders(const DatasetSpec& spec, std::string* field);
 
 // Whether every GPU this process has trained on can still be used. A fault inside a kernel (an
 // illegal address, an uncorrectable ECC error) breaks that GPU's CUDA context for the rest of the
