@@ -86,6 +86,7 @@ Status Coordinator::Prepare() {
   SWEEP_RETURN_IF_ERROR(TakeEvents(Now()));
   SWEEP_RETURN_IF_ERROR(FitsHere(config_, options_, servers_->packer().largest_server()));
   if (options_.local_slots && options_.log != nullptr) kind_->WarnHere(*options_.log);
+  if (runners_.may_add_servers() && options_.log != nullptr) kind_->WarnRemote(*options_.log);
   if (config_.trial.gpu_share > 1 && !servers_->packer().gpu() && options_.log != nullptr) {
     *options_.log << "sweep: trial.gpu_share = " << config_.trial.gpu_share
                   << " applies to GPUs; this machine offers CPU slots, one trial each\n";

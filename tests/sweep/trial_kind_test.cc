@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "kinds/kind_config.h"
 #include "sweep/config.h"
 
@@ -24,6 +26,29 @@ TEST(TrialKindTest, EveryKindHasItsRulesUnderItsName) {
   }
   EXPECT_FALSE(executor::TrialKindFromString("Trainer").has_value());
   EXPECT_FALSE(executor::TrialKindFromString("").has_value());
+}
+
+// With agents, a trainer sweep whose checkpoints each agent keeps for itself says that a moved
+// trial starts again from epoch 1; one on storage not known to be local says nothing.
+TEST(TrialKindTest, TrainerTrialsSayWhenAMovedTrialLosesItsCheckpoint) {
+  SweepConfig config;
+  config.path = "c.toml";
+  config.trial.kind = TrialKind::kTrainer;
+  auto said = [&](const std::string& dir) {
+    config.trial.checkpoint_dir = dir;
+    std::ostringstream log;
+    MakeTrialKindRules(config)->WarnRemote(log);
+    return log.str();
+  };
+  EXPECT_NE(said("").find("c.toml: trial.checkpoint_dir is not set, so each agent keeps "
+                          "checkpoints in its own folder: a trial moved to another agent starts "
+                          "again from epoch 1"),
+            std::string::npos)
+      << said("");
+  EXPECT_NE(said("ckpt").find("'ckpt' is relative"), std::string::npos) << said("ckpt");
+  EXPECT_EQ(said("/proc/sweep-checkpoints"), "");  // procfs: not a local disk it knows
+  config.trial.kind = TrialKind::kFunction;
+  EXPECT_EQ(said(""), "");
 }
 
 // Each kind's own table is refused under another kind, naming both.

@@ -1,5 +1,7 @@
 // Trainer trials: the embedded trainer (trainer/trainer.h), checkpointing every epoch. Its config
 // is [trainer] and the parameters it receives, each checked by the trainer's own rules.
+#include <sys/vfs.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -449,6 +451,22 @@ Status CheckDatasetHere(const json& value) {
 
 namespace {
 
+// The name of the local file system `path` (or its nearest existing folder) is on: "ext4",
+// "xfs", ...; empty for a network one (NFS, Lustre, ...) or one not known to be local.
+std::string LocalFileSystem(std::filesystem::path path) {
+  std::error_code ec;
+  while (!path.empty() && !std::filesystem::exists(path, ec)) path = path.parent_path();
+  struct statfs st {};
+  if (path.empty() || ::statfs(path.c_str(), &st) != 0) return "";
+  static const std::pair<unsigned long, const char*> kLocal[] = {
+      {0xEF53, "ext4"},          {0x58465342, "xfs"}, {0x9123683E, "btrfs"}, {0x01021994, "tmpfs"},
+      {0x794C7630, "overlayfs"}, {0x2FC12FC1, "zfs"}, {0xF2F52010, "f2fs"},  {0x858458F6, "ramfs"}};
+  for (const auto& [magic, name] : kLocal) {
+    if (static_cast<unsigned long>(st.f_type) == magic) return name;
+  }
+  return "";
+}
+
 class TrainerKind final : public TrialKindRules {
  public:
   explicit TrainerKind(const SweepConfig& config) : config_(config) {}
@@ -471,6 +489,26 @@ class TrainerKind final : public TrialKindRules {
     return settings;
   }
   bool checkpoints() const override { return true; }
+  // A trial that moves to another agent (its agent stopped, preempted, lost) goes on from its
+  // checkpoint only where every agent reaches the same folder.
+  void WarnRemote(std::ostream& log) const override {
+    const std::string& dir = config_.trial.checkpoint_dir;
+    std::string why;
+    if (dir.empty() || std::filesystem::path(dir).is_relative()) {
+      why = dir.empty() ? "trial.checkpoint_dir is not set, so each agent keeps checkpoints in its "
+                          "own folder"
+                        : "trial.checkpoint_dir '" + dir +
+                              "' is relative, so each agent keeps checkpoints in its own folder";
+    } else if (const std::string fs = LocalFileSystem(dir); !fs.empty()) {
+      why = "trial.checkpoint_dir '" + dir + "' is on a local disk here (" + fs +
+            "), so unless every agent mounts shared storage there, each keeps its own";
+    }
+    if (!why.empty()) {
+      log << "sweep: " << config_.path << ": " << why
+          << ": a trial moved to another agent starts again from epoch 1 (set checkpoint_dir "
+             "to a folder every server shares; docs/clusters.md)\n";
+    }
+  }
   // A cache folder the trials here cannot use costs every one of them the dataset's decoding
   // (they go on without it).
   void WarnHere(std::ostream& log) const override {

@@ -46,6 +46,9 @@ class TrialKindRules {
   // Said once before trials run here, when something will cost every trial (an unusable
   // dataset cache).
   virtual void WarnHere(std::ostream& /*log*/) const {}
+  // Said once when agents may serve the sweep, when trials moved between them lose something
+  // (a checkpoint folder each agent has for itself).
+  virtual void WarnRemote(std::ostream& /*log*/) const {}
   // How a stop reaches its running trials, for the interrupt's message ("stopping 2 running
   // trial(s)" and these words).
   virtual std::string HowTrialsStop() const {
