@@ -12,8 +12,18 @@
 // over seeds of the best value after 10, 25, 50, 100 (... up to TRIALS) trials, for TPE
 // (multivariate, univariate) and random search.
 //
+// Besides the seven functions on their boxes, two discrete problems where TPE repeats points:
+// branin-grid (x1 stepped, 61 values; x2 the integers 0..15) and mixed-4 (styblinski_tang over
+// two integers and a stepped input, plus a categorical that adds a penalty); their minimum is
+// their grid's.
+//
 // With --concurrency N, N trials run at once in part 2 (the oldest finishes first), so each
-// suggestion sees N - 1 running trials: the constant liar at work.
+// suggestion sees N - 1 running trials: the constant liar at work. Each TPE line then counts
+// the suggestions that repeat an earlier trial and those that repeat a running one (the liar's
+// target: none), and tpe-mv's is set against the same seeds one at a time: the regret
+// (distance to the minimum) of the median best, on its log10, how far apart as a share of one
+// at a time's, and the mean over seeds of log10 regret (steadier where log10 regret is near 0).
+// bench/tpe/tpe_parallel.py checks the same through `sweep run`.
 //
 // With --peer FILE, FILE holds what `optuna_tpe.py quality FUNCTION DIMS TRIALS SEEDS
 // [--sampler tpe|tpe-mv]` printed, for one or more runs (concatenated): part 2 then ends with a
@@ -261,24 +271,131 @@ double RankSumPValue(const std::vector<double>& x, const std::vector<double>& y)
 
 // ---- part 2: quality ----
 
+// A function on its standard box; or, with a variant, on a discrete space where suggestions
+// can repeat exactly:
+//   "grid":  x1, x3, ... a stepped uniform of 61 values over the input's range, x2, x4, ... the
+//            integers in it (branin-grid: 61 x 16 points);
+//   "mixed": styblinski_tang over x1, x2 integers in [-5, 5] and x3 in [-5, 5] in steps of 0.5,
+//            plus a categorical c in {"a", "b", "c", "d"} that adds 0, 5, 10 or 20 (mixed-4:
+//            11 x 11 x 21 x 4 points).
+// The minimum of a discrete problem is its grid's, found by enumeration.
 struct Problem {
   std::string function;
   int dims;
+  std::string variant;
+
+  std::string Label() const {
+    if (variant == "mixed") return "mixed-" + std::to_string(dims + 1);
+    if (!variant.empty()) return function + "-" + variant;
+    const sweep::executor::FunctionInfo* info = sweep::executor::FindFunction(function);
+    return info->dims == 0 ? function + "-" + std::to_string(dims) : function;
+  }
 };
 
-// One seed's run: the best value after each trial, and how many suggestions repeated an
-// earlier one exactly.
+constexpr double kMixedPenalty[] = {0, 5, 10, 20};
+const char* const kMixedValues[] = {"a", "b", "c", "d"};
+
+SearchSpace SpaceOf(const Problem& problem) {
+  const sweep::executor::FunctionInfo* info = sweep::executor::FindFunction(problem.function);
+  if (problem.variant.empty()) return Box(problem.dims, info);
+  SearchSpace space;
+  for (int d = 1; d <= problem.dims; ++d) {
+    Parameter p;
+    p.name = InputName(d);
+    if (problem.variant == "mixed") {
+      p.distribution.kind = d < 3 ? Distribution::Kind::kIntUniform : Distribution::Kind::kUniform;
+      p.distribution.min = -5;
+      p.distribution.max = 5;
+      p.distribution.step = d < 3 ? 0 : 0.5;
+    } else {
+      const auto [lo, hi] = sweep::executor::DomainOf(*info, d);
+      p.distribution.kind = d % 2 ? Distribution::Kind::kUniform : Distribution::Kind::kIntUniform;
+      p.distribution.min = d % 2 ? lo : std::ceil(lo);
+      p.distribution.max = d % 2 ? hi : std::floor(hi);
+      p.distribution.step = d % 2 ? (hi - lo) / 60 : 0;
+    }
+    if (!space.Add(p).ok()) std::abort();
+  }
+  if (problem.variant == "mixed") {
+    Parameter c;
+    c.name = "c";
+    c.distribution.kind = Distribution::Kind::kCategorical;
+    for (const char* v : kMixedValues) c.distribution.values.push_back(v);
+    if (!space.Add(c).ok()) std::abort();
+  }
+  return space;
+}
+
+// The problem's value at p (its function of the inputs, plus the categorical's penalty).
+double Evaluate(const Problem& problem, const json& p) {
+  json inputs = json::object();
+  double penalty = 0;
+  for (const auto& [name, v] : p.items()) {
+    if (name != "c") {
+      inputs[name] = v;
+      continue;
+    }
+    for (size_t i = 0; i < std::size(kMixedValues); ++i) {
+      if (v == kMixedValues[i]) penalty = kMixedPenalty[i];
+    }
+  }
+  auto value = sweep::executor::EvaluateFunction(problem.function, inputs);
+  if (!value.ok()) {
+    std::fprintf(stderr, "%s\n", value.status().message().c_str());
+    std::exit(1);
+  }
+  return *value + penalty;
+}
+
+// The lowest value on the problem's space: the function's minimum on a box, else by
+// enumerating the grid.
+double MinimumOfProblem(const Problem& problem) {
+  const sweep::executor::FunctionInfo* info = sweep::executor::FindFunction(problem.function);
+  if (problem.variant.empty()) return sweep::executor::MinimumOf(*info, problem.dims);
+  const SearchSpace space = SpaceOf(problem);
+  std::vector<std::vector<json>> axes;
+  for (const Parameter& p : space.parameters()) {
+    std::vector<json> axis = p.distribution.values;
+    if (axis.empty()) {
+      const int64_t n = p.distribution.step > 0
+                            ? sweep::search::StepCount(p.distribution)
+                            : static_cast<int64_t>(p.distribution.max - p.distribution.min) + 1;
+      for (int64_t k = 0; k < n; ++k) {
+        axis.push_back(p.distribution.step > 0
+                           ? sweep::search::StepValue(p.distribution, k)
+                           : json(static_cast<int64_t>(p.distribution.min) + k));
+      }
+    }
+    axes.push_back(std::move(axis));
+  }
+  double best = INFINITY;
+  std::vector<size_t> at(axes.size(), 0);
+  while (true) {
+    json p = json::object();
+    for (size_t i = 0; i < axes.size(); ++i) p[space.parameters()[i].name] = axes[i][at[i]];
+    best = std::min(best, Evaluate(problem, p));
+    size_t i = 0;
+    while (i < axes.size() && ++at[i] == axes[i].size()) at[i++] = 0;
+    if (i == axes.size()) return best;
+  }
+}
+
+// log10 of a regret, floored at 1e-12: a discrete problem's best can hit its minimum exactly.
+double LogRegret(double regret) { return std::log10(std::max(regret, 1e-12)); }
+
+// One seed's run: the best value after each trial, how many suggestions repeated an earlier
+// one exactly, and how many of those repeated a trial still running (what the liar is for).
 struct Trace {
   std::vector<double> best;
   int64_t duplicates = 0;
+  int64_t running_duplicates = 0;
 };
 
 // `trials` trials, `concurrency` at once: each suggestion sees the others as running (the
 // constant liar), and the oldest finishes first.
 Trace Run(const Problem& problem, const std::string& sampler, uint64_t seed, int64_t trials,
           int concurrency, double* sampler_s) {
-  const sweep::executor::FunctionInfo* info = sweep::executor::FindFunction(problem.function);
-  const SearchSpace space = Box(problem.dims, info);
+  const SearchSpace space = SpaceOf(problem);
   std::unique_ptr<TpeSampler> tpe;
   std::unique_ptr<sweep::search::Sampler> random;
   if (sampler == "random") {
@@ -298,18 +415,22 @@ Trace Run(const Problem& problem, const std::string& sampler, uint64_t seed, int
       const double t0 = Seconds();
       json p = tpe ? tpe->Suggest(next, others).params : *random->Sample(next);
       *sampler_s += Seconds() - t0;
-      if (!seen.insert(p.dump()).second) ++trace.duplicates;
+      if (!seen.insert(p.dump()).second) {
+        ++trace.duplicates;
+        for (const json& q : others) {
+          if (q == p) {
+            ++trace.running_duplicates;
+            break;
+          }
+        }
+      }
       running.push_back({next++, std::move(p)});
     }
     const auto [t, p] = std::move(running.front());
     running.pop_front();
-    auto value = sweep::executor::EvaluateFunction(problem.function, p);
-    if (!value.ok()) {
-      std::fprintf(stderr, "%s\n", value.status().message().c_str());
-      std::exit(1);
-    }
-    if (tpe) tpe->Observe(t, p, *value);
-    best = std::min(best, *value);
+    const double value = Evaluate(problem, p);
+    if (tpe) tpe->Observe(t, p, value);
+    best = std::min(best, value);
     ++done;
     trace.best.push_back(best);
   }
@@ -401,12 +522,13 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
   for (int64_t m : marks) std::printf(" %11s", ("best@" + std::to_string(m)).c_str());
   std::printf(" | %10s\n", "ms/trial");
   for (const Problem& problem : problems) {
-    const sweep::executor::FunctionInfo* info = sweep::executor::FindFunction(problem.function);
-    std::string label = problem.function;
-    if (info->dims == 0) label += "-" + std::to_string(problem.dims);
+    const std::string label = problem.Label();
     std::map<std::string, std::vector<double>> curves;
-    std::map<std::string, int64_t> duplicates;
-    finals.push_back({problem.function + "-" + std::to_string(problem.dims), {}});
+    std::map<std::string, int64_t> duplicates, running_duplicates;
+    // The peer's runs are keyed "F-D"; a discrete problem has no peer run.
+    finals.push_back(
+        {problem.variant.empty() ? problem.function + "-" + std::to_string(problem.dims) : label,
+         {}});
     for (const std::string& sampler : samplers) {
       std::vector<Trace> traces;
       double sampler_s = 0;
@@ -414,6 +536,7 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
         traces.push_back(
             Run(problem, sampler, static_cast<uint64_t>(seed), trials, concurrency, &sampler_s));
         duplicates[sampler] += traces.back().duplicates;
+        running_duplicates[sampler] += traces.back().running_duplicates;
       }
       curves[sampler] = MedianCurve(traces);
       for (const Trace& t : traces) finals.back().second[sampler].push_back(t.best.back());
@@ -421,19 +544,26 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
       for (int64_t m : marks) std::printf(" %11.5g", curves[sampler][static_cast<size_t>(m - 1)]);
       std::printf(" | %10.4f\n", sampler_s / static_cast<double>(seeds * trials) * 1000);
     }
-    const double minimum = sweep::executor::MinimumOf(*info, problem.dims);
+    const double minimum = MinimumOfProblem(problem);
     std::printf("%-20s %-8s | global minimum %.6g\n", label.c_str(), "", minimum);
-    // How much sooner TPE gets where random search gets in all its trials.
+    // How much sooner TPE gets where random search gets in all its trials, and how often a
+    // suggestion repeats an earlier trial (one still running: the liar failed to spread them).
     const double target = curves.count("random") ? curves["random"].back() : -INFINITY;
     for (const char* name : {"tpe-mv", "tpe"}) {
-      if (!curves.count("random") || !curves.count(name)) continue;
-      const size_t n = TrialsToReach(curves[name], target);
+      if (!curves.count(name)) continue;
+      std::string reach;
+      if (curves.count("random")) {
+        const size_t n = TrialsToReach(curves[name], target);
+        char text[128];
+        std::snprintf(text, sizeof(text), "reaches random's median best@%lld (%.5g) in %s trials; ",
+                      static_cast<long long>(trials), target,
+                      n == 0 ? "more than all" : std::to_string(n).c_str());
+        reach = text;
+      }
       std::printf(
-          "%-20s %-8s | reaches random's median best@%lld (%.5g) in %s trials; %lld of "
-          "%lld suggestions repeat an earlier one\n",
-          label.c_str(), name, static_cast<long long>(trials), target,
-          n == 0 ? "more than all" : std::to_string(n).c_str(),
-          static_cast<long long>(duplicates[name]), static_cast<long long>(seeds * trials));
+          "%-20s %-8s | %s%lld of %lld suggestions repeat an earlier one, %lld a running one\n",
+          label.c_str(), name, reach.c_str(), static_cast<long long>(duplicates[name]),
+          static_cast<long long>(seeds * trials), static_cast<long long>(running_duplicates[name]));
     }
     if (concurrency > 1 && curves.count("tpe-mv")) {
       // The same run one trial at a time: what running trials at once costs, on the log of the
@@ -450,9 +580,19 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
           "%-20s %-8s | regret at %lld: %.5g one at a time, %.5g %d at a time; log10 "
           "%.3f vs %.3f (%.1f%% apart)\n",
           label.c_str(), "tpe-mv", static_cast<long long>(trials), one, many, concurrency,
-          std::log10(one), std::log10(many),
-          100 * std::abs(std::log10(many) - std::log10(one)) /
-              std::max(1e-12, std::abs(std::log10(one))));
+          LogRegret(one), LogRegret(many),
+          100 * std::abs(LogRegret(many) - LogRegret(one)) /
+              std::max(1e-12, std::abs(LogRegret(one))));
+      // The median's percentage is unstable where log10 regret is near 0: the mean over seeds
+      // of log10 regret, and its difference, are steadier.
+      double mean_one = 0, mean_many = 0;
+      for (const Trace& t : sequential) mean_one += LogRegret(t.best.back() - minimum) / seeds;
+      for (double v : finals.back().second["tpe-mv"]) mean_many += LogRegret(v - minimum) / seeds;
+      std::printf(
+          "%-20s %-8s | mean over seeds of log10 regret at %lld: %.3f one at a time, %.3f %d at "
+          "a time (%+.3f)\n",
+          label.c_str(), "tpe-mv", static_cast<long long>(trials), mean_one, mean_many, concurrency,
+          mean_many - mean_one);
     }
   }
   if (!peer_path.empty()) ComparePeer(finals, ReadPeer(peer_path, trials), trials);
@@ -472,9 +612,10 @@ int main(int argc, char** argv) {
   std::string model;  // --model: ask cost of only "multivariate" or "univariate"
   bool cost = true, quality = true;
   bool chosen = false;  // --function given: only those
-  std::vector<Problem> problems = {{"branin", 2},         {"hartmann3", 3}, {"hartmann6", 6},
-                                   {"rosenbrock", 5},     {"ackley", 5},    {"levy", 5},
-                                   {"styblinski_tang", 5}};
+  std::vector<Problem> problems = {
+      {"branin", 2, ""},          {"hartmann3", 3, ""},  {"hartmann6", 6, ""},
+      {"rosenbrock", 5, ""},      {"ackley", 5, ""},     {"levy", 5, ""},
+      {"styblinski_tang", 5, ""}, {"branin", 2, "grid"}, {"styblinski_tang", 3, "mixed"}};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--seeds" && i + 1 < argc) {
@@ -500,8 +641,16 @@ int main(int argc, char** argv) {
     } else if (a == "--quality-only") {
       cost = false;
     } else if (a == "--function" && i + 1 < argc) {
-      // NAME or NAME-DIMS ("levy-5"); a fixed-dimension function takes its own.
+      // NAME or NAME-DIMS ("levy-5"); a fixed-dimension function takes its own. branin-grid
+      // and mixed-4 are the discrete problems.
       std::string spec = argv[++i];
+      if (spec == "branin-grid" || spec == "mixed-4") {
+        if (!chosen) problems.clear();
+        chosen = true;
+        problems.push_back(spec == "mixed-4" ? Problem{"styblinski_tang", 3, "mixed"}
+                                             : Problem{"branin", 2, "grid"});
+        continue;
+      }
       int n = 5;
       if (const size_t dash = spec.rfind('-'); dash != std::string::npos) {
         n = std::max(2, std::atoi(spec.c_str() + dash + 1));
@@ -514,7 +663,7 @@ int main(int argc, char** argv) {
       }
       if (!chosen) problems.clear();
       chosen = true;
-      problems.push_back({spec, info->dims > 0 ? info->dims : n});
+      problems.push_back({spec, info->dims > 0 ? info->dims : n, ""});
     } else {
       std::fprintf(
           stderr,

@@ -39,6 +39,15 @@ constexpr size_t kFlatWeights = 25;
 // Multivariate bandwidth of the bad set, per unit of range at one kernel: half of Optuna's 0.2.
 // A sharper g marks where bad trials are without blurring over the good region between them.
 constexpr double kBadBandwidth = 0.1;
+// The liar, multivariate: a running trial is a bad observation like any other (in n for gamma
+// and for the bad bandwidth), but its kernel weighs this much (an observation's up to 1) and
+// is this fraction of an observation's bandwidth wide, no narrower than the magic clip. It
+// pushes the next suggestions off the running trial's point and near neighbours without
+// driving them out of the region that proposed it. Univariate TPE keeps Optuna's full-weight
+// liar, which did better there. Tuned with bench/tpe/tpe_bench.cc --concurrency 8 on seeds
+// 100-279 and 1000-3599.
+constexpr double kRunningWeight = 0.1;
+constexpr double kRunningBandwidth = 0.5;
 // Salt for TPE's streams, so its candidate draws are not random search's values again.
 constexpr uint64_t kStreamSalt = 0x7470652d64726177ULL;
 // Below this many kernels a univariate model sorts its centres; above, it walks the index.
@@ -220,7 +229,10 @@ struct DimModel {
 };
 
 struct Mixture {
-  size_t kernels = 0;               // the set's trials + the prior (last)
+  size_t kernels = 0;  // the set's trials + the prior (last)
+  // Kernels [0, shared) take the expanded squares of shared dimensions (observed trials); the
+  // rest (running trials, the prior) have bandwidths of their own and are computed apart.
+  size_t shared = 0;
   std::vector<double> cum_weight;   // for drawing a kernel
   std::vector<double> base;         // log weight - sum of log sigma and log truncation mass
   std::vector<double> base_shared;  // base - (mu - centre)^2 w / 2 over shared dimensions
@@ -299,6 +311,7 @@ class TpeSamplerImpl final : public TpeSampler {
       }
       groups_[g].dims.push_back(dims_.size() - 1);
       group_of_param_[p] = static_cast<int>(g);
+      group_of_dim_.push_back(static_cast<int>(g));
     }
     if (!options_.multivariate) sorted_.resize(dims_.size());
   }
@@ -348,7 +361,9 @@ class TpeSamplerImpl final : public TpeSampler {
   size_t size() const override { return trial_.size(); }
 
   Suggestion Suggest(int64_t trial, const std::vector<json>& running) const override {
-    if (static_cast<int64_t>(trial_.size()) < options_.n_startup_trials) {
+    // Running trials count towards the startup trials: with N at once, the first
+    // n_startup_trials trials are still random search's, as one at a time.
+    if (static_cast<int64_t>(trial_.size() + running.size()) < options_.n_startup_trials) {
       return {random_->Sample(trial).value_or(json::object()), Suggestion::Source::kStartupRandom};
     }
     const size_t width = dims_.size();
@@ -366,34 +381,84 @@ class TpeSamplerImpl final : public TpeSampler {
       good_rank[std::get<2>(*it)] = static_cast<uint32_t>(i + 1);
     }
 
+    // No duplicate of a running trial. Groups are sampled in declaration order, and a
+    // condition's parent precedes it; a running trial "matches" while it equals the point on
+    // every group sampled or left out so far. In group g, a matching running trial blocks the
+    // candidates equal to it there when g is the last group active in it: taking one would make
+    // the whole point that trial's. Should some group have only blocked values (the running
+    // trials agree on every earlier group and cover all its values), the point is sampled again
+    // with every matching running trial active in a group blocking there, so that it leaves
+    // them at the first group it can.
+    std::vector<int> last_group(running.size(), -1);  // the last group active in each
+    for (size_t r = 0; r < running.size(); ++r) {
+      const double* x = rows.Row(static_cast<uint32_t>(n_observed + r));
+      for (size_t d = 0; d < width; ++d) {
+        if (!std::isnan(x[d])) last_group[r] = std::max(last_group[r], group_of_dim_[d]);
+      }
+    }
     const std::vector<Parameter>& parameters = space_.parameters();
-    json params = json::object();
-    std::vector<double> chosen(width, kNaN);
-    std::vector<char> done(groups_.size(), 0);
-    for (size_t p = 0; p < parameters.size(); ++p) {
-      const Parameter& parameter = parameters[p];
-      if (parameter.condition) {
-        // Parents come first, so their value (or absence) is already decided.
-        auto parent = params.find(parameter.condition->parent);
-        const auto& allowed = parameter.condition->values;
-        if (parent == params.end() ||
-            std::find(allowed.begin(), allowed.end(), *parent) == allowed.end()) {
+    std::vector<char> matching(running.size());
+    std::vector<uint32_t> blockers;
+    std::vector<double> chosen(width);
+    std::vector<char> done(groups_.size());
+    json params;
+    auto assemble = [&](bool strict) {
+      bool distinct = true;
+      std::fill(matching.begin(), matching.end(), 1);
+      std::fill(chosen.begin(), chosen.end(), kNaN);
+      std::fill(done.begin(), done.end(), 0);
+      params = json::object();
+      for (size_t p = 0; p < parameters.size(); ++p) {
+        const Parameter& parameter = parameters[p];
+        if (parameter.condition) {
+          // Parents come first, so their value (or absence) is already decided.
+          auto parent = params.find(parameter.condition->parent);
+          const auto& allowed = parameter.condition->values;
+          if (parent == params.end() ||
+              std::find(allowed.begin(), allowed.end(), *parent) == allowed.end()) {
+            // Left out: a running trial that has this parameter differs from the point.
+            if (dim_of_param_[p] >= 0) {
+              const auto d = static_cast<size_t>(dim_of_param_[p]);
+              for (size_t r = 0; r < running.size(); ++r) {
+                if (!std::isnan(rows.Row(static_cast<uint32_t>(n_observed + r))[d])) {
+                  matching[r] = 0;
+                }
+              }
+            }
+            continue;
+          }
+        }
+        if (group_of_param_[p] < 0) {
+          params[parameter.name] =
+              parameter.distribution.values.empty() ? json() : parameter.distribution.values[0];
           continue;
         }
+        const auto g = static_cast<size_t>(group_of_param_[p]);
+        if (!done[g]) {
+          const Group& group = groups_[g];
+          blockers.clear();
+          for (size_t r = 0; r < running.size(); ++r) {
+            const int last = last_group[r], here = static_cast<int>(g);
+            if (matching[r] && (last == here || (strict && last > here))) {
+              blockers.push_back(static_cast<uint32_t>(n_observed + r));
+            }
+          }
+          distinct = SampleGroup(group, trial, rows, running.size(), good_rank, blockers, chosen) &&
+                     distinct;
+          done[g] = 1;
+          for (size_t r = 0; r < running.size(); ++r) {
+            const double* x = rows.Row(static_cast<uint32_t>(n_observed + r));
+            for (size_t d : group.dims) {
+              if (!(x[d] == chosen[d])) matching[r] = 0;  // NaN (inactive there) differs too
+            }
+          }
+        }
+        const auto d = static_cast<size_t>(dim_of_param_[p]);
+        params[parameter.name] = Output(dims_[d], chosen[d]);
       }
-      if (group_of_param_[p] < 0) {
-        params[parameter.name] =
-            parameter.distribution.values.empty() ? json() : parameter.distribution.values[0];
-        continue;
-      }
-      const auto g = static_cast<size_t>(group_of_param_[p]);
-      if (!done[g]) {
-        SampleGroup(groups_[g], trial, rows, running.size(), good_rank, chosen);
-        done[g] = 1;
-      }
-      const auto d = static_cast<size_t>(dim_of_param_[p]);
-      params[parameter.name] = Output(dims_[d], chosen[d]);
-    }
+      return distinct;
+    };
+    if (!assemble(false)) assemble(true);
     return {std::move(params), Suggestion::Source::kTpe};
   }
 
@@ -506,8 +571,12 @@ class TpeSamplerImpl final : public TpeSampler {
 
   // ---- one group's suggestion ----
 
-  void SampleGroup(const Group& group, int64_t trial, const Rows& rows, size_t n_running,
-                   const std::vector<uint32_t>& good_rank, std::vector<double>& chosen) const {
+  // The group's values into `chosen`: of n_ei_candidates draws from l, the one with the largest
+  // log l - log g that no blocker (a running trial's row) equals on the group's dimensions.
+  // false when every draw was blocked, and the values taken are a blocker's.
+  bool SampleGroup(const Group& group, int64_t trial, const Rows& rows, size_t n_running,
+                   const std::vector<uint32_t>& good_rank, const std::vector<uint32_t>& blockers,
+                   std::vector<double>& chosen) const {
     Scratch& scratch = ThreadScratch();
     // The trials where the whole group is active, oldest first (running ones newest).
     std::vector<uint32_t>& good_rows = scratch.good_rows;
@@ -543,11 +612,39 @@ class TpeSamplerImpl final : public TpeSampler {
     score_g.resize(n);
     LogDensity(group, l, candidates, scratch, score_l);
     LogDensity(group, g, candidates, scratch, score_g);
-    size_t best = 0;
-    for (size_t c = 1; c < n; ++c) {
-      if (score_l[c] - score_g[c] > score_l[best] - score_g[best]) best = c;
+    auto blocked = [&](const double* x) {
+      for (uint32_t row : blockers) {
+        const double* r = rows.Row(row);
+        size_t j = 0;
+        while (j < width && r[group.dims[j]] == x[j]) ++j;
+        if (j == width) return true;
+      }
+      return false;
+    };
+    size_t best = n, best_any = 0;
+    for (size_t c = 0; c < n; ++c) {
+      if (score_l[c] - score_g[c] > score_l[best_any] - score_g[best_any]) best_any = c;
+      if (!blockers.empty() && blocked(&candidates[c * width])) continue;
+      if (best == n || score_l[c] - score_g[c] > score_l[best] - score_g[best]) best = c;
+    }
+    if (best == n) {
+      // Every draw repeats a running trial (a small grid, l narrow around it): as many again
+      // from l's prior, the whole domain; if those repeat too, the best draw after all.
+      std::vector<double> more(n * width);
+      for (size_t c = 0; c < n; ++c) DrawKernel(group, l, l.kernels - 1, stream, &more[c * width]);
+      LogDensity(group, l, more, scratch, score_l);
+      LogDensity(group, g, more, scratch, score_g);
+      size_t pick = n;
+      for (size_t c = 0; c < n; ++c) {
+        if (blocked(&more[c * width])) continue;
+        if (pick == n || score_l[c] - score_g[c] > score_l[pick] - score_g[pick]) pick = c;
+      }
+      const double* from = pick == n ? &candidates[best_any * width] : &more[pick * width];
+      for (size_t j = 0; j < width; ++j) chosen[group.dims[j]] = from[j];
+      return pick != n;
     }
     for (size_t j = 0; j < width; ++j) chosen[group.dims[j]] = candidates[best * width + j];
+    return true;
   }
 
   // The mixture of one set, in `m` (its buffers reused): a kernel per row (in the given order)
@@ -559,10 +656,14 @@ class TpeSamplerImpl final : public TpeSampler {
     const size_t k_total = n + 1;
     const bool good = good_rank != nullptr;
     m.kernels = k_total;
+    // Running trials come last in a set (and only in the bad one): kernels [n_observed, n).
+    size_t n_observed = n;
+    while (n_observed > 0 && set[n_observed - 1] >= rows.n_observed) --n_observed;
 
     // Weights, the prior's apart. The good set: by rank, from 1 for the best down to 1/n for the
     // worst in steps of 1/n, so draws favour the best trials while the others still count. The
-    // bad set: the newest kFlatWeights at 1, older ones on a ramp from 1/n.
+    // bad set: the newest kFlatWeights at 1 (running trials the newest; multivariate, at
+    // kRunningWeight), older ones on a ramp from 1/n.
     std::vector<double>& weight = scratch.weight;
     weight.assign(k_total, 1.0);
     if (good) {
@@ -583,6 +684,9 @@ class TpeSamplerImpl final : public TpeSampler {
                               : first + static_cast<double>(i) * (1 - first) /
                                             static_cast<double>(ramp - 1);
       }
+    }
+    if (options_.multivariate) {
+      for (size_t i = n_observed; i < n; ++i) weight[i] = kRunningWeight;
     }
     weight[n] = options_.prior_weight;
     double total = 0;
@@ -640,6 +744,9 @@ class TpeSamplerImpl final : public TpeSampler {
       } else {
         NeighbourSigmas(dim, d, set, rows, scratch, model);
       }
+      if (options_.multivariate) {
+        for (size_t k = n_observed; k < n; ++k) model.sigma[k] *= kRunningBandwidth;
+      }
       const double min_sigma = options_.magic_clip
                                    ? range / std::min(100.0, 1.0 + static_cast<double>(k_total))
                                    : range * 1e-12;
@@ -671,18 +778,20 @@ class TpeSamplerImpl final : public TpeSampler {
           m.base[k] -= last_log;
         }
       }
-      if (options_.multivariate && !discrete && n > 0) {
+      // The observed kernels share one bandwidth; running ones and the prior stay apart.
+      if (options_.multivariate && !discrete && n_observed > 0) {
         model.shared = true;
         model.w = inv_sigma[0] * inv_sigma[0];
         model.centre = model.mu[n];
-        model.mu_centred.resize(n);
-        for (size_t k = 0; k < n; ++k) {
+        model.mu_centred.resize(n_observed);
+        for (size_t k = 0; k < n_observed; ++k) {
           model.mu_centred[k] = mu[k] - model.centre;
           quad[k] += 0.5 * model.mu_centred[k] * model.mu_centred[k] * model.w;
         }
       }
     }
     for (size_t k = 0; k < k_total; ++k) m.base[k] -= std::log(mass[k]);
+    m.shared = n_observed;
     m.base_shared.resize(k_total);
     for (size_t k = 0; k < k_total; ++k) m.base_shared[k] = m.base[k] - quad[k];
     return m;
@@ -744,6 +853,12 @@ class TpeSamplerImpl final : public TpeSampler {
     const auto k = static_cast<size_t>(std::min<std::ptrdiff_t>(
         std::upper_bound(m.cum_weight.begin(), m.cum_weight.end(), u) - m.cum_weight.begin(),
         static_cast<std::ptrdiff_t>(m.kernels - 1)));
+    DrawKernel(group, m, k, stream, out);
+  }
+
+  // One draw from kernel k of mixture m.
+  void DrawKernel(const Group& group, const Mixture& m, size_t k, Stream& stream,
+                  double* out) const {
     for (size_t j = 0; j < group.dims.size(); ++j) {
       const Dim& dim = dims_[group.dims[j]];
       const DimModel& model = m.dims[j];
@@ -795,8 +910,9 @@ class TpeSamplerImpl final : public TpeSampler {
     acc.resize(kBlock);
     for (size_t k0 = 0; k0 < k_total; k0 += kBlock) {
       const size_t nb = std::min(kBlock, k_total - k0);
-      // Observed kernels of this block; the prior, when in it, is the last and apart.
-      const size_t n_observed = std::min(nb, k_total - 1 - k0);
+      // This block's kernels on the expanded squares come first: [0, n_shared). The rest
+      // (running trials, then the prior) have bandwidths of their own.
+      const size_t n_shared = m.shared > k0 ? std::min(nb, m.shared - k0) : 0;
       for (size_t c = 0; c < n; ++c) {
         const double* x = &candidates[c * width];
         double x_square = 0;  // the candidate's share of the expanded squares
@@ -805,8 +921,8 @@ class TpeSamplerImpl final : public TpeSampler {
           if (model.shared)
             x_square += 0.5 * (x[j] - model.centre) * (x[j] - model.centre) * model.w;
         }
-        for (size_t k = 0; k < n_observed; ++k) acc[k] = m.base_shared[k0 + k] - x_square;
-        if (n_observed < nb) acc[n_observed] = m.base[k_total - 1];
+        for (size_t k = 0; k < n_shared; ++k) acc[k] = m.base_shared[k0 + k] - x_square;
+        for (size_t k = n_shared; k < nb; ++k) acc[k] = m.base[k0 + k];
         for (size_t j = 0; j < width; ++j) {
           const DimModel& model = m.dims[j];
           if (!model.shared) {
@@ -815,10 +931,10 @@ class TpeSamplerImpl final : public TpeSampler {
           }
           const double a = (x[j] - model.centre) * model.w;
           const double* mu_centred = model.mu_centred.data() + k0;
-          for (size_t k = 0; k < n_observed; ++k) acc[k] += a * mu_centred[k];
-          if (n_observed < nb) {
-            const double z = (x[j] - model.mu[k_total - 1]) * model.inv_sigma[k_total - 1];
-            acc[n_observed] -= 0.5 * z * z;
+          for (size_t k = 0; k < n_shared; ++k) acc[k] += a * mu_centred[k];
+          for (size_t k = n_shared; k < nb; ++k) {
+            const double z = (x[j] - model.mu[k0 + k]) * model.inv_sigma[k0 + k];
+            acc[k] -= 0.5 * z * z;
           }
         }
         double block_top = -kInf;
@@ -883,6 +999,7 @@ class TpeSamplerImpl final : public TpeSampler {
   std::vector<Group> groups_;
   std::vector<int> dim_of_param_;    // -1 for a constant
   std::vector<int> group_of_param_;  // -1 for a constant
+  std::vector<int> group_of_dim_;    // by dims_ index
 
   // ---- history ----
   // Rows in arrival order; a replaced observation keeps its row.

@@ -138,9 +138,11 @@ TEST(TpeSamplerTest, StartupTrialsAreRandomSearches) {
   EXPECT_NE(s.params, *random->Sample(10));
 }
 
-// The startup count is of observations, not trial numbers: with trials still running, a
-// higher trial number is still random search's.
-TEST(TpeSamplerTest, StartupCountsObservations) {
+// The startup count is of observations and running trials, not trial numbers: with trials
+// still running, a higher trial number is still random search's; once observations and
+// running trials make n_startup_trials, TPE proposes (so with N trials at once, as with one,
+// the first n_startup_trials trials are random search's).
+TEST(TpeSamplerTest, StartupCountsObservationsAndRunningTrials) {
   const SearchSpace space = BraninSpace();
   auto tpe = Tpe(space, 3);
   auto random = MakeRandomSampler(space, 3);
@@ -148,6 +150,12 @@ TEST(TpeSamplerTest, StartupCountsObservations) {
   const Suggestion s = tpe->Suggest(17, {*random->Sample(5), *random->Sample(6)});
   EXPECT_EQ(s.source, Source::kStartupRandom);
   EXPECT_EQ(s.params, *random->Sample(17));
+  // 5 observed + 4 running: still random; 5 + 5: TPE's.
+  std::vector<json> running;
+  for (int64_t t = 5; t < 9; ++t) running.push_back(*random->Sample(t));
+  EXPECT_EQ(tpe->Suggest(9, running).source, Source::kStartupRandom);
+  running.push_back(*random->Sample(9));
+  EXPECT_EQ(tpe->Suggest(10, running).source, Source::kTpe);
 }
 
 // A history of n random points on Branin, in trial order.
@@ -319,7 +327,8 @@ TEST(TpeSamplerTest, EveryKindStaysInItsDomain) {
     // 200 trials: the univariate bad sets pass 128 kernels, where bandwidths come from the
     // history's sorted index rather than a sort.
     for (int64_t t = 0; t < 200; ++t) {
-      const Source expected = tpe->size() >= 10 ? Source::kTpe : Source::kStartupRandom;
+      const Source expected =
+          tpe->size() + running.size() >= 10 ? Source::kTpe : Source::kStartupRandom;
       const Suggestion s = tpe->Suggest(t, running);
       EXPECT_EQ(Check(space, s.params), "") << "trial " << t << ": " << s.params.dump();
       EXPECT_EQ(s.source, expected);
@@ -400,6 +409,66 @@ TEST(TpeSamplerTest, RunningTrialsPushSuggestionsAway) {
   }
   EXPECT_LT(alone, 1.0);  // the model does find the optimum
   EXPECT_GT(with_liars, alone);
+}
+
+// The liar's rule, multivariate: a running trial's kernel in g weighs 0.1 and is half a bad
+// observation's width, so it repels its own point and near neighbours only. With seven trials
+// running at the optimum, suggestions still land near it (most within 1 of it), though none on
+// it; a full-weight liar (weight 1, full width: the rule before) drove them out of that region,
+// most of them more than 1 away.
+TEST(TpeSamplerTest, RunningTrialsRepelOnlyTheirNeighbourhood) {
+  const SearchSpace space = Space({Range("x", Kind::kUniform, 0, 10)});
+  auto tpe = Tpe(space, 17);
+  auto random = MakeRandomSampler(space, 17);
+  for (int64_t t = 0; t < 40; ++t) {
+    const json p = *random->Sample(t);
+    const double x = p.at("x").get<double>();
+    tpe->Observe(t, p, (x - 5) * (x - 5));
+  }
+  const std::vector<json> at_best(7, json{{"x", 5.0}});
+  int near = 0;
+  double closest = INFINITY;
+  for (int64_t t = 40; t < 140; ++t) {
+    const double x = tpe->Suggest(t, at_best).params.at("x").get<double>();
+    near += std::fabs(x - 5) < 1 ? 1 : 0;
+    closest = std::min(closest, std::fabs(x - 5));
+  }
+  EXPECT_GT(near, 50) << near << " of 100 within 1 of the optimum";
+  EXPECT_GT(closest, 0.0);
+}
+
+// On a grid small enough that TPE, one trial at a time, proposes the same point again and
+// again, eight trials at once still get eight different points, none a running trial's: a
+// candidate equal to a running trial is never taken while another is left. Multivariate and
+// univariate; the univariate one must leave the running trials at an earlier parameter when
+// they cover every value of the last one.
+TEST(TpeSamplerTest, ConcurrentSuggestionsOnASmallGridAreDistinct) {
+  const SearchSpace space =
+      Space({Range("a", Kind::kIntUniform, 0, 4), Stepped("b", Kind::kUniform, 0, 1, 0.25),
+             Values("c", Kind::kCategorical, {"x", "y"})});
+  auto value = [](const json& p) {
+    const double a = p.at("a").get<double>() - 2, b = p.at("b").get<double>() - 0.5;
+    return a * a + b * b + (p.at("c") == "x" ? 0.0 : 0.1);
+  };
+  for (bool multivariate : {true, false}) {
+    TpeOptions o;
+    o.multivariate = multivariate;
+    auto tpe = Tpe(space, 29, o);
+    auto random = MakeRandomSampler(space, 29);
+    for (int64_t t = 0; t < 30; ++t) {
+      const json p = *random->Sample(t);
+      tpe->Observe(t, p, value(p));
+    }
+    // The running trials: four at the optimum's a and b, with both values of c between them.
+    std::vector<json> running = {json{{"a", 2}, {"b", 0.5}, {"c", "x"}},
+                                 json{{"a", 2}, {"b", 0.5}, {"c", "y"}}};
+    for (int64_t t = 30; t < 36; ++t) {
+      const json p = tpe->Suggest(t, running).params;
+      for (const json& q : running) EXPECT_NE(p, q) << "multivariate=" << multivariate;
+      running.push_back(p);
+    }
+    EXPECT_EQ(running.size(), 8u);
+  }
 }
 
 // The good set's kernels weigh by rank: with the best trial at 2 and the second best at its

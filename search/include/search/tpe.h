@@ -1,7 +1,9 @@
 // Model-based search: the tree-structured Parzen estimator (Bergstra et al. 2011; Watanabe 2023).
 // A TpeSampler keeps the finished trials handed to it and proposes the next trial's parameters
 // where good trials are dense and the rest are not. Its suggestions are a pure function of
-// (space, seed, options, trial number, the observations, the running list): no clock, no I/O.
+// (space, seed, options, trial number, the observations, the running list): no clock, no I/O,
+// no threads. With no running trials, running-trial rules (startup count, the liar, the
+// duplicate check) do nothing.
 // MakeTpeSampler's caller owns the sampler; Suggest is const and safe from several threads at
 // once, Observe and Reset are not (one writer, as for a Scheduler).
 #pragma once
@@ -22,8 +24,8 @@ namespace sweep::search {
 // (0.2, Optuna's is 0.1) and multivariate (true): with the good set's bandwidths and weights
 // below, these find better values within 100 trials (bench/tpe/tpe_bench.cc).
 struct TpeOptions {
-  // Trials proposed by random search (exactly MakeRandomSampler(space, seed)'s) while fewer
-  // than this many observations exist (>= 0).
+  // Trials proposed by random search (exactly MakeRandomSampler(space, seed)'s) while the
+  // observations and the running trials number fewer than this (>= 0).
   int64_t n_startup_trials = 10;
   // Draws from the good-trial model scored per suggestion (>= 1).
   int64_t n_ei_candidates = 24;
@@ -57,23 +59,41 @@ struct Suggestion {
 // "startup random" or "tpe": for logs and the store.
 std::string_view SourceName(Suggestion::Source source);
 
-// How a suggestion is made, once at least n_startup_trials observations exist:
+// How a suggestion is made, once observations and running trials number n_startup_trials (so
+// with N trials at once, as with one, the first n_startup_trials trials are random search's):
 //  1. Observations are ranked by value in the sweep's mode (NaN last, ties by trial number).
-//     Running trials rank after all of them (the constant liar: the worst value seen), so
-//     concurrent suggestions spread out. The best n_below = min(gamma(n_obs + n_running),
-//     n_obs) observations are the good set, the rest and the running ones the bad set.
+//     Running trials rank after all of them (the constant liar: pessimistic observations, the
+//     worst value seen). The best n_below = min(gamma(n_obs + n_running), n_obs) observations
+//     are the good set, the rest and the running ones the bad set.
 //  2. Parameters are modelled in groups, in declaration order: multivariate, one group holds
 //     the unconditional parameters and one more each set of parameters sharing a condition;
 //     univariate, each parameter is a group. A group sees only the trials where it is active.
 //  3. Each set gives a mixture l (good) or g (bad): one kernel per trial plus a prior kernel
 //     over the whole domain. Of l's n_l trials the best weighs 1, the next 1 - 1/n_l, down to
-//     1/n_l for the worst; in g weights fall for trials older than the newest 25. Bandwidths,
-//     multivariate: in l range / min(100, n_l + 2) per parameter, in g 0.1 * n_g^(-1 / (d + 4)) *
-//     range (half Optuna's Scott-like rule); univariate: the distance to the farther neighbour
-//     (Optuna's). Reals are truncated normals (log-uniform in log space); integer and stepped
-//     ranges are the same normal rounded to their grid; categoricals keep their observed value with
-//     weight 1 + prior_weight / kernels, every value with prior_weight / kernels.
-//  4. n_ei_candidates points are drawn from l; the one with the largest log l - log g wins.
+//     1/n_l for the worst; in g weights fall for trials older than the newest 25 (running
+//     trials the newest). Bandwidths, multivariate: in l range / min(100, n_l + 2) per
+//     parameter, in g 0.1 * n_g^(-1 / (d + 4)) * range (half Optuna's Scott-like rule; n_g
+//     counts the running trials); univariate: the distance to the farther neighbour (Optuna's;
+//     running trials are neighbours too). Reals are truncated normals (log-uniform in log
+//     space); integer and stepped ranges are the same normal rounded to their grid;
+//     categoricals keep their observed value with weight 1 + prior_weight / kernels, every
+//     value with prior_weight / kernels. Then all bandwidths are clipped to
+//     [range / min(100, kernels + 1), range] (magic_clip; else [1e-12 range, range]).
+//     The liar's kernel, multivariate: a running trial's kernel in g weighs 0.1 and is half a
+//     bad observation's bandwidth (before the clip), so it pushes suggestions off its point and
+//     near neighbours without driving them out of the region that proposed it. Univariate: an
+//     observation's (weight 1 or the ramp's, its neighbour bandwidth), Optuna's liar.
+//  4. n_ei_candidates points are drawn from l; the one with the largest log l - log g wins,
+//     except one that would repeat a running trial. Groups are sampled in declaration order; a
+//     running trial matches while it equals the point on every group sampled or left out so
+//     far (inactive where the point is). In group G, a candidate equal on G's parameters to a
+//     matching running trial whose last active group is G is passed over. If all are, as many
+//     more are drawn from l's prior kernel (the whole domain) and scored the same way; if those
+//     are all passed over too, the best of the first draws is taken, and once the point is
+//     complete it is made again with every matching running trial active in group G (not only
+//     those ending there) passing over its equals in G, so that the point leaves the running
+//     trials at the first group it can. A repeat is left only where no draw found another
+//     value (the running trials fill nearly all of a group's values).
 // Randomness is a counter-based stream hashed from (seed, trial, the group's first name).
 //
 // Observations carry their params as a sampler gave them. A value outside its range is
