@@ -390,9 +390,8 @@ TEST(TpeSamplerTest, ConcurrentSuggestionsArePairwiseDistinct) {
   EXPECT_EQ(running.size(), 8u);
 }
 
-// With seven trials running at the optimum, the liar counts them as bad there: suggestions
-// move away from it rather than piling onto the same spot.
-TEST(TpeSamplerTest, RunningTrialsPushSuggestionsAway) {
+// TPE over x in [0, 10] after 40 random trials of (x - 5)^2, seed 17.
+std::unique_ptr<TpeSampler> TpeAfterFortyOnAParabolaAt5() {
   const SearchSpace space = Space({Range("x", Kind::kUniform, 0, 10)});
   auto tpe = Tpe(space, 17);
   auto random = MakeRandomSampler(space, 17);
@@ -401,6 +400,13 @@ TEST(TpeSamplerTest, RunningTrialsPushSuggestionsAway) {
     const double x = p.at("x").get<double>();
     tpe->Observe(t, p, (x - 5) * (x - 5));
   }
+  return tpe;
+}
+
+// With seven trials running at the optimum, the liar counts them as bad there: suggestions
+// move away from it rather than piling onto the same spot.
+TEST(TpeSamplerTest, RunningTrialsPushSuggestionsAway) {
+  auto tpe = TpeAfterFortyOnAParabolaAt5();
   const std::vector<json> at_best(7, json{{"x", 5.0}});
   double alone = 0, with_liars = 0;  // mean distance to the optimum
   for (int64_t t = 40; t < 140; ++t) {
@@ -417,14 +423,7 @@ TEST(TpeSamplerTest, RunningTrialsPushSuggestionsAway) {
 // it; a full-weight liar (weight 1, full width: the rule before) drove them out of that region,
 // most of them more than 1 away.
 TEST(TpeSamplerTest, RunningTrialsRepelOnlyTheirNeighbourhood) {
-  const SearchSpace space = Space({Range("x", Kind::kUniform, 0, 10)});
-  auto tpe = Tpe(space, 17);
-  auto random = MakeRandomSampler(space, 17);
-  for (int64_t t = 0; t < 40; ++t) {
-    const json p = *random->Sample(t);
-    const double x = p.at("x").get<double>();
-    tpe->Observe(t, p, (x - 5) * (x - 5));
-  }
+  auto tpe = TpeAfterFortyOnAParabolaAt5();
   const std::vector<json> at_best(7, json{{"x", 5.0}});
   int near = 0;
   double closest = INFINITY;
