@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data.h"
@@ -186,6 +188,73 @@ TEST_F(FashionFolder, TrainsToTheSameNumbersAsTheIdxFiles) {
   EXPECT_EQ(*ra->test_acc, *rb->test_acc);
   EXPECT_EQ(rb->class_names, kFashionClasses);
   EXPECT_EQ(rb->skipped_files, 0);
+}
+
+// A streamed set (cache = "stream") gathers the held set's rows, from several threads at once,
+// and trains to the same numbers: normalization, prefetch and decode threads included.
+TEST_F(FashionFolder, StreamedSetGathersAndTrainsAsTheHeldOne) {
+  Export(train_, 200, dir_ / "train", 5);
+  Export(test_, 100, dir_ / "test", 0);
+  DatasetSpec held = Spec(), streamed = Spec();
+  streamed.cache = "stream";
+  streamed.decode_threads = 3;
+  auto a = LoadCached(held, false, "");
+  auto b = LoadCached(streamed, false, "");
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().message();
+  ASSERT_NE((*b)->stream, nullptr);
+  EXPECT_TRUE((*b)->u8.empty());
+  EXPECT_EQ((*b)->n, 200);
+  EXPECT_EQ((*b)->dim, 784);
+  EXPECT_EQ((*b)->class_names, kFashionClasses);
+  std::vector<int32_t> rows(200);
+  std::iota(rows.begin(), rows.end(), 0);
+  std::mt19937 rng(3);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  auto gather = [&](const Dataset& d, int64_t from, int64_t count, std::vector<float>* x,
+                    std::vector<int32_t>* y) {
+    x->resize(static_cast<size_t>(count * 784));
+    y->resize(static_cast<size_t>(count));
+    d.Gather(rows.data() + from, count, x->data(), y->data());
+  };
+  std::vector<float> xa, xb, xc;
+  std::vector<int32_t> ya, yb, yc;
+  gather(**a, 0, 200, &xa, &ya);
+  // Two callers at once: one has the pool, the other decodes on its own thread.
+  std::thread other([&] { gather(**b, 100, 100, &xc, &yc); });
+  gather(**b, 0, 200, &xb, &yb);
+  other.join();
+  EXPECT_TRUE(xa == xb) << "streamed rows differ from the held set's";
+  EXPECT_EQ(ya, yb);
+  EXPECT_TRUE(std::equal(xc.begin(), xc.end(), xa.begin() + 100 * 784));
+  EXPECT_TRUE(std::equal(yc.begin(), yc.end(), ya.begin() + 100));
+
+  TrainOptions o;
+  o.dataset = held;
+  o.hidden = {32};
+  o.normalize = true;
+  o.augment_flip = true;
+  o.batch_size = 20;
+  o.epochs = 2;
+  o.seed = 5;
+  o.backend = "cpu";
+  o.cache_dir = dir_ / "cache";
+  TrainOptions f = o;
+  f.dataset = streamed;
+  f.dataset.prefetch = 3;
+  std::vector<EpochReport> ea, eb;
+  auto ra = Train(o, [&](const EpochReport& e) { return ea.push_back(e), true; });
+  auto rb = Train(f, [&](const EpochReport& e) { return eb.push_back(e), true; });
+  ASSERT_TRUE(ra.ok()) << ra.status().message();
+  ASSERT_TRUE(rb.ok()) << rb.status().message();
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 2u);
+  for (size_t e = 0; e < ea.size(); ++e) {
+    EXPECT_EQ(ea[e].train_loss, eb[e].train_loss) << "epoch " << e + 1;
+    EXPECT_EQ(ea[e].val_acc, eb[e].val_acc) << "epoch " << e + 1;
+  }
+  ASSERT_TRUE(ra->test_acc && rb->test_acc);
+  EXPECT_EQ(*ra->test_acc, *rb->test_acc);
+  EXPECT_EQ(rb->class_names, kFashionClasses);
 }
 
 // JPEG is lossy: its samples come back close to the originals, and the PNG ones exact.
@@ -456,6 +525,52 @@ TEST(BadFiles, TrainingReportsTheSkippedCount) {
   EXPECT_EQ(summary->skipped.size(), 2u);
 }
 
+// Streamed, a bad file is met as it is gathered: it fails the trial naming it, or with
+// on_bad_file = "skip" is counted and a good file of its class takes its place.
+TEST(BadFiles, AStreamedSetNamesOrSkipsABadFileAsItMeetsIt) {
+  TempDir dir;
+  DatasetSpec spec = SmallFolder(dir, 12);
+  WriteText(dir / "train/dog/5b.png", "not a picture");
+  spec.cache = "stream";
+  spec.decode_threads = 2;
+  TrainOptions o;
+  o.dataset = spec;
+  o.hidden = {4};
+  o.batch_size = 5;
+  o.epochs = 2;
+  o.validation_fraction = 0.2;
+  o.backend = "cpu";
+  o.cache_dir = dir / "cache";
+  int epochs = 0;
+  auto r = Train(o, [&](const EpochReport&) { return ++epochs, true; });
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dog/5b.png"), std::string::npos) << r.status().message();
+  EXPECT_EQ(epochs, 0) << "an epoch was reported with a bad file in it";
+
+  o.dataset.on_bad_file = "skip";
+  r = Train(o, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->skipped_files, 1);
+  // The bad file's row holds another dog.
+  auto d = LoadCached(o.dataset, false, "");
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  ASSERT_EQ((*d)->n, 25);
+  auto listing = ListImageFolder(spec.train_images);
+  ASSERT_TRUE(listing.ok());
+  const auto at = std::find(listing->files.begin(), listing->files.end(),
+                            (fs::path(spec.train_images) / "dog/5b.png").string());
+  ASSERT_NE(at, listing->files.end());
+  int32_t bad_row = static_cast<int32_t>(at - listing->files.begin());
+  std::vector<float> x(64);
+  int32_t y = -1;
+  (*d)->Gather(&bad_row, 1, x.data(), &y);
+  EXPECT_EQ(y, 1);
+  EXPECT_GE(x[0] * 255.0f, 100.0f) << "a dog's pixels (100 and up) stand in";
+  EXPECT_EQ((*d)->stream->skipped_files(), 1);
+  ASSERT_EQ((*d)->stream->skipped().size(), 1u);
+  EXPECT_NE((*d)->stream->skipped()[0].find("dog/5b.png"), std::string::npos);
+}
+
 // ---- config-time checks (sweep's dataset check calls these) ----
 
 TEST(CheckImageFolders, AFolderWithNoImagesIsRefusedByKey) {
@@ -550,6 +665,15 @@ TEST(FolderOptions, KeysBelongToTheirFormat) {
       ApplyOption(&o, "dataset", json{{"format", "folder"}, {"train", "/t"}, {"cache", "maybe"}})
           .ok());
   EXPECT_NE(Validate(o).message().find("dataset.cache"), std::string::npos);
+  ASSERT_TRUE(
+      ApplyOption(&o, "dataset", json{{"format", "folder"}, {"train", "/t"}, {"cache", "stream"}})
+          .ok());
+  EXPECT_TRUE(Validate(o).ok()) << Validate(o).message();
+  ASSERT_TRUE(ApplyOption(&o, "dataset", json{{"train_images", "/t"}, {"cache", "stream"}}).ok());
+  EXPECT_NE(Validate(o).message().find("only for format = \"folder\""), std::string::npos)
+      << Validate(o).message();
+  s = ApplyOption(&o, "dataset", json{{"format", "folder"}, {"train", "/t"}, {"prefetch", 65}});
+  EXPECT_NE(s.message().find("dataset.prefetch"), std::string::npos) << s.message();
 }
 
 // A CNN on RGB images resized to image_size, with the random crop: trains, and the probe

@@ -160,8 +160,8 @@ TEST(Options, TypeErrors) {
             "dataset: expected an object {format, train_images, ...} or a directory name, got 3");
   EXPECT_EQ(ApplyError("dataset", {{"train_image", "x"}}),
             "dataset: unknown key \"train_image\" (expected format, train_images, train_labels, "
-            "test_images, test_labels, label_column, header, shape, cache; or for format = "
-            "\"folder\": train, test, image_size, on_bad_file, decode_threads)");
+            "test_images, test_labels, label_column, header, shape, cache, prefetch; or for "
+            "format = \"folder\": train, test, image_size, on_bad_file, decode_threads)");
   EXPECT_EQ(ApplyError("dataset", {{"label_column", "x"}}),
             "dataset.label_column: expected an integer column index, got \"x\"");
   EXPECT_EQ(ApplyError("dataset", {{"header", 1}}),

@@ -168,12 +168,28 @@ void ChannelStats(const Dataset& data, const int32_t* rows, int64_t n, TensorSha
   const int64_t pixels = int64_t{shape.h} * shape.w, dim = shape.size();
   std::vector<double> sum(static_cast<size_t>(C), 0.0), sq(static_cast<size_t>(C), 0.0);
   auto channel = [&](int64_t j) { return static_cast<size_t>(chw ? j / pixels : j % C); };
-  if (!data.u8.empty()) {
-    // Pixel values are bytes: a histogram per channel, then exact sums.
+  if (!data.u8.empty() || data.stream != nullptr) {
+    // Pixel values are bytes: a histogram per channel, then exact sums. A streamed set is
+    // decoded for this: its first kStreamStatsRows rows (the split's order is a fixed random
+    // permutation, so they are a fixed random sample).
     std::vector<int64_t> hist(static_cast<size_t>(C) * 256, 0);
-    for (int64_t i = 0; i < n; ++i) {
-      const uint8_t* src = data.u8.data() + int64_t{rows[i]} * dim;
-      for (int64_t j = 0; j < dim; ++j) ++hist[channel(j) * 256 + src[j]];
+    std::vector<uint8_t> chunk;
+    std::vector<int32_t> labels;
+    if (data.stream != nullptr) n = std::min(n, kStreamStatsRows);
+    constexpr int64_t kChunk = 256;
+    for (int64_t at = 0; at < n; at += kChunk) {
+      const int64_t count = std::min(kChunk, n - at);
+      const uint8_t* src = nullptr;
+      if (data.stream != nullptr) {
+        chunk.resize(static_cast<size_t>(count * dim));
+        labels.resize(static_cast<size_t>(count));
+        data.GatherPixels(rows + at, count, chunk.data(), labels.data());
+      }
+      for (int64_t i = 0; i < count; ++i) {
+        src = data.stream != nullptr ? chunk.data() + i * dim
+                                     : data.u8.data() + int64_t{rows[at + i]} * dim;
+        for (int64_t j = 0; j < dim; ++j) ++hist[channel(j) * 256 + src[j]];
+      }
     }
     for (size_t c = 0; c < static_cast<size_t>(C); ++c) {
       for (int v = 0; v < 256; ++v) {

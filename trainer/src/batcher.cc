@@ -19,7 +19,7 @@ Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int 
                  HostAllocator* alloc, int gather_threads, bool pixels)
     : data_(std::move(data)),
       batch_size_(batch_size),
-      pixels_(pixels && !data_->u8.empty()),
+      pixels_(pixels && (!data_->u8.empty() || data_->stream != nullptr)),
       slots_(depth + lag + 1),
       blocks_(static_cast<size_t>(slots_)),
       released_(static_cast<size_t>(consumers), 0),
@@ -45,6 +45,7 @@ Batcher::Batcher(DatasetPtr data, int batch_size, int consumers, int depth, int 
     for (Block& b : blocks_) Release(&b);
     throw;
   }
+  bad_.assign(static_cast<size_t>(slots_), 0);
   const int64_t batch_bytes = static_cast<int64_t>(batch_size) * static_cast<int64_t>(row_bytes);
   parts_ = static_cast<int>(
       std::clamp<int64_t>(std::min<int64_t>(batch_bytes / kMinGatherBytesPerThread, batch_size), 1,
@@ -170,6 +171,7 @@ Batcher::Batch Batcher::Next(int consumer, double* wait_s) {
   const size_t slot = static_cast<size_t>(released_[c] % slots_);
   Batch b;
   b.y = y_[slot];
+  b.bad = bad_[slot] != 0;
   if (pixels_) {
     b.pixels = static_cast<const uint8_t*>(x_[slot]);
   } else {
@@ -198,7 +200,9 @@ void Batcher::Produce() {
     gathering_ = true;
     lock.unlock();
     GatherBatch(rows, slot, k * batch_size_);
+    const bool bad = data_->stream != nullptr && !data_->stream->status().ok();
     lock.lock();
+    bad_[slot] = bad;
     gathering_ = false;
     ++produced_;
     produced_cv_.notify_all();

@@ -50,6 +50,9 @@ class Batcher {
     const float* x = nullptr;         // [batch_size, dim]
     const int32_t* y = nullptr;       // [batch_size]
     const uint8_t* pixels = nullptr;  // [batch_size, dim]: the set's uint8 pixels, unscaled
+    // A streamed set's file failed to decode by the time this batch was (its stream's status
+    // says which): every consumer sees the same batch so, and so stops at the same step.
+    bool bad = false;
   };
 
   // lag: how many batches the fastest consumer may run ahead of the slowest without waiting
@@ -113,6 +116,7 @@ class Batcher {
   std::vector<Block> blocks_;
   std::vector<void*> x_;
   std::vector<int32_t*> y_;
+  std::vector<char> bad_;  // per slot: Batch::bad
 
   std::mutex mu_;
   std::condition_variable produced_cv_, freed_cv_;

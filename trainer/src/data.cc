@@ -21,6 +21,14 @@ constexpr uint64_t kSplitSeed = 0x5EEDC0DE5A17ull;
 void Dataset::Gather(const int32_t* idx, int64_t count, float* __restrict x,
                      int32_t* __restrict y) const {
   const int64_t d = dim;
+  if (stream != nullptr) {
+    // Decoded into this thread's buffer, then scaled as a held set's pixels are.
+    thread_local std::vector<uint8_t> pixels;
+    pixels.resize(static_cast<size_t>(count * d));
+    stream->Decode(idx, count, pixels.data(), y);
+    for (int64_t k = 0; k < count * d; ++k) x[k] = static_cast<float>(pixels[k]) / 255.0f;
+    return;
+  }
   for (int64_t i = 0; i < count; ++i) {
     const int64_t row = idx[i];
     float* __restrict dst = x + i * d;
@@ -37,6 +45,7 @@ void Dataset::Gather(const int32_t* idx, int64_t count, float* __restrict x,
 
 void Dataset::GatherPixels(const int32_t* idx, int64_t count, uint8_t* __restrict pixels,
                            int32_t* __restrict y) const {
+  if (stream != nullptr) return stream->Decode(idx, count, pixels, y);
   const size_t d = static_cast<size_t>(dim);
   for (int64_t i = 0; i < count; ++i) {
     const size_t row = static_cast<size_t>(idx[i]);

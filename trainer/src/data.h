@@ -21,6 +21,22 @@ namespace sweep::trainer {
 // layer is sized by the largest label.
 inline constexpr int kMaxClasses = 100000;
 
+// The rows of a set too large to hold decoded (a folder set streamed from its files): they are
+// decoded each time they are gathered. Safe from several threads.
+class RowStream {
+ public:
+  virtual ~RowStream() = default;
+  // Writes rows idx[0..count) as uint8 pixels into pixels[count, dim] and their labels into y.
+  // A file that cannot be decoded leaves zeros and fails the stream (status()), or with
+  // on_bad_file = "skip" is replaced by the next good file of its class and counted.
+  virtual void Decode(const int32_t* idx, int64_t count, uint8_t* pixels, int32_t* y) const = 0;
+  // The first bad file met, when on_bad_file = "error"; OK until then.
+  virtual Status status() const = 0;
+  // Bad files met so far (on_bad_file = "skip"), and the first few of them ("path: why").
+  virtual int64_t skipped_files() const = 0;
+  virtual std::vector<std::string> skipped() const = 0;
+};
+
 struct Dataset {
   std::string source;          // file name(s), for messages
   int64_t n = 0;               // samples
@@ -41,11 +57,14 @@ struct Dataset {
   // folder with on_bad_file = "skip": files left out, and the first few of them ("path: why").
   int64_t skipped_files = 0;
   std::vector<std::string> skipped;
+  // Set for a streamed set (u8 and f32 are empty then): rows are decoded as they are gathered.
+  std::shared_ptr<const RowStream> stream;
 
   // Writes rows idx[0..count) as floats into x[count, dim] and their labels into y[count].
   void Gather(const int32_t* idx, int64_t count, float* x, int32_t* y) const;
-  // The same rows as they are stored, uint8 pixels into pixels[count, dim] (a set read from
-  // IDX only: u8 is not empty), for a device that scales them itself: a quarter of the bytes.
+  // The same rows as they are stored, uint8 pixels into pixels[count, dim] (a set of pixels:
+  // u8 is not empty, or it is streamed), for a device that scales them itself: a quarter of the
+  // bytes.
   void GatherPixels(const int32_t* idx, int64_t count, uint8_t* pixels, int32_t* y) const;
 };
 

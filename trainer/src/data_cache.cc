@@ -322,7 +322,7 @@ Result<DatasetPtr> LoadThroughFile(const Decoder& decode, const std::string& key
   auto mapped = MapCacheFile(path, key);
   if (mapped.ok()) return mapped;
   auto decoded = decode();
-  if (!decoded.ok()) return decoded;
+  if (!decoded.ok() || (*decoded)->stream != nullptr) return decoded;  // a stream holds no rows
   // No file: the first of several racing processes to publish wins. A bad one: replace it.
   const Publish publish =
       mapped.status().code() == Status::Code::kNotFound ? Publish::kFirstWins : Publish::kReplace;
@@ -359,7 +359,9 @@ Result<DatasetPtr> LoadKeyed(const std::string& key, const std::string& identity
   if (pending.valid()) return pending.get();
   Result<DatasetPtr> r = LoadThroughFile(decode, key, identity, cache_dir);
   promise.set_value(r);
-  if (!r.ok()) {  // don't keep failures: the next trial may find the file fixed
+  // Failures are not kept (the next trial may find the file fixed), nor streams: each trial
+  // gets its own, with its decode threads and its count of bad files.
+  if (!r.ok() || (*r)->stream != nullptr) {
     std::lock_guard<std::mutex> lock(cache.mu);
     cache.entries.remove_if([&](const Cache::Entry& e) { return e.key == key; });
   }
@@ -371,6 +373,7 @@ Result<DatasetPtr> LoadKeyed(const std::string& key, const std::string& identity
 Result<DatasetPtr> LoadFolderCached(const DatasetSpec& spec, const std::string& dir,
                                     const std::string& cache_dir) {
   SWEEP_ASSIGN_OR_RETURN(FolderListing listing, ListImageFolder(dir));
+  if (spec.cache == "stream") return StreamImageFolder(listing, spec);
   std::string reading = spec.on_bad_file;
   for (int side : spec.image_size) reading += "," + std::to_string(side);
   const std::string identity = "folder|" + reading + "|" + listing.root;

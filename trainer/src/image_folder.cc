@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <span>
 #include <thread>
@@ -142,19 +145,266 @@ uint64_t DecodeBudgetBytes() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2;
 }
 
-std::string Gib(uint64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1u << 30));
-  return buf;
-}
-
 std::string Hex(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
 }
 
+// An image of the set must have the reference image's channels and size.
+Status SameShape(const std::string& path, const Image& image, const std::string& ref_path,
+                 const Image& ref) {
+  if (image.channels != ref.channels) {
+    return Status::Corruption(path + ": " + Channels(image.channels) + ", but the first image, " +
+                              ref_path + ", has " + Channels(ref.channels) +
+                              "; a set's images must all have the same");
+  }
+  if (image.pixels.size() != ref.pixels.size()) {
+    return Status::Corruption(path + ": " + Size(image) + " pixels, but the first image, " +
+                              ref_path + ", is " + Size(ref) +
+                              "; set dataset.image_size = [H, W] to resize them all");
+  }
+  return Status::Ok();
+}
+
+// The first image (in the set's order) that decodes: it sets the channels, and the size when
+// image_size does not; an image that differs is a bad file. Files before it that do not decode
+// go into problems[] (with on_bad_file = "skip"; else the first one is the error).
+Status FirstImage(const FolderListing& l, const DatasetSpec& spec, std::vector<Status>* problems,
+                  size_t* first, Image* image) {
+  const bool skip = spec.on_bad_file == "skip";
+  if (!skip && !l.empty_classes.empty()) {
+    return Status::Corruption(l.root + "/" + l.classes[static_cast<size_t>(l.empty_classes[0])] +
+                              ": class folder holds no images (on_bad_file = \"skip\" keeps "
+                              "the class without samples)");
+  }
+  const size_t n = l.files.size();
+  if (n == 0) return Status::Corruption(l.root + ": holds no image files");
+  if (n >= static_cast<size_t>(INT32_MAX)) return Status::Corruption(l.root + ": too many files");
+  const int want_h = spec.image_size.size() == 2 ? spec.image_size[0] : 0;
+  const int want_w = spec.image_size.size() == 2 ? spec.image_size[1] : 0;
+  std::vector<uint8_t> scratch;
+  for (*first = 0; *first < n; ++*first) {
+    Status s = ReadImage(l.files[*first], want_h, want_w, &scratch, image);
+    if (s.ok()) return Status::Ok();
+    if (!skip) return s;
+    (*problems)[*first] = std::move(s);
+  }
+  return Status::Corruption(
+      l.root + ": none of its " + std::to_string(n) +
+      " files is a readable PNG or JPEG image (the first: " + (*problems)[0].message() + ")");
+}
+
+// The rows of a folder set decoded as they are asked for (RowStream), by the calling thread and
+// a pool of helpers that each take the next row of the call. One call uses the pool at a time;
+// a call that finds it busy (another replica's evaluation) decodes on its own thread.
+class FolderStream final : public RowStream {
+ public:
+  FolderStream(FolderListing listing, const DatasetSpec& spec, Image ref, size_t ref_file,
+               unsigned threads)
+      : l_(std::move(listing)),
+        skip_(spec.on_bad_file == "skip"),
+        want_h_(spec.image_size.size() == 2 ? spec.image_size[0] : 0),
+        want_w_(spec.image_size.size() == 2 ? spec.image_size[1] : 0),
+        ref_(std::move(ref)),
+        ref_path_(l_.files[ref_file]),
+        row_(ref_.pixels.size()),
+        bad_(new std::atomic<uint8_t>[l_.files.size()]()) {
+    // Classes are contiguous in the listing: a bad file's stand-in comes from its own class.
+    class_begin_.assign(l_.classes.size() + 1, l_.files.size());
+    for (size_t i = l_.files.size(); i-- > 0;) class_begin_[static_cast<size_t>(l_.labels[i])] = i;
+    for (size_t c = l_.classes.size(); c-- > 0;) {
+      class_begin_[c] = std::min(class_begin_[c], class_begin_[c + 1]);
+    }
+    for (unsigned t = 1; t < threads; ++t) pool_.emplace_back([this] { Help(); });
+  }
+
+  ~FolderStream() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (std::thread& t : pool_) t.join();
+  }
+
+  void Decode(const int32_t* idx, int64_t count, uint8_t* pixels, int32_t* y) const override {
+    thread_local Scratch scratch;
+    std::unique_lock<std::mutex> job_lock(job_mu_, std::try_to_lock);
+    if (pool_.empty() || count < 2 || !job_lock.owns_lock()) {
+      for (int64_t i = 0; i < count; ++i) DecodeRow(idx[i], pixels + i * row_, y + i, &scratch);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = Job{idx, count, pixels, y};
+      next_.store(0);
+      ++generation_;
+      busy_ = static_cast<int>(pool_.size());
+    }
+    work_cv_.notify_all();
+    RunJob(&scratch);
+    // The helpers read job_ until they leave RunJob: the call returns after the last one has.
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return busy_ == 0; });
+  }
+
+  Status status() const override {
+    std::lock_guard<std::mutex> lock(bad_mu_);
+    return error_;
+  }
+  // The listing's labels, which the stream holds for the Dataset's view.
+  const std::vector<int32_t>& labels() const { return l_.labels; }
+  int64_t skipped_files() const override {
+    std::lock_guard<std::mutex> lock(bad_mu_);
+    return skipped_files_;
+  }
+  std::vector<std::string> skipped() const override {
+    std::lock_guard<std::mutex> lock(bad_mu_);
+    return skipped_;
+  }
+
+ private:
+  struct Scratch {
+    std::vector<uint8_t> bytes;
+    Image image;
+  };
+  struct Job {
+    const int32_t* idx = nullptr;
+    int64_t count = 0;
+    uint8_t* pixels = nullptr;
+    int32_t* y = nullptr;
+  };
+  // A class whose files are bad this many times in a row is given up on.
+  static constexpr size_t kMaxStandIns = 64;
+
+  void Help() {
+    Scratch scratch;
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      RunJob(&scratch);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--busy_ == 0) done_cv_.notify_all();
+    }
+  }
+
+  void RunJob(Scratch* scratch) const {
+    for (;;) {
+      const int64_t i = next_.fetch_add(1);
+      if (i >= job_.count) return;
+      DecodeRow(job_.idx[i], job_.pixels + i * row_, job_.y + i, scratch);
+    }
+  }
+
+  // File `file` into dst, or why not.
+  Status DecodeFile(size_t file, uint8_t* dst, Scratch* scratch) const {
+    const std::string& path = l_.files[file];
+    Status s;
+    try {
+      s = ReadImage(path, want_h_, want_w_, &scratch->bytes, &scratch->image);
+    } catch (const std::exception& e) {  // bad_alloc
+      s = Status::IoError(path + ": cannot decode: " + e.what());
+    }
+    if (s.ok()) s = SameShape(path, scratch->image, ref_path_, ref_);
+    if (s.ok()) std::memcpy(dst, scratch->image.pixels.data(), row_);
+    return s;
+  }
+
+  void DecodeRow(int32_t row, uint8_t* dst, int32_t* label, Scratch* scratch) const {
+    const size_t file = static_cast<size_t>(row);
+    const int32_t c = l_.labels[file];
+    *label = c;
+    if (!bad_[file].load(std::memory_order_relaxed)) {
+      Status s = DecodeFile(file, dst, scratch);
+      if (s.ok()) return;
+      Record(file, std::move(s));
+    }
+    if (skip_) {
+      // The next good file of its class stands in, so the batch keeps its shape and labels.
+      const size_t begin = class_begin_[static_cast<size_t>(c)];
+      const size_t size = class_begin_[static_cast<size_t>(c) + 1] - begin;
+      for (size_t k = 1; k < size && k <= kMaxStandIns; ++k) {
+        const size_t other = begin + (file - begin + k) % size;
+        if (bad_[other].load(std::memory_order_relaxed)) continue;
+        Status s = DecodeFile(other, dst, scratch);
+        if (s.ok()) return;
+        Record(other, std::move(s));
+      }
+      Fail(Status::Corruption(l_.root + "/" + l_.classes[static_cast<size_t>(c)] +
+                              ": no readable image found among its files near " + l_.files[file]));
+    }
+    std::memset(dst, 0, row_);
+  }
+
+  void Record(size_t file, Status why) const {
+    if (bad_[file].exchange(1) != 0) return;
+    std::lock_guard<std::mutex> lock(bad_mu_);
+    ++skipped_files_;
+    if (skipped_.size() < kSkippedShown) skipped_.push_back(why.message());
+    if (!skip_ && error_.ok()) error_ = std::move(why);
+  }
+
+  void Fail(Status why) const {
+    std::lock_guard<std::mutex> lock(bad_mu_);
+    if (error_.ok()) error_ = std::move(why);
+  }
+
+  const FolderListing l_;
+  const bool skip_;
+  const int want_h_, want_w_;
+  const Image ref_;
+  const std::string ref_path_;
+  const size_t row_;
+  std::vector<size_t> class_begin_;  // [classes + 1]
+
+  mutable std::mutex bad_mu_;
+  const std::unique_ptr<std::atomic<uint8_t>[]> bad_;  // [files]: met and found bad
+  mutable Status error_;
+  mutable int64_t skipped_files_ = 0;
+  mutable std::vector<std::string> skipped_;
+
+  mutable std::mutex job_mu_;  // held by the call that has the pool
+  mutable std::mutex mu_;
+  mutable std::condition_variable work_cv_, done_cv_;
+  mutable Job job_;
+  mutable std::atomic<int64_t> next_{0};
+  mutable uint64_t generation_ = 0;
+  mutable int busy_ = 0;  // helpers still in this generation's job
+  bool stop_ = false;
+  std::vector<std::thread> pool_;  // last: the helpers start once the rest is ready
+};
+
 }  // namespace
+
+Result<DatasetPtr> StreamImageFolder(const FolderListing& l, const DatasetSpec& spec) {
+  std::vector<Status> problems(l.files.size());
+  Image ref;
+  size_t first = 0;
+  SWEEP_RETURN_IF_ERROR(FirstImage(l, spec, &problems, &first, &ref));
+  Dataset meta;
+  meta.source = l.root;
+  meta.n = static_cast<int64_t>(l.files.size());
+  meta.dim = static_cast<int64_t>(ref.pixels.size());
+  meta.shape = {ref.height, ref.width};
+  if (ref.channels > 1) meta.shape.push_back(ref.channels);
+  meta.num_classes = static_cast<int>(l.classes.size());
+  meta.class_names = l.classes;
+  const unsigned threads = spec.decode_threads > 0
+                               ? static_cast<unsigned>(spec.decode_threads)
+                               : std::max(1u, std::thread::hardware_concurrency());
+  auto stream = std::make_shared<FolderStream>(l, spec, std::move(ref), first, threads);
+  auto ds = std::make_shared<Dataset>(std::move(meta));
+  ds->labels = stream->labels();
+  ds->stream = stream;
+  ds->storage = stream;
+  return DatasetPtr(std::move(ds));
+}
 
 Result<FolderListing> ListImageFolder(const std::string& dir) {
   SWEEP_ASSIGN_OR_RETURN(const fs::path root, Root(dir));
@@ -195,43 +445,16 @@ Result<DatasetPtr> DecodeImageFolder(const FolderListing& l, const DatasetSpec& 
   const bool skip = spec.on_bad_file == "skip";
   const int want_h = spec.image_size.size() == 2 ? spec.image_size[0] : 0;
   const int want_w = spec.image_size.size() == 2 ? spec.image_size[1] : 0;
-  if (!skip && !l.empty_classes.empty()) {
-    return Status::Corruption(l.root + "/" + l.classes[static_cast<size_t>(l.empty_classes[0])] +
-                              ": class folder holds no images (on_bad_file = \"skip\" keeps "
-                              "the class without samples)");
-  }
   const size_t n = l.files.size();
-  if (n == 0) return Status::Corruption(l.root + ": holds no image files");
-  if (n >= static_cast<size_t>(INT32_MAX)) return Status::Corruption(l.root + ": too many files");
-
-  // 1. The first image (in the set's order) that decodes sets the channels, and the size when
-  //    image_size does not; an image that differs is a bad file.
   std::vector<Status> problems(n);
-  std::vector<uint8_t> scratch;
   Image first_image;
   size_t first = 0;
-  for (; first < n; ++first) {
-    Status s = ReadImage(l.files[first], want_h, want_w, &scratch, &first_image);
-    if (s.ok()) break;
-    if (!skip) return s;
-    problems[first] = std::move(s);
-  }
-  if (first == n) {
-    return Status::Corruption(
-        l.root + ": none of its " + std::to_string(n) +
-        " files is a readable PNG or JPEG image (the first: " + problems[0].message() + ")");
-  }
+  SWEEP_RETURN_IF_ERROR(FirstImage(l, spec, &problems, &first, &first_image));
   const Image& ref = first_image;
   const std::string& ref_path = l.files[first];
   const size_t row = ref.pixels.size();
   const uint64_t bytes = static_cast<uint64_t>(n) * row;
-  if (bytes > DecodeBudgetBytes()) {
-    return Status::InvalidArgument(
-        l.root + ": " + std::to_string(n) + " images of " + Size(ref) + "x" +
-        std::to_string(ref.channels) + " take " + Gib(bytes) +
-        " decoded, over half of this machine's memory; give a smaller dataset.image_size "
-        "(sets that do not fit are not streamed yet)");
-  }
+  if (bytes > DecodeBudgetBytes()) return StreamImageFolder(l, spec);
   std::vector<uint8_t> pixels(static_cast<size_t>(bytes));
   std::memcpy(pixels.data() + first * row, ref.pixels.data(), row);
 
@@ -252,15 +475,7 @@ Result<DatasetPtr> DecodeImageFolder(const FolderListing& l, const DatasetSpec& 
       } catch (const std::exception& e) {  // bad_alloc
         s = Status::IoError(l.files[i] + ": cannot decode: " + e.what());
       }
-      if (s.ok() && image.channels != ref.channels) {
-        s = Status::Corruption(l.files[i] + ": " + Channels(image.channels) + ", but the first " +
-                               "image, " + ref_path + ", has " + Channels(ref.channels) +
-                               "; a set's images must all have the same");
-      } else if (s.ok() && image.pixels.size() != row) {
-        s = Status::Corruption(l.files[i] + ": " + Size(image) + " pixels, but the first image, " +
-                               ref_path + ", is " + Size(ref) +
-                               "; set dataset.image_size = [H, W] to resize them all");
-      }
+      if (s.ok()) s = SameShape(l.files[i], image, ref_path, ref);
       if (s.ok()) {
         std::memcpy(pixels.data() + i * row, image.pixels.data(), row);
       } else {

@@ -33,8 +33,16 @@ struct FolderListing {
 // Errors: the folder is missing or not a folder, cannot be read, or holds no class folders.
 Result<FolderListing> ListImageFolder(const std::string& dir);
 
-// The decoded set of a listing (LoadImageFolder without the listing step).
+// The decoded set of a listing (LoadImageFolder without the listing step). A set whose pixels
+// would take over half of the machine's memory comes streamed instead (StreamImageFolder).
 Result<DatasetPtr> DecodeImageFolder(const FolderListing& listing, const DatasetSpec& spec);
+
+// The set of a listing streamed from its files (Dataset::stream): every gather decodes the rows
+// it asks for, on spec.decode_threads threads (0: one per core), the calling one among them.
+// Only the first readable image is decoded here, for the samples' shape. Bad files are met as
+// they are gathered: on_bad_file = "error" fails the stream naming the file; "skip" counts it
+// and decodes the next good file of its class in its place.
+Result<DatasetPtr> StreamImageFolder(const FolderListing& listing, const DatasetSpec& spec);
 
 // The shape samples of the training folder will have ({C, H, W}): the first decodable image's
 // channels, and image_size or that image's size. Decodes one image (a few when the first ones

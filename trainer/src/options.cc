@@ -150,7 +150,7 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
     if (folder && FileOnlyKey(k)) {
       return Status::InvalidArgument(key +
                                      ": not a key of format = \"folder\" (it takes train, test, "
-                                     "image_size, on_bad_file, decode_threads, cache)");
+                                     "image_size, on_bad_file, decode_threads, cache, prefetch)");
     }
     if (!folder && FolderOnlyKey(k)) {
       return Status::InvalidArgument(key + ": only for format = \"folder\"");
@@ -179,6 +179,11 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       s.decode_threads = static_cast<int>(n);
     } else if (k == "cache") {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.cache));
+    } else if (k == "prefetch") {
+      int64_t n = 0;
+      SWEEP_RETURN_IF_ERROR(
+          SetInt(key, item, 0, 64, "a number of batches in [0, 64] (0: the default, 2)", &n));
+      s.prefetch = static_cast<int>(n);
     } else if (k == "train_images") {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.train_images));
     } else if (k == "train_labels") {
@@ -215,8 +220,8 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       return Status::InvalidArgument(
           "dataset: unknown key \"" + k +
           "\" (expected format, train_images, train_labels, test_images, test_labels, "
-          "label_column, header, shape, cache; or for format = \"folder\": train, test, "
-          "image_size, on_bad_file, decode_threads)");
+          "label_column, header, shape, cache, prefetch; or for format = \"folder\": train, "
+          "test, image_size, on_bad_file, decode_threads)");
     }
   }
   *spec = std::move(s);
@@ -528,9 +533,14 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
   if (d.format != "idx" && d.format != "csv" && d.format != "folder") {
     return bad("dataset.format: expected \"idx\", \"csv\" or \"folder\", got \"" + d.format + "\"");
   }
-  if (d.cache != "auto" && d.cache != "off") {
-    return bad("dataset.cache: expected \"auto\" or \"off\", got \"" + d.cache + "\"");
+  if (d.cache != "auto" && d.cache != "off" && d.cache != "stream") {
+    return bad("dataset.cache: expected \"auto\", \"off\" or \"stream\", got \"" + d.cache + "\"");
   }
+  if (d.cache == "stream" && d.format != "folder") {
+    return bad("dataset.cache = \"stream\": only for format = \"folder\" (" + d.format +
+               " files are decoded once and held)");
+  }
+  if (d.prefetch < 0 || d.prefetch > 64) return bad("dataset.prefetch: expected 0 to 64 batches");
   if (d.format == "folder") {
     if (d.train_images.empty()) return bad("dataset: folder needs dataset.train (a folder)");
     if (!d.train_labels.empty() || !d.test_labels.empty() || d.header || !d.shape.empty()) {

@@ -167,6 +167,12 @@ void Evaluate(ReplicaGroup* group, const Dataset& data, const InputTransform& tr
   *acc = static_cast<double>(total_correct) / static_cast<double>(n);
 }
 
+// Why a streamed set's rows could not all be decoded (a bad file); OK for a held set.
+Status StreamStatus(const DatasetPtr& data) {
+  if (data == nullptr || data->stream == nullptr) return Status::Ok();
+  return data->stream->status();
+}
+
 // The cache folder to use; empty: none. One that cannot be made (a read-only file system, a
 // file in the way) costs speed, not the trial: the dataset decodes in memory, as it does beside
 // a cache folder that cannot be written.
@@ -212,13 +218,17 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   ParseInit(o.init, &init);
   const std::string cache_dir = CacheDir(o);
 
+  // A folder set decodes with the trial's threads unless told otherwise: a trial packed
+  // beside others uses its share of the cores, for the one-off decode and for a stream's.
+  DatasetSpec dataset = o.dataset;
+  if (dataset.decode_threads == 0) dataset.decode_threads = std::max(1, o.threads);
   // The test set loads up front too: a bad test file should fail before hours of training.
-  SWEEP_ASSIGN_OR_RETURN(DatasetPtr train, LoadCached(o.dataset, /*test=*/false, cache_dir));
+  SWEEP_ASSIGN_OR_RETURN(DatasetPtr train, LoadCached(dataset, /*test=*/false, cache_dir));
   SWEEP_RETURN_IF_ERROR(CheckTrainingLabels(*train));
   SWEEP_ASSIGN_OR_RETURN(const TensorShape input, SampleShape(*train, o.dataset));
   DatasetPtr test;
   if (!o.dataset.test_images.empty()) {
-    SWEEP_ASSIGN_OR_RETURN(test, LoadCached(o.dataset, /*test=*/true, cache_dir));
+    SWEEP_ASSIGN_OR_RETURN(test, LoadCached(dataset, /*test=*/true, cache_dir));
     const Result<TensorShape> test_shape = SampleShape(*test, o.dataset);
     if (test->dim != train->dim || (test_shape.ok() && !(*test_shape == input))) {
       return Status::InvalidArgument(o.dataset.test_images + ": samples have " +
@@ -363,7 +373,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   // may run K micro-batches ahead.
   bool resident = false;
   // A transform runs on the host, as the Batcher gathers: such batches come as floats.
-  if (o.dataset_on_gpu && !transform.active()) {
+  if (o.dataset_on_gpu && !transform.active() && train->stream == nullptr) {
     SWEEP_ASSIGN_OR_RETURN(resident, group->HoldDataset(*train));
   }
   std::unique_ptr<Batcher> batcher;
@@ -371,9 +381,12 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     // A GPU consumes batches faster than one thread gathers them; on the CPU the cores are
     // the replicas' own.
     HostAllocator* const pinned = group->host_allocator();
-    batcher = std::make_unique<Batcher>(train, B, R, kPrefetchDepth, R > 1 ? K : 0, pinned,
-                                        pinned != nullptr ? GpuGatherThreads() : 1,
-                                        group->takes_pixels() && !transform.active());
+    // A streamed set decodes each batch on its own threads (decode_threads).
+    const int gather_threads =
+        pinned != nullptr && train->stream == nullptr ? GpuGatherThreads() : 1;
+    batcher = std::make_unique<Batcher>(
+        train, B, R, o.dataset.prefetch > 0 ? o.dataset.prefetch : kPrefetchDepth, R > 1 ? K : 0,
+        pinned, gather_threads, group->takes_pixels() && !transform.active());
     if (transform.active()) batcher->SetTransform(&transform);
   }
   std::vector<std::vector<float>> eval_x(static_cast<size_t>(R));
@@ -450,6 +463,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
           } else {
             const Batcher::Batch batch = batcher->Next(rank, &wait_s[r]);
             if (batch.y == nullptr) return;  // another rank failed: Run reports its error
+            // A bad file of a streamed set: stop now, not at the epoch's end (reported below).
+            if (batch.bad) return;
             const int64_t at = static_cast<int64_t>(begin) * train->dim;
             if (batch.pixels != nullptr) {
               mb.pixels = batch.pixels + at;
@@ -480,6 +495,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
         throw;
       }
     });
+    SWEEP_RETURN_IF_ERROR(StreamStatus(train));
     if (diverged_step != 0)
       return Diverged(epoch, diverged_step, "loss " + LossText(diverged_loss), spec.precision);
     const double train_s = Seconds(train_start);
@@ -503,6 +519,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     Evaluate(group.get(), *train, transform, split.val.data(),
              static_cast<int64_t>(split.val.size()), shard, &eval_x, &eval_y, &report.val_loss,
              &report.val_acc);
+    SWEEP_RETURN_IF_ERROR(StreamStatus(train));
     // A last step that blows up shows only here, in weights that no longer give a number.
     if (!split.val.empty() && !std::isfinite(report.val_loss)) {
       return Diverged(epoch, step, "validation loss " + LossText(report.val_loss), spec.precision);
@@ -531,7 +548,12 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     double test_loss = 0, test_acc = 0;
     Evaluate(group.get(), *test, transform, all.data(), test->n, shard, &eval_x, &eval_y,
              &test_loss, &test_acc);
+    SWEEP_RETURN_IF_ERROR(StreamStatus(test));
     result.test_acc = test_acc;
+  }
+  // A stream counts its bad files as it meets them.
+  for (const DatasetPtr& d : {train, test}) {
+    if (d != nullptr && d->stream != nullptr) result.skipped_files += d->stream->skipped_files();
   }
   if (final_state != nullptr) *final_state = group->GetState();
   return result;

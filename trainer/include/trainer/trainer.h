@@ -41,11 +41,18 @@ struct DatasetSpec {
   // folder only: "error" (an unreadable, corrupt or odd file fails the load, naming it) or
   // "skip" (such files are left out and counted; an empty class folder keeps its label).
   std::string on_bad_file = "error";
-  // folder only: threads that decode the files; 0: one per core.
+  // folder only: threads that decode the files (and, streamed, each batch's); 0: the trial's
+  // threads.
   int decode_threads = 0;
   // "auto": the decoded set goes into the machine-wide cache (TrainOptions::cache_dir) when it
-  // can be written; "off": decoded in each process (kept in this process's cache only).
+  // can be written; "off": decoded in each process (kept in this process's cache only). A
+  // folder set whose pixels would take over half of the machine's memory is streamed either
+  // way. "stream" (folder only): never held decoded; each batch is decoded from the files as
+  // it is gathered.
   std::string cache = "auto";
+  // Training batches gathered (for a streamed set: decoded and augmented) ahead of compute; 0:
+  // the default (2). Each holds batch_size samples as floats.
+  int prefetch = 0;
 };
 
 // Every field is a hyperparameter a sweep may vary (the key ApplyOption takes is the field
