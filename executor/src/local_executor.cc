@@ -237,6 +237,8 @@ void LocalExecutor::ReadMessages(Worker& w, std::vector<WorkerEvent>* events) {
       ev.metrics = msg.value("metrics", json::object());
       ev.time_s = msg.value("t", 0.0);
       ev.metric_not_number = msg.value("metric_not_number", false);
+      ev.info = msg.value("info", json::object());
+      if (!ev.info.is_object()) ev.info = json::object();
       w.trial.reset();
       w.program_group = -1;  // the program's group ended with it
     } else if (op == "hb") {

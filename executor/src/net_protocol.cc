@@ -538,6 +538,11 @@ json DoneToJson(const WorkerEvent& done) {
   j["worker_lost"] = done.worker_lost;
   if (done.never_started) j["never_started"] = true;          // optional: absent means false
   if (done.metric_not_number) j["metric_not_number"] = true;  // optional too
+  // Optional too (an older agent sends none); dropped when it would not fit a frame.
+  if (done.info.is_object() && !done.info.empty() &&
+      done.info.dump().size() <= static_cast<size_t>(kMaxErrorChars)) {
+    j["info"] = done.info;
+  }
   return j;
 }
 
@@ -561,6 +566,10 @@ Result<WorkerEvent> DoneFromJson(json& j) {
   }
   if (j.contains("metric_not_number")) {
     SWEEP_ASSIGN_OR_RETURN(ev.metric_not_number, r.Bool("metric_not_number"));
+  }
+  if (auto info = j.find("info"); info != j.end()) {
+    if (!info->is_object()) return r.Error("info", "must be an object");
+    ev.info = std::move(*info);
   }
   auto m = j.find("end_metrics");
   if (m == j.end()) return r.Error("end_metrics", "is missing");

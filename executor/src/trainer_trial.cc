@@ -69,6 +69,7 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
                     {"data_wait_s", r.data_wait_s}, {"epoch_s", r.epoch_s},
                     {"allreduce_s", r.allreduce_s}, {"lr", r.lr}};
     metrics["skipped_steps"] = r.skipped_steps;
+    if (r.skipped_files >= 0) metrics["skipped_files"] = r.skipped_files;
     if (std::isfinite(r.val_loss)) metrics["val_loss"] = r.val_loss;
     if (std::isfinite(r.val_acc)) metrics["val_acc"] = r.val_acc;
     sink(r.step, r.epoch, metrics);
@@ -104,6 +105,12 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   out.error = note;
   out.end_metrics = json::object();
   if (result->test_acc) out.end_metrics["test_acc"] = *result->test_acc;
+  // A folder set's label map, and the bad files it left out, go with the trial.
+  if (!result->class_names.empty()) {
+    out.info["classes"] = result->class_names;
+    out.info["skipped_files"] = result->skipped_files;
+    if (!result->skipped.empty()) out.info["skipped"] = result->skipped;
+  }
   out.resumed_from_epoch = result->resumed_from_epoch;
   return out;
 }

@@ -204,6 +204,7 @@ class Worker {
                 {"metrics", outcome.end_metrics},
                 {"t", UnixSeconds()}};
       if (outcome.metric_not_number) done["metric_not_number"] = true;
+      if (outcome.info.is_object() && !outcome.info.empty()) done["info"] = outcome.info;
       Send(done);
       if (!Flush()) return 1;  // the executor is gone
       if (!fault.empty()) return 0;

@@ -123,6 +123,11 @@ UPDATE trials SET proposed_by = COALESCE((
     AND instr(e.detail, '; proposed by ') > 0
   ORDER BY e.id LIMIT 1), '');
 )sql",
+    // 7 -> 8: what a trial's run found out that is not a metric (a folder dataset's label map
+    // and its skipped files), as a JSON object.
+    R"sql(
+ALTER TABLE trials ADD COLUMN info TEXT NOT NULL DEFAULT '{}';
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,
               "each schema version needs exactly one migration step");

@@ -11,7 +11,7 @@ namespace {
 // Column list shared by every query that returns TrialRecords; ReadTrial() reads this order.
 #define SWEEP_TRIAL_COLUMNS                                                                    \
   "number, status, params, placement, started, ended, error, checkpoint, metrics, objective, " \
-  "epochs, retries, stdout_log, stderr_log, agent_losses, proposed_by"
+  "epochs, retries, stdout_log, stderr_log, agent_losses, proposed_by, info"
 
 // Whether a quoted JSON path ($."name") reaches a metric or parameter name: any but '"', '\\'
 // and control characters (SQLite's paths have no escapes).
@@ -117,6 +117,8 @@ std::string_view QuerySql(Query query) {
       return "UPDATE sweeps SET active_s = ? WHERE id = ?";
     case Query::kSetTrialRetries:
       return "UPDATE trials SET retries = ? WHERE sweep_id = ? AND number = ?";
+    case Query::kSetTrialInfo:
+      return "UPDATE trials SET info = ? WHERE sweep_id = ? AND number = ?";
     case Query::kSetTrialAgentLosses:
       return "UPDATE trials SET agent_losses = ? WHERE sweep_id = ? AND number = ?";
     case Query::kDropCheckpoint:

@@ -50,6 +50,7 @@ enum class Query {
   kSetSweepBudget,       // max_trials, time_budget_s, id
   kSetSweepCarried,      // carried, sample_shift, id
   kTrialEvents,          // sweep_id, trial
+  kSetTrialInfo,         // info, sweep_id, number
   kCount,                // not a query: the number of them
 };
 

@@ -72,6 +72,7 @@ Result<TrialRecord> Store::Impl::ReadTrial(sqlite3_stmt* stmt) const {
   trial.stdout_log = ColumnText(stmt, 12);
   trial.stderr_log = ColumnText(stmt, 13);
   trial.proposed_by = ColumnText(stmt, 15);
+  trial.info_json = ColumnText(stmt, 16);
   return trial;
 }
 
@@ -194,6 +195,13 @@ Status Store::SetTrialRetries(int64_t sweep_id, int64_t number, int retries) {
   return impl_->Update(Query::kSetTrialRetries,
                        "recording the retries of trial " + std::to_string(number),
                        [&](Binder& b) { b.Int(retries).Int(sweep_id).Int(number); });
+}
+
+Status Store::SetTrialInfo(int64_t sweep_id, int64_t number, const std::string& info_json) {
+  const std::string info = JsonOrEmptyObject(info_json);
+  return impl_->Update(Query::kSetTrialInfo,
+                       "recording what trial " + std::to_string(number) + "'s run found out",
+                       [&](Binder& b) { b.Text(info).Int(sweep_id).Int(number); });
 }
 
 Status Store::SetTrialAgentLosses(int64_t sweep_id, int64_t number, int losses) {

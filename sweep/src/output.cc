@@ -52,6 +52,7 @@ json TrialJson(const store::TrialRecord& t) {
   if (!t.stdout_log.empty()) j["stdout_log"] = t.stdout_log;
   if (!t.stderr_log.empty()) j["stderr_log"] = t.stderr_log;
   if (!t.proposed_by.empty()) j["proposed_by"] = t.proposed_by;
+  if (json info = ParseOrEmpty(t.info_json); !info.empty()) j["info"] = std::move(info);
   return j;
 }
 

@@ -60,6 +60,10 @@ Status Coordinator::HandleEnd(executor::WorkerEvent& ev, RunningTrial& t, double
   if (end.store_retries) {
     SWEEP_RETURN_IF_ERROR(store_.SetTrialRetries(sweep_id_, ev.trial, *end.store_retries));
   }
+  if (ev.info.is_object() && !ev.info.empty()) {
+    SWEEP_RETURN_IF_ERROR(store_.SetTrialInfo(
+        sweep_id_, ev.trial, ev.info.dump(-1, ' ', false, json::error_handler_t::replace)));
+  }
   if (end.then == TrialEnd::Then::kServerTrouble && machine_trouble_.empty()) {
     ServerTrouble(ev.trial, t, end, ev.error);
   }

@@ -306,6 +306,29 @@ void ShowFields(std::ostream& out, int width, const store::SweepRecord& sw,
     row(t.status == store::TrialStatus::kPruned ? "pruned" : "error", t.error);
   }
   if (!t.proposed_by.empty()) row("proposed by", t.proposed_by);  // with TPE
+  // A trainer trial on an image folder: its label map, and the bad files it left out.
+  const json info = report::ParseObject(t.info_json);
+  if (auto classes = info.find("classes"); classes != info.end() && classes->is_array()) {
+    // A thousand classes would be a page: the first ones, and how many more (--json has all).
+    constexpr size_t kShown = 30;
+    std::string labels;
+    for (size_t i = 0; i < classes->size() && i < kShown; ++i) {
+      const json& name = (*classes)[i];
+      labels += (i == 0 ? "" : "  ") + std::to_string(i) + " " +
+                (name.is_string() ? name.get<std::string>() : name.dump());
+    }
+    if (classes->size() > kShown) {
+      labels += "  ... and " + std::to_string(classes->size() - kShown) + " more";
+    }
+    row("labels", labels);
+  }
+  if (auto n = info.find("skipped_files"); n != info.end() && n->is_number() && *n != 0) {
+    std::string skipped = Value(*n) + (*n == 1 ? " bad file" : " bad files") + " skipped";
+    if (auto some = info.find("skipped"); some != info.end() && some->is_array()) {
+      for (const json& s : *some) skipped += "\n" + (s.is_string() ? s.get<std::string>() : "");
+    }
+    row("skipped", skipped);
+  }
   // Its state changes, when there is more to tell than one start and one end: interrupted on a
   // lost agent or a stopped coordinator and run again, or carried over from another sweep.
   const bool eventful =

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include <zlib.h>
 #include <nlohmann/json.hpp>
 
 #include "e2e_fixture.h"
@@ -285,6 +286,76 @@ TEST_F(E2eTest, TrainerSweepOnASmallDataset) {
   for (std::string col; std::getline(cols, col, ',');) {
     EXPECT_TRUE(names.insert(col).second) << "twice: " << col << " in " << header;
   }
+}
+
+// A gray 8-bit PNG of `pixels` (h rows of w), written without the trainer's code: zlib's
+// deflate and CRC, and PNG's chunks.
+void WritePng(const fs::path& path, int w, int h, const std::vector<uint8_t>& pixels) {
+  std::vector<uint8_t> raw;
+  for (int y = 0; y < h; ++y) {
+    raw.push_back(0);  // filter: none
+    raw.insert(raw.end(), pixels.begin() + y * w, pixels.begin() + (y + 1) * w);
+  }
+  uLongf packed_size = compressBound(raw.size());
+  std::vector<uint8_t> packed(packed_size);
+  ASSERT_EQ(compress2(packed.data(), &packed_size, raw.data(), raw.size(), 6), Z_OK);
+  packed.resize(packed_size);
+  std::string png = "\x89PNG\r\n\x1a\n";
+  auto be32 = [](std::string* s, uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) s->push_back(static_cast<char>(v >> shift));
+  };
+  auto chunk = [&](const char* type, const std::string& data) {
+    be32(&png, static_cast<uint32_t>(data.size()));
+    const std::string body = std::string(type) + data;
+    png += body;
+    be32(&png,
+         static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(body.data()), body.size())));
+  };
+  std::string ihdr;
+  be32(&ihdr, static_cast<uint32_t>(w));
+  be32(&ihdr, static_cast<uint32_t>(h));
+  ihdr += std::string("\x08\x00\x00\x00\x00", 5);  // 8 bits, gray, deflate, no filter, no interlace
+  chunk("IHDR", ihdr);
+  chunk("IDAT", std::string(packed.begin(), packed.end()));
+  chunk("IEND", "");
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << png;
+}
+
+// A trainer sweep on a folder of PNGs, streamed, with a bad file skipped: the trial keeps the
+// label map and the skipped file, `show` prints them, and each report counts the skipped files.
+TEST_F(E2eTest, AnImageFolderTrialKeepsItsLabelsAndSkippedFiles) {
+  for (int i = 0; i < 40; ++i) {
+    const bool dog = i % 2 == 1;
+    std::vector<uint8_t> px(64);
+    for (int p = 0; p < 64; ++p) px[p] = static_cast<uint8_t>((dog ? 150 : 20) + (p * 7 + i) % 60);
+    WritePng(dir_ / "images" / (dog ? "dog" : "cat") / (std::to_string(i) + ".png"), 8, 8, px);
+  }
+  Write("images/dog/bad.png", "not a picture");
+  Write("f.toml",
+        "[sweep]\nname = \"pets\"\nmax_trials = 1\nseed = 5\n"
+        "[parameters]\nlr = 0.1\nhidden = [8]\nepochs = 2\nbatch_size = 8\n"
+        "validation_fraction = 0.25\n"
+        "[search]\nalgorithm = \"grid\"\n"
+        "[trainer]\ndataset = { format = \"folder\", train = \"images\", on_bad_file = "
+        "\"skip\", cache = \"stream\", decode_threads = 2 }\n");
+  Output run = Sweep("run f.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  Output show = Sweep("show pets 0", "COLUMNS=200");
+  ASSERT_EQ(show.code, 0) << show.err;
+  EXPECT_NE(show.out.find("0 cat  1 dog"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("1 bad file skipped"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("dog/bad.png"), std::string::npos) << show.out;
+  Output js = Sweep("show pets 0 --json");
+  ASSERT_EQ(js.code, 0) << js.err;
+  const json trial = json::parse(js.out);
+  const json& info = trial.contains("trial") && trial["trial"].is_object() ? trial["trial"]["info"]
+                                                                           : trial["info"];
+  EXPECT_EQ(info["classes"], json({"cat", "dog"})) << js.out;
+  EXPECT_EQ(info["skipped_files"], 1) << js.out;
+  const auto reports = Query("SELECT json_extract(metrics, '$.skipped_files') FROM reports");
+  ASSERT_EQ(reports.size(), 2u);
+  for (const auto& r : reports) EXPECT_EQ(r[0], "1");
 }
 
 // order = "longest_first": the trial with the most work starts first, numbers start out of

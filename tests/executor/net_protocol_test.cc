@@ -373,6 +373,17 @@ TEST(MessageTest, DoneRoundTripsAndChecksTheOutcome) {
   EXPECT_EQ(parsed->outcome, TrialOutcome::Kind::kStopped);
   EXPECT_EQ(parsed->metrics["test_acc"], 0.9);
   EXPECT_FALSE(parsed->worker_lost);
+  // info is optional (an older agent sends none), and an object when sent.
+  EXPECT_FALSE(j.contains("info"));
+  EXPECT_TRUE(parsed->info.empty());
+  WorkerEvent with_info = done;
+  with_info.info = {{"classes", {"cat", "dog"}}, {"skipped_files", 1}};
+  json ji = DoneToJson(with_info);
+  auto info_back = DoneFromJson(ji);
+  ASSERT_TRUE(info_back.ok()) << info_back.status().message();
+  EXPECT_EQ(info_back->info, with_info.info);
+  ji["info"] = "cat, dog";
+  EXPECT_FALSE(DoneFromJson(ji).ok());
 
   json bad = DoneToJson(done);
   bad["outcome"] = "exploded";

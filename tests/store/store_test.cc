@@ -586,6 +586,11 @@ TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   ASSERT_TRUE(store_->Commit().ok());
   EXPECT_EQ((*store_->Trial(sweep_id_, 4))->retries, 2);
   EXPECT_EQ((*store_->Trial(sweep_id_, 4))->agent_losses, 1);
+  EXPECT_EQ((*store_->Trial(sweep_id_, 4))->info_json, "{}");
+  ASSERT_TRUE(store_->SetTrialInfo(sweep_id_, 4, R"({"classes":["cat","dog"]})").ok());
+  ASSERT_TRUE(store_->Commit().ok());
+  EXPECT_EQ((*store_->Trial(sweep_id_, 4))->info_json, R"({"classes":["cat","dog"]})");
+  EXPECT_EQ(store_->SetTrialInfo(sweep_id_, 99, "{}").code(), Status::Code::kNotFound);
   auto sweep = store_->FindSweep("s");
   ASSERT_TRUE(sweep.ok());
   EXPECT_EQ(sweep->owner, "123@host");

@@ -416,8 +416,8 @@ const std::vector<std::string>& OptionKeys() {
 
 const std::vector<std::string>& MetricNames() {
   static const std::vector<std::string> names = {
-      "train_loss", "val_loss",    "val_acc", "samples_per_s", "data_wait_s",
-      "epoch_s",    "allreduce_s", "lr",      "skipped_steps", "test_acc"};
+      "train_loss",  "val_loss", "val_acc",       "samples_per_s", "data_wait_s",  "epoch_s",
+      "allreduce_s", "lr",       "skipped_steps", "test_acc",      "skipped_files"};
   return names;
 }
 

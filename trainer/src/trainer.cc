@@ -304,8 +304,16 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
 
   // ---- initial state: fresh, or the checkpoint's ----
   TrainResult result;
-  result.skipped_files = train->skipped_files + (test != nullptr ? test->skipped_files : 0);
   result.class_names = train->class_names;
+  // Bad files left out of the held sets, and those a streamed one has met so far.
+  auto skipped_files = [&] {
+    int64_t n = 0;
+    for (const DatasetPtr& d : {train, test}) {
+      if (d == nullptr) continue;
+      n += d->stream != nullptr ? d->stream->skipped_files() : d->skipped_files;
+    }
+    return n;
+  };
   const std::string config = TrainingConfig(o);
   ModelState state;
   int first_epoch = 1;
@@ -520,6 +528,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
              static_cast<int64_t>(split.val.size()), shard, &eval_x, &eval_y, &report.val_loss,
              &report.val_acc);
     SWEEP_RETURN_IF_ERROR(StreamStatus(train));
+    if (o.dataset.format == "folder") report.skipped_files = skipped_files();
     // A last step that blows up shows only here, in weights that no longer give a number.
     if (!split.val.empty() && !std::isfinite(report.val_loss)) {
       return Diverged(epoch, step, "validation loss " + LossText(report.val_loss), spec.precision);
@@ -551,9 +560,13 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     SWEEP_RETURN_IF_ERROR(StreamStatus(test));
     result.test_acc = test_acc;
   }
-  // A stream counts its bad files as it meets them.
+  result.skipped_files = skipped_files();
   for (const DatasetPtr& d : {train, test}) {
-    if (d != nullptr && d->stream != nullptr) result.skipped_files += d->stream->skipped_files();
+    if (d == nullptr) continue;
+    const std::vector<std::string> some = d->stream != nullptr ? d->stream->skipped() : d->skipped;
+    for (const std::string& s : some) {
+      if (result.skipped.size() < 10) result.skipped.push_back(s);
+    }
   }
   if (final_state != nullptr) *final_state = group->GetState();
   return result;

@@ -42,7 +42,8 @@ struct WorkerEvent {
   // When the worker (or, for an agent's trial, the coordinator's hub) had it: Unix seconds;
   // 0 when not known. A coordinator held up (a locked store) still records when it happened.
   double time_s = 0;
-  bool metric_not_number = false;  // kDone: see TrialOutcome
+  bool metric_not_number = false;                  // kDone: see TrialOutcome
+  nlohmann::json info = nlohmann::json::object();  // kDone: TrialOutcome::info
 };
 
 class LocalExecutor {

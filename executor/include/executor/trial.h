@@ -84,6 +84,9 @@ struct TrialOutcome {
   Kind kind = Kind::kCompleted;
   std::string error;           // kFailed, kInterrupted: why; else a note on the run, or empty
   nlohmann::json end_metrics;  // metrics known only at the end (test_acc); an object
+  // What the run found out that is not a metric (store::TrialRecord::info_json): an object,
+  // empty when there is nothing to tell.
+  nlohmann::json info = nlohmann::json::object();
   // A trainer trial that went on from its checkpoint: the checkpoint's epoch (else 0). Known
   // where RunTrial ran (sweep train); a worker does not send it.
   int resumed_from_epoch = 0;

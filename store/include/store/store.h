@@ -19,7 +19,7 @@
 namespace sweep::store {
 
 // Current schema version, kept in PRAGMA user_version.
-inline constexpr int kSchemaVersion = 7;
+inline constexpr int kSchemaVersion = 8;
 
 enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
 // "pending", "running", "completed", "pruned", "failed", "interrupted".
@@ -94,6 +94,9 @@ struct TrialRecord {
   // Command trials: the program's stdout and stderr, on the machine named in `placement`.
   std::string stdout_log;
   std::string stderr_log;
+  // What its run found out that is not a metric, a JSON object: a trainer trial on an image
+  // folder stores {"classes": [names by label], "skipped_files": n, "skipped": ["path: why"]}.
+  std::string info_json = "{}";
 };
 
 struct ReportRecord {
@@ -200,6 +203,8 @@ class Store {
   // before it ends; a trial no longer running is left alone.
   Status SetTrialProgress(int64_t sweep_id, const TrialRecord& trial);
   Status SetTrialRetries(int64_t sweep_id, int64_t number, int retries);
+  // TrialRecord::info_json (a JSON object; anything else is stored as {}).
+  Status SetTrialInfo(int64_t sweep_id, int64_t number, const std::string& info_json);
   Status SetTrialAgentLosses(int64_t sweep_id, int64_t number, int losses);
   // The trial's checkpoint is no longer kept (its file is deleted once this commits).
   Status DropTrialCheckpoint(int64_t sweep_id, int64_t number);

@@ -191,6 +191,9 @@ struct EpochReport {
   // The checkpoint's epoch reported again on a resume (TrainOptions::report_resumed_epoch), not
   // trained again: its figures are the ones it had when it was trained.
   bool replayed = false;
+  // folder with on_bad_file = "skip": bad files left out (held) or met and replaced (streamed)
+  // so far, training and test sets together; -1 for other formats.
+  int64_t skipped_files = -1;
 };
 
 struct TrainResult {
@@ -201,6 +204,7 @@ struct TrainResult {
   std::optional<double> test_acc;  // when a test set is given and training was not stopped
   // folder with on_bad_file = "skip": files left out of the training and test sets.
   int64_t skipped_files = 0;
+  std::vector<std::string> skipped;  // the first few of them, "path: why"
   // folder: the label map, class_names[label] (the class folders' names, sorted); else empty.
   std::vector<std::string> class_names;
 };
