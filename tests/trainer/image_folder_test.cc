@@ -233,6 +233,7 @@ TEST_F(FashionFolder, StreamedSetGathersAndTrainsAsTheHeldOne) {
   o.hidden = {32};
   o.normalize = true;
   o.augment_flip = true;
+  o.augment_crop = 2;
   o.batch_size = 20;
   o.epochs = 2;
   o.seed = 5;

@@ -98,6 +98,15 @@ void Batcher::GatherPart(int part) {
                         job_.y + begin);
   } else {
     float* x = static_cast<float*>(job_.x) + at;
+    if (transform_ != nullptr && data_->stream != nullptr) {
+      // Each row augmented as it is decoded, on the stream's decode threads.
+      const int64_t position = job_.position + begin;
+      data_->GatherEach(job_.rows + begin, end - begin, x, job_.y + begin,
+                        [&](int64_t i, float* row) {
+                          transform_->Apply(row, 1, /*augment=*/true, epoch_, position + i);
+                        });
+      return;
+    }
     data_->Gather(job_.rows + begin, end - begin, x, job_.y + begin);
     if (transform_ != nullptr) {
       transform_->Apply(x, end - begin, /*augment=*/true, epoch_, job_.position + begin);

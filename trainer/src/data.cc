@@ -21,14 +21,7 @@ constexpr uint64_t kSplitSeed = 0x5EEDC0DE5A17ull;
 void Dataset::Gather(const int32_t* idx, int64_t count, float* __restrict x,
                      int32_t* __restrict y) const {
   const int64_t d = dim;
-  if (stream != nullptr) {
-    // Decoded into this thread's buffer, then scaled as a held set's pixels are.
-    thread_local std::vector<uint8_t> pixels;
-    pixels.resize(static_cast<size_t>(count * d));
-    stream->Decode(idx, count, pixels.data(), y);
-    for (int64_t k = 0; k < count * d; ++k) x[k] = static_cast<float>(pixels[k]) / 255.0f;
-    return;
-  }
+  if (stream != nullptr) return stream->DecodeFloats(idx, count, x, y, nullptr);
   for (int64_t i = 0; i < count; ++i) {
     const int64_t row = idx[i];
     float* __restrict dst = x + i * d;
@@ -41,6 +34,13 @@ void Dataset::Gather(const int32_t* idx, int64_t count, float* __restrict x,
     }
     y[i] = labels[static_cast<size_t>(row)];
   }
+}
+
+void Dataset::GatherEach(const int32_t* idx, int64_t count, float* x, int32_t* y,
+                         const RowFn& each) const {
+  if (stream != nullptr) return stream->DecodeFloats(idx, count, x, y, &each);
+  Gather(idx, count, x, y);
+  for (int64_t i = 0; i < count; ++i) each(i, x + i * dim);
 }
 
 void Dataset::GatherPixels(const int32_t* idx, int64_t count, uint8_t* __restrict pixels,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -21,6 +22,10 @@ namespace sweep::trainer {
 // layer is sized by the largest label.
 inline constexpr int kMaxClasses = 100000;
 
+// Called for each row a gather wrote, on the thread that wrote it: the row's place in the call,
+// and its floats.
+using RowFn = std::function<void(int64_t i, float* row)>;
+
 // The rows of a set too large to hold decoded (a folder set streamed from its files): they are
 // decoded each time they are gathered. Safe from several threads.
 class RowStream {
@@ -30,6 +35,11 @@ class RowStream {
   // A file that cannot be decoded leaves zeros and fails the stream (status()), or with
   // on_bad_file = "skip" is replaced by the next good file of its class and counted.
   virtual void Decode(const int32_t* idx, int64_t count, uint8_t* pixels, int32_t* y) const = 0;
+  // The same rows as floats (pixels / 255) into x[count, dim]. `each` (may be null) is called
+  // for every row on the thread that decoded it: per-row work (augmentation) runs on the
+  // decode threads too.
+  virtual void DecodeFloats(const int32_t* idx, int64_t count, float* x, int32_t* y,
+                            const RowFn* each) const = 0;
   // The first bad file met, when on_bad_file = "error"; OK until then.
   virtual Status status() const = 0;
   // Bad files met so far (on_bad_file = "skip"), and the first few of them ("path: why").
@@ -62,6 +72,9 @@ struct Dataset {
 
   // Writes rows idx[0..count) as floats into x[count, dim] and their labels into y[count].
   void Gather(const int32_t* idx, int64_t count, float* x, int32_t* y) const;
+  // Gather, then each(i, row) for every row: on the threads that decode a streamed set's rows,
+  // in order on this one for a held set.
+  void GatherEach(const int32_t* idx, int64_t count, float* x, int32_t* y, const RowFn& each) const;
   // The same rows as they are stored, uint8 pixels into pixels[count, dim] (a set of pixels:
   // u8 is not empty, or it is streamed), for a device that scales them itself: a quarter of the
   // bytes.

@@ -229,24 +229,12 @@ class FolderStream final : public RowStream {
   }
 
   void Decode(const int32_t* idx, int64_t count, uint8_t* pixels, int32_t* y) const override {
-    thread_local Scratch scratch;
-    std::unique_lock<std::mutex> job_lock(job_mu_, std::try_to_lock);
-    if (pool_.empty() || count < 2 || !job_lock.owns_lock()) {
-      for (int64_t i = 0; i < count; ++i) DecodeRow(idx[i], pixels + i * row_, y + i, &scratch);
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      job_ = Job{idx, count, pixels, y};
-      next_.store(0);
-      ++generation_;
-      busy_ = static_cast<int>(pool_.size());
-    }
-    work_cv_.notify_all();
-    RunJob(&scratch);
-    // The helpers read job_ until they leave RunJob: the call returns after the last one has.
-    std::unique_lock<std::mutex> lock(mu_);
-    done_cv_.wait(lock, [&] { return busy_ == 0; });
+    Run(Job{idx, count, pixels, nullptr, y, nullptr});
+  }
+
+  void DecodeFloats(const int32_t* idx, int64_t count, float* x, int32_t* y,
+                    const RowFn* each) const override {
+    Run(Job{idx, count, nullptr, x, y, each});
   }
 
   Status status() const override {
@@ -268,12 +256,15 @@ class FolderStream final : public RowStream {
   struct Scratch {
     std::vector<uint8_t> bytes;
     Image image;
+    std::vector<uint8_t> row;  // a row on its way to floats
   };
   struct Job {
     const int32_t* idx = nullptr;
     int64_t count = 0;
-    uint8_t* pixels = nullptr;
+    uint8_t* pixels = nullptr;  // pixels, or
+    float* x = nullptr;         // floats, then each(i, row) when each is set
     int32_t* y = nullptr;
+    const RowFn* each = nullptr;
   };
   // A class whose files are bad this many times in a row is given up on.
   static constexpr size_t kMaxStandIns = 64;
@@ -294,12 +285,47 @@ class FolderStream final : public RowStream {
     }
   }
 
+  // One call's rows: on the pool when it is free, else on this thread.
+  void Run(const Job& job) const {
+    thread_local Scratch scratch;
+    std::unique_lock<std::mutex> job_lock(job_mu_, std::try_to_lock);
+    if (pool_.empty() || job.count < 2 || !job_lock.owns_lock()) {
+      for (int64_t i = 0; i < job.count; ++i) RunRow(job, i, &scratch);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = job;
+      next_.store(0);
+      ++generation_;
+      busy_ = static_cast<int>(pool_.size());
+    }
+    work_cv_.notify_all();
+    RunJob(&scratch);
+    // The helpers read job_ until they leave RunJob: the call returns after the last one has.
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return busy_ == 0; });
+  }
+
   void RunJob(Scratch* scratch) const {
     for (;;) {
       const int64_t i = next_.fetch_add(1);
       if (i >= job_.count) return;
-      DecodeRow(job_.idx[i], job_.pixels + i * row_, job_.y + i, scratch);
+      RunRow(job_, i, scratch);
     }
+  }
+
+  void RunRow(const Job& job, int64_t i, Scratch* scratch) const {
+    if (job.pixels != nullptr) {
+      DecodeRow(job.idx[i], job.pixels + i * row_, job.y + i, scratch);
+      return;
+    }
+    scratch->row.resize(row_);
+    DecodeRow(job.idx[i], scratch->row.data(), job.y + i, scratch);
+    float* out = job.x + i * static_cast<int64_t>(row_);
+    // Division, as Dataset::Gather does for held pixels: 255 maps to exactly 1.
+    for (size_t k = 0; k < row_; ++k) out[k] = static_cast<float>(scratch->row[k]) / 255.0f;
+    if (job.each != nullptr) (*job.each)(i, out);
   }
 
   // File `file` into dst, or why not.
