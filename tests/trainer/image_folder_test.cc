@@ -12,10 +12,13 @@
 #include <filesystem>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "augment.h"
 #include "data.h"
 #include "gtest/gtest.h"
 #include "image_codec.h"
@@ -570,6 +573,57 @@ TEST(BadFiles, AStreamedSetNamesOrSkipsABadFileAsItMeetsIt) {
   EXPECT_EQ((*d)->stream->skipped_files(), 1);
   ASSERT_EQ((*d)->stream->skipped().size(), 1u);
   EXPECT_NE((*d)->stream->skipped()[0].find("dog/5b.png"), std::string::npos);
+}
+
+// ---- augmentation ----
+
+// The crop and flip of a channels-last image: every output is the image shifted by some
+// (dy, dx) within the crop and perhaps mirrored, zero outside, exactly; over many samples
+// every shift and both mirrorings occur.
+TEST(Augment, CropAndFlipMoveWholePixels) {
+  for (const int C : {1, 3}) {
+    const int H = 7, W = 9, crop = 3;
+    InputTransform t;
+    t.shape = {C, H, W};
+    t.crop = crop;
+    t.flip = true;
+    t.seed = 17;
+    std::vector<float> image(static_cast<size_t>(C * H * W));
+    for (size_t i = 0; i < image.size(); ++i) image[i] = static_cast<float>(i + 1);
+    auto moved = [&](int dy, int dx, bool mirror) {
+      std::vector<float> out(image.size(), 0.0f);
+      for (int h = 0; h < H; ++h) {
+        for (int w = 0; w < W; ++w) {
+          const int sh = h + dy, sw = (mirror ? W - 1 - w : w) + dx;
+          if (sh < 0 || sh >= H || sw < 0 || sw >= W) continue;
+          for (int c = 0; c < C; ++c) {
+            out[static_cast<size_t>((h * W + w) * C + c)] =
+                image[static_cast<size_t>((sh * W + sw) * C + c)];
+          }
+        }
+      }
+      return out;
+    };
+    std::set<std::tuple<int, int, bool>> seen;
+    for (int64_t position = 0; position < 600; ++position) {
+      std::vector<float> x = image;
+      t.Apply(x.data(), 1, /*augment=*/true, 2, position);
+      bool found = false;
+      for (int dy = -crop; dy <= crop && !found; ++dy) {
+        for (int dx = -crop; dx <= crop && !found; ++dx) {
+          for (const bool mirror : {false, true}) {
+            if (moved(dy, dx, mirror) == x) {
+              seen.insert({dy, dx, mirror});
+              found = true;
+              break;
+            }
+          }
+        }
+      }
+      ASSERT_TRUE(found) << "C " << C << ", position " << position << ": not a shift or flip";
+    }
+    EXPECT_EQ(seen.size(), static_cast<size_t>((2 * crop + 1) * (2 * crop + 1) * 2)) << "C " << C;
+  }
 }
 
 // ---- config-time checks (sweep's dataset check calls these) ----

@@ -55,6 +55,36 @@ void Erase(float* x, TensorShape s, Rng* rng) {
   }
 }
 
+// The crop and flip of a channels-last image: output pixel (h, w) reads src pixel
+// (h + dy, (mirror ? W - 1 - w : w) + dx), zero outside. Each row's pixels that land inside are
+// one run: copied whole, or pixel by pixel when mirrored.
+void MoveRows(const float* src, float* dst, int H, int W, int C, int dy, int dx, bool mirror) {
+  const size_t c = static_cast<size_t>(C);
+  // Output columns [w0, w1) read inside the image.
+  const int w0 = std::clamp(mirror ? dx : -dx, 0, W),
+            w1 = std::clamp(mirror ? W + dx : W - dx, 0, W);
+  for (int h = 0; h < H; ++h) {
+    float* out = dst + static_cast<size_t>(h) * W * c;
+    const int sh = h + dy;
+    if (sh < 0 || sh >= H || w0 >= w1) {
+      std::fill_n(out, static_cast<size_t>(W) * c, 0.0f);
+      continue;
+    }
+    std::fill_n(out, static_cast<size_t>(w0) * c, 0.0f);
+    std::fill_n(out + static_cast<size_t>(w1) * c, static_cast<size_t>(W - w1) * c, 0.0f);
+    const float* in = src + static_cast<size_t>(sh) * W * c;
+    if (!mirror) {
+      std::copy_n(in + static_cast<size_t>(w0 + dx) * c, static_cast<size_t>(w1 - w0) * c,
+                  out + static_cast<size_t>(w0) * c);
+      continue;
+    }
+    for (int w = w0; w < w1; ++w) {
+      std::copy_n(in + static_cast<size_t>(W - 1 - w + dx) * c, c,
+                  out + static_cast<size_t>(w) * c);
+    }
+  }
+}
+
 }  // namespace
 
 void InputTransform::Apply(float* x, int64_t count, bool augment, int epoch,
@@ -75,18 +105,21 @@ void InputTransform::Apply(float* x, int64_t count, bool augment, int epoch,
       const int dy = moves && crop > 0 ? static_cast<int>(rng.Below(2 * crop + 1)) - crop : 0;
       const int dx = moves && crop > 0 ? static_cast<int>(rng.Below(2 * crop + 1)) - crop : 0;
       const bool mirror = moves && flip && rng.Below(2) == 1;
-      for (int h = 0; h < H; ++h) {
-        const int sh = h + dy;
-        for (int w = 0; w < W; ++w) {
-          const int sw = (mirror ? W - 1 - w : w) + dx;
-          float* out = row + (int64_t{h} * W + w) * C;
-          if (sh < 0 || sh >= H || sw < 0 || sw >= W) {
-            std::fill_n(out, C, 0.0f);
-            continue;
-          }
-          for (int c = 0; c < C; ++c) {
-            out[c] = chw ? scratch[static_cast<size_t>((int64_t{c} * H + sh) * W + sw)]
-                         : scratch[static_cast<size_t>((int64_t{sh} * W + sw) * C + c)];
+      if (!chw) {
+        MoveRows(scratch.data(), row, H, W, C, dy, dx, mirror);
+      } else {
+        for (int h = 0; h < H; ++h) {
+          const int sh = h + dy;
+          for (int w = 0; w < W; ++w) {
+            const int sw = (mirror ? W - 1 - w : w) + dx;
+            float* out = row + (int64_t{h} * W + w) * C;
+            if (sh < 0 || sh >= H || sw < 0 || sw >= W) {
+              std::fill_n(out, C, 0.0f);
+              continue;
+            }
+            for (int c = 0; c < C; ++c) {
+              out[c] = scratch[static_cast<size_t>((int64_t{c} * H + sh) * W + sw)];
+            }
           }
         }
       }
