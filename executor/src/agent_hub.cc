@@ -176,6 +176,11 @@ Status AgentHub::Listen(const std::string& host, int port, std::string token, Hu
     return Status::InvalidArgument(
         "agent heartbeats: the timeout must be greater than the interval (both > 0)");
   }
+  if (options.handshake_timeout_ms <= 0 || options.max_handshakes < 1 ||
+      options.max_handshakes_per_address < 1) {
+    return Status::InvalidArgument(
+        "agent handshakes: the timeout and the bounds on handshakes at once must be > 0");
+  }
   auto impl = std::make_unique<Impl>(std::move(token), std::move(options), wake_fd_);
   auto bound = impl->Listen(host, port);
   if (!bound.ok()) return bound.status();

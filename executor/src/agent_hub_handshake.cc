@@ -27,9 +27,6 @@ namespace asio = boost::asio;
 using net::MessageType;
 
 namespace {
-// Connections in their handshake at once, in all and from one address (see Accept).
-constexpr long kMaxHandshakes = 64;
-constexpr long kMaxHandshakesPerAddress = 8;
 // Log lines about connections that never registered (see LogBeforeRegistration).
 constexpr int kPreRegistrationLines = 10;
 constexpr auto kPreRegistrationWindow = std::chrono::seconds(10);
@@ -48,7 +45,7 @@ void AgentHub::Impl::Accept(std::shared_ptr<net::Connection> connection) {
   }
   // Connections that have not authenticated cost memory (a frame being received, up to
   // max_frame_bytes each) and anyone who can reach the port can open them: at most
-  // kMaxHandshakesPerAddress from one address and kMaxHandshakes in all at once. Past that
+  // max_handshakes_per_address from one address and max_handshakes in all at once. Past that
   // the oldest of the address that holds the most is closed for the new one: a flood from
   // one machine pushes out only its own connections, and a genuine agent's handshake, a few
   // round trips, is done long before a flood from many machines could push it out.
@@ -64,9 +61,9 @@ void AgentHub::Impl::Accept(std::shared_ptr<net::Connection> connection) {
   }
   const std::pair<long, Peer*>* evict = nullptr;
   if (auto own = by_host.find(host);
-      own != by_host.end() && own->second.first >= kMaxHandshakesPerAddress) {
+      own != by_host.end() && own->second.first >= options_.max_handshakes_per_address) {
     evict = &own->second;
-  } else if (handshaking >= kMaxHandshakes) {
+  } else if (handshaking >= options_.max_handshakes) {
     for (const auto& [h, entry] : by_host) {
       if (evict == nullptr || entry.first > evict->first) evict = &entry;
     }

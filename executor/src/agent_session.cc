@@ -102,6 +102,7 @@ class Session {
     Connect();
     io_.run();
     pump_.Join();
+    if (sweep_over_ && options_.on_sweep_over) options_.on_sweep_over();
     if (!refusal_.empty()) return Status::InvalidArgument(refusal_);
     if (!gave_up_.empty()) return Status::Unavailable(gave_up_);
     return Status::Ok();
@@ -322,6 +323,7 @@ class Session {
       Log("the coordinator at " + where_ + " said: " + net::Printable(why) +
           "; the agent ends (--stay keeps it for the next sweep)");
       stopping_ = true;
+      sweep_over_ = true;
     }
     Drop("", /*log=*/false);
   }
@@ -636,6 +638,7 @@ class Session {
   uint64_t generation_ = 0;
   bool stopping_ = false;
   bool stopped_now_ = false;  // options_.stop_now was acted on
+  bool sweep_over_ = false;   // ending because the coordinator's sweep is over
   bool flush_armed_ = false;
   int backoff_ms_;
   std::string last_failure_;

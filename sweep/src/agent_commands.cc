@@ -3,16 +3,20 @@
 #include "agent_commands.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "base/utf8.h"
+#include "cluster/run_tool.h"
 #include "executor/agent.h"
 #include "executor/net_auth.h"
 #include "executor/slots.h"
@@ -33,7 +37,34 @@ struct AgentArgs {
   std::string name;
   bool stay = false;
   std::string retry_for;  // a duration or "forever"; empty: 10m, forever with --stay
+  bool cancel_pending_array = false;
 };
+
+// How long scancel may take: the agent's task holds its node until it is done.
+constexpr int kScancelTimeoutMs = 30'000;
+
+// The tasks of this Slurm job array that have not started yet would start after the sweep is
+// over and wait out --retry-for for a coordinator that is gone: cancel them. Runs while this
+// task still holds its CPUs, so the scheduler cannot start one in the meantime. A failure is
+// a warning: the sweep itself is done.
+void CancelPendingArrayTasks(const std::string& array_job) {
+  const std::vector<std::string> argv = {"scancel", "--state=PENDING", array_job};
+  auto r = cluster::RunTool(argv, "", kScancelTimeoutMs);
+  std::string said;
+  if (r.ok()) said = r->err.empty() ? r->out : r->err;
+  while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+  if (r.ok() && r->exit_code == 0) {
+    std::cerr << "cancelled the pending tasks of Slurm job array " << array_job
+              << " (scancel --state=PENDING): the sweep is over\n";
+    return;
+  }
+  std::cerr << "warning: could not cancel the pending tasks of Slurm job array " << array_job
+            << ": "
+            << (r.ok() ? "scancel failed (exit " + std::to_string(r->exit_code) + ")" +
+                             (said.empty() ? "" : ": " + said)
+                       : r.status().message())
+            << "; they will start, find no coordinator, and end after --retry-for\n";
+}
 
 // `--gpus 0,1`: GPU ordinals separated by commas.
 Result<std::vector<int>> ParseGpuList(const std::string& list) {
@@ -53,6 +84,40 @@ Result<std::vector<int>> ParseGpuList(const std::string& list) {
     start = end + 1;
   }
   return gpus;
+}
+
+// How many GPUs Slurm gave this task (the entries of its CUDA_VISIBLE_DEVICES); 0 outside a
+// Slurm task given GPUs. Slurm sets SLURM_JOB_GPUS (batch) or SLURM_STEP_GPUS (srun) with
+// them; "NoDevFiles" means GPUs without device files.
+int SlurmGivenGpus() {
+  if (std::getenv("SLURM_JOB_GPUS") == nullptr && std::getenv("SLURM_STEP_GPUS") == nullptr) {
+    return 0;
+  }
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible == nullptr || *visible == '\0' || std::string(visible) == "NoDevFiles") return 0;
+  int n = 0;
+  for (std::string_view rest(visible); !rest.empty();) {
+    const size_t comma = rest.find(',');
+    if (rest.substr(0, comma).find_first_not_of(' ') != std::string_view::npos) ++n;
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return n;
+}
+
+// k GPU slots for GPUs this process cannot see itself: ordinals 0..k-1, one link group (Slurm
+// gave them to the task as one set).
+std::vector<executor::Slot> UnseenGpuSlots(int k) {
+  std::vector<executor::Slot> slots;
+  for (int d = 0; d < k; ++d) {
+    executor::Slot s;
+    s.index = d;
+    s.gpu = true;
+    s.device = d;
+    s.name = "gpu" + std::to_string(d);
+    slots.push_back(s);
+  }
+  return slots;
 }
 
 int CmdAgent(const AgentArgs& a, const char* argv0) {
@@ -92,6 +157,17 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
   auto slots = ex::AgentSlots(gpus, a.cpu_slots);
   if (!slots.ok()) return Fail(slots.status());
   options.slots = std::move(*slots);
+  // A Slurm task given GPUs serves them even when CUDA sees none here (a sweep built without
+  // CUDA, or no driver): command trials bring their own CUDA, and CPU slots in their place
+  // would run GPU trials nowhere and CPU trials on CPUs the task was not given.
+  if (const int given = SlurmGivenGpus();
+      !gpus && a.cpu_slots == 0 && given > 0 && !options.slots.front().gpu) {
+    std::cerr << "Slurm gave this task " << given << " GPU" << (given == 1 ? "" : "s")
+              << " (CUDA_VISIBLE_DEVICES=" << std::getenv("CUDA_VISIBLE_DEVICES")
+              << ") that CUDA does not see from here (a build without CUDA, or no driver): "
+                 "offering them as GPU slots for trials that bring their own CUDA\n";
+    options.slots = UnseenGpuSlots(given);
+  }
   for (const ex::Slot& s : options.slots) {
     if (s.gpu) options.link_group.push_back(s.link_group);
   }
@@ -105,6 +181,12 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
   }
   options.name = a.name;
   options.stay = a.stay;
+  const char* array_job = std::getenv("SLURM_ARRAY_JOB_ID");
+  if (a.cancel_pending_array && array_job != nullptr && *array_job != '\0' &&
+      std::all_of(array_job, array_job + std::strlen(array_job),
+                  [](unsigned char c) { return std::isdigit(c) != 0; })) {
+    options.on_sweep_over = [job = std::string(array_job)] { CancelPendingArrayTasks(job); };
+  }
   if (a.retry_for == "forever" || (a.retry_for.empty() && a.stay)) {
     options.retry_for_ms = -1;
   } else if (!a.retry_for.empty()) {
@@ -150,6 +232,9 @@ class AgentCommandsImpl final : public AgentCommands {
     agent_cmd_->add_option("--retry-for", args_.retry_for,
                            "give up after this long without a coordinator (default 10m; with "
                            "--stay 'forever')");
+    agent_cmd_->add_flag("--cancel-pending-array", args_.cancel_pending_array,
+                         "in a Slurm job array: when the sweep is over, cancel the array's tasks "
+                         "that have not started (sweep slurm submit's script sets it)");
     agent_cmd_->footer(
         "Example: sweep agent --connect coordinator:7070 --token-file ~/.sweep-token --gpus 0,1\n"
         "Reconnects with backoff when the coordinator restarts (sweep resume --listen ...).\n"

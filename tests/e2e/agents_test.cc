@@ -455,6 +455,52 @@ TEST_F(AgentsTest, AgentsLeaveWhenTheSweepIsOverUnlessTheyStay) {
       << alone.err;
 }
 
+// A Slurm task given GPUs serves them as GPU slots even where CUDA does not see them from the
+// agent (a build without CUDA, no driver): command trials bring their own CUDA, and each gets
+// its own GPU of the task's list.
+TEST_F(AgentsTest, ASlurmTaskGivenGpusOffersThemAsGpuSlots) {
+  WriteProgram("gpu.sh",
+               "#!/bin/sh\nsleep 0.3\necho \"sweep-report {\\\"epoch\\\": 1, \\\"gpu\\\": "
+               "$CUDA_VISIBLE_DEVICES}\"\n");
+  Write("g.toml",
+        "[sweep]\nname = \"gpus\"\nmetric = \"gpu\"\nmode = \"max\"\nmax_trials = 4\n"
+        "[parameters]\nx = { values = [1, 2, 3, 4] }\n"
+        "[trial]\nkind = \"command\"\ngpus = 1\ncommand = [\"./gpu.sh\"]\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("g.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  Spawn("agent --connect 127.0.0.1:" + std::to_string(port) + " --token-file tok --name task",
+        "agent-task.log", "SLURM_JOB_ID=7 SLURM_JOB_GPUS=3,5 CUDA_VISIBLE_DEVICES=3,5");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log") << Log("agent-task.log");
+  EXPECT_NE(Log("coordinator.log").find("with 2 GPU slots"), std::string::npos)
+      << Log("coordinator.log");
+  std::set<std::string> seen;
+  for (auto& row : Query("SELECT json_extract(metrics, '$.gpu') FROM reports")) {
+    seen.insert(row[0]);
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"3", "5"}));
+}
+
+// An agent told to cancel its array's pending tasks at the end of the sweep, where that cannot
+// be done (no scancel here), says so and still exits 0: the sweep itself is done.
+TEST_F(AgentsTest, AFailedCancelOfPendingArrayTasksIsAWarning) {
+  Write("c.toml", AshaBranin("short", 2, 5, 0));
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  fs::create_directories(dir_ / "empty");
+  pid_t agent = Spawn("agent --connect 127.0.0.1:" + std::to_string(port) +
+                          " --token-file tok --cpu-slots 1 --cancel-pending-array",
+                      "agent.log", "SLURM_ARRAY_JOB_ID=4242 PATH=" + (dir_ / "empty").string());
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  EXPECT_EQ(WaitExit(agent, 30), 0) << Log("agent.log");
+  EXPECT_NE(Log("agent.log")
+                .find("warning: could not cancel the pending tasks of Slurm job "
+                      "array 4242: scancel is not installed here"),
+            std::string::npos)
+      << Log("agent.log");
+}
+
 // Resuming a sweep that already completed has nothing to run: it must not open a port and
 // register agents only to drop them again.
 TEST_F(AgentsTest, ResumeOfACompletedSweepDoesNotListenForAgents) {

@@ -1,7 +1,7 @@
 // The cluster launchers end to end. A real single-node Slurm (Debian's slurmctld and slurmd,
-// started here without systemd, auth/none, two CPUs) runs the job arrays `sweep slurm submit`
-// writes, against a real coordinator: an array where only two of three tasks fit, a task
-// cancelled mid-sweep, the warning signal, a requeue. Skipped, saying why, only where Slurm is
+// started here without systemd, auth/none, two CPUs, two fake GPUs) runs the job arrays `sweep
+// slurm submit` writes, against a real coordinator: an array where only two of three tasks fit, a
+// task cancelled mid-sweep, the warning signal, a requeue. Skipped, saying why, only where Slurm is
 // not installed. `sweep k8s render`'s manifests are read back as YAML (python3-yaml), and the
 // agent command they hold serves a coordinator here.
 #include <gtest/gtest.h>
@@ -9,10 +9,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -81,6 +84,12 @@ class LocalSlurm {
     node = node.substr(0, node.find('.'));
     const std::string user = Trimmed(Shell("id -un").second);
     const std::string d = dir_.string();
+    // Two fake GPUs for gres. slurmd takes only character or block devices as their files
+    // (a plain file: "is not a valid character or block device"); links to /dev/null are
+    // such, and need no root to make.
+    for (const char* gpu : {"gpu0", "gpu1"}) fs::create_symlink("/dev/null", dir_ / gpu);
+    std::ofstream(dir_ / "gres.conf")
+        << "Name=gpu File=" << d << "/gpu0\nName=gpu File=" << d << "/gpu1\n";
     // Requeued jobs wait out the credential's lifetime (120 s by default); the scheduler looks
     // every second: a test sees a requeue or a freed CPU in seconds.
     std::ofstream(dir_ / "slurm.conf")
@@ -95,7 +104,7 @@ class LocalSlurm {
         << "MpiDefault=none\nJobCompType=jobcomp/none\n"
         << "AccountingStorageType=accounting_storage/none\nKillWait=5\nMinJobAge=300\n"
         << "SchedulerParameters=sched_interval=1,bf_interval=1\n"
-        << "NodeName=" << node << " CPUs=2 State=UNKNOWN\n"
+        << "GresTypes=gpu\nNodeName=" << node << " CPUs=2 Gres=gpu:2 State=UNKNOWN\n"
         << "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n";
     ::setenv("SLURM_CONF", (dir_ / "slurm.conf").c_str(), 1);
     const std::string path = "PATH=$PATH:/usr/sbin ";
@@ -203,6 +212,73 @@ TEST_F(SlurmTest, AnArrayWhereTwoOfThreeFitCompletesTheSweepThroughACancelledTas
       << "task 0 had trials running when it was cancelled";
 }
 
+// When the sweep is over, the running agents cancel the array's tasks that have not started:
+// the pending one never runs (it would find no coordinator and wait out --retry-for), and the
+// array leaves the queue at once.
+TEST_F(SlurmTest, PendingArrayTasksAreCancelledWhenTheSweepIsOver) {
+  Write("f.toml", sweep_e2e::BraninConfig("short", 8, "seed = 5\n", "steps = 5\nstep_ms = 200\n"));
+  int port = 0;
+  pid_t coordinator = StartCoordinator("f.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  const std::string job = Submit(3, port);
+  ASSERT_TRUE(WaitUntil([&] { return TaskState(job, 2) == "PENDING"; }, 20))
+      << Shell("squeue -r").second;
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 30, 2)) << Log("coordinator.log");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  const auto ended = Clock::now();
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return Trimmed(Shell("squeue -h -r -o %T -j " + job + " 2>/dev/null").second).empty();
+      },
+      10))
+      << Shell("squeue -r").second;
+  std::printf("the array left the queue %.1f s after the sweep ended\n",
+              std::chrono::duration<double>(Clock::now() - ended).count());
+  EXPECT_FALSE(fs::exists(dir_ / "task-2.log")) << "the pending task ran:\n" << Log("task-2.log");
+  EXPECT_GE(Count(Log("task-0.log") + Log("task-1.log"),
+                  "cancelled the pending tasks of Slurm job array " + job),
+            1)
+      << Log("task-0.log") << Log("task-1.log");
+}
+
+// Two one-GPU tasks on the node's two (fake) GPUs: each gets its own from Slurm
+// (CUDA_VISIBLE_DEVICES), its agent serves it as one GPU slot, and the command trials placed
+// there see that GPU and no other.
+TEST_F(SlurmTest, EachGpuTaskServesTheGpuSlurmGaveIt) {
+  WriteProgram("gpu.sh",
+               "#!/bin/sh\nsleep 1\necho \"sweep-report {\\\"epoch\\\": 1, \\\"gpu\\\": "
+               "$CUDA_VISIBLE_DEVICES}\"\n");
+  Write("g.toml",
+        "[sweep]\nname = \"gpus\"\nmetric = \"gpu\"\nmode = \"max\"\nmax_trials = 6\n"
+        "[parameters]\nx = { values = [1, 2, 3, 4, 5, 6] }\n"
+        "[trial]\nkind = \"command\"\ngpus = 1\ncommand = [\"./gpu.sh\"]\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("g.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  Output o = Sweep("slurm submit --agents 2 --gpus-per-agent 1 --connect 127.0.0.1:" +
+                   std::to_string(port) + " --token-file tok --retry-for 20s --output " +
+                   (dir_ / "task-%a.log").string() + " --sbatch-arg=--chdir=" + dir_.string());
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::string job = Trimmed(o.out);
+  jobs_.push_back(job);
+  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 30, 2))
+      << Log("coordinator.log") << Log("task-0.log") << Log("task-1.log");
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  EXPECT_EQ(Count(Log("coordinator.log"), " with 1 GPU slot\n"), 2) << Log("coordinator.log");
+  // Which GPU each task's trials saw: one per task, a different one for each.
+  std::map<std::string, std::set<std::string>> seen;
+  for (auto& row : Query("SELECT t.placement, json_extract(r.metrics, '$.gpu') FROM trials t "
+                         "JOIN reports r ON r.trial = t.number")) {
+    seen[row[0]].insert(row[1]);
+  }
+  const std::string a = "slurm-" + job + "-0:gpu0", b = "slurm-" + job + "-1:gpu0";
+  ASSERT_EQ(seen.size(), 2u) << ::testing::PrintToString(seen);
+  ASSERT_EQ(seen[a].size(), 1u) << ::testing::PrintToString(seen);
+  ASSERT_EQ(seen[b].size(), 1u) << ::testing::PrintToString(seen);
+  EXPECT_NE(*seen[a].begin(), *seen[b].begin()) << ::testing::PrintToString(seen);
+  EXPECT_EQ(Scalar("SELECT count(*) FROM trials WHERE status = 'completed'"), 6);
+}
+
 // Slurm's warning before a time limit or a preemption (USR1 to the batch shell, which the
 // script's agent is): the agent's trial stops at its checkpoint and goes on from it on the
 // other agent, every epoch reported once.
@@ -239,6 +315,66 @@ TEST_F(SlurmTest, TheWarningSignalMovesATrialOnFromItsCheckpoint) {
   EXPECT_EQ(Scalar("SELECT count(DISTINCT json_extract(metrics, '$.score')) FROM reports "
                    "WHERE trial = 0"),
             12);
+}
+
+// Slurm itself sends the warning. slurmctld checks time limits every 30 s (fixed in slurmctld,
+// not a setting) and sends it at the first check with less than the warning's time + 30 s left:
+// a one-minute task asking for USR1 25 s ahead gets it 5 to 35 s in. The trial there stops at
+// a checkpoint, is interrupted (no retry used), and goes on from that epoch on another agent.
+TEST_F(SlurmTest, SlurmsOwnTimeLimitWarningMovesATrialOnFromItsCheckpoint) {
+  // An epoch a second under Slurm, so the trial outlasts the wait for the warning; a twentieth
+  // of that elsewhere, so the rest is quick once moved.
+  WriteProgram(
+      "epochs.sh",
+      "#!/bin/sh\n# 60 epochs; the last one done is kept in the trial's folder.\n"
+      "cd \"$SWEEP_TRIAL_DIR\"\ne=$(cat ckpt 2>/dev/null || echo 0)\n"
+      "pace=0.05\n[ -n \"$SLURM_JOB_ID\" ] && pace=1\nstop=0\ntrap 'stop=1' TERM\n"
+      "while [ $e -lt 60 ] && [ $stop = 0 ]; do sleep $pace; e=$((e + 1)); echo $e > ckpt;\n"
+      "  echo \"sweep-report {\\\"epoch\\\": $e, \\\"score\\\": $e}\"; done\n");
+  Write("c.toml",
+        "[sweep]\nname = \"limited\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[parameters]\nx = { values = [1] }\n"
+        "[trial]\nkind = \"command\"\ncommand = [\"./epochs.sh\"]\n");
+  int port = 0;
+  pid_t coordinator = StartCoordinator("c.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  const auto submitted = Clock::now();
+  Output o = Sweep(
+      "slurm submit --agents 1 --cpu-slots 1 --time 1 --signal B:USR1@25 --connect "
+      "127.0.0.1:" +
+      std::to_string(port) + " --token-file tok --retry-for 20s --output " +
+      (dir_ / "task-%a.log").string() + " --sbatch-arg=--chdir=" + dir_.string());
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::string job = Trimmed(o.out);
+  jobs_.push_back(job);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Scalar(
+                   "SELECT count(*) FROM events WHERE trial = 0 AND to_state = "
+                   "'interrupted'") == 1;
+      },
+      55))
+      << "no warning from Slurm\n"
+      << Log("coordinator.log") << Log("task-0.log");
+  const double warned_s = std::chrono::duration<double>(Clock::now() - submitted).count();
+  std::printf("Slurm's warning interrupted the trial %.1f s after the submit\n", warned_s);
+  EXPECT_NE(Log("task-0.log").find("stopping: ending 1 running trial(s)"), std::string::npos)
+      << Log("task-0.log");
+  const int64_t stopped_at = Scalar("SELECT max(step) FROM reports WHERE trial = 0");
+  EXPECT_GT(stopped_at, 0);
+  EXPECT_LT(stopped_at, 60) << "the trial ended before the warning came";
+  StartAgent("elsewhere", port);
+  ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  EXPECT_EQ(Scalar("SELECT count(*) FROM trials WHERE status = 'completed'"), 1);
+  EXPECT_EQ(Scalar("SELECT count(*) FROM events WHERE trial = 0 AND to_state = 'interrupted'"), 1);
+  EXPECT_EQ(Scalar("SELECT retries FROM trials WHERE number = 0"), 0);
+  EXPECT_EQ(Query("SELECT placement FROM trials WHERE number = 0")[0][0].rfind("elsewhere:", 0),
+            0u);
+  // Every epoch once: the second agent went on from the checkpoint, not from epoch 1.
+  EXPECT_EQ(Scalar("SELECT count(*) FROM reports WHERE trial = 0"), 60);
+  EXPECT_EQ(Scalar("SELECT count(DISTINCT json_extract(metrics, '$.score')) FROM reports "
+                   "WHERE trial = 0"),
+            60);
 }
 
 // `scontrol requeue` kills a task and queues it again: it comes back, reconnects and serves.

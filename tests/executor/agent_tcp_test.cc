@@ -3,8 +3,13 @@
 // protocol version), an oversized frame, a silent peer. Misbehaving peers are raw sockets.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
+#include <vector>
 
 #include "executor/agent.h"
 #include "executor/agent_hub.h"
@@ -258,12 +263,14 @@ TEST_F(AgentTcpTest, PeerThatNeverSpeaksIsClosed) {
 }
 
 // Anyone who reaches the port can open connections that never authenticate, each able to hold
-// a frame of up to a MiB: past 8 in their handshake from one address (64 in all), the oldest
-// of that address is closed for a new one, so an agent still joins while they are held open
-// (and memory stays bounded).
+// a frame of up to a MiB: past max_handshakes_per_address in their handshake from one address
+// (8 here), the oldest of that address is closed for a new one, so an agent still joins while
+// they are held open (and memory stays bounded).
 TEST_F(AgentTcpTest, ConnectionsInTheirHandshakeAreCapped) {
   HubOptions o;
   o.handshake_timeout_ms = 60'000;  // they are not timed out during the test
+  o.max_handshakes_per_address = 8;
+  o.max_handshakes = 64;
   o.log = [this](std::string_view line) {
     std::string text(line);
     text += '\n';
@@ -334,6 +341,53 @@ TEST_F(AgentTcpTest, ADeeplyNestedFrameClosesOnlyThatConnection) {
       << hub_log_.text();
   AgentThread agent(Agent());
   ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == 1; }));
+}
+
+// A 360-task job array starts its agents together, often many to a node (one address): 360
+// connections opened and authenticated at the same moment all finish their handshake within
+// the handshake timeout (default) and are registered.
+TEST_F(AgentTcpTest, ThreeHundredSixtyAgentsConnectingAtOnceAllRegister) {
+  constexpr int kAgents = 360;
+  HubOptions o;
+  o.log = [this](std::string_view line) {
+    std::string text(line);
+    text += '\n';
+    hub_log_.sputn(text.data(), static_cast<std::streamsize>(text.size()));
+  };
+  ASSERT_TRUE(hub_.Listen("127.0.0.1", 0, "tcp-token", o).ok());
+  std::vector<std::unique_ptr<RawClient>> clients(kAgents);
+  std::vector<std::string> nonces(kAgents);
+  for (std::string& n : nonces) n = *net::NewNonce();
+  std::vector<int> welcomed(kAgents, 0);
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kAgents; ++i) {
+    threads.emplace_back([&, i] {
+      const size_t at = static_cast<size_t>(i);
+      ++ready;
+      while (!go.load()) std::this_thread::yield();
+      clients[at] = std::make_unique<RawClient>(hub_.port());
+      if (!clients[at]->connected()) return;
+      auto welcome = Handshake(*clients[at], "tcp-token", nonces[at], nullptr);
+      welcomed[at] = welcome && welcome->type == MessageType::kWelcome;
+    });
+  }
+  while (ready.load() < kAgents) std::this_thread::yield();
+  const auto start = std::chrono::steady_clock::now();
+  go = true;
+  for (std::thread& t : threads) t.join();
+  const double handshakes_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%d handshakes at once took %.0f ms\n", kAgents, handshakes_ms);
+  RecordProperty("handshakes_ms", static_cast<int>(handshakes_ms));
+  EXPECT_EQ(std::count(welcomed.begin(), welcomed.end(), 1), kAgents) << hub_log_.text();
+  EXPECT_EQ(hub_log_.Count("closing the oldest"), 0u) << hub_log_.text();
+  EXPECT_LT(handshakes_ms, o.handshake_timeout_ms);
+  ASSERT_TRUE(events_.WaitFor([&] { return events_.Joined().size() == kAgents; }))
+      << events_.Joined().size() << " joined\n"
+      << hub_log_.text();
+  EXPECT_EQ(hub_.agents(), kAgents);
 }
 
 // A relay on the path between a real agent and the coordinator, without the token: it passes

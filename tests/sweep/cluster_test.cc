@@ -47,6 +47,8 @@ TEST(SlurmScriptTest, OneAgentPerArrayTaskWithTheWarningSignalAndRequeue) {
             std::string::npos)
       << s;
   EXPECT_EQ(s.find("--cpu-slots"), std::string::npos) << s;
+  // When the sweep is over, the agent cancels the array's tasks that have not started.
+  EXPECT_NE(s.find(" --cancel-pending-array\n"), std::string::npos) << s;
   job.gpu_request = "gpus";
   EXPECT_TRUE(HasLine(SlurmScript(job), "#SBATCH --gpus=2"));
 }

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -47,6 +48,9 @@ struct AgentOptions {
   // When the coordinator says its sweep is over: false, the agent ends (RunAgent returns Ok);
   // true, it stays, connecting again for the next sweep on the same address.
   bool stay = false;
+  // Run once, on the calling thread, when the agent ends because the sweep is over (not with
+  // `stay`), before RunAgent returns: e.g. to cancel a job array's tasks that have not started.
+  std::function<void()> on_sweep_over;
   // Reports go out in batches: at the latest flush_ms after the first one waiting, at once when
   // max_batch_reports wait, and always before the trial's done.
   int flush_ms = 2;

@@ -37,6 +37,14 @@ struct HubOptions {
   int heartbeat_timeout_ms = 10'000;
   // A connection that has not finished the handshake in this long is closed.
   int handshake_timeout_ms = 10'000;
+  // Connections in their handshake at once, in all and from one address. Past the bound per
+  // address, its oldest is closed for the new one; past the bound in all, the oldest of the
+  // address holding the most. Each may hold a frame of up to max_frame_bytes before it is
+  // authenticated: these bound that memory. A job array starts many agents at once, many to a
+  // node (or behind one NAT address): the bound per address must let such a burst in (in
+  // agent_tcp_test, 360 at once from one address peak at about 25 in their handshake).
+  int max_handshakes = 256;
+  int max_handshakes_per_address = 128;
   size_t max_frame_bytes = net::kDefaultMaxFrameBytes;
   // Receives log lines (an agent joined or was lost, a refused peer with its address), on the
   // hub's thread. Empty: lines go to stderr.

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 
 extern char** environ;
@@ -31,7 +33,8 @@ struct Pipe {
 
 }  // namespace
 
-Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::string& input) {
+Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::string& input,
+                           int timeout_ms) {
   Pipe in, out, err;
   for (Pipe* p : {&in, &out, &err}) {
     if (::pipe2(p->fd, O_CLOEXEC) != 0) {
@@ -61,13 +64,25 @@ Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::stri
   size_t written = 0;
   if (input.empty()) in.Close(1);
   std::signal(SIGPIPE, SIG_IGN);  // a tool that exits without reading must not end sweep
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  bool timed_out = false;
   while (out.fd[0] >= 0 || err.fd[0] >= 0) {
     pollfd fds[3];
     int n = 0;
     if (in.fd[1] >= 0) fds[n++] = {in.fd[1], POLLOUT, 0};
     if (out.fd[0] >= 0) fds[n++] = {out.fd[0], POLLIN, 0};
     if (err.fd[0] >= 0) fds[n++] = {err.fd[0], POLLIN, 0};
-    if (::poll(fds, static_cast<nfds_t>(n), -1) < 0) {
+    int wait_ms = -1;
+    if (timeout_ms >= 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        timed_out = true;
+        break;
+      }
+      wait_ms = static_cast<int>(left.count());
+    }
+    if (::poll(fds, static_cast<nfds_t>(n), wait_ms) < 0) {
       if (errno == EINTR) continue;
       break;
     }
@@ -90,8 +105,23 @@ Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::stri
     }
   }
   in.Close(1);
+  // A tool that hangs (a controller that does not answer) must not hang its caller with it,
+  // even once it has closed its output.
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  for (;;) {
+    if (timed_out) ::kill(pid, SIGKILL);
+    const bool wait = timed_out || timeout_ms < 0;
+    const pid_t got = ::waitpid(pid, &status, wait ? 0 : WNOHANG);
+    if (got == pid || (got < 0 && errno != EINTR)) break;
+    if (got == 0) {
+      timed_out = std::chrono::steady_clock::now() >= deadline;
+      if (!timed_out) ::usleep(10'000);
+    }
+  }
+  if (timed_out) {
+    char waited[32];
+    std::snprintf(waited, sizeof waited, "%.3g s", timeout_ms / 1000.0);
+    return Status::Unavailable(argv[0] + " did not finish within " + waited + "; it was killed");
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;

@@ -15,7 +15,9 @@ struct ToolResult {
 };
 
 // Runs argv (found on PATH) with `input` on its standard input, to its end. NotFound, naming the
-// tool, when it is not installed.
-Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::string& input = "");
+// tool, when it is not installed. With timeout_ms >= 0, a tool still running after that long is
+// killed (SIGKILL) and the result is Unavailable, naming the tool and the wait.
+Result<ToolResult> RunTool(const std::vector<std::string>& argv, const std::string& input = "",
+                           int timeout_ms = -1);
 
 }  // namespace sweep::cluster

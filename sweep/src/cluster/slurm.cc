@@ -98,7 +98,7 @@ std::string SlurmScript(const SlurmJob& job) {
   s += "# CUDA_VISIBLE_DEVICES. Slurm's warning signal (USR1) stops the agent's trials at their\n";
   s += "# next checkpoint, and the coordinator runs them again elsewhere. The agent is the batch\n";
   s += "# shell itself (exec), so the signal reaches it. It exits 0 when the sweep is over, and\n";
-  s += "# the task ends then, before its time limit.\n";
+  s += "# the task ends then, before its time limit, cancelling the array's pending tasks.\n";
   s += "exec " + ShellQuote(job.sweep_binary) + " agent --connect " + ShellQuote(job.connect) +
        " --token-file " + ShellQuote(job.token_file) +
        " --name \"slurm-${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}-${SLURM_ARRAY_TASK_ID:-0}\"";
@@ -107,6 +107,8 @@ std::string SlurmScript(const SlurmJob& job) {
     s += " --cpu-slots \"${SLURM_CPUS_PER_TASK:-" + std::to_string(job.cpu_slots) + "}\"";
   }
   if (!job.retry_for.empty()) s += " --retry-for " + ShellQuote(job.retry_for);
+  // Tasks still pending when the sweep ends would start for nothing: the agent cancels them.
+  s += " --cancel-pending-array";
   s += "\n";
   return s;
 }
