@@ -100,6 +100,27 @@ Exported Export(const DatasetPtr& set, int64_t n, const std::string& root, int j
   return out;
 }
 
+// Trains `a` and `b` (two epochs) and expects the same numbers every epoch and on the test
+// set, and b's label map to be Fashion-MNIST's classes.
+void ExpectSameTraining(const TrainOptions& a, const TrainOptions& b) {
+  std::vector<EpochReport> ea, eb;
+  auto ra = Train(a, [&](const EpochReport& e) { return ea.push_back(e), true; });
+  auto rb = Train(b, [&](const EpochReport& e) { return eb.push_back(e), true; });
+  ASSERT_TRUE(ra.ok()) << ra.status().message();
+  ASSERT_TRUE(rb.ok()) << rb.status().message();
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 2u);
+  for (size_t e = 0; e < ea.size(); ++e) {
+    EXPECT_EQ(ea[e].train_loss, eb[e].train_loss) << "epoch " << e + 1;
+    EXPECT_EQ(ea[e].val_loss, eb[e].val_loss) << "epoch " << e + 1;
+    EXPECT_EQ(ea[e].val_acc, eb[e].val_acc) << "epoch " << e + 1;
+  }
+  ASSERT_TRUE(ra->test_acc && rb->test_acc);
+  EXPECT_EQ(*ra->test_acc, *rb->test_acc);
+  EXPECT_EQ(rb->class_names, kFashionClasses);
+  EXPECT_EQ(rb->skipped_files, 0);
+}
+
 class FashionFolder : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -175,22 +196,7 @@ TEST_F(FashionFolder, TrainsToTheSameNumbersAsTheIdxFiles) {
   o.cache_dir = dir_ / "cache";
   TrainOptions f = o;
   f.dataset = Spec();
-  std::vector<EpochReport> a, b;
-  auto ra = Train(o, [&](const EpochReport& e) { return a.push_back(e), true; });
-  auto rb = Train(f, [&](const EpochReport& e) { return b.push_back(e), true; });
-  ASSERT_TRUE(ra.ok()) << ra.status().message();
-  ASSERT_TRUE(rb.ok()) << rb.status().message();
-  ASSERT_EQ(a.size(), 2u);
-  ASSERT_EQ(b.size(), 2u);
-  for (size_t e = 0; e < a.size(); ++e) {
-    EXPECT_EQ(a[e].train_loss, b[e].train_loss) << "epoch " << e + 1;
-    EXPECT_EQ(a[e].val_loss, b[e].val_loss) << "epoch " << e + 1;
-    EXPECT_EQ(a[e].val_acc, b[e].val_acc) << "epoch " << e + 1;
-  }
-  ASSERT_TRUE(ra->test_acc && rb->test_acc);
-  EXPECT_EQ(*ra->test_acc, *rb->test_acc);
-  EXPECT_EQ(rb->class_names, kFashionClasses);
-  EXPECT_EQ(rb->skipped_files, 0);
+  ExpectSameTraining(o, f);
 }
 
 // A streamed set (cache = "stream") gathers the held set's rows, from several threads at once,
@@ -245,20 +251,7 @@ TEST_F(FashionFolder, StreamedSetGathersAndTrainsAsTheHeldOne) {
   TrainOptions f = o;
   f.dataset = streamed;
   f.dataset.prefetch = 3;
-  std::vector<EpochReport> ea, eb;
-  auto ra = Train(o, [&](const EpochReport& e) { return ea.push_back(e), true; });
-  auto rb = Train(f, [&](const EpochReport& e) { return eb.push_back(e), true; });
-  ASSERT_TRUE(ra.ok()) << ra.status().message();
-  ASSERT_TRUE(rb.ok()) << rb.status().message();
-  ASSERT_EQ(ea.size(), 2u);
-  ASSERT_EQ(eb.size(), 2u);
-  for (size_t e = 0; e < ea.size(); ++e) {
-    EXPECT_EQ(ea[e].train_loss, eb[e].train_loss) << "epoch " << e + 1;
-    EXPECT_EQ(ea[e].val_acc, eb[e].val_acc) << "epoch " << e + 1;
-  }
-  ASSERT_TRUE(ra->test_acc && rb->test_acc);
-  EXPECT_EQ(*ra->test_acc, *rb->test_acc);
-  EXPECT_EQ(rb->class_names, kFashionClasses);
+  ExpectSameTraining(o, f);
 }
 
 // JPEG is lossy: its samples come back close to the originals, and the PNG ones exact.
