@@ -93,6 +93,19 @@ class AgentsFixture : public E2eTest {
     }
   }
 
+  // A sweep `config` of `trials` one-GPU command trials: each sleeps `sleep_s` and reports the
+  // CUDA_VISIBLE_DEVICES it was given as its metric, `gpu`.
+  void WriteGpuSweep(const std::string& config, int trials, const std::string& sleep_s) {
+    WriteProgram("gpu.sh", "#!/bin/sh\nsleep " + sleep_s +
+                               "\necho \"sweep-report {\\\"epoch\\\": 1, \\\"gpu\\\": "
+                               "$CUDA_VISIBLE_DEVICES}\"\n");
+    std::string values;
+    for (int i = 1; i <= trials; ++i) values += (i == 1 ? "" : ", ") + std::to_string(i);
+    Write(config, "[sweep]\nname = \"gpus\"\nmetric = \"gpu\"\nmode = \"max\"\nmax_trials = " +
+                      std::to_string(trials) + "\n[parameters]\nx = { values = [" + values +
+                      "] }\n[trial]\nkind = \"command\"\ngpus = 1\ncommand = [\"./gpu.sh\"]\n");
+  }
+
   void KillNow(pid_t pid) {
     ::kill(pid, SIGKILL);
     EXPECT_EQ(WaitExit(pid, 10), -SIGKILL);

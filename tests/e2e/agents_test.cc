@@ -459,13 +459,7 @@ TEST_F(AgentsTest, AgentsLeaveWhenTheSweepIsOverUnlessTheyStay) {
 // agent (a build without CUDA, no driver): command trials bring their own CUDA, and each gets
 // its own GPU of the task's list.
 TEST_F(AgentsTest, ASlurmTaskGivenGpusOffersThemAsGpuSlots) {
-  WriteProgram("gpu.sh",
-               "#!/bin/sh\nsleep 0.3\necho \"sweep-report {\\\"epoch\\\": 1, \\\"gpu\\\": "
-               "$CUDA_VISIBLE_DEVICES}\"\n");
-  Write("g.toml",
-        "[sweep]\nname = \"gpus\"\nmetric = \"gpu\"\nmode = \"max\"\nmax_trials = 4\n"
-        "[parameters]\nx = { values = [1, 2, 3, 4] }\n"
-        "[trial]\nkind = \"command\"\ngpus = 1\ncommand = [\"./gpu.sh\"]\n");
+  WriteGpuSweep("g.toml", 4, "0.3");
   int port = 0;
   pid_t coordinator = StartCoordinator("g.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");

@@ -164,16 +164,28 @@ class SlurmTest : public sweep_e2e::AgentsFixture {
     AgentsFixture::TearDown();
   }
 
-  // `sweep slurm submit` of `n` one-CPU agents for the coordinator on `port`: the job id.
-  std::string Submit(int n, int port) {
-    Output o = Sweep("slurm submit --agents " + std::to_string(n) +
-                     " --cpu-slots 1 --connect 127.0.0.1:" + std::to_string(port) +
+  // `sweep slurm submit` of `n` agents for the coordinator on `port`, each asking for
+  // `resources` (one CPU by default): the job id.
+  std::string Submit(int n, int port, const std::string& resources = "--cpu-slots 1") {
+    Output o = Sweep("slurm submit --agents " + std::to_string(n) + " " + resources +
+                     " --connect 127.0.0.1:" + std::to_string(port) +
                      " --token-file tok --retry-for 20s --output " +
                      (dir_ / "task-%a.log").string() + " --sbatch-arg=--chdir=" + dir_.string());
     EXPECT_EQ(o.code, 0) << o.err;
     const std::string id = Trimmed(o.out);
     jobs_.push_back(id);
     return id;
+  }
+
+  // Three one-CPU tasks for the coordinator on `port`, on two CPUs: waits until the third is
+  // pending and the first two have joined. The job id.
+  std::string SubmitThreeOneWaiting(int port) {
+    const std::string job = Submit(3, port);
+    EXPECT_TRUE(WaitUntil([&] { return TaskState(job, 2) == "PENDING"; }, 20))
+        << Shell("squeue -r").second;
+    EXPECT_TRUE(WaitForLine("coordinator.log", "joined from host", 30, 2))
+        << Log("coordinator.log");
+    return job;
   }
 
   // The state of array task `task` of `job` ("RUNNING", "PENDING"; empty once it is gone).
@@ -197,10 +209,8 @@ TEST_F(SlurmTest, AnArrayWhereTwoOfThreeFitCompletesTheSweepThroughACancelledTas
   int port = 0;
   pid_t coordinator = StartCoordinator("f.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
-  const std::string job = Submit(3, port);
-  ASSERT_TRUE(WaitUntil([&] { return TaskState(job, 2) == "PENDING"; }, 20))
-      << Shell("squeue -r").second;
-  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 30, 2)) << Log("coordinator.log");
+  const std::string job = SubmitThreeOneWaiting(port);
+  if (HasFailure()) return;
   EXPECT_EQ(TaskState(job, 2), "PENDING") << "only two one-CPU tasks fit on two CPUs";
   ASSERT_TRUE(WaitForAReport());
   ASSERT_EQ(Shell("scancel " + job + "_0").first, 0);
@@ -220,10 +230,8 @@ TEST_F(SlurmTest, PendingArrayTasksAreCancelledWhenTheSweepIsOver) {
   int port = 0;
   pid_t coordinator = StartCoordinator("f.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
-  const std::string job = Submit(3, port);
-  ASSERT_TRUE(WaitUntil([&] { return TaskState(job, 2) == "PENDING"; }, 20))
-      << Shell("squeue -r").second;
-  ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 30, 2)) << Log("coordinator.log");
+  const std::string job = SubmitThreeOneWaiting(port);
+  if (HasFailure()) return;
   ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
   const auto ended = Clock::now();
   EXPECT_TRUE(WaitUntil(
@@ -245,22 +253,12 @@ TEST_F(SlurmTest, PendingArrayTasksAreCancelledWhenTheSweepIsOver) {
 // (CUDA_VISIBLE_DEVICES), its agent serves it as one GPU slot, and the command trials placed
 // there see that GPU and no other.
 TEST_F(SlurmTest, EachGpuTaskServesTheGpuSlurmGaveIt) {
-  WriteProgram("gpu.sh",
-               "#!/bin/sh\nsleep 1\necho \"sweep-report {\\\"epoch\\\": 1, \\\"gpu\\\": "
-               "$CUDA_VISIBLE_DEVICES}\"\n");
-  Write("g.toml",
-        "[sweep]\nname = \"gpus\"\nmetric = \"gpu\"\nmode = \"max\"\nmax_trials = 6\n"
-        "[parameters]\nx = { values = [1, 2, 3, 4, 5, 6] }\n"
-        "[trial]\nkind = \"command\"\ngpus = 1\ncommand = [\"./gpu.sh\"]\n");
+  WriteGpuSweep("g.toml", 6, "1");
   int port = 0;
   pid_t coordinator = StartCoordinator("g.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
-  Output o = Sweep("slurm submit --agents 2 --gpus-per-agent 1 --connect 127.0.0.1:" +
-                   std::to_string(port) + " --token-file tok --retry-for 20s --output " +
-                   (dir_ / "task-%a.log").string() + " --sbatch-arg=--chdir=" + dir_.string());
-  ASSERT_EQ(o.code, 0) << o.err;
-  const std::string job = Trimmed(o.out);
-  jobs_.push_back(job);
+  const std::string job = Submit(2, port, "--gpus-per-agent 1");
+  if (HasFailure()) return;
   ASSERT_TRUE(WaitForLine("coordinator.log", "joined from host", 30, 2))
       << Log("coordinator.log") << Log("task-0.log") << Log("task-1.log");
   ASSERT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
@@ -339,14 +337,8 @@ TEST_F(SlurmTest, SlurmsOwnTimeLimitWarningMovesATrialOnFromItsCheckpoint) {
   pid_t coordinator = StartCoordinator("c.toml", &port);
   ASSERT_GT(port, 0) << Log("coordinator.log");
   const auto submitted = Clock::now();
-  Output o = Sweep(
-      "slurm submit --agents 1 --cpu-slots 1 --time 1 --signal B:USR1@25 --connect "
-      "127.0.0.1:" +
-      std::to_string(port) + " --token-file tok --retry-for 20s --output " +
-      (dir_ / "task-%a.log").string() + " --sbatch-arg=--chdir=" + dir_.string());
-  ASSERT_EQ(o.code, 0) << o.err;
-  const std::string job = Trimmed(o.out);
-  jobs_.push_back(job);
+  const std::string job = Submit(1, port, "--cpu-slots 1 --time 1 --signal B:USR1@25");
+  if (HasFailure()) return;
   ASSERT_TRUE(WaitUntil(
       [&] {
         return Scalar(
