@@ -15,12 +15,13 @@
 #include <gtest/gtest.h>
 
 #include "search/early_stopping.h"
+#include "search_test_util.h"
 
 namespace sweep::search {
 namespace {
 
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using testing::kInf;
+using testing::kNan;
 
 SchedulerConfig Asha(bool maximize = true) {
   SchedulerConfig c;

@@ -22,23 +22,16 @@ using Kind = Distribution::Kind;
 using nlohmann::json;
 
 using testing::Range;
+using testing::Space;
 using testing::Stepped;
 using testing::Values;
+using testing::When;
 
 // Built with += because GCC 12 at -O3 warns falsely (-Wrestrict) on "literal" + std::string.
 std::string Numbered(int i) {
   std::string name = "p";
   name += std::to_string(i);
   return name;
-}
-
-SearchSpace Space(std::vector<Parameter> parameters) {
-  SearchSpace space;
-  for (Parameter& p : parameters) {
-    Status status = space.Add(std::move(p));
-    EXPECT_TRUE(status.ok()) << status.message();
-  }
-  return space;
 }
 
 std::unique_ptr<Sampler> Grid(const SearchSpace& space) {
@@ -447,11 +440,6 @@ TEST(RandomSamplerTest, ParametersOfOneTrialAreUncorrelated) {
 }
 
 // ---- Conditional parameters ----
-
-Parameter When(Parameter p, std::string parent, std::vector<json> values) {
-  p.condition = Condition{std::move(parent), std::move(values)};
-  return p;
-}
 
 // Every distinct assignment of the active parameters, by brute force over the full product: the
 // value index of each parameter in declaration order, -1 where inactive. A std::set orders them

@@ -1,15 +1,20 @@
 // Builders for search-space parameters in the search tests.
 #pragma once
 
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "search/space.h"
 
 namespace sweep::search::testing {
+
+inline constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A numeric distribution over [min, max].
 inline Parameter Range(std::string name, Distribution::Kind kind, double min, double max) {
@@ -36,6 +41,22 @@ inline Parameter Values(std::string name, Distribution::Kind kind,
   p.name = std::move(name);
   p.distribution.kind = kind;
   p.distribution.values = std::move(values);
+  return p;
+}
+
+// A space of `parameters`, each of which must be accepted.
+inline SearchSpace Space(std::vector<Parameter> parameters) {
+  SearchSpace space;
+  for (Parameter& p : parameters) {
+    Status status = space.Add(std::move(p));
+    EXPECT_TRUE(status.ok()) << status.message();
+  }
+  return space;
+}
+
+// p, active only where `parent` takes one of `values`.
+inline Parameter When(Parameter p, std::string parent, std::vector<nlohmann::json> values) {
+  p.condition = Condition{std::move(parent), std::move(values)};
   return p;
 }
 

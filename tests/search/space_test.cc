@@ -17,12 +17,14 @@ namespace {
 using Kind = Distribution::Kind;
 using nlohmann::json;
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+using testing::kInf;
+using testing::kNan;
 
 using testing::Range;
+using testing::Space;
 using testing::Stepped;
 using testing::Values;
+using testing::When;
 
 void ExpectRefused(const Parameter& p, const std::string& message) {
   Status status = Validate(p);
@@ -249,11 +251,6 @@ TEST(SearchSpaceTest, RefusesInvalidParameterAndKeepsTheRest) {
 }
 
 // ---- Conditions ----
-
-Parameter When(Parameter p, std::string parent, std::vector<json> values) {
-  p.condition = Condition{std::move(parent), std::move(values)};
-  return p;
-}
 
 SearchSpace OptimizerSpace() {
   SearchSpace space;

@@ -26,22 +26,10 @@ using nlohmann::json;
 using Source = Suggestion::Source;
 
 using testing::Range;
+using testing::Space;
 using testing::Stepped;
 using testing::Values;
-
-SearchSpace Space(std::vector<Parameter> parameters) {
-  SearchSpace space;
-  for (Parameter& p : parameters) {
-    Status status = space.Add(std::move(p));
-    EXPECT_TRUE(status.ok()) << status.message();
-  }
-  return space;
-}
-
-Parameter When(Parameter p, std::string parent, std::vector<json> values) {
-  p.condition = Condition{std::move(parent), std::move(values)};
-  return p;
-}
+using testing::When;
 
 std::unique_ptr<TpeSampler> Tpe(const SearchSpace& space, uint64_t seed, TpeOptions options = {},
                                 bool maximize = false) {
@@ -159,7 +147,8 @@ TEST(TpeSamplerTest, StartupCountsObservationsAndRunningTrials) {
 }
 
 // A history of n random points on Branin, in trial order.
-std::vector<std::pair<int64_t, json>> History(const SearchSpace& space, uint64_t seed, int n) {
+std::vector<std::pair<int64_t, json>> RandomHistory(const SearchSpace& space, uint64_t seed,
+                                                    int n) {
   auto random = MakeRandomSampler(space, seed);
   std::vector<std::pair<int64_t, json>> history;
   for (int64_t t = 0; t < n; ++t) history.push_back({t, *random->Sample(t)});
@@ -174,7 +163,7 @@ TEST(TpeSamplerTest, SameHistorySameSuggestionBitForBit) {
     auto a = Tpe(space, 7, o);
     auto b = Tpe(space, 7, o);
     auto reversed = Tpe(space, 7, o);
-    const auto history = History(space, 11, 300);
+    const auto history = RandomHistory(space, 11, 300);
     for (const auto& [t, p] : history) {
       a->Observe(t, p, Branin(p));
       b->Observe(t, p, Branin(p));
@@ -203,7 +192,7 @@ TEST(TpeSamplerTest, MaximizingNegatedValuesIsMinimizing) {
   const SearchSpace space = BraninSpace();
   auto min = Tpe(space, 5, {}, false);
   auto max = Tpe(space, 5, {}, true);
-  for (const auto& [t, p] : History(space, 5, 40)) {
+  for (const auto& [t, p] : RandomHistory(space, 5, 40)) {
     min->Observe(t, p, Branin(p));
     max->Observe(t, p, -Branin(p));
   }
@@ -216,7 +205,7 @@ TEST(TpeSamplerTest, ObservingATrialAgainReplacesIt) {
   const SearchSpace space = BraninSpace();
   auto once = Tpe(space, 9);
   auto twice = Tpe(space, 9);
-  const auto history = History(space, 9, 30);
+  const auto history = RandomHistory(space, 9, 30);
   for (const auto& [t, p] : history) {
     once->Observe(t, p, Branin(p));
     twice->Observe(t, history[(t + 1) % 30].second, 1000.0 + t);  // replaced below
@@ -230,12 +219,12 @@ TEST(TpeSamplerTest, ResetForgetsEverything) {
   const SearchSpace space = BraninSpace();
   auto tpe = Tpe(space, 4);
   auto fresh = Tpe(space, 4);
-  for (const auto& [t, p] : History(space, 4, 50)) tpe->Observe(t, p, Branin(p));
+  for (const auto& [t, p] : RandomHistory(space, 4, 50)) tpe->Observe(t, p, Branin(p));
   tpe->Reset();
   EXPECT_EQ(tpe->size(), 0u);
   EXPECT_EQ(tpe->Suggest(50, {}).source, Source::kStartupRandom);
   // A rebuilt history gives what a fresh sampler with that history gives.
-  for (const auto& [t, p] : History(space, 6, 20)) {
+  for (const auto& [t, p] : RandomHistory(space, 6, 20)) {
     tpe->Observe(t, p, -Branin(p));
     fresh->Observe(t, p, -Branin(p));
   }

@@ -28,12 +28,7 @@ using json = nlohmann::json;
 using testing::BlobOptions;
 using testing::TempDir;
 
-std::vector<float> Random(size_t n, uint64_t seed, double scale = 1.0) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(scale * (2.0 * rng.Uniform() - 1.0));
-  return v;
-}
+using testing::Random;
 
 // ---- models by hand ----
 

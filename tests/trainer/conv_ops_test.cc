@@ -11,16 +11,12 @@
 
 #include "gtest/gtest.h"
 #include "rng.h"
+#include "test_util.h"
 
 namespace sweep::trainer::cpu {
 namespace {
 
-std::vector<float> Random(size_t n, uint64_t seed) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(2.0 * rng.Uniform() - 1.0);
-  return v;
-}
+using testing::Random;
 
 size_t Sz(int64_t n) { return static_cast<size_t>(n); }
 

@@ -24,16 +24,12 @@
 #include "cuda/ops.h"
 #include "gtest/gtest.h"
 #include "rng.h"
+#include "test_util.h"
 
 namespace sweep::trainer::cuda {
 namespace {
 
-std::vector<float> Random(size_t n, uint64_t seed, double scale = 1.0) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(scale * (2.0 * rng.Uniform() - 1.0));
-  return v;
-}
+using testing::Random;
 
 double NormErr(const std::vector<float>& gpu, const std::vector<float>& cpu) {
   double diff = 0, ref = 0;

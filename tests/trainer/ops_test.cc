@@ -13,16 +13,12 @@
 #include "gtest/gtest.h"
 #include "model.h"
 #include "rng.h"
+#include "test_util.h"
 
 namespace sweep::trainer::cpu {
 namespace {
 
-std::vector<float> Random(size_t n, uint64_t seed, double scale = 1.0) {
-  Rng rng(seed);
-  std::vector<float> v(n);
-  for (float& x : v) x = static_cast<float>(scale * (2.0 * rng.Uniform() - 1.0));
-  return v;
-}
+using testing::Random;
 
 double Dot(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0;

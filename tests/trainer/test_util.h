@@ -21,6 +21,14 @@
 
 namespace sweep::trainer::testing {
 
+// n floats uniform in [-scale, scale), from `seed`.
+inline std::vector<float> Random(size_t n, uint64_t seed, double scale = 1.0) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(scale * (2.0 * rng.Uniform() - 1.0));
+  return v;
+}
+
 // The number of a process that has ended: a child forked and reaped here.
 inline pid_t DeadPid() {
   const pid_t child = ::fork();
