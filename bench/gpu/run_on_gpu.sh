@@ -2,7 +2,7 @@
 # Everything a GPU machine should run on a prebuilt tree, all output on stdout:
 #   1. which shared libraries the binaries resolve (ldd); a library the machine lacks is taken
 #      from BUILD_DIR/gpu-libs (bench/gpu/bundle_libs.sh fills it where the tree was built), and
-#      the lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH for cuBLAS and NCCL,
+#      the lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH for cuBLAS, cuDNN and NCCL,
 #      which the binaries open at their first call (ldd does not list them);
 #   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths);
 #   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin;
@@ -122,7 +122,7 @@ for b in "${binaries[@]}"; do
   ldd "$b" | grep -E 'openblas|sqlite|toml|not found' | sed 's/^/  /'
   if [[ -n "$(missing "$b")" ]]; then echo "  still lacks libraries"; status=1; fi
 done
-for so in libcublas.so.13 libnccl.so.2; do
+for so in libcublas.so.13 libcudnn.so.9 libnccl.so.2; do
   found=""
   IFS=: read -r -a dirs <<< "${LD_LIBRARY_PATH:-}"
   for d in "${dirs[@]}" /usr/local/cuda/lib64 /usr/local/cuda/lib; do

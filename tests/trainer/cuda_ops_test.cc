@@ -22,6 +22,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/device_buffer.h"
 #include "cuda/ops.h"
+#include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "rng.h"
 #include "test_util.h"
@@ -31,80 +32,14 @@ namespace {
 
 using testing::Random;
 
-double NormErr(const std::vector<float>& gpu, const std::vector<float>& cpu) {
-  double diff = 0, ref = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    diff += (double{gpu[i]} - cpu[i]) * (double{gpu[i]} - cpu[i]);
-    ref += double{cpu[i]} * cpu[i];
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(ref), 1e-30);
-}
-
-// Prints what is compared, then checks it: the GPU run's log then shows every margin.
-void ExpectErr(const char* what, double err, double bound) {
-  std::printf("  %-44s normalised error %.3g (bound %.3g)\n", what, err, bound);
-  EXPECT_LT(err, bound) << what;
-}
-
-// The bf16 nearest to x, ties to even (finite x), as its bits: the reference for the cast.
-uint16_t HostBf16(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
-}
-
-float FromBf16(uint16_t h) {
-  const uint32_t bits = uint32_t{h} << 16;
-  float x;
-  std::memcpy(&x, &bits, sizeof x);
-  return x;
-}
-
-float FromFp16(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 10) & 0x1F, frac = h & 0x3FF;
-  float v;
-  if (exp == 0) {
-    v = std::ldexp(static_cast<float>(frac), -24);
-  } else if (exp == 31) {
-    v = frac == 0 ? std::numeric_limits<float>::infinity()
-                  : std::numeric_limits<float>::quiet_NaN();
-  } else {
-    v = std::ldexp(static_cast<float>(frac + 1024), exp - 25);
-  }
-  return sign ? -v : v;
-}
-
-std::vector<uint16_t> HostBf16(const std::vector<float>& x) {
-  std::vector<uint16_t> out;
-  for (float v : x) out.push_back(HostBf16(v));
-  return out;
-}
-
-// The fp32 values a 16-bit array holds.
-std::vector<float> Widen(const std::vector<uint16_t>& h, HalfType type) {
-  std::vector<float> out;
-  for (uint16_t v : h) out.push_back(type == HalfType::kBf16 ? FromBf16(v) : FromFp16(v));
-  return out;
-}
-
-template <typename T>
-DeviceBuffer<T> Up(const std::vector<T>& h) {
-  DeviceBuffer<T> d;
-  EXPECT_TRUE(DeviceBuffer<T>::Make(static_cast<int64_t>(h.size()), &d).ok());
-  EXPECT_EQ(cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice),
-            cudaSuccess);
-  return d;
-}
-
-template <typename T>
-std::vector<T> Down(const DeviceBuffer<T>& d) {
-  std::vector<T> h(static_cast<size_t>(d.size()));
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(h.data(), d.data(), h.size() * sizeof(T), cudaMemcpyDeviceToHost),
-            cudaSuccess);
-  return h;
-}
+using test::Down;
+using test::ExpectErr;
+using test::FromBf16;
+using test::FromFp16;
+using test::HostBf16;
+using test::NormErr;
+using test::Up;
+using test::Widen;
 
 // Kernels run on the legacy default stream (0), so cudaMemcpy orders after them.
 class CudaOps : public ::testing::Test {

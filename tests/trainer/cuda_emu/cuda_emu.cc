@@ -183,8 +183,21 @@ std::map<void*, Mapping>& Allocations() {
 size_t memory_limit = size_t{12} << 30;
 size_t memory_used = 0;
 
-// The TF32 value nearest x (10 explicit significand bits, ties to even), as tensor cores read
-// fp32 inputs in CUBLAS_TF32_TENSOR_OP_MATH.
+void Gemm(bool ta, bool tb, int m, int n, int k, float a, const void* A, cudaDataType_t Atype,
+          int lda, const void* B, cudaDataType_t Btype, int ldb, float b, float* c, int ldc,
+          bool tf32);
+
+float Widen(const void* p, int64_t i, cudaDataType_t type) {
+  if (type == CUDA_R_32F) return static_cast<const float*>(p)[i];
+  return cuda_emu::WidenHalf(static_cast<const uint16_t*>(p)[i], type == CUDA_R_16BF);
+}
+
+}  // namespace
+
+// ---- shared with the emulator's other libraries (emu_streams.h) ----
+
+namespace cuda_emu {
+
 float RoundTf32(float x) {
   if (!std::isfinite(x)) return x;
   uint32_t bits;
@@ -195,14 +208,8 @@ float RoundTf32(float x) {
   return x;
 }
 
-void Gemm(bool ta, bool tb, int m, int n, int k, float a, const void* A, cudaDataType_t Atype,
-          int lda, const void* B, cudaDataType_t Btype, int ldb, float b, float* c, int ldc,
-          bool tf32);
-
-float Widen(const void* p, int64_t i, cudaDataType_t type) {
-  if (type == CUDA_R_32F) return static_cast<const float*>(p)[i];
-  const uint16_t h = static_cast<const uint16_t*>(p)[i];
-  if (type == CUDA_R_16BF) {
+float WidenHalf(uint16_t h, bool bf16) {
+  if (bf16) {
     const uint32_t bits = uint32_t{h} << 16;
     float x;
     std::memcpy(&x, &bits, sizeof x);
@@ -213,7 +220,7 @@ float Widen(const void* p, int64_t i, cudaDataType_t type) {
   return static_cast<float>(f);
 }
 
-}  // namespace
+}  // namespace cuda_emu
 
 // ---- device functions ----
 
@@ -905,7 +912,7 @@ void Gemm(bool ta, bool tb, int m, int n, int k, float a, const void* A, cudaDat
           bool tf32) {
   auto in = [tf32](const void* p, int64_t i, cudaDataType_t t) {
     const float x = Widen(p, i, t);
-    return tf32 ? RoundTf32(x) : x;
+    return tf32 ? cuda_emu::RoundTf32(x) : x;
   };
   for (int j = 0; j < n; ++j) {
     for (int i = 0; i < m; ++i) {

@@ -1,6 +1,7 @@
-// The emulator's streams as its NCCL sees them (cuda_emu.cc owns them): where work will sit in
-// a stream's queue, and running a stream up to a position from another rank's thread, which is
-// how a collective waiting for a rank gets that rank's part run. Thread-safe.
+// What the emulator's libraries (its NCCL and cuDNN) share with its runtime, cuda_emu.cc: where
+// work will sit in a stream's queue, running a stream up to a position from another rank's
+// thread (how a collective waiting for a rank gets that rank's part run), and the number
+// formats' conversions. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -15,5 +16,12 @@ uint64_t NextPosition(cudaStream_t stream);
 // Runs `stream`'s work up to `position`, unless another thread is running that stream's work
 // now (then returns false: it gets there itself).
 bool TryRunTo(cudaStream_t stream, uint64_t position);
+
+// The TF32 value nearest x (10 explicit significand bits, ties to even), as tensor cores read
+// fp32 inputs in TF32 mode.
+float RoundTf32(float x);
+
+// The float a 16-bit value's bits hold: bfloat16 when bf16, else IEEE binary16.
+float WidenHalf(uint16_t bits, bool bf16);
 
 }  // namespace cuda_emu

@@ -40,6 +40,13 @@ Status NcclStatus(int err, const char* error_string, const char* stmt, const cha
               line);
 }
 
+Status CudnnStatus(int err, const char* error_string, const char* detail, const char* stmt,
+                   const char* file, int line) {
+  std::string what = std::string(error_string) + " (" + std::to_string(err) + ")";
+  if (detail != nullptr && detail[0] != '\0') what += std::string(": ") + detail;
+  return Make("cudnn", what, stmt, file, line);
+}
+
 void ThrowIfError(const Status& s) {
   if (!s.ok()) throw CudaError(s.message());
 }

@@ -18,6 +18,10 @@ Status CudaStatus(cudaError_t err, const char* stmt, const char* file, int line)
 Status CublasStatus(cublasStatus_t err, const char* stmt, const char* file, int line);
 // NCCL's result as an int (ncclResult_t), so this header needs no nccl.h.
 Status NcclStatus(int err, const char* error_string, const char* stmt, const char* file, int line);
+// cuDNN's status as an int (cudnnStatus_t) and cudnnGetLastErrorString's detail (may be empty),
+// so this header needs no cudnn.h.
+Status CudnnStatus(int err, const char* error_string, const char* detail, const char* stmt,
+                   const char* file, int line);
 
 // What ThrowIfError throws: a std::runtime_error, so Train()'s catch turns it into a Status.
 class CudaError : public std::runtime_error {
@@ -44,6 +48,20 @@ void ThrowIfError(const Status& s);
     if (sweep_cublas_err_ != CUBLAS_STATUS_SUCCESS) {                                            \
       return ::sweep::trainer::cuda::CublasStatus(sweep_cublas_err_, #stmt, __FILE__, __LINE__); \
     }                                                                                            \
+  } while (0)
+
+// Only where cudnn.h is included. cuDNN keeps why a call failed (which attribute, which shape)
+// for cudnnGetLastErrorString; the message carries it.
+#define CUDNN_CHECK(stmt)                                                                         \
+  do {                                                                                            \
+    const cudnnStatus_t sweep_cudnn_err_ = (stmt);                                                \
+    if (sweep_cudnn_err_ != CUDNN_STATUS_SUCCESS) {                                               \
+      char sweep_cudnn_detail_[512] = "";                                                         \
+      cudnnGetLastErrorString(sweep_cudnn_detail_, sizeof(sweep_cudnn_detail_));                  \
+      return ::sweep::trainer::cuda::CudnnStatus(static_cast<int>(sweep_cudnn_err_),              \
+                                                 cudnnGetErrorString(sweep_cudnn_err_),           \
+                                                 sweep_cudnn_detail_, #stmt, __FILE__, __LINE__); \
+    }                                                                                             \
   } while (0)
 
 // Only where nccl.h is included (multi-GPU code).

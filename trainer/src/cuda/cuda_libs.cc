@@ -1,4 +1,4 @@
-// cuBLAS and NCCL, loaded when first called. Linked at build time, libcublasLt's static
+// cuBLAS, cuDNN and NCCL, loaded when first called. Linked at build time, libcublasLt's static
 // initialisers alone cost every `sweep` process (each worker, each query) about 0.1 s and 200 MB
 // of resident memory before main, on CPU-only runs too, and a machine without the toolkit
 // could not start the binary at all. Here the functions the backend uses are defined with their
@@ -13,6 +13,9 @@
 #include <vector>
 
 #include <cublas_v2.h>
+#if defined(SWEEP_HAVE_CUDNN)
+#include <cudnn.h>
+#endif
 #if defined(SWEEP_HAVE_NCCL)
 #include <nccl.h>
 #endif
@@ -185,3 +188,93 @@ const char* ncclGetErrorString(ncclResult_t result) {
 }  // extern "C"
 
 #endif  // SWEEP_HAVE_NCCL
+
+#if defined(SWEEP_HAVE_CUDNN)
+
+namespace {
+
+const Library& Cudnn() {
+  // libcudnn.so.9 is cuDNN's front library; it opens its engines' libraries from its own folder.
+  static const Library lib = Open(SWEEP_CUDNN_SONAME, {SWEEP_CUDNN_LIBRARY_DIR});
+  return lib;
+}
+
+}  // namespace
+
+#define SWEEP_CUDNN_FORWARD(name, ...)                            \
+  static const auto fn = Symbol<decltype(&name)>(Cudnn(), #name); \
+  if (fn == nullptr) return CUDNN_STATUS_NOT_INITIALIZED;         \
+  return fn(__VA_ARGS__)
+
+extern "C" {
+
+size_t cudnnGetVersion() {
+  static const auto fn = Symbol<decltype(&cudnnGetVersion)>(Cudnn(), "cudnnGetVersion");
+  return fn != nullptr ? fn() : 0;
+}
+
+const char* cudnnGetErrorString(cudnnStatus_t status) {
+  static const auto fn = Symbol<decltype(&cudnnGetErrorString)>(Cudnn(), "cudnnGetErrorString");
+  if (fn != nullptr) return fn(status);
+  static const std::string why =
+      "cuDNN (" SWEEP_CUDNN_SONAME ") could not be loaded: " + Cudnn().error;
+  return why.c_str();
+}
+
+void cudnnGetLastErrorString(char* message, size_t max_size) {
+  static const auto fn =
+      Symbol<decltype(&cudnnGetLastErrorString)>(Cudnn(), "cudnnGetLastErrorString");
+  if (fn != nullptr) {
+    fn(message, max_size);
+  } else if (message != nullptr && max_size > 0) {
+    message[0] = '\0';
+  }
+}
+
+cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) { SWEEP_CUDNN_FORWARD(cudnnCreate, handle); }
+
+cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) { SWEEP_CUDNN_FORWARD(cudnnDestroy, handle); }
+
+cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
+  SWEEP_CUDNN_FORWARD(cudnnSetStream, handle, stream);
+}
+
+cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* stream) {
+  SWEEP_CUDNN_FORWARD(cudnnGetStream, handle, stream);
+}
+
+cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
+                                           cudnnBackendDescriptor_t* descriptor) {
+  SWEEP_CUDNN_FORWARD(cudnnBackendCreateDescriptor, type, descriptor);
+}
+
+cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {
+  SWEEP_CUDNN_FORWARD(cudnnBackendDestroyDescriptor, descriptor);
+}
+
+cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) {
+  SWEEP_CUDNN_FORWARD(cudnnBackendFinalize, descriptor);
+}
+
+cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor,
+                                       cudnnBackendAttributeName_t name,
+                                       cudnnBackendAttributeType_t type, int64_t count,
+                                       const void* values) {
+  SWEEP_CUDNN_FORWARD(cudnnBackendSetAttribute, descriptor, name, type, count, values);
+}
+
+cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor,
+                                       cudnnBackendAttributeName_t name,
+                                       cudnnBackendAttributeType_t type, int64_t requested,
+                                       int64_t* count, void* values) {
+  SWEEP_CUDNN_FORWARD(cudnnBackendGetAttribute, descriptor, name, type, requested, count, values);
+}
+
+cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
+                                  cudnnBackendDescriptor_t pack) {
+  SWEEP_CUDNN_FORWARD(cudnnBackendExecute, handle, plan, pack);
+}
+
+}  // extern "C"
+
+#endif  // SWEEP_HAVE_CUDNN

@@ -10,44 +10,14 @@
 #include <limits>
 
 #include "cuda/cuda_check.h"
+#include "cuda/device_util.h"
 #include "cuda/launch.h"
 #include "cuda/ops.h"
 
 namespace sweep::trainer::cuda {
 namespace {
 
-constexpr int kThreads = 256;         // a power of two: LossSumKernel's tree relies on it
-constexpr int64_t kMaxBlocks = 4096;  // grid-stride loops cover the rest
-
-int Blocks(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ int64_t FirstIndex() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ int64_t Stride() { return static_cast<int64_t>(blockDim.x) * gridDim.x; }
-
-constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-
-// The 16-bit value nearest x (ties to even; fp16 overflows to inf), as its bits: what
-// cast_to_half writes, and what the kernels that also write a 16-bit copy of their output write.
-__device__ uint16_t HalfBits(float x, bool bf16) {
-  return bf16 ? __bfloat16_as_ushort(__float2bfloat16(x)) : __half_as_ushort(__float2half(x));
-}
-
 // ---- bias + activation ----
-
-// GELU's tanh approximation: the tanh both its forward and its backward take.
-__device__ float GeluTanh(float x) { return tanhf(kGeluScale * (x + kGeluCubic * x * x * x)); }
-
-__device__ float ActForward(float x, Activation act) {
-  if (act == Activation::kRelu) return x > 0.0f ? x : 0.0f;
-  if (act == Activation::kTanh) return tanhf(x);
-  if (act == Activation::kGelu) return 0.5f * x * (1.0f + GeluTanh(x));
-  return x;
-}
 
 // Index: int where n fits (the column is i % C, and a 64-bit remainder costs a few dozen
 // instructions per element on the GPU), else int64_t. out may be null (the 16-bit path keeps no
@@ -64,23 +34,6 @@ __global__ void BiasActForwardKernel(float* out, float* pre, const float* bias, 
     if (out != nullptr) out[i] = y;
     if (out16 != nullptr) out16[i] = HalfBits(y, bf16);
   }
-}
-
-// The gradient w.r.t. pre from g (w.r.t. out) and a: out, or pre when a_is_pre (relu: out > 0
-// exactly when pre > 0; tanh: the forward's tanhf(pre) again, the same bits; gelu always reads
-// pre).
-__device__ float ActGrad(float g, float a, Activation act, bool a_is_pre) {
-  if (act == Activation::kRelu) return a > 0.0f ? g : 0.0f;
-  if (act == Activation::kTanh) {
-    const float y = a_is_pre ? tanhf(a) : a;
-    return g * (1.0f - y * y);
-  }
-  if (act == Activation::kGelu) {
-    const float t = GeluTanh(a);
-    const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * a * a);
-    return g * (0.5f * (1.0f + t) + 0.5f * a * (1.0f - t * t) * du);
-  }
-  return g;
 }
 
 // The activation's backward and the bias gradient in one pass over d: a block of 32 columns x

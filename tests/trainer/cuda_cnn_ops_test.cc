@@ -1,0 +1,180 @@
+// The CUDA CNN kernels (cuda/cnn_ops.h) against the CPU's of the same names (cpu/conv_ops.h):
+// pooling with and without overlapping windows over odd sizes, the global average, the
+// activations and the residual add, each also accumulating. Sums are taken in the same order
+// or differ in it alone (bound 1e-6; tanh and gelu 1e-5: CUDA's tanhf against the CPU's);
+// max pooling's argmax exactly. Skipped where no CUDA device is present (label `gpu`); the
+// emulator runs the same file on every machine (`emu.` tests).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu/conv_ops.h"
+#include "cuda/cnn_ops.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/device_buffer.h"
+#include "cuda_test_util.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace sweep::trainer::cuda {
+namespace {
+
+using test::Count;
+using test::Down;
+using test::ExpectErr;
+using test::NormErr;
+using test::Up;
+using testing::Random;
+
+// The kernels run on the legacy stream (0), so the copies back order after them.
+class CudaCnnOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Result<int> devices = DeviceCount();
+    if (!devices.ok()) GTEST_SKIP() << devices.status().message();
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  }
+};
+
+struct Pool {
+  int B, H, W, C, K, stride;
+  int OH() const { return (H - K) / stride + 1; }
+  int OW() const { return (W - K) / stride + 1; }
+  int64_t in() const { return int64_t{B} * H * W * C; }
+  int64_t out() const { return int64_t{B} * OH() * OW() * C; }
+  std::string Name(const char* what) const {
+    return std::string(what) + " " + std::to_string(H) + "x" + std::to_string(W) + "x" +
+           std::to_string(C) + " k" + std::to_string(K) + " s" + std::to_string(stride);
+  }
+};
+
+const Pool kPools[] = {
+    {2, 7, 6, 5, 2, 2},  // the CNNs' pool, odd sizes leave a row and a column out
+    {3, 9, 8, 3, 3, 2},  // overlapping windows
+    {1, 5, 5, 4, 3, 1},  // stride 1
+};
+
+TEST_F(CudaCnnOps, MaxPoolMatchesTheCpu) {
+  for (const Pool& p : kPools) {
+    std::vector<float> x = Random(Count(p.in()), 1);
+    x[3] = x[3 + Count(p.C)];  // a tie in the first window keeps the first
+    std::vector<float> out(Count(p.out())), dout = Random(Count(p.out()), 2);
+    std::vector<int32_t> argmax(Count(p.out()));
+    cpu::maxpool_forward(out.data(), argmax.data(), x.data(), p.B, p.H, p.W, p.C, p.K, p.stride);
+    std::vector<float> dx = Random(Count(p.in()), 3), dx_acc = dx;
+    cpu::maxpool_backward(dx.data(), dout.data(), argmax.data(), p.B, p.H, p.W, p.C, p.K, p.stride,
+                          false);
+    cpu::maxpool_backward(dx_acc.data(), dout.data(), argmax.data(), p.B, p.H, p.W, p.C, p.K,
+                          p.stride, true);
+
+    DeviceBuffer<float> d_x = Up(x), d_out = Up(std::vector<float>(out.size()));
+    DeviceBuffer<int32_t> d_arg = Up(std::vector<int32_t>(argmax.size()));
+    DeviceBuffer<float> d_dout = Up(dout), d_dx = Up(Random(Count(p.in()), 3));
+    DeviceBuffer<float> d_acc = Up(Random(Count(p.in()), 3));
+    ASSERT_TRUE(maxpool_forward(d_out.data(), d_arg.data(), d_x.data(), p.B, p.H, p.W, p.C, p.K,
+                                p.stride, nullptr)
+                    .ok());
+    ASSERT_TRUE(maxpool_backward(d_dx.data(), d_dout.data(), d_arg.data(), p.B, p.H, p.W, p.C, p.K,
+                                 p.stride, false, nullptr)
+                    .ok());
+    ASSERT_TRUE(maxpool_backward(d_acc.data(), d_dout.data(), d_arg.data(), p.B, p.H, p.W, p.C, p.K,
+                                 p.stride, true, nullptr)
+                    .ok());
+    EXPECT_EQ(Down(d_arg), argmax) << p.Name("maxpool");
+    ExpectErr(p.Name("maxpool forward").c_str(), NormErr(Down(d_out), out), 1e-6);
+    ExpectErr(p.Name("maxpool backward").c_str(), NormErr(Down(d_dx), dx), 1e-6);
+    ExpectErr(p.Name("maxpool backward, accumulating").c_str(), NormErr(Down(d_acc), dx_acc), 1e-6);
+  }
+}
+
+TEST_F(CudaCnnOps, AvgPoolMatchesTheCpu) {
+  for (const Pool& p : kPools) {
+    const std::vector<float> x = Random(Count(p.in()), 4), dout = Random(Count(p.out()), 5);
+    std::vector<float> out(Count(p.out()));
+    cpu::avgpool_forward(out.data(), x.data(), p.B, p.H, p.W, p.C, p.K, p.stride);
+    std::vector<float> dx(Count(p.in())), dx_acc = Random(Count(p.in()), 6);
+    cpu::avgpool_backward(dx.data(), dout.data(), p.B, p.H, p.W, p.C, p.K, p.stride, false);
+    cpu::avgpool_backward(dx_acc.data(), dout.data(), p.B, p.H, p.W, p.C, p.K, p.stride, true);
+
+    DeviceBuffer<float> d_x = Up(x), d_out = Up(std::vector<float>(out.size()));
+    DeviceBuffer<float> d_dout = Up(dout), d_dx = Up(std::vector<float>(dx.size()));
+    DeviceBuffer<float> d_acc = Up(Random(Count(p.in()), 6));
+    ASSERT_TRUE(
+        avgpool_forward(d_out.data(), d_x.data(), p.B, p.H, p.W, p.C, p.K, p.stride, nullptr).ok());
+    ASSERT_TRUE(avgpool_backward(d_dx.data(), d_dout.data(), p.B, p.H, p.W, p.C, p.K, p.stride,
+                                 false, nullptr)
+                    .ok());
+    ASSERT_TRUE(avgpool_backward(d_acc.data(), d_dout.data(), p.B, p.H, p.W, p.C, p.K, p.stride,
+                                 true, nullptr)
+                    .ok());
+    ExpectErr(p.Name("avgpool forward").c_str(), NormErr(Down(d_out), out), 1e-6);
+    ExpectErr(p.Name("avgpool backward").c_str(), NormErr(Down(d_dx), dx), 1e-6);
+    ExpectErr(p.Name("avgpool backward, accumulating").c_str(), NormErr(Down(d_acc), dx_acc), 1e-6);
+  }
+}
+
+TEST_F(CudaCnnOps, GlobalAveragePoolMatchesTheCpu) {
+  const int B = 3, HW = 49, C = 10;
+  const std::vector<float> x = Random(Count(int64_t{B} * HW * C), 7);
+  const std::vector<float> dout = Random(Count(int64_t{B} * C), 8);
+  std::vector<float> out(Count(int64_t{B} * C)), dx(x.size()), dx_acc = Random(x.size(), 9);
+  cpu::global_avgpool_forward(out.data(), x.data(), B, HW, C);
+  cpu::global_avgpool_backward(dx.data(), dout.data(), B, HW, C, false);
+  cpu::global_avgpool_backward(dx_acc.data(), dout.data(), B, HW, C, true);
+
+  DeviceBuffer<float> d_x = Up(x), d_out = Up(std::vector<float>(out.size()));
+  DeviceBuffer<float> d_dout = Up(dout), d_dx = Up(std::vector<float>(x.size()));
+  DeviceBuffer<float> d_acc = Up(Random(x.size(), 9));
+  ASSERT_TRUE(global_avgpool_forward(d_out.data(), d_x.data(), B, HW, C, nullptr).ok());
+  ASSERT_TRUE(global_avgpool_backward(d_dx.data(), d_dout.data(), B, HW, C, false, nullptr).ok());
+  ASSERT_TRUE(global_avgpool_backward(d_acc.data(), d_dout.data(), B, HW, C, true, nullptr).ok());
+  ExpectErr("global average forward", NormErr(Down(d_out), out), 1e-6);
+  ExpectErr("global average backward", NormErr(Down(d_dx), dx), 1e-6);
+  ExpectErr("global average backward, accumulating", NormErr(Down(d_acc), dx_acc), 1e-6);
+}
+
+TEST_F(CudaCnnOps, ActivationsMatchTheCpu) {
+  const int64_t n = 3001;
+  const std::vector<float> x = Random(Count(n), 10, 3.0), d = Random(Count(n), 11);
+  for (cpu::Activation act : {cpu::Activation::kRelu, cpu::Activation::kTanh,
+                              cpu::Activation::kGelu, cpu::Activation::kNone}) {
+    const std::string name = std::string("activation ") + std::to_string(static_cast<int>(act));
+    std::vector<float> out(Count(n)), dx(Count(n)), dx_acc = Random(Count(n), 12);
+    cpu::act_forward(out.data(), x.data(), n, act);
+    cpu::act_backward(dx.data(), d.data(), x.data(), out.data(), n, act, false);
+    cpu::act_backward(dx_acc.data(), d.data(), x.data(), out.data(), n, act, true);
+
+    DeviceBuffer<float> d_x = Up(x), d_out = Up(std::vector<float>(Count(n)));
+    DeviceBuffer<float> d_d = Up(d), d_dx = Up(std::vector<float>(Count(n)));
+    DeviceBuffer<float> d_acc = Up(Random(Count(n), 12));
+    ASSERT_TRUE(act_forward(d_out.data(), d_x.data(), n, act, nullptr).ok());
+    ASSERT_TRUE(
+        act_backward(d_dx.data(), d_d.data(), d_x.data(), d_out.data(), n, act, false, nullptr)
+            .ok());
+    ASSERT_TRUE(
+        act_backward(d_acc.data(), d_d.data(), d_x.data(), d_out.data(), n, act, true, nullptr)
+            .ok());
+    ExpectErr((name + " forward").c_str(), NormErr(Down(d_out), out), 1e-5);
+    ExpectErr((name + " backward").c_str(), NormErr(Down(d_dx), dx), 1e-5);
+    ExpectErr((name + " backward, accumulating").c_str(), NormErr(Down(d_acc), dx_acc), 1e-5);
+  }
+}
+
+TEST_F(CudaCnnOps, AddAndCopyMatchTheCpu) {
+  const int64_t n = 1027;
+  const std::vector<float> a = Random(Count(n), 13), b = Random(Count(n), 14);
+  std::vector<float> sum(Count(n)), acc = b;
+  cpu::add_forward(sum.data(), a.data(), b.data(), n);
+  cpu::copy_or_add(acc.data(), a.data(), n, true);
+  DeviceBuffer<float> d_a = Up(a), d_b = Up(b), d_sum = Up(std::vector<float>(Count(n)));
+  DeviceBuffer<float> d_copy = Up(std::vector<float>(Count(n)));
+  ASSERT_TRUE(add_forward(d_sum.data(), d_a.data(), d_b.data(), n, nullptr).ok());
+  ASSERT_TRUE(copy_or_add(d_copy.data(), d_a.data(), n, false, nullptr).ok());
+  ASSERT_TRUE(copy_or_add(d_b.data(), d_a.data(), n, true, nullptr).ok());
+  EXPECT_EQ(Down(d_sum), sum);
+  EXPECT_EQ(Down(d_copy), a);
+  EXPECT_EQ(Down(d_b), acc);
+}
+
+}  // namespace
+}  // namespace sweep::trainer::cuda
