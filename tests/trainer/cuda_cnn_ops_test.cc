@@ -1,8 +1,8 @@
 // The CUDA CNN kernels (cuda/cnn_ops.h) against the CPU's of the same names (cpu/conv_ops.h):
 // pooling with and without overlapping windows over odd sizes, the global average, the
-// activations and the residual add, each also accumulating. Sums are taken in the same order
-// or differ in it alone (bound 1e-6; tanh and gelu 1e-5: CUDA's tanhf against the CPU's);
-// max pooling's argmax exactly. Skipped where no CUDA device is present (label `gpu`); the
+// activations, the residual add and batch normalization, each also accumulating. Sums are taken in
+// the same order or differ in it alone (bound 1e-6; tanh and gelu 1e-5: CUDA's tanhf against the
+// CPU's); max pooling's argmax exactly. Skipped where no CUDA device is present (label `gpu`); the
 // emulator runs the same file on every machine (`emu.` tests).
 #include <cstdint>
 #include <string>
@@ -174,6 +174,87 @@ TEST_F(CudaCnnOps, AddAndCopyMatchTheCpu) {
   EXPECT_EQ(Down(d_sum), sum);
   EXPECT_EQ(Down(d_copy), a);
   EXPECT_EQ(Down(d_b), acc);
+}
+
+TEST_F(CudaCnnOps, BatchNormMatchesTheCpu) {
+  struct Case {
+    int64_t N;
+    int C;
+    cpu::Activation act;
+  };
+  // One range and one block of channels; several ranges and a partial second block.
+  for (const Case& k :
+       {Case{147, 5, cpu::Activation::kRelu}, Case{5000, 40, cpu::Activation::kTanh},
+        Case{5000, 40, cpu::Activation::kNone}}) {
+    const std::string name = "batch norm " + std::to_string(k.N) + "x" + std::to_string(k.C) +
+                             " act " + std::to_string(static_cast<int>(k.act));
+    const size_t n = Count(k.N * k.C), c = Count(k.C);
+    std::vector<float> x = Random(n, 20, 2.0);
+    for (size_t i = 0; i < n; ++i) x[i] += 3.0f;  // a mean far from 0
+    const std::vector<float> gamma = Random(c, 21), beta = Random(c, 22), dout = Random(n, 23);
+    std::vector<float> rm = Random(c, 24, 0.1), rv(c, 1.5f);
+    std::vector<float> out(n), pre(n), mean(c), invstd(c), rm_cpu = rm, rv_cpu = rv;
+    cpu::batchnorm_forward(out.data(), pre.data(), mean.data(), invstd.data(), x.data(),
+                           gamma.data(), beta.data(), rm_cpu.data(), rv_cpu.data(), k.N, k.C, 0.1f,
+                           1e-5f, k.act);
+    std::vector<float> eval(n);
+    cpu::batchnorm_eval(eval.data(), x.data(), gamma.data(), beta.data(), rm_cpu.data(),
+                        rv_cpu.data(), k.N, k.C, 1e-5f, k.act);
+    std::vector<float> d = dout, dx(n), dgamma = Random(c, 25), dbeta = Random(c, 26);
+    std::vector<float> dx_acc = Random(n, 27);
+    cpu::batchnorm_backward(dx.data(), dgamma.data(), dbeta.data(), d.data(), x.data(), pre.data(),
+                            out.data(), mean.data(), invstd.data(), gamma.data(), k.N, k.C, k.act,
+                            true, false);
+    d = dout;
+    std::vector<float> dgamma2(c), dbeta2(c);
+    cpu::batchnorm_backward(dx_acc.data(), dgamma2.data(), dbeta2.data(), d.data(), x.data(),
+                            pre.data(), out.data(), mean.data(), invstd.data(), gamma.data(), k.N,
+                            k.C, k.act, false, true);
+
+    DeviceBuffer<float> g_x = Up(x), g_gamma = Up(gamma), g_beta = Up(beta), g_rm = Up(rm);
+    DeviceBuffer<float> g_rv = Up(rv), g_out = Up(std::vector<float>(n));
+    DeviceBuffer<float> g_pre = Up(std::vector<float>(n)), g_mean = Up(std::vector<float>(c));
+    DeviceBuffer<float> g_inv = Up(std::vector<float>(c)), g_eval = Up(std::vector<float>(n));
+    DeviceBuffer<uint8_t> scratch;
+    ASSERT_TRUE(DeviceBuffer<uint8_t>::Make(batchnorm_scratch_bytes(k.N, k.C), &scratch).ok());
+    ASSERT_TRUE(batchnorm_forward(g_out.data(), g_pre.data(), g_mean.data(), g_inv.data(),
+                                  g_x.data(), g_gamma.data(), g_beta.data(), g_rm.data(),
+                                  g_rv.data(), k.N, k.C, 0.1f, 1e-5f, k.act, scratch.data(),
+                                  nullptr)
+                    .ok());
+    ASSERT_TRUE(batchnorm_eval(g_eval.data(), g_x.data(), g_gamma.data(), g_beta.data(),
+                               g_rm.data(), g_rv.data(), k.N, k.C, 1e-5f, k.act, nullptr)
+                    .ok());
+    DeviceBuffer<float> g_d = Up(dout), g_dx = Up(std::vector<float>(n));
+    DeviceBuffer<float> g_dgamma = Up(Random(c, 25)), g_dbeta = Up(Random(c, 26));
+    ASSERT_TRUE(batchnorm_backward(g_dx.data(), g_dgamma.data(), g_dbeta.data(), g_d.data(),
+                                   g_x.data(), g_pre.data(), g_out.data(), g_mean.data(),
+                                   g_inv.data(), g_gamma.data(), k.N, k.C, k.act, true, false,
+                                   scratch.data(), nullptr)
+                    .ok());
+    DeviceBuffer<float> g_d2 = Up(dout), g_acc = Up(Random(n, 27));
+    DeviceBuffer<float> g_dgamma2 = Up(std::vector<float>(c)), g_dbeta2 = Up(std::vector<float>(c));
+    ASSERT_TRUE(batchnorm_backward(g_acc.data(), g_dgamma2.data(), g_dbeta2.data(), g_d2.data(),
+                                   g_x.data(), g_pre.data(), g_out.data(), g_mean.data(),
+                                   g_inv.data(), g_gamma.data(), k.N, k.C, k.act, false, true,
+                                   scratch.data(), nullptr)
+                    .ok());
+    ExpectErr((name + " mean").c_str(), NormErr(Down(g_mean), mean), 1e-6);
+    ExpectErr((name + " invstd").c_str(), NormErr(Down(g_inv), invstd), 1e-5);
+    ExpectErr((name + " running mean").c_str(), NormErr(Down(g_rm), rm_cpu), 1e-6);
+    ExpectErr((name + " running var").c_str(), NormErr(Down(g_rv), rv_cpu), 1e-5);
+    ExpectErr((name + " out").c_str(), NormErr(Down(g_out), out), 1e-5);
+    if (k.act != cpu::Activation::kNone) {
+      ExpectErr((name + " pre").c_str(), NormErr(Down(g_pre), pre), 1e-5);
+    }
+    ExpectErr((name + " eval").c_str(), NormErr(Down(g_eval), eval), 1e-5);
+    ExpectErr((name + " dx").c_str(), NormErr(Down(g_dx), dx), 1e-5);
+    ExpectErr((name + " dgamma, accumulating").c_str(), NormErr(Down(g_dgamma), dgamma), 1e-5);
+    ExpectErr((name + " dbeta, accumulating").c_str(), NormErr(Down(g_dbeta), dbeta), 1e-5);
+    ExpectErr((name + " dx, accumulating").c_str(), NormErr(Down(g_acc), dx_acc), 1e-5);
+    ExpectErr((name + " dgamma").c_str(), NormErr(Down(g_dgamma2), dgamma2), 1e-5);
+    ExpectErr((name + " dbeta").c_str(), NormErr(Down(g_dbeta2), dbeta2), 1e-5);
+  }
 }
 
 }  // namespace

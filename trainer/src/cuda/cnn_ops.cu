@@ -140,6 +140,145 @@ __global__ void CopyOrAddKernel(float* dst, const float* src, int64_t n, bool ac
     dst[i] = accumulate ? dst[i] + src[i] : src[i];
 }
 
+// ---- batch normalization ----
+
+// Row ranges of a channel's sums: a block of kBnCols channels x kBnGroups row groups per range,
+// thread (c, g) taking rows begin + g, begin + g + kBnGroups, ...; the groups' sums are added in
+// order, then the ranges' in BnFinalize. The number of ranges depends on N alone.
+constexpr int kBnCols = 32;
+constexpr int kBnGroups = 8;
+constexpr int64_t kBnRowsPerRange = 2048;
+constexpr int kBnMaxRanges = 64;
+
+int BnRanges(int64_t N) {
+  return static_cast<int>(
+      std::clamp<int64_t>((N + kBnRowsPerRange - 1) / kBnRowsPerRange, 1, kBnMaxRanges));
+}
+
+// Sums over range blockIdx.y of rows, per channel: of a = x - k (k: the first row, near the
+// mean, so the variance does not cancel) and a^2 (statistics: a2 == nullptr), or of g and
+// g * (x - mean) (backward: g = d, relu's mask applied and written back when mask_out). Writes
+// partials[(range * 2 + 0) * C + c] and [(range * 2 + 1) * C + c].
+__global__ void BnPartialKernel(double* partials, float* d, const float* x, const float* mean,
+                                const float* mask_out, int64_t N, int C, int64_t rows_per_range,
+                                bool backward) {
+  __shared__ double s0[kBnGroups][kBnCols];
+  __shared__ double s1[kBnGroups][kBnCols];
+  const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
+  const int g = static_cast<int>(threadIdx.y);
+  const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_range;
+  const int64_t end = begin + rows_per_range < N ? begin + rows_per_range : N;
+  double a = 0.0, b = 0.0;
+  if (c < C) {
+    const float k = backward ? mean[c] : x[c];
+    for (int64_t r = begin + g; r < end; r += kBnGroups) {
+      const float dv = x[r * C + c] - k;
+      if (backward) {
+        float grad = d[r * C + c];
+        if (mask_out != nullptr) {
+          grad = mask_out[r * C + c] > 0.0f ? grad : 0.0f;
+          d[r * C + c] = grad;
+        }
+        a += grad;
+        b += static_cast<double>(grad) * dv;
+      } else {
+        a += dv;
+        b += static_cast<double>(dv) * dv;
+      }
+    }
+  }
+  s0[g][threadIdx.x] = a;
+  s1[g][threadIdx.x] = b;
+  __syncthreads();
+  if (g == 0 && c < C) {
+    for (int i = 1; i < kBnGroups; ++i) {
+      a += s0[i][threadIdx.x];
+      b += s1[i][threadIdx.x];
+    }
+    partials[(static_cast<int64_t>(blockIdx.y) * 2) * C + c] = a;
+    partials[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * C + c] = b;
+  }
+}
+
+// Per channel: the ranges' sums in order, then the mean, invstd and running statistics, as
+// cpu::batchnorm_forward computes them from the same sums.
+__global__ void BnStatsKernel(float* mean, float* invstd, float* running_mean, float* running_var,
+                              const double* partials, const float* x, int ranges, int64_t N, int C,
+                              float momentum, float eps) {
+  for (int64_t i = FirstIndex(); i < C; i += Stride()) {
+    const int c = static_cast<int>(i);
+    double sum = 0.0, sq = 0.0;
+    for (int r = 0; r < ranges; ++r) {
+      sum += partials[(int64_t{r} * 2) * C + c];
+      sq += partials[(int64_t{r} * 2 + 1) * C + c];
+    }
+    const double offset = sum / static_cast<double>(N);
+    const float m = static_cast<float>(x[c] + offset);
+    mean[c] = m;
+    sq = sq - offset * sum > 0.0 ? sq - offset * sum : 0.0;  // the squared deviations
+    const double var = sq / static_cast<double>(N);
+    invstd[c] = static_cast<float>(1.0 / sqrt(var + eps));
+    if (running_mean != nullptr) {
+      const double unbiased = N > 1 ? sq / static_cast<double>(N - 1) : var;
+      running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * m;
+      running_var[c] = (1.0f - momentum) * running_var[c] + momentum * static_cast<float>(unbiased);
+    }
+  }
+}
+
+// out = act(x scale + shift) with scale = gamma invstd and shift = beta - mean scale (training)
+// or the running statistics' (evaluation: invstd == nullptr); pre keeps the value before act.
+__global__ void BnApplyKernel(float* out, float* pre, const float* x, const float* gamma,
+                              const float* beta, const float* mean, const float* invstd,
+                              const float* running_var, int64_t n, int C, float eps,
+                              Activation act) {
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+    const int c = static_cast<int>(i % C);
+    const float inv =
+        invstd != nullptr
+            ? invstd[c]
+            : static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
+    const float scale = gamma[c] * inv;
+    const float shift =
+        invstd != nullptr ? beta[c] - mean[c] * scale : beta[c] - mean[c] * gamma[c] * inv;
+    const float y = x[i] * scale + shift;
+    if (pre != nullptr) pre[i] = y;
+    out[i] = ActForward(y, act);
+  }
+}
+
+// Per channel, from the backward sums: dbeta, dgamma (+)=, and dx's coefficients k, a, b
+// (coef[0 .. 2][C]) for dx = k (d - a - (x - mean) b), as cpu::batchnorm_backward.
+__global__ void BnGradStatsKernel(float* dgamma, float* dbeta, float* coef, const double* partials,
+                                  const float* invstd, const float* gamma, int ranges, int64_t N,
+                                  int C, bool accumulate) {
+  for (int64_t i = FirstIndex(); i < C; i += Stride()) {
+    const int c = static_cast<int>(i);
+    double sd = 0.0, sdx = 0.0;
+    for (int r = 0; r < ranges; ++r) {
+      sd += partials[(int64_t{r} * 2) * C + c];
+      sdx += partials[(int64_t{r} * 2 + 1) * C + c];
+    }
+    const float inv = invstd[c];
+    const float db = static_cast<float>(sd);
+    const float dg = static_cast<float>(sdx) * inv;
+    dbeta[c] = accumulate ? dbeta[c] + db : db;
+    dgamma[c] = accumulate ? dgamma[c] + dg : dg;
+    coef[c] = gamma[c] * inv;
+    coef[C + c] = db / static_cast<float>(N);
+    coef[2 * C + c] = static_cast<float>(sdx / static_cast<double>(N)) * inv * inv;
+  }
+}
+
+__global__ void BnGradApplyKernel(float* dx, const float* d, const float* x, const float* mean,
+                                  const float* coef, int64_t n, int C, bool accumulate) {
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+    const int c = static_cast<int>(i % C);
+    const float g = coef[c] * (d[i] - coef[C + c] - (x[i] - mean[c]) * coef[2 * C + c]);
+    dx[i] = accumulate ? dx[i] + g : g;
+  }
+}
+
 int PoolOut(int size, int K, int stride) { return (size - K) / stride + 1; }
 
 }  // namespace
@@ -233,6 +372,86 @@ Status add_forward(float* out, const float* a, const float* b, int64_t n, cudaSt
 Status copy_or_add(float* dst, const float* src, int64_t n, bool accumulate, cudaStream_t stream) {
   if (n == 0) return Status::Ok();
   Launch(CopyOrAddKernel, Blocks(n), kThreads, stream, dst, src, n, accumulate);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+int64_t batchnorm_scratch_bytes(int64_t N, int C) {
+  // The ranges' two sums per channel, then backward's three coefficients per channel.
+  return int64_t{BnRanges(N)} * 2 * C * static_cast<int64_t>(sizeof(double)) +
+         int64_t{3} * C * static_cast<int64_t>(sizeof(float));
+}
+
+namespace {
+
+Status BnPartials(double* partials, float* d, const float* x, const float* mean,
+                  const float* mask_out, int64_t N, int C, bool backward, cudaStream_t stream) {
+  const int ranges = BnRanges(N);
+  const int64_t rows = (N + ranges - 1) / ranges;
+  const dim3 grid(static_cast<unsigned>((C + kBnCols - 1) / kBnCols),
+                  static_cast<unsigned>(ranges));
+  Launch(BnPartialKernel, grid, dim3(kBnCols, kBnGroups), stream, partials, d, x, mean, mask_out, N,
+         C, rows, backward);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, const float* x,
+                         const float* gamma, const float* beta, float* running_mean,
+                         float* running_var, int64_t N, int C, float momentum, float eps,
+                         cpu::Activation act, void* scratch, cudaStream_t stream) {
+  if (N == 0 || C == 0) return Status::Ok();
+  double* partials = static_cast<double*>(scratch);
+  if (Status s = BnPartials(partials, nullptr, x, nullptr, nullptr, N, C, false, stream); !s.ok()) {
+    return s;
+  }
+  Launch(BnStatsKernel, Blocks(C), kThreads, stream, mean, invstd, running_mean, running_var,
+         static_cast<const double*>(partials), x, BnRanges(N), N, C, momentum, eps);
+  CUDA_CHECK(cudaGetLastError());
+  Launch(BnApplyKernel, Blocks(N * C), kThreads, stream, out,
+         act == cpu::Activation::kNone ? nullptr : pre, x, gamma, beta,
+         static_cast<const float*>(mean), static_cast<const float*>(invstd),
+         static_cast<const float*>(nullptr), N * C, C, eps, act);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status batchnorm_eval(float* out, const float* x, const float* gamma, const float* beta,
+                      const float* running_mean, const float* running_var, int64_t N, int C,
+                      float eps, cpu::Activation act, cudaStream_t stream) {
+  if (N == 0 || C == 0) return Status::Ok();
+  Launch(BnApplyKernel, Blocks(N * C), kThreads, stream, out, static_cast<float*>(nullptr), x,
+         gamma, beta, running_mean, static_cast<const float*>(nullptr), running_var, N * C, C, eps,
+         act);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, const float* x,
+                          const float* pre, const float* out, const float* mean,
+                          const float* invstd, const float* gamma, int64_t N, int C,
+                          cpu::Activation act, bool accumulate, bool accumulate_dx, void* scratch,
+                          cudaStream_t stream) {
+  if (N == 0 || C == 0) return Status::Ok();
+  // ReLU's gradient is applied in the pass that sums; the others' first, in place.
+  const bool relu = act == cpu::Activation::kRelu;
+  if (act != cpu::Activation::kNone && !relu) {
+    if (Status s = act_backward(d, d, pre, out, N * C, act, false, stream); !s.ok()) return s;
+  }
+  double* partials = static_cast<double*>(scratch);
+  float* coef = reinterpret_cast<float*>(partials + int64_t{BnRanges(N)} * 2 * C);
+  if (Status s = BnPartials(partials, d, x, mean, relu ? out : nullptr, N, C, true, stream);
+      !s.ok()) {
+    return s;
+  }
+  Launch(BnGradStatsKernel, Blocks(C), kThreads, stream, dgamma, dbeta, coef,
+         static_cast<const double*>(partials), invstd, gamma, BnRanges(N), N, C, accumulate);
+  CUDA_CHECK(cudaGetLastError());
+  if (dx == nullptr) return Status::Ok();  // the model's input: no gradient wanted
+  Launch(BnGradApplyKernel, Blocks(N * C), kThreads, stream, dx, static_cast<const float*>(d), x,
+         mean, static_cast<const float*>(coef), N * C, C, accumulate_dx);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

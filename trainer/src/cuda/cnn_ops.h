@@ -41,6 +41,35 @@ Status act_forward(float* out, const float* x, int64_t n, cpu::Activation act, c
 Status act_backward(float* dx, const float* d, const float* x, const float* out, int64_t n,
                     cpu::Activation act, bool accumulate, cudaStream_t stream);
 
+// ---- batch normalization of x [N, C] (N = samples x pixels), per channel, as cpu/conv_ops.h ----
+// Ours for now, not cuDNN's: it runs for every shape and keeps the CPU's statistics (the same
+// shifted sums); cuDNN's graph-API batch norm is still to be measured against it on a GPU.
+// Each channel's sums run in double over row ranges whose number depends only on N, then the
+// ranges are added in order: the same inputs give the same bits every run. The training pass
+// and the backward take `scratch` (batchnorm_scratch_bytes(N, C) bytes on the device, unused by
+// anything else while they run on `stream`).
+int64_t batchnorm_scratch_bytes(int64_t N, int C);
+
+// Training: the batch's mean and biased variance, written to mean[C] and invstd[C] for
+// backward; running statistics updated when running_mean is not null (running_var with the
+// unbiased variance); out = act(gamma * xhat + beta), pre receiving the value before act when
+// act is not kNone.
+Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, const float* x,
+                         const float* gamma, const float* beta, float* running_mean,
+                         float* running_var, int64_t N, int C, float momentum, float eps,
+                         cpu::Activation act, void* scratch, cudaStream_t stream);
+// Evaluation, with the running statistics.
+Status batchnorm_eval(float* out, const float* x, const float* gamma, const float* beta,
+                      const float* running_mean, const float* running_var, int64_t N, int C,
+                      float eps, cpu::Activation act, cudaStream_t stream);
+// d [N, C]: the gradient w.r.t. out on entry, used as scratch. dgamma, dbeta (+)= their
+// gradients; dx (+= when accumulate_dx; may be null) the input's.
+Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, const float* x,
+                          const float* pre, const float* out, const float* mean,
+                          const float* invstd, const float* gamma, int64_t N, int C,
+                          cpu::Activation act, bool accumulate, bool accumulate_dx, void* scratch,
+                          cudaStream_t stream);
+
 // out[n] = a[n] + b[n].
 Status add_forward(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream);
 // dst[n] (+)= src[n].
