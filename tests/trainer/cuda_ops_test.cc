@@ -275,6 +275,20 @@ TEST_F(CudaOps, SoftmaxXent) {
   EXPECT_LT(NormErr(Down(d_losses), losses), 1e-5);
   EXPECT_LT(NormErr(Down(d_dl), dl), 1e-5);
 
+  // With label smoothing, as the CPU's.
+  std::vector<float> dl_smooth(B * V), losses_smooth(B);
+  cpu::softmax_xent_forward_backward(dl_smooth.data(), losses_smooth.data(), logits.data(),
+                                     labels.data(), B, V, 0.25f, 0.1f);
+  auto d_dl_smooth = Up(std::vector<float>(B * V)), d_losses_smooth = Up(std::vector<float>(B));
+  ASSERT_TRUE(softmax_xent_forward_backward(d_dl_smooth.data(), d_losses_smooth.data(),
+                                            d_logits.data(), d_labels.data(), B, V, 0.25f, nullptr,
+                                            0.1f)
+                  .ok());
+  ExpectErr("softmax xent, label smoothing 0.1: losses",
+            NormErr(Down(d_losses_smooth), losses_smooth), 1e-5);
+  ExpectErr("softmax xent, label smoothing 0.1: gradients", NormErr(Down(d_dl_smooth), dl_smooth),
+            1e-5);
+
   // The metric reductions on the same rows.
   double sum = 0;
   for (float l : losses) sum += l;

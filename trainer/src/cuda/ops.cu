@@ -137,7 +137,8 @@ int RowRanges(int B, int C) {
 
 // One thread per row (V is the class count: small).
 __global__ void SoftmaxXentKernel(float* dlogits, float* losses, const float* logits,
-                                  const int32_t* labels, int B, int V, float dloss_scale) {
+                                  const int32_t* labels, int B, int V, float dloss_scale,
+                                  float smoothing) {
   for (int64_t b = FirstIndex(); b < B; b += Stride()) {
     const float* row = logits + b * V;
     const int y = labels[b];
@@ -154,11 +155,25 @@ __global__ void SoftmaxXentKernel(float* dlogits, float* losses, const float* lo
     float sum = 0.0f;
     for (int v = 0; v < V; ++v) sum += expf(row[v] - mx);
     const float lse = mx + logf(sum);
-    losses[b] = lse - row[y];
+    if (smoothing == 0.0f) {
+      losses[b] = lse - row[y];
+      if (dlogits != nullptr) {
+        float* g = dlogits + b * V;
+        for (int v = 0; v < V; ++v) g[v] = expf(row[v] - lse) * dloss_scale;
+        g[y] -= dloss_scale;
+      }
+      continue;
+    }
+    // Against (1 - e) onehot + e / V, as cpu::softmax_xent_forward_backward.
+    const float spread = smoothing / static_cast<float>(V);
+    float sum_logits = 0.0f;
+    for (int v = 0; v < V; ++v) sum_logits += row[v];
+    losses[b] = (1.0f - smoothing) * (lse - row[y]) +
+                smoothing * (lse - sum_logits / static_cast<float>(V));
     if (dlogits != nullptr) {
       float* g = dlogits + b * V;
-      for (int v = 0; v < V; ++v) g[v] = expf(row[v] - lse) * dloss_scale;
-      g[y] -= dloss_scale;
+      for (int v = 0; v < V; ++v) g[v] = (expf(row[v] - lse) - spread) * dloss_scale;
+      g[y] -= (1.0f - smoothing) * dloss_scale;
     }
   }
 }
@@ -478,10 +493,10 @@ Status bias_act_backward(float* d, float* dbias, const float* pre, const float* 
 
 Status softmax_xent_forward_backward(float* dlogits, float* losses, const float* logits,
                                      const int32_t* labels, int B, int V, float dloss_scale,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream, float label_smoothing) {
   if (B == 0) return Status::Ok();
   Launch(SoftmaxXentKernel, Blocks(B), kThreads, stream, dlogits, losses, logits, labels, B, V,
-         dloss_scale);
+         dloss_scale, label_smoothing);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

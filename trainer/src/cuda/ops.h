@@ -79,11 +79,12 @@ Status bias_act_backward(float* d, float* dbias, const float* pre, const float* 
 // The scratch bias_act_backward uses for B rows of C columns (0: none), non-decreasing in B.
 int64_t BiasGradScratchFloats(int B, int C);
 
-// losses[B] = cross-entropy of softmax(logits); dlogits (unless null) = (softmax - onehot) *
-// dloss_scale. Labels must lie in [0, V).
+// losses[B] = cross-entropy of softmax(logits); dlogits (unless null) = (softmax - target) *
+// dloss_scale, the target onehot or, with label_smoothing e, (1 - e) onehot + e / V. Labels
+// must lie in [0, V).
 Status softmax_xent_forward_backward(float* dlogits, float* losses, const float* logits,
                                      const int32_t* labels, int B, int V, float dloss_scale,
-                                     cudaStream_t stream);
+                                     cudaStream_t stream, float label_smoothing = 0.0f);
 
 // The optimizers, as cpu/ops.h defines them. The parameters, gradients and optimizer state are
 // each one flat buffer holding every tensor, so one launch updates all of them (the

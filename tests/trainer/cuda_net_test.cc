@@ -1,0 +1,180 @@
+// The CUDA replica's general model (cuda/net.h) against the CPU's (cpu/net.h) on the same
+// weights and batches: the summed loss, every parameter's gradient (also accumulated over a
+// second micro-batch), batch norm's running statistics and evaluation, for a residual CNN with
+// batch norm, max pooling, dropout and a hidden layer, and for a plain one with biased
+// convolutions, average pooling, tanh, a global average and label smoothing. Exact fp32 (no
+// TF32), so the two differ by summation order alone (bounds 1e-5). Skipped where no CUDA device
+// is present (label `gpu`); the emulator runs the same file on every machine (`emu.` tests).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu/net.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/device_buffer.h"
+#include "cuda/net.h"
+#include "cuda/ops.h"
+#include "cuda_test_util.h"
+#include "gtest/gtest.h"
+#include "model.h"
+#include "test_util.h"
+#include "trainer/trainer.h"
+
+namespace sweep::trainer::cuda {
+namespace {
+
+using test::Count;
+using test::Down;
+using test::ExpectErr;
+using test::NormErr;
+using test::Up;
+using testing::Random;
+
+// Counts the layers Backward reports, to check they come last to first.
+class RecordingHook final : public LayerHook {
+ public:
+  Status LayerDone(int layer) override {
+    order.push_back(layer);
+    return Status::Ok();
+  }
+  std::vector<int> order;
+};
+
+class CudaNet : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Result<int> devices = DeviceCount();
+    if (!devices.ok()) GTEST_SKIP() << devices.status().message();
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_TRUE(CreateBlasHandle(stream_, /*tf32=*/false, &blas_).ok());
+    const Status s = CreateCudnnHandle(stream_, &dnn_);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  void TearDown() override {
+    if (dnn_ != nullptr) cudnnDestroy(dnn_);
+    if (blas_ != nullptr) cublasDestroy(blas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  void Compare(const TrainOptions& o, TensorShape input, float smoothing) {
+    Result<ModelSpec> built = BuildModel(o, input, 5);
+    ASSERT_TRUE(built.ok()) << built.status().message();
+    const ModelSpec& model = built.value();
+    const int B = 6;
+    cpu::Net cpu(model, B, Precision::kFp32, smoothing);
+    Result<std::unique_ptr<Net>> made = Net::Create(model, B, Precision::kFp32, smoothing,
+                                                    /*tf32=*/false, stream_, blas_, dnn_);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    Net& gpu = *made.value();
+    InitParams(model, 3, cpu.params(), cpu.stats());
+    const size_t np = Count(model.num_params), ns = Count(model.num_buffers);
+    ASSERT_EQ(cudaMemcpy(gpu.params(), cpu.params(), np * sizeof(float), cudaMemcpyHostToDevice),
+              cudaSuccess);
+
+    DeviceBuffer<float> x;
+    DeviceBuffer<int32_t> y;
+    ASSERT_TRUE(DeviceBuffer<float>::Make(B * input.size(), &x).ok());
+    ASSERT_TRUE(DeviceBuffer<int32_t>::Make(B, &y).ok());
+    // Copies from pageable memory land in the legacy stream's order, which stream_ does not
+    // wait for: each upload is waited for before the net reads it.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    RecordingHook hook;
+    for (int mb = 0; mb < 2; ++mb) {  // the second micro-batch accumulates
+      const std::vector<float> xs = Random(Count(B * input.size()), 10 + mb, 1.5);
+      std::vector<int32_t> ys;
+      for (int b = 0; b < B; ++b) ys.push_back((b + mb) % 5);
+      ASSERT_EQ(cudaMemcpy(x.data(), xs.data(), xs.size() * sizeof(float), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_EQ(
+          cudaMemcpy(y.data(), ys.data(), ys.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+          cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const double loss = cpu.ForwardLoss(xs.data(), ys.data(), B, 1.0f / B, 77, mb * B);
+      cpu.Backward(xs.data(), B, mb > 0);
+      ASSERT_TRUE(gpu.ForwardLoss(x.data(), y.data(), B, 1.0f / B, 77, mb * B, false).ok());
+      hook.order.clear();
+      ASSERT_TRUE(gpu.Backward(x.data(), B, mb > 0, &hook).ok());
+      ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      double gpu_loss = 0;
+      ASSERT_EQ(cudaMemcpy(&gpu_loss, gpu.summed_loss(), sizeof(double), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      const std::string at = " (micro-batch " + std::to_string(mb) + ")";
+      ExpectErr(("loss" + at).c_str(), std::abs(gpu_loss - loss) / std::abs(loss), 1e-5);
+      std::vector<float> grads(np), stats(ns);
+      ASSERT_EQ(cudaMemcpy(grads.data(), gpu.grads(), np * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      ExpectErr(("gradients" + at).c_str(),
+                NormErr(grads, std::vector<float>(cpu.grads(), cpu.grads() + np)), 1e-5);
+      ASSERT_EQ(cudaMemcpy(stats.data(), gpu.stats(), ns * sizeof(float), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      if (ns > 0) {
+        ExpectErr(("running statistics" + at).c_str(),
+                  NormErr(stats, std::vector<float>(cpu.stats(), cpu.stats() + ns)), 1e-5);
+      }
+    }
+    std::vector<int> expected;
+    for (int k = static_cast<int>(model.param_layers.size()) - 1; k >= 0; --k) {
+      expected.push_back(k);
+    }
+    EXPECT_EQ(hook.order, expected);
+
+    // Evaluation, with the running statistics both updated.
+    const std::vector<float> xs = Random(Count(B * input.size()), 30, 1.5);
+    std::vector<int32_t> ys;
+    for (int b = 0; b < B; ++b) ys.push_back(b % 5);
+    double cpu_loss = 0;
+    int64_t cpu_correct = 0;
+    cpu.Evaluate(xs.data(), ys.data(), B, &cpu_loss, &cpu_correct);
+    DeviceBuffer<float> ex = Up(xs);
+    DeviceBuffer<int32_t> ey = Up(ys);
+    DeviceBuffer<double> total = Up(std::vector<double>{0.0});
+    DeviceBuffer<unsigned long long> correct = Up(std::vector<unsigned long long>{0});
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    ASSERT_TRUE(gpu.Evaluate(ex.data(), ey.data(), B, total.data(), correct.data()).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    ExpectErr("evaluation loss", std::abs(Down(total)[0] - cpu_loss) / std::abs(cpu_loss), 1e-5);
+    EXPECT_EQ(static_cast<int64_t>(Down(correct)[0]), cpu_correct);
+  }
+
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  cudnnHandle_t dnn_ = nullptr;
+};
+
+TEST_F(CudaNet, AResidualCnnMatchesTheCpu) {
+  TrainOptions o;
+  o.model = "cnn";
+  o.channels = {4, 8};
+  o.residual = true;
+  o.hidden = {16};
+  o.dropout = 0.25;
+  Compare(o, TensorShape{2, 8, 8}, 0.0f);
+}
+
+TEST_F(CudaNet, APlainCnnWithBiasesMatchesTheCpu) {
+  TrainOptions o;
+  o.model = "cnn";
+  o.channels = {3, 6};
+  o.batch_norm = false;
+  o.pool = "avg";
+  o.global_pool = true;
+  o.activation = "tanh";
+  o.hidden = {};
+  Compare(o, TensorShape{1, 9, 9}, 0.1f);
+}
+
+TEST_F(CudaNet, RefusesHalfPrecisionForNow) {
+  TrainOptions o;
+  o.model = "cnn";
+  o.channels = {4};
+  Result<ModelSpec> built = BuildModel(o, TensorShape{1, 8, 8}, 3);
+  ASSERT_TRUE(built.ok());
+  Result<std::unique_ptr<Net>> made =
+      Net::Create(built.value(), 4, Precision::kBf16, 0, true, stream_, blas_, dnn_);
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.status().message().find("fp32"), std::string::npos) << made.status().message();
+}
+
+}  // namespace
+}  // namespace sweep::trainer::cuda

@@ -1,0 +1,377 @@
+// The CUDA replica's forward and backward for a general ModelSpec: the layers in order, then
+// backward in reverse, each a call of the CUDA kernels or of cuDNN / cuBLAS, as cpu/net.cc
+// does on the CPU.
+#include "cuda/net.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "cuda/cnn_ops.h"
+#include "cuda/cuda_check.h"
+#include "cuda/ops.h"
+#include "rng.h"
+
+namespace sweep::trainer::cuda {
+namespace {
+
+cpu::ConvShape ConvOf(const Layer& l, int B) {
+  cpu::ConvShape s;
+  s.B = B;
+  s.H = l.in_shape.h;
+  s.W = l.in_shape.w;
+  s.C = l.in_shape.c;
+  s.OC = l.out;
+  s.K = l.kernel;
+  s.stride = l.stride;
+  s.pad = l.pad;
+  return s;
+}
+
+}  // namespace
+
+Net::Net(const ModelSpec& model, int max_batch, float label_smoothing, bool tf32,
+         cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn)
+    : model_(model),
+      max_batch_(max_batch),
+      label_smoothing_(label_smoothing),
+      tf32_(tf32),
+      stream_(stream),
+      blas_(blas),
+      dnn_(dnn) {}
+
+Result<std::unique_ptr<Net>> Net::Create(const ModelSpec& model, int max_batch, Precision precision,
+                                         float label_smoothing, bool tf32, cudaStream_t stream,
+                                         cublasHandle_t blas, cudnnHandle_t dnn) {
+  if (precision != Precision::kFp32) {
+    return Status::InvalidArgument(
+        "cuda: models with convolutions, pooling or batch norm train in fp32 on GPUs for now "
+        "(precision = \"fp32\", or train on the CPU)");
+  }
+  if (max_batch < 1) return Status::InvalidArgument("cuda: max_batch must be >= 1");
+  std::unique_ptr<Net> net(new Net(model, max_batch, label_smoothing, tf32, stream, blas, dnn));
+  SWEEP_RETURN_IF_ERROR(net->Allocate());
+  return net;
+}
+
+Status Net::Allocate() {
+  const size_t n = model_.layers.size();
+  const int L = static_cast<int>(n);
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(model_.num_params, &params_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(model_.num_params, &grads_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(model_.num_buffers, &stats_));
+  std::vector<float> initial(static_cast<size_t>(model_.num_buffers));
+  InitStats(model_, initial.data());
+  if (!initial.empty()) {
+    CUDA_CHECK(cudaMemcpy(stats_.data(), initial.data(), initial.size() * sizeof(float),
+                          cudaMemcpyHostToDevice));
+  }
+  gown_.resize(n);
+  for (int i = 0; i < L; ++i) {
+    const Layer& l = model_.layer(i);
+    gown_[static_cast<size_t>(i)] =
+        l.kind == LayerKind::kFlatten && l.input >= 0 ? gown_[static_cast<size_t>(l.input)] : i;
+  }
+  out_.resize(n);
+  gbuf_.resize(n);
+  mask_.resize(n);
+  mean_.resize(n);
+  invstd_.resize(n);
+  argmax_.resize(n);
+  plans_.resize(n);
+  y_.assign(n, nullptr);
+  written_.assign(n, 0);
+  int64_t widest_in = 0, widest_weight = 0, bias_scratch = 0, bn_scratch = 0;
+  for (int i = 0; i < L; ++i) {
+    const size_t at = static_cast<size_t>(i);
+    const Layer& l = model_.layer(i);
+    const int64_t rows_out = int64_t{max_batch_} * l.out_shape.size();
+    widest_in = std::max(widest_in, l.in_shape.size());
+    if (l.kind != LayerKind::kFlatten)
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(rows_out, &out_[at]));
+    if (gown_[at] == i) SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(rows_out, &gbuf_[at]));
+    switch (l.kind) {
+      case LayerKind::kDropout:
+        SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(rows_out, &mask_[at]));
+        break;
+      case LayerKind::kMaxPool:
+        SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(rows_out, &argmax_[at]));
+        break;
+      case LayerKind::kBatchNorm: {
+        SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(l.in_shape.c, &mean_[at]));
+        SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(l.in_shape.c, &invstd_[at]));
+        const int64_t N = int64_t{max_batch_} * l.in_shape.h * l.in_shape.w;
+        bn_scratch = std::max(bn_scratch, batchnorm_scratch_bytes(N, l.in_shape.c));
+        break;
+      }
+      case LayerKind::kConv: {
+        widest_weight =
+            std::max(widest_weight, int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c);
+        const int rows = max_batch_ * l.out_shape.h * l.out_shape.w;
+        if (l.bias_at >= 0)
+          bias_scratch = std::max(bias_scratch, BiasGradScratchFloats(rows, l.out));
+        break;
+      }
+      case LayerKind::kLinear:
+        if (l.bias_at >= 0) {
+          bias_scratch = std::max(bias_scratch, BiasGradScratchFloats(max_batch_, l.out));
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(int64_t{max_batch_} * widest_in, &dtmp_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(widest_weight, &dw_tmp_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(bias_scratch, &bias_scratch_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(bn_scratch, &bn_scratch_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(max_batch_, &losses_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &loss_));
+  return Status::Ok();
+}
+
+Result<const CudnnConv*> Net::Plan(int i, int B) {
+  std::unique_ptr<CudnnConv>& plan = plans_[static_cast<size_t>(i)][B];
+  if (plan == nullptr) {
+    ConvOptions o;
+    o.tf32 = tf32_;
+    SWEEP_ASSIGN_OR_RETURN(plan, CudnnConv::Create(dnn_, ConvOf(model_.layer(i), B), o));
+    SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes()));
+  }
+  return plan.get();
+}
+
+Status Net::EnsureWorkspace(size_t bytes) {
+  if (bytes <= static_cast<size_t>(workspace_.size())) return Status::Ok();
+  // Work queued on the old workspace is done before it is freed: cudaFree waits for the device.
+  workspace_ = DeviceBuffer<uint8_t>();
+  return DeviceBuffer<uint8_t>::Make(static_cast<int64_t>(bytes), &workspace_);
+}
+
+Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int64_t first_row) {
+  if (B < 1 || B > max_batch_) {
+    return Status::Internal("cuda: a batch of " + std::to_string(B) + " rows; the net holds " +
+                            std::to_string(max_batch_));
+  }
+  const float* p = params_.data();
+  const int L = static_cast<int>(model_.layers.size());
+  for (int i = 0; i < L; ++i) {
+    const size_t at = static_cast<size_t>(i);
+    const Layer& l = model_.layer(i);
+    const float* in = l.input < 0 ? x : y_[static_cast<size_t>(l.input)];
+    const int64_t n_out = int64_t{B} * l.out_shape.size();
+    float* out = out_[at].data();
+    y_[at] = out;
+    switch (l.kind) {
+      case LayerKind::kLinear: {
+        const int C = static_cast<int>(l.in_shape.size());
+        SWEEP_RETURN_IF_ERROR(matmul_forward(blas_, out, in, p + l.weight, B, C, l.out));
+        if (l.bias_at >= 0) {
+          SWEEP_RETURN_IF_ERROR(
+              bias_act_forward(out, out, p + l.bias_at, B, l.out, Activation::kNone, stream_));
+        }
+        break;
+      }
+      case LayerKind::kConv: {
+        SWEEP_ASSIGN_OR_RETURN(const CudnnConv* conv, Plan(i, B));
+        SWEEP_RETURN_IF_ERROR(conv->Forward(out, in, p + l.weight, workspace_.data()));
+        if (l.bias_at >= 0) {
+          const int rows = B * l.out_shape.h * l.out_shape.w;
+          SWEEP_RETURN_IF_ERROR(
+              bias_act_forward(out, out, p + l.bias_at, rows, l.out, Activation::kNone, stream_));
+        }
+        break;
+      }
+      case LayerKind::kBatchNorm: {
+        const int C = l.in_shape.c;
+        const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
+        float* rm = stats_.data() + l.stats;
+        if (train) {
+          SWEEP_RETURN_IF_ERROR(batchnorm_forward(
+              out, nullptr, mean_[at].data(), invstd_[at].data(), in, p + l.weight, p + l.bias_at,
+              rm, rm + C, N, C, l.momentum, l.eps, Activation::kNone, bn_scratch_.data(), stream_));
+        } else {
+          SWEEP_RETURN_IF_ERROR(batchnorm_eval(out, in, p + l.weight, p + l.bias_at, rm, rm + C, N,
+                                               C, l.eps, Activation::kNone, stream_));
+        }
+        break;
+      }
+      case LayerKind::kActivation:
+        SWEEP_RETURN_IF_ERROR(act_forward(out, in, n_out, l.act, stream_));
+        break;
+      case LayerKind::kMaxPool:
+        SWEEP_RETURN_IF_ERROR(maxpool_forward(out, argmax_[at].data(), in, B, l.in_shape.h,
+                                              l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
+                                              stream_));
+        break;
+      case LayerKind::kAvgPool:
+        SWEEP_RETURN_IF_ERROR(avgpool_forward(out, in, B, l.in_shape.h, l.in_shape.w, l.in_shape.c,
+                                              l.kernel, l.stride, stream_));
+        break;
+      case LayerKind::kGlobalAvgPool:
+        SWEEP_RETURN_IF_ERROR(
+            global_avgpool_forward(out, in, B, l.in_shape.h * l.in_shape.w, l.in_shape.c, stream_));
+        break;
+      case LayerKind::kFlatten:
+        y_[at] = in;
+        break;
+      case LayerKind::kDropout:
+        if (train && l.p > 0) {
+          const int C = static_cast<int>(l.in_shape.size());
+          // Each layer draws its own mask, as on the CPU: the key mixes in the layer.
+          SWEEP_RETURN_IF_ERROR(dropout_forward(
+              out, mask_[at].data(), in, B, C, l.p,
+              MixSeed(dropout_key, static_cast<uint64_t>(l.dropout_index)), first_row, stream_));
+        } else {
+          y_[at] = in;
+        }
+        break;
+      case LayerKind::kAdd: {
+        const float* other = l.shortcut < 0 ? x : y_[static_cast<size_t>(l.shortcut)];
+        SWEEP_RETURN_IF_ERROR(add_forward(out, in, other, n_out, stream_));
+        break;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Net::ForwardLoss(const float* x, const int32_t* y, int B, float dloss_scale,
+                        uint64_t dropout_key, int64_t first_row, bool accumulate_loss) {
+  SWEEP_RETURN_IF_ERROR(Forward(x, B, /*train=*/true, dropout_key, first_row));
+  const int last = static_cast<int>(model_.layers.size()) - 1;
+  SWEEP_RETURN_IF_ERROR(softmax_xent_forward_backward(Grad(last), losses_.data(), y_.back(), y, B,
+                                                      model_.classes, dloss_scale, stream_,
+                                                      label_smoothing_));
+  return loss_sum(loss_.data(), losses_.data(), B, stream_, accumulate_loss);
+}
+
+Status Net::Backward(const float* x, int B, bool accumulate, LayerHook* hook) {
+  const int L = static_cast<int>(model_.layers.size());
+  std::fill(written_.begin(), written_.end(), 0);
+  written_[static_cast<size_t>(gown_[static_cast<size_t>(L - 1)])] = 1;  // the loss wrote it
+  const float* p = params_.data();
+  float* g = grads_.data();
+  // Where the gradient w.r.t. layer j's output goes, and whether it adds to what is there.
+  auto target = [&](int j, bool* add) -> float* {
+    if (j < 0) return nullptr;  // the model's input: no gradient wanted
+    char& w = written_[static_cast<size_t>(gown_[static_cast<size_t>(j)])];
+    *add = w != 0;
+    w = 1;
+    return Grad(j);
+  };
+  for (int i = L - 1; i >= 0; --i) {
+    const size_t at = static_cast<size_t>(i);
+    const Layer& l = model_.layer(i);
+    if (l.kind == LayerKind::kFlatten) continue;
+    const float* in = l.input < 0 ? x : y_[static_cast<size_t>(l.input)];
+    float* d = Grad(i);
+    const int64_t n_in = int64_t{B} * l.in_shape.size(), n_out = int64_t{B} * l.out_shape.size();
+    bool add = false;
+    switch (l.kind) {
+      case LayerKind::kLinear:
+      case LayerKind::kConv: {
+        const bool conv = l.kind == LayerKind::kConv;
+        const int rows = conv ? B * l.out_shape.h * l.out_shape.w : B;
+        if (l.bias_at >= 0) {
+          SWEEP_RETURN_IF_ERROR(bias_act_backward(d, g + l.bias_at, y_[at], y_[at], rows, l.out,
+                                                  Activation::kNone, stream_, accumulate, nullptr,
+                                                  HalfType::kBf16, true, bias_scratch_.data()));
+        }
+        float* d_in = target(l.input, &add);
+        // A gradient already written by another reader is added to, through dtmp_.
+        float* dx = d_in == nullptr ? nullptr : add ? dtmp_.data() : d_in;
+        if (conv) {
+          SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
+          const int64_t nw = int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c;
+          SWEEP_RETURN_IF_ERROR(plan->BackwardFilter(accumulate ? dw_tmp_.data() : g + l.weight, in,
+                                                     d, workspace_.data()));
+          if (accumulate) {
+            SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dw_tmp_.data(), nw, true, stream_));
+          }
+          if (dx != nullptr) {
+            SWEEP_RETURN_IF_ERROR(plan->BackwardData(dx, d, p + l.weight, workspace_.data()));
+          }
+        } else {
+          SWEEP_RETURN_IF_ERROR(matmul_backward(blas_, dx, g + l.weight, d, in, p + l.weight, B,
+                                                static_cast<int>(l.in_shape.size()), l.out,
+                                                accumulate));
+        }
+        if (dx != nullptr && add) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dx, n_in, true, stream_));
+        break;
+      }
+      case LayerKind::kBatchNorm: {
+        float* d_in = target(l.input, &add);
+        SWEEP_RETURN_IF_ERROR(batchnorm_backward(
+            d_in, g + l.weight, g + l.bias_at, d, in, nullptr, y_[at], mean_[at].data(),
+            invstd_[at].data(), p + l.weight, int64_t{B} * l.in_shape.h * l.in_shape.w,
+            l.in_shape.c, Activation::kNone, accumulate, add, bn_scratch_.data(), stream_));
+        break;
+      }
+      case LayerKind::kActivation: {
+        float* d_in = target(l.input, &add);
+        if (d_in != nullptr) {
+          SWEEP_RETURN_IF_ERROR(act_backward(d_in, d, in, y_[at], n_out, l.act, add, stream_));
+        }
+        break;
+      }
+      case LayerKind::kMaxPool: {
+        float* d_in = target(l.input, &add);
+        if (d_in != nullptr) {
+          SWEEP_RETURN_IF_ERROR(maxpool_backward(d_in, d, argmax_[at].data(), B, l.in_shape.h,
+                                                 l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
+                                                 add, stream_));
+        }
+        break;
+      }
+      case LayerKind::kAvgPool: {
+        float* d_in = target(l.input, &add);
+        if (d_in != nullptr) {
+          SWEEP_RETURN_IF_ERROR(avgpool_backward(d_in, d, B, l.in_shape.h, l.in_shape.w,
+                                                 l.in_shape.c, l.kernel, l.stride, add, stream_));
+        }
+        break;
+      }
+      case LayerKind::kGlobalAvgPool: {
+        float* d_in = target(l.input, &add);
+        if (d_in != nullptr) {
+          SWEEP_RETURN_IF_ERROR(global_avgpool_backward(d_in, d, B, l.in_shape.h * l.in_shape.w,
+                                                        l.in_shape.c, add, stream_));
+        }
+        break;
+      }
+      case LayerKind::kDropout: {
+        float* d_in = target(l.input, &add);
+        if (d_in == nullptr) break;
+        if (l.p > 0) SWEEP_RETURN_IF_ERROR(dropout_backward(d, mask_[at].data(), n_out, stream_));
+        SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, d, n_out, add, stream_));
+        break;
+      }
+      case LayerKind::kAdd: {
+        float* d_in = target(l.input, &add);
+        if (d_in != nullptr) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, d, n_out, add, stream_));
+        bool add2 = false;
+        float* d_short = target(l.shortcut, &add2);
+        if (d_short != nullptr) {
+          SWEEP_RETURN_IF_ERROR(copy_or_add(d_short, d, n_out, add2, stream_));
+        }
+        break;
+      }
+      case LayerKind::kFlatten:
+        break;
+    }
+    if (hook != nullptr && l.has_params()) SWEEP_RETURN_IF_ERROR(hook->LayerDone(l.param_index));
+  }
+  return Status::Ok();
+}
+
+Status Net::Evaluate(const float* x, const int32_t* y, int B, double* loss_total,
+                     unsigned long long* correct) {
+  SWEEP_RETURN_IF_ERROR(Forward(x, B, /*train=*/false, 0, 0));
+  SWEEP_RETURN_IF_ERROR(softmax_xent_forward_backward(nullptr, losses_.data(), y_.back(), y, B,
+                                                      model_.classes, 1.0f, stream_));
+  SWEEP_RETURN_IF_ERROR(loss_sum(loss_total, losses_.data(), B, stream_, /*accumulate=*/true));
+  return accuracy(correct, y_.back(), y, B, model_.classes, stream_);
+}
+
+}  // namespace sweep::trainer::cuda

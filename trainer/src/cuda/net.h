@@ -1,0 +1,95 @@
+// One model replica on one GPU built from a ModelSpec (convolutions, batch norm, pooling,
+// residual adds, linear layers): cpu/net.h's Net with device buffers. Parameters, gradients
+// and batch norm's running statistics are flat device buffers in the ModelSpec's layout;
+// every activation and gradient buffer is allocated once for max_batch rows. Convolutions run
+// through cuDNN (cuda/cudnn_conv.h, a plan per batch size, made at its first use), linear layers
+// through cuBLAS, the rest through cuda/cnn_ops.h and cuda/ops.h. Each layer is its own pass
+// (the CPU fuses an activation into its producer: the same numbers). fp32 only for now (TF32
+// tensor cores when tf32). All work is queued on the replica's stream through its cuBLAS and
+// cuDNN handles, which the caller owns and which outlive the Net. Not thread-safe: one thread,
+// with the replica's device current, uses it.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "cuda/cudnn_conv.h"
+#include "cuda/device_buffer.h"
+#include "cuda/mlp.h"
+#include "model.h"
+
+namespace sweep::trainer::cuda {
+
+class Net {
+ public:
+  // InvalidArgument for bf16 / fp16 (not yet on GPUs for these models).
+  static Result<std::unique_ptr<Net>> Create(const ModelSpec& model, int max_batch,
+                                             Precision precision, float label_smoothing, bool tf32,
+                                             cudaStream_t stream, cublasHandle_t blas,
+                                             cudnnHandle_t dnn);
+
+  const ModelSpec& model() const { return model_; }
+  float* params() { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  float* stats() { return stats_.data(); }
+  // [1] on the device: the loss ForwardLoss sums.
+  double* summed_loss() { return loss_.data(); }
+
+  // Training forward of x [B, inputs] with labels y (both on the device), its loss summed into
+  // summed_loss() (reset first unless accumulate_loss); keeps what Backward needs. The logits'
+  // gradient is scaled by dloss_scale. Batch norm updates its running statistics.
+  Status ForwardLoss(const float* x, const int32_t* y, int B, float dloss_scale,
+                     uint64_t dropout_key, int64_t first_row, bool accumulate_loss);
+  // Backward of the last ForwardLoss (x and B as given to it): grads() = the gradient, or += it
+  // when `accumulate`. Tells `hook` (when not null) as each layer with parameters is queued,
+  // by its index among those layers, last to first.
+  Status Backward(const float* x, int B, bool accumulate, LayerHook* hook);
+  // Evaluation of x and y (on the device): adds the summed loss to *loss_total and the correct
+  // argmaxes to *correct (both on the device), with batch norm's running statistics.
+  Status Evaluate(const float* x, const int32_t* y, int B, double* loss_total,
+                  unsigned long long* correct);
+
+ private:
+  Net(const ModelSpec& model, int max_batch, float label_smoothing, bool tf32, cudaStream_t stream,
+      cublasHandle_t blas, cudnnHandle_t dnn);
+  Status Allocate();
+  // The layers in order; the logits end in y_.back().
+  Status Forward(const float* x, int B, bool train, uint64_t dropout_key, int64_t first_row);
+  // Layer i's convolution plans for B rows, made at their first use.
+  Result<const CudnnConv*> Plan(int i, int B);
+  Status EnsureWorkspace(size_t bytes);
+  float* Grad(int i) { return gbuf_[static_cast<size_t>(gown_[static_cast<size_t>(i)])].data(); }
+
+  ModelSpec model_;
+  int max_batch_;
+  float label_smoothing_;
+  bool tf32_;
+  cudaStream_t stream_;
+  cublasHandle_t blas_;
+  cudnnHandle_t dnn_;
+  DeviceBuffer<float> params_, grads_, stats_;
+  // Per layer: its output (empty for a flatten, which reads its input's), the pointer each
+  // forward set (y_[i]: what layer i gave), and the gradient w.r.t. it (gown_[i] names the
+  // buffer: a flatten shares its input's); written_ says whether this backward wrote it yet.
+  std::vector<DeviceBuffer<float>> out_, gbuf_, mask_, mean_, invstd_;
+  std::vector<DeviceBuffer<int32_t>> argmax_;
+  std::vector<const float*> y_;
+  std::vector<int> gown_;
+  std::vector<char> written_;
+  std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
+  DeviceBuffer<uint8_t> workspace_, bn_scratch_;
+  DeviceBuffer<float> dtmp_;    // a gradient that must be added to one already written
+  DeviceBuffer<float> dw_tmp_;  // a convolution's weight gradient before it is added
+  DeviceBuffer<float> bias_scratch_;
+  DeviceBuffer<float> losses_;
+  DeviceBuffer<double> loss_;
+};
+
+}  // namespace sweep::trainer::cuda
