@@ -92,9 +92,9 @@ class CudaNet : public ::testing::Test {
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const double loss = cpu.ForwardLoss(xs.data(), ys.data(), B, 1.0f / B, 77, mb * B);
       cpu.Backward(xs.data(), B, mb > 0);
-      ASSERT_TRUE(gpu.ForwardLoss(x.data(), y.data(), B, 1.0f / B, 77, mb * B, false).ok());
+      ASSERT_TRUE(gpu.ForwardLossOn(x.data(), y.data(), B, 1.0f / B, 77, mb * B, false).ok());
       hook.order.clear();
-      ASSERT_TRUE(gpu.Backward(x.data(), B, mb > 0, &hook).ok());
+      ASSERT_TRUE(gpu.BackwardOn(x.data(), B, mb > 0, &hook).ok());
       ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
       double gpu_loss = 0;
       ASSERT_EQ(cudaMemcpy(&gpu_loss, gpu.summed_loss(), sizeof(double), cudaMemcpyDeviceToHost),
@@ -131,7 +131,7 @@ class CudaNet : public ::testing::Test {
     DeviceBuffer<double> total = Up(std::vector<double>{0.0});
     DeviceBuffer<unsigned long long> correct = Up(std::vector<unsigned long long>{0});
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_TRUE(gpu.Evaluate(ex.data(), ey.data(), B, total.data(), correct.data()).ok());
+    ASSERT_TRUE(gpu.EvaluateOn(ex.data(), ey.data(), B, total.data(), correct.data()).ok());
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     ExpectErr("evaluation loss", std::abs(Down(total)[0] - cpu_loss) / std::abs(cpu_loss), 1e-5);
     EXPECT_EQ(static_cast<int64_t>(Down(correct)[0]), cpu_correct);

@@ -333,13 +333,25 @@ TEST(CudaEmu, AFullGpuFailsTheGroupWithWhatToMakeSmaller) {
   ASSERT_EQ(cudaFree(p), cudaSuccess);
 
   GroupSpec spec = tt::Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
-  spec.max_rows = 1 << 20;  // an input slot alone: 2^20 rows x 24 floats, 96 MiB
+  // The layers' outputs alone (133 floats a row) take more than the GPU has: refused before
+  // anything is allocated, naming the batch.
+  spec.max_rows = 1 << 20;
   auto group = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_FALSE(group.ok());
+  EXPECT_NE(group.status().message().find(
+                "GiB of activations for 1048576 rows), it has 0.1 GiB free of 16.0; make "
+                "batch_size smaller"),
+            std::string::npos)
+      << group.status().message();
+  // The outputs fit (53 MB), but with the inputs, gradients and the rest they do not: the
+  // allocation fails, and says what to make smaller.
+  spec.max_rows = 100000;
+  group = cuda::GetBackend()->CreateGroup(spec);
   ASSERT_FALSE(group.ok());
   const std::string& why = group.status().message();
   EXPECT_NE(why.find("cudaErrorMemoryAllocation"), std::string::npos) << why;
   EXPECT_NE(why.find(".h:"), std::string::npos) << why;
-  EXPECT_NE(why.find("for batches of 1048576 rows: make hidden or batch_size smaller"),
+  EXPECT_NE(why.find("for batches of 100000 rows: make hidden or batch_size smaller"),
             std::string::npos)
       << why;
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);

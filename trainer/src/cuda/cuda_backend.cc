@@ -36,6 +36,14 @@ bool HaveNccl() {
 #endif
 }
 
+bool HaveCudnn() {
+#if defined(SWEEP_HAVE_CUDNN)
+  return true;
+#else
+  return false;
+#endif
+}
+
 // The ordinals the group will use: spec.devices, or 0 .. replicas - 1.
 Result<std::vector<int>> GroupDevices(const GroupSpec& spec, int count) {
   std::vector<int> devices = spec.devices;
@@ -75,20 +83,27 @@ Result<std::vector<int>> GroupDevices(const GroupSpec& spec, int count) {
 Status CheckDeviceMemory(const GroupSpec& spec, const std::vector<int>& devices) {
   const double params = static_cast<double>(spec.model.num_params);
   const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
+  // At least every layer's output for the most rows a replica sees at once (gradients, inputs
+  // and cuDNN's workspaces come on top: an allocation that fails later says so too).
+  const double activations = sizeof(float) * static_cast<double>(spec.max_rows) *
+                             static_cast<double>(spec.model.ActivationFloats());
   const double need = params * (sizeof(float) * (2.0 + states) +
-                                (spec.precision != Precision::kFp32 ? sizeof(uint16_t) : 0));
+                                (spec.precision != Precision::kFp32 ? sizeof(uint16_t) : 0)) +
+                      activations;
   for (int d : devices) {
     CUDA_CHECK(cudaSetDevice(d));
     size_t free = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
     if (need > static_cast<double>(free)) {
-      char msg[320];
+      char msg[400];
       std::snprintf(msg, sizeof msg,
                     "cuda: the model does not fit in GPU %d's memory: %.0f parameters need at "
-                    "least %.1f GiB (weights, gradients, optimizer state), it has %.1f GiB free "
-                    "of %.1f; make hidden smaller",
-                    d, params, need / 1073741824.0, static_cast<double>(free) / 1073741824.0,
-                    static_cast<double>(total) / 1073741824.0);
+                    "least %.1f GiB (weights, gradients, optimizer state, and %.1f GiB of "
+                    "activations for %d rows), it has %.1f GiB free of %.1f; make %s smaller",
+                    d, params, need / 1073741824.0, activations / 1073741824.0, spec.max_rows,
+                    static_cast<double>(free) / 1073741824.0,
+                    static_cast<double>(total) / 1073741824.0,
+                    activations > 0.5 * need ? "batch_size" : "hidden");
       return Status::InvalidArgument(msg);
     }
   }
@@ -104,10 +119,23 @@ class CudaBackend final : public Backend {
     if (spec.replicas < 1) return Status::InvalidArgument("cuda: replicas must be >= 1");
     MlpView mlp;
     if (!AsMlp(spec.model, &mlp) || spec.label_smoothing != 0) {
-      // NotFound: the CPU backend trains it (and with backend = "cuda" this is the error).
-      return Status::NotFound(
-          "cuda: the GPU backend trains MLPs only for now (this model has convolution, pooling "
-          "or batch norm layers, or label_smoothing)");
+      // Any other model trains as cuda/net.h: convolutions need cuDNN in the build.
+      if (!HaveCudnn()) {
+        // NotFound: the CPU backend trains it (and with backend = "cuda" this is the error).
+        return Status::NotFound(
+            "cuda: this build has no cuDNN, so models with convolution, pooling or batch norm "
+            "layers, or label_smoothing, train on the CPU");
+      }
+      if (spec.precision != Precision::kFp32) {
+        return Status::InvalidArgument(
+            "cuda: models with convolution, pooling or batch norm layers, or label_smoothing, "
+            "train in fp32 on GPUs for now (set precision = \"fp32\", or backend = \"cpu\")");
+      }
+      if (spec.replicas > 1) {
+        return Status::InvalidArgument(
+            "cuda: models with convolution, pooling or batch norm layers, or label_smoothing, "
+            "train on one GPU per trial for now (set gpus = 1, or backend = \"cpu\")");
+      }
     }
     if (spec.replicas > 1 && !HaveNccl()) {
       return Status::InvalidArgument(

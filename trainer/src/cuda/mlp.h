@@ -17,54 +17,46 @@
 #include "base/status.h"
 #include "cuda/device_buffer.h"
 #include "cuda/ops.h"
+#include "cuda/replica_model.h"
 #include "model.h"
 
 namespace sweep::trainer::cuda {
 
-// Told, during Backward, that layer l's gradients are queued in full on the replica's stream
-// (what runs after that point on the stream sees them final): a bucket's all-reduce may start.
-class LayerHook {
+class Mlp final : public ReplicaModel {
  public:
-  virtual ~LayerHook() = default;
-  virtual Status LayerDone(int layer) = 0;
-};
-
-class Mlp {
- public:
-  static constexpr int kInputSlots = 2;  // one being computed on, one being copied into
-
   static Result<std::unique_ptr<Mlp>> Create(const MlpShape& shape, Activation act, int max_batch,
                                              float dropout, Precision precision,
                                              cudaStream_t stream, cublasHandle_t blas);
 
   const MlpShape& shape() const { return shape_; }
-  float* params() { return params_.data(); }
-  float* grads() { return grads_.data(); }
+  float* params() override { return params_.data(); }
+  float* grads() override { return grads_.data(); }
   // Input slot s (< kInputSlots): x [max_batch, inputs], y [max_batch], for the caller to fill.
-  float* x(int slot) { return x_[slot].data(); }
-  int32_t* y(int slot) { return y_[slot].data(); }
+  float* x(int slot) override { return x_[slot].data(); }
+  int32_t* y(int slot) override { return y_[slot].data(); }
   // [1] on the device: the loss ForwardLoss sums.
-  double* summed_loss() { return loss_.data(); }
+  double* summed_loss() override { return loss_.data(); }
 
   // The weights changed (a load): the 16-bit copy is remade before the next forward. No-op in
   // fp32. An optimizer step that writes params16() (cuda/ops.h) keeps the copy current instead.
-  void ParamsChanged() { half_params_fresh_ = false; }
+  void ParamsChanged() override { half_params_fresh_ = false; }
   // bf16 / fp16: the 16-bit copy of the weights the GEMMs read (current after any forward);
   // null in fp32.
-  uint16_t* params16() { return half() ? params16_.data() : nullptr; }
-  HalfType half_type() const { return half_type_; }
+  uint16_t* params16() override { return half() ? params16_.data() : nullptr; }
+  HalfType half_type() const override { return half_type_; }
 
   // Training forward of the B rows in input slot `slot` and its loss, summed into summed_loss()
   // (reset first unless accumulate_loss); keeps what Backward needs. The logits' gradient is
   // scaled by dloss_scale and, when loss_scale (a device float) is not null, by *loss_scale.
   Status ForwardLoss(int slot, int B, float dloss_scale, const float* loss_scale,
-                     uint64_t dropout_key, int64_t first_row, bool accumulate_loss);
+                     uint64_t dropout_key, int64_t first_row, bool accumulate_loss) override;
   // Backward of the last ForwardLoss: grads() = the gradient, or += it when `accumulate`. Tells
   // `hook` (when not null) as each layer, last to first, is queued.
-  Status Backward(int slot, int B, bool accumulate, LayerHook* hook);
+  Status Backward(int slot, int B, bool accumulate, LayerHook* hook) override;
   // Copies a host batch into slot 0 on the stream, adds its summed loss and correct count (no
   // dropout), and waits for the stream. Only while no training work is queued.
-  Status Evaluate(const float* x, const int32_t* y, int B, double* loss_sum, int64_t* correct);
+  Status Evaluate(const float* x, const int32_t* y, int B, double* loss_sum,
+                  int64_t* correct) override;
 
  private:
   Mlp(const MlpShape& shape, Activation act, int max_batch, float dropout, Precision precision,

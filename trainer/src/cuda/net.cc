@@ -79,7 +79,7 @@ Status Net::Allocate() {
   invstd_.resize(n);
   argmax_.resize(n);
   plans_.resize(n);
-  y_.assign(n, nullptr);
+  val_.assign(n, nullptr);
   written_.assign(n, 0);
   int64_t widest_in = 0, widest_weight = 0, bias_scratch = 0, bn_scratch = 0;
   for (int i = 0; i < L; ++i) {
@@ -127,6 +127,13 @@ Status Net::Allocate() {
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(bn_scratch, &bn_scratch_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(max_batch_, &losses_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &loss_));
+  for (int s = 0; s < kInputSlots; ++s) {
+    SWEEP_RETURN_IF_ERROR(
+        DeviceBuffer<float>::Make(int64_t{max_batch_} * model_.input.size(), &in_x_[s]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(max_batch_, &in_y_[s]));
+  }
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &eval_loss_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<unsigned long long>::Make(1, &eval_correct_));
   return Status::Ok();
 }
 
@@ -158,10 +165,10 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
   for (int i = 0; i < L; ++i) {
     const size_t at = static_cast<size_t>(i);
     const Layer& l = model_.layer(i);
-    const float* in = l.input < 0 ? x : y_[static_cast<size_t>(l.input)];
+    const float* in = l.input < 0 ? x : val_[static_cast<size_t>(l.input)];
     const int64_t n_out = int64_t{B} * l.out_shape.size();
     float* out = out_[at].data();
-    y_[at] = out;
+    val_[at] = out;
     switch (l.kind) {
       case LayerKind::kLinear: {
         const int C = static_cast<int>(l.in_shape.size());
@@ -213,7 +220,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
             global_avgpool_forward(out, in, B, l.in_shape.h * l.in_shape.w, l.in_shape.c, stream_));
         break;
       case LayerKind::kFlatten:
-        y_[at] = in;
+        val_[at] = in;
         break;
       case LayerKind::kDropout:
         if (train && l.p > 0) {
@@ -223,11 +230,11 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
               out, mask_[at].data(), in, B, C, l.p,
               MixSeed(dropout_key, static_cast<uint64_t>(l.dropout_index)), first_row, stream_));
         } else {
-          y_[at] = in;
+          val_[at] = in;
         }
         break;
       case LayerKind::kAdd: {
-        const float* other = l.shortcut < 0 ? x : y_[static_cast<size_t>(l.shortcut)];
+        const float* other = l.shortcut < 0 ? x : val_[static_cast<size_t>(l.shortcut)];
         SWEEP_RETURN_IF_ERROR(add_forward(out, in, other, n_out, stream_));
         break;
       }
@@ -236,17 +243,17 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
   return Status::Ok();
 }
 
-Status Net::ForwardLoss(const float* x, const int32_t* y, int B, float dloss_scale,
-                        uint64_t dropout_key, int64_t first_row, bool accumulate_loss) {
+Status Net::ForwardLossOn(const float* x, const int32_t* y, int B, float dloss_scale,
+                          uint64_t dropout_key, int64_t first_row, bool accumulate_loss) {
   SWEEP_RETURN_IF_ERROR(Forward(x, B, /*train=*/true, dropout_key, first_row));
   const int last = static_cast<int>(model_.layers.size()) - 1;
-  SWEEP_RETURN_IF_ERROR(softmax_xent_forward_backward(Grad(last), losses_.data(), y_.back(), y, B,
+  SWEEP_RETURN_IF_ERROR(softmax_xent_forward_backward(Grad(last), losses_.data(), val_.back(), y, B,
                                                       model_.classes, dloss_scale, stream_,
                                                       label_smoothing_));
   return loss_sum(loss_.data(), losses_.data(), B, stream_, accumulate_loss);
 }
 
-Status Net::Backward(const float* x, int B, bool accumulate, LayerHook* hook) {
+Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) {
   const int L = static_cast<int>(model_.layers.size());
   std::fill(written_.begin(), written_.end(), 0);
   written_[static_cast<size_t>(gown_[static_cast<size_t>(L - 1)])] = 1;  // the loss wrote it
@@ -264,7 +271,7 @@ Status Net::Backward(const float* x, int B, bool accumulate, LayerHook* hook) {
     const size_t at = static_cast<size_t>(i);
     const Layer& l = model_.layer(i);
     if (l.kind == LayerKind::kFlatten) continue;
-    const float* in = l.input < 0 ? x : y_[static_cast<size_t>(l.input)];
+    const float* in = l.input < 0 ? x : val_[static_cast<size_t>(l.input)];
     float* d = Grad(i);
     const int64_t n_in = int64_t{B} * l.in_shape.size(), n_out = int64_t{B} * l.out_shape.size();
     bool add = false;
@@ -274,7 +281,7 @@ Status Net::Backward(const float* x, int B, bool accumulate, LayerHook* hook) {
         const bool conv = l.kind == LayerKind::kConv;
         const int rows = conv ? B * l.out_shape.h * l.out_shape.w : B;
         if (l.bias_at >= 0) {
-          SWEEP_RETURN_IF_ERROR(bias_act_backward(d, g + l.bias_at, y_[at], y_[at], rows, l.out,
+          SWEEP_RETURN_IF_ERROR(bias_act_backward(d, g + l.bias_at, val_[at], val_[at], rows, l.out,
                                                   Activation::kNone, stream_, accumulate, nullptr,
                                                   HalfType::kBf16, true, bias_scratch_.data()));
         }
@@ -303,7 +310,7 @@ Status Net::Backward(const float* x, int B, bool accumulate, LayerHook* hook) {
       case LayerKind::kBatchNorm: {
         float* d_in = target(l.input, &add);
         SWEEP_RETURN_IF_ERROR(batchnorm_backward(
-            d_in, g + l.weight, g + l.bias_at, d, in, nullptr, y_[at], mean_[at].data(),
+            d_in, g + l.weight, g + l.bias_at, d, in, nullptr, val_[at], mean_[at].data(),
             invstd_[at].data(), p + l.weight, int64_t{B} * l.in_shape.h * l.in_shape.w,
             l.in_shape.c, Activation::kNone, accumulate, add, bn_scratch_.data(), stream_));
         break;
@@ -311,7 +318,7 @@ Status Net::Backward(const float* x, int B, bool accumulate, LayerHook* hook) {
       case LayerKind::kActivation: {
         float* d_in = target(l.input, &add);
         if (d_in != nullptr) {
-          SWEEP_RETURN_IF_ERROR(act_backward(d_in, d, in, y_[at], n_out, l.act, add, stream_));
+          SWEEP_RETURN_IF_ERROR(act_backward(d_in, d, in, val_[at], n_out, l.act, add, stream_));
         }
         break;
       }
@@ -365,13 +372,47 @@ Status Net::Backward(const float* x, int B, bool accumulate, LayerHook* hook) {
   return Status::Ok();
 }
 
-Status Net::Evaluate(const float* x, const int32_t* y, int B, double* loss_total,
-                     unsigned long long* correct) {
+Status Net::EvaluateOn(const float* x, const int32_t* y, int B, double* loss_total,
+                       unsigned long long* correct) {
   SWEEP_RETURN_IF_ERROR(Forward(x, B, /*train=*/false, 0, 0));
-  SWEEP_RETURN_IF_ERROR(softmax_xent_forward_backward(nullptr, losses_.data(), y_.back(), y, B,
+  SWEEP_RETURN_IF_ERROR(softmax_xent_forward_backward(nullptr, losses_.data(), val_.back(), y, B,
                                                       model_.classes, 1.0f, stream_));
   SWEEP_RETURN_IF_ERROR(loss_sum(loss_total, losses_.data(), B, stream_, /*accumulate=*/true));
-  return accuracy(correct, y_.back(), y, B, model_.classes, stream_);
+  return accuracy(correct, val_.back(), y, B, model_.classes, stream_);
+}
+
+Status Net::ForwardLoss(int slot, int B, float dloss_scale, const float* loss_scale,
+                        uint64_t dropout_key, int64_t first_row, bool accumulate_loss) {
+  if (loss_scale != nullptr) return Status::Internal("cuda: a loss scale for an fp32 net");
+  return ForwardLossOn(x(slot), y(slot), B, dloss_scale, dropout_key, first_row, accumulate_loss);
+}
+
+Status Net::Backward(int slot, int B, bool accumulate, LayerHook* hook) {
+  return BackwardOn(x(slot), B, accumulate, hook);
+}
+
+Status Net::Evaluate(const float* xs, const int32_t* ys, int B, double* loss_sum,
+                     int64_t* correct) {
+  if (B < 1 || B > max_batch_) {
+    return Status::Internal("cuda: an evaluation batch of " + std::to_string(B) + " rows");
+  }
+  CUDA_CHECK(cudaMemcpyAsync(x(0), xs, static_cast<size_t>(B) * model_.input.size() * sizeof(float),
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(y(0), ys, static_cast<size_t>(B) * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemsetAsync(eval_loss_.data(), 0, sizeof(double), stream_));
+  CUDA_CHECK(cudaMemsetAsync(eval_correct_.data(), 0, sizeof(unsigned long long), stream_));
+  SWEEP_RETURN_IF_ERROR(EvaluateOn(x(0), y(0), B, eval_loss_.data(), eval_correct_.data()));
+  double loss = 0;
+  unsigned long long right = 0;
+  CUDA_CHECK(
+      cudaMemcpyAsync(&loss, eval_loss_.data(), sizeof loss, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(
+      cudaMemcpyAsync(&right, eval_correct_.data(), sizeof right, cudaMemcpyDeviceToHost, stream_));
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  *loss_sum += loss;
+  *correct += static_cast<int64_t>(right);
+  return Status::Ok();
 }
 
 }  // namespace sweep::trainer::cuda

@@ -22,12 +22,12 @@
 #include "base/status.h"
 #include "cuda/cudnn_conv.h"
 #include "cuda/device_buffer.h"
-#include "cuda/mlp.h"
+#include "cuda/replica_model.h"
 #include "model.h"
 
 namespace sweep::trainer::cuda {
 
-class Net {
+class Net final : public ReplicaModel {
  public:
   // InvalidArgument for bf16 / fp16 (not yet on GPUs for these models).
   static Result<std::unique_ptr<Net>> Create(const ModelSpec& model, int max_batch,
@@ -36,25 +36,36 @@ class Net {
                                              cudnnHandle_t dnn);
 
   const ModelSpec& model() const { return model_; }
-  float* params() { return params_.data(); }
-  float* grads() { return grads_.data(); }
-  float* stats() { return stats_.data(); }
-  // [1] on the device: the loss ForwardLoss sums.
-  double* summed_loss() { return loss_.data(); }
+  float* params() override { return params_.data(); }
+  float* grads() override { return grads_.data(); }
+  float* stats() override { return model_.num_buffers > 0 ? stats_.data() : nullptr; }
+  float* x(int slot) override { return in_x_[slot].data(); }
+  int32_t* y(int slot) override { return in_y_[slot].data(); }
+  double* summed_loss() override { return loss_.data(); }
+  void ParamsChanged() override {}  // fp32: the layers read params() itself
+  uint16_t* params16() override { return nullptr; }
+  cpu::HalfType half_type() const override { return cpu::HalfType::kBf16; }
+
+  // ReplicaModel's, on input slots. fp32 has no loss scale: loss_scale must be null.
+  Status ForwardLoss(int slot, int B, float dloss_scale, const float* loss_scale,
+                     uint64_t dropout_key, int64_t first_row, bool accumulate_loss) override;
+  Status Backward(int slot, int B, bool accumulate, LayerHook* hook) override;
+  Status Evaluate(const float* x, const int32_t* y, int B, double* loss_sum,
+                  int64_t* correct) override;
 
   // Training forward of x [B, inputs] with labels y (both on the device), its loss summed into
   // summed_loss() (reset first unless accumulate_loss); keeps what Backward needs. The logits'
   // gradient is scaled by dloss_scale. Batch norm updates its running statistics.
-  Status ForwardLoss(const float* x, const int32_t* y, int B, float dloss_scale,
-                     uint64_t dropout_key, int64_t first_row, bool accumulate_loss);
-  // Backward of the last ForwardLoss (x and B as given to it): grads() = the gradient, or += it
-  // when `accumulate`. Tells `hook` (when not null) as each layer with parameters is queued,
+  Status ForwardLossOn(const float* x, const int32_t* y, int B, float dloss_scale,
+                       uint64_t dropout_key, int64_t first_row, bool accumulate_loss);
+  // Backward of the last ForwardLossOn (x and B as given to it): grads() = the gradient, or +=
+  // it when `accumulate`. Tells `hook` (when not null) as each layer with parameters is queued,
   // by its index among those layers, last to first.
-  Status Backward(const float* x, int B, bool accumulate, LayerHook* hook);
+  Status BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook);
   // Evaluation of x and y (on the device): adds the summed loss to *loss_total and the correct
   // argmaxes to *correct (both on the device), with batch norm's running statistics.
-  Status Evaluate(const float* x, const int32_t* y, int B, double* loss_total,
-                  unsigned long long* correct);
+  Status EvaluateOn(const float* x, const int32_t* y, int B, double* loss_total,
+                    unsigned long long* correct);
 
  private:
   Net(const ModelSpec& model, int max_batch, float label_smoothing, bool tf32, cudaStream_t stream,
@@ -76,11 +87,11 @@ class Net {
   cudnnHandle_t dnn_;
   DeviceBuffer<float> params_, grads_, stats_;
   // Per layer: its output (empty for a flatten, which reads its input's), the pointer each
-  // forward set (y_[i]: what layer i gave), and the gradient w.r.t. it (gown_[i] names the
+  // forward set (val_[i]: what layer i gave), and the gradient w.r.t. it (gown_[i] names the
   // buffer: a flatten shares its input's); written_ says whether this backward wrote it yet.
   std::vector<DeviceBuffer<float>> out_, gbuf_, mask_, mean_, invstd_;
   std::vector<DeviceBuffer<int32_t>> argmax_;
-  std::vector<const float*> y_;
+  std::vector<const float*> val_;
   std::vector<int> gown_;
   std::vector<char> written_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
@@ -90,6 +101,10 @@ class Net {
   DeviceBuffer<float> bias_scratch_;
   DeviceBuffer<float> losses_;
   DeviceBuffer<double> loss_;
+  DeviceBuffer<float> in_x_[kInputSlots];
+  DeviceBuffer<int32_t> in_y_[kInputSlots];
+  DeviceBuffer<double> eval_loss_;                 // [1]: Evaluate's sum
+  DeviceBuffer<unsigned long long> eval_correct_;  // [1]: Evaluate's count
 };
 
 }  // namespace sweep::trainer::cuda

@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#if defined(SWEEP_HAVE_CUDNN)
+#include "cuda/net.h"
+#endif
 #include "cuda/ops.h"
 #include "data.h"
 
@@ -30,18 +33,14 @@ Status PinnedAllocator::Alloc(size_t bytes, void** p) {
 
 Result<std::unique_ptr<ReplicaGroup>> CudaReplicaGroup::Create(const GroupSpec& spec,
                                                                std::vector<int> devices) {
-  MlpView mlp;
-  if (!AsMlp(spec.model, &mlp)) return Status::InvalidArgument("cuda: not an MLP");
-  std::unique_ptr<CudaReplicaGroup> g(
-      new CudaReplicaGroup(spec, std::move(mlp), std::move(devices)));
+  std::unique_ptr<CudaReplicaGroup> g(new CudaReplicaGroup(spec, std::move(devices)));
   SWEEP_RETURN_IF_ERROR(g->Init());
   return std::unique_ptr<ReplicaGroup>(std::move(g));
 }
 
-CudaReplicaGroup::CudaReplicaGroup(const GroupSpec& spec, MlpView mlp, std::vector<int> devices)
+CudaReplicaGroup::CudaReplicaGroup(const GroupSpec& spec, std::vector<int> devices)
     : spec_(spec),
-      mlp_(std::move(mlp)),
-      buckets_(MakeGradBuckets(mlp_.shape, spec.bucket_floats)),
+      buckets_(MakeGradBuckets(spec.model, spec.bucket_floats)),
       team_(static_cast<int>(devices.size())),
       ranks_(devices.size()) {
   for (size_t i = 0; i < devices.size(); ++i) ranks_[i].device = devices[i];
@@ -67,6 +66,9 @@ CudaReplicaGroup::~CudaReplicaGroup() {
     }
     if (r.loss_host != nullptr) cudaFreeHost(r.loss_host);
     if (r.blas != nullptr) cublasDestroy(r.blas);
+#if defined(SWEEP_HAVE_CUDNN)
+    if (r.dnn != nullptr) cudnnDestroy(r.dnn);
+#endif
     for (cudaStream_t s : {r.compute, r.copy, r.comm}) {
       if (s != nullptr) cudaStreamDestroy(s);
     }
@@ -93,15 +95,27 @@ Status CudaReplicaGroup::InitRank(int rank) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&r.compute, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
   SWEEP_RETURN_IF_ERROR(CreateBlasHandle(r.compute, spec_.tf32, &r.blas));
-  SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(mlp_.shape, mlp_.act, spec_.max_rows, mlp_.dropout,
-                                              spec_.precision, r.compute, r.blas));
+  MlpView mlp;
+  if (AsMlp(spec_.model, &mlp) && spec_.label_smoothing == 0) {
+    SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(mlp.shape, mlp.act, spec_.max_rows, mlp.dropout,
+                                                spec_.precision, r.compute, r.blas));
+  } else {
+#if defined(SWEEP_HAVE_CUDNN)
+    SWEEP_RETURN_IF_ERROR(CreateCudnnHandle(r.compute, &r.dnn));
+    SWEEP_ASSIGN_OR_RETURN(
+        r.model, Net::Create(spec_.model, spec_.max_rows, spec_.precision, spec_.label_smoothing,
+                             spec_.tf32, r.compute, r.blas, r.dnn));
+#else
+    return Status::InvalidArgument("cuda: this build has no cuDNN for the model's layers");
+#endif
+  }
   const int slots = spec_.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
   r.opt.resize(static_cast<size_t>(slots));
   for (DeviceBuffer<float>& o : r.opt) {
-    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(mlp_.shape.num_params, &o));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(spec_.model.num_params, &o));
   }
   // Events that only order work carry no timestamps (cheaper to record and wait on).
-  for (int i = 0; i < Mlp::kInputSlots; ++i) {
+  for (int i = 0; i < ReplicaModel::kInputSlots; ++i) {
     CUDA_CHECK(cudaEventCreateWithFlags(&r.copied[i], cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&r.input_free[i], cudaEventDisableTiming));
   }
@@ -137,7 +151,7 @@ Status CudaReplicaGroup::InitRank(int rank) {
 
 std::vector<cudaEvent_t> CudaReplicaGroup::Rank::AllEvents() const {
   std::vector<cudaEvent_t> all(bucket_ready);
-  for (int i = 0; i < Mlp::kInputSlots; ++i) {
+  for (int i = 0; i < ReplicaModel::kInputSlots; ++i) {
     all.push_back(copied[i]);
     all.push_back(input_free[i]);
   }
@@ -195,8 +209,15 @@ void CudaReplicaGroup::Evaluate(int rank, const float* x, const int32_t* y, int 
 }
 
 Status CudaReplicaGroup::SetState(const ModelState& state) {
-  const size_t n = static_cast<size_t>(mlp_.shape.num_params);
-  SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, ranks_[0].opt.size()));
+  const size_t n = static_cast<size_t>(spec_.model.num_params);
+  const size_t n_stats = static_cast<size_t>(spec_.model.num_buffers);
+  SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, ranks_[0].opt.size(), n_stats));
+  // Batch norm's running statistics: the state's, or their initial values, on every rank.
+  std::vector<float> stats = state.stats;
+  if (stats.empty() && n_stats > 0) {
+    stats.resize(n_stats);
+    InitStats(spec_.model, stats.data());
+  }
   // Rank 0 loads the host state; the others receive it by broadcast, so every replica starts
   // from the same bits whatever the host holds.
   Rank& r0 = ranks_[0];
@@ -235,6 +256,10 @@ Status CudaReplicaGroup::SetState(const ModelState& state) {
       CUDA_CHECK(cudaMemcpyAsync(r.loss_scale.data(), &scale, sizeof scale, cudaMemcpyHostToDevice,
                                  r.compute));
     }
+    if (r.model->stats() != nullptr) {
+      CUDA_CHECK(cudaMemcpyAsync(r.model->stats(), stats.data(), n_stats * sizeof(float),
+                                 cudaMemcpyHostToDevice, r.compute));
+    }
     CUDA_CHECK(cudaStreamSynchronize(r.compute));
     r.model->ParamsChanged();
   }
@@ -251,7 +276,7 @@ ModelState CudaReplicaGroup::GetState() const {
 Status CudaReplicaGroup::ReadState(ModelState* s) const {
   const Rank& r = ranks_[0];  // every replica holds the same weights and optimizer state
   SWEEP_RETURN_IF_ERROR(SetDevice(0));
-  const size_t n = static_cast<size_t>(mlp_.shape.num_params);
+  const size_t n = static_cast<size_t>(spec_.model.num_params);
   s->params.resize(n);
   CUDA_CHECK(cudaMemcpyAsync(s->params.data(), r.model->params(), n * sizeof(float),
                              cudaMemcpyDeviceToHost, r.compute));
@@ -264,6 +289,13 @@ Status CudaReplicaGroup::ReadState(ModelState* s) const {
   if (fp16()) {
     CUDA_CHECK(cudaMemcpyAsync(&scale, r.loss_scale.data(), sizeof scale, cudaMemcpyDeviceToHost,
                                r.compute));
+  }
+  // Rank 0's running statistics, which every replica evaluates with.
+  ReplicaModel& model = *r.model;
+  if (model.stats() != nullptr) {
+    s->stats.resize(static_cast<size_t>(spec_.model.num_buffers));
+    CUDA_CHECK(cudaMemcpyAsync(s->stats.data(), model.stats(), s->stats.size() * sizeof(float),
+                               cudaMemcpyDeviceToHost, r.compute));
   }
   CUDA_CHECK(cudaStreamSynchronize(r.compute));
   if (fp16()) s->loss_scale = scale;
@@ -335,7 +367,7 @@ Status CudaReplicaGroup::HoldOn(int i, const Dataset& data) {
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(spec_.max_rows, &idx));
   }
   void* staging = nullptr;
-  CUDA_CHECK(cudaHostAlloc(&staging, Mlp::kInputSlots * sizeof(int32_t) * spec_.max_rows,
+  CUDA_CHECK(cudaHostAlloc(&staging, ReplicaModel::kInputSlots * sizeof(int32_t) * spec_.max_rows,
                            cudaHostAllocPortable));
   if (r.idx_host != nullptr) cudaFreeHost(r.idx_host);  // held before: replaced
   r.idx_host = static_cast<int32_t*>(staging);

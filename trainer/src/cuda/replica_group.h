@@ -14,11 +14,15 @@
 #if defined(SWEEP_HAVE_NCCL)
 #include <nccl.h>
 #endif
+#if defined(SWEEP_HAVE_CUDNN)
+#include <cudnn.h>
+#endif
 
 #include "backend.h"
 #include "batcher.h"
 #include "cuda/device_buffer.h"
 #include "cuda/mlp.h"
+#include "cuda/replica_model.h"
 #include "model.h"
 #include "team.h"
 
@@ -67,7 +71,9 @@ class BucketHook final : public LayerHook {
 //   replica_nccl.cc   several GPUs: communicators, broadcast, bucketed all-reduce, abort
 class CudaReplicaGroup final : public ReplicaGroup {
  public:
-  // spec.model must be an MLP; devices: one CUDA ordinal per replica, each present.
+  // An MLP without label smoothing trains as cuda/mlp.h (every precision); any other model as
+  // cuda/net.h (fp32, one GPU, a build with cuDNN). devices: one CUDA ordinal per replica, each
+  // present.
   static Result<std::unique_ptr<ReplicaGroup>> Create(const GroupSpec& spec,
                                                       std::vector<int> devices);
   ~CudaReplicaGroup() override;
@@ -95,13 +101,16 @@ class CudaReplicaGroup final : public ReplicaGroup {
     int device = 0;
     cudaStream_t compute = nullptr, copy = nullptr, comm = nullptr;
     cublasHandle_t blas = nullptr;
-    std::unique_ptr<Mlp> model;
+#if defined(SWEEP_HAVE_CUDNN)
+    cudnnHandle_t dnn = nullptr;  // convolutions (cuda/net.h)
+#endif
+    std::unique_ptr<ReplicaModel> model;
     std::vector<DeviceBuffer<float>> opt;  // sgd: velocity; adamw: m, v
     Comm nccl = nullptr;
     std::unique_ptr<BucketHook> hook;
     // The pipeline. Per input slot: `copied` (the copy stream filled it) and `input_free`
     // (compute is done with it). Per micro-batch parity: `done` (all its work).
-    cudaEvent_t copied[Mlp::kInputSlots] = {}, input_free[Mlp::kInputSlots] = {};
+    cudaEvent_t copied[ReplicaModel::kInputSlots] = {}, input_free[ReplicaModel::kInputSlots] = {};
     cudaEvent_t done[2] = {};
     bool ends_step[2] = {false, false};  // micro-batch of that parity was a step's last
     int64_t step_of[2] = {0, 0};         // and the step it belongs to
@@ -125,17 +134,17 @@ class CudaReplicaGroup final : public ReplicaGroup {
     DeviceBuffer<uint8_t> data_u8;
     DeviceBuffer<float> data_f32;
     DeviceBuffer<int32_t> data_labels;
-    DeviceBuffer<int32_t> idx[Mlp::kInputSlots];
+    DeviceBuffer<int32_t> idx[ReplicaModel::kInputSlots];
     int32_t* idx_host = nullptr;
     int64_t data_dim = 0, data_rows = 0;
     // Streamed pixels (MicroBatch::pixels): per input slot, the micro-batch's uint8 rows, which
     // the copy stream scales into the model's input slot. Made at the first such micro-batch.
-    DeviceBuffer<uint8_t> pixels[Mlp::kInputSlots];
+    DeviceBuffer<uint8_t> pixels[ReplicaModel::kInputSlots];
 
     std::vector<cudaEvent_t> AllEvents() const;
   };
 
-  CudaReplicaGroup(const GroupSpec& spec, MlpView mlp, std::vector<int> devices);
+  CudaReplicaGroup(const GroupSpec& spec, std::vector<int> devices);
 
   bool fp16() const { return spec_.precision == Precision::kFp16; }
   Status SetDevice(int rank) const;
@@ -185,7 +194,6 @@ class CudaReplicaGroup final : public ReplicaGroup {
   Status CheckAsyncError(Rank& r);
 
   const GroupSpec spec_;
-  const MlpView mlp_;                      // the model, which Supports checked is an MLP
   const std::vector<GradBucket> buckets_;  // in the order backward completes them
   ThreadTeam team_;
   std::vector<Rank> ranks_;

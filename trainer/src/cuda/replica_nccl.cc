@@ -90,7 +90,7 @@ Status CudaReplicaGroup::BroadcastFromRank0() {
   std::shared_lock<std::shared_mutex> lock(nccl_mu_);
   if (aborted_) return Aborted();
   // One thread drives every communicator here, so the calls form one NCCL group.
-  const size_t n = static_cast<size_t>(mlp_.shape.num_params);
+  const size_t n = static_cast<size_t>(spec_.model.num_params);
   NCCL_CHECK(ncclGroupStart());
   Status first = Status::Ok();
   auto keep = [&first](Status s) {
@@ -147,7 +147,7 @@ Status CudaReplicaGroup::StartBucket(int rank, size_t b) {
 
 Status CudaReplicaGroup::SumStepLoss(Rank& r, size_t sp) {
 #if defined(SWEEP_HAVE_NCCL)
-  Mlp& model = *r.model;
+  ReplicaModel& model = *r.model;
   // Every bucket's all-reduce is queued on the comm stream, which has waited for the last
   // bucket (recorded after the loss was summed): add the ranks' losses there too.
   CUDA_CHECK(cudaEventRecord(r.backward_end[sp], r.compute));

@@ -59,9 +59,9 @@ double CudaReplicaGroup::TakeDataWait(int rank) {
 Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& args,
                                std::vector<double>* finished) {
   Rank& r = ranks_[static_cast<size_t>(rank)];
-  Mlp& model = *r.model;
+  ReplicaModel& model = *r.model;
   const int64_t m = r.queued;
-  const int slot = static_cast<int>(m % Mlp::kInputSlots);
+  const int slot = static_cast<int>(m % ReplicaModel::kInputSlots);
   const size_t parity = static_cast<size_t>(m % 2);
   // The input slots hold max_rows rows: a larger batch would overwrite what lies after them.
   if (mb.rows < 0 || mb.rows > spec_.max_rows) {
@@ -97,7 +97,7 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
                                       r.data_u8.data(), r.data_f32.data(), r.data_labels.data(),
                                       r.data_dim, r.copy));
   } else if (mb.pixels != nullptr) {
-    const int64_t dim = mlp_.shape.in(0);
+    const int64_t dim = spec_.model.input.size();
     if (r.pixels[slot].data() == nullptr) {
       for (DeviceBuffer<uint8_t>& p : r.pixels) {
         SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(spec_.max_rows * dim, &p));
@@ -111,7 +111,7 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
                                       r.pixels[slot].data(), nullptr, nullptr, dim, r.copy));
   } else {
     CUDA_CHECK(cudaMemcpyAsync(model.x(slot), mb.x,
-                               rows * static_cast<size_t>(mlp_.shape.in(0)) * sizeof(float),
+                               rows * static_cast<size_t>(spec_.model.input.size()) * sizeof(float),
                                cudaMemcpyHostToDevice, r.copy));
     CUDA_CHECK(cudaMemcpyAsync(model.y(slot), mb.y, rows * sizeof(int32_t), cudaMemcpyHostToDevice,
                                r.copy));
@@ -142,14 +142,14 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
 
 Status CudaReplicaGroup::FinishStep(int rank, const StepArgs& args) {
   Rank& r = ranks_[static_cast<size_t>(rank)];
-  Mlp& model = *r.model;
+  ReplicaModel& model = *r.model;
   const size_t sp = static_cast<size_t>(r.steps % 2);
   const double* loss = model.summed_loss();
   if (size() > 1) {
     SWEEP_RETURN_IF_ERROR(SumStepLoss(r, sp));
     loss = r.loss_total.data();
   }
-  const int64_t n = mlp_.shape.num_params;
+  const int64_t n = spec_.model.num_params;
   const int* skip = nullptr;
   if (fp16()) {
     SWEEP_RETURN_IF_ERROR(unscale_check(model.grads(), n, &r.loss_scale.data()->scale,

@@ -1,0 +1,60 @@
+// What the CUDA replica group drives on each GPU: one replica of the model, either an MLP
+// (cuda/mlp.h: every precision, its own fused kernels) or any ModelSpec (cuda/net.h: CNNs).
+// Parameters and gradients are flat device buffers in the ModelSpec's layout, so the group's
+// optimizer, all-reduce buckets and checkpoints are the same for both. kInputSlots device
+// input buffers are filled by the caller (on its copy stream) while the replica computes on
+// another. Not thread-safe: one thread, with the replica's device current, uses it.
+#pragma once
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "cpu/ops.h"
+
+namespace sweep::trainer::cuda {
+
+// Told, during Backward, that layer l's gradients (l counts the layers with parameters) are
+// queued in full on the replica's stream (what runs after that point on the stream sees them
+// final): a bucket's all-reduce may start.
+class LayerHook {
+ public:
+  virtual ~LayerHook() = default;
+  virtual Status LayerDone(int layer) = 0;
+};
+
+class ReplicaModel {
+ public:
+  static constexpr int kInputSlots = 2;  // one being computed on, one being copied into
+
+  virtual ~ReplicaModel() = default;
+  virtual float* params() = 0;
+  virtual float* grads() = 0;
+  // Batch norm's running statistics (the model's num_buffers floats), or null without any.
+  virtual float* stats() { return nullptr; }
+  // Input slot s (< kInputSlots): x [max_batch, inputs], y [max_batch], for the caller to fill.
+  virtual float* x(int slot) = 0;
+  virtual int32_t* y(int slot) = 0;
+  // [1] on the device: the loss ForwardLoss sums.
+  virtual double* summed_loss() = 0;
+  // The weights changed (a load): a 16-bit copy of them is remade before the next forward.
+  virtual void ParamsChanged() = 0;
+  // bf16 / fp16: the 16-bit copy of the weights, which the optimizer kernels keep current;
+  // null in fp32.
+  virtual uint16_t* params16() = 0;
+  virtual cpu::HalfType half_type() const = 0;
+
+  // Training forward of the B rows in input slot `slot` and its loss, summed into summed_loss()
+  // (reset first unless accumulate_loss); keeps what Backward needs. The logits' gradient is
+  // scaled by dloss_scale and, when loss_scale (a device float) is not null, by *loss_scale.
+  virtual Status ForwardLoss(int slot, int B, float dloss_scale, const float* loss_scale,
+                             uint64_t dropout_key, int64_t first_row, bool accumulate_loss) = 0;
+  // Backward of the last ForwardLoss: grads() = the gradient, or += it when `accumulate`.
+  // Tells `hook` (when not null) as each layer with parameters, last to first, is queued.
+  virtual Status Backward(int slot, int B, bool accumulate, LayerHook* hook) = 0;
+  // Copies a host batch into slot 0 on the stream, adds its summed loss and correct count
+  // (evaluation mode), and waits for the stream. Only while no training work is queued.
+  virtual Status Evaluate(const float* x, const int32_t* y, int B, double* loss_sum,
+                          int64_t* correct) = 0;
+};
+
+}  // namespace sweep::trainer::cuda
