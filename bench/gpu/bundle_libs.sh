@@ -8,7 +8,7 @@ build=${1:-build}
 out="$build/gpu-libs"
 mkdir -p "$out"
 for b in "$build/sweep/sweep" "$build/tests/trainer/sweep_trainer_cuda_tests" \
-         "$build/bench/gpu/gpu_bench"; do
+         "$build/bench/gpu/gpu_bench" "$build/bench/gpu/cnn_gpu_bench"; do
   ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Packs what run_on_gpu.sh needs on a GPU machine that has neither our Debian libraries nor the
-# dataset, small enough to carry there (well under 64 MiB): the three GPU binaries, stripped, in
+# dataset, small enough to carry there (well under 64 MiB): the four GPU binaries, stripped, in
 # BUILD_DIR's layout; the libraries they link (bundle_libs.sh; run_on_gpu.sh uses only those the
 # machine lacks); and the Fashion-MNIST files. One gzip tarball, OUT_DIR/pack.tar.gz (47 MB;
 # gzip rather than xz, which saves 9 MB, because every machine can unpack gzip).
@@ -12,11 +12,12 @@ set -eu
 build=${1:-build}
 out=${2:-build-gpu-pack}
 data=${3:-/usr/share/datasets/fashion-mnist}
-binaries=(sweep/sweep tests/trainer/sweep_trainer_cuda_tests bench/gpu/gpu_bench)
+binaries=(sweep/sweep tests/trainer/sweep_trainer_cuda_tests bench/gpu/gpu_bench
+          bench/gpu/cnn_gpu_bench)
 
 # Built here, so that the pack never carries binaries older than the tree.
-cmake --build "$build" --target sweep sweep_trainer_cuda_tests gpu_bench > /dev/null || {
-  echo "pack.sh: building sweep, sweep_trainer_cuda_tests and gpu_bench in $build failed" >&2
+cmake --build "$build" --target sweep sweep_trainer_cuda_tests gpu_bench cnn_gpu_bench > /dev/null || {
+  echo "pack.sh: building sweep, sweep_trainer_cuda_tests, gpu_bench and cnn_gpu_bench in $build failed" >&2
   exit 2
 }
 for b in "${binaries[@]}"; do

@@ -5,8 +5,8 @@
 #      the lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH for cuBLAS, cuDNN and NCCL,
 #      which the binaries open at their first call (ldd does not list them);
 #   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths);
-#   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin, then PyTorch at its best
-#      on the CNN (bench/gpu/torch_cnn_gpu.py: eager, CUDA graphs, torch.compile);
+#   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin, then the CNN
+#      (bench/gpu/cnn_gpu_bench) against PyTorch at its best (bench/gpu/torch_cnn_gpu.py);
 #   4. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store, then the same
 #      sweep on the CPU, and bench/gpu/compare_rankings.py on the two (same ranking quality);
 #   5. trials that fail on the GPU (out of GPU memory, a diverged loss) beside one that does not
@@ -16,8 +16,8 @@
 # Run from the repository root: bench/gpu/run_on_gpu.sh [BUILD_DIR] [DATA_DIR]
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
 # running all of them. STEPS picks some of steps 2 to 6, by name, separated by commas: tests,
-# bench, cnn, sweep, failures, memcheck (default: all but cnn, which only PyTorch runs until
-# the CUDA backend builds CNNs); the machine and its libraries are always
+# bench, cnn, sweep, failures, memcheck (default: all; STEPS=tests,cnn,memcheck checks the CNN
+# path alone); the machine and its libraries are always
 # shown (STEPS=tests,failures reruns the checks of a fix without the benchmark's minute).
 set -u
 # Each step gets at most STEP_TIMEOUT seconds (default 240): a hang in one must not take the
@@ -26,7 +26,7 @@ set -u
 # gets what is left, and one with under 30 s left is skipped and counted as failed. The steps
 # run in order of what matters most.
 step_timeout=${STEP_TIMEOUT:-240}
-steps=",${STEPS:-tests,bench,sweep,failures,memcheck},"
+steps=",${STEPS:-tests,bench,cnn,sweep,failures,memcheck},"
 for s in ${STEPS:+${STEPS//,/ }}; do
   case $s in
     tests | bench | cnn | sweep | failures | memcheck) ;;
@@ -66,7 +66,7 @@ fi
 build=$(cd "$build" && pwd)
 data=$(cd "$data" && pwd)
 binaries=("$build/sweep/sweep" "$build/tests/trainer/sweep_trainer_cuda_tests"
-          "$build/bench/gpu/gpu_bench")
+          "$build/bench/gpu/gpu_bench" "$build/bench/gpu/cnn_gpu_bench")
 
 step "machine"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version,compute_mode --format=csv 2>&1 ||
@@ -165,20 +165,18 @@ fi
 fi
 
 if want cnn; then
-# PyTorch at its best on the trainer's CNN (bench/gpu/torch_cnn_gpu.py): the baseline the CUDA
-# CNN is measured against. CNN_CASES: CHANNELS:BATCH pairs; CNN_VARIANTS: which of eager,
-# graph, compile, max-autotune (max-autotune compiles for minutes: drop it for a short rerun).
-for case in ${CNN_CASES:-32,64:256 32,64:1024 64,128,256:256 64,128,256:1024}; do
-  step "bench/gpu/torch_cnn_gpu.py --channels ${case%%:*} --batch ${case##*:}"
-  if t=$(allot); then
-    timeout "$t" python3 bench/gpu/torch_cnn_gpu.py --data "$data" --channels "${case%%:*}" \
-      --batch "${case##*:}" --variants "${CNN_VARIANTS:-eager,graph,compile,max-autotune}" ||
-      status=1
-  else
-    echo "$t"
-    status=1
-  fi
-done
+# The CNN against PyTorch at its best (bench/gpu/cnn_gpu_bench runs torch_cnn_gpu.py itself).
+# CNN_CASES: CHANNELS:BATCH pairs; CNN_VARIANTS: which of eager, graph, compile, max-autotune
+# (max-autotune compiles for minutes: drop it for a short rerun).
+step "bench/gpu/cnn_gpu_bench --data $data"
+if t=$(allot); then
+  timeout "$t" "$build/bench/gpu/cnn_gpu_bench" --data "$data" --torch bench/gpu/torch_cnn_gpu.py \
+    --cases "${CNN_CASES:-32,64:256 32,64:1024 64,128,256:256 64,128,256:1024}" \
+    --variants "${CNN_VARIANTS:-eager,graph,compile,max-autotune}" || status=1
+else
+  echo "$t"
+  status=1
+fi
 fi
 
 scratch=$(mktemp -d)
