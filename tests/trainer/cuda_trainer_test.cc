@@ -141,16 +141,21 @@ TEST_F(CudaGroup, ACnnMatchesTheCpuReference) {
       EXPECT_LT(NormErr(gpu.state.stats, ref.state.stats), bound) << name << ": running statistics";
     }
   }
-  // A CNN in 16-bit, or on two GPUs, is refused in words (not trained elsewhere).
+  // fp16 (its loss scaling too) against the CPU's emulation of it, which keeps convolutions'
+  // outputs in fp32: 4 steps (at lr 0.05 through batch norm the two drift apart by about 1% a
+  // step after that, 2% by step 12).
+  {
+    GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+    spec.model = model.value();
+    spec.precision = Precision::kFp16;
+    const RunResult ref = Reference(spec, 4, 1, data, /*same_precision=*/true);
+    Compare("cnn, fp16 against the CPU's fp16, sgd", OnGpu(spec, 4, 1, data), ref, 2e-2);
+  }
+  // A CNN on two GPUs is refused in words (not trained elsewhere).
   GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
   spec.model = model.value();
-  spec.precision = Precision::kBf16;
-  Status refused = cuda::GetBackend()->Supports(spec);
-  EXPECT_EQ(refused.code(), Status::Code::kInvalidArgument) << refused.message();
-  EXPECT_NE(refused.message().find("fp32 on GPUs for now"), std::string::npos) << refused.message();
-  spec.precision = Precision::kFp32;
   spec.replicas = 2;
-  refused = cuda::GetBackend()->Supports(spec);
+  const Status refused = cuda::GetBackend()->Supports(spec);
   EXPECT_NE(refused.message().find("one GPU per trial for now"), std::string::npos)
       << refused.message();
 }

@@ -237,6 +237,8 @@ void __syncthreads() {
   if (swapcontext(&s.current->context, &s.main) != 0) Die("swapcontext failed");
 }
 
+float __half2float(__half h) { return cuda_emu::WidenHalf(h.x, /*bf16=*/false); }
+
 __half __float2half(float f) {
   if (std::isnan(f)) return {0x7FFF};
   __extension__ const _Float16 h = static_cast<_Float16>(f);

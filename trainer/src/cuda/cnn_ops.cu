@@ -131,6 +131,14 @@ __global__ void ActBackwardKernel(float* dx, const float* d, const float* x, con
   }
 }
 
+__global__ void WidenHalfKernel(float* out, const uint16_t* in, int64_t n, bool bf16,
+                                bool accumulate) {
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+    const float v = HalfValue(in[i], bf16);
+    out[i] = accumulate ? out[i] + v : v;
+  }
+}
+
 __global__ void AddKernel(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = FirstIndex(); i < n; i += Stride()) out[i] = a[i] + b[i];
 }
@@ -358,6 +366,15 @@ Status act_backward(float* dx, const float* d, const float* x, const float* out,
                     cpu::Activation act, bool accumulate, cudaStream_t stream) {
   if (n == 0) return Status::Ok();
   Launch(ActBackwardKernel, Blocks(n), kThreads, stream, dx, d, x, out, n, act, accumulate);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status widen_half(float* out, const uint16_t* in, int64_t n, cpu::HalfType type, bool accumulate,
+                  cudaStream_t stream) {
+  if (n == 0) return Status::Ok();
+  Launch(WidenHalfKernel, Blocks(n), kThreads, stream, out, in, n, type == cpu::HalfType::kBf16,
+         accumulate);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

@@ -70,6 +70,11 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
                           cpu::Activation act, bool accumulate, bool accumulate_dx, void* scratch,
                           cudaStream_t stream);
 
+// out[n] (+)= the float that 16-bit in[n] holds (bf16 or fp16 bits): a convolution's 16-bit
+// output or gradient brought back to fp32.
+Status widen_half(float* out, const uint16_t* in, int64_t n, cpu::HalfType type, bool accumulate,
+                  cudaStream_t stream);
+
 // out[n] = a[n] + b[n].
 Status add_forward(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream);
 // dst[n] (+)= src[n].

@@ -126,11 +126,6 @@ class CudaBackend final : public Backend {
             "cuda: this build has no cuDNN, so models with convolution, pooling or batch norm "
             "layers, or label_smoothing, train on the CPU");
       }
-      if (spec.precision != Precision::kFp32) {
-        return Status::InvalidArgument(
-            "cuda: models with convolution, pooling or batch norm layers, or label_smoothing, "
-            "train in fp32 on GPUs for now (set precision = \"fp32\", or backend = \"cpu\")");
-      }
       if (spec.replicas > 1) {
         return Status::InvalidArgument(
             "cuda: models with convolution, pooling or batch norm layers, or label_smoothing, "

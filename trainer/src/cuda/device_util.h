@@ -38,6 +38,11 @@ __device__ inline uint16_t HalfBits(float x, bool bf16) {
   return bf16 ? __bfloat16_as_ushort(__float2bfloat16(x)) : __half_as_ushort(__float2half(x));
 }
 
+// The float that 16-bit bits hold: bfloat16 when bf16, else IEEE binary16.
+__device__ inline float HalfValue(uint16_t bits, bool bf16) {
+  return bf16 ? __bfloat162float(__ushort_as_bfloat16(bits)) : __half2float(__ushort_as_half(bits));
+}
+
 // GELU's tanh approximation: the tanh both its forward and its backward take.
 __device__ inline float GeluTanh(float x) {
   return tanhf(kGeluScale * (x + kGeluCubic * x * x * x));

@@ -30,10 +30,12 @@ cpu::ConvShape ConvOf(const Layer& l, int B) {
 
 }  // namespace
 
-Net::Net(const ModelSpec& model, int max_batch, float label_smoothing, bool tf32,
-         cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn)
+Net::Net(const ModelSpec& model, int max_batch, Precision precision, float label_smoothing,
+         bool tf32, cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn)
     : model_(model),
       max_batch_(max_batch),
+      precision_(precision),
+      half_type_(precision == Precision::kFp16 ? cpu::HalfType::kFp16 : cpu::HalfType::kBf16),
       label_smoothing_(label_smoothing),
       tf32_(tf32),
       stream_(stream),
@@ -43,13 +45,9 @@ Net::Net(const ModelSpec& model, int max_batch, float label_smoothing, bool tf32
 Result<std::unique_ptr<Net>> Net::Create(const ModelSpec& model, int max_batch, Precision precision,
                                          float label_smoothing, bool tf32, cudaStream_t stream,
                                          cublasHandle_t blas, cudnnHandle_t dnn) {
-  if (precision != Precision::kFp32) {
-    return Status::InvalidArgument(
-        "cuda: models with convolutions, pooling or batch norm train in fp32 on GPUs for now "
-        "(precision = \"fp32\", or train on the CPU)");
-  }
   if (max_batch < 1) return Status::InvalidArgument("cuda: max_batch must be >= 1");
-  std::unique_ptr<Net> net(new Net(model, max_batch, label_smoothing, tf32, stream, blas, dnn));
+  std::unique_ptr<Net> net(
+      new Net(model, max_batch, precision, label_smoothing, tf32, stream, blas, dnn));
   SWEEP_RETURN_IF_ERROR(net->Allocate());
   return net;
 }
@@ -121,6 +119,26 @@ Status Net::Allocate() {
         break;
     }
   }
+  if (half()) {
+    int64_t conv_out = 0, conv_in = 0, gemm_out = 0;
+    in16_.resize(n);
+    for (int i = 0; i < L; ++i) {
+      const Layer& l = model_.layer(i);
+      if (l.kind != LayerKind::kConv && l.kind != LayerKind::kLinear) continue;
+      gemm_out = std::max(gemm_out, l.out_shape.size());
+      if (l.kind == LayerKind::kConv) {
+        conv_out = std::max(conv_out, l.out_shape.size());
+        conv_in = std::max(conv_in, l.in_shape.size());
+      }
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * l.in_shape.size(),
+                                                         &in16_[static_cast<size_t>(i)]));
+    }
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(model_.num_params, &params16_));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * conv_out, &h_out_));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * gemm_out, &h_d_));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * conv_in, &h_dx_));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(widest_weight, &h_dw_));
+  }
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(int64_t{max_batch_} * widest_in, &dtmp_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(widest_weight, &dw_tmp_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(bias_scratch, &bias_scratch_));
@@ -141,6 +159,7 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
   std::unique_ptr<CudnnConv>& plan = plans_[static_cast<size_t>(i)][B];
   if (plan == nullptr) {
     ConvOptions o;
+    o.precision = precision_;
     o.tf32 = tf32_;
     SWEEP_ASSIGN_OR_RETURN(plan, CudnnConv::Create(dnn_, ConvOf(model_.layer(i), B), o));
     SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes()));
@@ -161,18 +180,35 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
                             std::to_string(max_batch_));
   }
   const float* p = params_.data();
+  const uint16_t* p16 = params16_.data();
+  if (half() && !half_params_fresh_) {
+    SWEEP_RETURN_IF_ERROR(
+        cast_to_half(params16_.data(), p, model_.num_params, half_type_, stream_));
+    half_params_fresh_ = true;
+  }
   const int L = static_cast<int>(model_.layers.size());
   for (int i = 0; i < L; ++i) {
     const size_t at = static_cast<size_t>(i);
     const Layer& l = model_.layer(i);
     const float* in = l.input < 0 ? x : val_[static_cast<size_t>(l.input)];
-    const int64_t n_out = int64_t{B} * l.out_shape.size();
+    const int64_t n_in = int64_t{B} * l.in_shape.size(), n_out = int64_t{B} * l.out_shape.size();
+    // bf16 / fp16: a GEMM layer's input as 16 bits, kept for its weight gradient.
+    uint16_t* in16 = nullptr;
+    if (half() && (l.kind == LayerKind::kLinear || l.kind == LayerKind::kConv)) {
+      in16 = in16_[at].data();
+      SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
+    }
     float* out = out_[at].data();
     val_[at] = out;
     switch (l.kind) {
       case LayerKind::kLinear: {
         const int C = static_cast<int>(l.in_shape.size());
-        SWEEP_RETURN_IF_ERROR(matmul_forward(blas_, out, in, p + l.weight, B, C, l.out));
+        if (half()) {
+          SWEEP_RETURN_IF_ERROR(
+              matmul_forward_half(blas_, out, in16, p16 + l.weight, B, C, l.out, half_type_));
+        } else {
+          SWEEP_RETURN_IF_ERROR(matmul_forward(blas_, out, in, p + l.weight, B, C, l.out));
+        }
         if (l.bias_at >= 0) {
           SWEEP_RETURN_IF_ERROR(
               bias_act_forward(out, out, p + l.bias_at, B, l.out, Activation::kNone, stream_));
@@ -181,7 +217,13 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
       }
       case LayerKind::kConv: {
         SWEEP_ASSIGN_OR_RETURN(const CudnnConv* conv, Plan(i, B));
-        SWEEP_RETURN_IF_ERROR(conv->Forward(out, in, p + l.weight, workspace_.data()));
+        if (half()) {
+          SWEEP_RETURN_IF_ERROR(
+              conv->Forward(h_out_.data(), in16, p16 + l.weight, workspace_.data()));
+          SWEEP_RETURN_IF_ERROR(widen_half(out, h_out_.data(), n_out, half_type_, false, stream_));
+        } else {
+          SWEEP_RETURN_IF_ERROR(conv->Forward(out, in, p + l.weight, workspace_.data()));
+        }
         if (l.bias_at >= 0) {
           const int rows = B * l.out_shape.h * l.out_shape.w;
           SWEEP_RETURN_IF_ERROR(
@@ -244,12 +286,16 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
 }
 
 Status Net::ForwardLossOn(const float* x, const int32_t* y, int B, float dloss_scale,
-                          uint64_t dropout_key, int64_t first_row, bool accumulate_loss) {
+                          uint64_t dropout_key, int64_t first_row, bool accumulate_loss,
+                          const float* loss_scale) {
   SWEEP_RETURN_IF_ERROR(Forward(x, B, /*train=*/true, dropout_key, first_row));
   const int last = static_cast<int>(model_.layers.size()) - 1;
   SWEEP_RETURN_IF_ERROR(softmax_xent_forward_backward(Grad(last), losses_.data(), val_.back(), y, B,
                                                       model_.classes, dloss_scale, stream_,
                                                       label_smoothing_));
+  if (loss_scale != nullptr) {
+    SWEEP_RETURN_IF_ERROR(scale_by(Grad(last), int64_t{B} * model_.classes, loss_scale, stream_));
+  }
   return loss_sum(loss_.data(), losses_.data(), B, stream_, accumulate_loss);
 }
 
@@ -286,19 +332,42 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
                                                   HalfType::kBf16, true, bias_scratch_.data()));
         }
         float* d_in = target(l.input, &add);
-        // A gradient already written by another reader is added to, through dtmp_.
-        float* dx = d_in == nullptr ? nullptr : add ? dtmp_.data() : d_in;
+        const uint16_t* p16 = params16_.data();
+        const uint16_t* in16 = half() ? in16_[at].data() : nullptr;
+        if (half()) SWEEP_RETURN_IF_ERROR(cast_to_half(h_d_.data(), d, n_out, half_type_, stream_));
         if (conv) {
           SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
           const int64_t nw = int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c;
+          if (half()) {
+            // 16-bit gradients, widened into the fp32 ones (added where they accumulate).
+            SWEEP_RETURN_IF_ERROR(
+                plan->BackwardFilter(h_dw_.data(), in16, h_d_.data(), workspace_.data()));
+            SWEEP_RETURN_IF_ERROR(
+                widen_half(g + l.weight, h_dw_.data(), nw, half_type_, accumulate, stream_));
+            if (d_in != nullptr) {
+              SWEEP_RETURN_IF_ERROR(
+                  plan->BackwardData(h_dx_.data(), h_d_.data(), p16 + l.weight, workspace_.data()));
+              SWEEP_RETURN_IF_ERROR(widen_half(d_in, h_dx_.data(), n_in, half_type_, add, stream_));
+            }
+            break;
+          }
           SWEEP_RETURN_IF_ERROR(plan->BackwardFilter(accumulate ? dw_tmp_.data() : g + l.weight, in,
                                                      d, workspace_.data()));
           if (accumulate) {
             SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dw_tmp_.data(), nw, true, stream_));
           }
+        }
+        // A gradient already written by another reader is added to, through dtmp_.
+        float* dx = d_in == nullptr ? nullptr : add ? dtmp_.data() : d_in;
+        if (conv) {
           if (dx != nullptr) {
+            SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
             SWEEP_RETURN_IF_ERROR(plan->BackwardData(dx, d, p + l.weight, workspace_.data()));
           }
+        } else if (half()) {
+          SWEEP_RETURN_IF_ERROR(matmul_backward_half(
+              blas_, dx, g + l.weight, h_d_.data(), in16, p16 + l.weight, B,
+              static_cast<int>(l.in_shape.size()), l.out, half_type_, accumulate));
         } else {
           SWEEP_RETURN_IF_ERROR(matmul_backward(blas_, dx, g + l.weight, d, in, p + l.weight, B,
                                                 static_cast<int>(l.in_shape.size()), l.out,
@@ -383,8 +452,8 @@ Status Net::EvaluateOn(const float* x, const int32_t* y, int B, double* loss_tot
 
 Status Net::ForwardLoss(int slot, int B, float dloss_scale, const float* loss_scale,
                         uint64_t dropout_key, int64_t first_row, bool accumulate_loss) {
-  if (loss_scale != nullptr) return Status::Internal("cuda: a loss scale for an fp32 net");
-  return ForwardLossOn(x(slot), y(slot), B, dloss_scale, dropout_key, first_row, accumulate_loss);
+  return ForwardLossOn(x(slot), y(slot), B, dloss_scale, dropout_key, first_row, accumulate_loss,
+                       loss_scale);
 }
 
 Status Net::Backward(int slot, int B, bool accumulate, LayerHook* hook) {

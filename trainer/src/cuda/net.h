@@ -4,10 +4,14 @@
 // every activation and gradient buffer is allocated once for max_batch rows. Convolutions run
 // through cuDNN (cuda/cudnn_conv.h, a plan per batch size, made at its first use), linear layers
 // through cuBLAS, the rest through cuda/cnn_ops.h and cuda/ops.h. Each layer is its own pass
-// (the CPU fuses an activation into its producer: the same numbers). fp32 only for now (TF32
-// tensor cores when tf32). All work is queued on the replica's stream through its cuBLAS and
-// cuDNN handles, which the caller owns and which outlive the Net. Not thread-safe: one thread,
-// with the replica's device current, uses it.
+// (the CPU fuses an activation into its producer: the same numbers). In fp32 the GEMMs and
+// convolutions use TF32 tensor cores when tf32. In bf16 / fp16 they read 16-bit copies of the
+// weights (kept by the optimizer kernels), of their inputs (kept for the weight gradient) and
+// of the output gradient, as the CPU's emulation rounds them; a convolution's 16-bit output and
+// gradients are widened back to fp32, which everything else (batch norm, pooling, activations,
+// master weights, gradients) stays in. All work is queued on the replica's stream through its
+// cuBLAS and cuDNN handles, which the caller owns and which outlive the Net. Not thread-safe: one
+// thread, with the replica's device current, uses it.
 #pragma once
 
 #include <cublas_v2.h>
@@ -29,7 +33,6 @@ namespace sweep::trainer::cuda {
 
 class Net final : public ReplicaModel {
  public:
-  // InvalidArgument for bf16 / fp16 (not yet on GPUs for these models).
   static Result<std::unique_ptr<Net>> Create(const ModelSpec& model, int max_batch,
                                              Precision precision, float label_smoothing, bool tf32,
                                              cudaStream_t stream, cublasHandle_t blas,
@@ -42,11 +45,11 @@ class Net final : public ReplicaModel {
   float* x(int slot) override { return in_x_[slot].data(); }
   int32_t* y(int slot) override { return in_y_[slot].data(); }
   double* summed_loss() override { return loss_.data(); }
-  void ParamsChanged() override {}  // fp32: the layers read params() itself
-  uint16_t* params16() override { return nullptr; }
-  cpu::HalfType half_type() const override { return cpu::HalfType::kBf16; }
+  void ParamsChanged() override { half_params_fresh_ = false; }
+  uint16_t* params16() override { return half() ? params16_.data() : nullptr; }
+  cpu::HalfType half_type() const override { return half_type_; }
 
-  // ReplicaModel's, on input slots. fp32 has no loss scale: loss_scale must be null.
+  // ReplicaModel's, on input slots.
   Status ForwardLoss(int slot, int B, float dloss_scale, const float* loss_scale,
                      uint64_t dropout_key, int64_t first_row, bool accumulate_loss) override;
   Status Backward(int slot, int B, bool accumulate, LayerHook* hook) override;
@@ -55,9 +58,11 @@ class Net final : public ReplicaModel {
 
   // Training forward of x [B, inputs] with labels y (both on the device), its loss summed into
   // summed_loss() (reset first unless accumulate_loss); keeps what Backward needs. The logits'
-  // gradient is scaled by dloss_scale. Batch norm updates its running statistics.
+  // gradient is scaled by dloss_scale, then by *loss_scale when it is not null (fp16's scale,
+  // on the device). Batch norm updates its running statistics.
   Status ForwardLossOn(const float* x, const int32_t* y, int B, float dloss_scale,
-                       uint64_t dropout_key, int64_t first_row, bool accumulate_loss);
+                       uint64_t dropout_key, int64_t first_row, bool accumulate_loss,
+                       const float* loss_scale = nullptr);
   // Backward of the last ForwardLossOn (x and B as given to it): grads() = the gradient, or +=
   // it when `accumulate`. Tells `hook` (when not null) as each layer with parameters is queued,
   // by its index among those layers, last to first.
@@ -68,8 +73,9 @@ class Net final : public ReplicaModel {
                     unsigned long long* correct);
 
  private:
-  Net(const ModelSpec& model, int max_batch, float label_smoothing, bool tf32, cudaStream_t stream,
-      cublasHandle_t blas, cudnnHandle_t dnn);
+  Net(const ModelSpec& model, int max_batch, Precision precision, float label_smoothing, bool tf32,
+      cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn);
+  bool half() const { return precision_ != Precision::kFp32; }
   Status Allocate();
   // The layers in order; the logits end in y_.back().
   Status Forward(const float* x, int B, bool train, uint64_t dropout_key, int64_t first_row);
@@ -80,6 +86,8 @@ class Net final : public ReplicaModel {
 
   ModelSpec model_;
   int max_batch_;
+  Precision precision_;
+  cpu::HalfType half_type_;
   float label_smoothing_;
   bool tf32_;
   cudaStream_t stream_;
@@ -101,6 +109,12 @@ class Net final : public ReplicaModel {
   DeviceBuffer<float> bias_scratch_;
   DeviceBuffer<float> losses_;
   DeviceBuffer<double> loss_;
+  // bf16 / fp16 only: params16_ mirrors params_; in16_[i] GEMM layer i's input, kept for its
+  // weight gradient; h_out_, h_d_, h_dx_, h_dw_ scratch for a layer's 16-bit output, output
+  // gradient, input gradient and weight gradient.
+  DeviceBuffer<uint16_t> params16_, h_out_, h_d_, h_dx_, h_dw_;
+  std::vector<DeviceBuffer<uint16_t>> in16_;
+  bool half_params_fresh_ = false;
   DeviceBuffer<float> in_x_[kInputSlots];
   DeviceBuffer<int32_t> in_y_[kInputSlots];
   DeviceBuffer<double> eval_loss_;                 // [1]: Evaluate's sum

@@ -12,3 +12,5 @@ struct __half {
 __half __float2half(float f);
 
 inline unsigned short __half_as_ushort(__half h) { return h.x; }
+inline __half __ushort_as_half(unsigned short x) { return {x}; }
+float __half2float(__half h);
