@@ -110,12 +110,14 @@ class LocalSlurm {
     const std::string path = "PATH=$PATH:/usr/sbin ";
     Shell(path + "slurmctld -i");
     Shell(path + "slurmd");
-    for (int i = 0; i < 100; ++i) {
+    // slurmd registers within a second or two on a quiet machine; beside a full test run on two
+    // cores it has taken over 10 s.
+    for (int i = 0; i < 300; ++i) {
       if (Shell("sinfo -h -o %T").second.find("idle") != std::string::npos) return true;
       ::usleep(100'000);
     }
-    *why =
-        "the local Slurm did not come up: " + Shell("sinfo; tail -5 " + d + "/slurm*.log").second;
+    *why = "the local Slurm did not come up in 30 s: " +
+           Shell("sinfo; tail -n 5 " + d + "/slurm*.log").second;
     return false;
   }
 
