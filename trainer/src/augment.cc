@@ -36,8 +36,9 @@ Result<TensorShape> CsvShape(const DatasetSpec& spec, int64_t width, const std::
   return TensorShape{spec.shape[0], spec.shape[1], spec.shape[2]};
 }
 
-// torchvision's RandomErasing defaults: 2% to 33% of the image, aspect 0.3 to 3.3, ten tries.
-void Erase(float* x, TensorShape s, Rng* rng) {
+// torchvision's RandomErasing defaults: 2% to 33% of the image, aspect 0.3 to 3.3, ten tries;
+// the rectangle into d (none when every try misses).
+void EraseRect(TensorShape s, Rng* rng, AugmentDraw* d) {
   const double area = static_cast<double>(s.h) * s.w;
   for (int attempt = 0; attempt < 10; ++attempt) {
     const double target = area * (0.02 + (0.33 - 0.02) * rng->Uniform());
@@ -46,11 +47,10 @@ void Erase(float* x, TensorShape s, Rng* rng) {
     const int h = static_cast<int>(std::lround(std::sqrt(target * aspect)));
     const int w = static_cast<int>(std::lround(std::sqrt(target / aspect)));
     if (h < 1 || w < 1 || h >= s.h || w >= s.w) continue;
-    const int y0 = static_cast<int>(rng->Below(static_cast<uint64_t>(s.h - h + 1)));
-    const int x0 = static_cast<int>(rng->Below(static_cast<uint64_t>(s.w - w + 1)));
-    for (int yy = y0; yy < y0 + h; ++yy) {
-      std::fill_n(x + (int64_t{yy} * s.w + x0) * s.c, int64_t{w} * s.c, 0.0f);
-    }
+    d->ey = static_cast<int>(rng->Below(static_cast<uint64_t>(s.h - h + 1)));
+    d->ex = static_cast<int>(rng->Below(static_cast<uint64_t>(s.w - w + 1)));
+    d->eh = h;
+    d->ew = w;
     return;
   }
 }
@@ -87,6 +87,20 @@ void MoveRows(const float* src, float* dst, int H, int W, int C, int dy, int dx,
 
 }  // namespace
 
+AugmentDraw InputTransform::Draw(int epoch, int64_t position) const {
+  // The draws in this order: the crop's offsets, the flip, then erasing.
+  const uint64_t epoch_key = MixSeed(seed, kAugmentStream, static_cast<uint64_t>(epoch));
+  Rng rng(MixSeed(epoch_key, static_cast<uint64_t>(position)));
+  AugmentDraw d;
+  if (crop > 0) {
+    d.dy = static_cast<int>(rng.Below(2 * static_cast<uint64_t>(crop) + 1)) - crop;
+    d.dx = static_cast<int>(rng.Below(2 * static_cast<uint64_t>(crop) + 1)) - crop;
+  }
+  if (flip) d.mirror = rng.Below(2) == 1;
+  if (erasing > 0 && rng.Uniform() < erasing) EraseRect(shape, &rng, &d);
+  return d;
+}
+
 void InputTransform::Apply(float* x, int64_t count, bool augment, int epoch,
                            int64_t first_position) const {
   const int64_t n = shape.size();
@@ -94,24 +108,20 @@ void InputTransform::Apply(float* x, int64_t count, bool augment, int epoch,
   thread_local std::vector<float> scratch;
   if (static_cast<int64_t>(scratch.size()) < n) scratch.resize(static_cast<size_t>(n));
   const bool moves = augment && (crop > 0 || flip);
-  const uint64_t epoch_key = MixSeed(seed, kAugmentStream, static_cast<uint64_t>(epoch));
   for (int64_t i = 0; i < count; ++i) {
     float* row = x + i * n;
-    Rng rng(MixSeed(epoch_key, static_cast<uint64_t>(first_position + i)));
+    const AugmentDraw d = augment ? Draw(epoch, first_position + i) : AugmentDraw{};
     if (chw || moves) {
       std::copy_n(row, n, scratch.data());
       // Where output pixel (h, w) reads from: the crop's offset into the padded image, then
       // the flip; outside the image is the padding's zero.
-      const int dy = moves && crop > 0 ? static_cast<int>(rng.Below(2 * crop + 1)) - crop : 0;
-      const int dx = moves && crop > 0 ? static_cast<int>(rng.Below(2 * crop + 1)) - crop : 0;
-      const bool mirror = moves && flip && rng.Below(2) == 1;
       if (!chw) {
-        MoveRows(scratch.data(), row, H, W, C, dy, dx, mirror);
+        MoveRows(scratch.data(), row, H, W, C, d.dy, d.dx, d.mirror);
       } else {
         for (int h = 0; h < H; ++h) {
-          const int sh = h + dy;
+          const int sh = h + d.dy;
           for (int w = 0; w < W; ++w) {
-            const int sw = (mirror ? W - 1 - w : w) + dx;
+            const int sw = (d.mirror ? W - 1 - w : w) + d.dx;
             float* out = row + (int64_t{h} * W + w) * C;
             if (sh < 0 || sh >= H || sw < 0 || sw >= W) {
               std::fill_n(out, C, 0.0f);
@@ -132,7 +142,9 @@ void InputTransform::Apply(float* x, int64_t count, bool augment, int epoch,
         }
       }
     }
-    if (augment && erasing > 0 && rng.Uniform() < erasing) Erase(row, shape, &rng);
+    for (int yy = d.ey; yy < d.ey + d.eh; ++yy) {
+      std::fill_n(row + (int64_t{yy} * W + d.ex) * C, int64_t{d.ew} * C, 0.0f);
+    }
   }
 }
 

@@ -15,6 +15,14 @@
 
 namespace sweep::trainer {
 
+// The random choices of one training row's augmentation: the crop's offset, the flip, and the
+// erased rectangle (eh == 0: none).
+struct AugmentDraw {
+  int dy = 0, dx = 0;
+  bool mirror = false;
+  int ey = 0, ex = 0, eh = 0, ew = 0;
+};
+
 struct InputTransform {
   TensorShape shape;  // as the model reads a sample (channels last)
   bool chw = false;   // the dataset's rows are channels first (csv with more than one channel)
@@ -29,6 +37,9 @@ struct InputTransform {
   // Prepares rows x[count, shape.size()] in place. Training rows (augment) draw from
   // (seed, epoch, first_position + i), i the row's index in x.
   void Apply(float* x, int64_t count, bool augment, int epoch, int64_t first_position) const;
+  // The choices Apply makes for the training row at `position` of `epoch`: a GPU holding the
+  // set applies the same ones there.
+  AugmentDraw Draw(int epoch, int64_t position) const;
 };
 
 // The shape of one sample as the model reads it: an IDX item of H x W is {1, H, W}, one of

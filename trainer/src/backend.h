@@ -18,8 +18,9 @@
 
 namespace sweep::trainer {
 
-class HostAllocator;  // batcher.h
-struct Dataset;       // data.h
+class HostAllocator;    // batcher.h
+struct Dataset;         // data.h
+struct InputTransform;  // augment.h
 
 struct OptimizerSpec {
   enum class Kind { kSgd, kAdamw };
@@ -76,8 +77,12 @@ struct MicroBatch {
   const uint8_t* pixels = nullptr;
   int rows = 0;
   int64_t first_row = 0;  // index of x's first row among the step's samples (keys dropout)
-  bool first = true;      // the step's first micro-batch: gradients start from zero
-  bool last = true;       // the step's last: all-reduce and optimizer follow
+  // Row numbers (idx) of a group that transforms the held set itself: the epoch and the first
+  // row's place in it, which key the augmentation's draws (InputTransform::Draw).
+  int epoch = 0;
+  int64_t position = 0;
+  bool first = true;  // the step's first micro-batch: gradients start from zero
+  bool last = true;   // the step's last: all-reduce and optimizer follow
 };
 
 // Weights and optimizer state as host arrays, for initialisation, checkpoints and tests.
@@ -150,10 +155,12 @@ class ReplicaGroup {
   virtual bool takes_pixels() const { return false; }
   // Outside Run: offers the group the training set. True when it copied the set to its devices
   // and will take training micro-batches as row numbers (MicroBatch::idx), gathering them
-  // there; false (the CPU; a GPU without room for it) when batches must come as arrays. The
-  // group keeps no reference to `data`.
-  virtual Result<bool> HoldDataset(const Dataset& data) {
+  // there, and applying `transform` (may be null: none) to them as the Batcher would; false
+  // (the CPU; a GPU without room for it, or a transform it cannot apply) when batches must come
+  // as arrays. The group keeps no reference to `data` or `transform`.
+  virtual Result<bool> HoldDataset(const Dataset& data, const InputTransform* transform) {
     (void)data;
+    (void)transform;
     return false;
   }
 };

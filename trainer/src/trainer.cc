@@ -380,9 +380,11 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   // Batcher gathers ahead on its thread. Replicas sync once per step, so within one the fastest
   // may run K micro-batches ahead.
   bool resident = false;
-  // A transform runs on the host, as the Batcher gathers: such batches come as floats.
-  if (o.dataset_on_gpu && !transform.active() && train->stream == nullptr) {
-    SWEEP_ASSIGN_OR_RETURN(resident, group->HoldDataset(*train));
+  // A GPU that holds the set applies the transform there; otherwise it runs on the host as the
+  // Batcher gathers, and such batches come as floats.
+  if (o.dataset_on_gpu && train->stream == nullptr) {
+    SWEEP_ASSIGN_OR_RETURN(resident,
+                           group->HoldDataset(*train, transform.active() ? &transform : nullptr));
   }
   std::unique_ptr<Batcher> batcher;
   if (!resident) {
@@ -468,6 +470,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
           if (resident) {
             // The Batcher's batch j is order[j B, (j + 1) B); this is batch s K + m.
             mb.idx = order.data() + (s * K + m) * int64_t{B} + begin;
+            mb.epoch = epoch;
+            mb.position = (s * K + m) * int64_t{B} + begin;
           } else {
             const Batcher::Batch batch = batcher->Next(rank, &wait_s[r]);
             if (batch.y == nullptr) return;  // another rank failed: Run reports its error

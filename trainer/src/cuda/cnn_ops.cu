@@ -139,6 +139,29 @@ __global__ void WidenHalfKernel(float* out, const uint16_t* in, int64_t n, bool 
   }
 }
 
+__global__ void TransformRowsKernel(float* out, const float* in, const int32_t* draws,
+                                    const float* norm, int64_t n, int H, int W, int C) {
+  const int64_t row_size = int64_t{H} * W * C;
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+    const int64_t r = i / row_size, within = i % row_size;
+    const int c = static_cast<int>(within % C), w = static_cast<int>(within / C % W);
+    const int h = static_cast<int>(within / C / W);
+    const int32_t* d = draws != nullptr ? draws + r * kDrawInts : nullptr;
+    float v;
+    if (d == nullptr) {
+      v = in[i];
+    } else {
+      const int sh = h + d[0], sw = (d[2] != 0 ? W - 1 - w : w) + d[1];
+      v = sh < 0 || sh >= H || sw < 0 || sw >= W
+              ? 0.0f
+              : in[r * row_size + (int64_t{sh} * W + sw) * C + c];
+    }
+    if (norm != nullptr) v = (v - norm[c]) * norm[C + c];
+    if (d != nullptr && h >= d[3] && h < d[3] + d[5] && w >= d[4] && w < d[4] + d[6]) v = 0.0f;
+    out[i] = v;
+  }
+}
+
 __global__ void AddKernel(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = FirstIndex(); i < n; i += Stride()) out[i] = a[i] + b[i];
 }
@@ -375,6 +398,15 @@ Status widen_half(float* out, const uint16_t* in, int64_t n, cpu::HalfType type,
   if (n == 0) return Status::Ok();
   Launch(WidenHalfKernel, Blocks(n), kThreads, stream, out, in, n, type == cpu::HalfType::kBf16,
          accumulate);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status transform_rows(float* out, const float* in, const int32_t* draws, const float* norm,
+                      int rows, int H, int W, int C, cudaStream_t stream) {
+  const int64_t n = int64_t{rows} * H * W * C;
+  if (n == 0) return Status::Ok();
+  Launch(TransformRowsKernel, Blocks(n), kThreads, stream, out, in, draws, norm, n, H, W, C);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

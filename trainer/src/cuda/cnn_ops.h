@@ -75,6 +75,15 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
 Status widen_half(float* out, const uint16_t* in, int64_t n, cpu::HalfType type, bool accumulate,
                   cudaStream_t stream);
 
+// The Batcher's input transform on the device, for a held training set: out[r] = in[r] (rows
+// of H x W x C, channels last) cropped and flipped by draws[r] (kDrawInts ints: dy, dx, mirror,
+// erased top, left, height, width; null: no move, no erasing), then normalized per channel
+// (norm: mean[C], then 1 / std[C]; null: none), then the erased rectangle set to 0: the same
+// operations as InputTransform::Apply, in its order, so the same bits.
+inline constexpr int kDrawInts = 7;
+Status transform_rows(float* out, const float* in, const int32_t* draws, const float* norm,
+                      int rows, int H, int W, int C, cudaStream_t stream);
+
 // out[n] = a[n] + b[n].
 Status add_forward(float* out, const float* a, const float* b, int64_t n, cudaStream_t stream);
 // dst[n] (+)= src[n].

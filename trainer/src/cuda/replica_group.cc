@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "augment.h"
+#include "cuda/cnn_ops.h"
 #include "cuda/cuda_check.h"
 #if defined(SWEEP_HAVE_CUDNN)
 #include "cuda/net.h"
@@ -323,7 +325,13 @@ Status CudaReplicaGroup::ReadSkipped(int64_t* skipped) const {
   return Status::Ok();
 }
 
-Result<bool> CudaReplicaGroup::HoldDataset(const Dataset& data) {
+Result<bool> CudaReplicaGroup::HoldDataset(const Dataset& data, const InputTransform* transform) {
+  transform_.reset();
+  if (transform != nullptr && transform->active()) {
+    // Channels-first rows would need reordering too: the host does those.
+    if (transform->chw || transform->shape.size() != data.dim) return false;
+    transform_ = std::make_unique<InputTransform>(*transform);
+  }
   const bool u8 = !data.u8.empty();
   const size_t n = static_cast<size_t>(data.n), dim = static_cast<size_t>(data.dim);
   const size_t bytes = n * dim * (u8 ? 1 : sizeof(float)) + n * sizeof(int32_t);
@@ -333,7 +341,10 @@ Result<bool> CudaReplicaGroup::HoldDataset(const Dataset& data) {
     SWEEP_RETURN_IF_ERROR(SetDevice(i));
     size_t free = 0, total = 0;
     CUDA_CHECK(cudaMemGetInfo(&free, &total));
-    if (bytes > free / 4) return false;
+    if (bytes > free / 4) {
+      transform_.reset();  // the host transforms what it streams
+      return false;
+    }
   }
   for (int i = 0; i < size(); ++i) {
     const Status held = HoldOn(i, data);
@@ -373,6 +384,26 @@ Status CudaReplicaGroup::HoldOn(int i, const Dataset& data) {
   r.idx_host = static_cast<int32_t*>(staging);
   r.data_dim = data.dim;
   r.data_rows = data.n;
+  if (transform_ != nullptr) {
+    for (int s = 0; s < ReplicaModel::kInputSlots; ++s) {
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(spec_.max_rows * data.dim, &r.raw[s]));
+      SWEEP_RETURN_IF_ERROR(
+          DeviceBuffer<int32_t>::Make(int64_t{spec_.max_rows} * kDrawInts, &r.draws[s]));
+    }
+    void* draws = nullptr;
+    CUDA_CHECK(cudaHostAlloc(
+        &draws, ReplicaModel::kInputSlots * sizeof(int32_t) * kDrawInts * spec_.max_rows,
+        cudaHostAllocPortable));
+    if (r.draws_host != nullptr) cudaFreeHost(r.draws_host);
+    r.draws_host = static_cast<int32_t*>(draws);
+    if (!transform_->mean.empty()) {
+      std::vector<float> norm = transform_->mean;
+      norm.insert(norm.end(), transform_->inv_std.begin(), transform_->inv_std.end());
+      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(static_cast<int64_t>(norm.size()), &r.norm));
+      CUDA_CHECK(cudaMemcpy(r.norm.data(), norm.data(), norm.size() * sizeof(float),
+                            cudaMemcpyHostToDevice));
+    }
+  }
   // The zeroing and the copies ran on the legacy stream, which the copy stream does not wait
   // for, and a copy from pageable memory may still be landing when cudaMemcpy returns.
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -390,7 +421,41 @@ void CudaReplicaGroup::ReleaseDataset() {
     if (r.idx_host != nullptr) cudaFreeHost(r.idx_host);
     r.idx_host = nullptr;
     r.data_dim = r.data_rows = 0;
+    for (DeviceBuffer<float>& raw : r.raw) raw = DeviceBuffer<float>();
+    for (DeviceBuffer<int32_t>& d : r.draws) d = DeviceBuffer<int32_t>();
+    if (r.draws_host != nullptr) cudaFreeHost(r.draws_host);
+    r.draws_host = nullptr;
+    r.norm = DeviceBuffer<float>();
   }
+  transform_.reset();
+}
+
+Status CudaReplicaGroup::TransformHeld(int rank, int slot, const MicroBatch& mb) {
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  const TensorShape& shape = transform_->shape;
+  const int32_t* draws = nullptr;
+  if (transform_->augments()) {
+    // The staging slot's last copy (micro-batch m - 2) finished, as the row numbers' did.
+    int32_t* staged = r.draws_host + static_cast<size_t>(slot) * kDrawInts * spec_.max_rows;
+    for (int i = 0; i < mb.rows; ++i) {
+      const AugmentDraw d = transform_->Draw(mb.epoch, mb.position + i);
+      int32_t* at = staged + static_cast<size_t>(i) * kDrawInts;
+      at[0] = d.dy;
+      at[1] = d.dx;
+      at[2] = d.mirror ? 1 : 0;
+      at[3] = d.ey;
+      at[4] = d.ex;
+      at[5] = d.eh;
+      at[6] = d.ew;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(r.draws[slot].data(), staged,
+                               static_cast<size_t>(mb.rows) * kDrawInts * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, r.copy));
+    draws = r.draws[slot].data();
+  }
+  // norm is empty (null) without normalization.
+  return transform_rows(r.model->x(slot), r.raw[slot].data(), draws, r.norm.data(), mb.rows,
+                        shape.h, shape.w, shape.c, r.copy);
 }
 
 }  // namespace sweep::trainer::cuda

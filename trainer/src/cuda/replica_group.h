@@ -92,7 +92,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   int64_t TakeSkippedSteps() override;
   HostAllocator* host_allocator() override { return &pinned_; }
   bool takes_pixels() const override { return true; }
-  Result<bool> HoldDataset(const Dataset& data) override;
+  Result<bool> HoldDataset(const Dataset& data, const InputTransform* transform) override;
 
  private:
   friend class BucketHook;
@@ -140,6 +140,13 @@ class CudaReplicaGroup final : public ReplicaGroup {
     // Streamed pixels (MicroBatch::pixels): per input slot, the micro-batch's uint8 rows, which
     // the copy stream scales into the model's input slot. Made at the first such micro-batch.
     DeviceBuffer<uint8_t> pixels[ReplicaModel::kInputSlots];
+    // A held set with a transform: per input slot the gathered rows before it and the
+    // augmentation's draws (device, and pinned staging kInputSlots x max_rows x kDrawInts);
+    // the normalization's mean and 1 / std per channel.
+    DeviceBuffer<float> raw[ReplicaModel::kInputSlots];
+    DeviceBuffer<int32_t> draws[ReplicaModel::kInputSlots];
+    int32_t* draws_host = nullptr;
+    DeviceBuffer<float> norm;
 
     std::vector<cudaEvent_t> AllEvents() const;
   };
@@ -154,8 +161,11 @@ class CudaReplicaGroup final : public ReplicaGroup {
   Status InitRank(int rank);
   // Waits for every rank's streams, ignoring their errors (said already, or sticky).
   void SynchronizeAll();
-  // HoldDataset's copy of `data` on rank i's device.
+  // HoldDataset's copy of `data` on rank i's device (and transform_'s buffers).
   Status HoldOn(int i, const Dataset& data);
+  // The held rows in input slot `slot` through transform_ (draws for rows at mb's epoch and
+  // position), on the copy stream.
+  Status TransformHeld(int rank, int slot, const MicroBatch& mb);
   // Frees what HoldOn made, on every rank.
   void ReleaseDataset();
   Status ReadState(ModelState* s) const;
@@ -199,6 +209,8 @@ class CudaReplicaGroup final : public ReplicaGroup {
   std::vector<Rank> ranks_;
   PinnedAllocator pinned_;
   int64_t skipped_reported_ = 0;
+  // The transform the devices apply to the held set's training rows; null: none.
+  std::unique_ptr<InputTransform> transform_;
   // Several GPUs: NCCL calls hold it shared, AbortCommunicators exclusively; aborted_ under it.
   std::shared_mutex nccl_mu_;
   bool aborted_ = false;

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "augment.h"
+#include "cuda/cnn_ops.h"
 #include "cuda/cuda_check.h"
 #include "cuda/ops.h"
 
@@ -93,9 +95,12 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
     }
     CUDA_CHECK(cudaMemcpyAsync(r.idx[slot].data(), staged, rows * sizeof(int32_t),
                                cudaMemcpyHostToDevice, r.copy));
-    SWEEP_RETURN_IF_ERROR(gather_rows(model.x(slot), model.y(slot), r.idx[slot].data(), mb.rows,
+    // With a transform the rows are gathered beside the input slot, then transformed into it.
+    float* gathered = transform_ != nullptr ? r.raw[slot].data() : model.x(slot);
+    SWEEP_RETURN_IF_ERROR(gather_rows(gathered, model.y(slot), r.idx[slot].data(), mb.rows,
                                       r.data_u8.data(), r.data_f32.data(), r.data_labels.data(),
                                       r.data_dim, r.copy));
+    if (transform_ != nullptr) SWEEP_RETURN_IF_ERROR(TransformHeld(rank, slot, mb));
   } else if (mb.pixels != nullptr) {
     const int64_t dim = spec_.model.input.size();
     if (r.pixels[slot].data() == nullptr) {
