@@ -12,7 +12,11 @@ std::string VersionText() {
 #else
   text += "CUDA: no (CPU slots only)\n";
 #endif
-  text += "cuDNN: no\n";
+#ifdef SWEEP_BUILT_CUDNN
+  text += "cuDNN: " SWEEP_BUILT_CUDNN " (opened at run time; convolutional models on GPUs)\n";
+#else
+  text += "cuDNN: no (convolutional models train on the CPU)\n";
+#endif
 #ifdef SWEEP_BUILT_NCCL
   text += "NCCL: yes (opened at run time; trials with gpus > 1 on GPUs)\n";
 #else
