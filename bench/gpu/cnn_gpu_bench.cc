@@ -144,15 +144,7 @@ double ConvMsPerStep(const TrainOptions& o) {
   if (!cuda::CreateCudnnHandle(stream, &handle).ok()) total = -1;
   for (const trainer::Layer& l : model->layers) {
     if (total < 0 || l.kind != trainer::LayerKind::kConv) continue;
-    sweep::trainer::cpu::ConvShape s;
-    s.B = o.batch_size;
-    s.H = l.in_shape.h;
-    s.W = l.in_shape.w;
-    s.C = l.in_shape.c;
-    s.OC = l.out;
-    s.K = l.kernel;
-    s.stride = l.stride;
-    s.pad = l.pad;
+    const sweep::trainer::cpu::ConvShape s = trainer::ConvShapeOf(l, o.batch_size);
     auto conv = cuda::CudnnConv::Create(handle, s, cuda::ConvOptions{});
     cuda::DeviceBuffer<float> x, w, y, dx, dw;
     cuda::DeviceBuffer<uint8_t> ws;

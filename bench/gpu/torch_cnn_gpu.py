@@ -24,9 +24,6 @@ Usage: torch_cnn_gpu.py --data DIR [--channels 32,64] [--fc 256] [--batch 256]
                         [--device cuda|cpu]
 """
 import argparse
-import gzip
-import os
-import struct
 import time
 
 import numpy as np
@@ -34,22 +31,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-def idx(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        b = f.read()
-    dims = b[3]
-    shape = struct.unpack(">" + "I" * dims, b[4:4 + 4 * dims])
-    return np.frombuffer(b, np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
-def find(data, name):
-    for candidate in (name + ".gz", name):
-        p = os.path.join(data, candidate)
-        if os.path.exists(p):
-            return p
-    raise SystemExit(f"{data}: no {name}[.gz]")
+# The IDX readers of the MLP twin beside this file (its folder is on sys.path when run).
+from torch_mlp_gpu import find, idx
 
 
 def make_model(channels, fc):

@@ -83,6 +83,21 @@ class CudaGroup : public ::testing::Test {
     }
   }
 
+  // Trains `o` with the training set held on the GPU, then streamed from the host
+  // (dataset_on_gpu = false), and expects the same train_loss every epoch, bit for bit.
+  static void ExpectHeldTrainsAsStreamed(TrainOptions o, const char* what) {
+    std::vector<double> held, streamed;
+    for (std::vector<double>* losses : {&held, &streamed}) {
+      o.dataset_on_gpu = losses == &held;
+      ASSERT_TRUE(Train(o, [&](const EpochReport& e) {
+                    losses->push_back(e.train_loss);
+                    return true;
+                  }).ok());
+    }
+    std::printf("  %s: %s\n", what, held == streamed ? "identical" : "DIFFER");
+    EXPECT_EQ(held, streamed);
+  }
+
   int devices_ = 0;
 };
 
@@ -385,38 +400,15 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
     o.augment_crop = 1;
     o.augment_flip = true;
     o.random_erasing = 0.5;
-    std::vector<double> held, streamed;
-    ASSERT_TRUE(Train(o, [&](const EpochReport& e) {
-                  held.push_back(e.train_loss);
-                  return true;
-                }).ok());
-    o.dataset_on_gpu = false;
-    ASSERT_TRUE(Train(o, [&](const EpochReport& e) {
-                  streamed.push_back(e.train_loss);
-                  return true;
-                }).ok());
-    std::printf("  cnn train_loss per epoch, transformed on the GPU vs on the host: %s\n",
-                held == streamed ? "identical" : "DIFFER");
-    EXPECT_EQ(held, streamed);
+    ExpectHeldTrainsAsStreamed(o,
+                               "cnn train_loss per epoch, transformed on the GPU vs on the host");
   }
   // The training set held on the GPU (the default) and batches streamed from pinned host memory
   // train the same: the same rows reach the same kernels.
   {
     TrainOptions o = BlobOptions(dir);
     o.backend = "cuda";
-    std::vector<double> held, streamed;
-    ASSERT_TRUE(Train(o, [&](const EpochReport& e) {
-                  held.push_back(e.train_loss);
-                  return true;
-                }).ok());
-    o.dataset_on_gpu = false;
-    ASSERT_TRUE(Train(o, [&](const EpochReport& e) {
-                  streamed.push_back(e.train_loss);
-                  return true;
-                }).ok());
-    std::printf("  train_loss per epoch, set on the GPU vs streamed: %s\n",
-                held == streamed ? "identical" : "DIFFER");
-    EXPECT_EQ(held, streamed);
+    ExpectHeldTrainsAsStreamed(o, "train_loss per epoch, set on the GPU vs streamed");
   }
   if (devices_ >= 2) {
     TrainOptions o = BlobOptions(dir);

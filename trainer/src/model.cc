@@ -81,6 +81,19 @@ const char* LayerKindName(LayerKind kind) {
   return "?";
 }
 
+cpu::ConvShape ConvShapeOf(const Layer& l, int B) {
+  cpu::ConvShape s;
+  s.B = B;
+  s.H = l.in_shape.h;
+  s.W = l.in_shape.w;
+  s.C = l.in_shape.c;
+  s.OC = l.out;
+  s.K = l.kernel;
+  s.stride = l.stride;
+  s.pad = l.pad;
+  return s;
+}
+
 bool ParseActivation(const std::string& name, Activation* act) {
   if (name == "relu") {
     *act = Activation::kRelu;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "cpu/conv_ops.h"
 #include "cpu/ops.h"
 
 namespace sweep::trainer {
@@ -91,6 +92,9 @@ struct Layer {
   bool has_params() const { return param_index >= 0; }
   int64_t fan_in() const;  // inputs to one output: in features, or in channels x kernel^2
 };
+
+// A kConv layer over a batch of B samples, as the convolution kernels (CPU, cuDNN) take it.
+cpu::ConvShape ConvShapeOf(const Layer& l, int B);
 
 struct ModelSpec {
   TensorShape input;

@@ -187,6 +187,13 @@ Desc* DescAt(const Desc* d, cudnnBackendAttributeName_t n) {
   return a == nullptr ? nullptr : static_cast<Desc*>(a->at<void*>(0));
 }
 
+// Whether a convolution operation's FLOAT or DOUBLE attribute is its alpha (else its beta).
+bool IsAlpha(cudnnBackendAttributeName_t name) {
+  return name == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA ||
+         name == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA ||
+         name == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
+}
+
 // A convolution operation's parts, in the roles x (the image), w (the filter) and y (the
 // output), whichever gradient the operation computes.
 struct ConvParts {
@@ -230,9 +237,7 @@ bool PartsOf(const Desc* d, ConvParts* p) {
   for (const auto& [name, attr] : d->attrs) {
     if (attr.type != CUDNN_TYPE_FLOAT && attr.type != CUDNN_TYPE_DOUBLE) continue;
     const double v = attr.type == CUDNN_TYPE_FLOAT ? double{attr.at<float>(0)} : attr.at<double>(0);
-    const bool is_alpha = name == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA ||
-                          name == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA ||
-                          name == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
+    const bool is_alpha = IsAlpha(name);
     (is_alpha ? p->alpha : p->beta) = v;
   }
   return true;
@@ -307,9 +312,7 @@ cudnnStatus_t FinalizeOperation(const Desc* d) {
   bool alpha = false, beta = false;
   for (const auto& [name, attr] : d->attrs) {
     if (attr.type == CUDNN_TYPE_FLOAT || attr.type == CUDNN_TYPE_DOUBLE) {
-      const bool is_alpha = name == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA ||
-                            name == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA ||
-                            name == CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA;
+      const bool is_alpha = IsAlpha(name);
       (is_alpha ? alpha : beta) = true;
     }
   }

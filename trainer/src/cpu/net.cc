@@ -98,7 +98,7 @@ Net::Net(ModelSpec model, int max_batch, Precision precision, float label_smooth
         invstd_[at] = FloatBuffer(l.in_shape.c);
         break;
       case LayerKind::kConv:
-        scratch = std::max(scratch, conv2d_scratch_floats(Conv(l, max_batch)));
+        scratch = std::max(scratch, conv2d_scratch_floats(ConvShapeOf(l, max_batch)));
         break;
       default:
         break;
@@ -111,19 +111,6 @@ Net::Net(ModelSpec model, int max_batch, Precision precision, float label_smooth
     d16_ = FloatBuffer(int64_t{max_batch} * widest);
   }
   InitStats(model_, stats_.data());
-}
-
-ConvShape Net::Conv(const Layer& l, int B) const {
-  ConvShape s;
-  s.B = B;
-  s.H = l.in_shape.h;
-  s.W = l.in_shape.w;
-  s.C = l.in_shape.c;
-  s.OC = l.out;
-  s.K = l.kernel;
-  s.stride = l.stride;
-  s.pad = l.pad;
-  return s;
 }
 
 const float* Net::GemmInput(int i, const float* x, int64_t n) {
@@ -171,7 +158,7 @@ const float* Net::RunForward(const float* x, int B, bool train, uint64_t dropout
         break;
       }
       case LayerKind::kConv: {
-        const ConvShape s = Conv(l, B);
+        const ConvShape s = ConvShapeOf(l, B);
         conv2d_forward(out, GemmInput(i, in, n_in), w + l.weight, nullptr, s, conv_scratch_.data());
         const int64_t rows = int64_t{B} * s.OH() * s.OW();
         if (l.bias_at >= 0) {
@@ -287,7 +274,7 @@ void Net::Backward(const float* x, int B, bool accumulate, LayerSink* sink) {
         // Through the fused activation (and the bias's gradient) first: d becomes the
         // gradient w.r.t. this layer's own output.
         const bool conv = l.kind == LayerKind::kConv;
-        const ConvShape s = conv ? Conv(l, B) : ConvShape{};
+        const ConvShape s = conv ? ConvShapeOf(l, B) : ConvShape{};
         const int rows = conv ? B * s.OH() * s.OW() : B;
         if (l.bias_at >= 0) {
           bias_act_backward(d, g + l.bias_at, y_[at], a >= 0 ? act_out : y_[at], rows, l.out, act,

@@ -93,7 +93,6 @@ class Net {
   // What a GEMM layer reads as its input: x itself, or its 16-bit copy.
   const float* GemmInput(int i, const float* x, int64_t n);
   float* Grad(int i) { return gbuf_[static_cast<size_t>(gown_[static_cast<size_t>(i)])].data(); }
-  cpu::ConvShape Conv(const Layer& l, int B) const;
 
   ModelSpec model_;
   [[maybe_unused]] int max_batch_;  // checked by asserts only

@@ -13,22 +13,6 @@
 #include "rng.h"
 
 namespace sweep::trainer::cuda {
-namespace {
-
-cpu::ConvShape ConvOf(const Layer& l, int B) {
-  cpu::ConvShape s;
-  s.B = B;
-  s.H = l.in_shape.h;
-  s.W = l.in_shape.w;
-  s.C = l.in_shape.c;
-  s.OC = l.out;
-  s.K = l.kernel;
-  s.stride = l.stride;
-  s.pad = l.pad;
-  return s;
-}
-
-}  // namespace
 
 Net::Net(const ModelSpec& model, int max_batch, Precision precision, float label_smoothing,
          bool tf32, cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn)
@@ -161,7 +145,7 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
     ConvOptions o;
     o.precision = precision_;
     o.tf32 = tf32_;
-    SWEEP_ASSIGN_OR_RETURN(plan, CudnnConv::Create(dnn_, ConvOf(model_.layer(i), B), o));
+    SWEEP_ASSIGN_OR_RETURN(plan, CudnnConv::Create(dnn_, ConvShapeOf(model_.layer(i), B), o));
     SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes()));
   }
   return plan.get();
@@ -356,15 +340,16 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
           if (accumulate) {
             SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dw_tmp_.data(), nw, true, stream_));
           }
-        }
-        // A gradient already written by another reader is added to, through dtmp_.
-        float* dx = d_in == nullptr ? nullptr : add ? dtmp_.data() : d_in;
-        if (conv) {
-          if (dx != nullptr) {
-            SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
+          if (d_in != nullptr) {
+            // A gradient already written by another reader is added to, through dtmp_.
+            float* dx = add ? dtmp_.data() : d_in;
             SWEEP_RETURN_IF_ERROR(plan->BackwardData(dx, d, p + l.weight, workspace_.data()));
+            if (add) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dx, n_in, true, stream_));
           }
-        } else if (half()) {
+          break;
+        }
+        float* dx = d_in == nullptr ? nullptr : add ? dtmp_.data() : d_in;
+        if (half()) {
           SWEEP_RETURN_IF_ERROR(matmul_backward_half(
               blas_, dx, g + l.weight, h_d_.data(), in16, p16 + l.weight, B,
               static_cast<int>(l.in_shape.size()), l.out, half_type_, accumulate));
