@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -152,15 +153,59 @@ double LogMass(double za, double zb) {
   return std::log(zb - za) - 0.5 * mid * mid - kHalfLog2Pi;
 }
 
+// Two doubles, SSE2's register: the hot loops below keep their sums in these, and so in
+// registers on any x86-64 (GCC spreads wider vectors over the stack without AVX).
+using Vec2 = double __attribute__((vector_size(16)));
+
+inline Vec2 Load2(const double* p) {
+  Vec2 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void Store2(double* p, Vec2 v) { std::memcpy(p, &v, sizeof v); }
+
+inline Vec2 Max2(Vec2 a, Vec2 b) { return a > b ? a : b; }
+
+// The largest of v[0, n), n >= 1; -inf stays -inf.
+double Largest(const double* v, size_t n) {
+  double top = v[0];
+  size_t k = 0;
+  if (n >= 8) {
+    Vec2 m0 = Load2(v), m1 = Load2(v + 2), m2 = Load2(v + 4), m3 = Load2(v + 6);
+    for (k = 8; k + 8 <= n; k += 8) {
+      m0 = Max2(m0, Load2(v + k));
+      m1 = Max2(m1, Load2(v + k + 2));
+      m2 = Max2(m2, Load2(v + k + 4));
+      m3 = Max2(m3, Load2(v + k + 6));
+    }
+    const Vec2 m = Max2(Max2(m0, m1), Max2(m2, m3));
+    top = m[0] > m[1] ? m[0] : m[1];
+  }
+  for (; k < n; ++k) top = v[k] > top ? v[k] : top;
+  return top;
+}
+
 // The sum of e^(v[k] - top) for k < n, top >= every v[k]. Terms below e^-40 are left out:
 // next to the largest (1) they are below rounding, and far kernels are most kernels.
 inline double ExpTerm(double d) { return d > -40 ? ExpNonPositive(d) : 0.0; }
 
 double SumExp(const double* v, size_t n, double top) {
   // Four partial sums: a fixed order (so a fixed result) whose lanes vectorise. A term left
-  // out adds an exact 0.
+  // out adds an exact 0, so a run of 16 whose largest is left out is skipped whole: with a
+  // large history most kernels are far from a candidate, and their exponentials cost the most.
+  constexpr size_t kRun = 16;
   double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   size_t k = 0;
+  for (; k + kRun <= n; k += kRun) {
+    if (!(Largest(v + k, kRun) - top > -40)) continue;
+    for (size_t i = k; i < k + kRun; i += 4) {
+      s0 += ExpTerm(v[i] - top);
+      s1 += ExpTerm(v[i + 1] - top);
+      s2 += ExpTerm(v[i + 2] - top);
+      s3 += ExpTerm(v[i + 3] - top);
+    }
+  }
   for (; k + 4 <= n; k += 4) {
     s0 += ExpTerm(v[k] - top);
     s1 += ExpTerm(v[k + 1] - top);
@@ -170,6 +215,26 @@ double SumExp(const double* v, size_t n, double top) {
   double* rest[3] = {&s0, &s1, &s2};
   for (size_t i = 0; k < n; ++k, ++i) *rest[i] += ExpTerm(v[k] - top);
   return (s0 + s1) + (s2 + s3);
+}
+
+// acc[k] += a[j] * mu[j][k] for k < n, over j < dims in order: 16 kernels at a time stay in
+// registers across the dimensions. Each sum is formed in the order of the plain loops.
+void AddProducts(const double* a, const double* const* mu, size_t dims, size_t n, double* acc) {
+  constexpr size_t kRun = 16, kVecs = kRun / 2;
+  size_t k = 0;
+  for (; k + kRun <= n; k += kRun) {
+    Vec2 v[kVecs];
+    for (size_t i = 0; i < kVecs; ++i) v[i] = Load2(acc + k + 2 * i);
+    for (size_t j = 0; j < dims; ++j) {
+      const Vec2 aj = Vec2{} + a[j];
+      const double* m = mu[j] + k;
+      for (size_t i = 0; i < kVecs; ++i) v[i] += aj * Load2(m + 2 * i);
+    }
+    for (size_t i = 0; i < kVecs; ++i) Store2(acc + k + 2 * i, v[i]);
+  }
+  for (size_t j = 0; j < dims; ++j) {
+    for (size_t i = k; i < n; ++i) acc[i] += a[j] * mu[j][i];
+  }
 }
 
 // A counter-based stream: the i-th draw depends on (seed, trial, name, i) only.
@@ -252,6 +317,7 @@ struct Mixture {
 };
 
 struct Group {
+  size_t index = 0;          // in groups_
   std::vector<size_t> dims;  // indices into dims_, in declaration order
   uint64_t name_hash = 0;    // of the first member's name: seeds the group's stream
   bool continuous = true;    // every member a real range without a step
@@ -264,6 +330,23 @@ struct SortedEntry {
   uint32_t row;
   bool operator<(const SortedEntry& o) const { return x < o.x || (x == o.x && trial < o.trial); }
 };
+
+// A multivariate group's RowTerms for every active row (by row; NaN for the others), for the
+// bandwidths `sigma` (by the group's dims, 0 for a categorical).
+struct RowTermTable {
+  std::vector<double> sigma;
+  std::vector<double> log_mass, quad;
+  size_t active = 0;  // rows where the whole group is active
+};
+
+// n with all but its 7 leading binary digits cleared (exact below 128, so as within 100
+// trials): the bad set's bandwidth then moves in steps of at most 1/64 of n (0.3% of the
+// bandwidth), and per-row terms made for one serve many suggestions.
+size_t BandwidthCount(size_t n) {
+  const auto bits = static_cast<int>(std::bit_width(n));
+  const int drop = bits > 7 ? bits - 7 : 0;
+  return (n >> drop) << drop;
+}
 
 // A suggestion's view of the rows: observations first, then the running trials.
 struct Rows {
@@ -284,7 +367,7 @@ struct Scratch {
   Mixture l, g;
   std::vector<uint32_t> good_rows, bad_rows;
   std::vector<std::pair<uint32_t, uint32_t>> ranked;  // good set: (rank, position in the set)
-  std::vector<double> candidates, score_l, score_g, weight, mass, quad, top, sum, acc;
+  std::vector<double> candidates, score_l, score_g, weight, mass, quad, top, sum, acc, sigma;
   std::vector<std::pair<double, uint32_t>> sorted, extra;  // univariate bandwidths
   std::vector<uint32_t> position;
 };
@@ -319,9 +402,9 @@ class TpeSamplerImpl final : public TpeSampler {
         }
         auto [it, added] = group_by_condition.emplace(key, g);
         g = it->second;
-        if (added) groups_.push_back({{}, Fnv1a64(parameter.name)});
+        if (added) groups_.push_back({g, {}, Fnv1a64(parameter.name)});
       } else {
-        groups_.push_back({{}, Fnv1a64(parameter.name)});
+        groups_.push_back({g, {}, Fnv1a64(parameter.name)});
       }
       groups_[g].dims.push_back(dims_.size() - 1);
       if (dims_.back().type != Dim::Type::kContinuous) groups_[g].continuous = false;
@@ -329,6 +412,7 @@ class TpeSamplerImpl final : public TpeSampler {
       group_of_dim_.push_back(static_cast<int>(g));
     }
     if (!options_.multivariate) sorted_.resize(dims_.size());
+    if (options_.multivariate) row_terms_.resize(groups_.size());
   }
 
   void Observe(int64_t trial, const json& params, double value) override {
@@ -338,6 +422,9 @@ class TpeSamplerImpl final : public TpeSampler {
     uint32_t row;
     if (at != by_trial_.end() && at->first == trial) {
       row = at->second;  // observed before: replace
+      for (RowTermTable& table : row_terms_) {
+        table.active -= Active(groups_[&table - row_terms_.data()], &x_[row * width]);
+      }
       by_score_.erase(std::tuple(score_[row], trial, row));
       for (size_t d = 0; d < sorted_.size(); ++d) {
         const double x = x_[row * width + d];
@@ -362,6 +449,10 @@ class TpeSamplerImpl final : public TpeSampler {
       const SortedEntry entry{x, trial, row};
       index.insert(std::lower_bound(index.begin(), index.end(), entry), entry);
     }
+    for (RowTermTable& table : row_terms_) {
+      table.active += Active(groups_[&table - row_terms_.data()], &x_[row * width]);
+    }
+    KeepRowTerms(row);
   }
 
   void Reset() override {
@@ -371,6 +462,7 @@ class TpeSamplerImpl final : public TpeSampler {
     by_trial_.clear();
     by_score_.clear();
     for (auto& index : sorted_) index.clear();
+    for (RowTermTable& table : row_terms_) table = {};
   }
 
   size_t size() const override { return trial_.size(); }
@@ -584,6 +676,56 @@ class TpeSamplerImpl final : public TpeSampler {
     return std::min(static_cast<size_t>(good), static_cast<size_t>(options_.gamma_max));
   }
 
+  // Whether every dimension of the group has a value in this row.
+  bool Active(const Group& group, const double* row) const {
+    for (size_t d : group.dims) {
+      if (std::isnan(row[d])) return false;
+    }
+    return true;
+  }
+
+  // Brings each group's RowTermTable up to date after `row` changed: for the bandwidths of the
+  // bad set a suggestion without running trials would build, so that one reads them instead
+  // of computing a truncation mass per kernel and dimension. Another suggestion (running
+  // trials shift the set's size) computes its own; the bits are the same either way.
+  void KeepRowTerms(uint32_t row) {
+    if (row_terms_.empty()) return;  // univariate
+    const size_t n_rows = trial_.size(), width = dims_.size();
+    const size_t n_below = std::min(GoodCount(n_rows), n_rows);
+    for (const Group& group : groups_) {
+      RowTermTable& table = row_terms_[group.index];
+      table.log_mass.resize(n_rows, kNaN);
+      table.quad.resize(n_rows, kNaN);
+      size_t good = 0;
+      auto it = by_score_.begin();
+      for (size_t i = 0; i < n_below; ++i, ++it) {
+        good += Active(group, &x_[std::get<2>(*it) * width]);
+      }
+      const size_t n_bad = table.active - good;
+      std::vector<double> sigma(group.dims.size(), 0.0);
+      for (size_t j = 0; j < group.dims.size(); ++j) {
+        const Dim& dim = dims_[group.dims[j]];
+        if (dim.type == Dim::Type::kCategorical) continue;
+        sigma[j] = std::clamp(SetSigma(dim, false, n_bad, static_cast<double>(group.dims.size())),
+                              MinSigma(dim, n_bad + 1), dim.hi - dim.lo);
+      }
+      auto keep = [&](size_t r) {
+        const double* x = &x_[r * width];
+        if (Active(group, x)) {
+          std::tie(table.log_mass[r], table.quad[r]) = RowTerms(group, table.sigma.data(), x);
+        } else {
+          table.log_mass[r] = table.quad[r] = kNaN;
+        }
+      };
+      if (sigma == table.sigma) {
+        keep(row);
+        continue;
+      }
+      table.sigma = std::move(sigma);
+      for (size_t r = 0; r < n_rows; ++r) keep(r);
+    }
+  }
+
   // ---- one group's suggestion ----
 
   // The group's values into `chosen`: of n_ei_candidates draws from l, the one with the largest
@@ -598,13 +740,7 @@ class TpeSamplerImpl final : public TpeSampler {
     std::vector<uint32_t>& bad_rows = scratch.bad_rows;
     good_rows.clear();
     bad_rows.clear();
-    auto active = [&](uint32_t row) {
-      const double* x = rows.Row(row);
-      for (size_t d : group.dims) {
-        if (std::isnan(x[d])) return false;
-      }
-      return true;
-    };
+    auto active = [&](uint32_t row) { return Active(group, rows.Row(row)); };
     for (const auto& [t, row] : by_trial_) {
       if (active(row)) (good_rank[row] != 0 ? good_rows : bad_rows).push_back(row);
     }
@@ -660,6 +796,48 @@ class TpeSamplerImpl final : public TpeSampler {
     }
     for (size_t j = 0; j < width; ++j) chosen[group.dims[j]] = candidates[best * width + j];
     return true;
+  }
+
+  // A multivariate set's bandwidth in `dim` before the clip, shared by its observed kernels; n
+  // counts the set's trials, running ones included. The good set: range / min(100, n + 2), the
+  // magic clip's floor, so draws from l refine around the good trials and more finely as the
+  // set grows. The bad set: a Scott-like rule, narrower with more trials, wider with more
+  // dimensions, with n rounded (BandwidthCount) so that it changes seldom.
+  static double SetSigma(const Dim& dim, bool good, size_t n, double group_dims) {
+    const double range = dim.hi - dim.lo;
+    if (good) return range / std::min(100.0, static_cast<double>(n) + 2);
+    return kBadBandwidth *
+           std::pow(std::max<double>(static_cast<double>(BandwidthCount(n)), 1.0),
+                    -1.0 / (group_dims + 4)) *
+           range;
+  }
+
+  // The magic clip: no kernel of k kernels narrower than range / min(100, k + 1).
+  double MinSigma(const Dim& dim, size_t k_total) const {
+    const double range = dim.hi - dim.lo;
+    return options_.magic_clip ? range / std::min(100.0, 1.0 + static_cast<double>(k_total))
+                               : range * 1e-12;
+  }
+
+  // An observed kernel's log truncation mass (the product over the group's numeric dimensions)
+  // and its share of the expanded squares (the sum over its reals), with bandwidths `sigma` by
+  // the group's dims. Build's own loops would give the same bits.
+  std::pair<double, double> RowTerms(const Group& group, const double* sigma,
+                                     const double* row) const {
+    const UpperTailTable& tail = UpperTailFast();
+    double mass = 1.0, quad = 0.0;
+    for (size_t j = 0; j < group.dims.size(); ++j) {
+      const Dim& dim = dims_[group.dims[j]];
+      if (dim.type == Dim::Type::kCategorical) continue;
+      const double mu = row[group.dims[j]];
+      const double inv = 1.0 / sigma[j];
+      mass *= 1 - tail((mu - dim.lo) * inv) - tail((dim.hi - mu) * inv);
+      if (dim.type == Dim::Type::kDiscrete) continue;
+      const double centred = mu - 0.5 * (dim.lo + dim.hi);
+      const double w = inv * inv;
+      quad += 0.5 * centred * centred * w;
+    }
+    return {std::log(mass), quad};
   }
 
   // The mixture of one set, in `m` (its buffers reused): a kernel per row (in the given order)
@@ -724,6 +902,9 @@ class TpeSamplerImpl final : public TpeSampler {
       m.base[k] = std::log(weight[k] / total);
     }
 
+    // Kernels from first_own on have bandwidths of their own: all univariate; multivariate,
+    // the running trials and the prior.
+    const size_t first_own = options_.multivariate ? n_observed : 0;
     std::vector<double>& mass = scratch.mass;  // product of truncation masses over numeric dims
     std::vector<double>& quad = scratch.quad;  // sum of (mu - centre)^2 w / 2 over shared dims
     mass.assign(k_total, 1.0);
@@ -756,24 +937,14 @@ class TpeSamplerImpl final : public TpeSampler {
       model.mu[n] = 0.5 * (dim.lo + dim.hi);
       model.sigma.resize(k_total);
       if (options_.multivariate) {
-        // The good set: range / min(100, n + 2), the magic clip's floor, so draws from l refine
-        // around the good trials and more finely as the set grows. The bad set: a Scott-like
-        // rule, narrower with more trials, wider with more dimensions.
-        const double sigma = good ? range / std::min(100.0, static_cast<double>(n) + 2)
-                                  : kBadBandwidth *
-                                        std::pow(std::max<double>(static_cast<double>(n), 1.0),
-                                                 -1.0 / (group_dims + 4)) *
-                                        range;
-        std::fill(model.sigma.begin(), model.sigma.end(), sigma);
+        std::fill(model.sigma.begin(), model.sigma.end(), SetSigma(dim, good, n, group_dims));
       } else {
         NeighbourSigmas(dim, d, set, rows, scratch, model);
       }
       if (options_.multivariate) {
         for (size_t k = n_observed; k < n; ++k) model.sigma[k] *= kRunningBandwidth;
       }
-      const double min_sigma = options_.magic_clip
-                                   ? range / std::min(100.0, 1.0 + static_cast<double>(k_total))
-                                   : range * 1e-12;
+      const double min_sigma = MinSigma(dim, k_total);
       for (double& s : model.sigma) s = std::clamp(s, min_sigma, range);
       model.sigma[n] = range;  // the prior covers the whole domain
 
@@ -783,11 +954,12 @@ class TpeSamplerImpl final : public TpeSampler {
       const double* mu = model.mu.data();
       const double* sigma = model.sigma.data();
       double* inv_sigma = model.inv_sigma.data();
+      for (size_t k = 0; k < k_total; ++k) inv_sigma[k] = 1.0 / sigma[k];
+      // Observed kernels take their truncation masses from per-row terms (below).
       const UpperTailTable& tail = UpperTailFast();
-      for (size_t k = 0; k < k_total; ++k) {
-        const double inv = 1.0 / sigma[k];
-        inv_sigma[k] = inv;
-        mass[k] *= 1 - tail((mu[k] - dim.lo) * inv) - tail((dim.hi - mu[k]) * inv);
+      for (size_t k = first_own; k < k_total; ++k) {
+        mass[k] *=
+            1 - tail((mu[k] - dim.lo) * inv_sigma[k]) - tail((dim.hi - mu[k]) * inv_sigma[k]);
       }
       // Multivariate bandwidths repeat: one log per distinct run of them.
       double last_sigma = kNaN, last_log = 0;
@@ -808,13 +980,31 @@ class TpeSamplerImpl final : public TpeSampler {
         model.w = inv_sigma[0] * inv_sigma[0];
         model.centre = model.mu[n];
         model.mu_centred.resize(n_observed);
+        for (size_t k = 0; k < n_observed; ++k) model.mu_centred[k] = mu[k] - model.centre;
+      }
+    }
+    if (first_own > 0) {
+      // Multivariate: the observed kernels share each dimension's bandwidth, so their masses
+      // and squares are per-row terms, kept by Observe for the bad set's likely bandwidths.
+      std::vector<double>& sigma = scratch.sigma;
+      sigma.assign(group.dims.size(), 0.0);
+      for (size_t j = 0; j < group.dims.size(); ++j) {
+        if (dims_[group.dims[j]].type != Dim::Type::kCategorical) sigma[j] = m.dims[j].sigma[0];
+      }
+      const RowTermTable& kept = row_terms_[group.index];
+      if (sigma == kept.sigma) {
         for (size_t k = 0; k < n_observed; ++k) {
-          model.mu_centred[k] = mu[k] - model.centre;
-          quad[k] += 0.5 * model.mu_centred[k] * model.mu_centred[k] * model.w;
+          mass[k] = kept.log_mass[set[k]];
+          quad[k] = kept.quad[set[k]];
+        }
+      } else {
+        for (size_t k = 0; k < n_observed; ++k) {
+          std::tie(mass[k], quad[k]) = RowTerms(group, sigma.data(), rows.Row(set[k]));
         }
       }
     }
-    for (size_t k = 0; k < k_total; ++k) m.base[k] -= std::log(mass[k]);
+    for (size_t k = 0; k < first_own; ++k) m.base[k] -= mass[k];  // a log already
+    for (size_t k = first_own; k < k_total; ++k) m.base[k] -= std::log(mass[k]);
     m.shared = n_observed;
     m.base_shared.resize(k_total);
     for (size_t k = 0; k < k_total; ++k) m.base_shared[k] = m.base[k] - quad[k];
@@ -932,6 +1122,8 @@ class TpeSamplerImpl final : public TpeSampler {
     top.assign(n, -kInf);
     sum.assign(n, 0.0);
     acc.resize(kBlock);
+    std::vector<double> a(width);  // a run of shared dimensions: the candidate's factors
+    std::vector<const double*> mu_run(width);
     for (size_t k0 = 0; k0 < k_total; k0 += kBlock) {
       const size_t nb = std::min(kBlock, k_total - k0);
       // This block's kernels on the expanded squares come first: [0, n_shared). The rest
@@ -947,22 +1139,29 @@ class TpeSamplerImpl final : public TpeSampler {
         }
         for (size_t k = 0; k < n_shared; ++k) acc[k] = m.base_shared[k0 + k] - x_square;
         for (size_t k = n_shared; k < nb; ++k) acc[k] = m.base[k0 + k];
-        for (size_t j = 0; j < width; ++j) {
-          const DimModel& model = m.dims[j];
-          if (!model.shared) {
-            AddLogKernel(dims_[group.dims[j]], model, x[j], k0, nb, k_total, acc.data());
+        // Dimensions in order; a run of shared ones goes through the kernels once.
+        for (size_t j = 0; j < width;) {
+          if (!m.dims[j].shared) {
+            AddLogKernel(dims_[group.dims[j]], m.dims[j], x[j], k0, nb, k_total, acc.data());
+            ++j;
             continue;
           }
-          const double a = (x[j] - model.centre) * model.w;
-          const double* mu_centred = model.mu_centred.data() + k0;
-          for (size_t k = 0; k < n_shared; ++k) acc[k] += a * mu_centred[k];
-          for (size_t k = n_shared; k < nb; ++k) {
-            const double z = (x[j] - model.mu[k0 + k]) * model.inv_sigma[k0 + k];
-            acc[k] -= 0.5 * z * z;
+          size_t run = 0;
+          for (; j + run < width && m.dims[j + run].shared; ++run) {
+            const DimModel& model = m.dims[j + run];
+            a[run] = (x[j + run] - model.centre) * model.w;
+            mu_run[run] = model.mu_centred.data() + k0;
+          }
+          AddProducts(a.data(), mu_run.data(), run, n_shared, acc.data());
+          for (; run > 0; --run, ++j) {
+            const DimModel& model = m.dims[j];
+            for (size_t k = n_shared; k < nb; ++k) {
+              const double z = (x[j] - model.mu[k0 + k]) * model.inv_sigma[k0 + k];
+              acc[k] -= 0.5 * z * z;
+            }
           }
         }
-        double block_top = -kInf;
-        for (size_t k = 0; k < nb; ++k) block_top = acc[k] > block_top ? acc[k] : block_top;
+        const double block_top = Largest(acc.data(), nb);
         if (block_top == -kInf) continue;
         if (block_top > top[c]) {
           sum[c] *= ExpNonPositive(top[c] - block_top);
@@ -1033,6 +1232,7 @@ class TpeSamplerImpl final : public TpeSampler {
   std::vector<std::pair<int64_t, uint32_t>> by_trial_;        // (trial, row), by trial
   std::set<std::tuple<double, int64_t, uint32_t>> by_score_;  // (score, trial, row)
   std::vector<std::vector<SortedEntry>> sorted_;  // univariate only: by dim, active rows by x
+  std::vector<RowTermTable> row_terms_;           // multivariate only: by group
 };
 
 // Shortest text that reads back as the same number ("nan" for NaN).

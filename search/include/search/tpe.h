@@ -73,7 +73,8 @@ std::string_view SourceName(Suggestion::Source source);
 //     1/n_l for the worst; in g weights fall for trials older than the newest 25 (running
 //     trials the newest). Bandwidths, multivariate: in l range / min(100, n_l + 2) per
 //     parameter, in g 0.1 * n_g^(-1 / (d + 4)) * range (half Optuna's Scott-like rule; n_g
-//     counts the running trials); univariate: the distance to the farther neighbour (Optuna's;
+//     counts the running trials, and from 128 on keeps its 7 leading binary digits, so that
+//     per-row terms made for it serve many asks); univariate: the distance to the farther neighbour (Optuna's;
 //     running trials are neighbours too). Reals are truncated normals (log-uniform in log
 //     space); integer and stepped ranges are the same normal rounded to their grid;
 //     categoricals keep their observed value with weight 1 + prior_weight / kernels, every
