@@ -281,15 +281,19 @@ TEST_F(SlurmTest, EachGpuTaskServesTheGpuSlurmGaveIt) {
 
 // Slurm's warning before a time limit or a preemption (USR1 to the batch shell, which the
 // script's agent is): the agent's trial stops at its checkpoint and goes on from it on the
-// other agent, every epoch reported once.
+// other agent, every epoch reported once. Both trials wait after epoch 6 until trial 0 has
+// been interrupted, so neither can finish first on a slow machine.
 TEST_F(SlurmTest, TheWarningSignalMovesATrialOnFromItsCheckpoint) {
+  const std::string go = (dir_ / "go").string();
   WriteProgram(
       "epochs.sh",
       "#!/bin/sh\n# 12 epochs; the last one done is kept in the trial's folder.\n"
       "cd \"$SWEEP_TRIAL_DIR\"\ne=$(cat ckpt 2>/dev/null || echo 0)\n"
       "stop=0\ntrap 'stop=1' TERM\n"
       "while [ $e -lt 12 ] && [ $stop = 0 ]; do sleep 0.25; e=$((e + 1)); echo $e > ckpt;\n"
-      "  echo \"sweep-report {\\\"epoch\\\": $e, \\\"score\\\": $e}\"; done\n");
+      "  echo \"sweep-report {\\\"epoch\\\": $e, \\\"score\\\": $e}\"\n"
+      "  if [ $e = 6 ]; then while [ ! -e '" +
+          go + "' ] && [ $stop = 0 ]; do sleep 0.1; done; fi\ndone\n");
   Write("c.toml",
         "[sweep]\nname = \"warned\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 2\n"
         "[parameters]\nx = { values = [1, 2] }\n"
@@ -304,6 +308,15 @@ TEST_F(SlurmTest, TheWarningSignalMovesATrialOnFromItsCheckpoint) {
   const std::string first = Query("SELECT placement FROM trials WHERE number = 0")[0][0];
   const std::string task = first.substr(first.rfind('-') + 1, 1);
   ASSERT_EQ(Shell("scancel --batch --signal=USR1 " + job + "_" + task).first, 0);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return Scalar(
+                   "SELECT count(*) FROM events WHERE trial = 0 AND "
+                   "to_state = 'interrupted'") == 1;
+      },
+      40))
+      << Log("coordinator.log");
+  std::ofstream(go) << "";
   ASSERT_EQ(WaitExit(coordinator, 90), 0) << Log("coordinator.log");
   EXPECT_EQ(Scalar("SELECT count(*) FROM trials WHERE status = 'completed'"), 2);
   // Trial 0 was interrupted, not failed, and went on from its checkpoint elsewhere.
