@@ -7,6 +7,7 @@
 // on the GPU end to end. Every comparison prints its figures. Skipped without a CUDA device
 // (the two-GPU test without two); ctest label `gpu`. The same file also runs on every machine
 // against the emulator (cuda_emu/: two emulated GPUs, NCCL between threads), as `emu.` tests.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -166,13 +167,63 @@ TEST_F(CudaGroup, ACnnMatchesTheCpuReference) {
     const RunResult ref = Reference(spec, 4, 1, data, /*same_precision=*/true);
     Compare("cnn, fp16 against the CPU's fp16, sgd", OnGpu(spec, 4, 1, data), ref, 2e-2);
   }
-  // A CNN on two GPUs is refused in words (not trained elsewhere).
-  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
-  spec.model = model.value();
-  spec.replicas = 2;
-  const Status refused = cuda::GetBackend()->Supports(spec);
-  EXPECT_NE(refused.message().find("one GPU per trial for now"), std::string::npos)
-      << refused.message();
+}
+
+// The same CNN on two GPUs against the CPU group with two replicas, from the same weights: each
+// replica normalizes its own half of the batch and keeps running statistics of its own; rank
+// 0's are the model's, and every rank evaluates with them, so both give the same figures for
+// the same rows.
+TEST_F(CudaGroup, TwoGpusTrainACnnAsTwoCpuReplicasDo) {
+  if (devices_ < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << devices_;
+  const Batches data = MakeBatches(24, 1);
+  TrainOptions o;
+  o.model = "cnn";
+  o.channels = {4};
+  o.residual = true;
+  o.hidden = {8};
+  o.dropout = 0.2;
+  Result<ModelSpec> model = BuildModel(o, TensorShape{1, 4, 6}, testing::kClasses);
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  for (int accum : {1, 2}) {
+    GroupSpec spec = Spec(2, OptimizerSpec::Kind::kSgd, 0.0f);
+    spec.model = model.value();
+    spec.label_smoothing = 0.1f;
+    spec.tf32 = false;
+    spec.devices = {0, 1};
+    spec.bucket_floats = 1;  // a bucket per layer: all-reduces overlap backward
+    const int steps = 24 / accum;
+    Result<std::unique_ptr<ReplicaGroup>> cpu = cpu::GetBackend()->CreateGroup([&] {
+      GroupSpec c = spec;
+      c.devices.clear();
+      return c;
+    }());
+    Result<std::unique_ptr<ReplicaGroup>> gpu = cuda::GetBackend()->CreateGroup(spec);
+    ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status().message();
+    const RunResult ref = RunSteps(cpu->get(), spec, steps, accum, data);
+    const RunResult two = RunSteps(gpu->get(), spec, steps, accum, data);
+    const std::string name =
+        "cnn on 2 GPUs vs 2 CPU replicas, accum_steps " + std::to_string(accum);
+    Compare(name.c_str(), two, ref, 1e-4);
+    ASSERT_EQ(two.state.stats.size(), ref.state.stats.size());
+    EXPECT_LT(NormErr(two.state.stats, ref.state.stats), 1e-4) << name << ": running statistics";
+    // Both ranks evaluate the first batch; so does the CPU group.
+    double loss[2][2] = {};
+    int64_t correct[2][2] = {};
+    for (int side = 0; side < 2; ++side) {
+      ReplicaGroup* g = side == 0 ? gpu->get() : cpu->get();
+      g->Run([&](int rank) {
+        g->Evaluate(rank, data.x.data(), data.y.data(), testing::kBatch, &loss[side][rank],
+                    &correct[side][rank]);
+      });
+    }
+    std::printf("  evaluation: GPU ranks %.6f %.6f (correct %lld %lld), CPU %.6f\n", loss[0][0],
+                loss[0][1], static_cast<long long>(correct[0][0]),
+                static_cast<long long>(correct[0][1]), loss[1][0]);
+    EXPECT_EQ(loss[0][0], loss[0][1]);
+    EXPECT_EQ(correct[0][0], correct[0][1]);
+    EXPECT_EQ(correct[0][0], correct[1][0]);
+    EXPECT_NEAR(loss[0][0], loss[1][0], 1e-4 * loss[1][0]);
+  }
 }
 
 TEST_F(CudaGroup, HalfPrecisionStaysCloseToTheCpuReference) {
@@ -358,8 +409,8 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
   }
   // A CNN on the GPU, end to end, against the same training on the CPU: normalized 6 x 6 images
   // with flips (batches come from the host as floats). TF32 on the GPU: within 0.05 (two of the
-  // validation set's 40 samples).
-  {
+  // validation set's 40 samples). Then on two GPUs against two CPU replicas.
+  for (int replicas = 1; replicas <= std::min(devices_, 2); ++replicas) {
     TrainOptions o = BlobOptions(dir);
     o.model = "cnn";
     o.channels = {4};
@@ -368,6 +419,7 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
     o.lr = 0.05;
     o.augment_flip = true;
     o.epochs = 8;
+    o.replicas = replicas;
     double val[2] = {0, 0}, first_loss = 0, last_loss = 0;
     for (int gpu = 0; gpu < 2; ++gpu) {
       o.backend = gpu ? "cuda" : "cpu";
@@ -382,10 +434,12 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
       first_loss = reports.front().train_loss;
       last_loss = reports.back().train_loss;
     }
-    std::printf("  cnn: val_acc %.4f on the GPU, %.4f on the CPU; train_loss %.4f -> %.4f\n",
-                val[1], val[0], first_loss, last_loss);
-    EXPECT_NEAR(val[1], val[0], 0.05);
-    EXPECT_LT(last_loss, first_loss);
+    std::printf(
+        "  cnn, %d replica(s): val_acc %.4f on the GPU, %.4f on the CPU; train_loss %.4f -> "
+        "%.4f\n",
+        replicas, val[1], val[0], first_loss, last_loss);
+    EXPECT_NEAR(val[1], val[0], 0.05) << replicas << " replica(s)";
+    EXPECT_LT(last_loss, first_loss) << replicas << " replica(s)";
   }
   // A CNN's training set held on the GPU, normalized, cropped, flipped and erased there, trains
   // as the same set transformed on the host and streamed: the same draws, the same bits.

@@ -126,11 +126,6 @@ class CudaBackend final : public Backend {
             "cuda: this build has no cuDNN, so models with convolution, pooling or batch norm "
             "layers, or label_smoothing, train on the CPU");
       }
-      if (spec.replicas > 1) {
-        return Status::InvalidArgument(
-            "cuda: models with convolution, pooling or batch norm layers, or label_smoothing, "
-            "train on one GPU per trial for now (set gpus = 1, or backend = \"cpu\")");
-      }
     }
     if (spec.replicas > 1 && !HaveNccl()) {
       return Status::InvalidArgument(

@@ -207,7 +207,25 @@ void CudaReplicaGroup::SynchronizeAll() {
 
 void CudaReplicaGroup::Evaluate(int rank, const float* x, const int32_t* y, int rows,
                                 double* loss_sum, int64_t* correct) {
-  ThrowIfError(ranks_[static_cast<size_t>(rank)].model->Evaluate(x, y, rows, loss_sum, correct));
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  if (r.stats_stale) ThrowIfError(TakeRank0Stats(rank));
+  ThrowIfError(r.model->Evaluate(x, y, rows, loss_sum, correct));
+}
+
+Status CudaReplicaGroup::TakeRank0Stats(int rank) {
+  // Rank 0's last update of them was in the forward of its last step, which ended before this
+  // rank's last all-reduce could (it waits for rank 0's gradients), and this rank has waited
+  // for that. Through the host: a few kilobytes once per evaluation, and no peer access needed.
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  const size_t n = static_cast<size_t>(spec_.model.num_buffers);
+  r.stats_host.resize(n);
+  CUDA_CHECK(cudaMemcpy(r.stats_host.data(), ranks_[0].model->stats(), n * sizeof(float),
+                        cudaMemcpyDeviceToHost));
+  // On the compute stream, where the evaluation's kernels follow it.
+  CUDA_CHECK(cudaMemcpyAsync(r.model->stats(), r.stats_host.data(), n * sizeof(float),
+                             cudaMemcpyHostToDevice, r.compute));
+  r.stats_stale = false;
+  return Status::Ok();
 }
 
 Status CudaReplicaGroup::SetState(const ModelState& state) {

@@ -119,6 +119,10 @@ class CudaReplicaGroup final : public ReplicaGroup {
     int64_t steps = 0;                   // steps queued so far
     double* loss_host = nullptr;         // pinned [2]: the step's total loss, by step parity
     double data_wait_s = 0;
+    // Several GPUs, a model with batch norm: the running statistics changed since this rank
+    // last took rank 0's, which every replica evaluates with (as on the CPU); host staging.
+    bool stats_stale = false;
+    std::vector<float> stats_host;
     // Several GPUs: the summed loss; per bucket, "backward has queued it"; per step parity, the
     // timing events for CommStats (end of backward, first reduction, last reduction).
     DeviceBuffer<double> loss_total;
@@ -178,6 +182,10 @@ class CudaReplicaGroup final : public ReplicaGroup {
   Status FinishStep(int rank, const StepArgs& args);
   // Step 3 of the protocol for micro-batch m (< queued): waits for its `done` unless seen.
   Status Observe(int rank, int64_t m, std::vector<double>* finished);
+  // Rank 0's running statistics into rank's model (rank > 0), before it evaluates. Each
+  // replica trains with its own batches' statistics and keeps running ones of its own, but only
+  // rank 0's are ever read: by evaluation, and by checkpoints.
+  Status TakeRank0Stats(int rank);
 
   // ---- several GPUs (replica_nccl.cc) ----
   // One communicator per rank, made together from this thread.

@@ -132,6 +132,7 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
   SWEEP_RETURN_IF_ERROR(model.Backward(slot, mb.rows, !mb.first, reduce ? r.hook.get() : nullptr));
   CUDA_CHECK(cudaEventRecord(r.input_free[slot], r.compute));
   r.ends_step[parity] = mb.last;
+  r.stats_stale = rank > 0 && model.stats() != nullptr;
   r.step_of[parity] = r.steps;
   if (mb.last) SWEEP_RETURN_IF_ERROR(FinishStep(rank, args));
   CUDA_CHECK(cudaEventRecord(r.done[parity], r.compute));
