@@ -26,6 +26,10 @@
 #include "test_util.h"
 #include "trainer/trainer.h"
 
+#if defined(SWEEP_CUDA_EMU)
+#include "cudnn.h"  // the emulator's, with its test hooks
+#endif
+
 namespace sweep::trainer {
 namespace {
 
@@ -39,6 +43,18 @@ using testing::NormErr;
 using testing::RunResult;
 using testing::RunSteps;
 using testing::Spec;
+
+// A residual stage with batch norm, max pooling, dropout and a hidden layer, on 1 x 4 x 6 images
+// (the blobs' 24 features).
+Result<ModelSpec> ResidualCnn() {
+  TrainOptions o;
+  o.model = "cnn";
+  o.channels = {4};
+  o.residual = true;
+  o.hidden = {8};
+  o.dropout = 0.2;
+  return BuildModel(o, TensorShape{1, 4, 6}, testing::kClasses);
+}
 
 class CudaGroup : public ::testing::Test {
  protected:
@@ -124,18 +140,11 @@ TEST_F(CudaGroup, OneGpuMatchesTheCpuReference) {
   }
 }
 
-// A CNN (cuda/net.h under the group): a residual stage with batch norm, max pooling, dropout, a
-// hidden layer and label smoothing, on 1 x 4 x 6 images (the blobs' 24 features), against the
-// CPU group from the same weights, batch norm's running statistics included.
+// A CNN (cuda/net.h under the group): ResidualCnn with label smoothing, against the CPU group
+// from the same weights, batch norm's running statistics included.
 TEST_F(CudaGroup, ACnnMatchesTheCpuReference) {
   const Batches data = MakeBatches(24, 1);
-  TrainOptions o;
-  o.model = "cnn";
-  o.channels = {4};
-  o.residual = true;
-  o.hidden = {8};
-  o.dropout = 0.2;
-  Result<ModelSpec> model = BuildModel(o, TensorShape{1, 4, 6}, testing::kClasses);
+  Result<ModelSpec> model = ResidualCnn();
   ASSERT_TRUE(model.ok()) << model.status().message();
   for (OptimizerSpec::Kind kind : {OptimizerSpec::Kind::kSgd, OptimizerSpec::Kind::kAdamw}) {
     for (int accum : {1, 2}) {
@@ -176,13 +185,7 @@ TEST_F(CudaGroup, ACnnMatchesTheCpuReference) {
 TEST_F(CudaGroup, TwoGpusTrainACnnAsTwoCpuReplicasDo) {
   if (devices_ < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << devices_;
   const Batches data = MakeBatches(24, 1);
-  TrainOptions o;
-  o.model = "cnn";
-  o.channels = {4};
-  o.residual = true;
-  o.hidden = {8};
-  o.dropout = 0.2;
-  Result<ModelSpec> model = BuildModel(o, TensorShape{1, 4, 6}, testing::kClasses);
+  Result<ModelSpec> model = ResidualCnn();
   ASSERT_TRUE(model.ok()) << model.status().message();
   for (int accum : {1, 2}) {
     GroupSpec spec = Spec(2, OptimizerSpec::Kind::kSgd, 0.0f);
@@ -536,6 +539,35 @@ TEST_F(CudaGroup, RefusesAModelLargerThanTheGpu) {
   spec.model = ModelSpec::Mlp(testing::kInputs, {40, 24}, testing::kClasses, Activation::kGelu);
   EXPECT_TRUE(cuda::GetBackend()->CreateGroup(spec).ok());
 }
+
+#if defined(SWEEP_CUDA_EMU)
+// A CNN whose convolution plans ask for more workspace than the GPU has free is refused when
+// its group is made, before training, naming the layer and batch_size. The emulator's tensor-core
+// engine asks for what the test sets.
+TEST_F(CudaGroup, RefusesACnnWhoseConvolutionWorkspaceDoesNotFit) {
+  struct Restore {
+    int64_t bytes;
+    ~Restore() { cuda_emu::SetConvWorkspace(bytes); }
+  } restore{cuda_emu::SetConvWorkspace(int64_t{1} << 40)};
+  Result<ModelSpec> model = ResidualCnn();
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.model = model.value();
+  spec.tf32 = true;  // tensor cores: the engine with a workspace
+  Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_FALSE(g.ok());
+  std::printf("  a 1 TiB workspace: %s\n", g.status().message().c_str());
+  EXPECT_EQ(g.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(
+      g.status().message().find("convolution at batches of " + std::to_string(testing::kBatch) +
+                                " rows needs 1048576.0 MiB of workspace"),
+      std::string::npos)
+      << g.status().message();
+  EXPECT_NE(g.status().message().find("make batch_size smaller"), std::string::npos);
+  cuda_emu::SetConvWorkspace(4096);
+  EXPECT_TRUE(cuda::GetBackend()->CreateGroup(spec).ok());
+}
+#endif
 
 }  // namespace
 }  // namespace sweep::trainer

@@ -4,6 +4,7 @@
 #include "cudnn.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -51,7 +52,7 @@ std::set<const Desc*> live;
 std::set<const cudnnContext*> handles;
 thread_local std::string last_error;
 
-constexpr int64_t kWorkspace = 4096;  // engine 0's
+std::atomic<int64_t> workspace_bytes{4096};  // engine 0's; cuda_emu::SetConvWorkspace
 
 cudnnStatus_t Fail(cudnnStatus_t status, std::string why) {
   last_error = std::move(why);
@@ -713,7 +714,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
     case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE:
       if (d->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || type != CUDNN_TYPE_INT64) break;
       if (requested < 1) break;
-      static_cast<int64_t*>(values)[0] = d->engine == 0 ? kWorkspace : 0;
+      static_cast<int64_t*>(values)[0] = d->engine == 0 ? workspace_bytes.load() : 0;
       *count = 1;
       return CUDNN_STATUS_SUCCESS;
     default:
@@ -769,11 +770,14 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   const std::vector<int64_t> stride = Int64s(Find(p.conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES));
   const std::vector<int64_t> pad = Int64s(Find(p.conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS));
   const bool tf32 = engine == 0;  // tensor cores read fp32 as TF32
+  const auto used = static_cast<size_t>(workspace_bytes.load());
   const bool queued = cuda_emu::Enqueue(handle->stream, [=] {
     // The engine uses its workspace: a buffer smaller than the plan asked for faults here.
-    if (engine == 0) std::memset(workspace, 0xAB, kWorkspace);
+    if (engine == 0) std::memset(workspace, 0xAB, used);
     Convolve(p.op, x, w, y, stride[0], stride[1], pad[0], pad[1], p.alpha, p.beta, tf32);
   });
   return queued ? CUDNN_STATUS_SUCCESS
                 : Fail(CUDNN_STATUS_EXECUTION_FAILED, "execute: the stream is gone");
 }
+
+int64_t cuda_emu::SetConvWorkspace(int64_t bytes) { return workspace_bytes.exchange(bytes); }

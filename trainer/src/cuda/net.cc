@@ -4,6 +4,7 @@
 #include "cuda/net.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -136,6 +137,12 @@ Status Net::Allocate() {
   }
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &eval_loss_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<unsigned long long>::Make(1, &eval_correct_));
+  // The convolutions' plans for full batches now, so that their workspace is counted before
+  // training (a smaller batch, such as an epoch's last, gets its plans at its first use).
+  for (int i = 0; i < L; ++i) {
+    if (model_.layer(i).kind == LayerKind::kConv)
+      SWEEP_RETURN_IF_ERROR(Plan(i, max_batch_).status());
+  }
   return Status::Ok();
 }
 
@@ -146,15 +153,30 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
     o.precision = precision_;
     o.tf32 = tf32_;
     SWEEP_ASSIGN_OR_RETURN(plan, CudnnConv::Create(dnn_, ConvShapeOf(model_.layer(i), B), o));
-    SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes()));
+    SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes(), i, B));
   }
   return plan.get();
 }
 
-Status Net::EnsureWorkspace(size_t bytes) {
+Status Net::EnsureWorkspace(size_t bytes, int layer, int B) {
   if (bytes <= static_cast<size_t>(workspace_.size())) return Status::Ok();
   // Work queued on the old workspace is done before it is freed: cudaFree waits for the device.
+  // Freed first, so its bytes count as free below.
   workspace_ = DeviceBuffer<uint8_t>();
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  if (bytes > free) {
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    char msg[400];
+    std::snprintf(msg, sizeof msg,
+                  "cuda: cuDNN's plan for layer %d's convolution at batches of %d rows needs "
+                  "%.1f MiB of workspace, and GPU %d has %.1f MiB free of %.1f GiB; make "
+                  "batch_size smaller",
+                  layer, B, static_cast<double>(bytes) / 1048576.0, device,
+                  static_cast<double>(free) / 1048576.0, static_cast<double>(total) / 1073741824.0);
+    return Status::InvalidArgument(msg);
+  }
   return DeviceBuffer<uint8_t>::Make(static_cast<int64_t>(bytes), &workspace_);
 }
 

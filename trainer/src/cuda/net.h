@@ -81,7 +81,9 @@ class Net final : public ReplicaModel {
   Status Forward(const float* x, int B, bool train, uint64_t dropout_key, int64_t first_row);
   // Layer i's convolution plans for B rows, made at their first use.
   Result<const CudnnConv*> Plan(int i, int B);
-  Status EnsureWorkspace(size_t bytes);
+  // Grows the workspace to `bytes` for layer's plan at batch B; refused, naming batch_size,
+  // when the GPU has not that much free.
+  Status EnsureWorkspace(size_t bytes, int layer, int B);
   float* Grad(int i) { return gbuf_[static_cast<size_t>(gown_[static_cast<size_t>(i)])].data(); }
 
   ModelSpec model_;

@@ -150,3 +150,11 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
                                        int64_t* count, void* values);
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
                                   cudnnBackendDescriptor_t pack);
+
+namespace cuda_emu {
+
+// For tests: the bytes of workspace engine 0's plans ask for (4 KiB unless set), as a real
+// engine may ask for a large one. Returns the previous value.
+int64_t SetConvWorkspace(int64_t bytes);
+
+}  // namespace cuda_emu
