@@ -36,6 +36,9 @@ thread_local dim3 gridDim;
 namespace {
 
 thread_local cudaError_t last_error = cudaSuccess;
+// Stream captures this thread has open: its calls that would wait for the device, or
+// allocate, are refused meanwhile (the graphs section).
+thread_local int captures_open = 0;
 
 // As the CUDA runtime: every call that fails, cudaErrorNotReady included, leaves its error for
 // the thread's next cudaGetLastError(), which a launch check would otherwise report as its own.
@@ -293,6 +296,16 @@ const char* cudaGetErrorString(cudaError_t err) {
       return "invalid resource handle";
     case cudaErrorNotReady:
       return "device not ready";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureUnmatched:
+      return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureIsolation:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent:
+      return "operation not permitted on an event last recorded in a capturing stream";
   }
   return "unknown error";
 }
@@ -317,6 +330,16 @@ const char* cudaGetErrorName(cudaError_t err) {
       return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady:
       return "cudaErrorNotReady";
+    case cudaErrorIllegalState:
+      return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported:
+      return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureUnmatched:
+      return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureIsolation:
+      return "cudaErrorStreamCaptureIsolation";
+    case cudaErrorCapturedEvent:
+      return "cudaErrorCapturedEvent";
   }
   return "cudaErrorUnknown";
 }
@@ -352,6 +375,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return Failed(cudaErrorInvalidValue);
+  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
   if (bytes == 0) {
     *ptr = nullptr;
     return cudaSuccess;
@@ -396,6 +420,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
   DrainDevice(current_device);  // cudaFree waits for the device, as CUDA's does
   Mapping m;
   {
@@ -422,6 +447,7 @@ struct CUstream_st {
   uint64_t queued = 0;  // work ever queued; the k-th has position k
   uint64_t ran = 0;     // work ever run: positions 1..ran
   bool running = false;
+  CUgraph_st* capture = nullptr;  // the capture it is in (under capture_mu)
 };
 
 struct CUevent_st {
@@ -433,6 +459,21 @@ struct CUevent_st {
   bool recorded = false;
   std::chrono::steady_clock::time_point when;
   uint64_t queried_early = 0;  // the record a query has already found not ready
+  // Its last record was in a capture: `captured` while that capture is open, null after.
+  bool in_capture = false;
+  CUgraph_st* captured = nullptr;
+};
+
+// A capture, then its graph: what each launch issues, in order, on the launch stream.
+struct CUgraph_st {
+  cudaStream_t origin = nullptr;
+  std::vector<cudaStream_t> streams;  // the origin and those that joined
+  std::vector<cudaEvent_t> events;    // recorded in it
+  std::vector<std::function<void(cudaStream_t)>> nodes;
+};
+
+struct CUgraphExec_st {
+  std::vector<std::function<void(cudaStream_t)>> nodes;
 };
 
 namespace {
@@ -499,6 +540,22 @@ cudaStream_t Resolve(cudaStream_t s) { return s != nullptr ? s : Legacy(current_
 
 // Null (the legacy stream) or a stream not yet destroyed.
 bool StreamOk(cudaStream_t s) { return s == nullptr || Live(s); }
+
+// Stream capture: which capture a stream is in.
+std::mutex capture_mu;
+
+CUgraph_st* CaptureOf(cudaStream_t s) {
+  std::lock_guard<std::mutex> lock(capture_mu);
+  return s == nullptr ? nullptr : s->capture;
+}
+
+// Records `issue` when s captures.
+bool Record(cudaStream_t s, std::function<void(cudaStream_t)> issue) {
+  std::lock_guard<std::mutex> lock(capture_mu);
+  if (s == nullptr || s->capture == nullptr) return false;
+  s->capture->nodes.push_back(std::move(issue));
+  return true;
+}
 
 // Runs s's queued work up to position `upto`, in order, on this thread.
 void DrainTo(cudaStream_t s, uint64_t upto) {
@@ -602,8 +659,13 @@ bool TryRunTo(cudaStream_t stream, uint64_t position) {
 
 bool Enqueue(cudaStream_t stream, std::function<void()> fn) {
   if (!StreamOk(stream)) return false;
+  if (Record(stream, [fn](cudaStream_t s) { Push(s, fn); })) return true;
   Push(Resolve(stream), std::move(fn));
   return true;
+}
+
+bool Capture(cudaStream_t stream, std::function<void(cudaStream_t)> issue) {
+  return Record(stream, std::move(issue));
 }
 
 bool CheckLaunch(dim3 grid, dim3 block, cudaStream_t stream) {
@@ -641,6 +703,15 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                             cudaStream_t stream) {
   if ((dst == nullptr || src == nullptr) && bytes > 0) return Failed(cudaErrorInvalidValue);
   if (!StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
+  if (CaptureOf(stream) != nullptr) {
+    // A graph copies at each launch: from or into pageable memory it cannot.
+    if ((kind == cudaMemcpyHostToDevice && !Pinned(src, bytes)) ||
+        (kind == cudaMemcpyDeviceToHost && !Pinned(dst, bytes)) || kind == cudaMemcpyHostToHost) {
+      return Failed(cudaErrorStreamCaptureUnsupported);
+    }
+    Record(stream, [=](cudaStream_t s) { cudaMemcpyAsync(dst, src, bytes, kind, s); });
+    return cudaSuccess;
+  }
   const cudaStream_t s = Resolve(stream);
   if (kind == cudaMemcpyHostToDevice && !Pinned(src, bytes)) {
     QueueFromPageable(s, dst, src, bytes);
@@ -661,6 +732,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
   const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
   if (err != cudaSuccess) return err;
   // Synchronous, but for device to device, and from pageable memory (returns once the bytes
@@ -675,6 +747,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
   DrainDevice(current_device);
   return cudaSuccess;
 }
@@ -731,6 +804,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
+  if (captures_open > 0 || CaptureOf(stream) != nullptr) {
+    return Failed(cudaErrorStreamCaptureUnsupported);
+  }
   const cudaStream_t s = Resolve(stream);
   HostWaits(s);
   Drain(s);
@@ -743,11 +819,32 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   // wait.
   cudaStream_t on;
   uint64_t position;
+  bool in_capture;
+  CUgraph_st* captured;
   {
     std::lock_guard<std::mutex> lock(events_mu);
     on = event->stream;
     position = event->position;
+    in_capture = event->in_capture;
+    captured = event->captured;
   }
+  CUgraph_st* mine = CaptureOf(stream);
+  if (in_capture) {
+    // Recorded in a capture: the waiting stream joins it (a graph runs in recorded order, so
+    // the wait itself needs no node); once that capture has ended, the event is unusable.
+    if (captured == nullptr || (mine != nullptr && mine != captured)) {
+      return Failed(cudaErrorCapturedEvent);
+    }
+    if (mine == nullptr) {
+      std::lock_guard<std::mutex> lock(capture_mu);
+      const cudaStream_t s = Resolve(stream);
+      s->capture = captured;
+      captured->streams.push_back(s);
+    }
+    return cudaSuccess;
+  }
+  if (on == nullptr) return cudaSuccess;  // never recorded: no wait
+  if (mine != nullptr) return Failed(cudaErrorStreamCaptureIsolation);
   Push(Resolve(stream), [on, position] { DrainTo(on, position); });
   return cudaSuccess;
 }
@@ -771,6 +868,13 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (stream != nullptr && stream->device != current_device)
     return Failed(cudaErrorInvalidResourceHandle);
   const cudaStream_t s = Resolve(stream);
+  if (CUgraph_st* g = CaptureOf(stream); g != nullptr) {
+    std::lock_guard<std::mutex> lock(events_mu);
+    event->in_capture = true;
+    event->captured = g;
+    g->events.push_back(event);
+    return cudaSuccess;
+  }
   uint64_t position;
   {
     std::lock_guard<std::mutex> lock(events_mu);
@@ -778,6 +882,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     event->stream = s;
     event->position = position;
     event->recorded = false;
+    event->in_capture = false;
+    event->captured = nullptr;
   }
   Push(s, [event, position] {
     std::lock_guard<std::mutex> lock(events_mu);
@@ -790,10 +896,12 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!Live(event)) return Failed(cudaErrorInvalidResourceHandle);
+  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
   cudaStream_t on;
   uint64_t position;
   {
     std::lock_guard<std::mutex> lock(events_mu);
+    if (event->in_capture) return Failed(cudaErrorCapturedEvent);
     on = event->stream;
     position = event->position;
   }
@@ -807,6 +915,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!Live(event)) return Failed(cudaErrorInvalidResourceHandle);
   {
     std::lock_guard<std::mutex> lock(events_mu);
+    if (event->in_capture) return Failed(cudaErrorCapturedEvent);
     if (stall_queries.load() && event->stream != nullptr) return Failed(cudaErrorNotReady);
     // A GPU is rarely done at the first look: the first query of a record whose work has not
     // run says so (and leaves the error a caller must clear), the next one waits for it.
@@ -823,8 +932,88 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   // As CUDA: events made without timing cannot be timed; ones not yet reached are not ready.
   if (!start->timing || !end->timing) return Failed(cudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> lock(events_mu);
+  if (start->in_capture || end->in_capture) return Failed(cudaErrorCapturedEvent);
   if (!start->recorded || !end->recorded) return Failed(cudaErrorNotReady);
   *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
+  return cudaSuccess;
+}
+
+// ---- graphs ----
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  if (stream == nullptr) return Failed(cudaErrorStreamCaptureUnsupported);  // the legacy stream
+  if (!Live(stream)) return Failed(cudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> lock(capture_mu);
+  if (stream->capture != nullptr) return Failed(cudaErrorIllegalState);
+  auto* g = new CUgraph_st();
+  g->origin = stream;
+  g->streams.push_back(stream);
+  stream->capture = g;
+  ++captures_open;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  if (stream == nullptr || !Live(stream) || graph == nullptr) {
+    return Failed(cudaErrorInvalidResourceHandle);
+  }
+  CUgraph_st* g;
+  {
+    std::lock_guard<std::mutex> lock(capture_mu);
+    g = stream->capture;
+    if (g == nullptr) return Failed(cudaErrorIllegalState);
+    if (g->origin != stream) return Failed(cudaErrorStreamCaptureUnmatched);
+    for (cudaStream_t s : g->streams) s->capture = nullptr;
+    --captures_open;
+  }
+  {
+    std::lock_guard<std::mutex> lock(events_mu);
+    for (cudaEvent_t e : g->events) {
+      if (e->captured == g) e->captured = nullptr;
+    }
+  }
+  *graph = g;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  if (!StreamOk(stream) || status == nullptr) return Failed(cudaErrorInvalidResourceHandle);
+  *status =
+      CaptureOf(stream) != nullptr ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, unsigned int flags) {
+  if (!Live(event) || !StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
+  // External, in a capture: a node that records the event each time the graph runs.
+  if ((flags & cudaEventRecordExternal) != 0 &&
+      Record(stream, [event](cudaStream_t s) { cudaEventRecord(event, s); })) {
+    return cudaSuccess;
+  }
+  return cudaEventRecord(event, stream);
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  if (exec == nullptr || graph == nullptr) return Failed(cudaErrorInvalidValue);
+  *exec = new CUgraphExec_st{graph->nodes};
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+  if (exec == nullptr || !StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
+  if (CaptureOf(stream) != nullptr) return Failed(cudaErrorStreamCaptureUnsupported);
+  const cudaStream_t s = Resolve(stream);
+  for (const auto& issue : exec->nodes) issue(s);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete exec;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
   return cudaSuccess;
 }
 

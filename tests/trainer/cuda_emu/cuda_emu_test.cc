@@ -1,9 +1,9 @@
 // The emulator itself: what it must catch (a barrier not every thread reaches, a write past a
 // buffer's end, a launch CUDA refuses, a GEMM's bad leading dimension, ranks that disagree on a
-// collective) and what it must compute (shared memory across a barrier, cuBLAS's column-major
-// products with transposes, TF32's rounding, NCCL's sums and broadcasts between rank threads
-// and from one thread in a group). The backend's tests (cuda_ops_test.cc,
-// cuda_trainer_test.cc) trust these.
+// collective, what a stream capture may not do) and what it must compute (shared memory across a
+// barrier, cuBLAS's column-major products with transposes, TF32's rounding, NCCL's sums and
+// broadcasts between rank threads and from one thread in a group, graphs replaying a capture). The
+// backend's tests (cuda_ops_test.cc, cuda_trainer_test.cc) trust these.
 #include <cstdint>
 #include <exception>
 #include <string>
@@ -159,6 +159,83 @@ TEST(CudaEmu, StreamsRunTheirWorkWhenWaitedFor) {
   EXPECT_EQ(cudaStreamSynchronize(a), cudaErrorInvalidResourceHandle);  // destroyed
 }
 
+__global__ void AddOne(int* x) { x[threadIdx.x] += 1; }
+
+// A capture forks to a second stream through an event and joins back; each launch of its graph
+// runs the recorded work again, reading the pinned input as it is then. What a capture may
+// not do is refused with CUDA's errors.
+TEST(CudaEmu, AGraphRunsWhatItsCaptureRecordedAtEachLaunch) {
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t fork = nullptr, join = nullptr, done = nullptr;
+  for (cudaEvent_t* e : {&fork, &join, &done}) {
+    ASSERT_EQ(cudaEventCreateWithFlags(e, cudaEventDisableTiming), cudaSuccess);
+  }
+  void* pinned = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&pinned, 8 * sizeof(int), cudaHostAllocPortable), cudaSuccess);
+  int* host = static_cast<int*>(pinned);
+  int* x = Alloc<int>(4);
+  int* y = Alloc<int>(4);
+  std::vector<int> pageable(4, 0);
+
+  ASSERT_EQ(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ASSERT_EQ(cudaStreamIsCapturing(a, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  ASSERT_EQ(cudaMemcpyAsync(x, host, 4 * sizeof(int), cudaMemcpyHostToDevice, a), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, a), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(b, fork, 0), cudaSuccess);  // b joins the capture
+  ASSERT_EQ(cudaStreamIsCapturing(b, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  cuda_emu::Launch(dim3(1), dim3(4), b, [x] { AddOne(x); });
+  ASSERT_EQ(cudaMemcpyAsync(y, x, 4 * sizeof(int), cudaMemcpyDeviceToDevice, b), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(join, b), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(a, join, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(host + 4, y, 4 * sizeof(int), cudaMemcpyDeviceToHost, a), cudaSuccess);
+  ASSERT_EQ(cudaEventRecordWithFlags(done, a, cudaEventRecordExternal), cudaSuccess);
+  // Refused while capturing: pageable copies, allocation, host waits, an outside event.
+  EXPECT_EQ(cudaMemcpyAsync(x, pageable.data(), 4 * sizeof(int), cudaMemcpyHostToDevice, a),
+            cudaErrorStreamCaptureUnsupported);
+  void* more = nullptr;
+  EXPECT_EQ(cudaMalloc(&more, 64), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaStreamSynchronize(a), cudaErrorStreamCaptureUnsupported);
+  cudaEvent_t outside = nullptr;
+  ASSERT_EQ(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(a, outside, 0), cudaSuccess);  // never recorded: no wait
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(b, &graph), cudaErrorStreamCaptureUnmatched);  // not its origin
+  ASSERT_EQ(cudaStreamEndCapture(a, &graph), cudaSuccess);
+  ASSERT_EQ(cudaStreamIsCapturing(b, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  (void)cudaGetLastError();
+  // Nothing ran while capturing; an event recorded inside is not the host's to wait for.
+  EXPECT_EQ(cudaEventSynchronize(join), cudaErrorCapturedEvent);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int launch = 0; launch < 2; ++launch) {
+    for (int i = 0; i < 4; ++i) host[i] = 10 * launch + i;
+    ASSERT_EQ(cudaGraphLaunch(exec, a), cudaSuccess);
+    ASSERT_EQ(cudaEventSynchronize(done), cudaSuccess);  // the external record ran
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(host[4 + i], 10 * launch + i + 1) << "launch " << launch;
+  }
+  // An event recorded outside a capture cannot be waited for inside one.
+  ASSERT_EQ(cudaEventRecord(outside, b), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_EQ(cudaStreamWaitEvent(a, outside, 0), cudaErrorStreamCaptureIsolation);
+  cudaGraph_t empty = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(a, &empty), cudaSuccess);
+  (void)cudaGetLastError();
+  EXPECT_EQ(cudaGraphDestroy(empty), cudaSuccess);
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(a), cudaSuccess);
+  EXPECT_EQ(cudaFreeHost(pinned), cudaSuccess);
+  for (int* p : {x, y}) EXPECT_EQ(cudaFree(p), cudaSuccess);
+  for (cudaEvent_t e : {fork, join, done, outside}) EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
+  for (cudaStream_t st : {a, b}) EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
+}
+
 // C (2 x 2) = A^T (2 x 3) B (3 x 2), column-major: A is stored 3 x 2 with lda 3 (padded to 4 to
 // check lda is used), B 3 x 2 with ldb 3.
 TEST(CudaEmu, GemmFollowsCublasColumnMajorContract) {
@@ -225,6 +302,45 @@ TEST(NcclEmu, AllReduceSumsAcrossRankThreads) {
   EXPECT_EQ(ncclAllReduce(x.data(), x.data(), 2, ncclFloat, static_cast<ncclRedOp_t>(3), comms[0],
                           nullptr),
             ncclInvalidArgument);  // only sums are emulated
+  for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
+}
+
+// A captured all-reduce is a fresh collective at each launch: two ranks, each replaying its
+// graph, sum what their buffers hold then.
+TEST(NcclEmu, ACapturedAllReduceSumsAgainAtEachLaunch) {
+  ncclComm_t comms[2] = {};
+  const int devices[2] = {0, 1};
+  ASSERT_EQ(ncclCommInitAll(comms, 2, devices), ncclSuccess);
+  std::vector<float> result[2];
+  auto rank = [&](int r) {
+    ASSERT_EQ(cudaSetDevice(r), cudaSuccess);
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    float* g = Alloc<float>(2);
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    ASSERT_EQ(ncclAllReduce(g, g, 2, ncclFloat, ncclSum, comms[r], s), ncclSuccess);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int launch = 1; launch <= 2; ++launch) {
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      g[0] = static_cast<float>(launch * (r + 1));
+      g[1] = 1;
+      ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      result[r].insert(result[r].end(), g, g + 2);
+    }
+    EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    EXPECT_EQ(cudaFree(g), cudaSuccess);
+    EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(result[0], (std::vector<float>{3, 2, 6, 2}));
+  EXPECT_EQ(result[1], result[0]);
   for (ncclComm_t c : comms) EXPECT_EQ(ncclCommDestroy(c), ncclSuccess);
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "cuda_runtime_api.h"
 
@@ -12,6 +13,10 @@ namespace cuda_emu {
 
 // The position the next work queued on `stream` will have (non-null stream).
 uint64_t NextPosition(cudaStream_t stream);
+
+// While `stream` captures (cudaStreamBeginCapture): records `issue`, which each launch of the
+// graph calls with the stream it is launched on, and returns true. Otherwise false.
+bool Capture(cudaStream_t stream, std::function<void(cudaStream_t)> issue);
 
 // Runs `stream`'s work up to `position`, unless another thread is running that stream's work
 // now (then returns false: it gets there itself).

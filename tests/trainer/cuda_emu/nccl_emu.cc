@@ -158,6 +158,11 @@ ncclResult_t Join(ncclComm_t comm, const Op& op, cudaStream_t stream) {
   if (comm == nullptr) return ncclInvalidArgument;
   if (op.type != ncclFloat && op.type != ncclDouble) return ncclInvalidArgument;
   if (op.count > 0 && (op.send == nullptr || op.recv == nullptr)) return ncclInvalidArgument;
+  // In a stream capture: joined afresh, as the next collective, at each launch of the graph.
+  if (stream != nullptr &&
+      cuda_emu::Capture(stream, [comm, op](cudaStream_t s) { Join(comm, op, s); })) {
+    return ncclSuccess;
+  }
   const std::shared_ptr<Clique> c = comm->clique;
   const uint64_t k = comm->next++;
   const int rank = comm->rank;

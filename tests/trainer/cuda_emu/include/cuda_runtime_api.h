@@ -74,7 +74,12 @@ enum cudaError_t {
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureIsolation = 905,
+  cudaErrorCapturedEvent = 907,
 };
 
 enum cudaMemcpyKind {
@@ -89,10 +94,27 @@ struct CUstream_st;
 using cudaStream_t = CUstream_st*;
 struct CUevent_st;
 using cudaEvent_t = CUevent_st*;
+struct CUgraph_st;
+using cudaGraph_t = CUgraph_st*;
+struct CUgraphExec_st;
+using cudaGraphExec_t = CUgraphExec_st*;
+
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+};
 
 constexpr unsigned int cudaStreamNonBlocking = 0x01;
 constexpr unsigned int cudaEventDisableTiming = 0x02;
 constexpr unsigned int cudaHostAllocPortable = 0x01;
+constexpr unsigned int cudaEventRecordDefault = 0x00;
+constexpr unsigned int cudaEventRecordExternal = 0x01;
 
 const char* cudaGetErrorString(cudaError_t err);
 const char* cudaGetErrorName(cudaError_t err);
@@ -124,6 +146,26 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event);
 // would, and says it is done (unless stalled, below).
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
+// Stream capture (the stream's mode is taken as thread-local whatever is asked). While a stream
+// captures, what is queued on it is recorded instead, with the streams that join it by waiting
+// on an event recorded in the capture; a launch of the graph queues it all again, in the order
+// it was recorded, on the stream it is launched on (one stream: the emulator does not model
+// concurrency). A collective is joined afresh at each launch. An event recorded in a capture
+// is not recorded when the graph runs, unless with cudaEventRecordExternal, and the host may
+// not wait for it (cudaErrorCapturedEvent); waiting in a capture for an event recorded outside
+// it is cudaErrorStreamCaptureIsolation; a pageable copy, cudaMalloc, cudaFree or a host wait
+// from the capturing thread is cudaErrorStreamCaptureUnsupported. Not checked: that every
+// stream a capture forked has joined its origin again.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream = nullptr,
+                                     unsigned int flags = 0);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 namespace cuda_emu {
 
