@@ -5,7 +5,8 @@
 //   2. the same at batch 4096 in bf16;
 //   3. a GEMM-heavy MLP (784-4096x4-10, batch 4096, bf16): the TFLOP/s our training steps
 //      achieve against cuBLAS alone on the same GEMM shapes (target >= 60%);
-//   4. for each, data_wait_s as a share of the training time (target < 5%);
+//   4. for each, data_wait_s as a share of the training time (target < 5%); for the small
+//      models also our samples/s with CUDA graphs off, beside the default (on);
 //   5. with 2+ GPUs: the all-reduce time one rank spends after backward (per step) and NCCL's bus
 //      bandwidth for the GEMM-heavy model's gradients as 4 MiB buckets vs one large all-reduce.
 // Our samples/s and torch's both exclude the first epoch (warm-up: cuBLAS heuristics, the
@@ -82,12 +83,14 @@ struct OursRun {
 };
 
 // dataset_on_gpu: the training set held in GPU memory and gathered there (the default); false:
-// batches gathered on the host into pinned memory and copied per micro-batch.
-OursRun RunOurs(const std::string& data, const Config& c, int replicas,
-                bool dataset_on_gpu = true) {
+// batches gathered on the host into pinned memory and copied per micro-batch. cuda_graphs:
+// steps replayed from CUDA graphs (the default), or every kernel launched.
+OursRun RunOurs(const std::string& data, const Config& c, int replicas, bool dataset_on_gpu = true,
+                bool cuda_graphs = true) {
   OursRun run;
   TrainOptions o;
   o.dataset_on_gpu = dataset_on_gpu;
+  o.cuda_graphs = cuda_graphs;
   if (Status s = ApplyOption(&o, "dataset", data); !s.ok()) {
     run.error = s.message();
     return run;
@@ -526,6 +529,16 @@ int main(int argc, char** argv) {
     }
     const MlpShape shape = MlpShape::Make(784, c.hidden, 10);
     if (c.hidden.size() <= 2) {
+      // What CUDA graphs bring: the same run with every kernel launched.
+      const OursRun launched = RunOurs(data, c, 1, /*dataset_on_gpu=*/true, /*cuda_graphs=*/false);
+      if (launched.ok && ours.ok) {
+        std::printf("  ours without CUDA graphs: %.0f samples/s; with them %s as fast\n",
+                    launched.samples_per_s,
+                    Ratio(ours.samples_per_s, launched.samples_per_s).c_str());
+      } else {
+        std::printf("  ours without CUDA graphs: FAILED: %s\n", launched.error.c_str());
+        ++missing;
+      }
       // The small models also with batches streamed from pinned host memory (the path a set
       // too large for the GPU takes), against torch doing the same.
       const OursRun streamed = RunOurs(data, c, 1, /*dataset_on_gpu=*/false);

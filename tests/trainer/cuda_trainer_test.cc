@@ -316,6 +316,71 @@ TEST_F(CudaGroup, TwoGpusMatchOne) {
   }
 }
 
+// A step replayed from a CUDA graph does what the launched step does, bit for bit: weights,
+// optimizer state, losses, running statistics and fp16's skipped steps, with a learning rate
+// that changes every step, dropout, gradient accumulation, an fp16 loss scale that overflows at
+// first, a CNN, and two GPUs. Graphs are captured after two launches of each kind of
+// micro-batch, so most of the 24 steps replay one.
+TEST_F(CudaGroup, AStepReplayedFromACudaGraphIsTheLaunchedStep) {
+  const Batches data = MakeBatches(24, 5);
+  Result<ModelSpec> cnn = ResidualCnn();
+  ASSERT_TRUE(cnn.ok()) << cnn.status().message();
+  struct Case {
+    const char* name;
+    OptimizerSpec::Kind kind;
+    float dropout;
+    int accum;
+    Precision precision;
+    bool cnn;
+    int replicas;
+  } cases[] = {
+      {"mlp, sgd + dropout", OptimizerSpec::Kind::kSgd, 0.2f, 1, Precision::kFp32, false, 1},
+      {"mlp, adamw, accum_steps 2", OptimizerSpec::Kind::kAdamw, 0.0f, 2, Precision::kFp32, false,
+       1},
+      {"mlp, fp16 from scale 2^40", OptimizerSpec::Kind::kAdamw, 0.1f, 1, Precision::kFp16, false,
+       1},
+      {"cnn, sgd", OptimizerSpec::Kind::kSgd, 0.0f, 1, Precision::kFp32, true, 1},
+      {"cnn, bf16, adamw, accum_steps 2", OptimizerSpec::Kind::kAdamw, 0.0f, 2, Precision::kBf16,
+       true, 1},
+      {"mlp on 2 GPUs, sgd + dropout", OptimizerSpec::Kind::kSgd, 0.2f, 1, Precision::kFp32, false,
+       2},
+      {"cnn on 2 GPUs, adamw", OptimizerSpec::Kind::kAdamw, 0.0f, 1, Precision::kFp32, true, 2},
+  };
+  for (const Case& c : cases) {
+    if (c.replicas > devices_) continue;
+    GroupSpec spec = Spec(c.replicas, c.kind, c.dropout);
+    if (c.cnn) spec.model = cnn.value();
+    spec.precision = c.precision;
+    if (c.precision == Precision::kFp16) spec.initial_loss_scale = std::ldexp(1.0f, 40);
+    if (c.replicas > 1) spec.devices = {0, 1};
+    const int steps = 24 / c.accum;
+    RunResult out[2];
+    int64_t replayed[2] = {0, 0};
+    for (int graphs = 0; graphs < 2; ++graphs) {
+      spec.cuda_graphs = graphs == 1;
+      Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+      ASSERT_TRUE(g.ok()) << c.name << ": " << g.status().message();
+      out[graphs] = RunSteps(g->get(), spec, steps, c.accum, data, 0, 1, nullptr,
+                             /*decaying_lr=*/true);
+      replayed[graphs] = (*g)->TakeGraphLaunches();
+    }
+    std::printf("  %-34s micro-batches replayed %lld of %d, skipped %lld; %s\n", c.name,
+                static_cast<long long>(replayed[1]), steps * c.accum,
+                static_cast<long long>(out[1].skipped),
+                out[1].state.params == out[0].state.params ? "same weights" : "OTHER WEIGHTS");
+    EXPECT_EQ(replayed[0], 0) << c.name;
+    EXPECT_GE(replayed[1], steps * c.accum - 4 * c.accum - 1) << c.name;
+    EXPECT_EQ(out[1].losses, out[0].losses) << c.name;
+    EXPECT_EQ(out[1].state.params, out[0].state.params) << c.name;
+    EXPECT_EQ(out[1].state.optimizer, out[0].state.optimizer) << c.name;
+    EXPECT_EQ(out[1].state.stats, out[0].state.stats) << c.name;
+    EXPECT_EQ(out[1].skipped, out[0].skipped) << c.name;
+    if (c.precision == Precision::kFp16) {
+      EXPECT_GT(out[1].skipped, 2) << c.name;
+    }
+  }
+}
+
 // A group that holds the training set gathers on the device what the host gathers: the same
 // steps fed as row numbers end with the same bits as when fed as arrays, for a uint8 set (scaled
 // by 1/255 on both sides) and a float one.

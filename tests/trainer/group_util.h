@@ -82,7 +82,7 @@ struct RunResult {
 // first.
 inline RunResult RunSteps(ReplicaGroup* group, const GroupSpec& spec, int steps, int accum,
                           const Batches& data, int first_step = 0, int64_t first_t = 1,
-                          const ModelState* init = nullptr) {
+                          const ModelState* init = nullptr, bool decaying_lr = false) {
   const ModelState fresh = init == nullptr ? InitialState(spec) : ModelState();
   EXPECT_TRUE(group->SetState(init == nullptr ? fresh : *init).ok());
   group->TakeSkippedSteps();
@@ -98,6 +98,8 @@ inline RunResult RunSteps(ReplicaGroup* group, const GroupSpec& spec, int steps,
       // AdamW's step is about lr whatever the gradient's scale: at 0.05 the blob losses jump
       // tenfold between steps, and TF32's rounding alone then moves a step's loss by ~20%.
       args.lr = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 0.005f : 0.05f;
+      // A schedule: each step's rate its own (halving over the run).
+      if (decaying_lr) args.lr *= 1.0f - 0.5f * static_cast<float>(s) / static_cast<float>(steps);
       args.t = first_t + s;
       args.dloss_scale = 1.0f / static_cast<float>(kBatch * accum);
       args.dropout_key = MixSeed(99, static_cast<uint64_t>(step));

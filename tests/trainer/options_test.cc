@@ -66,6 +66,7 @@ TEST(Options, EveryKeyApplies) {
       {"backend", "cuda"},
       {"devices", {3, 1}},
       {"dataset_on_gpu", false},
+      {"cuda_graphs", false},
       {"checkpoint_path", "/tmp/x.ckpt"},
       {"checkpoint_every", 2},
       {"cache_dir", "/tmp/cache"},
@@ -92,6 +93,7 @@ TEST(Options, EveryKeyApplies) {
   EXPECT_EQ(o.backend, "cuda");
   EXPECT_EQ(o.devices, (std::vector<int>{3, 1}));
   EXPECT_FALSE(o.dataset_on_gpu);
+  EXPECT_FALSE(o.cuda_graphs);
   EXPECT_EQ(o.dataset.format, "csv");
   EXPECT_EQ(o.dataset.train_images, "a.csv");
   EXPECT_EQ(o.dataset.label_column, -1);

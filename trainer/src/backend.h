@@ -54,6 +54,9 @@ struct GroupSpec {
   // until a bucket holds this many). 4 MiB: near NCCL's bus bandwidth, small enough that
   // several start while backward runs on a large model. 1: one bucket per layer.
   int64_t bucket_floats = int64_t{1} << 20;
+  // GPU: after a few launches of a full micro-batch, capture its forward, backward, all-reduces
+  // and optimizer as a CUDA graph and replay that (cuda/replica_step.cc); false: launch always.
+  bool cuda_graphs = true;
 };
 
 // One optimizer step's scalars, the same on every rank.
@@ -147,6 +150,8 @@ class ReplicaGroup {
   virtual CommStats TakeCommStats() = 0;
   // Outside Run: optimizer steps skipped since the last call (fp16 loss scaling).
   virtual int64_t TakeSkippedSteps() { return 0; }
+  // Outside Run: micro-batches rank 0 replayed from a CUDA graph since the last call.
+  virtual int64_t TakeGraphLaunches() { return 0; }
   // Where the Batcher should put the batches this group reads (pinned memory for a GPU, so that
   // copies from it are asynchronous); null: ordinary memory. Owned by the group.
   virtual HostAllocator* host_allocator() { return nullptr; }

@@ -9,9 +9,17 @@
 #include <cstdint>
 #include <utility>
 
+// The mixing functions are also device code: the CUDA backend's dropout derives a layer's key
+// from the step's on the device.
+#if !defined(SWEEP_HOST_DEVICE) && defined(__CUDACC__)
+#define SWEEP_HOST_DEVICE __host__ __device__
+#elif !defined(SWEEP_HOST_DEVICE)
+#define SWEEP_HOST_DEVICE
+#endif
+
 namespace sweep::trainer {
 
-inline uint64_t SplitMix64(uint64_t* state) {
+SWEEP_HOST_DEVICE inline uint64_t SplitMix64(uint64_t* state) {
   uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -19,7 +27,7 @@ inline uint64_t SplitMix64(uint64_t* state) {
 }
 
 // Mixes several words into one seed, so (trial seed, purpose, epoch) streams don't overlap.
-inline uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c = 0) {
+SWEEP_HOST_DEVICE inline uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c = 0) {
   uint64_t s = a;
   uint64_t h = SplitMix64(&s);
   s = h ^ b;

@@ -8,13 +8,21 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
+#if !defined(SWEEP_HOST_DEVICE) && defined(__CUDACC__)
 #define SWEEP_HOST_DEVICE __host__ __device__
-#else
+#elif !defined(SWEEP_HOST_DEVICE)
 #define SWEEP_HOST_DEVICE
 #endif
 
 namespace sweep::trainer {
+
+// What changes from one optimizer step to the next. The CUDA backend holds it on the device and
+// its kernels read it there, so a step captured as a CUDA graph runs with each step's values.
+struct StepScalars {
+  float lr = 0;
+  int64_t t = 1;             // AdamW's 1-based step
+  uint64_t dropout_key = 0;  // mixed with each dropout layer's salt (MixSeed)
+};
 
 // fp16's loss scale and its bookkeeping. Trivially copyable: the CUDA backend holds it as one
 // struct in device memory, and checkpoints carry it, so a resumed trial scales as before.

@@ -297,6 +297,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   spec.optimizer.eps = static_cast<float>(o.eps);
   ParsePrecision(o.precision, &spec.precision);
   spec.devices = o.devices;
+  spec.cuda_graphs = o.cuda_graphs;
   SWEEP_ASSIGN_OR_RETURN(const Backend* backend,
                          PickBackend(spec, o.backend == "auto" ? "" : o.backend));
   SWEEP_RETURN_IF_ERROR(CheckHostMemory(spec, backend->name() == "cpu"));

@@ -132,6 +132,9 @@ struct TrainOptions {
   // GPU backend: keep the training set in GPU memory (when it takes at most a quarter of each
   // device's free memory) and gather batches there; false: stream them from pinned host memory.
   bool dataset_on_gpu = true;
+  // GPU backend: replay each kind of micro-batch from a CUDA graph once captured (its third
+  // launch); false: launch every kernel of every step.
+  bool cuda_graphs = true;
   std::string checkpoint_path;  // resume from / write to this file; empty: no checkpoints
   int checkpoint_every = 0;     // epochs between checkpoints; 0: only when stopped and at the end
   // Resuming from a checkpoint: first report its epoch again (EpochReport::replayed), the way it

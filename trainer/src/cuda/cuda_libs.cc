@@ -96,6 +96,11 @@ cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
   SWEEP_CUBLAS_FORWARD(cublasSetMathMode, decltype(&cublasSetMathMode), handle, mode);
 }
 
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t bytes) {
+  SWEEP_CUBLAS_FORWARD(cublasSetWorkspace_v2, decltype(&cublasSetWorkspace_v2), handle, workspace,
+                       bytes);
+}
+
 cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const float* alpha,
                               const float* A, int lda, const float* B, int ldb, const float* beta,

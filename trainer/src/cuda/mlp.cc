@@ -118,9 +118,10 @@ Status Mlp::Forward(int slot, int B, bool train, uint64_t dropout_key, int64_t f
                                            masked_ ? nullptr : next16, half_type_,
                                            /*keep_pre=*/pre_has_bias(l)));
     if (!last && masked_) {
-      SWEEP_RETURN_IF_ERROR(dropout_forward(
-          drop_[i].data(), mask_[i].data(), out, B, shape_.out(l), dropout_,
-          MixSeed(dropout_key, static_cast<uint64_t>(l)), first_row, stream_, next16, half_type_));
+      SWEEP_RETURN_IF_ERROR(
+          dropout_forward(drop_[i].data(), mask_[i].data(), out, B, shape_.out(l), dropout_,
+                          MixSeed(dropout_key, static_cast<uint64_t>(l)), first_row, stream_,
+                          next16, half_type_, step_, static_cast<uint64_t>(l)));
       out = drop_[i].data();
     }
     if (next16 != nullptr) in16 = next16;

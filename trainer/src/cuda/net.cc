@@ -276,7 +276,8 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           // Each layer draws its own mask, as on the CPU: the key mixes in the layer.
           SWEEP_RETURN_IF_ERROR(dropout_forward(
               out, mask_[at].data(), in, B, C, l.p,
-              MixSeed(dropout_key, static_cast<uint64_t>(l.dropout_index)), first_row, stream_));
+              MixSeed(dropout_key, static_cast<uint64_t>(l.dropout_index)), first_row, stream_,
+              nullptr, HalfType::kBf16, step_, static_cast<uint64_t>(l.dropout_index)));
         } else {
           val_[at] = in;
         }

@@ -13,6 +13,7 @@
 #include "cuda/device_util.h"
 #include "cuda/launch.h"
 #include "cuda/ops.h"
+#include "rng.h"
 
 namespace sweep::trainer::cuda {
 namespace {
@@ -182,8 +183,9 @@ __global__ void SoftmaxXentKernel(float* dlogits, float* losses, const float* lo
 
 __global__ void SgdKernel(float* p, float* vel, const float* g, int64_t n, float lr, float momentum,
                           float weight_decay, bool nesterov, const int* skip, uint16_t* p16,
-                          bool bf16) {
+                          bool bf16, const StepScalars* step) {
   if (skip != nullptr && *skip != 0) return;
+  if (step != nullptr) lr = step->lr;
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const float gi = g[i] + weight_decay * p[i];
     const float vi = momentum * vel[i] + gi;
@@ -194,18 +196,23 @@ __global__ void SgdKernel(float* p, float* vel, const float* g, int64_t n, float
   }
 }
 
-// s: the step's scalars, computed on the host; or, with loss_scale (fp16), by each block from
-// t minus the steps skipped so far, which only the device knows without waiting.
+// s: the step's scalars, computed on the host; or, with step (lr and t on the device) or
+// loss_scale (fp16: t minus the steps skipped so far, which only the device knows without
+// waiting), by each block.
 __global__ void AdamwKernel(float* p, float* m, float* v, const float* g, int64_t n, float beta1,
                             float beta2, float eps, AdamwScalars s, float lr, float weight_decay,
                             int64_t t, const int* skip, const LossScaleState* loss_scale,
-                            uint16_t* p16, bool bf16) {
+                            uint16_t* p16, bool bf16, const StepScalars* step) {
   if (skip != nullptr && *skip != 0) return;
-  if (loss_scale != nullptr) {
+  if (loss_scale != nullptr || step != nullptr) {
     __shared__ AdamwScalars block_s;
     if (threadIdx.x == 0) {
-      block_s = MakeAdamwScalars(lr, beta1, beta2, weight_decay,
-                                 t - static_cast<int64_t>(loss_scale->skipped));
+      if (step != nullptr) {
+        lr = step->lr;
+        t = step->t;
+      }
+      if (loss_scale != nullptr) t -= static_cast<int64_t>(loss_scale->skipped);
+      block_s = MakeAdamwScalars(lr, beta1, beta2, weight_decay, t);
     }
     __syncthreads();
     s = block_s;
@@ -287,7 +294,13 @@ __device__ uint32_t Mix32(uint32_t x) {
 
 __global__ void DropoutForwardKernel(float* out, float* mask, const float* x, int64_t n, int C,
                                      int64_t first_row, uint32_t key_lo, uint32_t key_hi,
-                                     uint32_t threshold, float scale, uint16_t* out16, bool bf16) {
+                                     uint32_t threshold, float scale, uint16_t* out16, bool bf16,
+                                     const StepScalars* step, uint64_t salt) {
+  if (step != nullptr) {
+    const uint64_t key = MixSeed(step->dropout_key, salt);
+    key_lo = static_cast<uint32_t>(key);
+    key_hi = static_cast<uint32_t>(key >> 32);
+  }
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
     const int64_t b = i / C;
     const int64_t c = i % C;
@@ -503,10 +516,10 @@ Status softmax_xent_forward_backward(float* dlogits, float* losses, const float*
 
 Status sgd_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
                   float momentum, float weight_decay, bool nesterov, cudaStream_t stream,
-                  const int* skip, uint16_t* params16, HalfType type) {
+                  const int* skip, uint16_t* params16, HalfType type, const StepScalars* step) {
   if (n == 0) return Status::Ok();
   Launch(SgdKernel, Blocks(n), kThreads, stream, params, velocity, grads, n, lr, momentum,
-         weight_decay, nesterov, skip, params16, type == HalfType::kBf16);
+         weight_decay, nesterov, skip, params16, type == HalfType::kBf16, step);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -514,25 +527,26 @@ Status sgd_update(float* params, float* velocity, const float* grads, int64_t n,
 Status adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int64_t t,
                     cudaStream_t stream, const int* skip, const LossScaleState* loss_scale,
-                    uint16_t* params16, HalfType type) {
+                    uint16_t* params16, HalfType type, const StepScalars* step) {
   if (n == 0) return Status::Ok();
   // The scalars as cpu::adamw_update computes them (step_math.h, bias corrections in double).
   const AdamwScalars s = MakeAdamwScalars(lr, beta1, beta2, weight_decay, t);
   Launch(AdamwKernel, Blocks(n), kThreads, stream, params, m, v, grads, n, beta1, beta2, eps, s, lr,
-         weight_decay, t, skip, loss_scale, params16, type == HalfType::kBf16);
+         weight_decay, t, skip, loss_scale, params16, type == HalfType::kBf16, step);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 Status dropout_forward(float* out, float* mask, const float* x, int B, int C, float p, uint64_t key,
-                       int64_t first_row, cudaStream_t stream, uint16_t* out16, HalfType type) {
+                       int64_t first_row, cudaStream_t stream, uint16_t* out16, HalfType type,
+                       const StepScalars* step, uint64_t salt) {
   const int64_t n = static_cast<int64_t>(B) * C;
   if (n == 0) return Status::Ok();
   const uint32_t threshold = static_cast<uint32_t>(std::ldexp(static_cast<double>(p), 32));
   const float scale = 1.0f / (1.0f - p);
   Launch(DropoutForwardKernel, Blocks(n), kThreads, stream, out, mask, x, n, C, first_row,
          static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32), threshold, scale, out16,
-         type == HalfType::kBf16);
+         type == HalfType::kBf16, step, salt);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

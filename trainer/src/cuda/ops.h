@@ -94,15 +94,16 @@ Status softmax_xent_forward_backward(float* dlogits, float* losses, const float*
 // t - loss_scale->skipped, the steps actually applied, as PyTorch's step count does. params16
 // (bf16 / fp16, may be null): the updated weights cast to 16 bits, so the next forward need not
 // cast them again (a skipped step leaves both as they were).
+// step (device, may be null): when given, lr and t are read from it on the device instead.
 Status sgd_update(float* params, float* velocity, const float* grads, int64_t n, float lr,
                   float momentum, float weight_decay, bool nesterov, cudaStream_t stream,
                   const int* skip = nullptr, uint16_t* params16 = nullptr,
-                  HalfType type = HalfType::kBf16);
+                  HalfType type = HalfType::kBf16, const StepScalars* step = nullptr);
 Status adamw_update(float* params, float* m, float* v, const float* grads, int64_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, int64_t t,
                     cudaStream_t stream, const int* skip = nullptr,
                     const LossScaleState* loss_scale = nullptr, uint16_t* params16 = nullptr,
-                    HalfType type = HalfType::kBf16);
+                    HalfType type = HalfType::kBf16, const StepScalars* step = nullptr);
 
 // ---- dynamic loss scaling (fp16); every scalar lives on the device, so no step waits ----
 
@@ -115,10 +116,12 @@ Status unscale_check(float* grads, int64_t n, const float* scale, int* found_inf
 Status update_loss_scale(LossScaleState* state, int* found_inf, int window, cudaStream_t stream);
 
 // Inverted dropout with cpu::dropout_forward's counter-based hash: the same (key, row, column)
-// drops the same element on both backends, bit for bit.
+// drops the same element on both backends, bit for bit. step (device, may be null): when given,
+// the key is MixSeed(step->dropout_key, salt), made on the device.
 Status dropout_forward(float* out, float* mask, const float* x, int B, int C, float p, uint64_t key,
                        int64_t first_row, cudaStream_t stream, uint16_t* out16 = nullptr,
-                       HalfType type = HalfType::kBf16);
+                       HalfType type = HalfType::kBf16, const StepScalars* step = nullptr,
+                       uint64_t salt = 0);
 Status dropout_backward(float* d, const float* mask, int64_t n, cudaStream_t stream);
 
 // ---- input ----

@@ -55,9 +55,12 @@ CudaReplicaGroup::~CudaReplicaGroup() {
   SynchronizeAll();
   DestroyCommunicators();
   ReleaseDataset();
+  DropGraphs();
   for (Rank& r : ranks_) {
     cudaSetDevice(r.device);
     r.model.reset();
+    r.step_dev = DeviceBuffer<StepScalars>();
+    if (r.step_host != nullptr) cudaFreeHost(r.step_host);
     r.opt.clear();
     r.loss_total = DeviceBuffer<double>();
     r.loss_scale = DeviceBuffer<LossScaleState>();
@@ -68,6 +71,7 @@ CudaReplicaGroup::~CudaReplicaGroup() {
     }
     if (r.loss_host != nullptr) cudaFreeHost(r.loss_host);
     if (r.blas != nullptr) cublasDestroy(r.blas);
+    r.blas_workspace = DeviceBuffer<uint8_t>();
 #if defined(SWEEP_HAVE_CUDNN)
     if (r.dnn != nullptr) cudnnDestroy(r.dnn);
 #endif
@@ -97,6 +101,13 @@ Status CudaReplicaGroup::InitRank(int rank) {
   CUDA_CHECK(cudaStreamCreateWithFlags(&r.compute, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
   SWEEP_RETURN_IF_ERROR(CreateBlasHandle(r.compute, spec_.tf32, &r.blas));
+  // A workspace of our own: cuBLAS then picks the same kernels whether or not the compute stream
+  // is being captured (without one it may take others during a capture), so a step replayed
+  // from a CUDA graph is the launched one, bit for bit. 32 MiB: NVIDIA's advice for Hopper.
+  constexpr int64_t kBlasWorkspaceBytes = int64_t{32} << 20;
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(kBlasWorkspaceBytes, &r.blas_workspace));
+  CUBLAS_CHECK(cublasSetWorkspace(r.blas, r.blas_workspace.data(),
+                                  static_cast<size_t>(kBlasWorkspaceBytes)));
   MlpView mlp;
   if (AsMlp(spec_.model, &mlp) && spec_.label_smoothing == 0) {
     SWEEP_ASSIGN_OR_RETURN(r.model, Mlp::Create(mlp.shape, mlp.act, spec_.max_rows, mlp.dropout,
@@ -125,6 +136,11 @@ Status CudaReplicaGroup::InitRank(int rank) {
   void* loss_host = nullptr;
   CUDA_CHECK(cudaHostAlloc(&loss_host, 2 * sizeof(double), cudaHostAllocPortable));
   r.loss_host = static_cast<double*>(loss_host);
+  void* step_host = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&step_host, 2 * sizeof(StepScalars), cudaHostAllocPortable));
+  r.step_host = static_cast<StepScalars*>(step_host);
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<StepScalars>::Make(1, &r.step_dev));
+  r.model->SetStepScalars(r.step_dev.data());
   if (size() > 1) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&r.comm, cudaStreamNonBlocking));
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &r.loss_total));
@@ -136,6 +152,7 @@ Status CudaReplicaGroup::InitRank(int rank) {
       CUDA_CHECK(cudaEventCreate(&r.backward_end[i]));
       CUDA_CHECK(cudaEventCreate(&r.comm_start[i]));
       CUDA_CHECK(cudaEventCreate(&r.comm_done[i]));
+      CUDA_CHECK(cudaEventCreateWithFlags(&r.comm_joined[i], cudaEventDisableTiming));
     }
     r.hook = std::make_unique<BucketHook>(this, rank);
   }
@@ -158,7 +175,7 @@ std::vector<cudaEvent_t> CudaReplicaGroup::Rank::AllEvents() const {
     all.push_back(input_free[i]);
   }
   for (int i = 0; i < 2; ++i) {
-    for (cudaEvent_t e : {done[i], backward_end[i], comm_start[i], comm_done[i]}) {
+    for (cudaEvent_t e : {done[i], backward_end[i], comm_start[i], comm_done[i], comm_joined[i]}) {
       all.push_back(e);
     }
   }
@@ -232,6 +249,7 @@ Status CudaReplicaGroup::SetState(const ModelState& state) {
   const size_t n = static_cast<size_t>(spec_.model.num_params);
   const size_t n_stats = static_cast<size_t>(spec_.model.num_buffers);
   SWEEP_RETURN_IF_ERROR(CheckModelState(state, n, ranks_[0].opt.size(), n_stats));
+  DropGraphs();
   // Batch norm's running statistics: the state's, or their initial values, on every rank.
   std::vector<float> stats = state.stats;
   if (stats.empty() && n_stats > 0) {
@@ -320,6 +338,19 @@ Status CudaReplicaGroup::ReadState(ModelState* s) const {
   CUDA_CHECK(cudaStreamSynchronize(r.compute));
   if (fp16()) s->loss_scale = scale;
   return Status::Ok();
+}
+
+int64_t CudaReplicaGroup::TakeGraphLaunches() { return std::exchange(ranks_[0].graph_launches, 0); }
+
+void CudaReplicaGroup::DropGraphs() {
+  for (Rank& r : ranks_) {
+    cudaSetDevice(r.device);
+    for (auto& [key, g] : r.graphs) {
+      if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+      if (g.graph != nullptr) cudaGraphDestroy(g.graph);
+    }
+    r.graphs.clear();
+  }
 }
 
 int64_t CudaReplicaGroup::TakeSkippedSteps() {

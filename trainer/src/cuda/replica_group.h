@@ -7,8 +7,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <shared_mutex>
+#include <tuple>
 #include <vector>
 
 #if defined(SWEEP_HAVE_NCCL)
@@ -90,6 +92,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   ModelState GetState() const override;
   CommStats TakeCommStats() override;
   int64_t TakeSkippedSteps() override;
+  int64_t TakeGraphLaunches() override;
   HostAllocator* host_allocator() override { return &pinned_; }
   bool takes_pixels() const override { return true; }
   Result<bool> HoldDataset(const Dataset& data, const InputTransform* transform) override;
@@ -97,10 +100,21 @@ class CudaReplicaGroup final : public ReplicaGroup {
  private:
   friend class BucketHook;
 
+  // What a micro-batch's captured work depends on besides the StepScalars: input slot, step
+  // parity (the loss's pinned slot and the comm events), rows, first row, first and last of its
+  // step, and dloss_scale's bits.
+  using GraphKey = std::tuple<int, int, int, int64_t, bool, bool, uint32_t>;
+  struct StepGraph {
+    int seen = 0;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+
   struct Rank {
     int device = 0;
     cudaStream_t compute = nullptr, copy = nullptr, comm = nullptr;
     cublasHandle_t blas = nullptr;
+    DeviceBuffer<uint8_t> blas_workspace;  // cublasSetWorkspace's
 #if defined(SWEEP_HAVE_CUDNN)
     cudnnHandle_t dnn = nullptr;  // convolutions (cuda/net.h)
 #endif
@@ -123,11 +137,22 @@ class CudaReplicaGroup final : public ReplicaGroup {
     // last took rank 0's, which every replica evaluates with (as on the CPU); host staging.
     bool stats_stale = false;
     std::vector<float> stats_host;
+    // The step's scalars: on the device, where the kernels read them, and two pinned slots the
+    // host fills by micro-batch parity and copies from on the compute stream.
+    DeviceBuffer<StepScalars> step_dev;
+    StepScalars* step_host = nullptr;
+    // CUDA graphs of a micro-batch's compute work, by what its kernels are given (GraphKey):
+    // launches seen, then the graph once captured. graphs_off after a capture failed.
+    std::map<GraphKey, StepGraph> graphs;
+    bool graphs_off = false;
+    bool capturing = false;  // compute is being captured now
+    int64_t graph_launches = 0;
     // Several GPUs: the summed loss; per bucket, "backward has queued it"; per step parity, the
     // timing events for CommStats (end of backward, first reduction, last reduction).
     DeviceBuffer<double> loss_total;
     std::vector<cudaEvent_t> bucket_ready;
-    cudaEvent_t backward_end[2] = {}, comm_start[2] = {}, comm_done[2] = {};
+    // They are recorded as external events (timing only); comm_joined orders compute after comm.
+    cudaEvent_t backward_end[2] = {}, comm_start[2] = {}, comm_done[2] = {}, comm_joined[2] = {};
     CommStats comm_stats;
     // fp16: the loss scale and its bookkeeping, on the device; found_inf is this step's.
     DeviceBuffer<LossScaleState> loss_scale;
@@ -180,6 +205,17 @@ class CudaReplicaGroup final : public ReplicaGroup {
   Status Queue(int rank, const MicroBatch& mb, const StepArgs& args, std::vector<double>* finished);
   // The end of a step on the compute stream (after the last micro-batch's backward).
   Status FinishStep(int rank, const StepArgs& args);
+  // Forward, backward and (on a step's last micro-batch) FinishStep, on the compute stream: what
+  // a CUDA graph captures.
+  Status ComputeMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args);
+  // ComputeMicroBatch as a graph: replayed once captured; captured after kGraphWarmup launches
+  // of the same key; false in *ran when it was not run (the caller launches it).
+  Status ReplayOrCapture(int rank, const MicroBatch& mb, const StepArgs& args, bool* ran);
+  // Drops every rank's graphs (the weights were loaded: a graph would not recast them).
+  void DropGraphs();
+  // Records a timing event on s: as an external event while compute is being captured, so that
+  // each replay records it too (elsewhere a plain record).
+  static Status RecordTiming(const Rank& r, cudaEvent_t event, cudaStream_t s);
   // Step 3 of the protocol for micro-batch m (< queued): waits for its `done` unless seen.
   Status Observe(int rank, int64_t m, std::vector<double>* finished);
   // Rank 0's running statistics into rank's model (rank > 0), before it evaluates. Each

@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "cpu/ops.h"
+#include "step_math.h"
 
 namespace sweep::trainer::cuda {
 
@@ -55,6 +56,14 @@ class ReplicaModel {
   // (evaluation mode), and waits for the stream. Only while no training work is queued.
   virtual Status Evaluate(const float* x, const int32_t* y, int B, double* loss_sum,
                           int64_t* correct) = 0;
+
+  // The step's scalars on the device (null: none). When set, training dropout takes its key
+  // from there (ForwardLoss's dropout_key is then not read), so a captured step's kernels need
+  // no new arguments from step to step.
+  void SetStepScalars(const StepScalars* step) { step_ = step; }
+
+ protected:
+  const StepScalars* step_ = nullptr;
 };
 
 }  // namespace sweep::trainer::cuda

@@ -131,7 +131,9 @@ Status CudaReplicaGroup::StartBucket(int rank, size_t b) {
   const GradBucket& bucket = buckets_[b];
   CUDA_CHECK(cudaEventRecord(r.bucket_ready[b], r.compute));
   CUDA_CHECK(cudaStreamWaitEvent(r.comm, r.bucket_ready[b], 0));
-  if (b == 0) CUDA_CHECK(cudaEventRecord(r.comm_start[static_cast<size_t>(r.steps % 2)], r.comm));
+  if (b == 0) {
+    SWEEP_RETURN_IF_ERROR(RecordTiming(r, r.comm_start[static_cast<size_t>(r.steps % 2)], r.comm));
+  }
   float* g = r.model->grads() + bucket.begin;
   std::shared_lock<std::shared_mutex> lock(nccl_mu_);
   if (aborted_) return Aborted();
@@ -150,15 +152,18 @@ Status CudaReplicaGroup::SumStepLoss(Rank& r, size_t sp) {
   ReplicaModel& model = *r.model;
   // Every bucket's all-reduce is queued on the comm stream, which has waited for the last
   // bucket (recorded after the loss was summed): add the ranks' losses there too.
-  CUDA_CHECK(cudaEventRecord(r.backward_end[sp], r.compute));
+  // The timing events are external in a capture: a CUDA graph still records them at each
+  // replay. comm_joined, an ordinary record, is what compute waits for.
+  SWEEP_RETURN_IF_ERROR(RecordTiming(r, r.backward_end[sp], r.compute));
   {
     std::shared_lock<std::shared_mutex> lock(nccl_mu_);
     if (aborted_) return Aborted();
     NCCL_CHECK(ncclAllReduce(model.summed_loss(), r.loss_total.data(), 1, ncclDouble, ncclSum,
                              r.nccl, r.comm));
   }
-  CUDA_CHECK(cudaEventRecord(r.comm_done[sp], r.comm));
-  CUDA_CHECK(cudaStreamWaitEvent(r.compute, r.comm_done[sp], 0));
+  SWEEP_RETURN_IF_ERROR(RecordTiming(r, r.comm_done[sp], r.comm));
+  CUDA_CHECK(cudaEventRecord(r.comm_joined[sp], r.comm));
+  CUDA_CHECK(cudaStreamWaitEvent(r.compute, r.comm_joined[sp], 0));
   return Status::Ok();
 #else
   (void)r;

@@ -3,6 +3,7 @@
 #include "cuda/replica_group.h"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -122,19 +123,19 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
                                r.copy));
   }
   CUDA_CHECK(cudaEventRecord(r.copied[slot], r.copy));
-  // 2. Compute.
+  // 2. Compute: the step's scalars to the device, then the work, replayed from a CUDA graph
+  // once one is captured, else launched.
   CUDA_CHECK(cudaStreamWaitEvent(r.compute, r.copied[slot], 0));
-  SWEEP_RETURN_IF_ERROR(model.ForwardLoss(slot, mb.rows, args.dloss_scale,
-                                          fp16() ? &r.loss_scale.data()->scale : nullptr,
-                                          args.dropout_key, mb.first_row, !mb.first));
-  const bool reduce = mb.last && size() > 1;
-  if (reduce) r.hook->Reset();
-  SWEEP_RETURN_IF_ERROR(model.Backward(slot, mb.rows, !mb.first, reduce ? r.hook.get() : nullptr));
+  r.step_host[parity] = StepScalars{args.lr, args.t, args.dropout_key};
+  CUDA_CHECK(cudaMemcpyAsync(r.step_dev.data(), &r.step_host[parity], sizeof(StepScalars),
+                             cudaMemcpyHostToDevice, r.compute));
+  bool ran = false;
+  SWEEP_RETURN_IF_ERROR(ReplayOrCapture(rank, mb, args, &ran));
+  if (!ran) SWEEP_RETURN_IF_ERROR(ComputeMicroBatch(rank, mb, args));
   CUDA_CHECK(cudaEventRecord(r.input_free[slot], r.compute));
   r.ends_step[parity] = mb.last;
   r.stats_stale = rank > 0 && model.stats() != nullptr;
   r.step_of[parity] = r.steps;
-  if (mb.last) SWEEP_RETURN_IF_ERROR(FinishStep(rank, args));
   CUDA_CHECK(cudaEventRecord(r.done[parity], r.compute));
   ++r.queued;
   if (mb.last) ++r.steps;
@@ -143,6 +144,86 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
   const Clock::time_point wait_start = Clock::now();
   CUDA_CHECK(cudaEventSynchronize(r.copied[slot]));
   r.data_wait_s += Since(wait_start);
+  return Status::Ok();
+}
+
+Status CudaReplicaGroup::ComputeMicroBatch(int rank, const MicroBatch& mb, const StepArgs& args) {
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  ReplicaModel& model = *r.model;
+  const int slot = static_cast<int>(r.queued % ReplicaModel::kInputSlots);
+  SWEEP_RETURN_IF_ERROR(model.ForwardLoss(slot, mb.rows, args.dloss_scale,
+                                          fp16() ? &r.loss_scale.data()->scale : nullptr,
+                                          args.dropout_key, mb.first_row, !mb.first));
+  const bool reduce = mb.last && size() > 1;
+  if (reduce) r.hook->Reset();
+  SWEEP_RETURN_IF_ERROR(model.Backward(slot, mb.rows, !mb.first, reduce ? r.hook.get() : nullptr));
+  if (mb.last) SWEEP_RETURN_IF_ERROR(FinishStep(rank, args));
+  return Status::Ok();
+}
+
+// A micro-batch's kernels get the same arguments whenever its GraphKey is the same: the rest
+// (learning rate, AdamW's step, the dropout key) they read from the StepScalars, and fp16's
+// skip and loss scale from the device too. So once captured, its graph is replayed in its
+// place. The first kGraphWarmup launches of a key run as before, so that cuBLAS, cuDNN (the
+// plans for its rows) and NCCL have set themselves up before a capture: an epoch's last,
+// smaller micro-batch is captured in the third epoch. A capture that fails
+// (a library that cannot be captured) turns graphs off for the group's rank, which then
+// launches every micro-batch, as with cuda_graphs = false.
+Status CudaReplicaGroup::ReplayOrCapture(int rank, const MicroBatch& mb, const StepArgs& args,
+                                         bool* ran) {
+  constexpr int kGraphWarmup = 2;
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  *ran = false;
+  if (!spec_.cuda_graphs || r.graphs_off) return Status::Ok();
+  uint32_t dloss_bits = 0;
+  std::memcpy(&dloss_bits, &args.dloss_scale, sizeof dloss_bits);
+  const GraphKey key{static_cast<int>(r.queued % ReplicaModel::kInputSlots),
+                     static_cast<int>(r.steps % 2),
+                     mb.rows,
+                     mb.first_row,
+                     mb.first,
+                     mb.last,
+                     dloss_bits};
+  StepGraph& g = r.graphs[key];
+  if (g.exec == nullptr) {
+    if (++g.seen <= kGraphWarmup) return Status::Ok();
+    CUDA_CHECK(cudaStreamBeginCapture(r.compute, cudaStreamCaptureModeThreadLocal));
+    r.capturing = true;
+    const Status captured = ComputeMicroBatch(rank, mb, args);
+    r.capturing = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(r.compute, &graph);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = captured.ok() && ended == cudaSuccess
+                                 ? cudaGraphInstantiate(&exec, graph, 0)
+                                 : cudaErrorIllegalState;
+    if (made != cudaSuccess) {
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      (void)cudaGetLastError();  // the capture's error: the launched path goes on without it
+      r.graphs_off = true;
+      std::fprintf(stderr,
+                   "sweep: cuda: GPU %d: capturing a training step as a CUDA graph failed "
+                   "(%s); its steps are launched one kernel at a time instead\n",
+                   r.device,
+                   !captured.ok() ? captured.message().c_str()
+                                  : cudaGetErrorString(ended != cudaSuccess ? ended : made));
+      return Status::Ok();
+    }
+    g.graph = graph;
+    g.exec = exec;
+  }
+  CUDA_CHECK(cudaGraphLaunch(g.exec, r.compute));
+  ++r.graph_launches;
+  *ran = true;
+  return Status::Ok();
+}
+
+Status CudaReplicaGroup::RecordTiming(const Rank& r, cudaEvent_t event, cudaStream_t s) {
+  if (r.capturing) {
+    CUDA_CHECK(cudaEventRecordWithFlags(event, s, cudaEventRecordExternal));
+  } else {
+    CUDA_CHECK(cudaEventRecord(event, s));
+  }
   return Status::Ok();
 }
 
@@ -166,12 +247,13 @@ Status CudaReplicaGroup::FinishStep(int rank, const StepArgs& args) {
   if (o.kind == OptimizerSpec::Kind::kSgd) {
     SWEEP_RETURN_IF_ERROR(sgd_update(model.params(), r.opt[0].data(), model.grads(), n, args.lr,
                                      o.momentum, o.weight_decay, o.nesterov, r.compute, skip,
-                                     model.params16(), model.half_type()));
+                                     model.params16(), model.half_type(), r.step_dev.data()));
   } else {
-    SWEEP_RETURN_IF_ERROR(
-        adamw_update(model.params(), r.opt[0].data(), r.opt[1].data(), model.grads(), n, args.lr,
-                     o.beta1, o.beta2, o.eps, o.weight_decay, args.t, r.compute, skip,
-                     fp16() ? r.loss_scale.data() : nullptr, model.params16(), model.half_type()));
+    SWEEP_RETURN_IF_ERROR(adamw_update(model.params(), r.opt[0].data(), r.opt[1].data(),
+                                       model.grads(), n, args.lr, o.beta1, o.beta2, o.eps,
+                                       o.weight_decay, args.t, r.compute, skip,
+                                       fp16() ? r.loss_scale.data() : nullptr, model.params16(),
+                                       model.half_type(), r.step_dev.data()));
   }
   if (fp16()) {
     SWEEP_RETURN_IF_ERROR(update_loss_scale(r.loss_scale.data(), r.found_inf.data(),
