@@ -606,6 +606,57 @@ TEST_F(CudaGroup, RefusesAModelLargerThanTheGpu) {
 }
 
 #if defined(SWEEP_CUDA_EMU)
+// Graphs point at the cuDNN workspace they were captured with. An evaluation at a new batch
+// size whose plan needs a larger one replaces it (the old one is unmapped in the emulator):
+// the graphs are captured again, and training goes on as launched training does.
+TEST_F(CudaGroup, GraphsAreCapturedAgainWhenTheConvolutionWorkspaceGrows) {
+  struct Restore {
+    int64_t bytes;
+    ~Restore() { cuda_emu::SetConvWorkspace(bytes); }
+  } restore{cuda_emu::SetConvWorkspace(4096)};
+  Result<ModelSpec> cnn = ResidualCnn();
+  ASSERT_TRUE(cnn.ok()) << cnn.status().message();
+  const Batches data = MakeBatches(16, 6);
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.model = cnn.value();
+  spec.tf32 = true;  // tensor cores: the engine with a workspace
+  std::vector<double> losses[2];
+  int64_t replayed = 0;
+  for (int graphs = 0; graphs < 2; ++graphs) {
+    cuda_emu::SetConvWorkspace(4096);
+    spec.cuda_graphs = graphs == 1;
+    Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    ReplicaGroup* group = g->get();
+    ASSERT_TRUE(group->SetState(testing::InitialState(spec)).ok());
+    group->Run([&](int rank) {
+      for (int step = 0; step < 16; ++step) {
+        if (step == 8) {  // between steps, as the trainer evaluates after an epoch
+          cuda_emu::SetConvWorkspace(int64_t{1} << 16);
+          double loss = 0;
+          int64_t correct = 0;
+          group->Evaluate(rank, data.x.data(), data.y.data(), 7, &loss, &correct);
+        }
+        StepArgs args;
+        args.lr = 0.05f;
+        args.t = step + 1;
+        args.dloss_scale = 1.0f / testing::kBatch;
+        MicroBatch mb;
+        mb.x = data.x.data() + int64_t{step} * testing::kBatch * testing::kInputs;
+        mb.y = data.y.data() + int64_t{step} * testing::kBatch;
+        mb.rows = testing::kBatch;
+        group->TrainMicroBatch(rank, mb, args, &losses[graphs]);
+      }
+      group->FinishSteps(rank, &losses[graphs]);
+    });
+    if (graphs == 1) replayed = group->TakeGraphLaunches();
+  }
+  std::printf("  replayed %lld of 16 steps; losses %s\n", static_cast<long long>(replayed),
+              losses[1] == losses[0] ? "the same" : "DIFFER");
+  EXPECT_GE(replayed, 8);  // 4 before the evaluation, 4 after it (2 kinds, 2 launches each)
+  EXPECT_EQ(losses[1], losses[0]);
+}
+
 // A CNN whose convolution plans ask for more workspace than the GPU has free is refused when
 // its group is made, before training, naming the layer and batch_size. The emulator's tensor-core
 // engine asks for what the test sets.

@@ -16,14 +16,6 @@
 
 namespace sweep::trainer {
 
-// What changes from one optimizer step to the next. The CUDA backend holds it on the device and
-// its kernels read it there, so a step captured as a CUDA graph runs with each step's values.
-struct StepScalars {
-  float lr = 0;
-  int64_t t = 1;             // AdamW's 1-based step
-  uint64_t dropout_key = 0;  // mixed with each dropout layer's salt (MixSeed)
-};
-
 // fp16's loss scale and its bookkeeping. Trivially copyable: the CUDA backend holds it as one
 // struct in device memory, and checkpoints carry it, so a resumed trial scales as before.
 struct LossScaleState {
@@ -66,5 +58,16 @@ SWEEP_HOST_DEVICE inline AdamwScalars MakeAdamwScalars(float lr, float beta1, fl
   return AdamwScalars{1.0f - lr * weight_decay, static_cast<float>(lr / bc1),
                       static_cast<float>(1.0 / ::sqrt(bc2))};
 }
+
+// What changes from one optimizer step to the next. The CUDA backend holds it on the device and
+// its kernels read it there, so a step captured as a CUDA graph runs with each step's values.
+struct StepScalars {
+  float lr = 0;
+  int64_t t = 1;             // AdamW's 1-based step
+  uint64_t dropout_key = 0;  // mixed with each dropout layer's salt (MixSeed)
+  // AdamW's, made on the host for t as the CPU makes them (fp16 remakes them on the device for
+  // the steps actually applied).
+  AdamwScalars adamw{};
+};
 
 }  // namespace sweep::trainer

@@ -177,6 +177,7 @@ Status Net::EnsureWorkspace(size_t bytes, int layer, int B) {
                   static_cast<double>(free) / 1048576.0, static_cast<double>(total) / 1073741824.0);
     return Status::InvalidArgument(msg);
   }
+  ++workspace_epoch_;
   return DeviceBuffer<uint8_t>::Make(static_cast<int64_t>(bytes), &workspace_);
 }
 

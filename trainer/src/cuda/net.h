@@ -46,6 +46,7 @@ class Net final : public ReplicaModel {
   int32_t* y(int slot) override { return in_y_[slot].data(); }
   double* summed_loss() override { return loss_.data(); }
   void ParamsChanged() override { half_params_fresh_ = false; }
+  uint64_t memory_epoch() const override { return workspace_epoch_; }
   uint16_t* params16() override { return half() ? params16_.data() : nullptr; }
   cpu::HalfType half_type() const override { return half_type_; }
 
@@ -106,8 +107,9 @@ class Net final : public ReplicaModel {
   std::vector<char> written_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   DeviceBuffer<uint8_t> workspace_, bn_scratch_;
-  DeviceBuffer<float> dtmp_;    // a gradient that must be added to one already written
-  DeviceBuffer<float> dw_tmp_;  // a convolution's weight gradient before it is added
+  uint64_t workspace_epoch_ = 0;  // memory_epoch(): counts workspace_'s replacements
+  DeviceBuffer<float> dtmp_;      // a gradient that must be added to one already written
+  DeviceBuffer<float> dw_tmp_;    // a convolution's weight gradient before it is added
   DeviceBuffer<float> bias_scratch_;
   DeviceBuffer<float> losses_;
   DeviceBuffer<double> loss_;

@@ -196,23 +196,24 @@ __global__ void SgdKernel(float* p, float* vel, const float* g, int64_t n, float
   }
 }
 
-// s: the step's scalars, computed on the host; or, with step (lr and t on the device) or
-// loss_scale (fp16: t minus the steps skipped so far, which only the device knows without
-// waiting), by each block.
+// s: the step's scalars, computed on the host (given, or step->adamw); with loss_scale (fp16),
+// by each block from t (or step->t) minus the steps skipped so far, which only the device knows
+// without waiting.
 __global__ void AdamwKernel(float* p, float* m, float* v, const float* g, int64_t n, float beta1,
                             float beta2, float eps, AdamwScalars s, float lr, float weight_decay,
                             int64_t t, const int* skip, const LossScaleState* loss_scale,
                             uint16_t* p16, bool bf16, const StepScalars* step) {
   if (skip != nullptr && *skip != 0) return;
-  if (loss_scale != nullptr || step != nullptr) {
+  if (step != nullptr && loss_scale == nullptr) s = step->adamw;
+  if (loss_scale != nullptr) {
     __shared__ AdamwScalars block_s;
     if (threadIdx.x == 0) {
       if (step != nullptr) {
         lr = step->lr;
         t = step->t;
       }
-      if (loss_scale != nullptr) t -= static_cast<int64_t>(loss_scale->skipped);
-      block_s = MakeAdamwScalars(lr, beta1, beta2, weight_decay, t);
+      block_s = MakeAdamwScalars(lr, beta1, beta2, weight_decay,
+                                 t - static_cast<int64_t>(loss_scale->skipped));
     }
     __syncthreads();
     s = block_s;

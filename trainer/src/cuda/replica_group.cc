@@ -50,12 +50,13 @@ CudaReplicaGroup::CudaReplicaGroup(const GroupSpec& spec, std::vector<int> devic
 
 CudaReplicaGroup::~CudaReplicaGroup() {
   // Errors here have nowhere to go. Every rank's queued work ends before its communicator,
-  // buffers, events and streams go, each on its own device.
+  // buffers, events and streams go, each on its own device. The graphs go first: NCCL's
+  // destroy and abort wait for the graphs that hold their collectives.
+  DropGraphs();
   AbortFaultedCommunicators();
   SynchronizeAll();
   DestroyCommunicators();
   ReleaseDataset();
-  DropGraphs();
   for (Rank& r : ranks_) {
     cudaSetDevice(r.device);
     r.model.reset();
@@ -343,14 +344,23 @@ Status CudaReplicaGroup::ReadState(ModelState* s) const {
 int64_t CudaReplicaGroup::TakeGraphLaunches() { return std::exchange(ranks_[0].graph_launches, 0); }
 
 void CudaReplicaGroup::DropGraphs() {
+  std::lock_guard<std::mutex> lock(graphs_mu_);
+  int current = 0;
+  const bool restore = cudaGetDevice(&current) == cudaSuccess;
   for (Rank& r : ranks_) {
     cudaSetDevice(r.device);
-    for (auto& [key, g] : r.graphs) {
-      if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
-      if (g.graph != nullptr) cudaGraphDestroy(g.graph);
-    }
-    r.graphs.clear();
+    DropRankGraphs(r);
   }
+  if (restore) cudaSetDevice(current);  // the caller's device, as it was
+}
+
+// Under graphs_mu_. A graph still running may be destroyed: CUDA frees it once it is done.
+void CudaReplicaGroup::DropRankGraphs(Rank& r) {
+  for (auto& [key, g] : r.graphs) {
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+    if (g.graph != nullptr) cudaGraphDestroy(g.graph);
+  }
+  r.graphs.clear();
 }
 
 int64_t CudaReplicaGroup::TakeSkippedSteps() {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <tuple>
 #include <vector>
@@ -145,7 +146,8 @@ class CudaReplicaGroup final : public ReplicaGroup {
     // launches seen, then the graph once captured. graphs_off after a capture failed.
     std::map<GraphKey, StepGraph> graphs;
     bool graphs_off = false;
-    bool capturing = false;  // compute is being captured now
+    bool capturing = false;     // compute is being captured now
+    uint64_t graphs_epoch = 0;  // the model's memory_epoch() when its graphs were captured
     int64_t graph_launches = 0;
     // Several GPUs: the summed loss; per bucket, "backward has queued it"; per step parity, the
     // timing events for CommStats (end of backward, first reduction, last reduction).
@@ -211,8 +213,10 @@ class CudaReplicaGroup final : public ReplicaGroup {
   // ComputeMicroBatch as a graph: replayed once captured; captured after kGraphWarmup launches
   // of the same key; false in *ran when it was not run (the caller launches it).
   Status ReplayOrCapture(int rank, const MicroBatch& mb, const StepArgs& args, bool* ran);
-  // Drops every rank's graphs (the weights were loaded: a graph would not recast them).
+  // Drops every rank's graphs (the weights were loaded: a graph would not recast them; NCCL is
+  // about to abort or destroy the communicators their all-reduces belong to).
   void DropGraphs();
+  void DropRankGraphs(Rank& r);
   // Records a timing event on s: as an external event while compute is being captured, so that
   // each replay records it too (elsewhere a plain record).
   static Status RecordTiming(const Rank& r, cudaEvent_t event, cudaStream_t s);
@@ -258,6 +262,10 @@ class CudaReplicaGroup final : public ReplicaGroup {
   // Several GPUs: NCCL calls hold it shared, AbortCommunicators exclusively; aborted_ under it.
   std::shared_mutex nccl_mu_;
   bool aborted_ = false;
+  // Guards every rank's graphs: a rank's thread captures and launches its own, an abort or a
+  // load drops them all. Once aborting_ is set, nothing is captured or launched any more.
+  std::mutex graphs_mu_;
+  bool aborting_ = false;
 };
 
 }  // namespace sweep::trainer::cuda

@@ -61,6 +61,9 @@ class ReplicaModel {
   // from there (ForwardLoss's dropout_key is then not read), so a captured step's kernels need
   // no new arguments from step to step.
   void SetStepScalars(const StepScalars* step) { step_ = step; }
+  // Changes whenever device memory the model's queued work points at is replaced (a cuDNN
+  // workspace that grew): a CUDA graph captured before then points at freed memory.
+  virtual uint64_t memory_epoch() const { return 0; }
 
  protected:
   const StepScalars* step_ = nullptr;

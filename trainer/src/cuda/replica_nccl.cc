@@ -71,6 +71,14 @@ void CudaReplicaGroup::DestroyCommunicators() {
 
 void CudaReplicaGroup::AbortCommunicators() {
 #if defined(SWEEP_HAVE_NCCL)
+  if (size() == 1) return;
+  // No graph is captured or launched from here on, and those made go: NCCL's abort waits for
+  // the graphs that hold its collectives.
+  {
+    std::lock_guard<std::mutex> lock(graphs_mu_);
+    aborting_ = true;
+  }
+  DropGraphs();
   std::unique_lock<std::shared_mutex> lock(nccl_mu_);
   if (aborted_ || size() == 1) return;
   aborted_ = true;

@@ -126,7 +126,10 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
   // 2. Compute: the step's scalars to the device, then the work, replayed from a CUDA graph
   // once one is captured, else launched.
   CUDA_CHECK(cudaStreamWaitEvent(r.compute, r.copied[slot], 0));
-  r.step_host[parity] = StepScalars{args.lr, args.t, args.dropout_key};
+  const OptimizerSpec& opt = spec_.optimizer;
+  r.step_host[parity] =
+      StepScalars{args.lr, args.t, args.dropout_key,
+                  MakeAdamwScalars(args.lr, opt.beta1, opt.beta2, opt.weight_decay, args.t)};
   CUDA_CHECK(cudaMemcpyAsync(r.step_dev.data(), &r.step_host[parity], sizeof(StepScalars),
                              cudaMemcpyHostToDevice, r.compute));
   bool ran = false;
@@ -175,6 +178,14 @@ Status CudaReplicaGroup::ReplayOrCapture(int rank, const MicroBatch& mb, const S
   Rank& r = ranks_[static_cast<size_t>(rank)];
   *ran = false;
   if (!spec_.cuda_graphs || r.graphs_off) return Status::Ok();
+  std::lock_guard<std::mutex> lock(graphs_mu_);
+  if (aborting_) return Aborted();  // a replay would skip the NCCL calls' own check
+  // Memory the graphs point at was replaced (a cuDNN plan for a new batch size needed a larger
+  // workspace): capture them again.
+  if (r.model->memory_epoch() != r.graphs_epoch) {
+    DropRankGraphs(r);
+    r.graphs_epoch = r.model->memory_epoch();
+  }
   uint32_t dloss_bits = 0;
   std::memcpy(&dloss_bits, &args.dloss_scale, sizeof dloss_bits);
   const GraphKey key{static_cast<int>(r.queued % ReplicaModel::kInputSlots),
@@ -200,6 +211,7 @@ Status CudaReplicaGroup::ReplayOrCapture(int rank, const MicroBatch& mb, const S
     if (made != cudaSuccess) {
       if (graph != nullptr) cudaGraphDestroy(graph);
       (void)cudaGetLastError();  // the capture's error: the launched path goes on without it
+      if (captured.code() == Status::Code::kAborted) return captured;  // another GPU failed
       r.graphs_off = true;
       std::fprintf(stderr,
                    "sweep: cuda: GPU %d: capturing a training step as a CUDA graph failed "
