@@ -37,8 +37,12 @@ namespace {
 
 thread_local cudaError_t last_error = cudaSuccess;
 // Stream captures this thread has open: its calls that would wait for the device, or
-// allocate, are refused meanwhile (the graphs section).
+// allocate, are refused meanwhile, and invalidate them (the graphs section).
 thread_local int captures_open = 0;
+thread_local std::vector<CUgraph_st*> my_captures;
+
+// A call a capture may not make: it fails, and the capture is invalidated.
+cudaError_t Refuse(cudaError_t err, CUgraph_st* also = nullptr);
 
 // As the CUDA runtime: every call that fails, cudaErrorNotReady included, leaves its error for
 // the thread's next cudaGetLastError(), which a launch check would otherwise report as its own.
@@ -300,8 +304,12 @@ const char* cudaGetErrorString(cudaError_t err) {
       return "the operation cannot be performed in the present state";
     case cudaErrorStreamCaptureUnsupported:
       return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
     case cudaErrorStreamCaptureUnmatched:
       return "capture was not initiated in this stream";
+    case cudaErrorStreamCaptureUnjoined:
+      return "capturing stream has unjoined work";
     case cudaErrorStreamCaptureIsolation:
       return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorCapturedEvent:
@@ -334,8 +342,12 @@ const char* cudaGetErrorName(cudaError_t err) {
       return "cudaErrorIllegalState";
     case cudaErrorStreamCaptureUnsupported:
       return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated:
+      return "cudaErrorStreamCaptureInvalidated";
     case cudaErrorStreamCaptureUnmatched:
       return "cudaErrorStreamCaptureUnmatched";
+    case cudaErrorStreamCaptureUnjoined:
+      return "cudaErrorStreamCaptureUnjoined";
     case cudaErrorStreamCaptureIsolation:
       return "cudaErrorStreamCaptureIsolation";
     case cudaErrorCapturedEvent:
@@ -375,7 +387,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 
 cudaError_t cudaMalloc(void** ptr, size_t bytes) {
   if (ptr == nullptr) return Failed(cudaErrorInvalidValue);
-  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
+  if (captures_open > 0) return Refuse(cudaErrorStreamCaptureUnsupported);
   if (bytes == 0) {
     *ptr = nullptr;
     return cudaSuccess;
@@ -420,7 +432,7 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
-  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
+  if (captures_open > 0) return Refuse(cudaErrorStreamCaptureUnsupported);
   DrainDevice(current_device);  // cudaFree waits for the device, as CUDA's does
   Mapping m;
   {
@@ -462,6 +474,8 @@ struct CUevent_st {
   // Its last record was in a capture: `captured` while that capture is open, null after.
   bool in_capture = false;
   CUgraph_st* captured = nullptr;
+  cudaStream_t captured_on = nullptr;  // and how much of the capture that stream had then
+  uint64_t captured_nodes = 0;
 };
 
 // A capture, then its graph: what each launch issues, in order, on the launch stream.
@@ -470,6 +484,9 @@ struct CUgraph_st {
   std::vector<cudaStream_t> streams;  // the origin and those that joined
   std::vector<cudaEvent_t> events;    // recorded in it
   std::vector<std::function<void(cudaStream_t)>> nodes;
+  bool invalidated = false;  // a call the capture may not make was made
+  // Per stream: nodes recorded on it, and how many of them a wait in the capture covers.
+  std::map<cudaStream_t, uint64_t> nodes_on, joined;
 };
 
 struct CUgraphExec_st {
@@ -554,7 +571,17 @@ bool Record(cudaStream_t s, std::function<void(cudaStream_t)> issue) {
   std::lock_guard<std::mutex> lock(capture_mu);
   if (s == nullptr || s->capture == nullptr) return false;
   s->capture->nodes.push_back(std::move(issue));
+  ++s->capture->nodes_on[s];
   return true;
+}
+
+cudaError_t Refuse(cudaError_t err, CUgraph_st* also) {
+  {
+    std::lock_guard<std::mutex> lock(capture_mu);
+    for (CUgraph_st* g : my_captures) g->invalidated = true;
+    if (also != nullptr) also->invalidated = true;
+  }
+  return Failed(err);
 }
 
 // Runs s's queued work up to position `upto`, in order, on this thread.
@@ -707,7 +734,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     // A graph copies at each launch: from or into pageable memory it cannot.
     if ((kind == cudaMemcpyHostToDevice && !Pinned(src, bytes)) ||
         (kind == cudaMemcpyDeviceToHost && !Pinned(dst, bytes)) || kind == cudaMemcpyHostToHost) {
-      return Failed(cudaErrorStreamCaptureUnsupported);
+      return Refuse(cudaErrorStreamCaptureUnsupported, CaptureOf(stream));
     }
     Record(stream, [=](cudaStream_t s) { cudaMemcpyAsync(dst, src, bytes, kind, s); });
     return cudaSuccess;
@@ -732,7 +759,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
+  if (captures_open > 0) return Refuse(cudaErrorStreamCaptureUnsupported);
   const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
   if (err != cudaSuccess) return err;
   // Synchronous, but for device to device, and from pageable memory (returns once the bytes
@@ -747,7 +774,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 }
 
 cudaError_t cudaDeviceSynchronize() {
-  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
+  if (captures_open > 0) return Refuse(cudaErrorStreamCaptureUnsupported);
   DrainDevice(current_device);
   return cudaSuccess;
 }
@@ -805,7 +832,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
   if (captures_open > 0 || CaptureOf(stream) != nullptr) {
-    return Failed(cudaErrorStreamCaptureUnsupported);
+    return Refuse(cudaErrorStreamCaptureUnsupported, CaptureOf(stream));
   }
   const cudaStream_t s = Resolve(stream);
   HostWaits(s);
@@ -817,8 +844,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (!StreamOk(stream) || !Live(event)) return Failed(cudaErrorInvalidResourceHandle);
   // The record the event has now; a later record does not move the wait. Never recorded: no
   // wait.
-  cudaStream_t on;
-  uint64_t position;
+  cudaStream_t on, captured_on;
+  uint64_t position, captured_nodes;
   bool in_capture;
   CUgraph_st* captured;
   {
@@ -827,6 +854,8 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     position = event->position;
     in_capture = event->in_capture;
     captured = event->captured;
+    captured_on = event->captured_on;
+    captured_nodes = event->captured_nodes;
   }
   CUgraph_st* mine = CaptureOf(stream);
   if (in_capture) {
@@ -835,8 +864,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     if (captured == nullptr || (mine != nullptr && mine != captured)) {
       return Failed(cudaErrorCapturedEvent);
     }
+    std::lock_guard<std::mutex> lock(capture_mu);
+    uint64_t& joined = captured->joined[captured_on];
+    joined = std::max(joined, captured_nodes);  // that stream's work so far is waited for
     if (mine == nullptr) {
-      std::lock_guard<std::mutex> lock(capture_mu);
       const cudaStream_t s = Resolve(stream);
       s->capture = captured;
       captured->streams.push_back(s);
@@ -844,7 +875,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     return cudaSuccess;
   }
   if (on == nullptr) return cudaSuccess;  // never recorded: no wait
-  if (mine != nullptr) return Failed(cudaErrorStreamCaptureIsolation);
+  if (mine != nullptr) return Refuse(cudaErrorStreamCaptureIsolation, mine);
   Push(Resolve(stream), [on, position] { DrainTo(on, position); });
   return cudaSuccess;
 }
@@ -869,9 +900,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     return Failed(cudaErrorInvalidResourceHandle);
   const cudaStream_t s = Resolve(stream);
   if (CUgraph_st* g = CaptureOf(stream); g != nullptr) {
+    uint64_t nodes;
+    {
+      std::lock_guard<std::mutex> lock(capture_mu);
+      nodes = g->nodes_on[s];
+    }
     std::lock_guard<std::mutex> lock(events_mu);
     event->in_capture = true;
     event->captured = g;
+    event->captured_on = s;
+    event->captured_nodes = nodes;
     g->events.push_back(event);
     return cudaSuccess;
   }
@@ -896,7 +934,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!Live(event)) return Failed(cudaErrorInvalidResourceHandle);
-  if (captures_open > 0) return Failed(cudaErrorStreamCaptureUnsupported);
+  if (captures_open > 0) return Refuse(cudaErrorStreamCaptureUnsupported);
   cudaStream_t on;
   uint64_t position;
   {
@@ -950,6 +988,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
   g->streams.push_back(stream);
   stream->capture = g;
   ++captures_open;
+  my_captures.push_back(g);
   return cudaSuccess;
 }
 
@@ -958,6 +997,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     return Failed(cudaErrorInvalidResourceHandle);
   }
   CUgraph_st* g;
+  cudaError_t result = cudaSuccess;
   {
     std::lock_guard<std::mutex> lock(capture_mu);
     g = stream->capture;
@@ -965,12 +1005,24 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
     if (g->origin != stream) return Failed(cudaErrorStreamCaptureUnmatched);
     for (cudaStream_t s : g->streams) s->capture = nullptr;
     --captures_open;
+    my_captures.erase(std::find(my_captures.begin(), my_captures.end(), g));
+    if (g->invalidated) result = cudaErrorStreamCaptureInvalidated;
+    for (cudaStream_t s : g->streams) {
+      if (s != stream && g->nodes_on[s] > g->joined[s] && result == cudaSuccess) {
+        result = cudaErrorStreamCaptureUnjoined;
+      }
+    }
   }
   {
     std::lock_guard<std::mutex> lock(events_mu);
     for (cudaEvent_t e : g->events) {
       if (e->captured == g) e->captured = nullptr;
     }
+  }
+  if (result != cudaSuccess) {
+    delete g;
+    *graph = nullptr;
+    return Failed(result);
   }
   *graph = g;
   return cudaSuccess;
@@ -1001,7 +1053,9 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsig
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (exec == nullptr || !StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
-  if (CaptureOf(stream) != nullptr) return Failed(cudaErrorStreamCaptureUnsupported);
+  if (CaptureOf(stream) != nullptr) {
+    return Refuse(cudaErrorStreamCaptureUnsupported, CaptureOf(stream));
+  }
   const cudaStream_t s = Resolve(stream);
   for (const auto& issue : exec->nodes) issue(s);
   return cudaSuccess;

@@ -6,6 +6,7 @@
 // backend's tests (cuda_ops_test.cc, cuda_trainer_test.cc) trust these.
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -194,12 +195,6 @@ TEST(CudaEmu, AGraphRunsWhatItsCaptureRecordedAtEachLaunch) {
   ASSERT_EQ(cudaStreamWaitEvent(a, join, 0), cudaSuccess);
   ASSERT_EQ(cudaMemcpyAsync(host + 4, y, 4 * sizeof(int), cudaMemcpyDeviceToHost, a), cudaSuccess);
   ASSERT_EQ(cudaEventRecordWithFlags(done, a, cudaEventRecordExternal), cudaSuccess);
-  // Refused while capturing: pageable copies, allocation, host waits, an outside event.
-  EXPECT_EQ(cudaMemcpyAsync(x, pageable.data(), 4 * sizeof(int), cudaMemcpyHostToDevice, a),
-            cudaErrorStreamCaptureUnsupported);
-  void* more = nullptr;
-  EXPECT_EQ(cudaMalloc(&more, 64), cudaErrorStreamCaptureUnsupported);
-  EXPECT_EQ(cudaStreamSynchronize(a), cudaErrorStreamCaptureUnsupported);
   cudaEvent_t outside = nullptr;
   ASSERT_EQ(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming), cudaSuccess);
   EXPECT_EQ(cudaStreamWaitEvent(a, outside, 0), cudaSuccess);  // never recorded: no wait
@@ -219,14 +214,34 @@ TEST(CudaEmu, AGraphRunsWhatItsCaptureRecordedAtEachLaunch) {
     ASSERT_EQ(cudaEventSynchronize(done), cudaSuccess);  // the external record ran
     for (int i = 0; i < 4; ++i) EXPECT_EQ(host[4 + i], 10 * launch + i + 1) << "launch " << launch;
   }
-  // An event recorded outside a capture cannot be waited for inside one.
+  // Refused while capturing, and the capture then gives no graph: pageable copies, allocation,
+  // host waits, an event recorded outside it.
   ASSERT_EQ(cudaEventRecord(outside, b), cudaSuccess);
+  void* more = nullptr;
+  const std::vector<std::function<cudaError_t()>> refused = {
+      [&] {
+        return cudaMemcpyAsync(x, pageable.data(), 4 * sizeof(int), cudaMemcpyHostToDevice, a);
+      },
+      [&] { return cudaMalloc(&more, 64); }, [&] { return cudaStreamSynchronize(a); },
+      [&] { return cudaStreamWaitEvent(a, outside, 0); }};
+  const cudaError_t why[] = {cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureUnsupported,
+                             cudaErrorStreamCaptureUnsupported, cudaErrorStreamCaptureIsolation};
+  for (size_t i = 0; i < refused.size(); ++i) {
+    ASSERT_EQ(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    EXPECT_EQ(refused[i](), why[i]) << "call " << i;
+    cudaGraph_t none = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(a, &none), cudaErrorStreamCaptureInvalidated) << "call " << i;
+    EXPECT_EQ(none, nullptr);
+  }
+  // A fork whose work the origin never waits for: unjoined, no graph.
   ASSERT_EQ(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  EXPECT_EQ(cudaStreamWaitEvent(a, outside, 0), cudaErrorStreamCaptureIsolation);
-  cudaGraph_t empty = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(a, &empty), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(fork, a), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(b, fork, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(y, 0, 4 * sizeof(int), b), cudaSuccess);
+  cudaGraph_t unjoined = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(a, &unjoined), cudaErrorStreamCaptureUnjoined);
+  EXPECT_EQ(unjoined, nullptr);
   (void)cudaGetLastError();
-  EXPECT_EQ(cudaGraphDestroy(empty), cudaSuccess);
   EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
   EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(a), cudaSuccess);

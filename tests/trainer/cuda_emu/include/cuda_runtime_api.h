@@ -77,7 +77,9 @@ enum cudaError_t {
   cudaErrorIllegalState = 401,
   cudaErrorNotReady = 600,
   cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
   cudaErrorStreamCaptureUnmatched = 903,
+  cudaErrorStreamCaptureUnjoined = 904,
   cudaErrorStreamCaptureIsolation = 905,
   cudaErrorCapturedEvent = 907,
 };
@@ -154,8 +156,10 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 // is not recorded when the graph runs, unless with cudaEventRecordExternal, and the host may
 // not wait for it (cudaErrorCapturedEvent); waiting in a capture for an event recorded outside
 // it is cudaErrorStreamCaptureIsolation; a pageable copy, cudaMalloc, cudaFree or a host wait
-// from the capturing thread is cudaErrorStreamCaptureUnsupported. Not checked: that every
-// stream a capture forked has joined its origin again.
+// from the capturing thread is cudaErrorStreamCaptureUnsupported. Each of those invalidates the
+// capture (its end is then cudaErrorStreamCaptureInvalidated), and a stream the capture forked
+// whose last work no stream of the capture waited for makes its end
+// cudaErrorStreamCaptureUnjoined; neither gives a graph.
 cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
 cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
