@@ -286,13 +286,8 @@ TEST(CnnParity, TenSgdStepsMatchPyTorch) {
 // ---- Train() end to end ----
 
 TrainOptions CnnOptions(const TempDir& dir) {
-  TrainOptions o = BlobOptions(dir);  // 6x6 images, 4 classes
-  o.model = "cnn";
-  o.channels = {4};
-  o.hidden = {8};
-  o.batch_size = 24;
+  TrainOptions o = testing::BlobCnnOptions(dir);  // 6x6 images, 4 classes
   o.epochs = 2;
-  o.lr = 0.05;
   return o;
 }
 

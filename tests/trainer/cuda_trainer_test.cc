@@ -479,12 +479,7 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
   // with flips (batches come from the host as floats). TF32 on the GPU: within 0.05 (two of the
   // validation set's 40 samples). Then on two GPUs against two CPU replicas.
   for (int replicas = 1; replicas <= std::min(devices_, 2); ++replicas) {
-    TrainOptions o = BlobOptions(dir);
-    o.model = "cnn";
-    o.channels = {4};
-    o.hidden = {8};
-    o.batch_size = 24;
-    o.lr = 0.05;
+    TrainOptions o = testing::BlobCnnOptions(dir);
     o.augment_flip = true;
     o.epochs = 8;
     o.replicas = replicas;
@@ -512,13 +507,8 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
   // A CNN's training set held on the GPU, normalized, cropped, flipped and erased there, trains
   // as the same set transformed on the host and streamed: the same draws, the same bits.
   {
-    TrainOptions o = BlobOptions(dir);
+    TrainOptions o = testing::BlobCnnOptions(dir);
     o.backend = "cuda";
-    o.model = "cnn";
-    o.channels = {4};
-    o.hidden = {8};
-    o.batch_size = 24;
-    o.lr = 0.05;
     o.augment_crop = 1;
     o.augment_flip = true;
     o.random_erasing = 0.5;

@@ -135,4 +135,16 @@ inline TrainOptions BlobOptions(const TempDir& dir) {
   return o;
 }
 
+// BlobOptions through a small CNN: the blobs as 6x6 images, one stage of 4 channels, a hidden
+// layer of 8.
+inline TrainOptions BlobCnnOptions(const TempDir& dir) {
+  TrainOptions o = BlobOptions(dir);
+  o.model = "cnn";
+  o.channels = {4};
+  o.hidden = {8};
+  o.batch_size = 24;
+  o.lr = 0.05;
+  return o;
+}
+
 }  // namespace sweep::trainer::testing

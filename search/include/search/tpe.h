@@ -74,9 +74,9 @@ std::string_view SourceName(Suggestion::Source source);
 //     trials the newest). Bandwidths, multivariate: in l range / min(100, n_l + 2) per
 //     parameter, in g 0.1 * n_g^(-1 / (d + 4)) * range (half Optuna's Scott-like rule; n_g
 //     counts the running trials, and from 128 on keeps its 7 leading binary digits, so that
-//     per-row terms made for it serve many asks); univariate: the distance to the farther neighbour (Optuna's;
-//     running trials are neighbours too). Reals are truncated normals (log-uniform in log
-//     space); integer and stepped ranges are the same normal rounded to their grid;
+//     per-row terms made for it serve many asks); univariate: the distance to the farther neighbour
+//     (Optuna's; running trials are neighbours too). Reals are truncated normals (log-uniform in
+//     log space); integer and stepped ranges are the same normal rounded to their grid;
 //     categoricals keep their observed value with weight 1 + prior_weight / kernels, every
 //     value with prior_weight / kernels. Then all bandwidths are clipped to
 //     [range / min(100, kernels + 1), range] (magic_clip; else [1e-12 range, range]).
