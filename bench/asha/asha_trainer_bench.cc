@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
+#include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -169,8 +169,8 @@ int main(int argc, char** argv) {
   }
   auto config = [&](const std::string& name, int n, int seed, bool asha) {
     const std::string algorithm = asha ? search : "random";
-    return quickstart ? QuickstartConfig(quickstart_config, name, n, epochs, samples,
-                                         seed, dataset, asha, algorithm)
+    return quickstart ? QuickstartConfig(quickstart_config, name, n, epochs, samples, seed, dataset,
+                                         asha, algorithm)
                       : Config(name, n, epochs, samples, seed, dataset, asha, algorithm);
   };
   char tmpl[] = "/tmp/sweep-asha-bench-XXXXXX";
