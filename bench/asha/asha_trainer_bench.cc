@@ -5,12 +5,14 @@
 //
 // Usage: asha_trainer_bench [--trials N] [--asha-trials M] [--epochs E] [--samples S]
 //                           [--seeds 1,2,...] [--dataset DIR] [--search random|tpe]
-//                           [--space wide|quickstart]
+//                           [--space wide|quickstart] [--keep DIR]
 // --search tpe: the early-stopping arm proposes its trials by TPE, which learns from the rungs.
 // --space wide (the default): a wider space (lr, momentum, batch size, hidden sizes, activation)
 // on a --samples subset (10,000). --space quickstart: configs/quickstart.toml's own space and
 // trainer section, on the whole training set unless --samples is given; its 6,000 validation
 // images make val_acc less noisy than the subset's 1,000.
+// --keep DIR: the sweeps' database is left there as bench.db (bench/asha/asha_replay.py reads
+// it); by default it is removed.
 // ASHA may be given more trials than random search (--asha-trials): spending the saved epochs
 // on more candidates is what early stopping is for; the epoch ratio is reported either way.
 #include <sys/wait.h>
@@ -125,7 +127,7 @@ int main(int argc, char** argv) {
   int trials = 27, asha_trials = 27, epochs = 27, samples = -1;
   std::vector<int> seeds = {1};
   std::string dataset = "/usr/share/datasets/fashion-mnist";
-  std::string search = "random", space = "wide";
+  std::string search = "random", space = "wide", keep;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
     if (a == "--trials") {
@@ -140,6 +142,8 @@ int main(int argc, char** argv) {
       search = v;
     } else if (a == "--space" && (v == "wide" || v == "quickstart")) {
       space = v;
+    } else if (a == "--keep") {
+      keep = v;
     } else if (a == "--dataset") {
       dataset = v;
     } else if (a == "--seeds") {
@@ -206,6 +210,18 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   std::printf("summary: target met on %d of %zu seed(s)\n", met, seeds.size());
+  if (!keep.empty()) {
+    std::error_code ec;
+    fs::create_directories(keep, ec);
+    fs::copy_file(dir / "bench.db", fs::path(keep) / "bench.db",
+                  fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      std::fprintf(stderr, "cannot keep the database in %s: %s\n", keep.c_str(),
+                   ec.message().c_str());
+    } else {
+      std::printf("kept %s\n", (fs::path(keep) / "bench.db").c_str());
+    }
+  }
   fs::remove_all(dir);
   return 0;
 }
