@@ -66,6 +66,10 @@ constexpr uint64_t kStreamSalt = 0x7470652d64726177ULL;
 // Below this many kernels a univariate model sorts its centres; above, it walks the index.
 constexpr size_t kSortLimit = 128;
 constexpr uint32_t kNoPosition = std::numeric_limits<uint32_t>::max();
+// From this many kernels a univariate real's mixture is also kept sorted by centre, in runs of
+// kSortedRun, so that a candidate skips the runs too far from it to count (see LogDensity).
+constexpr size_t kSortedMin = 512;
+constexpr size_t kSortedRun = 64;
 
 // ---- numerics ----
 
@@ -305,6 +309,16 @@ struct DimModel {
   std::vector<double> mu_centred;  // mu - centre, observed kernels only
 };
 
+// A univariate real's kernels sorted by centre, in runs of kSortedRun with bounds that hold for
+// every kernel of the run: its centres' span, its widest kernel and its largest base.
+struct SortedKernels {
+  std::vector<double> mu, inv_sigma, base;
+  std::vector<double> run_lo, run_hi, run_inv, run_base;
+  void clear() {
+    for (auto* v : {&mu, &inv_sigma, &base, &run_lo, &run_hi, &run_inv, &run_base}) v->clear();
+  }
+};
+
 struct Mixture {
   size_t kernels = 0;  // the set's trials + the prior (last)
   // Kernels [0, shared) take the expanded squares of shared dimensions (observed trials); the
@@ -314,6 +328,7 @@ struct Mixture {
   std::vector<double> base;         // log weight - sum of log sigma and log truncation mass
   std::vector<double> base_shared;  // base - (mu - centre)^2 w / 2 over shared dimensions
   std::vector<DimModel> dims;       // by the group's dims
+  SortedKernels sorted;             // empty unless LogDensity may use it
 };
 
 struct Group {
@@ -1008,7 +1023,36 @@ class TpeSamplerImpl final : public TpeSampler {
     m.shared = n_observed;
     m.base_shared.resize(k_total);
     for (size_t k = 0; k < k_total; ++k) m.base_shared[k] = m.base[k] - quad[k];
+    m.sorted.clear();
+    if (!options_.multivariate && group.dims.size() == 1 && k_total >= kSortedMin) {
+      const Dim::Type type = dims_[group.dims[0]].type;
+      // NeighbourSigmas left this dimension's kernels in scratch.sorted, by centre.
+      if (type == Dim::Type::kContinuous || type == Dim::Type::kLogInt) Sort(m, scratch.sorted);
+    }
     return m;
+  }
+
+  // Fills m.sorted from the kernels' (centre, position) pairs in centre order.
+  static void Sort(Mixture& m, const std::vector<std::pair<double, uint32_t>>& by_centre) {
+    SortedKernels& s = m.sorted;
+    const DimModel& model = m.dims[0];
+    const size_t n = by_centre.size();
+    s.mu.resize(n);
+    s.inv_sigma.resize(n);
+    s.base.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t k = by_centre[i].second;
+      s.mu[i] = by_centre[i].first;
+      s.inv_sigma[i] = model.inv_sigma[k];
+      s.base[i] = m.base[k];
+    }
+    for (size_t lo = 0; lo < s.mu.size(); lo += kSortedRun) {
+      const size_t hi = std::min(lo + kSortedRun, s.mu.size());
+      s.run_lo.push_back(s.mu[lo]);
+      s.run_hi.push_back(s.mu[hi - 1]);
+      s.run_inv.push_back(*std::min_element(s.inv_sigma.begin() + lo, s.inv_sigma.begin() + hi));
+      s.run_base.push_back(*std::max_element(s.base.begin() + lo, s.base.begin() + hi));
+    }
   }
 
   // Univariate bandwidths: each kernel reaches to the farther of its neighbours (centres
@@ -1112,6 +1156,10 @@ class TpeSamplerImpl final : public TpeSampler {
   // cache while every candidate visits them; each candidate keeps a running log-sum-exp.
   void LogDensity(const Group& group, const Mixture& m, const std::vector<double>& candidates,
                   Scratch& scratch, std::vector<double>& out) const {
+    if (!m.sorted.mu.empty()) {
+      LogDensitySorted(m.sorted, candidates, scratch, out);
+      return;
+    }
     constexpr size_t kBlock = 256;
     const size_t width = group.dims.size();
     const size_t k_total = m.kernels;
@@ -1171,6 +1219,48 @@ class TpeSamplerImpl final : public TpeSampler {
       }
     }
     for (size_t c = 0; c < n; ++c) out[c] = top[c] + std::log(sum[c]);
+  }
+
+  // LogDensity for a univariate real's kernels sorted by centre. A run whose bound lies below
+  // e^-40 of the largest term so far is skipped: the rule SumExp applies to single terms, so
+  // the result differs from the plain loop's by rounding only. The run around the candidate
+  // goes first, so that the largest term is known early; then the rest in order.
+  static void LogDensitySorted(const SortedKernels& s, const std::vector<double>& candidates,
+                               Scratch& scratch, std::vector<double>& out) {
+    const size_t k_total = s.mu.size(), runs = s.run_lo.size();
+    std::vector<double>& acc = scratch.acc;
+    acc.resize(kSortedRun);
+    for (size_t c = 0; c < out.size(); ++c) {
+      const double x = candidates[c];
+      double top = -kInf, sum = 0;
+      auto visit = [&](size_t r) {
+        if (top != -kInf) {
+          const double gap = x < s.run_lo[r] ? s.run_lo[r] - x : std::max(0.0, x - s.run_hi[r]);
+          const double z = gap * s.run_inv[r];
+          if (s.run_base[r] - 0.5 * z * z - top < -40) return;
+        }
+        const size_t k0 = r * kSortedRun, nb = std::min(kSortedRun, k_total - k0);
+        for (size_t k = 0; k < nb; ++k) {
+          const double z = (x - s.mu[k0 + k]) * s.inv_sigma[k0 + k];
+          acc[k] = s.base[k0 + k] - 0.5 * z * z;
+        }
+        const double run_top = Largest(acc.data(), nb);
+        if (run_top == -kInf) return;
+        if (run_top > top) {
+          sum *= ExpNonPositive(top - run_top);
+          top = run_top;
+        }
+        sum += SumExp(acc.data(), nb, top);
+      };
+      const size_t at =
+          static_cast<size_t>(std::lower_bound(s.mu.begin(), s.mu.end(), x) - s.mu.begin());
+      const size_t first = std::min(at / kSortedRun, runs - 1);
+      visit(first);
+      for (size_t r = 0; r < runs; ++r) {
+        if (r != first) visit(r);
+      }
+      out[c] = top + std::log(sum);
+    }
   }
 
   // Adds log k(x) of dimension `dim` to acc[0, nb) for kernels k0 .. k0 + nb.
