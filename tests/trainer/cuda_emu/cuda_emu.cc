@@ -478,19 +478,35 @@ struct CUevent_st {
   uint64_t captured_nodes = 0;
 };
 
-// A capture, then its graph: what each launch issues, in order, on the launch stream.
+// One node of a captured graph: what a launch issues on the launch stream, and what it waits
+// for (the nodes before it on its stream and those its stream's waits point to).
+struct GraphNode {
+  std::function<void(cudaStream_t)> issue;
+  bool on_origin = false;     // recorded on the capture's origin stream
+  std::vector<size_t> after;  // indices of the nodes it depends on
+};
+
+// A capture, then its graph.
 struct CUgraph_st {
   cudaStream_t origin = nullptr;
   std::vector<cudaStream_t> streams;  // the origin and those that joined
   std::vector<cudaEvent_t> events;    // recorded in it
-  std::vector<std::function<void(cudaStream_t)>> nodes;
+  std::vector<GraphNode> nodes;
   bool invalidated = false;  // a call the capture may not make was made
   // Per stream: nodes recorded on it, and how many of them a wait in the capture covers.
   std::map<cudaStream_t, uint64_t> nodes_on, joined;
+  // Per stream: its nodes' indices, and the nodes its next node will wait for (its waits').
+  std::map<cudaStream_t, std::vector<size_t>> indices_on, waits;
 };
 
+// A GPU runs a graph's nodes as their dependencies allow, not in the order they were captured.
+// So launches take turns: the other streams' nodes as early as their dependencies allow (the
+// origin's as late), then the origin's as early. Work a capture forgot to order (a missing
+// event between the compute and comm streams) runs in the wrong order on one of the first two
+// launches and gives other results.
 struct CUgraphExec_st {
-  std::vector<std::function<void(cudaStream_t)>> nodes;
+  std::vector<GraphNode> nodes;
+  uint64_t launches = 0;
 };
 
 namespace {
@@ -570,8 +586,14 @@ CUgraph_st* CaptureOf(cudaStream_t s) {
 bool Record(cudaStream_t s, std::function<void(cudaStream_t)> issue) {
   std::lock_guard<std::mutex> lock(capture_mu);
   if (s == nullptr || s->capture == nullptr) return false;
-  s->capture->nodes.push_back(std::move(issue));
-  ++s->capture->nodes_on[s];
+  CUgraph_st* g = s->capture;
+  GraphNode node{std::move(issue), s == g->origin, std::move(g->waits[s])};
+  g->waits[s].clear();
+  std::vector<size_t>& mine = g->indices_on[s];
+  if (!mine.empty()) node.after.push_back(mine.back());
+  mine.push_back(g->nodes.size());
+  g->nodes.push_back(std::move(node));
+  ++g->nodes_on[s];
   return true;
 }
 
@@ -867,10 +889,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     std::lock_guard<std::mutex> lock(capture_mu);
     uint64_t& joined = captured->joined[captured_on];
     joined = std::max(joined, captured_nodes);  // that stream's work so far is waited for
+    const cudaStream_t s = Resolve(stream);
     if (mine == nullptr) {
-      const cudaStream_t s = Resolve(stream);
       s->capture = captured;
       captured->streams.push_back(s);
+    }
+    // The stream's next node waits for the recording stream's nodes up to the record.
+    if (captured_nodes > 0) {
+      captured->waits[s].push_back(captured->indices_on[captured_on][captured_nodes - 1]);
     }
     return cudaSuccess;
   }
@@ -1047,9 +1073,47 @@ cudaError_t cudaEventRecordWithFlags(cudaEvent_t event, cudaStream_t stream, uns
 
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
   if (exec == nullptr || graph == nullptr) return Failed(cudaErrorInvalidValue);
-  *exec = new CUgraphExec_st{graph->nodes};
+  *exec = new CUgraphExec_st{graph->nodes, 0};
   return cudaSuccess;
 }
+
+namespace {
+
+// The order a launch issues the nodes in: dependencies first; among the nodes ready, the first
+// captured of the preferred side (the origin's or the other streams'), else the first captured.
+std::vector<size_t> LaunchOrder(const std::vector<GraphNode>& nodes, bool origin_first) {
+  std::vector<size_t> waiting(nodes.size(), 0);
+  std::vector<std::vector<size_t>> next(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (size_t before : nodes[i].after) {
+      ++waiting[i];
+      next[before].push_back(i);
+    }
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (waiting[i] == 0) ready.insert(i);
+  }
+  std::vector<size_t> order;
+  while (!ready.empty()) {
+    auto pick = ready.begin();
+    for (auto it = ready.begin(); it != ready.end(); ++it) {
+      if (nodes[*it].on_origin == origin_first) {
+        pick = it;
+        break;
+      }
+    }
+    const size_t i = *pick;
+    ready.erase(pick);
+    order.push_back(i);
+    for (size_t j : next[i]) {
+      if (--waiting[j] == 0) ready.insert(j);
+    }
+  }
+  return order;
+}
+
+}  // namespace
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (exec == nullptr || !StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
@@ -1057,7 +1121,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
     return Refuse(cudaErrorStreamCaptureUnsupported, CaptureOf(stream));
   }
   const cudaStream_t s = Resolve(stream);
-  for (const auto& issue : exec->nodes) issue(s);
+  for (size_t i : LaunchOrder(exec->nodes, exec->launches++ % 2 == 1)) exec->nodes[i].issue(s);
   return cudaSuccess;
 }
 

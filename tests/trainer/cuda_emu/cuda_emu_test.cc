@@ -251,6 +251,55 @@ TEST(CudaEmu, AGraphRunsWhatItsCaptureRecordedAtEachLaunch) {
   for (cudaStream_t st : {a, b}) EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
+__global__ void SetTo(int* x, int v) { x[threadIdx.x] = v; }
+
+// A GPU runs a graph's nodes as their dependencies allow. The emulator's launches take turns:
+// the forked streams' nodes as early as they may, then the origin's. A read on a forked stream
+// that nothing orders before the origin's next write sees the old value on the first launch and
+// the new one on the second; with the missing event it sees the old one on both.
+TEST(CudaEmu, AGraphsLaunchesRunItsNodesInOrdersItsDependenciesAllow) {
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+  cudaEvent_t fork = nullptr, read = nullptr, join = nullptr;
+  for (cudaEvent_t* e : {&fork, &read, &join}) {
+    ASSERT_EQ(cudaEventCreateWithFlags(e, cudaEventDisableTiming), cudaSuccess);
+  }
+  int* x = Alloc<int>(4);
+  int* y = Alloc<int>(4);
+  for (bool ordered : {false, true}) {
+    ASSERT_EQ(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    cuda_emu::Launch(dim3(1), dim3(4), a, [x] { SetTo(x, 1); });
+    ASSERT_EQ(cudaEventRecord(fork, a), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(b, fork, 0), cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(y, x, 4 * sizeof(int), cudaMemcpyDeviceToDevice, b), cudaSuccess);
+    if (ordered) {
+      ASSERT_EQ(cudaEventRecord(read, b), cudaSuccess);
+      ASSERT_EQ(cudaStreamWaitEvent(a, read, 0), cudaSuccess);
+    }
+    cuda_emu::Launch(dim3(1), dim3(4), a, [x] { SetTo(x, 2); });
+    ASSERT_EQ(cudaEventRecord(join, b), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(a, join, 0), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamEndCapture(a, &graph), cudaSuccess);
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int launch = 0; launch < 2; ++launch) {
+      ASSERT_EQ(cudaGraphLaunch(exec, a), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
+      std::vector<int> got(4);
+      ASSERT_EQ(cudaMemcpy(got.data(), y, 4 * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+      const int want = ordered || launch == 0 ? 1 : 2;
+      EXPECT_EQ(got, std::vector<int>(4, want)) << "ordered " << ordered << ", launch " << launch;
+    }
+    EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  }
+  for (int* p : {x, y}) EXPECT_EQ(cudaFree(p), cudaSuccess);
+  for (cudaEvent_t e : {fork, read, join}) EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
+  for (cudaStream_t st : {a, b}) EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
+}
+
 // C (2 x 2) = A^T (2 x 3) B (3 x 2), column-major: A is stored 3 x 2 with lda 3 (padded to 4 to
 // check lda is used), B 3 x 2 with ldb 3.
 TEST(CudaEmu, GemmFollowsCublasColumnMajorContract) {
