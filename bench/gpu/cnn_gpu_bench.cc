@@ -8,7 +8,10 @@
 //   2. for each, data_wait_s as a share of the training time (target < 2%);
 //   3. for each, the share of a training step that cuDNN's convolutions take: every convolution
 //      of the model in its three directions at that batch, timed alone with CUDA events, against
-//      the measured step.
+//      the measured step;
+//   4. for each, batch norm's training pass and backward over all the model's batch norm layers,
+//      through cuDNN's graph API and through our kernels, timed alone the same way (the net
+//      takes cuDNN's where it has an engine).
 // Ours trains in fp32 (TF32 tensor cores) and in bf16, each with CUDA graphs; at batch 256 also
 // bf16 with every kernel launched, to show what the graphs bring. The faster of fp32 and bf16 is
 // set against torch. Every figure is printed with what it is compared to; the exit status is 1
@@ -30,8 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cnn_ops.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cudnn_conv.h"
+#include "cuda/cudnn_norm.h"
 #include "cuda/device_buffer.h"
 #include "model.h"
 #include "trainer/trainer.h"
@@ -134,6 +139,24 @@ double RunTorch(const std::string& python, const std::string& script, const std:
   return best;
 }
 
+// Milliseconds per call of `step` (true when its calls were queued) on `stream`: 3 untimed
+// calls, then 20 between CUDA events; -1 on failure.
+template <typename Step>
+double TimeMs(cudaStream_t stream, const Step& step) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  bool ok = cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess;
+  for (int i = 0; ok && i < 3; ++i) ok = step();
+  ok = ok && cudaEventRecord(a, stream) == cudaSuccess;
+  const int iters = 20;
+  for (int i = 0; ok && i < iters; ++i) ok = step();
+  float ms = 0;
+  ok = ok && cudaEventRecord(b, stream) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess &&
+       cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
+  if (a != nullptr) cudaEventDestroy(a);
+  if (b != nullptr) cudaEventDestroy(b);
+  return ok ? static_cast<double>(ms) / iters : -1.0;
+}
+
 // Milliseconds one training step spends in cuDNN's convolutions: every convolution of the
 // model, its three directions at `batch` rows, timed alone (-1 on failure).
 double ConvMsPerStep(const TrainOptions& o) {
@@ -166,22 +189,90 @@ double ConvMsPerStep(const TrainOptions& o) {
              c.BackwardData(dx.data(), y.data(), w.data(), ws.data()).ok() &&
              c.BackwardFilter(dw.data(), x.data(), y.data(), ws.data()).ok();
     };
-    cudaEvent_t a = nullptr, b = nullptr;
-    bool ok = cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess;
-    for (int i = 0; ok && i < 3; ++i) ok = run();
-    ok = ok && cudaEventRecord(a, stream) == cudaSuccess;
-    const int iters = 20;
-    for (int i = 0; ok && i < iters; ++i) ok = run();
-    float ms = 0;
-    ok = ok && cudaEventRecord(b, stream) == cudaSuccess &&
-         cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
-    if (a != nullptr) cudaEventDestroy(a);
-    if (b != nullptr) cudaEventDestroy(b);
-    total = ok ? total + ms / iters : -1;
+    const double ms = TimeMs(stream, run);
+    total = ms < 0 ? -1 : total + ms;
   }
   if (handle != nullptr) cudnnDestroy(handle);
   cudaStreamDestroy(stream);
   return total;
+}
+
+// Milliseconds a training step spends in batch norm (training pass and backward of every batch
+// norm layer at `batch` rows, timed alone): through cuDNN in *cudnn (-1 where it has no engine
+// for a layer, with the reason in *why) and through our kernels in *ours.
+void BatchNormMsPerStep(const TrainOptions& o, double* cudnn, double* ours, std::string* why) {
+  *cudnn = *ours = -1;
+  sweep::Result<trainer::ModelSpec> model = trainer::BuildModel(o, {1, 28, 28}, 10);
+  if (!model.ok()) return;
+  cudaStream_t stream = nullptr;
+  cudnnHandle_t handle = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return;
+  if (cuda::CreateCudnnHandle(stream, &handle).ok()) {
+    double with_cudnn = 0, with_ours = 0;
+    for (const trainer::Layer& l : model->layers) {
+      if (l.kind != trainer::LayerKind::kBatchNorm || with_ours < 0) continue;
+      const int C = l.in_shape.c;
+      const int64_t N = int64_t{o.batch_size} * l.in_shape.h * l.in_shape.w;
+      std::string none;
+      auto bn = cuda::CudnnBatchNorm::Create(handle, N, C, l.eps, l.momentum, &none);
+      if (!bn.ok()) none = bn.status().message();
+      if ((!bn.ok() || *bn == nullptr) && why->empty()) *why = none;
+      cuda::DeviceBuffer<float> x, y, d, dx, params, stats, tmp;
+      cuda::DeviceBuffer<uint8_t> ws, scratch;
+      const size_t ws_bytes = bn.ok() && *bn != nullptr ? (*bn)->workspace_bytes() : 0;
+      if (!cuda::DeviceBuffer<float>::Make(N * C, &x).ok() ||
+          !cuda::DeviceBuffer<float>::Make(N * C, &y).ok() ||
+          !cuda::DeviceBuffer<float>::Make(N * C, &d).ok() ||
+          !cuda::DeviceBuffer<float>::Make(N * C, &dx).ok() ||
+          !cuda::DeviceBuffer<float>::Make(4 * C, &params).ok() ||
+          !cuda::DeviceBuffer<float>::Make(4 * C, &stats).ok() ||
+          !cuda::DeviceBuffer<float>::Make(4 * C, &tmp).ok() ||
+          !cuda::DeviceBuffer<uint8_t>::Make(static_cast<int64_t>(ws_bytes), &ws).ok() ||
+          !cuda::DeviceBuffer<uint8_t>::Make(cuda::batchnorm_scratch_bytes(N, C), &scratch).ok() ||
+          cudaMemset(x.data(), 0, N * C * sizeof(float)) != cudaSuccess ||
+          cudaMemset(d.data(), 0, N * C * sizeof(float)) != cudaSuccess) {
+        with_ours = -1;
+        continue;
+      }
+      float* p = params.data();
+      float* s = stats.data();
+      auto time = [&](const auto& step) { return TimeMs(stream, step); };
+      const double mine = time([&] {
+        return cuda::batchnorm_forward(y.data(), nullptr, s + 2 * C, s + 3 * C, x.data(), p, p + C,
+                                       s, s + C, N, C, l.momentum, l.eps,
+                                       sweep::trainer::cpu::Activation::kNone, scratch.data(),
+                                       stream)
+                   .ok() &&
+               cuda::batchnorm_backward(dx.data(), p + 2 * C, p + 3 * C, d.data(), x.data(),
+                                        nullptr, y.data(), s + 2 * C, s + 3 * C, p, N, C,
+                                        sweep::trainer::cpu::Activation::kNone, false, false,
+                                        scratch.data(), stream)
+                   .ok();
+      });
+      with_ours = mine < 0 ? -1 : with_ours + mine;
+      if (!bn.ok() || *bn == nullptr || with_cudnn < 0) {
+        with_cudnn = -1;
+        continue;
+      }
+      const cuda::CudnnBatchNorm& n = **bn;
+      const double theirs = time([&] {
+        return n.Forward(y.data(), s + 2 * C, s + 3 * C, x.data(), p, p + C, s, tmp.data(),
+                         ws.data())
+                   .ok() &&
+               cuda::batchnorm_running_update(s, s + C, s + 2 * C, s + 3 * C, N, C, l.momentum,
+                                              l.eps, stream)
+                   .ok() &&
+               n.Backward(dx.data(), tmp.data() + 2 * C, tmp.data() + 3 * C, d.data(), x.data(), p,
+                          s + 2 * C, s + 3 * C, ws.data())
+                   .ok();
+      });
+      with_cudnn = theirs < 0 ? -1 : with_cudnn + theirs;
+    }
+    *cudnn = with_cudnn;
+    *ours = with_ours;
+  }
+  if (handle != nullptr) cudnnDestroy(handle);
+  cudaStreamDestroy(stream);
 }
 
 std::vector<Case> ParseCases(const std::string& text) {
@@ -286,6 +377,20 @@ int main(int argc, char** argv) {
                   100 * conv_ms / step_ms);
     } else {
       std::printf("  cuDNN convolutions: could not be timed\n");
+      ++missing;
+    }
+    double bn_cudnn = -1, bn_ours = -1;
+    std::string bn_why;
+    BatchNormMsPerStep(o, &bn_cudnn, &bn_ours, &bn_why);
+    if (bn_ours > 0) {
+      std::printf("  batch norm (training pass + backward, all layers): ours %.3f ms, ", bn_ours);
+      if (bn_cudnn > 0) {
+        std::printf("cuDNN %.3f ms (%.2fx ours)\n", bn_cudnn, bn_ours / bn_cudnn);
+      } else {
+        std::printf("cuDNN not timed: %s\n", bn_why.empty() ? "a call failed" : bn_why.c_str());
+      }
+    } else {
+      std::printf("  batch norm: could not be timed\n");
       ++missing;
     }
     if (skip_torch) continue;

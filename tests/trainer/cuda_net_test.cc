@@ -59,8 +59,11 @@ class CudaNet : public ::testing::Test {
   }
 
   // bound: of the loss, gradients and statistics (exact fp32: summation order alone).
+  // cudnn_batch_norms: whether every batch norm layer should run through cuDNN (kAll), or some
+  // but not all (kSome); kUnchecked: not checked.
   void Compare(const TrainOptions& o, TensorShape input, float smoothing,
-               Precision precision = Precision::kFp32, double bound = 1e-5) {
+               Precision precision = Precision::kFp32, double bound = 1e-5,
+               int cudnn_batch_norms = kUnchecked) {
     Result<ModelSpec> built = BuildModel(o, input, 5);
     ASSERT_TRUE(built.ok()) << built.status().message();
     const ModelSpec& model = built.value();
@@ -70,6 +73,18 @@ class CudaNet : public ::testing::Test {
         Net::Create(model, B, precision, smoothing, /*tf32=*/false, stream_, blas_, dnn_);
     ASSERT_TRUE(made.ok()) << made.status().message();
     Net& gpu = *made.value();
+    if (cudnn_batch_norms != kUnchecked) {
+      EXPECT_GT(gpu.batch_norms(), 0);
+      if (cudnn_batch_norms == kAll) {
+        EXPECT_EQ(gpu.batch_norms_through_cudnn(), gpu.batch_norms()) << gpu.batch_norm_note();
+      } else {
+        EXPECT_GT(gpu.batch_norms_through_cudnn(), 0);
+        EXPECT_LT(gpu.batch_norms_through_cudnn(), gpu.batch_norms());
+      }
+      std::printf("  batch norms through cuDNN: %d of %d%s%s\n", gpu.batch_norms_through_cudnn(),
+                  gpu.batch_norms(), gpu.batch_norm_note().empty() ? "" : "; ",
+                  gpu.batch_norm_note().c_str());
+    }
     InitParams(model, 3, cpu.params(), cpu.stats());
     const size_t np = Count(model.num_params), ns = Count(model.num_buffers);
     ASSERT_EQ(cudaMemcpy(gpu.params(), cpu.params(), np * sizeof(float), cudaMemcpyHostToDevice),
@@ -145,6 +160,8 @@ class CudaNet : public ::testing::Test {
     }
   }
 
+  static constexpr int kUnchecked = -1, kSome = 0, kAll = 1;
+
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cudnnHandle_t dnn_ = nullptr;
@@ -158,6 +175,20 @@ TEST_F(CudaNet, AResidualCnnMatchesTheCpu) {
   o.hidden = {16};
   o.dropout = 0.25;
   Compare(o, TensorShape{2, 8, 8}, 0.0f);
+}
+
+// Batch norm's training pass and backward run through cuDNN where it has an engine (fp32 wants
+// channels in fours), and through our kernels where it has none, in one net; both match the
+// CPU.
+TEST_F(CudaNet, BatchNormRunsThroughCudnnWhereItHasAnEngine) {
+  TrainOptions o;
+  o.model = "cnn";
+  o.channels = {8, 16};
+  o.hidden = {};
+  Compare(o, TensorShape{3, 6, 6}, 0.0f, Precision::kFp32, 1e-5, kAll);
+  o.channels = {6, 12};  // cuDNN's batch-norm engines take fp32 channels in fours: 12, not 6
+  o.residual = true;
+  Compare(o, TensorShape{3, 6, 6}, 0.0f, Precision::kFp32, 1e-5, kSome);
 }
 
 TEST_F(CudaNet, APlainCnnWithBiasesMatchesTheCpu) {

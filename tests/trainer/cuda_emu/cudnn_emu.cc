@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -68,6 +69,12 @@ size_t ElementSize(cudnnBackendAttributeType_t type) {
   switch (type) {
     case CUDNN_TYPE_DATA_TYPE:
       return sizeof(cudnnDataType_t);
+    case CUDNN_TYPE_BOOLEAN:
+      return sizeof(bool);
+    case CUDNN_TYPE_NORM_MODE:
+      return sizeof(cudnnBackendNormMode_t);
+    case CUDNN_TYPE_NORM_FWD_PHASE:
+      return sizeof(cudnnBackendNormFwdPhase_t);
     case CUDNN_TYPE_CONVOLUTION_MODE:
       return sizeof(cudnnConvolutionMode_t);
     case CUDNN_TYPE_HEUR_MODE:
@@ -86,6 +93,33 @@ size_t ElementSize(cudnnBackendAttributeType_t type) {
   return 8;
 }
 
+// The normalization operations' tensor attributes, in the order NormParts keeps them.
+constexpr cudnnBackendAttributeName_t kNormForwardTensors[] = {
+    CUDNN_ATTR_OPERATION_NORM_FWD_XDESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC,
+    CUDNN_ATTR_OPERATION_NORM_FWD_YDESC,
+};
+constexpr cudnnBackendAttributeName_t kNormBackwardTensors[] = {
+    CUDNN_ATTR_OPERATION_NORM_BWD_XDESC,
+    CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC,
+    CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC,
+    CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC,
+    CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC,
+    CUDNN_ATTR_OPERATION_NORM_BWD_EPSILON_DESC,
+    CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC,
+    CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC,
+    CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC,
+};
+
 // The type an attribute of a descriptor must be set with, or false when the descriptor has no
 // such attribute. Alpha and beta take FLOAT or DOUBLE; `type` is checked against both.
 bool Expected(cudnnBackendDescriptorType_t d, cudnnBackendAttributeName_t n,
@@ -101,6 +135,13 @@ bool Expected(cudnnBackendDescriptorType_t d, cudnnBackendAttributeName_t n,
       {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64},
       {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64},
       {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64},
+      {CUDNN_BACKEND_TENSOR_DESCRIPTOR, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN},
+      {CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_NORM_FWD_MODE,
+       CUDNN_TYPE_NORM_MODE},
+      {CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_NORM_FWD_PHASE,
+       CUDNN_TYPE_NORM_FWD_PHASE},
+      {CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR, CUDNN_ATTR_OPERATION_NORM_BWD_MODE,
+       CUDNN_TYPE_NORM_MODE},
       {CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, CUDNN_ATTR_CONVOLUTION_COMP_TYPE,
        CUDNN_TYPE_DATA_TYPE},
       {CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, CUDNN_ATTR_CONVOLUTION_CONV_MODE,
@@ -158,6 +199,23 @@ bool Expected(cudnnBackendDescriptorType_t d, cudnnBackendAttributeName_t n,
        CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
        CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY},
   };
+  // The normalization operations' tensors.
+  if (d == CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR) {
+    for (cudnnBackendAttributeName_t a : kNormForwardTensors) {
+      if (n == a || n == CUDNN_ATTR_OPERATION_NORM_FWD_PEER_STAT_DESCS) {
+        *want = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+        return true;
+      }
+    }
+  }
+  if (d == CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR) {
+    for (cudnnBackendAttributeName_t a : kNormBackwardTensors) {
+      if (n == a || n == CUDNN_ATTR_OPERATION_NORM_BWD_PEER_STAT_DESCS) {
+        *want = CUDNN_TYPE_BACKEND_DESCRIPTOR;
+        return true;
+      }
+    }
+  }
   for (const auto& o : ops) {
     if (o.d != d) continue;
     if (n == o.alpha || n == o.beta) {
@@ -356,7 +414,111 @@ cudnnStatus_t FinalizeOperation(const Desc* d) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-// The graph's one operation (the emulator's graphs hold one convolution).
+bool IsNorm(const Desc* op) {
+  return op != nullptr && (op->type == CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR ||
+                           op->type == CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR);
+}
+
+bool ByValue(const Desc* t) {
+  const Attr* a = Find(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE);
+  return a != nullptr && a->at<bool>(0);
+}
+
+// A batch norm operation's tensors, null where not set: forward x, scale, bias, epsilon,
+// momentum, running mean and variance in and out, mean, inverse std, y; backward x, dy, scale,
+// mean, inverse std, epsilon, dscale, dbias, dx.
+struct NormParts {
+  bool forward = false;
+  std::vector<const Desc*> t;
+};
+
+NormParts NormPartsOf(const Desc* d) {
+  NormParts p;
+  p.forward = d->type == CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR;
+  if (p.forward) {
+    for (cudnnBackendAttributeName_t n : kNormForwardTensors) p.t.push_back(DescAt(d, n));
+  } else {
+    for (cudnnBackendAttributeName_t n : kNormBackwardTensors) p.t.push_back(DescAt(d, n));
+  }
+  return p;
+}
+
+// Forward: NormParts::t's positions.
+constexpr size_t kFx = 0, kFscale = 1, kFbias = 2, kFeps = 3, kFmomentum = 4, kFrmIn = 5,
+                 kFrvIn = 6, kFrmOut = 7, kFrvOut = 8, kFmean = 9, kFinv = 10, kFy = 11;
+// Backward.
+constexpr size_t kBx = 0, kBdy = 1, kBscale = 2, kBmean = 3, kBinv = 4, kBeps = 5, kBdscale = 6,
+                 kBdbias = 7, kBdx = 8;
+
+cudnnStatus_t FinalizeNorm(const Desc* d) {
+  const bool forward = d->type == CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR;
+  const cudnnBackendAttributeName_t mode_name =
+      forward ? CUDNN_ATTR_OPERATION_NORM_FWD_MODE : CUDNN_ATTR_OPERATION_NORM_BWD_MODE;
+  const Attr* mode = Find(d, mode_name);
+  if (mode == nullptr) return Fail(CUDNN_STATUS_BAD_PARAM, "norm operation: no mode");
+  if (mode->at<cudnnBackendNormMode_t>(0) != CUDNN_BATCH_NORM) {
+    return Fail(CUDNN_STATUS_NOT_SUPPORTED, "emulator: batch norm only");
+  }
+  const NormParts p = NormPartsOf(d);
+  std::vector<size_t> required;
+  if (forward) {
+    const Attr* phase = Find(d, CUDNN_ATTR_OPERATION_NORM_FWD_PHASE);
+    if (phase == nullptr) return Fail(CUDNN_STATUS_BAD_PARAM, "norm forward: no phase");
+    if (phase->at<cudnnBackendNormFwdPhase_t>(0) != CUDNN_NORM_FWD_TRAINING) {
+      return Fail(CUDNN_STATUS_NOT_SUPPORTED,
+                  "batch norm's inference phase is not in the graph API");
+    }
+    required = {kFx, kFscale, kFbias, kFeps, kFmean, kFinv, kFy};
+    // The running statistics come all four with the momentum, or not at all.
+    const int running = (p.t[kFrmIn] != nullptr) + (p.t[kFrvIn] != nullptr) +
+                        (p.t[kFrmOut] != nullptr) + (p.t[kFrvOut] != nullptr) +
+                        (p.t[kFmomentum] != nullptr);
+    if (running != 0 && running != 5) {
+      return Fail(CUDNN_STATUS_BAD_PARAM,
+                  "norm forward: running statistics in and out need each other and the momentum");
+    }
+  } else {
+    required = {kBx, kBdy, kBscale, kBmean, kBinv, kBdscale, kBdbias, kBdx};
+  }
+  for (size_t i : required) {
+    if (p.t[i] == nullptr) {
+      return Fail(CUDNN_STATUS_BAD_PARAM, "norm operation: a required tensor is not set");
+    }
+  }
+  const Desc* x = p.t[forward ? kFx : kBx];
+  const std::vector<int64_t> xd = Int64s(Find(x, CUDNN_ATTR_TENSOR_DIMENSIONS));
+  if (xd.size() != 4) return Fail(CUDNN_STATUS_NOT_SUPPORTED, "emulator: 4-D tensors only");
+  std::set<int64_t> uids;
+  size_t set = 0;
+  for (size_t i = 0; i < p.t.size(); ++i) {
+    const Desc* t = p.t[i];
+    if (t == nullptr) continue;
+    ++set;
+    uids.insert(Find(t, CUDNN_ATTR_TENSOR_UNIQUE_ID)->at<int64_t>(0));
+    if (Find(t, CUDNN_ATTR_TENSOR_DATA_TYPE)->at<cudnnDataType_t>(0) != CUDNN_DATA_FLOAT) {
+      return Fail(CUDNN_STATUS_NOT_SUPPORTED, "emulator: fp32 batch norm only");
+    }
+    const std::vector<int64_t> dims = Int64s(Find(t, CUDNN_ATTR_TENSOR_DIMENSIONS));
+    const bool scalar = forward ? (i == kFeps || i == kFmomentum) : i == kBeps;
+    const bool per_row = forward ? (i == kFx || i == kFy) : (i == kBx || i == kBdy || i == kBdx);
+    std::vector<int64_t> want = {1, xd[1], 1, 1};
+    if (scalar) want = {1, 1, 1, 1};
+    if (per_row) want = xd;
+    if (dims != want) {
+      return Fail(CUDNN_STATUS_BAD_PARAM, "norm operation: a tensor's dimensions do not fit x's");
+    }
+    if (scalar != ByValue(t)) {
+      return Fail(CUDNN_STATUS_BAD_PARAM,
+                  "norm operation: epsilon and the momentum are by value, the others are not");
+    }
+  }
+  if (uids.size() != set) {
+    return Fail(CUDNN_STATUS_BAD_PARAM, "norm operation: two tensors share a unique id");
+  }
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// The graph's one operation (the emulator's graphs hold one convolution or batch norm).
 const Desc* OpOf(const Desc* graph) {
   return graph == nullptr ? nullptr : DescAt(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS);
 }
@@ -366,13 +528,21 @@ std::vector<cudnnBackendNumericalNote_t> Notes(int64_t engine) {
     case 0:
       return {CUDNN_NUMERICAL_NOTE_TENSOR_CORE};
     case 1:
+    case 5:
       return {CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC};
     default:
       return {};
   }
 }
 
-std::vector<int64_t> Ranking(cudnnBackendHeurMode_t mode) {
+// Batch norm's engine 6 asks for this much workspace, and overwrites it.
+constexpr size_t kNormWorkspace = 256;
+
+std::vector<int64_t> Ranking(cudnnBackendHeurMode_t mode, bool norm) {
+  if (norm) {
+    if (mode == CUDNN_HEUR_MODE_FALLBACK) return {};
+    return {5, 6};
+  }
   if (mode == CUDNN_HEUR_MODE_FALLBACK) return {2};
   return {1, 3, 0, 2};
 }
@@ -468,6 +638,78 @@ void Convolve(Op op, const Tensor& x, const Tensor& w, const Tensor& y, int64_t 
         }
       }
     }
+  }
+}
+
+// Batch norm over x [N, C, H, W] per channel, in double. Forward (training): the batch's mean
+// and biased variance; y = scale * (x - mean) * invstd + bias, invstd = 1 / sqrt(var + eps);
+// the running statistics, when given, move by the momentum towards the mean and the unbiased
+// variance. Backward: dbias = sum dy, dscale = sum dy * xhat, dx = scale * invstd * (dy -
+// (dbias + xhat * dscale) / count).
+void Normalize(bool forward, const std::vector<Tensor>& t, double eps, double momentum) {
+  const Tensor& x = t[forward ? kFx : kBx];
+  const int64_t N = x.dims[0], C = x.dims[1], H = x.dims[2], W = x.dims[3];
+  const auto count = static_cast<double>(N * H * W);
+  const auto channel = [](const Tensor& v, int64_t c) { return v.at(0, c, 0, 0); };
+  const auto each = [&](const auto& fn) {
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t h = 0; h < H; ++h) {
+        for (int64_t w = 0; w < W; ++w) fn(n, h, w);
+      }
+    }
+  };
+  for (int64_t c = 0; c < C; ++c) {
+    if (forward) {
+      double sum = 0, squares = 0;
+      each([&](int64_t n, int64_t h, int64_t w) {
+        sum += Read(x.data, x.at(n, c, h, w), x.type, false);
+      });
+      const double mean = sum / count;
+      each([&](int64_t n, int64_t h, int64_t w) {
+        const double d = Read(x.data, x.at(n, c, h, w), x.type, false) - mean;
+        squares += d * d;
+      });
+      const double var = squares / count;
+      const double inv = 1 / std::sqrt(var + eps);
+      const double scale = Read(t[kFscale].data, channel(t[kFscale], c), CUDNN_DATA_FLOAT, false);
+      const double bias = Read(t[kFbias].data, channel(t[kFbias], c), CUDNN_DATA_FLOAT, false);
+      const Tensor& y = t[kFy];
+      each([&](int64_t n, int64_t h, int64_t w) {
+        const double v = Read(x.data, x.at(n, c, h, w), x.type, false);
+        Write(y.data, y.at(n, c, h, w), y.type,
+              static_cast<float>(scale * (v - mean) * inv + bias));
+      });
+      Write(t[kFmean].data, channel(t[kFmean], c), CUDNN_DATA_FLOAT, static_cast<float>(mean));
+      Write(t[kFinv].data, channel(t[kFinv], c), CUDNN_DATA_FLOAT, static_cast<float>(inv));
+      if (t[kFrmIn].data != nullptr) {
+        const double unbiased = count > 1 ? squares / (count - 1) : var;
+        const double rm = Read(t[kFrmIn].data, channel(t[kFrmIn], c), CUDNN_DATA_FLOAT, false);
+        const double rv = Read(t[kFrvIn].data, channel(t[kFrvIn], c), CUDNN_DATA_FLOAT, false);
+        Write(t[kFrmOut].data, channel(t[kFrmOut], c), CUDNN_DATA_FLOAT,
+              static_cast<float>((1 - momentum) * rm + momentum * mean));
+        Write(t[kFrvOut].data, channel(t[kFrvOut], c), CUDNN_DATA_FLOAT,
+              static_cast<float>((1 - momentum) * rv + momentum * unbiased));
+      }
+      continue;
+    }
+    const Tensor &dy = t[kBdy], &dx = t[kBdx];
+    const double mean = Read(t[kBmean].data, channel(t[kBmean], c), CUDNN_DATA_FLOAT, false);
+    const double inv = Read(t[kBinv].data, channel(t[kBinv], c), CUDNN_DATA_FLOAT, false);
+    const double scale = Read(t[kBscale].data, channel(t[kBscale], c), CUDNN_DATA_FLOAT, false);
+    double dbias = 0, dscale = 0;
+    each([&](int64_t n, int64_t h, int64_t w) {
+      const double g = Read(dy.data, dy.at(n, c, h, w), dy.type, false);
+      dbias += g;
+      dscale += g * (Read(x.data, x.at(n, c, h, w), x.type, false) - mean) * inv;
+    });
+    each([&](int64_t n, int64_t h, int64_t w) {
+      const double g = Read(dy.data, dy.at(n, c, h, w), dy.type, false);
+      const double xhat = (Read(x.data, x.at(n, c, h, w), x.type, false) - mean) * inv;
+      Write(dx.data, dx.at(n, c, h, w), dx.type,
+            static_cast<float>(scale * inv * (g - (dbias + xhat * dscale) / count)));
+    });
+    Write(t[kBdscale].data, channel(t[kBdscale], c), CUDNN_DATA_FLOAT, static_cast<float>(dscale));
+    Write(t[kBdbias].data, channel(t[kBdbias], c), CUDNN_DATA_FLOAT, static_cast<float>(dbias));
   }
 }
 
@@ -601,6 +843,10 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) {
     case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR:
       s = FinalizeOperation(d);
       break;
+    case CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR:
+    case CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR:
+      s = FinalizeNorm(d);
+      break;
     case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
       s = Require(d, {CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_ATTR_OPERATIONGRAPH_HANDLE}, "graph");
       if (s == CUDNN_STATUS_SUCCESS && Find(d, CUDNN_ATTR_OPERATIONGRAPH_OPS)->count != 1) {
@@ -620,6 +866,13 @@ cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) {
         s = Fail(CUDNN_STATUS_BAD_PARAM, "execution plan: not an engine configuration");
       } else if (config->engine == 3) {
         s = Fail(CUDNN_STATUS_NOT_SUPPORTED, "engine 3 supports no convolution here");
+      } else if (IsNorm(OpOf(config->graph)) != (config->engine >= 5)) {
+        s = Fail(CUDNN_STATUS_NOT_SUPPORTED, "the engine runs another kind of operation");
+      } else if (config->engine == 6 && Int64s(Find(NormPartsOf(OpOf(config->graph)).t[0],
+                                                    CUDNN_ATTR_TENSOR_DIMENSIONS))[1] %
+                                                4 !=
+                                            0) {
+        s = Fail(CUDNN_STATUS_NOT_SUPPORTED, "engine 6: fp32 channels must be a multiple of 4");
       } else {
         d->engine = config->engine;
         d->graph = config->graph;
@@ -673,8 +926,8 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
         return Fail(CUDNN_STATUS_BAD_PARAM, "get: wrong request");
       }
       const Desc* graph = DescAt(d, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
-      const std::vector<int64_t> ranking =
-          Ranking(Find(d, CUDNN_ATTR_ENGINEHEUR_MODE)->at<cudnnBackendHeurMode_t>(0));
+      const std::vector<int64_t> ranking = Ranking(
+          Find(d, CUDNN_ATTR_ENGINEHEUR_MODE)->at<cudnnBackendHeurMode_t>(0), IsNorm(OpOf(graph)));
       const int64_t n = std::min<int64_t>(requested, static_cast<int64_t>(ranking.size()));
       if (requested == 0) {
         *count = static_cast<int64_t>(ranking.size());
@@ -714,7 +967,9 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
     case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE:
       if (d->type != CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR || type != CUDNN_TYPE_INT64) break;
       if (requested < 1) break;
-      static_cast<int64_t*>(values)[0] = d->engine == 0 ? workspace_bytes.load() : 0;
+      static_cast<int64_t*>(values)[0] = d->engine == 0   ? workspace_bytes.load()
+                                         : d->engine == 6 ? static_cast<int64_t>(kNormWorkspace)
+                                                          : 0;
       *count = 1;
       return CUDNN_STATUS_SUCCESS;
     default:
@@ -742,12 +997,6 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   // convolution and the tensors.
   const Desc* graph = plan->graph;
   const Desc* op = Live(graph) ? OpOf(graph) : nullptr;
-  ConvParts p;
-  if (op == nullptr || !Live(op) || !PartsOf(op, &p) || !Live(p.conv) || !Live(p.x) || !Live(p.w) ||
-      !Live(p.y)) {
-    return Fail(CUDNN_STATUS_BAD_PARAM,
-                "execute: a descriptor the plan was built from has been destroyed");
-  }
   const std::vector<int64_t> uids = Int64s(Find(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS));
   const Attr* ptrs = Find(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS);
   const auto pointer = [&](const Desc* t) -> void* {
@@ -758,6 +1007,49 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
     return nullptr;
   };
   void* workspace = Find(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE)->at<void*>(0);
+  if (op != nullptr && Live(op) && IsNorm(op)) {
+    const NormParts parts = NormPartsOf(op);
+    std::vector<Tensor> t;
+    double eps = 0, momentum = 0;
+    for (size_t i = 0; i < parts.t.size(); ++i) {
+      const Desc* d = parts.t[i];
+      if (d == nullptr) {
+        t.push_back(Tensor{{1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, nullptr});
+        continue;
+      }
+      if (!Live(d)) {
+        return Fail(CUDNN_STATUS_BAD_PARAM,
+                    "execute: a descriptor the plan was built from has been destroyed");
+      }
+      void* data = pointer(d);
+      if (data == nullptr) {
+        return Fail(CUDNN_STATUS_BAD_PARAM, "execute: the pack lacks a tensor's pointer");
+      }
+      if (ByValue(d)) {  // a host value, read now
+        const double v = *static_cast<const float*>(data);
+        (i == kFmomentum && parts.forward ? momentum : eps) = v;
+        data = nullptr;
+      }
+      t.push_back(Bind(d, data));
+    }
+    if (plan->engine == 6 && workspace == nullptr) {
+      return Fail(CUDNN_STATUS_BAD_PARAM, "execute: the plan needs a workspace");
+    }
+    const int64_t engine = plan->engine;
+    const bool forward = parts.forward;
+    const bool queued = cuda_emu::Enqueue(handle->stream, [=] {
+      if (engine == 6) std::memset(workspace, 0xAB, kNormWorkspace);
+      Normalize(forward, t, eps, momentum);
+    });
+    return queued ? CUDNN_STATUS_SUCCESS
+                  : Fail(CUDNN_STATUS_EXECUTION_FAILED, "execute: the stream is gone");
+  }
+  ConvParts p;
+  if (op == nullptr || !Live(op) || !PartsOf(op, &p) || !Live(p.conv) || !Live(p.x) || !Live(p.w) ||
+      !Live(p.y)) {
+    return Fail(CUDNN_STATUS_BAD_PARAM,
+                "execute: a descriptor the plan was built from has been destroyed");
+  }
   const Tensor x = Bind(p.x, pointer(p.x)), w = Bind(p.w, pointer(p.w)),
                y = Bind(p.y, pointer(p.y));
   if (x.data == nullptr || w.data == nullptr || y.data == nullptr) {

@@ -257,6 +257,20 @@ __global__ void BnStatsKernel(float* mean, float* invstd, float* running_mean, f
   }
 }
 
+// The running statistics from a batch's mean and invstd (cuDNN's batch norm gives those):
+// the variance is 1 / invstd^2 - eps, made unbiased, as BnStatsKernel moves them.
+__global__ void BnRunningKernel(float* running_mean, float* running_var, const float* mean,
+                                const float* invstd, int64_t N, int C, float momentum, float eps) {
+  for (int64_t i = FirstIndex(); i < C; i += Stride()) {
+    const int c = static_cast<int>(i);
+    const double inv = invstd[c];
+    const double var = fmax(1.0 / (inv * inv) - static_cast<double>(eps), 0.0);
+    const double unbiased = N > 1 ? var * static_cast<double>(N) / static_cast<double>(N - 1) : var;
+    running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean[c];
+    running_var[c] = (1.0f - momentum) * running_var[c] + momentum * static_cast<float>(unbiased);
+  }
+}
+
 // out = act(x scale + shift) with scale = gamma invstd and shift = beta - mean scale (training)
 // or the running statistics' (evaluation: invstd == nullptr); pre keeps the value before act.
 __global__ void BnApplyKernel(float* out, float* pre, const float* x, const float* gamma,
@@ -463,6 +477,16 @@ Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, con
          act == cpu::Activation::kNone ? nullptr : pre, x, gamma, beta,
          static_cast<const float*>(mean), static_cast<const float*>(invstd),
          static_cast<const float*>(nullptr), N * C, C, eps, act);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status batchnorm_running_update(float* running_mean, float* running_var, const float* mean,
+                                const float* invstd, int64_t N, int C, float momentum, float eps,
+                                cudaStream_t stream) {
+  if (N == 0 || C == 0) return Status::Ok();
+  Launch(BnRunningKernel, Blocks(C), kThreads, stream, running_mean, running_var, mean, invstd, N,
+         C, momentum, eps);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

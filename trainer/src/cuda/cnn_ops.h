@@ -42,12 +42,12 @@ Status act_backward(float* dx, const float* d, const float* x, const float* out,
                     cpu::Activation act, bool accumulate, cudaStream_t stream);
 
 // ---- batch normalization of x [N, C] (N = samples x pixels), per channel, as cpu/conv_ops.h ----
-// Ours for now, not cuDNN's: it runs for every shape and keeps the CPU's statistics (the same
-// shifted sums); cuDNN's graph-API batch norm is still to be measured against it on a GPU.
-// Each channel's sums run in double over row ranges whose number depends only on N, then the
-// ranges are added in order: the same inputs give the same bits every run. The training pass
-// and the backward take `scratch` (batchnorm_scratch_bytes(N, C) bytes on the device, unused by
-// anything else while they run on `stream`).
+// The net's training pass and backward go through cuDNN (cuda/cudnn_norm.h) where it has an
+// engine for the shape; these run where it has none, and evaluation always. Each channel's sums run
+// in double over row ranges whose number depends only on N, then the ranges are added in order: the
+// same inputs give the same bits every run. The training pass and the backward take `scratch`
+// (batchnorm_scratch_bytes(N, C) bytes on the device, unused by anything else while they run on
+// `stream`).
 int64_t batchnorm_scratch_bytes(int64_t N, int C);
 
 // Training: the batch's mean and biased variance, written to mean[C] and invstd[C] for
@@ -58,6 +58,11 @@ Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, con
                          const float* gamma, const float* beta, float* running_mean,
                          float* running_var, int64_t N, int C, float momentum, float eps,
                          cpu::Activation act, void* scratch, cudaStream_t stream);
+// The running statistics moved by `momentum` towards a batch of N rows whose mean and invstd
+// (1 / sqrt(biased variance + eps)) are given: with the unbiased variance, as batchnorm_forward.
+Status batchnorm_running_update(float* running_mean, float* running_var, const float* mean,
+                                const float* invstd, int64_t N, int C, float momentum, float eps,
+                                cudaStream_t stream);
 // Evaluation, with the running statistics.
 Status batchnorm_eval(float* out, const float* x, const float* gamma, const float* beta,
                       const float* running_mean, const float* running_var, int64_t N, int C,

@@ -17,60 +17,11 @@
 namespace sweep::trainer::cuda {
 namespace {
 
-// An owned backend descriptor.
-class Descriptor {
- public:
-  Descriptor() = default;
-  Descriptor(Descriptor&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-  Descriptor& operator=(Descriptor&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      d_ = std::exchange(o.d_, nullptr);
-    }
-    return *this;
-  }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  ~Descriptor() { Reset(); }
-
-  static Status Make(cudnnBackendDescriptorType_t type, Descriptor* out) {
-    Descriptor d;
-    CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &d.d_));
-    *out = std::move(d);
-    return Status::Ok();
-  }
-  cudnnBackendDescriptor_t get() const { return d_; }
-  // The address of the handle, for the attribute calls that take an array of descriptors.
-  const cudnnBackendDescriptor_t* ptr() const { return &d_; }
-
- private:
-  void Reset() {
-    if (d_ != nullptr) cudnnBackendDestroyDescriptor(d_);
-    d_ = nullptr;
-  }
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-template <typename T>
-Status Set(const Descriptor& d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-           int64_t count, const T* values) {
-  CUDNN_CHECK(cudnnBackendSetAttribute(d.get(), name, type, count, values));
-  return Status::Ok();
-}
-
-Status SetDescriptor(const Descriptor& d, cudnnBackendAttributeName_t name, const Descriptor& v) {
-  return Set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, v.ptr());
-}
-
-Status SetInt64s(const Descriptor& d, cudnnBackendAttributeName_t name,
-                 const std::vector<int64_t>& v) {
-  return Set(d, name, CUDNN_TYPE_INT64, static_cast<int64_t>(v.size()), v.data());
-}
-
-Status Finalize(const Descriptor& d) {
-  CUDNN_CHECK(cudnnBackendFinalize(d.get()));
-  return Status::Ok();
-}
+using cudnn_graph::Descriptor;
+using cudnn_graph::Finalize;
+using cudnn_graph::Set;
+using cudnn_graph::SetDescriptor;
+using cudnn_graph::SetInt64s;
 
 cudnnDataType_t DataType(Precision p) {
   switch (p) {
@@ -92,22 +43,7 @@ constexpr int64_t kX = 1, kW = 2, kY = 3;
 // An NHWC tensor of logical dimensions [n, c, h, w], as cuDNN names them.
 Status Tensor(int64_t uid, cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w,
               Descriptor* out) {
-  Descriptor d;
-  if (Status s = Descriptor::Make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &d); !s.ok()) return s;
-  const std::vector<int64_t> dims = {n, c, h, w};
-  const std::vector<int64_t> strides = {h * w * c, 1, w * c, c};
-  // cudaMalloc's buffers and the parameters' 64-byte offsets are at least this aligned.
-  const int64_t alignment = 16;
-  for (Status s :
-       {Set(d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type),
-        SetInt64s(d, CUDNN_ATTR_TENSOR_DIMENSIONS, dims),
-        SetInt64s(d, CUDNN_ATTR_TENSOR_STRIDES, strides),
-        Set(d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid),
-        Set(d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment), Finalize(d)}) {
-    if (!s.ok()) return s;
-  }
-  *out = std::move(d);
-  return Status::Ok();
+  return cudnn_graph::Tensor(uid, type, {n, c, h, w}, {h * w * c, 1, w * c, c}, false, out);
 }
 
 Status Convolution(const cpu::ConvShape& s, Descriptor* out) {
@@ -194,129 +130,20 @@ bool Acceptable(const std::vector<cudnnBackendNumericalNote_t>& notes, const Con
   return true;
 }
 
-}  // namespace
+// Executes `plan` on the handle's stream over x, w, y (the operation's three tensors in the
+// order kOps names them) and the workspace.
+Status Run(cudnnHandle_t handle, const CudnnConv::Plan& plan, void* x, void* w, void* y,
+           void* workspace) {
+  return cudnn_graph::Execute(handle, plan, {kX, kW, kY}, {x, w, y}, workspace);
+}
 
-struct CudnnConv::Plan {
-  // The plan refers to its engine configuration and the graph, the graph to the operation.
-  Descriptor op, graph, config, plan;
-  int64_t engine = -1;
-  std::vector<cudnnBackendNumericalNote_t> notes;
-  size_t workspace = 0;
-  float ms = -1;  // autotune's time per call, when timed
-};
+}  // namespace
 
 struct CudnnConv::Operands {
   Descriptor x, w, y, conv;
 };
 
 namespace {
-
-// The engine configurations cuDNN's heuristics suggest for `graph`, best first.
-Status Heuristics(const Descriptor& graph, cudnnBackendHeurMode_t mode,
-                  std::vector<Descriptor>* configs) {
-  Descriptor heur;
-  if (Status s = Descriptor::Make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur); !s.ok()) return s;
-  for (Status s :
-       {SetDescriptor(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph),
-        Set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode), Finalize(heur)}) {
-    if (!s.ok()) return s;
-  }
-  int64_t count = 0;
-  CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr));
-  std::vector<Descriptor> out(static_cast<size_t>(count));
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (Descriptor& d : out) {
-    if (Status s = Descriptor::Make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &d); !s.ok()) return s;
-    raw.push_back(d.get());
-  }
-  int64_t got = 0;
-  if (count > 0) {
-    CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                         CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data()));
-  }
-  out.resize(static_cast<size_t>(std::min(got, count)));
-  *configs = std::move(out);
-  return Status::Ok();
-}
-
-// Reads a configuration's engine: its global index and numerical notes.
-Status EngineOf(const Descriptor& config, int64_t* index,
-                std::vector<cudnnBackendNumericalNote_t>* notes) {
-  Descriptor engine;
-  if (Status s = Descriptor::Make(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine); !s.ok()) return s;
-  int64_t n = 0;
-  cudnnBackendDescriptor_t raw = engine.get();
-  CUDNN_CHECK(cudnnBackendGetAttribute(config.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &raw));
-  CUDNN_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
-                                       CUDNN_TYPE_INT64, 1, &n, index));
-  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> buf{};
-  CUDNN_CHECK(cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                       CUDNN_TYPE_NUMERICAL_NOTE, static_cast<int64_t>(buf.size()),
-                                       &n, buf.data()));
-  notes->assign(buf.begin(),
-                buf.begin() + std::clamp<int64_t>(n, 0, static_cast<int64_t>(buf.size())));
-  return Status::Ok();
-}
-
-// The execution plans that build for `graph`, in the heuristics' order, at most `limit`.
-Status Candidates(cudnnHandle_t handle, const Descriptor& graph, const ConvOptions& options,
-                  size_t limit, std::vector<CudnnConv::Plan>* plans) {
-  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    std::vector<Descriptor> configs;
-    if (Status s = Heuristics(graph, mode, &configs); !s.ok()) {
-      if (mode == CUDNN_HEUR_MODE_A) continue;  // the fallback list may still have one
-      return s;
-    }
-    for (Descriptor& config : configs) {
-      CudnnConv::Plan p;
-      if (Status s = EngineOf(config, &p.engine, &p.notes); !s.ok()) return s;
-      if (!Acceptable(p.notes, options)) continue;
-      bool seen = false;
-      for (const CudnnConv::Plan& q : *plans) seen = seen || q.engine == p.engine;
-      if (seen) continue;  // the fallback list repeats engines mode A gave
-      if (!Descriptor::Make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p.plan).ok()) continue;
-      // An engine that cannot run this graph on this device refuses to finalize: try the next.
-      if (cudnnBackendSetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE,
-                                   CUDNN_TYPE_HANDLE, 1, &handle) != CUDNN_STATUS_SUCCESS ||
-          cudnnBackendSetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                   config.ptr()) != CUDNN_STATUS_SUCCESS ||
-          cudnnBackendFinalize(p.plan.get()) != CUDNN_STATUS_SUCCESS) {
-        continue;
-      }
-      int64_t n = 0, bytes = 0;
-      CUDNN_CHECK(cudnnBackendGetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                           CUDNN_TYPE_INT64, 1, &n, &bytes));
-      p.workspace = static_cast<size_t>(std::max<int64_t>(bytes, 0));
-      p.config = std::move(config);
-      plans->push_back(std::move(p));
-      if (plans->size() >= limit) return Status::Ok();
-    }
-    if (!plans->empty()) return Status::Ok();
-  }
-  return Status::Ok();
-}
-
-// Executes `plan` on the handle's stream over x, w, y (the operation's three tensors in the
-// order kOps names them) and the workspace.
-Status Run(cudnnHandle_t handle, const CudnnConv::Plan& plan, void* x, void* w, void* y,
-           void* workspace) {
-  Descriptor pack;
-  if (Status s = Descriptor::Make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack); !s.ok()) return s;
-  const int64_t uids[3] = {kX, kW, kY};
-  void* pointers[3] = {x, w, y};
-  for (Status s :
-       {Set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids),
-        Set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, pointers),
-        Set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace),
-        Finalize(pack)}) {
-    if (!s.ok()) return s;
-  }
-  CUDNN_CHECK(cudnnBackendExecute(handle, plan.plan.get(), pack.get()));
-  return Status::Ok();
-}
 
 // Two events, destroyed with the object.
 struct EventPair {
@@ -414,16 +241,18 @@ Result<std::unique_ptr<CudnnConv>> CudnnConv::Create(cudnnHandle_t handle,
           Set(op, names.alpha, CUDNN_TYPE_FLOAT, 1, &alpha),
           Set(op, names.beta, CUDNN_TYPE_FLOAT, 1, &beta), SetDescriptor(op, names.x, o.x),
           SetDescriptor(op, names.w, o.w), SetDescriptor(op, names.y, o.y), Finalize(op),
-          Descriptor::Make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph),
-          SetDescriptor(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, op),
-          Set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle),
-          Finalize(graph)}) {
+          cudnn_graph::OneOperationGraph(handle, op, &graph)}) {
       if (!st.ok()) return st;
     }
     std::vector<Plan> plans;
     const size_t limit =
         options.autotune ? static_cast<size_t>(std::max(1, options.max_candidates)) : 1;
-    if (Status st = Candidates(handle, graph, options, limit, &plans); !st.ok()) return st;
+    const auto acceptable = [&options](const std::vector<cudnnBackendNumericalNote_t>& notes) {
+      return Acceptable(notes, options);
+    };
+    if (Status st = cudnn_graph::Candidates(handle, graph, acceptable, limit, &plans); !st.ok()) {
+      return st;
+    }
     if (plans.empty()) {
       return Status::InvalidArgument(
           std::string("cuDNN has no deterministic engine for the ") + names.name +
@@ -452,14 +281,7 @@ std::string CudnnConv::Describe() const {
     const Plan* p = plans_[dir].get();
     if (p == nullptr) continue;
     if (!out.empty()) out += "; ";
-    out +=
-        std::string(kOps[static_cast<size_t>(dir)].name) + ": engine " + std::to_string(p->engine);
-    for (cudnnBackendNumericalNote_t n : p->notes) {
-      if (n == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) out += " tensor-core";
-      if (n == CUDNN_NUMERICAL_NOTE_WINOGRAD) out += " winograd";
-      if (n == CUDNN_NUMERICAL_NOTE_FFT) out += " fft";
-    }
-    if (p->workspace > 0) out += ", " + std::to_string(p->workspace) + " B workspace";
+    out += std::string(kOps[static_cast<size_t>(dir)].name) + ": " + cudnn_graph::DescribePlan(*p);
   }
   return out;
 }

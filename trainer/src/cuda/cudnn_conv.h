@@ -20,6 +20,7 @@
 
 #include "base/status.h"
 #include "cpu/conv_ops.h"
+#include "cuda/cudnn_graph.h"
 #include "model.h"
 
 namespace sweep::trainer::cuda {
@@ -65,7 +66,7 @@ class CudnnConv {
   // dw [OC, K, K, C] = the gradient w.r.t. w, given dy.
   Status BackwardFilter(void* dw, const void* x, const void* dy, void* workspace) const;
 
-  struct Plan;      // cudnn_conv.cc
+  using Plan = cudnn_graph::Plan;
   struct Operands;  // the tensor and convolution descriptors the plans were built from
 
  private:

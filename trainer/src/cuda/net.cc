@@ -62,9 +62,10 @@ Status Net::Allocate() {
   invstd_.resize(n);
   argmax_.resize(n);
   plans_.resize(n);
+  norm_plans_.resize(n);
   val_.assign(n, nullptr);
   written_.assign(n, 0);
-  int64_t widest_in = 0, widest_weight = 0, bias_scratch = 0, bn_scratch = 0;
+  int64_t widest_in = 0, widest_weight = 0, bias_scratch = 0, bn_scratch = 0, widest_bn = 0;
   for (int i = 0; i < L; ++i) {
     const size_t at = static_cast<size_t>(i);
     const Layer& l = model_.layer(i);
@@ -85,6 +86,7 @@ Status Net::Allocate() {
         SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(l.in_shape.c, &invstd_[at]));
         const int64_t N = int64_t{max_batch_} * l.in_shape.h * l.in_shape.w;
         bn_scratch = std::max(bn_scratch, batchnorm_scratch_bytes(N, l.in_shape.c));
+        widest_bn = std::max(widest_bn, int64_t{l.in_shape.c});
         break;
       }
       case LayerKind::kConv: {
@@ -128,6 +130,7 @@ Status Net::Allocate() {
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(widest_weight, &dw_tmp_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(bias_scratch, &bias_scratch_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(bn_scratch, &bn_scratch_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(4 * widest_bn, &bn_tmp_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(max_batch_, &losses_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &loss_));
   for (int s = 0; s < kInputSlots; ++s) {
@@ -137,13 +140,40 @@ Status Net::Allocate() {
   }
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &eval_loss_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<unsigned long long>::Make(1, &eval_correct_));
-  // The convolutions' plans for full batches now, so that their workspace is counted before
-  // training (a smaller batch, such as an epoch's last, gets its plans at its first use).
+  // The convolutions' and batch norms' plans for full batches now, so that their workspace is
+  // counted before training (a smaller batch, such as an epoch's last, gets its plans at its
+  // first use).
   for (int i = 0; i < L; ++i) {
-    if (model_.layer(i).kind == LayerKind::kConv)
-      SWEEP_RETURN_IF_ERROR(Plan(i, max_batch_).status());
+    const LayerKind kind = model_.layer(i).kind;
+    if (kind == LayerKind::kConv) SWEEP_RETURN_IF_ERROR(Plan(i, max_batch_).status());
+    if (kind == LayerKind::kBatchNorm) {
+      SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, max_batch_));
+      ++bn_layers_;
+      bn_cudnn_ += bn != nullptr;
+    }
   }
   return Status::Ok();
+}
+
+Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
+  auto& plans = norm_plans_[static_cast<size_t>(i)];
+  if (auto it = plans.find(B); it != plans.end()) return it->second.get();
+  const Layer& l = model_.layer(i);
+  const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
+  std::string none;
+  Result<std::unique_ptr<CudnnBatchNorm>> made =
+      CudnnBatchNorm::Create(dnn_, N, l.in_shape.c, l.eps, l.momentum, &none);
+  // A graph cuDNN refuses to build (a version without batch norm in its graph API) leaves the
+  // layer to our kernels, as no engine does.
+  if (!made.ok()) none = made.status().message();
+  std::unique_ptr<CudnnBatchNorm>& plan = plans[B];
+  if (made.ok()) plan = std::move(made).value();
+  if (plan == nullptr) {
+    if (bn_note_.empty()) bn_note_ = "layer " + std::to_string(i) + ": " + none;
+    return plan.get();
+  }
+  SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes(), i, "batch norm", B));
+  return plan.get();
 }
 
 Result<const CudnnConv*> Net::Plan(int i, int B) {
@@ -153,12 +183,12 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
     o.precision = precision_;
     o.tf32 = tf32_;
     SWEEP_ASSIGN_OR_RETURN(plan, CudnnConv::Create(dnn_, ConvShapeOf(model_.layer(i), B), o));
-    SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes(), i, B));
+    SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes(), i, "convolution", B));
   }
   return plan.get();
 }
 
-Status Net::EnsureWorkspace(size_t bytes, int layer, int B) {
+Status Net::EnsureWorkspace(size_t bytes, int layer, const char* op, int B) {
   if (bytes <= static_cast<size_t>(workspace_.size())) return Status::Ok();
   // Work queued on the old workspace is done before it is freed: cudaFree waits for the device.
   // Freed first, so its bytes count as free below.
@@ -170,10 +200,10 @@ Status Net::EnsureWorkspace(size_t bytes, int layer, int B) {
     CUDA_CHECK(cudaGetDevice(&device));
     char msg[400];
     std::snprintf(msg, sizeof msg,
-                  "cuda: cuDNN's plan for layer %d's convolution at batches of %d rows needs "
+                  "cuda: cuDNN's plan for layer %d's %s at batches of %d rows needs "
                   "%.1f MiB of workspace, and GPU %d has %.1f MiB free of %.1f GiB; make "
                   "batch_size smaller",
-                  layer, B, static_cast<double>(bytes) / 1048576.0, device,
+                  layer, op, B, static_cast<double>(bytes) / 1048576.0, device,
                   static_cast<double>(free) / 1048576.0, static_cast<double>(total) / 1073741824.0);
     return Status::InvalidArgument(msg);
   }
@@ -243,9 +273,19 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
         float* rm = stats_.data() + l.stats;
         if (train) {
-          SWEEP_RETURN_IF_ERROR(batchnorm_forward(
-              out, nullptr, mean_[at].data(), invstd_[at].data(), in, p + l.weight, p + l.bias_at,
-              rm, rm + C, N, C, l.momentum, l.eps, Activation::kNone, bn_scratch_.data(), stream_));
+          SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
+          float* mean = mean_[at].data();
+          float* invstd = invstd_[at].data();
+          if (bn != nullptr) {
+            SWEEP_RETURN_IF_ERROR(bn->Forward(out, mean, invstd, in, p + l.weight, p + l.bias_at,
+                                              rm, bn_tmp_.data(), workspace_.data()));
+            SWEEP_RETURN_IF_ERROR(batchnorm_running_update(rm, rm + C, mean, invstd, N, C,
+                                                           l.momentum, l.eps, stream_));
+          } else {
+            SWEEP_RETURN_IF_ERROR(batchnorm_forward(
+                out, nullptr, mean, invstd, in, p + l.weight, p + l.bias_at, rm, rm + C, N, C,
+                l.momentum, l.eps, Activation::kNone, bn_scratch_.data(), stream_));
+          }
         } else {
           SWEEP_RETURN_IF_ERROR(batchnorm_eval(out, in, p + l.weight, p + l.bias_at, rm, rm + C, N,
                                                C, l.eps, Activation::kNone, stream_));
@@ -387,6 +427,22 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       }
       case LayerKind::kBatchNorm: {
         float* d_in = target(l.input, &add);
+        SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
+        if (bn != nullptr) {
+          // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
+          const int C = l.in_shape.c;
+          float* dscale = bn_tmp_.data() + bn_tmp_.size() / 2;
+          float* dbias = dscale + bn_tmp_.size() / 4;
+          float* dx = d_in != nullptr && !add ? d_in : dtmp_.data();
+          SWEEP_RETURN_IF_ERROR(bn->Backward(dx, dscale, dbias, d, in, p + l.weight,
+                                             mean_[at].data(), invstd_[at].data(),
+                                             workspace_.data()));
+          SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dscale, C, accumulate, stream_));
+          SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.bias_at, dbias, C, accumulate, stream_));
+          if (d_in != nullptr && add)
+            SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dtmp_.data(), n_in, true, stream_));
+          break;
+        }
         SWEEP_RETURN_IF_ERROR(batchnorm_backward(
             d_in, g + l.weight, g + l.bias_at, d, in, nullptr, val_[at], mean_[at].data(),
             invstd_[at].data(), p + l.weight, int64_t{B} * l.in_shape.h * l.in_shape.w,

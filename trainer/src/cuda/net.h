@@ -2,8 +2,10 @@
 // residual adds, linear layers): cpu/net.h's Net with device buffers. Parameters, gradients
 // and batch norm's running statistics are flat device buffers in the ModelSpec's layout;
 // every activation and gradient buffer is allocated once for max_batch rows. Convolutions run
-// through cuDNN (cuda/cudnn_conv.h, a plan per batch size, made at its first use), linear layers
-// through cuBLAS, the rest through cuda/cnn_ops.h and cuda/ops.h. Each layer is its own pass
+// through cuDNN (cuda/cudnn_conv.h, a plan per batch size, made at its first use), and batch
+// norm's training pass and backward too where cuDNN has an engine for the shape
+// (cuda/cudnn_norm.h); linear layers through cuBLAS, the rest through cuda/cnn_ops.h and
+// cuda/ops.h. Each layer is its own pass
 // (the CPU fuses an activation into its producer: the same numbers). In fp32 the GEMMs and
 // convolutions use TF32 tensor cores when tf32. In bf16 / fp16 they read 16-bit copies of the
 // weights (kept by the optimizer kernels), of their inputs (kept for the weight gradient) and
@@ -21,10 +23,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
 #include "cuda/cudnn_conv.h"
+#include "cuda/cudnn_norm.h"
 #include "cuda/device_buffer.h"
 #include "cuda/replica_model.h"
 #include "model.h"
@@ -48,6 +52,11 @@ class Net final : public ReplicaModel {
   void ParamsChanged() override { half_params_fresh_ = false; }
   uint64_t memory_epoch() const override { return workspace_epoch_; }
   uint16_t* params16() override { return half() ? params16_.data() : nullptr; }
+  // Batch norm layers whose training pass and backward at full batches run through cuDNN, of
+  // all of them; and why the first that does not is ours (empty when all are cuDNN's).
+  int batch_norms_through_cudnn() const { return bn_cudnn_; }
+  int batch_norms() const { return bn_layers_; }
+  const std::string& batch_norm_note() const { return bn_note_; }
   cpu::HalfType half_type() const override { return half_type_; }
 
   // ReplicaModel's, on input slots.
@@ -82,9 +91,12 @@ class Net final : public ReplicaModel {
   Status Forward(const float* x, int B, bool train, uint64_t dropout_key, int64_t first_row);
   // Layer i's convolution plans for B rows, made at their first use.
   Result<const CudnnConv*> Plan(int i, int B);
-  // Grows the workspace to `bytes` for layer's plan at batch B; refused, naming batch_size,
-  // when the GPU has not that much free.
-  Status EnsureWorkspace(size_t bytes, int layer, int B);
+  // Layer i's batch norm through cuDNN for B rows, made at its first use; null where cuDNN has
+  // no engine for it (our kernels run).
+  Result<const CudnnBatchNorm*> NormPlan(int i, int B);
+  // Grows the workspace to `bytes` for the plan of layer's `op` at batch B; refused, naming
+  // batch_size, when the GPU has not that much free.
+  Status EnsureWorkspace(size_t bytes, int layer, const char* op, int B);
   float* Grad(int i) { return gbuf_[static_cast<size_t>(gown_[static_cast<size_t>(i)])].data(); }
 
   ModelSpec model_;
@@ -106,6 +118,11 @@ class Net final : public ReplicaModel {
   std::vector<int> gown_;
   std::vector<char> written_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
+  std::vector<std::map<int, std::unique_ptr<CudnnBatchNorm>>> norm_plans_;  // null: ours
+  int bn_layers_ = 0, bn_cudnn_ = 0;
+  std::string bn_note_;
+  // cuDNN's batch norm: its running statistics out (ignored), dscale and dbias, [C] each of 4.
+  DeviceBuffer<float> bn_tmp_;
   DeviceBuffer<uint8_t> workspace_, bn_scratch_;
   uint64_t workspace_epoch_ = 0;  // memory_epoch(): counts workspace_'s replacements
   DeviceBuffer<float> dtmp_;      // a gradient that must be added to one already written

@@ -1,5 +1,6 @@
 // The kernel emulator's cuDNN: the part of the graph (backend) API that the trainer's
-// convolutions use (cuda/cudnn_conv.cc), under cuDNN's names, implemented on the host
+// convolutions and batch norm use (cuda/cudnn_conv.cc, cuda/cudnn_norm.cc), under cuDNN's
+// names, implemented on the host
 // (cudnn_emu.cc) from the API's documented contract:
 // - Descriptors are typed; an attribute of the wrong type or count, or a descriptor not yet
 //   finalized where one is expected, is CUDNN_STATUS_BAD_PARAM. Finalize checks what cuDNN
@@ -10,6 +11,11 @@
 //   builds a plan: NOT_SUPPORTED, as an engine unfit for a shape does), 0 (tensor cores: fp32
 //   inputs are read as TF32; 4 KiB of workspace, which it overwrites) and 2 (exact fp32
 //   products); the fallback mode gives 2 alone.
+// - Batch norm (NORM_FORWARD in the training phase, NORM_BACKWARD; fp32) has two engines: 5
+//   (nondeterministic) and 6, which builds only when the channels are a multiple of 4, as
+//   cuDNN's specialized batch-norm engines ask of fp32, and overwrites 256 bytes of workspace;
+//   the fallback mode gives none. The inference phase of batch norm is NOT_SUPPORTED, as in
+//   cuDNN's graph API. By-value tensors (epsilon, the momentum) are read when the plan executes.
 // - Execute checks that every descriptor behind the plan is still alive and that the variant
 //   pack has a pointer for each tensor, then queues the convolution on the handle's stream;
 //   sums run in double, 16-bit outputs are rounded to nearest even.
@@ -47,6 +53,8 @@ enum cudnnBackendDescriptorType_t {
   CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
   CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
   CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+  CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR,
+  CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR,
   CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR,
   CUDNN_BACKEND_TENSOR_DESCRIPTOR,
   CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR,
@@ -54,6 +62,7 @@ enum cudnnBackendDescriptorType_t {
 
 enum cudnnBackendAttributeType_t {
   CUDNN_TYPE_HANDLE,
+  CUDNN_TYPE_BOOLEAN,
   CUDNN_TYPE_DATA_TYPE,
   CUDNN_TYPE_INT64,
   CUDNN_TYPE_FLOAT,
@@ -63,6 +72,8 @@ enum cudnnBackendAttributeType_t {
   CUDNN_TYPE_HEUR_MODE,
   CUDNN_TYPE_NUMERICAL_NOTE,
   CUDNN_TYPE_BACKEND_DESCRIPTOR,
+  CUDNN_TYPE_NORM_MODE,
+  CUDNN_TYPE_NORM_FWD_PHASE,
 };
 
 enum cudnnBackendAttributeName_t {
@@ -110,7 +121,44 @@ enum cudnnBackendAttributeName_t {
   CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
   CUDNN_ATTR_ENGINE_GLOBAL_INDEX,
   CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+  CUDNN_ATTR_TENSOR_IS_BY_VALUE,
+  CUDNN_ATTR_OPERATION_NORM_FWD_MODE,
+  CUDNN_ATTR_OPERATION_NORM_FWD_PHASE,
+  CUDNN_ATTR_OPERATION_NORM_FWD_XDESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_MEAN_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_INV_VARIANCE_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_SCALE_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_BIAS_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_EPSILON_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_EXP_AVG_FACTOR_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_MEAN_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_INPUT_RUNNING_VAR_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_MEAN_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_OUTPUT_RUNNING_VAR_DESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_YDESC,
+  CUDNN_ATTR_OPERATION_NORM_FWD_PEER_STAT_DESCS,
+  CUDNN_ATTR_OPERATION_NORM_BWD_MODE,
+  CUDNN_ATTR_OPERATION_NORM_BWD_XDESC,
+  CUDNN_ATTR_OPERATION_NORM_BWD_MEAN_DESC,
+  CUDNN_ATTR_OPERATION_NORM_BWD_INV_VARIANCE_DESC,
+  CUDNN_ATTR_OPERATION_NORM_BWD_DYDESC,
+  CUDNN_ATTR_OPERATION_NORM_BWD_SCALE_DESC,
+  CUDNN_ATTR_OPERATION_NORM_BWD_EPSILON_DESC,
+  CUDNN_ATTR_OPERATION_NORM_BWD_DSCALE_DESC,
+  CUDNN_ATTR_OPERATION_NORM_BWD_DBIAS_DESC,
+  CUDNN_ATTR_OPERATION_NORM_BWD_DXDESC,
+  CUDNN_ATTR_OPERATION_NORM_BWD_PEER_STAT_DESCS,
 };
+
+enum cudnnBackendNormMode_t {
+  CUDNN_LAYER_NORM = 0,
+  CUDNN_INSTANCE_NORM = 1,
+  CUDNN_BATCH_NORM = 2,
+  CUDNN_GROUP_NORM = 3,
+  CUDNN_RMS_NORM = 4,
+};
+
+enum cudnnBackendNormFwdPhase_t { CUDNN_NORM_FWD_INFERENCE = 0, CUDNN_NORM_FWD_TRAINING = 1 };
 
 enum cudnnBackendHeurMode_t {
   CUDNN_HEUR_MODE_INSTANT = 0,
