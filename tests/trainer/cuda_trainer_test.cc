@@ -599,6 +599,36 @@ TEST_F(CudaGroup, RefusesAModelLargerThanTheGpu) {
 }
 
 #if defined(SWEEP_CUDA_EMU)
+// cudnn_autotune: each convolution's plans are the fastest of cuDNN's first candidates, timed
+// on the device. A CNN trained with them ends within TF32's rounding of one trained with the
+// plans the heuristics rank first.
+TEST_F(CudaGroup, AutotunedConvolutionsTrainAsTheFirstRankedDo) {
+  Result<ModelSpec> cnn = ResidualCnn();
+  ASSERT_TRUE(cnn.ok()) << cnn.status().message();
+  const Batches data = MakeBatches(8, 3);
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.model = cnn.value();
+  spec.tf32 = true;  // two engines to time: tensor cores, and exact fp32
+  RunResult out[2];
+  for (int tune = 0; tune < 2; ++tune) {
+    spec.cudnn_autotune = tune == 1;
+    Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    out[tune] = RunSteps(g->get(), spec, 8, 1, data);
+  }
+  ASSERT_EQ(out[1].losses.size(), out[0].losses.size());
+  for (size_t i = 0; i < out[0].losses.size(); ++i) {
+    EXPECT_NEAR(out[1].losses[i], out[0].losses[i], 1e-3 * std::abs(out[0].losses[i])) << i;
+  }
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < out[0].state.params.size(); ++i) {
+    const double a = out[0].state.params[i], b = out[1].state.params[i];
+    diff += (a - b) * (a - b);
+    norm += a * a;
+  }
+  EXPECT_LT(std::sqrt(diff / norm), 1e-3);
+}
+
 // Graphs point at the cuDNN workspace they were captured with. An evaluation at a new batch
 // size whose plan needs a larger one replaces it (the old one is unmapped in the emulator):
 // the graphs are captured again, and training goes on as launched training does.

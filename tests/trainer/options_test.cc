@@ -67,6 +67,7 @@ TEST(Options, EveryKeyApplies) {
       {"devices", {3, 1}},
       {"dataset_on_gpu", false},
       {"cuda_graphs", false},
+      {"cudnn_autotune", true},
       {"checkpoint_path", "/tmp/x.ckpt"},
       {"checkpoint_every", 2},
       {"cache_dir", "/tmp/cache"},
@@ -94,6 +95,7 @@ TEST(Options, EveryKeyApplies) {
   EXPECT_EQ(o.devices, (std::vector<int>{3, 1}));
   EXPECT_FALSE(o.dataset_on_gpu);
   EXPECT_FALSE(o.cuda_graphs);
+  EXPECT_TRUE(o.cudnn_autotune);
   EXPECT_EQ(o.dataset.format, "csv");
   EXPECT_EQ(o.dataset.train_images, "a.csv");
   EXPECT_EQ(o.dataset.label_column, -1);

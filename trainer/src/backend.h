@@ -57,6 +57,9 @@ struct GroupSpec {
   // GPU: after a few launches of a full micro-batch, capture its forward, backward, all-reduces
   // and optimizer as a CUDA graph and replay that (cuda/replica_step.cc); false: launch always.
   bool cuda_graphs = true;
+  // GPU: each convolution's plans are the fastest of cuDNN's first candidates, timed on the
+  // device; false: the first its heuristics rank.
+  bool cudnn_autotune = false;
 };
 
 // One optimizer step's scalars, the same on every rank.

@@ -310,6 +310,7 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
   if (key == "scale_lr") return SetBool(key, v, &o->scale_lr);
   if (key == "dataset_on_gpu") return SetBool(key, v, &o->dataset_on_gpu);
   if (key == "cuda_graphs") return SetBool(key, v, &o->cuda_graphs);
+  if (key == "cudnn_autotune") return SetBool(key, v, &o->cudnn_autotune);
   if (key == "batch_norm") return SetBool(key, v, &o->batch_norm);
   if (key == "residual") return SetBool(key, v, &o->residual);
   if (key == "global_pool") return SetBool(key, v, &o->global_pool);
@@ -410,6 +411,7 @@ const std::vector<std::string>& OptionKeys() {
                                                 "devices",
                                                 "dataset_on_gpu",
                                                 "cuda_graphs",
+                                                "cudnn_autotune",
                                                 "checkpoint_path",
                                                 "checkpoint_every",
                                                 "cache_dir"};

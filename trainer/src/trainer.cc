@@ -298,6 +298,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   ParsePrecision(o.precision, &spec.precision);
   spec.devices = o.devices;
   spec.cuda_graphs = o.cuda_graphs;
+  spec.cudnn_autotune = o.cudnn_autotune;
   SWEEP_ASSIGN_OR_RETURN(const Backend* backend,
                          PickBackend(spec, o.backend == "auto" ? "" : o.backend));
   SWEEP_RETURN_IF_ERROR(CheckHostMemory(spec, backend->name() == "cpu"));

@@ -135,6 +135,10 @@ struct TrainOptions {
   // GPU backend: replay each kind of micro-batch from a CUDA graph once captured (its third
   // launch); false: launch every kernel of every step.
   bool cuda_graphs = true;
+  // GPU backend: time cuDNN's first few candidate plans for each convolution and keep the
+  // fastest; false: the first its heuristics rank. Timing may pick other engines in another
+  // run, whose sums round differently.
+  bool cudnn_autotune = false;
   std::string checkpoint_path;  // resume from / write to this file; empty: no checkpoints
   int checkpoint_every = 0;     // epochs between checkpoints; 0: only when stopped and at the end
   // Resuming from a checkpoint: first report its epoch again (EpochReport::replayed), the way it

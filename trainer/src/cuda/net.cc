@@ -16,23 +16,26 @@
 namespace sweep::trainer::cuda {
 
 Net::Net(const ModelSpec& model, int max_batch, Precision precision, float label_smoothing,
-         bool tf32, cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn)
+         bool tf32, cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn,
+         bool cudnn_autotune)
     : model_(model),
       max_batch_(max_batch),
       precision_(precision),
       half_type_(precision == Precision::kFp16 ? cpu::HalfType::kFp16 : cpu::HalfType::kBf16),
       label_smoothing_(label_smoothing),
       tf32_(tf32),
+      cudnn_autotune_(cudnn_autotune),
       stream_(stream),
       blas_(blas),
       dnn_(dnn) {}
 
 Result<std::unique_ptr<Net>> Net::Create(const ModelSpec& model, int max_batch, Precision precision,
                                          float label_smoothing, bool tf32, cudaStream_t stream,
-                                         cublasHandle_t blas, cudnnHandle_t dnn) {
+                                         cublasHandle_t blas, cudnnHandle_t dnn,
+                                         bool cudnn_autotune) {
   if (max_batch < 1) return Status::InvalidArgument("cuda: max_batch must be >= 1");
-  std::unique_ptr<Net> net(
-      new Net(model, max_batch, precision, label_smoothing, tf32, stream, blas, dnn));
+  std::unique_ptr<Net> net(new Net(model, max_batch, precision, label_smoothing, tf32, stream, blas,
+                                   dnn, cudnn_autotune));
   SWEEP_RETURN_IF_ERROR(net->Allocate());
   return net;
 }
@@ -182,6 +185,7 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
     ConvOptions o;
     o.precision = precision_;
     o.tf32 = tf32_;
+    o.autotune = cudnn_autotune_;
     SWEEP_ASSIGN_OR_RETURN(plan, CudnnConv::Create(dnn_, ConvShapeOf(model_.layer(i), B), o));
     SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes(), i, "convolution", B));
   }

@@ -40,7 +40,7 @@ class Net final : public ReplicaModel {
   static Result<std::unique_ptr<Net>> Create(const ModelSpec& model, int max_batch,
                                              Precision precision, float label_smoothing, bool tf32,
                                              cudaStream_t stream, cublasHandle_t blas,
-                                             cudnnHandle_t dnn);
+                                             cudnnHandle_t dnn, bool cudnn_autotune = false);
 
   const ModelSpec& model() const { return model_; }
   float* params() override { return params_.data(); }
@@ -84,7 +84,7 @@ class Net final : public ReplicaModel {
 
  private:
   Net(const ModelSpec& model, int max_batch, Precision precision, float label_smoothing, bool tf32,
-      cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn);
+      cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn, bool cudnn_autotune);
   bool half() const { return precision_ != Precision::kFp32; }
   Status Allocate();
   // The layers in order; the logits end in y_.back().
@@ -105,6 +105,7 @@ class Net final : public ReplicaModel {
   cpu::HalfType half_type_;
   float label_smoothing_;
   bool tf32_;
+  bool cudnn_autotune_;
   cudaStream_t stream_;
   cublasHandle_t blas_;
   cudnnHandle_t dnn_;

@@ -118,7 +118,7 @@ Status CudaReplicaGroup::InitRank(int rank) {
     SWEEP_RETURN_IF_ERROR(CreateCudnnHandle(r.compute, &r.dnn));
     SWEEP_ASSIGN_OR_RETURN(
         r.model, Net::Create(spec_.model, spec_.max_rows, spec_.precision, spec_.label_smoothing,
-                             spec_.tf32, r.compute, r.blas, r.dnn));
+                             spec_.tf32, r.compute, r.blas, r.dnn, spec_.cudnn_autotune));
 #else
     return Status::InvalidArgument("cuda: this build has no cuDNN for the model's layers");
 #endif
