@@ -180,11 +180,12 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/sweep-asha-bench-XXXXXX";
   fs::path dir = ::mkdtemp(tmpl);
   const std::string images = samples > 0 ? std::to_string(samples) : std::string("all");
+  std::string rungs;  // 1, 3, 9, ... below the last epoch
+  for (int r = 1; r < epochs; r *= 3) rungs += (rungs.empty() ? "" : ", ") + std::to_string(r);
   std::printf(
       "ASHA vs random search: Fashion-MNIST MLP, %s space, %s training images, up to %d "
-      "epochs, random %d trials, ASHA %d trials proposed by %s search (eta 3, rungs at 1, 3, "
-      "9)\n",
-      space.c_str(), images.c_str(), epochs, trials, asha_trials, search.c_str());
+      "epochs, random %d trials, ASHA %d trials proposed by %s search (eta 3, rungs at %s)\n",
+      space.c_str(), images.c_str(), epochs, trials, asha_trials, search.c_str(), rungs.c_str());
   std::printf("%-5s %-10s %7s %7s %9s %8s %8s\n", "seed", "search", "trials", "pruned", "epochs",
               "best", "seconds");
   int met = 0;
