@@ -217,6 +217,9 @@ void BatchNormMsPerStep(const TrainOptions& o, double* cudnn, double* ours, std:
       auto bn = cuda::CudnnBatchNorm::Create(handle, N, C, l.eps, l.momentum, &none);
       if (!bn.ok()) none = bn.status().message();
       if ((!bn.ok() || *bn == nullptr) && why->empty()) *why = none;
+      // Parameters, statistics and cuDNN's gradients: four arrays of C each, at 16-byte
+      // boundaries, as cuDNN's tensors are declared.
+      const int64_t A = (C + 3) / 4 * 4;
       cuda::DeviceBuffer<float> x, y, d, dx, params, stats, tmp;
       cuda::DeviceBuffer<uint8_t> ws, scratch;
       const size_t ws_bytes = bn.ok() && *bn != nullptr ? (*bn)->workspace_bytes() : 0;
@@ -224,9 +227,9 @@ void BatchNormMsPerStep(const TrainOptions& o, double* cudnn, double* ours, std:
           !cuda::DeviceBuffer<float>::Make(N * C, &y).ok() ||
           !cuda::DeviceBuffer<float>::Make(N * C, &d).ok() ||
           !cuda::DeviceBuffer<float>::Make(N * C, &dx).ok() ||
-          !cuda::DeviceBuffer<float>::Make(4 * C, &params).ok() ||
-          !cuda::DeviceBuffer<float>::Make(4 * C, &stats).ok() ||
-          !cuda::DeviceBuffer<float>::Make(4 * C, &tmp).ok() ||
+          !cuda::DeviceBuffer<float>::Make(4 * A, &params).ok() ||
+          !cuda::DeviceBuffer<float>::Make(4 * A, &stats).ok() ||
+          !cuda::DeviceBuffer<float>::Make(4 * A, &tmp).ok() ||
           !cuda::DeviceBuffer<uint8_t>::Make(static_cast<int64_t>(ws_bytes), &ws).ok() ||
           !cuda::DeviceBuffer<uint8_t>::Make(cuda::batchnorm_scratch_bytes(N, C), &scratch).ok() ||
           cudaMemset(x.data(), 0, N * C * sizeof(float)) != cudaSuccess ||
@@ -238,13 +241,13 @@ void BatchNormMsPerStep(const TrainOptions& o, double* cudnn, double* ours, std:
       float* s = stats.data();
       auto time = [&](const auto& step) { return TimeMs(stream, step); };
       const double mine = time([&] {
-        return cuda::batchnorm_forward(y.data(), nullptr, s + 2 * C, s + 3 * C, x.data(), p, p + C,
-                                       s, s + C, N, C, l.momentum, l.eps,
+        return cuda::batchnorm_forward(y.data(), nullptr, s + 2 * A, s + 3 * A, x.data(), p, p + A,
+                                       s, s + A, N, C, l.momentum, l.eps,
                                        sweep::trainer::cpu::Activation::kNone, scratch.data(),
                                        stream)
                    .ok() &&
-               cuda::batchnorm_backward(dx.data(), p + 2 * C, p + 3 * C, d.data(), x.data(),
-                                        nullptr, y.data(), s + 2 * C, s + 3 * C, p, N, C,
+               cuda::batchnorm_backward(dx.data(), p + 2 * A, p + 3 * A, d.data(), x.data(),
+                                        nullptr, y.data(), s + 2 * A, s + 3 * A, p, N, C,
                                         sweep::trainer::cpu::Activation::kNone, false, false,
                                         scratch.data(), stream)
                    .ok();
@@ -256,14 +259,12 @@ void BatchNormMsPerStep(const TrainOptions& o, double* cudnn, double* ours, std:
       }
       const cuda::CudnnBatchNorm& n = **bn;
       const double theirs = time([&] {
-        return n.Forward(y.data(), s + 2 * C, s + 3 * C, x.data(), p, p + C, s, tmp.data(),
-                         ws.data())
-                   .ok() &&
-               cuda::batchnorm_running_update(s, s + C, s + 2 * C, s + 3 * C, N, C, l.momentum,
+        return n.Forward(y.data(), s + 2 * A, s + 3 * A, x.data(), p, p + A, ws.data()).ok() &&
+               cuda::batchnorm_running_update(s, s + A, s + 2 * A, s + 3 * A, N, C, l.momentum,
                                               l.eps, stream)
                    .ok() &&
-               n.Backward(dx.data(), tmp.data() + 2 * C, tmp.data() + 3 * C, d.data(), x.data(), p,
-                          s + 2 * C, s + 3 * C, ws.data())
+               n.Backward(dx.data(), tmp.data() + 2 * A, tmp.data() + 3 * A, d.data(), x.data(), p,
+                          s + 2 * A, s + 3 * A, ws.data())
                    .ok();
       });
       with_cudnn = theirs < 0 ? -1 : with_cudnn + theirs;

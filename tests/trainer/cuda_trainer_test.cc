@@ -600,8 +600,8 @@ TEST_F(CudaGroup, RefusesAModelLargerThanTheGpu) {
 
 #if defined(SWEEP_CUDA_EMU)
 // cudnn_autotune: each convolution's plans are the fastest of cuDNN's first candidates, timed
-// on the device. A CNN trained with them ends within TF32's rounding of one trained with the
-// plans the heuristics rank first.
+// on the device (the group says so). A CNN trained with them ends within TF32's rounding of one
+// trained with the plans the heuristics rank first.
 TEST_F(CudaGroup, AutotunedConvolutionsTrainAsTheFirstRankedDo) {
   Result<ModelSpec> cnn = ResidualCnn();
   ASSERT_TRUE(cnn.ok()) << cnn.status().message();
@@ -614,6 +614,9 @@ TEST_F(CudaGroup, AutotunedConvolutionsTrainAsTheFirstRankedDo) {
     spec.cudnn_autotune = tune == 1;
     Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
     ASSERT_TRUE(g.ok()) << g.status().message();
+    const std::string plans = (*g)->Describe();
+    EXPECT_NE(plans.find("convolution"), std::string::npos) << plans;
+    EXPECT_EQ(plans.find("timed") != std::string::npos, tune == 1) << plans;
     out[tune] = RunSteps(g->get(), spec, 8, 1, data);
   }
   ASSERT_EQ(out[1].losses.size(), out[0].losses.size());

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -155,6 +156,9 @@ class ReplicaGroup {
   virtual int64_t TakeSkippedSteps() { return 0; }
   // Outside Run: micro-batches rank 0 replayed from a CUDA graph since the last call.
   virtual int64_t TakeGraphLaunches() { return 0; }
+  // What runs rank 0's layers (a GPU's cuDNN plans, for instance), for logs, benchmarks and
+  // tests; empty when there is nothing to say.
+  virtual std::string Describe() const { return ""; }
   // Where the Batcher should put the batches this group reads (pinned memory for a GPU, so that
   // copies from it are asynchronous); null: ordinary memory. Owned by the group.
   virtual HostAllocator* host_allocator() { return nullptr; }

@@ -476,6 +476,8 @@ struct CUevent_st {
   CUgraph_st* captured = nullptr;
   cudaStream_t captured_on = nullptr;  // and how much of the capture that stream had then
   uint64_t captured_nodes = 0;
+  // The nodes that stream's waits since its last node point to: a record orders after them too.
+  std::vector<size_t> captured_waits;
 };
 
 // One node of a captured graph: what a launch issues on the launch stream, and what it waits
@@ -713,6 +715,18 @@ bool Enqueue(cudaStream_t stream, std::function<void()> fn) {
   return true;
 }
 
+bool DeviceOffset(const void* p, uint64_t* offset) {
+  std::lock_guard<std::mutex> lock(memory_mu);
+  auto it = Allocations().upper_bound(const_cast<void*>(p));
+  if (it == Allocations().begin()) return false;
+  --it;
+  const auto start = reinterpret_cast<uintptr_t>(it->first);
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  if (at >= start + it->second.requested) return false;
+  *offset = at - start;
+  return true;
+}
+
 bool Capture(cudaStream_t stream, std::function<void(cudaStream_t)> issue) {
   return Record(stream, std::move(issue));
 }
@@ -870,6 +884,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   uint64_t position, captured_nodes;
   bool in_capture;
   CUgraph_st* captured;
+  std::vector<size_t> captured_waits;
   {
     std::lock_guard<std::mutex> lock(events_mu);
     on = event->stream;
@@ -878,6 +893,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     captured = event->captured;
     captured_on = event->captured_on;
     captured_nodes = event->captured_nodes;
+    captured_waits = event->captured_waits;
   }
   CUgraph_st* mine = CaptureOf(stream);
   if (in_capture) {
@@ -894,10 +910,11 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
       s->capture = captured;
       captured->streams.push_back(s);
     }
-    // The stream's next node waits for the recording stream's nodes up to the record.
-    if (captured_nodes > 0) {
-      captured->waits[s].push_back(captured->indices_on[captured_on][captured_nodes - 1]);
-    }
+    // The stream's next node waits for the recording stream's nodes up to the record, and
+    // for what that stream had waited for since its last node.
+    std::vector<size_t>& next = captured->waits[s];
+    if (captured_nodes > 0) next.push_back(captured->indices_on[captured_on][captured_nodes - 1]);
+    next.insert(next.end(), captured_waits.begin(), captured_waits.end());
     return cudaSuccess;
   }
   if (on == nullptr) return cudaSuccess;  // never recorded: no wait
@@ -927,15 +944,18 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   const cudaStream_t s = Resolve(stream);
   if (CUgraph_st* g = CaptureOf(stream); g != nullptr) {
     uint64_t nodes;
+    std::vector<size_t> waits;
     {
       std::lock_guard<std::mutex> lock(capture_mu);
       nodes = g->nodes_on[s];
+      waits = g->waits[s];
     }
     std::lock_guard<std::mutex> lock(events_mu);
     event->in_capture = true;
     event->captured = g;
     event->captured_on = s;
     event->captured_nodes = nodes;
+    event->captured_waits = std::move(waits);
     g->events.push_back(event);
     return cudaSuccess;
   }

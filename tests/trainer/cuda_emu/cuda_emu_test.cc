@@ -295,9 +295,38 @@ TEST(CudaEmu, AGraphsLaunchesRunItsNodesInOrdersItsDependenciesAllow) {
     EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
     EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
   }
+  // A wait passed on through an event recorded before any work: stream c reads x after a's
+  // first write because b waited for it, though b has no node of its own.
+  cudaStream_t c = nullptr;
+  cudaEvent_t relay = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&relay, cudaEventDisableTiming), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(a, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cuda_emu::Launch(dim3(1), dim3(4), a, [x] { SetTo(x, 3); });
+  ASSERT_EQ(cudaEventRecord(fork, a), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(b, fork, 0), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(relay, b), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(c, relay, 0), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(y, x, 4 * sizeof(int), cudaMemcpyDeviceToDevice, c), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(join, c), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(a, join, 0), cudaSuccess);
+  cuda_emu::Launch(dim3(1), dim3(4), a, [x] { SetTo(x, 4); });
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(a, &graph), cudaSuccess);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int launch = 0; launch < 2; ++launch) {
+    ASSERT_EQ(cudaGraphLaunch(exec, a), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
+    std::vector<int> got(4);
+    ASSERT_EQ(cudaMemcpy(got.data(), y, 4 * sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(got, std::vector<int>(4, 3)) << "relayed, launch " << launch;
+  }
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
   for (int* p : {x, y}) EXPECT_EQ(cudaFree(p), cudaSuccess);
-  for (cudaEvent_t e : {fork, read, join}) EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
-  for (cudaStream_t st : {a, b}) EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
+  for (cudaEvent_t e : {fork, read, join, relay}) EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
+  for (cudaStream_t st : {a, b, c}) EXPECT_EQ(cudaStreamDestroy(st), cudaSuccess);
 }
 
 // C (2 x 2) = A^T (2 x 3) B (3 x 2), column-major: A is stored 3 x 2 with lda 3 (padded to 4 to

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -1007,6 +1008,14 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
     return nullptr;
   };
   void* workspace = Find(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE)->at<void*>(0);
+  // As the tensor was declared: an engine may load it in vectors of that many bytes. Measured
+  // from its buffer's start, which a GPU aligns to 256 bytes.
+  const auto aligned = [](const Desc* t, const void* data) {
+    const auto a = static_cast<uint64_t>(Find(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)->at<int64_t>(0));
+    uint64_t offset = reinterpret_cast<uintptr_t>(data);
+    cuda_emu::DeviceOffset(data, &offset);
+    return a <= 1 || offset % a == 0;
+  };
   if (op != nullptr && Live(op) && IsNorm(op)) {
     const NormParts parts = NormPartsOf(op);
     std::vector<Tensor> t;
@@ -1029,6 +1038,9 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
         const double v = *static_cast<const float*>(data);
         (i == kFmomentum && parts.forward ? momentum : eps) = v;
         data = nullptr;
+      } else if (!aligned(d, data)) {
+        return Fail(CUDNN_STATUS_BAD_PARAM,
+                    "execute: a tensor's pointer is not as aligned as its descriptor says");
       }
       t.push_back(Bind(d, data));
     }
@@ -1054,6 +1066,10 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
                y = Bind(p.y, pointer(p.y));
   if (x.data == nullptr || w.data == nullptr || y.data == nullptr) {
     return Fail(CUDNN_STATUS_BAD_PARAM, "execute: the pack lacks a tensor's pointer");
+  }
+  if (!aligned(p.x, x.data) || !aligned(p.w, w.data) || !aligned(p.y, y.data)) {
+    return Fail(CUDNN_STATUS_BAD_PARAM,
+                "execute: a tensor's pointer is not as aligned as its descriptor says");
   }
   const int64_t engine = plan->engine;
   if (engine == 0 && workspace == nullptr) {

@@ -22,6 +22,11 @@ bool Capture(cudaStream_t stream, std::function<void(cudaStream_t)> issue);
 // now (then returns false: it gets there itself).
 bool TryRunTo(cudaStream_t stream, uint64_t position);
 
+// Where p lies in the cudaMalloc buffer that holds it: its offset from the buffer's start, whose
+// alignment on a GPU is 256 bytes (the emulator's own starts are not: each buffer ends at a
+// guard page). False when no buffer holds p.
+bool DeviceOffset(const void* p, uint64_t* offset);
+
 // The TF32 value nearest x (10 explicit significand bits, ties to even), as tensor cores read
 // fp32 inputs in TF32 mode.
 float RoundTf32(float x);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -172,6 +173,11 @@ std::string DescribePlan(const Plan& p) {
     if (n == CUDNN_NUMERICAL_NOTE_FFT) out += " fft";
   }
   if (p.workspace > 0) out += ", " + std::to_string(p.workspace) + " B workspace";
+  if (p.ms >= 0) {
+    char timed[48];
+    std::snprintf(timed, sizeof timed, ", timed %.3f ms", static_cast<double>(p.ms));
+    out += timed;
+  }
   return out;
 }
 

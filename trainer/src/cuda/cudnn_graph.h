@@ -93,7 +93,8 @@ Status Candidates(cudnnHandle_t handle, const Descriptor& graph, const Acceptabl
 Status Execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,
                const std::vector<void*>& pointers, void* workspace);
 
-// "engine 12 tensor-core, 4096 B workspace", for logs and benchmarks.
+// "engine 12 tensor-core, 4096 B workspace, timed 0.153 ms" (the time when autotune timed it),
+// for logs, benchmarks and tests.
 std::string DescribePlan(const Plan& p);
 
 }  // namespace sweep::trainer::cuda::cudnn_graph

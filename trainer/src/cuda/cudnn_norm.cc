@@ -67,8 +67,8 @@ struct CudnnBatchNorm::Operands {
       dbias;
 };
 
-CudnnBatchNorm::CudnnBatchNorm(cudnnHandle_t handle, int C, float eps, float momentum)
-    : handle_(handle), C_(C), eps_(eps), momentum_(momentum) {}
+CudnnBatchNorm::CudnnBatchNorm(cudnnHandle_t handle, float eps, float momentum)
+    : handle_(handle), eps_(eps), momentum_(momentum) {}
 
 CudnnBatchNorm::~CudnnBatchNorm() = default;
 
@@ -79,7 +79,7 @@ Result<std::unique_ptr<CudnnBatchNorm>> CudnnBatchNorm::Create(cudnnHandle_t han
     return Status::InvalidArgument("batch norm of " + std::to_string(N) + " rows of " +
                                    std::to_string(C) + " channels: not a valid shape");
   }
-  std::unique_ptr<CudnnBatchNorm> bn(new CudnnBatchNorm(handle, C, eps, momentum));
+  std::unique_ptr<CudnnBatchNorm> bn(new CudnnBatchNorm(handle, eps, momentum));
   bn->operands_ = std::make_unique<Operands>();
   Operands& o = *bn->operands_;
   const int64_t c = C;
@@ -153,6 +153,11 @@ Result<std::unique_ptr<CudnnBatchNorm>> CudnnBatchNorm::Create(cudnnHandle_t han
   }
   bn->backward_ = std::make_unique<cudnn_graph::Plan>(std::move(plans.front()));
   bn->workspace_bytes_ = std::max(bn->forward_->workspace, bn->backward_->workspace);
+  bn->running_stride_ = (c + 3) / 4 * 4;
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(4 * bn->running_stride_, &bn->running_));
+  // Read by the training pass: defined values, though what cuDNN makes of them is not used.
+  CUDA_CHECK(cudaMemset(bn->running_.data(), 0,
+                        static_cast<size_t>(4 * bn->running_stride_) * sizeof(float)));
   return bn;
 }
 
@@ -162,14 +167,15 @@ std::string CudnnBatchNorm::Describe() const {
 }
 
 Status CudnnBatchNorm::Forward(float* y, float* mean, float* invstd, const float* x,
-                               const float* scale, const float* bias, const float* running,
-                               float* running_out, void* workspace) const {
+                               const float* scale, const float* bias, void* workspace) const {
   const auto in = [](const float* p) { return static_cast<void*>(const_cast<float*>(p)); };
+  float* running = running_.data();
+  const int64_t s = running_stride_;
   return cudnn_graph::Execute(handle_, *forward_,
                               {kX, kScale, kBias, kEps, kMomentum, kRunMeanIn, kRunVarIn,
                                kRunMeanOut, kRunVarOut, kMean, kInvStd, kY},
-                              {in(x), in(scale), in(bias), in(&eps_), in(&momentum_), in(running),
-                               in(running + C_), running_out, running_out + C_, mean, invstd, y},
+                              {in(x), in(scale), in(bias), in(&eps_), in(&momentum_), running,
+                               running + s, running + 2 * s, running + 3 * s, mean, invstd, y},
                               workspace);
 }
 

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "cuda/cudnn_graph.h"
+#include "cuda/device_buffer.h"
 
 namespace sweep::trainer::cuda {
 
@@ -38,11 +39,10 @@ class CudnnBatchNorm {
   std::string Describe() const;
 
   // y = scale * (x - mean) * invstd + bias with the batch's mean and invstd = 1 / sqrt(biased
-  // variance + eps), which go to mean[C] and invstd[C]. cuDNN's running statistics are read
-  // from running [2C] (mean, then variance) and written to running_out [2C].
+  // variance + eps), which go to mean[C] and invstd[C]. cuDNN's own running statistics stay in
+  // the object's scratch. Every pointer is 16-byte aligned, as the tensors are declared.
   Status Forward(float* y, float* mean, float* invstd, const float* x, const float* scale,
-                 const float* bias, const float* running, float* running_out,
-                 void* workspace) const;
+                 const float* bias, void* workspace) const;
   // dx [N, C], dscale [C] and dbias [C] (all overwritten) from dy [N, C], x and the forward's
   // mean and invstd.
   Status Backward(float* dx, float* dscale, float* dbias, const float* dy, const float* x,
@@ -52,13 +52,17 @@ class CudnnBatchNorm {
   struct Operands;  // the tensor descriptors the plans were built from
 
  private:
-  CudnnBatchNorm(cudnnHandle_t handle, int C, float eps, float momentum);
+  CudnnBatchNorm(cudnnHandle_t handle, float eps, float momentum);
 
   cudnnHandle_t handle_;
-  int C_;
   float eps_, momentum_;  // passed by value: the variant pack points at these
   std::unique_ptr<Operands> operands_;
   std::unique_ptr<cudnn_graph::Plan> forward_, backward_;
+  // cuDNN's running statistics in and out (mean, variance), each at a 16-byte boundary: the
+  // model's own sit packed at 2C floats a layer, which need not be aligned, and keep the CPU's
+  // update (batchnorm_running_update).
+  mutable DeviceBuffer<float> running_;  // written by Forward, which is const to its callers
+  int64_t running_stride_ = 0;
   size_t workspace_bytes_ = 0;
 };
 

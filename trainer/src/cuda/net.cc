@@ -133,7 +133,9 @@ Status Net::Allocate() {
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(widest_weight, &dw_tmp_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(bias_scratch, &bias_scratch_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(bn_scratch, &bn_scratch_));
-  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(4 * widest_bn, &bn_tmp_));
+  // dscale then dbias, the second at a 16-byte boundary as cuDNN's tensors are declared.
+  bn_stride_ = (widest_bn + 3) / 4 * 4;
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(2 * bn_stride_, &bn_tmp_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(max_batch_, &losses_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &loss_));
   for (int s = 0; s < kInputSlots; ++s) {
@@ -156,6 +158,22 @@ Status Net::Allocate() {
     }
   }
   return Status::Ok();
+}
+
+std::string Net::Describe() const {
+  std::string out;
+  for (size_t i = 0; i < model_.layers.size(); ++i) {
+    const std::string layer = "layer " + std::to_string(i);
+    if (auto it = plans_[i].find(max_batch_); it != plans_[i].end() && it->second != nullptr) {
+      out += layer + " convolution: " + it->second->Describe() + "\n";
+    }
+    if (auto it = norm_plans_[i].find(max_batch_); it != norm_plans_[i].end()) {
+      out += layer + " batch norm: " +
+             (it->second != nullptr ? "cuDNN " + it->second->Describe() : std::string("ours")) +
+             "\n";
+    }
+  }
+  return out;
 }
 
 Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
@@ -281,8 +299,8 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           float* mean = mean_[at].data();
           float* invstd = invstd_[at].data();
           if (bn != nullptr) {
-            SWEEP_RETURN_IF_ERROR(bn->Forward(out, mean, invstd, in, p + l.weight, p + l.bias_at,
-                                              rm, bn_tmp_.data(), workspace_.data()));
+            SWEEP_RETURN_IF_ERROR(
+                bn->Forward(out, mean, invstd, in, p + l.weight, p + l.bias_at, workspace_.data()));
             SWEEP_RETURN_IF_ERROR(batchnorm_running_update(rm, rm + C, mean, invstd, N, C,
                                                            l.momentum, l.eps, stream_));
           } else {
@@ -435,8 +453,8 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         if (bn != nullptr) {
           // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
           const int C = l.in_shape.c;
-          float* dscale = bn_tmp_.data() + bn_tmp_.size() / 2;
-          float* dbias = dscale + bn_tmp_.size() / 4;
+          float* dscale = bn_tmp_.data();
+          float* dbias = dscale + bn_stride_;
           float* dx = d_in != nullptr && !add ? d_in : dtmp_.data();
           SWEEP_RETURN_IF_ERROR(bn->Backward(dx, dscale, dbias, d, in, p + l.weight,
                                              mean_[at].data(), invstd_[at].data(),

@@ -57,6 +57,8 @@ class Net final : public ReplicaModel {
   int batch_norms_through_cudnn() const { return bn_cudnn_; }
   int batch_norms() const { return bn_layers_; }
   const std::string& batch_norm_note() const { return bn_note_; }
+  // Each convolution's and batch norm's plans at full batches, one layer a line.
+  std::string Describe() const override;
   cpu::HalfType half_type() const override { return half_type_; }
 
   // ReplicaModel's, on input slots.
@@ -122,8 +124,9 @@ class Net final : public ReplicaModel {
   std::vector<std::map<int, std::unique_ptr<CudnnBatchNorm>>> norm_plans_;  // null: ours
   int bn_layers_ = 0, bn_cudnn_ = 0;
   std::string bn_note_;
-  // cuDNN's batch norm: its running statistics out (ignored), dscale and dbias, [C] each of 4.
+  // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
   DeviceBuffer<float> bn_tmp_;
+  int64_t bn_stride_ = 0;
   DeviceBuffer<uint8_t> workspace_, bn_scratch_;
   uint64_t workspace_epoch_ = 0;  // memory_epoch(): counts workspace_'s replacements
   DeviceBuffer<float> dtmp_;      // a gradient that must be added to one already written

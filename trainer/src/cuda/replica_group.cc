@@ -343,6 +343,8 @@ Status CudaReplicaGroup::ReadState(ModelState* s) const {
 
 int64_t CudaReplicaGroup::TakeGraphLaunches() { return std::exchange(ranks_[0].graph_launches, 0); }
 
+std::string CudaReplicaGroup::Describe() const { return ranks_[0].model->Describe(); }
+
 void CudaReplicaGroup::DropGraphs() {
   std::lock_guard<std::mutex> lock(graphs_mu_);
   int current = 0;

@@ -94,6 +94,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   CommStats TakeCommStats() override;
   int64_t TakeSkippedSteps() override;
   int64_t TakeGraphLaunches() override;
+  std::string Describe() const override;
   HostAllocator* host_allocator() override { return &pinned_; }
   bool takes_pixels() const override { return true; }
   Result<bool> HoldDataset(const Dataset& data, const InputTransform* transform) override;

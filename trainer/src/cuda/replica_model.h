@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "base/status.h"
 #include "cpu/ops.h"
@@ -43,6 +44,8 @@ class ReplicaModel {
   // null in fp32.
   virtual uint16_t* params16() = 0;
   virtual cpu::HalfType half_type() const = 0;
+  // What runs the layers (ReplicaGroup::Describe).
+  virtual std::string Describe() const { return ""; }
 
   // Training forward of the B rows in input slot `slot` and its loss, summed into summed_loss()
   // (reset first unless accumulate_loss); keeps what Backward needs. The logits' gradient is
