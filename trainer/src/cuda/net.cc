@@ -181,14 +181,21 @@ Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
   if (auto it = plans.find(B); it != plans.end()) return it->second.get();
   const Layer& l = model_.layer(i);
   const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
+  std::shared_ptr<CudnnBatchNorm>& plan = plans[B];
+  // Layers of one shape share a plan: cuDNN may compile a batch-norm engine's kernels for each.
+  const NormKey key{N, l.in_shape.c, l.eps, l.momentum};
+  if (auto shared = norm_by_shape_.find(key); shared != norm_by_shape_.end()) {
+    plan = shared->second;
+    return plan.get();
+  }
   std::string none;
   Result<std::unique_ptr<CudnnBatchNorm>> made =
       CudnnBatchNorm::Create(dnn_, N, l.in_shape.c, l.eps, l.momentum, &none);
   // A graph cuDNN refuses to build (a version without batch norm in its graph API) leaves the
   // layer to our kernels, as no engine does.
   if (!made.ok()) none = made.status().message();
-  std::unique_ptr<CudnnBatchNorm>& plan = plans[B];
   if (made.ok()) plan = std::move(made).value();
+  norm_by_shape_[key] = plan;
   if (plan == nullptr) {
     if (bn_note_.empty()) bn_note_ = "layer " + std::to_string(i) + ": " + none;
     return plan.get();

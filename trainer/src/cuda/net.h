@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/status.h"
@@ -121,7 +122,10 @@ class Net final : public ReplicaModel {
   std::vector<int> gown_;
   std::vector<char> written_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
-  std::vector<std::map<int, std::unique_ptr<CudnnBatchNorm>>> norm_plans_;  // null: ours
+  // Per layer and batch size; null: ours. Layers of one shape share theirs (norm_by_shape_).
+  std::vector<std::map<int, std::shared_ptr<CudnnBatchNorm>>> norm_plans_;
+  using NormKey = std::tuple<int64_t, int, float, float>;  // rows, channels, eps, momentum
+  std::map<NormKey, std::shared_ptr<CudnnBatchNorm>> norm_by_shape_;
   int bn_layers_ = 0, bn_cudnn_ = 0;
   std::string bn_note_;
   // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
