@@ -156,8 +156,12 @@ Result<std::unique_ptr<CudnnBatchNorm>> CudnnBatchNorm::Create(cudnnHandle_t han
   bn->running_stride_ = (c + 3) / 4 * 4;
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(4 * bn->running_stride_, &bn->running_));
   // Read by the training pass: defined values, though what cuDNN makes of them is not used.
-  CUDA_CHECK(cudaMemset(bn->running_.data(), 0,
-                        static_cast<size_t>(4 * bn->running_stride_) * sizeof(float)));
+  // Zeroed on the handle's stream, which the legacy stream's cudaMemset would not be ordered
+  // with.
+  cudaStream_t stream = nullptr;
+  CUDNN_CHECK(cudnnGetStream(handle, &stream));
+  CUDA_CHECK(cudaMemsetAsync(bn->running_.data(), 0,
+                             static_cast<size_t>(4 * bn->running_stride_) * sizeof(float), stream));
   return bn;
 }
 
