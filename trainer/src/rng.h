@@ -11,11 +11,7 @@
 
 // The mixing functions are also device code: the CUDA backend's dropout derives a layer's key
 // from the step's on the device.
-#if !defined(SWEEP_HOST_DEVICE) && defined(__CUDACC__)
-#define SWEEP_HOST_DEVICE __host__ __device__
-#elif !defined(SWEEP_HOST_DEVICE)
-#define SWEEP_HOST_DEVICE
-#endif
+#include "host_device.h"
 
 namespace sweep::trainer {
 

@@ -8,11 +8,7 @@
 
 #include <cstdint>
 
-#if !defined(SWEEP_HOST_DEVICE) && defined(__CUDACC__)
-#define SWEEP_HOST_DEVICE __host__ __device__
-#elif !defined(SWEEP_HOST_DEVICE)
-#define SWEEP_HOST_DEVICE
-#endif
+#include "host_device.h"
 
 namespace sweep::trainer {
 

@@ -132,8 +132,8 @@ bool Acceptable(const std::vector<cudnnBackendNumericalNote_t>& notes, const Con
 
 // Executes `plan` on the handle's stream over x, w, y (the operation's three tensors in the
 // order kOps names them) and the workspace.
-Status Run(cudnnHandle_t handle, const CudnnConv::Plan& plan, void* x, void* w, void* y,
-           void* workspace) {
+Status Run(cudnnHandle_t handle, const CudnnConv::Plan& plan, const void* x, const void* w,
+           const void* y, void* workspace) {
   return cudnn_graph::Execute(handle, plan, {kX, kW, kY}, {x, w, y}, workspace);
 }
 
@@ -286,22 +286,23 @@ std::string CudnnConv::Describe() const {
   return out;
 }
 
-Status CudnnConv::Execute(Direction d, void* x, void* w, void* y, void* workspace) const {
+Status CudnnConv::Execute(Direction d, const void* x, const void* w, const void* y,
+                          void* workspace) const {
   const Plan* p = plans_[d].get();
   if (p == nullptr) return Status::Internal("cudnn: a convolution without its plan");
   return Run(handle_, *p, x, w, y, workspace);
 }
 
 Status CudnnConv::Forward(void* y, const void* x, const void* w, void* workspace) const {
-  return Execute(kForward, const_cast<void*>(x), const_cast<void*>(w), y, workspace);
+  return Execute(kForward, x, w, y, workspace);
 }
 
 Status CudnnConv::BackwardData(void* dx, const void* dy, const void* w, void* workspace) const {
-  return Execute(kBackwardData, dx, const_cast<void*>(w), const_cast<void*>(dy), workspace);
+  return Execute(kBackwardData, dx, w, dy, workspace);
 }
 
 Status CudnnConv::BackwardFilter(void* dw, const void* x, const void* dy, void* workspace) const {
-  return Execute(kBackwardFilter, const_cast<void*>(x), dw, const_cast<void*>(dy), workspace);
+  return Execute(kBackwardFilter, x, dw, dy, workspace);
 }
 
 }  // namespace sweep::trainer::cuda

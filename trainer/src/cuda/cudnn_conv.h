@@ -71,7 +71,8 @@ class CudnnConv {
 
  private:
   CudnnConv(cudnnHandle_t handle, const cpu::ConvShape& shape);
-  Status Execute(Direction d, void* x, void* w, void* y, void* workspace) const;
+  // x, w, y in the roles kOps names; the direction's plan writes one of them.
+  Status Execute(Direction d, const void* x, const void* w, const void* y, void* workspace) const;
 
   cudnnHandle_t handle_;
   cpu::ConvShape shape_;

@@ -150,7 +150,7 @@ Status Candidates(cudnnHandle_t handle, const Descriptor& graph, const Acceptabl
 }
 
 Status Execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,
-               const std::vector<void*>& pointers, void* workspace) {
+               const std::vector<const void*>& pointers, void* workspace) {
   Descriptor pack;
   if (Status s = Descriptor::Make(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack); !s.ok()) return s;
   const auto n = static_cast<int64_t>(uids.size());

@@ -89,9 +89,10 @@ using Acceptable = std::function<bool(const std::vector<cudnnBackendNumericalNot
 Status Candidates(cudnnHandle_t handle, const Descriptor& graph, const Acceptable& acceptable,
                   size_t limit, std::vector<Plan>* plans);
 
-// Executes `plan` on the handle's stream with the tensors `uids` at `pointers`.
+// Executes `plan` on the handle's stream with the tensors `uids` at `pointers` (inputs and
+// outputs alike: the plan knows which it writes).
 Status Execute(cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,
-               const std::vector<void*>& pointers, void* workspace);
+               const std::vector<const void*>& pointers, void* workspace);
 
 // "engine 12 tensor-core, 4096 B workspace, timed 0.153 ms" (the time when autotune timed it),
 // for logs, benchmarks and tests.

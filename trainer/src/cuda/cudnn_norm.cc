@@ -172,24 +172,22 @@ std::string CudnnBatchNorm::Describe() const {
 
 Status CudnnBatchNorm::Forward(float* y, float* mean, float* invstd, const float* x,
                                const float* scale, const float* bias, void* workspace) const {
-  const auto in = [](const float* p) { return static_cast<void*>(const_cast<float*>(p)); };
   float* running = running_.data();
   const int64_t s = running_stride_;
   return cudnn_graph::Execute(handle_, *forward_,
                               {kX, kScale, kBias, kEps, kMomentum, kRunMeanIn, kRunVarIn,
                                kRunMeanOut, kRunVarOut, kMean, kInvStd, kY},
-                              {in(x), in(scale), in(bias), in(&eps_), in(&momentum_), running,
-                               running + s, running + 2 * s, running + 3 * s, mean, invstd, y},
+                              {x, scale, bias, &eps_, &momentum_, running, running + s,
+                               running + 2 * s, running + 3 * s, mean, invstd, y},
                               workspace);
 }
 
 Status CudnnBatchNorm::Backward(float* dx, float* dscale, float* dbias, const float* dy,
                                 const float* x, const float* scale, const float* mean,
                                 const float* invstd, void* workspace) const {
-  const auto in = [](const float* p) { return static_cast<void*>(const_cast<float*>(p)); };
-  return cudnn_graph::Execute(
-      handle_, *backward_, {kX, kDy, kScale, kMean, kInvStd, kDscale, kDbias, kDx},
-      {in(x), in(dy), in(scale), in(mean), in(invstd), dscale, dbias, dx}, workspace);
+  return cudnn_graph::Execute(handle_, *backward_,
+                              {kX, kDy, kScale, kMean, kInvStd, kDscale, kDbias, kDx},
+                              {x, dy, scale, mean, invstd, dscale, dbias, dx}, workspace);
 }
 
 }  // namespace sweep::trainer::cuda

@@ -65,7 +65,6 @@ Status Net::Allocate() {
   invstd_.resize(n);
   argmax_.resize(n);
   plans_.resize(n);
-  norm_plans_.resize(n);
   val_.assign(n, nullptr);
   written_.assign(n, 0);
   int64_t widest_in = 0, widest_weight = 0, bias_scratch = 0, bn_scratch = 0, widest_bn = 0;
@@ -151,11 +150,7 @@ Status Net::Allocate() {
   for (int i = 0; i < L; ++i) {
     const LayerKind kind = model_.layer(i).kind;
     if (kind == LayerKind::kConv) SWEEP_RETURN_IF_ERROR(Plan(i, max_batch_).status());
-    if (kind == LayerKind::kBatchNorm) {
-      SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, max_batch_));
-      ++bn_layers_;
-      bn_cudnn_ += bn != nullptr;
-    }
+    if (kind == LayerKind::kBatchNorm) SWEEP_RETURN_IF_ERROR(NormPlan(i, max_batch_).status());
   }
   return Status::Ok();
 }
@@ -167,35 +162,49 @@ std::string Net::Describe() const {
     if (auto it = plans_[i].find(max_batch_); it != plans_[i].end() && it->second != nullptr) {
       out += layer + " convolution: " + it->second->Describe() + "\n";
     }
-    if (auto it = norm_plans_[i].find(max_batch_); it != norm_plans_[i].end()) {
-      out += layer + " batch norm: " +
-             (it->second != nullptr ? "cuDNN " + it->second->Describe() : std::string("ours")) +
-             "\n";
-    }
+    if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
+    auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
+    if (it == norm_plans_.end()) continue;
+    out += layer + " batch norm: " +
+           (it->second != nullptr ? "cuDNN " + it->second->Describe() : std::string("ours")) + "\n";
   }
   return out;
 }
 
-Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
-  auto& plans = norm_plans_[static_cast<size_t>(i)];
-  if (auto it = plans.find(B); it != plans.end()) return it->second.get();
-  const Layer& l = model_.layer(i);
-  const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
-  std::shared_ptr<CudnnBatchNorm>& plan = plans[B];
-  // Layers of one shape share a plan: cuDNN may compile a batch-norm engine's kernels for each.
-  const NormKey key{N, l.in_shape.c, l.eps, l.momentum};
-  if (auto shared = norm_by_shape_.find(key); shared != norm_by_shape_.end()) {
-    plan = shared->second;
-    return plan.get();
+int Net::batch_norms() const {
+  int n = 0;
+  for (const Layer& l : model_.layers) n += l.kind == LayerKind::kBatchNorm;
+  return n;
+}
+
+int Net::batch_norms_through_cudnn() const {
+  int n = 0;
+  for (size_t i = 0; i < model_.layers.size(); ++i) {
+    if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
+    auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
+    n += it != norm_plans_.end() && it->second != nullptr;
   }
+  return n;
+}
+
+Net::NormKey Net::NormKeyOf(int i, int B) const {
+  const Layer& l = model_.layer(i);
+  return {int64_t{B} * l.in_shape.h * l.in_shape.w, l.in_shape.c, l.eps, l.momentum};
+}
+
+// Layers of one shape share a plan: cuDNN may compile a batch-norm engine's kernels for each.
+Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
+  const NormKey key = NormKeyOf(i, B);
+  if (auto it = norm_plans_.find(key); it != norm_plans_.end()) return it->second.get();
+  const auto [N, C, eps, momentum] = key;
   std::string none;
   Result<std::unique_ptr<CudnnBatchNorm>> made =
-      CudnnBatchNorm::Create(dnn_, N, l.in_shape.c, l.eps, l.momentum, &none);
+      CudnnBatchNorm::Create(dnn_, N, C, eps, momentum, &none);
   // A graph cuDNN refuses to build (a version without batch norm in its graph API) leaves the
   // layer to our kernels, as no engine does.
   if (!made.ok()) none = made.status().message();
+  std::unique_ptr<CudnnBatchNorm>& plan = norm_plans_[key];
   if (made.ok()) plan = std::move(made).value();
-  norm_by_shape_[key] = plan;
   if (plan == nullptr) {
     if (bn_note_.empty()) bn_note_ = "layer " + std::to_string(i) + ": " + none;
     return plan.get();

@@ -55,8 +55,8 @@ class Net final : public ReplicaModel {
   uint16_t* params16() override { return half() ? params16_.data() : nullptr; }
   // Batch norm layers whose training pass and backward at full batches run through cuDNN, of
   // all of them; and why the first that does not is ours (empty when all are cuDNN's).
-  int batch_norms_through_cudnn() const { return bn_cudnn_; }
-  int batch_norms() const { return bn_layers_; }
+  int batch_norms_through_cudnn() const;
+  int batch_norms() const;
   const std::string& batch_norm_note() const { return bn_note_; }
   // Each convolution's and batch norm's plans at full batches, one layer a line.
   std::string Describe() const override;
@@ -97,6 +97,8 @@ class Net final : public ReplicaModel {
   // Layer i's batch norm through cuDNN for B rows, made at its first use; null where cuDNN has
   // no engine for it (our kernels run).
   Result<const CudnnBatchNorm*> NormPlan(int i, int B);
+  using NormKey = std::tuple<int64_t, int, float, float>;  // rows, channels, eps, momentum
+  NormKey NormKeyOf(int i, int B) const;
   // Grows the workspace to `bytes` for the plan of layer's `op` at batch B; refused, naming
   // batch_size, when the GPU has not that much free.
   Status EnsureWorkspace(size_t bytes, int layer, const char* op, int B);
@@ -122,11 +124,8 @@ class Net final : public ReplicaModel {
   std::vector<int> gown_;
   std::vector<char> written_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
-  // Per layer and batch size; null: ours. Layers of one shape share theirs (norm_by_shape_).
-  std::vector<std::map<int, std::shared_ptr<CudnnBatchNorm>>> norm_plans_;
-  using NormKey = std::tuple<int64_t, int, float, float>;  // rows, channels, eps, momentum
-  std::map<NormKey, std::shared_ptr<CudnnBatchNorm>> norm_by_shape_;
-  int bn_layers_ = 0, bn_cudnn_ = 0;
+  // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
+  std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
   std::string bn_note_;
   // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
   DeviceBuffer<float> bn_tmp_;

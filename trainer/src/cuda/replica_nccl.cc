@@ -80,7 +80,7 @@ void CudaReplicaGroup::AbortCommunicators() {
   }
   DropGraphs();
   std::unique_lock<std::shared_mutex> lock(nccl_mu_);
-  if (aborted_ || size() == 1) return;
+  if (aborted_) return;
   aborted_ = true;
   for (Rank& r : ranks_) {
     if (r.nccl != nullptr) ncclCommAbort(r.nccl);  // an error here has nowhere to go
