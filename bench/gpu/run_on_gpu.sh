@@ -12,12 +12,14 @@
 #   5. trials that fail on the GPU (out of GPU memory, a diverged loss) beside one that does not
 #      (bench/gpu/check_gpu_failures.py), and the quickstart sweep with 4 trials sharing the GPU;
 #   6. the GPU tests again under compute-sanitizer's memcheck (out-of-bounds and misaligned
-#      accesses, leaks, failed CUDA calls), where the machine has compute-sanitizer.
+#      accesses, leaks, failed CUDA calls), where the machine has compute-sanitizer;
+#   7. only when STEPS names it: configs/fashion_cnn_gpu.toml, and whether its best trial's
+#      test_acc reaches 0.95 within 15 minutes of sweep wall time (bench/gpu/quality_report.py).
 # Run from the repository root: bench/gpu/run_on_gpu.sh [BUILD_DIR] [DATA_DIR]
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
-# running all of them. STEPS picks some of steps 2 to 6, by name, separated by commas: tests,
-# bench, cnn, sweep, failures, memcheck (default: all; STEPS=tests,cnn,memcheck checks the CNN
-# path alone); the machine and its libraries are always
+# running all of them. STEPS picks some of steps 2 to 7, by name, separated by commas: tests,
+# bench, cnn, sweep, failures, memcheck, quality (default: all but quality;
+# STEPS=tests,cnn,memcheck checks the CNN path alone); the machine and its libraries are always
 # shown (STEPS=tests,failures reruns the checks of a fix without the benchmark's minute).
 set -u
 # Each step gets at most STEP_TIMEOUT seconds (default 240): a hang in one must not take the
@@ -29,23 +31,24 @@ step_timeout=${STEP_TIMEOUT:-240}
 steps=",${STEPS:-tests,bench,cnn,sweep,failures,memcheck},"
 for s in ${STEPS:+${STEPS//,/ }}; do
   case $s in
-    tests | bench | cnn | sweep | failures | memcheck) ;;
+    tests | bench | cnn | sweep | failures | memcheck | quality) ;;
     *)
-      echo "run_on_gpu.sh: STEPS: unknown step '$s' (tests, bench, cnn, sweep, failures, memcheck)" >&2
+      echo "run_on_gpu.sh: STEPS: unknown step '$s' (tests, bench, cnn, sweep, failures, memcheck, quality)" >&2
       exit 2
       ;;
   esac
 done
 want() { [[ $steps == *",$1,"* ]]; }
 deadline=$((SECONDS + ${DEADLINE:-450}))
-# Prints the seconds the next step may take, or (failing) why it is skipped.
+# Prints the seconds the next step may take (at most $1, default STEP_TIMEOUT), or (failing)
+# why it is skipped.
 allot() {
-  local left=$((deadline - SECONDS - 5))
+  local left=$((deadline - SECONDS - 5)) cap=${1:-$step_timeout}
   if ((left < 30)); then
     echo "run_on_gpu.sh: skipped, ${left} s left of DEADLINE"
     return 1
   fi
-  echo $((left < step_timeout ? left : step_timeout))
+  echo $((left < cap ? left : cap))
 }
 build=${1:-build}
 data=${2:-/usr/share/datasets/fashion-mnist}
@@ -102,7 +105,7 @@ fi
 # pass links nothing new.
 libs=$(mktemp -d)
 export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-for pass in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
   linked=0
   for b in "${binaries[@]}"; do
     [[ -x "$b" ]] || continue
@@ -276,6 +279,42 @@ else
   status=1
 fi
 
+fi
+
+if want quality; then
+# configs/fashion_cnn_gpu.toml for at most QUALITY_MINUTES (default 15) of sweep wall time, less
+# where less of DEADLINE is left (STEP_TIMEOUT does not cap it): STEPS=quality DEADLINE=570
+# gives the sweep about 9 minutes. QUALITY_CONFIG names another config
+# (configs/fashion_cnn.toml rehearses the step on a CPU).
+minutes=${QUALITY_MINUTES:-15}
+step "quality: the best trial's test_acc within $minutes minutes"
+if t=$(allot $((minutes * 60 + 60))); then
+  # The sweep stops its trials at its budget and records them; the report needs ~20 s more.
+  budget=$((t - 20 < minutes * 60 ? t - 20 : minutes * 60))
+  qscratch=$(mktemp -d)
+  sed -e "s|/usr/share/datasets/fashion-mnist|$data|" \
+    -e "s|^time_budget = .*|time_budget = \"${budget}s\"|" \
+    "${QUALITY_CONFIG:-configs/fashion_cnn_gpu.toml}" > "$qscratch/quality.toml"
+  grep -q "^time_budget = \"${budget}s\"" "$qscratch/quality.toml" ||
+    { echo "run_on_gpu.sh: the quality config has no time_budget line to set"; status=1; }
+  name=$(sed -n 's/^name = "\(.*\)"$/\1/p' "$qscratch/quality.toml" | head -1)
+  echo "sweep $name, time_budget ${budget} s"
+  start=$(date +%s.%N)
+  timeout "$t" "$build/sweep/sweep" run "$qscratch/quality.toml" --db "$qscratch/quality.db" \
+    > /dev/null || status=1
+  if [[ -e "$qscratch/quality.db" ]]; then
+    "$build/sweep/sweep" status "$name" --db "$qscratch/quality.db" || status=1
+    "$build/sweep/sweep" trials "$name" --db "$qscratch/quality.db" --json \
+      > "$qscratch/quality.json" || status=1
+    python3 bench/gpu/quality_report.py "$qscratch/quality.json" --start "$start" \
+      --minutes "$minutes" --ran-minutes "$(awk -v b="$budget" 'BEGIN { print b / 60 }')" ||
+      status=1
+  fi
+  rm -rf "$qscratch"
+else
+  echo "$t"
+  status=1
+fi
 fi
 
 step "done: exit status $status"
