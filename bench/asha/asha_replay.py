@@ -6,13 +6,14 @@ its learning curves say what early stopping would have spent and found on the sa
 The trials start in number order on SLOTS slots; an epoch costs one unit of time.
 
 - stop: sweep's rule. A trial at a rung goes on when it is among the top floor(n/eta) of the
-  n trials recorded there so far (at least the best); otherwise it stops for good.
+  n trials recorded there so far (at least the best); otherwise it stops for good. With
+  --bootstrap B (early_stopping.bootstrap_count), the first B trials at each rung stop there.
 - pause: the ASHA paper's. A trial at a rung goes on only when it is in the top floor(n/eta);
   otherwise it pauses. A free slot first resumes a paused trial that has since entered the top
   floor(n/eta) of its rung (highest rung first), then starts a new trial.
 
 Usage: asha_trainer_bench --space quickstart --epochs 9 --seeds 1,2,3 --keep DIR
-       asha_replay.py DIR/bench.db [--eta 3] [--min-resource 1] [--slots 2]
+       asha_replay.py DIR/bench.db [--eta 3] [--min-resource 1] [--slots 2] [--bootstrap B]
 """
 import argparse
 import heapq
@@ -37,7 +38,7 @@ def cutoff(values, k):
     return sorted(values, reverse=True)[k - 1]
 
 
-def replay(trials, rule, rungs, last, eta, slots):
+def replay(trials, rule, rungs, last, eta, slots, bootstrap=0):
     recorded = {r: [] for r in rungs}  # (trial, value) in arrival order
     paused = {r: set() for r in rungs}
     passed = {r: set() for r in rungs}
@@ -79,7 +80,8 @@ def replay(trials, rule, rungs, last, eta, slots):
             recorded[done].append((trial, value))
             values = [v for _, v in recorded[done]]
             if rule == "stop":
-                go = value >= cutoff(values, max(1, len(values) // eta))
+                go = value >= cutoff(values, max(1, len(values) // eta)) and \
+                    len(values) > bootstrap
             else:
                 k = len(values) // eta
                 go = k > 0 and value >= cutoff(values, k)
@@ -102,12 +104,14 @@ def main():
     parser.add_argument("--eta", type=int, default=3)
     parser.add_argument("--min-resource", type=int, default=1)
     parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--bootstrap", type=int, default=0)
     args = parser.parse_args()
     # Read-only: a wrong path fails here instead of leaving an empty database behind.
     db = sqlite3.connect(f"file:{args.db}?mode=ro", uri=True)
     names = [n for (n,) in db.execute("SELECT name FROM sweeps WHERE name LIKE 'random%' "
                                       "ORDER BY name")]
-    print("sweep      trials  epochs  random best | stop: epochs ratio best | "
+    stop = "stop" if args.bootstrap == 0 else f"stop, bootstrap {args.bootstrap}"
+    print(f"sweep      trials  epochs  random best | {stop}: epochs ratio best | "
           "pause: epochs ratio best")
     for name in names:
         trials = curves(db, name)
@@ -121,7 +125,8 @@ def main():
         best = max(c[last] for c in trials)
         row = f"{name:<10} {len(trials):6d} {full:7d} {best:12.4f} |"
         for rule in ("stop", "pause"):
-            epochs, found = replay(trials, rule, rungs, last, args.eta, args.slots)
+            epochs, found = replay(trials, rule, rungs, last, args.eta, args.slots,
+                                   args.bootstrap)
             row += f" {epochs:11d} {epochs / full:5.3f} {found:.4f} |"
         print(row.rstrip(" |"))
 

@@ -5,7 +5,7 @@
 //
 // Usage: asha_trainer_bench [--trials N] [--asha-trials M] [--epochs E] [--samples S]
 //                           [--seeds 1,2,...] [--dataset DIR] [--search random|tpe]
-//                           [--space wide|quickstart] [--keep DIR]
+//                           [--space wide|quickstart] [--keep DIR] [--bootstrap N]
 // --search tpe: the early-stopping arm proposes its trials by TPE, which learns from the rungs.
 // --space wide (the default): a wider space (lr, momentum, batch size, hidden sizes, activation)
 // on a --samples subset (10,000). --space quickstart: configs/quickstart.toml's own space and
@@ -13,6 +13,8 @@
 // images make val_acc less noisy than the subset's 1,000.
 // --keep DIR: the sweeps' database is left there as bench.db (bench/asha/asha_replay.py reads
 // it); by default it is removed.
+// --bootstrap N: the ASHA arm's early_stopping.bootstrap_count (the first N trials to reach a
+// rung stop there; default 0).
 // ASHA may be given more trials than random search (--asha-trials): spending the saved epochs
 // on more candidates is what early stopping is for; the epoch ratio is reported either way.
 #include <sys/wait.h>
@@ -79,12 +81,15 @@ bool RunSweep(const fs::path& dir, const std::string& name, const std::string& c
   return true;
 }
 
-void AddEarlyStopping(std::ostringstream& c) {
+// bootstrap: early_stopping.bootstrap_count (the first trials at each rung stop there).
+void AddEarlyStopping(std::ostringstream& c, int bootstrap) {
   c << "[early_stopping]\nalgorithm = \"asha\"\nmin_resource = 1\nreduction_factor = 3\n";
+  if (bootstrap > 0) c << "bootstrap_count = " << bootstrap << "\n";
 }
 
 std::string Config(const std::string& name, int trials, int epochs, int samples, int seed,
-                   const std::string& dataset, bool asha, const std::string& search = "random") {
+                   const std::string& dataset, bool asha, int bootstrap,
+                   const std::string& search = "random") {
   std::ostringstream c;
   c << "[sweep]\nname = \"" << name
     << "\"\nmetric = \"val_acc\"\nmode = \"max\"\nmax_trials = " << trials << "\nseed = " << seed
@@ -96,7 +101,7 @@ std::string Config(const std::string& name, int trials, int epochs, int samples,
     << "activation = { values = [\"relu\", \"tanh\"] }\n"
     << "epochs = " << epochs << "\n[trainer]\ndataset = \"" << dataset
     << "\"\nmax_train_samples = " << samples << "\nvalidation_fraction = 0.1\n";
-  if (asha) AddEarlyStopping(c);
+  if (asha) AddEarlyStopping(c, bootstrap);
   return c.str();
 }
 
@@ -104,7 +109,7 @@ std::string Config(const std::string& name, int trials, int epochs, int samples,
 // parameters and trainer keys as they are. samples 0: the whole training set.
 std::string QuickstartConfig(const toml::table& quickstart, const std::string& name, int trials,
                              int epochs, int samples, int seed, const std::string& dataset,
-                             bool asha, const std::string& search = "random") {
+                             bool asha, int bootstrap, const std::string& search = "random") {
   toml::table config = quickstart;
   auto* sweep = config["sweep"].as_table();
   sweep->insert_or_assign("name", name);
@@ -117,14 +122,14 @@ std::string QuickstartConfig(const toml::table& quickstart, const std::string& n
   if (samples > 0) trainer->insert_or_assign("max_train_samples", samples);
   std::ostringstream c;
   c << config << "\n";
-  if (asha) AddEarlyStopping(c);
+  if (asha) AddEarlyStopping(c, bootstrap);
   return c.str();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int trials = 27, asha_trials = 27, epochs = 27, samples = -1;
+  int trials = 27, asha_trials = 27, epochs = 27, samples = -1, bootstrap = 0;
   std::vector<int> seeds = {1};
   std::string dataset = "/usr/share/datasets/fashion-mnist";
   std::string search = "random", space = "wide", keep;
@@ -142,6 +147,8 @@ int main(int argc, char** argv) {
       search = v;
     } else if (a == "--space" && (v == "wide" || v == "quickstart")) {
       space = v;
+    } else if (a == "--bootstrap") {
+      bootstrap = std::stoi(v);
     } else if (a == "--keep") {
       keep = v;
     } else if (a == "--dataset") {
@@ -174,8 +181,8 @@ int main(int argc, char** argv) {
   auto config = [&](const std::string& name, int n, int seed, bool asha) {
     const std::string algorithm = asha ? search : "random";
     return quickstart ? QuickstartConfig(quickstart_config, name, n, epochs, samples, seed, dataset,
-                                         asha, algorithm)
-                      : Config(name, n, epochs, samples, seed, dataset, asha, algorithm);
+                                         asha, bootstrap, algorithm)
+                      : Config(name, n, epochs, samples, seed, dataset, asha, bootstrap, algorithm);
   };
   char tmpl[] = "/tmp/sweep-asha-bench-XXXXXX";
   fs::path dir = ::mkdtemp(tmpl);
@@ -184,8 +191,10 @@ int main(int argc, char** argv) {
   for (int r = 1; r < epochs; r *= 3) rungs += (rungs.empty() ? "" : ", ") + std::to_string(r);
   std::printf(
       "ASHA vs random search: Fashion-MNIST MLP, %s space, %s training images, up to %d "
-      "epochs, random %d trials, ASHA %d trials proposed by %s search (eta 3, rungs at %s)\n",
-      space.c_str(), images.c_str(), epochs, trials, asha_trials, search.c_str(), rungs.c_str());
+      "epochs, random %d trials, ASHA %d trials proposed by %s search (eta 3, rungs at %s, "
+      "bootstrap_count %d)\n",
+      space.c_str(), images.c_str(), epochs, trials, asha_trials, search.c_str(), rungs.c_str(),
+      bootstrap);
   std::printf("%-5s %-10s %7s %7s %9s %8s %8s\n", "seed", "search", "trials", "pruned", "epochs",
               "best", "seconds");
   int met = 0;

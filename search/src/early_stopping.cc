@@ -238,7 +238,8 @@ class HyperbandScheduler final : public Scheduler {
         rungs_[static_cast<size_t>(bracket)][static_cast<size_t>(reached - bracket)];
     const double score = Score(value, config_.maximize);
     const double cutoff = rung.Insert(score);
-    if (!std::isnan(value) && score >= cutoff) {
+    const bool bootstrap = static_cast<int64_t>(rung.size()) <= config_.bootstrap_count;
+    if (!std::isnan(value) && score >= cutoff && !bootstrap) {
       t.survived = reached;
       return Continue(reached);
     }
@@ -250,6 +251,10 @@ class HyperbandScheduler final : public Scheduler {
     const std::string n = std::to_string(rung.size());
     if (std::isnan(value)) {
       reason += " is NaN";
+    } else if (bootstrap) {
+      const std::string k = std::to_string(config_.bootstrap_count);
+      reason += " " + Number(value) + ": among the first " + k +
+                " trials to reach the rung, which bootstrap_count = " + k + " stops";
     } else if (static_cast<double>(rung.size()) < config_.reduction_factor) {
       reason += " " + Number(value) + " not the best of the " + n + " trials there (best " +
                 Number(Unscore(cutoff, config_.maximize)) + "; a rung with fewer than " +
@@ -417,6 +422,10 @@ Status Validate(const SchedulerConfig& c) {
       if (!std::isfinite(c.reduction_factor) || c.reduction_factor < 2) {
         return Status::InvalidArgument("early_stopping.reduction_factor must be >= 2" +
                                        got(c.reduction_factor));
+      }
+      if (c.bootstrap_count < 0) {
+        return Status::InvalidArgument("early_stopping.bootstrap_count must be >= 0" +
+                                       got(static_cast<double>(c.bootstrap_count)));
       }
       if (c.algorithm == EarlyStopping::kHyperband) {
         if (HyperbandStoppingBrackets(c) == 0) {

@@ -205,9 +205,10 @@ Status ParseSearchTable(const Checker& c, ParseState* ps, SweepConfig* cfg) {
 Status ParseEarlyStoppingTable(const Checker& c, ParseState* ps, SweepConfig* cfg) {
   const toml::table* es = ps->es = ps->Table("early_stopping");
   if (es == nullptr) return Status::Ok();
-  SWEEP_RETURN_IF_ERROR(c.KnownKeys(*es, "[early_stopping]",
-                                    {"algorithm", "min_resource", "max_resource",
-                                     "reduction_factor", "grace_period", "min_trials"}));
+  SWEEP_RETURN_IF_ERROR(
+      c.KnownKeys(*es, "[early_stopping]",
+                  {"algorithm", "min_resource", "max_resource", "reduction_factor",
+                   "bootstrap_count", "grace_period", "min_trials"}));
   auto& sc = cfg->early_stopping;
   if (const toml::node* n = es->get("algorithm")) {
     SWEEP_ASSIGN_OR_RETURN(std::string a, c.OneOf(*n, "early_stopping.algorithm",
@@ -218,11 +219,9 @@ Status ParseEarlyStoppingTable(const Checker& c, ParseState* ps, SweepConfig* cf
                      sc.algorithm == search::EarlyStopping::kHyperband;
   const bool median = sc.algorithm == search::EarlyStopping::kMedian;
   // Keys the chosen algorithm ignores are refused: a setting that silently does nothing misleads.
-  const std::pair<std::string_view, bool> applies[] = {{"min_resource", rungs},
-                                                       {"max_resource", rungs},
-                                                       {"reduction_factor", rungs},
-                                                       {"grace_period", median},
-                                                       {"min_trials", median}};
+  const std::pair<std::string_view, bool> applies[] = {
+      {"min_resource", rungs},    {"max_resource", rungs},  {"reduction_factor", rungs},
+      {"bootstrap_count", rungs}, {"grace_period", median}, {"min_trials", median}};
   for (auto [key, ok] : applies) {
     const toml::node* n = es->get(key);
     if (n == nullptr) continue;
@@ -232,10 +231,12 @@ Status ParseEarlyStoppingTable(const Checker& c, ParseState* ps, SweepConfig* cf
                      "does not apply to algorithm \"" +
                          std::string(search::EarlyStoppingName(sc.algorithm)) + "\"");
     }
-    if (key == "grace_period" || key == "min_trials") {
+    if (key == "grace_period" || key == "min_trials" || key == "bootstrap_count") {
       SWEEP_ASSIGN_OR_RETURN(int64_t v,
                              c.Integer(*n, k, key == "min_trials" ? 1 : 0, int64_t{1} << 40));
-      (key == "grace_period" ? sc.grace_period : sc.min_trials) = v;
+      (key == "grace_period" ? sc.grace_period
+       : key == "min_trials" ? sc.min_trials
+                             : sc.bootstrap_count) = v;
     } else {
       SWEEP_ASSIGN_OR_RETURN(double v, c.Number(*n, k));
       if (key == "min_resource") sc.min_resource = v;

@@ -112,6 +112,9 @@ TEST(SchedulerConfigTest, MessagesNameTheKey) {
   EXPECT_EQ(Refusal(c), "early_stopping.grace_period must be >= 0 (got -1)");
   c = Median(1, 0);
   EXPECT_EQ(Refusal(c), "early_stopping.min_trials must be >= 1 (got 0)");
+  c = Hyperband();
+  c.bootstrap_count = -1;
+  EXPECT_EQ(Refusal(c), "early_stopping.bootstrap_count must be >= 0 (got -1)");
 }
 
 TEST(SchedulerConfigTest, ChecksOnlyWhatTheAlgorithmUses) {
@@ -227,6 +230,32 @@ TEST(AshaTest, TooFewTrialsKeepOnlyTheBest) {
   EXPECT_EQ(s->OnReport(2, 1, 0.45).reason,
             "pruned at rung 0 (resource 1): val_acc 0.45 not in the top 1/3 of 3 trials "
             "(cutoff 0.5)");
+}
+
+TEST(AshaTest, BootstrapCountStopsTheFirstTrialsAtEachRung) {
+  SchedulerConfig c = Asha();
+  c.bootstrap_count = 2;
+  auto s = Make(c);
+  // Trials 0 and 1 are the first two at rung 0: stopped, however good, and their values stay
+  // recorded there. From n = 3 on, the ordinary rule: 0.6 is the best of 3 (keep 1), 0.3 is
+  // not, 0.9 is.
+  EXPECT_EQ(Letters(*s, 0, 1, {0.5, 0.4, 0.6, 0.3, 0.9}), "sscsc");
+  EXPECT_EQ(s->OnReport(5, 1, 0.1).reason,
+            "pruned at rung 0 (resource 1): val_acc 0.1 not in the top 1/3 of 6 trials "
+            "(cutoff 0.6)");
+  Decision d = Make(c)->OnReport(7, 1, 0.5);
+  EXPECT_TRUE(d.stop());
+  EXPECT_EQ(d.reason,
+            "pruned at rung 0 (resource 1): val_acc 0.5: among the first 2 trials to reach the "
+            "rung, which bootstrap_count = 2 stops");
+  // Each rung counts its own arrivals: trials 2 and 4 passed rung 0; at rung 1 (resource 3)
+  // they are the first two, and stop there.
+  EXPECT_EQ(Letters(*s, 2, 3, {0.7}), "s");
+  EXPECT_EQ(s->OnReport(4, 3, 0.95).reason,
+            "pruned at rung 1 (resource 3): val_acc 0.95: among the first 2 trials to reach the "
+            "rung, which bootstrap_count = 2 stops");
+  EXPECT_EQ(s->Rung(4), 0);
+  EXPECT_TRUE(s->Stopped(4));
 }
 
 TEST(AshaTest, TiesWithTheCutoffContinue) {
@@ -656,6 +685,13 @@ TEST(ReplayTest, HyperbandRebuiltHalfwayDecidesIdentically) {
   SchedulerConfig c = Hyperband();
   c.maximize = false;
   ExpectReplayReproducesEverything(c);
+}
+
+TEST(ReplayTest, ABootstrapCountRebuiltHalfwayDecidesIdentically) {
+  for (SchedulerConfig c : {Asha(), Hyperband()}) {
+    c.bootstrap_count = 2;
+    ExpectReplayReproducesEverything(c);
+  }
 }
 
 TEST(ReplayTest, MedianRebuiltHalfwayDecidesIdentically) {

@@ -422,6 +422,12 @@ TEST_F(ConfigTest, EarlyStoppingTakesItsMaxResourceFromTheTrials) {
   EXPECT_EQ(cfg->early_stopping.max_resource, 27);
   EXPECT_FALSE(cfg->early_stopping.maximize);
   EXPECT_EQ(cfg->early_stopping.metric, "value");
+  EXPECT_EQ(cfg->early_stopping.bootstrap_count, 0);
+  cfg = ParseConfig(
+      BraninWithSteps() + "[early_stopping]\nalgorithm = \"hyperband\"\nbootstrap_count = 2\n",
+      "e.toml");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  EXPECT_EQ(cfg->early_stopping.bootstrap_count, 2);
 }
 
 // Hyperband over a grid reads its bracket cycle scrambled (trial numbers follow the grid's axes);
@@ -478,6 +484,10 @@ TEST_F(BadConfigTest, EarlyStoppingAndConditionErrors) {
        "e.toml:15:20: early_stopping.reduction_factor must be >= 2"},
       {bs + "[early_stopping]\nalgorithm = \"median\"\nmin_trials = 0\n",
        "e.toml:15:14: early_stopping.min_trials: must be between 1 and"},
+      {bs + "[early_stopping]\nalgorithm = \"asha\"\nbootstrap_count = -1\n",
+       "e.toml:15:19: early_stopping.bootstrap_count: must be between 0 and"},
+      {bs + "[early_stopping]\nalgorithm = \"median\"\nbootstrap_count = 2\n",
+       "e.toml:15:19: early_stopping.bootstrap_count: does not apply to algorithm \"median\""},
       {bs + "[early_stopping]\nalgorithm = \"asha\"\nmax_resource = 81\n",
        "e.toml:15:16: early_stopping.max_resource: is 81 but every trial stops at 27"},
       {b + "[early_stopping]\nalgorithm = \"median\"\n",

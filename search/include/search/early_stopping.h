@@ -32,7 +32,11 @@ struct SchedulerConfig {
   // (> min_resource). Rungs sit at min_resource * reduction_factor^k below max_resource.
   double min_resource = 1;
   double max_resource = 0;
-  double reduction_factor = 3;   // asha, hyperband: keep the top 1/reduction_factor (>= 2)
+  double reduction_factor = 3;  // asha, hyperband: keep the top 1/reduction_factor (>= 2)
+  // asha, hyperband: the first bootstrap_count trials to reach a rung stop there (>= 0). With 0
+  // a rung of fewer than reduction_factor trials passes its best; reduction_factor - 1 passes
+  // none until a top 1/reduction_factor exists, as the ASHA paper's promotions do.
+  int64_t bootstrap_count = 0;
   int64_t grace_period = 1;      // median: reports a trial makes before it can be stopped (>= 0)
   int64_t min_trials = 3;        // median: other trials needed at a step to judge there (>= 1)
   bool maximize = true;          // the sweep's mode
