@@ -600,36 +600,39 @@ TEST_F(CudaGroup, RefusesAModelLargerThanTheGpu) {
 
 #if defined(SWEEP_CUDA_EMU)
 // cudnn_autotune: each convolution's plans are the fastest of cuDNN's first candidates, timed
-// on the device (the group says so). A CNN trained with them ends within TF32's rounding of one
-// trained with the plans the heuristics rank first.
+// on the device (the group says so). With TF32 on there are two to time, tensor cores and exact
+// fp32, and which wins is the host's timing. So a CNN trained with autotuned plans must end
+// within TF32's rounding of one trained with the plans the heuristics rank first (TF32), as
+// measured by a run with exact fp32 alone: within three times that distance, plus 1e-3.
 TEST_F(CudaGroup, AutotunedConvolutionsTrainAsTheFirstRankedDo) {
   Result<ModelSpec> cnn = ResidualCnn();
   ASSERT_TRUE(cnn.ok()) << cnn.status().message();
   const Batches data = MakeBatches(8, 3);
   GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
   spec.model = cnn.value();
-  spec.tf32 = true;  // two engines to time: tensor cores, and exact fp32
-  RunResult out[2];
-  for (int tune = 0; tune < 2; ++tune) {
-    spec.cudnn_autotune = tune == 1;
+  // 0: the first-ranked plans, with TF32; 1: autotuned, with TF32; 2: exact fp32.
+  RunResult out[3];
+  for (int run = 0; run < 3; ++run) {
+    spec.tf32 = run < 2;
+    spec.cudnn_autotune = run == 1;
     Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
     ASSERT_TRUE(g.ok()) << g.status().message();
     const std::string plans = (*g)->Describe();
     EXPECT_NE(plans.find("convolution"), std::string::npos) << plans;
-    EXPECT_EQ(plans.find("timed") != std::string::npos, tune == 1) << plans;
-    out[tune] = RunSteps(g->get(), spec, 8, 1, data);
+    EXPECT_EQ(plans.find("timed") != std::string::npos, run == 1) << plans;
+    out[run] = RunSteps(g->get(), spec, 8, 1, data);
   }
   ASSERT_EQ(out[1].losses.size(), out[0].losses.size());
+  ASSERT_EQ(out[2].losses.size(), out[0].losses.size());
   for (size_t i = 0; i < out[0].losses.size(); ++i) {
-    EXPECT_NEAR(out[1].losses[i], out[0].losses[i], 1e-3 * std::abs(out[0].losses[i])) << i;
+    const double tf32 = std::abs(out[2].losses[i] - out[0].losses[i]);
+    EXPECT_NEAR(out[1].losses[i], out[0].losses[i], 1e-3 * std::abs(out[0].losses[i]) + 3 * tf32)
+        << i;
   }
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < out[0].state.params.size(); ++i) {
-    const double a = out[0].state.params[i], b = out[1].state.params[i];
-    diff += (a - b) * (a - b);
-    norm += a * a;
-  }
-  EXPECT_LT(std::sqrt(diff / norm), 1e-3);
+  const double tf32 = NormErr(out[2].state.params, out[0].state.params);
+  EXPECT_LT(NormErr(out[1].state.params, out[0].state.params), 1e-3 + 3 * tf32);
+  // The bound is not vacuous: TF32 moves this run by well under a tenth.
+  EXPECT_LT(tf32, 0.1);
 }
 
 // Graphs point at the cuDNN workspace they were captured with. An evaluation at a new batch
