@@ -35,7 +35,8 @@ struct SchedulerConfig {
   double reduction_factor = 3;  // asha, hyperband: keep the top 1/reduction_factor (>= 2)
   // asha, hyperband: the first bootstrap_count trials to reach a rung stop there (>= 0). With 0
   // a rung of fewer than reduction_factor trials passes its best; reduction_factor - 1 passes
-  // none until a top 1/reduction_factor exists, as the ASHA paper's promotions do.
+  // none until a top 1/reduction_factor exists, as the ASHA paper's promotions do, but a trial
+  // stopped here never resumes: if those first trials were the best, none may pass the rung.
   int64_t bootstrap_count = 0;
   int64_t grace_period = 1;      // median: reports a trial makes before it can be stopped (>= 0)
   int64_t min_trials = 3;        // median: other trials needed at a step to judge there (>= 1)
