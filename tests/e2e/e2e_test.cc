@@ -791,6 +791,40 @@ x6 = { distribution = "uniform", min = 0, max = 1 }
             std::to_string(arr.size()));
 }
 
+// bootstrap_count = 2: one trial at a time, trials 0 and 1 are the first two at the first rung
+// and stop there, whatever their values, with a reason that names the key.
+TEST_F(E2eTest, BootstrapCountStopsTheFirstTrialsAtARung) {
+  Write("b.toml",
+        sweep_e2e::BraninConfig("boot", 12, "seed = 5\nmax_concurrent = 1\n", "steps = 9\n",
+                                "[early_stopping]\nalgorithm = \"asha\"\n"
+                                "bootstrap_count = 2\n"));
+  Output run = Sweep("run b.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  Output trials = Sweep("trials boot --json");
+  ASSERT_EQ(trials.code, 0) << trials.err;
+  json arr = json::parse(trials.out);
+  ASSERT_EQ(arr.size(), 12u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(arr[i]["status"], "pruned") << arr[i];
+    EXPECT_EQ(arr[i]["epochs"].get<double>(), 1) << arr[i];
+    EXPECT_NE(arr[i]["error"].get<std::string>().find(
+                  "among the first 2 trials to reach the rung, which bootstrap_count = 2 stops"),
+              std::string::npos)
+        << arr[i]["error"];
+  }
+  // Trial 2 is judged against them: it goes on only if it beats both.
+  const double v0 =
+      std::stod(Query("SELECT json_extract(metrics, '$.value') FROM reports "
+                      "WHERE trial = 0 AND epoch = 1")[0][0]);
+  const double v1 =
+      std::stod(Query("SELECT json_extract(metrics, '$.value') FROM reports "
+                      "WHERE trial = 1 AND epoch = 1")[0][0]);
+  const double v2 =
+      std::stod(Query("SELECT json_extract(metrics, '$.value') FROM reports "
+                      "WHERE trial = 2 AND epoch = 1")[0][0]);
+  EXPECT_EQ(arr[2]["epochs"].get<double>() > 1, v2 <= std::min(v0, v1)) << arr[2];
+}
+
 // early_stopping.max_resource below the trials' own length: survivors stop there and end
 // completed (Ray Tune's max_t); none runs or reports past it.
 TEST_F(E2eTest, SurvivorsStopAtMaxResource) {
