@@ -41,30 +41,27 @@ def main():
             and t.get("ended") is not None]
     done.sort(key=lambda t: t["ended"])
     print(f"{'trial':>5} {'ended (min)':>11} {'epochs':>6} {args.metric:>8} {'test_acc':>8}  best so far")
-    best = None
-    reached = None  # minutes at which the best trial first had test_acc >= target
+    best = final = None  # the best trial by the metric so far; the same, within the limit
+    reached = None  # minutes since which the best trial has had test_acc >= target
     for t in done:
         minute = (t["ended"] - args.start) / 60
         value = t["metrics"][args.metric]
         test = t["metrics"].get("test_acc")
         if best is None or value > best["metrics"][args.metric]:
             best = t
-        best_test = best["metrics"].get("test_acc")
-        mark = f"trial {best['trial']}"
-        if best_test is not None and best_test >= args.target and minute <= args.minutes:
-            if reached is None:
-                reached = minute
-        elif reached is not None and minute <= args.minutes:
-            reached = None  # a better trial by val_acc that tests lower takes its place
+        if minute <= args.minutes:
+            final = best
+            # A better trial by the metric that tests lower takes the place of one that passed.
+            if (best["metrics"].get("test_acc") or 0) >= args.target:
+                reached = minute if reached is None else reached
+            else:
+                reached = None
         print(f"{t['trial']:>5} {minute:>11.2f} {t.get('epochs', 0):>6g} {value:>8.4f} "
-              f"{test if test is not None else float('nan'):>8.4f}  {mark}")
+              f"{test if test is not None else float('nan'):>8.4f}  trial {best['trial']}")
 
-    in_time = [t for t in done if (t["ended"] - args.start) / 60 <= args.minutes]
-    if not in_time:
+    if final is None:
         print(f"no trial completed within {args.minutes:g} minutes")
-        final = None
     else:
-        final = max(in_time, key=lambda t: t["metrics"][args.metric])
         test = final["metrics"].get("test_acc")
         print(f"best trial at {args.minutes:g} minutes: trial {final['trial']}, "
               f"{args.metric} {final['metrics'][args.metric]:.4f}, test_acc "

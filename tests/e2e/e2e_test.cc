@@ -813,15 +813,11 @@ TEST_F(E2eTest, BootstrapCountStopsTheFirstTrialsAtARung) {
         << arr[i]["error"];
   }
   // Trial 2 is judged against them: it goes on only if it beats both.
-  const double v0 =
-      std::stod(Query("SELECT json_extract(metrics, '$.value') FROM reports "
-                      "WHERE trial = 0 AND epoch = 1")[0][0]);
-  const double v1 =
-      std::stod(Query("SELECT json_extract(metrics, '$.value') FROM reports "
-                      "WHERE trial = 1 AND epoch = 1")[0][0]);
-  const double v2 =
-      std::stod(Query("SELECT json_extract(metrics, '$.value') FROM reports "
-                      "WHERE trial = 2 AND epoch = 1")[0][0]);
+  const auto first_value = [&](int trial) {
+    return std::stod(Query("SELECT json_extract(metrics, '$.value') FROM reports WHERE trial = " +
+                           std::to_string(trial) + " AND epoch = 1")[0][0]);
+  };
+  const double v0 = first_value(0), v1 = first_value(1), v2 = first_value(2);
   EXPECT_EQ(arr[2]["epochs"].get<double>() > 1, v2 <= std::min(v0, v1)) << arr[2];
 }
 
