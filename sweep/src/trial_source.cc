@@ -1,6 +1,7 @@
 #include "trial_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace sweep {
@@ -23,9 +24,9 @@ Result<std::unique_ptr<TrialSource>> TrialSource::Make(const SweepConfig& config
                            search::MakeTpeSampler(config.search.space, config.sweep.seed,
                                                   config.search.tpe, config.sweep.maximize));
     // What TPE learns from (the BOHB rule): the values at each rung, then the trials' ends.
-    source->tpe_levels_ = std::move(rungs);
-    source->tpe_levels_.push_back(std::numeric_limits<double>::infinity());
-    source->tpe_values_.resize(source->tpe_levels_.size());
+    for (double rung : rungs) source->tpe_values_[rung];
+    source->tpe_values_[std::numeric_limits<double>::infinity()];
+    source->tpe_exact_levels_ = config.early_stopping.algorithm == search::EarlyStopping::kMedian;
   }
   return source;
 }
@@ -115,11 +116,11 @@ std::optional<NewTrial> TrialSource::Next(const std::function<std::vector<json>(
 // TPE's proposal for trial `number`, from the observations at the level TpeLevel picks, with
 // the trials running or waiting to run again as pessimistic ones (the constant liar).
 json TrialSource::SuggestTpe(int64_t number, const std::vector<json>& pending) {
-  const size_t level = TpeLevel();
+  const std::optional<double> level = TpeLevel();
   if (level != tpe_fed_) {
-    // A higher rung has enough values now: TPE learns from it instead (rare: once a rung).
+    // A higher level has enough values now: TPE learns from it instead (rare: once a level).
     tpe_->Reset();
-    for (const auto& [trial, value] : tpe_values_[level]) {
+    for (const auto& [trial, value] : tpe_values_.at(*level)) {
       tpe_->Observe(trial, tpe_params_[trial], value);
     }
     tpe_fed_ = level;
@@ -130,15 +131,20 @@ json TrialSource::SuggestTpe(int64_t number, const std::vector<json>& pending) {
   return std::move(s.params);
 }
 
-// The highest level (rung, or the trials' ends) with n_startup_trials values; else the lowest,
-// which has the most.
-size_t TrialSource::TpeLevel() const {
+// The highest level (rung, or the trials' ends) with n_startup_trials values; else the one with
+// the most (the lowest of those tied): the first rung, where trials report.
+std::optional<double> TrialSource::TpeLevel() const {
   const size_t enough =
       static_cast<size_t>(std::max<int64_t>(1, config_.search.tpe.n_startup_trials));
-  for (size_t k = tpe_levels_.size(); k-- > 0;) {
-    if (tpe_values_[k].size() >= enough) return k;
+  for (auto it = tpe_values_.rbegin(); it != tpe_values_.rend(); ++it) {
+    if (it->second.size() >= enough) return it->first;
   }
-  return 0;
+  std::optional<double> most;
+  size_t most_values = 0;
+  for (const auto& [level, values] : tpe_values_) {
+    if (!most || values.size() > most_values) most = level, most_values = values.size();
+  }
+  return most;
 }
 
 void TrialSource::NoteParams(int64_t trial, const json& params) {
@@ -148,19 +154,27 @@ void TrialSource::NoteParams(int64_t trial, const json& params) {
 void TrialSource::NoteReport(int64_t trial, double resource, double value, const json& params) {
   if (tpe_ == nullptr) return;
   if (!tpe_params_.contains(trial)) tpe_params_[trial] = params;
-  for (size_t k = 0; k + 1 < tpe_levels_.size() && resource >= tpe_levels_[k]; ++k) {
-    if (tpe_values_[k].emplace(trial, value).second && k == tpe_fed_) {
+  auto note = [&](double level, std::map<int64_t, double>& values) {
+    if (values.emplace(trial, value).second && level == tpe_fed_) {
       tpe_->Observe(trial, tpe_params_[trial], value);
     }
+  };
+  if (tpe_exact_levels_) {
+    if (std::isfinite(resource)) note(resource, tpe_values_[resource]);
+    return;
+  }
+  for (auto& [level, values] : tpe_values_) {
+    if (std::isinf(level) || resource < level) break;
+    note(level, values);
   }
 }
 
 void TrialSource::NoteEnd(int64_t trial, double value, const json& params) {
   if (tpe_ == nullptr) return;
   tpe_params_[trial] = params;
-  const size_t last = tpe_levels_.size() - 1;
-  tpe_values_[last][trial] = value;
-  if (last == tpe_fed_) tpe_->Observe(trial, params, value);
+  constexpr double kEnd = std::numeric_limits<double>::infinity();
+  tpe_values_[kEnd][trial] = value;
+  if (tpe_fed_ == kEnd) tpe_->Observe(trial, params, value);
 }
 
 std::string TrialSource::TakeProposer(int64_t number) {

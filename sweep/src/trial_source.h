@@ -57,7 +57,8 @@ class TrialSource {
   void ContinueAfter(int64_t max_number, const std::vector<bool>& started);
 
   // What TPE learns from (the BOHB rule): a trial's parameters, its value at each rung its
-  // reports reach for the first time, and a completed trial's final value.
+  // reports reach for the first time (with the median rule, at each resource it reports), and
+  // a completed trial's final value.
   void NoteParams(int64_t trial, const nlohmann::json& params);
   void NoteReport(int64_t trial, double resource, double value, const nlohmann::json& params);
   void NoteEnd(int64_t trial, double value, const nlohmann::json& params);
@@ -70,7 +71,7 @@ class TrialSource {
   std::optional<nlohmann::json> SampleFor(int64_t number);
   std::optional<NewTrial> Draw(const std::function<std::vector<nlohmann::json>()>& pending);
   nlohmann::json SuggestTpe(int64_t number, const std::vector<nlohmann::json>& pending);
-  size_t TpeLevel() const;
+  std::optional<double> TpeLevel() const;
 
   const SweepConfig& config_;
   std::function<double(const nlohmann::json&)> work_;
@@ -85,13 +86,15 @@ class TrialSource {
   std::set<std::string> carried_points_;  // the grid points carried over, as one string each
   std::vector<int64_t> fresh_points_;     // grid indices of trials carried_, carried_ + 1, ...
   int64_t grid_cursor_ = 0;               // the next grid index SampleFor looks at
-  // algorithm = "tpe": the sampler, and what it learns from at each level (the rungs, then the
-  // end: +inf), with the parameters of every trial seen; tpe_fed_ is the level it was given.
+  // algorithm = "tpe": the sampler, and what it learns from at each level (a resource: the
+  // rungs, then the end, +inf), with the parameters of every trial seen; tpe_fed_ is the level
+  // it was given. The median rule has no rungs: each resource reported is a level of its own
+  // (tpe_exact_levels_), as the rule compares trials at each step, and its memory is the same.
   std::unique_ptr<search::TpeSampler> tpe_;
-  std::vector<double> tpe_levels_;
-  std::vector<std::map<int64_t, double>> tpe_values_;
+  bool tpe_exact_levels_ = false;
+  std::map<double, std::map<int64_t, double>> tpe_values_;
   std::map<int64_t, nlohmann::json> tpe_params_;
-  size_t tpe_fed_ = std::numeric_limits<size_t>::max();
+  std::optional<double> tpe_fed_;
   std::map<int64_t, std::string> proposed_by_;
 };
 
