@@ -186,7 +186,8 @@ HistoryData ComputeHistory(const SweepData& data) {
     const bool completed = t.status == store::TrialStatus::kCompleted;
     if (!completed && t.status != store::TrialStatus::kPruned) continue;
     if (!t.objective || !std::isfinite(*t.objective)) continue;
-    h.points.push_back({t.number, *t.objective, completed});
+    h.tpe = h.tpe || !t.proposed_by.empty();
+    h.points.push_back({t.number, *t.objective, completed, t.proposed_by == "startup random"});
     if (!completed) continue;
     if (!best || Better(*t.objective, *best, h.maximize)) best = *t.objective;
     h.best_so_far.emplace_back(t.number, *best);
@@ -492,13 +493,16 @@ json BestTrialsJson(const SweepData& data, int top) {
 json ToJson(const HistoryData& history) {
   json points = json::array();
   for (const HistoryPoint& p : history.points) {
-    points.push_back(json::array({p.trial, p.value, p.completed ? 1 : 0}));
+    json point = json::array({p.trial, p.value, p.completed ? 1 : 0});
+    if (history.tpe) point.push_back(p.startup ? 1 : 0);
+    points.push_back(std::move(point));
   }
   json best = json::array();
   for (const auto& [trial, v] : history.best_so_far) best.push_back(json::array({trial, v}));
   return {{"metric", history.metric},
           {"mode", history.maximize ? "max" : "min"},
           {"points", std::move(points)},
+          {"tpe", history.tpe},
           {"best", std::move(best)}};
 }
 

@@ -53,10 +53,11 @@ Table TrialsTable(const std::vector<store::TrialRecord>& rows,
   for (const auto& k : pkeys) table.columns.push_back("param." + k);
   for (const auto& k : mkeys) table.columns.push_back("metric." + k);
   table.columns.push_back("error");
-  // Where a trial's files are, for the kinds that have them: the trainer's checkpoint, a
-  // command's logs. A column appears when some trial has its file.
+  // Columns that appear when some trial has them: what proposed it (TPE's trials), and where
+  // its files are for the kinds that have them (the trainer's checkpoint, a command's logs).
   using Path = std::string store::TrialRecord::*;
   const std::vector<std::pair<const char*, Path>> files = {
+      {"proposed_by", &store::TrialRecord::proposed_by},
       {"checkpoint", &store::TrialRecord::checkpoint},
       {"stdout_log", &store::TrialRecord::stdout_log},
       {"stderr_log", &store::TrialRecord::stderr_log}};

@@ -1,6 +1,8 @@
 // The self-contained report page: a fixed skeleton, our CSS and JavaScript, the data as JSON.
 #include "report/html.h"
 
+#include <algorithm>
+
 #include "page_assets.h"
 
 namespace sweep::report {
@@ -64,6 +66,8 @@ std::string RenderHtml(const SweepData& data, const ReportOptions& options) {
   const std::string rung_note =
       explained.empty() ? "" : "<p class=\"note\"><b>" + HtmlEscape(explained) + ".</b></p>\n";
   const std::string mode = data.sweep.maximize ? "highest" : "lowest";
+  const bool tpe = std::any_of(data.trials.begin(), data.trials.end(),
+                               [](const store::TrialRecord& t) { return !t.proposed_by.empty(); });
   std::string html;
   html += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   html += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
@@ -75,7 +79,8 @@ std::string RenderHtml(const SweepData& data, const ReportOptions& options) {
   html += "<h2>Optimisation history</h2>\n<p class=\"note\">" + HtmlEscape(data.sweep.metric) +
           " of each trial by number (blue: completed, grey: pruned, at its last report); red: "
           "the best completed value so far (" +
-          mode + ").</p>\n<canvas id=\"history\"></canvas>\n";
+          mode + ")." + (tpe ? " Hollow: TPE's startup trials, drawn at random." : "") +
+          "</p>\n<canvas id=\"history\"></canvas>\n";
   html +=
       "<h2>Parallel coordinates</h2>\n<p class=\"note\">One line per completed trial through "
       "its parameter values, coloured by the metric (yellow: best, purple: worst). A line "

@@ -148,7 +148,13 @@
       for (var i = 0; i < h.points.length; i++) {
         var p = h.points[i];
         if ((p[2] === 1) !== (pass === 1)) continue;
-        ctx.fillRect(f.X(p[0]) - size / 2, f.Y(p[1]) - size / 2, size, size);
+        if (p[3] === 1) {  // TPE's startup random trial
+          ctx.strokeStyle = ctx.fillStyle;
+          ctx.lineWidth = 1;
+          ctx.strokeRect(f.X(p[0]) - size / 2, f.Y(p[1]) - size / 2, size, size);
+        } else {
+          ctx.fillRect(f.X(p[0]) - size / 2, f.Y(p[1]) - size / 2, size, size);
+        }
         n++;
       }
     }
@@ -173,7 +179,9 @@
       }
       if (bestI < 0) return hideTip();
       var p = h.points[bestI];
-      showTip(ev, 'trial ' + p[0] + (p[2] ? '' : ' (pruned)') + ': ' + h.metric + ' ' + fmt(p[1]));
+      var by = h.tpe ? (p[3] ? ', proposed by startup random' : ', proposed by tpe') : '';
+      showTip(ev, 'trial ' + p[0] + (p[2] ? '' : ' (pruned)') + by + ': ' + h.metric + ' ' +
+              fmt(p[1]));
     };
     return n;
   }

@@ -65,7 +65,11 @@ void PrintTrialsJson(std::ostream& out, const std::vector<store::TrialRecord>& t
 void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& trials,
                       const std::string& metric) {
   std::vector<std::vector<std::string>> rows;
+  // TPE's trials say what proposed them: startup random search, or TPE.
+  const bool by = std::any_of(trials.begin(), trials.end(),
+                              [](const store::TrialRecord& t) { return !t.proposed_by.empty(); });
   rows.push_back({"trial", "status", metric, "epochs", "params"});
+  if (by) rows.back().insert(rows.back().end() - 1, "proposed by");
   for (const auto& t : trials) {
     json m = ParseOrEmpty(t.metrics_json);
     json p = ParseOrEmpty(t.params_json);
@@ -74,6 +78,7 @@ void PrintTrialsTable(std::ostream& out, const std::vector<store::TrialRecord>& 
     if (!t.error.empty()) ps += (ps.empty() ? "" : "  ") + ("[" + t.error + "]");
     rows.push_back({std::to_string(t.number), std::string(store::ToString(t.status)),
                     m.contains(metric) ? Cell(m[metric]) : "-", Cell(json(t.epochs)), ps});
+    if (by) rows.back().insert(rows.back().end() - 1, t.proposed_by.empty() ? "-" : t.proposed_by);
   }
   for (auto& r : rows) {
     // One row per line: a multi-line error (a program's last lines) or a value holding a

@@ -1612,6 +1612,13 @@ TEST_F(ResumeTest, ATpeSweepRepeatsItselfAndAResumeProposesWhatARunWould) {
   const Output status = Sweep("status whole");
   EXPECT_NE(status.out.find(" (proposed by "), std::string::npos) << status.out;
   ASSERT_EQ(Sweep("report whole -o whole.html").code, 0);
-  EXPECT_NE(sweep_e2e::Slurp(dir_ / "whole.html").find("\"proposed_by\":\"tpe\""),
-            std::string::npos);
+  const std::string html = sweep_e2e::Slurp(dir_ / "whole.html");
+  EXPECT_NE(html.find("\"proposed_by\":\"tpe\""), std::string::npos);
+  EXPECT_NE(html.find("Hollow: TPE's startup trials"), std::string::npos);
+  // The trials table has a column for it, in text and CSV.
+  const std::string table = Sweep("trials whole").out;
+  EXPECT_NE(table.find("  proposed by  "), std::string::npos) << table;
+  EXPECT_NE(table.find("  startup random  "), std::string::npos) << table;
+  EXPECT_NE(Sweep("trials whole --csv").out.find(",proposed_by"), std::string::npos);
+  EXPECT_EQ(Sweep("trials rand").out.find("proposed by"), std::string::npos);
 }

@@ -49,6 +49,31 @@ TEST(HistoryTest, BestSoFarFollowsCompletedTrialsWhenMinimizing) {
   EXPECT_EQ(h.best_so_far, expected);
 }
 
+// TPE's trials say what proposed them; the startup ones are drawn apart (hollow).
+TEST(HistoryTest, MarksTpesStartupTrials) {
+  SweepBuilder b("value", /*maximize=*/false);
+  b.Trial({}, TrialStatus::kCompleted, 3.0)
+      .Trial({}, TrialStatus::kPruned, 5.0)
+      .Trial({}, TrialStatus::kCompleted, 1.0);
+  HistoryData plain = ComputeHistory(b.data());
+  EXPECT_FALSE(plain.tpe);
+  EXPECT_EQ(ToJson(plain)["points"][0].size(), 3u);
+  SweepData data = b.data();
+  data.trials[0].proposed_by = "startup random";
+  data.trials[1].proposed_by = "startup random";
+  data.trials[2].proposed_by = "tpe";
+  HistoryData h = ComputeHistory(data);
+  EXPECT_TRUE(h.tpe);
+  ASSERT_EQ(h.points.size(), 3u);
+  EXPECT_TRUE(h.points[0].startup);
+  EXPECT_TRUE(h.points[1].startup);
+  EXPECT_FALSE(h.points[2].startup);
+  const json j = ToJson(h);
+  EXPECT_EQ(j["tpe"], true);
+  EXPECT_EQ(j["points"][1], json::array({1, 5.0, 0, 1}));
+  EXPECT_EQ(j["points"][2], json::array({2, 1.0, 1, 0}));
+}
+
 // ---- parallel coordinates ----
 
 TEST(ParallelTest, LogAxisPlacesDecadesEvenly) {

@@ -45,12 +45,14 @@ struct HistoryPoint {
   int64_t trial = 0;
   double value = 0;
   bool completed = true;  // false: pruned (drawn apart; not in the best-so-far line)
+  bool startup = false;   // proposed by TPE's startup random search (drawn hollow)
 };
 
 struct HistoryData {
   std::string metric;
   bool maximize = true;
   std::vector<HistoryPoint> points;  // by trial number
+  bool tpe = false;                  // some trial says what proposed it (algorithm = "tpe")
   // The best completed value among trials numbered up to `trial`, one step per completed trial.
   std::vector<std::pair<int64_t, double>> best_so_far;
 };
