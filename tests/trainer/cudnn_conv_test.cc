@@ -221,6 +221,55 @@ TEST_F(CudnnConvTest, AutotuneKeepsAPlanThatAgreesAndRepeatsItself) {
   }
 }
 
+// A network's first convolution reads the model's input (one channel for Fashion-MNIST) and
+// needs no data gradient: it is not planned, so a missing engine for it cannot stop training.
+TEST_F(CudnnConvTest, TheInputLayersConvolutionPlansNoDataGradient) {
+  const cpu::ConvShape s{4, 10, 10, 1, 8, 3, 1, 1};
+  for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    ConvOptions o{precision};
+    o.backward_data = false;
+    Result<std::unique_ptr<CudnnConv>> made = CudnnConv::Create(handle_, s, o);
+    ASSERT_TRUE(made.ok()) << Name(s, o) << ": " << made.status().message();
+    const CudnnConv& conv = *made.value();
+    const std::string plans = conv.Describe();
+    EXPECT_NE(plans.find("forward"), std::string::npos) << plans;
+    EXPECT_NE(plans.find("backward filter"), std::string::npos) << plans;
+    EXPECT_EQ(plans.find("backward data"), std::string::npos) << plans;
+    const Status none = conv.BackwardData(nullptr, nullptr, nullptr, nullptr);
+    EXPECT_FALSE(none.ok());
+    EXPECT_NE(none.message().find("backward data convolution of input 4x10x10x1"),
+              std::string::npos)
+        << none.message();
+    // The two it does plan compute what the CPU does.
+    const int64_t nx = int64_t{s.B} * s.H * s.W * s.C, nw = s.OC * s.patch();
+    const int64_t ny = int64_t{s.B} * s.OH() * s.OW() * s.OC;
+    const std::vector<float> x = Stored(Random(Count(nx), 6), precision);
+    const std::vector<float> w = Stored(Random(Count(nw), 7, 0.5), precision);
+    const std::vector<float> dy = Stored(Random(Count(ny), 8), precision);
+    std::vector<float> y_ref(Count(ny)), dw_ref(Count(nw));
+    std::vector<float> scratch(Count(cpu::conv2d_scratch_floats(s)));
+    cpu::conv2d_forward(y_ref.data(), x.data(), w.data(), nullptr, s, scratch.data());
+    cpu::conv2d_backward(nullptr, dw_ref.data(), nullptr, dy.data(), x.data(), w.data(), s,
+                         scratch.data(), false, false);
+    DeviceBuffer<uint8_t> dev_x = Upload(x, precision), dev_w = Upload(w, precision);
+    DeviceBuffer<uint8_t> dev_dy = Upload(dy, precision);
+    DeviceBuffer<uint8_t> dev_y = Upload(std::vector<float>(Count(ny)), precision);
+    DeviceBuffer<uint8_t> dev_dw = Upload(std::vector<float>(Count(nw)), precision);
+    DeviceBuffer<uint8_t> workspace;
+    ASSERT_TRUE(DeviceBuffer<uint8_t>::Make(int64_t(conv.workspace_bytes()), &workspace).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the uploads, on the legacy stream
+    ASSERT_TRUE(conv.Forward(dev_y.data(), dev_x.data(), dev_w.data(), workspace.data()).ok());
+    ASSERT_TRUE(
+        conv.BackwardFilter(dev_dw.data(), dev_x.data(), dev_dy.data(), workspace.data()).ok());
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    ExpectErr((Name(s, o) + " forward").c_str(),
+              NormErr(Download(dev_y, Count(ny), precision), y_ref), Bound(o));
+    ExpectErr((Name(s, o) + " backward filter").c_str(),
+              NormErr(Download(dev_dw, Count(nw), precision), dw_ref), Bound(o));
+    std::printf("  %s: %s\n", Name(s, o).c_str(), plans.c_str());
+  }
+}
+
 TEST_F(CudnnConvTest, RefusesAShapeWithoutAnOutputNamingIt) {
   const cpu::ConvShape s{1, 4, 4, 3, 8, 7, 1, 1};  // a 7x7 filter over 4x4 padded to 6x6
   Result<std::unique_ptr<CudnnConv>> made = CudnnConv::Create(handle_, s, ConvOptions{});

@@ -234,6 +234,7 @@ Result<std::unique_ptr<CudnnConv>> CudnnConv::Create(cudnnHandle_t handle,
   }
   const float alpha = 1, beta = 0;
   for (int dir = 0; dir < kDirections; ++dir) {
+    if (dir == kBackwardData && !options.backward_data) continue;
     const OpNames& names = kOps[static_cast<size_t>(dir)];
     Descriptor op, graph;
     for (Status st :
@@ -289,7 +290,10 @@ std::string CudnnConv::Describe() const {
 Status CudnnConv::Execute(Direction d, const void* x, const void* w, const void* y,
                           void* workspace) const {
   const Plan* p = plans_[d].get();
-  if (p == nullptr) return Status::Internal("cudnn: a convolution without its plan");
+  if (p == nullptr) {
+    return Status::Internal(std::string("cudnn: the ") + kOps[static_cast<size_t>(d)].name +
+                            " convolution of " + ShapeText(shape_) + " was not planned");
+  }
   return Run(handle_, *p, x, w, y, workspace);
 }
 

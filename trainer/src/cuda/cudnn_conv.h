@@ -36,6 +36,9 @@ struct ConvOptions {
   bool tf32 = true;        // fp32 storage: tensor cores with TF32 products allowed
   bool autotune = false;   // time the candidate plans and keep the fastest of each direction
   int max_candidates = 8;  // autotune: how many of the heuristics' configurations are timed
+  // Plan the data gradient. A layer reading the model's input needs none, and cuDNN may have no
+  // engine for it there (one input channel in 16 bits); BackwardData then fails.
+  bool backward_data = true;
 };
 
 class CudnnConv {

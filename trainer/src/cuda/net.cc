@@ -220,6 +220,7 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
     o.precision = precision_;
     o.tf32 = tf32_;
     o.autotune = cudnn_autotune_;
+    o.backward_data = model_.layer(i).input >= 0;  // the model's input takes no gradient
     SWEEP_ASSIGN_OR_RETURN(plan, CudnnConv::Create(dnn_, ConvShapeOf(model_.layer(i), B), o));
     SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes(), i, "convolution", B));
   }
