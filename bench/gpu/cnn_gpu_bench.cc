@@ -1,30 +1,36 @@
-// The CUDA backend's CNNs on Fashion-MNIST against PyTorch at its best (torch_cnn_gpu.py: the
-// best of eager, CUDA graphs, torch.compile and max-autotune, each with channels_last, bf16
-// autocast, the set on the GPU with crops and flips there, a fused optimizer), in one run:
+// The CUDA backend's CNNs (and MLP) on Fashion-MNIST against PyTorch at its best
+// (torch_cnn_gpu.py: the best of eager, CUDA graphs, torch.compile and max-autotune, each with
+// channels_last, bf16 autocast, the set on the GPU with crops and flips there, a fused
+// optimizer), in one run:
 //   1. the trainer's CNN (per stage two conv3x3 + batch norm + ReLU, a 2x2 max pool; a hidden
 //      layer of 256) with channels 32,64 and 64,128,256, at batch 256 and 1024, crops (2 pixels)
-//      and flips on: our samples/s over the epochs after the first, ours / torch's best
-//      (targets: >= 1.5x at batch 256, >= 1.0x at 1024);
+//      and flips on, and gpu_bench's MLP (784-256-128-10, no augmentation) at the same batches:
+//      our samples/s over the epochs after the first, ours / torch's best (targets: >= 1.5x at
+//      batch 256, >= 1.0x at 1024);
 //   2. for each, data_wait_s as a share of the training time (target < 2%);
-//   3. for each, the share of a training step that cuDNN's convolutions take: every convolution
-//      of the model in its three directions at that batch, timed alone with CUDA events, against
-//      the measured step;
-//   4. for each, batch norm's training pass and backward over all the model's batch norm layers,
-//      through cuDNN's graph API and through our kernels, timed alone the same way (the net
-//      takes cuDNN's where it has an engine).
+//   3. for each CNN, the share of a training step that cuDNN's convolutions take: every
+//      convolution of the model in the directions a step runs, in the faster run's precision,
+//      timed alone with CUDA events, against the measured step;
+//   4. for each CNN, batch norm's training pass and backward over all the model's batch norm
+//      layers, through cuDNN's graph API and through our kernels, timed alone the same way (the
+//      net takes cuDNN's where it has an engine).
 // Ours trains in fp32 (TF32 tensor cores) and in bf16, each with CUDA graphs; at batch 256 also
 // bf16 with every kernel launched, to show what the graphs bring. The faster of fp32 and bf16 is
 // set against torch. Every figure is printed with what it is compared to; the exit status is 1
-// when one is missing.
+// when one is missing. --torch-timeout S bounds each torch run: the variants it finished count.
+// --deadline S: the whole run ends within about S seconds; a case that cannot start is skipped
+// (and counted as missing), and a torch run is cut at what is left.
 //
 // Usage: cnn_gpu_bench [--data DIR] [--epochs N] [--torch SCRIPT] [--python PYTHON]
-//                      [--variants LIST] [--skip-torch] [--cases CHANNELS:BATCH,...]
+//                      [--variants LIST] [--torch-timeout S] [--deadline S] [--skip-torch]
+//                      [--cases 'CHANNELS:BATCH[:V1/V2...] mlp/HIDDEN:BATCH ...']
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -51,13 +57,21 @@ namespace trainer = sweep::trainer;
 
 namespace {
 
+// "CHANNELS:BATCH[:VARIANTS]" is a CNN (hidden 256, crops and flips); "mlp/HIDDEN:BATCH" the MLP
+// of gpu_bench (no augmentation). VARIANTS (torch's, separated by '/') replaces --variants.
 struct Case {
-  std::vector<int> channels;
+  bool mlp = false;
+  std::vector<int> channels;  // CNN stages; for the MLP, its hidden layers
   int batch = 256;
+  std::string variants;
   std::string Channels() const {
     std::string s;
     for (int c : channels) s += (s.empty() ? "" : ",") + std::to_string(c);
     return s;
+  }
+  std::string Name() const {
+    return (mlp ? "MLP 784-" + Channels() + "-10" : "CNN channels " + Channels() + ", hidden 256") +
+           ", batch " + std::to_string(batch) + (mlp ? "" : ", crop 2 + flip");
   }
 };
 
@@ -66,17 +80,17 @@ TrainOptions Options(const std::string& data, const Case& c, int epochs) {
   if (Status s = ApplyOption(&o, "dataset", data); !s.ok())
     std::printf("  %s\n", s.message().c_str());
   o.backend = "cuda";
-  o.model = "cnn";
-  o.channels = c.channels;
-  o.hidden = {256};
+  o.model = c.mlp ? "mlp" : "cnn";
+  if (!c.mlp) o.channels = c.channels;
+  o.hidden = c.mlp ? c.channels : std::vector<int>{256};
   o.batch_size = c.batch;
   o.epochs = epochs;
   o.lr = 0.05;
   o.momentum = 0.9;
   o.nesterov = true;
   o.weight_decay = 5e-4;
-  o.augment_crop = 2;
-  o.augment_flip = true;
+  o.augment_crop = c.mlp ? 0 : 2;
+  o.augment_flip = !c.mlp;
   o.validation_fraction = 0;  // as torch: every training image, timed steps only
   return o;
 }
@@ -115,27 +129,59 @@ OursRun RunOurs(const TrainOptions& o) {
   return run;
 }
 
-// Torch's best variant's samples/s, or -1 (its output is printed either way).
+// Torch's best variant's samples/s, or -1. Its lines are read as they come, under `timeout_s`
+// (0: none), so a variant that compiles for too long costs only itself: the variants done by then
+// count. Only its summary lines are shown (max-autotune's tables would bury the figures), and its
+// last lines when it fails.
 double RunTorch(const std::string& python, const std::string& script, const std::string& data,
-                const Case& c, const std::string& variants) {
-  const fs::path out =
-      fs::temp_directory_path() / ("sweep_cnn_bench_torch_" + std::to_string(::getpid()) + ".txt");
-  const std::string cmd = python + " '" + script + "' --data '" + data + "' --channels " +
-                          c.Channels() + " --fc 256 --batch " + std::to_string(c.batch) +
-                          " --variants " + variants + " > '" + out.string() + "' 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream in(out);
+                const Case& c, const std::string& variants, int timeout_s) {
+  const std::string layers = c.mlp ? " --mlp " + c.Channels() + " --augment 0"
+                                   : " --channels " + c.Channels() + " --fc 256";
+  const std::string limit =
+      timeout_s > 0 ? "timeout -k 10 " + std::to_string(timeout_s) + " " : std::string();
+  const std::string cmd = limit + python + " -u '" + script + "' --data '" + data + "'" + layers +
+                          " --batch " + std::to_string(c.batch) + " --variants " + variants +
+                          " 2>&1";
+  std::fflush(stdout);  // ours first, whatever torch prints
+  FILE* in = ::popen(cmd.c_str(), "r");
+  if (in == nullptr) {
+    std::printf("    could not start: %s\n", cmd.c_str());
+    return -1;
+  }
   double best = -1;
-  for (std::string line; std::getline(in, line);) {
+  std::string best_name;
+  std::vector<std::string> tail;  // its other lines, the last few
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, in) != nullptr) {
+    std::string line(buf);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (line.rfind("torch ", 0) != 0 && line.rfind("variant=", 0) != 0 &&
+        line.rfind("best=", 0) != 0) {
+      tail.push_back(line);
+      if (tail.size() > 8) tail.erase(tail.begin());
+      continue;
+    }
     std::printf("    %s\n", line.c_str());
-    if (line.rfind("best=", 0) == 0) {
-      const size_t at = line.find("samples_per_s=");
-      if (at != std::string::npos) best = std::atof(line.c_str() + at + 14);
+    std::fflush(stdout);
+    const size_t at = line.find("samples_per_s=");
+    if (line.rfind("variant=", 0) == 0 && at != std::string::npos) {
+      const double v = std::atof(line.c_str() + at + 14);
+      if (v > best) best = v, best_name = line.substr(8, line.find(' ') - 8);
     }
   }
-  std::error_code ec;
-  fs::remove(out, ec);
-  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) best = -1;
+  const int rc = ::pclose(in);
+  const bool ok = WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
+  if (!ok) {
+    const bool timed_out = WIFEXITED(rc) && (WEXITSTATUS(rc) == 124 || WEXITSTATUS(rc) == 137);
+    if (timed_out) {
+      std::printf("    torch: cut off after %d s; the variants above are those that finished\n",
+                  timeout_s);
+    } else {
+      for (const std::string& line : tail) std::printf("    | %s\n", line.c_str());
+      std::printf("    torch: exit status %d\n", WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+    }
+  }
+  if (best > 0) std::printf("    torch's best of those that ran: %s\n", best_name.c_str());
   return best;
 }
 
@@ -158,8 +204,9 @@ double TimeMs(cudaStream_t stream, const Step& step) {
 }
 
 // Milliseconds one training step spends in cuDNN's convolutions: every convolution of the
-// model, its three directions at `batch` rows, timed alone (-1 on failure).
-double ConvMsPerStep(const TrainOptions& o) {
+// model in `precision`, the directions a step runs (no data gradient for the model's input) at
+// `batch` rows, timed alone (-1 on failure).
+double ConvMsPerStep(const TrainOptions& o, trainer::Precision precision) {
   sweep::Result<trainer::ModelSpec> model = trainer::BuildModel(o, {1, 28, 28}, 10);
   if (!model.ok()) return -1;
   cudaStream_t stream = nullptr;
@@ -170,7 +217,9 @@ double ConvMsPerStep(const TrainOptions& o) {
   for (const trainer::Layer& l : model->layers) {
     if (total < 0 || l.kind != trainer::LayerKind::kConv) continue;
     const sweep::trainer::cpu::ConvShape s = trainer::ConvShapeOf(l, o.batch_size);
-    auto conv = cuda::CudnnConv::Create(handle, s, cuda::ConvOptions{});
+    cuda::ConvOptions co{precision};
+    co.backward_data = l.input >= 0;
+    auto conv = cuda::CudnnConv::Create(handle, s, co);
     cuda::DeviceBuffer<float> x, w, y, dx, dw;
     cuda::DeviceBuffer<uint8_t> ws;
     if (!conv.ok() || !cuda::DeviceBuffer<float>::Make(int64_t{s.B} * s.H * s.W * s.C, &x).ok() ||
@@ -186,7 +235,7 @@ double ConvMsPerStep(const TrainOptions& o) {
     const cuda::CudnnConv& c = **conv;
     auto run = [&] {
       return c.Forward(y.data(), x.data(), w.data(), ws.data()).ok() &&
-             c.BackwardData(dx.data(), y.data(), w.data(), ws.data()).ok() &&
+             (l.input < 0 || c.BackwardData(dx.data(), y.data(), w.data(), ws.data()).ok()) &&
              c.BackwardFilter(dw.data(), x.data(), y.data(), ws.data()).ok();
     };
     const double ms = TimeMs(stream, run);
@@ -276,16 +325,55 @@ void BatchNormMsPerStep(const TrainOptions& o, double* cudnn, double* ours, std:
   cudaStreamDestroy(stream);
 }
 
+// Prints the share of a `step_ms` step that the CNN's convolutions take (in `precision`, the
+// faster run's), and batch norm's through cuDNN and through our kernels; the count of figures
+// missing.
+int PrintCnnShares(const TrainOptions& o, trainer::Precision precision, double step_ms) {
+  int missing = 0;
+  const double conv_ms = ConvMsPerStep(o, precision);
+  if (conv_ms > 0) {
+    std::printf("  cuDNN convolutions (%s): %.3f ms of a %.3f ms step, %.0f%%\n",
+                precision == trainer::Precision::kBf16 ? "bf16" : "fp32, TF32", conv_ms, step_ms,
+                100 * conv_ms / step_ms);
+  } else {
+    std::printf("  cuDNN convolutions: could not be timed\n");
+    ++missing;
+  }
+  double bn_cudnn = -1, bn_ours = -1;
+  std::string bn_why;
+  BatchNormMsPerStep(o, &bn_cudnn, &bn_ours, &bn_why);
+  if (bn_ours > 0) {
+    std::printf("  batch norm (training pass + backward, all layers): ours %.3f ms, ", bn_ours);
+    if (bn_cudnn > 0) {
+      std::printf("cuDNN %.3f ms (%.2fx ours)\n", bn_cudnn, bn_ours / bn_cudnn);
+    } else {
+      std::printf("cuDNN not timed: %s\n", bn_why.empty() ? "a call failed" : bn_why.c_str());
+    }
+  } else {
+    std::printf("  batch norm: could not be timed\n");
+    ++missing;
+  }
+  return missing;
+}
+
 std::vector<Case> ParseCases(const std::string& text) {
   std::vector<Case> cases;
   std::stringstream in(text);
   for (std::string item; std::getline(in, item, ' ');) {
+    Case c;
+    if (item.rfind("mlp/", 0) == 0) {
+      c.mlp = true;
+      item = item.substr(4);
+    }
     const size_t colon = item.find(':');
     if (colon == std::string::npos) continue;
-    Case c;
     std::stringstream ch(item.substr(0, colon));
     for (std::string v; std::getline(ch, v, ',');) c.channels.push_back(std::atoi(v.c_str()));
     c.batch = std::atoi(item.c_str() + colon + 1);
+    if (const size_t more = item.find(':', colon + 1); more != std::string::npos) {
+      c.variants = item.substr(more + 1);
+      std::replace(c.variants.begin(), c.variants.end(), '/', ',');
+    }
     if (!c.channels.empty() && c.batch > 0) cases.push_back(c);
   }
   return cases;
@@ -297,8 +385,9 @@ int main(int argc, char** argv) {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string script = fs::path(SWEEP_SOURCE_DIR) / "bench/gpu/torch_cnn_gpu.py";
   std::string python = "python3", variants = "eager,graph,compile,max-autotune";
-  std::string cases_text = "32,64:256 32,64:1024 64,128,256:256 64,128,256:1024";
-  int epochs = 3;
+  std::string cases_text =
+      "32,64:256 32,64:1024 64,128,256:256 64,128,256:1024 mlp/256,128:256 mlp/256,128:1024";
+  int epochs = 3, torch_timeout = 0, deadline = 0;
   bool skip_torch = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -315,13 +404,18 @@ int main(int argc, char** argv) {
       variants = next();
     } else if (a == "--cases") {
       cases_text = next();
+    } else if (a == "--deadline") {
+      deadline = std::max(0, std::atoi(next().c_str()));
+    } else if (a == "--torch-timeout") {
+      torch_timeout = std::max(0, std::atoi(next().c_str()));
     } else if (a == "--skip-torch") {
       skip_torch = true;
     } else {
       std::fprintf(stderr,
                    "usage: cnn_gpu_bench [--data DIR] [--epochs N] [--torch SCRIPT] "
-                   "[--python PYTHON] [--variants LIST] [--skip-torch] "
-                   "[--cases 'CHANNELS:BATCH ...']\n");
+                   "[--python PYTHON] [--variants LIST] [--torch-timeout S] [--deadline S] "
+                   "[--skip-torch] "
+                   "[--cases 'CHANNELS:BATCH[:V1/V2] mlp/HIDDEN:BATCH ...']\n");
       return 2;
     }
   }
@@ -336,11 +430,20 @@ int main(int argc, char** argv) {
   std::printf("cnn_gpu_bench: %s (sm_%d%d), cuDNN %s; dataset %s\n", prop.name, prop.major,
               prop.minor, cuda::CudnnVersion().c_str(), data.c_str());
   int missing = 0;
+  const auto start = std::chrono::steady_clock::now();
+  // Seconds left of --deadline (a large number without one).
+  const auto left = [&] {
+    const double spent =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return deadline > 0 ? static_cast<int>(deadline - spent) : 1 << 30;
+  };
   for (const Case& c : ParseCases(cases_text)) {
-    std::printf(
-        "\n== CNN channels %s, hidden 256, batch %d, crop 2 + flip, %d epochs (the first "
-        "is warm-up) ==\n",
-        c.Channels().c_str(), c.batch, epochs);
+    if (left() < 30) {
+      std::printf("\n== %s: skipped, %d s left of --deadline ==\n", c.Name().c_str(), left());
+      ++missing;
+      continue;
+    }
+    std::printf("\n== %s, %d epochs (the first is warm-up) ==\n", c.Name().c_str(), epochs);
     std::fflush(stdout);
     const TrainOptions o = Options(data, c, epochs);
     TrainOptions o16 = o;
@@ -371,31 +474,19 @@ int main(int argc, char** argv) {
     const OursRun& ours =
         bf16.ok && (!fp32.ok || bf16.samples_per_s > fp32.samples_per_s) ? bf16 : fp32;
     if (!ours.ok) continue;
-    const double conv_ms = ConvMsPerStep(o);
-    const double step_ms = 1e3 * c.batch / ours.samples_per_s;
-    if (conv_ms > 0) {
-      std::printf("  cuDNN convolutions: %.3f ms of a %.3f ms step, %.0f%%\n", conv_ms, step_ms,
-                  100 * conv_ms / step_ms);
-    } else {
-      std::printf("  cuDNN convolutions: could not be timed\n");
-      ++missing;
-    }
-    double bn_cudnn = -1, bn_ours = -1;
-    std::string bn_why;
-    BatchNormMsPerStep(o, &bn_cudnn, &bn_ours, &bn_why);
-    if (bn_ours > 0) {
-      std::printf("  batch norm (training pass + backward, all layers): ours %.3f ms, ", bn_ours);
-      if (bn_cudnn > 0) {
-        std::printf("cuDNN %.3f ms (%.2fx ours)\n", bn_cudnn, bn_ours / bn_cudnn);
-      } else {
-        std::printf("cuDNN not timed: %s\n", bn_why.empty() ? "a call failed" : bn_why.c_str());
-      }
-    } else {
-      std::printf("  batch norm: could not be timed\n");
-      ++missing;
+    if (!c.mlp) {
+      missing +=
+          PrintCnnShares(o, &ours == &bf16 ? trainer::Precision::kBf16 : trainer::Precision::kFp32,
+                         1e3 * c.batch / ours.samples_per_s);
     }
     if (skip_torch) continue;
-    const double torch = RunTorch(python, script, data, c, variants);
+    // Torch gets what is left, less a margin for the cases after it to be reported.
+    const int limit =
+        deadline > 0
+            ? std::max(1, torch_timeout > 0 ? std::min(torch_timeout, left() - 10) : left() - 10)
+            : torch_timeout;
+    const double torch =
+        RunTorch(python, script, data, c, c.variants.empty() ? variants : c.variants, limit);
     if (torch <= 0) {
       std::printf("  torch: FAILED (above)\n");
       ++missing;

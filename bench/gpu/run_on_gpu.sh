@@ -5,7 +5,7 @@
 #      the lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH for cuBLAS, cuDNN and NCCL,
 #      which the binaries open at their first call (ldd does not list them);
 #   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths);
-#   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin, then the CNN
+#   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin, then the CNNs and the MLP
 #      (bench/gpu/cnn_gpu_bench) against PyTorch at its best (bench/gpu/torch_cnn_gpu.py);
 #   4. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store, then the same
 #      sweep on the CPU, and bench/gpu/compare_rankings.py on the two (same ranking quality);
@@ -22,6 +22,11 @@
 # STEPS=tests,cnn,memcheck checks the CNN path alone); the machine and its libraries are always
 # shown (STEPS=tests,failures reruns the checks of a fix without the benchmark's minute).
 set -u
+# The device's reply keeps only the end of the output: where $OUT names a folder that comes back,
+# all of it goes to $OUT/run_on_gpu.log as well.
+if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
+  exec > >(tee "$OUT/run_on_gpu.log") 2>&1
+fi
 # Each step gets at most STEP_TIMEOUT seconds (default 240): a hang in one must not take the
 # others' output with it. The whole script ends within DEADLINE seconds (default 450: with a
 # machine's start-up, that leaves time to run it again within 15 minutes of device time): a step
@@ -168,14 +173,18 @@ fi
 fi
 
 if want cnn; then
-# The CNN against PyTorch at its best (bench/gpu/cnn_gpu_bench runs torch_cnn_gpu.py itself).
-# CNN_CASES: CHANNELS:BATCH pairs; CNN_VARIANTS: which of eager, graph, compile, max-autotune
-# (max-autotune compiles for minutes: drop it for a short rerun).
+# The CNN and the MLP against PyTorch at its best (bench/gpu/cnn_gpu_bench runs
+# torch_cnn_gpu.py itself). CNN_CASES: CHANNELS:BATCH[:VARIANTS] or mlp/HIDDEN:BATCH items;
+# CNN_VARIANTS: the torch variants of a case that names none. max-autotune compiles for minutes,
+# so by default only the first case (the 1.5x target's smaller CNN) runs it; every torch run is
+# cut at CNN_TORCH_TIMEOUT seconds (default 150), keeping the variants it finished. The step
+# may take CNN_TIMEOUT seconds (default 300).
 step "bench/gpu/cnn_gpu_bench --data $data"
-if t=$(allot); then
+if t=$(allot "${CNN_TIMEOUT:-300}"); then
   timeout "$t" "$build/bench/gpu/cnn_gpu_bench" --data "$data" --torch bench/gpu/torch_cnn_gpu.py \
-    --cases "${CNN_CASES:-32,64:256 32,64:1024 64,128,256:256 64,128,256:1024}" \
-    --variants "${CNN_VARIANTS:-eager,graph,compile,max-autotune}" || status=1
+    --cases "${CNN_CASES:-32,64:256:eager/graph/compile/max-autotune 32,64:1024 64,128,256:256 64,128,256:1024 mlp/256,128:256 mlp/256,128:1024}" \
+    --variants "${CNN_VARIANTS:-eager,graph,compile}" --torch-timeout "${CNN_TORCH_TIMEOUT:-150}" \
+    --deadline "$((t - 5))" || status=1
 else
   echo "$t"
   status=1
@@ -267,16 +276,26 @@ rm -rf "$scratch"
 
 if want memcheck; then
 step "GPU tests under compute-sanitizer (memcheck)"
+# In two runs, so that the slower multi-step training tests (CudaGroup) cannot take the layers'
+# and the nets' checks with them when time runs short. MEMCHECK_FILTER replaces both.
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 if [[ ! -x "$sanitizer" ]]; then
   echo "no compute-sanitizer on this machine: not run"
-elif t=$(allot); then
-  timeout "$t" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 3 \
-    "$build/tests/trainer/sweep_trainer_cuda_tests" --gtest_brief=1 2>&1 | tail -40
-  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 else
-  echo "$t"
-  status=1
+  filters=("-CudaGroup.*" "CudaGroup.*")
+  [[ -n "${MEMCHECK_FILTER:-}" ]] && filters=("$MEMCHECK_FILTER")
+  for filter in "${filters[@]}"; do
+    if t=$(allot); then
+      echo "--gtest_filter=$filter"
+      timeout "$t" "$sanitizer" --tool memcheck --leak-check full --error-exitcode 3 \
+        "$build/tests/trainer/sweep_trainer_cuda_tests" --gtest_brief=1 "--gtest_filter=$filter" \
+        2>&1 | tail -40
+      [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+    else
+      echo "$t"
+      status=1
+    fi
+  done
 fi
 
 fi

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""PyTorch at its best training the trainer's CNN on one GPU, for the CNN figures' baseline.
+"""PyTorch at its best training the trainer's CNN (or MLP) on one GPU, for their figures' baseline.
 
 The model is the trainer's `model = "cnn"`: per stage two conv3x3 (padding 1, no bias) ->
 BatchNorm -> ReLU, then maxpool 2x2; flatten; a hidden linear layer with ReLU (--fc, 0: none);
-a linear layer to 10 classes. SGD with momentum 0.9, nesterov, weight decay 5e-4, cross-entropy.
+a linear layer to 10 classes. With --mlp H1,H2,..., the trainer's `model = "mlp"` instead:
+Linear/ReLU layers of those widths over the 784 pixels, then 10 classes. SGD with momentum 0.9,
+nesterov, weight decay 5e-4, cross-entropy.
 Every variant uses what makes PyTorch fastest here:
   - channels_last tensors, bf16 autocast (fp32 master weights), TF32 for what stays fp32;
   - the training set held on the GPU, batches gathered there, crop (padding 2) and flip done on
-    the GPU for the whole batch at once;
+    the GPU for the whole batch at once (--augment 0: neither);
   - a fused (or multi-tensor) optimizer.
 Variants (--variants, comma separated):
   eager           plain eager steps
@@ -19,7 +21,8 @@ Each variant runs --warmup steps (compilation and capture included, timed apart)
 timed steps. Prints one line per variant (samples/s, ms per step, set-up seconds) and the best.
 With --device cpu it runs eager alone (a smoke test of the script).
 
-Usage: torch_cnn_gpu.py --data DIR [--channels 32,64] [--fc 256] [--batch 256]
+Usage: torch_cnn_gpu.py --data DIR [--channels 32,64] [--fc 256] [--mlp H1,H2] [--augment 1]
+                        [--batch 256]
                         [--variants eager,graph,compile,max-autotune] [--warmup 20] [--steps 200]
                         [--device cuda|cpu]
 """
@@ -33,6 +36,15 @@ import torch.nn.functional as F
 
 # The IDX readers of the MLP twin beside this file (its folder is on sys.path when run).
 from torch_mlp_gpu import find, idx
+
+
+def make_mlp(hidden):
+    layers, width = [nn.Flatten()], 784
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    layers.append(nn.Linear(width, 10))
+    return nn.Sequential(*layers)
 
 
 def make_model(channels, fc):
@@ -68,8 +80,9 @@ class Batches:
     """Batches of the GPU-held set: a per-epoch permutation, crop from the image padded by 2
     and a horizontal flip, per sample, for the whole batch in a few kernels."""
 
-    def __init__(self, x, y, batch):
+    def __init__(self, x, y, batch, augment=True):
         self.x, self.y, self.batch = x, y, batch  # x: [N, 28, 28] uint8 on the device
+        self.augment = augment
         self.n = x.shape[0]
         self.perm, self.at = None, self.n
         self.base = torch.arange(28, device=x.device)
@@ -79,6 +92,9 @@ class Batches:
             self.perm, self.at = torch.randperm(self.n, device=self.x.device), 0
         j = self.perm[self.at:self.at + self.batch]
         self.at += self.batch
+        if not self.augment:
+            img = self.x[j].float().div_(255).unsqueeze(1)
+            return img.contiguous(memory_format=torch.channels_last), self.y[j]
         img = F.pad(self.x[j].float().div_(255), (2, 2, 2, 2))  # [B, 32, 32]
         b = j.shape[0]
         dy = torch.randint(0, 5, (b, 1), device=j.device)
@@ -94,9 +110,10 @@ class Batches:
 def run_variant(name, a, xtr, ytr, dev):
     cuda = dev.type == "cuda"
     torch.manual_seed(0)
-    model = make_model(a.channels, a.fc).to(dev).to(memory_format=torch.channels_last)
+    model = make_mlp(a.mlp) if a.mlp else make_model(a.channels, a.fc)
+    model = model.to(dev).to(memory_format=torch.channels_last)
     opt, opt_kind = make_optimizer(model, cuda)
-    batches = Batches(xtr, ytr, a.batch)
+    batches = Batches(xtr, ytr, a.batch, augment=a.augment != 0)
     amp = dict(device_type=dev.type, dtype=torch.bfloat16)
 
     def step_fn(net, x, y):
@@ -161,6 +178,8 @@ def main():
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--channels", default="32,64")
     ap.add_argument("--fc", type=int, default=256)
+    ap.add_argument("--mlp", default="", help="hidden widths: the MLP instead of the CNN")
+    ap.add_argument("--augment", type=int, choices=[0, 1], default=1)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--variants", default="eager,graph,compile,max-autotune")
     ap.add_argument("--warmup", type=int, default=20)
@@ -168,6 +187,7 @@ def main():
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     a = ap.parse_args()
     a.channels = [int(c) for c in a.channels.split(",")]
+    a.mlp = [int(h) for h in a.mlp.split(",")] if a.mlp else []
 
     dev = torch.device(a.device)
     if dev.type == "cuda":
@@ -177,8 +197,10 @@ def main():
     xtr = torch.from_numpy(idx(find(a.data, "train-images-idx3-ubyte")).copy()).to(dev)
     ytr = torch.from_numpy(idx(find(a.data, "train-labels-idx1-ubyte")).astype(np.int64)).to(dev)
     name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
-    print(f"torch {torch.__version__} on {name}: channels={a.channels} fc={a.fc} "
-          f"batch={a.batch} bf16 autocast, channels_last, set on the device, GPU crop+flip")
+    model = f"mlp={a.mlp}" if a.mlp else f"channels={a.channels} fc={a.fc}"
+    augment = "GPU crop+flip" if a.augment else "no augmentation"
+    print(f"torch {torch.__version__} on {name}: {model} batch={a.batch} bf16 autocast, "
+          f"channels_last, set on the device, {augment}")
     best = None
     for v in a.variants.split(","):
         if dev.type == "cpu" and v != "eager":
