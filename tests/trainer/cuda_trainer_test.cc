@@ -598,6 +598,40 @@ TEST_F(CudaGroup, RefusesAModelLargerThanTheGpu) {
   EXPECT_TRUE(cuda::GetBackend()->CreateGroup(spec).ok());
 }
 
+// A CNN whose weights are small and whose activations for the batch cannot fit is refused
+// before anything is allocated, counting each layer's output and gradient, and names the batch
+// and the channels as what to make smaller.
+TEST_F(CudaGroup, RefusesACnnWhoseActivationsExceedTheGpuNamingBatchAndChannels) {
+  TrainOptions o;
+  o.model = "cnn";
+  o.channels = {4096};
+  o.convs_per_stage = 1;
+  o.hidden = {};
+  Result<ModelSpec> cnn = BuildModel(o, TensorShape{1, 28, 28}, 10);
+  ASSERT_TRUE(cnn.ok()) << cnn.status().message();
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.model = *cnn;
+  spec.precision = Precision::kBf16;
+  // 28 x 28 x 4096 floats a layer's output, for 50,000 rows: terabytes, on any GPU.
+  spec.max_rows = 50000;
+  Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+  ASSERT_FALSE(g.ok());
+  const std::string& m = g.status().message();
+  std::printf("  channels [4096], 50000 rows: %s\n", m.c_str());
+  EXPECT_EQ(g.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(m.find("cuda: the model does not fit in GPU 0's memory"), std::string::npos) << m;
+  EXPECT_NE(m.find("activations for 50000 rows"), std::string::npos) << m;
+  EXPECT_NE(m.find("make batch_size or channels smaller"), std::string::npos) << m;
+  // Each of the layers' outputs and gradients counts (conv, batch norm, ReLU, pool): more than
+  // twice the outputs alone.
+  const double outputs_gib =
+      4.0 * 50000 * static_cast<double>(spec.model.ActivationFloats()) / 1073741824.0;
+  const size_t at = m.find(" GiB of activations");
+  ASSERT_NE(at, std::string::npos) << m;
+  const size_t from = m.rfind(' ', at - 1) + 1;
+  EXPECT_GT(std::stod(m.substr(from, at - from)), 1.9 * outputs_gib) << m;
+}
+
 #if defined(SWEEP_CUDA_EMU)
 // cudnn_autotune: each convolution's plans are the fastest of cuDNN's first candidates, timed
 // on the device (the group says so). With TF32 on there are two to time, tensor cores and exact

@@ -541,7 +541,7 @@ TEST(CudaEmu, AFullGpuFailsTheGroupWithWhatToMakeSmaller) {
   ASSERT_FALSE(group.ok());
   EXPECT_NE(group.status().message().find(
                 "GiB of activations for 1048576 rows), it has 0.1 GiB free of 16.0; make "
-                "batch_size smaller"),
+                "batch_size or hidden smaller"),
             std::string::npos)
       << group.status().message();
   // The outputs fit (53 MB), but with the inputs, gradients and the rest they do not: the
@@ -552,7 +552,7 @@ TEST(CudaEmu, AFullGpuFailsTheGroupWithWhatToMakeSmaller) {
   const std::string& why = group.status().message();
   EXPECT_NE(why.find("cudaErrorMemoryAllocation"), std::string::npos) << why;
   EXPECT_NE(why.find(".h:"), std::string::npos) << why;
-  EXPECT_NE(why.find("for batches of 100000 rows: make hidden or batch_size smaller"),
+  EXPECT_NE(why.find("for batches of 100000 rows: make batch_size or hidden smaller"),
             std::string::npos)
       << why;
   ASSERT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);

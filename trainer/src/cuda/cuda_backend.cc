@@ -76,17 +76,50 @@ Result<std::vector<int>> GroupDevices(const GroupSpec& spec, int count) {
   return devices;
 }
 
+// Bytes of activations a replica of `model` holds for batches of `rows` rows, as cuda/net.h
+// allocates them: each layer's output and its gradient in fp32 (a flatten shares its input's),
+// max pooling's indices, dropout's mask, and in bf16 / fp16 the 16-bit copy of each convolution's
+// and linear layer's input. The MLP (cuda/mlp.h) keeps at least its layers' outputs.
+double ActivationBytes(const ModelSpec& model, int rows, Precision precision, bool mlp) {
+  const double r = rows;
+  if (mlp) return sizeof(float) * r * static_cast<double>(model.ActivationFloats());
+  double bytes = sizeof(float) * r * static_cast<double>(model.input.size());  // the batch
+  for (const Layer& l : model.layers) {
+    if (l.kind == LayerKind::kFlatten) continue;
+    const double out = r * static_cast<double>(l.out_shape.size());
+    bytes += 2 * sizeof(float) * out;
+    if (l.kind == LayerKind::kMaxPool) bytes += sizeof(int32_t) * out;
+    if (l.kind == LayerKind::kDropout) bytes += sizeof(float) * out;
+    if (precision != Precision::kFp32 &&
+        (l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear)) {
+      bytes += sizeof(uint16_t) * r * static_cast<double>(l.in_shape.size());
+    }
+  }
+  return bytes;
+}
+
+// What to make smaller when the model does not fit: its widths, or the batch where the
+// activations are most of it.
+std::string WhatToShrink(const ModelSpec& model, bool activations_dominate) {
+  MlpView mlp;
+  const bool conv =
+      !AsMlp(model, &mlp) && std::any_of(model.layers.begin(), model.layers.end(),
+                                         [](const Layer& l) { return l.kind == LayerKind::kConv; });
+  if (activations_dominate) return conv ? "batch_size or channels" : "batch_size or hidden";
+  return conv ? "channels or hidden" : "hidden";
+}
+
 // What every GPU of the group must hold for the model: weights and gradients in fp32, the
-// optimizer's state, and the 16-bit copy of the weights in bf16/fp16. A lower bound (the
-// activations and cuBLAS's workspace come on top), so a model refused here could never have been
-// made, and the user learns why in words rather than from a failed cudaMalloc.
+// optimizer's state, the 16-bit copy of the weights in bf16/fp16, and the activations above. A
+// lower bound (cuDNN's and cuBLAS's workspaces come on top, checked as their plans are made at
+// the first step), so a model refused here could never have been trained, and the user learns
+// why in words rather than from a failed cudaMalloc.
 Status CheckDeviceMemory(const GroupSpec& spec, const std::vector<int>& devices) {
   const double params = static_cast<double>(spec.model.num_params);
   const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
-  // At least every layer's output for the most rows a replica sees at once (gradients, inputs
-  // and cuDNN's workspaces come on top: an allocation that fails later says so too).
-  const double activations = sizeof(float) * static_cast<double>(spec.max_rows) *
-                             static_cast<double>(spec.model.ActivationFloats());
+  MlpView mlp;
+  const bool as_mlp = AsMlp(spec.model, &mlp) && spec.label_smoothing == 0;
+  const double activations = ActivationBytes(spec.model, spec.max_rows, spec.precision, as_mlp);
   const double need = params * (sizeof(float) * (2.0 + states) +
                                 (spec.precision != Precision::kFp32 ? sizeof(uint16_t) : 0)) +
                       activations;
@@ -103,7 +136,7 @@ Status CheckDeviceMemory(const GroupSpec& spec, const std::vector<int>& devices)
                     d, params, need / 1073741824.0, activations / 1073741824.0, spec.max_rows,
                     static_cast<double>(free) / 1073741824.0,
                     static_cast<double>(total) / 1073741824.0,
-                    activations > 0.5 * need ? "batch_size" : "hidden");
+                    WhatToShrink(spec.model, activations > 0.5 * need).c_str());
       return Status::InvalidArgument(msg);
     }
   }
@@ -149,8 +182,8 @@ class CudaBackend final : public Backend {
       return group.status().WithMessage(
           group.status().message() + " (making the model, " +
           std::to_string(spec.model.num_params) + " parameters, for batches of " +
-          std::to_string(spec.max_rows) +
-          " rows: make hidden or batch_size smaller, or leave the GPU to one trial)");
+          std::to_string(spec.max_rows) + " rows: make " + WhatToShrink(spec.model, true) +
+          " smaller, or leave the GPU to one trial)");
     }
     return group;
   }
