@@ -30,12 +30,15 @@
 // table of our median best@TRIALS against the peer's better TPE variant's, per function, with
 // a one-sided Wilcoxon rank-sum p-value for "ours is worse". --first-seed S runs seeds
 // S..S+SEEDS-1 (fresh seeds, to check that a change was not tuned to 0..SEEDS-1); --sampler
-// (repeatable) runs only the named samplers of tpe-mv, tpe, random.
+// (repeatable) runs only the named samplers of tpe-mv, tpe, random. --windows ABOVE prints, per
+// window of trials (0-300, 300-1,000, 1,000-2,000, ...), the median over seeds of the median
+// value proposed in it, the share of its trials above ABOVE (the mean over seeds), and the
+// median best at its end: whether a long sweep keeps proposing near its good trials.
 //
 // Usage: tpe_bench [--seeds N] [--first-seed S] [--trials N] [--asks N] [--dims N]
 //                  [--concurrency N] [--model multivariate|univariate]
 //                  [--cost-only | --quality-only] [--function NAME[-DIMS]]...
-//                  [--sampler tpe-mv|tpe|random]... [--peer FILE]
+//                  [--sampler tpe-mv|tpe|random]... [--peer FILE] [--windows ABOVE]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -387,6 +390,7 @@ double LogRegret(double regret) { return std::log10(std::max(regret, 1e-12)); }
 // one exactly, and how many of those repeated a trial still running (what the liar is for).
 struct Trace {
   std::vector<double> best;
+  std::vector<double> values;  // each trial's own value
   int64_t duplicates = 0;
   int64_t running_duplicates = 0;
 };
@@ -431,6 +435,7 @@ Trace Run(const Problem& problem, const std::string& sampler, uint64_t seed, int
     const double value = Evaluate(problem, p);
     if (tpe) tpe->Observe(t, p, value);
     best = std::min(best, value);
+    trace.values.push_back(value);
     ++done;
     trace.best.push_back(best);
   }
@@ -506,7 +511,7 @@ void ComparePeer(
 
 void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, int64_t trials,
              int concurrency, const std::vector<std::string>& samplers,
-             const std::string& peer_path) {
+             const std::string& peer_path, bool windows, double above) {
   // Per problem label and sampler: each seed's best after all the trials.
   std::vector<std::pair<std::string, std::map<std::string, std::vector<double>>>> finals;
   std::vector<int64_t> marks;
@@ -539,6 +544,30 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
         running_duplicates[sampler] += traces.back().running_duplicates;
       }
       curves[sampler] = MedianCurve(traces);
+      if (windows) {
+        // Per window of trials: the median over seeds of (the median value proposed in it, the
+        // share above `above`), and the median best at its end.
+        std::vector<int64_t> edges = {0, 300, 1000, 2000, 3000, 5000, 10000};
+        for (size_t w = 0; w + 1 < edges.size() && edges[w] < trials; ++w) {
+          const int64_t a = edges[w], b = std::min<int64_t>(edges[w + 1], trials);
+          std::vector<double> med, share, bst;
+          for (const Trace& t : traces) {
+            std::vector<double> v(t.values.begin() + a, t.values.begin() + b);
+            med.push_back(Median(v));
+            double above_n = 0;
+            for (double x : v) above_n += x > above ? 1 : 0;
+            share.push_back(above_n / static_cast<double>(v.size()));
+            bst.push_back(t.best[static_cast<size_t>(b - 1)]);
+          }
+          double mean_share = 0;
+          for (double x : share) mean_share += x / static_cast<double>(share.size());
+          std::printf(
+              "  window %5lld-%5lld: median proposed %10.4g  share>%g %5.1f%%  best %10.4g"
+              "\n",
+              static_cast<long long>(a), static_cast<long long>(b), Median(med), above,
+              100 * mean_share, Median(bst));
+        }
+      }
       for (const Trace& t : traces) finals.back().second[sampler].push_back(t.best.back());
       std::printf("%-20s %-8s |", label.c_str(), sampler.c_str());
       for (int64_t m : marks) std::printf(" %11.5g", curves[sampler][static_cast<size_t>(m - 1)]);
@@ -611,7 +640,9 @@ int main(int argc, char** argv) {
   int concurrency = 1;
   std::string model;  // --model: ask cost of only "multivariate" or "univariate"
   bool cost = true, quality = true;
-  bool chosen = false;  // --function given: only those
+  bool chosen = false;   // --function given: only those
+  bool windows = false;  // --windows ABOVE: per-window stats of the proposed values
+  double above = 10;
   std::vector<Problem> problems = {
       {"branin", 2, ""},          {"hartmann3", 3, ""},  {"hartmann6", 6, ""},
       {"rosenbrock", 5, ""},      {"ackley", 5, ""},     {"levy", 5, ""},
@@ -636,6 +667,9 @@ int main(int argc, char** argv) {
       concurrency = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--model" && i + 1 < argc) {
       model = argv[++i];
+    } else if (a == "--windows" && i + 1 < argc) {
+      windows = true;
+      above = std::atof(argv[++i]);
     } else if (a == "--cost-only") {
       quality = false;
     } else if (a == "--quality-only") {
@@ -669,13 +703,16 @@ int main(int argc, char** argv) {
           stderr,
           "usage: %s [--seeds N] [--first-seed S] [--trials N] [--asks N] [--dims N] "
           "[--concurrency N] [--model multivariate|univariate] [--cost-only | --quality-only] "
-          "[--function NAME[-DIMS]]... [--sampler tpe-mv|tpe|random]... [--peer FILE]\n",
+          "[--function NAME[-DIMS]]... [--sampler tpe-mv|tpe|random]... [--peer FILE] "
+          "[--windows ABOVE]\n",
           argv[0]);
       return 2;
     }
   }
   if (cost) AskCost(dims, asks, model);
   if (samplers.empty()) samplers = {"tpe-mv", "tpe", "random"};
-  if (quality) Quality(problems, first_seed, seeds, trials, concurrency, samplers, peer_path);
+  if (quality) {
+    Quality(problems, first_seed, seeds, trials, concurrency, samplers, peer_path, windows, above);
+  }
   return 0;
 }

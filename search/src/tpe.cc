@@ -61,6 +61,15 @@ constexpr double kRunningBandwidth = 0.5;
 constexpr double kRunningExploit = 0.7;
 constexpr double kRunningExploitCap = 7;
 constexpr double kRunningPrior = 0.25;
+// Multivariate, from kPriorShareFrom trials (observed and running) on, g's prior keeps at least
+// kPriorShare of the share of l that l's prior has. Otherwise, with l capped at gamma_max trials,
+// g's prior share falls as 1/n and l/g far from every trial grows as n: from a few hundred
+// trials on, draws from l's prior (anywhere) beat the draws near the good trials, and most
+// trials are random. At 1 no draw from the prior wins, and a sweep stuck in a local basin
+// (styblinski_tang) stays there; 0.3 keeps a few such draws (bench/tpe/tpe_bench.cc
+// --windows, 3,000 trials). Below kPriorShareFrom, suggestions are as before, to the bit.
+constexpr size_t kPriorShareFrom = 200;
+constexpr double kPriorShare = 0.3;
 // Salt for TPE's streams, so its candidate draws are not random search's values again.
 constexpr uint64_t kStreamSalt = 0x7470652d64726177ULL;
 // Below this many kernels a univariate model sorts its centres; above, it walks the index.
@@ -764,7 +773,10 @@ class TpeSamplerImpl final : public TpeSampler {
       if (active(row)) bad_rows.push_back(row);
     }
     const Mixture& l = Build(group, good_rows, rows, good_rank.data(), scratch, scratch.l);
-    const Mixture& g = Build(group, bad_rows, rows, nullptr, scratch, scratch.g);
+    const double l_prior_share =
+        (l.cum_weight.back() - (l.kernels > 1 ? l.cum_weight[l.kernels - 2] : 0.0)) /
+        l.cum_weight.back();
+    const Mixture& g = Build(group, bad_rows, rows, nullptr, scratch, scratch.g, l_prior_share);
 
     const size_t width = group.dims.size();
     const auto n = static_cast<size_t>(options_.n_ei_candidates);
@@ -857,9 +869,10 @@ class TpeSamplerImpl final : public TpeSampler {
 
   // The mixture of one set, in `m` (its buffers reused): a kernel per row (in the given order)
   // and the prior last. `good_rank` (by observed row) is given for the good set, null for the
-  // bad one.
+  // bad one; `l_prior_share`, for the bad one, is l's prior's share of l's weight.
   const Mixture& Build(const Group& group, const std::vector<uint32_t>& set, const Rows& rows,
-                       const uint32_t* good_rank, Scratch& scratch, Mixture& m) const {
+                       const uint32_t* good_rank, Scratch& scratch, Mixture& m,
+                       double l_prior_share = 0) const {
     const size_t n = set.size();
     const size_t k_total = n + 1;
     const bool good = good_rank != nullptr;
@@ -906,6 +919,13 @@ class TpeSamplerImpl final : public TpeSampler {
     }
     weight[n] = options_.prior_weight;
     if (exploit) weight[n] *= kRunningPrior;
+    if (!good && options_.multivariate && rows.n_observed + rows.n_running >= kPriorShareFrom &&
+        l_prior_share < 1) {
+      double observed = 0;
+      for (size_t k = 0; k < n; ++k) observed += weight[k];
+      const double share = kPriorShare * l_prior_share;
+      weight[n] = std::max(weight[n], share / (1 - share) * observed);
+    }
     double total = 0;
     for (double w : weight) total += w;
     m.cum_weight.resize(k_total);

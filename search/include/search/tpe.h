@@ -71,15 +71,17 @@ std::string_view SourceName(Suggestion::Source source);
 //  3. Each set gives a mixture l (good) or g (bad): one kernel per trial plus a prior kernel
 //     over the whole domain. Of l's n_l trials the best weighs 1, the next 1 - 1/n_l, down to
 //     1/n_l for the worst; in g weights fall for trials older than the newest 25 (running
-//     trials the newest). Bandwidths, multivariate: in l range / min(100, n_l + 2) per
-//     parameter, in g 0.1 * n_g^(-1 / (d + 4)) * range (half Optuna's Scott-like rule; n_g
-//     counts the running trials, and from 128 on keeps its 7 leading binary digits, so that
-//     per-row terms made for it serve many asks); univariate: the distance to the farther neighbour
-//     (Optuna's; running trials are neighbours too). Reals are truncated normals (log-uniform in
-//     log space); integer and stepped ranges are the same normal rounded to their grid;
-//     categoricals keep their observed value with weight 1 + prior_weight / kernels, every
-//     value with prior_weight / kernels. Then all bandwidths are clipped to
-//     [range / min(100, kernels + 1), range] (magic_clip; else [1e-12 range, range]).
+//     trials the newest); multivariate, from 200 trials (observed and running) on, g's prior
+//     has at least 0.3 times the share of g that l's prior has of l (else l / g far from
+//     every trial grows as n, and uniform draws from l's prior win most asks). Bandwidths,
+//     multivariate: in l range / min(100, n_l + 2) per parameter, in g 0.1 * n_g^(-1 / (d + 4)) *
+//     range (half Optuna's Scott-like rule; n_g counts the running trials, and from 128 on keeps
+//     its 7 leading binary digits, so that per-row terms made for it serve many asks); univariate:
+//     the distance to the farther neighbour (Optuna's; running trials are neighbours too). Reals
+//     are truncated normals (log-uniform in log space); integer and stepped ranges are the same
+//     normal rounded to their grid; categoricals keep their observed value with weight 1 +
+//     prior_weight / kernels, every value with prior_weight / kernels. Then all bandwidths are
+//     clipped to [range / min(100, kernels + 1), range] (magic_clip; else [1e-12 range, range]).
 //     The liar's kernel, multivariate: a running trial's kernel in g weighs 0.1 and is half a
 //     bad observation's bandwidth (before the clip), so it pushes suggestions off its point and
 //     near neighbours without driving them out of the region that proposed it. Univariate: an
