@@ -18,8 +18,9 @@
 // bf16 with every kernel launched, to show what the graphs bring. The faster of fp32 and bf16 is
 // set against torch. Every figure is printed with what it is compared to; the exit status is 1
 // when one is missing. --torch-timeout S bounds each torch run: the variants it finished count.
-// --deadline S: the whole run ends within about S seconds; a case that cannot start is skipped
-// (and counted as missing), and a torch run is cut at what is left.
+// --deadline S: no case starts with under 30 s of S left (it is skipped and counted as missing),
+// and a torch run is cut at what is left less 10 s; our own runs are not cut, so a case that
+// starts late may still overrun S.
 //
 // Usage: cnn_gpu_bench [--data DIR] [--epochs N] [--torch SCRIPT] [--python PYTHON]
 //                      [--variants LIST] [--torch-timeout S] [--deadline S] [--skip-torch]
@@ -326,8 +327,8 @@ void BatchNormMsPerStep(const TrainOptions& o, double* cudnn, double* ours, std:
 }
 
 // Prints the share of a `step_ms` step that the CNN's convolutions take (in `precision`, the
-// faster run's), and batch norm's through cuDNN and through our kernels; the count of figures
-// missing.
+// faster run's), and batch norm's through cuDNN and through our kernels (in fp32, as the net
+// runs it in every precision); the count of figures missing.
 int PrintCnnShares(const TrainOptions& o, trainer::Precision precision, double step_ms) {
   int missing = 0;
   const double conv_ms = ConvMsPerStep(o, precision);

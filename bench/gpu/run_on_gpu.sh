@@ -24,11 +24,13 @@
 set -u
 # The device's reply keeps only the end of the output: where $OUT names a folder that comes back,
 # all of it goes to $OUT/run_on_gpu.log as well.
+tee_pid=""
 if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
   exec > >(tee "$OUT/run_on_gpu.log") 2>&1
+  tee_pid=$!
 fi
-# Each step gets at most STEP_TIMEOUT seconds (default 240): a hang in one must not take the
-# others' output with it. The whole script ends within DEADLINE seconds (default 450: with a
+# Each step gets at most STEP_TIMEOUT seconds (default 240), but cnn (CNN_TIMEOUT, default 300)
+# and quality (its minutes): a hang in one must not take the others' output with it. The whole script ends within DEADLINE seconds (default 450: with a
 # machine's start-up, that leaves time to run it again within 15 minutes of device time): a step
 # gets what is left, and one with under 30 s left is skipped and counted as failed. The steps
 # run in order of what matters most.
@@ -339,4 +341,9 @@ fi
 fi
 
 step "done: exit status $status"
+# The log is whole only once tee has read the last line: close our side, then wait for it.
+if [[ -n "$tee_pid" ]]; then
+  exec >&- 2>&-
+  wait "$tee_pid"
+fi
 exit $status

@@ -187,7 +187,7 @@ HistoryData ComputeHistory(const SweepData& data) {
     if (!completed && t.status != store::TrialStatus::kPruned) continue;
     if (!t.objective || !std::isfinite(*t.objective)) continue;
     h.tpe = h.tpe || !t.proposed_by.empty();
-    h.points.push_back({t.number, *t.objective, completed, t.proposed_by == "startup random"});
+    h.points.push_back({t.number, *t.objective, completed, t.proposed_by});
     if (!completed) continue;
     if (!best || Better(*t.objective, *best, h.maximize)) best = *t.objective;
     h.best_so_far.emplace_back(t.number, *best);
@@ -494,7 +494,10 @@ json ToJson(const HistoryData& history) {
   json points = json::array();
   for (const HistoryPoint& p : history.points) {
     json point = json::array({p.trial, p.value, p.completed ? 1 : 0});
-    if (history.tpe) point.push_back(p.startup ? 1 : 0);
+    // With TPE: 1 for a startup trial, 2 for TPE's own, 0 for one it did not propose.
+    if (history.tpe) {
+      point.push_back(p.proposed_by == "startup random" ? 1 : p.proposed_by.empty() ? 0 : 2);
+    }
     points.push_back(std::move(point));
   }
   json best = json::array();

@@ -56,13 +56,13 @@ Table TrialsTable(const std::vector<store::TrialRecord>& rows,
   // Columns that appear when some trial has them: what proposed it (TPE's trials), and where
   // its files are for the kinds that have them (the trainer's checkpoint, a command's logs).
   using Path = std::string store::TrialRecord::*;
-  const std::vector<std::pair<const char*, Path>> files = {
+  const std::vector<std::pair<const char*, Path>> optional = {
       {"proposed_by", &store::TrialRecord::proposed_by},
       {"checkpoint", &store::TrialRecord::checkpoint},
       {"stdout_log", &store::TrialRecord::stdout_log},
       {"stderr_log", &store::TrialRecord::stderr_log}};
   std::vector<Path> present;
-  for (const auto& [name, member] : files) {
+  for (const auto& [name, member] : optional) {
     for (const store::TrialRecord& t : all) {
       if (!(t.*member).empty()) {
         table.columns.push_back(name);

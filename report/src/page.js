@@ -179,7 +179,8 @@
       }
       if (bestI < 0) return hideTip();
       var p = h.points[bestI];
-      var by = h.tpe ? (p[3] ? ', proposed by startup random' : ', proposed by tpe') : '';
+      var by = !h.tpe || !p[3] ? ''
+          : p[3] === 1 ? ', proposed by startup random' : ', proposed by tpe';
       showTip(ev, 'trial ' + p[0] + (p[2] ? '' : ' (pruned)') + by + ': ' + h.metric + ' ' +
               fmt(p[1]));
     };

@@ -237,9 +237,9 @@ Status Coordinator::PlaceTrials(double now) {
       continue;
     }
     std::optional<NewTrial> next = source_->Next([this] {
-      std::vector<json> pending;
-      for (const auto& [n, t] : running_) pending.push_back(t.params);
-      for (const Pending& p : queue_) pending.push_back(p.params);
+      std::vector<NewTrial> pending;
+      for (const auto& [n, t] : running_) pending.push_back({n, t.params});
+      for (const Pending& p : queue_) pending.push_back({p.number, p.params});
       return pending;
     });
     if (!next) {

@@ -74,7 +74,7 @@ std::optional<json> TrialSource::SampleFor(int64_t number) {
   return sampler_->Sample(fresh_points_[static_cast<size_t>(k)]);
 }
 
-std::optional<NewTrial> TrialSource::Draw(const std::function<std::vector<json>()>& pending) {
+std::optional<NewTrial> TrialSource::Draw(const Pending& pending) {
   const bool gap = !gaps_.empty();
   if (!gap && (exhausted_ || next_number_ >= TrialLimit())) return std::nullopt;
   const int64_t number = gap ? gaps_.front() : next_number_;
@@ -91,7 +91,7 @@ std::optional<NewTrial> TrialSource::Draw(const std::function<std::vector<json>(
   return NewTrial{number, std::move(*params)};
 }
 
-std::optional<NewTrial> TrialSource::Next(const std::function<std::vector<json>()>& pending) {
+std::optional<NewTrial> TrialSource::Next(const Pending& pending) {
   if (!config_.trial.longest_first) {
     while (!gaps_.empty() || (!exhausted_ && next_number_ < TrialLimit())) {
       if (std::optional<NewTrial> p = Draw(pending)) return p;
@@ -114,8 +114,10 @@ std::optional<NewTrial> TrialSource::Next(const std::function<std::vector<json>(
 }
 
 // TPE's proposal for trial `number`, from the observations at the level TpeLevel picks, with
-// the trials running or waiting to run again as pessimistic ones (the constant liar).
-json TrialSource::SuggestTpe(int64_t number, const std::vector<json>& pending) {
+// the trials running or waiting to run again as pessimistic ones (the constant liar): those
+// without a value at that level, so that none counts twice (as observed and as running, in the
+// model and towards n_startup_trials).
+json TrialSource::SuggestTpe(int64_t number, const std::vector<NewTrial>& pending) {
   const std::optional<double> level = TpeLevel();
   if (level != tpe_fed_) {
     // A higher level has enough values now: TPE learns from it instead (rare: once a level).
@@ -125,7 +127,12 @@ json TrialSource::SuggestTpe(int64_t number, const std::vector<json>& pending) {
     }
     tpe_fed_ = level;
   }
-  search::Suggestion s = tpe_->Suggest(number, pending);
+  const std::map<int64_t, double>& observed = tpe_values_.at(*level);
+  std::vector<json> running;
+  for (const NewTrial& t : pending) {
+    if (!observed.contains(t.number)) running.push_back(t.params);
+  }
+  search::Suggestion s = tpe_->Suggest(number, running);
   proposed_by_[number] = std::string(search::SourceName(s.source));
   tpe_params_[number] = s.params;
   return std::move(s.params);

@@ -43,9 +43,11 @@ class TrialSource {
   bool Left() const;
   // The number the next trial would get, for a placement request.
   int64_t next_number() const { return next_number_; }
-  // The next new trial; none when the search or the budget is done. `pending`: the parameters of
-  // the trials running or waiting to run again, TPE's pessimistic observations.
-  std::optional<NewTrial> Next(const std::function<std::vector<nlohmann::json>()>& pending);
+  // The trials running or waiting to run again: TPE's pessimistic observations, but for those
+  // with a value at the level it learns from (a rung they passed), which are observed there.
+  using Pending = std::function<std::vector<NewTrial>()>;
+  // The next new trial; none when the search or the budget is done.
+  std::optional<NewTrial> Next(const Pending& pending);
 
   // `run --from`: trials 0..carried-1 came from another sweep; trial n is the sampler's point
   // n + sample_shift, or for a grid the next point not carried (given by CarriedPoint).
@@ -69,8 +71,8 @@ class TrialSource {
  private:
   TrialSource(const SweepConfig& config) : config_(config) {}
   std::optional<nlohmann::json> SampleFor(int64_t number);
-  std::optional<NewTrial> Draw(const std::function<std::vector<nlohmann::json>()>& pending);
-  nlohmann::json SuggestTpe(int64_t number, const std::vector<nlohmann::json>& pending);
+  std::optional<NewTrial> Draw(const Pending& pending);
+  nlohmann::json SuggestTpe(int64_t number, const std::vector<NewTrial>& pending);
   std::optional<double> TpeLevel() const;
 
   const SweepConfig& config_;

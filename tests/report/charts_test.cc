@@ -65,13 +65,16 @@ TEST(HistoryTest, MarksTpesStartupTrials) {
   HistoryData h = ComputeHistory(data);
   EXPECT_TRUE(h.tpe);
   ASSERT_EQ(h.points.size(), 3u);
-  EXPECT_TRUE(h.points[0].startup);
-  EXPECT_TRUE(h.points[1].startup);
-  EXPECT_FALSE(h.points[2].startup);
-  const json j = ToJson(h);
+  EXPECT_EQ(h.points[0].proposed_by, "startup random");
+  EXPECT_EQ(h.points[2].proposed_by, "tpe");
+  json j = ToJson(h);
   EXPECT_EQ(j["tpe"], true);
   EXPECT_EQ(j["points"][1], json::array({1, 5.0, 0, 1}));
-  EXPECT_EQ(j["points"][2], json::array({2, 1.0, 1, 0}));
+  EXPECT_EQ(j["points"][2], json::array({2, 1.0, 1, 2}));
+  // A trial TPE did not propose (carried over from a random sweep) says so.
+  data.trials[0].proposed_by = "";
+  j = ToJson(ComputeHistory(data));
+  EXPECT_EQ(j["points"][0], json::array({0, 3.0, 1, 0}));
 }
 
 // ---- parallel coordinates ----

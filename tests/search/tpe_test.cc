@@ -615,8 +615,6 @@ TEST(TpeSamplerTest, EightAtOnceStaysCloseToOneAtATime) {
   EXPECT_EQ(repeats, 0);
 }
 
-// Over ten seeds at 100 trials, TPE's median distance to Branin's optimum is at most half of
-// random search's (in practice a tenth or less), in both modes.
 // A long sweep keeps proposing near its good trials. With the good set capped at gamma_max
 // trials and the bad set growing, l / g far from every trial grows as n; before g's prior kept
 // a share of l's prior's, uniform draws from l's prior won from a few hundred trials on: on a
@@ -645,6 +643,8 @@ TEST(TpeSamplerTest, ALongSweepKeepsProposingNearItsGoodTrials) {
   }
 }
 
+// Over ten seeds at 100 trials, TPE's median distance to Branin's optimum is at most half of
+// random search's (in practice a tenth or less), in both modes.
 TEST(TpeSamplerTest, BeatsRandomSearchOnBranin) {
   constexpr double kOptimum = 0.397887357729738;
   for (bool multivariate : {true, false}) {

@@ -37,9 +37,9 @@ class TrialSourceTest : public ::testing::Test {
     source_ = std::move(source).value();
   }
 
-  // The next trial, with nothing running.
+  // The next trial, with running_ running.
   NewTrial Next() {
-    std::optional<NewTrial> t = source_->Next([] { return std::vector<json>{}; });
+    std::optional<NewTrial> t = source_->Next([this] { return running_; });
     EXPECT_TRUE(t.has_value());
     if (!t) return {};
     params_.push_back(t->params);
@@ -64,6 +64,7 @@ class TrialSourceTest : public ::testing::Test {
   SweepConfig config_;
   std::unique_ptr<TrialSource> source_;
   std::vector<json> params_;
+  std::vector<NewTrial> running_;  // what Next is told runs
 };
 
 // The median rule has no rungs: each step reported is a level. Startup ends once
@@ -108,6 +109,25 @@ TEST_F(TrialSourceTest, UnderTheMedianRuleStartupCountsTrialsThatReported) {
   const NewTrial t5 = Next();
   EXPECT_EQ(source_->TakeProposer(5), "tpe");
   EXPECT_EQ(t5.params, Expected(5, {{0, 1.0}, {1, 2.0}, {3, 0.5}}));
+}
+
+// A running trial that has reported is observed at that step: it is not also a running one (a
+// pessimistic observation), neither in the model nor towards n_startup_trials.
+TEST_F(TrialSourceTest, ARunningTrialThatReportedCountsOnce) {
+  Start("[early_stopping]\nalgorithm = \"median\"\n", {});
+  running_.push_back(Next());
+  running_.push_back(Next());
+  Report(0, 1, 2.0);
+  // One observed (trial 0) and one running without a value (trial 1): two of three.
+  Next();
+  EXPECT_EQ(source_->TakeProposer(2), "startup random");
+  running_.push_back({2, params_[2]});
+  Report(1, 1, 1.0);
+  Report(2, 1, 3.0);
+  // Trials 0-2 observed at step 1, all still running: TPE learns from them, with no liar.
+  const NewTrial t3 = Next();
+  EXPECT_EQ(source_->TakeProposer(3), "tpe");
+  EXPECT_EQ(t3.params, Expected(3, {{0, 2.0}, {1, 1.0}, {2, 3.0}}));
 }
 
 // ASHA: a trial's value at a rung is its first report at or past it; the highest rung with

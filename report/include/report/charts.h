@@ -45,7 +45,9 @@ struct HistoryPoint {
   int64_t trial = 0;
   double value = 0;
   bool completed = true;  // false: pruned (drawn apart; not in the best-so-far line)
-  bool startup = false;   // proposed by TPE's startup random search (drawn hollow)
+  // What proposed it, for TPE's trials: "" (not TPE: carried over from another sweep), or
+  // "startup random" (drawn hollow) or "tpe".
+  std::string proposed_by;
 };
 
 struct HistoryData {

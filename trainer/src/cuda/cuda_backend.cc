@@ -14,6 +14,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/replica_group.h"
+#include "cuda/replica_model.h"
 #include "model.h"
 
 namespace sweep::trainer::cuda {
@@ -76,22 +77,40 @@ Result<std::vector<int>> GroupDevices(const GroupSpec& spec, int count) {
   return devices;
 }
 
-// Bytes of activations a replica of `model` holds for batches of `rows` rows, as cuda/net.h
-// allocates them: each layer's output and its gradient in fp32 (a flatten shares its input's),
-// max pooling's indices, dropout's mask, and in bf16 / fp16 the 16-bit copy of each convolution's
-// and linear layer's input. The MLP (cuda/mlp.h) keeps at least its layers' outputs.
-double ActivationBytes(const ModelSpec& model, int rows, Precision precision, bool mlp) {
+// Bytes of activations a replica holds for batches of `rows` rows, as it allocates them. A model
+// of linear layers (cuda/mlp.h, `mlp`): the input's slots, each layer's pre-activation, a hidden
+// layer's output in fp32 (fp32, or with dropout) and in 16 bits (bf16 / fp16), dropout's mask and
+// output, and the gradients' buffers. Any other model (cuda/net.h): each layer's output and its
+// gradient in fp32 (a flatten shares its input's), max pooling's indices, dropout's mask, and in
+// bf16 / fp16 the 16-bit copy of each convolution's and linear layer's input.
+double ActivationBytes(const ModelSpec& model, int rows, Precision precision, const MlpView* mlp) {
   const double r = rows;
-  if (mlp) return sizeof(float) * r * static_cast<double>(model.ActivationFloats());
-  double bytes = sizeof(float) * r * static_cast<double>(model.input.size());  // the batch
+  const bool half = precision != Precision::kFp32;
+  double bytes = 0;
+  if (mlp != nullptr) {
+    const MlpShape& s = mlp->shape;
+    const bool keeps_out = !half || mlp->dropout > 0;
+    bytes += ReplicaModel::kInputSlots * sizeof(float) * r * s.in(0);
+    for (int l = 0; l < s.layers(); ++l) {
+      const double n = r * s.out(l);
+      const bool hidden = l < s.layers() - 1;
+      bytes += sizeof(float) * n;  // pre-activation
+      if (hidden && keeps_out) bytes += sizeof(float) * n;
+      if (hidden && mlp->dropout > 0) bytes += 2 * sizeof(float) * n;
+      if (hidden && half) bytes += sizeof(uint16_t) * n;
+    }
+    bytes += 2 * sizeof(float) * r * s.max_width();  // the gradients' ping-pong
+    if (half) bytes += sizeof(uint16_t) * r * (s.in(0) + s.max_width());
+    return bytes;
+  }
+  bytes += sizeof(float) * r * static_cast<double>(model.input.size());  // the batch
   for (const Layer& l : model.layers) {
     if (l.kind == LayerKind::kFlatten) continue;
     const double out = r * static_cast<double>(l.out_shape.size());
     bytes += 2 * sizeof(float) * out;
     if (l.kind == LayerKind::kMaxPool) bytes += sizeof(int32_t) * out;
     if (l.kind == LayerKind::kDropout) bytes += sizeof(float) * out;
-    if (precision != Precision::kFp32 &&
-        (l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear)) {
+    if (half && (l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear)) {
       bytes += sizeof(uint16_t) * r * static_cast<double>(l.in_shape.size());
     }
   }
@@ -114,15 +133,16 @@ std::string WhatToShrink(const ModelSpec& model, bool activations_dominate) {
 // lower bound (cuDNN's and cuBLAS's workspaces come on top, checked as their plans are made at
 // the first step), so a model refused here could never have been trained, and the user learns
 // why in words rather than from a failed cudaMalloc.
-Status CheckDeviceMemory(const GroupSpec& spec, const std::vector<int>& devices) {
-  const double params = static_cast<double>(spec.model.num_params);
-  const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
+double ActivationBytes(const GroupSpec& spec) {
   MlpView mlp;
   const bool as_mlp = AsMlp(spec.model, &mlp) && spec.label_smoothing == 0;
-  const double activations = ActivationBytes(spec.model, spec.max_rows, spec.precision, as_mlp);
-  const double need = params * (sizeof(float) * (2.0 + states) +
-                                (spec.precision != Precision::kFp32 ? sizeof(uint16_t) : 0)) +
-                      activations;
+  return ActivationBytes(spec.model, spec.max_rows, spec.precision, as_mlp ? &mlp : nullptr);
+}
+
+Status CheckDeviceMemory(const GroupSpec& spec, const std::vector<int>& devices) {
+  const double params = static_cast<double>(spec.model.num_params);
+  const double activations = ActivationBytes(spec);
+  const double need = DeviceBytesNeeded(spec);
   for (int d : devices) {
     CUDA_CHECK(cudaSetDevice(d));
     size_t free = 0, total = 0;
@@ -245,6 +265,14 @@ std::string ContextFault() {
   if (restore) cudaSetDevice(current);
   (void)cudaGetLastError();  // said in `fault`; not the next launch's error
   return fault;
+}
+
+double DeviceBytesNeeded(const GroupSpec& spec) {
+  const double params = static_cast<double>(spec.model.num_params);
+  const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
+  return params * (sizeof(float) * (2.0 + states) +
+                   (spec.precision != Precision::kFp32 ? sizeof(uint16_t) : 0)) +
+         ActivationBytes(spec);
 }
 
 }  // namespace sweep::trainer::cuda

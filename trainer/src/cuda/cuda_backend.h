@@ -20,4 +20,9 @@ Result<int> DeviceCount();
 // synchronises cleanly, else the first device's error.
 std::string ContextFault();
 
+// The bytes each GPU of the group must hold at least for `spec` (weights, gradients, optimizer
+// state, 16-bit weights, activations for spec.max_rows rows): what the check before training
+// compares with the free memory. A lower bound of what a replica allocates.
+double DeviceBytesNeeded(const GroupSpec& spec);
+
 }  // namespace sweep::trainer::cuda
