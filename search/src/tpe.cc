@@ -491,10 +491,13 @@ class TpeSamplerImpl final : public TpeSampler {
 
   size_t size() const override { return trial_.size(); }
 
-  Suggestion Suggest(int64_t trial, const std::vector<json>& running) const override {
+  Suggestion Suggest(int64_t trial, const std::vector<json>& running,
+                     size_t running_observed) const override {
     // Running trials count towards the startup trials: with N at once, the first
-    // n_startup_trials trials are still random search's, as one at a time.
-    if (static_cast<int64_t>(trial_.size() + running.size()) < options_.n_startup_trials) {
+    // n_startup_trials trials are still random search's, as one at a time. Each trial once.
+    const size_t trials_known =
+        trial_.size() + running.size() - std::min(running_observed, running.size());
+    if (static_cast<int64_t>(trials_known) < options_.n_startup_trials) {
       return {random_->Sample(trial).value_or(json::object()), Suggestion::Source::kStartupRandom};
     }
     const size_t width = dims_.size();

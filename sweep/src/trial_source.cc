@@ -114,9 +114,9 @@ std::optional<NewTrial> TrialSource::Next(const Pending& pending) {
 }
 
 // TPE's proposal for trial `number`, from the observations at the level TpeLevel picks, with
-// the trials running or waiting to run again as pessimistic ones (the constant liar): those
-// without a value at that level, so that none counts twice (as observed and as running, in the
-// model and towards n_startup_trials).
+// the trials running or waiting to run again as pessimistic ones (the constant liar). One of
+// those with a value at that level (a rung it passed) is both, and counts once towards
+// n_startup_trials.
 json TrialSource::SuggestTpe(int64_t number, const std::vector<NewTrial>& pending) {
   const std::optional<double> level = TpeLevel();
   if (level != tpe_fed_) {
@@ -129,10 +129,12 @@ json TrialSource::SuggestTpe(int64_t number, const std::vector<NewTrial>& pendin
   }
   const std::map<int64_t, double>& observed = tpe_values_.at(*level);
   std::vector<json> running;
+  size_t running_observed = 0;
   for (const NewTrial& t : pending) {
-    if (!observed.contains(t.number)) running.push_back(t.params);
+    running.push_back(t.params);
+    running_observed += observed.contains(t.number) ? 1 : 0;
   }
-  search::Suggestion s = tpe_->Suggest(number, running);
+  search::Suggestion s = tpe_->Suggest(number, running, running_observed);
   proposed_by_[number] = std::string(search::SourceName(s.source));
   tpe_params_[number] = s.params;
   return std::move(s.params);

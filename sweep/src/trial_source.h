@@ -43,8 +43,8 @@ class TrialSource {
   bool Left() const;
   // The number the next trial would get, for a placement request.
   int64_t next_number() const { return next_number_; }
-  // The trials running or waiting to run again: TPE's pessimistic observations, but for those
-  // with a value at the level it learns from (a rung they passed), which are observed there.
+  // The trials running or waiting to run again: TPE's pessimistic observations (those with a
+  // value at the level it learns from are real ones too, and count once towards its startup).
   using Pending = std::function<std::vector<NewTrial>()>;
   // The next new trial; none when the search or the budget is done.
   std::optional<NewTrial> Next(const Pending& pending);

@@ -46,15 +46,19 @@ class TrialSourceTest : public ::testing::Test {
     return *t;
   }
 
-  // What TPE proposes for `number` having learnt exactly `values` (trial -> value).
-  json Expected(int64_t number, const std::vector<std::pair<int64_t, double>>& values) const {
+  // What TPE proposes for `number` having learnt exactly `values` (trial -> value), with
+  // running_ running (`observed` of them among `values`).
+  json Expected(int64_t number, const std::vector<std::pair<int64_t, double>>& values,
+                size_t observed = 0) const {
     auto tpe = search::MakeTpeSampler(config_.search.space, config_.sweep.seed, config_.search.tpe,
                                       config_.sweep.maximize);
     EXPECT_TRUE(tpe.ok());
     for (const auto& [trial, value] : values) {
       (*tpe)->Observe(trial, params_[static_cast<size_t>(trial)], value);
     }
-    return (*tpe)->Suggest(number, {}).params;
+    std::vector<json> running;
+    for (const NewTrial& t : running_) running.push_back(t.params);
+    return (*tpe)->Suggest(number, running, observed).params;
   }
 
   void Report(int64_t trial, double resource, double value) {
@@ -111,8 +115,9 @@ TEST_F(TrialSourceTest, UnderTheMedianRuleStartupCountsTrialsThatReported) {
   EXPECT_EQ(t5.params, Expected(5, {{0, 1.0}, {1, 2.0}, {3, 0.5}}));
 }
 
-// A running trial that has reported is observed at that step: it is not also a running one (a
-// pessimistic observation), neither in the model nor towards n_startup_trials.
+// A running trial that has reported is observed at that step, and a running one (a pessimistic
+// observation) too, so that suggestions keep off its point; but it counts once towards
+// n_startup_trials.
 TEST_F(TrialSourceTest, ARunningTrialThatReportedCountsOnce) {
   Start("[early_stopping]\nalgorithm = \"median\"\n", {});
   running_.push_back(Next());
@@ -124,10 +129,10 @@ TEST_F(TrialSourceTest, ARunningTrialThatReportedCountsOnce) {
   running_.push_back({2, params_[2]});
   Report(1, 1, 1.0);
   Report(2, 1, 3.0);
-  // Trials 0-2 observed at step 1, all still running: TPE learns from them, with no liar.
+  // Trials 0-2 observed at step 1, all still running: three trials, TPE's turn.
   const NewTrial t3 = Next();
   EXPECT_EQ(source_->TakeProposer(3), "tpe");
-  EXPECT_EQ(t3.params, Expected(3, {{0, 2.0}, {1, 1.0}, {2, 3.0}}));
+  EXPECT_EQ(t3.params, Expected(3, {{0, 2.0}, {1, 1.0}, {2, 3.0}}, 3));
 }
 
 // ASHA: a trial's value at a rung is its first report at or past it; the highest rung with
