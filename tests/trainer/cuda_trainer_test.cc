@@ -637,7 +637,9 @@ TEST_F(CudaGroup, RefusesACnnWhoseActivationsExceedTheGpuNamingBatchAndChannels)
 #if !defined(SWEEP_CUDA_EMU)
 // A CNN trained three epochs on Fashion-MNIST (SWEEP_FASHION_MNIST, or Debian's folder) reaches
 // the CPU's test accuracy within 0.005 (50 of the 10,000 test images), in fp32 (TF32) and bf16,
-// the set held on the GPU and augmented there. Too slow for the emulator: a real GPU only.
+// the set held on the GPU and augmented there. Rounding alone moves one run's accuracy by about
+// that much (on the CPU, 1 thread against 2: 0.8934 and 0.8966), so the mean of three seeds is
+// compared. Too slow for the emulator: a real GPU only.
 TEST(CudaFashionMnist, ACnnReachesTheCpusTestAccuracy) {
   if (!cuda::DeviceCount().ok()) GTEST_SKIP() << "no GPU";
   const char* env = std::getenv("SWEEP_FASHION_MNIST");
@@ -658,16 +660,21 @@ TEST(CudaFashionMnist, ACnnReachesTheCpusTestAccuracy) {
   o.augment_flip = true;
   o.validation_fraction = 0;
   o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  double acc[3] = {-1, -1, -1};
+  double acc[3] = {0, 0, 0};  // the mean over the seeds
   const char* names[3] = {"cpu", "cuda fp32 (TF32)", "cuda bf16"};
+  constexpr int kSeeds = 3;
   for (int run = 0; run < 3; ++run) {
     o.backend = run == 0 ? "cpu" : "cuda";
     o.precision = run == 2 ? "bf16" : "fp32";
-    auto r = Train(o, nullptr);
-    ASSERT_TRUE(r.ok()) << names[run] << ": " << r.status().message();
-    ASSERT_TRUE(r->test_acc.has_value()) << names[run];
-    acc[run] = *r->test_acc;
-    std::printf("  %s: test_acc %.4f\n", names[run], acc[run]);
+    for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
+      o.seed = seed;
+      auto r = Train(o, nullptr);
+      ASSERT_TRUE(r.ok()) << names[run] << ": " << r.status().message();
+      ASSERT_TRUE(r->test_acc.has_value()) << names[run];
+      std::printf("  %s, seed %d: test_acc %.4f\n", names[run], static_cast<int>(seed),
+                  *r->test_acc);
+      acc[run] += *r->test_acc / kSeeds;
+    }
   }
   EXPECT_GT(acc[0], 0.85);  // it learnt
   EXPECT_NEAR(acc[1], acc[0], 0.005);
