@@ -19,7 +19,8 @@
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
 # running all of them. STEPS picks some of steps 2 to 7, by name, separated by commas: tests,
 # bench, cnn, sweep, failures, memcheck, quality (default: all but quality;
-# STEPS=tests,cnn,memcheck checks the CNN path alone); the machine and its libraries are always
+# STEPS=tests,cnn,memcheck DEADLINE=540 checks the CNN path alone: the tests take a minute or
+# two, cnn up to 300 s, and memcheck the rest); the machine and its libraries are always
 # shown (STEPS=tests,failures reruns the checks of a fix without the benchmark's minute).
 set -u
 # The device's reply keeps only the end of the output: where $OUT names a folder that comes back,
