@@ -821,6 +821,29 @@ TEST_F(E2eTest, BootstrapCountStopsTheFirstTrialsAtARung) {
   EXPECT_EQ(arr[2]["epochs"].get<double>() > 1, v2 <= std::min(v0, v1)) << arr[2];
 }
 
+// TPE under the median rule, four at once: it learns from the steps trials report (pruned ones
+// too), so the startup trials are exactly the first n_startup_trials, counting each trial once,
+// whether it is running, has reported, or both.
+TEST_F(E2eTest, TpeUnderTheMedianRuleStartsFromTheFirstTrialsReports) {
+  Write("mt.toml", sweep_e2e::BraninConfig("medtpe", 24, "seed = 3\nmax_concurrent = 4\n",
+                                           "steps = 9\nstep_ms = 5\n",
+                                           "[search]\nalgorithm = \"tpe\"\nn_startup_trials = 6\n"
+                                           "[early_stopping]\nalgorithm = \"median\"\n"));
+  Output run = Sweep("run mt.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  Output trials = Sweep("trials medtpe --json");
+  ASSERT_EQ(trials.code, 0) << trials.err;
+  json arr = json::parse(trials.out);
+  ASSERT_EQ(arr.size(), 24u);
+  int pruned = 0;
+  for (const json& t : arr) {
+    const int n = t["trial"].get<int>();
+    EXPECT_EQ(t["proposed_by"], n < 6 ? "startup random" : "tpe") << t;
+    pruned += t["status"] == "pruned" ? 1 : 0;
+  }
+  EXPECT_GT(pruned, 0);
+}
+
 // early_stopping.max_resource below the trials' own length: survivors stop there and end
 // completed (Ray Tune's max_t); none runs or reports past it.
 TEST_F(E2eTest, SurvivorsStopAtMaxResource) {
