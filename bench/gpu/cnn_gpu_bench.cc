@@ -28,14 +28,12 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -482,10 +480,8 @@ int main(int argc, char** argv) {
     }
     if (skip_torch) continue;
     // Torch gets what is left, less a margin for the cases after it to be reported.
-    const int limit =
-        deadline > 0
-            ? std::max(1, torch_timeout > 0 ? std::min(torch_timeout, left() - 10) : left() - 10)
-            : torch_timeout;
+    int limit = torch_timeout;
+    if (deadline > 0) limit = std::max(1, limit > 0 ? std::min(limit, left() - 10) : left() - 10);
     const double torch =
         RunTorch(python, script, data, c, c.variants.empty() ? variants : c.variants, limit);
     if (torch <= 0) {

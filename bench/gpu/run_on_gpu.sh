@@ -31,8 +31,9 @@ if [[ -n "${OUT:-}" && -d "${OUT:-}" ]]; then
   tee_pid=$!
 fi
 # Each step gets at most STEP_TIMEOUT seconds (default 240), but cnn (CNN_TIMEOUT, default 300)
-# and quality (its minutes): a hang in one must not take the others' output with it. The whole script ends within DEADLINE seconds (default 450: with a
-# machine's start-up, that leaves time to run it again within 15 minutes of device time): a step
+# and quality (its minutes): a hang in one must not take the others' output with it. The whole
+# script ends within DEADLINE seconds (default 450: with a machine's start-up, that leaves time
+# to run it again within 15 minutes of device time): a step
 # gets what is left, and one with under 30 s left is skipped and counted as failed. The steps
 # run in order of what matters most.
 step_timeout=${STEP_TIMEOUT:-240}

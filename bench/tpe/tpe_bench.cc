@@ -50,6 +50,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -511,7 +512,7 @@ void ComparePeer(
 
 void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, int64_t trials,
              int concurrency, const std::vector<std::string>& samplers,
-             const std::string& peer_path, bool windows, double above) {
+             const std::string& peer_path, std::optional<double> above) {
   // Per problem label and sampler: each seed's best after all the trials.
   std::vector<std::pair<std::string, std::map<std::string, std::vector<double>>>> finals;
   std::vector<int64_t> marks;
@@ -544,7 +545,7 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
         running_duplicates[sampler] += traces.back().running_duplicates;
       }
       curves[sampler] = MedianCurve(traces);
-      if (windows) {
+      if (above) {
         // Per window of trials: the median over seeds of (the median value proposed in it, the
         // share above `above`), and the median best at its end.
         std::vector<int64_t> edges = {0, 300, 1000, 2000, 3000, 5000, 10000};
@@ -555,7 +556,7 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
             std::vector<double> v(t.values.begin() + a, t.values.begin() + b);
             med.push_back(Median(v));
             double above_n = 0;
-            for (double x : v) above_n += x > above ? 1 : 0;
+            for (double x : v) above_n += x > *above ? 1 : 0;
             share.push_back(above_n / static_cast<double>(v.size()));
             bst.push_back(t.best[static_cast<size_t>(b - 1)]);
           }
@@ -564,7 +565,7 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
           std::printf(
               "  window %5lld-%5lld: median proposed %10.4g  share>%g %5.1f%%  best %10.4g"
               "\n",
-              static_cast<long long>(a), static_cast<long long>(b), Median(med), above,
+              static_cast<long long>(a), static_cast<long long>(b), Median(med), *above,
               100 * mean_share, Median(bst));
         }
       }
@@ -640,9 +641,8 @@ int main(int argc, char** argv) {
   int concurrency = 1;
   std::string model;  // --model: ask cost of only "multivariate" or "univariate"
   bool cost = true, quality = true;
-  bool chosen = false;   // --function given: only those
-  bool windows = false;  // --windows ABOVE: per-window stats of the proposed values
-  double above = 10;
+  bool chosen = false;          // --function given: only those
+  std::optional<double> above;  // --windows ABOVE: per-window stats of the proposed values
   std::vector<Problem> problems = {
       {"branin", 2, ""},          {"hartmann3", 3, ""},  {"hartmann6", 6, ""},
       {"rosenbrock", 5, ""},      {"ackley", 5, ""},     {"levy", 5, ""},
@@ -668,7 +668,6 @@ int main(int argc, char** argv) {
     } else if (a == "--model" && i + 1 < argc) {
       model = argv[++i];
     } else if (a == "--windows" && i + 1 < argc) {
-      windows = true;
       above = std::atof(argv[++i]);
     } else if (a == "--cost-only") {
       quality = false;
@@ -712,7 +711,7 @@ int main(int argc, char** argv) {
   if (cost) AskCost(dims, asks, model);
   if (samplers.empty()) samplers = {"tpe-mv", "tpe", "random"};
   if (quality) {
-    Quality(problems, first_seed, seeds, trials, concurrency, samplers, peer_path, windows, above);
+    Quality(problems, first_seed, seeds, trials, concurrency, samplers, peer_path, above);
   }
   return 0;
 }

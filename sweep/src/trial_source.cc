@@ -117,7 +117,7 @@ std::optional<NewTrial> TrialSource::Next(const Pending& pending) {
 // the trials running or waiting to run again as pessimistic ones (the constant liar). One of
 // those with a value at that level (a rung it passed) is both, and counts once towards
 // n_startup_trials.
-json TrialSource::SuggestTpe(int64_t number, const std::vector<NewTrial>& pending) {
+json TrialSource::SuggestTpe(int64_t number, std::vector<NewTrial> pending) {
   const std::optional<double> level = TpeLevel();
   if (level != tpe_fed_) {
     // A higher level has enough values now: TPE learns from it instead (rare: once a level).
@@ -130,8 +130,9 @@ json TrialSource::SuggestTpe(int64_t number, const std::vector<NewTrial>& pendin
   const std::map<int64_t, double>& observed = tpe_values_.at(*level);
   std::vector<json> running;
   size_t running_observed = 0;
-  for (const NewTrial& t : pending) {
-    running.push_back(t.params);
+  running.reserve(pending.size());
+  for (NewTrial& t : pending) {
+    running.push_back(std::move(t.params));
     running_observed += observed.contains(t.number) ? 1 : 0;
   }
   search::Suggestion s = tpe_->Suggest(number, running, running_observed);

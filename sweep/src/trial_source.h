@@ -72,7 +72,7 @@ class TrialSource {
   TrialSource(const SweepConfig& config) : config_(config) {}
   std::optional<nlohmann::json> SampleFor(int64_t number);
   std::optional<NewTrial> Draw(const Pending& pending);
-  nlohmann::json SuggestTpe(int64_t number, const std::vector<NewTrial>& pending);
+  nlohmann::json SuggestTpe(int64_t number, std::vector<NewTrial> pending);
   std::optional<double> TpeLevel() const;
 
   const SweepConfig& config_;

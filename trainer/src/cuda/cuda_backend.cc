@@ -120,10 +120,8 @@ double ActivationBytes(const ModelSpec& model, int rows, Precision precision, co
 // What to make smaller when the model does not fit: its widths, or the batch where the
 // activations are most of it.
 std::string WhatToShrink(const ModelSpec& model, bool activations_dominate) {
-  MlpView mlp;
-  const bool conv =
-      !AsMlp(model, &mlp) && std::any_of(model.layers.begin(), model.layers.end(),
-                                         [](const Layer& l) { return l.kind == LayerKind::kConv; });
+  const bool conv = std::any_of(model.layers.begin(), model.layers.end(),
+                                [](const Layer& l) { return l.kind == LayerKind::kConv; });
   if (activations_dominate) return conv ? "batch_size or channels" : "batch_size or hidden";
   return conv ? "channels or hidden" : "hidden";
 }
@@ -139,10 +137,18 @@ double ActivationBytes(const GroupSpec& spec) {
   return ActivationBytes(spec.model, spec.max_rows, spec.precision, as_mlp ? &mlp : nullptr);
 }
 
+// Weights and gradients in fp32, the optimizer's state, and the 16-bit weights in bf16 / fp16.
+double StateBytes(const GroupSpec& spec) {
+  const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
+  return static_cast<double>(spec.model.num_params) *
+         (sizeof(float) * (2.0 + states) +
+          (spec.precision != Precision::kFp32 ? sizeof(uint16_t) : 0));
+}
+
 Status CheckDeviceMemory(const GroupSpec& spec, const std::vector<int>& devices) {
   const double params = static_cast<double>(spec.model.num_params);
   const double activations = ActivationBytes(spec);
-  const double need = DeviceBytesNeeded(spec);
+  const double need = StateBytes(spec) + activations;
   for (int d : devices) {
     CUDA_CHECK(cudaSetDevice(d));
     size_t free = 0, total = 0;
@@ -267,12 +273,6 @@ std::string ContextFault() {
   return fault;
 }
 
-double DeviceBytesNeeded(const GroupSpec& spec) {
-  const double params = static_cast<double>(spec.model.num_params);
-  const int states = spec.optimizer.kind == OptimizerSpec::Kind::kAdamw ? 2 : 1;
-  return params * (sizeof(float) * (2.0 + states) +
-                   (spec.precision != Precision::kFp32 ? sizeof(uint16_t) : 0)) +
-         ActivationBytes(spec);
-}
+double DeviceBytesNeeded(const GroupSpec& spec) { return StateBytes(spec) + ActivationBytes(spec); }
 
 }  // namespace sweep::trainer::cuda
