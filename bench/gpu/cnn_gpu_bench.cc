@@ -20,11 +20,11 @@
 // when one is missing. --torch-timeout S bounds each torch run: the variants it finished count.
 // --deadline S: no case starts with under 30 s of S left (it is skipped and counted as missing),
 // and a torch run is cut at what is left less 10 s; our own runs are not cut, so a case that
-// starts late may still overrun S.
+// starts late may still overrun S. --profile runs our bf16 step alone, for a profiler.
 //
 // Usage: cnn_gpu_bench [--data DIR] [--epochs N] [--torch SCRIPT] [--python PYTHON]
 //                      [--variants LIST] [--torch-timeout S] [--deadline S] [--skip-torch]
-//                      [--cases 'CHANNELS:BATCH[:V1/V2...] mlp/HIDDEN:BATCH ...']
+//                      [--profile] [--cases 'CHANNELS:BATCH[:V1/V2...] mlp/HIDDEN:BATCH ...']
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 #include <sys/wait.h>
@@ -387,7 +387,7 @@ int main(int argc, char** argv) {
   std::string cases_text =
       "32,64:256 32,64:1024 64,128,256:256 64,128,256:1024 mlp/256,128:256 mlp/256,128:1024";
   int epochs = 3, torch_timeout = 0, deadline = 0;
-  bool skip_torch = false;
+  bool skip_torch = false, profile = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -409,11 +409,13 @@ int main(int argc, char** argv) {
       torch_timeout = std::max(0, std::atoi(next().c_str()));
     } else if (a == "--skip-torch") {
       skip_torch = true;
+    } else if (a == "--profile") {
+      profile = true;
     } else {
       std::fprintf(stderr,
                    "usage: cnn_gpu_bench [--data DIR] [--epochs N] [--torch SCRIPT] "
                    "[--python PYTHON] [--variants LIST] [--torch-timeout S] [--deadline S] "
-                   "[--skip-torch] "
+                   "[--skip-torch] [--profile] "
                    "[--cases 'CHANNELS:BATCH[:V1/V2] mlp/HIDDEN:BATCH ...']\n");
       return 2;
     }
@@ -447,6 +449,14 @@ int main(int argc, char** argv) {
     const TrainOptions o = Options(data, c, epochs);
     TrainOptions o16 = o;
     o16.precision = "bf16";
+    // Under a profiler: our bf16 step with CUDA graphs alone, so that its kernels are easy to
+    // pick out of the launches (no fp32 run, no run without graphs, no shares, no torch).
+    if (profile) {
+      const OursRun run = RunOurs(o16);
+      std::printf("  ours (bf16): %s\n", run.ok ? "ran" : run.error.c_str());
+      missing += !run.ok;
+      continue;
+    }
     const OursRun fp32 = RunOurs(o);
     const OursRun bf16 = RunOurs(o16);
     for (const auto& [name, run] : {std::pair{"fp32, TF32", &fp32}, std::pair{"bf16", &bf16}}) {

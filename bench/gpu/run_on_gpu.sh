@@ -4,7 +4,8 @@
 #      from BUILD_DIR/gpu-libs (bench/gpu/bundle_libs.sh fills it where the tree was built), and
 #      the lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH for cuBLAS, cuDNN and NCCL,
 #      which the binaries open at their first call (ldd does not list them);
-#   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths);
+#   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths),
+#      the Fashion-MNIST training test in a run of its own;
 #   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin, then the CNNs and the MLP
 #      (bench/gpu/cnn_gpu_bench) against PyTorch at its best (bench/gpu/torch_cnn_gpu.py);
 #   4. one sweep (configs/quickstart.toml) on the GPU(s), into a scratch store, then the same
@@ -13,12 +14,13 @@
 #      (bench/gpu/check_gpu_failures.py), and the quickstart sweep with 4 trials sharing the GPU;
 #   6. the GPU tests again under compute-sanitizer's memcheck (out-of-bounds and misaligned
 #      accesses, leaks, failed CUDA calls), where the machine has compute-sanitizer;
-#   7. only when STEPS names it: configs/fashion_cnn_gpu.toml, and whether its best trial's
+#   7. only when STEPS names them: our bf16 CNN step's kernels under ncu (profile), and
+#      configs/fashion_cnn_gpu.toml, and whether its best trial's
 #      test_acc reaches 0.95 within 15 minutes of sweep wall time (bench/gpu/quality_report.py).
 # Run from the repository root: bench/gpu/run_on_gpu.sh [BUILD_DIR] [DATA_DIR]
 # (defaults: build, and /usr/share/datasets/fashion-mnist). Exits non-zero if a step failed, after
 # running all of them. STEPS picks some of steps 2 to 7, by name, separated by commas: tests,
-# bench, cnn, sweep, failures, memcheck, quality (default: all but quality;
+# bench, cnn, sweep, failures, memcheck, profile, quality (default: all but profile and quality;
 # STEPS=tests,cnn,memcheck DEADLINE=540 checks the CNN path alone: the tests take a minute or
 # two, cnn up to 300 s, and memcheck the rest); the machine and its libraries are always
 # shown (STEPS=tests,failures reruns the checks of a fix without the benchmark's minute).
@@ -40,9 +42,9 @@ step_timeout=${STEP_TIMEOUT:-240}
 steps=",${STEPS:-tests,bench,cnn,sweep,failures,memcheck},"
 for s in ${STEPS:+${STEPS//,/ }}; do
   case $s in
-    tests | bench | cnn | sweep | failures | memcheck | quality) ;;
+    tests | bench | cnn | sweep | failures | memcheck | profile | quality) ;;
     *)
-      echo "run_on_gpu.sh: STEPS: unknown step '$s' (tests, bench, cnn, sweep, failures, memcheck, quality)" >&2
+      echo "run_on_gpu.sh: STEPS: unknown step '$s' (tests, bench, cnn, sweep, failures, memcheck, profile, quality)" >&2
       exit 2
       ;;
   esac
@@ -151,13 +153,24 @@ step "GPU tests (sweep_trainer_cuda_tests)"
 # driver older than the CUDA runtime linked into the binaries says so here, and nowhere else).
 tests_out=$(mktemp)
 if t=$(allot); then
-  SWEEP_FASHION_MNIST="$data" timeout "$t" "$build/tests/trainer/sweep_trainer_cuda_tests" 2>&1 |
-    tee "$tests_out"
+  timeout "$t" "$build/tests/trainer/sweep_trainer_cuda_tests" "--gtest_filter=-CudaFashionMnist.*" \
+    2>&1 | tee "$tests_out"
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   if nvidia-smi -L > /dev/null 2>&1 && grep -q "no usable device" "$tests_out"; then
     echo "run_on_gpu.sh: nvidia-smi lists a GPU, but the tests found no usable device (above)"
     status=1
   fi
+else
+  echo "$t"
+  status=1
+fi
+# Nine trainings of three epochs on Fashion-MNIST, three of them on the CPU: in a run of its own
+# (FASHION_TIMEOUT, default 180 s), so that it cannot take the other tests' output with it.
+step "GPU test: a CNN on Fashion-MNIST reaches the CPU's accuracy"
+if t=$(allot "${FASHION_TIMEOUT:-180}"); then
+  SWEEP_FASHION_MNIST="$data" timeout "$t" "$build/tests/trainer/sweep_trainer_cuda_tests" \
+    "--gtest_filter=CudaFashionMnist.*"
+  [[ $? -eq 0 ]] || status=1
 else
   echo "$t"
   status=1
@@ -304,6 +317,28 @@ else
   done
 fi
 
+fi
+
+if want profile; then
+# Our bf16 step's kernels under Nsight Compute (ncu): each kernel's time, summed by name over
+# PROFILE_COUNT launches (default 400, a few steps) after PROFILE_SKIP (default 30000, into the
+# second epoch) of cnn_gpu_bench --profile on PROFILE_CASE (default 32,64:256). The raw CSV goes
+# to $OUT/profile.csv where $OUT is set.
+step "profile: our bf16 step's kernels (ncu)"
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+if [[ ! -x "$ncu" ]]; then
+  echo "no ncu on this machine: not run"
+elif t=$(allot "${PROFILE_TIMEOUT:-90}"); then
+  csv=${OUT:-$(mktemp -d)}/profile.csv
+  timeout "$t" "$ncu" --graph-profiling node --clock-control none --csv \
+    --metrics gpu__time_duration.sum --launch-skip "${PROFILE_SKIP:-30000}" \
+    --launch-count "${PROFILE_COUNT:-400}" "$build/bench/gpu/cnn_gpu_bench" --data "$data" \
+    --cases "${PROFILE_CASE:-32,64:256}" --profile --epochs 3 > "$csv" 2>&1 || status=1
+  python3 bench/gpu/kernel_times.py "$csv" || status=1
+else
+  echo "$t"
+  status=1
+fi
 fi
 
 if want quality; then

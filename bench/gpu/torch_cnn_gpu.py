@@ -116,7 +116,14 @@ def run_variant(name, a, xtr, ytr, dev):
     batches = Batches(xtr, ytr, a.batch, augment=a.augment != 0)
     amp = dict(device_type=dev.type, dtype=torch.bfloat16)
 
+    compiled = name in ("compile", "max-autotune")
+    # max-autotune replays its own CUDA graphs, whose outputs the next replay overwrites: each
+    # step must say that it starts a new iteration (torch 2.1 and later).
+    mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+
     def step_fn(net, x, y):
+        if compiled and mark is not None:
+            mark()
         with torch.autocast(**amp):
             loss = F.cross_entropy(net(x), y)
         loss.backward()
@@ -125,7 +132,7 @@ def run_variant(name, a, xtr, ytr, dev):
         return loss
 
     t0 = time.perf_counter()
-    if name in ("compile", "max-autotune"):
+    if compiled:
         if not hasattr(torch, "compile"):
             return None, "this torch has no torch.compile"
         net = torch.compile(model, mode="max-autotune" if name == "max-autotune" else None)

@@ -8,10 +8,12 @@
 // (the two-GPU test without two); ctest label `gpu`. The same file also runs on every machine
 // against the emulator (cuda_emu/: two emulated GPUs, NCCL between threads), as `emu.` tests.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -635,11 +637,13 @@ TEST_F(CudaGroup, RefusesACnnWhoseActivationsExceedTheGpuNamingBatchAndChannels)
 }
 
 #if !defined(SWEEP_CUDA_EMU)
-// A CNN trained three epochs on Fashion-MNIST (SWEEP_FASHION_MNIST, or Debian's folder) reaches
-// the CPU's test accuracy within 0.005 (50 of the 10,000 test images), in fp32 (TF32) and bf16,
-// the set held on the GPU and augmented there. Rounding alone moves one run's accuracy by about
-// that much (on the CPU, 1 thread against 2: 0.8934 and 0.8966), so the mean of three seeds is
-// compared. Too slow for the emulator: a real GPU only.
+// A CNN trained three epochs on 20,000 Fashion-MNIST images (SWEEP_FASHION_MNIST, or Debian's
+// folder) reaches the CPU's test accuracy within 0.005 (50 of the 10,000 test images), in fp32
+// (TF32) and bf16, the set held on the GPU and augmented there. A seed gives both backends the
+// same initial weights, sample order and augmentation, but rounding moves one run's accuracy by
+// about 0.005, so the mean of three seeds is compared. Too slow for the emulator: a real GPU
+// only. The CPU's runs take a core each, beside the GPU's (28 s on 2 cores); with 60,000 images
+// one after the other they did not end within four minutes on a GPU machine.
 TEST(CudaFashionMnist, ACnnReachesTheCpusTestAccuracy) {
   if (!cuda::DeviceCount().ok()) GTEST_SKIP() << "no GPU";
   const char* env = std::getenv("SWEEP_FASHION_MNIST");
@@ -659,24 +663,46 @@ TEST(CudaFashionMnist, ACnnReachesTheCpusTestAccuracy) {
   o.augment_crop = 2;
   o.augment_flip = true;
   o.validation_fraction = 0;
-  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  double acc[3] = {0, 0, 0};  // the mean over the seeds
-  const char* names[3] = {"cpu", "cuda fp32 (TF32)", "cuda bf16"};
+  o.max_train_samples = 20000;
+  o.threads = 1;
   constexpr int kSeeds = 3;
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // [run][seed]: run 0 the CPU, 1 the GPU in fp32 (TF32), 2 in bf16.
+  const char* names[3] = {"cpu", "cuda fp32 (TF32)", "cuda bf16"};
+  std::optional<Result<TrainResult>> results[3][kSeeds];
+  auto train = [&](int run, int seed) {
+    TrainOptions mine = o;
+    mine.backend = run == 0 ? "cpu" : "cuda";
+    mine.precision = run == 2 ? "bf16" : "fp32";
+    mine.seed = static_cast<uint64_t>(seed + 1);
+    results[run][seed] = Train(mine, nullptr);
+    const Result<TrainResult>& r = *results[run][seed];
+    std::printf("  %s, seed %d: %s %.4f after %.0f s\n", names[run], seed + 1,
+                r.ok() && r->test_acc.has_value() ? "test_acc" : "failed",
+                r.ok() && r->test_acc.has_value() ? *r->test_acc : 0.0, seconds());
+    std::fflush(stdout);
+  };
+  std::vector<std::thread> cpu;
+  for (int seed = 0; seed < kSeeds; ++seed) cpu.emplace_back(train, 0, seed);
+  for (int run = 1; run < 3; ++run) {
+    for (int seed = 0; seed < kSeeds; ++seed) train(run, seed);
+  }
+  for (std::thread& t : cpu) t.join();
+  double acc[3] = {0, 0, 0};  // the mean over the seeds
   for (int run = 0; run < 3; ++run) {
-    o.backend = run == 0 ? "cpu" : "cuda";
-    o.precision = run == 2 ? "bf16" : "fp32";
-    for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
-      o.seed = seed;
-      auto r = Train(o, nullptr);
-      ASSERT_TRUE(r.ok()) << names[run] << ": " << r.status().message();
+    for (int seed = 0; seed < kSeeds; ++seed) {
+      const Result<TrainResult>& r = *results[run][seed];
+      ASSERT_TRUE(r.ok()) << names[run] << ", seed " << seed + 1 << ": " << r.status().message();
       ASSERT_TRUE(r->test_acc.has_value()) << names[run];
-      std::printf("  %s, seed %d: test_acc %.4f\n", names[run], static_cast<int>(seed),
-                  *r->test_acc);
       acc[run] += *r->test_acc / kSeeds;
     }
   }
-  EXPECT_GT(acc[0], 0.85);  // it learnt
+  std::printf("  mean test_acc: cpu %.4f, cuda fp32 %.4f, cuda bf16 %.4f\n", acc[0], acc[1],
+              acc[2]);
+  EXPECT_GT(acc[0], 0.83);  // it learnt (0.866 on 2 cores)
   EXPECT_NEAR(acc[1], acc[0], 0.005);
   EXPECT_NEAR(acc[2], acc[0], 0.005);
 }
