@@ -1,7 +1,11 @@
 // Kernels for cuda/cnn_ops.h: grid-stride loops with one thread per output element (pooling
 // forward, elementwise) or per input element (pooling backward, which gathers the windows that
 // cover it). NHWC, so neighbouring threads take neighbouring channels: coalesced accesses.
+// Kernels that split an index into (row, h, w, c) take its type as Index: int where the tensors
+// fit (ByIndex), as a 64-bit division costs a few dozen instructions an element on the GPU.
 #include "cuda/cnn_ops.h"
+
+#include <limits>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_util.h"
@@ -10,6 +14,15 @@
 namespace sweep::trainer::cuda {
 namespace {
 
+template <typename Index>
+__device__ inline Index FirstOf() {
+  return static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+template <typename Index>
+__device__ inline Index StrideOf() {
+  return static_cast<Index>(blockDim.x) * gridDim.x;
+}
+
 // The pooling windows that cover input row (or column) i: outputs first..last (empty when
 // first > last). An output o covers inputs o * stride .. o * stride + K - 1.
 __device__ inline void Covering(int i, int K, int stride, int out, int* first, int* last) {
@@ -17,13 +30,14 @@ __device__ inline void Covering(int i, int K, int stride, int out, int* first, i
   *last = min(i / stride, out - 1);
 }
 
-__global__ void MaxPoolForwardKernel(float* out, int32_t* argmax, const float* inp, int64_t n,
-                                     int H, int W, int C, int K, int stride, int OH, int OW) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+template <typename Index>
+__global__ void MaxPoolForwardKernel(float* out, int32_t* argmax, const float* inp, Index n, int H,
+                                     int W, int C, int K, int stride, int OH, int OW) {
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
-    const int64_t pix = i / C;
+    const Index pix = i / C;
     const int ow = static_cast<int>(pix % OW), oh = static_cast<int>(pix / OW % OH);
-    const int64_t b = pix / (int64_t{OW} * OH);
+    const Index b = pix / (static_cast<Index>(OW) * OH);
     const float* img = inp + b * H * W * C;
     int32_t best = (oh * stride * W + ow * stride) * C + c;
     float m = img[best];
@@ -44,12 +58,14 @@ __global__ void MaxPoolForwardKernel(float* out, int32_t* argmax, const float* i
 }
 
 // dinp at (b, h, w, c) = the sum of dout over the windows covering it whose maximum it was.
+template <typename Index>
 __global__ void MaxPoolBackwardKernel(float* dinp, const float* dout, const int32_t* argmax,
-                                      int64_t n, int H, int W, int C, int K, int stride, int OH,
+                                      Index n, int H, int W, int C, int K, int stride, int OH,
                                       int OW, bool accumulate) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    const int32_t within = static_cast<int32_t>(i % (int64_t{H} * W * C));
-    const int64_t b = i / (int64_t{H} * W * C);
+  const Index image = static_cast<Index>(H) * W * C;
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
+    const int32_t within = static_cast<int32_t>(i % image);
+    const Index b = i / image;
     const int c = within % C, w = within / C % W, h = within / C / W;
     int oh0, oh1, ow0, ow1;
     Covering(h, K, stride, OH, &oh0, &oh1);
@@ -57,7 +73,7 @@ __global__ void MaxPoolBackwardKernel(float* dinp, const float* dout, const int3
     float sum = 0.0f;
     for (int oh = oh0; oh <= oh1; ++oh) {
       for (int ow = ow0; ow <= ow1; ++ow) {
-        const int64_t o = ((b * OH + oh) * OW + ow) * C + c;
+        const Index o = ((b * OH + oh) * OW + ow) * C + c;
         if (argmax[o] == within) sum += dout[o];
       }
     }
@@ -65,13 +81,14 @@ __global__ void MaxPoolBackwardKernel(float* dinp, const float* dout, const int3
   }
 }
 
-__global__ void AvgPoolForwardKernel(float* out, const float* inp, int64_t n, int H, int W, int C,
+template <typename Index>
+__global__ void AvgPoolForwardKernel(float* out, const float* inp, Index n, int H, int W, int C,
                                      int K, int stride, int OH, int OW, float inv) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
-    const int64_t pix = i / C;
+    const Index pix = i / C;
     const int ow = static_cast<int>(pix % OW), oh = static_cast<int>(pix / OW % OH);
-    const float* img = inp + pix / (int64_t{OW} * OH) * H * W * C;
+    const float* img = inp + pix / (static_cast<Index>(OW) * OH) * H * W * C;
     float sum = 0.0f;
     for (int kh = 0; kh < K; ++kh) {
       for (int kw = 0; kw < K; ++kw)
@@ -81,11 +98,13 @@ __global__ void AvgPoolForwardKernel(float* out, const float* inp, int64_t n, in
   }
 }
 
-__global__ void AvgPoolBackwardKernel(float* dinp, const float* dout, int64_t n, int H, int W,
-                                      int C, int K, int stride, int OH, int OW, float inv,
+template <typename Index>
+__global__ void AvgPoolBackwardKernel(float* dinp, const float* dout, Index n, int H, int W, int C,
+                                      int K, int stride, int OH, int OW, float inv,
                                       bool accumulate) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    const int64_t within = i % (int64_t{H} * W * C), b = i / (int64_t{H} * W * C);
+  const Index image = static_cast<Index>(H) * W * C;
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
+    const Index within = i % image, b = i / image;
     const int c = static_cast<int>(within % C), w = static_cast<int>(within / C % W);
     const int h = static_cast<int>(within / C / W);
     int oh0, oh1, ow0, ow1;
@@ -99,21 +118,24 @@ __global__ void AvgPoolBackwardKernel(float* dinp, const float* dout, int64_t n,
   }
 }
 
-__global__ void GlobalAvgForwardKernel(float* out, const float* inp, int64_t n, int HW, int C,
+template <typename Index>
+__global__ void GlobalAvgForwardKernel(float* out, const float* inp, Index n, int HW, int C,
                                        float inv) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    const int64_t b = i / C;
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
+    const Index b = i / C;
     const float* x = inp + b * HW * C + i % C;
     float sum = 0.0f;
-    for (int p = 0; p < HW; ++p) sum += x[int64_t{p} * C];
+    for (int p = 0; p < HW; ++p) sum += x[static_cast<Index>(p) * C];
     out[i] = sum * inv;
   }
 }
 
-__global__ void GlobalAvgBackwardKernel(float* dinp, const float* dout, int64_t n, int HW, int C,
+template <typename Index>
+__global__ void GlobalAvgBackwardKernel(float* dinp, const float* dout, Index n, int HW, int C,
                                         float inv, bool accumulate) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    const float g = dout[i / (int64_t{HW} * C) * C + i % C] * inv;
+  const Index image = static_cast<Index>(HW) * C;
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
+    const float g = dout[i / image * C + i % C] * inv;
     dinp[i] = accumulate ? dinp[i] + g : g;
   }
 }
@@ -139,11 +161,12 @@ __global__ void WidenHalfKernel(float* out, const uint16_t* in, int64_t n, bool 
   }
 }
 
+template <typename Index>
 __global__ void TransformRowsKernel(float* out, const float* in, const int32_t* draws,
-                                    const float* norm, int64_t n, int H, int W, int C) {
-  const int64_t row_size = int64_t{H} * W * C;
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    const int64_t r = i / row_size, within = i % row_size;
+                                    const float* norm, Index n, int H, int W, int C) {
+  const Index row_size = static_cast<Index>(H) * W * C;
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
+    const Index r = i / row_size, within = i % row_size;
     const int c = static_cast<int>(within % C), w = static_cast<int>(within / C % W);
     const int h = static_cast<int>(within / C / W);
     const int32_t* d = draws != nullptr ? draws + r * kDrawInts : nullptr;
@@ -154,7 +177,7 @@ __global__ void TransformRowsKernel(float* out, const float* in, const int32_t* 
       const int sh = h + d[0], sw = (d[2] != 0 ? W - 1 - w : w) + d[1];
       v = sh < 0 || sh >= H || sw < 0 || sw >= W
               ? 0.0f
-              : in[r * row_size + (int64_t{sh} * W + sw) * C + c];
+              : in[r * row_size + (static_cast<Index>(sh) * W + sw) * C + c];
     }
     if (norm != nullptr) v = (v - norm[c]) * norm[C + c];
     if (d != nullptr && h >= d[3] && h < d[3] + d[5] && w >= d[4] && w < d[4] + d[6]) v = 0.0f;
@@ -273,11 +296,11 @@ __global__ void BnRunningKernel(float* running_mean, float* running_var, const f
 
 // out = act(x scale + shift) with scale = gamma invstd and shift = beta - mean scale (training)
 // or the running statistics' (evaluation: invstd == nullptr); pre keeps the value before act.
+template <typename Index>
 __global__ void BnApplyKernel(float* out, float* pre, const float* x, const float* gamma,
                               const float* beta, const float* mean, const float* invstd,
-                              const float* running_var, int64_t n, int C, float eps,
-                              Activation act) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+                              const float* running_var, Index n, int C, float eps, Activation act) {
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
     const float inv =
         invstd != nullptr
@@ -315,9 +338,10 @@ __global__ void BnGradStatsKernel(float* dgamma, float* dbeta, float* coef, cons
   }
 }
 
+template <typename Index>
 __global__ void BnGradApplyKernel(float* dx, const float* d, const float* x, const float* mean,
-                                  const float* coef, int64_t n, int C, bool accumulate) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+                                  const float* coef, Index n, int C, bool accumulate) {
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
     const float g = coef[c] * (d[i] - coef[C + c] - (x[i] - mean[c]) * coef[2 * C + c]);
     dx[i] = accumulate ? dx[i] + g : g;
@@ -326,6 +350,17 @@ __global__ void BnGradApplyKernel(float* dx, const float* d, const float* x, con
 
 int PoolOut(int size, int K, int stride) { return (size - K) / stride + 1; }
 
+// Calls launch(int{}) where every index below `largest` (the largest tensor the kernel indexes),
+// and i + stride past it, fit in an int; else launch(int64_t{}).
+template <typename F>
+void ByIndex(int64_t largest, const F& launch) {
+  if (largest <= std::numeric_limits<int>::max() - int64_t{kMaxBlocks} * kThreads) {
+    launch(int{});
+  } else {
+    launch(int64_t{});
+  }
+}
+
 }  // namespace
 
 Status maxpool_forward(float* out, int32_t* argmax, const float* inp, int B, int H, int W, int C,
@@ -333,8 +368,11 @@ Status maxpool_forward(float* out, int32_t* argmax, const float* inp, int B, int
   const int OH = PoolOut(H, K, stride), OW = PoolOut(W, K, stride);
   const int64_t n = int64_t{B} * OH * OW * C;
   if (n == 0) return Status::Ok();
-  Launch(MaxPoolForwardKernel, Blocks(n), kThreads, stream, out, argmax, inp, n, H, W, C, K, stride,
-         OH, OW);
+  ByIndex(int64_t{B} * H * W * C, [&](auto index) {
+    using Index = decltype(index);
+    Launch(MaxPoolForwardKernel<Index>, Blocks(n), kThreads, stream, out, argmax, inp,
+           static_cast<Index>(n), H, W, C, K, stride, OH, OW);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -343,8 +381,12 @@ Status maxpool_backward(float* dinp, const float* dout, const int32_t* argmax, i
                         int C, int K, int stride, bool accumulate, cudaStream_t stream) {
   const int64_t n = int64_t{B} * H * W * C;
   if (n == 0) return Status::Ok();
-  Launch(MaxPoolBackwardKernel, Blocks(n), kThreads, stream, dinp, dout, argmax, n, H, W, C, K,
-         stride, PoolOut(H, K, stride), PoolOut(W, K, stride), accumulate);
+  ByIndex(n, [&](auto index) {
+    using Index = decltype(index);
+    Launch(MaxPoolBackwardKernel<Index>, Blocks(n), kThreads, stream, dinp, dout, argmax,
+           static_cast<Index>(n), H, W, C, K, stride, PoolOut(H, K, stride), PoolOut(W, K, stride),
+           accumulate);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -354,8 +396,11 @@ Status avgpool_forward(float* out, const float* inp, int B, int H, int W, int C,
   const int OH = PoolOut(H, K, stride), OW = PoolOut(W, K, stride);
   const int64_t n = int64_t{B} * OH * OW * C;
   if (n == 0) return Status::Ok();
-  Launch(AvgPoolForwardKernel, Blocks(n), kThreads, stream, out, inp, n, H, W, C, K, stride, OH, OW,
-         1.0f / static_cast<float>(K * K));
+  ByIndex(int64_t{B} * H * W * C, [&](auto index) {
+    using Index = decltype(index);
+    Launch(AvgPoolForwardKernel<Index>, Blocks(n), kThreads, stream, out, inp,
+           static_cast<Index>(n), H, W, C, K, stride, OH, OW, 1.0f / static_cast<float>(K * K));
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -364,9 +409,12 @@ Status avgpool_backward(float* dinp, const float* dout, int B, int H, int W, int
                         int stride, bool accumulate, cudaStream_t stream) {
   const int64_t n = int64_t{B} * H * W * C;
   if (n == 0) return Status::Ok();
-  Launch(AvgPoolBackwardKernel, Blocks(n), kThreads, stream, dinp, dout, n, H, W, C, K, stride,
-         PoolOut(H, K, stride), PoolOut(W, K, stride), 1.0f / static_cast<float>(K * K),
-         accumulate);
+  ByIndex(n, [&](auto index) {
+    using Index = decltype(index);
+    Launch(AvgPoolBackwardKernel<Index>, Blocks(n), kThreads, stream, dinp, dout,
+           static_cast<Index>(n), H, W, C, K, stride, PoolOut(H, K, stride), PoolOut(W, K, stride),
+           1.0f / static_cast<float>(K * K), accumulate);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -375,8 +423,11 @@ Status global_avgpool_forward(float* out, const float* inp, int B, int HW, int C
                               cudaStream_t stream) {
   const int64_t n = int64_t{B} * C;
   if (n == 0) return Status::Ok();
-  Launch(GlobalAvgForwardKernel, Blocks(n), kThreads, stream, out, inp, n, HW, C,
-         1.0f / static_cast<float>(HW));
+  ByIndex(n * HW, [&](auto index) {
+    using Index = decltype(index);
+    Launch(GlobalAvgForwardKernel<Index>, Blocks(n), kThreads, stream, out, inp,
+           static_cast<Index>(n), HW, C, 1.0f / static_cast<float>(HW));
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -385,8 +436,11 @@ Status global_avgpool_backward(float* dinp, const float* dout, int B, int HW, in
                                bool accumulate, cudaStream_t stream) {
   const int64_t n = int64_t{B} * HW * C;
   if (n == 0) return Status::Ok();
-  Launch(GlobalAvgBackwardKernel, Blocks(n), kThreads, stream, dinp, dout, n, HW, C,
-         1.0f / static_cast<float>(HW), accumulate);
+  ByIndex(n, [&](auto index) {
+    using Index = decltype(index);
+    Launch(GlobalAvgBackwardKernel<Index>, Blocks(n), kThreads, stream, dinp, dout,
+           static_cast<Index>(n), HW, C, 1.0f / static_cast<float>(HW), accumulate);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -420,7 +474,11 @@ Status transform_rows(float* out, const float* in, const int32_t* draws, const f
                       int rows, int H, int W, int C, cudaStream_t stream) {
   const int64_t n = int64_t{rows} * H * W * C;
   if (n == 0) return Status::Ok();
-  Launch(TransformRowsKernel, Blocks(n), kThreads, stream, out, in, draws, norm, n, H, W, C);
+  ByIndex(n, [&](auto index) {
+    using Index = decltype(index);
+    Launch(TransformRowsKernel<Index>, Blocks(n), kThreads, stream, out, in, draws, norm,
+           static_cast<Index>(n), H, W, C);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -473,10 +531,13 @@ Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, con
   Launch(BnStatsKernel, Blocks(C), kThreads, stream, mean, invstd, running_mean, running_var,
          static_cast<const double*>(partials), x, BnRanges(N), N, C, momentum, eps);
   CUDA_CHECK(cudaGetLastError());
-  Launch(BnApplyKernel, Blocks(N * C), kThreads, stream, out,
-         act == cpu::Activation::kNone ? nullptr : pre, x, gamma, beta,
-         static_cast<const float*>(mean), static_cast<const float*>(invstd),
-         static_cast<const float*>(nullptr), N * C, C, eps, act);
+  ByIndex(N * C, [&](auto index) {
+    using Index = decltype(index);
+    Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out,
+           act == cpu::Activation::kNone ? nullptr : pre, x, gamma, beta,
+           static_cast<const float*>(mean), static_cast<const float*>(invstd),
+           static_cast<const float*>(nullptr), static_cast<Index>(N * C), C, eps, act);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -495,9 +556,12 @@ Status batchnorm_eval(float* out, const float* x, const float* gamma, const floa
                       const float* running_mean, const float* running_var, int64_t N, int C,
                       float eps, cpu::Activation act, cudaStream_t stream) {
   if (N == 0 || C == 0) return Status::Ok();
-  Launch(BnApplyKernel, Blocks(N * C), kThreads, stream, out, static_cast<float*>(nullptr), x,
-         gamma, beta, running_mean, static_cast<const float*>(nullptr), running_var, N * C, C, eps,
-         act);
+  ByIndex(N * C, [&](auto index) {
+    using Index = decltype(index);
+    Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out, static_cast<float*>(nullptr),
+           x, gamma, beta, running_mean, static_cast<const float*>(nullptr), running_var,
+           static_cast<Index>(N * C), C, eps, act);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -523,8 +587,12 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
          static_cast<const double*>(partials), invstd, gamma, BnRanges(N), N, C, accumulate);
   CUDA_CHECK(cudaGetLastError());
   if (dx == nullptr) return Status::Ok();  // the model's input: no gradient wanted
-  Launch(BnGradApplyKernel, Blocks(N * C), kThreads, stream, dx, static_cast<const float*>(d), x,
-         mean, static_cast<const float*>(coef), N * C, C, accumulate_dx);
+  ByIndex(N * C, [&](auto index) {
+    using Index = decltype(index);
+    Launch(BnGradApplyKernel<Index>, Blocks(N * C), kThreads, stream, dx,
+           static_cast<const float*>(d), x, mean, static_cast<const float*>(coef),
+           static_cast<Index>(N * C), C, accumulate_dx);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
