@@ -144,9 +144,17 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
   if (mb.last) ++r.steps;
   // 3. The previous micro-batch, then this one's input.
   if (m > 0) SWEEP_RETURN_IF_ERROR(Observe(rank, m - 1, finished));
-  const Clock::time_point wait_start = Clock::now();
-  CUDA_CHECK(cudaEventSynchronize(r.copied[slot]));
-  r.data_wait_s += Since(wait_start);
+  // An input already copied kept nobody waiting: only a copy still running is timed, so the
+  // synchronising call's own microseconds do not count as waiting (2% of a small MLP's epoch).
+  const cudaError_t copied = cudaEventQuery(r.copied[slot]);
+  if (copied == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // an answer, which the runtime keeps as the last error
+    const Clock::time_point wait_start = Clock::now();
+    CUDA_CHECK(cudaEventSynchronize(r.copied[slot]));
+    r.data_wait_s += Since(wait_start);
+  } else {
+    CUDA_CHECK(copied);
+  }
   return Status::Ok();
 }
 
