@@ -14,9 +14,9 @@
 //   4. for each CNN, batch norm's training pass and backward over all the model's batch norm
 //      layers, through cuDNN's graph API and through our kernels, timed alone the same way (the
 //      net takes cuDNN's where it has an engine).
-// Ours trains in fp32 (TF32 tensor cores) and in bf16, each with CUDA graphs; at batch 256 also
-// bf16 with every kernel launched, to show what the graphs bring. The faster of fp32 and bf16 is
-// set against torch. Every figure is printed with what it is compared to; the exit status is 1
+// Ours trains in fp32 (TF32 tensor cores) and in bf16, each with CUDA graphs and autotuned
+// convolution plans (torch runs with cudnn.benchmark); at batch 256 also bf16 with every kernel
+// launched, to show what the graphs bring. The faster of fp32 and bf16 is set against torch. Every figure is printed with what it is compared to; the exit status is 1
 // when one is missing. --torch-timeout S bounds each torch run: the variants it finished count.
 // --deadline S: no case starts with under 30 s of S left (it is skipped and counted as missing),
 // and a torch run is cut at what is left less 10 s; our own runs are not cut, so a case that
@@ -91,6 +91,8 @@ TrainOptions Options(const std::string& data, const Case& c, int epochs) {
   o.augment_crop = c.mlp ? 0 : 2;
   o.augment_flip = !c.mlp;
   o.validation_fraction = 0;  // as torch: every training image, timed steps only
+  // As torch's cudnn.benchmark: each convolution's fastest (deterministic) plan, timed.
+  o.cudnn_autotune = !c.mlp;
   return o;
 }
 
@@ -218,6 +220,7 @@ double ConvMsPerStep(const TrainOptions& o, trainer::Precision precision) {
     const sweep::trainer::cpu::ConvShape s = trainer::ConvShapeOf(l, o.batch_size);
     cuda::ConvOptions co{precision};
     co.backward_data = l.input >= 0;
+    co.autotune = o.cudnn_autotune;  // the plans the net trains with
     auto conv = cuda::CudnnConv::Create(handle, s, co);
     cuda::DeviceBuffer<float> x, w, y, dx, dw;
     cuda::DeviceBuffer<uint8_t> ws;
