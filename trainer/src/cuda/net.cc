@@ -58,6 +58,19 @@ Status Net::Allocate() {
     gown_[static_cast<size_t>(i)] =
         l.kind == LayerKind::kFlatten && l.input >= 0 ? gown_[static_cast<size_t>(l.input)] : i;
   }
+  std::vector<int> readers(n, 0), pool_readers(n, 0);
+  for (const Layer& l : model_.layers) {
+    if (l.input >= 0) ++readers[static_cast<size_t>(l.input)];
+    if (l.shortcut >= 0) ++readers[static_cast<size_t>(l.shortcut)];
+    if (l.kind == LayerKind::kMaxPool && l.input >= 0) ++pool_readers[static_cast<size_t>(l.input)];
+  }
+  relu_after_pool_.assign(n, 0);
+  for (int i = 0; i < L; ++i) {
+    const Layer& l = model_.layer(i);
+    const size_t at = static_cast<size_t>(i);
+    relu_after_pool_[at] = l.kind == LayerKind::kActivation && l.act == Activation::kRelu &&
+                           l.input >= 0 && readers[at] == 1 && pool_readers[at] == 1;
+  }
   out_.resize(n);
   gbuf_.resize(n);
   mask_.resize(n);
@@ -332,12 +345,19 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         break;
       }
       case LayerKind::kActivation:
+        if (relu_after_pool_[at]) {
+          val_[at] = in;  // the max pool reading it applies the ReLU
+          break;
+        }
         SWEEP_RETURN_IF_ERROR(act_forward(out, in, n_out, l.act, stream_));
         break;
       case LayerKind::kMaxPool:
         SWEEP_RETURN_IF_ERROR(maxpool_forward(out, argmax_[at].data(), in, B, l.in_shape.h,
                                               l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
                                               stream_));
+        if (l.input >= 0 && relu_after_pool_[static_cast<size_t>(l.input)]) {
+          SWEEP_RETURN_IF_ERROR(act_forward(out, out, n_out, Activation::kRelu, stream_));
+        }
         break;
       case LayerKind::kAvgPool:
         SWEEP_RETURN_IF_ERROR(avgpool_forward(out, in, B, l.in_shape.h, l.in_shape.w, l.in_shape.c,
@@ -489,6 +509,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         break;
       }
       case LayerKind::kActivation: {
+        if (relu_after_pool_[at]) break;  // its max pool's backward took the ReLU's gradient
         float* d_in = target(l.input, &add);
         if (d_in != nullptr) {
           SWEEP_RETURN_IF_ERROR(act_backward(d_in, d, in, val_[at], n_out, l.act, add, stream_));
@@ -496,7 +517,14 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         break;
       }
       case LayerKind::kMaxPool: {
-        float* d_in = target(l.input, &add);
+        int from = l.input;
+        if (from >= 0 && relu_after_pool_[static_cast<size_t>(from)]) {
+          // The ReLU's gradient on the pooled output, in place, then to the ReLU's input.
+          SWEEP_RETURN_IF_ERROR(
+              act_backward(d, d, val_[at], val_[at], n_out, Activation::kRelu, false, stream_));
+          from = model_.layer(from).input;
+        }
+        float* d_in = target(from, &add);
         if (d_in != nullptr) {
           SWEEP_RETURN_IF_ERROR(maxpool_backward(d_in, d, argmax_[at].data(), B, l.in_shape.h,
                                                  l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
