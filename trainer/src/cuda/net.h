@@ -126,7 +126,8 @@ class Net final : public ReplicaModel {
   // relu_after_pool_[i]: layer i is a ReLU whose only reader is a max pool, which then runs on
   // the ReLU's input and applies the ReLU to its 4x smaller output (and the ReLU's gradient to
   // its own), the same values bit for bit: a ReLU is monotonic and gives 0 where it cuts, so
-  // max and ReLU commute and the cut windows pass no gradient either way.
+  // max and ReLU commute and the cut windows pass no gradient either way (for finite inputs:
+  // a NaN the pool would pass on, the ReLU ahead of it made 0).
   std::vector<char> relu_after_pool_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
