@@ -709,11 +709,12 @@ TEST(CudaFashionMnist, ACnnReachesTheCpusTestAccuracy) {
 #endif
 
 #if defined(SWEEP_CUDA_EMU)
-// cudnn_autotune: each convolution's plans are the fastest of cuDNN's first candidates, timed
-// on the device (the group says so). With TF32 on there are two to time, tensor cores and exact
-// fp32, and which wins is the host's timing. So a CNN trained with autotuned plans must end
-// within TF32's rounding of one trained with the plans the heuristics rank first (TF32), as
-// measured by a run with exact fp32 alone: within three times that distance, plus 1e-3.
+// cudnn_autotune: each convolution's plans are the fastest of cuDNN's first candidates, and each
+// batch norm the faster of cuDNN's and ours, timed on the device (the group says so). With TF32
+// on there are two to time, tensor cores and exact fp32, and which wins is the host's timing. So a
+// CNN trained with autotuned plans must end within TF32's rounding of one trained with the plans
+// the heuristics rank first (TF32), as measured by a run with exact fp32 alone: within three times
+// that distance, plus 1e-3.
 TEST_F(CudaGroup, AutotunedConvolutionsTrainAsTheFirstRankedDo) {
   Result<ModelSpec> cnn = ResidualCnn();
   ASSERT_TRUE(cnn.ok()) << cnn.status().message();
@@ -730,6 +731,10 @@ TEST_F(CudaGroup, AutotunedConvolutionsTrainAsTheFirstRankedDo) {
     const std::string plans = (*g)->Describe();
     EXPECT_NE(plans.find("convolution"), std::string::npos) << plans;
     EXPECT_EQ(plans.find("timed") != std::string::npos, run == 1) << plans;
+    // Batch norm too: cuDNN's against ours, the faster kept.
+    EXPECT_EQ(plans.find("batch norm: ") != std::string::npos, true) << plans;
+    EXPECT_EQ(plans.find("(timed: cuDNN ") != std::string::npos, run == 1) << plans;
+    if (run == 1) std::printf("%s", plans.c_str());
     out[run] = RunSteps(g->get(), spec, 8, 1, data);
   }
   ASSERT_EQ(out[1].losses.size(), out[0].losses.size());

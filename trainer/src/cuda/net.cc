@@ -178,8 +178,10 @@ std::string Net::Describe() const {
     if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
     auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
     if (it == norm_plans_.end()) continue;
+    auto timed = norm_timed_.find(NormKeyOf(static_cast<int>(i), max_batch_));
     out += layer + " batch norm: " +
-           (it->second != nullptr ? "cuDNN " + it->second->Describe() : std::string("ours")) + "\n";
+           (it->second != nullptr ? "cuDNN " + it->second->Describe() : std::string("ours")) +
+           (timed != norm_timed_.end() ? timed->second : std::string()) + "\n";
   }
   return out;
 }
@@ -223,7 +225,71 @@ Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
     return plan.get();
   }
   SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes(), i, "batch norm", B));
+  if (cudnn_autotune_) {
+    // As for the convolutions, the faster of the two, timed on this GPU at this shape.
+    double cudnn = 0, ours = 0;
+    SWEEP_RETURN_IF_ERROR(TimeNorm(i, B, *plan, &cudnn, &ours));
+    if (ours >= 0) {
+      char times[96];
+      std::snprintf(times, sizeof(times), " (timed: cuDNN %.3f ms, ours %.3f ms)", cudnn, ours);
+      norm_timed_[key] = times;
+      if (ours < cudnn) plan.reset();
+    }
+  }
   return plan.get();
+}
+
+Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, double* ours) {
+  const Layer& l = model_.layer(i);
+  *cudnn = *ours = -1;
+  if (l.input < 0 || out_[static_cast<size_t>(l.input)].data() == nullptr) return Status::Ok();
+  const size_t at = static_cast<size_t>(i);
+  const int C = l.in_shape.c;
+  const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
+  const float* x = out_[static_cast<size_t>(l.input)].data();
+  float* y = out_[at].data();
+  const float* gamma = params_.data() + l.weight;
+  const float* beta = params_.data() + l.bias_at;
+  float* mean = mean_[at].data();
+  float* invstd = invstd_[at].data();
+  float* dscale = bn_tmp_.data();
+  auto cudnn_pass = [&]() -> Status {
+    SWEEP_RETURN_IF_ERROR(bn.Forward(y, mean, invstd, x, gamma, beta, workspace_.data()));
+    return bn.Backward(dtmp_.data(), dscale, dscale + bn_stride_, Grad(i), x, gamma, mean, invstd,
+                       workspace_.data());
+  };
+  auto our_pass = [&]() -> Status {
+    SWEEP_RETURN_IF_ERROR(batchnorm_forward(y, nullptr, mean, invstd, x, gamma, beta, nullptr,
+                                            nullptr, N, C, l.momentum, l.eps, Activation::kNone,
+                                            bn_scratch_.data(), stream_));
+    return batchnorm_backward(dtmp_.data(), dscale, dscale + bn_stride_, Grad(i), x, nullptr, y,
+                              mean, invstd, gamma, N, C, Activation::kNone, false, false,
+                              bn_scratch_.data(), stream_);
+  };
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  if (const cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
+    cudaEventDestroy(start);
+    CUDA_CHECK(e);
+  }
+  // Two untimed passes, then five timed, as the convolutions' plans are timed.
+  auto time = [&](const auto& pass, double* ms) -> Status {
+    for (int rep = 0; rep < 7; ++rep) {
+      if (rep == 2) CUDA_CHECK(cudaEventRecord(start, stream_));
+      SWEEP_RETURN_IF_ERROR(pass());
+    }
+    CUDA_CHECK(cudaEventRecord(stop, stream_));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float elapsed = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
+    *ms = elapsed / 5.0;
+    return Status::Ok();
+  };
+  Status s = time(cudnn_pass, cudnn);
+  if (s.ok()) s = time(our_pass, ours);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return s;
 }
 
 Result<const CudnnConv*> Net::Plan(int i, int B) {

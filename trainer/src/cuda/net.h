@@ -97,6 +97,10 @@ class Net final : public ReplicaModel {
   // Layer i's batch norm through cuDNN for B rows, made at its first use; null where cuDNN has
   // no engine for it (our kernels run).
   Result<const CudnnBatchNorm*> NormPlan(int i, int B);
+  // cudnn_autotune: milliseconds of a training pass and backward of layer i's batch norm at B
+  // rows through `bn` and through our kernels, over the layer's own buffers (their values do
+  // not matter); *ours < 0 where the layer's input has no buffer to time on.
+  Status TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, double* ours);
   using NormKey = std::tuple<int64_t, int, float, float>;  // rows, channels, eps, momentum
   NormKey NormKeyOf(int i, int B) const;
   // Grows the workspace to `bytes` for the plan of layer's `op` at batch B; refused, naming
@@ -132,6 +136,7 @@ class Net final : public ReplicaModel {
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
   std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
+  std::map<NormKey, std::string> norm_timed_;  // cudnn_autotune: the two times, for Describe
   std::string bn_note_;
   // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
   DeviceBuffer<float> bn_tmp_;
