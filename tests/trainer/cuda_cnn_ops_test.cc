@@ -182,10 +182,11 @@ TEST_F(CudaCnnOps, BatchNormMatchesTheCpu) {
     int C;
     cpu::Activation act;
   };
-  // One range and one block of channels; several ranges and a partial second block.
+  // One range and one block of channels; several ranges and a partial second block; more
+  // ranges than a channel's lanes (32), so that a lane adds several.
   for (const Case& k :
        {Case{147, 5, cpu::Activation::kRelu}, Case{5000, 40, cpu::Activation::kTanh},
-        Case{5000, 40, cpu::Activation::kNone}}) {
+        Case{5000, 40, cpu::Activation::kNone}, Case{40000, 3, cpu::Activation::kRelu}}) {
     const std::string name = "batch norm " + std::to_string(k.N) + "x" + std::to_string(k.C) +
                              " act " + std::to_string(static_cast<int>(k.act));
     const size_t n = Count(k.N * k.C), c = Count(k.C);

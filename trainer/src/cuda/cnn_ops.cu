@@ -257,18 +257,45 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
   }
 }
 
-// Per channel: the ranges' sums in order, then the mean, invstd and running statistics, as
-// cpu::batchnorm_forward computes them from the same sums.
-__global__ void BnStatsKernel(float* mean, float* invstd, float* running_mean, float* running_var,
-                              const double* partials, const float* x, int ranges, int64_t N, int C,
-                              float momentum, float eps) {
-  for (int64_t i = FirstIndex(); i < C; i += Stride()) {
-    const int c = static_cast<int>(i);
-    double sum = 0.0, sq = 0.0;
-    for (int r = 0; r < ranges; ++r) {
-      sum += partials[(int64_t{r} * 2) * C + c];
-      sq += partials[(int64_t{r} * 2 + 1) * C + c];
+// The ranges' two sums for channel c = blockIdx.x * kBnCols + threadIdx.x, in a fixed order:
+// lane threadIdx.y takes ranges y, y + kBnGroups, ..., then the lanes' sums are added in lane
+// order. True for lane 0 of a channel below C, which then holds the sums. Every thread of the
+// (kBnCols, kBnGroups) block must call it: it synchronises them. One thread a channel took the
+// ranges one after the other: up to 1,024 dependent additions.
+__device__ bool SumRanges(const double* partials, int ranges, int C, double* sum0, double* sum1) {
+  __shared__ double s0[kBnGroups][kBnCols];
+  __shared__ double s1[kBnGroups][kBnCols];
+  const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
+  const int lane = static_cast<int>(threadIdx.y);
+  double a = 0.0, b = 0.0;
+  if (c < C) {
+    for (int r = lane; r < ranges; r += kBnGroups) {
+      a += partials[(int64_t{r} * 2) * C + c];
+      b += partials[(int64_t{r} * 2 + 1) * C + c];
     }
+  }
+  s0[lane][threadIdx.x] = a;
+  s1[lane][threadIdx.x] = b;
+  __syncthreads();
+  if (lane != 0 || c >= C) return false;
+  for (int i = 1; i < kBnGroups; ++i) {
+    a += s0[i][threadIdx.x];
+    b += s1[i][threadIdx.x];
+  }
+  *sum0 = a;
+  *sum1 = b;
+  return true;
+}
+
+// Per channel: the ranges' sums (SumRanges), then the mean, invstd and running statistics, as
+// cpu::batchnorm_forward computes them from the same sums.
+__global__ void __launch_bounds__(kBnCols* kBnGroups)
+    BnStatsKernel(float* mean, float* invstd, float* running_mean, float* running_var,
+                  const double* partials, const float* x, int ranges, int64_t N, int C,
+                  float momentum, float eps) {
+  double sum = 0.0, sq = 0.0;
+  if (SumRanges(partials, ranges, C, &sum, &sq)) {
+    const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
     const double offset = sum / static_cast<double>(N);
     const float m = static_cast<float>(x[c] + offset);
     mean[c] = m;
@@ -318,18 +345,15 @@ __global__ void BnApplyKernel(float* out, float* pre, const float* x, const floa
   }
 }
 
-// Per channel, from the backward sums: dbeta, dgamma (+)=, and dx's coefficients k, a, b
-// (coef[0 .. 2][C]) for dx = k (d - a - (x - mean) b), as cpu::batchnorm_backward.
-__global__ void BnGradStatsKernel(float* dgamma, float* dbeta, float* coef, const double* partials,
-                                  const float* invstd, const float* gamma, int ranges, int64_t N,
-                                  int C, bool accumulate) {
-  for (int64_t i = FirstIndex(); i < C; i += Stride()) {
-    const int c = static_cast<int>(i);
-    double sd = 0.0, sdx = 0.0;
-    for (int r = 0; r < ranges; ++r) {
-      sd += partials[(int64_t{r} * 2) * C + c];
-      sdx += partials[(int64_t{r} * 2 + 1) * C + c];
-    }
+// Per channel, from the backward sums (SumRanges): dbeta, dgamma (+)=, and dx's coefficients k,
+// a, b (coef[0 .. 2][C]) for dx = k (d - a - (x - mean) b), as cpu::batchnorm_backward.
+__global__ void __launch_bounds__(kBnCols* kBnGroups)
+    BnGradStatsKernel(float* dgamma, float* dbeta, float* coef, const double* partials,
+                      const float* invstd, const float* gamma, int ranges, int64_t N, int C,
+                      bool accumulate) {
+  double sd = 0.0, sdx = 0.0;
+  if (SumRanges(partials, ranges, C, &sd, &sdx)) {
+    const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
     const float inv = invstd[c];
     const float db = static_cast<float>(sd);
     const float dg = static_cast<float>(sdx) * inv;
@@ -531,8 +555,9 @@ Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, con
   if (Status s = BnPartials(partials, nullptr, x, nullptr, nullptr, N, C, false, stream); !s.ok()) {
     return s;
   }
-  Launch(BnStatsKernel, Blocks(C), kThreads, stream, mean, invstd, running_mean, running_var,
-         static_cast<const double*>(partials), x, BnRanges(N), N, C, momentum, eps);
+  Launch(BnStatsKernel, dim3((C + kBnCols - 1) / kBnCols), dim3(kBnCols, kBnGroups), stream, mean,
+         invstd, running_mean, running_var, static_cast<const double*>(partials), x, BnRanges(N), N,
+         C, momentum, eps);
   CUDA_CHECK(cudaGetLastError());
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
@@ -586,8 +611,9 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
       !s.ok()) {
     return s;
   }
-  Launch(BnGradStatsKernel, Blocks(C), kThreads, stream, dgamma, dbeta, coef,
-         static_cast<const double*>(partials), invstd, gamma, BnRanges(N), N, C, accumulate);
+  Launch(BnGradStatsKernel, dim3((C + kBnCols - 1) / kBnCols), dim3(kBnCols, kBnGroups), stream,
+         dgamma, dbeta, coef, static_cast<const double*>(partials), invstd, gamma, BnRanges(N), N,
+         C, accumulate);
   CUDA_CHECK(cudaGetLastError());
   if (dx == nullptr) return Status::Ok();  // the model's input: no gradient wanted
   ByIndex(N * C, [&](auto index) {
