@@ -71,6 +71,17 @@ Status Net::Allocate() {
     relu_after_pool_[at] = l.kind == LayerKind::kActivation && l.act == Activation::kRelu &&
                            l.input >= 0 && readers[at] == 1 && pool_readers[at] == 1;
   }
+  bn_relu_.assign(n, -1);
+  fused_now_.assign(n, 0);
+  for (int a = 0; a < L; ++a) {
+    const Layer& l = model_.layer(a);
+    if (l.kind != LayerKind::kActivation || l.act != Activation::kRelu || l.input < 0) continue;
+    const size_t from = static_cast<size_t>(l.input);
+    if (model_.layer(l.input).kind == LayerKind::kBatchNorm && readers[from] == 1 &&
+        !relu_after_pool_[static_cast<size_t>(a)]) {
+      bn_relu_[from] = a;
+    }
+  }
   out_.resize(n);
   gbuf_.resize(n);
   mask_.resize(n);
@@ -253,18 +264,29 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
   float* mean = mean_[at].data();
   float* invstd = invstd_[at].data();
   float* dscale = bn_tmp_.data();
+  // A ReLU that ours would apply in its passes costs cuDNN two passes of their own.
+  const int a = bn_relu_[at];
+  float* relu_out = a >= 0 ? out_[static_cast<size_t>(a)].data() : nullptr;
+  float* relu_grad = a >= 0 ? Grad(a) : nullptr;
   auto cudnn_pass = [&]() -> Status {
     SWEEP_RETURN_IF_ERROR(bn.Forward(y, mean, invstd, x, gamma, beta, workspace_.data()));
+    if (a >= 0) {
+      SWEEP_RETURN_IF_ERROR(act_forward(relu_out, y, N * C, Activation::kRelu, stream_));
+      SWEEP_RETURN_IF_ERROR(
+          act_backward(Grad(i), relu_grad, y, relu_out, N * C, Activation::kRelu, false, stream_));
+    }
     return bn.Backward(dtmp_.data(), dscale, dscale + bn_stride_, Grad(i), x, gamma, mean, invstd,
                        workspace_.data());
   };
   auto our_pass = [&]() -> Status {
-    SWEEP_RETURN_IF_ERROR(batchnorm_forward(y, nullptr, mean, invstd, x, gamma, beta, nullptr,
-                                            nullptr, N, C, l.momentum, l.eps, Activation::kNone,
+    const Activation act = a >= 0 ? Activation::kRelu : Activation::kNone;
+    float* dst = a >= 0 ? relu_out : y;
+    SWEEP_RETURN_IF_ERROR(batchnorm_forward(dst, nullptr, mean, invstd, x, gamma, beta, nullptr,
+                                            nullptr, N, C, l.momentum, l.eps, act,
                                             bn_scratch_.data(), stream_));
-    return batchnorm_backward(dtmp_.data(), dscale, dscale + bn_stride_, Grad(i), x, nullptr, y,
-                              mean, invstd, gamma, N, C, Activation::kNone, false, false,
-                              bn_scratch_.data(), stream_);
+    return batchnorm_backward(dtmp_.data(), dscale, dscale + bn_stride_,
+                              a >= 0 ? relu_grad : Grad(i), x, nullptr, dst, mean, invstd, gamma, N,
+                              C, act, false, false, bn_scratch_.data(), stream_);
   };
   cudaEvent_t start = nullptr, stop = nullptr;
   CUDA_CHECK(cudaEventCreate(&start));
@@ -390,27 +412,41 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         const int C = l.in_shape.c;
         const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
         float* rm = stats_.data() + l.stats;
+        // Our kernels apply the ReLU reading this layer too, writing its output instead.
+        const int a = bn_relu_[at];
+        bool fuse = a >= 0;
+        float* dst = fuse ? out_[static_cast<size_t>(a)].data() : out;
+        const Activation act = fuse ? Activation::kRelu : Activation::kNone;
         if (train) {
           SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
           float* mean = mean_[at].data();
           float* invstd = invstd_[at].data();
           if (bn != nullptr) {
+            fuse = false;
             SWEEP_RETURN_IF_ERROR(
                 bn->Forward(out, mean, invstd, in, p + l.weight, p + l.bias_at, workspace_.data()));
             SWEEP_RETURN_IF_ERROR(batchnorm_running_update(rm, rm + C, mean, invstd, N, C,
                                                            l.momentum, l.eps, stream_));
           } else {
-            SWEEP_RETURN_IF_ERROR(batchnorm_forward(
-                out, nullptr, mean, invstd, in, p + l.weight, p + l.bias_at, rm, rm + C, N, C,
-                l.momentum, l.eps, Activation::kNone, bn_scratch_.data(), stream_));
+            SWEEP_RETURN_IF_ERROR(batchnorm_forward(dst, nullptr, mean, invstd, in, p + l.weight,
+                                                    p + l.bias_at, rm, rm + C, N, C, l.momentum,
+                                                    l.eps, act, bn_scratch_.data(), stream_));
           }
         } else {
-          SWEEP_RETURN_IF_ERROR(batchnorm_eval(out, in, p + l.weight, p + l.bias_at, rm, rm + C, N,
-                                               C, l.eps, Activation::kNone, stream_));
+          SWEEP_RETURN_IF_ERROR(batchnorm_eval(dst, in, p + l.weight, p + l.bias_at, rm, rm + C, N,
+                                               C, l.eps, act, stream_));
+        }
+        if (a >= 0) {
+          fused_now_[static_cast<size_t>(a)] = fuse;
+          if (fuse) val_[static_cast<size_t>(a)] = dst;
         }
         break;
       }
       case LayerKind::kActivation:
+        if (fused_now_[at]) {
+          val_[at] = out;  // the batch norm before it wrote it
+          break;
+        }
         if (relu_after_pool_[at]) {
           val_[at] = in;  // the max pool reading it applies the ReLU
           break;
@@ -552,6 +588,15 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       }
       case LayerKind::kBatchNorm: {
         float* d_in = target(l.input, &add);
+        if (const int a = bn_relu_[at]; a >= 0 && fused_now_[static_cast<size_t>(a)]) {
+          // The ReLU's gradient, masked by its output in the pass that sums.
+          SWEEP_RETURN_IF_ERROR(batchnorm_backward(
+              d_in, g + l.weight, g + l.bias_at, Grad(a), in, nullptr, val_[static_cast<size_t>(a)],
+              mean_[at].data(), invstd_[at].data(), p + l.weight,
+              int64_t{B} * l.in_shape.h * l.in_shape.w, l.in_shape.c, Activation::kRelu, accumulate,
+              add, bn_scratch_.data(), stream_));
+          break;
+        }
         SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
         if (bn != nullptr) {
           // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
@@ -575,6 +620,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         break;
       }
       case LayerKind::kActivation: {
+        if (fused_now_[at]) break;        // its batch norm's backward takes the ReLU's gradient
         if (relu_after_pool_[at]) break;  // its max pool's backward took the ReLU's gradient
         float* d_in = target(l.input, &add);
         if (d_in != nullptr) {

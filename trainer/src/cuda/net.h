@@ -98,8 +98,9 @@ class Net final : public ReplicaModel {
   // no engine for it (our kernels run).
   Result<const CudnnBatchNorm*> NormPlan(int i, int B);
   // cudnn_autotune: milliseconds of a training pass and backward of layer i's batch norm at B
-  // rows through `bn` and through our kernels, over the layer's own buffers (their values do
-  // not matter); *ours < 0 where the layer's input has no buffer to time on.
+  // rows (with the ReLU our kernels would fuse, bn_relu_) through `bn` and through our kernels,
+  // over the layers' own buffers (their values do not matter); *ours < 0 where the layer's
+  // input has no buffer to time on.
   Status TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, double* ours);
   using NormKey = std::tuple<int64_t, int, float, float>;  // rows, channels, eps, momentum
   NormKey NormKeyOf(int i, int B) const;
@@ -133,6 +134,11 @@ class Net final : public ReplicaModel {
   // max and ReLU commute and the cut windows pass no gradient either way (for finite inputs:
   // a NaN the pool would pass on, the ReLU ahead of it made 0).
   std::vector<char> relu_after_pool_;
+  // bn_relu_[i]: the ReLU that is batch norm i's only reader (and not a max pool's: that one
+  // runs after the pool), or -1. Where our kernels run the batch norm, they apply the ReLU in
+  // the same passes, as the CPU's net does; fused_now_[a] says whether this forward did.
+  std::vector<int> bn_relu_;
+  std::vector<char> fused_now_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
   std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
