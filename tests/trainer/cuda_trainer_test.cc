@@ -685,12 +685,13 @@ TEST(CudaFashionMnist, ACnnReachesTheCpusTestAccuracy) {
                 r.ok() && r->test_acc.has_value() ? *r->test_acc : 0.0, seconds());
     std::fflush(stdout);
   };
-  std::vector<std::thread> cpu;
-  for (int seed = 0; seed < kSeeds; ++seed) cpu.emplace_back(train, 0, seed);
-  for (int run = 1; run < 3; ++run) {
-    for (int seed = 0; seed < kSeeds; ++seed) train(run, seed);
+  {
+    std::vector<std::jthread> cpu;  // joined at the block's end, however it is left
+    for (int seed = 0; seed < kSeeds; ++seed) cpu.emplace_back(train, 0, seed);
+    for (int run = 1; run < 3; ++run) {
+      for (int seed = 0; seed < kSeeds; ++seed) train(run, seed);
+    }
   }
-  for (std::thread& t : cpu) t.join();
   double acc[3] = {0, 0, 0};  // the mean over the seeds
   for (int run = 0; run < 3; ++run) {
     for (int seed = 0; seed < kSeeds; ++seed) {

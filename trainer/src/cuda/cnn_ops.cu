@@ -198,7 +198,7 @@ __global__ void CopyOrAddKernel(float* dst, const float* src, int64_t n, bool ac
 
 // Row ranges of a channel's sums: a block of kBnCols channels x kBnGroups row groups per range,
 // thread (c, g) taking rows begin + g, begin + g + kBnGroups, ...; the groups' sums are added in
-// order, then the ranges' in BnFinalize. The number of ranges depends on N alone. About 32 rows
+// order, then the ranges' in SumRanges. The number of ranges depends on N alone. About 32 rows
 // a thread: with 8 groups and at most 64 ranges, a 256-image batch's first layer (200,704 rows
 // of 32 channels) ran 64 blocks of 392 rows a thread, on a GPU of 132 multiprocessors.
 constexpr int kBnCols = 32;

@@ -72,7 +72,6 @@ Status Net::Allocate() {
                            l.input >= 0 && readers[at] == 1 && pool_readers[at] == 1;
   }
   bn_relu_.assign(n, -1);
-  fused_now_.assign(n, 0);
   for (int a = 0; a < L; ++a) {
     const Layer& l = model_.layer(a);
     if (l.kind != LayerKind::kActivation || l.act != Activation::kRelu || l.input < 0) continue;
@@ -189,10 +188,11 @@ std::string Net::Describe() const {
     if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
     auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
     if (it == norm_plans_.end()) continue;
-    auto timed = norm_timed_.find(NormKeyOf(static_cast<int>(i), max_batch_));
-    out += layer + " batch norm: " +
-           (it->second != nullptr ? "cuDNN " + it->second->Describe() : std::string("ours")) +
-           (timed != norm_timed_.end() ? timed->second : std::string()) + "\n";
+    const NormChoice* choice = ChoiceOf(static_cast<int>(i), max_batch_);
+    const bool cudnn = it->second != nullptr && (choice == nullptr || !choice->ours);
+    out += layer +
+           " batch norm: " + (cudnn ? "cuDNN " + it->second->Describe() : std::string("ours")) +
+           (choice != nullptr ? choice->timed : std::string()) + "\n";
   }
   return out;
 }
@@ -208,9 +208,23 @@ int Net::batch_norms_through_cudnn() const {
   for (size_t i = 0; i < model_.layers.size(); ++i) {
     if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
     auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
-    n += it != norm_plans_.end() && it->second != nullptr;
+    const NormChoice* choice = ChoiceOf(static_cast<int>(i), max_batch_);
+    n += it != norm_plans_.end() && it->second != nullptr && (choice == nullptr || !choice->ours);
   }
   return n;
+}
+
+const Net::NormChoice* Net::ChoiceOf(int i, int B) const {
+  auto it = norm_choice_.find({NormKeyOf(i, B), bn_relu_[static_cast<size_t>(i)] >= 0});
+  return it == norm_choice_.end() ? nullptr : &it->second;
+}
+
+Result<bool> Net::ReluInNorm(int a, int B, bool train) {
+  const int i = model_.layer(a).input;
+  if (i < 0 || bn_relu_[static_cast<size_t>(i)] != a) return false;
+  if (!train) return true;
+  SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
+  return bn == nullptr;
 }
 
 Net::NormKey Net::NormKeyOf(int i, int B) const {
@@ -221,33 +235,46 @@ Net::NormKey Net::NormKeyOf(int i, int B) const {
 // Layers of one shape share a plan: cuDNN may compile a batch-norm engine's kernels for each.
 Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
   const NormKey key = NormKeyOf(i, B);
-  if (auto it = norm_plans_.find(key); it != norm_plans_.end()) return it->second.get();
-  const auto [N, C, eps, momentum] = key;
-  std::string none;
-  Result<std::unique_ptr<CudnnBatchNorm>> made =
-      CudnnBatchNorm::Create(dnn_, N, C, eps, momentum, &none);
-  // A graph cuDNN refuses to build (a version without batch norm in its graph API) leaves the
-  // layer to our kernels, as no engine does.
-  if (!made.ok()) none = made.status().message();
-  std::unique_ptr<CudnnBatchNorm>& plan = norm_plans_[key];
-  if (made.ok()) plan = std::move(made).value();
-  if (plan == nullptr) {
-    if (bn_note_.empty()) bn_note_ = "layer " + std::to_string(i) + ": " + none;
-    return plan.get();
+  auto it = norm_plans_.find(key);
+  if (it == norm_plans_.end()) {
+    const auto [N, C, eps, momentum] = key;
+    std::string none;
+    Result<std::unique_ptr<CudnnBatchNorm>> made =
+        CudnnBatchNorm::Create(dnn_, N, C, eps, momentum, &none);
+    // A graph cuDNN refuses to build (a version without batch norm in its graph API) leaves the
+    // layer to our kernels, as no engine does.
+    if (!made.ok()) none = made.status().message();
+    it = norm_plans_.emplace(key, made.ok() ? std::move(made).value() : nullptr).first;
+    if (it->second == nullptr) {
+      if (bn_note_.empty()) bn_note_ = "layer " + std::to_string(i) + ": " + none;
+    } else {
+      SWEEP_RETURN_IF_ERROR(EnsureWorkspace(it->second->workspace_bytes(), i, "batch norm", B));
+    }
   }
-  SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes(), i, "batch norm", B));
-  if (cudnn_autotune_) {
-    // As for the convolutions, the faster of the two, timed on this GPU at this shape.
-    double cudnn = 0, ours = 0;
-    SWEEP_RETURN_IF_ERROR(TimeNorm(i, B, *plan, &cudnn, &ours));
+  const CudnnBatchNorm* plan = it->second.get();
+  if (plan == nullptr || !cudnn_autotune_) return plan;
+  // As for the convolutions, the faster of the two, timed on this GPU at this shape, with the
+  // ReLU ours would fuse. Timing waits on the stream, which a graph capture forbids: a shape
+  // first met there keeps cuDNN's (each batch size's first steps run launched, so none is).
+  const std::pair<NormKey, bool> which{key, bn_relu_[static_cast<size_t>(i)] >= 0};
+  auto choice = norm_choice_.find(which);
+  if (choice == norm_choice_.end()) {
+    NormChoice made;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+    double cudnn = 0, ours = -1;
+    if (capturing == cudaStreamCaptureStatusNone) {
+      SWEEP_RETURN_IF_ERROR(TimeNorm(i, B, *plan, &cudnn, &ours));
+    }
     if (ours >= 0) {
       char times[96];
       std::snprintf(times, sizeof(times), " (timed: cuDNN %.3f ms, ours %.3f ms)", cudnn, ours);
-      norm_timed_[key] = times;
-      if (ours < cudnn) plan.reset();
+      made.timed = times;
+      made.ours = ours < cudnn;
     }
+    choice = norm_choice_.emplace(which, std::move(made)).first;
   }
-  return plan.get();
+  return choice->second.ours ? nullptr : plan;
 }
 
 Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, double* ours) {
@@ -436,23 +463,19 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           SWEEP_RETURN_IF_ERROR(batchnorm_eval(dst, in, p + l.weight, p + l.bias_at, rm, rm + C, N,
                                                C, l.eps, act, stream_));
         }
-        if (a >= 0) {
-          fused_now_[static_cast<size_t>(a)] = fuse;
-          if (fuse) val_[static_cast<size_t>(a)] = dst;
-        }
+        if (fuse) val_[static_cast<size_t>(a)] = dst;
         break;
       }
-      case LayerKind::kActivation:
-        if (fused_now_[at]) {
-          val_[at] = out;  // the batch norm before it wrote it
-          break;
-        }
+      case LayerKind::kActivation: {
+        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(i, B, train));
+        if (in_norm) break;  // the batch norm before it wrote its output
         if (relu_after_pool_[at]) {
           val_[at] = in;  // the max pool reading it applies the ReLU
           break;
         }
         SWEEP_RETURN_IF_ERROR(act_forward(out, in, n_out, l.act, stream_));
         break;
+      }
       case LayerKind::kMaxPool:
         SWEEP_RETURN_IF_ERROR(maxpool_forward(out, argmax_[at].data(), in, B, l.in_shape.h,
                                               l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
@@ -588,7 +611,8 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       }
       case LayerKind::kBatchNorm: {
         float* d_in = target(l.input, &add);
-        if (const int a = bn_relu_[at]; a >= 0 && fused_now_[static_cast<size_t>(a)]) {
+        SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
+        if (const int a = bn_relu_[at]; a >= 0 && bn == nullptr) {
           // The ReLU's gradient, masked by its output in the pass that sums.
           SWEEP_RETURN_IF_ERROR(batchnorm_backward(
               d_in, g + l.weight, g + l.bias_at, Grad(a), in, nullptr, val_[static_cast<size_t>(a)],
@@ -597,7 +621,6 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
               add, bn_scratch_.data(), stream_));
           break;
         }
-        SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
         if (bn != nullptr) {
           // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
           const int C = l.in_shape.c;
@@ -620,7 +643,8 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         break;
       }
       case LayerKind::kActivation: {
-        if (fused_now_[at]) break;        // its batch norm's backward takes the ReLU's gradient
+        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(i, B, true));
+        if (in_norm) break;               // its batch norm's backward takes the ReLU's gradient
         if (relu_after_pool_[at]) break;  // its max pool's backward took the ReLU's gradient
         float* d_in = target(l.input, &add);
         if (d_in != nullptr) {

@@ -5,8 +5,9 @@
 // through cuDNN (cuda/cudnn_conv.h, a plan per batch size, made at its first use), and batch
 // norm's training pass and backward too where cuDNN has an engine for the shape
 // (cuda/cudnn_norm.h); linear layers through cuBLAS, the rest through cuda/cnn_ops.h and
-// cuda/ops.h. Each layer is its own pass
-// (the CPU fuses an activation into its producer: the same numbers). In fp32 the GEMMs and
+// cuda/ops.h. Each layer is its own pass, but a ReLU read only by a max pool runs after the
+// pool, and one read only after a batch norm that our kernels run runs in its passes (the CPU
+// fuses an activation into its producer: the same numbers). In fp32 the GEMMs and
 // convolutions use TF32 tensor cores when tf32. In bf16 / fp16 they read 16-bit copies of the
 // weights (kept by the optimizer kernels), of their inputs (kept for the weight gradient) and
 // of the output gradient, as the CPU's emulation rounds them; a convolution's 16-bit output and
@@ -96,7 +97,12 @@ class Net final : public ReplicaModel {
   Result<const CudnnConv*> Plan(int i, int B);
   // Layer i's batch norm through cuDNN for B rows, made at its first use; null where cuDNN has
   // no engine for it (our kernels run).
+  // cuDNN's plan for batch norm layer i at B rows, or null where our kernels run it (cuDNN has
+  // no engine, or cudnn_autotune timed ours faster).
   Result<const CudnnBatchNorm*> NormPlan(int i, int B);
+  // Whether ReLU layer a is applied by the batch norm before it in this pass (bn_relu_, and our
+  // kernels run that batch norm: in evaluation, always).
+  Result<bool> ReluInNorm(int a, int B, bool train);
   // cudnn_autotune: milliseconds of a training pass and backward of layer i's batch norm at B
   // rows (with the ReLU our kernels would fuse, bn_relu_) through `bn` and through our kernels,
   // over the layers' own buffers (their values do not matter); *ours < 0 where the layer's
@@ -136,13 +142,20 @@ class Net final : public ReplicaModel {
   std::vector<char> relu_after_pool_;
   // bn_relu_[i]: the ReLU that is batch norm i's only reader (and not a max pool's: that one
   // runs after the pool), or -1. Where our kernels run the batch norm, they apply the ReLU in
-  // the same passes, as the CPU's net does; fused_now_[a] says whether this forward did.
+  // the same passes, as the CPU's net does.
   std::vector<int> bn_relu_;
-  std::vector<char> fused_now_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
   std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
-  std::map<NormKey, std::string> norm_timed_;  // cudnn_autotune: the two times, for Describe
+  // cudnn_autotune: by shape and whether a ReLU would be fused, whether ours runs, and the two
+  // times for Describe. Plans are shared by shape; the choice is not, as the ReLU counts.
+  struct NormChoice {
+    bool ours = false;
+    std::string timed;
+  };
+  std::map<std::pair<NormKey, bool>, NormChoice> norm_choice_;
+  // The choice made for layer i at B rows, or null where none was timed.
+  const NormChoice* ChoiceOf(int i, int B) const;
   std::string bn_note_;
   // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
   DeviceBuffer<float> bn_tmp_;
