@@ -623,15 +623,19 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         }
         if (bn != nullptr) {
           // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
+          // A first micro-batch's dscale and dbias go straight to the gradients, aligned as the
+          // ModelSpec lays parameters out (64 bytes): two copies fewer a layer.
           const int C = l.in_shape.c;
-          float* dscale = bn_tmp_.data();
-          float* dbias = dscale + bn_stride_;
+          float* dscale = accumulate ? bn_tmp_.data() : g + l.weight;
+          float* dbias = accumulate ? bn_tmp_.data() + bn_stride_ : g + l.bias_at;
           float* dx = d_in != nullptr && !add ? d_in : dtmp_.data();
           SWEEP_RETURN_IF_ERROR(bn->Backward(dx, dscale, dbias, d, in, p + l.weight,
                                              mean_[at].data(), invstd_[at].data(),
                                              workspace_.data()));
-          SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dscale, C, accumulate, stream_));
-          SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.bias_at, dbias, C, accumulate, stream_));
+          if (accumulate) {
+            SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dscale, C, true, stream_));
+            SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.bias_at, dbias, C, true, stream_));
+          }
           if (d_in != nullptr && add)
             SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dtmp_.data(), n_in, true, stream_));
           break;
