@@ -140,8 +140,13 @@ __global__ void GlobalAvgBackwardKernel(float* dinp, const float* dout, Index n,
   }
 }
 
-__global__ void ActForwardKernel(float* out, const float* x, int64_t n, Activation act) {
-  for (int64_t i = FirstIndex(); i < n; i += Stride()) out[i] = ActForward(x[i], act);
+__global__ void ActForwardKernel(float* out, const float* x, int64_t n, Activation act,
+                                 uint16_t* out16, bool bf16) {
+  for (int64_t i = FirstIndex(); i < n; i += Stride()) {
+    const float y = ActForward(x[i], act);
+    out[i] = y;
+    if (out16 != nullptr) out16[i] = HalfBits(y, bf16);
+  }
 }
 
 __global__ void ActBackwardKernel(float* dx, const float* d, const float* x, const float* out,
@@ -472,10 +477,11 @@ Status global_avgpool_backward(float* dinp, const float* dout, int B, int HW, in
   return Status::Ok();
 }
 
-Status act_forward(float* out, const float* x, int64_t n, cpu::Activation act,
-                   cudaStream_t stream) {
+Status act_forward(float* out, const float* x, int64_t n, cpu::Activation act, cudaStream_t stream,
+                   uint16_t* out16, cpu::HalfType type) {
   if (n == 0) return Status::Ok();
-  Launch(ActForwardKernel, Blocks(n), kThreads, stream, out, x, n, act);
+  Launch(ActForwardKernel, Blocks(n), kThreads, stream, out, x, n, act, out16,
+         type == cpu::HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

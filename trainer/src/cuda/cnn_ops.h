@@ -34,8 +34,10 @@ Status global_avgpool_forward(float* out, const float* inp, int B, int HW, int C
 Status global_avgpool_backward(float* dinp, const float* dout, int B, int HW, int C,
                                bool accumulate, cudaStream_t stream);
 
-// out[n] = act(x[n]); out may be x.
-Status act_forward(float* out, const float* x, int64_t n, cpu::Activation act, cudaStream_t stream);
+// out[n] = act(x[n]); out may be x. out16, when not null, gets the 16-bit copy of out (`type`)
+// that cast_to_half would make, in the same pass.
+Status act_forward(float* out, const float* x, int64_t n, cpu::Activation act, cudaStream_t stream,
+                   uint16_t* out16 = nullptr, cpu::HalfType type = cpu::HalfType::kBf16);
 // dx[n] (+)= d[n] * act'(x[n]) (relu and tanh read out, gelu reads x); dx may be d when not
 // accumulating.
 Status act_backward(float* dx, const float* d, const float* x, const float* out, int64_t n,

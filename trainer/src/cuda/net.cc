@@ -72,6 +72,15 @@ Status Net::Allocate() {
                            l.input >= 0 && readers[at] == 1 && pool_readers[at] == 1;
   }
   bn_relu_.assign(n, -1);
+  copy16_for_.assign(n, -1);
+  in16_ready_.assign(n, 0);
+  for (int j = 0; j < L; ++j) {
+    const Layer& l = model_.layer(j);
+    const bool gemm = l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear;
+    if (half() && gemm && l.input >= 0 && readers[static_cast<size_t>(l.input)] == 1) {
+      copy16_for_[static_cast<size_t>(l.input)] = j;
+    }
+  }
   for (int a = 0; a < L; ++a) {
     const Layer& l = model_.layer(a);
     if (l.kind != LayerKind::kActivation || l.act != Activation::kRelu || l.input < 0) continue;
@@ -390,6 +399,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         cast_to_half(params16_.data(), p, model_.num_params, half_type_, stream_));
     half_params_fresh_ = true;
   }
+  std::fill(in16_ready_.begin(), in16_ready_.end(), 0);  // none from a forward left unfinished
   const int L = static_cast<int>(model_.layers.size());
   for (int i = 0; i < L; ++i) {
     const size_t at = static_cast<size_t>(i);
@@ -400,8 +410,14 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
     uint16_t* in16 = nullptr;
     if (half() && (l.kind == LayerKind::kLinear || l.kind == LayerKind::kConv)) {
       in16 = in16_[at].data();
-      SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
+      if (!in16_ready_[at]) {
+        SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
+      }
+      in16_ready_[at] = 0;
     }
+    // A ReLU's 16-bit copy for the GEMM layer that alone reads it, in the ReLU's pass.
+    uint16_t* copy16 = nullptr;
+    if (const int j = copy16_for_[at]; j >= 0) copy16 = in16_[static_cast<size_t>(j)].data();
     float* out = out_[at].data();
     val_[at] = out;
     switch (l.kind) {
@@ -473,7 +489,8 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           val_[at] = in;  // the max pool reading it applies the ReLU
           break;
         }
-        SWEEP_RETURN_IF_ERROR(act_forward(out, in, n_out, l.act, stream_));
+        SWEEP_RETURN_IF_ERROR(act_forward(out, in, n_out, l.act, stream_, copy16, half_type_));
+        if (copy16 != nullptr) in16_ready_[static_cast<size_t>(copy16_for_[at])] = 1;
         break;
       }
       case LayerKind::kMaxPool:
@@ -481,7 +498,9 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
                                               l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
                                               stream_));
         if (l.input >= 0 && relu_after_pool_[static_cast<size_t>(l.input)]) {
-          SWEEP_RETURN_IF_ERROR(act_forward(out, out, n_out, Activation::kRelu, stream_));
+          SWEEP_RETURN_IF_ERROR(
+              act_forward(out, out, n_out, Activation::kRelu, stream_, copy16, half_type_));
+          if (copy16 != nullptr) in16_ready_[static_cast<size_t>(copy16_for_[at])] = 1;
         }
         break;
       case LayerKind::kAvgPool:

@@ -144,6 +144,11 @@ class Net final : public ReplicaModel {
   // runs after the pool), or -1. Where our kernels run the batch norm, they apply the ReLU in
   // the same passes, as the CPU's net does.
   std::vector<int> bn_relu_;
+  // bf16 / fp16: copy16_for_[i], the GEMM layer (convolution or linear) that is layer i's only
+  // reader, or -1. A ReLU (or a max pool applying one) writes that layer's 16-bit input in its
+  // own pass, and in16_ready_ tells the reader, this forward, not to cast it again.
+  std::vector<int> copy16_for_;
+  std::vector<char> in16_ready_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
   std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
