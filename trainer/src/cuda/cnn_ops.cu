@@ -150,10 +150,12 @@ __global__ void ActForwardKernel(float* out, const float* x, int64_t n, Activati
 }
 
 __global__ void ActBackwardKernel(float* dx, const float* d, const float* x, const float* out,
-                                  int64_t n, Activation act, bool accumulate) {
+                                  int64_t n, Activation act, bool accumulate, const uint16_t* d16,
+                                  bool bf16) {
   const bool gelu = act == Activation::kGelu;
   for (int64_t i = FirstIndex(); i < n; i += Stride()) {
-    const float g = ActGrad(d[i], gelu ? x[i] : out[i], act, gelu);
+    const float di = d16 != nullptr ? HalfValue(d16[i], bf16) : d[i];
+    const float g = ActGrad(di, gelu ? x[i] : out[i], act, gelu);
     dx[i] = accumulate ? dx[i] + g : g;
   }
 }
@@ -487,9 +489,11 @@ Status act_forward(float* out, const float* x, int64_t n, cpu::Activation act, c
 }
 
 Status act_backward(float* dx, const float* d, const float* x, const float* out, int64_t n,
-                    cpu::Activation act, bool accumulate, cudaStream_t stream) {
+                    cpu::Activation act, bool accumulate, cudaStream_t stream, const uint16_t* d16,
+                    cpu::HalfType type) {
   if (n == 0) return Status::Ok();
-  Launch(ActBackwardKernel, Blocks(n), kThreads, stream, dx, d, x, out, n, act, accumulate);
+  Launch(ActBackwardKernel, Blocks(n), kThreads, stream, dx, d, x, out, n, act, accumulate, d16,
+         type == cpu::HalfType::kBf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

@@ -40,8 +40,11 @@ Status act_forward(float* out, const float* x, int64_t n, cpu::Activation act, c
                    uint16_t* out16 = nullptr, cpu::HalfType type = cpu::HalfType::kBf16);
 // dx[n] (+)= d[n] * act'(x[n]) (relu and tanh read out, gelu reads x); dx may be d when not
 // accumulating.
+// d16, when not null, is read instead of d: the gradient in 16 bits (`type`), widened as
+// widen_half would.
 Status act_backward(float* dx, const float* d, const float* x, const float* out, int64_t n,
-                    cpu::Activation act, bool accumulate, cudaStream_t stream);
+                    cpu::Activation act, bool accumulate, cudaStream_t stream,
+                    const uint16_t* d16 = nullptr, cpu::HalfType type = cpu::HalfType::kBf16);
 
 // ---- batch normalization of x [N, C] (N = samples x pixels), per channel, as cpu/conv_ops.h ----
 // The net's training pass and backward go through cuDNN (cuda/cudnn_norm.h) where it has an

@@ -74,6 +74,14 @@ Status Net::Allocate() {
   bn_relu_.assign(n, -1);
   copy16_for_.assign(n, -1);
   in16_ready_.assign(n, 0);
+  grad16_.assign(n, 0);
+  for (int a = 0; a + 1 < L; ++a) {
+    const Layer& l = model_.layer(a);
+    const Layer& next = model_.layer(a + 1);
+    grad16_[static_cast<size_t>(a)] =
+        half() && l.kind == LayerKind::kActivation && !relu_after_pool_[static_cast<size_t>(a)] &&
+        readers[static_cast<size_t>(a)] == 1 && next.kind == LayerKind::kConv && next.input == a;
+  }
   for (int j = 0; j < L; ++j) {
     const Layer& l = model_.layer(j);
     const bool gemm = l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear;
@@ -226,6 +234,12 @@ int Net::batch_norms_through_cudnn() const {
 const Net::NormChoice* Net::ChoiceOf(int i, int B) const {
   auto it = norm_choice_.find({NormKeyOf(i, B), bn_relu_[static_cast<size_t>(i)] >= 0});
   return it == norm_choice_.end() ? nullptr : &it->second;
+}
+
+Result<bool> Net::Grad16Relu(int a, int B) {
+  if (a < 0 || !grad16_[static_cast<size_t>(a)]) return false;
+  SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(a, B, true));
+  return !in_norm;
 }
 
 Result<bool> Net::ReluInNorm(int a, int B, bool train) {
@@ -598,7 +612,12 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
             if (d_in != nullptr) {
               SWEEP_RETURN_IF_ERROR(
                   plan->BackwardData(h_dx_.data(), h_d_.data(), p16 + l.weight, workspace_.data()));
-              SWEEP_RETURN_IF_ERROR(widen_half(d_in, h_dx_.data(), n_in, half_type_, add, stream_));
+              // The ReLU right before, its only input, reads the 16 bits itself (next layer down).
+              SWEEP_ASSIGN_OR_RETURN(const bool relu_reads, Grad16Relu(l.input, B));
+              if (!relu_reads) {
+                SWEEP_RETURN_IF_ERROR(
+                    widen_half(d_in, h_dx_.data(), n_in, half_type_, add, stream_));
+              }
             }
             break;
           }
@@ -670,8 +689,11 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         if (in_norm) break;               // its batch norm's backward takes the ReLU's gradient
         if (relu_after_pool_[at]) break;  // its max pool's backward took the ReLU's gradient
         float* d_in = target(l.input, &add);
+        // The convolution after it left its gradient in 16 bits (Grad16Relu).
+        SWEEP_ASSIGN_OR_RETURN(const bool from16, Grad16Relu(i, B));
         if (d_in != nullptr) {
-          SWEEP_RETURN_IF_ERROR(act_backward(d_in, d, in, val_[at], n_out, l.act, add, stream_));
+          SWEEP_RETURN_IF_ERROR(act_backward(d_in, d, in, val_[at], n_out, l.act, add, stream_,
+                                             from16 ? h_dx_.data() : nullptr, half_type_));
         }
         break;
       }

@@ -149,6 +149,11 @@ class Net final : public ReplicaModel {
   // own pass, and in16_ready_ tells the reader, this forward, not to cast it again.
   std::vector<int> copy16_for_;
   std::vector<char> in16_ready_;
+  // bf16 / fp16: grad16_[a], ReLU a is read only by the convolution right after it, whose
+  // 16-bit data gradient (h_dx_) the ReLU's backward then reads itself, not widened first,
+  // unless a batch norm applies the ReLU in this pass (Grad16Relu).
+  std::vector<char> grad16_;
+  Result<bool> Grad16Relu(int a, int B);
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
   std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
