@@ -294,6 +294,8 @@ Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
       std::snprintf(times, sizeof(times), " (timed: cuDNN %.3f ms, ours %.3f ms)", cudnn, ours);
       made.timed = times;
       made.ours = ours < cudnn;
+    } else if (capturing != cudaStreamCaptureStatusNone) {
+      made.timed = " (not timed: first met in a graph capture)";
     }
     choice = norm_choice_.emplace(which, std::move(made)).first;
   }
@@ -429,7 +431,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
       }
       in16_ready_[at] = 0;
     }
-    // A ReLU's 16-bit copy for the GEMM layer that alone reads it, in the ReLU's pass.
+    // An activation's 16-bit copy for the GEMM layer that alone reads it, in its own pass.
     uint16_t* copy16 = nullptr;
     if (const int j = copy16_for_[at]; j >= 0) copy16 = in16_[static_cast<size_t>(j)].data();
     float* out = out_[at].data();
@@ -612,7 +614,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
             if (d_in != nullptr) {
               SWEEP_RETURN_IF_ERROR(
                   plan->BackwardData(h_dx_.data(), h_d_.data(), p16 + l.weight, workspace_.data()));
-              // The ReLU right before, its only input, reads the 16 bits itself (next layer down).
+              // The activation right before, its only input, reads the 16 bits itself.
               SWEEP_ASSIGN_OR_RETURN(const bool relu_reads, Grad16Relu(l.input, B));
               if (!relu_reads) {
                 SWEEP_RETURN_IF_ERROR(

@@ -145,13 +145,15 @@ class Net final : public ReplicaModel {
   // the same passes, as the CPU's net does.
   std::vector<int> bn_relu_;
   // bf16 / fp16: copy16_for_[i], the GEMM layer (convolution or linear) that is layer i's only
-  // reader, or -1. A ReLU (or a max pool applying one) writes that layer's 16-bit input in its
-  // own pass, and in16_ready_ tells the reader, this forward, not to cast it again.
+  // reader, or -1. An activation layer (or a max pool applying a ReLU) writes that layer's
+  // 16-bit input in its own pass, and in16_ready_ tells the reader, this forward, not to cast it
+  // again.
   std::vector<int> copy16_for_;
   std::vector<char> in16_ready_;
-  // bf16 / fp16: grad16_[a], ReLU a is read only by the convolution right after it, whose
-  // 16-bit data gradient (h_dx_) the ReLU's backward then reads itself, not widened first,
-  // unless a batch norm applies the ReLU in this pass (Grad16Relu).
+  // bf16 / fp16: grad16_[a], activation a is read only by the convolution right after it,
+  // whose 16-bit data gradient (h_dx_) the activation's backward then reads itself, not widened
+  // first, unless a batch norm applies it in this pass (Grad16Relu). So Grad(a) is marked
+  // written but left stale: nothing else may read it, which its one reader guarantees.
   std::vector<char> grad16_;
   Result<bool> Grad16Relu(int a, int B);
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
