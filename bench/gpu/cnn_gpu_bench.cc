@@ -16,8 +16,9 @@
 //      net takes cuDNN's where it has an engine).
 // Ours trains in fp32 (TF32 tensor cores) and in bf16, each with CUDA graphs and autotuned
 // convolution plans (torch runs with cudnn.benchmark); at batch 256 also bf16 with every kernel
-// launched, to show what the graphs bring. The faster of fp32 and bf16 is set against torch. Every figure is printed with what it is compared to; the exit status is 1
-// when one is missing. --torch-timeout S bounds each torch run: the variants it finished count.
+// launched, to show what the graphs bring. The faster of fp32 and bf16 is set against torch.
+// Every figure is printed with what it is compared to; the exit status is 1 when one is
+// missing. --torch-timeout S bounds each torch run: the variants it finished count.
 // --deadline S: no case starts with under 30 s of S left (it is skipped and counted as missing),
 // and a torch run is cut at what is left less 10 s; our own runs are not cut, so a case that
 // starts late may still overrun S. --profile runs our bf16 step alone, for a profiler.
