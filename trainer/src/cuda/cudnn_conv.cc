@@ -13,6 +13,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_buffer.h"
+#include "cuda/pass_timer.h"
 
 namespace sweep::trainer::cuda {
 namespace {
@@ -145,15 +146,6 @@ struct CudnnConv::Operands {
 
 namespace {
 
-// Two events, destroyed with the object.
-struct EventPair {
-  cudaEvent_t start = nullptr, stop = nullptr;
-  ~EventPair() {
-    if (start != nullptr) cudaEventDestroy(start);
-    if (stop != nullptr) cudaEventDestroy(stop);
-  }
-};
-
 // Autotune: sets each plan's ms from two untimed runs, then five timed ones, over operands of
 // `s` in `precision` (their values do not matter: the same work is done for any).
 Status TimePlans(cudnnHandle_t handle, const cpu::ConvShape& s, Precision precision,
@@ -170,21 +162,11 @@ Status TimePlans(cudnnHandle_t handle, const cpu::ConvShape& s, Precision precis
   }
   cudaStream_t stream = nullptr;
   CUDNN_CHECK(cudnnGetStream(handle, &stream));
-  EventPair events;
-  CUDA_CHECK(cudaEventCreate(&events.start));
-  CUDA_CHECK(cudaEventCreate(&events.stop));
   for (CudnnConv::Plan& p : *plans) {
-    for (int rep = 0; rep < 7; ++rep) {
-      if (rep == 2) CUDA_CHECK(cudaEventRecord(events.start, stream));
-      if (Status st = Run(handle, p, x.data(), w.data(), y.data(), scratch.data()); !st.ok()) {
-        return st;
-      }
-    }
-    CUDA_CHECK(cudaEventRecord(events.stop, stream));
-    CUDA_CHECK(cudaEventSynchronize(events.stop));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, events.start, events.stop));
-    p.ms = ms / 5;
+    double ms = 0;
+    SWEEP_RETURN_IF_ERROR(TimePass(
+        stream, [&] { return Run(handle, p, x.data(), w.data(), y.data(), scratch.data()); }, &ms));
+    p.ms = static_cast<float>(ms);
   }
   return Status::Ok();
 }

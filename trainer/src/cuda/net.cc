@@ -11,6 +11,7 @@
 #include "cuda/cnn_ops.h"
 #include "cuda/cuda_check.h"
 #include "cuda/ops.h"
+#include "cuda/pass_timer.h"
 #include "rng.h"
 
 namespace sweep::trainer::cuda {
@@ -75,27 +76,22 @@ Status Net::Allocate() {
   copy16_for_.assign(n, -1);
   in16_ready_.assign(n, 0);
   grad16_.assign(n, 0);
-  for (int a = 0; a + 1 < L; ++a) {
-    const Layer& l = model_.layer(a);
-    const Layer& next = model_.layer(a + 1);
-    grad16_[static_cast<size_t>(a)] =
-        half() && l.kind == LayerKind::kActivation && !relu_after_pool_[static_cast<size_t>(a)] &&
-        readers[static_cast<size_t>(a)] == 1 && next.kind == LayerKind::kConv && next.input == a;
-  }
+  // What layer a and j, its only reader, can share: a 16-bit input for a GEMM, a 16-bit
+  // gradient from the convolution right after it, a ReLU inside a batch norm's passes.
   for (int j = 0; j < L; ++j) {
     const Layer& l = model_.layer(j);
+    const int a = l.input;
+    if (a < 0 || readers[static_cast<size_t>(a)] != 1) continue;
+    const Layer& from = model_.layer(a);
     const bool gemm = l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear;
-    if (half() && gemm && l.input >= 0 && readers[static_cast<size_t>(l.input)] == 1) {
-      copy16_for_[static_cast<size_t>(l.input)] = j;
-    }
-  }
-  for (int a = 0; a < L; ++a) {
-    const Layer& l = model_.layer(a);
-    if (l.kind != LayerKind::kActivation || l.act != Activation::kRelu || l.input < 0) continue;
-    const size_t from = static_cast<size_t>(l.input);
-    if (model_.layer(l.input).kind == LayerKind::kBatchNorm && readers[from] == 1 &&
-        !relu_after_pool_[static_cast<size_t>(a)]) {
-      bn_relu_[from] = a;
+    const bool act = l.kind == LayerKind::kActivation;
+    if (half() && gemm) copy16_for_[static_cast<size_t>(a)] = j;
+    grad16_[static_cast<size_t>(a)] = half() && l.kind == LayerKind::kConv && j == a + 1 &&
+                                      from.kind == LayerKind::kActivation &&
+                                      !relu_after_pool_[static_cast<size_t>(a)];
+    if (act && l.act == Activation::kRelu && from.kind == LayerKind::kBatchNorm &&
+        !relu_after_pool_[static_cast<size_t>(j)]) {
+      bn_relu_[static_cast<size_t>(a)] = j;
     }
   }
   out_.resize(n);
@@ -205,10 +201,10 @@ std::string Net::Describe() const {
     if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
     auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
     if (it == norm_plans_.end()) continue;
+    const CudnnBatchNorm* cudnn = CudnnNormAtMaxBatch(static_cast<int>(i));
     const NormChoice* choice = ChoiceOf(static_cast<int>(i), max_batch_);
-    const bool cudnn = it->second != nullptr && (choice == nullptr || !choice->ours);
-    out += layer +
-           " batch norm: " + (cudnn ? "cuDNN " + it->second->Describe() : std::string("ours")) +
+    out += layer + " batch norm: " +
+           (cudnn != nullptr ? "cuDNN " + cudnn->Describe() : std::string("ours")) +
            (choice != nullptr ? choice->timed : std::string()) + "\n";
   }
   return out;
@@ -224,11 +220,16 @@ int Net::batch_norms_through_cudnn() const {
   int n = 0;
   for (size_t i = 0; i < model_.layers.size(); ++i) {
     if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
-    auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
-    const NormChoice* choice = ChoiceOf(static_cast<int>(i), max_batch_);
-    n += it != norm_plans_.end() && it->second != nullptr && (choice == nullptr || !choice->ours);
+    n += CudnnNormAtMaxBatch(static_cast<int>(i)) != nullptr;
   }
   return n;
+}
+
+const CudnnBatchNorm* Net::CudnnNormAtMaxBatch(int i) const {
+  auto it = norm_plans_.find(NormKeyOf(i, max_batch_));
+  if (it == norm_plans_.end() || it->second == nullptr) return nullptr;
+  const NormChoice* choice = ChoiceOf(i, max_batch_);
+  return choice != nullptr && choice->ours ? nullptr : it->second.get();
 }
 
 const Net::NormChoice* Net::ChoiceOf(int i, int B) const {
@@ -340,30 +341,8 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
                               a >= 0 ? relu_grad : Grad(i), x, nullptr, dst, mean, invstd, gamma, N,
                               C, act, false, false, bn_scratch_.data(), stream_);
   };
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  if (const cudaError_t e = cudaEventCreate(&stop); e != cudaSuccess) {
-    cudaEventDestroy(start);
-    CUDA_CHECK(e);
-  }
-  // Two untimed passes, then five timed, as the convolutions' plans are timed.
-  auto time = [&](const auto& pass, double* ms) -> Status {
-    for (int rep = 0; rep < 7; ++rep) {
-      if (rep == 2) CUDA_CHECK(cudaEventRecord(start, stream_));
-      SWEEP_RETURN_IF_ERROR(pass());
-    }
-    CUDA_CHECK(cudaEventRecord(stop, stream_));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float elapsed = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&elapsed, start, stop));
-    *ms = elapsed / 5.0;
-    return Status::Ok();
-  };
-  Status s = time(cudnn_pass, cudnn);
-  if (s.ok()) s = time(our_pass, ours);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return s;
+  SWEEP_RETURN_IF_ERROR(TimePass(stream_, cudnn_pass, cudnn));
+  return TimePass(stream_, our_pass, ours);
 }
 
 Result<const CudnnConv*> Net::Plan(int i, int B) {

@@ -168,6 +168,9 @@ class Net final : public ReplicaModel {
   std::map<std::pair<NormKey, bool>, NormChoice> norm_choice_;
   // The choice made for layer i at B rows, or null where none was timed.
   const NormChoice* ChoiceOf(int i, int B) const;
+  // cuDNN's plan for batch norm layer i at max_batch_ where cuDNN runs it, else null (none made
+  // yet, no engine, or ours chosen).
+  const CudnnBatchNorm* CudnnNormAtMaxBatch(int i) const;
   std::string bn_note_;
   // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
   DeviceBuffer<float> bn_tmp_;
