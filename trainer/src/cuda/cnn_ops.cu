@@ -5,8 +5,6 @@
 // fit (ByIndex), as a 64-bit division costs a few dozen instructions an element on the GPU.
 #include "cuda/cnn_ops.h"
 
-#include <limits>
-
 #include "cuda/cuda_check.h"
 #include "cuda/device_util.h"
 #include "cuda/launch.h"
@@ -383,17 +381,6 @@ __global__ void BnGradApplyKernel(float* dx, const float* d, const float* x, con
 }
 
 int PoolOut(int size, int K, int stride) { return (size - K) / stride + 1; }
-
-// Calls launch(int{}) where every index below `largest` (the largest tensor the kernel indexes),
-// and i + stride past it, fit in an int; else launch(int64_t{}).
-template <typename F>
-void ByIndex(int64_t largest, const F& launch) {
-  if (largest <= std::numeric_limits<int>::max() - int64_t{kMaxBlocks} * kThreads) {
-    launch(int{});
-  } else {
-    launch(int64_t{});
-  }
-}
 
 }  // namespace
 

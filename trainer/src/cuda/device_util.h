@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "cpu/ops.h"
 
@@ -22,6 +23,18 @@ constexpr int64_t kMaxBlocks = 4096;  // grid-stride loops cover the rest
 
 inline int Blocks(int64_t n) {
   return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+// Calls launch(int{}) where every index below `largest` (the largest tensor the kernel indexes),
+// and i + stride past it, fit in an int; else launch(int64_t{}): a 64-bit division or remainder
+// costs a few dozen instructions an element on the GPU.
+template <typename F>
+void ByIndex(int64_t largest, const F& launch) {
+  if (largest <= std::numeric_limits<int>::max() - kMaxBlocks * kThreads) {
+    launch(int{});
+  } else {
+    launch(int64_t{});
+  }
 }
 
 __device__ inline int64_t FirstIndex() {

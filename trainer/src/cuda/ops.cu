@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "cuda/cuda_check.h"
 #include "cuda/device_util.h"
@@ -463,14 +462,11 @@ Status bias_act_forward(float* out, float* pre, const float* bias, int B, int C,
   const int64_t n = static_cast<int64_t>(B) * C;
   if (n == 0) return Status::Ok();
   const bool bf16 = type == HalfType::kBf16;
-  // int indices where i + stride cannot overflow either.
-  if (n <= std::numeric_limits<int>::max() - kMaxBlocks * kThreads) {
-    Launch(BiasActForwardKernel<int>, Blocks(n), kThreads, stream, out, pre, bias,
-           static_cast<int>(n), C, act, out16, bf16, keep_pre);
-  } else {
-    Launch(BiasActForwardKernel<int64_t>, Blocks(n), kThreads, stream, out, pre, bias, n, C, act,
-           out16, bf16, keep_pre);
-  }
+  ByIndex(n, [&](auto index) {
+    using Index = decltype(index);
+    Launch(BiasActForwardKernel<Index>, Blocks(n), kThreads, stream, out, pre, bias,
+           static_cast<Index>(n), C, act, out16, bf16, keep_pre);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
