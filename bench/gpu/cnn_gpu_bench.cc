@@ -12,8 +12,8 @@
 //      convolution of the model in the directions a step runs, in the faster run's precision,
 //      timed alone with CUDA events, against the measured step;
 //   4. for each CNN, batch norm's training pass and backward over all the model's batch norm
-//      layers, through cuDNN's graph API and through our kernels, timed alone the same way (the
-//      net takes cuDNN's where it has an engine).
+//      layers, through cuDNN's graph API and through our kernels, each with the widening, cast
+//      and ReLU passes it brings, as the net times them to choose (cudnn_autotune).
 // Ours trains in fp32 (TF32 tensor cores) and in bf16, each with CUDA graphs and autotuned
 // convolution plans (torch runs with cudnn.benchmark); at batch 256 also bf16 with every kernel
 // launched, to show what the graphs bring. The faster of fp32 and bf16 is set against torch.
@@ -44,6 +44,8 @@
 #include "cuda/cudnn_conv.h"
 #include "cuda/cudnn_norm.h"
 #include "cuda/device_buffer.h"
+#include "cuda/net.h"
+#include "cuda/ops.h"
 #include "model.h"
 #include "trainer/trainer.h"
 
@@ -249,88 +251,69 @@ double ConvMsPerStep(const TrainOptions& o, trainer::Precision precision) {
   return total;
 }
 
-// Milliseconds a training step spends in batch norm (training pass and backward of every batch
-// norm layer at `batch` rows, timed alone): through cuDNN in *cudnn (-1 where it has no engine
-// for a layer, with the reason in *why) and through our kernels in *ours.
-void BatchNormMsPerStep(const TrainOptions& o, double* cudnn, double* ours, std::string* why) {
-  *cudnn = *ours = -1;
+// Batch norm as the net runs it: a Net of the model in `precision` at `batch` rows with
+// cudnn_autotune times each layer's training pass and backward through cuDNN and through our
+// kernels, each with the widening, cast and ReLU passes it brings (Net::TimeNorm). Sums of the
+// two over the layers, and how many layers run ours, of how many were timed (-1: none timed;
+// *why says why).
+struct NormTimes {
+  double cudnn = -1, ours = -1;
+  int ours_layers = 0, timed = 0, layers = 0;
+  std::string why;
+};
+
+NormTimes NetNormTimes(const TrainOptions& o, trainer::Precision precision) {
+  NormTimes t;
   sweep::Result<trainer::ModelSpec> model = trainer::BuildModel(o, {1, 28, 28}, 10);
-  if (!model.ok()) return;
-  cudaStream_t stream = nullptr;
-  cudnnHandle_t handle = nullptr;
-  if (cudaStreamCreate(&stream) != cudaSuccess) return;
-  if (cuda::CreateCudnnHandle(stream, &handle).ok()) {
-    double with_cudnn = 0, with_ours = 0;
-    for (const trainer::Layer& l : model->layers) {
-      if (l.kind != trainer::LayerKind::kBatchNorm || with_ours < 0) continue;
-      const int C = l.in_shape.c;
-      const int64_t N = int64_t{o.batch_size} * l.in_shape.h * l.in_shape.w;
-      std::string none;
-      auto bn = cuda::CudnnBatchNorm::Create(handle, N, C, l.eps, l.momentum, &none);
-      if (!bn.ok()) none = bn.status().message();
-      if ((!bn.ok() || *bn == nullptr) && why->empty()) *why = none;
-      // Parameters, statistics and cuDNN's gradients: four arrays of C each, at 16-byte
-      // boundaries, as cuDNN's tensors are declared.
-      const int64_t A = (C + 3) / 4 * 4;
-      cuda::DeviceBuffer<float> x, y, d, dx, params, stats, tmp;
-      cuda::DeviceBuffer<uint8_t> ws, scratch;
-      const size_t ws_bytes = bn.ok() && *bn != nullptr ? (*bn)->workspace_bytes() : 0;
-      if (!cuda::DeviceBuffer<float>::Make(N * C, &x).ok() ||
-          !cuda::DeviceBuffer<float>::Make(N * C, &y).ok() ||
-          !cuda::DeviceBuffer<float>::Make(N * C, &d).ok() ||
-          !cuda::DeviceBuffer<float>::Make(N * C, &dx).ok() ||
-          !cuda::DeviceBuffer<float>::Make(4 * A, &params).ok() ||
-          !cuda::DeviceBuffer<float>::Make(4 * A, &stats).ok() ||
-          !cuda::DeviceBuffer<float>::Make(4 * A, &tmp).ok() ||
-          !cuda::DeviceBuffer<uint8_t>::Make(static_cast<int64_t>(ws_bytes), &ws).ok() ||
-          !cuda::DeviceBuffer<uint8_t>::Make(cuda::batchnorm_scratch_bytes(N, C), &scratch).ok() ||
-          cudaMemset(x.data(), 0, N * C * sizeof(float)) != cudaSuccess ||
-          cudaMemset(d.data(), 0, N * C * sizeof(float)) != cudaSuccess) {
-        with_ours = -1;
-        continue;
-      }
-      float* p = params.data();
-      float* s = stats.data();
-      auto time = [&](const auto& step) { return TimeMs(stream, step); };
-      const double mine = time([&] {
-        return cuda::batchnorm_forward(y.data(), nullptr, s + 2 * A, s + 3 * A, x.data(), p, p + A,
-                                       s, s + A, N, C, l.momentum, l.eps,
-                                       sweep::trainer::cpu::Activation::kNone, scratch.data(),
-                                       stream)
-                   .ok() &&
-               cuda::batchnorm_backward(dx.data(), p + 2 * A, p + 3 * A, d.data(), x.data(),
-                                        nullptr, y.data(), s + 2 * A, s + 3 * A, p, N, C,
-                                        sweep::trainer::cpu::Activation::kNone, false, false,
-                                        scratch.data(), stream)
-                   .ok();
-      });
-      with_ours = mine < 0 ? -1 : with_ours + mine;
-      if (!bn.ok() || *bn == nullptr || with_cudnn < 0) {
-        with_cudnn = -1;
-        continue;
-      }
-      const cuda::CudnnBatchNorm& n = **bn;
-      const double theirs = time([&] {
-        return n.Forward(y.data(), s + 2 * A, s + 3 * A, x.data(), p, p + A, ws.data()).ok() &&
-               cuda::batchnorm_running_update(s, s + A, s + 2 * A, s + 3 * A, N, C, l.momentum,
-                                              l.eps, stream)
-                   .ok() &&
-               n.Backward(dx.data(), tmp.data() + 2 * A, tmp.data() + 3 * A, d.data(), x.data(), p,
-                          s + 2 * A, s + 3 * A, ws.data())
-                   .ok();
-      });
-      with_cudnn = theirs < 0 ? -1 : with_cudnn + theirs;
-    }
-    *cudnn = with_cudnn;
-    *ours = with_ours;
+  if (!model.ok()) {
+    t.why = model.status().message();
+    return t;
   }
-  if (handle != nullptr) cudnnDestroy(handle);
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  cudnnHandle_t dnn = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess) return t;
+  Status made = cuda::CreateBlasHandle(stream, /*tf32=*/true, &blas);
+  if (made.ok()) made = cuda::CreateCudnnHandle(stream, &dnn);
+  if (made.ok()) {
+    cuda::NetOptions options;
+    options.cudnn_autotune = true;
+    auto net = cuda::Net::Create(*model, o.batch_size, precision, 0.0f, /*tf32=*/true, stream, blas,
+                                 dnn, options);
+    if (net.ok()) {
+      double cudnn = 0, ours = 0;
+      for (size_t i = 0; i < model->layers.size(); ++i) {
+        if (model->layers[i].kind != trainer::LayerKind::kBatchNorm) continue;
+        ++t.layers;
+        double a = 0, b = 0;
+        bool ours_runs = false;
+        if (!(*net)->NormTimes(static_cast<int>(i), &a, &b, &ours_runs)) continue;
+        ++t.timed;
+        cudnn += a;
+        ours += b;
+        t.ours_layers += ours_runs;
+      }
+      if (t.timed > 0) {
+        t.cudnn = cudnn;
+        t.ours = ours;
+      } else {
+        t.why = (*net)->batch_norm_note().empty() ? "no layer timed" : (*net)->batch_norm_note();
+      }
+    } else {
+      t.why = net.status().message();
+    }
+  } else {
+    t.why = made.message();
+  }
+  if (dnn != nullptr) cudnnDestroy(dnn);
+  if (blas != nullptr) cublasDestroy(blas);
   cudaStreamDestroy(stream);
+  return t;
 }
 
 // Prints the share of a `step_ms` step that the CNN's convolutions take (in `precision`, the
-// faster run's), and batch norm's through cuDNN and through our kernels (in fp32, as the net
-// runs it in every precision); the count of figures missing.
+// faster run's), and batch norm's through cuDNN and through our kernels (NetNormTimes); the
+// count of figures missing.
 int PrintCnnShares(const TrainOptions& o, trainer::Precision precision, double step_ms) {
   int missing = 0;
   const double conv_ms = ConvMsPerStep(o, precision);
@@ -342,18 +325,15 @@ int PrintCnnShares(const TrainOptions& o, trainer::Precision precision, double s
     std::printf("  cuDNN convolutions: could not be timed\n");
     ++missing;
   }
-  double bn_cudnn = -1, bn_ours = -1;
-  std::string bn_why;
-  BatchNormMsPerStep(o, &bn_cudnn, &bn_ours, &bn_why);
-  if (bn_ours > 0) {
-    std::printf("  batch norm (training pass + backward, all layers): ours %.3f ms, ", bn_ours);
-    if (bn_cudnn > 0) {
-      std::printf("cuDNN %.3f ms (%.2fx ours)\n", bn_cudnn, bn_ours / bn_cudnn);
-    } else {
-      std::printf("cuDNN not timed: %s\n", bn_why.empty() ? "a call failed" : bn_why.c_str());
-    }
+  const NormTimes bn = NetNormTimes(o, precision);
+  if (bn.timed > 0) {
+    std::printf(
+        "  batch norm as the net runs it (%s, training pass + backward, %d of %d layers "
+        "timed): ours %.3f ms, cuDNN %.3f ms (%.2fx ours); ours runs %d of them\n",
+        precision == trainer::Precision::kBf16 ? "bf16" : "fp32", bn.timed, bn.layers, bn.ours,
+        bn.cudnn, bn.ours / bn.cudnn, bn.ours_layers);
   } else {
-    std::printf("  batch norm: could not be timed\n");
+    std::printf("  batch norm: not timed: %s\n", bn.why.empty() ? "a call failed" : bn.why.c_str());
     ++missing;
   }
   return missing;

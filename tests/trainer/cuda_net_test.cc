@@ -164,6 +164,65 @@ class CudaNet : public ::testing::Test {
 
   static constexpr int kUnchecked = -1, kSome = 0, kAll = 1, kNone = 2;
 
+  // What a net gives for two micro-batches (the second accumulating) and an evaluation: the
+  // losses, the gradients, the running statistics and the evaluation's loss and count, as bits.
+  struct Run {
+    std::vector<double> losses;
+    std::vector<float> grads, stats;
+    double eval_loss = 0;
+    unsigned long long correct = 0;
+  };
+  Run Train(const ModelSpec& model, TensorShape input, Precision precision,
+            const NetOptions& options) {
+    const int B = 6;
+    Run run;
+    Result<std::unique_ptr<Net>> made =
+        Net::Create(model, B, precision, 0.0f, /*tf32=*/false, stream_, blas_, dnn_, options);
+    EXPECT_TRUE(made.ok()) << made.status().message();
+    if (!made.ok()) return run;
+    Net& gpu = *made.value();
+    std::vector<float> params(Count(model.num_params)), stats(Count(model.num_buffers));
+    InitParams(model, 3, params.data(), stats.data());
+    EXPECT_EQ(cudaMemcpy(gpu.params(), params.data(), params.size() * sizeof(float),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+    for (int mb = 0; mb < 3; ++mb) {  // two micro-batches, then an evaluation
+      DeviceBuffer<float> x = Up(Random(Count(B * input.size()), 10 + mb, 1.5));
+      std::vector<int32_t> ys;
+      for (int b = 0; b < B; ++b) ys.push_back((b + mb) % 5);
+      DeviceBuffer<int32_t> y = Up(ys);
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      if (mb == 2) {
+        DeviceBuffer<double> total = Up(std::vector<double>{0.0});
+        DeviceBuffer<unsigned long long> correct = Up(std::vector<unsigned long long>{0});
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(gpu.EvaluateOn(x.data(), y.data(), B, total.data(), correct.data()).ok());
+        EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        run.eval_loss = Down(total)[0];
+        run.correct = Down(correct)[0];
+        break;
+      }
+      EXPECT_TRUE(gpu.ForwardLossOn(x.data(), y.data(), B, 1.0f / B, 77, mb * B, false).ok());
+      EXPECT_TRUE(gpu.BackwardOn(x.data(), B, mb > 0, nullptr).ok());
+      EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+      double loss = 0;
+      EXPECT_EQ(cudaMemcpy(&loss, gpu.summed_loss(), sizeof loss, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      run.losses.push_back(loss);
+    }
+    run.grads.resize(params.size());
+    run.stats.resize(stats.size());
+    EXPECT_EQ(cudaMemcpy(run.grads.data(), gpu.grads(), run.grads.size() * sizeof(float),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    if (!run.stats.empty()) {
+      EXPECT_EQ(cudaMemcpy(run.stats.data(), gpu.stats(), run.stats.size() * sizeof(float),
+                           cudaMemcpyDeviceToHost),
+                cudaSuccess);
+    }
+    return run;
+  }
+
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   cudnnHandle_t dnn_ = nullptr;
@@ -232,6 +291,39 @@ TEST_F(CudaNet, HalfPrecisionMatchesTheCpusEmulation) {
   o.global_pool = true;
   o.hidden = {};
   Compare(o, TensorShape{1, 9, 9}, 0.1f, Precision::kBf16, 2e-2);
+}
+
+// bf16 / fp16: our batch norm reading its convolution's 16-bit output, writing the next
+// convolution's 16-bit input (its fp32 output skipped, the ReLU's mask computed again in
+// backward), reading that convolution's 16-bit data gradient and writing its own convolution's
+// 16-bit output gradient, and the ReLUs doing the same, give the bits of the path where every
+// 16-bit copy is a pass of its own.
+TEST_F(CudaNet, SixteenBitFusionsGiveTheUnfusedBits) {
+  TrainOptions o;
+  o.model = "cnn";
+  o.channels = {4, 8};
+  o.hidden = {16};
+  for (const bool residual : {false, true}) {
+    o.residual = residual;
+    const TensorShape input{2, 8, 8};
+    Result<ModelSpec> model = BuildModel(o, input, 5);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    for (const Precision precision : {Precision::kBf16, Precision::kFp16}) {
+      SCOPED_TRACE(std::string(residual ? "residual" : "plain") +
+                   (precision == Precision::kBf16 ? " bf16" : " fp16"));
+      NetOptions fused, unfused;
+      fused.ours_norm_only = unfused.ours_norm_only = true;
+      unfused.fuse16 = false;
+      const Run a = Train(*model, input, precision, fused);
+      const Run b = Train(*model, input, precision, unfused);
+      ASSERT_EQ(a.losses.size(), 2u);
+      EXPECT_EQ(a.losses, b.losses);
+      EXPECT_EQ(a.grads, b.grads);
+      EXPECT_EQ(a.stats, b.stats);
+      EXPECT_EQ(a.eval_loss, b.eval_loss);
+      EXPECT_EQ(a.correct, b.correct);
+    }
+  }
 }
 
 }  // namespace

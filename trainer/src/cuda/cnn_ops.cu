@@ -216,14 +216,32 @@ int BnRanges(int64_t N) {
       std::clamp<int64_t>((N + kBnRowsPerRange - 1) / kBnRowsPerRange, 1, kBnMaxRanges));
 }
 
+// x[i], or the value of xh[i] where the 16-bit copy is given (BnHalf).
+template <typename Index>
+__device__ inline float Elem(const float* x, const uint16_t* xh, Index i, bool bf16) {
+  return xh != nullptr ? HalfValue(xh[i], bf16) : x[i];
+}
+
+// Training's normalisation of x with scale = gamma invstd and shift = beta - mean scale, in one
+// place: backward computes ReLU's mask again from it, so it must be the forward's bits.
+__device__ inline float BnShift(float beta, float mean, float scale) {
+  return fmaf(-mean, scale, beta);
+}
+__device__ inline float BnNormalize(float x, float scale, float shift) {
+  return fmaf(x, scale, shift);
+}
+
 // Sums over range blockIdx.y of rows, per channel: of a = x - k (k: the first row, near the
-// mean, so the variance does not cancel) and a^2 (statistics: a2 == nullptr), or of g and
-// g * (x - mean) (backward: g = d, relu's mask applied and written back when mask_out). Writes
-// partials[(range * 2 + 0) * C + c] and [(range * 2 + 1) * C + c].
+// mean, so the variance does not cancel) and a^2 (statistics), or of g and g * (x - mean)
+// (backward: g = d, ReLU's mask applied and written back when `relu`: the mask reads mask_out,
+// or where that is null recomputes the forward's output from gamma, beta, mean and invstd).
+// x, d read from xh, dh where those are given. Writes partials[(range * 2 + 0) * C + c] and
+// [(range * 2 + 1) * C + c].
 __global__ void __launch_bounds__(kBnCols* kBnGroups)
-    BnPartialKernel(double* partials, float* d, const float* x, const float* mean,
-                    const float* mask_out, int64_t N, int C, int64_t rows_per_range,
-                    bool backward) {
+    BnPartialKernel(double* partials, float* d, uint16_t* dh, const float* x, const uint16_t* xh,
+                    const float* mean, const float* mask_out, const float* gamma, const float* beta,
+                    const float* invstd, int64_t N, int C, int64_t rows_per_range, bool backward,
+                    bool relu, bool bf16) {
   __shared__ double s0[kBnGroups][kBnCols];
   __shared__ double s1[kBnGroups][kBnCols];
   const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
@@ -232,14 +250,27 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
   const int64_t end = begin + rows_per_range < N ? begin + rows_per_range : N;
   double a = 0.0, b = 0.0;
   if (c < C) {
-    const float k = backward ? mean[c] : x[c];
+    const float k = backward ? mean[c] : Elem(x, xh, c, bf16);
+    const bool recompute = backward && relu && mask_out == nullptr;
+    const float scale = recompute ? gamma[c] * invstd[c] : 0.0f;
+    const float shift = recompute ? BnShift(beta[c], mean[c], scale) : 0.0f;
     for (int64_t r = begin + g; r < end; r += kBnGroups) {
-      const float dv = x[r * C + c] - k;
+      const int64_t i = r * C + c;
+      const float xv = Elem(x, xh, i, bf16);
+      const float dv = xv - k;
       if (backward) {
-        float grad = d[r * C + c];
-        if (mask_out != nullptr) {
-          grad = mask_out[r * C + c] > 0.0f ? grad : 0.0f;
-          d[r * C + c] = grad;
+        float grad = Elem(d, dh, i, bf16);
+        if (relu) {
+          const bool on =
+              mask_out != nullptr ? mask_out[i] > 0.0f : BnNormalize(xv, scale, shift) > 0.0f;
+          if (!on) {
+            grad = 0.0f;
+            if (dh != nullptr) {
+              dh[i] = HalfBits(0.0f, bf16);
+            } else {
+              d[i] = 0.0f;
+            }
+          }
         }
         a += grad;
         b += static_cast<double>(grad) * dv;
@@ -296,13 +327,13 @@ __device__ bool SumRanges(const double* partials, int ranges, int C, double* sum
 // cpu::batchnorm_forward computes them from the same sums.
 __global__ void __launch_bounds__(kBnCols* kBnGroups)
     BnStatsKernel(float* mean, float* invstd, float* running_mean, float* running_var,
-                  const double* partials, const float* x, int ranges, int64_t N, int C,
-                  float momentum, float eps) {
+                  const double* partials, const float* x, const uint16_t* xh, int ranges, int64_t N,
+                  int C, float momentum, float eps, bool bf16) {
   double sum = 0.0, sq = 0.0;
   if (SumRanges(partials, ranges, C, &sum, &sq)) {
     const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
     const double offset = sum / static_cast<double>(N);
-    const float m = static_cast<float>(x[c] + offset);
+    const float m = static_cast<float>(Elem(x, xh, c, bf16) + offset);
     mean[c] = m;
     sq = sq - offset * sum > 0.0 ? sq - offset * sum : 0.0;  // the squared deviations
     const double var = sq / static_cast<double>(N);
@@ -331,10 +362,12 @@ __global__ void BnRunningKernel(float* running_mean, float* running_var, const f
 
 // out = act(x scale + shift) with scale = gamma invstd and shift = beta - mean scale (training)
 // or the running statistics' (evaluation: invstd == nullptr); pre keeps the value before act.
+// x read from xh where given; out (where not null) and its 16-bit copy outh (where not null).
 template <typename Index>
-__global__ void BnApplyKernel(float* out, float* pre, const float* x, const float* gamma,
-                              const float* beta, const float* mean, const float* invstd,
-                              const float* running_var, Index n, int C, float eps, Activation act) {
+__global__ void BnApplyKernel(float* out, float* pre, uint16_t* outh, const float* x,
+                              const uint16_t* xh, const float* gamma, const float* beta,
+                              const float* mean, const float* invstd, const float* running_var,
+                              Index n, int C, float eps, Activation act, bool bf16) {
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
     const float inv =
@@ -343,10 +376,12 @@ __global__ void BnApplyKernel(float* out, float* pre, const float* x, const floa
             : static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
     const float scale = gamma[c] * inv;
     const float shift =
-        invstd != nullptr ? beta[c] - mean[c] * scale : beta[c] - mean[c] * gamma[c] * inv;
-    const float y = x[i] * scale + shift;
+        invstd != nullptr ? BnShift(beta[c], mean[c], scale) : beta[c] - mean[c] * gamma[c] * inv;
+    const float y = BnNormalize(Elem(x, xh, i, bf16), scale, shift);
     if (pre != nullptr) pre[i] = y;
-    out[i] = ActForward(y, act);
+    const float o = ActForward(y, act);
+    if (out != nullptr) out[i] = o;
+    if (outh != nullptr) outh[i] = HalfBits(o, bf16);
   }
 }
 
@@ -370,13 +405,20 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
   }
 }
 
+// dx, or its 16-bit copy dxh where given; d and x read from dh and xh where given.
 template <typename Index>
-__global__ void BnGradApplyKernel(float* dx, const float* d, const float* x, const float* mean,
-                                  const float* coef, Index n, int C, bool accumulate) {
+__global__ void BnGradApplyKernel(float* dx, uint16_t* dxh, const float* d, const uint16_t* dh,
+                                  const float* x, const uint16_t* xh, const float* mean,
+                                  const float* coef, Index n, int C, bool accumulate, bool bf16) {
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
-    const float g = coef[c] * (d[i] - coef[C + c] - (x[i] - mean[c]) * coef[2 * C + c]);
-    dx[i] = accumulate ? dx[i] + g : g;
+    const float g = coef[c] * (Elem(d, dh, i, bf16) - coef[C + c] -
+                               (Elem(x, xh, i, bf16) - mean[c]) * coef[2 * C + c]);
+    if (dxh != nullptr) {
+      dxh[i] = HalfBits(g, bf16);
+    } else {
+      dx[i] = accumulate ? dx[i] + g : g;
+    }
   }
 }
 
@@ -529,14 +571,16 @@ int64_t batchnorm_scratch_bytes(int64_t N, int C) {
 
 namespace {
 
-Status BnPartials(double* partials, float* d, const float* x, const float* mean,
-                  const float* mask_out, int64_t N, int C, bool backward, cudaStream_t stream) {
+Status BnPartials(double* partials, float* d, uint16_t* dh, const float* x, const uint16_t* xh,
+                  const float* mean, const float* mask_out, const float* gamma, const float* beta,
+                  const float* invstd, int64_t N, int C, bool backward, bool relu, bool bf16,
+                  cudaStream_t stream) {
   const int ranges = BnRanges(N);
   const int64_t rows = (N + ranges - 1) / ranges;
   const dim3 grid(static_cast<unsigned>((C + kBnCols - 1) / kBnCols),
                   static_cast<unsigned>(ranges));
-  Launch(BnPartialKernel, grid, dim3(kBnCols, kBnGroups), stream, partials, d, x, mean, mask_out, N,
-         C, rows, backward);
+  Launch(BnPartialKernel, grid, dim3(kBnCols, kBnGroups), stream, partials, d, dh, x, xh, mean,
+         mask_out, gamma, beta, invstd, N, C, rows, backward, relu, bf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -546,22 +590,26 @@ Status BnPartials(double* partials, float* d, const float* x, const float* mean,
 Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, const float* x,
                          const float* gamma, const float* beta, float* running_mean,
                          float* running_var, int64_t N, int C, float momentum, float eps,
-                         cpu::Activation act, void* scratch, cudaStream_t stream) {
+                         cpu::Activation act, void* scratch, cudaStream_t stream,
+                         const BnHalf& half) {
   if (N == 0 || C == 0) return Status::Ok();
+  const bool bf16 = half.type == cpu::HalfType::kBf16;
   double* partials = static_cast<double*>(scratch);
-  if (Status s = BnPartials(partials, nullptr, x, nullptr, nullptr, N, C, false, stream); !s.ok()) {
+  if (Status s = BnPartials(partials, nullptr, nullptr, x, half.x, nullptr, nullptr, nullptr,
+                            nullptr, nullptr, N, C, false, false, bf16, stream);
+      !s.ok()) {
     return s;
   }
   Launch(BnStatsKernel, dim3((C + kBnCols - 1) / kBnCols), dim3(kBnCols, kBnGroups), stream, mean,
-         invstd, running_mean, running_var, static_cast<const double*>(partials), x, BnRanges(N), N,
-         C, momentum, eps);
+         invstd, running_mean, running_var, static_cast<const double*>(partials), x, half.x,
+         BnRanges(N), N, C, momentum, eps, bf16);
   CUDA_CHECK(cudaGetLastError());
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
     Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out,
-           act == cpu::Activation::kNone ? nullptr : pre, x, gamma, beta,
+           act == cpu::Activation::kNone ? nullptr : pre, half.out, x, half.x, gamma, beta,
            static_cast<const float*>(mean), static_cast<const float*>(invstd),
-           static_cast<const float*>(nullptr), static_cast<Index>(N * C), C, eps, act);
+           static_cast<const float*>(nullptr), static_cast<Index>(N * C), C, eps, act, bf16);
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
@@ -579,13 +627,13 @@ Status batchnorm_running_update(float* running_mean, float* running_var, const f
 
 Status batchnorm_eval(float* out, const float* x, const float* gamma, const float* beta,
                       const float* running_mean, const float* running_var, int64_t N, int C,
-                      float eps, cpu::Activation act, cudaStream_t stream) {
+                      float eps, cpu::Activation act, cudaStream_t stream, const BnHalf& half) {
   if (N == 0 || C == 0) return Status::Ok();
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
     Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out, static_cast<float*>(nullptr),
-           x, gamma, beta, running_mean, static_cast<const float*>(nullptr), running_var,
-           static_cast<Index>(N * C), C, eps, act);
+           half.out, x, half.x, gamma, beta, running_mean, static_cast<const float*>(nullptr),
+           running_var, static_cast<Index>(N * C), C, eps, act, half.type == cpu::HalfType::kBf16);
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
@@ -595,16 +643,24 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
                           const float* pre, const float* out, const float* mean,
                           const float* invstd, const float* gamma, int64_t N, int C,
                           cpu::Activation act, bool accumulate, bool accumulate_dx, void* scratch,
-                          cudaStream_t stream) {
+                          cudaStream_t stream, const BnHalf& half, const float* beta) {
   if (N == 0 || C == 0) return Status::Ok();
   // ReLU's gradient is applied in the pass that sums; the others' first, in place.
   const bool relu = act == cpu::Activation::kRelu;
   if (act != cpu::Activation::kNone && !relu) {
+    if (half.d != nullptr || half.x != nullptr) {
+      return Status::Internal("cuda: batch norm's 16-bit backward takes ReLU or no activation");
+    }
     if (Status s = act_backward(d, d, pre, out, N * C, act, false, stream); !s.ok()) return s;
   }
+  if (relu && out == nullptr && beta == nullptr) {
+    return Status::Internal("cuda: batch norm's backward needs ReLU's output or beta");
+  }
+  const bool bf16 = half.type == cpu::HalfType::kBf16;
   double* partials = static_cast<double*>(scratch);
   float* coef = reinterpret_cast<float*>(partials + int64_t{BnRanges(N)} * 2 * C);
-  if (Status s = BnPartials(partials, d, x, mean, relu ? out : nullptr, N, C, true, stream);
+  if (Status s = BnPartials(partials, d, half.d, x, half.x, mean, relu ? out : nullptr, gamma, beta,
+                            invstd, N, C, true, relu, bf16, stream);
       !s.ok()) {
     return s;
   }
@@ -612,12 +668,12 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
          dgamma, dbeta, coef, static_cast<const double*>(partials), invstd, gamma, BnRanges(N), N,
          C, accumulate);
   CUDA_CHECK(cudaGetLastError());
-  if (dx == nullptr) return Status::Ok();  // the model's input: no gradient wanted
+  if (dx == nullptr && half.dx == nullptr) return Status::Ok();  // the model's input: none wanted
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
-    Launch(BnGradApplyKernel<Index>, Blocks(N * C), kThreads, stream, dx,
-           static_cast<const float*>(d), x, mean, static_cast<const float*>(coef),
-           static_cast<Index>(N * C), C, accumulate_dx);
+    Launch(BnGradApplyKernel<Index>, Blocks(N * C), kThreads, stream, dx, half.dx,
+           static_cast<const float*>(d), static_cast<const uint16_t*>(half.d), x, half.x, mean,
+           static_cast<const float*>(coef), static_cast<Index>(N * C), C, accumulate_dx, bf16);
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();

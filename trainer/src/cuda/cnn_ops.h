@@ -55,6 +55,17 @@ Status act_backward(float* dx, const float* d, const float* x, const float* out,
 // `stream`).
 int64_t batchnorm_scratch_bytes(int64_t N, int C);
 
+// bf16 / fp16: the 16-bit arrays batch norm's passes read or write in place of fp32 ones (each
+// may be null), widened or rounded as widen_half and cast_to_half would, so the results are the
+// bits of separate passes. Of `type`.
+struct BnHalf {
+  const uint16_t* x = nullptr;  // read instead of x: a convolution's 16-bit output
+  uint16_t* out = nullptr;      // forward and evaluation: out's 16-bit copy (out may be null)
+  uint16_t* d = nullptr;        // backward: read instead of d; ReLU's mask is applied in place
+  uint16_t* dx = nullptr;       // backward: dx in 16 bits, written instead of dx (not added to)
+  cpu::HalfType type = cpu::HalfType::kBf16;
+};
+
 // Training: the batch's mean and biased variance, written to mean[C] and invstd[C] for
 // backward; running statistics updated when running_mean is not null (running_var with the
 // unbiased variance); out = act(gamma * xhat + beta), pre receiving the value before act when
@@ -62,7 +73,8 @@ int64_t batchnorm_scratch_bytes(int64_t N, int C);
 Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, const float* x,
                          const float* gamma, const float* beta, float* running_mean,
                          float* running_var, int64_t N, int C, float momentum, float eps,
-                         cpu::Activation act, void* scratch, cudaStream_t stream);
+                         cpu::Activation act, void* scratch, cudaStream_t stream,
+                         const BnHalf& half = {});
 // The running statistics moved by `momentum` towards a batch of N rows whose mean and invstd
 // (1 / sqrt(biased variance + eps)) are given: with the unbiased variance, as batchnorm_forward.
 Status batchnorm_running_update(float* running_mean, float* running_var, const float* mean,
@@ -71,14 +83,17 @@ Status batchnorm_running_update(float* running_mean, float* running_var, const f
 // Evaluation, with the running statistics.
 Status batchnorm_eval(float* out, const float* x, const float* gamma, const float* beta,
                       const float* running_mean, const float* running_var, int64_t N, int C,
-                      float eps, cpu::Activation act, cudaStream_t stream);
+                      float eps, cpu::Activation act, cudaStream_t stream, const BnHalf& half = {});
 // d [N, C]: the gradient w.r.t. out on entry, used as scratch. dgamma, dbeta (+)= their
-// gradients; dx (+= when accumulate_dx; may be null) the input's.
+// gradients; dx (+= when accumulate_dx; may be null) the input's. ReLU's mask reads out, or,
+// where out is null, act(gamma * xhat + beta) computed again from x, beta and the statistics:
+// the forward's bits.
 Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, const float* x,
                           const float* pre, const float* out, const float* mean,
                           const float* invstd, const float* gamma, int64_t N, int C,
                           cpu::Activation act, bool accumulate, bool accumulate_dx, void* scratch,
-                          cudaStream_t stream);
+                          cudaStream_t stream, const BnHalf& half = {},
+                          const float* beta = nullptr);
 
 // out[n] (+)= the float that 16-bit in[n] holds (bf16 or fp16 bits): a convolution's 16-bit
 // output or gradient brought back to fp32.

@@ -104,7 +104,13 @@ double ActivationBytes(const ModelSpec& model, int rows, Precision precision, co
     return bytes;
   }
   bytes += sizeof(float) * r * static_cast<double>(model.input.size());  // the batch
+  std::vector<int> readers(model.layers.size(), 0);
   for (const Layer& l : model.layers) {
+    if (l.input >= 0) ++readers[static_cast<size_t>(l.input)];
+    if (l.shortcut >= 0) ++readers[static_cast<size_t>(l.shortcut)];
+  }
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const Layer& l = model.layers[i];
     if (l.kind == LayerKind::kFlatten) continue;
     const double out = r * static_cast<double>(l.out_shape.size());
     bytes += 2 * sizeof(float) * out;
@@ -112,6 +118,13 @@ double ActivationBytes(const ModelSpec& model, int rows, Precision precision, co
     if (l.kind == LayerKind::kDropout) bytes += sizeof(float) * out;
     if (half && (l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear)) {
       bytes += sizeof(uint16_t) * r * static_cast<double>(l.in_shape.size());
+    }
+    // A convolution read only by the batch norm right after it keeps its 16-bit output (Net's
+    // conv16_).
+    if (half && l.kind == LayerKind::kConv && l.bias_at < 0 && readers[i] == 1 &&
+        i + 1 < model.layers.size() && model.layers[i + 1].kind == LayerKind::kBatchNorm &&
+        model.layers[i + 1].input == static_cast<int>(i)) {
+      bytes += sizeof(uint16_t) * out;
     }
   }
   return bytes;

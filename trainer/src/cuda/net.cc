@@ -18,14 +18,14 @@ namespace sweep::trainer::cuda {
 
 Net::Net(const ModelSpec& model, int max_batch, Precision precision, float label_smoothing,
          bool tf32, cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn,
-         bool cudnn_autotune)
+         const NetOptions& options)
     : model_(model),
       max_batch_(max_batch),
       precision_(precision),
       half_type_(precision == Precision::kFp16 ? cpu::HalfType::kFp16 : cpu::HalfType::kBf16),
       label_smoothing_(label_smoothing),
       tf32_(tf32),
-      cudnn_autotune_(cudnn_autotune),
+      options_(options),
       stream_(stream),
       blas_(blas),
       dnn_(dnn) {}
@@ -33,10 +33,10 @@ Net::Net(const ModelSpec& model, int max_batch, Precision precision, float label
 Result<std::unique_ptr<Net>> Net::Create(const ModelSpec& model, int max_batch, Precision precision,
                                          float label_smoothing, bool tf32, cudaStream_t stream,
                                          cublasHandle_t blas, cudnnHandle_t dnn,
-                                         bool cudnn_autotune) {
+                                         const NetOptions& options) {
   if (max_batch < 1) return Status::InvalidArgument("cuda: max_batch must be >= 1");
-  std::unique_ptr<Net> net(new Net(model, max_batch, precision, label_smoothing, tf32, stream, blas,
-                                   dnn, cudnn_autotune));
+  std::unique_ptr<Net> net(
+      new Net(model, max_batch, precision, label_smoothing, tf32, stream, blas, dnn, options));
   SWEEP_RETURN_IF_ERROR(net->Allocate());
   return net;
 }
@@ -76,8 +76,11 @@ Status Net::Allocate() {
   copy16_for_.assign(n, -1);
   in16_ready_.assign(n, 0);
   grad16_.assign(n, 0);
+  bn16_.assign(n, 0);
   // What layer a and j, its only reader, can share: a 16-bit input for a GEMM, a 16-bit
-  // gradient from the convolution right after it, a ReLU inside a batch norm's passes.
+  // gradient from the convolution right after it, a ReLU inside a batch norm's passes, a
+  // convolution's 16-bit output read by the batch norm right after it.
+  const bool fuse16 = half() && options_.fuse16;
   for (int j = 0; j < L; ++j) {
     const Layer& l = model_.layer(j);
     const int a = l.input;
@@ -85,10 +88,12 @@ Status Net::Allocate() {
     const Layer& from = model_.layer(a);
     const bool gemm = l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear;
     const bool act = l.kind == LayerKind::kActivation;
-    if (half() && gemm) copy16_for_[static_cast<size_t>(a)] = j;
-    grad16_[static_cast<size_t>(a)] = half() && l.kind == LayerKind::kConv && j == a + 1 &&
+    if (fuse16 && gemm) copy16_for_[static_cast<size_t>(a)] = j;
+    grad16_[static_cast<size_t>(a)] = fuse16 && l.kind == LayerKind::kConv && j == a + 1 &&
                                       from.kind == LayerKind::kActivation &&
                                       !relu_after_pool_[static_cast<size_t>(a)];
+    bn16_[static_cast<size_t>(j)] = fuse16 && l.kind == LayerKind::kBatchNorm && a == j - 1 &&
+                                    from.kind == LayerKind::kConv && from.bias_at < 0;
     if (act && l.act == Activation::kRelu && from.kind == LayerKind::kBatchNorm &&
         !relu_after_pool_[static_cast<size_t>(j)]) {
       bn_relu_[static_cast<size_t>(a)] = j;
@@ -147,6 +152,7 @@ Status Net::Allocate() {
   if (half()) {
     int64_t conv_out = 0, conv_in = 0, gemm_out = 0;
     in16_.resize(n);
+    conv16_.resize(n);
     for (int i = 0; i < L; ++i) {
       const Layer& l = model_.layer(i);
       if (l.kind != LayerKind::kConv && l.kind != LayerKind::kLinear) continue;
@@ -157,6 +163,10 @@ Status Net::Allocate() {
       }
       SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * l.in_shape.size(),
                                                          &in16_[static_cast<size_t>(i)]));
+      if (i + 1 < L && bn16_[static_cast<size_t>(i) + 1]) {
+        SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * l.out_shape.size(),
+                                                           &conv16_[static_cast<size_t>(i)]));
+      }
     }
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(model_.num_params, &params16_));
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * conv_out, &h_out_));
@@ -200,7 +210,11 @@ std::string Net::Describe() const {
     }
     if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
     auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
-    if (it == norm_plans_.end()) continue;
+    if (it == norm_plans_.end()) {  // cuDNN not asked (NormPlan)
+      out += layer + " batch norm: ours" +
+             (bn16_[i] ? std::string(", 16-bit input from its convolution") : std::string()) + "\n";
+      continue;
+    }
     const CudnnBatchNorm* cudnn = CudnnNormAtMaxBatch(static_cast<int>(i));
     const NormChoice* choice = ChoiceOf(static_cast<int>(i), max_batch_);
     out += layer + " batch norm: " +
@@ -232,23 +246,72 @@ const CudnnBatchNorm* Net::CudnnNormAtMaxBatch(int i) const {
   return choice != nullptr && choice->ours ? nullptr : it->second.get();
 }
 
+bool Net::NormTimes(int i, double* cudnn, double* ours, bool* ours_runs) const {
+  const NormChoice* choice = ChoiceOf(i, max_batch_);
+  if (choice == nullptr || choice->ours_ms < 0) return false;
+  *cudnn = choice->cudnn_ms;
+  *ours = choice->ours_ms;
+  *ours_runs = choice->ours;
+  return true;
+}
+
 const Net::NormChoice* Net::ChoiceOf(int i, int B) const {
-  auto it = norm_choice_.find({NormKeyOf(i, B), bn_relu_[static_cast<size_t>(i)] >= 0});
+  auto it = norm_choice_.find({NormKeyOf(i, B), NormFusions(i)});
   return it == norm_choice_.end() ? nullptr : &it->second;
 }
 
-Result<bool> Net::Grad16Relu(int a, int B) {
+Result<bool> Net::Grad16Left(int a, int B) {
   if (a < 0 || !grad16_[static_cast<size_t>(a)]) return false;
   SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(a, B, true));
-  return !in_norm;
+  // A batch norm right before reads h_dx_ next; one further back would find it overwritten.
+  return !in_norm || model_.layer(a).input == a - 1;
+}
+
+Result<bool> Net::NormOurs(int i, int B, bool train) {
+  if (!train) return true;
+  SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
+  return bn == nullptr;
 }
 
 Result<bool> Net::ReluInNorm(int a, int B, bool train) {
   const int i = model_.layer(a).input;
   if (i < 0 || bn_relu_[static_cast<size_t>(i)] != a) return false;
-  if (!train) return true;
-  SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
-  return bn == nullptr;
+  return NormOurs(i, B, train);
+}
+
+Result<bool> Net::ConvFeedsNorm16(int i, int B, bool train) {
+  const int bn = i + 1;
+  if (bn >= static_cast<int>(model_.layers.size()) || !bn16_[static_cast<size_t>(bn)]) {
+    return false;
+  }
+  return NormOurs(bn, B, train);
+}
+
+int Net::NormFusions(int i) const {
+  const size_t at = static_cast<size_t>(i);
+  const int a = bn_relu_[at];
+  const int o = a >= 0 ? a : i;
+  return (a >= 0 ? 1 : 0) | (bn16_[at] ? 2 : 0) |
+         (copy16_for_[static_cast<size_t>(o)] >= 0 ? 4 : 0) |
+         (a == i + 1 && grad16_[static_cast<size_t>(a)] ? 8 : 0);
+}
+
+BnHalf Net::NormHalf(int i) {
+  BnHalf h;
+  if (!half()) return h;
+  h.type = half_type_;
+  const size_t at = static_cast<size_t>(i);
+  const int a = bn_relu_[at];
+  const int o = a >= 0 ? a : i;
+  if (bn16_[at]) {
+    h.x = conv16_[at - 1].data();
+    h.dx = h_d_.data();
+  }
+  if (const int j = copy16_for_[static_cast<size_t>(o)]; j >= 0) {
+    h.out = in16_[static_cast<size_t>(j)].data();
+  }
+  if (a == i + 1 && grad16_[static_cast<size_t>(a)]) h.d = h_dx_.data();
+  return h;
 }
 
 Net::NormKey Net::NormKeyOf(int i, int B) const {
@@ -258,6 +321,17 @@ Net::NormKey Net::NormKeyOf(int i, int B) const {
 
 // Layers of one shape share a plan: cuDNN may compile a batch-norm engine's kernels for each.
 Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
+  // In bf16 / fp16 after a convolution, ours without asking cuDNN unless both are timed: ours
+  // then moves 16-bit arrays only, where cuDNN's chain adds a widening pass, a cast pass and
+  // fp32 reads and writes, about four times the bytes.
+  if (options_.ours_norm_only || (bn16_[static_cast<size_t>(i)] && !options_.cudnn_autotune)) {
+    if (bn_note_.empty()) {
+      bn_note_ = "layer " + std::to_string(i) +
+                 (options_.ours_norm_only ? ": ours asked for"
+                                          : ": ours reads its convolution's 16-bit output");
+    }
+    return nullptr;
+  }
   const NormKey key = NormKeyOf(i, B);
   auto it = norm_plans_.find(key);
   if (it == norm_plans_.end()) {
@@ -276,11 +350,11 @@ Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
     }
   }
   const CudnnBatchNorm* plan = it->second.get();
-  if (plan == nullptr || !cudnn_autotune_) return plan;
+  if (plan == nullptr || !options_.cudnn_autotune) return plan;
   // As for the convolutions, the faster of the two, timed on this GPU at this shape, with the
   // ReLU ours would fuse. Timing waits on the stream, which a graph capture forbids: a shape
   // first met there keeps cuDNN's (each batch size's first steps run launched, so none is).
-  const std::pair<NormKey, bool> which{key, bn_relu_[static_cast<size_t>(i)] >= 0};
+  const std::pair<NormKey, int> which{key, NormFusions(i)};
   auto choice = norm_choice_.find(which);
   if (choice == norm_choice_.end()) {
     NormChoice made;
@@ -295,6 +369,8 @@ Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
       std::snprintf(times, sizeof(times), " (timed: cuDNN %.3f ms, ours %.3f ms)", cudnn, ours);
       made.timed = times;
       made.ours = ours < cudnn;
+      made.cudnn_ms = cudnn;
+      made.ours_ms = ours;
     } else if (capturing != cudaStreamCaptureStatusNone) {
       made.timed = " (not timed: first met in a graph capture)";
     }
@@ -310,36 +386,46 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
   const size_t at = static_cast<size_t>(i);
   const int C = l.in_shape.c;
   const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
-  const float* x = out_[static_cast<size_t>(l.input)].data();
+  float* x = out_[static_cast<size_t>(l.input)].data();
   float* y = out_[at].data();
   const float* gamma = params_.data() + l.weight;
   const float* beta = params_.data() + l.bias_at;
   float* mean = mean_[at].data();
   float* invstd = invstd_[at].data();
   float* dscale = bn_tmp_.data();
-  // A ReLU that ours would apply in its passes costs cuDNN two passes of their own.
+  // A ReLU that ours would apply in its passes costs cuDNN two passes of their own; the 16-bit
+  // arrays ours reads and writes cost it a widening or cast pass each.
   const int a = bn_relu_[at];
   float* relu_out = a >= 0 ? out_[static_cast<size_t>(a)].data() : nullptr;
   float* relu_grad = a >= 0 ? Grad(a) : nullptr;
+  const BnHalf h = NormHalf(i);
   auto cudnn_pass = [&]() -> Status {
+    if (h.x != nullptr) SWEEP_RETURN_IF_ERROR(widen_half(x, h.x, N * C, h.type, false, stream_));
     SWEEP_RETURN_IF_ERROR(bn.Forward(y, mean, invstd, x, gamma, beta, workspace_.data()));
     if (a >= 0) {
-      SWEEP_RETURN_IF_ERROR(act_forward(relu_out, y, N * C, Activation::kRelu, stream_));
       SWEEP_RETURN_IF_ERROR(
-          act_backward(Grad(i), relu_grad, y, relu_out, N * C, Activation::kRelu, false, stream_));
+          act_forward(relu_out, y, N * C, Activation::kRelu, stream_, h.out, h.type));
+      SWEEP_RETURN_IF_ERROR(act_backward(Grad(i), relu_grad, y, relu_out, N * C, Activation::kRelu,
+                                         false, stream_, h.d, h.type));
+    } else if (h.out != nullptr) {
+      SWEEP_RETURN_IF_ERROR(cast_to_half(h.out, y, N * C, h.type, stream_));
     }
-    return bn.Backward(dtmp_.data(), dscale, dscale + bn_stride_, Grad(i), x, gamma, mean, invstd,
-                       workspace_.data());
+    SWEEP_RETURN_IF_ERROR(bn.Backward(dtmp_.data(), dscale, dscale + bn_stride_, Grad(i), x, gamma,
+                                      mean, invstd, workspace_.data()));
+    if (h.dx != nullptr) {
+      SWEEP_RETURN_IF_ERROR(cast_to_half(h.dx, dtmp_.data(), N * C, h.type, stream_));
+    }
+    return Status::Ok();
   };
   auto our_pass = [&]() -> Status {
     const Activation act = a >= 0 ? Activation::kRelu : Activation::kNone;
-    float* dst = a >= 0 ? relu_out : y;
+    float* dst = h.out != nullptr ? nullptr : a >= 0 ? relu_out : y;
     SWEEP_RETURN_IF_ERROR(batchnorm_forward(dst, nullptr, mean, invstd, x, gamma, beta, nullptr,
                                             nullptr, N, C, l.momentum, l.eps, act,
-                                            bn_scratch_.data(), stream_));
-    return batchnorm_backward(dtmp_.data(), dscale, dscale + bn_stride_,
+                                            bn_scratch_.data(), stream_, h));
+    return batchnorm_backward(h.dx != nullptr ? nullptr : dtmp_.data(), dscale, dscale + bn_stride_,
                               a >= 0 ? relu_grad : Grad(i), x, nullptr, dst, mean, invstd, gamma, N,
-                              C, act, false, false, bn_scratch_.data(), stream_);
+                              C, act, false, false, bn_scratch_.data(), stream_, h, beta);
   };
   SWEEP_RETURN_IF_ERROR(TimePass(stream_, cudnn_pass, cudnn));
   return TimePass(stream_, our_pass, ours);
@@ -351,7 +437,7 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
     ConvOptions o;
     o.precision = precision_;
     o.tf32 = tf32_;
-    o.autotune = cudnn_autotune_;
+    o.autotune = options_.cudnn_autotune;
     o.backward_data = model_.layer(i).input >= 0;  // the model's input takes no gradient
     SWEEP_ASSIGN_OR_RETURN(plan, CudnnConv::Create(dnn_, ConvShapeOf(model_.layer(i), B), o));
     SWEEP_RETURN_IF_ERROR(EnsureWorkspace(plan->workspace_bytes(), i, "convolution", B));
@@ -432,6 +518,12 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
       }
       case LayerKind::kConv: {
         SWEEP_ASSIGN_OR_RETURN(const CudnnConv* conv, Plan(i, B));
+        SWEEP_ASSIGN_OR_RETURN(const bool to_norm16, ConvFeedsNorm16(i, B, train));
+        if (to_norm16) {  // the batch norm after it reads the 16 bits (no bias: bn16_)
+          SWEEP_RETURN_IF_ERROR(
+              conv->Forward(conv16_[at].data(), in16, p16 + l.weight, workspace_.data()));
+          break;
+        }
         if (half()) {
           SWEEP_RETURN_IF_ERROR(
               conv->Forward(h_out_.data(), in16, p16 + l.weight, workspace_.data()));
@@ -450,31 +542,36 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         const int C = l.in_shape.c;
         const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
         float* rm = stats_.data() + l.stats;
-        // Our kernels apply the ReLU reading this layer too, writing its output instead.
-        const int a = bn_relu_[at];
-        bool fuse = a >= 0;
-        float* dst = fuse ? out_[static_cast<size_t>(a)].data() : out;
-        const Activation act = fuse ? Activation::kRelu : Activation::kNone;
-        if (train) {
-          SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
+        SWEEP_ASSIGN_OR_RETURN(const bool ours, NormOurs(i, B, train));
+        if (!ours) {
           float* mean = mean_[at].data();
           float* invstd = invstd_[at].data();
-          if (bn != nullptr) {
-            fuse = false;
-            SWEEP_RETURN_IF_ERROR(
-                bn->Forward(out, mean, invstd, in, p + l.weight, p + l.bias_at, workspace_.data()));
-            SWEEP_RETURN_IF_ERROR(batchnorm_running_update(rm, rm + C, mean, invstd, N, C,
-                                                           l.momentum, l.eps, stream_));
-          } else {
-            SWEEP_RETURN_IF_ERROR(batchnorm_forward(dst, nullptr, mean, invstd, in, p + l.weight,
-                                                    p + l.bias_at, rm, rm + C, N, C, l.momentum,
-                                                    l.eps, act, bn_scratch_.data(), stream_));
-          }
-        } else {
-          SWEEP_RETURN_IF_ERROR(batchnorm_eval(dst, in, p + l.weight, p + l.bias_at, rm, rm + C, N,
-                                               C, l.eps, act, stream_));
+          SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
+          SWEEP_RETURN_IF_ERROR(
+              bn->Forward(out, mean, invstd, in, p + l.weight, p + l.bias_at, workspace_.data()));
+          SWEEP_RETURN_IF_ERROR(
+              batchnorm_running_update(rm, rm + C, mean, invstd, N, C, l.momentum, l.eps, stream_));
+          break;
         }
-        if (fuse) val_[static_cast<size_t>(a)] = dst;
+        // Our kernels apply the ReLU reading this layer too, writing its output instead; and
+        // where a GEMM alone reads that, its 16-bit input only (the fp32 one is left stale).
+        const int a = bn_relu_[at];
+        const int o = a >= 0 ? a : i;
+        float* dst = out_[static_cast<size_t>(o)].data();
+        val_[static_cast<size_t>(o)] = dst;
+        const Activation act = a >= 0 ? Activation::kRelu : Activation::kNone;
+        const BnHalf h = NormHalf(i);
+        if (h.out != nullptr)
+          in16_ready_[static_cast<size_t>(copy16_for_[static_cast<size_t>(o)])] = 1;
+        float* dst32 = h.out != nullptr ? nullptr : dst;
+        if (train) {
+          SWEEP_RETURN_IF_ERROR(batchnorm_forward(
+              dst32, nullptr, mean_[at].data(), invstd_[at].data(), in, p + l.weight, p + l.bias_at,
+              rm, rm + C, N, C, l.momentum, l.eps, act, bn_scratch_.data(), stream_, h));
+        } else {
+          SWEEP_RETURN_IF_ERROR(batchnorm_eval(dst32, in, p + l.weight, p + l.bias_at, rm, rm + C,
+                                               N, C, l.eps, act, stream_, h));
+        }
         break;
       }
       case LayerKind::kActivation: {
@@ -580,7 +677,13 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         float* d_in = target(l.input, &add);
         const uint16_t* p16 = params16_.data();
         const uint16_t* in16 = half() ? in16_[at].data() : nullptr;
-        if (half()) SWEEP_RETURN_IF_ERROR(cast_to_half(h_d_.data(), d, n_out, half_type_, stream_));
+        if (half()) {
+          // The batch norm after a convolution may have written its 16-bit gradient already.
+          SWEEP_ASSIGN_OR_RETURN(const bool d16_written, ConvFeedsNorm16(i, B, true));
+          if (!d16_written) {
+            SWEEP_RETURN_IF_ERROR(cast_to_half(h_d_.data(), d, n_out, half_type_, stream_));
+          }
+        }
         if (conv) {
           SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
           const int64_t nw = int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c;
@@ -593,9 +696,10 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
             if (d_in != nullptr) {
               SWEEP_RETURN_IF_ERROR(
                   plan->BackwardData(h_dx_.data(), h_d_.data(), p16 + l.weight, workspace_.data()));
-              // The activation right before, its only input, reads the 16 bits itself.
-              SWEEP_ASSIGN_OR_RETURN(const bool relu_reads, Grad16Relu(l.input, B));
-              if (!relu_reads) {
+              // The activation right before (or the batch norm applying it), its only input,
+              // reads the 16 bits itself.
+              SWEEP_ASSIGN_OR_RETURN(const bool read16, Grad16Left(l.input, B));
+              if (!read16) {
                 SWEEP_RETURN_IF_ERROR(
                     widen_half(d_in, h_dx_.data(), n_in, half_type_, add, stream_));
               }
@@ -631,38 +735,39 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       case LayerKind::kBatchNorm: {
         float* d_in = target(l.input, &add);
         SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
-        if (const int a = bn_relu_[at]; a >= 0 && bn == nullptr) {
-          // The ReLU's gradient, masked by its output in the pass that sums.
-          SWEEP_RETURN_IF_ERROR(batchnorm_backward(
-              d_in, g + l.weight, g + l.bias_at, Grad(a), in, nullptr, val_[static_cast<size_t>(a)],
-              mean_[at].data(), invstd_[at].data(), p + l.weight,
-              int64_t{B} * l.in_shape.h * l.in_shape.w, l.in_shape.c, Activation::kRelu, accumulate,
-              add, bn_scratch_.data(), stream_));
-          break;
-        }
-        if (bn != nullptr) {
-          // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
-          // A first micro-batch's dscale and dbias go straight to the gradients, aligned as the
-          // ModelSpec lays parameters out (64 bytes): two copies fewer a layer.
-          const int C = l.in_shape.c;
-          float* dscale = accumulate ? bn_tmp_.data() : g + l.weight;
-          float* dbias = accumulate ? bn_tmp_.data() + bn_stride_ : g + l.bias_at;
-          float* dx = d_in != nullptr && !add ? d_in : dtmp_.data();
-          SWEEP_RETURN_IF_ERROR(bn->Backward(dx, dscale, dbias, d, in, p + l.weight,
-                                             mean_[at].data(), invstd_[at].data(),
-                                             workspace_.data()));
-          if (accumulate) {
-            SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dscale, C, true, stream_));
-            SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.bias_at, dbias, C, true, stream_));
+        if (bn == nullptr) {
+          // The ReLU's gradient, masked by its output in the pass that sums (or by that output
+          // computed again, where only its 16-bit copy was written); the 16-bit arrays of
+          // NormHalf read and written in place of fp32 ones.
+          const int a = bn_relu_[at];
+          const BnHalf h = NormHalf(i);
+          if (h.dx != nullptr && add) {
+            return Status::Internal("cuda: a 16-bit batch-norm gradient added to another");
           }
-          if (d_in != nullptr && add)
-            SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dtmp_.data(), n_in, true, stream_));
+          const float* out = h.out != nullptr ? nullptr : val_[static_cast<size_t>(a >= 0 ? a : i)];
+          SWEEP_RETURN_IF_ERROR(batchnorm_backward(
+              h.dx != nullptr ? nullptr : d_in, g + l.weight, g + l.bias_at, a >= 0 ? Grad(a) : d,
+              in, nullptr, out, mean_[at].data(), invstd_[at].data(), p + l.weight,
+              int64_t{B} * l.in_shape.h * l.in_shape.w, l.in_shape.c,
+              a >= 0 ? Activation::kRelu : Activation::kNone, accumulate, add, bn_scratch_.data(),
+              stream_, h, p + l.bias_at));
           break;
         }
-        SWEEP_RETURN_IF_ERROR(batchnorm_backward(
-            d_in, g + l.weight, g + l.bias_at, d, in, nullptr, val_[at], mean_[at].data(),
-            invstd_[at].data(), p + l.weight, int64_t{B} * l.in_shape.h * l.in_shape.w,
-            l.in_shape.c, Activation::kNone, accumulate, add, bn_scratch_.data(), stream_));
+        // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
+        // A first micro-batch's dscale and dbias go straight to the gradients, aligned as the
+        // ModelSpec lays parameters out (64 bytes): two copies fewer a layer.
+        const int C = l.in_shape.c;
+        float* dscale = accumulate ? bn_tmp_.data() : g + l.weight;
+        float* dbias = accumulate ? bn_tmp_.data() + bn_stride_ : g + l.bias_at;
+        float* dx = d_in != nullptr && !add ? d_in : dtmp_.data();
+        SWEEP_RETURN_IF_ERROR(bn->Backward(dx, dscale, dbias, d, in, p + l.weight, mean_[at].data(),
+                                           invstd_[at].data(), workspace_.data()));
+        if (accumulate) {
+          SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dscale, C, true, stream_));
+          SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.bias_at, dbias, C, true, stream_));
+        }
+        if (d_in != nullptr && add)
+          SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dtmp_.data(), n_in, true, stream_));
         break;
       }
       case LayerKind::kActivation: {
@@ -670,8 +775,8 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         if (in_norm) break;               // its batch norm's backward takes the ReLU's gradient
         if (relu_after_pool_[at]) break;  // its max pool's backward took the ReLU's gradient
         float* d_in = target(l.input, &add);
-        // The convolution after it left its gradient in 16 bits (Grad16Relu).
-        SWEEP_ASSIGN_OR_RETURN(const bool from16, Grad16Relu(i, B));
+        // The convolution after it left its gradient in 16 bits (Grad16Left).
+        SWEEP_ASSIGN_OR_RETURN(const bool from16, Grad16Left(i, B));
         if (d_in != nullptr) {
           SWEEP_RETURN_IF_ERROR(act_backward(d_in, d, in, val_[at], n_out, l.act, add, stream_,
                                              from16 ? h_dx_.data() : nullptr, half_type_));

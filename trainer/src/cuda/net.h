@@ -12,7 +12,9 @@
 // weights (kept by the optimizer kernels), of their inputs (kept for the weight gradient) and
 // of the output gradient, as the CPU's emulation rounds them; a convolution's 16-bit output and
 // gradients are widened back to fp32, which everything else (batch norm, pooling, activations,
-// master weights, gradients) stays in. All work is queued on the replica's stream through its
+// master weights, gradients) stays in. Where our kernels run a batch norm right after a
+// convolution, they read and write those 16-bit arrays themselves (no widening or cast pass;
+// the same bits). All work is queued on the replica's stream through its
 // cuBLAS and cuDNN handles, which the caller owns and which outlive the Net. Not thread-safe: one
 // thread, with the replica's device current, uses it.
 #pragma once
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "cuda/cnn_ops.h"
 #include "cuda/cudnn_conv.h"
 #include "cuda/cudnn_norm.h"
 #include "cuda/device_buffer.h"
@@ -37,12 +40,24 @@
 
 namespace sweep::trainer::cuda {
 
+// What a Net is made with besides its model, batch and precision.
+struct NetOptions {
+  // Each convolution's plans and each batch norm's kernels (cuDNN's or ours) timed on the device
+  // (the trainer's cudnn_autotune).
+  bool cudnn_autotune = false;
+  // For tests: every batch norm's training pass through our kernels, never cuDNN's; and, with
+  // fuse16 false, every 16-bit copy made in a pass of its own (the unfused path, which the
+  // fused one must match bit for bit).
+  bool ours_norm_only = false;
+  bool fuse16 = true;
+};
+
 class Net final : public ReplicaModel {
  public:
   static Result<std::unique_ptr<Net>> Create(const ModelSpec& model, int max_batch,
                                              Precision precision, float label_smoothing, bool tf32,
                                              cudaStream_t stream, cublasHandle_t blas,
-                                             cudnnHandle_t dnn, bool cudnn_autotune = false);
+                                             cudnnHandle_t dnn, const NetOptions& options = {});
 
   const ModelSpec& model() const { return model_; }
   float* params() override { return params_.data(); }
@@ -59,6 +74,9 @@ class Net final : public ReplicaModel {
   int batch_norms_through_cudnn() const;
   int batch_norms() const;
   const std::string& batch_norm_note() const { return bn_note_; }
+  // cudnn_autotune: batch norm layer i's two times at full batches in ms, cuDNN's and ours, each
+  // with the passes it brings (TimeNorm), and whether ours runs; false where none was timed.
+  bool NormTimes(int i, double* cudnn, double* ours, bool* ours_runs) const;
   // Each convolution's and batch norm's plans at full batches, one layer a line.
   std::string Describe() const override;
   cpu::HalfType half_type() const override { return half_type_; }
@@ -88,7 +106,7 @@ class Net final : public ReplicaModel {
 
  private:
   Net(const ModelSpec& model, int max_batch, Precision precision, float label_smoothing, bool tf32,
-      cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn, bool cudnn_autotune);
+      cudaStream_t stream, cublasHandle_t blas, cudnnHandle_t dnn, const NetOptions& options);
   bool half() const { return precision_ != Precision::kFp32; }
   Status Allocate();
   // The layers in order; the logits end in y_.back().
@@ -100,13 +118,21 @@ class Net final : public ReplicaModel {
   // cuDNN's plan for batch norm layer i at B rows, or null where our kernels run it (cuDNN has
   // no engine, or cudnn_autotune timed ours faster).
   Result<const CudnnBatchNorm*> NormPlan(int i, int B);
+  // Whether our kernels run batch norm layer i in this pass (in evaluation, always).
+  Result<bool> NormOurs(int i, int B, bool train);
   // Whether ReLU layer a is applied by the batch norm before it in this pass (bn_relu_, and our
-  // kernels run that batch norm: in evaluation, always).
+  // kernels run that batch norm).
   Result<bool> ReluInNorm(int a, int B, bool train);
+  // The 16-bit arrays our kernels read and write for batch norm layer i (bn16_, copy16_for_,
+  // grad16_); BnHalf.out set means its fp32 output is not written.
+  BnHalf NormHalf(int i);
+  // Whether convolution i's only output is its 16-bit one, read by the batch norm after it
+  // (forward), and whether that batch norm wrote its 16-bit output gradient (backward).
+  Result<bool> ConvFeedsNorm16(int i, int B, bool train);
   // cudnn_autotune: milliseconds of a training pass and backward of layer i's batch norm at B
   // rows (with the ReLU our kernels would fuse, bn_relu_) through `bn` and through our kernels,
-  // over the layers' own buffers (their values do not matter); *ours < 0 where the layer's
-  // input has no buffer to time on.
+  // over the layers' own buffers (their values do not matter), each with the widening and cast
+  // passes it brings (NormHalf); *ours < 0 where the layer's input has no buffer to time on.
   Status TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, double* ours);
   using NormKey = std::tuple<int64_t, int, float, float>;  // rows, channels, eps, momentum
   NormKey NormKeyOf(int i, int B) const;
@@ -121,7 +147,7 @@ class Net final : public ReplicaModel {
   cpu::HalfType half_type_;
   float label_smoothing_;
   bool tf32_;
-  bool cudnn_autotune_;
+  NetOptions options_;
   cudaStream_t stream_;
   cublasHandle_t blas_;
   cudnnHandle_t dnn_;
@@ -144,28 +170,38 @@ class Net final : public ReplicaModel {
   // runs after the pool), or -1. Where our kernels run the batch norm, they apply the ReLU in
   // the same passes, as the CPU's net does.
   std::vector<int> bn_relu_;
-  // bf16 / fp16: copy16_for_[i], the GEMM layer (convolution or linear) that is layer i's only
-  // reader, or -1. An activation layer (or a max pool applying a ReLU) writes that layer's
-  // 16-bit input in its own pass, and in16_ready_ tells the reader, this forward, not to cast it
-  // again.
+  // bf16 / fp16 with fuse16: copy16_for_[i], the GEMM layer (convolution or linear) that is
+  // layer i's only reader, or -1. An activation layer (or a max pool applying a ReLU, or our
+  // batch norm giving layer i's output) writes that layer's 16-bit input in its own pass, and
+  // in16_ready_ tells the reader, this forward, not to cast it again.
   std::vector<int> copy16_for_;
   std::vector<char> in16_ready_;
-  // bf16 / fp16: grad16_[a], activation a is read only by the convolution right after it,
-  // whose 16-bit data gradient (h_dx_) the activation's backward then reads itself, not widened
-  // first, unless a batch norm applies it in this pass (Grad16Relu). So Grad(a) is marked
-  // written but left stale: nothing else may read it, which its one reader guarantees.
+  // bf16 / fp16 with fuse16: grad16_[a], activation a is read only by the convolution right
+  // after it, whose 16-bit data gradient (h_dx_) the activation's backward then reads itself,
+  // not widened first; or the batch norm right before it, applying it (Grad16Left). So Grad(a)
+  // is marked written but left stale: nothing else may read it, which its one reader
+  // guarantees.
   std::vector<char> grad16_;
-  Result<bool> Grad16Relu(int a, int B);
+  // Whether the convolution after activation a leaves its data gradient in h_dx_ only, for the
+  // activation's backward or, where the batch norm right before applies the ReLU, for its.
+  Result<bool> Grad16Left(int a, int B);
+  // bf16 / fp16 with fuse16: bn16_[i], batch norm i reads convolution i - 1 (its only reader,
+  // without bias) in 16 bits where our kernels run it: the convolution writes conv16_[i - 1]
+  // only, and the batch norm's backward writes the convolution's 16-bit output gradient (h_d_).
+  std::vector<char> bn16_;
+  std::vector<DeviceBuffer<uint16_t>> conv16_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
   std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
-  // cudnn_autotune: by shape and whether a ReLU would be fused, whether ours runs, and the two
-  // times for Describe. Plans are shared by shape; the choice is not, as the ReLU counts.
+  // cudnn_autotune: by shape and what ours would fuse (NormFusions), whether ours runs, and the
+  // two times for Describe. Plans are shared by shape; the choice is not, as the fusions count.
   struct NormChoice {
     bool ours = false;
     std::string timed;
+    double cudnn_ms = -1, ours_ms = -1;
   };
-  std::map<std::pair<NormKey, bool>, NormChoice> norm_choice_;
+  std::map<std::pair<NormKey, int>, NormChoice> norm_choice_;
+  int NormFusions(int i) const;
   // The choice made for layer i at B rows, or null where none was timed.
   const NormChoice* ChoiceOf(int i, int B) const;
   // cuDNN's plan for batch norm layer i at max_batch_ where cuDNN runs it, else null (none made
