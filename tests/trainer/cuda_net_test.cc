@@ -293,12 +293,13 @@ TEST_F(CudaNet, HalfPrecisionMatchesTheCpusEmulation) {
   Compare(o, TensorShape{1, 9, 9}, 0.1f, Precision::kBf16, 2e-2);
 }
 
-// bf16 / fp16: our batch norm reading its convolution's 16-bit output, writing the next
-// convolution's 16-bit input (its fp32 output skipped, the ReLU's mask computed again in
-// backward), reading that convolution's 16-bit data gradient and writing its own convolution's
-// 16-bit output gradient, and the ReLUs doing the same, give the bits of the path where every
-// 16-bit copy is a pass of its own.
-TEST_F(CudaNet, SixteenBitFusionsGiveTheUnfusedBits) {
+// Passes our kernels fuse give the bits of the unfused path (NetOptions::fuse): a max pool run
+// inside the batch norm before it (every precision); in bf16 / fp16, our batch norm reading
+// its convolution's 16-bit output, writing the next convolution's 16-bit input (its fp32
+// output skipped, the ReLU's mask computed again in backward), reading that convolution's
+// 16-bit data gradient and writing its own convolution's 16-bit output gradient, and the ReLUs
+// doing the same.
+TEST_F(CudaNet, FusedPassesGiveTheUnfusedBits) {
   TrainOptions o;
   o.model = "cnn";
   o.channels = {4, 8};
@@ -308,12 +309,14 @@ TEST_F(CudaNet, SixteenBitFusionsGiveTheUnfusedBits) {
     const TensorShape input{2, 8, 8};
     Result<ModelSpec> model = BuildModel(o, input, 5);
     ASSERT_TRUE(model.ok()) << model.status().message();
-    for (const Precision precision : {Precision::kBf16, Precision::kFp16}) {
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
       SCOPED_TRACE(std::string(residual ? "residual" : "plain") +
-                   (precision == Precision::kBf16 ? " bf16" : " fp16"));
+                   (precision == Precision::kFp32   ? " fp32"
+                    : precision == Precision::kBf16 ? " bf16"
+                                                    : " fp16"));
       NetOptions fused, unfused;
       fused.ours_norm_only = unfused.ours_norm_only = true;
-      unfused.fuse16 = false;
+      unfused.fuse = false;
       const Run a = Train(*model, input, precision, fused);
       const Run b = Train(*model, input, precision, unfused);
       ASSERT_EQ(a.losses.size(), 2u);

@@ -55,6 +55,25 @@ __global__ void MaxPoolForwardKernel(float* out, int32_t* argmax, const float* i
   }
 }
 
+// Max pooling's gradient at input (b, h, w, c) of a sample (`within` its index there): the sum
+// of dout over the windows covering it whose maximum it was.
+template <typename Index>
+__device__ inline float PoolGradAt(const float* dout, const int32_t* argmax, Index b, int h, int w,
+                                   int c, int32_t within, int C, int K, int stride, int OH,
+                                   int OW) {
+  int oh0, oh1, ow0, ow1;
+  Covering(h, K, stride, OH, &oh0, &oh1);
+  Covering(w, K, stride, OW, &ow0, &ow1);
+  float sum = 0.0f;
+  for (int oh = oh0; oh <= oh1; ++oh) {
+    for (int ow = ow0; ow <= ow1; ++ow) {
+      const Index o = ((b * OH + oh) * OW + ow) * C + c;
+      if (argmax[o] == within) sum += dout[o];
+    }
+  }
+  return sum;
+}
+
 // dinp at (b, h, w, c) = the sum of dout over the windows covering it whose maximum it was.
 template <typename Index>
 __global__ void MaxPoolBackwardKernel(float* dinp, const float* dout, const int32_t* argmax,
@@ -65,16 +84,7 @@ __global__ void MaxPoolBackwardKernel(float* dinp, const float* dout, const int3
     const int32_t within = static_cast<int32_t>(i % image);
     const Index b = i / image;
     const int c = within % C, w = within / C % W, h = within / C / W;
-    int oh0, oh1, ow0, ow1;
-    Covering(h, K, stride, OH, &oh0, &oh1);
-    Covering(w, K, stride, OW, &ow0, &ow1);
-    float sum = 0.0f;
-    for (int oh = oh0; oh <= oh1; ++oh) {
-      for (int ow = ow0; ow <= ow1; ++ow) {
-        const Index o = ((b * OH + oh) * OW + ow) * C + c;
-        if (argmax[o] == within) sum += dout[o];
-      }
-    }
+    const float sum = PoolGradAt(dout, argmax, b, h, w, c, within, C, K, stride, OH, OW);
     dinp[i] = accumulate ? dinp[i] + sum : sum;
   }
 }
@@ -222,6 +232,23 @@ __device__ inline float Elem(const float* x, const uint16_t* xh, Index i, bool b
   return xh != nullptr ? HalfValue(xh[i], bf16) : x[i];
 }
 
+// A max pool fused with batch norm (BnPool), for the kernels: its output gradient and argmax
+// (dout null: no pool), its input's height and width, its windows and output size.
+struct PoolGeom {
+  const float* dout = nullptr;
+  const int32_t* argmax = nullptr;
+  int H = 0, W = 0, K = 0, stride = 0, OH = 0, OW = 0;
+};
+
+// Batch norm's output gradient at row r (= (b H + h) W + w) and channel c where the pool's
+// backward would give it; ints, as BnPool requires.
+__device__ inline float PoolGradOfRow(const PoolGeom& p, int64_t r, int c, int C) {
+  const int row = static_cast<int>(r), hw = p.H * p.W;
+  const int b = row / hw, h = row % hw / p.W, w = row % p.W;
+  return PoolGradAt(p.dout, p.argmax, b, h, w, c, (h * p.W + w) * C + c, C, p.K, p.stride, p.OH,
+                    p.OW);
+}
+
 // Training's normalisation of x with scale = gamma invstd and shift = beta - mean scale, in one
 // place: backward computes ReLU's mask again from it, so it must be the forward's bits.
 __device__ inline float BnShift(float beta, float mean, float scale) {
@@ -233,15 +260,16 @@ __device__ inline float BnNormalize(float x, float scale, float shift) {
 
 // Sums over range blockIdx.y of rows, per channel: of a = x - k (k: the first row, near the
 // mean, so the variance does not cancel) and a^2 (statistics), or of g and g * (x - mean)
-// (backward: g = d, ReLU's mask applied and written back when `relu`: the mask reads mask_out,
-// or where that is null recomputes the forward's output from gamma, beta, mean and invstd).
+// (backward: g = d, or the fused pool's gradient; ReLU's mask applied and written back when
+// `relu`: the mask reads mask_out, or where that is null recomputes the forward's output from
+// gamma, beta, mean and invstd).
 // x, d read from xh, dh where those are given. Writes partials[(range * 2 + 0) * C + c] and
 // [(range * 2 + 1) * C + c].
 __global__ void __launch_bounds__(kBnCols* kBnGroups)
     BnPartialKernel(double* partials, float* d, uint16_t* dh, const float* x, const uint16_t* xh,
                     const float* mean, const float* mask_out, const float* gamma, const float* beta,
-                    const float* invstd, int64_t N, int C, int64_t rows_per_range, bool backward,
-                    bool relu, bool bf16) {
+                    const float* invstd, PoolGeom pool, int64_t N, int C, int64_t rows_per_range,
+                    bool backward, bool relu, bool bf16) {
   __shared__ double s0[kBnGroups][kBnCols];
   __shared__ double s1[kBnGroups][kBnCols];
   const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
@@ -259,7 +287,7 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
       const float xv = Elem(x, xh, i, bf16);
       const float dv = xv - k;
       if (backward) {
-        float grad = Elem(d, dh, i, bf16);
+        float grad = pool.dout != nullptr ? PoolGradOfRow(pool, r, c, C) : Elem(d, dh, i, bf16);
         if (relu) {
           const bool on =
               mask_out != nullptr ? mask_out[i] > 0.0f : BnNormalize(xv, scale, shift) > 0.0f;
@@ -385,6 +413,47 @@ __global__ void BnApplyKernel(float* out, float* pre, uint16_t* outh, const floa
   }
 }
 
+// Batch norm's apply pass fused with the max pool reading it (BnPool): per pooled output i,
+// the window's normalised values, their maximum and its index as MaxPoolForwardKernel takes
+// them, then the ReLU when relu; out and its 16-bit copy outh (where given), argmax. Statistics
+// as BnApplyKernel's.
+template <typename Index>
+__global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, const float* x,
+                                  const uint16_t* xh, const float* gamma, const float* beta,
+                                  const float* mean, const float* invstd, const float* running_var,
+                                  Index n, int H, int W, int C, int K, int stride, int OH, int OW,
+                                  float eps, bool relu, bool bf16) {
+  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
+    const int c = static_cast<int>(i % C);
+    const Index pix = i / C;
+    const int ow = static_cast<int>(pix % OW), oh = static_cast<int>(pix / OW % OH);
+    const Index image = (pix / (static_cast<Index>(OW) * OH)) * H * W * C;
+    const float inv =
+        invstd != nullptr
+            ? invstd[c]
+            : static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
+    const float scale = gamma[c] * inv;
+    const float shift =
+        invstd != nullptr ? BnShift(beta[c], mean[c], scale) : beta[c] - mean[c] * gamma[c] * inv;
+    int32_t best = (oh * stride * W + ow * stride) * C + c;
+    float m = BnNormalize(Elem(x, xh, image + best, bf16), scale, shift);
+    for (int kh = 0; kh < K; ++kh) {
+      for (int kw = 0; kw < K; ++kw) {
+        const int32_t at = ((oh * stride + kh) * W + ow * stride + kw) * C + c;
+        const float v = BnNormalize(Elem(x, xh, image + at, bf16), scale, shift);
+        if (v > m || v != v) {  // as MaxPoolForwardKernel: ties keep the first, NaN propagates
+          m = v;
+          best = at;
+        }
+      }
+    }
+    const float o = relu ? ActForward(m, Activation::kRelu) : m;
+    out[i] = o;
+    if (outh != nullptr) outh[i] = HalfBits(o, bf16);
+    argmax[i] = best;
+  }
+}
+
 // Per channel, from the backward sums (SumRanges): dbeta, dgamma (+)=, and dx's coefficients k,
 // a, b (coef[0 .. 2][C]) for dx = k (d - a - (x - mean) b), as cpu::batchnorm_backward.
 __global__ void __launch_bounds__(kBnCols* kBnGroups)
@@ -405,15 +474,18 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
   }
 }
 
-// dx, or its 16-bit copy dxh where given; d and x read from dh and xh where given.
+// dx, or its 16-bit copy dxh where given; d and x read from dh and xh where given, d from the
+// fused pool's gradient where that is.
 template <typename Index>
 __global__ void BnGradApplyKernel(float* dx, uint16_t* dxh, const float* d, const uint16_t* dh,
                                   const float* x, const uint16_t* xh, const float* mean,
-                                  const float* coef, Index n, int C, bool accumulate, bool bf16) {
+                                  const float* coef, PoolGeom pool, Index n, int C, bool accumulate,
+                                  bool bf16) {
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
-    const float g = coef[c] * (Elem(d, dh, i, bf16) - coef[C + c] -
-                               (Elem(x, xh, i, bf16) - mean[c]) * coef[2 * C + c]);
+    const float di = pool.dout != nullptr ? PoolGradOfRow(pool, i / C, c, C) : Elem(d, dh, i, bf16);
+    const float g =
+        coef[c] * (di - coef[C + c] - (Elem(x, xh, i, bf16) - mean[c]) * coef[2 * C + c]);
     if (dxh != nullptr) {
       dxh[i] = HalfBits(g, bf16);
     } else {
@@ -573,14 +645,60 @@ namespace {
 
 Status BnPartials(double* partials, float* d, uint16_t* dh, const float* x, const uint16_t* xh,
                   const float* mean, const float* mask_out, const float* gamma, const float* beta,
-                  const float* invstd, int64_t N, int C, bool backward, bool relu, bool bf16,
-                  cudaStream_t stream) {
+                  const float* invstd, const PoolGeom& pool, int64_t N, int C, bool backward,
+                  bool relu, bool bf16, cudaStream_t stream) {
   const int ranges = BnRanges(N);
   const int64_t rows = (N + ranges - 1) / ranges;
   const dim3 grid(static_cast<unsigned>((C + kBnCols - 1) / kBnCols),
                   static_cast<unsigned>(ranges));
   Launch(BnPartialKernel, grid, dim3(kBnCols, kBnGroups), stream, partials, d, dh, x, xh, mean,
-         mask_out, gamma, beta, invstd, N, C, rows, backward, relu, bf16);
+         mask_out, gamma, beta, invstd, pool, N, C, rows, backward, relu, bf16);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+// The fused pool's geometry (BnPool), with its output gradient for backward; refused where
+// batch norm's activation is not kNone, the shapes disagree or an index would not fit an int.
+Status PoolGeomOf(const BnPool& p, int64_t N, int C, cpu::Activation act, PoolGeom* g) {
+  if (act != cpu::Activation::kNone || p.K < 1 || p.stride < 1 || p.H < p.K || p.W < p.K ||
+      int64_t{p.B} * p.H * p.W != N ||
+      N * C > std::numeric_limits<int>::max() - kMaxBlocks * kThreads) {
+    return Status::Internal("cuda: a max pool batch norm cannot run in its passes");
+  }
+  g->dout = p.dout;
+  g->argmax = p.argmax;
+  g->H = p.H;
+  g->W = p.W;
+  g->K = p.K;
+  g->stride = p.stride;
+  g->OH = PoolOut(p.H, p.K, p.stride);
+  g->OW = PoolOut(p.W, p.K, p.stride);
+  return Status::Ok();
+}
+
+// Batch norm's apply pass: its own output, or the fused pool's (BnPool). Evaluation where
+// invstd is null (mean then the running mean).
+Status BnApply(float* out, float* pre, const float* x, const float* gamma, const float* beta,
+               const float* mean, const float* invstd, const float* running_var, int64_t N, int C,
+               float eps, cpu::Activation act, const BnHalf& half, const BnPool* pool,
+               cudaStream_t stream) {
+  const bool bf16 = half.type == cpu::HalfType::kBf16;
+  if (pool != nullptr) {
+    PoolGeom g;
+    if (Status s = PoolGeomOf(*pool, N, C, act, &g); !s.ok()) return s;
+    const int n = pool->B * g.OH * g.OW * C;
+    if (n == 0) return Status::Ok();
+    Launch(BnPoolApplyKernel<int>, Blocks(n), kThreads, stream, pool->out, pool->out16,
+           pool->argmax, x, half.x, gamma, beta, mean, invstd, running_var, n, g.H, g.W, C, g.K,
+           g.stride, g.OH, g.OW, eps, pool->relu, bf16);
+    CUDA_CHECK(cudaGetLastError());
+    return Status::Ok();
+  }
+  ByIndex(N * C, [&](auto index) {
+    using Index = decltype(index);
+    Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out, pre, half.out, x, half.x,
+           gamma, beta, mean, invstd, running_var, static_cast<Index>(N * C), C, eps, act, bf16);
+  });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -591,12 +709,12 @@ Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, con
                          const float* gamma, const float* beta, float* running_mean,
                          float* running_var, int64_t N, int C, float momentum, float eps,
                          cpu::Activation act, void* scratch, cudaStream_t stream,
-                         const BnHalf& half) {
+                         const BnHalf& half, const BnPool* pool) {
   if (N == 0 || C == 0) return Status::Ok();
   const bool bf16 = half.type == cpu::HalfType::kBf16;
   double* partials = static_cast<double*>(scratch);
   if (Status s = BnPartials(partials, nullptr, nullptr, x, half.x, nullptr, nullptr, nullptr,
-                            nullptr, nullptr, N, C, false, false, bf16, stream);
+                            nullptr, nullptr, PoolGeom{}, N, C, false, false, bf16, stream);
       !s.ok()) {
     return s;
   }
@@ -604,15 +722,8 @@ Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, con
          invstd, running_mean, running_var, static_cast<const double*>(partials), x, half.x,
          BnRanges(N), N, C, momentum, eps, bf16);
   CUDA_CHECK(cudaGetLastError());
-  ByIndex(N * C, [&](auto index) {
-    using Index = decltype(index);
-    Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out,
-           act == cpu::Activation::kNone ? nullptr : pre, half.out, x, half.x, gamma, beta,
-           static_cast<const float*>(mean), static_cast<const float*>(invstd),
-           static_cast<const float*>(nullptr), static_cast<Index>(N * C), C, eps, act, bf16);
-  });
-  CUDA_CHECK(cudaGetLastError());
-  return Status::Ok();
+  return BnApply(out, act == cpu::Activation::kNone ? nullptr : pre, x, gamma, beta, mean, invstd,
+                 nullptr, N, C, eps, act, half, pool, stream);
 }
 
 Status batchnorm_running_update(float* running_mean, float* running_var, const float* mean,
@@ -627,24 +738,24 @@ Status batchnorm_running_update(float* running_mean, float* running_var, const f
 
 Status batchnorm_eval(float* out, const float* x, const float* gamma, const float* beta,
                       const float* running_mean, const float* running_var, int64_t N, int C,
-                      float eps, cpu::Activation act, cudaStream_t stream, const BnHalf& half) {
+                      float eps, cpu::Activation act, cudaStream_t stream, const BnHalf& half,
+                      const BnPool* pool) {
   if (N == 0 || C == 0) return Status::Ok();
-  ByIndex(N * C, [&](auto index) {
-    using Index = decltype(index);
-    Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out, static_cast<float*>(nullptr),
-           half.out, x, half.x, gamma, beta, running_mean, static_cast<const float*>(nullptr),
-           running_var, static_cast<Index>(N * C), C, eps, act, half.type == cpu::HalfType::kBf16);
-  });
-  CUDA_CHECK(cudaGetLastError());
-  return Status::Ok();
+  return BnApply(out, nullptr, x, gamma, beta, running_mean, nullptr, running_var, N, C, eps, act,
+                 half, pool, stream);
 }
 
 Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, const float* x,
                           const float* pre, const float* out, const float* mean,
                           const float* invstd, const float* gamma, int64_t N, int C,
                           cpu::Activation act, bool accumulate, bool accumulate_dx, void* scratch,
-                          cudaStream_t stream, const BnHalf& half, const float* beta) {
+                          cudaStream_t stream, const BnHalf& half, const float* beta,
+                          const BnPool* pool) {
   if (N == 0 || C == 0) return Status::Ok();
+  PoolGeom g;
+  if (pool != nullptr) {
+    if (Status s = PoolGeomOf(*pool, N, C, act, &g); !s.ok()) return s;
+  }
   // ReLU's gradient is applied in the pass that sums; the others' first, in place.
   const bool relu = act == cpu::Activation::kRelu;
   if (act != cpu::Activation::kNone && !relu) {
@@ -660,7 +771,7 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
   double* partials = static_cast<double*>(scratch);
   float* coef = reinterpret_cast<float*>(partials + int64_t{BnRanges(N)} * 2 * C);
   if (Status s = BnPartials(partials, d, half.d, x, half.x, mean, relu ? out : nullptr, gamma, beta,
-                            invstd, N, C, true, relu, bf16, stream);
+                            invstd, g, N, C, true, relu, bf16, stream);
       !s.ok()) {
     return s;
   }
@@ -673,7 +784,7 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
     using Index = decltype(index);
     Launch(BnGradApplyKernel<Index>, Blocks(N * C), kThreads, stream, dx, half.dx,
            static_cast<const float*>(d), static_cast<const uint16_t*>(half.d), x, half.x, mean,
-           static_cast<const float*>(coef), static_cast<Index>(N * C), C, accumulate_dx, bf16);
+           static_cast<const float*>(coef), g, static_cast<Index>(N * C), C, accumulate_dx, bf16);
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();

@@ -66,6 +66,22 @@ struct BnHalf {
   cpu::HalfType type = cpu::HalfType::kBf16;
 };
 
+// Our batch norm fused with the max pool that reads its output (directly, or through a ReLU
+// that then runs after the pool): forward and evaluation write the pool's output (ReLU applied
+// where relu; its 16-bit copy where out16 is given) and argmax as maxpool_forward would, and
+// not batch norm's own output; backward takes the pool's output gradient (dout, the ReLU's
+// already applied) and argmax where it would take d, as maxpool_backward would spread them. The
+// same bits as the three passes. Batch norm's act must be kNone. Every index of the input, and
+// of the pool's output, must fit in an int.
+struct BnPool {
+  float* out = nullptr;
+  uint16_t* out16 = nullptr;
+  int32_t* argmax = nullptr;
+  const float* dout = nullptr;
+  int B = 0, H = 0, W = 0, K = 0, stride = 0;
+  bool relu = false;
+};
+
 // Training: the batch's mean and biased variance, written to mean[C] and invstd[C] for
 // backward; running statistics updated when running_mean is not null (running_var with the
 // unbiased variance); out = act(gamma * xhat + beta), pre receiving the value before act when
@@ -74,7 +90,7 @@ Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, con
                          const float* gamma, const float* beta, float* running_mean,
                          float* running_var, int64_t N, int C, float momentum, float eps,
                          cpu::Activation act, void* scratch, cudaStream_t stream,
-                         const BnHalf& half = {});
+                         const BnHalf& half = {}, const BnPool* pool = nullptr);
 // The running statistics moved by `momentum` towards a batch of N rows whose mean and invstd
 // (1 / sqrt(biased variance + eps)) are given: with the unbiased variance, as batchnorm_forward.
 Status batchnorm_running_update(float* running_mean, float* running_var, const float* mean,
@@ -83,7 +99,8 @@ Status batchnorm_running_update(float* running_mean, float* running_var, const f
 // Evaluation, with the running statistics.
 Status batchnorm_eval(float* out, const float* x, const float* gamma, const float* beta,
                       const float* running_mean, const float* running_var, int64_t N, int C,
-                      float eps, cpu::Activation act, cudaStream_t stream, const BnHalf& half = {});
+                      float eps, cpu::Activation act, cudaStream_t stream, const BnHalf& half = {},
+                      const BnPool* pool = nullptr);
 // d [N, C]: the gradient w.r.t. out on entry, used as scratch. dgamma, dbeta (+)= their
 // gradients; dx (+= when accumulate_dx; may be null) the input's. ReLU's mask reads out, or,
 // where out is null, act(gamma * xhat + beta) computed again from x, beta and the statistics:
@@ -92,8 +109,8 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
                           const float* pre, const float* out, const float* mean,
                           const float* invstd, const float* gamma, int64_t N, int C,
                           cpu::Activation act, bool accumulate, bool accumulate_dx, void* scratch,
-                          cudaStream_t stream, const BnHalf& half = {},
-                          const float* beta = nullptr);
+                          cudaStream_t stream, const BnHalf& half = {}, const float* beta = nullptr,
+                          const BnPool* pool = nullptr);
 
 // out[n] (+)= the float that 16-bit in[n] holds (bf16 or fp16 bits): a convolution's 16-bit
 // output or gradient brought back to fp32.

@@ -80,7 +80,7 @@ Status Net::Allocate() {
   // What layer a and j, its only reader, can share: a 16-bit input for a GEMM, a 16-bit
   // gradient from the convolution right after it, a ReLU inside a batch norm's passes, a
   // convolution's 16-bit output read by the batch norm right after it.
-  const bool fuse16 = half() && options_.fuse16;
+  const bool fuse16 = half() && options_.fuse;
   for (int j = 0; j < L; ++j) {
     const Layer& l = model_.layer(j);
     const int a = l.input;
@@ -98,6 +98,22 @@ Status Net::Allocate() {
         !relu_after_pool_[static_cast<size_t>(j)]) {
       bn_relu_[static_cast<size_t>(a)] = j;
     }
+  }
+  // A batch norm's max pool, read through a ReLU that runs after it or directly; its indices
+  // must fit in an int (BnPool), with room to spare.
+  norm_pool_.assign(n, -1);
+  for (int p = 0; p < L && options_.fuse; ++p) {
+    const Layer& pool = model_.layer(p);
+    if (pool.kind != LayerKind::kMaxPool || pool.input < 0) continue;
+    int i = pool.input;
+    if (readers[static_cast<size_t>(i)] != 1) continue;
+    if (relu_after_pool_[static_cast<size_t>(i)]) i = model_.layer(i).input;
+    if (i < 0 || readers[static_cast<size_t>(i)] != 1 ||
+        model_.layer(i).kind != LayerKind::kBatchNorm ||
+        int64_t{max_batch_} * pool.in_shape.size() >= (int64_t{1} << 30)) {
+      continue;
+    }
+    norm_pool_[static_cast<size_t>(i)] = p;
   }
   out_.resize(n);
   gbuf_.resize(n);
@@ -279,6 +295,31 @@ Result<bool> Net::ReluInNorm(int a, int B, bool train) {
   return NormOurs(i, B, train);
 }
 
+Result<bool> Net::PoolInNorm(int p, int B, bool train) {
+  int i = model_.layer(p).input;
+  if (i >= 0 && relu_after_pool_[static_cast<size_t>(i)]) i = model_.layer(i).input;
+  if (i < 0 || norm_pool_[static_cast<size_t>(i)] != p) return false;
+  return NormOurs(i, B, train);
+}
+
+BnPool Net::NormPool(int i, int B) {
+  BnPool bp;
+  const int p = norm_pool_[static_cast<size_t>(i)];
+  const Layer& pool = model_.layer(p);
+  const size_t at = static_cast<size_t>(p);
+  bp.out = out_[at].data();
+  if (const int j = copy16_for_[at]; j >= 0) bp.out16 = in16_[static_cast<size_t>(j)].data();
+  bp.argmax = argmax_[at].data();
+  bp.dout = Grad(p);
+  bp.B = B;
+  bp.H = pool.in_shape.h;
+  bp.W = pool.in_shape.w;
+  bp.K = pool.kernel;
+  bp.stride = pool.stride;
+  bp.relu = pool.input != i;  // through the ReLU that runs after the pool
+  return bp;
+}
+
 Result<bool> Net::ConvFeedsNorm16(int i, int B, bool train) {
   const int bn = i + 1;
   if (bn >= static_cast<int>(model_.layers.size()) || !bn16_[static_cast<size_t>(bn)]) {
@@ -293,7 +334,7 @@ int Net::NormFusions(int i) const {
   const int o = a >= 0 ? a : i;
   return (a >= 0 ? 1 : 0) | (bn16_[at] ? 2 : 0) |
          (copy16_for_[static_cast<size_t>(o)] >= 0 ? 4 : 0) |
-         (a == i + 1 && grad16_[static_cast<size_t>(a)] ? 8 : 0);
+         (a == i + 1 && grad16_[static_cast<size_t>(a)] ? 8 : 0) | (norm_pool_[at] >= 0 ? 16 : 0);
 }
 
 BnHalf Net::NormHalf(int i) {
@@ -399,6 +440,10 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
   float* relu_out = a >= 0 ? out_[static_cast<size_t>(a)].data() : nullptr;
   float* relu_grad = a >= 0 ? Grad(a) : nullptr;
   const BnHalf h = NormHalf(i);
+  // A max pool that ours would run in its passes costs cuDNN the pool's own two passes.
+  const int pool = norm_pool_[at];
+  BnPool bp;
+  if (pool >= 0) bp = NormPool(i, B);
   auto cudnn_pass = [&]() -> Status {
     if (h.x != nullptr) SWEEP_RETURN_IF_ERROR(widen_half(x, h.x, N * C, h.type, false, stream_));
     SWEEP_RETURN_IF_ERROR(bn.Forward(y, mean, invstd, x, gamma, beta, workspace_.data()));
@@ -410,6 +455,14 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
     } else if (h.out != nullptr) {
       SWEEP_RETURN_IF_ERROR(cast_to_half(h.out, y, N * C, h.type, stream_));
     }
+    if (pool >= 0) {
+      const Layer& pl = model_.layer(pool);
+      SWEEP_RETURN_IF_ERROR(maxpool_forward(bp.out, bp.argmax, y, B, pl.in_shape.h, pl.in_shape.w,
+                                            C, pl.kernel, pl.stride, stream_));
+      SWEEP_RETURN_IF_ERROR(maxpool_backward(Grad(i), bp.dout, bp.argmax, B, pl.in_shape.h,
+                                             pl.in_shape.w, C, pl.kernel, pl.stride, false,
+                                             stream_));
+    }
     SWEEP_RETURN_IF_ERROR(bn.Backward(dtmp_.data(), dscale, dscale + bn_stride_, Grad(i), x, gamma,
                                       mean, invstd, workspace_.data()));
     if (h.dx != nullptr) {
@@ -420,12 +473,14 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
   auto our_pass = [&]() -> Status {
     const Activation act = a >= 0 ? Activation::kRelu : Activation::kNone;
     float* dst = h.out != nullptr ? nullptr : a >= 0 ? relu_out : y;
+    const BnPool* with_pool = pool >= 0 ? &bp : nullptr;
     SWEEP_RETURN_IF_ERROR(batchnorm_forward(dst, nullptr, mean, invstd, x, gamma, beta, nullptr,
                                             nullptr, N, C, l.momentum, l.eps, act,
-                                            bn_scratch_.data(), stream_, h));
+                                            bn_scratch_.data(), stream_, h, with_pool));
     return batchnorm_backward(h.dx != nullptr ? nullptr : dtmp_.data(), dscale, dscale + bn_stride_,
                               a >= 0 ? relu_grad : Grad(i), x, nullptr, dst, mean, invstd, gamma, N,
-                              C, act, false, false, bn_scratch_.data(), stream_, h, beta);
+                              C, act, false, false, bn_scratch_.data(), stream_, h, beta,
+                              with_pool);
   };
   SWEEP_RETURN_IF_ERROR(TimePass(stream_, cudnn_pass, cudnn));
   return TimePass(stream_, our_pass, ours);
@@ -564,13 +619,25 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         if (h.out != nullptr)
           in16_ready_[static_cast<size_t>(copy16_for_[static_cast<size_t>(o)])] = 1;
         float* dst32 = h.out != nullptr ? nullptr : dst;
+        // Or the max pool reading it gives its output here instead (and its 16-bit copy).
+        BnPool bp;
+        const bool pooled = norm_pool_[at] >= 0;
+        if (pooled) {
+          bp = NormPool(i, B);
+          val_[static_cast<size_t>(norm_pool_[at])] = bp.out;
+          if (const int j = copy16_for_[static_cast<size_t>(norm_pool_[at])]; j >= 0) {
+            in16_ready_[static_cast<size_t>(j)] = 1;
+          }
+        }
         if (train) {
-          SWEEP_RETURN_IF_ERROR(batchnorm_forward(
-              dst32, nullptr, mean_[at].data(), invstd_[at].data(), in, p + l.weight, p + l.bias_at,
-              rm, rm + C, N, C, l.momentum, l.eps, act, bn_scratch_.data(), stream_, h));
+          SWEEP_RETURN_IF_ERROR(
+              batchnorm_forward(dst32, nullptr, mean_[at].data(), invstd_[at].data(), in,
+                                p + l.weight, p + l.bias_at, rm, rm + C, N, C, l.momentum, l.eps,
+                                act, bn_scratch_.data(), stream_, h, pooled ? &bp : nullptr));
         } else {
           SWEEP_RETURN_IF_ERROR(batchnorm_eval(dst32, in, p + l.weight, p + l.bias_at, rm, rm + C,
-                                               N, C, l.eps, act, stream_, h));
+                                               N, C, l.eps, act, stream_, h,
+                                               pooled ? &bp : nullptr));
         }
         break;
       }
@@ -585,7 +652,9 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         if (copy16 != nullptr) in16_ready_[static_cast<size_t>(copy16_for_[at])] = 1;
         break;
       }
-      case LayerKind::kMaxPool:
+      case LayerKind::kMaxPool: {
+        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, PoolInNorm(i, B, train));
+        if (in_norm) break;  // the batch norm before it gave its output
         SWEEP_RETURN_IF_ERROR(maxpool_forward(out, argmax_[at].data(), in, B, l.in_shape.h,
                                               l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
                                               stream_));
@@ -595,6 +664,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           if (copy16 != nullptr) in16_ready_[static_cast<size_t>(copy16_for_[at])] = 1;
         }
         break;
+      }
       case LayerKind::kAvgPool:
         SWEEP_RETURN_IF_ERROR(avgpool_forward(out, in, B, l.in_shape.h, l.in_shape.w, l.in_shape.c,
                                               l.kernel, l.stride, stream_));
@@ -745,12 +815,14 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
             return Status::Internal("cuda: a 16-bit batch-norm gradient added to another");
           }
           const float* out = h.out != nullptr ? nullptr : val_[static_cast<size_t>(a >= 0 ? a : i)];
+          BnPool bp;
+          if (norm_pool_[at] >= 0) bp = NormPool(i, B);
           SWEEP_RETURN_IF_ERROR(batchnorm_backward(
               h.dx != nullptr ? nullptr : d_in, g + l.weight, g + l.bias_at, a >= 0 ? Grad(a) : d,
               in, nullptr, out, mean_[at].data(), invstd_[at].data(), p + l.weight,
               int64_t{B} * l.in_shape.h * l.in_shape.w, l.in_shape.c,
               a >= 0 ? Activation::kRelu : Activation::kNone, accumulate, add, bn_scratch_.data(),
-              stream_, h, p + l.bias_at));
+              stream_, h, p + l.bias_at, norm_pool_[at] >= 0 ? &bp : nullptr));
           break;
         }
         // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
@@ -792,7 +864,9 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
           from = model_.layer(from).input;
         }
         float* d_in = target(from, &add);
-        if (d_in != nullptr) {
+        // The batch norm it runs in spreads the gradient itself (BnPool), leaving d_in stale.
+        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, PoolInNorm(i, B, true));
+        if (d_in != nullptr && !in_norm) {
           SWEEP_RETURN_IF_ERROR(maxpool_backward(d_in, d, argmax_[at].data(), B, l.in_shape.h,
                                                  l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
                                                  add, stream_));

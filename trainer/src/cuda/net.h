@@ -46,10 +46,10 @@ struct NetOptions {
   // (the trainer's cudnn_autotune).
   bool cudnn_autotune = false;
   // For tests: every batch norm's training pass through our kernels, never cuDNN's; and, with
-  // fuse16 false, every 16-bit copy made in a pass of its own (the unfused path, which the
-  // fused one must match bit for bit).
+  // fuse false, every 16-bit copy made in a pass of its own and every max pool in its own passes
+  // (the unfused path, which the fused one must match bit for bit).
   bool ours_norm_only = false;
-  bool fuse16 = true;
+  bool fuse = true;
 };
 
 class Net final : public ReplicaModel {
@@ -170,13 +170,13 @@ class Net final : public ReplicaModel {
   // runs after the pool), or -1. Where our kernels run the batch norm, they apply the ReLU in
   // the same passes, as the CPU's net does.
   std::vector<int> bn_relu_;
-  // bf16 / fp16 with fuse16: copy16_for_[i], the GEMM layer (convolution or linear) that is
+  // bf16 / fp16 with fuse: copy16_for_[i], the GEMM layer (convolution or linear) that is
   // layer i's only reader, or -1. An activation layer (or a max pool applying a ReLU, or our
   // batch norm giving layer i's output) writes that layer's 16-bit input in its own pass, and
   // in16_ready_ tells the reader, this forward, not to cast it again.
   std::vector<int> copy16_for_;
   std::vector<char> in16_ready_;
-  // bf16 / fp16 with fuse16: grad16_[a], activation a is read only by the convolution right
+  // bf16 / fp16 with fuse: grad16_[a], activation a is read only by the convolution right
   // after it, whose 16-bit data gradient (h_dx_) the activation's backward then reads itself,
   // not widened first; or the batch norm right before it, applying it (Grad16Left). So Grad(a)
   // is marked written but left stale: nothing else may read it, which its one reader
@@ -185,11 +185,20 @@ class Net final : public ReplicaModel {
   // Whether the convolution after activation a leaves its data gradient in h_dx_ only, for the
   // activation's backward or, where the batch norm right before applies the ReLU, for its.
   Result<bool> Grad16Left(int a, int B);
-  // bf16 / fp16 with fuse16: bn16_[i], batch norm i reads convolution i - 1 (its only reader,
+  // bf16 / fp16 with fuse: bn16_[i], batch norm i reads convolution i - 1 (its only reader,
   // without bias) in 16 bits where our kernels run it: the convolution writes conv16_[i - 1]
   // only, and the batch norm's backward writes the convolution's 16-bit output gradient (h_d_).
   std::vector<char> bn16_;
   std::vector<DeviceBuffer<uint16_t>> conv16_;
+  // With fuse: norm_pool_[i], the max pool reading batch norm i (directly, or through a ReLU
+  // that runs after it), which our kernels run inside the batch norm's passes (BnPool), or -1.
+  // The batch norm's own output is then never written, nor the pool's input gradient.
+  std::vector<int> norm_pool_;
+  // Where our kernels run batch norm i with its pool: the pool's side of the passes (forward:
+  // its output, 16-bit copy and argmax; backward: its output gradient).
+  BnPool NormPool(int i, int B);
+  // Whether max pool p runs inside the batch norm before it in this pass.
+  Result<bool> PoolInNorm(int p, int B, bool train);
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
   std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
