@@ -258,6 +258,19 @@ __device__ inline float BnNormalize(float x, float scale, float shift) {
   return fmaf(x, scale, shift);
 }
 
+// Channel c's scale = gamma invstd and shift = beta - mean scale: training's, or where invstd is
+// null evaluation's (mean the running mean, the inverse deviation from running_var).
+__device__ inline void BnScaleShift(int c, const float* gamma, const float* beta, const float* mean,
+                                    const float* invstd, const float* running_var, float eps,
+                                    float* scale, float* shift) {
+  const float inv = invstd != nullptr
+                        ? invstd[c]
+                        : static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
+  *scale = gamma[c] * inv;
+  *shift =
+      invstd != nullptr ? BnShift(beta[c], mean[c], *scale) : beta[c] - mean[c] * gamma[c] * inv;
+}
+
 // Sums over range blockIdx.y of rows, per channel: of a = x - k (k: the first row, near the
 // mean, so the variance does not cancel) and a^2 (statistics), or of g and g * (x - mean)
 // (backward: g = d, or the fused pool's gradient; ReLU's mask applied and written back when
@@ -280,8 +293,8 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
   if (c < C) {
     const float k = backward ? mean[c] : Elem(x, xh, c, bf16);
     const bool recompute = backward && relu && mask_out == nullptr;
-    const float scale = recompute ? gamma[c] * invstd[c] : 0.0f;
-    const float shift = recompute ? BnShift(beta[c], mean[c], scale) : 0.0f;
+    float scale = 0.0f, shift = 0.0f;
+    if (recompute) BnScaleShift(c, gamma, beta, mean, invstd, nullptr, 0.0f, &scale, &shift);
     for (int64_t r = begin + g; r < end; r += kBnGroups) {
       const int64_t i = r * C + c;
       const float xv = Elem(x, xh, i, bf16);
@@ -398,13 +411,8 @@ __global__ void BnApplyKernel(float* out, float* pre, uint16_t* outh, const floa
                               Index n, int C, float eps, Activation act, bool bf16) {
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
-    const float inv =
-        invstd != nullptr
-            ? invstd[c]
-            : static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
-    const float scale = gamma[c] * inv;
-    const float shift =
-        invstd != nullptr ? BnShift(beta[c], mean[c], scale) : beta[c] - mean[c] * gamma[c] * inv;
+    float scale, shift;
+    BnScaleShift(c, gamma, beta, mean, invstd, running_var, eps, &scale, &shift);
     const float y = BnNormalize(Elem(x, xh, i, bf16), scale, shift);
     if (pre != nullptr) pre[i] = y;
     const float o = ActForward(y, act);
@@ -428,13 +436,8 @@ __global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, c
     const Index pix = i / C;
     const int ow = static_cast<int>(pix % OW), oh = static_cast<int>(pix / OW % OH);
     const Index image = (pix / (static_cast<Index>(OW) * OH)) * H * W * C;
-    const float inv =
-        invstd != nullptr
-            ? invstd[c]
-            : static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
-    const float scale = gamma[c] * inv;
-    const float shift =
-        invstd != nullptr ? BnShift(beta[c], mean[c], scale) : beta[c] - mean[c] * gamma[c] * inv;
+    float scale, shift;
+    BnScaleShift(c, gamma, beta, mean, invstd, running_var, eps, &scale, &shift);
     int32_t best = (oh * stride * W + ow * stride) * C + c;
     float m = BnNormalize(Elem(x, xh, image + best, bf16), scale, shift);
     for (int kh = 0; kh < K; ++kh) {
