@@ -55,11 +55,25 @@ __global__ void MaxPoolForwardKernel(float* out, int32_t* argmax, const float* i
   }
 }
 
+// A max pool's output gradient at o: fp32 d, or 16-bit d16 (bf16 or fp16) masked by a ReLU's
+// output where mask is given, as widen_half and then act_backward give it.
+struct PoolDout {
+  const float* d = nullptr;
+  const uint16_t* d16 = nullptr;
+  const float* mask = nullptr;
+  bool bf16 = true;
+  template <typename Index>
+  __device__ float operator()(Index o) const {
+    if (d16 == nullptr) return d[o];
+    return mask != nullptr && !(mask[o] > 0.0f) ? 0.0f : HalfValue(d16[o], bf16);
+  }
+};
+
 // Max pooling's gradient at input (b, h, w, c) of a sample (`within` its index there): the sum
 // of dout over the windows covering it whose maximum it was.
 template <typename Index>
-__device__ inline float PoolGradAt(const float* dout, const int32_t* argmax, Index b, int h, int w,
-                                   int c, int32_t within, int C, int K, int stride, int OH,
+__device__ inline float PoolGradAt(const PoolDout& dout, const int32_t* argmax, Index b, int h,
+                                   int w, int c, int32_t within, int C, int K, int stride, int OH,
                                    int OW) {
   int oh0, oh1, ow0, ow1;
   Covering(h, K, stride, OH, &oh0, &oh1);
@@ -68,7 +82,7 @@ __device__ inline float PoolGradAt(const float* dout, const int32_t* argmax, Ind
   for (int oh = oh0; oh <= oh1; ++oh) {
     for (int ow = ow0; ow <= ow1; ++ow) {
       const Index o = ((b * OH + oh) * OW + ow) * C + c;
-      if (argmax[o] == within) sum += dout[o];
+      if (argmax[o] == within) sum += dout(o);
     }
   }
   return sum;
@@ -84,7 +98,9 @@ __global__ void MaxPoolBackwardKernel(float* dinp, const float* dout, const int3
     const int32_t within = static_cast<int32_t>(i % image);
     const Index b = i / image;
     const int c = within % C, w = within / C % W, h = within / C / W;
-    const float sum = PoolGradAt(dout, argmax, b, h, w, c, within, C, K, stride, OH, OW);
+    PoolDout from;
+    from.d = dout;
+    const float sum = PoolGradAt(from, argmax, b, h, w, c, within, C, K, stride, OH, OW);
     dinp[i] = accumulate ? dinp[i] + sum : sum;
   }
 }
@@ -233,9 +249,9 @@ __device__ inline float Elem(const float* x, const uint16_t* xh, Index i, bool b
 }
 
 // A max pool fused with batch norm (BnPool), for the kernels: its output gradient and argmax
-// (dout null: no pool), its input's height and width, its windows and output size.
+// (argmax null: no pool), its input's height and width, its windows and output size.
 struct PoolGeom {
-  const float* dout = nullptr;
+  PoolDout dout;
   const int32_t* argmax = nullptr;
   int H = 0, W = 0, K = 0, stride = 0, OH = 0, OW = 0;
 };
@@ -300,7 +316,7 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
       const float xv = Elem(x, xh, i, bf16);
       const float dv = xv - k;
       if (backward) {
-        float grad = pool.dout != nullptr ? PoolGradOfRow(pool, r, c, C) : Elem(d, dh, i, bf16);
+        float grad = pool.argmax != nullptr ? PoolGradOfRow(pool, r, c, C) : Elem(d, dh, i, bf16);
         if (relu) {
           const bool on =
               mask_out != nullptr ? mask_out[i] > 0.0f : BnNormalize(xv, scale, shift) > 0.0f;
@@ -486,7 +502,8 @@ __global__ void BnGradApplyKernel(float* dx, uint16_t* dxh, const float* d, cons
                                   bool bf16) {
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
-    const float di = pool.dout != nullptr ? PoolGradOfRow(pool, i / C, c, C) : Elem(d, dh, i, bf16);
+    const float di =
+        pool.argmax != nullptr ? PoolGradOfRow(pool, i / C, c, C) : Elem(d, dh, i, bf16);
     const float g =
         coef[c] * (di - coef[C + c] - (Elem(x, xh, i, bf16) - mean[c]) * coef[2 * C + c]);
     if (dxh != nullptr) {
@@ -662,13 +679,16 @@ Status BnPartials(double* partials, float* d, uint16_t* dh, const float* x, cons
 
 // The fused pool's geometry (BnPool), with its output gradient for backward; refused where
 // batch norm's activation is not kNone, the shapes disagree or an index would not fit an int.
-Status PoolGeomOf(const BnPool& p, int64_t N, int C, cpu::Activation act, PoolGeom* g) {
+Status PoolGeomOf(const BnPool& p, int64_t N, int C, cpu::Activation act, bool bf16, PoolGeom* g) {
   if (act != cpu::Activation::kNone || p.K < 1 || p.stride < 1 || p.H < p.K || p.W < p.K ||
       int64_t{p.B} * p.H * p.W != N ||
       N * C > std::numeric_limits<int>::max() - kMaxBlocks * kThreads) {
     return Status::Internal("cuda: a max pool batch norm cannot run in its passes");
   }
-  g->dout = p.dout;
+  g->dout.d = p.dout;
+  g->dout.d16 = p.dout16;
+  g->dout.mask = p.dout16 != nullptr && p.relu ? p.out : nullptr;
+  g->dout.bf16 = bf16;
   g->argmax = p.argmax;
   g->H = p.H;
   g->W = p.W;
@@ -688,7 +708,7 @@ Status BnApply(float* out, float* pre, const float* x, const float* gamma, const
   const bool bf16 = half.type == cpu::HalfType::kBf16;
   if (pool != nullptr) {
     PoolGeom g;
-    if (Status s = PoolGeomOf(*pool, N, C, act, &g); !s.ok()) return s;
+    if (Status s = PoolGeomOf(*pool, N, C, act, bf16, &g); !s.ok()) return s;
     const int n = pool->B * g.OH * g.OW * C;
     if (n == 0) return Status::Ok();
     Launch(BnPoolApplyKernel<int>, Blocks(n), kThreads, stream, pool->out, pool->out16,
@@ -755,9 +775,10 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
                           cudaStream_t stream, const BnHalf& half, const float* beta,
                           const BnPool* pool) {
   if (N == 0 || C == 0) return Status::Ok();
+  const bool bf16 = half.type == cpu::HalfType::kBf16;
   PoolGeom g;
   if (pool != nullptr) {
-    if (Status s = PoolGeomOf(*pool, N, C, act, &g); !s.ok()) return s;
+    if (Status s = PoolGeomOf(*pool, N, C, act, bf16, &g); !s.ok()) return s;
   }
   // ReLU's gradient is applied in the pass that sums; the others' first, in place.
   const bool relu = act == cpu::Activation::kRelu;
@@ -770,7 +791,6 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
   if (relu && out == nullptr && beta == nullptr) {
     return Status::Internal("cuda: batch norm's backward needs ReLU's output or beta");
   }
-  const bool bf16 = half.type == cpu::HalfType::kBf16;
   double* partials = static_cast<double*>(scratch);
   float* coef = reinterpret_cast<float*>(partials + int64_t{BnRanges(N)} * 2 * C);
   if (Status s = BnPartials(partials, d, half.d, x, half.x, mean, relu ? out : nullptr, gamma, beta,

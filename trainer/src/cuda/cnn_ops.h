@@ -70,14 +70,16 @@ struct BnHalf {
 // that then runs after the pool): forward and evaluation write the pool's output (ReLU applied
 // where relu; its 16-bit copy where out16 is given) and argmax as maxpool_forward would, and
 // not batch norm's own output; backward takes the pool's output gradient (dout, the ReLU's
-// already applied) and argmax where it would take d, as maxpool_backward would spread them. The
-// same bits as the three passes. Batch norm's act must be kNone. Every index of the input, and
-// of the pool's output, must fit in an int.
+// already applied; or dout16, the next convolution's 16-bit data gradient, to which it applies
+// the ReLU's mask from out where relu) and argmax where it would take d, as maxpool_backward
+// would spread them. The same bits as the separate passes. Batch norm's act must be kNone.
+// Every index of the input, and of the pool's output, must fit in an int.
 struct BnPool {
   float* out = nullptr;
   uint16_t* out16 = nullptr;
   int32_t* argmax = nullptr;
   const float* dout = nullptr;
+  const uint16_t* dout16 = nullptr;
   int B = 0, H = 0, W = 0, K = 0, stride = 0;
   bool relu = false;
 };

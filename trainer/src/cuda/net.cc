@@ -114,6 +114,11 @@ Status Net::Allocate() {
       continue;
     }
     norm_pool_[static_cast<size_t>(i)] = p;
+    // bf16 / fp16: a convolution right after the pool leaves its 16-bit data gradient for the
+    // batch norm to read (with the ReLU's mask), as it does for an activation before it.
+    grad16_[static_cast<size_t>(p)] = fuse16 && p + 1 < L && readers[static_cast<size_t>(p)] == 1 &&
+                                      model_.layer(p + 1).kind == LayerKind::kConv &&
+                                      model_.layer(p + 1).input == p;
   }
   out_.resize(n);
   gbuf_.resize(n);
@@ -278,6 +283,7 @@ const Net::NormChoice* Net::ChoiceOf(int i, int B) const {
 
 Result<bool> Net::Grad16Left(int a, int B) {
   if (a < 0 || !grad16_[static_cast<size_t>(a)]) return false;
+  if (model_.layer(a).kind == LayerKind::kMaxPool) return PoolInNorm(a, B, true);
   SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(a, B, true));
   // A batch norm right before reads h_dx_ next; one further back would find it overwritten.
   return !in_norm || model_.layer(a).input == a - 1;
@@ -311,6 +317,7 @@ BnPool Net::NormPool(int i, int B) {
   if (const int j = copy16_for_[at]; j >= 0) bp.out16 = in16_[static_cast<size_t>(j)].data();
   bp.argmax = argmax_[at].data();
   bp.dout = Grad(p);
+  if (grad16_[at]) bp.dout16 = h_dx_.data();
   bp.B = B;
   bp.H = pool.in_shape.h;
   bp.W = pool.in_shape.w;
@@ -334,7 +341,8 @@ int Net::NormFusions(int i) const {
   const int o = a >= 0 ? a : i;
   return (a >= 0 ? 1 : 0) | (bn16_[at] ? 2 : 0) |
          (copy16_for_[static_cast<size_t>(o)] >= 0 ? 4 : 0) |
-         (a == i + 1 && grad16_[static_cast<size_t>(a)] ? 8 : 0) | (norm_pool_[at] >= 0 ? 16 : 0);
+         (a == i + 1 && grad16_[static_cast<size_t>(a)] ? 8 : 0) | (norm_pool_[at] >= 0 ? 16 : 0) |
+         (norm_pool_[at] >= 0 && grad16_[static_cast<size_t>(norm_pool_[at])] ? 32 : 0);
 }
 
 BnHalf Net::NormHalf(int i) {
@@ -459,6 +467,15 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
       const Layer& pl = model_.layer(pool);
       SWEEP_RETURN_IF_ERROR(maxpool_forward(bp.out, bp.argmax, y, B, pl.in_shape.h, pl.in_shape.w,
                                             C, pl.kernel, pl.stride, stream_));
+      if (bp.dout16 != nullptr) {  // the pool's gradient widened, and its ReLU's mask
+        const int64_t n_pool = int64_t{B} * pl.out_shape.size();
+        float* dp = Grad(pool);
+        SWEEP_RETURN_IF_ERROR(widen_half(dp, bp.dout16, n_pool, h.type, false, stream_));
+        if (bp.relu) {
+          SWEEP_RETURN_IF_ERROR(
+              act_backward(dp, dp, bp.out, bp.out, n_pool, Activation::kRelu, false, stream_));
+        }
+      }
       SWEEP_RETURN_IF_ERROR(maxpool_backward(Grad(i), bp.dout, bp.argmax, B, pl.in_shape.h,
                                              pl.in_shape.w, C, pl.kernel, pl.stride, false,
                                              stream_));
@@ -856,16 +873,20 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         break;
       }
       case LayerKind::kMaxPool: {
+        // The batch norm it runs in spreads the gradient itself (BnPool), leaving d_in stale;
+        // and where the convolution after left it in 16 bits, applies the ReLU's mask too.
+        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, PoolInNorm(i, B, true));
+        SWEEP_ASSIGN_OR_RETURN(const bool read16, Grad16Left(i, B));
         int from = l.input;
         if (from >= 0 && relu_after_pool_[static_cast<size_t>(from)]) {
           // The ReLU's gradient on the pooled output, in place, then to the ReLU's input.
-          SWEEP_RETURN_IF_ERROR(
-              act_backward(d, d, val_[at], val_[at], n_out, Activation::kRelu, false, stream_));
+          if (!read16) {
+            SWEEP_RETURN_IF_ERROR(
+                act_backward(d, d, val_[at], val_[at], n_out, Activation::kRelu, false, stream_));
+          }
           from = model_.layer(from).input;
         }
         float* d_in = target(from, &add);
-        // The batch norm it runs in spreads the gradient itself (BnPool), leaving d_in stale.
-        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, PoolInNorm(i, B, true));
         if (d_in != nullptr && !in_norm) {
           SWEEP_RETURN_IF_ERROR(maxpool_backward(d_in, d, argmax_[at].data(), B, l.in_shape.h,
                                                  l.in_shape.w, l.in_shape.c, l.kernel, l.stride,

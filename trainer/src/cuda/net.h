@@ -176,11 +176,11 @@ class Net final : public ReplicaModel {
   // in16_ready_ tells the reader, this forward, not to cast it again.
   std::vector<int> copy16_for_;
   std::vector<char> in16_ready_;
-  // bf16 / fp16 with fuse: grad16_[a], activation a is read only by the convolution right
-  // after it, whose 16-bit data gradient (h_dx_) the activation's backward then reads itself,
-  // not widened first; or the batch norm right before it, applying it (Grad16Left). So Grad(a)
-  // is marked written but left stale: nothing else may read it, which its one reader
-  // guarantees.
+  // bf16 / fp16 with fuse: grad16_[a], activation a (or a max pool run in its batch norm's
+  // passes, norm_pool_) is read only by the convolution right after it, whose 16-bit data
+  // gradient (h_dx_) the activation's backward then reads itself, not widened first; or the
+  // batch norm right before it, applying it, or running the pool (Grad16Left). So Grad(a) is
+  // marked written but left stale: nothing else may read it, which its one reader guarantees.
   std::vector<char> grad16_;
   // Whether the convolution after activation a leaves its data gradient in h_dx_ only, for the
   // activation's backward or, where the batch norm right before applies the ReLU, for its.
