@@ -437,29 +437,40 @@ __global__ void BnApplyKernel(float* out, float* pre, uint16_t* outh, const floa
   }
 }
 
+// Side n's normalised value of element i (x or its 16-bit copy, the side's scale and shift).
+__device__ inline float SideValue(const BnSide& side, int64_t i, float scale, float shift,
+                                  bool bf16) {
+  return BnNormalize(Elem(side.x, side.x16, i, bf16), scale, shift);
+}
+
 // Batch norm's apply pass fused with the max pool reading it (BnPool): per pooled output i,
-// the window's normalised values, their maximum and its index as MaxPoolForwardKernel takes
-// them, then the ReLU when relu; out and its 16-bit copy outh (where given), argmax. Statistics
-// as BnApplyKernel's.
+// the window's normalised values (or the sums a + b of two sides' where b.gamma is given, as
+// add_forward adds them), their maximum and its index as MaxPoolForwardKernel takes them, then
+// the ReLU when relu; out and its 16-bit copy outh (where given), argmax. Statistics as
+// BnApplyKernel's.
 template <typename Index>
-__global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, const float* x,
-                                  const uint16_t* xh, const float* gamma, const float* beta,
-                                  const float* mean, const float* invstd, const float* running_var,
+__global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, BnSide a, BnSide b,
                                   Index n, int H, int W, int C, int K, int stride, int OH, int OW,
-                                  float eps, bool relu, bool bf16) {
+                                  bool relu, bool bf16) {
+  const bool two = b.gamma != nullptr;
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     const int c = static_cast<int>(i % C);
     const Index pix = i / C;
     const int ow = static_cast<int>(pix % OW), oh = static_cast<int>(pix / OW % OH);
     const Index image = (pix / (static_cast<Index>(OW) * OH)) * H * W * C;
-    float scale, shift;
-    BnScaleShift(c, gamma, beta, mean, invstd, running_var, eps, &scale, &shift);
+    float sa, ha, sb = 0.0f, hb = 0.0f;
+    BnScaleShift(c, a.gamma, a.beta, a.mean, a.invstd, a.running_var, a.eps, &sa, &ha);
+    if (two) BnScaleShift(c, b.gamma, b.beta, b.mean, b.invstd, b.running_var, b.eps, &sb, &hb);
+    auto value = [&](int32_t at) {
+      const float va = SideValue(a, image + at, sa, ha, bf16);
+      return two ? va + SideValue(b, image + at, sb, hb, bf16) : va;
+    };
     int32_t best = (oh * stride * W + ow * stride) * C + c;
-    float m = BnNormalize(Elem(x, xh, image + best, bf16), scale, shift);
+    float m = value(best);
     for (int kh = 0; kh < K; ++kh) {
       for (int kw = 0; kw < K; ++kw) {
         const int32_t at = ((oh * stride + kh) * W + ow * stride + kw) * C + c;
-        const float v = BnNormalize(Elem(x, xh, image + at, bf16), scale, shift);
+        const float v = value(at);
         if (v > m || v != v) {  // as MaxPoolForwardKernel: ties keep the first, NaN propagates
           m = v;
           best = at;
@@ -699,7 +710,19 @@ Status PoolGeomOf(const BnPool& p, int64_t N, int C, cpu::Activation act, bool b
   return Status::Ok();
 }
 
-// Batch norm's apply pass: its own output, or the fused pool's (BnPool). Evaluation where
+// The pool-fused apply pass over one batch norm's side a, or the sum of two (b.gamma given).
+Status PoolApply(const BnSide& a, const BnSide& b, const PoolGeom& g, int C, const BnPool& pool,
+                 bool bf16, cudaStream_t stream) {
+  const int n = pool.B * g.OH * g.OW * C;
+  if (n == 0) return Status::Ok();
+  Launch(BnPoolApplyKernel<int>, Blocks(n), kThreads, stream, pool.out, pool.out16, pool.argmax, a,
+         b, n, g.H, g.W, C, g.K, g.stride, g.OH, g.OW, pool.relu, bf16);
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+// Batch norm's apply pass: its own output, or the fused pool's (BnPool); none where there is
+// nothing to write (statistics only). Evaluation where
 // invstd is null (mean then the running mean).
 Status BnApply(float* out, float* pre, const float* x, const float* gamma, const float* beta,
                const float* mean, const float* invstd, const float* running_var, int64_t N, int C,
@@ -709,14 +732,10 @@ Status BnApply(float* out, float* pre, const float* x, const float* gamma, const
   if (pool != nullptr) {
     PoolGeom g;
     if (Status s = PoolGeomOf(*pool, N, C, act, bf16, &g); !s.ok()) return s;
-    const int n = pool->B * g.OH * g.OW * C;
-    if (n == 0) return Status::Ok();
-    Launch(BnPoolApplyKernel<int>, Blocks(n), kThreads, stream, pool->out, pool->out16,
-           pool->argmax, x, half.x, gamma, beta, mean, invstd, running_var, n, g.H, g.W, C, g.K,
-           g.stride, g.OH, g.OW, eps, pool->relu, bf16);
-    CUDA_CHECK(cudaGetLastError());
-    return Status::Ok();
+    const BnSide side{x, half.x, gamma, beta, mean, invstd, running_var, eps};
+    return PoolApply(side, BnSide{}, g, C, *pool, bf16, stream);
   }
+  if (out == nullptr && pre == nullptr && half.out == nullptr) return Status::Ok();
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
     Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out, pre, half.out, x, half.x,
@@ -766,6 +785,18 @@ Status batchnorm_eval(float* out, const float* x, const float* gamma, const floa
   if (N == 0 || C == 0) return Status::Ok();
   return BnApply(out, nullptr, x, gamma, beta, running_mean, nullptr, running_var, N, C, eps, act,
                  half, pool, stream);
+}
+
+Status batchnorm_add_pool(const BnSide& a, const BnSide& b, int64_t N, int C, const BnPool& pool,
+                          cpu::HalfType type, cudaStream_t stream) {
+  if (N == 0 || C == 0) return Status::Ok();
+  const bool bf16 = type == cpu::HalfType::kBf16;
+  PoolGeom g;
+  if (Status s = PoolGeomOf(pool, N, C, cpu::Activation::kNone, bf16, &g); !s.ok()) return s;
+  if (a.gamma == nullptr || b.gamma == nullptr) {
+    return Status::Internal("cuda: batchnorm_add_pool takes two batch norms");
+  }
+  return PoolApply(a, b, g, C, pool, bf16, stream);
 }
 
 Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, const float* x,

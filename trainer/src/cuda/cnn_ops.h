@@ -84,10 +84,32 @@ struct BnPool {
   bool relu = false;
 };
 
+// One batch norm's apply pass as batchnorm_add_pool takes it: its input x, or x16 (16 bits of
+// the call's type) where given; gamma, beta; the batch's mean and invstd from its statistics
+// (training), or with invstd null the running mean (as mean) and running_var (evaluation).
+struct BnSide {
+  const float* x = nullptr;
+  const uint16_t* x16 = nullptr;
+  const float* gamma = nullptr;
+  const float* beta = nullptr;
+  const float* mean = nullptr;
+  const float* invstd = nullptr;
+  const float* running_var = nullptr;
+  float eps = 0;
+};
+
+// A residual block's end in one pass: two batch norms' outputs (a + b, as add_forward adds
+// them), the max pool reading their sum and the ReLU after it (BnPool's forward side). The
+// statistics come from each one's batchnorm_forward with nothing to write. Backward: each
+// batch norm's batchnorm_backward with the same BnPool, since the add passes the pool's
+// gradient to both unchanged.
+Status batchnorm_add_pool(const BnSide& a, const BnSide& b, int64_t N, int C, const BnPool& pool,
+                          cpu::HalfType type, cudaStream_t stream);
+
 // Training: the batch's mean and biased variance, written to mean[C] and invstd[C] for
 // backward; running statistics updated when running_mean is not null (running_var with the
 // unbiased variance); out = act(gamma * xhat + beta), pre receiving the value before act when
-// act is not kNone.
+// act is not kNone. With out, pre, half.out and pool all null: the statistics only.
 Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, const float* x,
                          const float* gamma, const float* beta, float* running_mean,
                          float* running_var, int64_t N, int C, float momentum, float eps,

@@ -101,7 +101,14 @@ Status Net::Allocate() {
   }
   // A batch norm's max pool, read through a ReLU that runs after it or directly; its indices
   // must fit in an int (BnPool), with room to spare.
+  // Or a residual block's end: an add of two batch norms, each read only by it.
   norm_pool_.assign(n, -1);
+  norm_pair_.assign(n, -1);
+  add_pool_.assign(n, -1);
+  auto lone_norm = [&](int i) {
+    return i >= 0 && readers[static_cast<size_t>(i)] == 1 &&
+           model_.layer(i).kind == LayerKind::kBatchNorm;
+  };
   for (int p = 0; p < L && options_.fuse; ++p) {
     const Layer& pool = model_.layer(p);
     if (pool.kind != LayerKind::kMaxPool || pool.input < 0) continue;
@@ -109,10 +116,21 @@ Status Net::Allocate() {
     if (readers[static_cast<size_t>(i)] != 1) continue;
     if (relu_after_pool_[static_cast<size_t>(i)]) i = model_.layer(i).input;
     if (i < 0 || readers[static_cast<size_t>(i)] != 1 ||
-        model_.layer(i).kind != LayerKind::kBatchNorm ||
         int64_t{max_batch_} * pool.in_shape.size() >= (int64_t{1} << 30)) {
       continue;
     }
+    if (const Layer& sum = model_.layer(i); sum.kind == LayerKind::kAdd) {
+      const int u = sum.input, s = sum.shortcut;
+      if (u == s || !lone_norm(u) || !lone_norm(s)) continue;
+      norm_pool_[static_cast<size_t>(u)] = norm_pool_[static_cast<size_t>(s)] = p;
+      norm_pair_[static_cast<size_t>(u)] = s;
+      norm_pair_[static_cast<size_t>(s)] = u;
+      add_pool_[static_cast<size_t>(i)] = p;
+      // No 16-bit gradient from a convolution after the pool: the shortcut's convolution,
+      // between the two batch norms' backward, overwrites h_dx_.
+      continue;
+    }
+    if (!lone_norm(i)) continue;
     norm_pool_[static_cast<size_t>(i)] = p;
     // bf16 / fp16: a convolution right after the pool leaves its 16-bit data gradient for the
     // batch norm to read (with the ReLU's mask), as it does for an activation before it.
@@ -304,8 +322,45 @@ Result<bool> Net::ReluInNorm(int a, int B, bool train) {
 Result<bool> Net::PoolInNorm(int p, int B, bool train) {
   int i = model_.layer(p).input;
   if (i >= 0 && relu_after_pool_[static_cast<size_t>(i)]) i = model_.layer(i).input;
+  if (i >= 0 && add_pool_[static_cast<size_t>(i)] == p) return AddInNorm(i, B, train);
   if (i < 0 || norm_pool_[static_cast<size_t>(i)] != p) return false;
   return NormOurs(i, B, train);
+}
+
+Result<bool> Net::AddInNorm(int j, int B, bool train) {
+  if (add_pool_[static_cast<size_t>(j)] < 0) return false;
+  SWEEP_ASSIGN_OR_RETURN(const bool a, NormOurs(model_.layer(j).input, B, train));
+  SWEEP_ASSIGN_OR_RETURN(const bool b, NormOurs(model_.layer(j).shortcut, B, train));
+  return a && b;
+}
+
+Result<bool> Net::NormRunsPool(int i, int B, bool train) {
+  const size_t at = static_cast<size_t>(i);
+  if (norm_pool_[at] < 0) return false;
+  if (norm_pair_[at] < 0) return NormOurs(i, B, train);
+  SWEEP_ASSIGN_OR_RETURN(const bool ours, NormOurs(i, B, train));
+  SWEEP_ASSIGN_OR_RETURN(const bool other, NormOurs(norm_pair_[at], B, train));
+  return ours && other;
+}
+
+BnSide Net::NormSide(int i, bool train) {
+  const Layer& l = model_.layer(i);
+  const size_t at = static_cast<size_t>(i);
+  BnSide side;
+  side.x = val_[static_cast<size_t>(l.input)];
+  side.x16 = NormHalf(i).x;
+  side.gamma = params_.data() + l.weight;
+  side.beta = params_.data() + l.bias_at;
+  side.eps = l.eps;
+  float* rm = stats_.data() + l.stats;
+  if (train) {
+    side.mean = mean_[at].data();
+    side.invstd = invstd_[at].data();
+  } else {
+    side.mean = rm;
+    side.running_var = rm + l.in_shape.c;
+  }
+  return side;
 }
 
 BnPool Net::NormPool(int i, int B) {
@@ -323,7 +378,8 @@ BnPool Net::NormPool(int i, int B) {
   bp.W = pool.in_shape.w;
   bp.K = pool.kernel;
   bp.stride = pool.stride;
-  bp.relu = pool.input != i;  // through the ReLU that runs after the pool
+  // Through the ReLU that runs after the pool.
+  bp.relu = pool.input >= 0 && relu_after_pool_[static_cast<size_t>(pool.input)];
   return bp;
 }
 
@@ -342,7 +398,8 @@ int Net::NormFusions(int i) const {
   return (a >= 0 ? 1 : 0) | (bn16_[at] ? 2 : 0) |
          (copy16_for_[static_cast<size_t>(o)] >= 0 ? 4 : 0) |
          (a == i + 1 && grad16_[static_cast<size_t>(a)] ? 8 : 0) | (norm_pool_[at] >= 0 ? 16 : 0) |
-         (norm_pool_[at] >= 0 && grad16_[static_cast<size_t>(norm_pool_[at])] ? 32 : 0);
+         (norm_pool_[at] >= 0 && grad16_[static_cast<size_t>(norm_pool_[at])] ? 32 : 0) |
+         (norm_pair_[at] >= 0 ? 64 : 0);
 }
 
 BnHalf Net::NormHalf(int i) {
@@ -636,9 +693,21 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         if (h.out != nullptr)
           in16_ready_[static_cast<size_t>(copy16_for_[static_cast<size_t>(o)])] = 1;
         float* dst32 = h.out != nullptr ? nullptr : dst;
-        // Or the max pool reading it gives its output here instead (and its 16-bit copy).
+        // Or the max pool reading it gives its output here instead (and its 16-bit copy); or,
+        // at a residual block's end, the add after both batch norms does, and this one gives
+        // its statistics only.
+        SWEEP_ASSIGN_OR_RETURN(const bool runs_pool, NormRunsPool(i, B, train));
+        if (runs_pool && norm_pair_[at] >= 0) {
+          if (train) {
+            SWEEP_RETURN_IF_ERROR(batchnorm_forward(nullptr, nullptr, mean_[at].data(),
+                                                    invstd_[at].data(), in, p + l.weight,
+                                                    p + l.bias_at, rm, rm + C, N, C, l.momentum,
+                                                    l.eps, act, bn_scratch_.data(), stream_, h));
+          }
+          break;
+        }
         BnPool bp;
-        const bool pooled = norm_pool_[at] >= 0;
+        const bool pooled = runs_pool;
         if (pooled) {
           bp = NormPool(i, B);
           val_[static_cast<size_t>(norm_pool_[at])] = bp.out;
@@ -706,6 +775,20 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         }
         break;
       case LayerKind::kAdd: {
+        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, AddInNorm(i, B, train));
+        if (in_norm) {  // both batch norms' apply passes, the sum and the pool after it
+          const int pool = add_pool_[at];
+          const BnPool bp = NormPool(l.input, B);
+          val_[static_cast<size_t>(pool)] = bp.out;
+          if (const int j = copy16_for_[static_cast<size_t>(pool)]; j >= 0) {
+            in16_ready_[static_cast<size_t>(j)] = 1;
+          }
+          const Layer& bn = model_.layer(l.input);
+          SWEEP_RETURN_IF_ERROR(batchnorm_add_pool(
+              NormSide(l.input, train), NormSide(l.shortcut, train),
+              int64_t{B} * bn.in_shape.h * bn.in_shape.w, bn.in_shape.c, bp, half_type_, stream_));
+          break;
+        }
         const float* other = l.shortcut < 0 ? x : val_[static_cast<size_t>(l.shortcut)];
         SWEEP_RETURN_IF_ERROR(add_forward(out, in, other, n_out, stream_));
         break;
@@ -832,14 +915,15 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
             return Status::Internal("cuda: a 16-bit batch-norm gradient added to another");
           }
           const float* out = h.out != nullptr ? nullptr : val_[static_cast<size_t>(a >= 0 ? a : i)];
+          SWEEP_ASSIGN_OR_RETURN(const bool runs_pool, NormRunsPool(i, B, true));
           BnPool bp;
-          if (norm_pool_[at] >= 0) bp = NormPool(i, B);
+          if (runs_pool) bp = NormPool(i, B);
           SWEEP_RETURN_IF_ERROR(batchnorm_backward(
               h.dx != nullptr ? nullptr : d_in, g + l.weight, g + l.bias_at, a >= 0 ? Grad(a) : d,
               in, nullptr, out, mean_[at].data(), invstd_[at].data(), p + l.weight,
               int64_t{B} * l.in_shape.h * l.in_shape.w, l.in_shape.c,
               a >= 0 ? Activation::kRelu : Activation::kNone, accumulate, add, bn_scratch_.data(),
-              stream_, h, p + l.bias_at, norm_pool_[at] >= 0 ? &bp : nullptr));
+              stream_, h, p + l.bias_at, runs_pool ? &bp : nullptr));
           break;
         }
         // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
@@ -918,6 +1002,13 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         break;
       }
       case LayerKind::kAdd: {
+        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, AddInNorm(i, B, true));
+        if (in_norm) {  // both batch norms read the pool's gradient (BnPool)
+          bool unused = false;
+          target(l.input, &unused);
+          target(l.shortcut, &unused);
+          break;
+        }
         float* d_in = target(l.input, &add);
         if (d_in != nullptr) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, d, n_out, add, stream_));
         bool add2 = false;

@@ -197,8 +197,21 @@ class Net final : public ReplicaModel {
   // Where our kernels run batch norm i with its pool: the pool's side of the passes (forward:
   // its output, 16-bit copy and argmax; backward: its output gradient).
   BnPool NormPool(int i, int B);
-  // Whether max pool p runs inside the batch norm before it in this pass.
+  // Whether max pool p runs inside the batch norm before it (or the two before an add) in this
+  // pass.
   Result<bool> PoolInNorm(int p, int B, bool train);
+  // Whether add j runs both batch norms' apply passes and its pool (add_pool_) in this pass.
+  Result<bool> AddInNorm(int j, int B, bool train);
+  // Whether batch norm i runs its pool's passes in this pass (alone, or with its pair).
+  Result<bool> NormRunsPool(int i, int B, bool train);
+  // Batch norm i's side of batchnorm_add_pool: its input, parameters and statistics.
+  BnSide NormSide(int i, bool train);
+  // With fuse: norm_pair_[i], the other batch norm an add sums with batch norm i before a max
+  // pool (add_pool_[j], that pool, for the add j), or -1. Each then computes its statistics
+  // only; the add runs both apply passes with the sum and the pool (batchnorm_add_pool), and
+  // each batch norm's backward reads the pool's gradient (the add's copies are gone). Only where
+  // our kernels run both.
+  std::vector<int> norm_pair_, add_pool_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
   std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
