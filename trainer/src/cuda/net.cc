@@ -133,10 +133,12 @@ Status Net::Allocate() {
     if (!lone_norm(i)) continue;
     norm_pool_[static_cast<size_t>(i)] = p;
     // bf16 / fp16: a convolution right after the pool leaves its 16-bit data gradient for the
-    // batch norm to read (with the ReLU's mask), as it does for an activation before it.
-    grad16_[static_cast<size_t>(p)] = fuse16 && p + 1 < L && readers[static_cast<size_t>(p)] == 1 &&
-                                      model_.layer(p + 1).kind == LayerKind::kConv &&
-                                      model_.layer(p + 1).input == p;
+    // batch norm to read (with the ReLU's mask), as it does for an activation before it; only
+    // where nothing runs between them (a convolution's backward would overwrite h_dx_).
+    grad16_[static_cast<size_t>(p)] =
+        fuse16 && p + 1 < L && readers[static_cast<size_t>(p)] == 1 &&
+        model_.layer(p + 1).kind == LayerKind::kConv && model_.layer(p + 1).input == p &&
+        p - i == (pool.input == i ? 1 : 2) && (pool.input == i || pool.input == i + 1);
   }
   out_.resize(n);
   gbuf_.resize(n);
