@@ -18,6 +18,7 @@
 #include "cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "model.h"
+#include "nlohmann/json.hpp"
 #include "test_util.h"
 #include "trainer/trainer.h"
 
@@ -164,8 +165,9 @@ class CudaNet : public ::testing::Test {
 
   static constexpr int kUnchecked = -1, kSome = 0, kAll = 1, kNone = 2;
 
-  // What a net gives for two micro-batches (the second accumulating) and an evaluation: the
-  // losses, the gradients, the running statistics and the evaluation's loss and count, as bits.
+  // What a net of 6 rows gives for two micro-batches of B rows (the second accumulating) and an
+  // evaluation: the losses, the gradients, the running statistics and the evaluation's loss and
+  // count, as bits.
   struct Run {
     std::vector<double> losses;
     std::vector<float> grads, stats;
@@ -173,11 +175,10 @@ class CudaNet : public ::testing::Test {
     unsigned long long correct = 0;
   };
   Run Train(const ModelSpec& model, TensorShape input, Precision precision,
-            const NetOptions& options) {
-    const int B = 6;
+            const NetOptions& options, int B) {
     Run run;
     Result<std::unique_ptr<Net>> made =
-        Net::Create(model, B, precision, 0.0f, /*tf32=*/false, stream_, blas_, dnn_, options);
+        Net::Create(model, 6, precision, 0.0f, /*tf32=*/false, stream_, blas_, dnn_, options);
     EXPECT_TRUE(made.ok()) << made.status().message();
     if (!made.ok()) return run;
     Net& gpu = *made.value();
@@ -300,25 +301,32 @@ TEST_F(CudaNet, HalfPrecisionMatchesTheCpusEmulation) {
 // 16-bit data gradient and writing its own convolution's 16-bit output gradient, and the ReLUs
 // doing the same.
 TEST_F(CudaNet, FusedPassesGiveTheUnfusedBits) {
+  struct Case {
+    bool residual;
+    TensorShape input;
+    int rows;  // a full batch of 6, or a last partial one
+  };
   TrainOptions o;
   o.model = "cnn";
   o.channels = {4, 8};
   o.hidden = {16};
-  for (const bool residual : {false, true}) {
-    o.residual = residual;
-    const TensorShape input{2, 8, 8};
-    Result<ModelSpec> model = BuildModel(o, input, 5);
+  // 7x9: the pools leave a row and a column no window covers.
+  for (const Case& k : {Case{false, {2, 8, 8}, 6}, Case{true, {2, 8, 8}, 6},
+                        Case{false, {2, 7, 9}, 5}, Case{true, {2, 7, 9}, 5}}) {
+    o.residual = k.residual;
+    Result<ModelSpec> model = BuildModel(o, k.input, 5);
     ASSERT_TRUE(model.ok()) << model.status().message();
     for (const Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
-      SCOPED_TRACE(std::string(residual ? "residual" : "plain") +
+      SCOPED_TRACE(std::string(k.residual ? "residual " : "plain ") + std::to_string(k.input.h) +
+                   "x" + std::to_string(k.input.w) + ", " + std::to_string(k.rows) + " rows" +
                    (precision == Precision::kFp32   ? " fp32"
                     : precision == Precision::kBf16 ? " bf16"
                                                     : " fp16"));
       NetOptions fused, unfused;
       fused.ours_norm_only = unfused.ours_norm_only = true;
       unfused.fuse = false;
-      const Run a = Train(*model, input, precision, fused);
-      const Run b = Train(*model, input, precision, unfused);
+      const Run a = Train(*model, k.input, precision, fused, k.rows);
+      const Run b = Train(*model, k.input, precision, unfused, k.rows);
       ASSERT_EQ(a.losses.size(), 2u);
       EXPECT_EQ(a.losses, b.losses);
       EXPECT_EQ(a.grads, b.grads);
@@ -327,6 +335,31 @@ TEST_F(CudaNet, FusedPassesGiveTheUnfusedBits) {
       EXPECT_EQ(a.correct, b.correct);
     }
   }
+}
+
+// In bf16 a batch norm after a convolution runs ours without asking cuDNN; one of the same shape
+// elsewhere (here on the model's input) still runs cuDNN's, and each is reported as it runs.
+TEST_F(CudaNet, EachBatchNormIsReportedAsItRuns) {
+  Result<ModelSpec> model = ModelSpec::FromJson(nlohmann::json::parse(R"({
+      "input": [4, 6, 6], "classes": 5, "layers": [
+        {"kind": "batch_norm", "input": -1},
+        {"kind": "conv2d", "input": 0, "out": 4, "kernel": 3, "stride": 1, "pad": 1,
+         "bias": false},
+        {"kind": "batch_norm", "input": 1},
+        {"kind": "activation", "input": 2, "act": "relu"},
+        {"kind": "flatten", "input": 3},
+        {"kind": "linear", "input": 4, "out": 5}]})"));
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  Result<std::unique_ptr<Net>> made =
+      Net::Create(*model, 6, Precision::kBf16, 0.0f, /*tf32=*/false, stream_, blas_, dnn_);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  const Net& net = *made.value();
+  const std::string plans = net.Describe();
+  std::printf("%s", plans.c_str());
+  EXPECT_EQ(net.batch_norms(), 2);
+  EXPECT_EQ(net.batch_norms_through_cudnn(), 1) << net.batch_norm_note();
+  EXPECT_NE(plans.find("layer 0 batch norm: cuDNN"), std::string::npos);
+  EXPECT_NE(plans.find("layer 2 batch norm: ours, 16-bit input"), std::string::npos);
 }
 
 }  // namespace

@@ -275,7 +275,9 @@ __device__ inline float BnNormalize(float x, float scale, float shift) {
 }
 
 // Channel c's scale = gamma invstd and shift = beta - mean scale: training's, or where invstd is
-// null evaluation's (mean the running mean, the inverse deviation from running_var).
+// null evaluation's (mean the running mean, the inverse deviation from running_var; the shift
+// as beta - (mean gamma) inv). Explicit fused multiply-adds, so that every kernel calling it
+// gives the same bits whatever the compiler contracts.
 __device__ inline void BnScaleShift(int c, const float* gamma, const float* beta, const float* mean,
                                     const float* invstd, const float* running_var, float eps,
                                     float* scale, float* shift) {
@@ -283,8 +285,8 @@ __device__ inline void BnScaleShift(int c, const float* gamma, const float* beta
                         ? invstd[c]
                         : static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[c]) + eps));
   *scale = gamma[c] * inv;
-  *shift =
-      invstd != nullptr ? BnShift(beta[c], mean[c], *scale) : beta[c] - mean[c] * gamma[c] * inv;
+  *shift = invstd != nullptr ? BnShift(beta[c], mean[c], *scale)
+                             : BnShift(beta[c], mean[c] * gamma[c], inv);
 }
 
 // Sums over range blockIdx.y of rows, per channel: of a = x - k (k: the first row, near the

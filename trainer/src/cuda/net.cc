@@ -251,7 +251,7 @@ std::string Net::Describe() const {
     }
     if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
     auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
-    if (it == norm_plans_.end()) {  // cuDNN not asked (NormPlan)
+    if (OursWithoutAsking(static_cast<int>(i)) || it == norm_plans_.end()) {
       out += layer + " batch norm: ours" +
              (bn16_[i] ? std::string(", 16-bit input from its convolution") : std::string()) + "\n";
       continue;
@@ -280,7 +280,12 @@ int Net::batch_norms_through_cudnn() const {
   return n;
 }
 
+bool Net::OursWithoutAsking(int i) const {
+  return options_.ours_norm_only || (bn16_[static_cast<size_t>(i)] && !options_.cudnn_autotune);
+}
+
 const CudnnBatchNorm* Net::CudnnNormAtMaxBatch(int i) const {
+  if (OursWithoutAsking(i)) return nullptr;  // another layer of its shape may run cuDNN's
   auto it = norm_plans_.find(NormKeyOf(i, max_batch_));
   if (it == norm_plans_.end() || it->second == nullptr) return nullptr;
   const NormChoice* choice = ChoiceOf(i, max_batch_);
@@ -432,7 +437,7 @@ Result<const CudnnBatchNorm*> Net::NormPlan(int i, int B) {
   // In bf16 / fp16 after a convolution, ours without asking cuDNN unless both are timed: ours
   // then moves 16-bit arrays only, where cuDNN's chain adds a widening pass, a cast pass and
   // fp32 reads and writes, about four times the bytes.
-  if (options_.ours_norm_only || (bn16_[static_cast<size_t>(i)] && !options_.cudnn_autotune)) {
+  if (OursWithoutAsking(i)) {
     if (bn_note_.empty()) {
       bn_note_ = "layer " + std::to_string(i) +
                  (options_.ours_norm_only ? ": ours asked for"
@@ -514,6 +519,9 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
   auto cudnn_pass = [&]() -> Status {
     if (h.x != nullptr) SWEEP_RETURN_IF_ERROR(widen_half(x, h.x, N * C, h.type, false, stream_));
     SWEEP_RETURN_IF_ERROR(bn.Forward(y, mean, invstd, x, gamma, beta, workspace_.data()));
+    // The running statistics, as the net moves them after cuDNN's pass (into scratch here).
+    SWEEP_RETURN_IF_ERROR(batchnorm_running_update(dscale, dscale + bn_stride_, mean, invstd, N, C,
+                                                   l.momentum, l.eps, stream_));
     if (a >= 0) {
       SWEEP_RETURN_IF_ERROR(
           act_forward(relu_out, y, N * C, Activation::kRelu, stream_, h.out, h.type));
@@ -526,13 +534,17 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
       const Layer& pl = model_.layer(pool);
       SWEEP_RETURN_IF_ERROR(maxpool_forward(bp.out, bp.argmax, y, B, pl.in_shape.h, pl.in_shape.w,
                                             C, pl.kernel, pl.stride, stream_));
+      const int64_t pooled = int64_t{B} * pl.out_shape.size();
+      if (bp.relu) {  // the ReLU after the pool, with its 16-bit copy
+        SWEEP_RETURN_IF_ERROR(
+            act_forward(bp.out, bp.out, pooled, Activation::kRelu, stream_, bp.out16, h.type));
+      }
       if (bp.dout16 != nullptr) {  // the pool's gradient widened, and its ReLU's mask
-        const int64_t n_pool = int64_t{B} * pl.out_shape.size();
         float* dp = Grad(pool);
-        SWEEP_RETURN_IF_ERROR(widen_half(dp, bp.dout16, n_pool, h.type, false, stream_));
+        SWEEP_RETURN_IF_ERROR(widen_half(dp, bp.dout16, pooled, h.type, false, stream_));
         if (bp.relu) {
           SWEEP_RETURN_IF_ERROR(
-              act_backward(dp, dp, bp.out, bp.out, n_pool, Activation::kRelu, false, stream_));
+              act_backward(dp, dp, bp.out, bp.out, pooled, Activation::kRelu, false, stream_));
         }
       }
       SWEEP_RETURN_IF_ERROR(maxpool_backward(Grad(i), bp.dout, bp.argmax, B, pl.in_shape.h,

@@ -229,6 +229,9 @@ class Net final : public ReplicaModel {
   // cuDNN's plan for batch norm layer i at max_batch_ where cuDNN runs it, else null (none made
   // yet, no engine, or ours chosen).
   const CudnnBatchNorm* CudnnNormAtMaxBatch(int i) const;
+  // Whether batch norm i runs ours without cuDNN being asked (NormPlan): ours_norm_only, or bn16_
+  // without cudnn_autotune. A layer of its shape may still run cuDNN's plan.
+  bool OursWithoutAsking(int i) const;
   std::string bn_note_;
   // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
   DeviceBuffer<float> bn_tmp_;
