@@ -12,8 +12,10 @@
 //      convolution of the model in the directions a step runs, in the faster run's precision,
 //      timed alone with CUDA events, against the measured step;
 //   4. for each CNN, batch norm's training pass and backward over all the model's batch norm
-//      layers, through cuDNN's graph API and through our kernels, each with the widening, cast
-//      and ReLU passes it brings, as the net times them to choose (cudnn_autotune).
+//      layers, through cuDNN's graph API and through our kernels, each with the widening, cast,
+//      ReLU and pooling passes it brings, as the net times them to choose (cudnn_autotune);
+//      and the net's forward and backward alone, in a CUDA graph, with its fused passes and
+//      with each pass on its own (cuDNN's batch norm, or ours).
 // Ours trains in fp32 (TF32 tensor cores) and in bf16, each with CUDA graphs and autotuned
 // convolution plans (torch runs with cudnn.benchmark); at batch 256 also bf16 with every kernel
 // launched, to show what the graphs bring. The faster of fp32 and bf16 is set against torch.
@@ -251,69 +253,105 @@ double ConvMsPerStep(const TrainOptions& o, trainer::Precision precision) {
   return total;
 }
 
+// A stream with its cuBLAS and cuDNN handles, for the Nets the probes below make.
+struct Handles {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  cudnnHandle_t dnn = nullptr;
+  Status status = Status::Internal("cudaStreamCreate failed");
+  Handles() {
+    if (cudaStreamCreate(&stream) != cudaSuccess) return;
+    status = cuda::CreateBlasHandle(stream, /*tf32=*/true, &blas);
+    if (status.ok()) status = cuda::CreateCudnnHandle(stream, &dnn);
+  }
+  ~Handles() {
+    if (dnn != nullptr) cudnnDestroy(dnn);
+    if (blas != nullptr) cublasDestroy(blas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+  Handles(const Handles&) = delete;
+  Handles& operator=(const Handles&) = delete;
+};
+
 // Batch norm as the net runs it: a Net of the model in `precision` at `batch` rows with
 // cudnn_autotune times each layer's training pass and backward through cuDNN and through our
-// kernels, each with the widening, cast and ReLU passes it brings (Net::TimeNorm). Sums of the
-// two over the layers, and how many layers run ours, of how many were timed (-1: none timed;
-// *why says why).
+// kernels, each with the widening, cast, ReLU and pooling passes it brings (Net::TimeNorm).
+// Sums of the two over the layers, and how many layers run ours, of how many were timed (none
+// timed: *why says why).
 struct NormTimes {
   double cudnn = -1, ours = -1;
   int ours_layers = 0, timed = 0, layers = 0;
   std::string why;
 };
 
-NormTimes NetNormTimes(const TrainOptions& o, trainer::Precision precision) {
+NormTimes NetNormTimes(const trainer::ModelSpec& model, int batch, trainer::Precision precision,
+                       Handles& h) {
   NormTimes t;
-  sweep::Result<trainer::ModelSpec> model = trainer::BuildModel(o, {1, 28, 28}, 10);
-  if (!model.ok()) {
-    t.why = model.status().message();
+  cuda::NetOptions options;
+  options.cudnn_autotune = true;
+  auto net = cuda::Net::Create(model, batch, precision, 0.0f, /*tf32=*/true, h.stream, h.blas,
+                               h.dnn, options);
+  if (!net.ok()) {
+    t.why = net.status().message();
     return t;
   }
-  cudaStream_t stream = nullptr;
-  cublasHandle_t blas = nullptr;
-  cudnnHandle_t dnn = nullptr;
-  if (cudaStreamCreate(&stream) != cudaSuccess) return t;
-  Status made = cuda::CreateBlasHandle(stream, /*tf32=*/true, &blas);
-  if (made.ok()) made = cuda::CreateCudnnHandle(stream, &dnn);
-  if (made.ok()) {
-    cuda::NetOptions options;
-    options.cudnn_autotune = true;
-    auto net = cuda::Net::Create(*model, o.batch_size, precision, 0.0f, /*tf32=*/true, stream, blas,
-                                 dnn, options);
-    if (net.ok()) {
-      double cudnn = 0, ours = 0;
-      for (size_t i = 0; i < model->layers.size(); ++i) {
-        if (model->layers[i].kind != trainer::LayerKind::kBatchNorm) continue;
-        ++t.layers;
-        double a = 0, b = 0;
-        bool ours_runs = false;
-        if (!(*net)->NormTimes(static_cast<int>(i), &a, &b, &ours_runs)) continue;
-        ++t.timed;
-        cudnn += a;
-        ours += b;
-        t.ours_layers += ours_runs;
-      }
-      if (t.timed > 0) {
-        t.cudnn = cudnn;
-        t.ours = ours;
-      } else {
-        t.why = (*net)->batch_norm_note().empty() ? "no layer timed" : (*net)->batch_norm_note();
-      }
-    } else {
-      t.why = net.status().message();
-    }
-  } else {
-    t.why = made.message();
+  double cudnn = 0, ours = 0;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    if (model.layers[i].kind != trainer::LayerKind::kBatchNorm) continue;
+    ++t.layers;
+    double a = 0, b = 0;
+    bool ours_runs = false;
+    if (!(*net)->NormTimes(static_cast<int>(i), &a, &b, &ours_runs)) continue;
+    ++t.timed;
+    cudnn += a;
+    ours += b;
+    t.ours_layers += ours_runs;
   }
-  if (dnn != nullptr) cudnnDestroy(dnn);
-  if (blas != nullptr) cublasDestroy(blas);
-  cudaStreamDestroy(stream);
+  if (t.timed > 0) {
+    t.cudnn = cudnn;
+    t.ours = ours;
+  } else {
+    t.why = (*net)->batch_norm_note().empty() ? "no layer timed" : (*net)->batch_norm_note();
+  }
   return t;
 }
 
+// Milliseconds of the model's forward and backward alone at `batch` rows (no optimizer, no
+// input pipeline; zeros in), captured once in a CUDA graph and replayed, for a Net made with
+// `options`; -1 on failure. Set side by side, they show what the fused passes bring.
+double NetStepMs(const trainer::ModelSpec& model, int batch, trainer::Precision precision,
+                 const cuda::NetOptions& options, Handles& h) {
+  auto made = cuda::Net::Create(model, batch, precision, 0.0f, /*tf32=*/true, h.stream, h.blas,
+                                h.dnn, options);
+  if (!made.ok()) return -1;
+  cuda::Net& net = **made;
+  const size_t in_bytes = static_cast<size_t>(batch) * model.input.size() * sizeof(float);
+  if (cudaMemsetAsync(net.x(0), 0, in_bytes, h.stream) != cudaSuccess ||
+      cudaMemsetAsync(net.y(0), 0, static_cast<size_t>(batch) * sizeof(int32_t), h.stream) !=
+          cudaSuccess) {
+    return -1;
+  }
+  auto step = [&] {
+    return net.ForwardLoss(0, batch, 1.0f / batch, nullptr, 0, 0, false).ok() &&
+           net.Backward(0, batch, false, nullptr).ok();
+  };
+  if (!step() || cudaStreamSynchronize(h.stream) != cudaSuccess) return -1;  // plans made here
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool ok = cudaStreamBeginCapture(h.stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  const bool stepped = ok && step();
+  ok = ok && cudaStreamEndCapture(h.stream, &graph) == cudaSuccess && stepped &&
+       cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  const double ms =
+      ok ? TimeMs(h.stream, [&] { return cudaGraphLaunch(exec, h.stream) == cudaSuccess; }) : -1;
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  return ms;
+}
+
 // Prints the share of a `step_ms` step that the CNN's convolutions take (in `precision`, the
-// faster run's), and batch norm's through cuDNN and through our kernels (NetNormTimes); the
-// count of figures missing.
+// faster run's), batch norm's through cuDNN and through our kernels (NetNormTimes), and the
+// net's step with and without its fused passes (NetStepMs); the count of figures missing.
 int PrintCnnShares(const TrainOptions& o, trainer::Precision precision, double step_ms) {
   int missing = 0;
   const double conv_ms = ConvMsPerStep(o, precision);
@@ -325,15 +363,41 @@ int PrintCnnShares(const TrainOptions& o, trainer::Precision precision, double s
     std::printf("  cuDNN convolutions: could not be timed\n");
     ++missing;
   }
-  const NormTimes bn = NetNormTimes(o, precision);
+  sweep::Result<trainer::ModelSpec> model = trainer::BuildModel(o, {1, 28, 28}, 10);
+  Handles h;
+  if (!model.ok() || !h.status.ok()) {
+    std::printf("  batch norm and the net's step: not timed: %s\n",
+                model.ok() ? h.status.message().c_str() : model.status().message().c_str());
+    return missing + 2;
+  }
+  const char* name = precision == trainer::Precision::kBf16 ? "bf16" : "fp32";
+  const NormTimes bn = NetNormTimes(*model, o.batch_size, precision, h);
   if (bn.timed > 0) {
     std::printf(
         "  batch norm as the net runs it (%s, training pass + backward, %d of %d layers "
         "timed): ours %.3f ms, cuDNN %.3f ms (%.2fx ours); ours runs %d of them\n",
-        precision == trainer::Precision::kBf16 ? "bf16" : "fp32", bn.timed, bn.layers, bn.ours,
-        bn.cudnn, bn.ours / bn.cudnn, bn.ours_layers);
+        name, bn.timed, bn.layers, bn.ours, bn.cudnn, bn.ours / bn.cudnn, bn.ours_layers);
   } else {
     std::printf("  batch norm: not timed: %s\n", bn.why.empty() ? "a call failed" : bn.why.c_str());
+    ++missing;
+  }
+  // The same model's step three ways: as the trainer runs it (fused passes, our batch norm
+  // after a convolution in bf16 / fp16, cuDNN's elsewhere), with every pass on its own and
+  // cuDNN's batch norm where it has an engine (as before the fusions), and with every pass on
+  // its own but our batch norm (the fusions' share alone).
+  cuda::NetOptions fused, apart, apart_ours;
+  apart.fuse = apart_ours.fuse = false;
+  apart_ours.ours_norm_only = true;
+  const double a = NetStepMs(*model, o.batch_size, precision, fused, h);
+  const double b = NetStepMs(*model, o.batch_size, precision, apart, h);
+  const double c = NetStepMs(*model, o.batch_size, precision, apart_ours, h);
+  if (a > 0 && b > 0 && c > 0) {
+    std::printf(
+        "  the net's step alone (%s, forward + backward, one CUDA graph): fused %.3f ms; passes "
+        "apart with cuDNN's batch norm %.3f ms (%.2fx fused), with ours %.3f ms (%.2fx)\n",
+        name, a, b, b / a, c, c / a);
+  } else {
+    std::printf("  the net's step alone: could not be timed\n");
     ++missing;
   }
   return missing;
