@@ -7,16 +7,17 @@
 // (cuda/cudnn_norm.h); linear layers through cuBLAS, the rest through cuda/cnn_ops.h and
 // cuda/ops.h. Each layer is its own pass, but a ReLU read only by a max pool runs after the
 // pool, and one read only after a batch norm that our kernels run runs in its passes (the CPU
-// fuses an activation into its producer: the same numbers). In fp32 the GEMMs and
+// fuses an activation into its producer: the same numbers), as does a max pool after such a
+// batch norm (or after two summed by a residual add). In fp32 the GEMMs and
 // convolutions use TF32 tensor cores when tf32. In bf16 / fp16 they read 16-bit copies of the
 // weights (kept by the optimizer kernels), of their inputs (kept for the weight gradient) and
 // of the output gradient, as the CPU's emulation rounds them; a convolution's 16-bit output and
 // gradients are widened back to fp32, which everything else (batch norm, pooling, activations,
 // master weights, gradients) stays in. Where our kernels run a batch norm right after a
 // convolution, they read and write those 16-bit arrays themselves (no widening or cast pass;
-// the same bits). All work is queued on the replica's stream through its
-// cuBLAS and cuDNN handles, which the caller owns and which outlive the Net. Not thread-safe: one
-// thread, with the replica's device current, uses it.
+// the same bits). All work is queued on the replica's stream through its cuBLAS and cuDNN
+// handles, which the caller owns and which outlive the Net. Not thread-safe: one thread, with
+// the replica's device current, uses it.
 #pragma once
 
 #include <cublas_v2.h>
@@ -182,8 +183,8 @@ class Net final : public ReplicaModel {
   // batch norm right before it, applying it, or running the pool (Grad16Left). So Grad(a) is
   // marked written but left stale: nothing else may read it, which its one reader guarantees.
   std::vector<char> grad16_;
-  // Whether the convolution after activation a leaves its data gradient in h_dx_ only, for the
-  // activation's backward or, where the batch norm right before applies the ReLU, for its.
+  // Whether the convolution after layer a (an activation or a max pool, grad16_) leaves its
+  // data gradient in h_dx_ only, for a's backward or for the batch norm that runs a's passes.
   Result<bool> Grad16Left(int a, int B);
   // bf16 / fp16 with fuse: bn16_[i], batch norm i reads convolution i - 1 (its only reader,
   // without bias) in 16 bits where our kernels run it: the convolution writes conv16_[i - 1]
