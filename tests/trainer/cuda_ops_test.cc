@@ -21,6 +21,7 @@
 #include "cpu/ops.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_buffer.h"
+#include "cuda/fast_div.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "gtest/gtest.h"
@@ -58,6 +59,40 @@ class CudaOps : public ::testing::Test {
   cublasHandle_t fp32_ = nullptr, tf32_ = nullptr;
   static constexpr int B = 37, C = 53, OC = 29;
 };
+
+// The kernels' divider against / and %: every divisor up to 4,100 and the layer sizes beyond,
+// at the numerators where rounding could slip (around multiples of d, and near 2^31). Host
+// only: the device's __umulhi gives the same high word.
+TEST(FastDivTest, MatchesDivisionBelowTwoToThe31) {
+  std::vector<int> divisors;
+  for (int d = 1; d <= 4100; ++d) divisors.push_back(d);
+  for (int d : {7 * 7 * 256, 14 * 14 * 128, 28 * 28 * 64, 100003, 1 << 20, (1 << 30) + 1,
+                std::numeric_limits<int>::max()}) {
+    divisors.push_back(d);
+  }
+  const uint32_t top = (uint32_t{1} << 31) - 1;
+  Rng rng(5);
+  int64_t checked = 0;
+  for (int d : divisors) {
+    const FastDiv by(d);
+    const uint32_t ud = static_cast<uint32_t>(d);
+    std::vector<uint32_t> ns = {
+        0, 1, ud - 1, ud, ud + 1, top, top - 1, top - ud, top / ud * ud, top / ud * ud - 1};
+    for (int k = 0; k < 64; ++k) {
+      const uint32_t q = static_cast<uint32_t>(rng.NextU64() % (top / ud + 1));
+      ns.push_back(q * ud);
+      if (q > 0) ns.push_back(q * ud - 1);
+      ns.push_back(static_cast<uint32_t>(rng.NextU64() % (uint64_t{top} + 1)));
+    }
+    for (const uint32_t n : ns) {
+      if (n > top) continue;
+      ASSERT_EQ(by.Div(n), n / ud) << n << " / " << d;
+      ASSERT_EQ(by.Mod(n), n % ud) << n << " % " << d;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 500000);
+}
 
 TEST_F(CudaOps, MatmulForward) {
   const auto inp = Random(B * C, 1), w = Random(OC * C, 2);

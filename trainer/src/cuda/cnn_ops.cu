@@ -69,25 +69,6 @@ struct PoolDout {
   }
 };
 
-// Max pooling's gradient at input (b, h, w, c) of a sample (`within` its index there): the sum
-// of dout over the windows covering it whose maximum it was.
-template <typename Index>
-__device__ inline float PoolGradAt(const PoolDout& dout, const int32_t* argmax, Index b, int h,
-                                   int w, int c, int32_t within, int C, int K, int stride, int OH,
-                                   int OW) {
-  int oh0, oh1, ow0, ow1;
-  Covering(h, K, stride, OH, &oh0, &oh1);
-  Covering(w, K, stride, OW, &ow0, &ow1);
-  float sum = 0.0f;
-  for (int oh = oh0; oh <= oh1; ++oh) {
-    for (int ow = ow0; ow <= ow1; ++ow) {
-      const Index o = ((b * OH + oh) * OW + ow) * C + c;
-      if (argmax[o] == within) sum += dout(o);
-    }
-  }
-  return sum;
-}
-
 // dinp at (b, h, w, c) = the sum of dout over the windows covering it whose maximum it was.
 template <typename Index>
 __global__ void MaxPoolBackwardKernel(float* dinp, const float* dout, const int32_t* argmax,
@@ -98,9 +79,16 @@ __global__ void MaxPoolBackwardKernel(float* dinp, const float* dout, const int3
     const int32_t within = static_cast<int32_t>(i % image);
     const Index b = i / image;
     const int c = within % C, w = within / C % W, h = within / C / W;
-    PoolDout from;
-    from.d = dout;
-    const float sum = PoolGradAt(from, argmax, b, h, w, c, within, C, K, stride, OH, OW);
+    int oh0, oh1, ow0, ow1;
+    Covering(h, K, stride, OH, &oh0, &oh1);
+    Covering(w, K, stride, OW, &ow0, &ow1);
+    float sum = 0.0f;
+    for (int oh = oh0; oh <= oh1; ++oh) {
+      for (int ow = ow0; ow <= ow1; ++ow) {
+        const Index o = ((b * OH + oh) * OW + ow) * C + c;
+        if (argmax[o] == within) sum += dout[o];
+      }
+    }
     dinp[i] = accumulate ? dinp[i] + sum : sum;
   }
 }
@@ -249,20 +237,41 @@ __device__ inline float Elem(const float* x, const uint16_t* xh, Index i, bool b
 }
 
 // A max pool fused with batch norm (BnPool), for the kernels: its output gradient and argmax
-// (argmax null: no pool), its input's height and width, its windows and output size.
+// (argmax null: no pool), its input's height and width, its windows (K wide at stride K, so an
+// input lies in one window at most) and output size, and dividers for the index arithmetic.
 struct PoolGeom {
   PoolDout dout;
   const int32_t* argmax = nullptr;
-  int H = 0, W = 0, K = 0, stride = 0, OH = 0, OW = 0;
+  int H = 0, W = 0, K = 0, OH = 0, OW = 0;
+  FastDiv by_hw, by_w, by_k, by_ow, by_oh;
 };
 
 // Batch norm's output gradient at row r (= (b H + h) W + w) and channel c where the pool's
-// backward would give it; ints, as BnPool requires.
+// backward would give it (0.0f plus its window's gradient where it was the window's maximum,
+// as MaxPoolBackwardKernel adds it; 0 in a row or column no window covers); ints, as BnPool
+// requires.
 __device__ inline float PoolGradOfRow(const PoolGeom& p, int64_t r, int c, int C) {
-  const int row = static_cast<int>(r), hw = p.H * p.W;
-  const int b = row / hw, h = row % hw / p.W, w = row % p.W;
-  return PoolGradAt(p.dout, p.argmax, b, h, w, c, (h * p.W + w) * C + c, C, p.K, p.stride, p.OH,
-                    p.OW);
+  const uint32_t row = static_cast<uint32_t>(r);
+  const uint32_t b = p.by_hw.Div(row), rem = row - b * p.by_hw.d;
+  const uint32_t h = p.by_w.Div(rem), w = rem - h * p.by_w.d;
+  const int oh = static_cast<int>(p.by_k.Div(h)), ow = static_cast<int>(p.by_k.Div(w));
+  if (oh >= p.OH || ow >= p.OW) return 0.0f;
+  const int o = ((static_cast<int>(b) * p.OH + oh) * p.OW + ow) * C + c;
+  const int within = (static_cast<int>(h) * p.W + static_cast<int>(w)) * C + c;
+  return p.argmax[o] == within ? 0.0f + p.dout(o) : 0.0f;
+}
+
+// Element i's row and channel in an [rows, C] array: by the divider where indices are 32-bit.
+template <typename Index>
+__device__ inline void RowChannel(Index i, int C, const FastDiv& by_c, Index* row, int* c) {
+  if constexpr (sizeof(Index) == sizeof(uint32_t)) {
+    const uint32_t r = by_c.Div(static_cast<uint32_t>(i));
+    *row = static_cast<Index>(r);
+    *c = static_cast<int>(static_cast<uint32_t>(i) - r * by_c.d);
+  } else {
+    *row = i / C;
+    *c = static_cast<int>(i % C);
+  }
 }
 
 // Training's normalisation of x with scale = gamma invstd and shift = beta - mean scale, in one
@@ -426,9 +435,11 @@ template <typename Index>
 __global__ void BnApplyKernel(float* out, float* pre, uint16_t* outh, const float* x,
                               const uint16_t* xh, const float* gamma, const float* beta,
                               const float* mean, const float* invstd, const float* running_var,
-                              Index n, int C, float eps, Activation act, bool bf16) {
+                              Index n, int C, FastDiv by_c, float eps, Activation act, bool bf16) {
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
-    const int c = static_cast<int>(i % C);
+    Index row;
+    int c;
+    RowChannel(i, C, by_c, &row, &c);
     float scale, shift;
     BnScaleShift(c, gamma, beta, mean, invstd, running_var, eps, &scale, &shift);
     const float y = BnNormalize(Elem(x, xh, i, bf16), scale, shift);
@@ -452,14 +463,18 @@ __device__ inline float SideValue(const BnSide& side, int64_t i, float scale, fl
 // BnApplyKernel's.
 template <typename Index>
 __global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, BnSide a, BnSide b,
-                                  Index n, int H, int W, int C, int K, int stride, int OH, int OW,
-                                  bool relu, bool bf16) {
+                                  PoolGeom g, Index n, int C, FastDiv by_c, bool relu, bool bf16) {
   const bool two = b.gamma != nullptr;
+  const int H = g.H, W = g.W, K = g.K;
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
-    const int c = static_cast<int>(i % C);
-    const Index pix = i / C;
-    const int ow = static_cast<int>(pix % OW), oh = static_cast<int>(pix / OW % OH);
-    const Index image = (pix / (static_cast<Index>(OW) * OH)) * H * W * C;
+    Index pix;
+    int c;
+    RowChannel(i, C, by_c, &pix, &c);
+    const uint32_t rest = g.by_ow.Div(static_cast<uint32_t>(pix));
+    const int ow = static_cast<int>(static_cast<uint32_t>(pix) - rest * g.by_ow.d);
+    const uint32_t bi = g.by_oh.Div(rest);
+    const int oh = static_cast<int>(rest - bi * g.by_oh.d);
+    const Index image = static_cast<Index>(bi) * H * W * C;
     float sa, ha, sb = 0.0f, hb = 0.0f;
     BnScaleShift(c, a.gamma, a.beta, a.mean, a.invstd, a.running_var, a.eps, &sa, &ha);
     if (two) BnScaleShift(c, b.gamma, b.beta, b.mean, b.invstd, b.running_var, b.eps, &sb, &hb);
@@ -467,11 +482,11 @@ __global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, B
       const float va = SideValue(a, image + at, sa, ha, bf16);
       return two ? va + SideValue(b, image + at, sb, hb, bf16) : va;
     };
-    int32_t best = (oh * stride * W + ow * stride) * C + c;
+    int32_t best = (oh * K * W + ow * K) * C + c;
     float m = value(best);
     for (int kh = 0; kh < K; ++kh) {
       for (int kw = 0; kw < K; ++kw) {
-        const int32_t at = ((oh * stride + kh) * W + ow * stride + kw) * C + c;
+        const int32_t at = ((oh * K + kh) * W + ow * K + kw) * C + c;
         const float v = value(at);
         if (v > m || v != v) {  // as MaxPoolForwardKernel: ties keep the first, NaN propagates
           m = v;
@@ -511,12 +526,13 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
 template <typename Index>
 __global__ void BnGradApplyKernel(float* dx, uint16_t* dxh, const float* d, const uint16_t* dh,
                                   const float* x, const uint16_t* xh, const float* mean,
-                                  const float* coef, PoolGeom pool, Index n, int C, bool accumulate,
-                                  bool bf16) {
+                                  const float* coef, PoolGeom pool, Index n, int C, FastDiv by_c,
+                                  bool accumulate, bool bf16) {
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
-    const int c = static_cast<int>(i % C);
-    const float di =
-        pool.argmax != nullptr ? PoolGradOfRow(pool, i / C, c, C) : Elem(d, dh, i, bf16);
+    Index row;
+    int c;
+    RowChannel(i, C, by_c, &row, &c);
+    const float di = pool.argmax != nullptr ? PoolGradOfRow(pool, row, c, C) : Elem(d, dh, i, bf16);
     const float g =
         coef[c] * (di - coef[C + c] - (Elem(x, xh, i, bf16) - mean[c]) * coef[2 * C + c]);
     if (dxh != nullptr) {
@@ -691,9 +707,10 @@ Status BnPartials(double* partials, float* d, uint16_t* dh, const float* x, cons
 }
 
 // The fused pool's geometry (BnPool), with its output gradient for backward; refused where
-// batch norm's activation is not kNone, the shapes disagree or an index would not fit an int.
+// batch norm's activation is not kNone, the windows overlap or leave gaps, the shapes disagree
+// or an index would not fit an int.
 Status PoolGeomOf(const BnPool& p, int64_t N, int C, cpu::Activation act, bool bf16, PoolGeom* g) {
-  if (act != cpu::Activation::kNone || p.K < 1 || p.stride < 1 || p.H < p.K || p.W < p.K ||
+  if (act != cpu::Activation::kNone || p.K < 1 || p.stride != p.K || p.H < p.K || p.W < p.K ||
       int64_t{p.B} * p.H * p.W != N ||
       N * C > std::numeric_limits<int>::max() - kMaxBlocks * kThreads) {
     return Status::Internal("cuda: a max pool batch norm cannot run in its passes");
@@ -706,9 +723,13 @@ Status PoolGeomOf(const BnPool& p, int64_t N, int C, cpu::Activation act, bool b
   g->H = p.H;
   g->W = p.W;
   g->K = p.K;
-  g->stride = p.stride;
   g->OH = PoolOut(p.H, p.K, p.stride);
   g->OW = PoolOut(p.W, p.K, p.stride);
+  g->by_hw = FastDiv(p.H * p.W);
+  g->by_w = FastDiv(p.W);
+  g->by_k = FastDiv(p.K);
+  g->by_ow = FastDiv(g->OW);
+  g->by_oh = FastDiv(g->OH);
   return Status::Ok();
 }
 
@@ -718,14 +739,14 @@ Status PoolApply(const BnSide& a, const BnSide& b, const PoolGeom& g, int C, con
   const int n = pool.B * g.OH * g.OW * C;
   if (n == 0) return Status::Ok();
   Launch(BnPoolApplyKernel<int>, Blocks(n), kThreads, stream, pool.out, pool.out16, pool.argmax, a,
-         b, n, g.H, g.W, C, g.K, g.stride, g.OH, g.OW, pool.relu, bf16);
+         b, g, n, C, FastDiv(C), pool.relu, bf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
 // Batch norm's apply pass: its own output, or the fused pool's (BnPool); none where there is
-// nothing to write (statistics only). Evaluation where
-// invstd is null (mean then the running mean).
+// nothing to write (statistics only). Evaluation where invstd is null (mean then the running
+// mean).
 Status BnApply(float* out, float* pre, const float* x, const float* gamma, const float* beta,
                const float* mean, const float* invstd, const float* running_var, int64_t N, int C,
                float eps, cpu::Activation act, const BnHalf& half, const BnPool* pool,
@@ -741,7 +762,8 @@ Status BnApply(float* out, float* pre, const float* x, const float* gamma, const
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
     Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out, pre, half.out, x, half.x,
-           gamma, beta, mean, invstd, running_var, static_cast<Index>(N * C), C, eps, act, bf16);
+           gamma, beta, mean, invstd, running_var, static_cast<Index>(N * C), C, FastDiv(C), eps,
+           act, bf16);
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
@@ -840,7 +862,8 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
     using Index = decltype(index);
     Launch(BnGradApplyKernel<Index>, Blocks(N * C), kThreads, stream, dx, half.dx,
            static_cast<const float*>(d), static_cast<const uint16_t*>(half.d), x, half.x, mean,
-           static_cast<const float*>(coef), g, static_cast<Index>(N * C), C, accumulate_dx, bf16);
+           static_cast<const float*>(coef), g, static_cast<Index>(N * C), C, FastDiv(C),
+           accumulate_dx, bf16);
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();

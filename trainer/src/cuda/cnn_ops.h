@@ -72,8 +72,9 @@ struct BnHalf {
 // not batch norm's own output; backward takes the pool's output gradient (dout, the ReLU's
 // already applied; or dout16, the next convolution's 16-bit data gradient, to which it applies
 // the ReLU's mask from out where relu) and argmax where it would take d, as maxpool_backward
-// would spread them. The same bits as the separate passes. Batch norm's act must be kNone.
-// Every index of the input, and of the pool's output, must fit in an int.
+// would spread them. The same bits as the separate passes. Batch norm's act must be kNone; the
+// windows must neither overlap nor leave gaps between them (stride == K). Every index of the
+// input, and of the pool's output, must fit in an int.
 struct BnPool {
   float* out = nullptr;
   uint16_t* out16 = nullptr;

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "cpu/ops.h"
+#include "cuda/fast_div.h"
 
 namespace sweep::trainer::cuda {
 

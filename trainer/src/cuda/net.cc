@@ -99,8 +99,8 @@ Status Net::Allocate() {
       bn_relu_[static_cast<size_t>(a)] = j;
     }
   }
-  // A batch norm's max pool, read through a ReLU that runs after it or directly; its indices
-  // must fit in an int (BnPool), with room to spare.
+  // A batch norm's max pool, read through a ReLU that runs after it or directly; its windows
+  // side by side (stride == kernel) and its indices within an int (BnPool), with room to spare.
   // Or a residual block's end: an add of two batch norms, each read only by it.
   norm_pool_.assign(n, -1);
   norm_pair_.assign(n, -1);
@@ -115,7 +115,7 @@ Status Net::Allocate() {
     int i = pool.input;
     if (readers[static_cast<size_t>(i)] != 1) continue;
     if (relu_after_pool_[static_cast<size_t>(i)]) i = model_.layer(i).input;
-    if (i < 0 || readers[static_cast<size_t>(i)] != 1 ||
+    if (i < 0 || readers[static_cast<size_t>(i)] != 1 || pool.stride != pool.kernel ||
         int64_t{max_batch_} * pool.in_shape.size() >= (int64_t{1} << 30)) {
       continue;
     }
