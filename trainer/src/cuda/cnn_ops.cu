@@ -333,10 +333,14 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
               mask_out != nullptr ? mask_out[i] > 0.0f : BnNormalize(xv, scale, shift) > 0.0f;
           if (!on) {
             grad = 0.0f;
-            if (dh != nullptr) {
-              dh[i] = HalfBits(0.0f, bf16);
-            } else {
-              d[i] = 0.0f;
+            // Written back for the apply pass where the mask is read; where it is computed
+            // again, that pass computes it too (no scattered writes).
+            if (mask_out != nullptr) {
+              if (dh != nullptr) {
+                dh[i] = HalfBits(0.0f, bf16);
+              } else {
+                d[i] = 0.0f;
+              }
             }
           }
         }
@@ -522,19 +526,26 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
 }
 
 // dx, or its 16-bit copy dxh where given; d and x read from dh and xh where given, d from the
-// fused pool's gradient where that is.
+// fused pool's gradient where that is; ReLU's mask applied where relu_again (the partial pass
+// left d unmasked).
 template <typename Index>
 __global__ void BnGradApplyKernel(float* dx, uint16_t* dxh, const float* d, const uint16_t* dh,
                                   const float* x, const uint16_t* xh, const float* mean,
-                                  const float* coef, PoolGeom pool, Index n, int C, FastDiv by_c,
-                                  bool accumulate, bool bf16) {
+                                  const float* coef, const float* gamma, const float* beta,
+                                  const float* invstd, bool relu_again, PoolGeom pool, Index n,
+                                  int C, FastDiv by_c, bool accumulate, bool bf16) {
   for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
     Index row;
     int c;
     RowChannel(i, C, by_c, &row, &c);
-    const float di = pool.argmax != nullptr ? PoolGradOfRow(pool, row, c, C) : Elem(d, dh, i, bf16);
-    const float g =
-        coef[c] * (di - coef[C + c] - (Elem(x, xh, i, bf16) - mean[c]) * coef[2 * C + c]);
+    float di = pool.argmax != nullptr ? PoolGradOfRow(pool, row, c, C) : Elem(d, dh, i, bf16);
+    const float xv = Elem(x, xh, i, bf16);
+    if (relu_again) {  // ReLU's mask from the forward's output, computed again
+      float scale, shift;
+      BnScaleShift(c, gamma, beta, mean, invstd, nullptr, 0.0f, &scale, &shift);
+      if (!(BnNormalize(xv, scale, shift) > 0.0f)) di = 0.0f;
+    }
+    const float g = coef[c] * (di - coef[C + c] - (xv - mean[c]) * coef[2 * C + c]);
     if (dxh != nullptr) {
       dxh[i] = HalfBits(g, bf16);
     } else {
@@ -862,8 +873,8 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
     using Index = decltype(index);
     Launch(BnGradApplyKernel<Index>, Blocks(N * C), kThreads, stream, dx, half.dx,
            static_cast<const float*>(d), static_cast<const uint16_t*>(half.d), x, half.x, mean,
-           static_cast<const float*>(coef), g, static_cast<Index>(N * C), C, FastDiv(C),
-           accumulate_dx, bf16);
+           static_cast<const float*>(coef), gamma, beta, invstd, relu && out == nullptr, g,
+           static_cast<Index>(N * C), C, FastDiv(C), accumulate_dx, bf16);
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();

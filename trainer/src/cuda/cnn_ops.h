@@ -61,7 +61,7 @@ int64_t batchnorm_scratch_bytes(int64_t N, int C);
 struct BnHalf {
   const uint16_t* x = nullptr;  // read instead of x: a convolution's 16-bit output
   uint16_t* out = nullptr;      // forward and evaluation: out's 16-bit copy (out may be null)
-  uint16_t* d = nullptr;        // backward: read instead of d; ReLU's mask is applied in place
+  uint16_t* d = nullptr;        // backward: read instead of d; ReLU's mask applied as to d
   uint16_t* dx = nullptr;       // backward: dx in 16 bits, written instead of dx (not added to)
   cpu::HalfType type = cpu::HalfType::kBf16;
 };
@@ -127,9 +127,9 @@ Status batchnorm_eval(float* out, const float* x, const float* gamma, const floa
                       float eps, cpu::Activation act, cudaStream_t stream, const BnHalf& half = {},
                       const BnPool* pool = nullptr);
 // d [N, C]: the gradient w.r.t. out on entry, used as scratch. dgamma, dbeta (+)= their
-// gradients; dx (+= when accumulate_dx; may be null) the input's. ReLU's mask reads out, or,
-// where out is null, act(gamma * xhat + beta) computed again from x, beta and the statistics:
-// the forward's bits.
+// gradients; dx (+= when accumulate_dx; may be null) the input's. ReLU's mask reads out (and is
+// written into d), or, where out is null, is act(gamma * xhat + beta) computed again from x,
+// beta and the statistics in each pass (the forward's bits; d is left as it came).
 Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, const float* x,
                           const float* pre, const float* out, const float* mean,
                           const float* invstd, const float* gamma, int64_t N, int C,
