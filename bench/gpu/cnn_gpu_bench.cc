@@ -346,6 +346,9 @@ double NetStepMs(const trainer::ModelSpec& model, int batch, trainer::Precision 
       ok ? TimeMs(h.stream, [&] { return cudaGraphLaunch(exec, h.stream) == cudaSuccess; }) : -1;
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
+  // A failed capture leaves its error as the thread's last: clear it, or the next check of a
+  // launch (in the next probe or case) would report it.
+  if (ms < 0) (void)cudaGetLastError();
   return ms;
 }
 
@@ -381,10 +384,12 @@ int PrintCnnShares(const TrainOptions& o, trainer::Precision precision, double s
     std::printf("  batch norm: not timed: %s\n", bn.why.empty() ? "a call failed" : bn.why.c_str());
     ++missing;
   }
-  // The same model's step three ways: as the trainer runs it (fused passes, our batch norm
-  // after a convolution in bf16 / fp16, cuDNN's elsewhere), with every pass on its own and
-  // cuDNN's batch norm where it has an engine (as before the fusions), and with every pass on
-  // its own but our batch norm (the fusions' share alone).
+  // The same model's step three ways, each with the convolution plans cuDNN's heuristics rank
+  // first (no cudnn_autotune, so that the plans are the same in all three): as the trainer runs
+  // it without autotune (fused passes, our batch norm after a convolution in bf16 / fp16,
+  // cuDNN's elsewhere), with every pass on its own and cuDNN's batch norm where it has an
+  // engine (as before the fusions), and with every pass on its own but our batch norm (the
+  // fusions' share alone).
   cuda::NetOptions fused, apart, apart_ours;
   apart.fuse = apart_ours.fuse = false;
   apart_ours.ours_norm_only = true;

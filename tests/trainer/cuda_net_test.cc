@@ -165,6 +165,22 @@ class CudaNet : public ::testing::Test {
 
   static constexpr int kUnchecked = -1, kSome = 0, kAll = 1, kNone = 2;
 
+  // The fused passes against every pass apart, both through our batch norm (Train): the same
+  // bits.
+  void ExpectSameBits(const ModelSpec& model, TensorShape input, Precision precision, int rows) {
+    NetOptions fused, unfused;
+    fused.ours_norm_only = unfused.ours_norm_only = true;
+    unfused.fuse = false;
+    const Run a = Train(model, input, precision, fused, rows);
+    const Run b = Train(model, input, precision, unfused, rows);
+    ASSERT_EQ(a.losses.size(), 2u);
+    EXPECT_EQ(a.losses, b.losses);
+    EXPECT_EQ(a.grads, b.grads);
+    EXPECT_EQ(a.stats, b.stats);
+    EXPECT_EQ(a.eval_loss, b.eval_loss);
+    EXPECT_EQ(a.correct, b.correct);
+  }
+
   // What a net of 6 rows gives for two micro-batches of B rows (the second accumulating) and an
   // evaluation: the losses, the gradients, the running statistics and the evaluation's loss and
   // count, as bits.
@@ -322,18 +338,25 @@ TEST_F(CudaNet, FusedPassesGiveTheUnfusedBits) {
                    (precision == Precision::kFp32   ? " fp32"
                     : precision == Precision::kBf16 ? " bf16"
                                                     : " fp16"));
-      NetOptions fused, unfused;
-      fused.ours_norm_only = unfused.ours_norm_only = true;
-      unfused.fuse = false;
-      const Run a = Train(*model, k.input, precision, fused, k.rows);
-      const Run b = Train(*model, k.input, precision, unfused, k.rows);
-      ASSERT_EQ(a.losses.size(), 2u);
-      EXPECT_EQ(a.losses, b.losses);
-      EXPECT_EQ(a.grads, b.grads);
-      EXPECT_EQ(a.stats, b.stats);
-      EXPECT_EQ(a.eval_loss, b.eval_loss);
-      EXPECT_EQ(a.correct, b.correct);
+      ExpectSameBits(*model, k.input, precision, k.rows);
     }
+  }
+  // A residual end whose shortcut batch norm reads the model's input.
+  Result<ModelSpec> on_input = ModelSpec::FromJson(nlohmann::json::parse(R"({
+      "input": [4, 6, 6], "classes": 5, "layers": [
+        {"kind": "batch_norm", "input": -1},
+        {"kind": "conv2d", "input": -1, "out": 4, "kernel": 3, "stride": 1, "pad": 1,
+         "bias": false},
+        {"kind": "batch_norm", "input": 1},
+        {"kind": "add", "input": 2, "shortcut": 0},
+        {"kind": "max_pool", "input": 3, "kernel": 2, "stride": 2},
+        {"kind": "flatten", "input": 4},
+        {"kind": "linear", "input": 5, "out": 5}]})"));
+  ASSERT_TRUE(on_input.ok()) << on_input.status().message();
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(precision == Precision::kFp32 ? "shortcut on the input, fp32"
+                                               : "shortcut on the input, bf16");
+    ExpectSameBits(*on_input, on_input->input, precision, 6);
   }
 }
 

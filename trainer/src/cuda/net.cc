@@ -350,11 +350,11 @@ Result<bool> Net::NormRunsPool(int i, int B, bool train) {
   return ours && other;
 }
 
-BnSide Net::NormSide(int i, bool train) {
+BnSide Net::NormSide(int i, const float* x, bool train) {
   const Layer& l = model_.layer(i);
   const size_t at = static_cast<size_t>(i);
   BnSide side;
-  side.x = val_[static_cast<size_t>(l.input)];
+  side.x = l.input < 0 ? x : val_[static_cast<size_t>(l.input)];
   side.x16 = NormHalf(i).x;
   side.gamma = params_.data() + l.weight;
   side.beta = params_.data() + l.bias_at;
@@ -799,7 +799,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           }
           const Layer& bn = model_.layer(l.input);
           SWEEP_RETURN_IF_ERROR(batchnorm_add_pool(
-              NormSide(l.input, train), NormSide(l.shortcut, train),
+              NormSide(l.input, x, train), NormSide(l.shortcut, x, train),
               int64_t{B} * bn.in_shape.h * bn.in_shape.w, bn.in_shape.c, bp, half_type_, stream_));
           break;
         }

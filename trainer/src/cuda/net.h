@@ -205,8 +205,9 @@ class Net final : public ReplicaModel {
   Result<bool> AddInNorm(int j, int B, bool train);
   // Whether batch norm i runs its pool's passes in this pass (alone, or with its pair).
   Result<bool> NormRunsPool(int i, int B, bool train);
-  // Batch norm i's side of batchnorm_add_pool: its input, parameters and statistics.
-  BnSide NormSide(int i, bool train);
+  // Batch norm i's side of batchnorm_add_pool: its input (x where that is the model's),
+  // parameters and statistics.
+  BnSide NormSide(int i, const float* x, bool train);
   // With fuse: norm_pair_[i], the other batch norm an add sums with batch norm i before a max
   // pool (add_pool_[j], that pool, for the add j), or -1. Each then computes its statistics
   // only; the add runs both apply passes with the sum and the pool (batchnorm_add_pool), and
