@@ -105,6 +105,7 @@ double ActivationBytes(const ModelSpec& model, int rows, Precision precision, co
   }
   bytes += sizeof(float) * r * static_cast<double>(model.input.size());  // the batch
   std::vector<int> readers(model.layers.size(), 0);
+  std::vector<char> copied(model.layers.size() + 1, 0);  // by input + 1: its 16-bit copy counted
   for (const Layer& l : model.layers) {
     if (l.input >= 0) ++readers[static_cast<size_t>(l.input)];
     if (l.shortcut >= 0) ++readers[static_cast<size_t>(l.shortcut)];
@@ -116,7 +117,10 @@ double ActivationBytes(const ModelSpec& model, int rows, Precision precision, co
     bytes += 2 * sizeof(float) * out;
     if (l.kind == LayerKind::kMaxPool) bytes += sizeof(int32_t) * out;
     if (l.kind == LayerKind::kDropout) bytes += sizeof(float) * out;
-    if (half && (l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear)) {
+    // GEMMs reading one layer share its 16-bit copy (Net's in16_of_).
+    if (half && (l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear) &&
+        !copied[static_cast<size_t>(l.input + 1)]) {
+      copied[static_cast<size_t>(l.input + 1)] = 1;
       bytes += sizeof(uint16_t) * r * static_cast<double>(l.in_shape.size());
     }
     // A convolution read only by the batch norm right after it keeps its 16-bit output (Net's

@@ -81,6 +81,25 @@ Status Net::Allocate() {
   // gradient from the convolution right after it, a ReLU inside a batch norm's passes, a
   // convolution's 16-bit output read by the batch norm right after it.
   const bool fuse16 = half() && options_.fuse;
+  // GEMM layers reading one layer (or the model's input) share the first one's 16-bit copy of
+  // it; where they are all its readers, the layer writes that copy in its own pass.
+  in16_of_.resize(n);
+  std::vector<int> first_gemm(n + 1, -1), gemm_readers(n + 1, 0);  // by input + 1
+  for (int j = 0; j < L; ++j) {
+    const Layer& l = model_.layer(j);
+    in16_of_[static_cast<size_t>(j)] = j;
+    if (!fuse16 || (l.kind != LayerKind::kConv && l.kind != LayerKind::kLinear)) continue;
+    const size_t from = static_cast<size_t>(l.input + 1);
+    if (first_gemm[from] < 0) first_gemm[from] = j;
+    in16_of_[static_cast<size_t>(j)] = first_gemm[from];
+    ++gemm_readers[from];
+  }
+  for (int a = 0; a < L; ++a) {
+    const size_t from = static_cast<size_t>(a + 1);
+    if (gemm_readers[from] > 1 && gemm_readers[from] == readers[static_cast<size_t>(a)]) {
+      copy16_for_[static_cast<size_t>(a)] = first_gemm[from];
+    }
+  }
   for (int j = 0; j < L; ++j) {
     const Layer& l = model_.layer(j);
     const int a = l.input;
@@ -202,8 +221,10 @@ Status Net::Allocate() {
         conv_out = std::max(conv_out, l.out_shape.size());
         conv_in = std::max(conv_in, l.in_shape.size());
       }
-      SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * l.in_shape.size(),
-                                                         &in16_[static_cast<size_t>(i)]));
+      if (in16_of_[static_cast<size_t>(i)] == i) {
+        SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * l.in_shape.size(),
+                                                           &in16_[static_cast<size_t>(i)]));
+      }
       if (i + 1 < L && bn16_[static_cast<size_t>(i) + 1]) {
         SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * l.out_shape.size(),
                                                            &conv16_[static_cast<size_t>(i)]));
@@ -633,11 +654,14 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
     // bf16 / fp16: a GEMM layer's input as 16 bits, kept for its weight gradient.
     uint16_t* in16 = nullptr;
     if (half() && (l.kind == LayerKind::kLinear || l.kind == LayerKind::kConv)) {
-      in16 = in16_[at].data();
-      if (!in16_ready_[at]) {
-        SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
+      const int src = in16_of_[at];
+      in16 = in16_[static_cast<size_t>(src)].data();
+      if (src == i) {  // else the GEMM before it that reads the same layer made it already
+        if (!in16_ready_[at]) {
+          SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
+        }
+        in16_ready_[at] = 0;
       }
-      in16_ready_[at] = 0;
     }
     // An activation's 16-bit copy for the GEMM layer that alone reads it, in its own pass.
     uint16_t* copy16 = nullptr;
@@ -860,7 +884,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         }
         float* d_in = target(l.input, &add);
         const uint16_t* p16 = params16_.data();
-        const uint16_t* in16 = half() ? in16_[at].data() : nullptr;
+        const uint16_t* in16 = half() ? in16_[static_cast<size_t>(in16_of_[at])].data() : nullptr;
         if (half()) {
           // The batch norm after a convolution may have written its 16-bit gradient already.
           SWEEP_ASSIGN_OR_RETURN(const bool d16_written, ConvFeedsNorm16(i, B, true));

@@ -172,11 +172,16 @@ class Net final : public ReplicaModel {
   // the same passes, as the CPU's net does.
   std::vector<int> bn_relu_;
   // bf16 / fp16 with fuse: copy16_for_[i], the GEMM layer (convolution or linear) that is
-  // layer i's only reader, or -1. An activation layer (or a max pool applying a ReLU, or our
-  // batch norm giving layer i's output) writes that layer's 16-bit input in its own pass, and
-  // in16_ready_ tells the reader, this forward, not to cast it again.
+  // layer i's only reader (or the first of the GEMMs that are all its readers), or -1. An
+  // activation layer (or a max pool applying a ReLU, or our batch norm giving layer i's output)
+  // writes that layer's 16-bit input in its own pass, and in16_ready_ tells the reader, this
+  // forward, not to cast it again.
   std::vector<int> copy16_for_;
   std::vector<char> in16_ready_;
+  // bf16 / fp16: in16_of_[j], the GEMM layer whose in16_ GEMM layer j reads: itself, or with
+  // fuse the first GEMM reading the same layer (a residual block's body and projection), whose
+  // copy it shares. copy16_for_ then names that first one, where GEMMs are all the readers.
+  std::vector<int> in16_of_;
   // bf16 / fp16 with fuse: grad16_[a], activation a (or a max pool run in its batch norm's
   // passes, norm_pool_) is read only by the convolution right after it, whose 16-bit data
   // gradient (h_dx_) the activation's backward then reads itself, not widened first; or the
