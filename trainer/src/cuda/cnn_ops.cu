@@ -55,20 +55,6 @@ __global__ void MaxPoolForwardKernel(float* out, int32_t* argmax, const float* i
   }
 }
 
-// A max pool's output gradient at o: fp32 d, or 16-bit d16 (bf16 or fp16) masked by a ReLU's
-// output where mask is given, as widen_half and then act_backward give it.
-struct PoolDout {
-  const float* d = nullptr;
-  const uint16_t* d16 = nullptr;
-  const float* mask = nullptr;
-  bool bf16 = true;
-  template <typename Index>
-  __device__ float operator()(Index o) const {
-    if (d16 == nullptr) return d[o];
-    return mask != nullptr && !(mask[o] > 0.0f) ? 0.0f : HalfValue(d16[o], bf16);
-  }
-};
-
 // dinp at (b, h, w, c) = the sum of dout over the windows covering it whose maximum it was.
 template <typename Index>
 __global__ void MaxPoolBackwardKernel(float* dinp, const float* dout, const int32_t* argmax,
@@ -237,6 +223,20 @@ __device__ inline float Elem(const float* x, const uint16_t* xh, Index i, bool b
   return xh != nullptr ? HalfValue(xh[i], bf16) : x[i];
 }
 
+// A max pool's output gradient at o: fp32 d, or 16-bit d16 (bf16 or fp16) masked by a ReLU's
+// output where mask is given, as widen_half and then act_backward give it.
+struct PoolDout {
+  const float* d = nullptr;
+  const uint16_t* d16 = nullptr;
+  const float* mask = nullptr;
+  bool bf16 = true;
+  template <typename Index>
+  __device__ float operator()(Index o) const {
+    if (d16 == nullptr) return d[o];
+    return mask != nullptr && !(mask[o] > 0.0f) ? 0.0f : HalfValue(d16[o], bf16);
+  }
+};
+
 // A max pool fused with batch norm (BnPool), for the kernels: its output gradient and argmax
 // (argmax null: no pool), its input's height and width, its windows (K wide at stride K, so an
 // input lies in one window at most) and output size, and dividers for the index arithmetic.
@@ -299,6 +299,24 @@ __device__ inline void BnScaleShift(int c, const float* gamma, const float* beta
                              : BnShift(beta[c], mean[c] * gamma[c], inv);
 }
 
+// Adds a (kBnCols, kBnGroups) block's lanes of one channel in lane order: true for lane 0 of a
+// channel c below C, whose *a and *b then hold the sums. Every thread of the block must call it:
+// it synchronises them.
+__device__ bool SumLanes(int c, int C, double* a, double* b) {
+  __shared__ double s0[kBnGroups][kBnCols];
+  __shared__ double s1[kBnGroups][kBnCols];
+  const int lane = static_cast<int>(threadIdx.y);
+  s0[lane][threadIdx.x] = *a;
+  s1[lane][threadIdx.x] = *b;
+  __syncthreads();
+  if (lane != 0 || c >= C) return false;
+  for (int i = 1; i < kBnGroups; ++i) {
+    *a += s0[i][threadIdx.x];
+    *b += s1[i][threadIdx.x];
+  }
+  return true;
+}
+
 // Sums over range blockIdx.y of rows, per channel: of a = x - k (k: the first row, near the
 // mean, so the variance does not cancel) and a^2 (statistics), or of g and g * (x - mean)
 // (backward: g = d, or the fused pool's gradient; ReLU's mask applied and written back when
@@ -311,8 +329,6 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
                     const float* mean, const float* mask_out, const float* gamma, const float* beta,
                     const float* invstd, PoolGeom pool, int64_t N, int C, int64_t rows_per_range,
                     bool backward, bool relu, bool bf16) {
-  __shared__ double s0[kBnGroups][kBnCols];
-  __shared__ double s1[kBnGroups][kBnCols];
   const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
   const int g = static_cast<int>(threadIdx.y);
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_range;
@@ -368,14 +384,7 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
       }
     }
   }
-  s0[g][threadIdx.x] = a;
-  s1[g][threadIdx.x] = b;
-  __syncthreads();
-  if (g == 0 && c < C) {
-    for (int i = 1; i < kBnGroups; ++i) {
-      a += s0[i][threadIdx.x];
-      b += s1[i][threadIdx.x];
-    }
+  if (SumLanes(c, C, &a, &b)) {
     partials[(static_cast<int64_t>(blockIdx.y) * 2) * C + c] = a;
     partials[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * C + c] = b;
   }
@@ -387,8 +396,6 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
 // (kBnCols, kBnGroups) block must call it: it synchronises them. One thread a channel took the
 // ranges one after the other: up to 1,024 dependent additions.
 __device__ bool SumRanges(const double* partials, int ranges, int C, double* sum0, double* sum1) {
-  __shared__ double s0[kBnGroups][kBnCols];
-  __shared__ double s1[kBnGroups][kBnCols];
   const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
   const int lane = static_cast<int>(threadIdx.y);
   double a = 0.0, b = 0.0;
@@ -398,14 +405,7 @@ __device__ bool SumRanges(const double* partials, int ranges, int C, double* sum
       b += partials[(int64_t{r} * 2 + 1) * C + c];
     }
   }
-  s0[lane][threadIdx.x] = a;
-  s1[lane][threadIdx.x] = b;
-  __syncthreads();
-  if (lane != 0 || c >= C) return false;
-  for (int i = 1; i < kBnGroups; ++i) {
-    a += s0[i][threadIdx.x];
-    b += s1[i][threadIdx.x];
-  }
+  if (!SumLanes(c, C, &a, &b)) return false;
   *sum0 = a;
   *sum1 = b;
   return true;

@@ -363,12 +363,15 @@ Result<bool> Net::AddInNorm(int j, int B, bool train) {
 }
 
 Result<bool> Net::NormRunsPool(int i, int B, bool train) {
-  const size_t at = static_cast<size_t>(i);
-  if (norm_pool_[at] < 0) return false;
-  if (norm_pair_[at] < 0) return NormOurs(i, B, train);
-  SWEEP_ASSIGN_OR_RETURN(const bool ours, NormOurs(i, B, train));
-  SWEEP_ASSIGN_OR_RETURN(const bool other, NormOurs(norm_pair_[at], B, train));
-  return ours && other;
+  const int p = norm_pool_[static_cast<size_t>(i)];
+  if (p < 0) return false;
+  return PoolInNorm(p, B, train);
+}
+
+void Net::Copy16Made(int i) {
+  if (const int j = copy16_for_[static_cast<size_t>(i)]; j >= 0) {
+    in16_ready_[static_cast<size_t>(j)] = 1;
+  }
 }
 
 BnSide Net::NormSide(int i, const float* x, bool train) {
@@ -728,8 +731,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         val_[static_cast<size_t>(o)] = dst;
         const Activation act = a >= 0 ? Activation::kRelu : Activation::kNone;
         const BnHalf h = NormHalf(i);
-        if (h.out != nullptr)
-          in16_ready_[static_cast<size_t>(copy16_for_[static_cast<size_t>(o)])] = 1;
+        if (h.out != nullptr) Copy16Made(o);
         float* dst32 = h.out != nullptr ? nullptr : dst;
         // Or the max pool reading it gives its output here instead (and its 16-bit copy); or,
         // at a residual block's end, the add after both batch norms does, and this one gives
@@ -745,23 +747,20 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           break;
         }
         BnPool bp;
-        const bool pooled = runs_pool;
-        if (pooled) {
+        if (runs_pool) {
           bp = NormPool(i, B);
           val_[static_cast<size_t>(norm_pool_[at])] = bp.out;
-          if (const int j = copy16_for_[static_cast<size_t>(norm_pool_[at])]; j >= 0) {
-            in16_ready_[static_cast<size_t>(j)] = 1;
-          }
+          Copy16Made(norm_pool_[at]);
         }
         if (train) {
           SWEEP_RETURN_IF_ERROR(
               batchnorm_forward(dst32, nullptr, mean_[at].data(), invstd_[at].data(), in,
                                 p + l.weight, p + l.bias_at, rm, rm + C, N, C, l.momentum, l.eps,
-                                act, bn_scratch_.data(), stream_, h, pooled ? &bp : nullptr));
+                                act, bn_scratch_.data(), stream_, h, runs_pool ? &bp : nullptr));
         } else {
           SWEEP_RETURN_IF_ERROR(batchnorm_eval(dst32, in, p + l.weight, p + l.bias_at, rm, rm + C,
                                                N, C, l.eps, act, stream_, h,
-                                               pooled ? &bp : nullptr));
+                                               runs_pool ? &bp : nullptr));
         }
         break;
       }
@@ -773,7 +772,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           break;
         }
         SWEEP_RETURN_IF_ERROR(act_forward(out, in, n_out, l.act, stream_, copy16, half_type_));
-        if (copy16 != nullptr) in16_ready_[static_cast<size_t>(copy16_for_[at])] = 1;
+        if (copy16 != nullptr) Copy16Made(i);
         break;
       }
       case LayerKind::kMaxPool: {
@@ -785,7 +784,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         if (l.input >= 0 && relu_after_pool_[static_cast<size_t>(l.input)]) {
           SWEEP_RETURN_IF_ERROR(
               act_forward(out, out, n_out, Activation::kRelu, stream_, copy16, half_type_));
-          if (copy16 != nullptr) in16_ready_[static_cast<size_t>(copy16_for_[at])] = 1;
+          if (copy16 != nullptr) Copy16Made(i);
         }
         break;
       }
@@ -818,9 +817,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           const int pool = add_pool_[at];
           const BnPool bp = NormPool(l.input, B);
           val_[static_cast<size_t>(pool)] = bp.out;
-          if (const int j = copy16_for_[static_cast<size_t>(pool)]; j >= 0) {
-            in16_ready_[static_cast<size_t>(j)] = 1;
-          }
+          Copy16Made(pool);
           const Layer& bn = model_.layer(l.input);
           SWEEP_RETURN_IF_ERROR(batchnorm_add_pool(
               NormSide(l.input, x, train), NormSide(l.shortcut, x, train),

@@ -178,6 +178,8 @@ class Net final : public ReplicaModel {
   // forward, not to cast it again.
   std::vector<int> copy16_for_;
   std::vector<char> in16_ready_;
+  // Layer i wrote the 16-bit copy for its GEMM reader (copy16_for_) in this forward.
+  void Copy16Made(int i);
   // bf16 / fp16: in16_of_[j], the GEMM layer whose in16_ GEMM layer j reads: itself, or with
   // fuse the first GEMM reading the same layer (a residual block's body and projection), whose
   // copy it shares. copy16_for_ then names that first one, where GEMMs are all the readers.
@@ -208,7 +210,8 @@ class Net final : public ReplicaModel {
   Result<bool> PoolInNorm(int p, int B, bool train);
   // Whether add j runs both batch norms' apply passes and its pool (add_pool_) in this pass.
   Result<bool> AddInNorm(int j, int B, bool train);
-  // Whether batch norm i runs its pool's passes in this pass (alone, or with its pair).
+  // Whether batch norm i runs its pool's passes in this pass (alone, or with its pair):
+  // PoolInNorm of its pool.
   Result<bool> NormRunsPool(int i, int B, bool train);
   // Batch norm i's side of batchnorm_add_pool: its input (x where that is the model's),
   // parameters and statistics.
