@@ -23,7 +23,12 @@
 // target: none), and tpe-mv's is set against the same seeds one at a time: the regret
 // (distance to the minimum) of the median best, on its log10, how far apart as a share of one
 // at a time's, and the mean over seeds of log10 regret (steadier where log10 regret is near 0).
-// bench/tpe/tpe_parallel.py checks the same through `sweep run`.
+// bench/tpe/tpe_parallel.py checks the same through `sweep run`. With --steps N as well, each
+// trial reports a learning curve of N steps as a function trial with `steps = N` does
+// (executor's CurveValue), and a running trial's latest report is handed to TPE as the sweep
+// does without early stopping: as a provisional observation. Trials take equal time and one
+// starts as one ends, so the k-th oldest of the N - 1 running has done (N - 1 - k) / N of its
+// steps, rounded down.
 //
 // With --peer FILE, FILE holds what `optuna_tpe.py quality FUNCTION DIMS TRIALS SEEDS
 // [--sampler tpe|tpe-mv]` printed, for one or more runs (concatenated): part 2 then ends with a
@@ -36,7 +41,7 @@
 // median best at its end: whether a long sweep keeps proposing near its good trials.
 //
 // Usage: tpe_bench [--seeds N] [--first-seed S] [--trials N] [--asks N] [--dims N]
-//                  [--concurrency N] [--model multivariate|univariate]
+//                  [--concurrency N] [--steps N] [--model multivariate|univariate]
 //                  [--cost-only | --quality-only] [--function NAME[-DIMS]]...
 //                  [--sampler tpe-mv|tpe|random]... [--peer FILE] [--windows ABOVE]
 #include <algorithm>
@@ -397,9 +402,10 @@ struct Trace {
 };
 
 // `trials` trials, `concurrency` at once: each suggestion sees the others as running (the
-// constant liar), and the oldest finishes first.
+// constant liar), and the oldest finishes first. With `steps` > 1, running trials that have
+// reported are observed at their latest report (the sweep's provisional values).
 Trace Run(const Problem& problem, const std::string& sampler, uint64_t seed, int64_t trials,
-          int concurrency, double* sampler_s) {
+          int concurrency, int steps, double* sampler_s) {
   const SearchSpace space = SpaceOf(problem);
   std::unique_ptr<TpeSampler> tpe;
   std::unique_ptr<sweep::search::Sampler> random;
@@ -417,8 +423,19 @@ Trace Run(const Problem& problem, const std::string& sampler, uint64_t seed, int
     while (static_cast<int>(running.size()) < concurrency && next < trials) {
       std::vector<json> others;
       for (const auto& r : running) others.push_back(r.second);
+      size_t reported = 0;
+      for (size_t k = 0; tpe && steps > 1 && k < running.size(); ++k) {
+        const int64_t step =
+            int64_t{steps} * (concurrency - 1 - static_cast<int64_t>(k)) / concurrency;
+        if (step < 1) continue;
+        const auto& [t, p] = running[k];
+        tpe->Observe(t, p,
+                     sweep::executor::CurveValue(Evaluate(problem, p), MinimumOfProblem(problem), p,
+                                                 step, steps));
+        ++reported;
+      }
       const double t0 = Seconds();
-      json p = tpe ? tpe->Suggest(next, others).params : *random->Sample(next);
+      json p = tpe ? tpe->Suggest(next, others, reported).params : *random->Sample(next);
       *sampler_s += Seconds() - t0;
       if (!seen.insert(p.dump()).second) {
         ++trace.duplicates;
@@ -511,7 +528,7 @@ void ComparePeer(
 }
 
 void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, int64_t trials,
-             int concurrency, const std::vector<std::string>& samplers,
+             int concurrency, int steps, const std::vector<std::string>& samplers,
              const std::string& peer_path, std::optional<double> above) {
   // Per problem label and sampler: each seed's best after all the trials.
   std::vector<std::pair<std::string, std::map<std::string, std::vector<double>>>> finals;
@@ -520,10 +537,14 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
     if (m <= trials) marks.push_back(m);
   }
   if (marks.empty() || marks.back() != trials) marks.push_back(trials);
+  const std::string reporting =
+      steps > 1 && concurrency > 1
+          ? ", running trials reporting " + std::to_string(steps) + "-step curves"
+          : "";
   std::printf(
       "\n== quality: median over %d seeds of the best value after n trials (minimising), %d "
-      "at a time\n",
-      seeds, concurrency);
+      "at a time%s\n",
+      seeds, concurrency, reporting.c_str());
   std::printf("%-20s %-8s |", "function", "sampler");
   for (int64_t m : marks) std::printf(" %11s", ("best@" + std::to_string(m)).c_str());
   std::printf(" | %10s\n", "ms/trial");
@@ -539,8 +560,8 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
       std::vector<Trace> traces;
       double sampler_s = 0;
       for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
-        traces.push_back(
-            Run(problem, sampler, static_cast<uint64_t>(seed), trials, concurrency, &sampler_s));
+        traces.push_back(Run(problem, sampler, static_cast<uint64_t>(seed), trials, concurrency,
+                             steps, &sampler_s));
         duplicates[sampler] += traces.back().duplicates;
         running_duplicates[sampler] += traces.back().running_duplicates;
       }
@@ -602,17 +623,18 @@ void Quality(const std::vector<Problem>& problems, int first_seed, int seeds, in
       double ignored = 0;
       for (int seed = first_seed; seed < first_seed + seeds; ++seed) {
         sequential.push_back(
-            Run(problem, "tpe-mv", static_cast<uint64_t>(seed), trials, 1, &ignored));
+            Run(problem, "tpe-mv", static_cast<uint64_t>(seed), trials, 1, steps, &ignored));
       }
       const double one = MedianCurve(sequential).back() - minimum;
       const double many = curves["tpe-mv"].back() - minimum;
       std::printf(
           "%-20s %-8s | regret at %lld: %.5g one at a time, %.5g %d at a time; log10 "
-          "%.3f vs %.3f (%.1f%% apart)\n",
+          "%.3f vs %.3f (%.1f%% apart, %d at a time %s)\n",
           label.c_str(), "tpe-mv", static_cast<long long>(trials), one, many, concurrency,
           LogRegret(one), LogRegret(many),
           100 * std::abs(LogRegret(many) - LogRegret(one)) /
-              std::max(1e-12, std::abs(LogRegret(one))));
+              std::max(1e-12, std::abs(LogRegret(one))),
+          concurrency, LogRegret(many) <= LogRegret(one) ? "better" : "worse");
       // The median's percentage is unstable where log10 regret is near 0: the mean over seeds
       // of log10 regret, and its difference, are steadier.
       double mean_one = 0, mean_many = 0;
@@ -639,6 +661,7 @@ int main(int argc, char** argv) {
   int asks = 200;
   int dims = 10;
   int concurrency = 1;
+  int steps = 0;      // --steps: running trials report learning curves of this many steps
   std::string model;  // --model: ask cost of only "multivariate" or "univariate"
   bool cost = true, quality = true;
   bool chosen = false;          // --function given: only those
@@ -665,6 +688,8 @@ int main(int argc, char** argv) {
       dims = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--concurrency" && i + 1 < argc) {
       concurrency = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--steps" && i + 1 < argc) {
+      steps = std::max(0, std::atoi(argv[++i]));
     } else if (a == "--model" && i + 1 < argc) {
       model = argv[++i];
     } else if (a == "--windows" && i + 1 < argc) {
@@ -698,20 +723,20 @@ int main(int argc, char** argv) {
       chosen = true;
       problems.push_back({spec, info->dims > 0 ? info->dims : n, ""});
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--seeds N] [--first-seed S] [--trials N] [--asks N] [--dims N] "
-          "[--concurrency N] [--model multivariate|univariate] [--cost-only | --quality-only] "
-          "[--function NAME[-DIMS]]... [--sampler tpe-mv|tpe|random]... [--peer FILE] "
-          "[--windows ABOVE]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--seeds N] [--first-seed S] [--trials N] [--asks N] [--dims N] "
+                   "[--concurrency N] [--steps N] [--model multivariate|univariate] "
+                   "[--cost-only | --quality-only] "
+                   "[--function NAME[-DIMS]]... [--sampler tpe-mv|tpe|random]... [--peer FILE] "
+                   "[--windows ABOVE]\n",
+                   argv[0]);
       return 2;
     }
   }
   if (cost) AskCost(dims, asks, model);
   if (samplers.empty()) samplers = {"tpe-mv", "tpe", "random"};
   if (quality) {
-    Quality(problems, first_seed, seeds, trials, concurrency, samplers, peer_path, above);
+    Quality(problems, first_seed, seeds, trials, concurrency, steps, samplers, peer_path, above);
   }
   return 0;
 }

@@ -47,6 +47,10 @@ FUNCTIONS = {
     "branin": ([(-5.0, 10.0), (0.0, 15.0)], 0.397887357729738),
     "hartmann3": ([(0.0, 1.0)] * 3, -3.8627797873327),
     "hartmann6": ([(0.0, 1.0)] * 6, -3.32236801141551),
+    "rosenbrock-5": ([(-5.0, 10.0)] * 5, 0.0),
+    "ackley-5": ([(-32.768, 32.768)] * 5, 0.0),
+    "levy-5": ([(-10.0, 10.0)] * 5, 0.0),
+    "styblinski_tang-5": ([(-5.0, 5.0)] * 5, -39.16616570377142 * 5),
 }
 
 
@@ -72,7 +76,7 @@ def config_text(function, seed, slots, trials, steps, step_ms):
         'kind = "function"',
         "",
         "[function]",
-        f'name = "{function}"',
+        f'name = "{function.split("-")[0]}"',
         f"steps = {steps}",
         f"step_ms = {step_ms}",
         "",
@@ -187,9 +191,11 @@ def main():
                 )
             one, many = logs[1], logs[args.slots]
             gap = 100 * abs(many - one) / max(1e-12, abs(one))
+            side = "better" if many < one else "worse"
             print(
                 f"{function:10} {'':5} | log10 regret of the median best: {many:.3f} on "
-                f"{args.slots} slots, {one:.3f} on 1: {gap:.1f}% apart (target: 10%)",
+                f"{args.slots} slots, {one:.3f} on 1: {gap:.1f}% apart, {args.slots} slots "
+                f"{side} (target: within 10%)",
                 flush=True,
             )
     finally:

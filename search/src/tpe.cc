@@ -446,16 +446,7 @@ class TpeSamplerImpl final : public TpeSampler {
     uint32_t row;
     if (at != by_trial_.end() && at->first == trial) {
       row = at->second;  // observed before: replace
-      for (RowTermTable& table : row_terms_) {
-        table.active -= Active(groups_[&table - row_terms_.data()], &x_[row * width]);
-      }
-      by_score_.erase(std::tuple(score_[row], trial, row));
-      for (size_t d = 0; d < sorted_.size(); ++d) {
-        const double x = x_[row * width + d];
-        if (std::isnan(x) || dims_[d].type == Dim::Type::kCategorical) continue;
-        auto& index = sorted_[d];
-        index.erase(std::lower_bound(index.begin(), index.end(), SortedEntry{x, trial, row}));
-      }
+      Unindex(trial, row);
     } else {
       row = static_cast<uint32_t>(trial_.size());
       trial_.push_back(trial);
@@ -479,6 +470,60 @@ class TpeSamplerImpl final : public TpeSampler {
     KeepRowTerms(row);
   }
 
+  // Takes trial's row out of the indexes by score and value, and out of the active counts.
+  void Unindex(int64_t trial, uint32_t row) {
+    const size_t width = dims_.size();
+    for (RowTermTable& table : row_terms_) {
+      table.active -= Active(groups_[&table - row_terms_.data()], &x_[row * width]);
+    }
+    by_score_.erase(std::tuple(score_[row], trial, row));
+    for (size_t d = 0; d < sorted_.size(); ++d) {
+      const double x = x_[row * width + d];
+      if (std::isnan(x) || dims_[d].type == Dim::Type::kCategorical) continue;
+      auto& index = sorted_[d];
+      index.erase(std::lower_bound(index.begin(), index.end(), SortedEntry{x, trial, row}));
+    }
+  }
+
+  void Forget(int64_t trial) override {
+    const size_t width = dims_.size();
+    auto at = std::lower_bound(by_trial_.begin(), by_trial_.end(), std::make_pair(trial, 0u));
+    if (at == by_trial_.end() || at->first != trial) return;
+    const uint32_t row = at->second;
+    by_trial_.erase(at);
+    Unindex(trial, row);
+    // The last row moves into the hole. Rows are only ever visited by trial or by score, so
+    // where a row lies changes no suggestion.
+    const auto last = static_cast<uint32_t>(trial_.size() - 1);
+    if (row != last) {
+      const int64_t moved = trial_[last];
+      std::lower_bound(by_trial_.begin(), by_trial_.end(), std::make_pair(moved, 0u))->second = row;
+      by_score_.erase(std::tuple(score_[last], moved, last));
+      by_score_.insert(std::tuple(score_[last], moved, row));
+      for (size_t d = 0; d < sorted_.size(); ++d) {
+        const double x = x_[last * width + d];
+        if (std::isnan(x) || dims_[d].type == Dim::Type::kCategorical) continue;
+        auto& index = sorted_[d];
+        std::lower_bound(index.begin(), index.end(), SortedEntry{x, moved, last})->row = row;
+      }
+      trial_[row] = moved;
+      score_[row] = score_[last];
+      std::copy_n(&x_[last * width], width, &x_[row * width]);
+      for (RowTermTable& table : row_terms_) {
+        table.log_mass[row] = table.log_mass[last];
+        table.quad[row] = table.quad[last];
+      }
+    }
+    trial_.pop_back();
+    score_.pop_back();
+    x_.resize(x_.size() - width);
+    if (trial_.empty()) {
+      for (RowTermTable& table : row_terms_) table = {};
+    } else {
+      KeepRowTerms(0);  // the bad set's bandwidth may move with its size
+    }
+  }
+
   void Reset() override {
     trial_.clear();
     score_.clear();
@@ -497,18 +542,18 @@ class TpeSamplerImpl final : public TpeSampler {
     // n_startup_trials trials are still random search's, as one at a time. Each trial once.
     const size_t trials_known =
         trial_.size() + running.size() - std::min(running_observed, running.size());
+    const size_t width = dims_.size();
+    const size_t n_observed = trial_.size();
     if (static_cast<int64_t>(trials_known) < options_.n_startup_trials) {
       return {random_->Sample(trial).value_or(json::object()), Suggestion::Source::kStartupRandom};
     }
-    const size_t width = dims_.size();
-    const size_t n_observed = trial_.size();
     std::vector<double> running_x(running.size() * width, kNaN);
     for (size_t r = 0; r < running.size(); ++r) Parse(running[r], &running_x[r * width]);
     const Rows rows{x_.data(), running_x.data(), n_observed, width, running.size()};
 
-    // The good set: the best n_below observations, with their rank (1 the best; 0 for the
-    // rest); running trials are always bad.
-    const size_t n_below = std::min(GoodCount(n_observed + running.size()), n_observed);
+    // The good set: the best n_below of the trials known (each once), with their rank (1 the
+    // best; 0 for the rest); running trials are always bad (also, where observed, good).
+    const size_t n_below = std::min(GoodCount(trials_known), n_observed);
     std::vector<uint32_t> good_rank(n_observed, 0);
     auto it = by_score_.begin();
     for (size_t i = 0; i < n_below; ++i, ++it) {

@@ -107,7 +107,8 @@ Status Coordinator::InterruptOrphans() {
 }
 
 // TPE learns again what it had learnt (every trial's parameters, the completed ones' ends, the
-// values at the rungs); early stopping and stop_when see the stored reports in their order.
+// values at the rungs, or without early stopping the reports of trials that did not end);
+// early stopping and stop_when see the stored reports in their order.
 Status Coordinator::ReplayReports(std::map<int64_t, std::string>* stop_reasons,
                                   std::map<int64_t, double>* reached) {
   std::map<int64_t, json> params;
@@ -122,7 +123,9 @@ Status Coordinator::ReplayReports(std::map<int64_t, std::string>* stop_reasons,
       params[t.number] = std::move(p);
     }
   }
-  if (scheduler_ == nullptr && !config_.sweep.stop_when) return Status::Ok();
+  if (scheduler_ == nullptr && !config_.sweep.stop_when && !source_->learns()) {
+    return Status::Ok();
+  }
   SWEEP_ASSIGN_OR_RETURN(auto stored, store_.AllReports(sweep_id_));
   for (const auto& r : stored) {
     (*reached)[r.trial] = std::max((*reached)[r.trial], kind_->Resource(r.step, r.epoch));
@@ -137,6 +140,10 @@ Status Coordinator::ReplayReports(std::map<int64_t, std::string>* stop_reasons,
           pruned_here = true;
         }
         if (report->resource >= scheduler_->MaxResource(r.trial)) metric_at_cap_.insert(r.trial);
+      }
+    } else if (source_->learns()) {
+      if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics)) {
+        source_->NoteReport(report->trial, report->resource, report->value, params[r.trial]);
       }
     }
     // stop_when counts the sweep's own trials, not those carried over (as live).

@@ -63,7 +63,15 @@ Status Coordinator::HandleReport(executor::WorkerEvent& ev, RunningTrial& t, dou
   progressed_.insert(ev.trial);
   // Its worker checkpoints this epoch once it hears back (go on, or stop): commit first.
   if (decision_point && kind_->checkpoints()) SWEEP_RETURN_IF_ERROR(CommitNow(now));
-  if (scheduler_ != nullptr) Decide(ev, t);
+  if (scheduler_ != nullptr) {
+    Decide(ev, t);
+  } else if (source_->learns()) {
+    // Without early stopping TPE reads the reports too: a running trial's latest stands in for
+    // its result until it ends.
+    if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics)) {
+      source_->NoteReport(report->trial, report->resource, report->value, t.params);
+    }
+  }
   // A report that pruned its trial does not end the sweep by its target. One that arrives while
   // the sweep stops for another reason (an interrupt, its time budget) does: its trial ends
   // completed and the sweep with it, as a resume replaying the store would.

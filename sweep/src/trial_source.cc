@@ -27,6 +27,7 @@ Result<std::unique_ptr<TrialSource>> TrialSource::Make(const SweepConfig& config
     for (double rung : rungs) source->tpe_values_[rung];
     source->tpe_values_[std::numeric_limits<double>::infinity()];
     source->tpe_exact_levels_ = config.early_stopping.algorithm == search::EarlyStopping::kMedian;
+    source->tpe_provisional_ = config.early_stopping.algorithm == search::EarlyStopping::kNone;
   }
   return source;
 }
@@ -126,10 +127,11 @@ json TrialSource::SuggestTpe(int64_t number, std::vector<NewTrial> pending) {
       tpe_->Observe(trial, tpe_params_[trial], value);
     }
     tpe_fed_ = level;
+    provisional_.clear();
   }
   const std::map<int64_t, double>& observed = tpe_values_.at(*level);
+  size_t running_observed = tpe_provisional_ ? KeepProvisional(pending) : 0;
   std::vector<json> running;
-  size_t running_observed = 0;
   running.reserve(pending.size());
   for (NewTrial& t : pending) {
     running.push_back(std::move(t.params));
@@ -139,6 +141,36 @@ json TrialSource::SuggestTpe(int64_t number, std::vector<NewTrial> pending) {
   proposed_by_[number] = std::string(search::SourceName(s.source));
   tpe_params_[number] = s.params;
   return std::move(s.params);
+}
+
+size_t TrialSource::KeepProvisional(const std::vector<NewTrial>& pending) {
+  const std::map<int64_t, double>& ended = tpe_values_.at(std::numeric_limits<double>::infinity());
+  std::set<int64_t> now;
+  for (const NewTrial& t : pending) now.insert(t.number);
+  // A trial no longer pending that did not end completed (NoteEnd takes those) failed: its
+  // reports are not a result, and TPE learns no failed trial's value.
+  for (auto it = provisional_.begin(); it != provisional_.end();) {
+    if (now.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    tpe_->Forget(it->first);
+    it = provisional_.erase(it);
+  }
+  std::erase_if(latest_, [&](const auto& entry) { return !now.contains(entry.first); });
+  size_t observed = 0;
+  for (const NewTrial& t : pending) {
+    auto latest = latest_.find(t.number);
+    if (latest == latest_.end() || ended.contains(t.number)) continue;
+    const double value = latest->second.second;
+    auto held = provisional_.find(t.number);
+    if (held == provisional_.end() || held->second != value) {
+      tpe_->Observe(t.number, t.params, value);
+      provisional_[t.number] = value;
+    }
+    ++observed;
+  }
+  return observed;
 }
 
 // The highest level (rung, or the trials' ends) with n_startup_trials values; else the one with
@@ -164,6 +196,14 @@ void TrialSource::NoteParams(int64_t trial, const json& params) {
 void TrialSource::NoteReport(int64_t trial, double resource, double value, const json& params) {
   if (tpe_ == nullptr) return;
   if (!tpe_params_.contains(trial)) tpe_params_[trial] = params;
+  if (tpe_provisional_) {
+    // Kept until the trial ends; the highest resource wins (a rerun going over its steps again
+    // reports lower ones).
+    if (tpe_values_.at(std::numeric_limits<double>::infinity()).contains(trial)) return;
+    auto [at, fresh] = latest_.try_emplace(trial, resource, value);
+    if (!fresh && resource >= at->second.first) at->second = {resource, value};
+    return;
+  }
   auto note = [&](double level, std::map<int64_t, double>& values) {
     if (values.emplace(trial, value).second && level == tpe_fed_) {
       tpe_->Observe(trial, tpe_params_[trial], value);
@@ -184,7 +224,11 @@ void TrialSource::NoteEnd(int64_t trial, double value, const json& params) {
   tpe_params_[trial] = params;
   constexpr double kEnd = std::numeric_limits<double>::infinity();
   tpe_values_[kEnd][trial] = value;
-  if (tpe_fed_ == kEnd) tpe_->Observe(trial, params, value);
+  latest_.erase(trial);
+  if (tpe_fed_ == kEnd) {
+    tpe_->Observe(trial, params, value);  // replaces a provisional value
+    provisional_.erase(trial);
+  }
 }
 
 std::string TrialSource::TakeProposer(int64_t number) {

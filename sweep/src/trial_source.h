@@ -60,7 +60,10 @@ class TrialSource {
 
   // What TPE learns from (the BOHB rule): a trial's parameters, its value at each rung its
   // reports reach for the first time (with the median rule, at each resource it reports), and
-  // a completed trial's final value.
+  // a completed trial's final value. Without early stopping, a running trial's report at the
+  // highest resource it reached stands in for its final value until it ends: the point of a
+  // learning curve before its end is pessimistic (a provisional observation, forgotten if the
+  // trial fails), and tells where the trial stands, which the constant liar alone does not.
   void NoteParams(int64_t trial, const nlohmann::json& params);
   void NoteReport(int64_t trial, double resource, double value, const nlohmann::json& params);
   void NoteEnd(int64_t trial, double value, const nlohmann::json& params);
@@ -74,6 +77,9 @@ class TrialSource {
   std::optional<NewTrial> Draw(const Pending& pending);
   nlohmann::json SuggestTpe(int64_t number, std::vector<NewTrial> pending);
   std::optional<double> TpeLevel() const;
+  // Without early stopping: observes each pending trial's latest report (provisional_), and
+  // forgets those of trials that left without a final value; returns how many are observed.
+  size_t KeepProvisional(const std::vector<NewTrial>& pending);
 
   const SweepConfig& config_;
   std::function<double(const nlohmann::json&)> work_;
@@ -97,6 +103,11 @@ class TrialSource {
   std::map<double, std::map<int64_t, double>> tpe_values_;
   std::map<int64_t, nlohmann::json> tpe_params_;
   std::optional<double> tpe_fed_;
+  // Without early stopping (tpe_provisional_): each trial's report at the highest resource so
+  // far (resource, value) until it ends, and the values TPE holds as provisional observations.
+  bool tpe_provisional_ = false;
+  std::map<int64_t, std::pair<double, double>> latest_;
+  std::map<int64_t, double> provisional_;
   std::map<int64_t, std::string> proposed_by_;
 };
 

@@ -149,5 +149,28 @@ TEST_F(TrialSourceTest, UnderAshaTpeLearnsFromTheHighestRungWithEnoughValues) {
   EXPECT_EQ(Next().params, Expected(5, {{0, 2.0}, {2, 2.5}, {3, 3.5}}));
 }
 
+// Without early stopping, a running trial's report at the highest resource so far is a
+// provisional observation (counted once), replaced by its final value when it ends and
+// forgotten when it leaves without one (it failed).
+TEST_F(TrialSourceTest, WithoutEarlyStoppingARunningTrialsLatestReportStandsInForItsResult) {
+  Start("", {});
+  for (int n = 0; n < 3; ++n) running_.push_back(Next());
+  Report(0, 1, 5.0);
+  Report(0, 3, 4.0);
+  Report(0, 2, 9.0);  // a lower step again (a rerun): the highest stands
+  Report(1, 2, 0.5);
+  // Two of the three running have a value: three trials known, TPE's turn.
+  const NewTrial t3 = Next();
+  EXPECT_EQ(source_->TakeProposer(3), "tpe");
+  EXPECT_EQ(t3.params, Expected(3, {{0, 4.0}, {1, 0.5}}, 2));
+  // Trial 0 ends; trial 1, the best so far, leaves without a result; trial 3 runs and reports.
+  source_->NoteEnd(0, 1.0, params_[0]);
+  running_ = {{2, params_[2]}, t3};
+  Report(2, 1, 6.0);
+  Report(3, 1, 8.0);
+  const NewTrial t4 = Next();
+  EXPECT_EQ(t4.params, Expected(4, {{0, 1.0}, {2, 6.0}, {3, 8.0}}, 2));
+}
+
 }  // namespace
 }  // namespace sweep

@@ -63,8 +63,9 @@ std::string_view SourceName(Suggestion::Source source);
 // with N trials at once, as with one, the first n_startup_trials trials are random search's):
 //  1. Observations are ranked by value in the sweep's mode (NaN last, ties by trial number).
 //     Running trials rank after all of them (the constant liar: pessimistic observations, the
-//     worst value seen). The best n_below = min(gamma(n_obs + n_running), n_obs) observations
-//     are the good set, the rest and the running ones the bad set.
+//     worst value seen). The best n_below = min(gamma(n), n_obs) observations are the good set,
+//     the rest and the running ones the bad set; n counts each trial once, observed or running
+//     (a running trial with an observation too: a rung's value, or a provisional one).
 //  2. Parameters are modelled in groups, in declaration order: multivariate, one group holds
 //     the unconditional parameters and one more each set of parameters sharing a condition;
 //     univariate, each parameter is a group. A group sees only the trials where it is active.
@@ -110,6 +111,9 @@ std::string_view SourceName(Suggestion::Source source);
 // completed trials' final values; with early stopping, the values at the highest rung that
 // has at least n_startup_trials of them (the BOHB rule), re-fed through Reset when that rung
 // changes. Pruned or failed trials are best left out rather than given a made-up value.
+// Without early stopping, a running trial's latest report may stand in for its final value
+// (observed again when it ends, forgotten if it fails): a learning curve's value before its end
+// is pessimistic, and it tells where the running trial stands, which the liar alone cannot.
 class TpeSampler {
  public:
   virtual ~TpeSampler() = default;
@@ -118,6 +122,9 @@ class TpeSampler {
   // observed again replaces its earlier observation. The order of calls does not matter:
   // the model depends on the set of observations.
   virtual void Observe(int64_t trial, const nlohmann::json& params, double value) = 0;
+  // Forgets trial's observation, if it has one: the model is then as if it had never been
+  // observed (a provisional value whose trial failed). O(n) memory moves at most.
+  virtual void Forget(int64_t trial) = 0;
   // Forgets every observation (to refeed another set, e.g. a higher rung's).
   virtual void Reset() = 0;
   // Number of observations held.
@@ -125,9 +132,10 @@ class TpeSampler {
 
   // Trial `trial`'s parameters (trial >= 0), given the params of the trials still running.
   // `running_observed` of those are also observations (a running trial with a value at the rung
-  // the caller feeds): they count once towards n_startup_trials. In the model a running trial is
-  // a pessimistic observation whether or not it is also a real one, so that suggestions keep off
-  // its point. O(n * d * n_ei_candidates) for n observations of d parameters.
+  // the caller feeds, or its latest report as a provisional value): they count once towards
+  // n_startup_trials and towards gamma's n. In the model a running trial is a pessimistic
+  // observation whether or not it is also a real one, so that suggestions keep off its point.
+  // O(n * d * n_ei_candidates) for n observations of d parameters.
   virtual Suggestion Suggest(int64_t trial, const std::vector<nlohmann::json>& running,
                              size_t running_observed = 0) const = 0;
 };
