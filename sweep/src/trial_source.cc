@@ -129,21 +129,23 @@ json TrialSource::SuggestTpe(int64_t number, std::vector<NewTrial> pending) {
     tpe_fed_ = level;
     provisional_.clear();
   }
+  if (tpe_provisional_) KeepProvisional(pending);
+  // Those that are also observations first, as Suggest takes them.
   const std::map<int64_t, double>& observed = tpe_values_.at(*level);
-  size_t running_observed = tpe_provisional_ ? KeepProvisional(pending) : 0;
+  const auto known = std::stable_partition(pending.begin(), pending.end(), [&](const NewTrial& t) {
+    return observed.contains(t.number) || provisional_.contains(t.number);
+  });
+  const auto running_observed = static_cast<size_t>(known - pending.begin());
   std::vector<json> running;
   running.reserve(pending.size());
-  for (NewTrial& t : pending) {
-    running.push_back(std::move(t.params));
-    running_observed += observed.contains(t.number) ? 1 : 0;
-  }
+  for (NewTrial& t : pending) running.push_back(std::move(t.params));
   search::Suggestion s = tpe_->Suggest(number, running, running_observed);
   proposed_by_[number] = std::string(search::SourceName(s.source));
   tpe_params_[number] = s.params;
   return std::move(s.params);
 }
 
-size_t TrialSource::KeepProvisional(const std::vector<NewTrial>& pending) {
+void TrialSource::KeepProvisional(const std::vector<NewTrial>& pending) {
   const std::map<int64_t, double>& ended = tpe_values_.at(std::numeric_limits<double>::infinity());
   std::set<int64_t> now;
   for (const NewTrial& t : pending) now.insert(t.number);
@@ -158,7 +160,6 @@ size_t TrialSource::KeepProvisional(const std::vector<NewTrial>& pending) {
     it = provisional_.erase(it);
   }
   std::erase_if(latest_, [&](const auto& entry) { return !now.contains(entry.first); });
-  size_t observed = 0;
   for (const NewTrial& t : pending) {
     auto latest = latest_.find(t.number);
     if (latest == latest_.end() || ended.contains(t.number)) continue;
@@ -168,9 +169,7 @@ size_t TrialSource::KeepProvisional(const std::vector<NewTrial>& pending) {
       tpe_->Observe(t.number, t.params, value);
       provisional_[t.number] = value;
     }
-    ++observed;
   }
-  return observed;
 }
 
 // The highest level (rung, or the trials' ends) with n_startup_trials values; else the one with

@@ -78,8 +78,8 @@ class TrialSource {
   nlohmann::json SuggestTpe(int64_t number, std::vector<NewTrial> pending);
   std::optional<double> TpeLevel() const;
   // Without early stopping: observes each pending trial's latest report (provisional_), and
-  // forgets those of trials that left without a final value; returns how many are observed.
-  size_t KeepProvisional(const std::vector<NewTrial>& pending);
+  // forgets those of trials that left without a final value.
+  void KeepProvisional(const std::vector<NewTrial>& pending);
 
   const SweepConfig& config_;
   std::function<double(const nlohmann::json&)> work_;

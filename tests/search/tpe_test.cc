@@ -494,6 +494,38 @@ TEST(TpeSamplerTest, RunningTrialsRepelOnlyTheirNeighbourhood) {
   EXPECT_GT(closest, 0.0);
 }
 
+// A running trial that is also observed (a provisional value from its latest report) is placed
+// by that value; its liar kernel weighs 0.01, so it keeps suggestions off its point and little
+// more. Seven running around the optimum, observed there, draw most suggestions within 0.2 of
+// it, none on a running trial's point; unobserved (the liar alone) they draw almost none
+// there, and so did observed ones whose liar kernel weighed 0.1 (none in 100).
+TEST(TpeSamplerTest, RunningTrialsObservedAtTheirValuesDrawSuggestionsNearThem) {
+  auto tpe = TpeAfterFortyOnAParabolaAt5();
+  std::vector<json> at_best;
+  for (int k = 0; k < 7; ++k) at_best.push_back(json{{"x", 4.9 + 0.03 * k}});
+  auto near = [&](size_t observed, double* closest) {
+    int n = 0;
+    for (int64_t t = 47; t < 147; ++t) {
+      const double x = tpe->Suggest(t, at_best, observed).params.at("x").get<double>();
+      n += std::fabs(x - 5) < 0.2 ? 1 : 0;
+      for (const json& r : at_best) {
+        *closest = std::min(*closest, std::fabs(x - r.at("x").get<double>()));
+      }
+    }
+    return n;
+  };
+  double closest = INFINITY;
+  const int unknown = near(0, &closest);
+  for (int k = 0; k < 7; ++k) {
+    const double x = at_best[static_cast<size_t>(k)].at("x").get<double>();
+    tpe->Observe(40 + k, at_best[static_cast<size_t>(k)], (x - 5) * (x - 5));
+  }
+  const int known = near(7, &closest);
+  EXPECT_GT(known, 50) << known << " against " << unknown << " of 100 within 0.2";
+  EXPECT_LT(unknown, 10) << known << " against " << unknown << " of 100 within 0.2";
+  EXPECT_GT(closest, 0.0);
+}
+
 // On a grid small enough that TPE, one trial at a time, proposes the same point again and
 // again, eight trials at once still get eight different points, none a running trial's: a
 // candidate equal to a running trial is never taken while another is left. Multivariate and

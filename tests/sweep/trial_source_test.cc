@@ -47,9 +47,9 @@ class TrialSourceTest : public ::testing::Test {
   }
 
   // What TPE proposes for `number` having learnt exactly `values` (trial -> value), with
-  // running_ running (`observed` of them among `values`).
+  // running_ running (the first `observed` of them among `values`), or `order` where given.
   json Expected(int64_t number, const std::vector<std::pair<int64_t, double>>& values,
-                size_t observed = 0) const {
+                size_t observed = 0, const std::vector<NewTrial>* order = nullptr) const {
     auto tpe = search::MakeTpeSampler(config_.search.space, config_.sweep.seed, config_.search.tpe,
                                       config_.sweep.maximize);
     EXPECT_TRUE(tpe.ok());
@@ -57,7 +57,7 @@ class TrialSourceTest : public ::testing::Test {
       (*tpe)->Observe(trial, params_[static_cast<size_t>(trial)], value);
     }
     std::vector<json> running;
-    for (const NewTrial& t : running_) running.push_back(t.params);
+    for (const NewTrial& t : order != nullptr ? *order : running_) running.push_back(t.params);
     return (*tpe)->Suggest(number, running, observed).params;
   }
 
@@ -170,6 +170,10 @@ TEST_F(TrialSourceTest, WithoutEarlyStoppingARunningTrialsLatestReportStandsInFo
   Report(3, 1, 8.0);
   const NewTrial t4 = Next();
   EXPECT_EQ(t4.params, Expected(4, {{0, 1.0}, {2, 6.0}, {3, 8.0}}, 2));
+  // TPE takes those with a value first, whatever the order they run in.
+  running_ = {t4, {2, params_[2]}, t3};
+  const std::vector<NewTrial> known_first = {{2, params_[2]}, t3, t4};
+  EXPECT_EQ(Next().params, Expected(5, {{0, 1.0}, {2, 6.0}, {3, 8.0}}, 2, &known_first));
 }
 
 }  // namespace

@@ -83,9 +83,10 @@ std::string_view SourceName(Suggestion::Source source);
 //     normal rounded to their grid; categoricals keep their observed value with weight 1 +
 //     prior_weight / kernels, every value with prior_weight / kernels. Then all bandwidths are
 //     clipped to [range / min(100, kernels + 1), range] (magic_clip; else [1e-12 range, range]).
-//     The liar's kernel, multivariate: a running trial's kernel in g weighs 0.1 and is half a
-//     bad observation's bandwidth (before the clip), so it pushes suggestions off its point and
-//     near neighbours without driving them out of the region that proposed it. Univariate: an
+//     The liar's kernel, multivariate: a running trial's kernel in g weighs 0.1 (0.01 for one
+//     that is also an observation, which its value places) and is half a bad observation's
+//     bandwidth (before the clip), so it pushes suggestions off its point and near neighbours
+//     without driving them out of the region that proposed it. Univariate: an
 //     observation's (weight 1 or the ramp's, its neighbour bandwidth), Optuna's liar.
 //     While R trials run, multivariate, in a group of reals only (no step, no categorical), l
 //     exploits harder: each good weight above is raised to the power 1 + 0.7 min(R, 7) (5.9
@@ -131,9 +132,9 @@ class TpeSampler {
   virtual size_t size() const = 0;
 
   // Trial `trial`'s parameters (trial >= 0), given the params of the trials still running.
-  // `running_observed` of those are also observations (a running trial with a value at the rung
-  // the caller feeds, or its latest report as a provisional value): they count once towards
-  // n_startup_trials and towards gamma's n. In the model a running trial is a pessimistic
+  // The first `running_observed` of those are also observations (a running trial with a value at
+  // the rung the caller feeds, or its latest report as a provisional value): they count once
+  // towards n_startup_trials and towards gamma's n. In the model a running trial is a pessimistic
   // observation whether or not it is also a real one, so that suggestions keep off its point.
   // O(n * d * n_ei_candidates) for n observations of d parameters.
   virtual Suggestion Suggest(int64_t trial, const std::vector<nlohmann::json>& running,
