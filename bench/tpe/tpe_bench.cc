@@ -435,7 +435,7 @@ Trace Run(const Problem& problem, const std::string& sampler, uint64_t seed, int
         ++reported;
       }
       const double t0 = Seconds();
-      json p = tpe ? tpe->Suggest(next, others, reported).params : *random->Sample(next);
+      json p = tpe ? tpe->Suggest(next, others, reported, true).params : *random->Sample(next);
       *sampler_s += Seconds() - t0;
       if (!seen.insert(p.dump()).second) {
         ++trace.duplicates;

@@ -543,8 +543,8 @@ class TpeSamplerImpl final : public TpeSampler {
 
   size_t size() const override { return trial_.size(); }
 
-  Suggestion Suggest(int64_t trial, const std::vector<json>& running,
-                     size_t running_observed) const override {
+  Suggestion Suggest(int64_t trial, const std::vector<json>& running, size_t running_observed,
+                     bool provisional) const override {
     // Running trials count towards the startup trials: with N at once, the first
     // n_startup_trials trials are still random search's, as one at a time. Each trial once.
     const size_t trials_known =
@@ -556,12 +556,14 @@ class TpeSamplerImpl final : public TpeSampler {
     }
     std::vector<double> running_x(running.size() * width, kNaN);
     for (size_t r = 0; r < running.size(); ++r) Parse(running[r], &running_x[r * width]);
-    const Rows rows{x_.data(), running_x.data(), n_observed,
-                    width,     running.size(),   std::min(running_observed, running.size())};
+    const size_t known = provisional ? std::min(running_observed, running.size()) : 0;
+    const Rows rows{x_.data(), running_x.data(), n_observed, width, running.size(), known};
 
-    // The good set: the best n_below of the trials known (each once), with their rank (1 the
-    // best; 0 for the rest); running trials are always bad (also, where observed, good).
-    const size_t n_below = std::min(GoodCount(trials_known), n_observed);
+    // The good set: the best n_below observations, with their rank (1 the best; 0 for the rest);
+    // running trials are always bad (also, where observed, good). Each trial counts once in
+    // gamma's n where the values are provisional. With early stopping a running trial observed
+    // at a rung counts twice, as it always has: the sweeps the BOHB rule was checked on.
+    const size_t n_below = std::min(GoodCount(n_observed + running.size() - known), n_observed);
     std::vector<uint32_t> good_rank(n_observed, 0);
     auto it = by_score_.begin();
     for (size_t i = 0; i < n_below; ++i, ++it) {

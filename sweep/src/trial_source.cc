@@ -129,17 +129,22 @@ json TrialSource::SuggestTpe(int64_t number, std::vector<NewTrial> pending) {
     tpe_fed_ = level;
     provisional_.clear();
   }
-  if (tpe_provisional_) KeepProvisional(pending);
-  // Those that are also observations first, as Suggest takes them.
   const std::map<int64_t, double>& observed = tpe_values_.at(*level);
-  const auto known = std::stable_partition(pending.begin(), pending.end(), [&](const NewTrial& t) {
-    return observed.contains(t.number) || provisional_.contains(t.number);
-  });
-  const auto running_observed = static_cast<size_t>(known - pending.begin());
+  size_t running_observed = 0;
+  if (tpe_provisional_) {
+    KeepProvisional(pending);
+    // Those with a provisional value first, as Suggest takes them.
+    const auto known =
+        std::stable_partition(pending.begin(), pending.end(),
+                              [&](const NewTrial& t) { return provisional_.contains(t.number); });
+    running_observed = static_cast<size_t>(known - pending.begin());
+  } else {
+    for (const NewTrial& t : pending) running_observed += observed.contains(t.number) ? 1 : 0;
+  }
   std::vector<json> running;
   running.reserve(pending.size());
   for (NewTrial& t : pending) running.push_back(std::move(t.params));
-  search::Suggestion s = tpe_->Suggest(number, running, running_observed);
+  search::Suggestion s = tpe_->Suggest(number, running, running_observed, tpe_provisional_);
   proposed_by_[number] = std::string(search::SourceName(s.source));
   tpe_params_[number] = s.params;
   return std::move(s.params);

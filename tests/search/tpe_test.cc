@@ -506,7 +506,7 @@ TEST(TpeSamplerTest, RunningTrialsObservedAtTheirValuesDrawSuggestionsNearThem) 
   auto near = [&](size_t observed, double* closest) {
     int n = 0;
     for (int64_t t = 47; t < 147; ++t) {
-      const double x = tpe->Suggest(t, at_best, observed).params.at("x").get<double>();
+      const double x = tpe->Suggest(t, at_best, observed, true).params.at("x").get<double>();
       n += std::fabs(x - 5) < 0.2 ? 1 : 0;
       for (const json& r : at_best) {
         *closest = std::min(*closest, std::fabs(x - r.at("x").get<double>()));

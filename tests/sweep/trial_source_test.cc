@@ -47,9 +47,11 @@ class TrialSourceTest : public ::testing::Test {
   }
 
   // What TPE proposes for `number` having learnt exactly `values` (trial -> value), with
-  // running_ running (the first `observed` of them among `values`), or `order` where given.
+  // running_ running (`observed` of them among `values`: the first, without early stopping), or
+  // `order` where given.
   json Expected(int64_t number, const std::vector<std::pair<int64_t, double>>& values,
                 size_t observed = 0, const std::vector<NewTrial>* order = nullptr) const {
+    const bool provisional = config_.early_stopping.algorithm == search::EarlyStopping::kNone;
     auto tpe = search::MakeTpeSampler(config_.search.space, config_.sweep.seed, config_.search.tpe,
                                       config_.sweep.maximize);
     EXPECT_TRUE(tpe.ok());
@@ -58,7 +60,7 @@ class TrialSourceTest : public ::testing::Test {
     }
     std::vector<json> running;
     for (const NewTrial& t : order != nullptr ? *order : running_) running.push_back(t.params);
-    return (*tpe)->Suggest(number, running, observed).params;
+    return (*tpe)->Suggest(number, running, observed, provisional).params;
   }
 
   void Report(int64_t trial, double resource, double value) {

@@ -132,13 +132,15 @@ class TpeSampler {
   virtual size_t size() const = 0;
 
   // Trial `trial`'s parameters (trial >= 0), given the params of the trials still running.
-  // The first `running_observed` of those are also observations (a running trial with a value at
-  // the rung the caller feeds, or its latest report as a provisional value): they count once
-  // towards n_startup_trials and towards gamma's n. In the model a running trial is a pessimistic
-  // observation whether or not it is also a real one, so that suggestions keep off its point.
-  // O(n * d * n_ei_candidates) for n observations of d parameters.
+  // `running_observed` of those are also observations (a running trial with a value at the rung
+  // the caller feeds): they count once towards n_startup_trials. In the model a running trial is
+  // a pessimistic observation whether or not it is also a real one, so that suggestions keep off
+  // its point. With `provisional`, the observed ones are the first `running_observed` and their
+  // values are their latest reports (no early stopping): they count once in gamma's n too, and
+  // their liar kernels weigh 0.01. O(n * d * n_ei_candidates) for n observations of d
+  // parameters.
   virtual Suggestion Suggest(int64_t trial, const std::vector<nlohmann::json>& running,
-                             size_t running_observed = 0) const = 0;
+                             size_t running_observed = 0, bool provisional = false) const = 0;
 };
 
 // Validates `options`; the sampler keeps its own copy of `space`.
