@@ -844,6 +844,30 @@ TEST_F(E2eTest, TpeUnderTheMedianRuleStartsFromTheFirstTrialsReports) {
   EXPECT_GT(pruned, 0);
 }
 
+// TPE without early stopping, four at once: a running trial's latest report stands in for its
+// result, and each trial counts once towards n_startup_trials (running, reported, or both), so
+// the startup trials are exactly the first six; no two trials share a point. (Trial 4 is
+// proposed with trial 0 ended and trials 1-3 running, each with a report.)
+TEST_F(E2eTest, TpeReadsRunningTrialsReportsAndCountsEachTrialOnce) {
+  Write("pt.toml", sweep_e2e::BraninConfig("provtpe", 24, "seed = 4\nmax_concurrent = 4\n",
+                                           "steps = 9\nstep_ms = 5\n",
+                                           "[search]\nalgorithm = \"tpe\"\nn_startup_trials = 6\n"
+                                           "[executor]\ncpu_slots = 4\n"));
+  Output run = Sweep("run pt.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  Output trials = Sweep("trials provtpe --json");
+  ASSERT_EQ(trials.code, 0) << trials.err;
+  json arr = json::parse(trials.out);
+  ASSERT_EQ(arr.size(), 24u);
+  std::set<std::string> points;
+  for (const json& t : arr) {
+    const int n = t["trial"].get<int>();
+    EXPECT_EQ(t["proposed_by"], n < 6 ? "startup random" : "tpe") << t;
+    EXPECT_EQ(t["status"], "completed") << t;
+    EXPECT_TRUE(points.insert(t["params"].dump()).second) << t;
+  }
+}
+
 // early_stopping.max_resource below the trials' own length: survivors stop there and end
 // completed (Ray Tune's max_t); none runs or reports past it.
 TEST_F(E2eTest, SurvivorsStopAtMaxResource) {
