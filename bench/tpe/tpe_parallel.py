@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """TPE with trials at once, through the real binary: the parallel target of the constant liar.
 
-For each function (default branin and hartmann6) and seed, runs the same sweep twice with
-`sweep run`: once on 8 CPU slots (8 function trials at once; `steps` x `step_ms` of sleep per
-trial makes them overlap, so each suggestion sees up to 7 trials still running) and once on 1
-slot (one at a time). Each config is
+For each function (default branin and hartmann6; also hartmann3, rosenbrock-5, ackley-5,
+levy-5 and styblinski_tang-5, the 5-D ones on their standard boxes) and seed, runs the same
+sweep twice with `sweep run`: once on 8 CPU slots (8 function trials at once; `steps` x
+`step_ms` of sleep per trial makes them overlap, so each suggestion sees up to 7 trials still
+running, with the reports they made so far) and once on 1 slot (one at a time). Each config is
     [sweep]    max_trials = 100, max_concurrent = SLOTS, seed = SEED
     [search]   algorithm = "tpe"
     [trial]    kind = "function"
