@@ -417,6 +417,7 @@ Trace Run(const Problem& problem, const std::string& sampler, uint64_t seed, int
   Trace trace;
   std::set<std::string> seen;
   std::deque<std::pair<int64_t, json>> running;
+  const double minimum = steps > 1 ? MinimumOfProblem(problem) : 0;  // a grid's is a search
   double best = INFINITY;
   int64_t next = 0, done = 0;
   while (done < trials) {
@@ -430,8 +431,7 @@ Trace Run(const Problem& problem, const std::string& sampler, uint64_t seed, int
         if (step < 1) continue;
         const auto& [t, p] = running[k];
         tpe->Observe(t, p,
-                     sweep::executor::CurveValue(Evaluate(problem, p), MinimumOfProblem(problem), p,
-                                                 step, steps));
+                     sweep::executor::CurveValue(Evaluate(problem, p), minimum, p, step, steps));
         ++reported;
       }
       const double t0 = Seconds();

@@ -49,11 +49,12 @@ constexpr double kBadBandwidth = 0.1;
 // 100-279 and 1000-3599.
 constexpr double kRunningWeight = 0.1;
 constexpr double kRunningBandwidth = 0.5;
-// A running trial that is also an observation (its value at a rung, or its latest report) is
-// placed by that value; its liar kernel weighs this much, and mostly keeps suggestions off its
-// point. At kRunningWeight the two pushed the next suggestions out of good regions that running
-// trials had found. Tuned with bench/tpe/tpe_bench.cc --concurrency 8 --steps 5 on seeds
-// 1000-1299 and 2000-2299, checked on 3000-3299.
+// A running trial that is also a provisional observation (its latest report, Suggest's
+// `provisional`) is placed by that value; its liar kernel weighs this much, and mostly keeps
+// suggestions off its point. One valued at a rung keeps kRunningWeight. At kRunningWeight the two
+// pushed the next suggestions out of good regions that running trials had found. Tuned with
+// bench/tpe/tpe_bench.cc --concurrency 8 --steps 5 on seeds 1000-1299 and 2000-2299, checked on
+// 3000-3299.
 constexpr double kKnownRunningWeight = 0.01;
 // While trials run, multivariate TPE exploits harder in a group of reals, since the running
 // trials' results, which one at a time would have refined the model, are not in yet: a good

@@ -151,7 +151,6 @@ json TrialSource::SuggestTpe(int64_t number, std::vector<NewTrial> pending) {
 }
 
 void TrialSource::KeepProvisional(const std::vector<NewTrial>& pending) {
-  const std::map<int64_t, double>& ended = tpe_values_.at(std::numeric_limits<double>::infinity());
   std::set<int64_t> now;
   for (const NewTrial& t : pending) now.insert(t.number);
   // A trial no longer pending that did not end completed (NoteEnd takes those) failed: its
@@ -167,7 +166,7 @@ void TrialSource::KeepProvisional(const std::vector<NewTrial>& pending) {
   std::erase_if(latest_, [&](const auto& entry) { return !now.contains(entry.first); });
   for (const NewTrial& t : pending) {
     auto latest = latest_.find(t.number);
-    if (latest == latest_.end() || ended.contains(t.number)) continue;
+    if (latest == latest_.end()) continue;  // NoteEnd erased an ended trial's
     const double value = latest->second.second;
     auto held = provisional_.find(t.number);
     if (held == provisional_.end() || held->second != value) {

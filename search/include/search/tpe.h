@@ -64,8 +64,8 @@ std::string_view SourceName(Suggestion::Source source);
 //  1. Observations are ranked by value in the sweep's mode (NaN last, ties by trial number).
 //     Running trials rank after all of them (the constant liar: pessimistic observations, the
 //     worst value seen). The best n_below = min(gamma(n), n_obs) observations are the good set,
-//     the rest and the running ones the bad set; n counts each trial once, observed or running
-//     (a running trial with an observation too: a rung's value, or a provisional one).
+//     the rest and the running ones the bad set; n counts the observations and the running
+//     trials, a running trial with a provisional value once (with a rung's value, twice).
 //  2. Parameters are modelled in groups, in declaration order: multivariate, one group holds
 //     the unconditional parameters and one more each set of parameters sharing a condition;
 //     univariate, each parameter is a group. A group sees only the trials where it is active.
@@ -84,7 +84,7 @@ std::string_view SourceName(Suggestion::Source source);
 //     prior_weight / kernels, every value with prior_weight / kernels. Then all bandwidths are
 //     clipped to [range / min(100, kernels + 1), range] (magic_clip; else [1e-12 range, range]).
 //     The liar's kernel, multivariate: a running trial's kernel in g weighs 0.1 (0.01 for one
-//     that is also an observation, which its value places) and is half a bad observation's
+//     with a provisional value, which that value places) and is half a bad observation's
 //     bandwidth (before the clip), so it pushes suggestions off its point and near neighbours
 //     without driving them out of the region that proposed it. Univariate: an
 //     observation's (weight 1 or the ramp's, its neighbour bandwidth), Optuna's liar.
