@@ -578,7 +578,8 @@ TEST(CudaEmu, AFullGpuFailsTheGroupWithWhatToMakeSmaller) {
 
 // The check before training is a lower bound: what it counts for a group is at most what the
 // group's replica allocates, for the MLP (cuda/mlp.h) in fp32, in bf16 without dropout (its
-// hidden outputs kept in 16 bits only) and with dropout, and for CNNs (cuda/net.h).
+// hidden outputs kept in 16 bits only) and with dropout, and for CNNs (cuda/net.h). For CNNs,
+// plain and residual, what a row adds is counted exactly: the check reads the net's layout.
 TEST(CudaEmu, TheMemoryCheckCountsNoMoreThanAGroupAllocates) {
   using namespace sweep::trainer;
   namespace tt = sweep::trainer::testing;
@@ -589,6 +590,13 @@ TEST(CudaEmu, TheMemoryCheckCountsNoMoreThanAGroupAllocates) {
   cnn.dropout = 0.1;
   sweep::Result<ModelSpec> cnn_model = BuildModel(cnn, TensorShape{1, 12, 12}, 10);
   ASSERT_TRUE(cnn_model.ok()) << cnn_model.status().message();
+  TrainOptions res = cnn;  // as configs/fashion_cnn_gpu.toml builds it, smaller
+  res.residual = true;
+  res.global_pool = true;
+  res.hidden = {};
+  res.dropout = 0;
+  sweep::Result<ModelSpec> res_model = BuildModel(res, TensorShape{1, 12, 12}, 10);
+  ASSERT_TRUE(res_model.ok()) << res_model.status().message();
   struct Case {
     const char* name;
     ModelSpec model;
@@ -601,6 +609,9 @@ TEST(CudaEmu, TheMemoryCheckCountsNoMoreThanAGroupAllocates) {
        Precision::kBf16},
       {"cnn fp32", *cnn_model, Precision::kFp32},
       {"cnn bf16", *cnn_model, Precision::kBf16},
+      {"resnet fp32", *res_model, Precision::kFp32},
+      {"resnet bf16", *res_model, Precision::kBf16},
+      {"resnet fp16", *res_model, Precision::kFp16},
   };
   for (const Case& c : cases) {
     GroupSpec spec = tt::Spec(1, OptimizerSpec::Kind::kAdamw, 0.0f);
@@ -626,6 +637,9 @@ TEST(CudaEmu, TheMemoryCheckCountsNoMoreThanAGroupAllocates) {
     const double per_rows_allocated = allocated[1] - allocated[0];
     EXPECT_LE(per_rows_counted, per_rows_allocated) << c.name;
     EXPECT_GT(per_rows_counted, 0.85 * per_rows_allocated) << c.name;
+    if (c.model.layers.front().kind == LayerKind::kConv) {
+      EXPECT_EQ(per_rows_counted, per_rows_allocated) << c.name;
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/net_layout.h"
 #include "cuda/replica_group.h"
 #include "cuda/replica_model.h"
 #include "model.h"
@@ -80,57 +81,30 @@ Result<std::vector<int>> GroupDevices(const GroupSpec& spec, int count) {
 // Bytes of activations a replica holds for batches of `rows` rows, as it allocates them. A model
 // of linear layers (cuda/mlp.h, `mlp`): the input's slots, each layer's pre-activation, a hidden
 // layer's output in fp32 (fp32, or with dropout) and in 16 bits (bf16 / fp16), dropout's mask and
-// output, and the gradients' buffers. Any other model (cuda/net.h): each layer's output and its
-// gradient in fp32 (a flatten shares its input's), max pooling's indices, dropout's mask, and in
-// bf16 / fp16 the 16-bit copy of each convolution's and linear layer's input.
-double ActivationBytes(const ModelSpec& model, int rows, Precision precision, const MlpView* mlp) {
-  const double r = rows;
-  const bool half = precision != Precision::kFp32;
+// output, and the gradients' buffers. Any other model: the buffers cuda/net.h allocates, as its
+// layout says (cuda/net_layout.h).
+double ActivationBytes(const GroupSpec& spec, const MlpView* mlp) {
+  const double r = spec.max_rows;
+  const bool half = spec.precision != Precision::kFp32;
+  if (mlp == nullptr) {
+    NetOptions options;
+    options.cudnn_autotune = spec.cudnn_autotune;
+    return NetLayout::Make(spec.model, spec.max_rows, spec.precision, options).ActivationBytes();
+  }
   double bytes = 0;
-  if (mlp != nullptr) {
-    const MlpShape& s = mlp->shape;
-    const bool keeps_out = !half || mlp->dropout > 0;
-    bytes += ReplicaModel::kInputSlots * sizeof(float) * r * s.in(0);
-    for (int l = 0; l < s.layers(); ++l) {
-      const double n = r * s.out(l);
-      const bool hidden = l < s.layers() - 1;
-      bytes += sizeof(float) * n;  // pre-activation
-      if (hidden && keeps_out) bytes += sizeof(float) * n;
-      if (hidden && mlp->dropout > 0) bytes += 2 * sizeof(float) * n;
-      if (hidden && half) bytes += sizeof(uint16_t) * n;
-    }
-    bytes += 2 * sizeof(float) * r * s.max_width();  // the gradients' ping-pong
-    if (half) bytes += sizeof(uint16_t) * r * (s.in(0) + s.max_width());
-    return bytes;
+  const MlpShape& s = mlp->shape;
+  const bool keeps_out = !half || mlp->dropout > 0;
+  bytes += ReplicaModel::kInputSlots * sizeof(float) * r * s.in(0);
+  for (int l = 0; l < s.layers(); ++l) {
+    const double n = r * s.out(l);
+    const bool hidden = l < s.layers() - 1;
+    bytes += sizeof(float) * n;  // pre-activation
+    if (hidden && keeps_out) bytes += sizeof(float) * n;
+    if (hidden && mlp->dropout > 0) bytes += 2 * sizeof(float) * n;
+    if (hidden && half) bytes += sizeof(uint16_t) * n;
   }
-  bytes += sizeof(float) * r * static_cast<double>(model.input.size());  // the batch
-  std::vector<int> readers(model.layers.size(), 0);
-  std::vector<char> copied(model.layers.size() + 1, 0);  // by input + 1: its 16-bit copy counted
-  for (const Layer& l : model.layers) {
-    if (l.input >= 0) ++readers[static_cast<size_t>(l.input)];
-    if (l.shortcut >= 0) ++readers[static_cast<size_t>(l.shortcut)];
-  }
-  for (size_t i = 0; i < model.layers.size(); ++i) {
-    const Layer& l = model.layers[i];
-    if (l.kind == LayerKind::kFlatten) continue;
-    const double out = r * static_cast<double>(l.out_shape.size());
-    bytes += 2 * sizeof(float) * out;
-    if (l.kind == LayerKind::kMaxPool) bytes += sizeof(int32_t) * out;
-    if (l.kind == LayerKind::kDropout) bytes += sizeof(float) * out;
-    // GEMMs reading one layer share its 16-bit copy (Net's in16_of_).
-    if (half && (l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear) &&
-        !copied[static_cast<size_t>(l.input + 1)]) {
-      copied[static_cast<size_t>(l.input + 1)] = 1;
-      bytes += sizeof(uint16_t) * r * static_cast<double>(l.in_shape.size());
-    }
-    // A convolution read only by the batch norm right after it keeps its 16-bit output (Net's
-    // conv16_).
-    if (half && l.kind == LayerKind::kConv && l.bias_at < 0 && readers[i] == 1 &&
-        i + 1 < model.layers.size() && model.layers[i + 1].kind == LayerKind::kBatchNorm &&
-        model.layers[i + 1].input == static_cast<int>(i)) {
-      bytes += sizeof(uint16_t) * out;
-    }
-  }
+  bytes += 2 * sizeof(float) * r * s.max_width();  // the gradients' ping-pong
+  if (half) bytes += sizeof(uint16_t) * r * (s.in(0) + s.max_width());
   return bytes;
 }
 
@@ -151,7 +125,7 @@ std::string WhatToShrink(const ModelSpec& model, bool activations_dominate) {
 double ActivationBytes(const GroupSpec& spec) {
   MlpView mlp;
   const bool as_mlp = AsMlp(spec.model, &mlp) && spec.label_smoothing == 0;
-  return ActivationBytes(spec.model, spec.max_rows, spec.precision, as_mlp ? &mlp : nullptr);
+  return ActivationBytes(spec, as_mlp ? &mlp : nullptr);
 }
 
 // Weights and gradients in fp32, the optimizer's state, and the 16-bit weights in bf16 / fp16.

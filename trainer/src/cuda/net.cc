@@ -53,201 +53,48 @@ Status Net::Allocate() {
     CUDA_CHECK(cudaMemcpy(stats_.data(), initial.data(), initial.size() * sizeof(float),
                           cudaMemcpyHostToDevice));
   }
-  gown_.resize(n);
-  for (int i = 0; i < L; ++i) {
-    const Layer& l = model_.layer(i);
-    gown_[static_cast<size_t>(i)] =
-        l.kind == LayerKind::kFlatten && l.input >= 0 ? gown_[static_cast<size_t>(l.input)] : i;
-  }
-  std::vector<int> readers(n, 0), pool_readers(n, 0);
-  for (const Layer& l : model_.layers) {
-    if (l.input >= 0) ++readers[static_cast<size_t>(l.input)];
-    if (l.shortcut >= 0) ++readers[static_cast<size_t>(l.shortcut)];
-    if (l.kind == LayerKind::kMaxPool && l.input >= 0) ++pool_readers[static_cast<size_t>(l.input)];
-  }
-  relu_after_pool_.assign(n, 0);
-  for (int i = 0; i < L; ++i) {
-    const Layer& l = model_.layer(i);
-    const size_t at = static_cast<size_t>(i);
-    relu_after_pool_[at] = l.kind == LayerKind::kActivation && l.act == Activation::kRelu &&
-                           l.input >= 0 && readers[at] == 1 && pool_readers[at] == 1;
-  }
-  bn_relu_.assign(n, -1);
-  copy16_for_.assign(n, -1);
+  lay_ = NetLayout::Make(model_, max_batch_, precision_, options_);
   in16_ready_.assign(n, 0);
-  grad16_.assign(n, 0);
-  bn16_.assign(n, 0);
-  // What layer a and j, its only reader, can share: a 16-bit input for a GEMM, a 16-bit
-  // gradient from the convolution right after it, a ReLU inside a batch norm's passes, a
-  // convolution's 16-bit output read by the batch norm right after it.
-  const bool fuse16 = half() && options_.fuse;
-  // GEMM layers reading one layer (or the model's input) share the first one's 16-bit copy of
-  // it; where they are all its readers, the layer writes that copy in its own pass.
-  in16_of_.resize(n);
-  std::vector<int> first_gemm(n + 1, -1), gemm_readers(n + 1, 0);  // by input + 1
-  for (int j = 0; j < L; ++j) {
-    const Layer& l = model_.layer(j);
-    in16_of_[static_cast<size_t>(j)] = j;
-    if (!fuse16 || (l.kind != LayerKind::kConv && l.kind != LayerKind::kLinear)) continue;
-    const size_t from = static_cast<size_t>(l.input + 1);
-    if (first_gemm[from] < 0) first_gemm[from] = j;
-    in16_of_[static_cast<size_t>(j)] = first_gemm[from];
-    ++gemm_readers[from];
-  }
-  for (int a = 0; a < L; ++a) {
-    const size_t from = static_cast<size_t>(a + 1);
-    if (gemm_readers[from] > 1 && gemm_readers[from] == readers[static_cast<size_t>(a)]) {
-      copy16_for_[static_cast<size_t>(a)] = first_gemm[from];
-    }
-  }
-  for (int j = 0; j < L; ++j) {
-    const Layer& l = model_.layer(j);
-    const int a = l.input;
-    if (a < 0 || readers[static_cast<size_t>(a)] != 1) continue;
-    const Layer& from = model_.layer(a);
-    const bool gemm = l.kind == LayerKind::kConv || l.kind == LayerKind::kLinear;
-    const bool act = l.kind == LayerKind::kActivation;
-    if (fuse16 && gemm) copy16_for_[static_cast<size_t>(a)] = j;
-    grad16_[static_cast<size_t>(a)] = fuse16 && l.kind == LayerKind::kConv && j == a + 1 &&
-                                      from.kind == LayerKind::kActivation &&
-                                      !relu_after_pool_[static_cast<size_t>(a)];
-    bn16_[static_cast<size_t>(j)] = fuse16 && l.kind == LayerKind::kBatchNorm && a == j - 1 &&
-                                    from.kind == LayerKind::kConv && from.bias_at < 0;
-    if (act && l.act == Activation::kRelu && from.kind == LayerKind::kBatchNorm &&
-        !relu_after_pool_[static_cast<size_t>(j)]) {
-      bn_relu_[static_cast<size_t>(a)] = j;
-    }
-  }
-  // A batch norm's max pool, read through a ReLU that runs after it or directly; its windows
-  // side by side (stride == kernel) and its indices within an int (BnPool), with room to spare.
-  // Or a residual block's end: an add of two batch norms, each read only by it.
-  norm_pool_.assign(n, -1);
-  norm_pair_.assign(n, -1);
-  add_pool_.assign(n, -1);
-  auto lone_norm = [&](int i) {
-    return i >= 0 && readers[static_cast<size_t>(i)] == 1 &&
-           model_.layer(i).kind == LayerKind::kBatchNorm;
-  };
-  for (int p = 0; p < L && options_.fuse; ++p) {
-    const Layer& pool = model_.layer(p);
-    if (pool.kind != LayerKind::kMaxPool || pool.input < 0) continue;
-    int i = pool.input;
-    if (readers[static_cast<size_t>(i)] != 1) continue;
-    if (relu_after_pool_[static_cast<size_t>(i)]) i = model_.layer(i).input;
-    if (i < 0 || readers[static_cast<size_t>(i)] != 1 || pool.stride != pool.kernel ||
-        int64_t{max_batch_} * pool.in_shape.size() >= (int64_t{1} << 30)) {
-      continue;
-    }
-    if (const Layer& sum = model_.layer(i); sum.kind == LayerKind::kAdd) {
-      const int u = sum.input, s = sum.shortcut;
-      if (u == s || !lone_norm(u) || !lone_norm(s)) continue;
-      norm_pool_[static_cast<size_t>(u)] = norm_pool_[static_cast<size_t>(s)] = p;
-      norm_pair_[static_cast<size_t>(u)] = s;
-      norm_pair_[static_cast<size_t>(s)] = u;
-      add_pool_[static_cast<size_t>(i)] = p;
-      // No 16-bit gradient from a convolution after the pool: the shortcut's convolution,
-      // between the two batch norms' backward, overwrites h_dx_.
-      continue;
-    }
-    if (!lone_norm(i)) continue;
-    norm_pool_[static_cast<size_t>(i)] = p;
-    // bf16 / fp16: a convolution right after the pool leaves its 16-bit data gradient for the
-    // batch norm to read (with the ReLU's mask), as it does for an activation before it; only
-    // where nothing runs between them (a convolution's backward would overwrite h_dx_).
-    grad16_[static_cast<size_t>(p)] =
-        fuse16 && p + 1 < L && readers[static_cast<size_t>(p)] == 1 &&
-        model_.layer(p + 1).kind == LayerKind::kConv && model_.layer(p + 1).input == p &&
-        p - i == (pool.input == i ? 1 : 2) && (pool.input == i || pool.input == i + 1);
-  }
   out_.resize(n);
   gbuf_.resize(n);
   mask_.resize(n);
   mean_.resize(n);
   invstd_.resize(n);
   argmax_.resize(n);
+  in16_.resize(n);
+  conv16_.resize(n);
   plans_.resize(n);
   val_.assign(n, nullptr);
   written_.assign(n, 0);
-  int64_t widest_in = 0, widest_weight = 0, bias_scratch = 0, bn_scratch = 0, widest_bn = 0;
-  for (int i = 0; i < L; ++i) {
-    const size_t at = static_cast<size_t>(i);
-    const Layer& l = model_.layer(i);
-    const int64_t rows_out = int64_t{max_batch_} * l.out_shape.size();
-    widest_in = std::max(widest_in, l.in_shape.size());
-    if (l.kind != LayerKind::kFlatten)
-      SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(rows_out, &out_[at]));
-    if (gown_[at] == i) SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(rows_out, &gbuf_[at]));
-    switch (l.kind) {
-      case LayerKind::kDropout:
-        SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(rows_out, &mask_[at]));
-        break;
-      case LayerKind::kMaxPool:
-        SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(rows_out, &argmax_[at]));
-        break;
-      case LayerKind::kBatchNorm: {
-        SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(l.in_shape.c, &mean_[at]));
-        SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(l.in_shape.c, &invstd_[at]));
-        const int64_t N = int64_t{max_batch_} * l.in_shape.h * l.in_shape.w;
-        bn_scratch = std::max(bn_scratch, batchnorm_scratch_bytes(N, l.in_shape.c));
-        widest_bn = std::max(widest_bn, int64_t{l.in_shape.c});
-        break;
-      }
-      case LayerKind::kConv: {
-        widest_weight =
-            std::max(widest_weight, int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c);
-        const int rows = max_batch_ * l.out_shape.h * l.out_shape.w;
-        if (l.bias_at >= 0)
-          bias_scratch = std::max(bias_scratch, BiasGradScratchFloats(rows, l.out));
-        break;
-      }
-      case LayerKind::kLinear:
-        if (l.bias_at >= 0) {
-          bias_scratch = std::max(bias_scratch, BiasGradScratchFloats(max_batch_, l.out));
-        }
-        break;
-      default:
-        break;
-    }
+  // A size of 0 leaves a buffer empty (data() null): nothing reads or writes it.
+  for (size_t at = 0; at < n; ++at) {
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.out[at], &out_[at]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.grad[at], &gbuf_[at]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.mask[at], &mask_[at]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(lay_.argmax[at], &argmax_[at]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.norm[at], &mean_[at]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.norm[at], &invstd_[at]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(lay_.in16[at], &in16_[at]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(lay_.conv16[at], &conv16_[at]));
   }
   if (half()) {
-    int64_t conv_out = 0, conv_in = 0, gemm_out = 0;
-    in16_.resize(n);
-    conv16_.resize(n);
-    for (int i = 0; i < L; ++i) {
-      const Layer& l = model_.layer(i);
-      if (l.kind != LayerKind::kConv && l.kind != LayerKind::kLinear) continue;
-      gemm_out = std::max(gemm_out, l.out_shape.size());
-      if (l.kind == LayerKind::kConv) {
-        conv_out = std::max(conv_out, l.out_shape.size());
-        conv_in = std::max(conv_in, l.in_shape.size());
-      }
-      if (in16_of_[static_cast<size_t>(i)] == i) {
-        SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * l.in_shape.size(),
-                                                           &in16_[static_cast<size_t>(i)]));
-      }
-      if (i + 1 < L && bn16_[static_cast<size_t>(i) + 1]) {
-        SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * l.out_shape.size(),
-                                                           &conv16_[static_cast<size_t>(i)]));
-      }
-    }
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(model_.num_params, &params16_));
-    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * conv_out, &h_out_));
-    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * gemm_out, &h_d_));
-    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(int64_t{max_batch_} * conv_in, &h_dx_));
-    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(widest_weight, &h_dw_));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(lay_.h_out, &h_out_));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(lay_.h_d, &h_d_));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(lay_.h_dx, &h_dx_));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint16_t>::Make(lay_.h_dw, &h_dw_));
   }
-  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(int64_t{max_batch_} * widest_in, &dtmp_));
-  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(widest_weight, &dw_tmp_));
-  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(bias_scratch, &bias_scratch_));
-  SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(bn_scratch, &bn_scratch_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.dtmp, &dtmp_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.dw_tmp, &dw_tmp_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.bias_scratch, &bias_scratch_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(lay_.bn_scratch, &bn_scratch_));
   // dscale then dbias, the second at a 16-byte boundary as cuDNN's tensors are declared.
-  bn_stride_ = (widest_bn + 3) / 4 * 4;
+  bn_stride_ = lay_.bn_stride;
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(2 * bn_stride_, &bn_tmp_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(max_batch_, &losses_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &loss_));
   for (int s = 0; s < kInputSlots; ++s) {
-    SWEEP_RETURN_IF_ERROR(
-        DeviceBuffer<float>::Make(int64_t{max_batch_} * model_.input.size(), &in_x_[s]));
+    SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.input, &in_x_[s]));
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(max_batch_, &in_y_[s]));
   }
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &eval_loss_));
@@ -274,7 +121,8 @@ std::string Net::Describe() const {
     auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
     if (OursWithoutAsking(static_cast<int>(i)) || it == norm_plans_.end()) {
       out += layer + " batch norm: ours" +
-             (bn16_[i] ? std::string(", 16-bit input from its convolution") : std::string()) + "\n";
+             (lay_.bn16[i] ? std::string(", 16-bit input from its convolution") : std::string()) +
+             "\n";
       continue;
     }
     const CudnnBatchNorm* cudnn = CudnnNormAtMaxBatch(static_cast<int>(i));
@@ -302,7 +150,7 @@ int Net::batch_norms_through_cudnn() const {
 }
 
 bool Net::OursWithoutAsking(int i) const {
-  return options_.ours_norm_only || (bn16_[static_cast<size_t>(i)] && !options_.cudnn_autotune);
+  return options_.ours_norm_only || (lay_.bn16[static_cast<size_t>(i)] && !options_.cudnn_autotune);
 }
 
 const CudnnBatchNorm* Net::CudnnNormAtMaxBatch(int i) const {
@@ -328,7 +176,7 @@ const Net::NormChoice* Net::ChoiceOf(int i, int B) const {
 }
 
 Result<bool> Net::Grad16Left(int a, int B) {
-  if (a < 0 || !grad16_[static_cast<size_t>(a)]) return false;
+  if (a < 0 || !lay_.grad16[static_cast<size_t>(a)]) return false;
   if (model_.layer(a).kind == LayerKind::kMaxPool) return PoolInNorm(a, B, true);
   SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(a, B, true));
   // A batch norm right before reads h_dx_ next; one further back would find it overwritten.
@@ -343,33 +191,33 @@ Result<bool> Net::NormOurs(int i, int B, bool train) {
 
 Result<bool> Net::ReluInNorm(int a, int B, bool train) {
   const int i = model_.layer(a).input;
-  if (i < 0 || bn_relu_[static_cast<size_t>(i)] != a) return false;
+  if (i < 0 || lay_.bn_relu[static_cast<size_t>(i)] != a) return false;
   return NormOurs(i, B, train);
 }
 
 Result<bool> Net::PoolInNorm(int p, int B, bool train) {
   int i = model_.layer(p).input;
-  if (i >= 0 && relu_after_pool_[static_cast<size_t>(i)]) i = model_.layer(i).input;
-  if (i >= 0 && add_pool_[static_cast<size_t>(i)] == p) return AddInNorm(i, B, train);
-  if (i < 0 || norm_pool_[static_cast<size_t>(i)] != p) return false;
+  if (i >= 0 && lay_.relu_after_pool[static_cast<size_t>(i)]) i = model_.layer(i).input;
+  if (i >= 0 && lay_.add_pool[static_cast<size_t>(i)] == p) return AddInNorm(i, B, train);
+  if (i < 0 || lay_.norm_pool[static_cast<size_t>(i)] != p) return false;
   return NormOurs(i, B, train);
 }
 
 Result<bool> Net::AddInNorm(int j, int B, bool train) {
-  if (add_pool_[static_cast<size_t>(j)] < 0) return false;
+  if (lay_.add_pool[static_cast<size_t>(j)] < 0) return false;
   SWEEP_ASSIGN_OR_RETURN(const bool a, NormOurs(model_.layer(j).input, B, train));
   SWEEP_ASSIGN_OR_RETURN(const bool b, NormOurs(model_.layer(j).shortcut, B, train));
   return a && b;
 }
 
 Result<bool> Net::NormRunsPool(int i, int B, bool train) {
-  const int p = norm_pool_[static_cast<size_t>(i)];
+  const int p = lay_.norm_pool[static_cast<size_t>(i)];
   if (p < 0) return false;
   return PoolInNorm(p, B, train);
 }
 
 void Net::Copy16Made(int i) {
-  if (const int j = copy16_for_[static_cast<size_t>(i)]; j >= 0) {
+  if (const int j = lay_.copy16_for[static_cast<size_t>(i)]; j >= 0) {
     in16_ready_[static_cast<size_t>(j)] = 1;
   }
 }
@@ -396,27 +244,27 @@ BnSide Net::NormSide(int i, const float* x, bool train) {
 
 BnPool Net::NormPool(int i, int B) {
   BnPool bp;
-  const int p = norm_pool_[static_cast<size_t>(i)];
+  const int p = lay_.norm_pool[static_cast<size_t>(i)];
   const Layer& pool = model_.layer(p);
   const size_t at = static_cast<size_t>(p);
   bp.out = out_[at].data();
-  if (const int j = copy16_for_[at]; j >= 0) bp.out16 = in16_[static_cast<size_t>(j)].data();
+  if (const int j = lay_.copy16_for[at]; j >= 0) bp.out16 = in16_[static_cast<size_t>(j)].data();
   bp.argmax = argmax_[at].data();
   bp.dout = Grad(p);
-  if (grad16_[at]) bp.dout16 = h_dx_.data();
+  if (lay_.grad16[at]) bp.dout16 = h_dx_.data();
   bp.B = B;
   bp.H = pool.in_shape.h;
   bp.W = pool.in_shape.w;
   bp.K = pool.kernel;
   bp.stride = pool.stride;
   // Through the ReLU that runs after the pool.
-  bp.relu = pool.input >= 0 && relu_after_pool_[static_cast<size_t>(pool.input)];
+  bp.relu = pool.input >= 0 && lay_.relu_after_pool[static_cast<size_t>(pool.input)];
   return bp;
 }
 
 Result<bool> Net::ConvFeedsNorm16(int i, int B, bool train) {
   const int bn = i + 1;
-  if (bn >= static_cast<int>(model_.layers.size()) || !bn16_[static_cast<size_t>(bn)]) {
+  if (bn >= static_cast<int>(model_.layers.size()) || !lay_.bn16[static_cast<size_t>(bn)]) {
     return false;
   }
   return NormOurs(bn, B, train);
@@ -424,13 +272,15 @@ Result<bool> Net::ConvFeedsNorm16(int i, int B, bool train) {
 
 int Net::NormFusions(int i) const {
   const size_t at = static_cast<size_t>(i);
-  const int a = bn_relu_[at];
+  const int a = lay_.bn_relu[at];
   const int o = a >= 0 ? a : i;
-  return (a >= 0 ? 1 : 0) | (bn16_[at] ? 2 : 0) |
-         (copy16_for_[static_cast<size_t>(o)] >= 0 ? 4 : 0) |
-         (a == i + 1 && grad16_[static_cast<size_t>(a)] ? 8 : 0) | (norm_pool_[at] >= 0 ? 16 : 0) |
-         (norm_pool_[at] >= 0 && grad16_[static_cast<size_t>(norm_pool_[at])] ? 32 : 0) |
-         (norm_pair_[at] >= 0 ? 64 : 0);
+  return (a >= 0 ? 1 : 0) | (lay_.bn16[at] ? 2 : 0) |
+         (lay_.copy16_for[static_cast<size_t>(o)] >= 0 ? 4 : 0) |
+         (a == i + 1 && lay_.grad16[static_cast<size_t>(a)] ? 8 : 0) |
+         (lay_.norm_pool[at] >= 0 ? 16 : 0) |
+         (lay_.norm_pool[at] >= 0 && lay_.grad16[static_cast<size_t>(lay_.norm_pool[at])] ? 32
+                                                                                          : 0) |
+         (lay_.norm_pair[at] >= 0 ? 64 : 0);
 }
 
 BnHalf Net::NormHalf(int i) {
@@ -438,16 +288,16 @@ BnHalf Net::NormHalf(int i) {
   if (!half()) return h;
   h.type = half_type_;
   const size_t at = static_cast<size_t>(i);
-  const int a = bn_relu_[at];
+  const int a = lay_.bn_relu[at];
   const int o = a >= 0 ? a : i;
-  if (bn16_[at]) {
+  if (lay_.bn16[at]) {
     h.x = conv16_[at - 1].data();
     h.dx = h_d_.data();
   }
-  if (const int j = copy16_for_[static_cast<size_t>(o)]; j >= 0) {
+  if (const int j = lay_.copy16_for[static_cast<size_t>(o)]; j >= 0) {
     h.out = in16_[static_cast<size_t>(j)].data();
   }
-  if (a == i + 1 && grad16_[static_cast<size_t>(a)]) h.d = h_dx_.data();
+  if (a == i + 1 && lay_.grad16[static_cast<size_t>(a)]) h.d = h_dx_.data();
   return h;
 }
 
@@ -532,12 +382,12 @@ Status Net::TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, doub
   float* dscale = bn_tmp_.data();
   // A ReLU that ours would apply in its passes costs cuDNN two passes of their own; the 16-bit
   // arrays ours reads and writes cost it a widening or cast pass each.
-  const int a = bn_relu_[at];
+  const int a = lay_.bn_relu[at];
   float* relu_out = a >= 0 ? out_[static_cast<size_t>(a)].data() : nullptr;
   float* relu_grad = a >= 0 ? Grad(a) : nullptr;
   const BnHalf h = NormHalf(i);
   // A max pool that ours would run in its passes costs cuDNN the pool's own two passes.
-  const int pool = norm_pool_[at];
+  const int pool = lay_.norm_pool[at];
   BnPool bp;
   if (pool >= 0) bp = NormPool(i, B);
   auto cudnn_pass = [&]() -> Status {
@@ -657,7 +507,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
     // bf16 / fp16: a GEMM layer's input as 16 bits, kept for its weight gradient.
     uint16_t* in16 = nullptr;
     if (half() && (l.kind == LayerKind::kLinear || l.kind == LayerKind::kConv)) {
-      const int src = in16_of_[at];
+      const int src = lay_.in16_of[at];
       in16 = in16_[static_cast<size_t>(src)].data();
       if (src == i) {  // else the GEMM before it that reads the same layer made it already
         if (!in16_ready_[at]) {
@@ -668,7 +518,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
     }
     // An activation's 16-bit copy for the GEMM layer that alone reads it, in its own pass.
     uint16_t* copy16 = nullptr;
-    if (const int j = copy16_for_[at]; j >= 0) copy16 = in16_[static_cast<size_t>(j)].data();
+    if (const int j = lay_.copy16_for[at]; j >= 0) copy16 = in16_[static_cast<size_t>(j)].data();
     float* out = out_[at].data();
     val_[at] = out;
     switch (l.kind) {
@@ -689,7 +539,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
       case LayerKind::kConv: {
         SWEEP_ASSIGN_OR_RETURN(const CudnnConv* conv, Plan(i, B));
         SWEEP_ASSIGN_OR_RETURN(const bool to_norm16, ConvFeedsNorm16(i, B, train));
-        if (to_norm16) {  // the batch norm after it reads the 16 bits (no bias: bn16_)
+        if (to_norm16) {  // the batch norm after it reads the 16 bits (no bias: lay_.bn16)
           SWEEP_RETURN_IF_ERROR(
               conv->Forward(conv16_[at].data(), in16, p16 + l.weight, workspace_.data()));
           break;
@@ -725,7 +575,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         }
         // Our kernels apply the ReLU reading this layer too, writing its output instead; and
         // where a GEMM alone reads that, its 16-bit input only (the fp32 one is left stale).
-        const int a = bn_relu_[at];
+        const int a = lay_.bn_relu[at];
         const int o = a >= 0 ? a : i;
         float* dst = out_[static_cast<size_t>(o)].data();
         val_[static_cast<size_t>(o)] = dst;
@@ -737,7 +587,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         // at a residual block's end, the add after both batch norms does, and this one gives
         // its statistics only.
         SWEEP_ASSIGN_OR_RETURN(const bool runs_pool, NormRunsPool(i, B, train));
-        if (runs_pool && norm_pair_[at] >= 0) {
+        if (runs_pool && lay_.norm_pair[at] >= 0) {
           if (train) {
             SWEEP_RETURN_IF_ERROR(batchnorm_forward(nullptr, nullptr, mean_[at].data(),
                                                     invstd_[at].data(), in, p + l.weight,
@@ -749,8 +599,8 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         BnPool bp;
         if (runs_pool) {
           bp = NormPool(i, B);
-          val_[static_cast<size_t>(norm_pool_[at])] = bp.out;
-          Copy16Made(norm_pool_[at]);
+          val_[static_cast<size_t>(lay_.norm_pool[at])] = bp.out;
+          Copy16Made(lay_.norm_pool[at]);
         }
         if (train) {
           SWEEP_RETURN_IF_ERROR(
@@ -767,7 +617,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
       case LayerKind::kActivation: {
         SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(i, B, train));
         if (in_norm) break;  // the batch norm before it wrote its output
-        if (relu_after_pool_[at]) {
+        if (lay_.relu_after_pool[at]) {
           val_[at] = in;  // the max pool reading it applies the ReLU
           break;
         }
@@ -781,7 +631,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         SWEEP_RETURN_IF_ERROR(maxpool_forward(out, argmax_[at].data(), in, B, l.in_shape.h,
                                               l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
                                               stream_));
-        if (l.input >= 0 && relu_after_pool_[static_cast<size_t>(l.input)]) {
+        if (l.input >= 0 && lay_.relu_after_pool[static_cast<size_t>(l.input)]) {
           SWEEP_RETURN_IF_ERROR(
               act_forward(out, out, n_out, Activation::kRelu, stream_, copy16, half_type_));
           if (copy16 != nullptr) Copy16Made(i);
@@ -814,7 +664,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
       case LayerKind::kAdd: {
         SWEEP_ASSIGN_OR_RETURN(const bool in_norm, AddInNorm(i, B, train));
         if (in_norm) {  // both batch norms' apply passes, the sum and the pool after it
-          const int pool = add_pool_[at];
+          const int pool = lay_.add_pool[at];
           const BnPool bp = NormPool(l.input, B);
           val_[static_cast<size_t>(pool)] = bp.out;
           Copy16Made(pool);
@@ -850,13 +700,13 @@ Status Net::ForwardLossOn(const float* x, const int32_t* y, int B, float dloss_s
 Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) {
   const int L = static_cast<int>(model_.layers.size());
   std::fill(written_.begin(), written_.end(), 0);
-  written_[static_cast<size_t>(gown_[static_cast<size_t>(L - 1)])] = 1;  // the loss wrote it
+  written_[static_cast<size_t>(lay_.gown[static_cast<size_t>(L - 1)])] = 1;  // the loss wrote it
   const float* p = params_.data();
   float* g = grads_.data();
   // Where the gradient w.r.t. layer j's output goes, and whether it adds to what is there.
   auto target = [&](int j, bool* add) -> float* {
     if (j < 0) return nullptr;  // the model's input: no gradient wanted
-    char& w = written_[static_cast<size_t>(gown_[static_cast<size_t>(j)])];
+    char& w = written_[static_cast<size_t>(lay_.gown[static_cast<size_t>(j)])];
     *add = w != 0;
     w = 1;
     return Grad(j);
@@ -881,7 +731,8 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         }
         float* d_in = target(l.input, &add);
         const uint16_t* p16 = params16_.data();
-        const uint16_t* in16 = half() ? in16_[static_cast<size_t>(in16_of_[at])].data() : nullptr;
+        const uint16_t* in16 =
+            half() ? in16_[static_cast<size_t>(lay_.in16_of[at])].data() : nullptr;
         if (half()) {
           // The batch norm after a convolution may have written its 16-bit gradient already.
           SWEEP_ASSIGN_OR_RETURN(const bool d16_written, ConvFeedsNorm16(i, B, true));
@@ -898,7 +749,8 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
                 plan->BackwardFilter(h_dw_.data(), in16, h_d_.data(), workspace_.data()));
             SWEEP_RETURN_IF_ERROR(
                 widen_half(g + l.weight, h_dw_.data(), nw, half_type_, accumulate, stream_));
-            if (d_in != nullptr) {
+            // Not d_in: a layer reading the 16 bits may have no fp32 gradient (NetLayout).
+            if (l.input >= 0) {
               SWEEP_RETURN_IF_ERROR(
                   plan->BackwardData(h_dx_.data(), h_d_.data(), p16 + l.weight, workspace_.data()));
               // The activation right before (or the batch norm applying it), its only input,
@@ -944,7 +796,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
           // The ReLU's gradient, masked by its output in the pass that sums (or by that output
           // computed again, where only its 16-bit copy was written); the 16-bit arrays of
           // NormHalf read and written in place of fp32 ones.
-          const int a = bn_relu_[at];
+          const int a = lay_.bn_relu[at];
           const BnHalf h = NormHalf(i);
           if (h.dx != nullptr && add) {
             return Status::Internal("cuda: a 16-bit batch-norm gradient added to another");
@@ -980,8 +832,8 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       }
       case LayerKind::kActivation: {
         SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(i, B, true));
-        if (in_norm) break;               // its batch norm's backward takes the ReLU's gradient
-        if (relu_after_pool_[at]) break;  // its max pool's backward took the ReLU's gradient
+        if (in_norm) break;                   // its batch norm's backward takes the ReLU's gradient
+        if (lay_.relu_after_pool[at]) break;  // its max pool's backward took the ReLU's gradient
         float* d_in = target(l.input, &add);
         // The convolution after it left its gradient in 16 bits (Grad16Left).
         SWEEP_ASSIGN_OR_RETURN(const bool from16, Grad16Left(i, B));
@@ -997,7 +849,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         SWEEP_ASSIGN_OR_RETURN(const bool in_norm, PoolInNorm(i, B, true));
         SWEEP_ASSIGN_OR_RETURN(const bool read16, Grad16Left(i, B));
         int from = l.input;
-        if (from >= 0 && relu_after_pool_[static_cast<size_t>(from)]) {
+        if (from >= 0 && lay_.relu_after_pool[static_cast<size_t>(from)]) {
           // The ReLU's gradient on the pooled output, in place, then to the ReLU's input.
           if (!read16) {
             SWEEP_RETURN_IF_ERROR(

@@ -1,23 +1,22 @@
-// One model replica on one GPU built from a ModelSpec (convolutions, batch norm, pooling,
-// residual adds, linear layers): cpu/net.h's Net with device buffers. Parameters, gradients
-// and batch norm's running statistics are flat device buffers in the ModelSpec's layout;
-// every activation and gradient buffer is allocated once for max_batch rows. Convolutions run
-// through cuDNN (cuda/cudnn_conv.h, a plan per batch size, made at its first use), and batch
+// One model replica on one GPU built from a ModelSpec (convolutions, batch norm, pooling, residual
+// adds, linear layers): cpu/net.h's Net with device buffers. Parameters, gradients and batch norm's
+// running statistics are flat device buffers in the ModelSpec's layout; the activation and gradient
+// buffers its layout keeps (cuda/net_layout.h) are allocated once for max_batch rows. Convolutions
+// run through cuDNN (cuda/cudnn_conv.h, a plan per batch size, made at its first use), and batch
 // norm's training pass and backward too where cuDNN has an engine for the shape
 // (cuda/cudnn_norm.h); linear layers through cuBLAS, the rest through cuda/cnn_ops.h and
-// cuda/ops.h. Each layer is its own pass, but a ReLU read only by a max pool runs after the
-// pool, and one read only after a batch norm that our kernels run runs in its passes (the CPU
-// fuses an activation into its producer: the same numbers), as does a max pool after such a
-// batch norm (or after two summed by a residual add). In fp32 the GEMMs and
-// convolutions use TF32 tensor cores when tf32. In bf16 / fp16 they read 16-bit copies of the
-// weights (kept by the optimizer kernels), of their inputs (kept for the weight gradient) and
-// of the output gradient, as the CPU's emulation rounds them; a convolution's 16-bit output and
-// gradients are widened back to fp32, which everything else (batch norm, pooling, activations,
-// master weights, gradients) stays in. Where our kernels run a batch norm right after a
-// convolution, they read and write those 16-bit arrays themselves (no widening or cast pass;
-// the same bits). All work is queued on the replica's stream through its cuBLAS and cuDNN
-// handles, which the caller owns and which outlive the Net. Not thread-safe: one thread, with
-// the replica's device current, uses it.
+// cuda/ops.h. Each layer is its own pass, but a ReLU read only by a max pool runs after the pool,
+// and one read only after a batch norm that our kernels run runs in its passes (the CPU fuses an
+// activation into its producer: the same numbers), as does a max pool after such a batch norm (or
+// after two summed by a residual add). In fp32 the GEMMs and convolutions use TF32 tensor cores
+// when tf32. In bf16 / fp16 they read 16-bit copies of the weights (kept by the optimizer kernels),
+// of their inputs (kept for the weight gradient) and of the output gradient, as the CPU's emulation
+// rounds them; a convolution's 16-bit output and gradients are widened back to fp32, which
+// everything else (batch norm, pooling, activations, master weights, gradients) stays in. Where our
+// kernels run a batch norm right after a convolution, they read and write those 16-bit arrays
+// themselves (no widening or cast pass; the same bits). All work is queued on the replica's stream
+// through its cuBLAS and cuDNN handles, which the caller owns and which outlive the Net. Not
+// thread-safe: one thread, with the replica's device current, uses it.
 #pragma once
 
 #include <cublas_v2.h>
@@ -36,22 +35,11 @@
 #include "cuda/cudnn_conv.h"
 #include "cuda/cudnn_norm.h"
 #include "cuda/device_buffer.h"
+#include "cuda/net_layout.h"
 #include "cuda/replica_model.h"
 #include "model.h"
 
 namespace sweep::trainer::cuda {
-
-// What a Net is made with besides its model, batch and precision.
-struct NetOptions {
-  // Each convolution's plans and each batch norm's kernels (cuDNN's or ours) timed on the device
-  // (the trainer's cudnn_autotune).
-  bool cudnn_autotune = false;
-  // For tests: every batch norm's training pass through our kernels, never cuDNN's; and, with
-  // fuse false, every 16-bit copy made in a pass of its own and every max pool in its own passes
-  // (the unfused path, which the fused one must match bit for bit).
-  bool ours_norm_only = false;
-  bool fuse = true;
-};
 
 class Net final : public ReplicaModel {
  public:
@@ -121,17 +109,17 @@ class Net final : public ReplicaModel {
   Result<const CudnnBatchNorm*> NormPlan(int i, int B);
   // Whether our kernels run batch norm layer i in this pass (in evaluation, always).
   Result<bool> NormOurs(int i, int B, bool train);
-  // Whether ReLU layer a is applied by the batch norm before it in this pass (bn_relu_, and our
+  // Whether ReLU layer a is applied by the batch norm before it in this pass (lay_.bn_relu, and our
   // kernels run that batch norm).
   Result<bool> ReluInNorm(int a, int B, bool train);
-  // The 16-bit arrays our kernels read and write for batch norm layer i (bn16_, copy16_for_,
-  // grad16_); BnHalf.out set means its fp32 output is not written.
+  // The 16-bit arrays our kernels read and write for batch norm layer i (lay_.bn16,
+  // lay_.copy16_for, lay_.grad16); BnHalf.out set means its fp32 output is not written.
   BnHalf NormHalf(int i);
   // Whether convolution i's only output is its 16-bit one, read by the batch norm after it
   // (forward), and whether that batch norm wrote its 16-bit output gradient (backward).
   Result<bool> ConvFeedsNorm16(int i, int B, bool train);
   // cudnn_autotune: milliseconds of a training pass and backward of layer i's batch norm at B
-  // rows (with the ReLU our kernels would fuse, bn_relu_) through `bn` and through our kernels,
+  // rows (with the ReLU our kernels would fuse, lay_.bn_relu) through `bn` and through our kernels,
   // over the layers' own buffers (their values do not matter), each with the widening and cast
   // passes it brings (NormHalf); *ours < 0 where the layer's input has no buffer to time on.
   Status TimeNorm(int i, int B, const CudnnBatchNorm& bn, double* cudnn, double* ours);
@@ -140,7 +128,9 @@ class Net final : public ReplicaModel {
   // Grows the workspace to `bytes` for the plan of layer's `op` at batch B; refused, naming
   // batch_size, when the GPU has not that much free.
   Status EnsureWorkspace(size_t bytes, int layer, const char* op, int B);
-  float* Grad(int i) { return gbuf_[static_cast<size_t>(gown_[static_cast<size_t>(i)])].data(); }
+  float* Grad(int i) {
+    return gbuf_[static_cast<size_t>(lay_.gown[static_cast<size_t>(i)])].data();
+  }
 
   ModelSpec model_;
   int max_batch_;
@@ -153,62 +143,35 @@ class Net final : public ReplicaModel {
   cublasHandle_t blas_;
   cudnnHandle_t dnn_;
   DeviceBuffer<float> params_, grads_, stats_;
-  // Per layer: its output (empty for a flatten, which reads its input's), the pointer each
-  // forward set (val_[i]: what layer i gave), and the gradient w.r.t. it (gown_[i] names the
-  // buffer: a flatten shares its input's); written_ says whether this backward wrote it yet.
+  // What runs fused and which buffers exist (cuda/net_layout.h): the flags by layer (gown,
+  // relu_after_pool, bn_relu, copy16_for, in16_of, grad16, bn16, norm_pool, norm_pair,
+  // add_pool) and each buffer's size.
+  NetLayout lay_;
+  // Per layer: its output (none for a flatten, which reads its input's, or where no pass
+  // writes it: NetLayout), the pointer each forward set (val_[i]: what layer i gave), and the
+  // gradient w.r.t. it (lay_.gown[i] names the buffer); written_ says whether this backward
+  // wrote it yet.
   std::vector<DeviceBuffer<float>> out_, gbuf_, mask_, mean_, invstd_;
   std::vector<DeviceBuffer<int32_t>> argmax_;
   std::vector<const float*> val_;
-  std::vector<int> gown_;
   std::vector<char> written_;
-  // relu_after_pool_[i]: layer i is a ReLU whose only reader is a max pool, which then runs on
-  // the ReLU's input and applies the ReLU to its 4x smaller output (and the ReLU's gradient to
-  // its own), the same values bit for bit: a ReLU is monotonic and gives 0 where it cuts, so
-  // max and ReLU commute and the cut windows pass no gradient either way (for finite inputs:
-  // a NaN the pool would pass on, the ReLU ahead of it made 0).
-  std::vector<char> relu_after_pool_;
-  // bn_relu_[i]: the ReLU that is batch norm i's only reader (and not a max pool's: that one
-  // runs after the pool), or -1. Where our kernels run the batch norm, they apply the ReLU in
-  // the same passes, as the CPU's net does.
-  std::vector<int> bn_relu_;
-  // bf16 / fp16 with fuse: copy16_for_[i], the GEMM layer (convolution or linear) that is
-  // layer i's only reader (or the first of the GEMMs that are all its readers), or -1. An
-  // activation layer (or a max pool applying a ReLU, or our batch norm giving layer i's output)
-  // writes that layer's 16-bit input in its own pass, and in16_ready_ tells the reader, this
-  // forward, not to cast it again.
-  std::vector<int> copy16_for_;
+  // in16_ready_[j]: an activation (or a max pool applying a ReLU, or our batch norm) wrote GEMM
+  // j's 16-bit input in its own pass this forward (lay_.copy16_for), so j does not cast it again.
   std::vector<char> in16_ready_;
-  // Layer i wrote the 16-bit copy for its GEMM reader (copy16_for_) in this forward.
+  // Layer i wrote the 16-bit copy for its GEMM reader (lay_.copy16_for) in this forward.
   void Copy16Made(int i);
-  // bf16 / fp16: in16_of_[j], the GEMM layer whose in16_ GEMM layer j reads: itself, or with
-  // fuse the first GEMM reading the same layer (a residual block's body and projection), whose
-  // copy it shares. copy16_for_ then names that first one, where GEMMs are all the readers.
-  std::vector<int> in16_of_;
-  // bf16 / fp16 with fuse: grad16_[a], activation a (or a max pool run in its batch norm's
-  // passes, norm_pool_) is read only by the convolution right after it, whose 16-bit data
-  // gradient (h_dx_) the activation's backward then reads itself, not widened first; or the
-  // batch norm right before it, applying it, or running the pool (Grad16Left). So Grad(a) is
-  // marked written but left stale: nothing else may read it, which its one reader guarantees.
-  std::vector<char> grad16_;
-  // Whether the convolution after layer a (an activation or a max pool, grad16_) leaves its
+  // Whether the convolution after layer a (an activation or a max pool, lay_.grad16) leaves its
   // data gradient in h_dx_ only, for a's backward or for the batch norm that runs a's passes.
   Result<bool> Grad16Left(int a, int B);
-  // bf16 / fp16 with fuse: bn16_[i], batch norm i reads convolution i - 1 (its only reader,
-  // without bias) in 16 bits where our kernels run it: the convolution writes conv16_[i - 1]
-  // only, and the batch norm's backward writes the convolution's 16-bit output gradient (h_d_).
-  std::vector<char> bn16_;
+  // Where lay_.bn16[i + 1]: convolution i's 16-bit output, which the batch norm after it reads.
   std::vector<DeviceBuffer<uint16_t>> conv16_;
-  // With fuse: norm_pool_[i], the max pool reading batch norm i (directly, or through a ReLU
-  // that runs after it), which our kernels run inside the batch norm's passes (BnPool), or -1.
-  // The batch norm's own output is then never written, nor the pool's input gradient.
-  std::vector<int> norm_pool_;
   // Where our kernels run batch norm i with its pool: the pool's side of the passes (forward:
   // its output, 16-bit copy and argmax; backward: its output gradient).
   BnPool NormPool(int i, int B);
   // Whether max pool p runs inside the batch norm before it (or the two before an add) in this
   // pass.
   Result<bool> PoolInNorm(int p, int B, bool train);
-  // Whether add j runs both batch norms' apply passes and its pool (add_pool_) in this pass.
+  // Whether add j runs both batch norms' apply passes and its pool (lay_.add_pool) in this pass.
   Result<bool> AddInNorm(int j, int B, bool train);
   // Whether batch norm i runs its pool's passes in this pass (alone, or with its pair):
   // PoolInNorm of its pool.
@@ -216,12 +179,6 @@ class Net final : public ReplicaModel {
   // Batch norm i's side of batchnorm_add_pool: its input (x where that is the model's),
   // parameters and statistics.
   BnSide NormSide(int i, const float* x, bool train);
-  // With fuse: norm_pair_[i], the other batch norm an add sums with batch norm i before a max
-  // pool (add_pool_[j], that pool, for the add j), or -1. Each then computes its statistics
-  // only; the add runs both apply passes with the sum and the pool (batchnorm_add_pool), and
-  // each batch norm's backward reads the pool's gradient (the add's copies are gone). Only where
-  // our kernels run both.
-  std::vector<int> norm_pair_, add_pool_;
   std::vector<std::map<int, std::unique_ptr<CudnnConv>>> plans_;
   // Batch norm's plans by shape, shared by the layers of that shape; null: ours.
   std::map<NormKey, std::unique_ptr<CudnnBatchNorm>> norm_plans_;
@@ -239,8 +196,8 @@ class Net final : public ReplicaModel {
   // cuDNN's plan for batch norm layer i at max_batch_ where cuDNN runs it, else null (none made
   // yet, no engine, or ours chosen).
   const CudnnBatchNorm* CudnnNormAtMaxBatch(int i) const;
-  // Whether batch norm i runs ours without cuDNN being asked (NormPlan): ours_norm_only, or bn16_
-  // without cudnn_autotune. A layer of its shape may still run cuDNN's plan.
+  // Whether batch norm i runs ours without cuDNN being asked (NormPlan): ours_norm_only, or
+  // lay_.bn16 without cudnn_autotune. A layer of its shape may still run cuDNN's plan.
   bool OursWithoutAsking(int i) const;
   std::string bn_note_;
   // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
