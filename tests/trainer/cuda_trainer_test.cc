@@ -756,6 +756,35 @@ TEST_F(CudaGroup, AutotunedConvolutionsTrainAsTheFirstRankedDo) {
   EXPECT_LT(tf32, 0.1);
 }
 
+// In bf16, batch norms after convolutions are timed too (ours reads the 16-bit output; cuDNN's
+// chain widens and casts), so either may run beside the fused passes around it: every fp32
+// buffer that either may touch exists (cuda/net_layout.h), and the run trains as the one with
+// ours throughout does, within bf16's rounding.
+TEST_F(CudaGroup, AnAutotunedBf16CnnTrainsAsOursThroughoutDoes) {
+  Result<ModelSpec> cnn = ResidualCnn();
+  ASSERT_TRUE(cnn.ok()) << cnn.status().message();
+  const Batches data = MakeBatches(8, 3);
+  GroupSpec spec = Spec(1, OptimizerSpec::Kind::kSgd, 0.0f);
+  spec.model = cnn.value();
+  spec.precision = Precision::kBf16;
+  RunResult out[2];
+  for (int run = 0; run < 2; ++run) {
+    spec.cudnn_autotune = run == 1;
+    Result<std::unique_ptr<ReplicaGroup>> g = cuda::GetBackend()->CreateGroup(spec);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    const std::string plans = (*g)->Describe();
+    EXPECT_EQ(plans.find("(timed: cuDNN ") != std::string::npos, run == 1) << plans;
+    if (run == 1) std::printf("%s", plans.c_str());
+    out[run] = RunSteps(g->get(), spec, 8, 1, data);
+  }
+  ASSERT_EQ(out[1].losses.size(), out[0].losses.size());
+  ASSERT_FALSE(out[0].losses.empty());
+  for (size_t i = 0; i < out[0].losses.size(); ++i) {
+    EXPECT_NEAR(out[1].losses[i], out[0].losses[i], 2e-2 * std::abs(out[0].losses[i])) << i;
+  }
+  EXPECT_LT(NormErr(out[1].state.params, out[0].state.params), 2e-2);
+}
+
 // Graphs point at the cuDNN workspace they were captured with. An evaluation at a new batch
 // size whose plan needs a larger one replaces it (the old one is unmapped in the emulator):
 // the graphs are captured again, and training goes on as launched training does.
