@@ -8,14 +8,16 @@
 //      our samples/s over the epochs after the first, ours / torch's best (targets: >= 1.5x at
 //      batch 256, >= 1.0x at 1024);
 //   2. for each, data_wait_s as a share of the training time (target < 2%);
-//   3. for each CNN, the share of a training step that cuDNN's convolutions take: every
-//      convolution of the model in the directions a step runs, in the faster run's precision,
-//      timed alone with CUDA events, against the measured step;
+//   3. for each CNN, the share of a training step that convolutions take: every convolution
+//      of the model in the directions a step runs, in the faster run's precision, timed alone
+//      with CUDA events, against the measured step (cuDNN's, but the first: our direct
+//      kernels, as the net runs it; both are printed for it);
 //   4. for each CNN, batch norm's training pass and backward over all the model's batch norm
 //      layers, through cuDNN's graph API and through our kernels, each with the widening, cast,
 //      ReLU and pooling passes it brings, as the net times them to choose (cudnn_autotune);
-//      and the net's forward and backward alone, in a CUDA graph, with its fused passes and
-//      with each pass on its own (cuDNN's batch norm, or ours).
+//      and the net's forward and backward alone, in a CUDA graph, with its fused passes, with
+//      each pass on its own (cuDNN's batch norm, or ours), and fused with the first
+//      convolution through cuDNN.
 // Ours trains in fp32 (TF32 tensor cores) and in bf16, each with CUDA graphs and autotuned
 // convolution plans (torch runs with cudnn.benchmark); at batch 256 also bf16 with every kernel
 // launched, to show what the graphs bring. The faster of fp32 and bf16 is set against torch.
@@ -209,10 +211,14 @@ double TimeMs(cudaStream_t stream, const Step& step) {
   return ok ? static_cast<double>(ms) / iters : -1.0;
 }
 
-// Milliseconds one training step spends in cuDNN's convolutions: every convolution of the
-// model in `precision`, the directions a step runs (no data gradient for the model's input) at
-// `batch` rows, timed alone (-1 on failure).
-double ConvMsPerStep(const TrainOptions& o, trainer::Precision precision) {
+// Milliseconds one training step spends in convolutions: every convolution of the model in
+// `precision`, the directions a step runs (no data gradient for the model's input) at `batch`
+// rows, timed alone, through cuDNN, but the first through our direct kernels where the net runs
+// it so (cuda/net_layout.h); -1 on failure. *first_cudnn and *first_direct: that first one both
+// ways (-1 where the direct kernels do not take it).
+double ConvMsPerStep(const TrainOptions& o, trainer::Precision precision, double* first_cudnn,
+                     double* first_direct) {
+  *first_cudnn = *first_direct = -1;
   sweep::Result<trainer::ModelSpec> model = trainer::BuildModel(o, {1, 28, 28}, 10);
   if (!model.ok()) return -1;
   cudaStream_t stream = nullptr;
@@ -245,7 +251,26 @@ double ConvMsPerStep(const TrainOptions& o, trainer::Precision precision) {
              (l.input < 0 || c.BackwardData(dx.data(), y.data(), w.data(), ws.data()).ok()) &&
              c.BackwardFilter(dw.data(), x.data(), y.data(), ws.data()).ok();
     };
-    const double ms = TimeMs(stream, run);
+    double ms = TimeMs(stream, run);
+    const bool half = precision != trainer::Precision::kFp32;
+    if (l.input < 0 && cuda::direct_conv_supported(s)) {
+      cuda::DeviceBuffer<uint8_t> partials;
+      auto direct = [&] {
+        return cuda::direct_conv_forward(y.data(), x.data(), w.data(), s, half,
+                                         trainer::cpu::HalfType::kBf16, stream)
+                   .ok() &&
+               cuda::direct_conv_backward_filter(dw.data(), x.data(), y.data(), s, half,
+                                                 trainer::cpu::HalfType::kBf16, partials.data(),
+                                                 stream)
+                   .ok();
+      };
+      *first_cudnn = ms;
+      *first_direct =
+          cuda::DeviceBuffer<uint8_t>::Make(cuda::direct_conv_scratch_bytes(s), &partials).ok()
+              ? TimeMs(stream, direct)
+              : -1;
+      ms = *first_direct;
+    }
     total = ms < 0 ? -1 : total + ms;
   }
   if (handle != nullptr) cudnnDestroy(handle);
@@ -357,14 +382,21 @@ double NetStepMs(const trainer::ModelSpec& model, int batch, trainer::Precision 
 // net's step with and without its fused passes (NetStepMs); the count of figures missing.
 int PrintCnnShares(const TrainOptions& o, trainer::Precision precision, double step_ms) {
   int missing = 0;
-  const double conv_ms = ConvMsPerStep(o, precision);
+  double first_cudnn = -1, first_direct = -1;
+  const double conv_ms = ConvMsPerStep(o, precision, &first_cudnn, &first_direct);
   if (conv_ms > 0) {
-    std::printf("  cuDNN convolutions (%s): %.3f ms of a %.3f ms step, %.0f%%\n",
+    std::printf("  convolutions (%s): %.3f ms of a %.3f ms step, %.0f%%\n",
                 precision == trainer::Precision::kBf16 ? "bf16" : "fp32, TF32", conv_ms, step_ms,
                 100 * conv_ms / step_ms);
   } else {
-    std::printf("  cuDNN convolutions: could not be timed\n");
+    std::printf("  convolutions: could not be timed\n");
     ++missing;
+  }
+  if (first_direct > 0) {
+    std::printf(
+        "  the first convolution (forward + weight gradient): ours, direct, %.3f ms; cuDNN's "
+        "%.3f ms (%.2fx ours)\n",
+        first_direct, first_cudnn, first_cudnn / first_direct);
   }
   sweep::Result<trainer::ModelSpec> model = trainer::BuildModel(o, {1, 28, 28}, 10);
   Handles h;
@@ -390,17 +422,21 @@ int PrintCnnShares(const TrainOptions& o, trainer::Precision precision, double s
   // cuDNN's elsewhere), with every pass on its own and cuDNN's batch norm where it has an
   // engine (as before the fusions), and with every pass on its own but our batch norm (the
   // fusions' share alone).
-  cuda::NetOptions fused, apart, apart_ours;
+  // And fused, with the first convolution through cuDNN (what the direct kernels bring).
+  cuda::NetOptions fused, apart, apart_ours, stem_cudnn;
   apart.fuse = apart_ours.fuse = false;
   apart_ours.ours_norm_only = true;
+  stem_cudnn.direct_conv = false;
   const double a = NetStepMs(*model, o.batch_size, precision, fused, h);
   const double b = NetStepMs(*model, o.batch_size, precision, apart, h);
   const double c = NetStepMs(*model, o.batch_size, precision, apart_ours, h);
-  if (a > 0 && b > 0 && c > 0) {
+  const double d = NetStepMs(*model, o.batch_size, precision, stem_cudnn, h);
+  if (a > 0 && b > 0 && c > 0 && d > 0) {
     std::printf(
         "  the net's step alone (%s, forward + backward, one CUDA graph): fused %.3f ms; passes "
-        "apart with cuDNN's batch norm %.3f ms (%.2fx fused), with ours %.3f ms (%.2fx)\n",
-        name, a, b, b / a, c, c / a);
+        "apart with cuDNN's batch norm %.3f ms (%.2fx fused), with ours %.3f ms (%.2fx); fused "
+        "with the first convolution through cuDNN %.3f ms (%.2fx)\n",
+        name, a, b, b / a, c, c / a, d, d / a);
   } else {
     std::printf("  the net's step alone: could not be timed\n");
     ++missing;

@@ -316,6 +316,48 @@ TEST_F(CudaNet, HalfPrecisionMatchesTheCpusEmulation) {
 // output skipped, the ReLU's mask computed again in backward), reading that convolution's
 // 16-bit data gradient and writing its own convolution's 16-bit output gradient, and the ReLUs
 // doing the same.
+// The model's first convolution (one input channel here, three in the second case) runs our
+// direct kernels (cuda/cnn_ops.h) and trains as cuDNN's does: the same losses, gradients,
+// running statistics and evaluation within the precision's rounding; every other convolution
+// stays cuDNN's.
+TEST_F(CudaNet, TheFirstConvolutionRunsDirectlyAndTrainsAsCudnnsDoes) {
+  TrainOptions o;
+  o.model = "cnn";
+  o.channels = {4, 8};
+  o.hidden = {16};
+  for (const TensorShape input : {TensorShape{1, 8, 8}, TensorShape{3, 7, 9}}) {
+    Result<ModelSpec> model = BuildModel(o, input, 5);
+    ASSERT_TRUE(model.ok()) << model.status().message();
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      SCOPED_TRACE(std::to_string(input.c) + (precision == Precision::kFp32 ? " fp32" : " bf16"));
+      NetOptions direct, cudnn;
+      cudnn.direct_conv = false;
+      for (const NetOptions& options : {direct, cudnn}) {
+        Result<std::unique_ptr<Net>> net =
+            Net::Create(*model, 6, precision, 0.0f,
+                        /*tf32=*/false, stream_, blas_, dnn_, options);
+        ASSERT_TRUE(net.ok()) << net.status().message();
+        const std::string plans = (*net)->Describe();
+        const std::string first =
+            "layer 0 convolution: ours, direct (" +
+            std::string(input.c == 1 ? "1 input channel)" : "3 input channels)");
+        EXPECT_EQ(plans.find(first) != std::string::npos, options.direct_conv) << plans;
+        EXPECT_EQ(plans.find("direct", plans.find('\n')), std::string::npos) << plans;
+      }
+      const Run a = Train(*model, input, precision, direct, 6);
+      const Run b = Train(*model, input, precision, cudnn, 6);
+      const double bound = precision == Precision::kFp32 ? 1e-5 : 2e-2;
+      ASSERT_EQ(a.losses.size(), b.losses.size());
+      for (size_t i = 0; i < a.losses.size(); ++i) {
+        EXPECT_NEAR(a.losses[i], b.losses[i], bound * std::abs(b.losses[i])) << i;
+      }
+      ExpectErr("gradients", NormErr(a.grads, b.grads), bound);
+      ExpectErr("running statistics", NormErr(a.stats, b.stats), bound);
+      EXPECT_NEAR(a.eval_loss, b.eval_loss, bound * std::abs(b.eval_loss));
+    }
+  }
+}
+
 TEST_F(CudaNet, FusedPassesGiveTheUnfusedBits) {
   struct Case {
     bool residual;

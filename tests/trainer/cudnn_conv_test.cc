@@ -15,6 +15,7 @@
 
 #include "cpu/conv_ops.h"
 #include "cpu/ops.h"
+#include "cuda/cnn_ops.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_buffer.h"
 #include "cuda_test_util.h"
@@ -98,6 +99,34 @@ double Bound(const ConvOptions& o) {
   }
   return o.tf32 ? 5e-3 : 1e-5;
 }
+
+// An input layer's convolution of shape s in precision p's storage: random inputs from seeds
+// seed, seed + 1 and seed + 2, the CPU's forward and weight gradient of them, and the same on
+// the device (outputs zeroed), uploaded through the legacy stream.
+struct InputLayerCase {
+  InputLayerCase(const cpu::ConvShape& s, Precision p, uint64_t seed)
+      : nx(int64_t{s.B} * s.H * s.W * s.C),
+        nw(s.OC * s.patch()),
+        ny(int64_t{s.B} * s.OH() * s.OW() * s.OC),
+        x(Stored(Random(Count(nx), seed), p)),
+        w(Stored(Random(Count(nw), seed + 1, 0.5), p)),
+        dy(Stored(Random(Count(ny), seed + 2), p)),
+        y_ref(Count(ny)),
+        dw_ref(Count(nw)) {
+    std::vector<float> scratch(Count(cpu::conv2d_scratch_floats(s)));
+    cpu::conv2d_forward(y_ref.data(), x.data(), w.data(), nullptr, s, scratch.data());
+    cpu::conv2d_backward(nullptr, dw_ref.data(), nullptr, dy.data(), x.data(), w.data(), s,
+                         scratch.data(), false, false);
+    dev_x = Upload(x, p);
+    dev_w = Upload(w, p);
+    dev_dy = Upload(dy, p);
+    dev_y = Upload(std::vector<float>(Count(ny)), p);
+    dev_dw = Upload(std::vector<float>(Count(nw)), p);
+  }
+  int64_t nx, nw, ny;
+  std::vector<float> x, w, dy, y_ref, dw_ref;
+  DeviceBuffer<uint8_t> dev_x, dev_w, dev_dy, dev_y, dev_dw;
+};
 
 class CudnnConvTest : public ::testing::Test {
  protected:
@@ -241,31 +270,20 @@ TEST_F(CudnnConvTest, TheInputLayersConvolutionPlansNoDataGradient) {
               std::string::npos)
         << none.message();
     // The two it does plan compute what the CPU does.
-    const int64_t nx = int64_t{s.B} * s.H * s.W * s.C, nw = s.OC * s.patch();
-    const int64_t ny = int64_t{s.B} * s.OH() * s.OW() * s.OC;
-    const std::vector<float> x = Stored(Random(Count(nx), 6), precision);
-    const std::vector<float> w = Stored(Random(Count(nw), 7, 0.5), precision);
-    const std::vector<float> dy = Stored(Random(Count(ny), 8), precision);
-    std::vector<float> y_ref(Count(ny)), dw_ref(Count(nw));
-    std::vector<float> scratch(Count(cpu::conv2d_scratch_floats(s)));
-    cpu::conv2d_forward(y_ref.data(), x.data(), w.data(), nullptr, s, scratch.data());
-    cpu::conv2d_backward(nullptr, dw_ref.data(), nullptr, dy.data(), x.data(), w.data(), s,
-                         scratch.data(), false, false);
-    DeviceBuffer<uint8_t> dev_x = Upload(x, precision), dev_w = Upload(w, precision);
-    DeviceBuffer<uint8_t> dev_dy = Upload(dy, precision);
-    DeviceBuffer<uint8_t> dev_y = Upload(std::vector<float>(Count(ny)), precision);
-    DeviceBuffer<uint8_t> dev_dw = Upload(std::vector<float>(Count(nw)), precision);
+    InputLayerCase k(s, precision, 6);
     DeviceBuffer<uint8_t> workspace;
     ASSERT_TRUE(DeviceBuffer<uint8_t>::Make(int64_t(conv.workspace_bytes()), &workspace).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the uploads, on the legacy stream
-    ASSERT_TRUE(conv.Forward(dev_y.data(), dev_x.data(), dev_w.data(), workspace.data()).ok());
     ASSERT_TRUE(
-        conv.BackwardFilter(dev_dw.data(), dev_x.data(), dev_dy.data(), workspace.data()).ok());
+        conv.Forward(k.dev_y.data(), k.dev_x.data(), k.dev_w.data(), workspace.data()).ok());
+    ASSERT_TRUE(
+        conv.BackwardFilter(k.dev_dw.data(), k.dev_x.data(), k.dev_dy.data(), workspace.data())
+            .ok());
     ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
     ExpectErr((Name(s, o) + " forward").c_str(),
-              NormErr(Download(dev_y, Count(ny), precision), y_ref), Bound(o));
+              NormErr(Download(k.dev_y, Count(k.ny), precision), k.y_ref), Bound(o));
     ExpectErr((Name(s, o) + " backward filter").c_str(),
-              NormErr(Download(dev_dw, Count(nw), precision), dw_ref), Bound(o));
+              NormErr(Download(k.dev_dw, Count(k.nw), precision), k.dw_ref), Bound(o));
     std::printf("  %s: %s\n", Name(s, o).c_str(), plans.c_str());
   }
 }
@@ -277,6 +295,57 @@ TEST_F(CudnnConvTest, RefusesAShapeWithoutAnOutputNamingIt) {
   EXPECT_EQ(made.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(made.status().message().find("input 1x4x4x3, 8 filters 7x7"), std::string::npos)
       << made.status().message();
+}
+
+// The direct kernels for a few input channels (cuda/cnn_ops.h), which a net runs for its first
+// convolution in cuDNN's place: forward and weight gradient against the CPU's, in every
+// precision (exact fp32 products: fp32's bound), over one and three channels, padding, stride
+// 2, a 5x5 filter and more output channels than a block takes; the weight gradient the same
+// bits every run; shapes past their limits refused.
+TEST_F(CudnnConvTest, DirectConvolutionsOfFewChannelsMatchTheCpu) {
+  const cpu::ConvShape shapes[] = {
+      {4, 10, 10, 1, 8, 3, 1, 1},  // Fashion-MNIST's first layer, smaller
+      {3, 9, 7, 3, 40, 3, 2, 1},   // RGB, stride 2, two blocks of output channels
+      {2, 8, 8, 1, 5, 5, 1, 2},    // 5x5
+      {2, 7, 6, 2, 3, 3, 1, 0},    // no padding
+  };
+  for (const cpu::ConvShape& s : shapes) {
+    ASSERT_TRUE(direct_conv_supported(s)) << Name(s, ConvOptions{});
+    for (Precision precision : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      ConvOptions o{precision, /*tf32=*/false};
+      const bool half = precision != Precision::kFp32;
+      const HalfType type = precision == Precision::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
+      InputLayerCase k(s, precision, 11);
+      DeviceBuffer<uint8_t> partials;
+      ASSERT_TRUE(DeviceBuffer<uint8_t>::Make(direct_conv_scratch_bytes(s), &partials).ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the uploads, on the legacy stream
+      ASSERT_TRUE(direct_conv_forward(k.dev_y.data(), k.dev_x.data(), k.dev_w.data(), s, half, type,
+                                      stream_)
+                      .ok());
+      std::vector<float> first;
+      for (int run = 0; run < 2; ++run) {
+        ASSERT_TRUE(direct_conv_backward_filter(k.dev_dw.data(), k.dev_x.data(), k.dev_dy.data(), s,
+                                                half, type, partials.data(), stream_)
+                        .ok());
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        const std::vector<float> got = Download(k.dev_dw, Count(k.nw), precision);
+        if (run == 0) {
+          first = got;
+          ExpectErr(("direct " + Name(s, o) + " backward filter").c_str(), NormErr(got, k.dw_ref),
+                    Bound(o));
+        } else {
+          EXPECT_EQ(std::memcmp(first.data(), got.data(), first.size() * 4), 0) << Name(s, o);
+        }
+      }
+      ExpectErr(("direct " + Name(s, o) + " forward").c_str(),
+                NormErr(Download(k.dev_y, Count(k.ny), precision), k.y_ref), Bound(o));
+    }
+  }
+  EXPECT_FALSE(direct_conv_supported({1, 8, 8, 4, 8, 3, 1, 1}));     // 36 taps an output
+  EXPECT_FALSE(direct_conv_supported({1, 8, 8, 1, 1024, 3, 1, 1}));  // 9,216 weights
+  EXPECT_FALSE(direct_conv_forward(nullptr, nullptr, nullptr, {1, 8, 8, 4, 8, 3, 1, 1}, false,
+                                   HalfType::kBf16, stream_)
+                   .ok());
 }
 
 }  // namespace

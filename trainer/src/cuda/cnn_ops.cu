@@ -896,4 +896,225 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
   return Status::Ok();
 }
 
+// ---- a convolution over few input channels, computed directly ----
+
+namespace {
+
+constexpr int kDirectMaxTaps = 32;       // K K C: one output's inputs, a thread's sums
+constexpr int kDirectMaxWeights = 8192;  // OC K K C: the forward holds them in shared memory
+constexpr int kDirectCols = 32;          // output channels a weight-gradient block takes
+constexpr int kDirectGroups = 8;         // pixel groups of a weight-gradient block
+constexpr int64_t kDirectPixelsPerRange = 1024;
+constexpr int kDirectMaxRanges = 1024;
+
+int DirectRanges(int64_t pixels) {
+  return static_cast<int>(std::clamp<int64_t>(
+      (pixels + kDirectPixelsPerRange - 1) / kDirectPixelsPerRange, 1, kDirectMaxRanges));
+}
+
+__device__ inline float LoadAs(const float* p, uint32_t i, bool) { return p[i]; }
+__device__ inline float LoadAs(const uint16_t* p, uint32_t i, bool bf16) {
+  return HalfValue(p[i], bf16);
+}
+__device__ inline void StoreAs(float* p, uint32_t i, float v, bool) { p[i] = v; }
+__device__ inline void StoreAs(uint16_t* p, uint32_t i, float v, bool bf16) {
+  p[i] = HalfBits(v, bf16);
+}
+
+// The shape as the kernels take it: dividers for the output's indices, and each tap's row,
+// column and channel offsets (tap t = (kh K + kw) C + c, the weights' order).
+struct DirectGeom {
+  int H = 0, W = 0, C = 0, OC = 0, OH = 0, OW = 0, stride = 1, pad = 0, taps = 0;
+  FastDiv by_oc, by_ow, by_oh;
+  int8_t kh[kDirectMaxTaps] = {}, kw[kDirectMaxTaps] = {}, c[kDirectMaxTaps] = {};
+};
+
+DirectGeom DirectGeomOf(const cpu::ConvShape& s) {
+  DirectGeom g;
+  g.H = s.H;
+  g.W = s.W;
+  g.C = s.C;
+  g.OC = s.OC;
+  g.OH = s.OH();
+  g.OW = s.OW();
+  g.stride = s.stride;
+  g.pad = s.pad;
+  g.taps = static_cast<int>(s.patch());
+  g.by_oc = FastDiv(s.OC);
+  g.by_ow = FastDiv(g.OW);
+  g.by_oh = FastDiv(g.OH);
+  for (int t = 0; t < g.taps; ++t) {
+    g.c[t] = static_cast<int8_t>(t % s.C);
+    g.kw[t] = static_cast<int8_t>(t / s.C % s.K);
+    g.kh[t] = static_cast<int8_t>(t / s.C / s.K);
+  }
+  return g;
+}
+
+// One thread an output element (b, oh, ow, oc): neighbouring threads take neighbouring output
+// channels of one pixel, so the input's loads are shared and the stores coalesce. The taps are
+// added in the weights' order; a tap in the padding adds nothing.
+template <typename T>
+__global__ void DirectConvForwardKernel(T* y, const T* x, const T* w, DirectGeom g, uint32_t n,
+                                        bool bf16) {
+  __shared__ float sw[kDirectMaxWeights];
+  const int nw = g.OC * g.taps;
+  for (int i = static_cast<int>(threadIdx.x); i < nw; i += static_cast<int>(blockDim.x)) {
+    sw[i] = LoadAs(w, static_cast<uint32_t>(i), bf16);
+  }
+  __syncthreads();
+  const uint32_t step = blockDim.x * gridDim.x;
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+    const uint32_t pix = g.by_oc.Div(i);
+    const int oc = static_cast<int>(i - pix * g.by_oc.d);
+    const uint32_t rows = g.by_ow.Div(pix);
+    const int ow = static_cast<int>(pix - rows * g.by_ow.d);
+    const uint32_t b = g.by_oh.Div(rows);
+    const int oh = static_cast<int>(rows - b * g.by_oh.d);
+    const float* wk = sw + oc * g.taps;
+    const int h0 = oh * g.stride - g.pad, w0 = ow * g.stride - g.pad;
+    float acc = 0.0f;
+    for (int t = 0; t < g.taps; ++t) {
+      const int ih = h0 + g.kh[t], iw = w0 + g.kw[t];
+      if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+      const uint32_t at = ((b * g.H + static_cast<uint32_t>(ih)) * g.W + iw) * g.C + g.c[t];
+      acc = fmaf(LoadAs(x, at, bf16), wk[t], acc);
+    }
+    StoreAs(y, i, acc, bf16);
+  }
+}
+
+// The weight gradient's sums over pixel range blockIdx.y for output channels blockIdx.x
+// kDirectCols + threadIdx.x: thread (c, g) takes pixels begin + g, begin + g + kDirectGroups,
+// ..., a float sum per tap; the groups' sums are added in order, in double, into
+// partials[(range taps + t) OC + oc].
+template <typename T>
+__global__ void __launch_bounds__(kDirectCols* kDirectGroups)
+    DirectConvFilterPartialKernel(double* partials, const T* x, const T* dy, DirectGeom g,
+                                  uint32_t pixels, uint32_t per_range, bool bf16) {
+  __shared__ double s[kDirectGroups][kDirectCols];
+  const int oc = static_cast<int>(blockIdx.x) * kDirectCols + static_cast<int>(threadIdx.x);
+  const uint32_t begin = blockIdx.y * per_range;
+  const uint32_t end = begin + per_range < pixels ? begin + per_range : pixels;
+  float acc[kDirectMaxTaps];
+#pragma unroll
+  for (int t = 0; t < kDirectMaxTaps; ++t) acc[t] = 0.0f;
+  if (oc < g.OC) {
+    for (uint32_t p = begin + threadIdx.y; p < end; p += kDirectGroups) {
+      const float d = LoadAs(dy, p * static_cast<uint32_t>(g.OC) + static_cast<uint32_t>(oc), bf16);
+      const uint32_t rows = g.by_ow.Div(p);
+      const int ow = static_cast<int>(p - rows * g.by_ow.d);
+      const uint32_t b = g.by_oh.Div(rows);
+      const int oh = static_cast<int>(rows - b * g.by_oh.d);
+      const int h0 = oh * g.stride - g.pad, w0 = ow * g.stride - g.pad;
+#pragma unroll
+      for (int t = 0; t < kDirectMaxTaps; ++t) {
+        if (t >= g.taps) break;
+        const int ih = h0 + g.kh[t], iw = w0 + g.kw[t];
+        if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
+        const uint32_t at = ((b * g.H + static_cast<uint32_t>(ih)) * g.W + iw) * g.C + g.c[t];
+        acc[t] = fmaf(LoadAs(x, at, bf16), d, acc[t]);
+      }
+    }
+  }
+  const int lane = static_cast<int>(threadIdx.x), group = static_cast<int>(threadIdx.y);
+#pragma unroll
+  for (int t = 0; t < kDirectMaxTaps; ++t) {
+    if (t >= g.taps) break;
+    s[group][lane] = acc[t];
+    __syncthreads();
+    if (group == 0 && oc < g.OC) {
+      double sum = s[0][lane];
+      for (int k = 1; k < kDirectGroups; ++k) sum += s[k][lane];
+      partials[(int64_t{blockIdx.y} * g.taps + t) * g.OC + oc] = sum;
+    }
+    __syncthreads();
+  }
+}
+
+// dw[oc, t] = the ranges' sums, added in range order.
+template <typename T>
+__global__ void DirectConvFilterSumKernel(T* dw, const double* partials, int ranges, int OC,
+                                          int taps, bool bf16) {
+  const int n = OC * taps;
+  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<int>(blockDim.x * gridDim.x)) {
+    const int oc = i / taps, t = i % taps;
+    double sum = 0.0;
+    for (int r = 0; r < ranges; ++r) sum += partials[(int64_t{r} * taps + t) * OC + oc];
+    StoreAs(dw, static_cast<uint32_t>(i), static_cast<float>(sum), bf16);
+  }
+}
+
+}  // namespace
+
+bool direct_conv_supported(const cpu::ConvShape& s) {
+  const int64_t in = int64_t{s.B} * s.H * s.W * s.C;
+  const int64_t out = int64_t{s.B} * s.OH() * s.OW() * s.OC;
+  return s.patch() <= kDirectMaxTaps && s.OC * s.patch() <= kDirectMaxWeights && s.OH() > 0 &&
+         s.OW() > 0 && in < (int64_t{1} << 31) && out < (int64_t{1} << 31);
+}
+
+int64_t direct_conv_scratch_bytes(const cpu::ConvShape& s) {
+  return int64_t{DirectRanges(int64_t{s.B} * s.OH() * s.OW())} * s.patch() * s.OC *
+         static_cast<int64_t>(sizeof(double));
+}
+
+Status direct_conv_forward(void* y, const void* x, const void* w, const cpu::ConvShape& s,
+                           bool half, cpu::HalfType type, cudaStream_t stream) {
+  if (!direct_conv_supported(s)) {
+    return Status::Internal("cuda: a direct convolution of a shape it does not take");
+  }
+  const int64_t n = int64_t{s.B} * s.OH() * s.OW() * s.OC;
+  if (n == 0) return Status::Ok();
+  const DirectGeom g = DirectGeomOf(s);
+  const bool bf16 = type == cpu::HalfType::kBf16;
+  if (half) {
+    Launch(DirectConvForwardKernel<uint16_t>, Blocks(n), kThreads, stream,
+           static_cast<uint16_t*>(y), static_cast<const uint16_t*>(x),
+           static_cast<const uint16_t*>(w), g, static_cast<uint32_t>(n), bf16);
+  } else {
+    Launch(DirectConvForwardKernel<float>, Blocks(n), kThreads, stream, static_cast<float*>(y),
+           static_cast<const float*>(x), static_cast<const float*>(w), g, static_cast<uint32_t>(n),
+           bf16);
+  }
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status direct_conv_backward_filter(void* dw, const void* x, const void* dy, const cpu::ConvShape& s,
+                                   bool half, cpu::HalfType type, void* scratch,
+                                   cudaStream_t stream) {
+  if (!direct_conv_supported(s)) {
+    return Status::Internal("cuda: a direct convolution of a shape it does not take");
+  }
+  const int64_t pixels = int64_t{s.B} * s.OH() * s.OW();
+  const int ranges = DirectRanges(pixels);
+  const uint32_t per_range = static_cast<uint32_t>((pixels + ranges - 1) / ranges);
+  const DirectGeom g = DirectGeomOf(s);
+  const bool bf16 = type == cpu::HalfType::kBf16;
+  double* partials = static_cast<double*>(scratch);
+  const dim3 grid((s.OC + kDirectCols - 1) / kDirectCols, ranges),
+      block(kDirectCols, kDirectGroups);
+  const int n = s.OC * g.taps;
+  if (half) {
+    Launch(DirectConvFilterPartialKernel<uint16_t>, grid, block, stream, partials,
+           static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(dy), g,
+           static_cast<uint32_t>(pixels), per_range, bf16);
+    CUDA_CHECK(cudaGetLastError());
+    Launch(DirectConvFilterSumKernel<uint16_t>, Blocks(n), kThreads, stream,
+           static_cast<uint16_t*>(dw), static_cast<const double*>(partials), ranges, s.OC, g.taps,
+           bf16);
+  } else {
+    Launch(DirectConvFilterPartialKernel<float>, grid, block, stream, partials,
+           static_cast<const float*>(x), static_cast<const float*>(dy), g,
+           static_cast<uint32_t>(pixels), per_range, bf16);
+    CUDA_CHECK(cudaGetLastError());
+    Launch(DirectConvFilterSumKernel<float>, Blocks(n), kThreads, stream, static_cast<float*>(dw),
+           static_cast<const double*>(partials), ranges, s.OC, g.taps, bf16);
+  }
+  CUDA_CHECK(cudaGetLastError());
+  return Status::Ok();
+}
+
 }  // namespace sweep::trainer::cuda

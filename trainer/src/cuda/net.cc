@@ -88,6 +88,7 @@ Status Net::Allocate() {
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.dw_tmp, &dw_tmp_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.bias_scratch, &bias_scratch_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(lay_.bn_scratch, &bn_scratch_));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<uint8_t>::Make(lay_.direct_scratch, &direct_scratch_));
   // dscale then dbias, the second at a 16-byte boundary as cuDNN's tensors are declared.
   bn_stride_ = lay_.bn_stride;
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(2 * bn_stride_, &bn_tmp_));
@@ -104,7 +105,9 @@ Status Net::Allocate() {
   // first use).
   for (int i = 0; i < L; ++i) {
     const LayerKind kind = model_.layer(i).kind;
-    if (kind == LayerKind::kConv) SWEEP_RETURN_IF_ERROR(Plan(i, max_batch_).status());
+    if (kind == LayerKind::kConv && !lay_.direct_conv[static_cast<size_t>(i)]) {
+      SWEEP_RETURN_IF_ERROR(Plan(i, max_batch_).status());
+    }
     if (kind == LayerKind::kBatchNorm) SWEEP_RETURN_IF_ERROR(NormPlan(i, max_batch_).status());
   }
   return Status::Ok();
@@ -114,6 +117,11 @@ std::string Net::Describe() const {
   std::string out;
   for (size_t i = 0; i < model_.layers.size(); ++i) {
     const std::string layer = "layer " + std::to_string(i);
+    if (lay_.direct_conv[i]) {
+      const int c = model_.layers[i].in_shape.c;
+      out += layer + " convolution: ours, direct (" + std::to_string(c) +
+             (c == 1 ? " input channel)\n" : " input channels)\n");
+    }
     if (auto it = plans_[i].find(max_batch_); it != plans_[i].end() && it->second != nullptr) {
       out += layer + " convolution: " + it->second->Describe() + "\n";
     }
@@ -462,6 +470,24 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
   return plan.get();
 }
 
+Status Net::ConvForward(int i, int B, void* y, const void* x, const void* w) {
+  if (lay_.direct_conv[static_cast<size_t>(i)]) {
+    return direct_conv_forward(y, x, w, ConvShapeOf(model_.layer(i), B), half(), half_type_,
+                               stream_);
+  }
+  SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
+  return plan->Forward(y, x, w, workspace_.data());
+}
+
+Status Net::ConvBackwardFilter(int i, int B, void* dw, const void* x, const void* dy) {
+  if (lay_.direct_conv[static_cast<size_t>(i)]) {
+    return direct_conv_backward_filter(dw, x, dy, ConvShapeOf(model_.layer(i), B), half(),
+                                       half_type_, direct_scratch_.data(), stream_);
+  }
+  SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
+  return plan->BackwardFilter(dw, x, dy, workspace_.data());
+}
+
 Status Net::EnsureWorkspace(size_t bytes, int layer, const char* op, int B) {
   if (bytes <= static_cast<size_t>(workspace_.size())) return Status::Ok();
   // Work queued on the old workspace is done before it is freed: cudaFree waits for the device.
@@ -537,19 +563,16 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         break;
       }
       case LayerKind::kConv: {
-        SWEEP_ASSIGN_OR_RETURN(const CudnnConv* conv, Plan(i, B));
         SWEEP_ASSIGN_OR_RETURN(const bool to_norm16, ConvFeedsNorm16(i, B, train));
         if (to_norm16) {  // the batch norm after it reads the 16 bits (no bias: lay_.bn16)
-          SWEEP_RETURN_IF_ERROR(
-              conv->Forward(conv16_[at].data(), in16, p16 + l.weight, workspace_.data()));
+          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, conv16_[at].data(), in16, p16 + l.weight));
           break;
         }
         if (half()) {
-          SWEEP_RETURN_IF_ERROR(
-              conv->Forward(h_out_.data(), in16, p16 + l.weight, workspace_.data()));
+          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, h_out_.data(), in16, p16 + l.weight));
           SWEEP_RETURN_IF_ERROR(widen_half(out, h_out_.data(), n_out, half_type_, false, stream_));
         } else {
-          SWEEP_RETURN_IF_ERROR(conv->Forward(out, in, p + l.weight, workspace_.data()));
+          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, out, in, p + l.weight));
         }
         if (l.bias_at >= 0) {
           const int rows = B * l.out_shape.h * l.out_shape.w;
@@ -741,16 +764,15 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
           }
         }
         if (conv) {
-          SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
           const int64_t nw = int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c;
           if (half()) {
             // 16-bit gradients, widened into the fp32 ones (added where they accumulate).
-            SWEEP_RETURN_IF_ERROR(
-                plan->BackwardFilter(h_dw_.data(), in16, h_d_.data(), workspace_.data()));
+            SWEEP_RETURN_IF_ERROR(ConvBackwardFilter(i, B, h_dw_.data(), in16, h_d_.data()));
             SWEEP_RETURN_IF_ERROR(
                 widen_half(g + l.weight, h_dw_.data(), nw, half_type_, accumulate, stream_));
             // Not d_in: a layer reading the 16 bits may have no fp32 gradient (NetLayout).
             if (l.input >= 0) {
+              SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
               SWEEP_RETURN_IF_ERROR(
                   plan->BackwardData(h_dx_.data(), h_d_.data(), p16 + l.weight, workspace_.data()));
               // The activation right before (or the batch norm applying it), its only input,
@@ -763,14 +785,15 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
             }
             break;
           }
-          SWEEP_RETURN_IF_ERROR(plan->BackwardFilter(accumulate ? dw_tmp_.data() : g + l.weight, in,
-                                                     d, workspace_.data()));
+          SWEEP_RETURN_IF_ERROR(
+              ConvBackwardFilter(i, B, accumulate ? dw_tmp_.data() : g + l.weight, in, d));
           if (accumulate) {
             SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dw_tmp_.data(), nw, true, stream_));
           }
           if (d_in != nullptr) {
             // A gradient already written by another reader is added to, through dtmp_.
             float* dx = add ? dtmp_.data() : d_in;
+            SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
             SWEEP_RETURN_IF_ERROR(plan->BackwardData(dx, d, p + l.weight, workspace_.data()));
             if (add) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dx, n_in, true, stream_));
           }

@@ -102,6 +102,10 @@ class Net final : public ReplicaModel {
   Status Forward(const float* x, int B, bool train, uint64_t dropout_key, int64_t first_row);
   // Layer i's convolution plans for B rows, made at their first use.
   Result<const CudnnConv*> Plan(int i, int B);
+  // Layer i's convolution at B rows, forward and weight gradient: our direct kernels where the
+  // layout says (lay_.direct_conv), else cuDNN's plan. Tensors in the net's storage precision.
+  Status ConvForward(int i, int B, void* y, const void* x, const void* w);
+  Status ConvBackwardFilter(int i, int B, void* dw, const void* x, const void* dy);
   // Layer i's batch norm through cuDNN for B rows, made at its first use; null where cuDNN has
   // no engine for it (our kernels run).
   // cuDNN's plan for batch norm layer i at B rows, or null where our kernels run it (cuDNN has
@@ -203,7 +207,7 @@ class Net final : public ReplicaModel {
   // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
   DeviceBuffer<float> bn_tmp_;
   int64_t bn_stride_ = 0;
-  DeviceBuffer<uint8_t> workspace_, bn_scratch_;
+  DeviceBuffer<uint8_t> workspace_, bn_scratch_, direct_scratch_;
   uint64_t workspace_epoch_ = 0;  // memory_epoch(): counts workspace_'s replacements
   DeviceBuffer<float> dtmp_;      // a gradient that must be added to one already written
   DeviceBuffer<float> dw_tmp_;    // a convolution's weight gradient before it is added

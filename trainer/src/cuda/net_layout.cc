@@ -169,6 +169,15 @@ NetLayout NetLayout::Make(const ModelSpec& model, int max_batch, Precision preci
         model.layer(p + 1).kind == LayerKind::kConv && model.layer(p + 1).input == p &&
         p - i == (pool.input == i ? 1 : 2) && (pool.input == i || pool.input == i + 1);
   }
+  lay.direct_conv.assign(n, 0);
+  for (int i = 0; i < L && options.direct_conv; ++i) {
+    const Layer& l = model.layer(i);
+    if (l.kind != LayerKind::kConv || l.input >= 0) continue;
+    const cpu::ConvShape shape = ConvShapeOf(l, max_batch);
+    if (!direct_conv_supported(shape)) continue;
+    lay.direct_conv[static_cast<size_t>(i)] = 1;
+    lay.direct_scratch = std::max(lay.direct_scratch, direct_conv_scratch_bytes(shape));
+  }
   lay.sure_ours.assign(n, 0);
   for (int i = 0; i < L; ++i) {
     const size_t at = static_cast<size_t>(i);
@@ -258,8 +267,10 @@ double NetLayout::ActivationBytes() const {
   floats += static_cast<double>(dtmp + dw_tmp + bias_scratch + 2 * bn_stride + max_batch);
   floats += static_cast<double>(ReplicaModel::kInputSlots) * static_cast<double>(input);
   ints += static_cast<double>(ReplicaModel::kInputSlots) * max_batch;
-  // The loss and evaluation's sums (three 8-byte words), and batch norm's scratch in bytes.
-  return 4 * floats + 2 * halves + 4 * ints + 3 * 8 + static_cast<double>(bn_scratch);
+  // The loss and evaluation's sums (three 8-byte words); batch norm's and the direct
+  // convolutions' scratch, in bytes.
+  return 4 * floats + 2 * halves + 4 * ints + 3 * 8 + static_cast<double>(bn_scratch) +
+         static_cast<double>(direct_scratch);
 }
 
 }  // namespace sweep::trainer::cuda

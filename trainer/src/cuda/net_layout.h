@@ -22,6 +22,9 @@ struct NetOptions {
   // (the unfused path, which the fused one must match bit for bit).
   bool ours_norm_only = false;
   bool fuse = true;
+  // The model's first convolution through our direct kernels where they take its shape
+  // (cuda/cnn_ops.h: a few input channels); false: through cuDNN, as every other.
+  bool direct_conv = true;
 };
 
 struct NetLayout {
@@ -75,6 +78,9 @@ struct NetLayout {
   // backward reads the pool's gradient (the add's copies are gone). Only where our kernels run
   // both.
   std::vector<int> norm_pair, add_pool;
+  // direct_conv[i]: convolution i reads the model's input and runs our direct kernels, not
+  // cuDNN's (NetOptions::direct_conv).
+  std::vector<char> direct_conv;
   // sure_ours[i]: batch norm i runs our kernels in every pass without cuDNN being asked (tests'
   // ours_norm_only, or bn16 without cudnn_autotune); elsewhere the first step decides.
   std::vector<char> sure_ours;
@@ -87,12 +93,13 @@ struct NetLayout {
   // 16-bit scratch: a convolution's output, a GEMM's output gradient, a convolution's input
   // gradient, its weight gradient.
   int64_t h_out = 0, h_d = 0, h_dx = 0, h_dw = 0;
-  int64_t dtmp = 0;          // a gradient that must be added to one already written
-  int64_t dw_tmp = 0;        // a convolution's weight gradient before it is added
-  int64_t bias_scratch = 0;  // floats
-  int64_t bn_scratch = 0;    // bytes
-  int64_t bn_stride = 0;     // cuDNN's batch-norm dscale, then dbias this many floats on
-  int64_t input = 0;         // one input slot's floats (and max_batch labels)
+  int64_t dtmp = 0;            // a gradient that must be added to one already written
+  int64_t dw_tmp = 0;          // a convolution's weight gradient before it is added
+  int64_t bias_scratch = 0;    // floats
+  int64_t bn_scratch = 0;      // bytes
+  int64_t direct_scratch = 0;  // bytes: the direct convolutions' weight-gradient partial sums
+  int64_t bn_stride = 0;       // cuDNN's batch-norm dscale, then dbias this many floats on
+  int64_t input = 0;           // one input slot's floats (and max_batch labels)
   int max_batch = 0;
   bool half = false;
 };
