@@ -237,6 +237,12 @@ unsigned long long atomicAdd(unsigned long long* address, unsigned long long val
   return old;
 }
 
+unsigned int atomicAdd(unsigned int* address, unsigned int value) {
+  const unsigned int old = *address;  // one OS thread runs the launch: no race
+  *address = old + value;
+  return old;
+}
+
 void __syncthreads() {
   Scheduler& s = scheduler;
   if (s.current == nullptr) Die("__syncthreads() outside a kernel");

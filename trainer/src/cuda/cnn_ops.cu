@@ -5,6 +5,8 @@
 // fit (ByIndex), as a 64-bit division costs a few dozen instructions an element on the GPU.
 #include "cuda/cnn_ops.h"
 
+#include <string>
+
 #include "cuda/cuda_check.h"
 #include "cuda/device_util.h"
 #include "cuda/launch.h"
@@ -211,6 +213,9 @@ constexpr int kBnGroups = 32;
 constexpr int64_t kBnRowsPerRange = 1024;
 constexpr int kBnMaxRanges = 1024;
 constexpr int kBnBatch = 4;  // rows a thread of BnPartialKernel loads before adding them
+// BnPartialKernel's counters of finished blocks, one per group of kBnCols channels, at the start
+// of batch norm's scratch: 131,072 channels at most.
+constexpr int64_t kBnCounterBytes = 16384;
 
 int BnRanges(int64_t N) {
   return static_cast<int>(
@@ -317,18 +322,93 @@ __device__ bool SumLanes(int c, int C, double* a, double* b) {
   return true;
 }
 
+// The ranges' two sums for channel c = blockIdx.x * kBnCols + threadIdx.x, in a fixed order:
+// lane threadIdx.y takes ranges y, y + kBnGroups, ..., then the lanes' sums are added in lane
+// order. True for lane 0 of a channel below C, which then holds the sums. Every thread of the
+// (kBnCols, kBnGroups) block must call it: it synchronises them. One thread a channel took the
+// ranges one after the other: up to 1,024 dependent additions. The partials are read past the
+// L1 cache (volatile): other blocks of the same launch wrote them.
+__device__ bool SumRanges(const volatile double* partials, int ranges, int C, double* sum0,
+                          double* sum1) {
+  const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
+  const int lane = static_cast<int>(threadIdx.y);
+  double a = 0.0, b = 0.0;
+  if (c < C) {
+    for (int r = lane; r < ranges; r += kBnGroups) {
+      a += partials[(int64_t{r} * 2) * C + c];
+      b += partials[(int64_t{r} * 2 + 1) * C + c];
+    }
+  }
+  if (!SumLanes(c, C, &a, &b)) return false;
+  *sum0 = a;
+  *sum1 = b;
+  return true;
+}
+
+// What the last of BnPartialKernel's blocks for a group of channels computes from every
+// range's sums: the forward's mean, invstd and running statistics, or backward's dgamma, dbeta
+// and dx's coefficients. One kernel fewer a pass than a kernel of its own after the sums.
+struct BnFinish {
+  unsigned int* done = nullptr;  // per group of kBnCols channels: blocks done (0 between calls)
+  // Forward.
+  float* mean = nullptr;
+  float* invstd = nullptr;
+  float* running_mean = nullptr;
+  float* running_var = nullptr;
+  float momentum = 0, eps = 0;
+  // Backward (with the statistics' invstd, and gamma).
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+  float* coef = nullptr;
+  bool accumulate = false;
+};
+
+// Channel c's mean, invstd and running statistics from its sums of x - k and (x - k)^2 (k: its
+// first row), as cpu::batchnorm_forward computes them from the same sums.
+__device__ void FinishStats(const BnFinish& f, int c, double sum, double sq, const float* x,
+                            const uint16_t* xh, int64_t N, bool bf16) {
+  const double offset = sum / static_cast<double>(N);
+  const float m = static_cast<float>(Elem(x, xh, c, bf16) + offset);
+  f.mean[c] = m;
+  sq = sq - offset * sum > 0.0 ? sq - offset * sum : 0.0;  // the squared deviations
+  const double var = sq / static_cast<double>(N);
+  f.invstd[c] = static_cast<float>(1.0 / sqrt(var + f.eps));
+  if (f.running_mean != nullptr) {
+    const double unbiased = N > 1 ? sq / static_cast<double>(N - 1) : var;
+    f.running_mean[c] = (1.0f - f.momentum) * f.running_mean[c] + f.momentum * m;
+    f.running_var[c] =
+        (1.0f - f.momentum) * f.running_var[c] + f.momentum * static_cast<float>(unbiased);
+  }
+}
+
+// Channel c's dbeta, dgamma (+)=, and dx's coefficients k, a, b (coef[0 .. 2][C]) for
+// dx = k (d - a - (x - mean) b), from its sums of d and d (x - mean), as
+// cpu::batchnorm_backward.
+__device__ void FinishGradStats(const BnFinish& f, int c, double sd, double sdx,
+                                const float* invstd, const float* gamma, int64_t N, int C) {
+  const float inv = invstd[c];
+  const float db = static_cast<float>(sd);
+  const float dg = static_cast<float>(sdx) * inv;
+  f.dbeta[c] = f.accumulate ? f.dbeta[c] + db : db;
+  f.dgamma[c] = f.accumulate ? f.dgamma[c] + dg : dg;
+  f.coef[c] = gamma[c] * inv;
+  f.coef[C + c] = db / static_cast<float>(N);
+  f.coef[2 * C + c] = static_cast<float>(sdx / static_cast<double>(N)) * inv * inv;
+}
+
 // Sums over range blockIdx.y of rows, per channel: of a = x - k (k: the first row, near the
 // mean, so the variance does not cancel) and a^2 (statistics), or of g and g * (x - mean)
 // (backward: g = d, or the fused pool's gradient; ReLU's mask applied and written back when
 // `relu`: the mask reads mask_out, or where that is null recomputes the forward's output from
 // gamma, beta, mean and invstd).
 // x, d read from xh, dh where those are given. Writes partials[(range * 2 + 0) * C + c] and
-// [(range * 2 + 1) * C + c].
+// [(range * 2 + 1) * C + c]; the last block to finish for its channels then adds every range's
+// (SumRanges) and finishes them (BnFinish).
 __global__ void __launch_bounds__(kBnCols* kBnGroups)
     BnPartialKernel(double* partials, float* d, uint16_t* dh, const float* x, const uint16_t* xh,
                     const float* mean, const float* mask_out, const float* gamma, const float* beta,
                     const float* invstd, PoolGeom pool, int64_t N, int C, int64_t rows_per_range,
-                    bool backward, bool relu, bool bf16) {
+                    bool backward, bool relu, bool bf16, BnFinish fin) {
   const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
   const int g = static_cast<int>(threadIdx.y);
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_range;
@@ -388,54 +468,28 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
     partials[(static_cast<int64_t>(blockIdx.y) * 2) * C + c] = a;
     partials[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * C + c] = b;
   }
-}
-
-// The ranges' two sums for channel c = blockIdx.x * kBnCols + threadIdx.x, in a fixed order:
-// lane threadIdx.y takes ranges y, y + kBnGroups, ..., then the lanes' sums are added in lane
-// order. True for lane 0 of a channel below C, which then holds the sums. Every thread of the
-// (kBnCols, kBnGroups) block must call it: it synchronises them. One thread a channel took the
-// ranges one after the other: up to 1,024 dependent additions.
-__device__ bool SumRanges(const double* partials, int ranges, int C, double* sum0, double* sum1) {
-  const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
-  const int lane = static_cast<int>(threadIdx.y);
-  double a = 0.0, b = 0.0;
-  if (c < C) {
-    for (int r = lane; r < ranges; r += kBnGroups) {
-      a += partials[(int64_t{r} * 2) * C + c];
-      b += partials[(int64_t{r} * 2 + 1) * C + c];
-    }
+  // The writes above are seen by every block before this one's count is; the block that counts
+  // the last range reads them all, and leaves its counter at 0 for the next call.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    last = atomicAdd(fin.done + blockIdx.x, 1u) == gridDim.y - 1;
+    if (last) fin.done[blockIdx.x] = 0;
   }
-  if (!SumLanes(c, C, &a, &b)) return false;
-  *sum0 = a;
-  *sum1 = b;
-  return true;
-}
-
-// Per channel: the ranges' sums (SumRanges), then the mean, invstd and running statistics, as
-// cpu::batchnorm_forward computes them from the same sums.
-__global__ void __launch_bounds__(kBnCols* kBnGroups)
-    BnStatsKernel(float* mean, float* invstd, float* running_mean, float* running_var,
-                  const double* partials, const float* x, const uint16_t* xh, int ranges, int64_t N,
-                  int C, float momentum, float eps, bool bf16) {
-  double sum = 0.0, sq = 0.0;
-  if (SumRanges(partials, ranges, C, &sum, &sq)) {
-    const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
-    const double offset = sum / static_cast<double>(N);
-    const float m = static_cast<float>(Elem(x, xh, c, bf16) + offset);
-    mean[c] = m;
-    sq = sq - offset * sum > 0.0 ? sq - offset * sum : 0.0;  // the squared deviations
-    const double var = sq / static_cast<double>(N);
-    invstd[c] = static_cast<float>(1.0 / sqrt(var + eps));
-    if (running_mean != nullptr) {
-      const double unbiased = N > 1 ? sq / static_cast<double>(N - 1) : var;
-      running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * m;
-      running_var[c] = (1.0f - momentum) * running_var[c] + momentum * static_cast<float>(unbiased);
-    }
+  __syncthreads();
+  if (!last) return;
+  double s0 = 0.0, s1 = 0.0;
+  if (!SumRanges(partials, static_cast<int>(gridDim.y), C, &s0, &s1)) return;
+  if (backward) {
+    FinishGradStats(fin, c, s0, s1, invstd, gamma, N, C);
+  } else {
+    FinishStats(fin, c, s0, s1, x, xh, N, bf16);
   }
 }
 
 // The running statistics from a batch's mean and invstd (cuDNN's batch norm gives those):
-// the variance is 1 / invstd^2 - eps, made unbiased, as BnStatsKernel moves them.
+// the variance is 1 / invstd^2 - eps, made unbiased, as FinishStats moves them.
 __global__ void BnRunningKernel(float* running_mean, float* running_var, const float* mean,
                                 const float* invstd, int64_t N, int C, float momentum, float eps) {
   for (int64_t i = FirstIndex(); i < C; i += Stride()) {
@@ -518,26 +572,6 @@ __global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, B
     out[i] = o;
     if (outh != nullptr) outh[i] = HalfBits(o, bf16);
     argmax[i] = best;
-  }
-}
-
-// Per channel, from the backward sums (SumRanges): dbeta, dgamma (+)=, and dx's coefficients k,
-// a, b (coef[0 .. 2][C]) for dx = k (d - a - (x - mean) b), as cpu::batchnorm_backward.
-__global__ void __launch_bounds__(kBnCols* kBnGroups)
-    BnGradStatsKernel(float* dgamma, float* dbeta, float* coef, const double* partials,
-                      const float* invstd, const float* gamma, int ranges, int64_t N, int C,
-                      bool accumulate) {
-  double sd = 0.0, sdx = 0.0;
-  if (SumRanges(partials, ranges, C, &sd, &sdx)) {
-    const int c = static_cast<int>(blockIdx.x) * kBnCols + static_cast<int>(threadIdx.x);
-    const float inv = invstd[c];
-    const float db = static_cast<float>(sd);
-    const float dg = static_cast<float>(sdx) * inv;
-    dbeta[c] = accumulate ? dbeta[c] + db : db;
-    dgamma[c] = accumulate ? dgamma[c] + dg : dg;
-    coef[c] = gamma[c] * inv;
-    coef[C + c] = db / static_cast<float>(N);
-    coef[2 * C + c] = static_cast<float>(sdx / static_cast<double>(N)) * inv * inv;
   }
 }
 
@@ -712,23 +746,38 @@ Status copy_or_add(float* dst, const float* src, int64_t n, bool accumulate, cud
 }
 
 int64_t batchnorm_scratch_bytes(int64_t N, int C) {
-  // The ranges' two sums per channel, then backward's three coefficients per channel.
-  return int64_t{BnRanges(N)} * 2 * C * static_cast<int64_t>(sizeof(double)) +
+  // The blocks' counters (at the start, where every layer's calls find them at 0), the ranges'
+  // two sums per channel, then backward's three coefficients per channel.
+  return kBnCounterBytes + int64_t{BnRanges(N)} * 2 * C * static_cast<int64_t>(sizeof(double)) +
          int64_t{3} * C * static_cast<int64_t>(sizeof(float));
 }
 
 namespace {
 
-Status BnPartials(double* partials, float* d, uint16_t* dh, const float* x, const uint16_t* xh,
+// The partial sums' place in batch norm's scratch (after the counters), and the coefficients'.
+double* BnPartialsOf(void* scratch) {
+  return reinterpret_cast<double*>(static_cast<char*>(scratch) + kBnCounterBytes);
+}
+float* BnCoefOf(void* scratch, int64_t N, int C) {
+  return reinterpret_cast<float*>(BnPartialsOf(scratch) + int64_t{BnRanges(N)} * 2 * C);
+}
+
+Status BnPartials(void* scratch, float* d, uint16_t* dh, const float* x, const uint16_t* xh,
                   const float* mean, const float* mask_out, const float* gamma, const float* beta,
                   const float* invstd, const PoolGeom& pool, int64_t N, int C, bool backward,
-                  bool relu, bool bf16, cudaStream_t stream) {
+                  bool relu, bool bf16, BnFinish fin, cudaStream_t stream) {
+  const int groups = (C + kBnCols - 1) / kBnCols;
+  if (int64_t{groups} * static_cast<int64_t>(sizeof(unsigned int)) > kBnCounterBytes) {
+    return Status::InvalidArgument("cuda: batch norm over " + std::to_string(C) +
+                                   " channels; at most " +
+                                   std::to_string(kBnCounterBytes / 4 * kBnCols) + " are taken");
+  }
   const int ranges = BnRanges(N);
   const int64_t rows = (N + ranges - 1) / ranges;
-  const dim3 grid(static_cast<unsigned>((C + kBnCols - 1) / kBnCols),
-                  static_cast<unsigned>(ranges));
-  Launch(BnPartialKernel, grid, dim3(kBnCols, kBnGroups), stream, partials, d, dh, x, xh, mean,
-         mask_out, gamma, beta, invstd, pool, N, C, rows, backward, relu, bf16);
+  const dim3 grid(static_cast<unsigned>(groups), static_cast<unsigned>(ranges));
+  fin.done = static_cast<unsigned int*>(scratch);
+  Launch(BnPartialKernel, grid, dim3(kBnCols, kBnGroups), stream, BnPartialsOf(scratch), d, dh, x,
+         xh, mean, mask_out, gamma, beta, invstd, pool, N, C, rows, backward, relu, bf16, fin);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -805,16 +854,18 @@ Status batchnorm_forward(float* out, float* pre, float* mean, float* invstd, con
                          const BnHalf& half, const BnPool* pool) {
   if (N == 0 || C == 0) return Status::Ok();
   const bool bf16 = half.type == cpu::HalfType::kBf16;
-  double* partials = static_cast<double*>(scratch);
-  if (Status s = BnPartials(partials, nullptr, nullptr, x, half.x, nullptr, nullptr, nullptr,
-                            nullptr, nullptr, PoolGeom{}, N, C, false, false, bf16, stream);
+  BnFinish fin;
+  fin.mean = mean;
+  fin.invstd = invstd;
+  fin.running_mean = running_mean;
+  fin.running_var = running_var;
+  fin.momentum = momentum;
+  fin.eps = eps;
+  if (Status s = BnPartials(scratch, nullptr, nullptr, x, half.x, nullptr, nullptr, nullptr,
+                            nullptr, nullptr, PoolGeom{}, N, C, false, false, bf16, fin, stream);
       !s.ok()) {
     return s;
   }
-  Launch(BnStatsKernel, dim3((C + kBnCols - 1) / kBnCols), dim3(kBnCols, kBnGroups), stream, mean,
-         invstd, running_mean, running_var, static_cast<const double*>(partials), x, half.x,
-         BnRanges(N), N, C, momentum, eps, bf16);
-  CUDA_CHECK(cudaGetLastError());
   return BnApply(out, act == cpu::Activation::kNone ? nullptr : pre, x, gamma, beta, mean, invstd,
                  nullptr, N, C, eps, act, half, pool, stream);
 }
@@ -873,17 +924,17 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
   if (relu && out == nullptr && beta == nullptr) {
     return Status::Internal("cuda: batch norm's backward needs ReLU's output or beta");
   }
-  double* partials = static_cast<double*>(scratch);
-  float* coef = reinterpret_cast<float*>(partials + int64_t{BnRanges(N)} * 2 * C);
-  if (Status s = BnPartials(partials, d, half.d, x, half.x, mean, relu ? out : nullptr, gamma, beta,
-                            invstd, g, N, C, true, relu, bf16, stream);
+  float* coef = BnCoefOf(scratch, N, C);
+  BnFinish fin;
+  fin.dgamma = dgamma;
+  fin.dbeta = dbeta;
+  fin.coef = coef;
+  fin.accumulate = accumulate;
+  if (Status s = BnPartials(scratch, d, half.d, x, half.x, mean, relu ? out : nullptr, gamma, beta,
+                            invstd, g, N, C, true, relu, bf16, fin, stream);
       !s.ok()) {
     return s;
   }
-  Launch(BnGradStatsKernel, dim3((C + kBnCols - 1) / kBnCols), dim3(kBnCols, kBnGroups), stream,
-         dgamma, dbeta, coef, static_cast<const double*>(partials), invstd, gamma, BnRanges(N), N,
-         C, accumulate);
-  CUDA_CHECK(cudaGetLastError());
   if (dx == nullptr && half.dx == nullptr) return Status::Ok();  // the model's input: none wanted
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);

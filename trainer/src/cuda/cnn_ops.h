@@ -53,7 +53,9 @@ Status act_backward(float* dx, const float* d, const float* x, const float* out,
 // in double over row ranges whose number depends only on N, then the ranges are added in order: the
 // same inputs give the same bits every run. The training pass and the backward take `scratch`
 // (batchnorm_scratch_bytes(N, C) bytes on the device, unused by anything else while they run on
-// `stream`).
+// `stream`, zeroed before its first use: it starts with counters each call leaves at 0, so
+// scratch shared by layers of other shapes must be the largest of their sizes, one buffer).
+// At most 131,072 channels.
 int64_t batchnorm_scratch_bytes(int64_t N, int C);
 
 // bf16 / fp16: the 16-bit arrays batch norm's passes read or write in place of fp32 ones (each

@@ -63,6 +63,9 @@ extern thread_local dim3 gridDim;
 using std::isfinite;
 inline int min(int a, int b) { return a < b ? a : b; }
 unsigned long long atomicAdd(unsigned long long* address, unsigned long long value);
+unsigned int atomicAdd(unsigned int* address, unsigned int value);
+// Blocks run one after another: each one's writes are seen by the next.
+inline void __threadfence() {}
 void __syncthreads();
 
 enum cudaError_t {
