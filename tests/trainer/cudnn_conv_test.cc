@@ -304,10 +304,12 @@ TEST_F(CudnnConvTest, RefusesAShapeWithoutAnOutputNamingIt) {
 // bits every run; shapes past their limits refused.
 TEST_F(CudnnConvTest, DirectConvolutionsOfFewChannelsMatchTheCpu) {
   const cpu::ConvShape shapes[] = {
-      {4, 10, 10, 1, 8, 3, 1, 1},  // Fashion-MNIST's first layer, smaller
-      {3, 9, 7, 3, 40, 3, 2, 1},   // RGB, stride 2, two blocks of output channels
-      {2, 8, 8, 1, 5, 5, 1, 2},    // 5x5
-      {2, 7, 6, 2, 3, 3, 1, 0},    // no padding
+      {4, 10, 10, 1, 8, 3, 1, 1},   // Fashion-MNIST's first layer, smaller
+      {3, 9, 7, 3, 40, 3, 2, 1},    // RGB, stride 2, two blocks of output channels
+      {2, 8, 8, 1, 5, 5, 1, 2},     // 5x5
+      {2, 7, 6, 2, 3, 3, 1, 0},     // no padding
+      {13, 9, 9, 1, 8, 3, 1, 1},    // 1,053 pixels: two uneven ranges of the weight gradient
+      {1, 4, 4, 32, 248, 1, 1, 0},  // 32 taps, 8,184 weights at their odd stride
   };
   for (const cpu::ConvShape& s : shapes) {
     ASSERT_TRUE(direct_conv_supported(s)) << Name(s, ConvOptions{});
@@ -343,6 +345,7 @@ TEST_F(CudnnConvTest, DirectConvolutionsOfFewChannelsMatchTheCpu) {
   }
   EXPECT_FALSE(direct_conv_supported({1, 8, 8, 4, 8, 3, 1, 1}));     // 36 taps an output
   EXPECT_FALSE(direct_conv_supported({1, 8, 8, 1, 1024, 3, 1, 1}));  // 9,216 weights
+  EXPECT_FALSE(direct_conv_supported({1, 4, 4, 32, 256, 1, 1, 0}));  // 8,448 at an odd stride
   EXPECT_FALSE(direct_conv_forward(nullptr, nullptr, nullptr, {1, 8, 8, 4, 8, 3, 1, 1}, false,
                                    HalfType::kBf16, stream_)
                    .ok());

@@ -1008,10 +1008,11 @@ DirectGeom DirectGeomOf(const cpu::ConvShape& s) {
 template <typename T>
 __global__ void DirectConvForwardKernel(T* y, const T* x, const T* w, DirectGeom g, uint32_t n,
                                         bool bf16) {
+  // Each output channel's weights at an odd stride: neighbouring threads read other banks.
   __shared__ float sw[kDirectMaxWeights];
-  const int nw = g.OC * g.taps;
+  const int stride = g.taps | 1, nw = g.OC * g.taps;
   for (int i = static_cast<int>(threadIdx.x); i < nw; i += static_cast<int>(blockDim.x)) {
-    sw[i] = LoadAs(w, static_cast<uint32_t>(i), bf16);
+    sw[i / g.taps * stride + i % g.taps] = LoadAs(w, static_cast<uint32_t>(i), bf16);
   }
   __syncthreads();
   const uint32_t step = blockDim.x * gridDim.x;
@@ -1022,7 +1023,7 @@ __global__ void DirectConvForwardKernel(T* y, const T* x, const T* w, DirectGeom
     const int ow = static_cast<int>(pix - rows * g.by_ow.d);
     const uint32_t b = g.by_oh.Div(rows);
     const int oh = static_cast<int>(rows - b * g.by_oh.d);
-    const float* wk = sw + oc * g.taps;
+    const float* wk = sw + oc * stride;
     const int h0 = oh * g.stride - g.pad, w0 = ow * g.stride - g.pad;
     float acc = 0.0f;
     for (int t = 0; t < g.taps; ++t) {
@@ -1102,7 +1103,7 @@ __global__ void DirectConvFilterSumKernel(T* dw, const double* partials, int ran
 bool direct_conv_supported(const cpu::ConvShape& s) {
   const int64_t in = int64_t{s.B} * s.H * s.W * s.C;
   const int64_t out = int64_t{s.B} * s.OH() * s.OW() * s.OC;
-  return s.patch() <= kDirectMaxTaps && s.OC * s.patch() <= kDirectMaxWeights && s.OH() > 0 &&
+  return s.patch() <= kDirectMaxTaps && s.OC * (s.patch() | 1) <= kDirectMaxWeights && s.OH() > 0 &&
          s.OW() > 0 && in < (int64_t{1} << 31) && out < (int64_t{1} << 31);
 }
 

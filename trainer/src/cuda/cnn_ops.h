@@ -168,8 +168,8 @@ Status copy_or_add(float* dst, const float* src, int64_t n, bool accumulate, cud
 // `type` where half; products and sums in fp32, as cuDNN's engines (the weight gradient's sums
 // over pixel ranges are added in double, in a fixed order: the same bits every run).
 
-// Whether the kernels take shape s: K K C <= 32 taps an output, OC K K C <= 8192 weights, and
-// every index of x and y within an int.
+// Whether the kernels take shape s: K K C <= 32 taps an output, OC (K K C rounded up to odd)
+// <= 8192 weights, and every index of x and y within an int.
 bool direct_conv_supported(const cpu::ConvShape& s);
 // Bytes of scratch direct_conv_backward_filter needs for s (its batch the largest it is given).
 int64_t direct_conv_scratch_bytes(const cpu::ConvShape& s);

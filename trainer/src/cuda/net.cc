@@ -158,7 +158,8 @@ int Net::batch_norms_through_cudnn() const {
 }
 
 bool Net::OursWithoutAsking(int i) const {
-  return options_.ours_norm_only || (lay_.bn16[static_cast<size_t>(i)] && !options_.cudnn_autotune);
+  // The layout's rule: the buffers it leaves out rely on it.
+  return lay_.sure_ours[static_cast<size_t>(i)] != 0;
 }
 
 const CudnnBatchNorm* Net::CudnnNormAtMaxBatch(int i) const {
@@ -779,6 +780,10 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
               // reads the 16 bits itself.
               SWEEP_ASSIGN_OR_RETURN(const bool read16, Grad16Left(l.input, B));
               if (!read16) {
+                if (d_in == nullptr) {  // a layout rule left out what this path writes
+                  return Status::Internal("cuda: layer " + std::to_string(l.input) +
+                                          " has no gradient buffer for its 16-bit gradient");
+                }
                 SWEEP_RETURN_IF_ERROR(
                     widen_half(d_in, h_dx_.data(), n_in, half_type_, add, stream_));
               }
