@@ -260,8 +260,8 @@ double ConvMsPerStep(const TrainOptions& o, trainer::Precision precision, double
                                          trainer::cpu::HalfType::kBf16, stream)
                    .ok() &&
                cuda::direct_conv_backward_filter(dw.data(), x.data(), y.data(), s, half,
-                                                 trainer::cpu::HalfType::kBf16, partials.data(),
-                                                 stream)
+                                                 trainer::cpu::HalfType::kBf16, false,
+                                                 partials.data(), stream)
                    .ok();
       };
       *first_cudnn = ms;

@@ -26,12 +26,14 @@ namespace sweep::trainer::cuda {
 namespace {
 
 using test::Count;
+using test::Down;
 using test::ExpectErr;
 using test::FromBf16;
 using test::FromFp16;
 using test::HostBf16;
 using test::HostFp16;
 using test::NormErr;
+using test::Up;
 using testing::Random;
 
 // The values x holds once stored in precision p: what the device reads.
@@ -318,25 +320,37 @@ TEST_F(CudnnConvTest, DirectConvolutionsOfFewChannelsMatchTheCpu) {
       const bool half = precision != Precision::kFp32;
       const HalfType type = precision == Precision::kFp16 ? HalfType::kFp16 : HalfType::kBf16;
       InputLayerCase k(s, precision, 11);
+      // The input in fp32 as drawn: the kernels round it as the CPU's reference was.
+      DeviceBuffer<float> x32 = Up(Random(Count(k.nx), 11));
+      DeviceBuffer<float> dw = Up(std::vector<float>(Count(k.nw)));
       DeviceBuffer<uint8_t> partials;
       ASSERT_TRUE(DeviceBuffer<uint8_t>::Make(direct_conv_scratch_bytes(s), &partials).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the uploads, on the legacy stream
-      ASSERT_TRUE(direct_conv_forward(k.dev_y.data(), k.dev_x.data(), k.dev_w.data(), s, half, type,
-                                      stream_)
-                      .ok());
+      ASSERT_TRUE(
+          direct_conv_forward(k.dev_y.data(), x32.data(), k.dev_w.data(), s, half, type, stream_)
+              .ok());
+      // Twice overwritten (the same bits), then added to (twice them).
       std::vector<float> first;
-      for (int run = 0; run < 2; ++run) {
-        ASSERT_TRUE(direct_conv_backward_filter(k.dev_dw.data(), k.dev_x.data(), k.dev_dy.data(), s,
-                                                half, type, partials.data(), stream_)
+      for (int run = 0; run < 3; ++run) {
+        ASSERT_TRUE(direct_conv_backward_filter(dw.data(), x32.data(), k.dev_dy.data(), s, half,
+                                                type, run == 2, partials.data(), stream_)
                         .ok());
         ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
-        const std::vector<float> got = Download(k.dev_dw, Count(k.nw), precision);
+        const std::vector<float> got = Down(dw);
         if (run == 0) {
           first = got;
           ExpectErr(("direct " + Name(s, o) + " backward filter").c_str(), NormErr(got, k.dw_ref),
                     Bound(o));
-        } else {
+          // Where half, each value is a 16-bit one, as cuDNN's gradient widened.
+          std::vector<float> rounded = got;
+          if (half) cpu::round_to_half(rounded.data(), rounded.data(), int64_t(got.size()), type);
+          EXPECT_EQ(std::memcmp(rounded.data(), got.data(), got.size() * 4), 0) << Name(s, o);
+        } else if (run == 1) {
           EXPECT_EQ(std::memcmp(first.data(), got.data(), first.size() * 4), 0) << Name(s, o);
+        } else {
+          std::vector<float> twice = first;
+          for (float& v : twice) v += v;
+          EXPECT_EQ(std::memcmp(twice.data(), got.data(), got.size() * 4), 0) << Name(s, o);
         }
       }
       ExpectErr(("direct " + Name(s, o) + " forward").c_str(),

@@ -967,6 +967,10 @@ __device__ inline float LoadAs(const float* p, uint32_t i, bool) { return p[i]; 
 __device__ inline float LoadAs(const uint16_t* p, uint32_t i, bool bf16) {
   return HalfValue(p[i], bf16);
 }
+// The model's input, fp32, as the 16-bit copy cast_to_half would make holds it where half.
+__device__ inline float LoadInput(const float* x, uint32_t i, bool half, bool bf16) {
+  return half ? HalfValue(HalfBits(x[i], bf16), bf16) : x[i];
+}
 __device__ inline void StoreAs(float* p, uint32_t i, float v, bool) { p[i] = v; }
 __device__ inline void StoreAs(uint16_t* p, uint32_t i, float v, bool bf16) {
   p[i] = HalfBits(v, bf16);
@@ -1006,8 +1010,8 @@ DirectGeom DirectGeomOf(const cpu::ConvShape& s) {
 // channels of one pixel, so the input's loads are shared and the stores coalesce. The taps are
 // added in the weights' order; a tap in the padding adds nothing.
 template <typename T>
-__global__ void DirectConvForwardKernel(T* y, const T* x, const T* w, DirectGeom g, uint32_t n,
-                                        bool bf16) {
+__global__ void DirectConvForwardKernel(T* y, const float* x, const T* w, DirectGeom g, uint32_t n,
+                                        bool half, bool bf16) {
   // Each output channel's weights at an odd stride: neighbouring threads read other banks.
   __shared__ float sw[kDirectMaxWeights];
   const int stride = g.taps | 1, nw = g.OC * g.taps;
@@ -1030,7 +1034,7 @@ __global__ void DirectConvForwardKernel(T* y, const T* x, const T* w, DirectGeom
       const int ih = h0 + g.kh[t], iw = w0 + g.kw[t];
       if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
       const uint32_t at = ((b * g.H + static_cast<uint32_t>(ih)) * g.W + iw) * g.C + g.c[t];
-      acc = fmaf(LoadAs(x, at, bf16), wk[t], acc);
+      acc = fmaf(LoadInput(x, at, half, bf16), wk[t], acc);
     }
     StoreAs(y, i, acc, bf16);
   }
@@ -1042,8 +1046,8 @@ __global__ void DirectConvForwardKernel(T* y, const T* x, const T* w, DirectGeom
 // partials[(range taps + t) OC + oc].
 template <typename T>
 __global__ void __launch_bounds__(kDirectCols* kDirectGroups)
-    DirectConvFilterPartialKernel(double* partials, const T* x, const T* dy, DirectGeom g,
-                                  uint32_t pixels, uint32_t per_range, bool bf16) {
+    DirectConvFilterPartialKernel(double* partials, const float* x, const T* dy, DirectGeom g,
+                                  uint32_t pixels, uint32_t per_range, bool half, bool bf16) {
   __shared__ double s[kDirectGroups][kDirectCols];
   const int oc = static_cast<int>(blockIdx.x) * kDirectCols + static_cast<int>(threadIdx.x);
   const uint32_t begin = blockIdx.y * per_range;
@@ -1065,7 +1069,7 @@ __global__ void __launch_bounds__(kDirectCols* kDirectGroups)
         const int ih = h0 + g.kh[t], iw = w0 + g.kw[t];
         if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) continue;
         const uint32_t at = ((b * g.H + static_cast<uint32_t>(ih)) * g.W + iw) * g.C + g.c[t];
-        acc[t] = fmaf(LoadAs(x, at, bf16), d, acc[t]);
+        acc[t] = fmaf(LoadInput(x, at, half, bf16), d, acc[t]);
       }
     }
   }
@@ -1084,17 +1088,19 @@ __global__ void __launch_bounds__(kDirectCols* kDirectGroups)
   }
 }
 
-// dw[oc, t] = the ranges' sums, added in range order.
-template <typename T>
-__global__ void DirectConvFilterSumKernel(T* dw, const double* partials, int ranges, int OC,
-                                          int taps, bool bf16) {
+// dw[oc, t] (+)= the ranges' sums, added in range order, rounded through the 16 bits of the
+// storage where half (the bits of a 16-bit weight gradient widened).
+__global__ void DirectConvFilterSumKernel(float* dw, const double* partials, int ranges, int OC,
+                                          int taps, bool accumulate, bool half, bool bf16) {
   const int n = OC * taps;
   for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
        i += static_cast<int>(blockDim.x * gridDim.x)) {
     const int oc = i / taps, t = i % taps;
     double sum = 0.0;
     for (int r = 0; r < ranges; ++r) sum += partials[(int64_t{r} * taps + t) * OC + oc];
-    StoreAs(dw, static_cast<uint32_t>(i), static_cast<float>(sum), bf16);
+    float v = static_cast<float>(sum);
+    if (half) v = HalfValue(HalfBits(v, bf16), bf16);
+    dw[i] = accumulate ? dw[i] + v : v;
   }
 }
 
@@ -1112,7 +1118,7 @@ int64_t direct_conv_scratch_bytes(const cpu::ConvShape& s) {
          static_cast<int64_t>(sizeof(double));
 }
 
-Status direct_conv_forward(void* y, const void* x, const void* w, const cpu::ConvShape& s,
+Status direct_conv_forward(void* y, const float* x, const void* w, const cpu::ConvShape& s,
                            bool half, cpu::HalfType type, cudaStream_t stream) {
   if (!direct_conv_supported(s)) {
     return Status::Internal("cuda: a direct convolution of a shape it does not take");
@@ -1123,20 +1129,19 @@ Status direct_conv_forward(void* y, const void* x, const void* w, const cpu::Con
   const bool bf16 = type == cpu::HalfType::kBf16;
   if (half) {
     Launch(DirectConvForwardKernel<uint16_t>, Blocks(n), kThreads, stream,
-           static_cast<uint16_t*>(y), static_cast<const uint16_t*>(x),
-           static_cast<const uint16_t*>(w), g, static_cast<uint32_t>(n), bf16);
+           static_cast<uint16_t*>(y), x, static_cast<const uint16_t*>(w), g,
+           static_cast<uint32_t>(n), true, bf16);
   } else {
-    Launch(DirectConvForwardKernel<float>, Blocks(n), kThreads, stream, static_cast<float*>(y),
-           static_cast<const float*>(x), static_cast<const float*>(w), g, static_cast<uint32_t>(n),
-           bf16);
+    Launch(DirectConvForwardKernel<float>, Blocks(n), kThreads, stream, static_cast<float*>(y), x,
+           static_cast<const float*>(w), g, static_cast<uint32_t>(n), false, bf16);
   }
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
 
-Status direct_conv_backward_filter(void* dw, const void* x, const void* dy, const cpu::ConvShape& s,
-                                   bool half, cpu::HalfType type, void* scratch,
-                                   cudaStream_t stream) {
+Status direct_conv_backward_filter(float* dw, const float* x, const void* dy,
+                                   const cpu::ConvShape& s, bool half, cpu::HalfType type,
+                                   bool accumulate, void* scratch, cudaStream_t stream) {
   if (!direct_conv_supported(s)) {
     return Status::Internal("cuda: a direct convolution of a shape it does not take");
   }
@@ -1148,23 +1153,18 @@ Status direct_conv_backward_filter(void* dw, const void* x, const void* dy, cons
   double* partials = static_cast<double*>(scratch);
   const dim3 grid((s.OC + kDirectCols - 1) / kDirectCols, ranges),
       block(kDirectCols, kDirectGroups);
-  const int n = s.OC * g.taps;
   if (half) {
-    Launch(DirectConvFilterPartialKernel<uint16_t>, grid, block, stream, partials,
-           static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(dy), g,
-           static_cast<uint32_t>(pixels), per_range, bf16);
-    CUDA_CHECK(cudaGetLastError());
-    Launch(DirectConvFilterSumKernel<uint16_t>, Blocks(n), kThreads, stream,
-           static_cast<uint16_t*>(dw), static_cast<const double*>(partials), ranges, s.OC, g.taps,
+    Launch(DirectConvFilterPartialKernel<uint16_t>, grid, block, stream, partials, x,
+           static_cast<const uint16_t*>(dy), g, static_cast<uint32_t>(pixels), per_range, true,
            bf16);
   } else {
-    Launch(DirectConvFilterPartialKernel<float>, grid, block, stream, partials,
-           static_cast<const float*>(x), static_cast<const float*>(dy), g,
-           static_cast<uint32_t>(pixels), per_range, bf16);
-    CUDA_CHECK(cudaGetLastError());
-    Launch(DirectConvFilterSumKernel<float>, Blocks(n), kThreads, stream, static_cast<float*>(dw),
-           static_cast<const double*>(partials), ranges, s.OC, g.taps, bf16);
+    Launch(DirectConvFilterPartialKernel<float>, grid, block, stream, partials, x,
+           static_cast<const float*>(dy), g, static_cast<uint32_t>(pixels), per_range, false, bf16);
   }
+  CUDA_CHECK(cudaGetLastError());
+  const int n = s.OC * g.taps;
+  Launch(DirectConvFilterSumKernel, Blocks(n), kThreads, stream, dw,
+         static_cast<const double*>(partials), ranges, s.OC, g.taps, accumulate, half, bf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }

@@ -164,20 +164,23 @@ Status copy_or_add(float* dst, const float* src, int64_t n, bool accumulate, cud
 // ran a 3x3 convolution of 1 into 32 channels at batch 256 through a generic forward kernel
 // (31 us) and a weight gradient between two layout transforms (84 us), a tenth of the step.
 // These read the input once a tap and the output gradient once. Tensors as cuda/cudnn_conv.h
-// takes them (x [B, H, W, C], w [OC, K, K, C], y [B, OH, OW, OC]), all fp32, or all 16 bits of
-// `type` where half; products and sums in fp32, as cuDNN's engines (the weight gradient's sums
-// over pixel ranges are added in double, in a fixed order: the same bits every run).
+// takes them (x [B, H, W, C], w [OC, K, K, C], y [B, OH, OW, OC]): x is the model's input in
+// fp32, rounded on load as cast_to_half would where half; w, y and dy are fp32, or 16 bits of
+// `type` where half; dw is fp32. Products and sums in fp32, as cuDNN's engines (the weight
+// gradient's sums over pixel ranges are added in double, in a fixed order: the same bits every
+// run). So no 16-bit copy of the input is made, nor a widening pass of the weight gradient.
 
 // Whether the kernels take shape s: K K C <= 32 taps an output, OC (K K C rounded up to odd)
 // <= 8192 weights, and every index of x and y within an int.
 bool direct_conv_supported(const cpu::ConvShape& s);
 // Bytes of scratch direct_conv_backward_filter needs for s (its batch the largest it is given).
 int64_t direct_conv_scratch_bytes(const cpu::ConvShape& s);
-Status direct_conv_forward(void* y, const void* x, const void* w, const cpu::ConvShape& s,
+Status direct_conv_forward(void* y, const float* x, const void* w, const cpu::ConvShape& s,
                            bool half, cpu::HalfType type, cudaStream_t stream);
-// dw = the gradient w.r.t. w, given dy (overwritten, as cuDNN's).
-Status direct_conv_backward_filter(void* dw, const void* x, const void* dy, const cpu::ConvShape& s,
-                                   bool half, cpu::HalfType type, void* scratch,
-                                   cudaStream_t stream);
+// dw (+)= the gradient w.r.t. w, given dy; where half, rounded through the 16 bits first (as a
+// 16-bit gradient widened into dw).
+Status direct_conv_backward_filter(float* dw, const float* x, const void* dy,
+                                   const cpu::ConvShape& s, bool half, cpu::HalfType type,
+                                   bool accumulate, void* scratch, cudaStream_t stream);
 
 }  // namespace sweep::trainer::cuda

@@ -471,22 +471,13 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
   return plan.get();
 }
 
-Status Net::ConvForward(int i, int B, void* y, const void* x, const void* w) {
-  if (lay_.direct_conv[static_cast<size_t>(i)]) {
+Status Net::ConvForward(int i, int B, void* y, const float* x, const uint16_t* x16, const void* w) {
+  if (lay_.direct_conv[static_cast<size_t>(i)]) {  // reads the fp32 input itself
     return direct_conv_forward(y, x, w, ConvShapeOf(model_.layer(i), B), half(), half_type_,
                                stream_);
   }
   SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
-  return plan->Forward(y, x, w, workspace_.data());
-}
-
-Status Net::ConvBackwardFilter(int i, int B, void* dw, const void* x, const void* dy) {
-  if (lay_.direct_conv[static_cast<size_t>(i)]) {
-    return direct_conv_backward_filter(dw, x, dy, ConvShapeOf(model_.layer(i), B), half(),
-                                       half_type_, direct_scratch_.data(), stream_);
-  }
-  SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
-  return plan->BackwardFilter(dw, x, dy, workspace_.data());
+  return plan->Forward(y, half() ? static_cast<const void*>(x16) : x, w, workspace_.data());
 }
 
 Status Net::EnsureWorkspace(size_t bytes, int layer, const char* op, int B) {
@@ -536,7 +527,8 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
     if (half() && (l.kind == LayerKind::kLinear || l.kind == LayerKind::kConv)) {
       const int src = lay_.in16_of[at];
       in16 = in16_[static_cast<size_t>(src)].data();
-      if (src == i) {  // else the GEMM before it that reads the same layer made it already
+      // A direct convolution alone reading the input needs no copy (NetLayout gives none).
+      if (src == i && in16 != nullptr) {  // else the GEMM before it that reads it made it
         if (!in16_ready_[at]) {
           SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
         }
@@ -566,14 +558,14 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
       case LayerKind::kConv: {
         SWEEP_ASSIGN_OR_RETURN(const bool to_norm16, ConvFeedsNorm16(i, B, train));
         if (to_norm16) {  // the batch norm after it reads the 16 bits (no bias: lay_.bn16)
-          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, conv16_[at].data(), in16, p16 + l.weight));
+          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, conv16_[at].data(), in, in16, p16 + l.weight));
           break;
         }
         if (half()) {
-          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, h_out_.data(), in16, p16 + l.weight));
+          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, h_out_.data(), in, in16, p16 + l.weight));
           SWEEP_RETURN_IF_ERROR(widen_half(out, h_out_.data(), n_out, half_type_, false, stream_));
         } else {
-          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, out, in, p + l.weight));
+          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, out, in, nullptr, p + l.weight));
         }
         if (l.bias_at >= 0) {
           const int rows = B * l.out_shape.h * l.out_shape.w;
@@ -764,16 +756,23 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
             SWEEP_RETURN_IF_ERROR(cast_to_half(h_d_.data(), d, n_out, half_type_, stream_));
           }
         }
+        if (conv && lay_.direct_conv[at]) {  // the model's input: no data gradient
+          SWEEP_RETURN_IF_ERROR(direct_conv_backward_filter(
+              g + l.weight, in, half() ? static_cast<const void*>(h_d_.data()) : d,
+              ConvShapeOf(l, B), half(), half_type_, accumulate, direct_scratch_.data(), stream_));
+          break;
+        }
         if (conv) {
+          SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
           const int64_t nw = int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c;
           if (half()) {
             // 16-bit gradients, widened into the fp32 ones (added where they accumulate).
-            SWEEP_RETURN_IF_ERROR(ConvBackwardFilter(i, B, h_dw_.data(), in16, h_d_.data()));
+            SWEEP_RETURN_IF_ERROR(
+                plan->BackwardFilter(h_dw_.data(), in16, h_d_.data(), workspace_.data()));
             SWEEP_RETURN_IF_ERROR(
                 widen_half(g + l.weight, h_dw_.data(), nw, half_type_, accumulate, stream_));
             // Not d_in: a layer reading the 16 bits may have no fp32 gradient (NetLayout).
             if (l.input >= 0) {
-              SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
               SWEEP_RETURN_IF_ERROR(
                   plan->BackwardData(h_dx_.data(), h_d_.data(), p16 + l.weight, workspace_.data()));
               // The activation right before (or the batch norm applying it), its only input,
@@ -790,15 +789,14 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
             }
             break;
           }
-          SWEEP_RETURN_IF_ERROR(
-              ConvBackwardFilter(i, B, accumulate ? dw_tmp_.data() : g + l.weight, in, d));
+          SWEEP_RETURN_IF_ERROR(plan->BackwardFilter(accumulate ? dw_tmp_.data() : g + l.weight, in,
+                                                     d, workspace_.data()));
           if (accumulate) {
             SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dw_tmp_.data(), nw, true, stream_));
           }
           if (d_in != nullptr) {
             // A gradient already written by another reader is added to, through dtmp_.
             float* dx = add ? dtmp_.data() : d_in;
-            SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
             SWEEP_RETURN_IF_ERROR(plan->BackwardData(dx, d, p + l.weight, workspace_.data()));
             if (add) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dx, n_in, true, stream_));
           }

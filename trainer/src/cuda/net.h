@@ -102,10 +102,10 @@ class Net final : public ReplicaModel {
   Status Forward(const float* x, int B, bool train, uint64_t dropout_key, int64_t first_row);
   // Layer i's convolution plans for B rows, made at their first use.
   Result<const CudnnConv*> Plan(int i, int B);
-  // Layer i's convolution at B rows, forward and weight gradient: our direct kernels where the
-  // layout says (lay_.direct_conv), else cuDNN's plan. Tensors in the net's storage precision.
-  Status ConvForward(int i, int B, void* y, const void* x, const void* w);
-  Status ConvBackwardFilter(int i, int B, void* dw, const void* x, const void* dy);
+  // Layer i's convolution forward at B rows: our direct kernels where the layout says
+  // (lay_.direct_conv), reading the fp32 input x, else cuDNN's plan, reading x16 in bf16 /
+  // fp16. y and w in the net's storage precision.
+  Status ConvForward(int i, int B, void* y, const float* x, const uint16_t* x16, const void* w);
   // Layer i's batch norm through cuDNN for B rows, made at its first use; null where cuDNN has
   // no engine for it (our kernels run).
   // cuDNN's plan for batch norm layer i at B rows, or null where our kernels run it (cuDNN has

@@ -240,7 +240,11 @@ NetLayout NetLayout::Make(const ModelSpec& model, int max_batch, Precision preci
       if (keep_out[at]) conv_out = std::max(conv_out, l.out_shape.size());
       conv_in = std::max(conv_in, l.in_shape.size());
     }
-    if (lay.in16_of[at] == i) lay.in16[at] = B * l.in_shape.size();
+    // A direct convolution reads the fp32 input itself: a copy only for GEMMs sharing it.
+    const bool shared = std::count(lay.in16_of.begin(), lay.in16_of.end(), i) > 1;
+    if (lay.in16_of[at] == i && (!lay.direct_conv[at] || shared)) {
+      lay.in16[at] = B * l.in_shape.size();
+    }
     if (i + 1 < L && lay.bn16[at + 1]) lay.conv16[at] = rows_out;
   }
   if (lay.half) {
