@@ -264,6 +264,25 @@ double ConvMsPerStep(const TrainOptions& o, trainer::Precision precision, double
                                                  partials.data(), stream)
                    .ok();
       };
+      // As the net runs cuDNN's there in bf16: the input cast to 16 bits first, the weight
+      // gradient widened after.
+      cuda::DeviceBuffer<uint16_t> x16, dw16;
+      auto cudnn_stem = [&] {
+        return cuda::cast_to_half(x16.data(), x.data(), x16.size(), trainer::cpu::HalfType::kBf16,
+                                  stream)
+                   .ok() &&
+               c.Forward(y.data(), x16.data(), w.data(), ws.data()).ok() &&
+               c.BackwardFilter(dw16.data(), x16.data(), y.data(), ws.data()).ok() &&
+               cuda::widen_half(dw.data(), dw16.data(), dw16.size(), trainer::cpu::HalfType::kBf16,
+                                false, stream)
+                   .ok();
+      };
+      if (half) {
+        ms = cuda::DeviceBuffer<uint16_t>::Make(int64_t{s.B} * s.H * s.W * s.C, &x16).ok() &&
+                     cuda::DeviceBuffer<uint16_t>::Make(s.OC * s.patch(), &dw16).ok()
+                 ? TimeMs(stream, cudnn_stem)
+                 : -1;
+      }
       *first_cudnn = ms;
       *first_direct =
           cuda::DeviceBuffer<uint8_t>::Make(cuda::direct_conv_scratch_bytes(s), &partials).ok()

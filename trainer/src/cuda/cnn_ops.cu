@@ -468,14 +468,18 @@ __global__ void __launch_bounds__(kBnCols* kBnGroups)
     partials[(static_cast<int64_t>(blockIdx.y) * 2) * C + c] = a;
     partials[(static_cast<int64_t>(blockIdx.y) * 2 + 1) * C + c] = b;
   }
-  // The writes above are seen by every block before this one's count is; the block that counts
-  // the last range reads them all, and leaves its counter at 0 for the next call.
+  // As a grid barrier does: the block's writes above, then one thread's fence (cumulative
+  // over what the barrier ordered before it) and count; the block that counts the last range
+  // fences again before its threads read every range's sums, and leaves its counter at 0.
   __shared__ bool last;
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
+    __threadfence();
     last = atomicAdd(fin.done + blockIdx.x, 1u) == gridDim.y - 1;
-    if (last) fin.done[blockIdx.x] = 0;
+    if (last) {
+      __threadfence();
+      fin.done[blockIdx.x] = 0;
+    }
   }
   __syncthreads();
   if (!last) return;

@@ -528,6 +528,10 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
       const int src = lay_.in16_of[at];
       in16 = in16_[static_cast<size_t>(src)].data();
       // A direct convolution alone reading the input needs no copy (NetLayout gives none).
+      if (in16 == nullptr && !lay_.direct_conv[at]) {
+        return Status::Internal("cuda: layer " + std::to_string(i) +
+                                " has no 16-bit copy of its input");
+      }
       if (src == i && in16 != nullptr) {  // else the GEMM before it that reads it made it
         if (!in16_ready_[at]) {
           SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
