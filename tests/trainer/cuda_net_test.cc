@@ -310,12 +310,6 @@ TEST_F(CudaNet, HalfPrecisionMatchesTheCpusEmulation) {
   Compare(o, TensorShape{1, 9, 9}, 0.1f, Precision::kBf16, 2e-2);
 }
 
-// Passes our kernels fuse give the bits of the unfused path (NetOptions::fuse): a max pool run
-// inside the batch norm before it (every precision); in bf16 / fp16, our batch norm reading
-// its convolution's 16-bit output, writing the next convolution's 16-bit input (its fp32
-// output skipped, the ReLU's mask computed again in backward), reading that convolution's
-// 16-bit data gradient and writing its own convolution's 16-bit output gradient, and the ReLUs
-// doing the same.
 // The model's first convolution (one input channel here, three in the second case) runs our
 // direct kernels (cuda/cnn_ops.h) and trains as cuDNN's does: the same losses, gradients,
 // running statistics and evaluation within the precision's rounding; every other convolution
@@ -358,6 +352,12 @@ TEST_F(CudaNet, TheFirstConvolutionRunsDirectlyAndTrainsAsCudnnsDoes) {
   }
 }
 
+// Passes our kernels fuse give the bits of the unfused path (NetOptions::fuse): a max pool run
+// inside the batch norm before it (every precision); in bf16 / fp16, our batch norm reading
+// its convolution's 16-bit output, writing the next convolution's 16-bit input (its fp32
+// output skipped, the ReLU's mask computed again in backward), reading that convolution's
+// 16-bit data gradient and writing its own convolution's 16-bit output gradient, and the ReLUs
+// doing the same; a pool writing the 16-bit input of the linear layer after its flatten.
 TEST_F(CudaNet, FusedPassesGiveTheUnfusedBits) {
   struct Case {
     bool residual;

@@ -128,6 +128,17 @@ NetLayout NetLayout::Make(const ModelSpec& model, int max_batch, Precision preci
       lay.bn_relu[static_cast<size_t>(a)] = j;
     }
   }
+  // Through a flatten (no pass of its own): the layer it views writes the GEMM's copy (a pool
+  // before a classifier's first linear layer), where it has no other reader.
+  for (int f = 0; f < L && fuse16; ++f) {
+    const Layer& l = model.layer(f);
+    const int a = l.input;
+    if (l.kind != LayerKind::kFlatten || a < 0 || readers[static_cast<size_t>(a)] != 1) continue;
+    const int j = lay.copy16_for[static_cast<size_t>(f)];
+    if (j >= 0 && lay.copy16_for[static_cast<size_t>(a)] < 0) {
+      lay.copy16_for[static_cast<size_t>(a)] = j;
+    }
+  }
   // A batch norm's max pool, read through a ReLU that runs after it or directly; its windows
   // side by side (stride == kernel) and its indices within an int (BnPool), with room to spare.
   // Or a residual block's end: an add of two batch norms, each read only by it.
