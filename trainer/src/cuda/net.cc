@@ -744,16 +744,18 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       case LayerKind::kConv: {
         const bool conv = l.kind == LayerKind::kConv;
         const int rows = conv ? B * l.out_shape.h * l.out_shape.w : B;
+        // bf16 / fp16: the bias's pass writes the 16-bit gradient the GEMMs read (the same
+        // bits as a cast of its own).
         if (l.bias_at >= 0) {
-          SWEEP_RETURN_IF_ERROR(bias_act_backward(d, g + l.bias_at, val_[at], val_[at], rows, l.out,
-                                                  Activation::kNone, stream_, accumulate, nullptr,
-                                                  HalfType::kBf16, true, bias_scratch_.data()));
+          SWEEP_RETURN_IF_ERROR(bias_act_backward(
+              d, g + l.bias_at, val_[at], val_[at], rows, l.out, Activation::kNone, stream_,
+              accumulate, half() ? h_d_.data() : nullptr, half_type_, true, bias_scratch_.data()));
         }
         float* d_in = target(l.input, &add);
         const uint16_t* p16 = params16_.data();
         const uint16_t* in16 =
             half() ? in16_[static_cast<size_t>(lay_.in16_of[at])].data() : nullptr;
-        if (half()) {
+        if (half() && l.bias_at < 0) {
           // The batch norm after a convolution may have written its 16-bit gradient already.
           SWEEP_ASSIGN_OR_RETURN(const bool d16_written, ConvFeedsNorm16(i, B, true));
           if (!d16_written) {
