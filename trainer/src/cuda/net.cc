@@ -553,7 +553,16 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         } else {
           SWEEP_RETURN_IF_ERROR(matmul_forward(blas_, out, in, p + l.weight, B, C, l.out));
         }
-        if (l.bias_at >= 0) {
+        if (const int a = lay_.lin_relu[at]; a >= 0) {
+          // The ReLU reading it, in the bias's pass, with its GEMM reader's 16-bit input.
+          float* relu_out = out_[static_cast<size_t>(a)].data();
+          const int j = lay_.copy16_for[static_cast<size_t>(a)];
+          uint16_t* relu16 = j >= 0 ? in16_[static_cast<size_t>(j)].data() : nullptr;
+          SWEEP_RETURN_IF_ERROR(bias_act_forward(relu_out, out, p + l.bias_at, B, l.out,
+                                                 Activation::kRelu, stream_, relu16, half_type_));
+          val_[static_cast<size_t>(a)] = relu_out;
+          if (relu16 != nullptr) Copy16Made(a);
+        } else if (l.bias_at >= 0) {
           SWEEP_RETURN_IF_ERROR(
               bias_act_forward(out, out, p + l.bias_at, B, l.out, Activation::kNone, stream_));
         }
@@ -635,6 +644,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
         break;
       }
       case LayerKind::kActivation: {
+        if (l.input >= 0 && lay_.lin_relu[static_cast<size_t>(l.input)] == i) break;  // its linear
         SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(i, B, train));
         if (in_norm) break;  // the batch norm before it wrote its output
         if (lay_.relu_after_pool[at]) {
@@ -746,10 +756,15 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         const int rows = conv ? B * l.out_shape.h * l.out_shape.w : B;
         // bf16 / fp16: the bias's pass writes the 16-bit gradient the GEMMs read (the same
         // bits as a cast of its own).
+        // With the ReLU reading a linear layer (lay_.lin_relu): the gradient w.r.t. the ReLU's
+        // output, masked here into the one w.r.t. this layer's.
+        const int relu = lay_.lin_relu[at];
+        if (relu >= 0) d = Grad(relu);
         if (l.bias_at >= 0) {
           SWEEP_RETURN_IF_ERROR(bias_act_backward(
-              d, g + l.bias_at, val_[at], val_[at], rows, l.out, Activation::kNone, stream_,
-              accumulate, half() ? h_d_.data() : nullptr, half_type_, true, bias_scratch_.data()));
+              d, g + l.bias_at, val_[at], relu >= 0 ? val_[static_cast<size_t>(relu)] : val_[at],
+              rows, l.out, relu >= 0 ? Activation::kRelu : Activation::kNone, stream_, accumulate,
+              half() ? h_d_.data() : nullptr, half_type_, true, bias_scratch_.data()));
         }
         float* d_in = target(l.input, &add);
         const uint16_t* p16 = params16_.data();
@@ -863,6 +878,8 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         break;
       }
       case LayerKind::kActivation: {
+        // Its linear layer's bias pass applies its mask (lay_.lin_relu).
+        if (l.input >= 0 && lay_.lin_relu[static_cast<size_t>(l.input)] == i) break;
         SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(i, B, true));
         if (in_norm) break;                   // its batch norm's backward takes the ReLU's gradient
         if (lay_.relu_after_pool[at]) break;  // its max pool's backward took the ReLU's gradient

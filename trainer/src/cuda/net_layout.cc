@@ -128,6 +128,20 @@ NetLayout NetLayout::Make(const ModelSpec& model, int max_batch, Precision preci
       lay.bn_relu[static_cast<size_t>(a)] = j;
     }
   }
+  lay.lin_relu.assign(n, -1);
+  for (int j = 0; j < L && options.fuse; ++j) {
+    const Layer& l = model.layer(j);
+    const int i = l.input;
+    if (l.kind != LayerKind::kActivation || l.act != Activation::kRelu || i < 0 ||
+        readers[static_cast<size_t>(i)] != 1 || lay.relu_after_pool[static_cast<size_t>(j)] ||
+        lay.grad16[static_cast<size_t>(j)]) {
+      continue;
+    }
+    const Layer& from = model.layer(i);
+    if (from.kind == LayerKind::kLinear && from.bias_at >= 0) {
+      lay.lin_relu[static_cast<size_t>(i)] = j;
+    }
+  }
   // Through a flatten (no pass of its own): the layer it views writes the GEMM's copy (a pool
   // before a classifier's first linear layer), where it has no other reader.
   for (int f = 0; f < L && fuse16; ++f) {

@@ -49,6 +49,10 @@ struct NetLayout {
   // runs after the pool), or -1. Where our kernels run the batch norm, they apply the ReLU in
   // the same passes, as the CPU's net does.
   std::vector<int> bn_relu;
+  // With fuse: lin_relu[i], the ReLU that is linear layer i's only reader (i has a bias; the
+  // ReLU's gradient is not left in 16 bits, grad16), or -1. The bias's pass applies it, forward
+  // (writing its output and 16-bit copy) and backward (its mask with the bias's sums).
+  std::vector<int> lin_relu;
   // bf16 / fp16 with fuse: copy16_for[i], the GEMM layer (convolution or linear) that is
   // layer i's only reader (or the first of the GEMMs that are all its readers), or -1. An
   // activation layer (or a max pool applying a ReLU, or our batch norm giving layer i's output)
