@@ -741,6 +741,14 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
     w = 1;
     return Grad(j);
   };
+  // A gradient layer `reader`'s backward must write (j >= 0: not the model's input): a buffer
+  // the layout left out is named, not skipped.
+  auto need = [&](int reader, int j, const float* buf) -> Status {
+    if (j < 0 || buf != nullptr) return Status::Ok();
+    return Status::Internal("cuda: layer " + std::to_string(reader) +
+                            "'s backward has no buffer for layer " + std::to_string(j) +
+                            "'s gradient");
+  };
   for (int i = L - 1; i >= 0; --i) {
     const size_t at = static_cast<size_t>(i);
     const Layer& l = model_.layer(i);
@@ -754,10 +762,9 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       case LayerKind::kConv: {
         const bool conv = l.kind == LayerKind::kConv;
         const int rows = conv ? B * l.out_shape.h * l.out_shape.w : B;
-        // bf16 / fp16: the bias's pass writes the 16-bit gradient the GEMMs read (the same
-        // bits as a cast of its own).
         // With the ReLU reading a linear layer (lay_.lin_relu): the gradient w.r.t. the ReLU's
-        // output, masked here into the one w.r.t. this layer's.
+        // output, masked here into the one w.r.t. this layer's. In bf16 / fp16 the bias's pass
+        // writes the 16-bit gradient the GEMMs read (the same bits as a cast of its own).
         const int relu = lay_.lin_relu[at];
         if (relu >= 0) d = Grad(relu);
         if (l.bias_at >= 0) {
@@ -767,6 +774,8 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
               half() ? h_d_.data() : nullptr, half_type_, true, bias_scratch_.data()));
         }
         float* d_in = target(l.input, &add);
+        // A 16-bit convolution checks below: its input may read the 16 bits itself.
+        if (!conv || !half()) SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
         const uint16_t* p16 = params16_.data();
         const uint16_t* in16 =
             half() ? in16_[static_cast<size_t>(lay_.in16_of[at])].data() : nullptr;
@@ -848,6 +857,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
           if (h.dx != nullptr && add) {
             return Status::Internal("cuda: a 16-bit batch-norm gradient added to another");
           }
+          if (h.dx == nullptr) SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
           const float* out = h.out != nullptr ? nullptr : val_[static_cast<size_t>(a >= 0 ? a : i)];
           SWEEP_ASSIGN_OR_RETURN(const bool runs_pool, NormRunsPool(i, B, true));
           BnPool bp;
@@ -863,6 +873,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
         // A first micro-batch's dscale and dbias go straight to the gradients, aligned as the
         // ModelSpec lays parameters out (64 bytes): two copies fewer a layer.
+        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
         const int C = l.in_shape.c;
         float* dscale = accumulate ? bn_tmp_.data() : g + l.weight;
         float* dbias = accumulate ? bn_tmp_.data() + bn_stride_ : g + l.bias_at;
@@ -884,6 +895,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         if (in_norm) break;                   // its batch norm's backward takes the ReLU's gradient
         if (lay_.relu_after_pool[at]) break;  // its max pool's backward took the ReLU's gradient
         float* d_in = target(l.input, &add);
+        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
         // The convolution after it left its gradient in 16 bits (Grad16Left).
         SWEEP_ASSIGN_OR_RETURN(const bool from16, Grad16Left(i, B));
         if (d_in != nullptr) {
@@ -907,6 +919,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
           from = model_.layer(from).input;
         }
         float* d_in = target(from, &add);
+        if (!in_norm) SWEEP_RETURN_IF_ERROR(need(i, from, d_in));
         if (d_in != nullptr && !in_norm) {
           SWEEP_RETURN_IF_ERROR(maxpool_backward(d_in, d, argmax_[at].data(), B, l.in_shape.h,
                                                  l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
@@ -916,6 +929,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       }
       case LayerKind::kAvgPool: {
         float* d_in = target(l.input, &add);
+        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
         if (d_in != nullptr) {
           SWEEP_RETURN_IF_ERROR(avgpool_backward(d_in, d, B, l.in_shape.h, l.in_shape.w,
                                                  l.in_shape.c, l.kernel, l.stride, add, stream_));
@@ -924,6 +938,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       }
       case LayerKind::kGlobalAvgPool: {
         float* d_in = target(l.input, &add);
+        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
         if (d_in != nullptr) {
           SWEEP_RETURN_IF_ERROR(global_avgpool_backward(d_in, d, B, l.in_shape.h * l.in_shape.w,
                                                         l.in_shape.c, add, stream_));
@@ -932,6 +947,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
       }
       case LayerKind::kDropout: {
         float* d_in = target(l.input, &add);
+        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
         if (d_in == nullptr) break;
         if (l.p > 0) SWEEP_RETURN_IF_ERROR(dropout_backward(d, mask_[at].data(), n_out, stream_));
         SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, d, n_out, add, stream_));
@@ -946,9 +962,11 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
           break;
         }
         float* d_in = target(l.input, &add);
+        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
         if (d_in != nullptr) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, d, n_out, add, stream_));
         bool add2 = false;
         float* d_short = target(l.shortcut, &add2);
+        SWEEP_RETURN_IF_ERROR(need(i, l.shortcut, d_short));
         if (d_short != nullptr) {
           SWEEP_RETURN_IF_ERROR(copy_or_add(d_short, d, n_out, add2, stream_));
         }
