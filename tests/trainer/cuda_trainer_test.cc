@@ -742,6 +742,12 @@ TEST_F(CudaGroup, AutotunedConvolutionsTrainAsTheFirstRankedDo) {
     EXPECT_EQ(plans.find("(timed: cuDNN ") != std::string::npos, run == 1) << plans;
     if (run == 1) std::printf("%s", plans.c_str());
     out[run] = RunSteps(g->get(), spec, 8, 1, data);
+    // The first convolution (one input channel): our direct kernels against cuDNN's, timed at
+    // the first step, the faster kept.
+    const std::string after = (*g)->Describe();
+    const std::string first = after.substr(0, after.find('\n'));
+    EXPECT_EQ(first.find("(timed: cuDNN ") != std::string::npos, run == 1) << after;
+    if (run == 1) std::printf("after the first step: %s\n", first.c_str());
   }
   ASSERT_EQ(out[1].losses.size(), out[0].losses.size());
   ASSERT_EQ(out[2].losses.size(), out[0].losses.size());
@@ -776,6 +782,10 @@ TEST_F(CudaGroup, AnAutotunedBf16CnnTrainsAsOursThroughoutDoes) {
     EXPECT_EQ(plans.find("(timed: cuDNN ") != std::string::npos, run == 1) << plans;
     if (run == 1) std::printf("%s", plans.c_str());
     out[run] = RunSteps(g->get(), spec, 8, 1, data);
+    const std::string after = (*g)->Describe();
+    const std::string first = after.substr(0, after.find('\n'));
+    EXPECT_EQ(first.find("(timed: cuDNN ") != std::string::npos, run == 1) << after;
+    if (run == 1) std::printf("after the first step: %s\n", first.c_str());
   }
   ASSERT_EQ(out[1].losses.size(), out[0].losses.size());
   ASSERT_FALSE(out[0].losses.empty());

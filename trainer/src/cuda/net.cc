@@ -54,6 +54,8 @@ Status Net::Allocate() {
                           cudaMemcpyHostToDevice));
   }
   lay_ = NetLayout::Make(model_, max_batch_, precision_, options_);
+  direct_choice_.assign(n, -1);
+  direct_timed_.assign(n, std::string());
   in16_ready_.assign(n, 0);
   out_.resize(n);
   gbuf_.resize(n);
@@ -105,7 +107,8 @@ Status Net::Allocate() {
   // first use).
   for (int i = 0; i < L; ++i) {
     const LayerKind kind = model_.layer(i).kind;
-    if (kind == LayerKind::kConv && !lay_.direct_conv[static_cast<size_t>(i)]) {
+    if (kind == LayerKind::kConv &&
+        (!lay_.direct_conv[static_cast<size_t>(i)] || options_.cudnn_autotune)) {
       SWEEP_RETURN_IF_ERROR(Plan(i, max_batch_).status());
     }
     if (kind == LayerKind::kBatchNorm) SWEEP_RETURN_IF_ERROR(NormPlan(i, max_batch_).status());
@@ -117,13 +120,14 @@ std::string Net::Describe() const {
   std::string out;
   for (size_t i = 0; i < model_.layers.size(); ++i) {
     const std::string layer = "layer " + std::to_string(i);
-    if (lay_.direct_conv[i]) {
+    const bool direct = lay_.direct_conv[i] && direct_choice_[i] != 0;
+    if (direct) {
       const int c = model_.layers[i].in_shape.c;
       out += layer + " convolution: ours, direct (" + std::to_string(c) +
-             (c == 1 ? " input channel)\n" : " input channels)\n");
-    }
-    if (auto it = plans_[i].find(max_batch_); it != plans_[i].end() && it->second != nullptr) {
-      out += layer + " convolution: " + it->second->Describe() + "\n";
+             (c == 1 ? " input channel)" : " input channels)") + direct_timed_[i] + "\n";
+    } else if (auto it = plans_[i].find(max_batch_);
+               it != plans_[i].end() && it->second != nullptr) {
+      out += layer + " convolution: " + it->second->Describe() + direct_timed_[i] + "\n";
     }
     if (model_.layers[i].kind != LayerKind::kBatchNorm) continue;
     auto it = norm_plans_.find(NormKeyOf(static_cast<int>(i), max_batch_));
@@ -472,12 +476,68 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
 }
 
 Status Net::ConvForward(int i, int B, void* y, const float* x, const uint16_t* x16, const void* w) {
-  if (lay_.direct_conv[static_cast<size_t>(i)]) {  // reads the fp32 input itself
+  SWEEP_ASSIGN_OR_RETURN(const bool direct, DirectRuns(i, B));
+  if (direct) {  // reads the fp32 input itself
     return direct_conv_forward(y, x, w, ConvShapeOf(model_.layer(i), B), half(), half_type_,
                                stream_);
   }
   SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
   return plan->Forward(y, half() ? static_cast<const void*>(x16) : x, w, workspace_.data());
+}
+
+Result<bool> Net::DirectRuns(int i, int B) {
+  const size_t at = static_cast<size_t>(i);
+  if (!lay_.direct_conv[at]) return false;
+  if (!options_.cudnn_autotune || direct_choice_[at] >= 0) return direct_choice_[at] != 0;
+  // Timing waits on the stream, which a graph capture forbids: a first use there keeps ours
+  // (each batch size's first steps run launched, so none is).
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) return true;
+  double ours = 0, cudnn = 0;
+  SWEEP_RETURN_IF_ERROR(TimeStem(i, B, in_x_[0].data(), &ours, &cudnn));
+  char times[96];
+  std::snprintf(times, sizeof(times), " (timed: cuDNN %.3f ms, ours %.3f ms)", cudnn, ours);
+  direct_timed_[at] = times;
+  direct_choice_[at] = ours <= cudnn ? 1 : 0;
+  return direct_choice_[at] != 0;
+}
+
+Status Net::TimeStem(int i, int B, const float* x, double* ours, double* cudnn) {
+  const Layer& l = model_.layer(i);
+  const cpu::ConvShape s = ConvShapeOf(l, B);
+  SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
+  const int64_t n_in = int64_t{B} * l.in_shape.size();
+  const int64_t nw = int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c;
+  // Scratch of the right sizes whatever the layout left out: the 16-bit output and gradient
+  // scratch, the weight-gradient scratch; in fp32 the data-gradient scratch for both.
+  uint16_t* y16 =
+      i + 1 < static_cast<int>(model_.layers.size()) && lay_.bn16[static_cast<size_t>(i) + 1]
+          ? conv16_[static_cast<size_t>(i)].data()
+          : h_out_.data();
+  void* y = half() ? static_cast<void*>(y16) : dtmp_.data();
+  const void* dy = half() ? static_cast<const void*>(h_d_.data()) : dtmp_.data();
+  const void* w = half() ? static_cast<const void*>(params16_.data() + l.weight)
+                         : static_cast<const void*>(params_.data() + l.weight);
+  uint16_t* x16 = in16_[static_cast<size_t>(lay_.in16_of[static_cast<size_t>(i)])].data();
+  auto direct = [&]() -> Status {
+    SWEEP_RETURN_IF_ERROR(direct_conv_forward(y, x, w, s, half(), half_type_, stream_));
+    return direct_conv_backward_filter(dw_tmp_.data(), x, dy, s, half(), half_type_, false,
+                                       direct_scratch_.data(), stream_);
+  };
+  auto through_cudnn = [&]() -> Status {
+    if (!half()) {
+      SWEEP_RETURN_IF_ERROR(plan->Forward(y, x, w, workspace_.data()));
+      return plan->BackwardFilter(dw_tmp_.data(), x, dy, workspace_.data());
+    }
+    SWEEP_RETURN_IF_ERROR(cast_to_half(x16, x, n_in, half_type_, stream_));
+    SWEEP_RETURN_IF_ERROR(plan->Forward(y, x16, w, workspace_.data()));
+    SWEEP_RETURN_IF_ERROR(plan->BackwardFilter(h_dw_.data(), x16, dy, workspace_.data()));
+    return widen_half(dw_tmp_.data(), h_dw_.data(), nw, half_type_, false, stream_);
+  };
+  if (x16 == nullptr && half()) return Status::Internal("cuda: no 16-bit input to time cuDNN's on");
+  SWEEP_RETURN_IF_ERROR(TimePass(stream_, direct, ours));
+  return TimePass(stream_, through_cudnn, cudnn);
 }
 
 Status Net::EnsureWorkspace(size_t bytes, int layer, const char* op, int B) {
@@ -527,12 +587,18 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
     if (half() && (l.kind == LayerKind::kLinear || l.kind == LayerKind::kConv)) {
       const int src = lay_.in16_of[at];
       in16 = in16_[static_cast<size_t>(src)].data();
-      // A direct convolution alone reading the input needs no copy (NetLayout gives none).
+      // A direct convolution alone reading the input needs no copy (NetLayout gives none, or
+      // one for cuDNN's side where autotuning may choose it).
       if (in16 == nullptr && !lay_.direct_conv[at]) {
         return Status::Internal("cuda: layer " + std::to_string(i) +
                                 " has no 16-bit copy of its input");
       }
-      if (src == i && in16 != nullptr) {  // else the GEMM before it that reads it made it
+      bool wanted = in16 != nullptr;
+      if (wanted && lay_.direct_conv[at] && !lay_.in16_shared[at]) {
+        SWEEP_ASSIGN_OR_RETURN(const bool direct, DirectRuns(i, B));
+        wanted = !direct;
+      }
+      if (src == i && wanted) {  // else the GEMM before it that reads it made it
         if (!in16_ready_[at]) {
           SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
         }
@@ -786,7 +852,11 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
             SWEEP_RETURN_IF_ERROR(cast_to_half(h_d_.data(), d, n_out, half_type_, stream_));
           }
         }
-        if (conv && lay_.direct_conv[at]) {  // the model's input: no data gradient
+        bool direct = false;
+        if (conv) {
+          SWEEP_ASSIGN_OR_RETURN(direct, DirectRuns(i, B));
+        }
+        if (direct) {  // the model's input: no data gradient
           SWEEP_RETURN_IF_ERROR(direct_conv_backward_filter(
               g + l.weight, in, half() ? static_cast<const void*>(h_d_.data()) : d,
               ConvShapeOf(l, B), half(), half_type_, accumulate, direct_scratch_.data(), stream_));

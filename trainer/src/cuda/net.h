@@ -102,10 +102,18 @@ class Net final : public ReplicaModel {
   Status Forward(const float* x, int B, bool train, uint64_t dropout_key, int64_t first_row);
   // Layer i's convolution plans for B rows, made at their first use.
   Result<const CudnnConv*> Plan(int i, int B);
-  // Layer i's convolution forward at B rows: our direct kernels where the layout says
-  // (lay_.direct_conv), reading the fp32 input x, else cuDNN's plan, reading x16 in bf16 /
-  // fp16. y and w in the net's storage precision.
+  // Layer i's convolution forward at B rows: our direct kernels where they run (DirectRuns),
+  // reading the fp32 input x, else cuDNN's plan, reading x16 in bf16 / fp16. y and w in the
+  // net's storage precision.
   Status ConvForward(int i, int B, void* y, const float* x, const uint16_t* x16, const void* w);
+  // Whether convolution i runs our direct kernels: the layout's choice, or with cudnn_autotune
+  // the faster of those and cuDNN's, timed at the first use at B rows (TimeStem) outside a
+  // graph capture.
+  Result<bool> DirectRuns(int i, int B);
+  // Milliseconds of convolution i's forward and weight gradient at B rows through our direct
+  // kernels and through cuDNN's plan (with the input's cast and the gradient's widening it
+  // brings in bf16 / fp16), over scratch buffers.
+  Status TimeStem(int i, int B, const float* x, double* ours, double* cudnn);
   // Layer i's batch norm through cuDNN for B rows, made at its first use; null where cuDNN has
   // no engine for it (our kernels run).
   // cuDNN's plan for batch norm layer i at B rows, or null where our kernels run it (cuDNN has
@@ -204,6 +212,10 @@ class Net final : public ReplicaModel {
   // lay_.bn16 without cudnn_autotune. A layer of its shape may still run cuDNN's plan.
   bool OursWithoutAsking(int i) const;
   std::string bn_note_;
+  // cudnn_autotune, per layer: whether the direct kernels run (-1: not timed yet), and the
+  // times for Describe.
+  std::vector<int> direct_choice_;
+  std::vector<std::string> direct_timed_;
   // cuDNN's batch norm backward: dscale, then dbias bn_stride_ floats on.
   DeviceBuffer<float> bn_tmp_;
   int64_t bn_stride_ = 0;

@@ -219,6 +219,7 @@ NetLayout NetLayout::Make(const ModelSpec& model, int max_batch, Precision preci
   lay.norm.assign(n, 0);
   lay.in16.assign(n, 0);
   lay.conv16.assign(n, 0);
+  lay.in16_shared.assign(n, 0);
   const int64_t B = max_batch;
   int64_t widest_in = 0, widest_weight = 0, widest_bn = 0, conv_out = 0, conv_in = 0, gemm_out = 0;
   for (int i = 0; i < L; ++i) {
@@ -265,9 +266,11 @@ NetLayout NetLayout::Make(const ModelSpec& model, int max_batch, Precision preci
       if (keep_out[at]) conv_out = std::max(conv_out, l.out_shape.size());
       conv_in = std::max(conv_in, l.in_shape.size());
     }
-    // A direct convolution reads the fp32 input itself: a copy only for GEMMs sharing it.
-    const bool shared = std::count(lay.in16_of.begin(), lay.in16_of.end(), i) > 1;
-    if (lay.in16_of[at] == i && (!lay.direct_conv[at] || shared)) {
+    // A direct convolution reads the fp32 input itself: a copy only for GEMMs sharing it, or
+    // for cuDNN's side where autotuning may choose it.
+    lay.in16_shared[at] = std::count(lay.in16_of.begin(), lay.in16_of.end(), i) > 1;
+    if (lay.in16_of[at] == i &&
+        (!lay.direct_conv[at] || lay.in16_shared[at] || options.cudnn_autotune)) {
       lay.in16[at] = B * l.in_shape.size();
     }
     if (i + 1 < L && lay.bn16[at + 1]) lay.conv16[at] = rows_out;

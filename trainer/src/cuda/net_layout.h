@@ -83,8 +83,11 @@ struct NetLayout {
   // both.
   std::vector<int> norm_pair, add_pool;
   // direct_conv[i]: convolution i reads the model's input and runs our direct kernels, not
-  // cuDNN's (NetOptions::direct_conv).
+  // cuDNN's (NetOptions::direct_conv); with cudnn_autotune, the faster of the two, timed at
+  // its first use (so its input's 16-bit copy and cuDNN's plans exist too).
   std::vector<char> direct_conv;
+  // in16_shared[i]: another GEMM reads GEMM i's 16-bit input copy (in16_of).
+  std::vector<char> in16_shared;
   // sure_ours[i]: batch norm i runs our kernels in every pass without cuDNN being asked (tests'
   // ours_norm_only, or bn16 without cudnn_autotune); elsewhere the first step decides.
   std::vector<char> sure_ours;
