@@ -476,7 +476,7 @@ Result<const CudnnConv*> Net::Plan(int i, int B) {
 }
 
 Status Net::ConvForward(int i, int B, void* y, const float* x, const uint16_t* x16, const void* w) {
-  SWEEP_ASSIGN_OR_RETURN(const bool direct, DirectRuns(i, B));
+  SWEEP_ASSIGN_OR_RETURN(const bool direct, DirectRuns(i, B, x));
   if (direct) {  // reads the fp32 input itself
     return direct_conv_forward(y, x, w, ConvShapeOf(model_.layer(i), B), half(), half_type_,
                                stream_);
@@ -485,17 +485,22 @@ Status Net::ConvForward(int i, int B, void* y, const float* x, const uint16_t* x
   return plan->Forward(y, half() ? static_cast<const void*>(x16) : x, w, workspace_.data());
 }
 
-Result<bool> Net::DirectRuns(int i, int B) {
+Result<bool> Net::DirectRuns(int i, int B, const float* x) {
   const size_t at = static_cast<size_t>(i);
   if (!lay_.direct_conv[at]) return false;
   if (!options_.cudnn_autotune || direct_choice_[at] >= 0) return direct_choice_[at] != 0;
-  // Timing waits on the stream, which a graph capture forbids: a first use there keeps ours
-  // (each batch size's first steps run launched, so none is).
+  // Timed at full batches, which the trainer's first steps are; a smaller batch before that (an
+  // evaluation) runs ours. Timing waits on the stream, which a graph capture forbids: a first
+  // use there keeps ours for good (each batch size's first steps run launched, so none is).
+  if (B != max_batch_) return true;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream_, &capturing));
-  if (capturing != cudaStreamCaptureStatusNone) return true;
+  if (capturing != cudaStreamCaptureStatusNone) {
+    direct_choice_[at] = 1;
+    return true;
+  }
   double ours = 0, cudnn = 0;
-  SWEEP_RETURN_IF_ERROR(TimeStem(i, B, in_x_[0].data(), &ours, &cudnn));
+  SWEEP_RETURN_IF_ERROR(TimeStem(i, B, x, &ours, &cudnn));
   char times[96];
   std::snprintf(times, sizeof(times), " (timed: cuDNN %.3f ms, ours %.3f ms)", cudnn, ours);
   direct_timed_[at] = times;
@@ -509,8 +514,9 @@ Status Net::TimeStem(int i, int B, const float* x, double* ours, double* cudnn) 
   SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
   const int64_t n_in = int64_t{B} * l.in_shape.size();
   const int64_t nw = int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c;
-  // Scratch of the right sizes whatever the layout left out: the 16-bit output and gradient
-  // scratch, the weight-gradient scratch; in fp32 the data-gradient scratch for both.
+  // Scratch of the right sizes whatever the layout left out, none holding live values at a
+  // forward's first convolution: the 16-bit output (or the batch norm's 16-bit input) and
+  // gradient scratch, the weight-gradient scratch; in fp32 the data-gradient scratch for both.
   uint16_t* y16 =
       i + 1 < static_cast<int>(model_.layers.size()) && lay_.bn16[static_cast<size_t>(i) + 1]
           ? conv16_[static_cast<size_t>(i)].data()
@@ -519,7 +525,10 @@ Status Net::TimeStem(int i, int B, const float* x, double* ours, double* cudnn) 
   const void* dy = half() ? static_cast<const void*>(h_d_.data()) : dtmp_.data();
   const void* w = half() ? static_cast<const void*>(params16_.data() + l.weight)
                          : static_cast<const void*>(params_.data() + l.weight);
-  uint16_t* x16 = in16_[static_cast<size_t>(lay_.in16_of[static_cast<size_t>(i)])].data();
+  // The input's 16-bit copy in the data-gradient scratch (as wide as any convolution's input,
+  // unused in a forward): the layer's own copy may already hold this step's input for a GEMM
+  // sharing it.
+  uint16_t* x16 = h_dx_.data();
   auto direct = [&]() -> Status {
     SWEEP_RETURN_IF_ERROR(direct_conv_forward(y, x, w, s, half(), half_type_, stream_));
     return direct_conv_backward_filter(dw_tmp_.data(), x, dy, s, half(), half_type_, false,
@@ -530,7 +539,10 @@ Status Net::TimeStem(int i, int B, const float* x, double* ours, double* cudnn) 
       SWEEP_RETURN_IF_ERROR(plan->Forward(y, x, w, workspace_.data()));
       return plan->BackwardFilter(dw_tmp_.data(), x, dy, workspace_.data());
     }
-    SWEEP_RETURN_IF_ERROR(cast_to_half(x16, x, n_in, half_type_, stream_));
+    // The cast is the price of cuDNN's side, unless another GEMM needs the copy anyway.
+    if (!lay_.in16_shared[static_cast<size_t>(i)]) {
+      SWEEP_RETURN_IF_ERROR(cast_to_half(x16, x, n_in, half_type_, stream_));
+    }
     SWEEP_RETURN_IF_ERROR(plan->Forward(y, x16, w, workspace_.data()));
     SWEEP_RETURN_IF_ERROR(plan->BackwardFilter(h_dw_.data(), x16, dy, workspace_.data()));
     return widen_half(dw_tmp_.data(), h_dw_.data(), nw, half_type_, false, stream_);
@@ -595,7 +607,7 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
       }
       bool wanted = in16 != nullptr;
       if (wanted && lay_.direct_conv[at] && !lay_.in16_shared[at]) {
-        SWEEP_ASSIGN_OR_RETURN(const bool direct, DirectRuns(i, B));
+        SWEEP_ASSIGN_OR_RETURN(const bool direct, DirectRuns(i, B, in));
         wanted = !direct;
       }
       if (src == i && wanted) {  // else the GEMM before it that reads it made it
@@ -832,7 +844,10 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         // output, masked here into the one w.r.t. this layer's. In bf16 / fp16 the bias's pass
         // writes the 16-bit gradient the GEMMs read (the same bits as a cast of its own).
         const int relu = lay_.lin_relu[at];
-        if (relu >= 0) d = Grad(relu);
+        if (relu >= 0) {
+          d = Grad(relu);
+          if (d == nullptr) return need(i, relu, d);
+        }
         if (l.bias_at >= 0) {
           SWEEP_RETURN_IF_ERROR(bias_act_backward(
               d, g + l.bias_at, val_[at], relu >= 0 ? val_[static_cast<size_t>(relu)] : val_[at],
@@ -854,7 +869,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
         }
         bool direct = false;
         if (conv) {
-          SWEEP_ASSIGN_OR_RETURN(direct, DirectRuns(i, B));
+          SWEEP_ASSIGN_OR_RETURN(direct, DirectRuns(i, B, in));
         }
         if (direct) {  // the model's input: no data gradient
           SWEEP_RETURN_IF_ERROR(direct_conv_backward_filter(

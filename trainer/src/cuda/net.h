@@ -107,9 +107,9 @@ class Net final : public ReplicaModel {
   // net's storage precision.
   Status ConvForward(int i, int B, void* y, const float* x, const uint16_t* x16, const void* w);
   // Whether convolution i runs our direct kernels: the layout's choice, or with cudnn_autotune
-  // the faster of those and cuDNN's, timed at the first use at B rows (TimeStem) outside a
-  // graph capture.
-  Result<bool> DirectRuns(int i, int B);
+  // the faster of those and cuDNN's, timed on input x at the first use at full batches
+  // (TimeStem) outside a graph capture.
+  Result<bool> DirectRuns(int i, int B, const float* x);
   // Milliseconds of convolution i's forward and weight gradient at B rows through our direct
   // kernels and through cuDNN's plan (with the input's cast and the gradient's widening it
   // brings in bf16 / fp16), over scratch buffers.

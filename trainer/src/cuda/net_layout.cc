@@ -24,6 +24,8 @@ void DropUntouched(const ModelSpec& model, NetLayout* lay, std::vector<char>* ke
     const Layer& l = model.layer(i);
     // A ReLU run after its pool: the pool reads its input and writes its input's gradient.
     if (lay->relu_after_pool[at]) drop(i, true, true);
+    // A linear layer whose ReLU its bias pass applies: backward reads the ReLU's gradient.
+    if (lay->lin_relu[at] >= 0) drop(i, false, true);
     // Read only by the convolution after it, whose 16-bit data gradient it reads.
     if (l.kind == LayerKind::kActivation && lay->grad16[at] &&
         (l.input < 0 || lay->bn_relu[static_cast<size_t>(l.input)] != i)) {
