@@ -715,6 +715,15 @@ TEST(CudaFashionMnist, ACnnReachesTheCpusTestAccuracy) {
 #endif
 
 #if defined(SWEEP_CUDA_EMU)
+// After a group's first steps, its first convolution (one input channel): with cudnn_autotune
+// our direct kernels timed against cuDNN's, the faster kept, both times printed; else untimed.
+void ExpectFirstConvolutionTimed(ReplicaGroup* group, bool timed) {
+  const std::string after = group->Describe();
+  const std::string first = after.substr(0, after.find('\n'));
+  EXPECT_EQ(first.find("(timed: cuDNN ") != std::string::npos, timed) << after;
+  if (timed) std::printf("after the first step: %s\n", first.c_str());
+}
+
 // cudnn_autotune: each convolution's plans are the fastest of cuDNN's first candidates, and each
 // batch norm the faster of cuDNN's and ours, timed on the device (the group says so). With TF32
 // on there are two to time, tensor cores and exact fp32, and which wins is the host's timing. So a
@@ -742,12 +751,7 @@ TEST_F(CudaGroup, AutotunedConvolutionsTrainAsTheFirstRankedDo) {
     EXPECT_EQ(plans.find("(timed: cuDNN ") != std::string::npos, run == 1) << plans;
     if (run == 1) std::printf("%s", plans.c_str());
     out[run] = RunSteps(g->get(), spec, 8, 1, data);
-    // The first convolution (one input channel): our direct kernels against cuDNN's, timed at
-    // the first step, the faster kept.
-    const std::string after = (*g)->Describe();
-    const std::string first = after.substr(0, after.find('\n'));
-    EXPECT_EQ(first.find("(timed: cuDNN ") != std::string::npos, run == 1) << after;
-    if (run == 1) std::printf("after the first step: %s\n", first.c_str());
+    ExpectFirstConvolutionTimed(g->get(), run == 1);
   }
   ASSERT_EQ(out[1].losses.size(), out[0].losses.size());
   ASSERT_EQ(out[2].losses.size(), out[0].losses.size());
@@ -782,10 +786,7 @@ TEST_F(CudaGroup, AnAutotunedBf16CnnTrainsAsOursThroughoutDoes) {
     EXPECT_EQ(plans.find("(timed: cuDNN ") != std::string::npos, run == 1) << plans;
     if (run == 1) std::printf("%s", plans.c_str());
     out[run] = RunSteps(g->get(), spec, 8, 1, data);
-    const std::string after = (*g)->Describe();
-    const std::string first = after.substr(0, after.find('\n'));
-    EXPECT_EQ(first.find("(timed: cuDNN ") != std::string::npos, run == 1) << after;
-    if (run == 1) std::printf("after the first step: %s\n", first.c_str());
+    ExpectFirstConvolutionTimed(g->get(), run == 1);
   }
   ASSERT_EQ(out[1].losses.size(), out[0].losses.size());
   ASSERT_FALSE(out[0].losses.empty());

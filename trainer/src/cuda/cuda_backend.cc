@@ -87,9 +87,8 @@ double ActivationBytes(const GroupSpec& spec, const MlpView* mlp) {
   const double r = spec.max_rows;
   const bool half = spec.precision != Precision::kFp32;
   if (mlp == nullptr) {
-    NetOptions options;
-    options.cudnn_autotune = spec.cudnn_autotune;
-    return NetLayout::Make(spec.model, spec.max_rows, spec.precision, options).ActivationBytes();
+    return NetLayout::Make(spec.model, spec.max_rows, spec.precision, NetOptionsOf(spec))
+        .ActivationBytes();
   }
   double bytes = 0;
   const MlpShape& s = mlp->shape;

@@ -894,10 +894,7 @@ Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) 
               // reads the 16 bits itself.
               SWEEP_ASSIGN_OR_RETURN(const bool read16, Grad16Left(l.input, B));
               if (!read16) {
-                if (d_in == nullptr) {  // a layout rule left out what this path writes
-                  return Status::Internal("cuda: layer " + std::to_string(l.input) +
-                                          " has no gradient buffer for its 16-bit gradient");
-                }
+                SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
                 SWEEP_RETURN_IF_ERROR(
                     widen_half(d_in, h_dx_.data(), n_in, half_type_, add, stream_));
               }

@@ -59,6 +59,12 @@ void DropUntouched(const ModelSpec& model, NetLayout* lay, std::vector<char>* ke
 
 }  // namespace
 
+NetOptions NetOptionsOf(const GroupSpec& spec) {
+  NetOptions options;
+  options.cudnn_autotune = spec.cudnn_autotune;
+  return options;
+}
+
 NetLayout NetLayout::Make(const ModelSpec& model, int max_batch, Precision precision,
                           const NetOptions& options) {
   NetLayout lay;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend.h"
 #include "model.h"
 
 namespace sweep::trainer::cuda {
@@ -26,6 +27,9 @@ struct NetOptions {
   // (cuda/cnn_ops.h: a few input channels); false: through cuDNN, as every other.
   bool direct_conv = true;
 };
+
+// The options a group's replicas make their nets with, which the memory check reads too.
+NetOptions NetOptionsOf(const GroupSpec& spec);
 
 struct NetLayout {
   static NetLayout Make(const ModelSpec& model, int max_batch, Precision precision,

@@ -116,11 +116,9 @@ Status CudaReplicaGroup::InitRank(int rank) {
   } else {
 #if defined(SWEEP_HAVE_CUDNN)
     SWEEP_RETURN_IF_ERROR(CreateCudnnHandle(r.compute, &r.dnn));
-    NetOptions options;
-    options.cudnn_autotune = spec_.cudnn_autotune;
     SWEEP_ASSIGN_OR_RETURN(
         r.model, Net::Create(spec_.model, spec_.max_rows, spec_.precision, spec_.label_smoothing,
-                             spec_.tf32, r.compute, r.blas, r.dnn, options));
+                             spec_.tf32, r.compute, r.blas, r.dnn, NetOptionsOf(spec_)));
 #else
     return Status::InvalidArgument("cuda: this build has no cuDNN for the model's layers");
 #endif
