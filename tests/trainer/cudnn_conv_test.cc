@@ -310,7 +310,8 @@ TEST_F(CudnnConvTest, DirectConvolutionsOfFewChannelsMatchTheCpu) {
       {3, 9, 7, 3, 40, 3, 2, 1},    // RGB, stride 2, two blocks of output channels
       {2, 8, 8, 1, 5, 5, 1, 2},     // 5x5
       {2, 7, 6, 2, 3, 3, 1, 0},     // no padding
-      {13, 9, 9, 1, 8, 3, 1, 1},    // 1,053 pixels: two uneven ranges of the weight gradient
+      {13, 9, 9, 1, 8, 3, 1, 1},    // 1,053 pixels: uneven ranges of the weight gradient
+      {110, 9, 9, 1, 5, 3, 1, 1},   // 35 ranges, more than a warp; 45 sums, 8 to a block
       {1, 4, 4, 32, 248, 1, 1, 0},  // 32 taps, 8,184 weights at their odd stride
   };
   for (const cpu::ConvShape& s : shapes) {

@@ -960,8 +960,11 @@ constexpr int kDirectMaxTaps = 32;       // K K C: one output's inputs, a thread
 constexpr int kDirectMaxWeights = 8192;  // OC K K C: the forward holds them in shared memory
 constexpr int kDirectCols = 32;          // output channels a weight-gradient block takes
 constexpr int kDirectGroups = 8;         // pixel groups of a weight-gradient block
-constexpr int64_t kDirectPixelsPerRange = 1024;
-constexpr int kDirectMaxRanges = 1024;
+// Short ranges: the weight gradient of a batch of 256 28x28 images takes 784 blocks, about six
+// an SM of an H100, to hide its loads' latency; 1024 pixels a range gave fewer than two.
+constexpr int64_t kDirectPixelsPerRange = 256;
+constexpr int kDirectMaxRanges = 2048;
+constexpr int kDirectSumRows = 8;  // entries of the weight gradient a sum block adds
 
 int DirectRanges(int64_t pixels) {
   return static_cast<int>(std::clamp<int64_t>(
@@ -1094,19 +1097,33 @@ __global__ void __launch_bounds__(kDirectCols* kDirectGroups, kTaps <= 9 ? 3 : 1
   }
 }
 
-// dw[oc, t] (+)= the ranges' sums, added in range order, rounded through the 16 bits of the
-// storage where half (the bits of a 16-bit weight gradient widened).
+// dw[oc, t] (+)= the ranges' sums, rounded through the 16 bits of the storage where half (the
+// bits of a 16-bit weight gradient widened). A warp an entry: lane l adds ranges l, l + 32, ...
+// in order, then lane 0 adds the lanes' sums in order: the same bits every run.
 __global__ void DirectConvFilterSumKernel(float* dw, const double* partials, int ranges, int OC,
                                           int taps, bool accumulate, bool half, bool bf16) {
-  const int n = OC * taps;
-  for (int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
-       i += static_cast<int>(blockDim.x * gridDim.x)) {
-    const int oc = i / taps, t = i % taps;
+  __shared__ double s[kDirectSumRows][32];
+  const int n = OC * taps, lane = static_cast<int>(threadIdx.x);
+  const int row = static_cast<int>(threadIdx.y);
+  // The loop's bounds are the block's, not the entry's: every thread reaches each barrier.
+  for (int base = static_cast<int>(blockIdx.x) * kDirectSumRows; base < n;
+       base += static_cast<int>(gridDim.x) * kDirectSumRows) {
+    const int i = base + row;
     double sum = 0.0;
-    for (int r = 0; r < ranges; ++r) sum += partials[(int64_t{r} * taps + t) * OC + oc];
-    float v = static_cast<float>(sum);
-    if (half) v = HalfValue(HalfBits(v, bf16), bf16);
-    dw[i] = accumulate ? dw[i] + v : v;
+    if (i < n) {
+      const int oc = i / taps, t = i % taps;
+      for (int r = lane; r < ranges; r += 32) sum += partials[(int64_t{r} * taps + t) * OC + oc];
+    }
+    s[row][lane] = sum;
+    __syncthreads();
+    if (lane == 0 && i < n) {
+      double total = s[row][0];
+      for (int k = 1; k < 32; ++k) total += s[row][k];
+      float v = static_cast<float>(total);
+      if (half) v = HalfValue(HalfBits(v, bf16), bf16);
+      dw[i] = accumulate ? dw[i] + v : v;
+    }
+    __syncthreads();
   }
 }
 
@@ -1181,8 +1198,9 @@ Status direct_conv_backward_filter(float* dw, const float* x, const void* dy,
   }
   CUDA_CHECK(cudaGetLastError());
   const int n = s.OC * g.taps;
-  Launch(DirectConvFilterSumKernel, Blocks(n), kThreads, stream, dw,
-         static_cast<const double*>(partials), ranges, s.OC, g.taps, accumulate, half, bf16);
+  Launch(DirectConvFilterSumKernel, dim3((n + kDirectSumRows - 1) / kDirectSumRows),
+         dim3(32, kDirectSumRows), stream, dw, static_cast<const double*>(partials), ranges, s.OC,
+         g.taps, accumulate, half, bf16);
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
