@@ -32,6 +32,24 @@ SWEEP_HOST_DEVICE inline uint64_t MixSeed(uint64_t a, uint64_t b, uint64_t c = 0
   return SplitMix64(&s);
 }
 
+// A 32-bit integer hash with good avalanche (Wellons' lowbias32): plain multiply/shift/xor on
+// uint32, so the CPU's dropout loop vectorises under AVX2.
+SWEEP_HOST_DEVICE inline uint32_t Mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7FEB352Du;
+  x ^= x >> 15;
+  x *= 0x846CA68Bu;
+  x ^= x >> 16;
+  return x;
+}
+
+// Dropout's factor for element `index` of a step's activations under its 64-bit key: 0 (dropped)
+// or `scale`. One definition for both backends, so their masks match bit for bit.
+SWEEP_HOST_DEVICE inline float DropoutFactor(uint32_t index, uint32_t key_lo, uint32_t key_hi,
+                                             uint32_t threshold, float scale) {
+  return Mix32(Mix32(index + key_lo) ^ key_hi) >= threshold ? scale : 0.0f;
+}
+
 // __extension__: 128-bit products are a GCC/Clang extension that -Wpedantic would flag.
 __extension__ typedef unsigned __int128 Uint128;
 

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "cpu/act_math.h"
+#include "rng.h"
 #include "step_math.h"
 
 namespace sweep::trainer::cpu {
@@ -131,22 +132,11 @@ void AdamwRange(float* __restrict p, float* __restrict m, float* __restrict v,
   }
 }
 
-// A 32-bit integer hash with good avalanche (Wellons' lowbias32): plain multiply/shift/xor on
-// uint32, so the dropout loop vectorises under AVX2.
-inline uint32_t Mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x846CA68Bu;
-  x ^= x >> 16;
-  return x;
-}
-
 void DropoutRow(float* __restrict o, float* __restrict mask, const float* __restrict x, int C,
                 uint32_t base, uint32_t key_lo, uint32_t key_hi, uint32_t threshold, float scale) {
   for (int c = 0; c < C; ++c) {
-    const uint32_t h = Mix32(Mix32(base + static_cast<uint32_t>(c) + key_lo) ^ key_hi);
-    const float f = h >= threshold ? scale : 0.0f;
+    const float f =
+        DropoutFactor(base + static_cast<uint32_t>(c), key_lo, key_hi, threshold, scale);
     mask[c] = f;
     o[c] = x[c] * f;
   }

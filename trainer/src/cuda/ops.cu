@@ -282,16 +282,6 @@ __global__ void GatherRowsKernel(float* x, int32_t* y, const int32_t* idx, int r
 
 // ---- dropout ----
 
-// cpu/ops.cc's Mix32 (Wellons' lowbias32), unchanged: the masks match the CPU's bit for bit.
-__device__ uint32_t Mix32(uint32_t x) {
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  x *= 0x846CA68Bu;
-  x ^= x >> 16;
-  return x;
-}
-
 __global__ void DropoutForwardKernel(float* out, float* mask, const float* x, int64_t n, int C,
                                      int64_t first_row, uint32_t key_lo, uint32_t key_hi,
                                      uint32_t threshold, float scale, uint16_t* out16, bool bf16,
@@ -305,8 +295,8 @@ __global__ void DropoutForwardKernel(float* out, float* mask, const float* x, in
     const int64_t b = i / C;
     const int64_t c = i % C;
     const uint32_t base = static_cast<uint32_t>((first_row + b) * static_cast<int64_t>(C));
-    const uint32_t h = Mix32(Mix32(base + static_cast<uint32_t>(c) + key_lo) ^ key_hi);
-    const float f = h >= threshold ? scale : 0.0f;
+    const float f =
+        DropoutFactor(base + static_cast<uint32_t>(c), key_lo, key_hi, threshold, scale);
     mask[i] = f;
     const float y = x[i] * f;
     out[i] = y;
