@@ -171,6 +171,19 @@ TEST(Options, TypeErrors) {
   EXPECT_EQ(ApplyError("dataset", {{"header", 1}}),
             "dataset.header: expected true, false or \"auto\" (a first row whose label is not a "
             "number is a header), got 1");
+  // The other lists of integers: a length, a range, and whole numbers each.
+  EXPECT_EQ(ApplyError("dataset", {{"shape", {1, 28}}}),
+            "dataset.shape: expected [channels, height, width], positive integers, got [1,28]");
+  EXPECT_EQ(ApplyError("dataset", {{"shape", {1, 28, 0}}}),
+            "dataset.shape: expected [channels, height, width], positive integers, got [1,28,0]");
+  EXPECT_EQ(ApplyError("dataset", {{"format", "folder"}, {"image_size", {32, 24.5}}}),
+            "dataset.image_size: expected [height, width], positive integers, got [32,24.5]");
+  EXPECT_EQ(ApplyError("dataset", {{"format", "folder"}, {"image_size", {32, 40000}}}),
+            "dataset.image_size: expected [height, width], positive integers, got [32,40000]");
+  EXPECT_EQ(ApplyError("devices", {0, -1}),
+            "devices: expected a list of CUDA device ordinals (integers >= 0), got [0,-1]");
+  EXPECT_EQ(ApplyError("devices", 0),
+            "devices: expected a list of CUDA device ordinals (integers >= 0), got 0");
   EXPECT_EQ(ApplyError("learning_rate", 0.1), "unknown trainer option \"learning_rate\"");
   EXPECT_EQ(ApplyError("nesterov", 1), "nesterov: expected true or false, got 1");
   EXPECT_EQ(ApplyError("scale_lr", "yes"), "scale_lr: expected true or false, got \"yes\"");

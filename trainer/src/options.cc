@@ -68,6 +68,19 @@ bool GetInt(const json& v, int64_t lo, int64_t hi, int64_t* out) {
   return *out >= lo && *out <= hi;
 }
 
+// v as a list of integers in [lo, hi], exactly `size` of them where size > 0.
+bool GetIntList(const json& v, size_t size, int64_t lo, int64_t hi, std::vector<int>* out) {
+  if (!v.is_array() || (size > 0 && v.size() != size)) return false;
+  std::vector<int> list;
+  for (const json& item : v) {
+    int64_t n = 0;
+    if (!GetInt(item, lo, hi, &n)) return false;
+    list.push_back(static_cast<int>(n));
+  }
+  *out = std::move(list);
+  return true;
+}
+
 Status SetInt(std::string_view key, const json& v, int64_t lo, int64_t hi, std::string_view what,
               int64_t* out) {
   if (!GetInt(v, lo, hi, out)) return TypeError(key, what, v);
@@ -162,13 +175,8 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
     } else if (k == "test") {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.test_images));
     } else if (k == "image_size") {
-      const char* what = "[height, width], positive integers";
-      if (!item.is_array() || item.size() != 2) return TypeError(key, what, item);
-      s.image_size.clear();
-      for (const json& d : item) {
-        int64_t n = 0;
-        if (!GetInt(d, 1, 1 << 15, &n)) return TypeError(key, what, item);
-        s.image_size.push_back(static_cast<int>(n));
+      if (!GetIntList(item, 2, 1, 1 << 15, &s.image_size)) {
+        return TypeError(key, "[height, width], positive integers", item);
       }
     } else if (k == "on_bad_file") {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.on_bad_file));
@@ -197,13 +205,8 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       SWEEP_RETURN_IF_ERROR(SetInt(key, item, -100000, 100000, "an integer column index", &col));
       s.label_column = static_cast<int>(col);
     } else if (k == "shape") {
-      const char* what = "[channels, height, width], positive integers";
-      if (!item.is_array() || item.size() != 3) return TypeError(key, what, item);
-      s.shape.clear();
-      for (const json& d : item) {
-        int64_t n = 0;
-        if (!GetInt(d, 1, 1 << 20, &n)) return TypeError(key, what, item);
-        s.shape.push_back(static_cast<int>(n));
+      if (!GetIntList(item, 3, 1, 1 << 20, &s.shape)) {
+        return TypeError(key, "[channels, height, width], positive integers", item);
       }
     } else if (k == "header") {
       if (item.is_string() && item.get<std::string>() == "auto") {
@@ -240,10 +243,7 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
     const char* what = "a list of positive integers (or one, for one layer), each at most 1048576";
     std::vector<int> widths;
     if (v.is_array()) {
-      for (const json& item : v) {
-        if (!GetInt(item, 1, 1 << 20, &i)) return TypeError(key, what, v);
-        widths.push_back(static_cast<int>(i));
-      }
+      if (!GetIntList(v, 0, 1, 1 << 20, &widths)) return TypeError(key, what, v);
     } else if (GetInt(v, 1, 1 << 20, &i)) {
       widths.push_back(static_cast<int>(i));
     } else {
@@ -263,14 +263,9 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
     return Status::Ok();
   }
   if (key == "devices") {
-    const char* what = "a list of CUDA device ordinals (integers >= 0)";
-    std::vector<int> devices;
-    if (!v.is_array()) return TypeError(key, what, v);
-    for (const json& item : v) {
-      if (!GetInt(item, 0, 1 << 20, &i)) return TypeError(key, what, v);
-      devices.push_back(static_cast<int>(i));
+    if (!GetIntList(v, 0, 0, 1 << 20, &o->devices)) {
+      return TypeError(key, "a list of CUDA device ordinals (integers >= 0)", v);
     }
-    o->devices = std::move(devices);
     return Status::Ok();
   }
   // Strings and numbers: Validate() says which values are allowed.
