@@ -275,14 +275,17 @@ void MemoryNetwork::SetFaults(Direction direction, Faults faults) {
   faults_[static_cast<int>(direction)] = faults;
 }
 
-int MemoryNetwork::InjectGarbage(Direction direction, const std::string& bytes) {
+std::vector<std::shared_ptr<MemoryNetwork::Link>> MemoryNetwork::LiveLinks() const {
   std::vector<std::shared_ptr<Link>> links;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& w : links_) {
-      if (auto l = w.lock()) links.push_back(std::move(l));
-    }
+  std::lock_guard lock(mu_);
+  for (const auto& w : links_) {
+    if (auto l = w.lock()) links.push_back(std::move(l));
   }
+  return links;
+}
+
+int MemoryNetwork::InjectGarbage(Direction direction, const std::string& bytes) {
+  const std::vector<std::shared_ptr<Link>> links = LiveLinks();
   int n = 0;
   for (const auto& link : links) {
     std::shared_ptr<MemoryEnd> sender;
@@ -299,13 +302,7 @@ int MemoryNetwork::InjectGarbage(Direction direction, const std::string& bytes) 
 }
 
 int MemoryNetwork::DisconnectAll() {
-  std::vector<std::shared_ptr<Link>> links;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& w : links_) {
-      if (auto l = w.lock()) links.push_back(std::move(l));
-    }
-  }
+  const std::vector<std::shared_ptr<Link>> links = LiveLinks();
   int n = 0;
   for (const auto& link : links) {
     std::shared_ptr<MemoryEnd> ends[2];
@@ -330,13 +327,7 @@ int MemoryNetwork::connections_opened() const {
 }
 
 int MemoryNetwork::connections_open() const {
-  std::vector<std::shared_ptr<Link>> links;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& w : links_) {
-      if (auto l = w.lock()) links.push_back(std::move(l));
-    }
-  }
+  const std::vector<std::shared_ptr<Link>> links = LiveLinks();
   int n = 0;
   for (const auto& link : links) {
     std::lock_guard lock(link->mu);

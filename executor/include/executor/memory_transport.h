@@ -63,6 +63,9 @@ class MemoryNetwork {
   void Decide(Direction direction, int* copies, int* delay_ms);
 
  private:
+  // The links still alive, taken under mu_ and used after it: each has a lock of its own.
+  std::vector<std::shared_ptr<Link>> LiveLinks() const;
+
   mutable std::mutex mu_;
   std::mt19937_64 rng_;
   Faults faults_[2];
