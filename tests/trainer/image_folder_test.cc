@@ -4,6 +4,7 @@
 // failing by name or skipped and counted.
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -435,6 +436,28 @@ TEST(BadFiles, TruncatedJpegIsNamedOrSkipped) {
   jpeg.resize(jpeg.size() * 2 / 3);
   WriteBytes(dir / "train/dog/1b.jpg", jpeg, false);
   ExpectNamedThenSkipped(spec, "dog/1b.jpg", "bad JPEG", 8, 1);
+}
+
+// A header that claims more pixels than we decode is refused before any is allocated.
+TEST(BadFiles, AnImageTooLargeIsRefusedFromItsHeader) {
+  Image out;
+  // PNG: IHDR's width and height at bytes 16 and 20, its CRC (type and data) at 29.
+  std::vector<uint8_t> png = Bytes(EncodePng(Pattern(8, 8, 1, 1)));
+  for (int at : {16, 20}) {
+    png[at] = 0, png[at + 1] = 0, png[at + 2] = 0x4E, png[at + 3] = 0x20;  // 20000
+  }
+  const uint32_t crc = static_cast<uint32_t>(crc32(0, png.data() + 12, 17));
+  for (int k = 0; k < 4; ++k) png[29 + k] = static_cast<uint8_t>(crc >> (24 - 8 * k));
+  Status s = DecodeImage(png, 0, 0, &out);
+  EXPECT_NE(s.message().find("PNG of 20000x20000 is too large"), std::string::npos) << s.message();
+  // JPEG: the frame header's width (after FF C0, its length, precision and height).
+  std::vector<uint8_t> jpeg = Bytes(EncodeJpeg(Pattern(8, 8, 1, 1), 90));
+  size_t sof = 0;
+  while (sof + 8 < jpeg.size() && !(jpeg[sof] == 0xFF && jpeg[sof + 1] == 0xC0)) ++sof;
+  ASSERT_LT(sof + 8, jpeg.size());
+  jpeg[sof + 7] = 0x9C, jpeg[sof + 8] = 0x40;  // 40000
+  s = DecodeImage(jpeg, 0, 0, &out);
+  EXPECT_NE(s.message().find("JPEG of 40000x8 is too large"), std::string::npos) << s.message();
 }
 
 TEST(BadFiles, AFileThatIsNoImageIsNamedOrSkipped) {

@@ -81,6 +81,20 @@ bool PngPixels(PngState* s, png_bytepp rows) {
   return true;
 }
 
+// Sizes *out for an image of h x w x c once the header is read, or refuses one over our limits
+// (libpng checks the sides itself, libjpeg does not).
+Status SizeImage(const char* format, int h, int w, int c, Image* out) {
+  if (h > kMaxSide || w > kMaxSide || int64_t{h} * w > kMaxPixels) {
+    return Status::Corruption(std::string(format) + " of " + std::to_string(w) + "x" +
+                              std::to_string(h) + " is too large");
+  }
+  out->height = h;
+  out->width = w;
+  out->channels = c;
+  out->pixels.resize(static_cast<size_t>(h) * w * c);
+  return Status::Ok();
+}
+
 Status DecodePng(std::span<const uint8_t> bytes, Image* out) {
   PngState s;
   s.data = bytes.data();
@@ -93,14 +107,7 @@ Status DecodePng(std::span<const uint8_t> bytes, Image* out) {
   if (c != 1 && c != 3) {
     return Status::Corruption("PNG of " + std::to_string(c) + " channels after conversion");
   }
-  if (int64_t{h} * w > kMaxPixels) {
-    return Status::Corruption("PNG of " + std::to_string(w) + "x" + std::to_string(h) +
-                              " is too large");
-  }
-  out->height = h;
-  out->width = w;
-  out->channels = c;
-  out->pixels.resize(static_cast<size_t>(h) * w * c);
+  SWEEP_RETURN_IF_ERROR(SizeImage("PNG", h, w, c, out));
   std::vector<png_bytep> rows(static_cast<size_t>(h));
   for (int y = 0; y < h; ++y) rows[static_cast<size_t>(y)] = &out->pixels[size_t{1} * y * w * c];
   if (!PngPixels(&s, rows.data())) return Status::Corruption(std::string("bad PNG: ") + s.message);
@@ -195,14 +202,7 @@ Status DecodeJpeg(std::span<const uint8_t> bytes, int height, int width, Image* 
   if (!JpegHeader(&d, bytes, height, width, &h, &w, &c)) {
     return Status::Corruption(std::string("bad JPEG: ") + d.err.message);
   }
-  if (h > kMaxSide || w > kMaxSide || int64_t{h} * w > kMaxPixels) {
-    return Status::Corruption("JPEG of " + std::to_string(w) + "x" + std::to_string(h) +
-                              " is too large");
-  }
-  out->height = h;
-  out->width = w;
-  out->channels = c;
-  out->pixels.resize(static_cast<size_t>(h) * w * c);
+  SWEEP_RETURN_IF_ERROR(SizeImage("JPEG", h, w, c, out));
   if (!JpegPixels(&d, out->pixels.data())) {
     return Status::Corruption(std::string("bad JPEG: ") + d.err.message);
   }
