@@ -16,20 +16,16 @@ namespace sweep::store {
 using internal::Query;
 
 namespace {
-Result<std::vector<ReportRecord>> StepReports(sqlite3_stmt* stmt) {
-  std::vector<ReportRecord> reports;
-  int rc;
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    ReportRecord report;
-    report.trial = sqlite3_column_int64(stmt, 0);
-    report.step = sqlite3_column_int64(stmt, 1);
-    report.epoch = sqlite3_column_double(stmt, 2);
-    report.metrics_json = ColumnText(stmt, 3);
-    report.time_s = sqlite3_column_double(stmt, 4);
-    reports.push_back(std::move(report));
-  }
-  if (rc != SQLITE_DONE) return Status::IoError(std::to_string(rc));
-  return reports;
+// The row function of ReadRows for every report query: trial, step, epoch, metrics, time.
+Status AppendReport(sqlite3_stmt* stmt, std::vector<ReportRecord>* reports) {
+  ReportRecord report;
+  report.trial = sqlite3_column_int64(stmt, 0);
+  report.step = sqlite3_column_int64(stmt, 1);
+  report.epoch = sqlite3_column_double(stmt, 2);
+  report.metrics_json = ColumnText(stmt, 3);
+  report.time_s = sqlite3_column_double(stmt, 4);
+  reports->push_back(std::move(report));
+  return Status::Ok();
 }
 }  // namespace
 
@@ -58,32 +54,24 @@ Status Store::AddReport(int64_t sweep_id, const ReportRecord& report, bool* stor
 }
 
 Result<std::vector<ReportRecord>> Store::Reports(int64_t sweep_id, int64_t trial_number) {
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kReports));
-  ResetOnExit reset(stmt);
-  Binder bind(stmt);
-  bind.Int(sweep_id).Int(trial_number);
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the reports query");
-  auto reports = StepReports(stmt);
-  if (!reports.ok()) {
-    return impl_->Error(sqlite3_errcode(impl_->db),
-                        "reading the reports of trial " + std::to_string(trial_number));
-  }
+  std::vector<ReportRecord> reports;
+  SWEEP_RETURN_IF_ERROR(impl_->ReadRows(
+      impl_->Prepare(Query::kReports), "binding the reports query",
+      "reading the reports of trial " + std::to_string(trial_number),
+      [&](Binder& b) { b.Int(sweep_id).Int(trial_number); },
+      [&](sqlite3_stmt* stmt) { return AppendReport(stmt, &reports); }));
   return reports;
 }
 
 Result<std::optional<ReportRecord>> Store::ReportAt(int64_t sweep_id, int64_t trial, int64_t step) {
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kReportAt));
-  ResetOnExit reset(stmt);
-  Binder bind(stmt);
-  bind.Int(sweep_id).Int(trial).Int(step);
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the report query");
-  auto reports = StepReports(stmt);
-  if (!reports.ok()) {
-    return impl_->Error(sqlite3_errcode(impl_->db), "reading step " + std::to_string(step) +
-                                                        " of trial " + std::to_string(trial));
-  }
-  if (reports->empty()) return std::optional<ReportRecord>();
-  return std::optional<ReportRecord>(std::move(reports->front()));
+  std::vector<ReportRecord> reports;
+  SWEEP_RETURN_IF_ERROR(impl_->ReadRows(
+      impl_->Prepare(Query::kReportAt), "binding the report query",
+      "reading step " + std::to_string(step) + " of trial " + std::to_string(trial),
+      [&](Binder& b) { b.Int(sweep_id).Int(trial).Int(step); },
+      [&](sqlite3_stmt* stmt) { return AppendReport(stmt, &reports); }));
+  if (reports.empty()) return std::optional<ReportRecord>();
+  return std::optional<ReportRecord>(std::move(reports.front()));
 }
 
 Status Store::RewriteReport(int64_t sweep_id, const ReportRecord& report, bool last) {
@@ -102,13 +90,11 @@ Status Store::RewriteReport(int64_t sweep_id, const ReportRecord& report, bool l
 }
 
 Result<std::vector<ReportRecord>> Store::AllReports(int64_t sweep_id) {
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kAllReports));
-  ResetOnExit reset(stmt);
-  Binder bind(stmt);
-  bind.Int(sweep_id);
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the reports query");
-  auto reports = StepReports(stmt);
-  if (!reports.ok()) return impl_->Error(sqlite3_errcode(impl_->db), "reading the reports");
+  std::vector<ReportRecord> reports;
+  SWEEP_RETURN_IF_ERROR(impl_->ReadRows(
+      impl_->Prepare(Query::kAllReports), "binding the reports query", "reading the reports",
+      [&](Binder& b) { b.Int(sweep_id); },
+      [&](sqlite3_stmt* stmt) { return AppendReport(stmt, &reports); }));
   return reports;
 }
 
@@ -132,24 +118,20 @@ Status Store::AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::stri
 }
 
 Result<std::vector<EventRecord>> Store::TrialEvents(int64_t sweep_id, int64_t trial_number) {
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kTrialEvents));
-  ResetOnExit reset(stmt);
-  Binder bind(stmt);
-  bind.Int(sweep_id).Int(trial_number);
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the events query");
   std::vector<EventRecord> events;
-  int rc;
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    EventRecord e;
-    e.from = ColumnText(stmt, 0);
-    e.to = ColumnText(stmt, 1);
-    e.detail = ColumnText(stmt, 2);
-    e.time_s = sqlite3_column_double(stmt, 3);
-    events.push_back(std::move(e));
-  }
-  if (rc != SQLITE_DONE) {
-    return impl_->Error(rc, "reading the events of trial " + std::to_string(trial_number));
-  }
+  SWEEP_RETURN_IF_ERROR(impl_->ReadRows(
+      impl_->Prepare(Query::kTrialEvents), "binding the events query",
+      "reading the events of trial " + std::to_string(trial_number),
+      [&](Binder& b) { b.Int(sweep_id).Int(trial_number); },
+      [&](sqlite3_stmt* stmt) {
+        EventRecord e;
+        e.from = ColumnText(stmt, 0);
+        e.to = ColumnText(stmt, 1);
+        e.detail = ColumnText(stmt, 2);
+        e.time_s = sqlite3_column_double(stmt, 3);
+        events.push_back(std::move(e));
+        return Status::Ok();
+      }));
   return events;
 }
 

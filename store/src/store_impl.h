@@ -161,6 +161,23 @@ struct Store::Impl {
     return Status::Ok();
   }
 
+  // Reads every row of a statement that returns rows (Prepare's or PrepareTrials', whose failure
+  // is returned), bound by `bind_fn` as Update binds: `row_fn(stmt)` reads each row, and a failure
+  // it returns ends the read. `binding` and `reading` say what was being done where SQLite fails.
+  template <typename BindFn, typename RowFn>
+  Status ReadRows(Result<sqlite3_stmt*> prepared, std::string_view binding,
+                  std::string_view reading, BindFn&& bind_fn, RowFn&& row_fn) {
+    SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, std::move(prepared));
+    ResetOnExit reset(stmt);
+    Binder bind(stmt);
+    bind_fn(bind);
+    if (bind.rc() != SQLITE_OK) return Error(bind.rc(), binding);
+    int rc;
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) SWEEP_RETURN_IF_ERROR(row_fn(stmt));
+    if (rc != SQLITE_DONE) return Error(rc, reading);
+    return Status::Ok();
+  }
+
   // ---- the file under this writer (file_watch.cc) ----
   Status CheckLogStillThere();
   Status CheckStillTheFile();
@@ -181,7 +198,8 @@ struct Store::Impl {
 
   // ---- trial rows (trials.cc) ----
   Result<TrialRecord> ReadTrial(sqlite3_stmt* stmt) const;
-  Result<std::vector<TrialRecord>> ReadTrials(sqlite3_stmt* stmt, std::string_view doing) const;
+  // ReadTrial's row added to `trials`: the row function of ReadRows for trial rows.
+  Status AppendTrial(sqlite3_stmt* stmt, std::vector<TrialRecord>* trials) const;
   Status NoSuchTrial(int64_t sweep_id, int64_t number) const;
 };
 

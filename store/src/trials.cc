@@ -76,17 +76,10 @@ Result<TrialRecord> Store::Impl::ReadTrial(sqlite3_stmt* stmt) const {
   return trial;
 }
 
-// Steps a statement returning trial rows (already bound) to the end.
-Result<std::vector<TrialRecord>> Store::Impl::ReadTrials(sqlite3_stmt* stmt,
-                                                         std::string_view doing) const {
-  std::vector<TrialRecord> trials;
-  int rc;
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    SWEEP_ASSIGN_OR_RETURN(TrialRecord trial, ReadTrial(stmt));
-    trials.push_back(std::move(trial));
-  }
-  if (rc != SQLITE_DONE) return Error(rc, doing);
-  return trials;
+Status Store::Impl::AppendTrial(sqlite3_stmt* stmt, std::vector<TrialRecord>* trials) const {
+  SWEEP_ASSIGN_OR_RETURN(TrialRecord trial, ReadTrial(stmt));
+  trials->push_back(std::move(trial));
+  return Status::Ok();
 }
 
 Status Store::Impl::NoSuchTrial(int64_t sweep_id, int64_t number) const {
@@ -219,26 +212,28 @@ Status Store::DropTrialCheckpoint(int64_t sweep_id, int64_t number) {
 // ---- queries ----
 
 Result<std::vector<TrialRecord>> Store::BestTrials(int64_t sweep_id, bool maximize, int64_t top) {
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt,
-                         impl_->Prepare(maximize ? Query::kBestTrialsMax : Query::kBestTrialsMin));
-  ResetOnExit reset(stmt);
-  Binder bind(stmt);
-  bind.Int(sweep_id).Int(top);
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the best-trials query");
-  return impl_->ReadTrials(stmt, "reading the best trials");
+  std::vector<TrialRecord> trials;
+  SWEEP_RETURN_IF_ERROR(impl_->ReadRows(
+      impl_->Prepare(maximize ? Query::kBestTrialsMax : Query::kBestTrialsMin),
+      "binding the best-trials query", "reading the best trials",
+      [&](Binder& b) { b.Int(sweep_id).Int(top); },
+      [&](sqlite3_stmt* stmt) { return impl_->AppendTrial(stmt, &trials); }));
+  return trials;
 }
 
 Result<std::vector<TrialRecord>> Store::Trials(int64_t sweep_id, const TrialQuery& query) {
   SWEEP_ASSIGN_OR_RETURN(internal::TrialsSql sql, internal::BuildTrialsSql(query));
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->PrepareTrials(sql.sql));
-  ResetOnExit reset(stmt);
-  Binder bind(stmt);
-  bind.Int(sweep_id);
-  if (query.status) bind.Text(ToString(*query.status));
-  if (!sql.metric_path.empty()) bind.Text(sql.metric_path);
-  bind.Int(query.limit < 0 ? -1 : query.limit);  // SQLite reads a negative LIMIT as "no limit"
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the trials query");
-  return impl_->ReadTrials(stmt, "reading trials");
+  std::vector<TrialRecord> trials;
+  SWEEP_RETURN_IF_ERROR(impl_->ReadRows(
+      impl_->PrepareTrials(sql.sql), "binding the trials query", "reading trials",
+      [&](Binder& b) {
+        b.Int(sweep_id);
+        if (query.status) b.Text(ToString(*query.status));
+        if (!sql.metric_path.empty()) b.Text(sql.metric_path);
+        b.Int(query.limit < 0 ? -1 : query.limit);  // SQLite reads a negative LIMIT as "no limit"
+      },
+      [&](sqlite3_stmt* stmt) { return impl_->AppendTrial(stmt, &trials); }));
+  return trials;
 }
 
 Result<std::optional<TrialRecord>> Store::Trial(int64_t sweep_id, int64_t number) {
@@ -255,43 +250,40 @@ Result<std::optional<TrialRecord>> Store::Trial(int64_t sweep_id, int64_t number
 }
 
 Result<StatusCounts> Store::CountByStatus(int64_t sweep_id) {
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kCountByStatus));
-  ResetOnExit reset(stmt);
-  Binder bind(stmt);
-  bind.Int(sweep_id);
-  if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding the count query");
   StatusCounts counts;
-  int rc;
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    std::string status = ColumnText(stmt, 0);
-    int64_t count = sqlite3_column_int64(stmt, 1);
-    std::optional<TrialStatus> parsed = ParseTrialStatus(status);
-    if (!parsed) {
-      return Status::Corruption(path_ + ": " + std::to_string(count) +
-                                " trial(s) have unknown status '" + status + "'");
-    }
-    switch (*parsed) {
-      case TrialStatus::kPending:
-        counts.pending = count;
-        break;
-      case TrialStatus::kRunning:
-        counts.running = count;
-        break;
-      case TrialStatus::kCompleted:
-        counts.completed = count;
-        break;
-      case TrialStatus::kPruned:
-        counts.pruned = count;
-        break;
-      case TrialStatus::kFailed:
-        counts.failed = count;
-        break;
-      case TrialStatus::kInterrupted:
-        counts.interrupted = count;
-        break;
-    }
-  }
-  if (rc != SQLITE_DONE) return impl_->Error(rc, "counting trials");
+  SWEEP_RETURN_IF_ERROR(impl_->ReadRows(
+      impl_->Prepare(Query::kCountByStatus), "binding the count query", "counting trials",
+      [&](Binder& b) { b.Int(sweep_id); },
+      [&](sqlite3_stmt* stmt) {
+        std::string status = ColumnText(stmt, 0);
+        int64_t count = sqlite3_column_int64(stmt, 1);
+        std::optional<TrialStatus> parsed = ParseTrialStatus(status);
+        if (!parsed) {
+          return Status::Corruption(path_ + ": " + std::to_string(count) +
+                                    " trial(s) have unknown status '" + status + "'");
+        }
+        switch (*parsed) {
+          case TrialStatus::kPending:
+            counts.pending = count;
+            break;
+          case TrialStatus::kRunning:
+            counts.running = count;
+            break;
+          case TrialStatus::kCompleted:
+            counts.completed = count;
+            break;
+          case TrialStatus::kPruned:
+            counts.pruned = count;
+            break;
+          case TrialStatus::kFailed:
+            counts.failed = count;
+            break;
+          case TrialStatus::kInterrupted:
+            counts.interrupted = count;
+            break;
+        }
+        return Status::Ok();
+      }));
   return counts;
 }
 
