@@ -258,5 +258,103 @@ TEST_F(CudaCnnOps, BatchNormMatchesTheCpu) {
   }
 }
 
+// Batch norm's apply passes take four channels a thread where their 16-bit arrays are 8-byte
+// aligned: the same bits as one channel a thread, which the same arrays one element further on
+// (2-byte aligned) get. bf16 throughout: forward with a ReLU, with the fused pool, the residual
+// pair's pool; backward with the mask computed again, and with the pool's gradient.
+TEST_F(CudaCnnOps, BatchNormsFourChannelPassesGiveTheOneChannelBits) {
+  const int B = 3, H = 6, W = 6, C = 8, K = 2;
+  const int64_t N = int64_t{B} * H * W, n = N * C, pooled = n / (K * K);
+  const std::vector<uint16_t> x16 = test::HostBf16(Random(Count(n), 30, 2.0));
+  const std::vector<uint16_t> y16 = test::HostBf16(Random(Count(n), 31, 2.0));
+  const std::vector<uint16_t> d16 = test::HostBf16(Random(Count(n), 32));
+  const std::vector<uint16_t> dout16 = test::HostBf16(Random(Count(pooled), 33));
+  const std::vector<float> gamma = Random(Count(C), 34), beta = Random(Count(C), 35);
+  const std::vector<float> gamma2 = Random(Count(C), 36), beta2 = Random(Count(C), 37);
+  // Every output of one run, as bytes, into *got.
+  auto run = [&](int shift, std::vector<std::vector<uint8_t>>* got) {
+    // A 16-bit array `shift` elements into its buffer, holding h (or zeros).
+    std::vector<DeviceBuffer<uint16_t>> keep;
+    auto half = [&](const std::vector<uint16_t>& h, int64_t size) {
+      std::vector<uint16_t> padded(Count(size + 1));
+      std::copy(h.begin(), h.end(), padded.begin() + shift);
+      keep.push_back(Up(padded));
+      return keep.back().data() + shift;
+    };
+    auto take = [&](const void* p, int64_t bytes) {
+      std::vector<uint8_t> h(Count(bytes));
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      got->push_back(h);
+    };
+    DeviceBuffer<float> g_gamma = Up(gamma), g_beta = Up(beta), g_gamma2 = Up(gamma2);
+    DeviceBuffer<float> g_beta2 = Up(beta2), mean = Up(std::vector<float>(Count(C)));
+    DeviceBuffer<float> inv = Up(std::vector<float>(Count(C)));
+    DeviceBuffer<float> mean2 = Up(std::vector<float>(Count(C)));
+    DeviceBuffer<float> inv2 = Up(std::vector<float>(Count(C)));
+    DeviceBuffer<float> dgamma = Up(std::vector<float>(Count(C)));
+    DeviceBuffer<float> dbeta = Up(std::vector<float>(Count(C)));
+    DeviceBuffer<float> pool_out = Up(std::vector<float>(Count(pooled)));
+    DeviceBuffer<int32_t> argmax = Up(std::vector<int32_t>(Count(pooled)));
+    DeviceBuffer<uint8_t> scratch = Up(std::vector<uint8_t>(Count(batchnorm_scratch_bytes(N, C))));
+    uint16_t* x = half(x16, n);
+    uint16_t* y = half(y16, n);
+    uint16_t* out = half({}, n);
+    uint16_t* dx = half({}, n);
+    uint16_t* pout16 = half({}, pooled);
+    const uint16_t* dout = half(dout16, pooled);
+    uint16_t* d = half(d16, n);
+    const cpu::HalfType bf16 = cpu::HalfType::kBf16;
+    // Forward with a ReLU, into 16 bits.
+    ASSERT_TRUE(batchnorm_forward(nullptr, nullptr, mean.data(), inv.data(), nullptr,
+                                  g_gamma.data(), g_beta.data(), nullptr, nullptr, N, C, 0.1f,
+                                  1e-5f, cpu::Activation::kRelu, scratch.data(), nullptr,
+                                  BnHalf{x, out, nullptr, nullptr, bf16})
+                    .ok());
+    take(out, n * 2);
+    // Backward, ReLU's mask computed again from beta, into 16 bits.
+    ASSERT_TRUE(batchnorm_backward(nullptr, dgamma.data(), dbeta.data(), nullptr, nullptr, nullptr,
+                                   nullptr, mean.data(), inv.data(), g_gamma.data(), N, C,
+                                   cpu::Activation::kRelu, false, false, scratch.data(), nullptr,
+                                   BnHalf{x, nullptr, d, dx, bf16}, g_beta.data())
+                    .ok());
+    take(dx, n * 2);
+    // The pool fused, ReLU after it; then its backward, ReLU's mask from its output.
+    BnPool pool{pool_out.data(), pout16, argmax.data(), nullptr, dout, B, H, W, K, K, true};
+    ASSERT_TRUE(batchnorm_forward(nullptr, nullptr, mean.data(), inv.data(), nullptr,
+                                  g_gamma.data(), g_beta.data(), nullptr, nullptr, N, C, 0.1f,
+                                  1e-5f, cpu::Activation::kNone, scratch.data(), nullptr,
+                                  BnHalf{x, nullptr, nullptr, nullptr, bf16}, &pool)
+                    .ok());
+    take(pool_out.data(), pooled * 4);
+    take(pout16, pooled * 2);
+    take(argmax.data(), pooled * 4);
+    ASSERT_TRUE(batchnorm_backward(nullptr, dgamma.data(), dbeta.data(), nullptr, nullptr, nullptr,
+                                   nullptr, mean.data(), inv.data(), g_gamma.data(), N, C,
+                                   cpu::Activation::kNone, false, false, scratch.data(), nullptr,
+                                   BnHalf{x, nullptr, nullptr, dx, bf16}, g_beta.data(), &pool)
+                    .ok());
+    take(dx, n * 2);
+    // A residual pair's end: the second side's statistics, then both sides' sum pooled.
+    ASSERT_TRUE(batchnorm_forward(nullptr, nullptr, mean2.data(), inv2.data(), nullptr,
+                                  g_gamma2.data(), g_beta2.data(), nullptr, nullptr, N, C, 0.1f,
+                                  1e-5f, cpu::Activation::kNone, scratch.data(), nullptr,
+                                  BnHalf{y, nullptr, nullptr, nullptr, bf16})
+                    .ok());
+    const BnSide a{nullptr, x, g_gamma.data(), g_beta.data(), mean.data(), inv.data(), nullptr, 0};
+    const BnSide b{nullptr,      y,           g_gamma2.data(), g_beta2.data(),
+                   mean2.data(), inv2.data(), nullptr,         0};
+    ASSERT_TRUE(batchnorm_add_pool(a, b, N, C, pool, bf16, nullptr).ok());
+    take(pool_out.data(), pooled * 4);
+    take(pout16, pooled * 2);
+    take(argmax.data(), pooled * 4);
+  };
+  std::vector<std::vector<uint8_t>> four, one;
+  run(0, &four);
+  run(1, &one);
+  ASSERT_EQ(four.size(), one.size());
+  for (size_t k = 0; k < four.size(); ++k) EXPECT_EQ(four[k], one[k]) << "output " << k;
+}
+
 }  // namespace
 }  // namespace sweep::trainer::cuda

@@ -1,10 +1,12 @@
 // Kernels for cuda/cnn_ops.h: grid-stride loops with one thread per output element (pooling
-// forward, elementwise) or per input element (pooling backward, which gathers the windows that
-// cover it). NHWC, so neighbouring threads take neighbouring channels: coalesced accesses.
+// forward, elementwise; batch norm's apply passes four channels where they can) or per input
+// element (pooling backward, which gathers the windows that cover it). NHWC, so neighbouring threads take neighbouring channels: coalesced accesses.
 // Kernels that split an index into (row, h, w, c) take its type as Index: int where the tensors
 // fit (ByIndex), as a 64-bit division costs a few dozen instructions an element on the GPU.
 #include "cuda/cnn_ops.h"
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -229,6 +231,43 @@ __device__ inline float Elem(const float* x, const uint16_t* xh, Index i, bool b
   return xh != nullptr ? HalfValue(xh[i], bf16) : x[i];
 }
 
+// The apply passes take kBnVec neighbouring channels a thread where C is a multiple of it and
+// the 16-bit arrays are 8-byte aligned: one 8-byte access for four 16-bit values instead of
+// four 2-byte ones, and the index arithmetic once for the four. Each element's arithmetic is
+// the one-channel pass's: the same bits.
+constexpr int kBnVec = 4;
+
+// Elements i .. i + V - 1 of x, or of xh where given (V == 4: one 8-byte load, i a multiple of
+// 4, xh 8-byte aligned).
+template <int V, typename Index>
+__device__ inline void Elems(const float* x, const uint16_t* xh, Index i, bool bf16, float* v) {
+  if (xh == nullptr) {
+#pragma unroll
+    for (int q = 0; q < V; ++q) v[q] = x[i + q];
+  } else if constexpr (V == 4) {
+    const uint64_t bits = *reinterpret_cast<const uint64_t*>(xh + i);
+#pragma unroll
+    for (int q = 0; q < V; ++q) v[q] = HalfValue(static_cast<uint16_t>(bits >> (16 * q)), bf16);
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; ++q) v[q] = HalfValue(xh[i + q], bf16);
+  }
+}
+
+// v[0 .. V) as 16-bit values at p[i .. i + V) (V == 4: one 8-byte store).
+template <int V, typename Index>
+__device__ inline void StoreHalves(uint16_t* p, Index i, const float* v, bool bf16) {
+  if constexpr (V == 4) {
+    uint64_t bits = 0;
+#pragma unroll
+    for (int q = 0; q < V; ++q) bits |= uint64_t{HalfBits(v[q], bf16)} << (16 * q);
+    *reinterpret_cast<uint64_t*>(p + i) = bits;
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; ++q) p[i + q] = HalfBits(v[q], bf16);
+  }
+}
+
 // A max pool's output gradient at o: fp32 d, or 16-bit d16 (bf16 or fp16) masked by a ReLU's
 // output where mask is given, as widen_half and then act_backward give it.
 struct PoolDout {
@@ -253,19 +292,36 @@ struct PoolGeom {
   FastDiv by_hw, by_w, by_k, by_ow, by_oh;
 };
 
-// Batch norm's output gradient at row r (= (b H + h) W + w) and channel c where the pool's
-// backward would give it (0.0f plus its window's gradient where it was the window's maximum,
-// as MaxPoolBackwardKernel adds it; 0 in a row or column no window covers); ints, as BnPool
-// requires.
-__device__ inline float PoolGradOfRow(const PoolGeom& p, int64_t r, int c, int C) {
+// Where row r (= (b H + h) W + w) of batch norm's output lies in the fused pool: its window's
+// output o and its own index within the image, both at channel 0; not inside where no window
+// covers its row or column. Ints, as BnPool requires.
+struct PoolRow {
+  bool inside = false;
+  int o = 0, within = 0;
+};
+__device__ inline PoolRow PoolRowOf(const PoolGeom& p, int64_t r, int C) {
   const uint32_t row = static_cast<uint32_t>(r);
   const uint32_t b = p.by_hw.Div(row), rem = row - b * p.by_hw.d;
   const uint32_t h = p.by_w.Div(rem), w = rem - h * p.by_w.d;
   const int oh = static_cast<int>(p.by_k.Div(h)), ow = static_cast<int>(p.by_k.Div(w));
-  if (oh >= p.OH || ow >= p.OW) return 0.0f;
-  const int o = ((static_cast<int>(b) * p.OH + oh) * p.OW + ow) * C + c;
-  const int within = (static_cast<int>(h) * p.W + static_cast<int>(w)) * C + c;
-  return p.argmax[o] == within ? 0.0f + p.dout(o) : 0.0f;
+  PoolRow at;
+  if (oh >= p.OH || ow >= p.OW) return at;
+  at.inside = true;
+  at.o = ((static_cast<int>(b) * p.OH + oh) * p.OW + ow) * C;
+  at.within = (static_cast<int>(h) * p.W + static_cast<int>(w)) * C;
+  return at;
+}
+
+// Batch norm's output gradient at that row and channel c where the pool's backward would give
+// it: 0.0f plus its window's gradient where it was the window's maximum, as
+// MaxPoolBackwardKernel adds it; 0 in a row or column no window covers.
+__device__ inline float PoolGradAt(const PoolGeom& p, const PoolRow& at, int c) {
+  if (!at.inside) return 0.0f;
+  return p.argmax[at.o + c] == at.within + c ? 0.0f + p.dout(at.o + c) : 0.0f;
+}
+
+__device__ inline float PoolGradOfRow(const PoolGeom& p, int64_t r, int c, int C) {
+  return PoolGradAt(p, PoolRowOf(p, r, C), c);
 }
 
 // Element i's row and channel in an [rows, C] array: by the divider where indices are 32-bit.
@@ -510,42 +566,46 @@ __global__ void BnRunningKernel(float* running_mean, float* running_var, const f
 // out = act(x scale + shift) with scale = gamma invstd and shift = beta - mean scale (training)
 // or the running statistics' (evaluation: invstd == nullptr); pre keeps the value before act.
 // x read from xh where given; out (where not null) and its 16-bit copy outh (where not null).
-template <typename Index>
+// V channels a thread (kBnVec), over the n / V groups.
+template <typename Index, int V>
 __global__ void BnApplyKernel(float* out, float* pre, uint16_t* outh, const float* x,
                               const uint16_t* xh, const float* gamma, const float* beta,
                               const float* mean, const float* invstd, const float* running_var,
-                              Index n, int C, FastDiv by_c, float eps, Activation act, bool bf16) {
-  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
+                              Index groups, int C, FastDiv by_c, float eps, Activation act,
+                              bool bf16) {
+  for (Index j = FirstOf<Index>(); j < groups; j += StrideOf<Index>()) {
+    const Index i = j * V;
     Index row;
     int c;
     RowChannel(i, C, by_c, &row, &c);
-    float scale, shift;
-    BnScaleShift(c, gamma, beta, mean, invstd, running_var, eps, &scale, &shift);
-    const float y = BnNormalize(Elem(x, xh, i, bf16), scale, shift);
-    if (pre != nullptr) pre[i] = y;
-    const float o = ActForward(y, act);
-    if (out != nullptr) out[i] = o;
-    if (outh != nullptr) outh[i] = HalfBits(o, bf16);
+    float v[V];
+    Elems<V>(x, xh, i, bf16, v);
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+      float scale, shift;
+      BnScaleShift(c + q, gamma, beta, mean, invstd, running_var, eps, &scale, &shift);
+      const float y = BnNormalize(v[q], scale, shift);
+      if (pre != nullptr) pre[i + q] = y;
+      v[q] = ActForward(y, act);
+      if (out != nullptr) out[i + q] = v[q];
+    }
+    if (outh != nullptr) StoreHalves<V>(outh, i, v, bf16);
   }
-}
-
-// Side n's normalised value of element i (x or its 16-bit copy, the side's scale and shift).
-__device__ inline float SideValue(const BnSide& side, int64_t i, float scale, float shift,
-                                  bool bf16) {
-  return BnNormalize(Elem(side.x, side.x16, i, bf16), scale, shift);
 }
 
 // Batch norm's apply pass fused with the max pool reading it (BnPool): per pooled output i,
 // the window's normalised values (or the sums a + b of two sides' where b.gamma is given, as
 // add_forward adds them), their maximum and its index as MaxPoolForwardKernel takes them, then
 // the ReLU when relu; out and its 16-bit copy outh (where given), argmax. Statistics as
-// BnApplyKernel's.
-template <typename Index>
+// BnApplyKernel's; V channels a thread.
+template <typename Index, int V>
 __global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, BnSide a, BnSide b,
-                                  PoolGeom g, Index n, int C, FastDiv by_c, bool relu, bool bf16) {
+                                  PoolGeom g, Index groups, int C, FastDiv by_c, bool relu,
+                                  bool bf16) {
   const bool two = b.gamma != nullptr;
   const int H = g.H, W = g.W, K = g.K;
-  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
+  for (Index j = FirstOf<Index>(); j < groups; j += StrideOf<Index>()) {
+    const Index i = j * V;
     Index pix;
     int c;
     RowChannel(i, C, by_c, &pix, &c);
@@ -554,59 +614,104 @@ __global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, B
     const uint32_t bi = g.by_oh.Div(rest);
     const int oh = static_cast<int>(rest - bi * g.by_oh.d);
     const Index image = static_cast<Index>(bi) * H * W * C;
-    float sa, ha, sb = 0.0f, hb = 0.0f;
-    BnScaleShift(c, a.gamma, a.beta, a.mean, a.invstd, a.running_var, a.eps, &sa, &ha);
-    if (two) BnScaleShift(c, b.gamma, b.beta, b.mean, b.invstd, b.running_var, b.eps, &sb, &hb);
-    auto value = [&](int32_t at) {
-      const float va = SideValue(a, image + at, sa, ha, bf16);
-      return two ? va + SideValue(b, image + at, sb, hb, bf16) : va;
+    float sa[V], ha[V], sb[V], hb[V];
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+      BnScaleShift(c + q, a.gamma, a.beta, a.mean, a.invstd, a.running_var, a.eps, &sa[q], &ha[q]);
+      sb[q] = hb[q] = 0.0f;
+      if (two) {
+        BnScaleShift(c + q, b.gamma, b.beta, b.mean, b.invstd, b.running_var, b.eps, &sb[q],
+                     &hb[q]);
+      }
+    }
+    // The window's values at `at` (channel c), normalised, the two sides added.
+    auto values = [&](int32_t at, float* v) {
+      Elems<V>(a.x, a.x16, image + at, bf16, v);
+#pragma unroll
+      for (int q = 0; q < V; ++q) v[q] = BnNormalize(v[q], sa[q], ha[q]);
+      if (!two) return;
+      float vb[V];
+      Elems<V>(b.x, b.x16, image + at, bf16, vb);
+#pragma unroll
+      for (int q = 0; q < V; ++q) v[q] += BnNormalize(vb[q], sb[q], hb[q]);
     };
-    int32_t best = (oh * K * W + ow * K) * C + c;
-    float m = value(best);
+    const int32_t first = (oh * K * W + ow * K) * C + c;
+    float m[V];
+    int32_t best[V];
+    values(first, m);
+#pragma unroll
+    for (int q = 0; q < V; ++q) best[q] = first + q;
     for (int kh = 0; kh < K; ++kh) {
       for (int kw = 0; kw < K; ++kw) {
         const int32_t at = ((oh * K + kh) * W + ow * K + kw) * C + c;
-        const float v = value(at);
-        if (v > m || v != v) {  // as MaxPoolForwardKernel: ties keep the first, NaN propagates
-          m = v;
-          best = at;
+        float v[V];
+        values(at, v);
+#pragma unroll
+        for (int q = 0; q < V; ++q) {
+          if (v[q] > m[q] || v[q] != v[q]) {  // as MaxPoolForwardKernel: ties keep the first,
+            m[q] = v[q];                      // NaN propagates
+            best[q] = at + q;
+          }
         }
       }
     }
-    const float o = relu ? ActForward(m, Activation::kRelu) : m;
-    out[i] = o;
-    if (outh != nullptr) outh[i] = HalfBits(o, bf16);
-    argmax[i] = best;
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+      if (relu) m[q] = ActForward(m[q], Activation::kRelu);
+      out[i + q] = m[q];
+      argmax[i + q] = best[q];
+    }
+    if (outh != nullptr) StoreHalves<V>(outh, i, m, bf16);
   }
 }
 
 // dx, or its 16-bit copy dxh where given; d and x read from dh and xh where given, d from the
 // fused pool's gradient where that is; ReLU's mask applied where relu_again (the partial pass
-// left d unmasked).
-template <typename Index>
+// left d unmasked). V channels a thread.
+template <typename Index, int V>
 __global__ void BnGradApplyKernel(float* dx, uint16_t* dxh, const float* d, const uint16_t* dh,
                                   const float* x, const uint16_t* xh, const float* mean,
                                   const float* coef, const float* gamma, const float* beta,
-                                  const float* invstd, bool relu_again, PoolGeom pool, Index n,
+                                  const float* invstd, bool relu_again, PoolGeom pool, Index groups,
                                   int C, FastDiv by_c, bool accumulate, bool bf16) {
-  for (Index i = FirstOf<Index>(); i < n; i += StrideOf<Index>()) {
+  for (Index j = FirstOf<Index>(); j < groups; j += StrideOf<Index>()) {
+    const Index i = j * V;
     Index row;
     int c;
     RowChannel(i, C, by_c, &row, &c);
-    float di = pool.argmax != nullptr ? PoolGradOfRow(pool, row, c, C) : Elem(d, dh, i, bf16);
-    const float xv = Elem(x, xh, i, bf16);
-    if (relu_again) {  // ReLU's mask from the forward's output, computed again
-      float scale, shift;
-      BnScaleShift(c, gamma, beta, mean, invstd, nullptr, 0.0f, &scale, &shift);
-      if (!(BnNormalize(xv, scale, shift) > 0.0f)) di = 0.0f;
-    }
-    const float g = coef[c] * (di - coef[C + c] - (xv - mean[c]) * coef[2 * C + c]);
-    if (dxh != nullptr) {
-      dxh[i] = HalfBits(g, bf16);
+    float di[V], xv[V];
+    if (pool.argmax != nullptr) {
+      const PoolRow at = PoolRowOf(pool, row, C);
+#pragma unroll
+      for (int q = 0; q < V; ++q) di[q] = PoolGradAt(pool, at, c + q);
     } else {
-      dx[i] = accumulate ? dx[i] + g : g;
+      Elems<V>(d, dh, i, bf16, di);
     }
+    Elems<V>(x, xh, i, bf16, xv);
+    float g[V];
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+      const int k = c + q;
+      if (relu_again) {  // ReLU's mask from the forward's output, computed again
+        float scale, shift;
+        BnScaleShift(k, gamma, beta, mean, invstd, nullptr, 0.0f, &scale, &shift);
+        if (!(BnNormalize(xv[q], scale, shift) > 0.0f)) di[q] = 0.0f;
+      }
+      g[q] = coef[k] * (di[q] - coef[C + k] - (xv[q] - mean[k]) * coef[2 * C + k]);
+      if (dxh == nullptr) dx[i + q] = accumulate ? dx[i + q] + g[q] : g[q];
+    }
+    if (dxh != nullptr) StoreHalves<V>(dxh, i, g, bf16);
   }
+}
+
+// Whether the apply passes may take kBnVec channels a thread: C a multiple of it, and each
+// 16-bit array they read or write whole 8-byte aligned.
+bool BnVec(int64_t C, std::initializer_list<const void*> halves) {
+  if (C % kBnVec != 0) return false;
+  for (const void* p : halves) {
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
+  }
+  return true;
 }
 
 int PoolOut(int size, int K, int stride) { return (size - K) / stride + 1; }
@@ -819,8 +924,16 @@ Status PoolApply(const BnSide& a, const BnSide& b, const PoolGeom& g, int C, con
                  bool bf16, cudaStream_t stream) {
   const int n = pool.B * g.OH * g.OW * C;
   if (n == 0) return Status::Ok();
-  Launch(BnPoolApplyKernel<int>, Blocks(n), kThreads, stream, pool.out, pool.out16, pool.argmax, a,
-         b, g, n, C, FastDiv(C), pool.relu, bf16);
+  auto launch = [&](auto vec) {
+    constexpr int V = decltype(vec)::value;
+    Launch(BnPoolApplyKernel<int, V>, Blocks(n / V), kThreads, stream, pool.out, pool.out16,
+           pool.argmax, a, b, g, n / V, C, FastDiv(C), pool.relu, bf16);
+  };
+  if (BnVec(C, {a.x16, b.x16, pool.out16})) {
+    launch(std::integral_constant<int, kBnVec>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -840,11 +953,20 @@ Status BnApply(float* out, float* pre, const float* x, const float* gamma, const
     return PoolApply(side, BnSide{}, g, C, *pool, bf16, stream);
   }
   if (out == nullptr && pre == nullptr && half.out == nullptr) return Status::Ok();
+  const bool vec = BnVec(C, {half.x, half.out});
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
-    Launch(BnApplyKernel<Index>, Blocks(N * C), kThreads, stream, out, pre, half.out, x, half.x,
-           gamma, beta, mean, invstd, running_var, static_cast<Index>(N * C), C, FastDiv(C), eps,
-           act, bf16);
+    auto launch = [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      Launch(BnApplyKernel<Index, V>, Blocks(N * C / V), kThreads, stream, out, pre, half.out, x,
+             half.x, gamma, beta, mean, invstd, running_var, static_cast<Index>(N * C / V), C,
+             FastDiv(C), eps, act, bf16);
+    };
+    if (vec) {
+      launch(std::integral_constant<int, kBnVec>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
@@ -941,12 +1063,21 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
     return s;
   }
   if (dx == nullptr && half.dx == nullptr) return Status::Ok();  // the model's input: none wanted
+  const bool vec = BnVec(C, {pool == nullptr ? half.d : nullptr, half.x, half.dx});
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
-    Launch(BnGradApplyKernel<Index>, Blocks(N * C), kThreads, stream, dx, half.dx,
-           static_cast<const float*>(d), static_cast<const uint16_t*>(half.d), x, half.x, mean,
-           static_cast<const float*>(coef), gamma, beta, invstd, relu && out == nullptr, g,
-           static_cast<Index>(N * C), C, FastDiv(C), accumulate_dx, bf16);
+    auto launch = [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      Launch(BnGradApplyKernel<Index, V>, Blocks(N * C / V), kThreads, stream, dx, half.dx,
+             static_cast<const float*>(d), static_cast<const uint16_t*>(half.d), x, half.x, mean,
+             static_cast<const float*>(coef), gamma, beta, invstd, relu && out == nullptr, g,
+             static_cast<Index>(N * C / V), C, FastDiv(C), accumulate_dx, bf16);
+    };
+    if (vec) {
+      launch(std::integral_constant<int, kBnVec>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
