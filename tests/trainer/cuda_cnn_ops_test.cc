@@ -258,10 +258,10 @@ TEST_F(CudaCnnOps, BatchNormMatchesTheCpu) {
   }
 }
 
-// Batch norm's apply passes take four channels a thread where their 16-bit arrays are 8-byte
-// aligned: the same bits as one channel a thread, which the same arrays one element further on
-// (2-byte aligned) get. bf16 throughout: forward with a ReLU, with the fused pool, the residual
-// pair's pool; backward with the mask computed again, and with the pool's gradient.
+// Batch norm's apply passes take four channels a thread where their arrays are aligned to four
+// elements: the same bits as one channel a thread, which the same 16-bit arrays one element
+// further on (2-byte aligned) get. bf16 throughout: forward with a ReLU, with the fused pool, the
+// residual pair's pool; backward with the mask computed again, and with the pool's gradient.
 TEST_F(CudaCnnOps, BatchNormsFourChannelPassesGiveTheOneChannelBits) {
   const int B = 3, H = 6, W = 6, C = 8, K = 2;
   const int64_t N = int64_t{B} * H * W, n = N * C, pooled = n / (K * K);
@@ -276,7 +276,9 @@ TEST_F(CudaCnnOps, BatchNormsFourChannelPassesGiveTheOneChannelBits) {
     // A 16-bit array `shift` elements into its buffer, holding h (or zeros).
     std::vector<DeviceBuffer<uint16_t>> keep;
     auto half = [&](const std::vector<uint16_t>& h, int64_t size) {
-      std::vector<uint16_t> padded(Count(size + 1));
+      // A whole number of 16-byte blocks: the buffer's start is 16-byte aligned on a GPU and
+      // in the emulator (which aligns it to the largest power of two dividing its size).
+      std::vector<uint16_t> padded(Count((size + 8) / 8 * 8));
       std::copy(h.begin(), h.end(), padded.begin() + shift);
       keep.push_back(Up(padded));
       return keep.back().data() + shift;
@@ -298,6 +300,7 @@ TEST_F(CudaCnnOps, BatchNormsFourChannelPassesGiveTheOneChannelBits) {
     DeviceBuffer<int32_t> argmax = Up(std::vector<int32_t>(Count(pooled)));
     DeviceBuffer<uint8_t> scratch = Up(std::vector<uint8_t>(Count(batchnorm_scratch_bytes(N, C))));
     uint16_t* x = half(x16, n);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(x) % 8, shift == 0 ? 0u : 2u);
     uint16_t* y = half(y16, n);
     uint16_t* out = half({}, n);
     uint16_t* dx = half({}, n);

@@ -312,6 +312,7 @@ TEST_F(CudnnConvTest, DirectConvolutionsOfFewChannelsMatchTheCpu) {
       {2, 7, 6, 2, 3, 3, 1, 0},     // no padding
       {13, 9, 9, 1, 8, 3, 1, 1},    // 1,053 pixels: uneven ranges of the weight gradient
       {110, 9, 9, 1, 5, 3, 1, 1},   // 35 ranges, more than a warp; 45 sums, 8 to a block
+      {40, 9, 9, 3, 8, 3, 1, 1},    // 27 taps: four longer ranges, the last uneven
       {1, 4, 4, 32, 248, 1, 1, 0},  // 32 taps, 8,184 weights at their odd stride
   };
   for (const cpu::ConvShape& s : shapes) {

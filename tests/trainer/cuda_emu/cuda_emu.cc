@@ -262,6 +262,14 @@ __half __float2half(float f) {
 
 namespace cuda_emu {
 
+void CheckAligned(const void* p, size_t bytes) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes == 0) return;
+  char what[96];
+  std::snprintf(what, sizeof what, "a %zu-byte access at %p, not %zu-byte aligned", bytes, p,
+                bytes);
+  Die(what);
+}
+
 void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx) {
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   Scheduler& s = scheduler;

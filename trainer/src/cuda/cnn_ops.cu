@@ -1,11 +1,13 @@
 // Kernels for cuda/cnn_ops.h: grid-stride loops with one thread per output element (pooling
 // forward, elementwise; batch norm's apply passes four channels where they can) or per input
-// element (pooling backward, which gathers the windows that cover it). NHWC, so neighbouring threads take neighbouring channels: coalesced accesses.
-// Kernels that split an index into (row, h, w, c) take its type as Index: int where the tensors
-// fit (ByIndex), as a 64-bit division costs a few dozen instructions an element on the GPU.
+// element (pooling backward, which gathers the windows that cover it). NHWC, so neighbouring
+// threads take neighbouring channels: coalesced accesses. Kernels that split an index into (row, h,
+// w, c) take its type as Index: int where the tensors fit (ByIndex), as a 64-bit division costs a
+// few dozen instructions an element on the GPU.
 #include "cuda/cnn_ops.h"
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -232,25 +234,82 @@ __device__ inline float Elem(const float* x, const uint16_t* xh, Index i, bool b
 }
 
 // The apply passes take kBnVec neighbouring channels a thread where C is a multiple of it and
-// the 16-bit arrays are 8-byte aligned: one 8-byte access for four 16-bit values instead of
-// four 2-byte ones, and the index arithmetic once for the four. Each element's arithmetic is
-// the one-channel pass's: the same bits.
+// their arrays are aligned to a quad of their elements (BnVec): one access for four values (8
+// bytes of 16-bit ones, 16 of 32-bit ones) instead of four with gaps between the lanes, and
+// the index arithmetic once for the four. Each element's arithmetic is the one-channel pass's:
+// the same bits.
 constexpr int kBnVec = 4;
 
-// Elements i .. i + V - 1 of x, or of xh where given (V == 4: one 8-byte load, i a multiple of
-// 4, xh 8-byte aligned).
+// One access of a whole vector type at p, which the caller has aligned to it (checked in the
+// emulator). Under nvcc a cast, as CUDA's vector types are meant to be used; in the emulator,
+// compiled as C++, a memcpy, which strict aliasing allows.
+template <typename Wide, typename T>
+__device__ inline Wide LoadWide(const T* p) {
+  SWEEP_CHECK_ALIGNED(p, sizeof(Wide));
+#if defined(__CUDACC__)
+  return *reinterpret_cast<const Wide*>(p);
+#else
+  Wide w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+#endif
+}
+template <typename Wide, typename T>
+__device__ inline void StoreWide(T* p, const Wide& w) {
+  SWEEP_CHECK_ALIGNED(p, sizeof(Wide));
+#if defined(__CUDACC__)
+  *reinterpret_cast<Wide*>(p) = w;
+#else
+  std::memcpy(p, &w, sizeof w);
+#endif
+}
+
+// p[i .. i + V) (V == 4: one 16-byte load).
+template <int V, typename T, typename Index>
+__device__ inline void Words(const T* p, Index i, T* v) {
+  if constexpr (V == 4) {
+    using Quad = std::conditional_t<std::is_same_v<T, float>, float4, int4>;
+    const Quad w = LoadWide<Quad>(p + i);
+    v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; ++q) v[q] = p[i + q];
+  }
+}
+template <int V, typename T, typename Index>
+__device__ inline void StoreWords(T* p, Index i, const T* v) {
+  if constexpr (V == 4) {
+    using Quad = std::conditional_t<std::is_same_v<T, float>, float4, int4>;
+    StoreWide(p + i, Quad{v[0], v[1], v[2], v[3]});
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; ++q) p[i + q] = v[q];
+  }
+}
+
+// The values of 16-bit p[i .. i + V) (V == 4: one 8-byte load).
+template <int V, typename Index>
+__device__ inline void Halves(const uint16_t* p, Index i, bool bf16, float* v) {
+  if constexpr (V == 4) {
+    const uint2 w = LoadWide<uint2>(p + i);
+    const uint32_t bits[2] = {w.x, w.y};
+#pragma unroll
+    for (int q = 0; q < V; ++q) {
+      v[q] = HalfValue(static_cast<uint16_t>(bits[q / 2] >> (16 * (q % 2))), bf16);
+    }
+  } else {
+#pragma unroll
+    for (int q = 0; q < V; ++q) v[q] = HalfValue(p[i + q], bf16);
+  }
+}
+
+// Elements i .. i + V - 1 of x, or of xh where given.
 template <int V, typename Index>
 __device__ inline void Elems(const float* x, const uint16_t* xh, Index i, bool bf16, float* v) {
   if (xh == nullptr) {
-#pragma unroll
-    for (int q = 0; q < V; ++q) v[q] = x[i + q];
-  } else if constexpr (V == 4) {
-    const uint64_t bits = *reinterpret_cast<const uint64_t*>(xh + i);
-#pragma unroll
-    for (int q = 0; q < V; ++q) v[q] = HalfValue(static_cast<uint16_t>(bits >> (16 * q)), bf16);
+    Words<V>(x, i, v);
   } else {
-#pragma unroll
-    for (int q = 0; q < V; ++q) v[q] = HalfValue(xh[i + q], bf16);
+    Halves<V>(xh, i, bf16, v);
   }
 }
 
@@ -258,10 +317,10 @@ __device__ inline void Elems(const float* x, const uint16_t* xh, Index i, bool b
 template <int V, typename Index>
 __device__ inline void StoreHalves(uint16_t* p, Index i, const float* v, bool bf16) {
   if constexpr (V == 4) {
-    uint64_t bits = 0;
+    uint32_t bits[2] = {0, 0};
 #pragma unroll
-    for (int q = 0; q < V; ++q) bits |= uint64_t{HalfBits(v[q], bf16)} << (16 * q);
-    *reinterpret_cast<uint64_t*>(p + i) = bits;
+    for (int q = 0; q < V; ++q) bits[q / 2] |= uint32_t{HalfBits(v[q], bf16)} << (16 * (q % 2));
+    StoreWide(p + i, uint2{bits[0], bits[1]});
   } else {
 #pragma unroll
     for (int q = 0; q < V; ++q) p[i + q] = HalfBits(v[q], bf16);
@@ -322,6 +381,33 @@ __device__ inline float PoolGradAt(const PoolGeom& p, const PoolRow& at, int c) 
 
 __device__ inline float PoolGradOfRow(const PoolGeom& p, int64_t r, int c, int C) {
   return PoolGradAt(p, PoolRowOf(p, r, C), c);
+}
+
+// PoolGradAt for channels c .. c + V - 1, the argmax, gradient and mask read whole.
+template <int V>
+__device__ inline void PoolGradsAt(const PoolGeom& p, const PoolRow& at, int c, float* di) {
+  if (!at.inside) {
+#pragma unroll
+    for (int q = 0; q < V; ++q) di[q] = 0.0f;
+    return;
+  }
+  const int o = at.o + c;
+  int32_t arg[V];
+  float grad[V];
+  Words<V>(p.argmax, o, arg);
+  if (p.dout.d16 == nullptr) {
+    Words<V>(p.dout.d, o, grad);
+  } else {
+    Halves<V>(p.dout.d16, o, p.dout.bf16, grad);
+    if (p.dout.mask != nullptr) {
+      float mask[V];
+      Words<V>(p.dout.mask, o, mask);
+#pragma unroll
+      for (int q = 0; q < V; ++q) grad[q] = !(mask[q] > 0.0f) ? 0.0f : grad[q];
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < V; ++q) di[q] = arg[q] == at.within + c + q ? 0.0f + grad[q] : 0.0f;
 }
 
 // Element i's row and channel in an [rows, C] array: by the divider where indices are 32-bit.
@@ -578,17 +664,17 @@ __global__ void BnApplyKernel(float* out, float* pre, uint16_t* outh, const floa
     Index row;
     int c;
     RowChannel(i, C, by_c, &row, &c);
-    float v[V];
+    float v[V], y[V];
     Elems<V>(x, xh, i, bf16, v);
 #pragma unroll
     for (int q = 0; q < V; ++q) {
       float scale, shift;
       BnScaleShift(c + q, gamma, beta, mean, invstd, running_var, eps, &scale, &shift);
-      const float y = BnNormalize(v[q], scale, shift);
-      if (pre != nullptr) pre[i + q] = y;
-      v[q] = ActForward(y, act);
-      if (out != nullptr) out[i + q] = v[q];
+      y[q] = BnNormalize(v[q], scale, shift);
+      v[q] = ActForward(y[q], act);
     }
+    if (pre != nullptr) StoreWords<V>(pre, i, y);
+    if (out != nullptr) StoreWords<V>(out, i, v);
     if (outh != nullptr) StoreHalves<V>(outh, i, v, bf16);
   }
 }
@@ -655,12 +741,12 @@ __global__ void BnPoolApplyKernel(float* out, uint16_t* outh, int32_t* argmax, B
         }
       }
     }
+    if (relu) {
 #pragma unroll
-    for (int q = 0; q < V; ++q) {
-      if (relu) m[q] = ActForward(m[q], Activation::kRelu);
-      out[i + q] = m[q];
-      argmax[i + q] = best[q];
+      for (int q = 0; q < V; ++q) m[q] = ActForward(m[q], Activation::kRelu);
     }
+    StoreWords<V>(out, i, m);
+    StoreWords<V>(argmax, i, best);
     if (outh != nullptr) StoreHalves<V>(outh, i, m, bf16);
   }
 }
@@ -681,9 +767,7 @@ __global__ void BnGradApplyKernel(float* dx, uint16_t* dxh, const float* d, cons
     RowChannel(i, C, by_c, &row, &c);
     float di[V], xv[V];
     if (pool.argmax != nullptr) {
-      const PoolRow at = PoolRowOf(pool, row, C);
-#pragma unroll
-      for (int q = 0; q < V; ++q) di[q] = PoolGradAt(pool, at, c + q);
+      PoolGradsAt<V>(pool, PoolRowOf(pool, row, C), c, di);
     } else {
       Elems<V>(d, dh, i, bf16, di);
     }
@@ -698,18 +782,31 @@ __global__ void BnGradApplyKernel(float* dx, uint16_t* dxh, const float* d, cons
         if (!(BnNormalize(xv[q], scale, shift) > 0.0f)) di[q] = 0.0f;
       }
       g[q] = coef[k] * (di[q] - coef[C + k] - (xv[q] - mean[k]) * coef[2 * C + k]);
-      if (dxh == nullptr) dx[i + q] = accumulate ? dx[i + q] + g[q] : g[q];
     }
-    if (dxh != nullptr) StoreHalves<V>(dxh, i, g, bf16);
+    if (dxh != nullptr) {
+      StoreHalves<V>(dxh, i, g, bf16);
+    } else {
+      if (accumulate) {
+        float before[V];
+        Words<V>(dx, i, before);
+#pragma unroll
+        for (int q = 0; q < V; ++q) g[q] = before[q] + g[q];
+      }
+      StoreWords<V>(dx, i, g);
+    }
   }
 }
 
-// Whether the apply passes may take kBnVec channels a thread: C a multiple of it, and each
-// 16-bit array they read or write whole 8-byte aligned.
-bool BnVec(int64_t C, std::initializer_list<const void*> halves) {
+// Whether the apply passes may take kBnVec channels a thread: C a multiple of it, each 16-bit
+// array they access 8-byte aligned and each 32-bit one 16-byte aligned (null: not accessed).
+bool BnVec(int64_t C, std::initializer_list<const void*> halves,
+           std::initializer_list<const void*> words) {
   if (C % kBnVec != 0) return false;
   for (const void* p : halves) {
-    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 8 != 0) return false;
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % (2 * kBnVec) != 0) return false;
+  }
+  for (const void* p : words) {
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % (4 * kBnVec) != 0) return false;
   }
   return true;
 }
@@ -929,7 +1026,9 @@ Status PoolApply(const BnSide& a, const BnSide& b, const PoolGeom& g, int C, con
     Launch(BnPoolApplyKernel<int, V>, Blocks(n / V), kThreads, stream, pool.out, pool.out16,
            pool.argmax, a, b, g, n / V, C, FastDiv(C), pool.relu, bf16);
   };
-  if (BnVec(C, {a.x16, b.x16, pool.out16})) {
+  const bool x32 = a.x16 == nullptr, y32 = b.gamma != nullptr && b.x16 == nullptr;
+  if (BnVec(C, {a.x16, b.x16, pool.out16},
+            {x32 ? a.x : nullptr, y32 ? b.x : nullptr, pool.out, pool.argmax})) {
     launch(std::integral_constant<int, kBnVec>{});
   } else {
     launch(std::integral_constant<int, 1>{});
@@ -953,7 +1052,7 @@ Status BnApply(float* out, float* pre, const float* x, const float* gamma, const
     return PoolApply(side, BnSide{}, g, C, *pool, bf16, stream);
   }
   if (out == nullptr && pre == nullptr && half.out == nullptr) return Status::Ok();
-  const bool vec = BnVec(C, {half.x, half.out});
+  const bool vec = BnVec(C, {half.x, half.out}, {half.x == nullptr ? x : nullptr, out, pre});
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
     auto launch = [&](auto v) {
@@ -1063,7 +1162,15 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
     return s;
   }
   if (dx == nullptr && half.dx == nullptr) return Status::Ok();  // the model's input: none wanted
-  const bool vec = BnVec(C, {pool == nullptr ? half.d : nullptr, half.x, half.dx});
+  const float* d32 = pool == nullptr && half.d == nullptr ? d : nullptr;
+  const bool vec =
+      pool != nullptr
+          ? BnVec(C, {half.x, half.dx, pool->dout16},
+                  {half.x == nullptr ? x : nullptr, half.dx == nullptr ? dx : nullptr, pool->argmax,
+                   pool->dout16 == nullptr ? pool->dout : nullptr,
+                   pool->dout16 != nullptr && pool->relu ? pool->out : nullptr})
+          : BnVec(C, {half.d, half.x, half.dx},
+                  {d32, half.x == nullptr ? x : nullptr, half.dx == nullptr ? dx : nullptr});
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
     auto launch = [&](auto v) {
@@ -1091,15 +1198,19 @@ constexpr int kDirectMaxTaps = 32;       // K K C: one output's inputs, a thread
 constexpr int kDirectMaxWeights = 8192;  // OC K K C: the forward holds them in shared memory
 constexpr int kDirectCols = 32;          // output channels a weight-gradient block takes
 constexpr int kDirectGroups = 8;         // pixel groups of a weight-gradient block
-// Short ranges: the weight gradient of a batch of 256 28x28 images takes 784 blocks, about six
-// an SM of an H100, to hide its loads' latency; 1024 pixels a range gave fewer than two.
-constexpr int64_t kDirectPixelsPerRange = 256;
+// Ranges of the weight gradient's pixels: short where a thread's sums are few (up to 9 taps, 80
+// registers, three blocks an SM), so that a batch of 256 28x28 images takes 784 blocks, about
+// six an SM of an H100 over the grid, where ranges of 1,024 gave fewer than two; longer where
+// the sums take most of the registers (one block an SM) and each range ends in a barrier a
+// tap.
+constexpr int64_t kDirectShortRange = 256;
+constexpr int64_t kDirectLongRange = 1024;
 constexpr int kDirectMaxRanges = 2048;
 constexpr int kDirectSumRows = 8;  // entries of the weight gradient a sum block adds
 
-int DirectRanges(int64_t pixels) {
-  return static_cast<int>(std::clamp<int64_t>(
-      (pixels + kDirectPixelsPerRange - 1) / kDirectPixelsPerRange, 1, kDirectMaxRanges));
+int DirectRanges(int64_t pixels, int64_t taps) {
+  const int64_t per = taps <= 9 ? kDirectShortRange : kDirectLongRange;
+  return static_cast<int>(std::clamp<int64_t>((pixels + per - 1) / per, 1, kDirectMaxRanges));
 }
 
 __device__ inline float LoadAs(const float* p, uint32_t i, bool) { return p[i]; }
@@ -1268,7 +1379,7 @@ bool direct_conv_supported(const cpu::ConvShape& s) {
 }
 
 int64_t direct_conv_scratch_bytes(const cpu::ConvShape& s) {
-  return int64_t{DirectRanges(int64_t{s.B} * s.OH() * s.OW())} * s.patch() * s.OC *
+  return int64_t{DirectRanges(int64_t{s.B} * s.OH() * s.OW(), s.patch())} * s.patch() * s.OC *
          static_cast<int64_t>(sizeof(double));
 }
 
@@ -1300,7 +1411,7 @@ Status direct_conv_backward_filter(float* dw, const float* x, const void* dy,
     return Status::Internal("cuda: a direct convolution of a shape it does not take");
   }
   const int64_t pixels = int64_t{s.B} * s.OH() * s.OW();
-  const int ranges = DirectRanges(pixels);
+  const int ranges = DirectRanges(pixels, s.patch());
   const uint32_t per_range = static_cast<uint32_t>((pixels + ranges - 1) / ranges);
   const DirectGeom g = DirectGeomOf(s);
   const bool bf16 = type == cpu::HalfType::kBf16;

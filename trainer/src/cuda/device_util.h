@@ -15,6 +15,12 @@
 #include "cpu/ops.h"
 #include "cuda/fast_div.h"
 
+// A wide access's alignment, checked where the emulator runs the kernels (it defines the macro);
+// nothing on a GPU, which faults on a misaligned one by itself.
+#ifndef SWEEP_CHECK_ALIGNED
+#define SWEEP_CHECK_ALIGNED(p, bytes) ((void)0)
+#endif
+
 namespace sweep::trainer::cuda {
 
 using Activation = cpu::Activation;

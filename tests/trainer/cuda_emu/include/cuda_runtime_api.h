@@ -21,6 +21,8 @@
 //   refused. Two devices share the host's memory.
 // - cudaMalloc places each buffer's end against an unmapped page, so a kernel (or an emulated
 //   cuBLAS call) that reads or writes past a buffer's end faults at that access.
+// - A kernel's access of a whole vector type (uint2, int4, float4) not aligned to its size ends
+//   the process naming the block, where a GPU would fault (SWEEP_CHECK_ALIGNED).
 // - A block's threads run one at a time between barriers, in index order upwards or downwards
 //   (alternating with barrier and block, reversed under greedy-reverse).
 // What it does not model: concurrency between threads (a data race runs as if serialised),
@@ -46,6 +48,22 @@
 struct uint3 {
   unsigned int x, y, z;
 };
+
+// CUDA's vector types that kernels load and store whole (vector_types.h): their alignment is
+// what makes one access of them a single wide one on a GPU.
+struct alignas(8) uint2 {
+  unsigned int x, y;
+};
+struct alignas(16) int4 {
+  int x, y, z, w;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+
+// A kernel's wide access at p, `bytes` wide, must be aligned to them: a GPU faults where x86
+// does not. Kernels call it through SWEEP_CHECK_ALIGNED (device_util.h), a no-op under nvcc.
+#define SWEEP_CHECK_ALIGNED(p, bytes) ::cuda_emu::CheckAligned(p, bytes)
 
 struct dim3 {
   unsigned int x = 1, y = 1, z = 1;
@@ -184,6 +202,9 @@ void StallEventQueries(bool stall);
 // cudaMemGetInfo reports them less what is allocated, and a cudaMalloc past them fails with
 // cudaErrorMemoryAllocation, as a full GPU's does. Returns the previous limit.
 size_t SetDeviceMemory(size_t bytes);
+
+// Dies naming the block where p is not a multiple of `bytes` (SWEEP_CHECK_ALIGNED).
+void CheckAligned(const void* p, size_t bytes);
 
 // Runs body(ctx) once for every thread of grid x block, now (see the top of this file).
 void LaunchBody(dim3 grid, dim3 block, void (*body)(void*), void* ctx);
