@@ -113,9 +113,8 @@ cpu_slots = 2
   EXPECT_NE(err0.find("params={\"mode\":\"ok\",\"x\":1} trial=0"), std::string::npos) << err0;
   // Every report is stored; `best` ranks by the program's metric.
   EXPECT_EQ(Query("SELECT COUNT(*) FROM reports WHERE trial = 2")[0][0], "3");
-  Output best = Sweep("best cmd --json");
-  ASSERT_EQ(best.code, 0) << best.err;
-  json j = json::parse(best.out);
+  json j;
+  ASSERT_NO_FATAL_FAILURE(j = SweepJson("best cmd --json"));
   ASSERT_EQ(j.size(), 2u);
   EXPECT_EQ(j[0]["trial"], 2);
   EXPECT_EQ(j[0]["stdout_log"],
@@ -169,8 +168,9 @@ TEST_F(CommandTrialE2eTest, NonFiniteMetricsShowAsNan) {
   EXPECT_NE(show.out.find("loss  (no chart: nan, NaN or infinite, in every report)"),
             std::string::npos)
       << show.out;
-  Output js = Sweep("trials nan --json");
-  EXPECT_TRUE(json::parse(js.out)[0]["metrics"]["loss"].is_null()) << js.out;
+  json js;
+  ASSERT_NO_FATAL_FAILURE(js = SweepJson("trials nan --json"));
+  EXPECT_TRUE(js[0]["metrics"]["loss"].is_null()) << js.dump();
 }
 
 // `show` charts each metric over the reports that carry it, and in a narrow terminal wraps
@@ -580,9 +580,9 @@ TEST_F(CommandTrialE2eTest, TheTargetReportAndAStepsFirstReportAreTheResult) {
   Write("d.toml", make("twice", "", "twice.sh"));
   Output twice = Sweep("run d.toml");
   ASSERT_EQ(twice.code, 0) << twice.err;
-  Output shown = Sweep("trials twice --json");
-  ASSERT_EQ(shown.code, 0) << shown.err;
-  EXPECT_EQ(json::parse(shown.out)[0]["metrics"]["score"], 0.1) << shown.out;
+  json shown;
+  ASSERT_NO_FATAL_FAILURE(shown = SweepJson("trials twice --json"));
+  EXPECT_EQ(shown[0]["metrics"]["score"], 0.1) << shown.dump();
   EXPECT_EQ(Query("SELECT json_extract(metrics, '$.score') FROM reports WHERE sweep_id = 2 AND "
                   "step = 1")[0][0],
             "0.1");

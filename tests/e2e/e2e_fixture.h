@@ -16,7 +16,10 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 extern char** environ;
 
@@ -75,6 +78,22 @@ class E2eTest : public ::testing::Test {
     o.out = Slurp(dir_ / "out.txt");
     o.err = Slurp(dir_ / "err.txt");
     return o;
+  }
+
+  // Runs `sweep ARGS` as Sweep does and returns its stdout parsed as JSON. An exit status
+  // other than 0 (shown with sweep's stderr) or output that is not JSON is a fatal failure, so
+  // call it as `json j; ASSERT_NO_FATAL_FAILURE(j = SweepJson(ARGS));` to stop the test there.
+  nlohmann::json SweepJson(const std::string& args) {
+    nlohmann::json parsed;  // null unless the run succeeds
+    // In a lambda: ASSERT_* can only return from a function that returns void.
+    [&] {
+      const Output o = Sweep(args);
+      ASSERT_EQ(o.code, 0) << "sweep " << args << "\n" << o.err;
+      nlohmann::json j = nlohmann::json::parse(o.out, nullptr, /*allow_exceptions=*/false);
+      ASSERT_FALSE(j.is_discarded()) << "sweep " << args << " printed no JSON:\n" << o.out;
+      parsed = std::move(j);
+    }();
+    return parsed;
   }
 
   void Write(const std::string& name, const std::string& text) {

@@ -39,9 +39,8 @@ TEST_F(E2eTest, FunctionSweepThenBestMatchesTheTrialsTable) {
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_NE(run.out.find("best trials of 'branin'"), std::string::npos) << run.out;
 
-  Output best = Sweep("best branin --top 5 --json");
-  ASSERT_EQ(best.code, 0) << best.err;
-  json arr = json::parse(best.out);
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("best branin --top 5 --json"));
   ASSERT_EQ(arr.size(), 5u);
   auto rows = Query(
       "SELECT t.number, t.objective FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
@@ -60,17 +59,15 @@ TEST_F(E2eTest, FunctionSweepThenBestMatchesTheTrialsTable) {
   EXPECT_EQ(Query("PRAGMA integrity_check")[0][0], "ok");
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
 
-  Output list = Sweep("list --json");
-  ASSERT_EQ(list.code, 0) << list.err;
-  json l = json::parse(list.out);
+  json l;
+  ASSERT_NO_FATAL_FAILURE(l = SweepJson("list --json"));
   ASSERT_EQ(l.size(), 1u);
   EXPECT_EQ(l[0]["name"], "branin");
   EXPECT_EQ(l[0]["trials"], 40);
   EXPECT_NEAR(l[0]["best"].get<double>(), arr[0]["metrics"]["value"].get<double>(), 1e-12);
 
-  Output status = Sweep("status branin --json");
-  ASSERT_EQ(status.code, 0) << status.err;
-  json st = json::parse(status.out);
+  json st;
+  ASSERT_NO_FATAL_FAILURE(st = SweepJson("status branin --json"));
   EXPECT_EQ(st["counts"]["completed"], 40);
   EXPECT_EQ(st["running"].size(), 0u);
   EXPECT_EQ(st["best"]["trial"], arr[0]["trial"]);
@@ -79,12 +76,11 @@ TEST_F(E2eTest, FunctionSweepThenBestMatchesTheTrialsTable) {
 TEST_F(E2eTest, DbGivenBeforeTheCommand) {
   Write("b.toml", kBranin);
   ASSERT_EQ(Sweep("run b.toml --db other.db").code, 0);
-  Output list = Sweep("--db other.db list --json");
-  ASSERT_EQ(list.code, 0) << list.err;
-  EXPECT_EQ(json::parse(list.out)[0]["name"], "branin");
-  Output best = Sweep("--db=other.db best branin --top 1 --json");
-  ASSERT_EQ(best.code, 0) << best.err;
-  EXPECT_EQ(json::parse(best.out).size(), 1u);
+  json list, best;
+  ASSERT_NO_FATAL_FAILURE(list = SweepJson("--db other.db list --json"));
+  EXPECT_EQ(list[0]["name"], "branin");
+  ASSERT_NO_FATAL_FAILURE(best = SweepJson("--db=other.db best branin --top 1 --json"));
+  EXPECT_EQ(best.size(), 1u);
   Output train = Sweep("--db other.db train b.toml");
   EXPECT_EQ(train.code, 2);
   EXPECT_NE(train.err.find("--db: `sweep train` reads no store"), std::string::npos) << train.err;
@@ -121,10 +117,9 @@ TEST_F(E2eTest, RandomSearchIsDeterministicAcrossRuns) {
   Write("b.toml", kBranin);
   ASSERT_EQ(Sweep("run b.toml --db one.db").code, 0);
   ASSERT_EQ(Sweep("run b.toml --db two.db").code, 0);
-  Output a = Sweep("trials branin --db one.db --json");
-  Output b = Sweep("trials branin --db two.db --json");
-  ASSERT_EQ(a.code, 0);
-  json ja = json::parse(a.out), jb = json::parse(b.out);
+  json ja, jb;
+  ASSERT_NO_FATAL_FAILURE(ja = SweepJson("trials branin --db one.db --json"));
+  ASSERT_NO_FATAL_FAILURE(jb = SweepJson("trials branin --db two.db --json"));
   ASSERT_EQ(ja.size(), 40u);
   for (size_t i = 0; i < ja.size(); ++i) {
     EXPECT_EQ(ja[i]["params"], jb[i]["params"]) << "trial " << i;
@@ -146,8 +141,8 @@ x2 = { values = [0.0, 7.5] }
 x1 = { values = [-5, 0, 5] }
 )");
   ASSERT_EQ(Sweep("run g.toml").code, 0);
-  Output t = Sweep("trials grid --json");
-  json arr = json::parse(t.out);
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("trials grid --json"));
   ASSERT_EQ(arr.size(), 6u);
   const double expected[6][2] = {{0.0, -5}, {0.0, 0}, {0.0, 5}, {7.5, -5}, {7.5, 0}, {7.5, 5}};
   for (int i = 0; i < 6; ++i) {
@@ -177,7 +172,8 @@ x2 = { distribution = "uniform", min = 0, max = 1, step = 0.001 }
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(Query("SELECT count(*), min(status), max(status) FROM trials"),
             (std::vector<std::vector<std::string>>{{"4", "completed", "completed"}}));
-  json arr = json::parse(Sweep("trials huge --json").out);
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("trials huge --json"));
   ASSERT_EQ(arr.size(), 4u);
   EXPECT_EQ(arr[3]["params"]["x1"].get<double>(), 0.0);
   EXPECT_EQ(arr[3]["params"]["x2"].get<double>(), 0.003);
@@ -203,8 +199,8 @@ TEST_F(E2eTest, AbortingWorkerFailsItsTrialAndTheRestComplete) {
   EXPECT_EQ(failed[0][0], "3");
   EXPECT_NE(failed[0][1].find("killed by signal 6"), std::string::npos) << failed[0][1];
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "39");
-  Output f = Sweep("trials branin --status failed --json");
-  json arr = json::parse(f.out);
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("trials branin --status failed --json"));
   ASSERT_EQ(arr.size(), 1u);
   EXPECT_NE(arr[0]["error"].get<std::string>().find("signal 6"), std::string::npos);
 }
@@ -253,9 +249,8 @@ TEST_F(E2eTest, TrainerSweepOnASmallDataset) {
             "[executor]\ncpu_slots = 2\n");
   Output run = Sweep("run t.toml");
   ASSERT_EQ(run.code, 0) << run.err;
-  Output best = Sweep("best tiny --json");
-  ASSERT_EQ(best.code, 0) << best.err;
-  json arr = json::parse(best.out);
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("best tiny --json"));
   ASSERT_EQ(arr.size(), 4u);
   double prev = 2;
   for (const auto& t : arr) {
@@ -346,13 +341,12 @@ TEST_F(E2eTest, AnImageFolderTrialKeepsItsLabelsAndSkippedFiles) {
   EXPECT_NE(show.out.find("0 cat  1 dog"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("1 bad file skipped"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("dog/bad.png"), std::string::npos) << show.out;
-  Output js = Sweep("show pets 0 --json");
-  ASSERT_EQ(js.code, 0) << js.err;
-  const json trial = json::parse(js.out);
+  json trial;
+  ASSERT_NO_FATAL_FAILURE(trial = SweepJson("show pets 0 --json"));
   const json& info = trial.contains("trial") && trial["trial"].is_object() ? trial["trial"]["info"]
                                                                            : trial["info"];
-  EXPECT_EQ(info["classes"], json({"cat", "dog"})) << js.out;
-  EXPECT_EQ(info["skipped_files"], 1) << js.out;
+  EXPECT_EQ(info["classes"], json({"cat", "dog"})) << trial.dump();
+  EXPECT_EQ(info["skipped_files"], 1) << trial.dump();
   const auto reports = Query("SELECT json_extract(metrics, '$.skipped_files') FROM reports");
   ASSERT_EQ(reports.size(), 2u);
   for (const auto& r : reports) EXPECT_EQ(r[0], "1");
@@ -421,9 +415,8 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
   EXPECT_NE(human.out.find("epoch 1"), std::string::npos) << human.out;
   EXPECT_NE(human.out.find("val_acc"), std::string::npos);
   EXPECT_NE(human.out.find("test_acc"), std::string::npos);
-  Output j = Sweep("train t.toml --set lr=0.1 --set hidden=[32,16] --json");
-  ASSERT_EQ(j.code, 0) << j.err;
-  json r = json::parse(j.out);
+  json r;
+  ASSERT_NO_FATAL_FAILURE(r = SweepJson("train t.toml --set lr=0.1 --set hidden=[32,16] --json"));
   EXPECT_EQ(r["status"], "completed");
   EXPECT_EQ(r["params"]["hidden"], json({32, 16}));
   EXPECT_EQ(r["epochs"], 2.0);  // consumed, as `trials --json` says it
@@ -487,10 +480,9 @@ TEST_F(E2eTest, TrainPrintsMetricsAndJson) {
                                            "varies it: pick one with --set "
                                            "seed=N\\)")))
       << seeded.err;
-  Output again = Sweep("train s.toml --json --set seed=" + used[1].str());
-  ASSERT_EQ(again.code, 0) << again.err;
-  EXPECT_EQ(json::parse(again.out)["metrics"]["val_acc"],
-            json::parse(seeded.out)["metrics"]["val_acc"]);
+  json again;
+  ASSERT_NO_FATAL_FAILURE(again = SweepJson("train s.toml --json --set seed=" + used[1].str()));
+  EXPECT_EQ(again["metrics"]["val_acc"], json::parse(seeded.out)["metrics"]["val_acc"]);
 
   Output bad = Sweep("train t.toml --set lr=abc");
   EXPECT_EQ(bad.code, 2);
@@ -561,9 +553,9 @@ TEST_F(E2eTest, TrainWithAnotherDatasetThanTheConfigs) {
   Output missing = Sweep("train t.toml");
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("no-such-folder"), std::string::npos) << missing.err;
-  Output other = Sweep("train t.toml --set dataset=" + dir_.string() + " --json");
-  ASSERT_EQ(other.code, 0) << other.err;
-  EXPECT_EQ(json::parse(other.out)["status"], "completed") << other.out;
+  json r;
+  ASSERT_NO_FATAL_FAILURE(r = SweepJson("train t.toml --set dataset=" + dir_.string() + " --json"));
+  EXPECT_EQ(r["status"], "completed") << r.dump();
   Output bad = Sweep("train t.toml --set dataset=" + (dir_ / "nor-this").string());
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("--set dataset="), std::string::npos) << bad.err;
@@ -678,10 +670,10 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
             "trial,status,objective,epochs,retries,started,ended,duration_s,placement,param.x1,"
             "param.x2,metric.value,error");
   // Parameters in full, as stored (shortest round trip), not rounded as in the table.
-  Output js = Sweep("trials branin --json");
-  ASSERT_EQ(js.code, 0) << js.err;
+  json js;
+  ASSERT_NO_FATAL_FAILURE(js = SweepJson("trials branin --json"));
   std::map<int, json> params;
-  for (const json& t : json::parse(js.out)) params[t["trial"].get<int>()] = t["params"];
+  for (const json& t : js) params[t["trial"].get<int>()] = t["params"];
   int lines = 0;
   double prev = -1e300;
   for (std::string line; std::getline(in, line);) {
@@ -701,10 +693,10 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
 
   // By a hyperparameter: param.NAME, or NAME where no metric has that name; descending with '-'.
   for (const char* key : {"-x1", "-param.x1"}) {
-    Output by = Sweep(std::string("trials branin --json --sort ") + key);
-    ASSERT_EQ(by.code, 0) << by.err;
+    json by;
+    ASSERT_NO_FATAL_FAILURE(by = SweepJson(std::string("trials branin --json --sort ") + key));
     double last = 1e300;
-    for (const json& t : json::parse(by.out)) {
+    for (const json& t : by) {
       const double x1 = t["params"]["x1"].get<double>();
       EXPECT_LE(x1, last) << key;
       last = x1;
@@ -738,10 +730,11 @@ TEST_F(E2eTest, SortKeyNamedByBothAParameterAndAMetric) {
   Output run = Sweep("run c.toml");
   ASSERT_EQ(run.code, 0) << run.err;
   auto order = [&](const std::string& key) {
-    Output o = Sweep("trials both --json --sort " + key);
-    EXPECT_EQ(o.code, 0) << o.err;
+    // A lambda that returns a value cannot stop the test: a failed run fails it, listing none.
     std::vector<int64_t> xs;
-    for (const json& t : json::parse(o.out)) xs.push_back(t["params"]["x"].get<int64_t>());
+    for (const json& t : SweepJson("trials both --json --sort " + key)) {
+      xs.push_back(t["params"]["x"].get<int64_t>());
+    }
     return xs;
   };
   EXPECT_EQ(order("x"), (std::vector<int64_t>{1, 2, 3}));
@@ -774,9 +767,8 @@ x6 = { distribution = "uniform", min = 0, max = 1 }
 )");
   Output run = Sweep("run a.toml");
   ASSERT_EQ(run.code, 0) << run.err;
-  Output pruned = Sweep("trials asha --status pruned --json");
-  ASSERT_EQ(pruned.code, 0);
-  json arr = json::parse(pruned.out);
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("trials asha --status pruned --json"));
   ASSERT_GT(arr.size(), 20u);  // most trials stop at a rung
   for (const auto& t : arr) {
     // The stop reaches the trial at the report that earned it: it ends exactly on a rung.
@@ -800,9 +792,8 @@ TEST_F(E2eTest, BootstrapCountStopsTheFirstTrialsAtARung) {
                                 "bootstrap_count = 2\n"));
   Output run = Sweep("run b.toml");
   ASSERT_EQ(run.code, 0) << run.err;
-  Output trials = Sweep("trials boot --json");
-  ASSERT_EQ(trials.code, 0) << trials.err;
-  json arr = json::parse(trials.out);
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("trials boot --json"));
   ASSERT_EQ(arr.size(), 12u);
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(arr[i]["status"], "pruned") << arr[i];
@@ -831,9 +822,8 @@ TEST_F(E2eTest, TpeUnderTheMedianRuleStartsFromTheFirstTrialsReports) {
                                            "[early_stopping]\nalgorithm = \"median\"\n"));
   Output run = Sweep("run mt.toml");
   ASSERT_EQ(run.code, 0) << run.err;
-  Output trials = Sweep("trials medtpe --json");
-  ASSERT_EQ(trials.code, 0) << trials.err;
-  json arr = json::parse(trials.out);
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("trials medtpe --json"));
   ASSERT_EQ(arr.size(), 24u);
   int pruned = 0;
   for (const json& t : arr) {
@@ -855,9 +845,8 @@ TEST_F(E2eTest, TpeReadsRunningTrialsReportsAndCountsEachTrialOnce) {
                                            "[executor]\ncpu_slots = 4\n"));
   Output run = Sweep("run pt.toml");
   ASSERT_EQ(run.code, 0) << run.err;
-  Output trials = Sweep("trials provtpe --json");
-  ASSERT_EQ(trials.code, 0) << trials.err;
-  json arr = json::parse(trials.out);
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("trials provtpe --json"));
   ASSERT_EQ(arr.size(), 24u);
   std::set<std::string> points;
   for (const json& t : arr) {
@@ -908,9 +897,9 @@ TEST_F(E2eTest, StopWhenEndsTheSweepAtItsTarget) {
   ASSERT_EQ(row.size(), 1u);
   EXPECT_EQ(row[0][0], "completed") << "trial " << winner;
   EXPECT_LE(std::stod(row[0][1]), 5.0);
-  Output best = Sweep("best target --top 1 --json");
-  ASSERT_EQ(best.code, 0) << best.err;
-  EXPECT_LE(json::parse(best.out)[0]["metrics"]["value"].get<double>(), 5.0) << best.out;
+  json best;
+  ASSERT_NO_FATAL_FAILURE(best = SweepJson("best target --top 1 --json"));
+  EXPECT_LE(best[0]["metrics"]["value"].get<double>(), 5.0) << best.dump();
 }
 
 // A running trial's row holds its latest reported metrics and epochs, written in the same
@@ -931,9 +920,9 @@ TEST_F(E2eTest, RunningTrialsShowTheirLatestMetrics) {
         EXPECT_EQ(std::stod(row[2]), std::stod(row[3])) << "trial " << row[0];
         const json metrics = json::parse(row[1]);
         EXPECT_TRUE(metrics.contains("value")) << row[1];
-        Output trials = Sweep("trials live --json");
-        ASSERT_EQ(trials.code, 0) << trials.err;
-        for (const json& t : json::parse(trials.out)) {
+        json trials;
+        ASSERT_NO_FATAL_FAILURE(trials = SweepJson("trials live --json"));
+        for (const json& t : trials) {
           // The same trial, unless it ended in between (then its final row is checked elsewhere).
           if (t["trial"].get<int>() != std::stoi(row[0]) || t["status"] != "running") continue;
           EXPECT_GE(t["epochs"].get<double>(), 3) << t.dump();
@@ -993,17 +982,16 @@ TEST_F(E2eTest, StopWhenCompletesTheTrialThatReachedItsTargetPartWay) {
   EXPECT_LE(std::stod(last[2]), 30.0);
   EXPECT_LT(std::stod(last[3]), 20.0) << "it was stopped before its last step";
   EXPECT_NE(last[4].find("reached the target value <= 30"), std::string::npos) << last[4];
-  Output best = Sweep("best curve --top 1 --json");
-  ASSERT_EQ(best.code, 0) << best.err;
-  EXPECT_EQ(json::parse(best.out)[0]["trial"].get<int>(), std::stoi(last[0])) << best.out;
+  json best;
+  ASSERT_NO_FATAL_FAILURE(best = SweepJson("best curve --top 1 --json"));
+  EXPECT_EQ(best[0]["trial"].get<int>(), std::stoi(last[0])) << best.dump();
 }
 
 // `sweep devices` lists what trials would run on here: GPUs with their model, memory, compute
 // capability and link group, or (as on the test machines) the CPU slots.
 TEST_F(E2eTest, DevicesListsTheSlotsTrialsWouldUse) {
-  Output o = Sweep("devices --json --cpu-slots 3");
-  ASSERT_EQ(o.code, 0) << o.err;
-  const json slots = json::parse(o.out);
+  json slots;
+  ASSERT_NO_FATAL_FAILURE(slots = SweepJson("devices --json --cpu-slots 3"));
   ASSERT_TRUE(slots.is_array());
   ASSERT_FALSE(slots.empty());
   if (slots[0]["gpu"].get<bool>()) {
@@ -1013,7 +1001,7 @@ TEST_F(E2eTest, DevicesListsTheSlotsTrialsWouldUse) {
       EXPECT_GE(s["compute_capability"].get<int>(), 30) << s.dump();
     }
   } else {
-    ASSERT_EQ(slots.size(), 3u) << o.out;
+    ASSERT_EQ(slots.size(), 3u) << slots.dump();
     EXPECT_EQ(slots[2]["slot"], "cpu2");
     Output text = Sweep("devices --cpu-slots 3");
     ASSERT_EQ(text.code, 0) << text.err;

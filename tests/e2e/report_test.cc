@@ -216,9 +216,8 @@ TEST_F(ReportE2eTest, ShowPrintsOneTrialAndItsCurves) {
   EXPECT_NE(p.out.find("pruned      " + pruned[0][1]), std::string::npos) << p.out;
 
   // JSON: plain numbers, every report.
-  Output j = Sweep("show sh 1 --json");
-  ASSERT_EQ(j.code, 0) << j.err;
-  json t = json::parse(j.out);
+  json t;
+  ASSERT_NO_FATAL_FAILURE(t = SweepJson("show sh 1 --json"));
   auto reports = Query("SELECT COUNT(*) FROM reports WHERE trial = 1");
   EXPECT_EQ(t["reports"].size(), std::stoul(reports[0][0]));
   EXPECT_TRUE(t["reports"][0]["metrics"]["value"].is_number());
@@ -227,8 +226,9 @@ TEST_F(ReportE2eTest, ShowPrintsOneTrialAndItsCurves) {
   // Every key is there for every trial: pruned_reason is null unless it was pruned.
   ASSERT_TRUE(t.contains("pruned_reason"));
   EXPECT_EQ(t["pruned_reason"].is_null(), t["status"] != "pruned") << t.dump();
-  EXPECT_EQ(json::parse(Sweep("show sh " + pruned[0][0] + " --json").out)["pruned_reason"],
-            pruned[0][1]);
+  json shown;
+  ASSERT_NO_FATAL_FAILURE(shown = SweepJson("show sh " + pruned[0][0] + " --json"));
+  EXPECT_EQ(shown["pruned_reason"], pruned[0][1]);
 
   Output missing = Sweep("show sh 99");
   EXPECT_EQ(missing.code, 2);
@@ -276,7 +276,8 @@ TEST_F(ReportE2eTest, ExportWritesEveryTrialAndEveryReport) {
   EXPECT_TRUE(reports[0]["metric.value"].is_number());
   // Values round-trip: trial 3's value as the store holds it (shortest round-trip JSON text)
   // is the exported number, bit for bit, in both formats.
-  json trials = json::parse(Sweep("export ex --format json").out);
+  json trials;
+  ASSERT_NO_FATAL_FAILURE(trials = SweepJson("export ex --format json"));
   const double stored_value =
       json::parse(Query("SELECT metrics FROM trials WHERE number = 3")[0][0])["value"];
   EXPECT_EQ(trials[3]["metric.value"].get<double>(), stored_value);

@@ -265,9 +265,9 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   EXPECT_NE(again.err.find(" is running it now; follow it with `sweep status owned --watch`"),
             std::string::npos)
       << again.err;
-  Output alive = Sweep("status owned --json");
-  ASSERT_EQ(alive.code, 0) << alive.err;
-  EXPECT_FALSE(json::parse(alive.out)["coordinator_gone"].get<bool>()) << alive.out;
+  json alive;
+  ASSERT_NO_FATAL_FAILURE(alive = SweepJson("status owned --json"));
+  EXPECT_FALSE(alive["coordinator_gone"].get<bool>()) << alive.dump();
 
   ::kill(first, SIGKILL);
   Wait(first);
@@ -278,16 +278,16 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
   EXPECT_TRUE(
       std::regex_search(status.out, std::regex(", elapsed [0-9]+ s \\(running [0-9]+ s\\)")))
       << status.out;
-  Output status_json = Sweep("status owned --json");
-  const json sj = json::parse(status_json.out);
-  EXPECT_GE(sj["elapsed_s"].get<double>() - sj["running_s"].get<double>(), 1.0) << status_json.out;
+  json sj;
+  ASSERT_NO_FATAL_FAILURE(sj = SweepJson("status owned --json"));
+  EXPECT_GE(sj["elapsed_s"].get<double>() - sj["running_s"].get<double>(), 1.0) << sj.dump();
   EXPECT_NE(status.out.find("sweep owned (running, but its coordinator is gone: `sweep resume "
                             "owned`)"),
             std::string::npos)
       << status.out;
-  Output list = Sweep("list --json");
-  ASSERT_EQ(list.code, 0) << list.err;
-  EXPECT_TRUE(json::parse(list.out)[0]["coordinator_gone"].get<bool>()) << list.out;
+  json list;
+  ASSERT_NO_FATAL_FAILURE(list = SweepJson("list --json"));
+  EXPECT_TRUE(list[0]["coordinator_gone"].get<bool>()) << list.dump();
   // A trial left running says nothing runs it, rather than how long it has been "running".
   auto left = Query("SELECT number FROM trials WHERE status = 'running' LIMIT 1");
   if (!left.empty()) {
@@ -296,8 +296,9 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
               std::string::npos)
         << show.out;
     EXPECT_EQ(show.out.find("running for"), std::string::npos) << show.out;
-    EXPECT_TRUE(json::parse(Sweep("show owned " + left[0][0] + " --json").out)["coordinator_gone"]
-                    .get<bool>());
+    json shown;
+    ASSERT_NO_FATAL_FAILURE(shown = SweepJson("show owned " + left[0][0] + " --json"));
+    EXPECT_TRUE(shown["coordinator_gone"].get<bool>());
   }
   Output taken = Sweep("resume owned");  // the dead owner's lock is free
   EXPECT_EQ(taken.code, 0) << taken.err;
@@ -312,9 +313,9 @@ TEST_F(ResumeTest, ARemovedLockFileDoesNotLetASecondOwnerIn) {
   pid_t first = Start("run s.toml", "first.log");
   WaitForTheOwner();
   ASSERT_TRUE(fs::remove(dir_ / "sweeps.db.lock"));
-  Output alive = Sweep("status unlocked --json");
-  ASSERT_EQ(alive.code, 0) << alive.err;
-  EXPECT_FALSE(json::parse(alive.out)["coordinator_gone"].get<bool>()) << alive.out;
+  json alive;
+  ASSERT_NO_FATAL_FAILURE(alive = SweepJson("status unlocked --json"));
+  EXPECT_FALSE(alive["coordinator_gone"].get<bool>()) << alive.dump();
   EXPECT_EQ(Sweep("status unlocked").out.find("coordinator is gone"), std::string::npos);
   Output second = Sweep("resume unlocked");
   EXPECT_EQ(second.code, 3);
@@ -342,9 +343,9 @@ TEST_F(ResumeTest, SecondOwnerThroughASymlinkIsRefused) {
     EXPECT_NE(second.err.find("sweep 'linked' is being run by pid " + std::to_string(first)),
               std::string::npos)
         << db << ": " << second.err;
-    Output alive = Sweep("status linked --json --db " + db);
-    ASSERT_EQ(alive.code, 0) << alive.err;
-    EXPECT_FALSE(json::parse(alive.out)["coordinator_gone"].get<bool>()) << db << alive.out;
+    json alive;
+    ASSERT_NO_FATAL_FAILURE(alive = SweepJson("status linked --json --db " + db));
+    EXPECT_FALSE(alive["coordinator_gone"].get<bool>()) << db << alive.dump();
   }
   EXPECT_EQ(Wait(first), 0) << sweep_e2e::Slurp(dir_ / "first.log");
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'", "real.db")[0][0], "8");
@@ -357,13 +358,13 @@ TEST_F(ResumeTest, RunningSweepWithNoOwnerIsReportedAsCoordinatorGone) {
   Write("b.toml", sweep_e2e::BraninConfig("ownerless", 4));
   ASSERT_EQ(Sweep("run b.toml").code, 0);
   Exec("UPDATE sweeps SET status = 'running', ended = NULL, owner = ''");
-  Output status = Sweep("status ownerless --json");
-  ASSERT_EQ(status.code, 0) << status.err;
-  EXPECT_TRUE(json::parse(status.out)["coordinator_gone"].get<bool>()) << status.out;
+  json status;
+  ASSERT_NO_FATAL_FAILURE(status = SweepJson("status ownerless --json"));
+  EXPECT_TRUE(status["coordinator_gone"].get<bool>()) << status.dump();
   EXPECT_NE(Sweep("status ownerless").out.find("but its coordinator is gone"), std::string::npos);
-  Output list = Sweep("list --json");
-  ASSERT_EQ(list.code, 0) << list.err;
-  EXPECT_TRUE(json::parse(list.out)[0]["coordinator_gone"].get<bool>()) << list.out;
+  json list;
+  ASSERT_NO_FATAL_FAILURE(list = SweepJson("list --json"));
+  EXPECT_TRUE(list[0]["coordinator_gone"].get<bool>()) << list.dump();
   Output resumed = Sweep("resume ownerless");
   EXPECT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
@@ -676,9 +677,9 @@ TEST_F(ResumeTest, KeepCheckpointsKeepsOnlyTheBest) {
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "5");
   EXPECT_EQ(named(), std::set<std::string>{best()});
   EXPECT_EQ(files(), (std::set<std::string>{best(), "notes.txt"}));
-  Output top = Sweep("best keep --top 1 --json");
-  ASSERT_EQ(top.code, 0) << top.err;
-  EXPECT_EQ(fs::path(json::parse(top.out)[0]["checkpoint"].get<std::string>()).filename(), best());
+  json top;
+  ASSERT_NO_FATAL_FAILURE(top = SweepJson("best keep --top 1 --json"));
+  EXPECT_EQ(fs::path(top[0]["checkpoint"].get<std::string>()).filename(), best());
 }
 
 // A coordinator killed after a trainer trial wrote the checkpoint of its last epoch, but before
@@ -697,9 +698,9 @@ TEST_F(ResumeTest, TrialWhoseCheckpointHoldsItsLastEpochKeepsItsResult) {
   Output resumed = Sweep("resume last");
   ASSERT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_EQ(Query(rows), before);
-  Output best = Sweep("best last --json");
-  ASSERT_EQ(best.code, 0) << best.err;
-  EXPECT_EQ(json::parse(best.out).size(), 2u);
+  json best;
+  ASSERT_NO_FATAL_FAILURE(best = SweepJson("best last --json"));
+  EXPECT_EQ(best.size(), 2u);
 }
 
 // A store made anew (the old file deleted, its checkpoints left): the new sweep's trials train
@@ -1010,10 +1011,9 @@ TEST_F(ResumeTest, ALogLeftByARemovedDatabaseDoesNotOverwriteTheOneRestored) {
   EXPECT_EQ(log.find("sweep resume"), std::string::npos) << "the sweep is not there to resume";
   EXPECT_FALSE(fs::exists(dir_ / "sweeps.db-wal"));
   fs::copy_file(dir_ / "backup.db", dir_ / "sweeps.db");
-  Output list = Sweep("list --json");
-  ASSERT_EQ(list.code, 0) << list.err;
-  const json sweeps = json::parse(list.out);
-  ASSERT_EQ(sweeps.size(), 1u) << list.out;
+  json sweeps;
+  ASSERT_NO_FATAL_FAILURE(sweeps = SweepJson("list --json"));
+  ASSERT_EQ(sweeps.size(), 1u) << sweeps.dump();
   EXPECT_EQ(sweeps[0]["name"], "kept");
   EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "6");
 }
@@ -1235,7 +1235,8 @@ TEST_F(ResumeTest, KilledWorkerTrialRunsAgain) {
   EXPECT_NE(show.out.find("running -> interrupted: ", history), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("interrupted -> running", history), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("running -> completed", history), std::string::npos) << show.out;
-  auto shown = json::parse(Sweep("show workers " + retried[0][0] + " --json").out);
+  json shown;
+  ASSERT_NO_FATAL_FAILURE(shown = SweepJson("show workers " + retried[0][0] + " --json"));
   ASSERT_EQ(shown["history"].size(), 4u) << shown["history"].dump();
   EXPECT_EQ(shown["history"][1]["to"], "interrupted");
   EXPECT_NE(shown["history"][1]["detail"].get<std::string>().find("killed by signal 9"),
@@ -1606,7 +1607,8 @@ TEST_F(ResumeTest, ATpeSweepRepeatsItselfAndAResumeProposesWhatARunWould) {
   EXPECT_EQ(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
                   "s.name = 'rand' AND t.proposed_by != ''")[0][0],
             "0");
-  const json listed = json::parse(Sweep("trials whole --json").out);
+  json listed;
+  ASSERT_NO_FATAL_FAILURE(listed = SweepJson("trials whole --json"));
   EXPECT_EQ(listed[0]["proposed_by"], "startup random");
   EXPECT_EQ(listed[7]["proposed_by"], "tpe");
   const Output status = Sweep("status whole");
