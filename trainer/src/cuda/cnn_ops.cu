@@ -371,19 +371,10 @@ __device__ inline PoolRow PoolRowOf(const PoolGeom& p, int64_t r, int C) {
   return at;
 }
 
-// Batch norm's output gradient at that row and channel c where the pool's backward would give
-// it: 0.0f plus its window's gradient where it was the window's maximum, as
-// MaxPoolBackwardKernel adds it; 0 in a row or column no window covers.
-__device__ inline float PoolGradAt(const PoolGeom& p, const PoolRow& at, int c) {
-  if (!at.inside) return 0.0f;
-  return p.argmax[at.o + c] == at.within + c ? 0.0f + p.dout(at.o + c) : 0.0f;
-}
-
-__device__ inline float PoolGradOfRow(const PoolGeom& p, int64_t r, int c, int C) {
-  return PoolGradAt(p, PoolRowOf(p, r, C), c);
-}
-
-// PoolGradAt for channels c .. c + V - 1, the argmax, gradient and mask read whole.
+// Batch norm's output gradient at that row, channels c .. c + V - 1, where the pool's backward
+// would give it: 0.0f plus its window's gradient where it was the window's maximum, as
+// MaxPoolBackwardKernel adds it; 0 in a row or column no window covers. The argmax, gradient
+// and mask read whole.
 template <int V>
 __device__ inline void PoolGradsAt(const PoolGeom& p, const PoolRow& at, int c, float* di) {
   if (!at.inside) {
@@ -408,6 +399,14 @@ __device__ inline void PoolGradsAt(const PoolGeom& p, const PoolRow& at, int c, 
   }
 #pragma unroll
   for (int q = 0; q < V; ++q) di[q] = arg[q] == at.within + c + q ? 0.0f + grad[q] : 0.0f;
+}
+
+// One channel's, for the partial sums: the gradient read only where it is the window's
+// maximum (one in four of a 2x2 pool's inputs), where PoolGradsAt reads a quad whole.
+__device__ inline float PoolGradOfRow(const PoolGeom& p, int64_t r, int c, int C) {
+  const PoolRow at = PoolRowOf(p, r, C);
+  if (!at.inside) return 0.0f;
+  return p.argmax[at.o + c] == at.within + c ? 0.0f + p.dout(at.o + c) : 0.0f;
 }
 
 // Element i's row and channel in an [rows, C] array: by the divider where indices are 32-bit.
@@ -811,6 +810,16 @@ bool BnVec(int64_t C, std::initializer_list<const void*> halves,
   return true;
 }
 
+// Calls launch(std::integral_constant<int, V>{}): V = kBnVec channels a thread where vec, else 1.
+template <typename F>
+void ByVec(bool vec, const F& launch) {
+  if (vec) {
+    launch(std::integral_constant<int, kBnVec>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
+}
+
 int PoolOut(int size, int K, int stride) { return (size - K) / stride + 1; }
 
 }  // namespace
@@ -1021,18 +1030,14 @@ Status PoolApply(const BnSide& a, const BnSide& b, const PoolGeom& g, int C, con
                  bool bf16, cudaStream_t stream) {
   const int n = pool.B * g.OH * g.OW * C;
   if (n == 0) return Status::Ok();
-  auto launch = [&](auto vec) {
-    constexpr int V = decltype(vec)::value;
-    Launch(BnPoolApplyKernel<int, V>, Blocks(n / V), kThreads, stream, pool.out, pool.out16,
-           pool.argmax, a, b, g, n / V, C, FastDiv(C), pool.relu, bf16);
-  };
   const bool x32 = a.x16 == nullptr, y32 = b.gamma != nullptr && b.x16 == nullptr;
-  if (BnVec(C, {a.x16, b.x16, pool.out16},
-            {x32 ? a.x : nullptr, y32 ? b.x : nullptr, pool.out, pool.argmax})) {
-    launch(std::integral_constant<int, kBnVec>{});
-  } else {
-    launch(std::integral_constant<int, 1>{});
-  }
+  ByVec(BnVec(C, {a.x16, b.x16, pool.out16},
+              {x32 ? a.x : nullptr, y32 ? b.x : nullptr, pool.out, pool.argmax}),
+        [&](auto v) {
+          constexpr int V = decltype(v)::value;
+          Launch(BnPoolApplyKernel<int, V>, Blocks(n / V), kThreads, stream, pool.out, pool.out16,
+                 pool.argmax, a, b, g, n / V, C, FastDiv(C), pool.relu, bf16);
+        });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
 }
@@ -1055,17 +1060,12 @@ Status BnApply(float* out, float* pre, const float* x, const float* gamma, const
   const bool vec = BnVec(C, {half.x, half.out}, {half.x == nullptr ? x : nullptr, out, pre});
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
-    auto launch = [&](auto v) {
+    ByVec(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
       Launch(BnApplyKernel<Index, V>, Blocks(N * C / V), kThreads, stream, out, pre, half.out, x,
              half.x, gamma, beta, mean, invstd, running_var, static_cast<Index>(N * C / V), C,
              FastDiv(C), eps, act, bf16);
-    };
-    if (vec) {
-      launch(std::integral_constant<int, kBnVec>{});
-    } else {
-      launch(std::integral_constant<int, 1>{});
-    }
+    });
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
@@ -1162,29 +1162,21 @@ Status batchnorm_backward(float* dx, float* dgamma, float* dbeta, float* d, cons
     return s;
   }
   if (dx == nullptr && half.dx == nullptr) return Status::Ok();  // the model's input: none wanted
-  const float* d32 = pool == nullptr && half.d == nullptr ? d : nullptr;
-  const bool vec =
-      pool != nullptr
-          ? BnVec(C, {half.x, half.dx, pool->dout16},
-                  {half.x == nullptr ? x : nullptr, half.dx == nullptr ? dx : nullptr, pool->argmax,
-                   pool->dout16 == nullptr ? pool->dout : nullptr,
-                   pool->dout16 != nullptr && pool->relu ? pool->out : nullptr})
-          : BnVec(C, {half.d, half.x, half.dx},
-                  {d32, half.x == nullptr ? x : nullptr, half.dx == nullptr ? dx : nullptr});
+  // The arrays the kernel reads whole: g's pool gradient (argmax null without a pool) or d.
+  const bool pooled = g.argmax != nullptr;
+  const bool vec = BnVec(C, {pooled ? nullptr : half.d, half.x, half.dx, g.dout.d16},
+                         {pooled || half.d != nullptr ? nullptr : d,
+                          half.x == nullptr ? x : nullptr, half.dx == nullptr ? dx : nullptr,
+                          g.argmax, g.dout.d16 == nullptr ? g.dout.d : nullptr, g.dout.mask});
   ByIndex(N * C, [&](auto index) {
     using Index = decltype(index);
-    auto launch = [&](auto v) {
+    ByVec(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
       Launch(BnGradApplyKernel<Index, V>, Blocks(N * C / V), kThreads, stream, dx, half.dx,
              static_cast<const float*>(d), static_cast<const uint16_t*>(half.d), x, half.x, mean,
              static_cast<const float*>(coef), gamma, beta, invstd, relu && out == nullptr, g,
              static_cast<Index>(N * C / V), C, FastDiv(C), accumulate_dx, bf16);
-    };
-    if (vec) {
-      launch(std::integral_constant<int, kBnVec>{});
-    } else {
-      launch(std::integral_constant<int, 1>{});
-    }
+    });
   });
   CUDA_CHECK(cudaGetLastError());
   return Status::Ok();
