@@ -264,12 +264,15 @@ __device__ inline void StoreWide(T* p, const Wide& w) {
 #endif
 }
 
+// Four 32-bit values as one vector type: fp32 values, or int32 argmax indices.
+template <typename T>
+using Quad = std::conditional_t<std::is_same_v<T, float>, float4, int4>;
+
 // p[i .. i + V) (V == 4: one 16-byte load).
 template <int V, typename T, typename Index>
 __device__ inline void Words(const T* p, Index i, T* v) {
   if constexpr (V == 4) {
-    using Quad = std::conditional_t<std::is_same_v<T, float>, float4, int4>;
-    const Quad w = LoadWide<Quad>(p + i);
+    const Quad<T> w = LoadWide<Quad<T>>(p + i);
     v[0] = w.x, v[1] = w.y, v[2] = w.z, v[3] = w.w;
   } else {
 #pragma unroll
@@ -279,8 +282,7 @@ __device__ inline void Words(const T* p, Index i, T* v) {
 template <int V, typename T, typename Index>
 __device__ inline void StoreWords(T* p, Index i, const T* v) {
   if constexpr (V == 4) {
-    using Quad = std::conditional_t<std::is_same_v<T, float>, float4, int4>;
-    StoreWide(p + i, Quad{v[0], v[1], v[2], v[3]});
+    StoreWide(p + i, Quad<T>{v[0], v[1], v[2], v[3]});
   } else {
 #pragma unroll
     for (int q = 0; q < V; ++q) p[i + q] = v[q];
