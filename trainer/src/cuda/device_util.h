@@ -1,6 +1,6 @@
-// What the CUDA kernel files (ops.cu, cnn_ops.cu) share: the launch geometry of their
-// grid-stride loops, the 16-bit conversion, and the activations' forward and gradient, so both
-// compute the same bits for the same inputs.
+// What the CUDA kernel files (ops.cu, cnn_ops.cu, bn_ops.cu, direct_conv.cu) share: the launch
+// geometry of their grid-stride loops, the 16-bit conversion, and the activations' forward and
+// gradient, so all compute the same bits for the same inputs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -48,6 +48,18 @@ __device__ inline int64_t FirstIndex() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ inline int64_t Stride() { return static_cast<int64_t>(blockDim.x) * gridDim.x; }
+// FirstIndex and Stride in the kernel's index type (ByIndex).
+template <typename Index>
+__device__ inline Index FirstOf() {
+  return static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+template <typename Index>
+__device__ inline Index StrideOf() {
+  return static_cast<Index>(blockDim.x) * gridDim.x;
+}
+
+// Outputs of a pooling window K wide at `stride` over `size` inputs (no padding).
+inline int PoolOut(int size, int K, int stride) { return (size - K) / stride + 1; }
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
