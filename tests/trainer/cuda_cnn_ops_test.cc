@@ -5,6 +5,7 @@
 // CPU's); max pooling's argmax exactly. Skipped where no CUDA device is present (label `gpu`); the
 // emulator runs the same file on every machine (`emu.` tests).
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -351,6 +352,90 @@ TEST_F(CudaCnnOps, BatchNormsFourChannelPassesGiveTheOneChannelBits) {
     take(pool_out.data(), pooled * 4);
     take(pout16, pooled * 2);
     take(argmax.data(), pooled * 4);
+  };
+  std::vector<std::vector<uint8_t>> four, one;
+  run(0, &four);
+  run(1, &one);
+  ASSERT_EQ(four.size(), one.size());
+  for (size_t k = 0; k < four.size(); ++k) EXPECT_EQ(four[k], one[k]) << "output " << k;
+}
+
+// The statistics' and backward's sums four channels a thread against one, over three ranges of
+// rows and a second block of channels partly filled: fp32 and fp16, ReLU's mask read from the
+// forward's output and written back into the gradient (which the sums pass writes).
+TEST_F(CudaCnnOps, BatchNormSumsFourChannelsGiveTheOneChannelBits) {
+  const int C = 40;
+  const int64_t N = 2100, n = N * C;
+  const std::vector<float> x = Random(Count(n), 40, 2.0), d = Random(Count(n), 41);
+  const std::vector<float> gamma = Random(Count(C), 42), beta = Random(Count(C), 43);
+  std::vector<uint16_t> x16, d16;
+  for (float v : x) x16.push_back(test::HostFp16(v));
+  for (float v : d) d16.push_back(test::HostFp16(v));
+  auto run = [&](int shift, std::vector<std::vector<uint8_t>>* got) {
+    std::vector<DeviceBuffer<uint8_t>> keep;
+    // An array `shift` elements into a buffer of whole 16-byte blocks (aligned to 16 bytes on a
+    // GPU and in the emulator), holding h (or zeros).
+    auto place = [&](auto h, int64_t size) {
+      using T = typename decltype(h)::value_type;
+      std::vector<uint8_t> bytes(Count((size + 8) * 4 / 16 * 16));
+      std::memcpy(bytes.data() + shift * sizeof(T), h.data(), h.size() * sizeof(T));
+      keep.push_back(Up(bytes));
+      return reinterpret_cast<T*>(keep.back().data()) + shift;
+    };
+    auto take = [&](const void* p, int64_t bytes) {
+      std::vector<uint8_t> h(Count(bytes));
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      got->push_back(h);
+    };
+    const std::vector<float> none(Count(C));
+    DeviceBuffer<float> g_gamma = Up(gamma), g_beta = Up(beta), mean = Up(none), inv = Up(none);
+    DeviceBuffer<float> rmean = Up(none), rvar = Up(std::vector<float>(Count(C), 1.0f));
+    DeviceBuffer<float> dgamma = Up(none), dbeta = Up(none);
+    DeviceBuffer<uint8_t> scratch = Up(std::vector<uint8_t>(Count(batchnorm_scratch_bytes(N, C))));
+    auto stats = [&] {
+      for (const DeviceBuffer<float>* b : {&mean, &inv, &rmean, &rvar}) take(b->data(), C * 4);
+    };
+    float* gx = place(x, n);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(gx) % 16, shift == 0 ? 0u : 4u);
+    float* gd = place(d, n);
+    float* out = place(std::vector<float>{}, n);
+    float* pre = place(std::vector<float>{}, n);
+    float* dx = place(std::vector<float>{}, n);
+    ASSERT_TRUE(batchnorm_forward(out, pre, mean.data(), inv.data(), gx, g_gamma.data(),
+                                  g_beta.data(), rmean.data(), rvar.data(), N, C, 0.1f, 1e-5f,
+                                  cpu::Activation::kRelu, scratch.data(), nullptr)
+                    .ok());
+    stats();
+    take(out, n * 4);
+    ASSERT_TRUE(batchnorm_backward(dx, dgamma.data(), dbeta.data(), gd, gx, pre, out, mean.data(),
+                                   inv.data(), g_gamma.data(), N, C, cpu::Activation::kRelu, false,
+                                   false, scratch.data(), nullptr)
+                    .ok());
+    take(dx, n * 4);
+    take(gd, n * 4);
+    take(dgamma.data(), C * 4);
+    take(dbeta.data(), C * 4);
+    // fp16: the mask from the fp32 output, the 16-bit gradient written back.
+    const cpu::HalfType fp16 = cpu::HalfType::kFp16;
+    uint16_t* hx = place(x16, n);
+    uint16_t* hd = place(d16, n);
+    uint16_t* hdx = place(std::vector<uint16_t>{}, n);
+    ASSERT_TRUE(batchnorm_forward(out, pre, mean.data(), inv.data(), nullptr, g_gamma.data(),
+                                  g_beta.data(), rmean.data(), rvar.data(), N, C, 0.1f, 1e-5f,
+                                  cpu::Activation::kRelu, scratch.data(), nullptr,
+                                  BnHalf{hx, nullptr, nullptr, nullptr, fp16})
+                    .ok());
+    stats();
+    ASSERT_TRUE(batchnorm_backward(nullptr, dgamma.data(), dbeta.data(), nullptr, nullptr, pre, out,
+                                   mean.data(), inv.data(), g_gamma.data(), N, C,
+                                   cpu::Activation::kRelu, true, false, scratch.data(), nullptr,
+                                   BnHalf{hx, nullptr, hd, hdx, fp16})
+                    .ok());
+    take(hdx, n * 2);
+    take(hd, n * 2);
+    take(dgamma.data(), C * 4);
+    take(dbeta.data(), C * 4);
   };
   std::vector<std::vector<uint8_t>> four, one;
   run(0, &four);
