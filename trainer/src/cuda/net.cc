@@ -163,11 +163,9 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
     return Status::Internal("cuda: a batch of " + std::to_string(B) + " rows; the net holds " +
                             std::to_string(max_batch_));
   }
-  const float* p = params_.data();
-  const uint16_t* p16 = params16_.data();
   if (half() && !half_params_fresh_) {
     SWEEP_RETURN_IF_ERROR(
-        cast_to_half(params16_.data(), p, model_.num_params, half_type_, stream_));
+        cast_to_half(params16_.data(), params_.data(), model_.num_params, half_type_, stream_));
     half_params_fresh_ = true;
   }
   std::fill(in16_ready_.begin(), in16_ready_.end(), 0);  // none from a forward left unfinished
@@ -176,134 +174,22 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
     const size_t at = static_cast<size_t>(i);
     const Layer& l = model_.layer(i);
     const float* in = l.input < 0 ? x : val_[static_cast<size_t>(l.input)];
-    const int64_t n_in = int64_t{B} * l.in_shape.size(), n_out = int64_t{B} * l.out_shape.size();
-    // bf16 / fp16: a GEMM layer's input as 16 bits, kept for its weight gradient.
-    uint16_t* in16 = nullptr;
-    if (half() && (l.kind == LayerKind::kLinear || l.kind == LayerKind::kConv)) {
-      const int src = lay_.in16_of[at];
-      in16 = in16_[static_cast<size_t>(src)].data();
-      // A direct convolution alone reading the input needs no copy (NetLayout gives none, or
-      // one for cuDNN's side where autotuning may choose it).
-      if (in16 == nullptr && !lay_.direct_conv[at]) {
-        return Status::Internal("cuda: layer " + std::to_string(i) +
-                                " has no 16-bit copy of its input");
-      }
-      bool wanted = in16 != nullptr;
-      if (wanted && lay_.direct_conv[at] && !lay_.in16_shared[at]) {
-        SWEEP_ASSIGN_OR_RETURN(const bool direct, DirectRuns(i, B, in));
-        wanted = !direct;
-      }
-      if (src == i && wanted) {  // else the GEMM before it that reads it made it
-        if (!in16_ready_[at]) {
-          SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
-        }
-        in16_ready_[at] = 0;
-      }
-    }
+    const int64_t n_out = int64_t{B} * l.out_shape.size();
     // An activation's 16-bit copy for the GEMM layer that alone reads it, in its own pass.
     uint16_t* copy16 = nullptr;
     if (const int j = lay_.copy16_for[at]; j >= 0) copy16 = in16_[static_cast<size_t>(j)].data();
     float* out = out_[at].data();
     val_[at] = out;
     switch (l.kind) {
-      case LayerKind::kLinear: {
-        const int C = static_cast<int>(l.in_shape.size());
-        if (half()) {
-          SWEEP_RETURN_IF_ERROR(
-              matmul_forward_half(blas_, out, in16, p16 + l.weight, B, C, l.out, half_type_));
-        } else {
-          SWEEP_RETURN_IF_ERROR(matmul_forward(blas_, out, in, p + l.weight, B, C, l.out));
-        }
-        if (const int a = lay_.lin_relu[at]; a >= 0) {
-          // The ReLU reading it, in the bias's pass, with its GEMM reader's 16-bit input.
-          float* relu_out = out_[static_cast<size_t>(a)].data();
-          const int j = lay_.copy16_for[static_cast<size_t>(a)];
-          uint16_t* relu16 = j >= 0 ? in16_[static_cast<size_t>(j)].data() : nullptr;
-          SWEEP_RETURN_IF_ERROR(bias_act_forward(relu_out, out, p + l.bias_at, B, l.out,
-                                                 Activation::kRelu, stream_, relu16, half_type_));
-          val_[static_cast<size_t>(a)] = relu_out;
-          if (relu16 != nullptr) Copy16Made(a);
-        } else if (l.bias_at >= 0) {
-          SWEEP_RETURN_IF_ERROR(
-              bias_act_forward(out, out, p + l.bias_at, B, l.out, Activation::kNone, stream_));
-        }
+      case LayerKind::kLinear:
+        SWEEP_RETURN_IF_ERROR(ForwardLinear(i, B, in, out));
         break;
-      }
-      case LayerKind::kConv: {
-        SWEEP_ASSIGN_OR_RETURN(const bool to_norm16, ConvFeedsNorm16(i, B, train));
-        if (to_norm16) {  // the batch norm after it reads the 16 bits (no bias: lay_.bn16)
-          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, conv16_[at].data(), in, in16, p16 + l.weight));
-          break;
-        }
-        if (half()) {
-          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, h_out_.data(), in, in16, p16 + l.weight));
-          SWEEP_RETURN_IF_ERROR(widen_half(out, h_out_.data(), n_out, half_type_, false, stream_));
-        } else {
-          SWEEP_RETURN_IF_ERROR(ConvForward(i, B, out, in, nullptr, p + l.weight));
-        }
-        if (l.bias_at >= 0) {
-          const int rows = B * l.out_shape.h * l.out_shape.w;
-          SWEEP_RETURN_IF_ERROR(
-              bias_act_forward(out, out, p + l.bias_at, rows, l.out, Activation::kNone, stream_));
-        }
+      case LayerKind::kConv:
+        SWEEP_RETURN_IF_ERROR(ForwardConv(i, B, train, in, out));
         break;
-      }
-      case LayerKind::kBatchNorm: {
-        const int C = l.in_shape.c;
-        const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
-        float* rm = stats_.data() + l.stats;
-        SWEEP_ASSIGN_OR_RETURN(const bool ours, NormOurs(i, B, train));
-        if (!ours) {
-          float* mean = mean_[at].data();
-          float* invstd = invstd_[at].data();
-          SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
-          SWEEP_RETURN_IF_ERROR(
-              bn->Forward(out, mean, invstd, in, p + l.weight, p + l.bias_at, workspace_.data()));
-          SWEEP_RETURN_IF_ERROR(
-              batchnorm_running_update(rm, rm + C, mean, invstd, N, C, l.momentum, l.eps, stream_));
-          break;
-        }
-        // Our kernels apply the ReLU reading this layer too, writing its output instead; and
-        // where a GEMM alone reads that, its 16-bit input only (the fp32 one is left stale).
-        const int a = lay_.bn_relu[at];
-        const int o = a >= 0 ? a : i;
-        float* dst = out_[static_cast<size_t>(o)].data();
-        val_[static_cast<size_t>(o)] = dst;
-        const Activation act = a >= 0 ? Activation::kRelu : Activation::kNone;
-        const BnHalf h = NormHalf(i);
-        if (h.out != nullptr) Copy16Made(o);
-        float* dst32 = h.out != nullptr ? nullptr : dst;
-        // Or the max pool reading it gives its output here instead (and its 16-bit copy); or,
-        // at a residual block's end, the add after both batch norms does, and this one gives
-        // its statistics only.
-        SWEEP_ASSIGN_OR_RETURN(const bool runs_pool, NormRunsPool(i, B, train));
-        if (runs_pool && lay_.norm_pair[at] >= 0) {
-          if (train) {
-            SWEEP_RETURN_IF_ERROR(batchnorm_forward(nullptr, nullptr, mean_[at].data(),
-                                                    invstd_[at].data(), in, p + l.weight,
-                                                    p + l.bias_at, rm, rm + C, N, C, l.momentum,
-                                                    l.eps, act, bn_scratch_.data(), stream_, h));
-          }
-          break;
-        }
-        BnPool bp;
-        if (runs_pool) {
-          bp = NormPool(i, B);
-          val_[static_cast<size_t>(lay_.norm_pool[at])] = bp.out;
-          Copy16Made(lay_.norm_pool[at]);
-        }
-        if (train) {
-          SWEEP_RETURN_IF_ERROR(
-              batchnorm_forward(dst32, nullptr, mean_[at].data(), invstd_[at].data(), in,
-                                p + l.weight, p + l.bias_at, rm, rm + C, N, C, l.momentum, l.eps,
-                                act, bn_scratch_.data(), stream_, h, runs_pool ? &bp : nullptr));
-        } else {
-          SWEEP_RETURN_IF_ERROR(batchnorm_eval(dst32, in, p + l.weight, p + l.bias_at, rm, rm + C,
-                                               N, C, l.eps, act, stream_, h,
-                                               runs_pool ? &bp : nullptr));
-        }
+      case LayerKind::kBatchNorm:
+        SWEEP_RETURN_IF_ERROR(ForwardNorm(i, B, train, in));
         break;
-      }
       case LayerKind::kActivation: {
         if (l.input >= 0 && lay_.lin_relu[static_cast<size_t>(l.input)] == i) break;  // its linear
         SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(i, B, train));
@@ -352,26 +238,161 @@ Status Net::Forward(const float* x, int B, bool train, uint64_t dropout_key, int
           val_[at] = in;
         }
         break;
-      case LayerKind::kAdd: {
-        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, AddInNorm(i, B, train));
-        if (in_norm) {  // both batch norms' apply passes, the sum and the pool after it
-          const int pool = lay_.add_pool[at];
-          const BnPool bp = NormPool(l.input, B);
-          val_[static_cast<size_t>(pool)] = bp.out;
-          Copy16Made(pool);
-          const Layer& bn = model_.layer(l.input);
-          SWEEP_RETURN_IF_ERROR(batchnorm_add_pool(
-              NormSide(l.input, x, train), NormSide(l.shortcut, x, train),
-              int64_t{B} * bn.in_shape.h * bn.in_shape.w, bn.in_shape.c, bp, half_type_, stream_));
-          break;
-        }
-        const float* other = l.shortcut < 0 ? x : val_[static_cast<size_t>(l.shortcut)];
-        SWEEP_RETURN_IF_ERROR(add_forward(out, in, other, n_out, stream_));
+      case LayerKind::kAdd:
+        SWEEP_RETURN_IF_ERROR(ForwardAdd(i, B, train, x, in, out));
         break;
-      }
     }
   }
   return Status::Ok();
+}
+
+Result<uint16_t*> Net::GemmInput16(int i, int B, const float* in) {
+  const size_t at = static_cast<size_t>(i);
+  const int src = lay_.in16_of[at];
+  uint16_t* in16 = in16_[static_cast<size_t>(src)].data();
+  // A direct convolution alone reading the input needs no copy (NetLayout gives none, or one for
+  // cuDNN's side where autotuning may choose it).
+  if (in16 == nullptr && !lay_.direct_conv[at]) {
+    return Status::Internal("cuda: layer " + std::to_string(i) +
+                            " has no 16-bit copy of its input");
+  }
+  bool wanted = in16 != nullptr;
+  if (wanted && lay_.direct_conv[at] && !lay_.in16_shared[at]) {
+    SWEEP_ASSIGN_OR_RETURN(const bool direct, DirectRuns(i, B, in));
+    wanted = !direct;
+  }
+  if (src == i && wanted) {  // else the GEMM before it that reads it made it
+    if (!in16_ready_[at]) {
+      const int64_t n_in = int64_t{B} * model_.layer(i).in_shape.size();
+      SWEEP_RETURN_IF_ERROR(cast_to_half(in16, in, n_in, half_type_, stream_));
+    }
+    in16_ready_[at] = 0;
+  }
+  return in16;
+}
+
+Status Net::ForwardLinear(int i, int B, const float* in, float* out) {
+  const size_t at = static_cast<size_t>(i);
+  const Layer& l = model_.layer(i);
+  const float* p = params_.data();
+  const int C = static_cast<int>(l.in_shape.size());
+  if (half()) {
+    SWEEP_ASSIGN_OR_RETURN(const uint16_t* in16, GemmInput16(i, B, in));
+    SWEEP_RETURN_IF_ERROR(matmul_forward_half(blas_, out, in16, params16_.data() + l.weight, B, C,
+                                              l.out, half_type_));
+  } else {
+    SWEEP_RETURN_IF_ERROR(matmul_forward(blas_, out, in, p + l.weight, B, C, l.out));
+  }
+  if (const int a = lay_.lin_relu[at]; a >= 0) {
+    // The ReLU reading it, in the bias's pass, with its GEMM reader's 16-bit input.
+    float* relu_out = out_[static_cast<size_t>(a)].data();
+    const int j = lay_.copy16_for[static_cast<size_t>(a)];
+    uint16_t* relu16 = j >= 0 ? in16_[static_cast<size_t>(j)].data() : nullptr;
+    SWEEP_RETURN_IF_ERROR(bias_act_forward(relu_out, out, p + l.bias_at, B, l.out,
+                                           Activation::kRelu, stream_, relu16, half_type_));
+    val_[static_cast<size_t>(a)] = relu_out;
+    if (relu16 != nullptr) Copy16Made(a);
+  } else if (l.bias_at >= 0) {
+    SWEEP_RETURN_IF_ERROR(
+        bias_act_forward(out, out, p + l.bias_at, B, l.out, Activation::kNone, stream_));
+  }
+  return Status::Ok();
+}
+
+Status Net::ForwardConv(int i, int B, bool train, const float* in, float* out) {
+  const size_t at = static_cast<size_t>(i);
+  const Layer& l = model_.layer(i);
+  // bf16 / fp16: the input as 16 bits, kept for the weight gradient.
+  uint16_t* in16 = nullptr;
+  if (half()) {
+    SWEEP_ASSIGN_OR_RETURN(in16, GemmInput16(i, B, in));
+  }
+  const uint16_t* w16 = params16_.data() + l.weight;
+  SWEEP_ASSIGN_OR_RETURN(const bool to_norm16, ConvFeedsNorm16(i, B, train));
+  if (to_norm16) {  // the batch norm after it reads the 16 bits (no bias: lay_.bn16)
+    return ConvForward(i, B, conv16_[at].data(), in, in16, w16);
+  }
+  if (half()) {
+    SWEEP_RETURN_IF_ERROR(ConvForward(i, B, h_out_.data(), in, in16, w16));
+    SWEEP_RETURN_IF_ERROR(widen_half(out, h_out_.data(), int64_t{B} * l.out_shape.size(),
+                                     half_type_, false, stream_));
+  } else {
+    SWEEP_RETURN_IF_ERROR(ConvForward(i, B, out, in, nullptr, params_.data() + l.weight));
+  }
+  if (l.bias_at >= 0) {
+    const int rows = B * l.out_shape.h * l.out_shape.w;
+    SWEEP_RETURN_IF_ERROR(bias_act_forward(out, out, params_.data() + l.bias_at, rows, l.out,
+                                           Activation::kNone, stream_));
+  }
+  return Status::Ok();
+}
+
+Status Net::ForwardNorm(int i, int B, bool train, const float* in) {
+  const size_t at = static_cast<size_t>(i);
+  const Layer& l = model_.layer(i);
+  const float* p = params_.data();
+  const int C = l.in_shape.c;
+  const int64_t N = int64_t{B} * l.in_shape.h * l.in_shape.w;
+  float* rm = stats_.data() + l.stats;
+  SWEEP_ASSIGN_OR_RETURN(const bool ours, NormOurs(i, B, train));
+  if (!ours) {
+    float* mean = mean_[at].data();
+    float* invstd = invstd_[at].data();
+    SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
+    SWEEP_RETURN_IF_ERROR(bn->Forward(out_[at].data(), mean, invstd, in, p + l.weight,
+                                      p + l.bias_at, workspace_.data()));
+    return batchnorm_running_update(rm, rm + C, mean, invstd, N, C, l.momentum, l.eps, stream_);
+  }
+  // Our kernels apply the ReLU reading this layer too, writing its output instead; and where a
+  // GEMM alone reads that, its 16-bit input only (the fp32 one is left stale).
+  const int a = lay_.bn_relu[at];
+  const int o = a >= 0 ? a : i;
+  float* dst = out_[static_cast<size_t>(o)].data();
+  val_[static_cast<size_t>(o)] = dst;
+  const Activation act = a >= 0 ? Activation::kRelu : Activation::kNone;
+  const BnHalf h = NormHalf(i);
+  if (h.out != nullptr) Copy16Made(o);
+  float* dst32 = h.out != nullptr ? nullptr : dst;
+  // Or the max pool reading it gives its output here instead (and its 16-bit copy); or, at a
+  // residual block's end, the add after both batch norms does, and this one gives its
+  // statistics only.
+  SWEEP_ASSIGN_OR_RETURN(const bool runs_pool, NormRunsPool(i, B, train));
+  if (runs_pool && lay_.norm_pair[at] >= 0) {
+    if (!train) return Status::Ok();
+    return batchnorm_forward(nullptr, nullptr, mean_[at].data(), invstd_[at].data(), in,
+                             p + l.weight, p + l.bias_at, rm, rm + C, N, C, l.momentum, l.eps, act,
+                             bn_scratch_.data(), stream_, h);
+  }
+  BnPool bp;
+  if (runs_pool) {
+    bp = NormPool(i, B);
+    val_[static_cast<size_t>(lay_.norm_pool[at])] = bp.out;
+    Copy16Made(lay_.norm_pool[at]);
+  }
+  if (train) {
+    return batchnorm_forward(dst32, nullptr, mean_[at].data(), invstd_[at].data(), in, p + l.weight,
+                             p + l.bias_at, rm, rm + C, N, C, l.momentum, l.eps, act,
+                             bn_scratch_.data(), stream_, h, runs_pool ? &bp : nullptr);
+  }
+  return batchnorm_eval(dst32, in, p + l.weight, p + l.bias_at, rm, rm + C, N, C, l.eps, act,
+                        stream_, h, runs_pool ? &bp : nullptr);
+}
+
+Status Net::ForwardAdd(int i, int B, bool train, const float* x, const float* in, float* out) {
+  const Layer& l = model_.layer(i);
+  SWEEP_ASSIGN_OR_RETURN(const bool in_norm, AddInNorm(i, B, train));
+  if (in_norm) {  // both batch norms' apply passes, the sum and the pool after it
+    const int pool = lay_.add_pool[static_cast<size_t>(i)];
+    const BnPool bp = NormPool(l.input, B);
+    val_[static_cast<size_t>(pool)] = bp.out;
+    Copy16Made(pool);
+    const Layer& bn = model_.layer(l.input);
+    return batchnorm_add_pool(NormSide(l.input, x, train), NormSide(l.shortcut, x, train),
+                              int64_t{B} * bn.in_shape.h * bn.in_shape.w, bn.in_shape.c, bp,
+                              half_type_, stream_);
+  }
+  const float* other = l.shortcut < 0 ? x : val_[static_cast<size_t>(l.shortcut)];
+  return add_forward(out, in, other, int64_t{B} * l.out_shape.size(), stream_);
 }
 
 Status Net::ForwardLossOn(const float* x, const int32_t* y, int B, float dloss_scale,
@@ -386,263 +407,6 @@ Status Net::ForwardLossOn(const float* x, const int32_t* y, int B, float dloss_s
     SWEEP_RETURN_IF_ERROR(scale_by(Grad(last), int64_t{B} * model_.classes, loss_scale, stream_));
   }
   return loss_sum(loss_.data(), losses_.data(), B, stream_, accumulate_loss);
-}
-
-Status Net::BackwardOn(const float* x, int B, bool accumulate, LayerHook* hook) {
-  const int L = static_cast<int>(model_.layers.size());
-  std::fill(written_.begin(), written_.end(), 0);
-  written_[static_cast<size_t>(lay_.gown[static_cast<size_t>(L - 1)])] = 1;  // the loss wrote it
-  const float* p = params_.data();
-  float* g = grads_.data();
-  // Where the gradient w.r.t. layer j's output goes, and whether it adds to what is there.
-  auto target = [&](int j, bool* add) -> float* {
-    if (j < 0) return nullptr;  // the model's input: no gradient wanted
-    char& w = written_[static_cast<size_t>(lay_.gown[static_cast<size_t>(j)])];
-    *add = w != 0;
-    w = 1;
-    return Grad(j);
-  };
-  // A gradient layer `reader`'s backward must write (j >= 0: not the model's input): a buffer
-  // the layout left out is named, not skipped.
-  auto need = [&](int reader, int j, const float* buf) -> Status {
-    if (j < 0 || buf != nullptr) return Status::Ok();
-    return Status::Internal("cuda: layer " + std::to_string(reader) +
-                            "'s backward has no buffer for layer " + std::to_string(j) +
-                            "'s gradient");
-  };
-  for (int i = L - 1; i >= 0; --i) {
-    const size_t at = static_cast<size_t>(i);
-    const Layer& l = model_.layer(i);
-    if (l.kind == LayerKind::kFlatten) continue;
-    const float* in = l.input < 0 ? x : val_[static_cast<size_t>(l.input)];
-    float* d = Grad(i);
-    const int64_t n_in = int64_t{B} * l.in_shape.size(), n_out = int64_t{B} * l.out_shape.size();
-    bool add = false;
-    switch (l.kind) {
-      case LayerKind::kLinear:
-      case LayerKind::kConv: {
-        const bool conv = l.kind == LayerKind::kConv;
-        const int rows = conv ? B * l.out_shape.h * l.out_shape.w : B;
-        // With the ReLU reading a linear layer (lay_.lin_relu): the gradient w.r.t. the ReLU's
-        // output, masked here into the one w.r.t. this layer's. In bf16 / fp16 the bias's pass
-        // writes the 16-bit gradient the GEMMs read (the same bits as a cast of its own).
-        const int relu = lay_.lin_relu[at];
-        if (relu >= 0) {
-          d = Grad(relu);
-          if (d == nullptr) return need(i, relu, d);
-        }
-        if (l.bias_at >= 0) {
-          SWEEP_RETURN_IF_ERROR(bias_act_backward(
-              d, g + l.bias_at, val_[at], relu >= 0 ? val_[static_cast<size_t>(relu)] : val_[at],
-              rows, l.out, relu >= 0 ? Activation::kRelu : Activation::kNone, stream_, accumulate,
-              half() ? h_d_.data() : nullptr, half_type_, true, bias_scratch_.data()));
-        }
-        float* d_in = target(l.input, &add);
-        // A 16-bit convolution checks below: its input may read the 16 bits itself.
-        if (!conv || !half()) SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
-        const uint16_t* p16 = params16_.data();
-        const uint16_t* in16 =
-            half() ? in16_[static_cast<size_t>(lay_.in16_of[at])].data() : nullptr;
-        if (half() && l.bias_at < 0) {
-          // The batch norm after a convolution may have written its 16-bit gradient already.
-          SWEEP_ASSIGN_OR_RETURN(const bool d16_written, ConvFeedsNorm16(i, B, true));
-          if (!d16_written) {
-            SWEEP_RETURN_IF_ERROR(cast_to_half(h_d_.data(), d, n_out, half_type_, stream_));
-          }
-        }
-        bool direct = false;
-        if (conv) {
-          SWEEP_ASSIGN_OR_RETURN(direct, DirectRuns(i, B, in));
-        }
-        if (direct) {  // the model's input: no data gradient
-          SWEEP_RETURN_IF_ERROR(direct_conv_backward_filter(
-              g + l.weight, in, half() ? static_cast<const void*>(h_d_.data()) : d,
-              ConvShapeOf(l, B), half(), half_type_, accumulate, direct_scratch_.data(), stream_));
-          break;
-        }
-        if (conv) {
-          SWEEP_ASSIGN_OR_RETURN(const CudnnConv* plan, Plan(i, B));
-          const int64_t nw = int64_t{l.out} * l.kernel * l.kernel * l.in_shape.c;
-          if (half()) {
-            // 16-bit gradients, widened into the fp32 ones (added where they accumulate).
-            SWEEP_RETURN_IF_ERROR(
-                plan->BackwardFilter(h_dw_.data(), in16, h_d_.data(), workspace_.data()));
-            SWEEP_RETURN_IF_ERROR(
-                widen_half(g + l.weight, h_dw_.data(), nw, half_type_, accumulate, stream_));
-            // Not d_in: a layer reading the 16 bits may have no fp32 gradient (NetLayout).
-            if (l.input >= 0) {
-              SWEEP_RETURN_IF_ERROR(
-                  plan->BackwardData(h_dx_.data(), h_d_.data(), p16 + l.weight, workspace_.data()));
-              // The activation right before (or the batch norm applying it), its only input,
-              // reads the 16 bits itself.
-              SWEEP_ASSIGN_OR_RETURN(const bool read16, Grad16Left(l.input, B));
-              if (!read16) {
-                SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
-                SWEEP_RETURN_IF_ERROR(
-                    widen_half(d_in, h_dx_.data(), n_in, half_type_, add, stream_));
-              }
-            }
-            break;
-          }
-          SWEEP_RETURN_IF_ERROR(plan->BackwardFilter(accumulate ? dw_tmp_.data() : g + l.weight, in,
-                                                     d, workspace_.data()));
-          if (accumulate) {
-            SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dw_tmp_.data(), nw, true, stream_));
-          }
-          if (d_in != nullptr) {
-            // A gradient already written by another reader is added to, through dtmp_.
-            float* dx = add ? dtmp_.data() : d_in;
-            SWEEP_RETURN_IF_ERROR(plan->BackwardData(dx, d, p + l.weight, workspace_.data()));
-            if (add) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dx, n_in, true, stream_));
-          }
-          break;
-        }
-        float* dx = d_in == nullptr ? nullptr : add ? dtmp_.data() : d_in;
-        if (half()) {
-          SWEEP_RETURN_IF_ERROR(matmul_backward_half(
-              blas_, dx, g + l.weight, h_d_.data(), in16, p16 + l.weight, B,
-              static_cast<int>(l.in_shape.size()), l.out, half_type_, accumulate));
-        } else {
-          SWEEP_RETURN_IF_ERROR(matmul_backward(blas_, dx, g + l.weight, d, in, p + l.weight, B,
-                                                static_cast<int>(l.in_shape.size()), l.out,
-                                                accumulate));
-        }
-        if (dx != nullptr && add) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dx, n_in, true, stream_));
-        break;
-      }
-      case LayerKind::kBatchNorm: {
-        float* d_in = target(l.input, &add);
-        SWEEP_ASSIGN_OR_RETURN(const CudnnBatchNorm* bn, NormPlan(i, B));
-        if (bn == nullptr) {
-          // The ReLU's gradient, masked by its output in the pass that sums (or by that output
-          // computed again, where only its 16-bit copy was written); the 16-bit arrays of
-          // NormHalf read and written in place of fp32 ones.
-          const int a = lay_.bn_relu[at];
-          const BnHalf h = NormHalf(i);
-          if (h.dx != nullptr && add) {
-            return Status::Internal("cuda: a 16-bit batch-norm gradient added to another");
-          }
-          if (h.dx == nullptr) SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
-          const float* out = h.out != nullptr ? nullptr : val_[static_cast<size_t>(a >= 0 ? a : i)];
-          SWEEP_ASSIGN_OR_RETURN(const bool runs_pool, NormRunsPool(i, B, true));
-          BnPool bp;
-          if (runs_pool) bp = NormPool(i, B);
-          SWEEP_RETURN_IF_ERROR(batchnorm_backward(
-              h.dx != nullptr ? nullptr : d_in, g + l.weight, g + l.bias_at, a >= 0 ? Grad(a) : d,
-              in, nullptr, out, mean_[at].data(), invstd_[at].data(), p + l.weight,
-              int64_t{B} * l.in_shape.h * l.in_shape.w, l.in_shape.c,
-              a >= 0 ? Activation::kRelu : Activation::kNone, accumulate, add, bn_scratch_.data(),
-              stream_, h, p + l.bias_at, runs_pool ? &bp : nullptr));
-          break;
-        }
-        // cuDNN overwrites its outputs: what adds to a gradient goes through scratch first.
-        // A first micro-batch's dscale and dbias go straight to the gradients, aligned as the
-        // ModelSpec lays parameters out (64 bytes): two copies fewer a layer.
-        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
-        const int C = l.in_shape.c;
-        float* dscale = accumulate ? bn_tmp_.data() : g + l.weight;
-        float* dbias = accumulate ? bn_tmp_.data() + bn_stride_ : g + l.bias_at;
-        float* dx = d_in != nullptr && !add ? d_in : dtmp_.data();
-        SWEEP_RETURN_IF_ERROR(bn->Backward(dx, dscale, dbias, d, in, p + l.weight, mean_[at].data(),
-                                           invstd_[at].data(), workspace_.data()));
-        if (accumulate) {
-          SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.weight, dscale, C, true, stream_));
-          SWEEP_RETURN_IF_ERROR(copy_or_add(g + l.bias_at, dbias, C, true, stream_));
-        }
-        if (d_in != nullptr && add)
-          SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, dtmp_.data(), n_in, true, stream_));
-        break;
-      }
-      case LayerKind::kActivation: {
-        // Its linear layer's bias pass applies its mask (lay_.lin_relu).
-        if (l.input >= 0 && lay_.lin_relu[static_cast<size_t>(l.input)] == i) break;
-        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, ReluInNorm(i, B, true));
-        if (in_norm) break;                   // its batch norm's backward takes the ReLU's gradient
-        if (lay_.relu_after_pool[at]) break;  // its max pool's backward took the ReLU's gradient
-        float* d_in = target(l.input, &add);
-        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
-        // The convolution after it left its gradient in 16 bits (Grad16Left).
-        SWEEP_ASSIGN_OR_RETURN(const bool from16, Grad16Left(i, B));
-        if (d_in != nullptr) {
-          SWEEP_RETURN_IF_ERROR(act_backward(d_in, d, in, val_[at], n_out, l.act, add, stream_,
-                                             from16 ? h_dx_.data() : nullptr, half_type_));
-        }
-        break;
-      }
-      case LayerKind::kMaxPool: {
-        // The batch norm it runs in spreads the gradient itself (BnPool), leaving d_in stale;
-        // and where the convolution after left it in 16 bits, applies the ReLU's mask too.
-        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, PoolInNorm(i, B, true));
-        SWEEP_ASSIGN_OR_RETURN(const bool read16, Grad16Left(i, B));
-        int from = l.input;
-        if (from >= 0 && lay_.relu_after_pool[static_cast<size_t>(from)]) {
-          // The ReLU's gradient on the pooled output, in place, then to the ReLU's input.
-          if (!read16) {
-            SWEEP_RETURN_IF_ERROR(
-                act_backward(d, d, val_[at], val_[at], n_out, Activation::kRelu, false, stream_));
-          }
-          from = model_.layer(from).input;
-        }
-        float* d_in = target(from, &add);
-        if (!in_norm) SWEEP_RETURN_IF_ERROR(need(i, from, d_in));
-        if (d_in != nullptr && !in_norm) {
-          SWEEP_RETURN_IF_ERROR(maxpool_backward(d_in, d, argmax_[at].data(), B, l.in_shape.h,
-                                                 l.in_shape.w, l.in_shape.c, l.kernel, l.stride,
-                                                 add, stream_));
-        }
-        break;
-      }
-      case LayerKind::kAvgPool: {
-        float* d_in = target(l.input, &add);
-        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
-        if (d_in != nullptr) {
-          SWEEP_RETURN_IF_ERROR(avgpool_backward(d_in, d, B, l.in_shape.h, l.in_shape.w,
-                                                 l.in_shape.c, l.kernel, l.stride, add, stream_));
-        }
-        break;
-      }
-      case LayerKind::kGlobalAvgPool: {
-        float* d_in = target(l.input, &add);
-        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
-        if (d_in != nullptr) {
-          SWEEP_RETURN_IF_ERROR(global_avgpool_backward(d_in, d, B, l.in_shape.h * l.in_shape.w,
-                                                        l.in_shape.c, add, stream_));
-        }
-        break;
-      }
-      case LayerKind::kDropout: {
-        float* d_in = target(l.input, &add);
-        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
-        if (d_in == nullptr) break;
-        if (l.p > 0) SWEEP_RETURN_IF_ERROR(dropout_backward(d, mask_[at].data(), n_out, stream_));
-        SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, d, n_out, add, stream_));
-        break;
-      }
-      case LayerKind::kAdd: {
-        SWEEP_ASSIGN_OR_RETURN(const bool in_norm, AddInNorm(i, B, true));
-        if (in_norm) {  // both batch norms read the pool's gradient (BnPool)
-          bool unused = false;
-          target(l.input, &unused);
-          target(l.shortcut, &unused);
-          break;
-        }
-        float* d_in = target(l.input, &add);
-        SWEEP_RETURN_IF_ERROR(need(i, l.input, d_in));
-        if (d_in != nullptr) SWEEP_RETURN_IF_ERROR(copy_or_add(d_in, d, n_out, add, stream_));
-        bool add2 = false;
-        float* d_short = target(l.shortcut, &add2);
-        SWEEP_RETURN_IF_ERROR(need(i, l.shortcut, d_short));
-        if (d_short != nullptr) {
-          SWEEP_RETURN_IF_ERROR(copy_or_add(d_short, d, n_out, add2, stream_));
-        }
-        break;
-      }
-      case LayerKind::kFlatten:
-        break;
-    }
-    if (hook != nullptr && l.has_params()) SWEEP_RETURN_IF_ERROR(hook->LayerDone(l.param_index));
-  }
-  return Status::Ok();
 }
 
 Status Net::EvaluateOn(const float* x, const int32_t* y, int B, double* loss_total,

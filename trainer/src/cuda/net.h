@@ -100,6 +100,31 @@ class Net final : public ReplicaModel {
   Status Allocate();
   // The layers in order; the logits end in y_.back().
   Status Forward(const float* x, int B, bool train, uint64_t dropout_key, int64_t first_row);
+  // Forward's passes of layer i for the kinds that take more than one call, on its input `in`
+  // (x: the model's), writing out (its out_ buffer) or the buffers its fusions name.
+  Status ForwardLinear(int i, int B, const float* in, float* out);
+  Status ForwardConv(int i, int B, bool train, const float* in, float* out);
+  Status ForwardNorm(int i, int B, bool train, const float* in);
+  Status ForwardAdd(int i, int B, bool train, const float* x, const float* in, float* out);
+  // bf16 / fp16: GEMM layer i's 16-bit input, kept for its weight gradient, cast from `in` here
+  // unless the pass before wrote it (in16_ready_) or another GEMM reading it did; null where a
+  // direct convolution alone reads the input.
+  Result<uint16_t*> GemmInput16(int i, int B, const float* in);
+  // BackwardOn's passes of layer i for the kinds that take more than one call.
+  Status BackwardGemm(int i, int B, const float* in, bool accumulate);
+  // A convolution's weight and data gradients from output gradient d (h_d_ in bf16 / fp16) into
+  // d_in (added to where `add`), or the 16 bits the layer before reads (Grad16Left).
+  Status BackwardConv(int i, int B, const float* in, const uint16_t* in16, const float* d,
+                      float* d_in, bool add, bool accumulate);
+  Status BackwardNorm(int i, int B, const float* in, bool accumulate);
+  Status BackwardMaxPool(int i, int B);
+  Status BackwardAdd(int i, int B);
+  // Where this backward's gradient w.r.t. layer j's output goes (null for the model's input), and
+  // whether it adds to what is there: written_ says whether a reader wrote it already.
+  float* GradTarget(int j, bool* add);
+  // A gradient `reader`'s backward must write (j >= 0: not the model's input): a buffer the layout
+  // left out is named, not skipped.
+  static Status NeedGrad(int reader, int j, const float* buf);
   // Layer i's convolution plans for B rows, made at their first use.
   Result<const CudnnConv*> Plan(int i, int B);
   // Layer i's convolution forward at B rows: our direct kernels where they run (DirectRuns),
