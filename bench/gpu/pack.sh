@@ -2,7 +2,7 @@
 # Packs what run_on_gpu.sh needs on a GPU machine that has neither our Debian libraries nor the
 # dataset, small enough to carry there (well under 64 MiB): the four GPU binaries, stripped, in
 # BUILD_DIR's layout; the libraries they link (bundle_libs.sh; run_on_gpu.sh uses only those the
-# machine lacks); and the Fashion-MNIST files. One gzip tarball, OUT_DIR/pack.tar.gz (47 MB;
+# machine lacks); and the Fashion-MNIST files. One gzip tarball, OUT_DIR/pack.tar.gz (55 MB;
 # gzip rather than xz, which saves 9 MB, because every machine can unpack gzip).
 # Usage: bench/gpu/pack.sh [BUILD_DIR] [OUT_DIR] [DATA_DIR]
 #   (defaults: build, build-gpu-pack, /usr/share/datasets/fashion-mnist)

@@ -8,7 +8,8 @@ std::string VersionText() {
   std::string text = "sweep " SWEEP_VERSION " (commit " + std::string(BuildCommit()) + ")\n";
 #ifdef SWEEP_BUILT_CUDA
   // cuBLAS and NCCL are opened at the first GPU trial: the machine's own libraries are used.
-  text += "CUDA: " SWEEP_BUILT_CUDA " (cuBLAS opened at run time)\n";
+  text += "CUDA: " SWEEP_BUILT_CUDA
+          " (cuBLAS opened at run time; kernels for " SWEEP_BUILT_CUDA_ARCHS ")\n";
 #else
   text += "CUDA: no (CPU slots only)\n";
 #endif

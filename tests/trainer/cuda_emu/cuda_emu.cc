@@ -189,6 +189,8 @@ std::map<void*, Mapping>& Allocations() {
 // devices together: the tests that set a limit use one).
 size_t memory_limit = size_t{12} << 30;
 size_t memory_used = 0;
+// Every device's, major * 10 + minor (cuda_emu::SetComputeCapability).
+std::atomic<int> compute_capability{90};
 
 void Gemm(bool ta, bool tb, int m, int n, int k, float a, const void* A, cudaDataType_t Atype,
           int lda, const void* B, cudaDataType_t Btype, int ldb, float b, float* c, int ldc,
@@ -390,6 +392,19 @@ cudaError_t cudaSetDevice(int device) {
 cudaError_t cudaGetDevice(int* device) {
   *device = current_device;
   return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device < 0 || device >= kDevices) return Failed(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = compute_capability / 10;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = compute_capability % 10;
+      return cudaSuccess;
+  }
+  return Failed(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
@@ -706,6 +721,10 @@ void QueueFromPageable(cudaStream_t s, void* dst, const void* src, size_t bytes)
 namespace cuda_emu {
 
 void StallEventQueries(bool stall) { stall_queries = stall; }
+
+int SetComputeCapability(int major, int minor) {
+  return compute_capability.exchange(major * 10 + minor);
+}
 
 size_t SetDeviceMemory(size_t bytes) {
   std::lock_guard<std::mutex> lock(memory_mu);

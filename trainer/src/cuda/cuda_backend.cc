@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/device_arch.h"
 #include "cuda/net_layout.h"
 #include "cuda/replica_group.h"
 #include "cuda/replica_model.h"
@@ -182,7 +183,12 @@ class CudaBackend final : public Backend {
           " needs NCCL for the gradient all-reduce, and this build has none (install NCCL and "
           "rebuild, or run the trial with gpus = 1)");
     }
-    return GroupDevices(spec, *count).status();
+    SWEEP_ASSIGN_OR_RETURN(const std::vector<int> devices, GroupDevices(spec, *count));
+    // A GPU the kernels were not built for fails every launch: refused here with the fix.
+    for (int d : devices) {
+      SWEEP_RETURN_IF_ERROR(CheckDeviceArchitecture(d, spec.precision, BuiltArchitectures()));
+    }
+    return Status::Ok();
   }
   Result<std::unique_ptr<ReplicaGroup>> CreateGroup(const GroupSpec& spec) const override {
     SWEEP_RETURN_IF_ERROR(Supports(spec));

@@ -154,6 +154,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total);
+enum cudaDeviceAttr {
+  cudaDevAttrComputeCapabilityMajor = 75,
+  cudaDevAttrComputeCapabilityMinor = 76,
+};
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaHostAlloc(void** ptr, size_t bytes, unsigned int flags);
 cudaError_t cudaFreeHost(void* ptr);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags);
@@ -202,6 +207,10 @@ void StallEventQueries(bool stall);
 // cudaMemGetInfo reports them less what is allocated, and a cudaMalloc past them fails with
 // cudaErrorMemoryAllocation, as a full GPU's does. Returns the previous limit.
 size_t SetDeviceMemory(size_t bytes);
+
+// For tests: every device's compute capability, as cudaDeviceGetAttribute reports it (9.0
+// unless set). Returns the previous one as major * 10 + minor.
+int SetComputeCapability(int major, int minor);
 
 // Dies naming the block where p is not a multiple of `bytes` (SWEEP_CHECK_ALIGNED).
 void CheckAligned(const void* p, size_t bytes);
