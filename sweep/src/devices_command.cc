@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -12,12 +13,18 @@
 
 #include "executor/slots.h"
 #include "output.h"
+#include "trainer/trainer.h"
 
 namespace sweep {
 
 namespace {
 
 using nlohmann::json;
+
+// Why this build's GPU trials cannot run on slot s's GPU, or empty.
+std::string Gap(const executor::Slot& s) {
+  return s.gpu && s.compute_capability > 0 ? trainer::GpuArchitectureGap(s.compute_capability) : "";
+}
 
 // What a sweep run here, or `sweep agent`, would place trials on: every GPU this process can use
 // with its model, memory, compute capability, the GPUs it has peer access to, and link group (GPUs
@@ -34,6 +41,7 @@ int CmdDevices(bool as_json, int cpu_slots) {
                      {"model", s.model},
                      {"memory_bytes", s.memory_bytes},
                      {"compute_capability", s.compute_capability},
+                     {"runs_this_build", Gap(s).empty()},
                      {"link_group", s.link_group},
                      {"peers", s.peers}});
     }
@@ -57,6 +65,7 @@ int CmdDevices(bool as_json, int cpu_slots) {
     for (size_t i = 0; i < s.peers.size(); ++i)
       std::cout << (i == 0 ? "gpu" : ",gpu") << s.peers[i];
     std::cout << "\n";
+    if (const std::string gap = Gap(s); !gap.empty()) std::cout << "       " << gap << "\n";
     groups[s.link_group].push_back(s.device);
   }
   for (const auto& [group, devices] : groups) {

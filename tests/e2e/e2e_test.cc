@@ -988,7 +988,8 @@ TEST_F(E2eTest, StopWhenCompletesTheTrialThatReachedItsTargetPartWay) {
 }
 
 // `sweep devices` lists what trials would run on here: GPUs with their model, memory, compute
-// capability and link group, or (as on the test machines) the CPU slots.
+// capability, whether this build's kernels run on it, and link group, or (as on the test
+// machines) the CPU slots.
 TEST_F(E2eTest, DevicesListsTheSlotsTrialsWouldUse) {
   json slots;
   ASSERT_NO_FATAL_FAILURE(slots = SweepJson("devices --json --cpu-slots 3"));
@@ -999,10 +1000,13 @@ TEST_F(E2eTest, DevicesListsTheSlotsTrialsWouldUse) {
       EXPECT_FALSE(s["model"].get<std::string>().empty()) << s.dump();
       EXPECT_GT(s["memory_bytes"].get<int64_t>(), 0) << s.dump();
       EXPECT_GE(s["compute_capability"].get<int>(), 30) << s.dump();
+      // The GPU machines the tests run on are ones the default build has kernels for.
+      EXPECT_TRUE(s["runs_this_build"].get<bool>()) << s.dump();
     }
   } else {
     ASSERT_EQ(slots.size(), 3u) << slots.dump();
     EXPECT_EQ(slots[2]["slot"], "cpu2");
+    EXPECT_TRUE(slots[2]["runs_this_build"].get<bool>()) << slots.dump();
     Output text = Sweep("devices --cpu-slots 3");
     ASSERT_EQ(text.code, 0) << text.err;
     EXPECT_NE(text.out.find("3 CPU slots"), std::string::npos) << text.out;

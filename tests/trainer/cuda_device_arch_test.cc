@@ -9,6 +9,7 @@
 #include "cuda/device_arch.h"
 #include "gtest/gtest.h"
 #include "model.h"
+#include "trainer/trainer.h"
 
 #if defined(SWEEP_CUDA_EMU)
 #include <cuda_runtime_api.h>
@@ -69,6 +70,17 @@ TEST(CudaArchitectures, TheDeviceRunsThisBuild) {
   EXPECT_TRUE(s.ok()) << s.message() << " (built for " << BuiltArchitectures() << ")";
 }
 
+// What `sweep devices` says of a GPU: nothing where the build runs on it.
+TEST(CudaArchitectures, TheGapNamesTheRebuild) {
+  EXPECT_EQ(GpuArchitectureGap(90), "");
+  EXPECT_EQ(GpuArchitectureGap(86), "");
+  const std::string gap = GpuArchitectureGap(61);
+  EXPECT_NE(gap.find("compute capability 6.1: this build's kernels do not run on it"),
+            std::string::npos)
+      << gap;
+  EXPECT_NE(gap.find("-DSWEEP_CUDA_ARCHITECTURES=\"61-real;"), std::string::npos) << gap;
+}
+
 #if defined(SWEEP_CUDA_EMU)
 // The backend refuses a trial on a GPU the build has no code for, and bf16 on one before 8.0,
 // saying what to change; fp16 on a 7.5 GPU trains.
@@ -79,8 +91,9 @@ TEST(CudaArchitectures, TheBackendRefusesAGpuItCannotRun) {
   const int before = cuda_emu::SetComputeCapability(6, 1);
   Status s = GetBackend()->Supports(spec);
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.message();
-  EXPECT_NE(s.message().find("GPU 0 (compute capability 6.1) cannot run this build's kernels"),
-            std::string::npos)
+  EXPECT_NE(
+      s.message().find("GPU 0, compute capability 6.1: this build's kernels do not run on it"),
+      std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("-DSWEEP_CUDA_ARCHITECTURES=\"61-real;"), std::string::npos)
       << s.message();

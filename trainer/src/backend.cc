@@ -9,6 +9,7 @@
 #include "trainer/trainer.h"
 #if defined(SWEEP_TRAINER_CUDA)
 #include "cuda/cuda_backend.h"
+#include "cuda/device_arch.h"
 #endif
 
 namespace sweep::trainer {
@@ -68,6 +69,16 @@ std::string GpuContextFault() {
 #if defined(SWEEP_TRAINER_CUDA)
   return cuda::ContextFault();
 #else
+  return "";
+#endif
+}
+
+std::string GpuArchitectureGap(int compute_capability) {
+#if defined(SWEEP_TRAINER_CUDA)
+  return cuda::ArchitectureGap(cuda::BuiltArchitectures(), compute_capability / 10,
+                               compute_capability % 10);
+#else
+  (void)compute_capability;
   return "";
 #endif
 }

@@ -259,6 +259,11 @@ Status CheckImageFolders(const DatasetSpec& spec, std::string* field);
 // synchronisation per GPU used. Always empty without a GPU.
 std::string GpuContextFault();
 
+// Why this build cannot train on a GPU of compute capability major * 10 + minor (its kernels
+// have no code the GPU runs: SWEEP_CUDA_ARCHITECTURES), naming the rebuild; empty where it can,
+// or where the build has no GPU backend. For `sweep devices`; trials are refused the same way.
+std::string GpuArchitectureGap(int compute_capability);
+
 // Has multi-GPU trials make every NCCL connection when their communicator is made, not at a
 // collective's first call (NCCL 2.22+ connects lazily, which needs every rank inside the same
 // call: a rank that fails before its first all-reduce would leave the others blocked in it):

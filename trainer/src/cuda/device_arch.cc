@@ -113,24 +113,29 @@ std::string DescribeArchitectures(std::string_view archs) {
   return out.empty() ? std::string("nothing") : out;
 }
 
+std::string ArchitectureGap(std::string_view archs, int major, int minor) {
+  if (ArchitecturesRun(archs, major, minor)) return "";
+  std::string list = std::to_string(major * 10 + minor) + "-real";
+  for (std::string_view item : Split(archs)) list += ";" + std::string(item);
+  return "compute capability " + Capability(major, minor) +
+         ": this build's kernels do not run on it (" + DescribeArchitectures(archs) +
+         "); rebuild with -DSWEEP_CUDA_ARCHITECTURES=\"" + list + "\"";
+}
+
 Status CheckDeviceArchitecture(int device, Precision precision, std::string_view archs) {
   int major = 0, minor = 0;
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  const std::string gpu =
-      "GPU " + std::to_string(device) + " (compute capability " + Capability(major, minor) + ")";
-  if (!ArchitecturesRun(archs, major, minor)) {
-    std::string list = std::to_string(major * 10 + minor) + "-real";
-    for (std::string_view item : Split(archs)) list += ";" + std::string(item);
-    return Status::InvalidArgument(
-        "cuda: " + gpu + " cannot run this build's kernels (" + DescribeArchitectures(archs) +
-        "): rebuild with -DSWEEP_CUDA_ARCHITECTURES=\"" + list + "\", or set backend = \"cpu\"");
+  if (const std::string gap = ArchitectureGap(archs, major, minor); !gap.empty()) {
+    return Status::InvalidArgument("cuda: GPU " + std::to_string(device) + ", " + gap +
+                                   ", or set backend = \"cpu\"");
   }
   if (precision == Precision::kBf16 && major < 8) {
     return Status::InvalidArgument(
         "cuda: precision = \"bf16\" needs a GPU of compute capability "
-        "8.0 or later, and " +
-        gpu + " is older: use precision = \"fp16\" or \"fp32\"");
+        "8.0 or later, and GPU " +
+        std::to_string(device) + " is " + Capability(major, minor) +
+        ": use precision = \"fp16\" or \"fp32\"");
   }
   return Status::Ok();
 }

@@ -21,6 +21,11 @@ bool ArchitecturesRun(std::string_view archs, int major, int minor);
 // "machine code for 7.5, 8.0 and 9.0, PTX for 9.0 and later", for messages.
 std::string DescribeArchitectures(std::string_view archs);
 
+// Why code built for `archs` does not run on a GPU of capability major.minor, naming the
+// rebuild ("compute capability 6.1: no code for it in this build (...); rebuild with ..."), or
+// empty where it runs.
+std::string ArchitectureGap(std::string_view archs, int major, int minor);
+
 // GPU `device`'s capability against `archs`, and bf16 (tensor cores and cuDNN's engines from
 // 8.0 on): InvalidArgument naming the GPU, its capability and what to change.
 Status CheckDeviceArchitecture(int device, Precision precision, std::string_view archs);
