@@ -378,7 +378,7 @@ TEST_F(CudaCnnOps, BatchNormSumsFourChannelsGiveTheOneChannelBits) {
     auto place = [&](auto h, int64_t size) {
       using T = typename decltype(h)::value_type;
       std::vector<uint8_t> bytes(Count((size + 8) * 4 / 16 * 16));
-      std::memcpy(bytes.data() + shift * sizeof(T), h.data(), h.size() * sizeof(T));
+      if (!h.empty()) std::memcpy(bytes.data() + shift * sizeof(T), h.data(), h.size() * sizeof(T));
       keep.push_back(Up(bytes));
       return reinterpret_cast<T*>(keep.back().data()) + shift;
     };

@@ -799,6 +799,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
                             cudaStream_t stream) {
   if ((dst == nullptr || src == nullptr) && bytes > 0) return Failed(cudaErrorInvalidValue);
   if (!StreamOk(stream)) return Failed(cudaErrorInvalidResourceHandle);
+  if (bytes == 0) return cudaSuccess;  // nothing to order: the pointers may be null
   if (CaptureOf(stream) != nullptr) {
     // A graph copies at each launch: from or into pageable memory it cannot.
     if ((kind == cudaMemcpyHostToDevice && !Pinned(src, bytes)) ||

@@ -690,9 +690,13 @@ void ByVec(bool vec, const F& launch) {
 
 int64_t batchnorm_scratch_bytes(int64_t N, int C) {
   // The blocks' counters (at the start, where every layer's calls find them at 0), the ranges'
-  // two sums per channel, then backward's three coefficients per channel.
-  return kBnCounterBytes + int64_t{BnRanges(N)} * 2 * C * static_cast<int64_t>(sizeof(double)) +
-         int64_t{3} * C * static_cast<int64_t>(sizeof(float));
+  // two sums per channel, then backward's three coefficients per channel; a whole number of
+  // 16-byte blocks, so that the sums are aligned wherever an allocator aligns the buffer's end
+  // (the emulator, which ends buffers at an unmapped page) as well as its start (cudaMalloc).
+  const int64_t bytes = kBnCounterBytes +
+                        int64_t{BnRanges(N)} * 2 * C * static_cast<int64_t>(sizeof(double)) +
+                        int64_t{3} * C * static_cast<int64_t>(sizeof(float));
+  return (bytes + 15) / 16 * 16;
 }
 
 namespace {
