@@ -259,6 +259,28 @@ TEST_F(CudaCnnOps, BatchNormMatchesTheCpu) {
   }
 }
 
+// What a run of the batch-norm passes wrote, output by output, as bytes.
+using Outputs = std::vector<std::vector<uint8_t>>;
+
+// Appends the `bytes` bytes at device pointer p to *got, once the device is done.
+void Take(Outputs* got, const void* p, int64_t bytes) {
+  std::vector<uint8_t> h(Count(bytes));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  got->push_back(h);
+}
+
+// run(shift, &outputs) on arrays aligned (shift 0: four channels a thread) and on arrays shifted
+// by one element (one channel a thread): every output the same bytes.
+template <typename Run>
+void ExpectTheSameBitsAlignedOrNot(const Run& run) {
+  Outputs four, one;
+  run(0, &four);
+  run(1, &one);
+  ASSERT_EQ(four.size(), one.size());
+  for (size_t k = 0; k < four.size(); ++k) EXPECT_EQ(four[k], one[k]) << "output " << k;
+}
+
 // Batch norm's apply passes take four channels a thread where their arrays are aligned to four
 // elements: the same bits as one channel a thread, which the same 16-bit arrays one element
 // further on (2-byte aligned) get. bf16 throughout: forward with a ReLU, with the fused pool, the
@@ -273,7 +295,7 @@ TEST_F(CudaCnnOps, BatchNormsFourChannelPassesGiveTheOneChannelBits) {
   const std::vector<float> gamma = Random(Count(C), 34), beta = Random(Count(C), 35);
   const std::vector<float> gamma2 = Random(Count(C), 36), beta2 = Random(Count(C), 37);
   // Every output of one run, as bytes, into *got.
-  auto run = [&](int shift, std::vector<std::vector<uint8_t>>* got) {
+  auto run = [&](int shift, Outputs* got) {
     // A 16-bit array `shift` elements into its buffer, holding h (or zeros).
     std::vector<DeviceBuffer<uint16_t>> keep;
     auto half = [&](const std::vector<uint16_t>& h, int64_t size) {
@@ -284,12 +306,7 @@ TEST_F(CudaCnnOps, BatchNormsFourChannelPassesGiveTheOneChannelBits) {
       keep.push_back(Up(padded));
       return keep.back().data() + shift;
     };
-    auto take = [&](const void* p, int64_t bytes) {
-      std::vector<uint8_t> h(Count(bytes));
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-      got->push_back(h);
-    };
+    auto take = [&](const void* p, int64_t bytes) { Take(got, p, bytes); };
     DeviceBuffer<float> g_gamma = Up(gamma), g_beta = Up(beta), g_gamma2 = Up(gamma2);
     DeviceBuffer<float> g_beta2 = Up(beta2), mean = Up(std::vector<float>(Count(C)));
     DeviceBuffer<float> inv = Up(std::vector<float>(Count(C)));
@@ -353,11 +370,7 @@ TEST_F(CudaCnnOps, BatchNormsFourChannelPassesGiveTheOneChannelBits) {
     take(pout16, pooled * 2);
     take(argmax.data(), pooled * 4);
   };
-  std::vector<std::vector<uint8_t>> four, one;
-  run(0, &four);
-  run(1, &one);
-  ASSERT_EQ(four.size(), one.size());
-  for (size_t k = 0; k < four.size(); ++k) EXPECT_EQ(four[k], one[k]) << "output " << k;
+  ExpectTheSameBitsAlignedOrNot(run);
 }
 
 // The statistics' and backward's sums four channels a thread against one, over three ranges of
@@ -371,7 +384,7 @@ TEST_F(CudaCnnOps, BatchNormSumsFourChannelsGiveTheOneChannelBits) {
   std::vector<uint16_t> x16, d16;
   for (float v : x) x16.push_back(test::HostFp16(v));
   for (float v : d) d16.push_back(test::HostFp16(v));
-  auto run = [&](int shift, std::vector<std::vector<uint8_t>>* got) {
+  auto run = [&](int shift, Outputs* got) {
     std::vector<DeviceBuffer<uint8_t>> keep;
     // An array `shift` elements into a buffer of whole 16-byte blocks (aligned to 16 bytes on a
     // GPU and in the emulator), holding h (or zeros).
@@ -382,12 +395,7 @@ TEST_F(CudaCnnOps, BatchNormSumsFourChannelsGiveTheOneChannelBits) {
       keep.push_back(Up(bytes));
       return reinterpret_cast<T*>(keep.back().data()) + shift;
     };
-    auto take = [&](const void* p, int64_t bytes) {
-      std::vector<uint8_t> h(Count(bytes));
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(h.data(), p, h.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-      got->push_back(h);
-    };
+    auto take = [&](const void* p, int64_t bytes) { Take(got, p, bytes); };
     const std::vector<float> none(Count(C));
     DeviceBuffer<float> g_gamma = Up(gamma), g_beta = Up(beta), mean = Up(none), inv = Up(none);
     DeviceBuffer<float> rmean = Up(none), rvar = Up(std::vector<float>(Count(C), 1.0f));
@@ -437,11 +445,7 @@ TEST_F(CudaCnnOps, BatchNormSumsFourChannelsGiveTheOneChannelBits) {
     take(dgamma.data(), C * 4);
     take(dbeta.data(), C * 4);
   };
-  std::vector<std::vector<uint8_t>> four, one;
-  run(0, &four);
-  run(1, &one);
-  ASSERT_EQ(four.size(), one.size());
-  for (size_t k = 0; k < four.size(); ++k) EXPECT_EQ(four[k], one[k]) << "output " << k;
+  ExpectTheSameBitsAlignedOrNot(run);
 }
 
 }  // namespace
