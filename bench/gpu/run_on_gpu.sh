@@ -3,7 +3,8 @@
 #   1. which shared libraries the binaries resolve (ldd); a library the machine lacks is taken
 #      from BUILD_DIR/gpu-libs (bench/gpu/bundle_libs.sh fills it where the tree was built), and
 #      the lib folders of python's nvidia-* packages go on LD_LIBRARY_PATH for cuBLAS, cuDNN and NCCL,
-#      which the binaries open at their first call (ldd does not list them);
+#      which the binaries open at their first call (ldd does not list them); then what the build
+#      holds and sees (sweep --version, sweep devices);
 #   2. the GPU tests (the gtest binary itself: ctest's files hold the build machine's paths),
 #      the Fashion-MNIST training test in a run of its own;
 #   3. the GPU benchmark (bench/gpu/gpu_bench) against the PyTorch twin, then the CNNs and the MLP
@@ -146,6 +147,12 @@ for so in libcublas.so.13 libcudnn.so.9 libnccl.so.2; do
   done
   echo "$so: ${found:-not in LD_LIBRARY_PATH or /usr/local/cuda (ld.so.cache may still have it)}"
 done
+
+# What the build holds (its CUDA architectures among it) and what it sees here: a GPU its kernels
+# do not run on says so.
+step "sweep --version and sweep devices"
+"$build/sweep/sweep" --version || status=1
+"$build/sweep/sweep" devices || status=1
 
 if want tests; then
 step "GPU tests (sweep_trainer_cuda_tests)"
