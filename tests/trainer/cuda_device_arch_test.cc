@@ -46,8 +46,9 @@ TEST(CudaArchitectures, MachineCodeRunsOnItsMajorVersionAndPtxOnLaterOnes) {
       {"100f-real", 10, 3, true},
       {"75-real,86-real", 8, 9, true},  // the backend's own separator
       {"75-real,86-real", 8, 0, false},
-      {"75,86", 8, 0, true},   // 7.5's PTX
-      {"native", 6, 1, true},  // CMake resolves it: not ours to refuse
+      {"75,86", 8, 0, true},                // 7.5's PTX
+      {"native", 6, 1, true},               // CMake resolves it: not ours to refuse
+      {"99999999999999-real", 9, 0, true},  // not a capability: left to CMake too
       {"", 9, 0, false},
   };
   for (const Case& c : cases) {

@@ -30,6 +30,7 @@ Arch ParseArch(std::string_view s) {
   int n = 0;
   while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])) != 0) {
     n = n * 10 + (s[i] - '0');
+    if (n > 9999) return a;  // no capability is that large (and n stays an int)
     ++i;
   }
   if (i == 0 || n < 10) return a;
