@@ -122,29 +122,29 @@ Result<SweepRecord> Store::FindSweep(std::string_view name) {
 }
 
 Result<std::vector<SweepSummary>> Store::ListSweeps() {
-  SWEEP_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, impl_->Prepare(Query::kListSweeps));
-  ResetOnExit reset(stmt);
   std::vector<SweepSummary> sweeps;
-  int rc;
-  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-    SweepSummary summary;
-    summary.name = ColumnText(stmt, 0);
-    std::string status = ColumnText(stmt, 1);
-    std::optional<SweepStatus> parsed = ParseSweepStatus(status);
-    if (!parsed) {
-      return Status::Corruption(path_ + ": sweep '" + summary.name + "' has unknown status '" +
-                                status + "'");
-    }
-    summary.status = *parsed;
-    summary.metric = ColumnText(stmt, 2);
-    summary.maximize = sqlite3_column_int(stmt, 3) != 0;
-    summary.created_s = sqlite3_column_double(stmt, 4);
-    summary.ended_s = ColumnOptReal(stmt, 5);
-    summary.trials = sqlite3_column_int64(stmt, 6);
-    summary.best = ColumnOptReal(stmt, 7);
-    sweeps.push_back(std::move(summary));
-  }
-  if (rc != SQLITE_DONE) return impl_->Error(rc, "listing sweeps");
+  SWEEP_RETURN_IF_ERROR(impl_->ReadRows(
+      impl_->Prepare(Query::kListSweeps), "binding the sweeps query", "listing sweeps",
+      [](Binder&) {},  // it takes no parameters
+      [&](sqlite3_stmt* stmt) {
+        SweepSummary summary;
+        summary.name = ColumnText(stmt, 0);
+        std::string status = ColumnText(stmt, 1);
+        std::optional<SweepStatus> parsed = ParseSweepStatus(status);
+        if (!parsed) {
+          return Status::Corruption(path_ + ": sweep '" + summary.name + "' has unknown status '" +
+                                    status + "'");
+        }
+        summary.status = *parsed;
+        summary.metric = ColumnText(stmt, 2);
+        summary.maximize = sqlite3_column_int(stmt, 3) != 0;
+        summary.created_s = sqlite3_column_double(stmt, 4);
+        summary.ended_s = ColumnOptReal(stmt, 5);
+        summary.trials = sqlite3_column_int64(stmt, 6);
+        summary.best = ColumnOptReal(stmt, 7);
+        sweeps.push_back(std::move(summary));
+        return Status::Ok();
+      }));
   return sweeps;
 }
 

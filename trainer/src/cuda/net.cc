@@ -307,7 +307,7 @@ Status Net::ForwardConv(int i, int B, bool train, const float* in, float* out) {
   if (half()) {
     SWEEP_ASSIGN_OR_RETURN(in16, GemmInput16(i, B, in));
   }
-  const uint16_t* w16 = params16_.data() + l.weight;
+  const uint16_t* w16 = half() ? params16_.data() + l.weight : nullptr;  // none in fp32
   SWEEP_ASSIGN_OR_RETURN(const bool to_norm16, ConvFeedsNorm16(i, B, train));
   if (to_norm16) {  // the batch norm after it reads the 16 bits (no bias: lay_.bn16)
     return ConvForward(i, B, conv16_[at].data(), in, in16, w16);
