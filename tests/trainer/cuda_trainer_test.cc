@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -106,18 +107,26 @@ class CudaGroup : public ::testing::Test {
   }
 
   // Trains `o` with the training set held on the GPU, then streamed from the host
-  // (dataset_on_gpu = false), and expects the same train_loss every epoch, bit for bit.
+  // (dataset_on_gpu = false), and expects the same train_loss, val_loss and val_acc every
+  // epoch, bit for bit: the held set's validation rows are gathered and transformed on the
+  // device, the streamed set's on the host.
   static void ExpectHeldTrainsAsStreamed(TrainOptions o, const char* what) {
-    std::vector<double> held, streamed;
-    for (std::vector<double>* losses : {&held, &streamed}) {
-      o.dataset_on_gpu = losses == &held;
+    std::vector<double> held[3], streamed[3];
+    for (std::vector<double>* figures : {held, streamed}) {
+      o.dataset_on_gpu = figures == held;
       ASSERT_TRUE(Train(o, [&](const EpochReport& e) {
-                    losses->push_back(e.train_loss);
+                    figures[0].push_back(e.train_loss);
+                    figures[1].push_back(e.val_loss);
+                    figures[2].push_back(e.val_acc);
                     return true;
                   }).ok());
     }
-    std::printf("  %s: %s\n", what, held == streamed ? "identical" : "DIFFER");
-    EXPECT_EQ(held, streamed);
+    const char* names[] = {"train_loss", "val_loss", "val_acc"};
+    for (int i = 0; i < 3; ++i) {
+      std::printf("  %s, %s: %s\n", what, names[i],
+                  held[i] == streamed[i] ? "identical" : "DIFFER");
+      EXPECT_EQ(held[i], streamed[i]) << names[i];
+    }
   }
 
   int devices_ = 0;
@@ -436,6 +445,35 @@ TEST_F(CudaGroup, HeldDatasetGathersWhatTheHostGathers) {
         gathered.losses.back(), fed.losses.back());
     EXPECT_EQ(gathered.losses, fed.losses) << kind;
     EXPECT_EQ(gathered.state.params, fed.state.params) << kind;
+    // Evaluated from row numbers on the device, and from the host's arrays in the same chunks
+    // (the last one partial): the same sums. A row outside the set is refused.
+    const int64_t n = 2 * spec.max_rows + 3;
+    double held_loss = 0, fed_loss = 0;
+    int64_t held_right = 0, fed_right = 0;
+    ReplicaGroup* group = g->get();
+    group->Run([&](int rank) {
+      group->EvaluateHeld(rank, rows.idx.data(), n, &held_loss, &held_right);
+      for (int64_t at = 0; at < n; at += spec.max_rows) {
+        const int b = static_cast<int>(std::min<int64_t>(spec.max_rows, n - at));
+        group->Evaluate(rank, arrays.x.data() + at * testing::kInputs, arrays.y.data() + at, b,
+                        &fed_loss, &fed_right);
+      }
+    });
+    std::printf("  %s: %lld rows evaluated held and fed: loss %.9g vs %.9g, correct %lld vs %lld\n",
+                kind, static_cast<long long>(n), held_loss, fed_loss,
+                static_cast<long long>(held_right), static_cast<long long>(fed_right));
+    EXPECT_EQ(held_loss, fed_loss) << kind;
+    EXPECT_EQ(held_right, fed_right) << kind;
+    const int32_t outside[] = {0, kRows};
+    std::string refused;
+    try {
+      group->Run([&](int rank) { group->EvaluateHeld(rank, outside, 2, &held_loss, &held_right); });
+    } catch (const std::exception& e) {
+      refused = e.what();
+    }
+    EXPECT_NE(refused.find("row 300 to evaluate is outside the held set of 300 rows"),
+              std::string::npos)
+        << refused;
     if (!set->u8.empty()) {
       // Streamed as the set's pixels, scaled on the device: the same floats as the host's.
       Batches raw;
@@ -520,15 +558,14 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
     o.augment_crop = 1;
     o.augment_flip = true;
     o.random_erasing = 0.5;
-    ExpectHeldTrainsAsStreamed(o,
-                               "cnn train_loss per epoch, transformed on the GPU vs on the host");
+    ExpectHeldTrainsAsStreamed(o, "cnn per epoch, transformed on the GPU vs on the host");
   }
   // The training set held on the GPU (the default) and batches streamed from pinned host memory
   // train the same: the same rows reach the same kernels.
   {
     TrainOptions o = BlobOptions(dir);
     o.backend = "cuda";
-    ExpectHeldTrainsAsStreamed(o, "train_loss per epoch, set on the GPU vs streamed");
+    ExpectHeldTrainsAsStreamed(o, "per epoch, set on the GPU vs streamed");
   }
   if (devices_ >= 2) {
     TrainOptions o = BlobOptions(dir);

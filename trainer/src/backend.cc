@@ -3,6 +3,7 @@
 #include "backend.h"
 
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 
 #include "cpu/cpu_backend.h"
@@ -35,6 +36,12 @@ Status CheckModelState(const ModelState& state, size_t num_params, size_t optimi
                                    std::to_string(num_stats));
   }
   return Status::Ok();
+}
+
+void ReplicaGroup::EvaluateHeld(int rank, const int32_t* rows, int64_t n, double* loss_sum,
+                                int64_t* correct) {
+  (void)rank, (void)rows, (void)n, (void)loss_sum, (void)correct;
+  throw std::logic_error("EvaluateHeld on a replica group that holds no training set");
 }
 
 const std::vector<const Backend*>& Backends() {

@@ -135,9 +135,10 @@ Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
 }
 
 // Mean loss and accuracy over rows[0..n) of `data`, split into one contiguous part per replica
-// and evaluated in chunks of at most `chunk` rows; parts are combined in rank order, so the
-// result does not depend on timing. NaN for both when n == 0.
-void Evaluate(ReplicaGroup* group, const Dataset& data, const InputTransform& transform,
+// and evaluated in chunks of at most `chunk` rows (the group's max_rows); parts are combined in
+// rank order, so the result does not depend on timing. `held`: the group holds `data` and
+// gathers the rows itself. NaN for both when n == 0.
+void Evaluate(ReplicaGroup* group, const Dataset& data, bool held, const InputTransform& transform,
               const int32_t* rows, int64_t n, int chunk, std::vector<std::vector<float>>* x,
               std::vector<std::vector<int32_t>>* y, double* loss, double* acc) {
   if (n == 0) {
@@ -150,6 +151,10 @@ void Evaluate(ReplicaGroup* group, const Dataset& data, const InputTransform& tr
   group->Run([&](int rank) {
     const size_t r = static_cast<size_t>(rank);
     const int64_t begin = n * rank / R, end = n * (rank + 1) / R;
+    if (held) {
+      group->EvaluateHeld(rank, rows + begin, end - begin, &loss_sum[r], &correct[r]);
+      return;
+    }
     for (int64_t at = begin; at < end; at += chunk) {
       const int b = static_cast<int>(std::min<int64_t>(chunk, end - at));
       data.Gather(rows + at, b, (*x)[r].data(), (*y)[r].data());
@@ -530,7 +535,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       comm->reduce_s += epoch_comm.reduce_s;
     }
     report.lr = schedule.At(step - 1);
-    Evaluate(group.get(), *train, transform, split.val.data(),
+    Evaluate(group.get(), *train, resident, transform, split.val.data(),
              static_cast<int64_t>(split.val.size()), shard, &eval_x, &eval_y, &report.val_loss,
              &report.val_acc);
     SWEEP_RETURN_IF_ERROR(StreamStatus(train));
@@ -561,8 +566,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     std::vector<int32_t> all(static_cast<size_t>(test->n));
     for (int64_t i = 0; i < test->n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     double test_loss = 0, test_acc = 0;
-    Evaluate(group.get(), *test, transform, all.data(), test->n, shard, &eval_x, &eval_y,
-             &test_loss, &test_acc);
+    Evaluate(group.get(), *test, /*held=*/false, transform, all.data(), test->n, shard, &eval_x,
+             &eval_y, &test_loss, &test_acc);
     SWEEP_RETURN_IF_ERROR(StreamStatus(test));
     result.test_acc = test_acc;
   }

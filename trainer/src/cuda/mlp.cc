@@ -72,7 +72,6 @@ Status Mlp::Allocate() {
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(scratch, &bias_scratch_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(rows, &losses_));
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &loss_));
-  SWEEP_RETURN_IF_ERROR(DeviceBuffer<unsigned long long>::Make(1, &correct_));
   return Status::Ok();
 }
 
@@ -181,35 +180,18 @@ Status Mlp::Backward(int slot, int B, bool accumulate, LayerHook* hook) {
   return Status::Ok();
 }
 
-Status Mlp::Evaluate(const float* x, const int32_t* y, int B, double* loss_sum_out,
-                     int64_t* correct_out) {
+Status Mlp::EvaluateSlot(int B, double* loss_total, unsigned long long* correct) {
   if (B < 0 || B > max_batch_) {
     return Status::Internal("cuda: batch of " + std::to_string(B) + " rows exceeds max_batch " +
                             std::to_string(max_batch_));
   }
-  const size_t rows = static_cast<size_t>(B);
-  CUDA_CHECK(cudaMemcpyAsync(x_[0].data(), x,
-                             rows * static_cast<size_t>(shape_.in(0)) * sizeof(float),
-                             cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(
-      cudaMemcpyAsync(y_[0].data(), y, rows * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   SWEEP_RETURN_IF_ERROR(Forward(0, B, /*train=*/false, 0, 0));
   const int classes = shape_.out(shape_.layers() - 1);
   const float* logits = pre_.back().data();
   SWEEP_RETURN_IF_ERROR(softmax_xent_forward_backward(nullptr, losses_.data(), logits, y_[0].data(),
                                                       B, classes, 0.0f, stream_));
-  SWEEP_RETURN_IF_ERROR(loss_sum(loss_.data(), losses_.data(), B, stream_));
-  CUDA_CHECK(cudaMemsetAsync(correct_.data(), 0, sizeof(unsigned long long), stream_));
-  SWEEP_RETURN_IF_ERROR(accuracy(correct_.data(), logits, y_[0].data(), B, classes, stream_));
-  double loss = 0;
-  unsigned long long correct = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&loss, loss_.data(), sizeof(double), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(
-      cudaMemcpyAsync(&correct, correct_.data(), sizeof(correct), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  *loss_sum_out += loss;
-  *correct_out += static_cast<int64_t>(correct);
-  return Status::Ok();
+  SWEEP_RETURN_IF_ERROR(loss_sum(loss_total, losses_.data(), B, stream_, /*accumulate=*/true));
+  return accuracy(correct, logits, y_[0].data(), B, classes, stream_);
 }
 
 }  // namespace sweep::trainer::cuda

@@ -53,10 +53,7 @@ class Mlp final : public ReplicaModel {
   // Backward of the last ForwardLoss: grads() = the gradient, or += it when `accumulate`. Tells
   // `hook` (when not null) as each layer, last to first, is queued.
   Status Backward(int slot, int B, bool accumulate, LayerHook* hook) override;
-  // Copies a host batch into slot 0 on the stream, adds its summed loss and correct count (no
-  // dropout), and waits for the stream. Only while no training work is queued.
-  Status Evaluate(const float* x, const int32_t* y, int B, double* loss_sum,
-                  int64_t* correct) override;
+  Status EvaluateSlot(int B, double* loss_total, unsigned long long* correct) override;
 
  private:
   Mlp(const MlpShape& shape, Activation act, int max_batch, float dropout, Precision precision,
@@ -98,8 +95,7 @@ class Mlp final : public ReplicaModel {
   // bias_act_backward's scratch for the widest need of any layer at max_batch rows.
   DeviceBuffer<float> bias_scratch_;
   DeviceBuffer<float> losses_;
-  DeviceBuffer<double> loss_;                 // [1]: the summed loss
-  DeviceBuffer<unsigned long long> correct_;  // [1]: Evaluate's count
+  DeviceBuffer<double> loss_;  // [1]: the summed loss
   bool masked_ = false;
 };
 

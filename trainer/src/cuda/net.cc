@@ -97,8 +97,6 @@ Status Net::Allocate() {
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<float>::Make(lay_.input, &in_x_[s]));
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(max_batch_, &in_y_[s]));
   }
-  SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &eval_loss_));
-  SWEEP_RETURN_IF_ERROR(DeviceBuffer<unsigned long long>::Make(1, &eval_correct_));
   // The convolutions' and batch norms' plans for full batches now, so that their workspace is
   // counted before training (a smaller batch, such as an epoch's last, gets its plans at its
   // first use).
@@ -428,28 +426,11 @@ Status Net::Backward(int slot, int B, bool accumulate, LayerHook* hook) {
   return BackwardOn(x(slot), B, accumulate, hook);
 }
 
-Status Net::Evaluate(const float* xs, const int32_t* ys, int B, double* loss_sum,
-                     int64_t* correct) {
+Status Net::EvaluateSlot(int B, double* loss_total, unsigned long long* correct) {
   if (B < 1 || B > max_batch_) {
     return Status::Internal("cuda: an evaluation batch of " + std::to_string(B) + " rows");
   }
-  CUDA_CHECK(cudaMemcpyAsync(x(0), xs, static_cast<size_t>(B) * model_.input.size() * sizeof(float),
-                             cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(y(0), ys, static_cast<size_t>(B) * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemsetAsync(eval_loss_.data(), 0, sizeof(double), stream_));
-  CUDA_CHECK(cudaMemsetAsync(eval_correct_.data(), 0, sizeof(unsigned long long), stream_));
-  SWEEP_RETURN_IF_ERROR(EvaluateOn(x(0), y(0), B, eval_loss_.data(), eval_correct_.data()));
-  double loss = 0;
-  unsigned long long right = 0;
-  CUDA_CHECK(
-      cudaMemcpyAsync(&loss, eval_loss_.data(), sizeof loss, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(
-      cudaMemcpyAsync(&right, eval_correct_.data(), sizeof right, cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  *loss_sum += loss;
-  *correct += static_cast<int64_t>(right);
-  return Status::Ok();
+  return EvaluateOn(x(0), y(0), B, loss_total, correct);
 }
 
 }  // namespace sweep::trainer::cuda

@@ -74,8 +74,7 @@ class Net final : public ReplicaModel {
   Status ForwardLoss(int slot, int B, float dloss_scale, const float* loss_scale,
                      uint64_t dropout_key, int64_t first_row, bool accumulate_loss) override;
   Status Backward(int slot, int B, bool accumulate, LayerHook* hook) override;
-  Status Evaluate(const float* x, const int32_t* y, int B, double* loss_sum,
-                  int64_t* correct) override;
+  Status EvaluateSlot(int B, double* loss_total, unsigned long long* correct) override;
 
   // Training forward of x [B, inputs] with labels y (both on the device), its loss summed into
   // summed_loss() (reset first unless accumulate_loss); keeps what Backward needs. The logits'
@@ -259,8 +258,6 @@ class Net final : public ReplicaModel {
   bool half_params_fresh_ = false;
   DeviceBuffer<float> in_x_[kInputSlots];
   DeviceBuffer<int32_t> in_y_[kInputSlots];
-  DeviceBuffer<double> eval_loss_;                 // [1]: Evaluate's sum
-  DeviceBuffer<unsigned long long> eval_correct_;  // [1]: Evaluate's count
 };
 
 }  // namespace sweep::trainer::cuda

@@ -2,6 +2,7 @@
 // buffers made and freed, Run, the weights in and out, and the training set held on the devices.
 #include "cuda/replica_group.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -142,6 +143,8 @@ Status CudaReplicaGroup::InitRank(int rank) {
   r.step_host = static_cast<StepScalars*>(step_host);
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<StepScalars>::Make(1, &r.step_dev));
   r.model->SetStepScalars(r.step_dev.data());
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &r.eval_loss));
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<unsigned long long>::Make(1, &r.eval_correct));
   if (size() > 1) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&r.comm, cudaStreamNonBlocking));
     SWEEP_RETURN_IF_ERROR(DeviceBuffer<double>::Make(1, &r.loss_total));
@@ -225,9 +228,53 @@ void CudaReplicaGroup::SynchronizeAll() {
 
 void CudaReplicaGroup::Evaluate(int rank, const float* x, const int32_t* y, int rows,
                                 double* loss_sum, int64_t* correct) {
+  ThrowIfError([&]() -> Status {
+    // The input slot holds max_rows rows: a larger batch would overwrite what lies after it.
+    if (rows < 0 || rows > spec_.max_rows) {
+      return Status::Internal("cuda: an evaluation batch of " + std::to_string(rows) +
+                              " rows; the group was made for at most " +
+                              std::to_string(spec_.max_rows));
+    }
+    if (rows == 0) return Status::Ok();
+    Rank& r = ranks_[static_cast<size_t>(rank)];
+    ReplicaModel& model = *r.model;
+    SWEEP_RETURN_IF_ERROR(StartEvaluation(rank));
+    const size_t n = static_cast<size_t>(rows);
+    CUDA_CHECK(cudaMemcpyAsync(model.x(0), x,
+                               n * static_cast<size_t>(spec_.model.input.size()) * sizeof(float),
+                               cudaMemcpyHostToDevice, r.compute));
+    CUDA_CHECK(
+        cudaMemcpyAsync(model.y(0), y, n * sizeof(int32_t), cudaMemcpyHostToDevice, r.compute));
+    SWEEP_RETURN_IF_ERROR(model.EvaluateSlot(rows, r.eval_loss.data(), r.eval_correct.data()));
+    return FinishEvaluation(rank, loss_sum, correct);
+  }());
+}
+
+void CudaReplicaGroup::EvaluateHeld(int rank, const int32_t* rows, int64_t n, double* loss_sum,
+                                    int64_t* correct) {
+  ThrowIfError(EvaluateHeldOn(rank, rows, n, loss_sum, correct));
+}
+
+Status CudaReplicaGroup::StartEvaluation(int rank) {
   Rank& r = ranks_[static_cast<size_t>(rank)];
-  if (r.stats_stale) ThrowIfError(TakeRank0Stats(rank));
-  ThrowIfError(r.model->Evaluate(x, y, rows, loss_sum, correct));
+  if (r.stats_stale) SWEEP_RETURN_IF_ERROR(TakeRank0Stats(rank));
+  CUDA_CHECK(cudaMemsetAsync(r.eval_loss.data(), 0, sizeof(double), r.compute));
+  CUDA_CHECK(cudaMemsetAsync(r.eval_correct.data(), 0, sizeof(unsigned long long), r.compute));
+  return Status::Ok();
+}
+
+Status CudaReplicaGroup::FinishEvaluation(int rank, double* loss_sum, int64_t* correct) {
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  double loss = 0;
+  unsigned long long right = 0;
+  CUDA_CHECK(
+      cudaMemcpyAsync(&loss, r.eval_loss.data(), sizeof loss, cudaMemcpyDeviceToHost, r.compute));
+  CUDA_CHECK(cudaMemcpyAsync(&right, r.eval_correct.data(), sizeof right, cudaMemcpyDeviceToHost,
+                             r.compute));
+  CUDA_CHECK(cudaStreamSynchronize(r.compute));
+  *loss_sum += loss;
+  *correct += static_cast<int64_t>(right);
+  return Status::Ok();
 }
 
 Status CudaReplicaGroup::TakeRank0Stats(int rank) {
@@ -487,8 +534,49 @@ void CudaReplicaGroup::ReleaseDataset() {
     if (r.draws_host != nullptr) cudaFreeHost(r.draws_host);
     r.draws_host = nullptr;
     r.norm = DeviceBuffer<float>();
+    r.eval_rows = DeviceBuffer<int32_t>();
   }
   transform_.reset();
+}
+
+Status CudaReplicaGroup::EvaluateHeldOn(int rank, const int32_t* rows, int64_t n, double* loss_sum,
+                                        int64_t* correct) {
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  if (r.data_labels.data() == nullptr) {
+    return Status::Internal("cuda: an evaluation of held rows, but the group holds no set");
+  }
+  // As in Queue: a row outside the set would be an illegal address on the device.
+  for (int64_t i = 0; i < n; ++i) {
+    if (rows[i] < 0 || rows[i] >= r.data_rows) {
+      return Status::Internal("cuda: row " + std::to_string(rows[i]) +
+                              " to evaluate is outside the held set of " +
+                              std::to_string(r.data_rows) + " rows");
+    }
+  }
+  if (n == 0) return Status::Ok();
+  // No queued work reads the old buffer: every evaluation ends waiting for the stream.
+  if (r.eval_rows.size() < n) SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(n, &r.eval_rows));
+  ReplicaModel& model = *r.model;
+  SWEEP_RETURN_IF_ERROR(StartEvaluation(rank));
+  // The caller's rows stay put until FinishEvaluation's wait.
+  CUDA_CHECK(cudaMemcpyAsync(r.eval_rows.data(), rows, static_cast<size_t>(n) * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, r.compute));
+  // All on the compute stream, in chunks of max_rows as the host would hand them over, so the
+  // sums come out in the same order, bit for bit; one wait for the whole set.
+  float* gathered = transform_ != nullptr ? r.raw[0].data() : model.x(0);
+  for (int64_t at = 0; at < n; at += spec_.max_rows) {
+    const int b = static_cast<int>(std::min<int64_t>(spec_.max_rows, n - at));
+    SWEEP_RETURN_IF_ERROR(gather_rows(gathered, model.y(0), r.eval_rows.data() + at, b,
+                                      r.data_u8.data(), r.data_f32.data(), r.data_labels.data(),
+                                      r.data_dim, r.compute));
+    if (transform_ != nullptr) {
+      const TensorShape& shape = transform_->shape;
+      SWEEP_RETURN_IF_ERROR(transform_rows(model.x(0), gathered, /*draws=*/nullptr, r.norm.data(),
+                                           b, shape.h, shape.w, shape.c, r.compute));
+    }
+    SWEEP_RETURN_IF_ERROR(model.EvaluateSlot(b, r.eval_loss.data(), r.eval_correct.data()));
+  }
+  return FinishEvaluation(rank, loss_sum, correct);
 }
 
 Status CudaReplicaGroup::TransformHeld(int rank, int slot, const MicroBatch& mb) {

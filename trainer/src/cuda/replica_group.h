@@ -89,6 +89,8 @@ class CudaReplicaGroup final : public ReplicaGroup {
   double TakeDataWait(int rank) override;
   void Evaluate(int rank, const float* x, const int32_t* y, int rows, double* loss_sum,
                 int64_t* correct) override;
+  void EvaluateHeld(int rank, const int32_t* rows, int64_t n, double* loss_sum,
+                    int64_t* correct) override;
   Status SetState(const ModelState& state) override;
   ModelState GetState() const override;
   CommStats TakeCommStats() override;
@@ -139,6 +141,11 @@ class CudaReplicaGroup final : public ReplicaGroup {
     // last took rank 0's, which every replica evaluates with (as on the CPU); host staging.
     bool stats_stale = false;
     std::vector<float> stats_host;
+    // Evaluation: the summed loss and correct count on the device ([1] each), and the held
+    // set's rows to evaluate (grown to the largest set asked for).
+    DeviceBuffer<double> eval_loss;
+    DeviceBuffer<unsigned long long> eval_correct;
+    DeviceBuffer<int32_t> eval_rows;
     // The step's scalars: on the device, where the kernels read them, and two pinned slots the
     // host fills by micro-batch parity and copies from on the compute stream.
     DeviceBuffer<StepScalars> step_dev;
@@ -198,6 +205,12 @@ class CudaReplicaGroup final : public ReplicaGroup {
   // The held rows in input slot `slot` through transform_ (draws for rows at mb's epoch and
   // position), on the copy stream.
   Status TransformHeld(int rank, int slot, const MicroBatch& mb);
+  // Evaluation, queued on the compute stream: before the first chunk (the counters zeroed,
+  // rank 0's statistics taken), and after the last (the sums read back, added to the caller's).
+  Status StartEvaluation(int rank);
+  Status FinishEvaluation(int rank, double* loss_sum, int64_t* correct);
+  Status EvaluateHeldOn(int rank, const int32_t* rows, int64_t n, double* loss_sum,
+                        int64_t* correct);
   // Frees what HoldOn made, on every rank.
   void ReleaseDataset();
   Status ReadState(ModelState* s) const;

@@ -55,10 +55,11 @@ class ReplicaModel {
   // Backward of the last ForwardLoss: grads() = the gradient, or += it when `accumulate`.
   // Tells `hook` (when not null) as each layer with parameters, last to first, is queued.
   virtual Status Backward(int slot, int B, bool accumulate, LayerHook* hook) = 0;
-  // Copies a host batch into slot 0 on the stream, adds its summed loss and correct count
-  // (evaluation mode), and waits for the stream. Only while no training work is queued.
-  virtual Status Evaluate(const float* x, const int32_t* y, int B, double* loss_sum,
-                          int64_t* correct) = 0;
+  // Evaluation (no dropout; batch norm's running statistics) of the B rows in input slot 0, on
+  // the stream: adds their summed loss to *loss_total and their correct argmaxes to *correct,
+  // both on the device. Queues work only, so a whole set costs one wait; the caller fills slot 0
+  // while no training work is queued.
+  virtual Status EvaluateSlot(int B, double* loss_total, unsigned long long* correct) = 0;
 
   // The step's scalars on the device (null: none). When set, training dropout takes its key
   // from there (ForwardLoss's dropout_key is then not read), so a captured step's kernels need
