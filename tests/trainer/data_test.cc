@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -448,6 +450,25 @@ TEST(CacheFile, SecondProcessMapsWithoutDecoding) {
   const auto files = CacheFiles(cache);
   ASSERT_EQ(files.size(), 1u);
   EXPECT_TRUE(files[0].ends_with(".sds")) << files[0];
+  // The padding before the labels and before the features is zeros (the header, shorter than
+  // the placeholders it was sized with, can leave more than 63 bytes of it).
+  {
+    std::ifstream f(cache + "/" + files[0], std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    ASSERT_GE(bytes.size(), 16u);
+    uint32_t header_bytes = 0;
+    std::memcpy(&header_bytes, bytes.data() + 8, 4);
+    const nlohmann::json h = nlohmann::json::parse(bytes.substr(16, header_bytes));
+    const size_t labels_at = h.at("labels_offset").get<size_t>();
+    const size_t features_at = h.at("features_offset").get<size_t>();
+    const size_t labels_end = labels_at + kLabels.size() * sizeof(int32_t);
+    ASSERT_LE(features_at, bytes.size());
+    for (const auto& [from, to] :
+         {std::pair{16 + size_t{header_bytes}, labels_at}, std::pair{labels_end, features_at}}) {
+      EXPECT_EQ(bytes.substr(from, to - from), std::string(to - from, '\0'))
+          << "padding [" << from << ", " << to << ")";
+    }
+  }
 
   // ...a second maps it without decoding...
   pid = ::fork();

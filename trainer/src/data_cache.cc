@@ -229,15 +229,18 @@ Status WriteCacheFile(const std::string& path, const std::string& key, const Dat
   const uint32_t header_bytes = static_cast<uint32_t>(text.size());
   const uint32_t header_crc =
       static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(text.data()), header_bytes));
-  static const char kZeros[64] = {};
+  // The header came out shorter than its placeholders' size: its padding can exceed 63 bytes.
+  const uint64_t header_pad = labels_at - kCachePrefix - text.size();
+  const uint64_t labels_pad = features_at - labels_at - n * sizeof(int32_t);
+  const std::vector<char> zeros(std::max(header_pad, labels_pad), 0);
   const std::vector<ByteRange> pieces = {
       {kCacheMagic, sizeof kCacheMagic},
       {&header_bytes, sizeof header_bytes},
       {&header_crc, sizeof header_crc},
       {text.data(), text.size()},
-      {kZeros, labels_at - kCachePrefix - text.size()},
+      {zeros.data(), header_pad},
       {d.labels.data(), n * sizeof(int32_t)},
-      {kZeros, features_at - labels_at - n * sizeof(int32_t)},
+      {zeros.data(), labels_pad},
       {f32 ? static_cast<const void*>(d.f32.data()) : d.u8.data(), feature_bytes}};
   return WriteFileAtomically(path, pieces, publish);
 }
