@@ -1,4 +1,4 @@
-// The numerics of search/src/tpe.cc's kernel mixtures: a vectorisable exponential, the normal
+// The numerics of TPE's kernel mixtures (tpe_mixture.cc): a vectorisable exponential, the normal
 // distribution's tails and a kernel's truncated mass, sums of exponentials and products over
 // many kernels in a fixed order (so a fixed result), and the counter-based random stream a
 // suggestion draws from. Pure functions and a value type; not part of the library's interface.
