@@ -6,8 +6,9 @@
 #   scripts/dev.sh build          only installs and builds
 #   scripts/dev.sh install        installs sweep on PATH (cmake --install; PREFIX, default /usr/local)
 #   scripts/dev.sh package        builds the Debian package (cpack) into BUILD_DIR
-#   scripts/dev.sh sanitize       the trainer's tests and the CUDA emulator's under UBSan, in
-#                                 BUILD_DIR-ubsan (about 2.5 minutes on 2 cores; CI runs it)
+#   scripts/dev.sh sanitize       the trainer's tests and the CUDA emulator's under ASan and
+#                                 UBSan, in BUILD_DIR-sanitize (about 4 minutes on 2 cores; CI
+#                                 runs it)
 # BUILD_DIR (default: build) and SWEEP_CUDA (AUTO|ON|OFF) may be set in the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,17 +75,21 @@ check_package() {
   fi
 }
 
-# The trainer's tests and the CUDA emulator's, built with UBSan in BUILD_DIR-ubsan and run. The
-# emulator runs the CUDA kernels' own source on the CPU, so UBSan sees their index arithmetic and
-# alignment too; they rarely run on a GPU. Not null checks: the emulator's thread_local block
-# indices read through TLS wrappers it flags wrongly. No CUDA: the emulator needs none.
+# The trainer's tests and the CUDA emulator's, built with ASan and UBSan in BUILD_DIR-sanitize
+# and run. The emulator runs the CUDA kernels' own source on the CPU, so the sanitizers see their
+# index arithmetic and alignment too; they rarely run on a GPU. Not UBSan's null checks: the
+# emulator's thread_local block indices read through TLS wrappers it flags wrongly. No CUDA:
+# the emulator needs none. ASan leaves SIGSEGV alone (a death test expects the emulator's guard
+# page to kill), and LeakSanitizer the emulator's streams and events (never freed on purpose).
 sanitize() {
-  local dir="$BUILD_DIR-ubsan"
+  local dir="$BUILD_DIR-sanitize"
+  local flags="-fsanitize=address,undefined -fno-sanitize=null,vptr -fno-sanitize-recover=all"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSWEEP_CUDA=OFF \
-    -DSWEEP_BUILD_BENCH=OFF \
-    "-DCMAKE_CXX_FLAGS=-fsanitize=undefined -fno-sanitize=null,vptr -fno-sanitize-recover=all" \
-    "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=undefined"
+    -DSWEEP_BUILD_BENCH=OFF "-DCMAKE_CXX_FLAGS=$flags -fno-omit-frame-pointer" \
+    "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
   cmake --build "$dir" -j "$JOBS" --target sweep_trainer_tests sweep_trainer_cuda_emu_tests
+  export ASAN_OPTIONS=handle_segv=0
+  export LSAN_OPTIONS="suppressions=$PWD/tests/trainer/cuda_emu/lsan.supp"
   "$dir/tests/trainer/sweep_trainer_tests" --gtest_brief=1
   "$dir/tests/trainer/sweep_trainer_cuda_emu_tests" --gtest_brief=1
 }
@@ -123,7 +128,7 @@ case "$cmd" in
     build
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600
     # In CI (a throwaway machine), the Debian package is installed as a user would, and run;
-    # and the trainer's tests run again under UBSan.
+    # and the trainer's tests run again under ASan and UBSan.
     if [[ "${CI:-}" == "true" ]]; then
       check_package
       sanitize
