@@ -14,8 +14,9 @@ namespace {
 
 // The elementwise and per-channel loops at AVX2's width where the CPU has it (the build targets
 // generic x86-64, i.e. SSE2): GCC clones the function and picks one at load time. No FMA, so
-// the results are the same bits either way.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// the results are the same bits either way. Not under ThreadSanitizer: it instruments the
+// clones' resolver, which the loader runs before TSan's runtime starts.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define SWEEP_CLONES __attribute__((target_clones("avx2", "default")))
 #define SWEEP_INLINE __attribute__((always_inline)) inline
 #else
