@@ -452,7 +452,7 @@ TEST_F(CudaGroup, HeldDatasetGathersWhatTheHostGathers) {
     int64_t held_right = 0, fed_right = 0;
     ReplicaGroup* group = g->get();
     group->Run([&](int rank) {
-      group->EvaluateHeld(rank, rows.idx.data(), n, &held_loss, &held_right);
+      group->EvaluateHeld(rank, rows.idx.data(), n, spec.max_rows, &held_loss, &held_right);
       for (int64_t at = 0; at < n; at += spec.max_rows) {
         const int b = static_cast<int>(std::min<int64_t>(spec.max_rows, n - at));
         group->Evaluate(rank, arrays.x.data() + at * testing::kInputs, arrays.y.data() + at, b,
@@ -464,16 +464,26 @@ TEST_F(CudaGroup, HeldDatasetGathersWhatTheHostGathers) {
                 static_cast<long long>(held_right), static_cast<long long>(fed_right));
     EXPECT_EQ(held_loss, fed_loss) << kind;
     EXPECT_EQ(held_right, fed_right) << kind;
+    // So is a chunk larger than the input slot.
+    auto refusal = [&](const int32_t* list, int64_t count, int chunk) {
+      try {
+        group->Run([&](int rank) {
+          group->EvaluateHeld(rank, list, count, chunk, &held_loss, &held_right);
+        });
+      } catch (const std::exception& e) {
+        return std::string(e.what());
+      }
+      return std::string("not refused");
+    };
     const int32_t outside[] = {0, kRows};
-    std::string refused;
-    try {
-      group->Run([&](int rank) { group->EvaluateHeld(rank, outside, 2, &held_loss, &held_right); });
-    } catch (const std::exception& e) {
-      refused = e.what();
-    }
-    EXPECT_NE(refused.find("row 300 to evaluate is outside the held set of 300 rows"),
+    const std::string row = refusal(outside, 2, spec.max_rows);
+    EXPECT_NE(row.find("row 300 to evaluate is outside the held set of 300 rows"),
               std::string::npos)
-        << refused;
+        << row;
+    const std::string wide = refusal(rows.idx.data(), n, spec.max_rows + 1);
+    EXPECT_NE(wide.find("evaluation chunks of 33 rows; the group was made for at most 32"),
+              std::string::npos)
+        << wide;
     if (!set->u8.empty()) {
       // Streamed as the set's pixels, scaled on the device: the same floats as the host's.
       Batches raw;

@@ -38,9 +38,9 @@ Status CheckModelState(const ModelState& state, size_t num_params, size_t optimi
   return Status::Ok();
 }
 
-void ReplicaGroup::EvaluateHeld(int rank, const int32_t* rows, int64_t n, double* loss_sum,
-                                int64_t* correct) {
-  (void)rank, (void)rows, (void)n, (void)loss_sum, (void)correct;
+void ReplicaGroup::EvaluateHeld(int rank, const int32_t* rows, int64_t n, int chunk,
+                                double* loss_sum, int64_t* correct) {
+  (void)rank, (void)rows, (void)n, (void)chunk, (void)loss_sum, (void)correct;
   throw std::logic_error("EvaluateHeld on a replica group that holds no training set");
 }
 

@@ -149,8 +149,9 @@ class ReplicaGroup {
                         int64_t* correct) = 0;
   // Inside Run, on rank's thread, after HoldDataset returned true: Evaluate of rows[0..n) of
   // the held set, gathered and transformed (without augmentation) on the device, in chunks of
-  // max_rows, as Evaluate would be given them; the same sums, without the host's copies.
-  virtual void EvaluateHeld(int rank, const int32_t* rows, int64_t n, double* loss_sum,
+  // `chunk` (<= max_rows) rows, as Evaluate would be given them: the same sums, without the
+  // host's copies.
+  virtual void EvaluateHeld(int rank, const int32_t* rows, int64_t n, int chunk, double* loss_sum,
                             int64_t* correct);
   // Outside Run. SetState loads every replica (optimizer may be empty: zeros).
   virtual Status SetState(const ModelState& state) = 0;

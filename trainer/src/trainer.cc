@@ -135,8 +135,8 @@ Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
 }
 
 // Mean loss and accuracy over rows[0..n) of `data`, split into one contiguous part per replica
-// and evaluated in chunks of at most `chunk` rows (the group's max_rows); parts are combined in
-// rank order, so the result does not depend on timing. `held`: the group holds `data` and
+// and evaluated in chunks of at most `chunk` rows; parts are combined in rank order, so the
+// result does not depend on timing. `held`: the group holds `data` and
 // gathers the rows itself. NaN for both when n == 0.
 void Evaluate(ReplicaGroup* group, const Dataset& data, bool held, const InputTransform& transform,
               const int32_t* rows, int64_t n, int chunk, std::vector<std::vector<float>>* x,
@@ -152,7 +152,7 @@ void Evaluate(ReplicaGroup* group, const Dataset& data, bool held, const InputTr
     const size_t r = static_cast<size_t>(rank);
     const int64_t begin = n * rank / R, end = n * (rank + 1) / R;
     if (held) {
-      group->EvaluateHeld(rank, rows + begin, end - begin, &loss_sum[r], &correct[r]);
+      group->EvaluateHeld(rank, rows + begin, end - begin, chunk, &loss_sum[r], &correct[r]);
       return;
     }
     for (int64_t at = begin; at < end; at += chunk) {

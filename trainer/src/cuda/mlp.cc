@@ -181,9 +181,8 @@ Status Mlp::Backward(int slot, int B, bool accumulate, LayerHook* hook) {
 }
 
 Status Mlp::EvaluateSlot(int B, double* loss_total, unsigned long long* correct) {
-  if (B < 0 || B > max_batch_) {
-    return Status::Internal("cuda: batch of " + std::to_string(B) + " rows exceeds max_batch " +
-                            std::to_string(max_batch_));
+  if (B < 1 || B > max_batch_) {
+    return Status::Internal("cuda: an evaluation batch of " + std::to_string(B) + " rows");
   }
   SWEEP_RETURN_IF_ERROR(Forward(0, B, /*train=*/false, 0, 0));
   const int classes = shape_.out(shape_.layers() - 1);

@@ -250,9 +250,9 @@ void CudaReplicaGroup::Evaluate(int rank, const float* x, const int32_t* y, int 
   }());
 }
 
-void CudaReplicaGroup::EvaluateHeld(int rank, const int32_t* rows, int64_t n, double* loss_sum,
-                                    int64_t* correct) {
-  ThrowIfError(EvaluateHeldOn(rank, rows, n, loss_sum, correct));
+void CudaReplicaGroup::EvaluateHeld(int rank, const int32_t* rows, int64_t n, int chunk,
+                                    double* loss_sum, int64_t* correct) {
+  ThrowIfError(EvaluateHeldOn(rank, rows, n, chunk, loss_sum, correct));
 }
 
 Status CudaReplicaGroup::StartEvaluation(int rank) {
@@ -442,7 +442,8 @@ Result<bool> CudaReplicaGroup::HoldDataset(const Dataset& data, const InputTrans
   }
   const bool u8 = !data.u8.empty();
   const size_t n = static_cast<size_t>(data.n), dim = static_cast<size_t>(data.dim);
-  const size_t bytes = n * dim * (u8 ? 1 : sizeof(float)) + n * sizeof(int32_t);
+  // The features, the labels, and room for as many row numbers to evaluate.
+  const size_t bytes = n * dim * (u8 ? 1 : sizeof(float)) + 2 * n * sizeof(int32_t);
   // A quarter of free memory at most: the trial's activations, and other trials sharing the
   // GPU, keep the rest.
   for (int i = 0; i < size(); ++i) {
@@ -480,6 +481,9 @@ Status CudaReplicaGroup::HoldOn(int i, const Dataset& data) {
                           cudaMemcpyHostToDevice));
   }
   SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(data.n, &r.data_labels));
+  // Made here, not at the first evaluation: a GPU without room for it streams the set instead
+  // of failing the trial later.
+  SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(data.n, &r.eval_rows));
   CUDA_CHECK(cudaMemcpy(r.data_labels.data(), data.labels.data(), n * sizeof(int32_t),
                         cudaMemcpyHostToDevice));
   for (DeviceBuffer<int32_t>& idx : r.idx) {
@@ -539,8 +543,13 @@ void CudaReplicaGroup::ReleaseDataset() {
   transform_.reset();
 }
 
-Status CudaReplicaGroup::EvaluateHeldOn(int rank, const int32_t* rows, int64_t n, double* loss_sum,
-                                        int64_t* correct) {
+Status CudaReplicaGroup::EvaluateHeldOn(int rank, const int32_t* rows, int64_t n, int chunk,
+                                        double* loss_sum, int64_t* correct) {
+  if (chunk < 1 || chunk > spec_.max_rows) {
+    return Status::Internal("cuda: evaluation chunks of " + std::to_string(chunk) +
+                            " rows; the group was made for at most " +
+                            std::to_string(spec_.max_rows));
+  }
   Rank& r = ranks_[static_cast<size_t>(rank)];
   if (r.data_labels.data() == nullptr) {
     return Status::Internal("cuda: an evaluation of held rows, but the group holds no set");
@@ -554,18 +563,18 @@ Status CudaReplicaGroup::EvaluateHeldOn(int rank, const int32_t* rows, int64_t n
     }
   }
   if (n == 0) return Status::Ok();
-  // No queued work reads the old buffer: every evaluation ends waiting for the stream.
+  // Rows listed twice: no queued work reads the old buffer (every evaluation ends waiting).
   if (r.eval_rows.size() < n) SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(n, &r.eval_rows));
   ReplicaModel& model = *r.model;
   SWEEP_RETURN_IF_ERROR(StartEvaluation(rank));
   // The caller's rows stay put until FinishEvaluation's wait.
   CUDA_CHECK(cudaMemcpyAsync(r.eval_rows.data(), rows, static_cast<size_t>(n) * sizeof(int32_t),
                              cudaMemcpyHostToDevice, r.compute));
-  // All on the compute stream, in chunks of max_rows as the host would hand them over, so the
-  // sums come out in the same order, bit for bit; one wait for the whole set.
+  // All on the compute stream, in the chunks the host would hand over, so the sums come out in
+  // the same order, bit for bit; one wait for the whole list.
   float* gathered = transform_ != nullptr ? r.raw[0].data() : model.x(0);
-  for (int64_t at = 0; at < n; at += spec_.max_rows) {
-    const int b = static_cast<int>(std::min<int64_t>(spec_.max_rows, n - at));
+  for (int64_t at = 0; at < n; at += chunk) {
+    const int b = static_cast<int>(std::min<int64_t>(chunk, n - at));
     SWEEP_RETURN_IF_ERROR(gather_rows(gathered, model.y(0), r.eval_rows.data() + at, b,
                                       r.data_u8.data(), r.data_f32.data(), r.data_labels.data(),
                                       r.data_dim, r.compute));

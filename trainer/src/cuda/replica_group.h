@@ -89,7 +89,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   double TakeDataWait(int rank) override;
   void Evaluate(int rank, const float* x, const int32_t* y, int rows, double* loss_sum,
                 int64_t* correct) override;
-  void EvaluateHeld(int rank, const int32_t* rows, int64_t n, double* loss_sum,
+  void EvaluateHeld(int rank, const int32_t* rows, int64_t n, int chunk, double* loss_sum,
                     int64_t* correct) override;
   Status SetState(const ModelState& state) override;
   ModelState GetState() const override;
@@ -142,7 +142,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
     bool stats_stale = false;
     std::vector<float> stats_host;
     // Evaluation: the summed loss and correct count on the device ([1] each), and the held
-    // set's rows to evaluate (grown to the largest set asked for).
+    // set's rows to evaluate (made with the set, one per row; grown for a longer list).
     DeviceBuffer<double> eval_loss;
     DeviceBuffer<unsigned long long> eval_correct;
     DeviceBuffer<int32_t> eval_rows;
@@ -209,7 +209,7 @@ class CudaReplicaGroup final : public ReplicaGroup {
   // rank 0's statistics taken), and after the last (the sums read back, added to the caller's).
   Status StartEvaluation(int rank);
   Status FinishEvaluation(int rank, double* loss_sum, int64_t* correct);
-  Status EvaluateHeldOn(int rank, const int32_t* rows, int64_t n, double* loss_sum,
+  Status EvaluateHeldOn(int rank, const int32_t* rows, int64_t n, int chunk, double* loss_sum,
                         int64_t* correct);
   // Frees what HoldOn made, on every rank.
   void ReleaseDataset();

@@ -55,7 +55,7 @@ class ReplicaModel {
   // Backward of the last ForwardLoss: grads() = the gradient, or += it when `accumulate`.
   // Tells `hook` (when not null) as each layer with parameters, last to first, is queued.
   virtual Status Backward(int slot, int B, bool accumulate, LayerHook* hook) = 0;
-  // Evaluation (no dropout; batch norm's running statistics) of the B rows in input slot 0, on
+  // Evaluation (no dropout; batch norm's running statistics) of the B >= 1 rows in input slot 0, on
   // the stream: adds their summed loss to *loss_total and their correct argmaxes to *correct,
   // both on the device. Queues work only, so a whole set costs one wait; the caller fills slot 0
   // while no training work is queued.
