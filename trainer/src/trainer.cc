@@ -136,8 +136,8 @@ Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
 
 // Mean loss and accuracy over rows[0..n) of `data`, split into one contiguous part per replica
 // and evaluated in chunks of at most `chunk` rows; parts are combined in rank order, so the
-// result does not depend on timing. `held`: the group holds `data` and
-// gathers the rows itself. NaN for both when n == 0.
+// result does not depend on timing. `held`: the group holds `data` and gathers the rows itself.
+// NaN for both when n == 0.
 void Evaluate(ReplicaGroup* group, const Dataset& data, bool held, const InputTransform& transform,
               const int32_t* rows, int64_t n, int chunk, std::vector<std::vector<float>>* x,
               std::vector<std::vector<int32_t>>* y, double* loss, double* acc) {

@@ -229,12 +229,7 @@ void CudaReplicaGroup::SynchronizeAll() {
 void CudaReplicaGroup::Evaluate(int rank, const float* x, const int32_t* y, int rows,
                                 double* loss_sum, int64_t* correct) {
   ThrowIfError([&]() -> Status {
-    // The input slot holds max_rows rows: a larger batch would overwrite what lies after it.
-    if (rows < 0 || rows > spec_.max_rows) {
-      return Status::Internal("cuda: an evaluation batch of " + std::to_string(rows) +
-                              " rows; the group was made for at most " +
-                              std::to_string(spec_.max_rows));
-    }
+    SWEEP_RETURN_IF_ERROR(FitsInputSlots(rows, 0, "an evaluation batch"));
     if (rows == 0) return Status::Ok();
     Rank& r = ranks_[static_cast<size_t>(rank)];
     ReplicaModel& model = *r.model;
@@ -543,25 +538,33 @@ void CudaReplicaGroup::ReleaseDataset() {
   transform_.reset();
 }
 
+Status CudaReplicaGroup::FitsInputSlots(int64_t rows, int64_t least, const char* what) const {
+  if (rows >= least && rows <= spec_.max_rows) return Status::Ok();
+  return Status::Internal(std::string("cuda: ") + what + " of " + std::to_string(rows) +
+                          " rows; the group was made for at most " +
+                          std::to_string(spec_.max_rows));
+}
+
+Status CudaReplicaGroup::CheckHeldRows(const Rank& r, const int32_t* rows, int64_t n,
+                                       const char* what) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (rows[i] < 0 || rows[i] >= r.data_rows) {
+      return Status::Internal("cuda: row " + std::to_string(rows[i]) + " " + what +
+                              " is outside the held set of " + std::to_string(r.data_rows) +
+                              " rows");
+    }
+  }
+  return Status::Ok();
+}
+
 Status CudaReplicaGroup::EvaluateHeldOn(int rank, const int32_t* rows, int64_t n, int chunk,
                                         double* loss_sum, int64_t* correct) {
-  if (chunk < 1 || chunk > spec_.max_rows) {
-    return Status::Internal("cuda: evaluation chunks of " + std::to_string(chunk) +
-                            " rows; the group was made for at most " +
-                            std::to_string(spec_.max_rows));
-  }
+  SWEEP_RETURN_IF_ERROR(FitsInputSlots(chunk, 1, "evaluation chunks"));
   Rank& r = ranks_[static_cast<size_t>(rank)];
   if (r.data_labels.data() == nullptr) {
     return Status::Internal("cuda: an evaluation of held rows, but the group holds no set");
   }
-  // As in Queue: a row outside the set would be an illegal address on the device.
-  for (int64_t i = 0; i < n; ++i) {
-    if (rows[i] < 0 || rows[i] >= r.data_rows) {
-      return Status::Internal("cuda: row " + std::to_string(rows[i]) +
-                              " to evaluate is outside the held set of " +
-                              std::to_string(r.data_rows) + " rows");
-    }
-  }
+  SWEEP_RETURN_IF_ERROR(CheckHeldRows(r, rows, n, "to evaluate"));
   if (n == 0) return Status::Ok();
   // Rows listed twice: no queued work reads the old buffer (every evaluation ends waiting).
   if (r.eval_rows.size() < n) SWEEP_RETURN_IF_ERROR(DeviceBuffer<int32_t>::Make(n, &r.eval_rows));

@@ -194,6 +194,13 @@ class CudaReplicaGroup final : public ReplicaGroup {
 
   bool fp16() const { return spec_.precision == Precision::kFp16; }
   Status SetDevice(int rank) const;
+  // Refuses `rows` outside [least, max_rows], naming `what` ("a micro-batch"): the input slots
+  // hold max_rows rows, and a larger batch would overwrite what lies after them.
+  Status FitsInputSlots(int64_t rows, int64_t least, const char* what) const;
+  // Refuses a row number outside rank r's held set, naming `what` ("of a micro-batch"): it
+  // would be an illegal address on the device, which ends the context for every later trial
+  // of the process (a few hundred compares a batch).
+  static Status CheckHeldRows(const Rank& r, const int32_t* rows, int64_t n, const char* what);
 
   // ---- life, state and the held dataset (replica_group.cc) ----
   Status Init();

@@ -66,12 +66,7 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
   const int64_t m = r.queued;
   const int slot = static_cast<int>(m % ReplicaModel::kInputSlots);
   const size_t parity = static_cast<size_t>(m % 2);
-  // The input slots hold max_rows rows: a larger batch would overwrite what lies after them.
-  if (mb.rows < 0 || mb.rows > spec_.max_rows) {
-    return Status::Internal("cuda: a micro-batch of " + std::to_string(mb.rows) +
-                            " rows; the group was made for at most " +
-                            std::to_string(spec_.max_rows));
-  }
+  SWEEP_RETURN_IF_ERROR(FitsInputSlots(mb.rows, 0, "a micro-batch"));
   const size_t rows = static_cast<size_t>(mb.rows);
   // 1. The input, on the copy stream.
   CUDA_CHECK(cudaStreamWaitEvent(r.copy, r.input_free[slot], 0));
@@ -85,15 +80,7 @@ Status CudaReplicaGroup::Queue(int rank, const MicroBatch& mb, const StepArgs& a
     // `copied` at the end of that call.
     int32_t* staged = r.idx_host + static_cast<size_t>(slot) * spec_.max_rows;
     std::memcpy(staged, mb.idx, rows * sizeof(int32_t));
-    // A row outside the set would be an illegal address on the device, which ends the context
-    // for every later trial of the process: refuse it here (a few hundred compares).
-    for (size_t i = 0; i < rows; ++i) {
-      if (staged[i] < 0 || staged[i] >= r.data_rows) {
-        return Status::Internal("cuda: row " + std::to_string(staged[i]) +
-                                " of a micro-batch is outside the held set of " +
-                                std::to_string(r.data_rows) + " rows");
-      }
-    }
+    SWEEP_RETURN_IF_ERROR(CheckHeldRows(r, staged, mb.rows, "of a micro-batch"));
     CUDA_CHECK(cudaMemcpyAsync(r.idx[slot].data(), staged, rows * sizeof(int32_t),
                                cudaMemcpyHostToDevice, r.copy));
     // With a transform the rows are gathered beside the input slot, then transformed into it.
