@@ -127,24 +127,6 @@ TEST(Checkpoint, DamageIsReportedWithTheFile) {
   EXPECT_EQ(ReadCheckpoint(dir / "none").status().code(), Status::Code::kNotFound);
 }
 
-// Rewrites a checkpoint's JSON header with `edit` applied, with a checksum that matches again.
-void EditHeader(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
-  std::string bytes = testing::ReadText(path);
-  uint32_t header_bytes = 0;
-  std::memcpy(&header_bytes, bytes.data() + 8, 4);
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(12, header_bytes));
-  edit(header);
-  const std::string text = header.dump();
-  const uint32_t length = static_cast<uint32_t>(text.size());
-  std::string out = bytes.substr(0, 8) + std::string(reinterpret_cast<const char*>(&length), 4) +
-                    text + bytes.substr(12 + header_bytes, bytes.size() - 12 - header_bytes - 4);
-  const uint32_t crc =
-      static_cast<uint32_t>(crc32(crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(out.data()),
-                                  static_cast<uInt>(out.size())));
-  out.append(reinterpret_cast<const char*>(&crc), 4);
-  testing::WriteText(path, out);
-}
-
 // The report a checkpoint holds comes back as written (NaN figures too); an older file without
 // one loads without it; a malformed one is refused, naming the file and the report.
 TEST(Checkpoint, ItsEpochsReportRoundTrips) {
@@ -174,7 +156,7 @@ TEST(Checkpoint, ItsEpochsReportRoundTrips) {
   EXPECT_EQ(back->report->skipped_steps, 7);
   EXPECT_FALSE(back->report->replayed);
 
-  EditHeader(path, [](nlohmann::json& h) { h.erase("report"); });
+  testing::EditHeader(path, [](nlohmann::json& h) { h.erase("report"); });
   back = ReadCheckpoint(path);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_FALSE(back->report.has_value());
@@ -189,7 +171,7 @@ TEST(Checkpoint, ItsEpochsReportRoundTrips) {
   };
   for (const auto& [edit, message] : bad) {
     ASSERT_TRUE(WriteCheckpoint(path, c).ok());
-    EditHeader(path, edit);
+    testing::EditHeader(path, edit);
     auto refused = ReadCheckpoint(path);
     ASSERT_FALSE(refused.ok()) << message;
     EXPECT_EQ(refused.status().code(), Status::Code::kCorruption);

@@ -28,6 +28,7 @@
 #include "group_util.h"
 #include "gtest/gtest.h"
 #include "model.h"
+#include "partial_epoch_util.h"
 #include "rng.h"
 #include "test_util.h"
 #include "trainer/trainer.h"
@@ -602,6 +603,35 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
       EXPECT_GT(e.allreduce_s, 0.0) << "epoch " << e.epoch;
 #endif
     }
+  }
+}
+
+// Stopped within epochs and resumed, a run on the GPU ends as the run straight through does,
+// bit for bit: a held CNN set (rows gathered, cropped and flipped on the device from the
+// stopped step on) and a streamed fp16 MLP (the loss scale in the checkpoint), each with
+// steps replayed from CUDA graphs after every resume.
+TEST_F(CudaGroup, AStopWithinAnEpochResumesAsIfNeverStopped) {
+  {
+    SCOPED_TRACE("cnn, held");
+    TempDir dir;
+    TrainOptions o = testing::BlobCnnOptions(dir);
+    o.backend = "cuda";
+    o.batch_norm = true;
+    o.augment_crop = 1;
+    o.augment_flip = true;
+    o.batch_size = 16;  // 22 steps an epoch, as the stops expect
+    o.epochs = 3;
+    testing::ExpectStopsWithinEpochsChangeNothing(o, dir);
+  }
+  {
+    SCOPED_TRACE("mlp, fp16, streamed");
+    TempDir dir;
+    TrainOptions o = BlobOptions(dir);
+    o.backend = "cuda";
+    o.precision = "fp16";
+    o.dataset_on_gpu = false;
+    o.dropout = 0.2;
+    testing::ExpectStopsWithinEpochsChangeNothing(o, dir);
   }
 }
 

@@ -9,8 +9,10 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -83,6 +85,27 @@ inline void WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
   ASSERT_TRUE(out.good()) << path;
+}
+
+// Rewrites a checkpoint's JSON header with `edit` applied (and its 8-byte magic, when given),
+// with a checksum that matches again.
+inline void EditHeader(const std::string& path, const std::function<void(nlohmann::json&)>& edit,
+                       const char* magic = nullptr) {
+  std::string bytes = ReadText(path);
+  uint32_t header_bytes = 0;
+  std::memcpy(&header_bytes, bytes.data() + 8, 4);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(12, header_bytes));
+  edit(header);
+  const std::string text = header.dump();
+  const uint32_t length = static_cast<uint32_t>(text.size());
+  std::string out = (magic != nullptr ? std::string(magic, 8) : bytes.substr(0, 8)) +
+                    std::string(reinterpret_cast<const char*>(&length), 4) + text +
+                    bytes.substr(12 + header_bytes, bytes.size() - 12 - header_bytes - 4);
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32(crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(out.data()),
+                                  static_cast<uInt>(out.size())));
+  out.append(reinterpret_cast<const char*>(&crc), 4);
+  WriteText(path, out);
 }
 
 // The bytes of an IDX file: unsigned-byte magic, the given dims, then data (which need not

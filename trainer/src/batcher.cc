@@ -146,13 +146,14 @@ int64_t Batcher::MinReleased() const {
   return *std::min_element(released_.begin(), released_.end());
 }
 
-void Batcher::StartEpoch(const int32_t* order, int64_t steps, int epoch) {
+void Batcher::StartEpoch(const int32_t* order, int64_t steps, int epoch, int64_t first) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     // A gather in flight may still be reading the old order: let it land first.
     produced_cv_.wait(lock, [&] { return !gathering_; });
-    order_ = order;
-    steps_ = steps;
+    order_ = order + first * batch_size_;
+    first_ = first;
+    steps_ = steps - first;
     epoch_ = epoch;
     produced_ = 0;
     std::fill(released_.begin(), released_.end(), 0);
@@ -208,7 +209,7 @@ void Batcher::Produce() {
     const int32_t* rows = order_ + k * batch_size_;
     gathering_ = true;
     lock.unlock();
-    GatherBatch(rows, slot, k * batch_size_);
+    GatherBatch(rows, slot, (first_ + k) * batch_size_);
     const bool bad = data_->stream != nullptr && !data_->stream->status().ok();
     lock.lock();
     bad_[slot] = bad;

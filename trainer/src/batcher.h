@@ -68,11 +68,12 @@ class Batcher {
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
-  // Starts gathering rows order[0 .. steps * batch_size) as `steps` batches. `order` must stay
-  // alive and unchanged until the next StartEpoch returns or the destructor has returned.
-  // Abandons any unread batches.
-  // `epoch` keys the transform's augmentation (SetTransform).
-  void StartEpoch(const int32_t* order, int64_t steps, int epoch = 0);
+  // Starts gathering rows order[first * batch_size .. steps * batch_size) as batches first ..
+  // steps - 1 (first > 0: an epoch resumed part-way). `order` must stay alive and unchanged
+  // until the next StartEpoch returns or the destructor has returned. Abandons any unread
+  // batches. `epoch` and a row's place in `order` key the transform's augmentation
+  // (SetTransform).
+  void StartEpoch(const int32_t* order, int64_t steps, int epoch = 0, int64_t first = 0);
   // Applies `t` (training: with augmentation) to every batch gathered from now on; it must
   // outlive the Batcher. Only for float batches (not pixels); call before the first StartEpoch.
   void SetTransform(const InputTransform* t) { transform_ = t; }
@@ -120,9 +121,10 @@ class Batcher {
 
   std::mutex mu_;
   std::condition_variable produced_cv_, freed_cv_;
-  const int32_t* order_ = nullptr;
-  int64_t steps_ = 0;
-  int64_t produced_ = 0;           // batches of this epoch gathered
+  const int32_t* order_ = nullptr;  // the epoch's order from batch first_ on
+  int64_t first_ = 0;
+  int64_t steps_ = 0;              // batches to gather this epoch, from first_ on
+  int64_t produced_ = 0;           // of them gathered
   std::vector<int64_t> released_;  // per consumer: batches of this epoch it is done with
   std::vector<char> holding_;      // per consumer: it holds batch released_[c]
   bool gathering_ = false;         // the producer is writing a slot outside the lock

@@ -1,5 +1,7 @@
 // Checkpoint files. Owned by the trainer. Layout (little-endian, as the hosts we run on):
-//   "SWEEPCK1"                     8 bytes, magic and format version
+//   "SWEEPCK1"                     8 bytes, magic and format version; "SWEEPCK2" for a file
+//                                  with `partial`, which an older reader must refuse rather
+//                                  than read as the end of `epoch`
 //   header_bytes                   uint32
 //   header                         JSON: config, epoch, step, rng_seed, replicas, params,
 //                                  optimizer_buffers; model (the layer description) and stats
@@ -7,7 +9,7 @@
 //                                  before them); fp16 also loss_scale {scale, good_steps,
 //                                  skipped} (absent in files from before it: start afresh);
 //                                  report, the last epoch's EpochReport (absent in older files;
-//                                  a figure that is NaN is left out)
+//                                  a figure that is NaN is left out); partial (PartialEpoch)
 //   params                         float[params]
 //   optimizer buffers              optimizer_buffers x float[params]
 //   running statistics             float[stats]
@@ -34,6 +36,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr char kMagic[8] = {'S', 'W', 'E', 'E', 'P', 'C', 'K', '1'};
+constexpr char kPartialMagic[8] = {'S', 'W', 'E', 'E', 'P', 'C', 'K', '2'};
 // A header is a few hundred bytes; anything near this is not one of ours.
 constexpr uint32_t kMaxHeaderBytes = 1 << 20;
 
@@ -89,6 +92,39 @@ EpochReport ReportFromJson(const json& j) {
   r.allreduce_s = figure("allreduce_s");
   r.lr = figure("lr");
   return r;
+}
+
+json PartialJson(const PartialEpoch& p) {
+  return {{"steps", p.steps},
+          {"steps_per_epoch", p.steps_per_epoch},
+          {"loss_sum", p.loss_sum},
+          {"skipped_steps", p.skipped_steps},
+          {"train_s", p.train_s},
+          {"data_wait_s", p.data_wait_s},
+          {"allreduce_s", p.allreduce_s},
+          {"epoch_s", p.epoch_s}};
+}
+
+PartialEpoch PartialFromJson(const json& j) {
+  PartialEpoch p;
+  for (const char* name : {"steps", "steps_per_epoch", "skipped_steps"}) {
+    if (!j.at(name).is_number_integer()) {
+      throw std::invalid_argument(std::string(name) + " is not an integer: " + j.at(name).dump());
+    }
+  }
+  p.steps = j.at("steps").get<int64_t>();
+  p.steps_per_epoch = j.at("steps_per_epoch").get<int64_t>();
+  p.loss_sum = j.at("loss_sum").get<double>();
+  p.skipped_steps = j.at("skipped_steps").get<int64_t>();
+  p.train_s = j.at("train_s").get<double>();
+  p.data_wait_s = j.at("data_wait_s").get<double>();
+  p.allreduce_s = j.at("allreduce_s").get<double>();
+  p.epoch_s = j.at("epoch_s").get<double>();
+  if (p.steps < 1 || p.steps >= p.steps_per_epoch || p.skipped_steps < 0 ||
+      p.skipped_steps > p.steps || !std::isfinite(p.loss_sum)) {
+    throw std::invalid_argument(j.dump());
+  }
+  return p;
 }
 
 }  // namespace
@@ -202,9 +238,10 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   if (c.report.has_value()) header["report"] = ReportJson(*c.report);
   if (c.model.has_value()) header["model"] = *c.model;
   if (!c.state.stats.empty()) header["stats"] = c.state.stats.size();
+  if (c.partial.has_value()) header["partial"] = PartialJson(*c.partial);
   const std::string text = header.dump();
   const uint32_t header_bytes = static_cast<uint32_t>(text.size());
-  std::vector<ByteRange> pieces = {{kMagic, sizeof kMagic},
+  std::vector<ByteRange> pieces = {{c.partial.has_value() ? kPartialMagic : kMagic, sizeof kMagic},
                                    {&header_bytes, sizeof header_bytes},
                                    {text.data(), text.size()},
                                    {c.state.params.data(), c.state.params.size() * sizeof(float)}};
@@ -269,7 +306,10 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
                                (errno != 0 ? std::string(": ") + std::strerror(errno) : ""));
   }
   const size_t fixed = sizeof kMagic + sizeof(uint32_t);
-  if (bytes.size() < fixed + sizeof(uint32_t) || std::memcmp(bytes.data(), kMagic, 8) != 0) {
+  const bool partial_magic =
+      bytes.size() >= sizeof kMagic && std::memcmp(bytes.data(), kPartialMagic, 8) == 0;
+  if (bytes.size() < fixed + sizeof(uint32_t) ||
+      (std::memcmp(bytes.data(), kMagic, 8) != 0 && !partial_magic)) {
     return Bad(path, "no checkpoint header (" + std::to_string(bytes.size()) + " bytes)");
   }
   // The checksum first: any damage shows as this one message, whatever it hit.
@@ -313,11 +353,28 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
       } catch (const std::exception& e) {
         return Bad(path, std::string("report: ") + e.what());
       }
-      if (c.report->epoch != c.epoch || c.report->step != c.step) {
-        return Bad(path, "report of epoch " + std::to_string(c.report->epoch) + ", step " +
-                             std::to_string(c.report->step) + " in a checkpoint of epoch " +
-                             std::to_string(c.epoch) + ", step " + std::to_string(c.step));
+    }
+    if (h.contains("partial") != partial_magic) {
+      return Bad(path, partial_magic ? "no partial epoch in a file marked with one"
+                                     : "a partial epoch in a file not marked with one");
+    }
+    if (partial_magic) {
+      try {
+        c.partial = PartialFromJson(h.at("partial"));
+      } catch (const std::exception& e) {
+        return Bad(path, std::string("partial: ") + e.what());
       }
+    }
+    // The report is of the last whole epoch, before any steps of a partial one.
+    const int64_t epoch_end = c.step - (c.partial ? c.partial->steps : 0);
+    if (epoch_end < 0) {
+      return Bad(path, "a partial epoch of " + std::to_string(c.partial->steps) +
+                           " steps in a checkpoint at step " + std::to_string(c.step));
+    }
+    if (c.report && (c.report->epoch != c.epoch || c.report->step != epoch_end)) {
+      return Bad(path, "report of epoch " + std::to_string(c.report->epoch) + ", step " +
+                           std::to_string(c.report->step) + " in a checkpoint of epoch " +
+                           std::to_string(c.epoch) + ", step " + std::to_string(epoch_end));
     }
   } catch (const std::exception& e) {
     return Bad(path, std::string("header: ") + e.what());

@@ -17,10 +17,25 @@
 
 namespace sweep::trainer {
 
+// A run stopped within an epoch (TrainOptions::stop_requested): how far into the epoch after
+// Checkpoint::epoch its state is, and what that epoch's report has summed so far, so that a
+// resume goes on as if never stopped. The random streams are functions of (seed, epoch, step),
+// so the steps done say where each of them is.
+struct PartialEpoch {
+  int64_t steps = 0;            // of the epoch's optimizer steps, done (1 ..)
+  int64_t steps_per_epoch = 0;  // the run's: a training set of another size does not go on
+  double loss_sum = 0;          // the losses of those steps, summed in step order
+  int64_t skipped_steps = 0;
+  double train_s = 0;  // time in those steps
+  double data_wait_s = 0;
+  double allreduce_s = 0;
+  double epoch_s = 0;  // wall time of the epoch so far
+};
+
 struct Checkpoint {
   std::string config;  // TrainingConfig() of the options that wrote it
   int epoch = 0;       // epochs completed
-  int64_t step = 0;    // optimizer steps completed
+  int64_t step = 0;    // optimizer steps completed (partial ones too)
   uint64_t rng_seed = 0;
   int replicas = 1;  // of the writer (a resume may use another count: rounding differs)
   // The layer description (ModelSpec::ToJson) of the model it holds; absent in files from
@@ -30,6 +45,7 @@ struct Checkpoint {
   // The report of its last epoch (absent in files from before it was kept), so that a resume
   // can report it again to a caller that never kept it (see TrainOptions::report_resumed_epoch).
   std::optional<EpochReport> report;
+  std::optional<PartialEpoch> partial;  // stopped within epoch `epoch + 1`
 };
 
 // The options that decide what training computes, as canonical JSON (sorted keys, shortest

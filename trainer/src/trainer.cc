@@ -31,6 +31,7 @@
 #include "model.h"
 #include "rng.h"
 #include "schedule.h"
+#include "step_gate.h"
 #include "train_internal.h"
 
 namespace sweep::trainer {
@@ -324,8 +325,11 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   const std::string config = TrainingConfig(o);
   ModelState state;
   int first_epoch = 1;
-  int64_t step = 0;
+  int64_t step = 0;  // optimizer steps before the epoch being trained
   std::optional<EpochReport> resumed_report;
+  // The epoch the state is within, stopped part-way: its steps and sums so far (steps = 0: the
+  // state is at an epoch's end). The checkpoint's is resumed first.
+  PartialEpoch partial;
   if (!o.checkpoint_path.empty()) {
     RemoveAbandonedCheckpointWrites(o.checkpoint_path);
     Result<Checkpoint> ckpt = ReadCheckpoint(o.checkpoint_path);
@@ -334,16 +338,36 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       SWEEP_RETURN_IF_ERROR(CheckSameModel(o.checkpoint_path, *ckpt, spec.model));
       // Left by a longer run (its config differs only in epochs): going on from it would
       // report a model trained past what was asked as this run's.
-      if (ckpt->epoch > o.epochs) {
-        return Status::InvalidArgument(o.checkpoint_path + ": checkpoint is at epoch " +
-                                       std::to_string(ckpt->epoch) +
+      const int reached = ckpt->epoch + (ckpt->partial ? 1 : 0);
+      const std::string at =
+          (ckpt->partial ? "within epoch " : "at epoch ") + std::to_string(reached);
+      if (reached > o.epochs) {
+        return Status::InvalidArgument(o.checkpoint_path + ": checkpoint is " + at +
                                        ", past epochs = " + std::to_string(o.epochs) +
                                        " (a longer run's); delete it, or set epochs to at least " +
-                                       std::to_string(ckpt->epoch));
+                                       std::to_string(reached));
+      }
+      if (ckpt->partial) {
+        // Its steps are the epoch's first ones only in the epoch's order, which depends on the
+        // training set's size; and a run told to stop before that epoch cannot go back to it.
+        if (ckpt->partial->steps_per_epoch != steps_per_epoch) {
+          return Status::InvalidArgument(
+              o.checkpoint_path + ": checkpoint is " + at + " of " +
+              std::to_string(ckpt->partial->steps_per_epoch) + " steps, and an epoch here has " +
+              std::to_string(steps_per_epoch) +
+              " (has the training set changed?); delete it to train from the start");
+        }
+        if (o.stop_after_epoch > 0 && reached > o.stop_after_epoch) {
+          return Status::InvalidArgument(o.checkpoint_path + ": checkpoint is " + at +
+                                         ", past the epoch this run is to stop after (" +
+                                         std::to_string(o.stop_after_epoch) +
+                                         "); delete it to train from the start");
+        }
+        partial = *ckpt->partial;
       }
       state = std::move(ckpt->state);
       first_epoch = ckpt->epoch + 1;
-      step = ckpt->step;
+      step = ckpt->step - partial.steps;
       result.resumed_from_epoch = ckpt->epoch;
       result.epochs_done = ckpt->epoch;
       resumed_report = ckpt->report;
@@ -363,11 +387,13 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   state = ModelState();
 
   std::optional<EpochReport> last_report = resumed_report;
-  auto checkpoint = [&](int epoch) -> Status {
+  // After `epoch` whole epochs, and `part` of the next one when given.
+  auto checkpoint = [&](int epoch, const PartialEpoch* part = nullptr) -> Status {
     Checkpoint c;
     c.config = config;
     c.epoch = epoch;
-    c.step = step;
+    c.step = step + (part != nullptr ? part->steps : 0);
+    if (part != nullptr) c.partial = *part;
     c.rng_seed = o.seed;
     c.replicas = R;
     c.model = spec.model.ToJson();
@@ -429,17 +455,23 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     }
   }
 
+  // Only a run that can keep its steps stops within an epoch.
+  StepGate gate(o.checkpoint_path.empty() ? nullptr : o.stop_requested);
   for (int epoch = first_epoch; epoch <= last_epoch; ++epoch) {
     const Clock::time_point epoch_start = Clock::now();
+    // An epoch resumed part-way goes on from its checkpoint's step, with its sums so far.
+    const PartialEpoch before = partial;
+    const int64_t s0 = before.steps;
     order = rows;
     Rng(MixSeed(o.seed, kShuffleStream, static_cast<uint64_t>(epoch)))
         .Shuffle(order.data(), n_train);
-    if (batcher) batcher->StartEpoch(order.data(), steps_per_epoch * K, epoch);
+    if (batcher) batcher->StartEpoch(order.data(), steps_per_epoch * K, epoch, s0 * K);
+    gate.StartEpoch(s0, steps_per_epoch);
     std::fill(wait_s.begin(), wait_s.end(), 0.0);
     group->TakeCommStats();
     group->TakeSkippedSteps();
 
-    double loss_sum = 0;
+    double loss_sum = before.loss_sum;
     int64_t diverged_step = 0;  // 1-based, 0: none
     double diverged_loss = 0;
     const Clock::time_point train_start = Clock::now();
@@ -448,7 +480,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       // Losses arrive in step order, possibly a call or more after their step was queued (a GPU
       // keeps one in flight); every rank sees the same values, so all stop at the same call.
       std::vector<double> finished;
-      int64_t seen = 0;  // steps of this epoch whose loss has arrived
+      int64_t seen = s0;  // steps of this epoch whose loss has arrived
       auto take = [&]() -> bool {
         for (const double loss : finished) {
           const int64_t t = step + seen++;
@@ -464,7 +496,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
         finished.clear();
         return true;
       };
-      for (int64_t s = 0; s < steps_per_epoch; ++s) {
+      for (int64_t s = s0; s < steps_per_epoch; ++s) {
+        if (!gate.Begin(rank, s)) break;
         const int64_t t = step + s;  // 0-based over the whole run
         StepArgs args;
         args.lr = static_cast<float>(schedule.At(t));
@@ -517,7 +550,35 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     SWEEP_RETURN_IF_ERROR(StreamStatus(train));
     if (diverged_step != 0)
       return Diverged(epoch, diverged_step, "loss " + LossText(diverged_loss), spec.precision);
-    const double train_s = Seconds(train_start);
+    const double train_s = Seconds(train_start) + before.train_s;
+    const int64_t done = gate.stop();
+    if (done < steps_per_epoch) {
+      // Told to stop within the epoch. At its start, the state is the last epoch's end.
+      result.stopped = true;
+      if (done == 0) {
+        SWEEP_RETURN_IF_ERROR(checkpoint(epoch - 1));
+        break;
+      }
+      const CommStats epoch_comm = group->TakeCommStats();
+      if (comm != nullptr) {
+        comm->exposed_s += epoch_comm.exposed_s;
+        comm->reduce_s += epoch_comm.reduce_s;
+      }
+      PartialEpoch part;
+      part.steps = done;
+      part.steps_per_epoch = steps_per_epoch;
+      part.loss_sum = loss_sum;
+      part.skipped_steps = before.skipped_steps + group->TakeSkippedSteps();
+      part.train_s = train_s;
+      part.data_wait_s = before.data_wait_s + *std::max_element(wait_s.begin(), wait_s.end());
+      part.allreduce_s = before.allreduce_s + epoch_comm.exposed_s;
+      part.epoch_s = before.epoch_s + Seconds(epoch_start);
+      // Stopped before a step of its own: its checkpoint holds this already.
+      if (done > s0) SWEEP_RETURN_IF_ERROR(checkpoint(epoch - 1, &part));
+      partial = part;
+      break;
+    }
+    partial = PartialEpoch();
     step += steps_per_epoch;
 
     EpochReport report;
@@ -526,10 +587,10 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     report.train_loss = loss_sum / static_cast<double>(steps_per_epoch * step_samples);
     report.samples_per_s =
         static_cast<double>(steps_per_epoch * step_samples) / std::max(train_s, 1e-9);
-    report.data_wait_s = *std::max_element(wait_s.begin(), wait_s.end());
+    report.data_wait_s = before.data_wait_s + *std::max_element(wait_s.begin(), wait_s.end());
     const CommStats epoch_comm = group->TakeCommStats();
-    report.allreduce_s = epoch_comm.exposed_s;
-    report.skipped_steps = group->TakeSkippedSteps();
+    report.allreduce_s = before.allreduce_s + epoch_comm.exposed_s;
+    report.skipped_steps = before.skipped_steps + group->TakeSkippedSteps();
     if (comm != nullptr) {
       comm->exposed_s += epoch_comm.exposed_s;
       comm->reduce_s += epoch_comm.reduce_s;
@@ -544,7 +605,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     if (!split.val.empty() && !std::isfinite(report.val_loss)) {
       return Diverged(epoch, step, "validation loss " + LossText(report.val_loss), spec.precision);
     }
-    report.epoch_s = Seconds(epoch_start);
+    report.epoch_s = before.epoch_s + Seconds(epoch_start);
     result.epochs_done = epoch;
     last_report = report;
     if (on_epoch && !on_epoch(report)) {
@@ -560,9 +621,16 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     if (epoch == last_epoch && last_epoch < o.epochs) result.stopped = true;
   }
 
+  if (partial.steps > 0) {
+    result.stopped = true;
+    result.stopped_in_epoch = result.epochs_done + 1;
+    result.epoch_steps_done = partial.steps;
+    result.steps_per_epoch = steps_per_epoch;
+  }
   // Measured for a stopped run too: a trial stopped at early stopping's max_resource is a
-  // finished one, and a pruned one's figure costs one pass over the test set.
-  if (test != nullptr) {
+  // finished one, and a pruned one's figure costs one pass over the test set. Not within an
+  // epoch: that model is no epoch's.
+  if (test != nullptr && partial.steps == 0) {
     std::vector<int32_t> all(static_cast<size_t>(test->n));
     for (int64_t i = 0; i < test->n; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
     double test_loss = 0, test_acc = 0;

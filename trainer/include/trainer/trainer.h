@@ -148,6 +148,12 @@ struct TrainOptions {
   // Train no epoch past this one (0: none), without changing what `epochs` means to the
   // schedules: a run that stops there ends stopped, its checkpoint and test set measured there.
   int stop_after_epoch = 0;
+  // With checkpoint_path set: polled between optimizer steps (every few milliseconds, from one
+  // replica's thread); true stops the run within its epoch, at a step every replica can stop
+  // at. The checkpoint then holds that step, and a resume from it goes on as if never stopped
+  // (the epoch's report, its figures of time apart, is the one it would have had). So a stop
+  // waits for a step, not an epoch. Without a checkpoint path, only on_epoch stops a run.
+  std::function<bool()> stop_requested;
   // Decoded-dataset cache shared by the processes of this machine. Empty: $XDG_CACHE_HOME/sweep,
   // else ~/.cache/sweep, else /tmp/sweep-cache-<uid>.
   std::string cache_dir;
@@ -204,11 +210,16 @@ struct EpochReport {
 };
 
 struct TrainResult {
-  int epochs_done = 0;             // including those done before a resume
-  int resumed_from_epoch = 0;      // the checkpoint's epoch, 0 when training started fresh
-  bool stopped = false;            // the callback asked to stop before the last epoch
-  bool checkpointed = false;       // a checkpoint was written (at the end, or when stopped)
-  std::optional<double> test_acc;  // when a test set is given and training was not stopped
+  int epochs_done = 0;         // including those done before a resume
+  int resumed_from_epoch = 0;  // the checkpoint's epoch, 0 when training started fresh
+  bool stopped = false;        // the callback asked to stop before the last epoch
+  bool checkpointed = false;   // a checkpoint was written (at the end, or when stopped)
+  // Stopped within an epoch (stop_requested): that epoch, with the steps of it done and its
+  // steps in all; 0 otherwise. Such a run measures no test set.
+  int stopped_in_epoch = 0;
+  int64_t epoch_steps_done = 0;
+  int64_t steps_per_epoch = 0;
+  std::optional<double> test_acc;  // when a test set is given, unless stopped within an epoch
   // folder with on_bad_file = "skip": files left out of the training and test sets.
   int64_t skipped_files = 0;
   std::vector<std::string> skipped;  // the first few of them, "path: why"
