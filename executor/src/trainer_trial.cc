@@ -39,12 +39,18 @@ Result<trainer::TrainOptions> TrainerOptions(const TrialTask& task) {
 }
 
 TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
-                             const std::atomic<bool>& stop, const TrialHooks&) {
+                             const std::atomic<bool>& stop, const TrialHooks& hooks) {
   Result<trainer::TrainOptions> built = TrainerOptions(task);
   if (!built.ok()) return Failed(built.status().message());
   trainer::TrainOptions& options = *built;
   options.report_resumed_epoch = task.replay_checkpoint_report;
   options.stop_after_epoch = task.stop_at_epoch;
+  // A stop (the sweep stopping, an agent preempted) reaches the trial between its steps: a
+  // batch system's grace period is shorter than a long epoch. Its checkpoint keeps the steps.
+  options.stop_requested = [&] {
+    if (hooks.idle) hooks.idle();
+    return stop.load(std::memory_order_relaxed);
+  };
   if (task.fresh && !options.checkpoint_path.empty()) {
     std::error_code ec;
     std::filesystem::remove(options.checkpoint_path, ec);
@@ -103,6 +109,12 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   TrialOutcome out;
   out.kind = result->stopped ? TrialOutcome::Kind::kStopped : TrialOutcome::Kind::kCompleted;
   out.error = note;
+  if (result->stopped_in_epoch > 0) {
+    out.error += (out.error.empty() ? "" : "; ") + std::string("stopped within epoch ") +
+                 std::to_string(result->stopped_in_epoch) + ", after step " +
+                 std::to_string(result->epoch_steps_done) + " of its " +
+                 std::to_string(result->steps_per_epoch) + ": it goes on from there";
+  }
   out.end_metrics = json::object();
   if (result->test_acc) out.end_metrics["test_acc"] = *result->test_acc;
   // A folder set's label map, and the bad files it left out, go with the trial.

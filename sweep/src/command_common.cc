@@ -22,8 +22,8 @@ extern "C" void OnInterrupt(int sig) {
   g_interrupt = true;
 }
 
-// `sweep train`: the first Ctrl-C / SIGTERM stops after the current epoch; a second ends the
-// process at once, by that signal (only async-signal-safe calls).
+// `sweep train`: the first Ctrl-C / SIGTERM stops the trial (see StopTrainOnSignals); a second
+// ends the process at once, by that signal (only async-signal-safe calls).
 extern "C" void OnTrainInterrupt(int sig) {
   if (g_interrupt.load()) {
     std::signal(sig, SIG_DFL);

@@ -454,6 +454,63 @@ TEST_F(ResumeTest, SignalToTheCoordinatorsGroupInterruptsTrialsWithoutRetries) {
   }
 }
 
+// Ctrl-C while a trainer trial is in the middle of a long epoch: the trial stops at its next
+// step, not at the epoch's end, and its checkpoint holds that step. Resumed, it ends with the
+// reports, test accuracy and objective of the same trial run without a stop.
+TEST_F(ResumeTest, AnInterruptStopsATrainerTrialWithinItsEpoch) {
+  WriteTinyDataset(20000, 200);  // about 1,100 steps an epoch
+  auto config = [&](const std::string& name) {
+    return "[sweep]\nname = \"" + name +
+           "\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n[parameters]\nlr = 0.05\n"
+           "hidden = [1024, 1024]\nepochs = 3\nbatch_size = 16\n[trainer]\ndataset = \"" +
+           dir_.string() + "\"\n[executor]\ncpu_slots = 1\n";
+  };
+  Write("straight.toml", config("straight"));
+  Write("stopped.toml", config("stopped"));
+  ASSERT_EQ(Sweep("run straight.toml").code, 0);
+  const std::string of_sweep = " WHERE sweep_id = (SELECT id FROM sweeps WHERE name = '";
+  pid_t pid = Start("run stopped.toml", "stopped.log");
+  bool reported = false;
+  for (int i = 0; i < 2400 && !reported; ++i) {
+    reported = Query("SELECT count(*) FROM reports" + of_sweep + "stopped')")[0][0] == "1";
+    if (!reported) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(reported) << sweep_e2e::Slurp(dir_ / "stopped.log");
+  // Past the report's verdict (a stop there ends the epoch's report as before), well before
+  // the epoch's end (about 1.5 s here).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "stopped.log");
+  auto trial = Query("SELECT status, error FROM trials" + of_sweep + "stopped')");
+  ASSERT_EQ(trial.size(), 1u);
+  EXPECT_EQ(trial[0][0], "interrupted");
+  EXPECT_NE(trial[0][1].find("stopped within epoch 2, after step "), std::string::npos)
+      << trial[0][1];
+  EXPECT_NE(trial[0][1].find("of its 1125: it goes on from there"), std::string::npos)
+      << trial[0][1];
+  EXPECT_EQ(Query("SELECT count(*) FROM reports" + of_sweep + "stopped')")[0][0], "1");
+
+  Output resumed = Sweep("resume stopped");
+  ASSERT_EQ(resumed.code, 0) << resumed.err;
+  // What training computed, not how long it took.
+  auto learned = [&](const std::string& name) {
+    std::vector<std::string> out;
+    for (const auto& row :
+         Query("SELECT step, metrics FROM reports" + of_sweep + name + "') ORDER BY step")) {
+      const json m = json::parse(row[1]);
+      out.push_back(row[0] + " " + m["train_loss"].dump() + " " + m["val_loss"].dump() + " " +
+                    m["val_acc"].dump() + " " + m["lr"].dump());
+    }
+    const auto end =
+        Query("SELECT status, objective, metrics FROM trials" + of_sweep + name + "')");
+    out.push_back(end[0][0] + " " + end[0][1] + " " + json::parse(end[0][2])["test_acc"].dump());
+    return out;
+  };
+  const std::vector<std::string> straight = learned("straight");
+  ASSERT_EQ(straight.size(), 4u);
+  EXPECT_EQ(learned("stopped"), straight);
+}
+
 // A coordinator that died after a trial met stop_when, before that trial ended: resume finds
 // the target in the stored reports, ends that trial completed (it does not run again) and ends
 // the sweep. The state is staged from a finished sweep, as the coordinator would have left it.
@@ -1021,7 +1078,8 @@ TEST_F(ResumeTest, ALogLeftByARemovedDatabaseDoesNotOverwriteTheOneRestored) {
 // A running trainer trial's checkpoint is never ahead of the store: the coordinator killed the
 // moment an epoch's checkpoint appears has committed that epoch's report. (Were it not, and the
 // report not in the checkpoint, the rerun would go on from the checkpoint, and the epoch's report
-// would be lost for good.) The resumed sweep ends with every epoch reported once.
+// would be lost for good.) So too for a checkpoint within an epoch, written when told to stop:
+// the last whole epoch's report is stored. The resumed sweep ends with every epoch reported once.
 TEST_F(ResumeTest, ACheckpointIsNeverAheadOfTheStoredReports) {
   WriteTinyDataset(800, 200);
   Write("k.toml",
@@ -1029,8 +1087,9 @@ TEST_F(ResumeTest, ACheckpointIsNeverAheadOfTheStoredReports) {
         "lr = 0.05\nepochs = 40\nbatch_size = 32\n[trainer]\ndataset = \"" +
             dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
   const fs::path ckpt = dir_ / "sweeps.db-checkpoints" / "ahead" / "trial-0.ckpt";
-  // The epoch a checkpoint file holds (its JSON header follows 8 bytes of magic and a length).
-  auto checkpoint_epoch = [&]() -> int {
+  // Where a checkpoint file is, in epochs (a fraction within one); its JSON header follows 8
+  // bytes of magic and a length.
+  auto checkpoint_epoch = [&]() -> double {
     std::ifstream in(ckpt, std::ios::binary);
     char prefix[12];
     if (!in.read(prefix, sizeof prefix)) return 0;
@@ -1038,11 +1097,15 @@ TEST_F(ResumeTest, ACheckpointIsNeverAheadOfTheStoredReports) {
     std::memcpy(&bytes, prefix + 8, 4);
     std::string header(bytes, '\0');
     if (!in.read(header.data(), bytes)) return 0;
-    return json::parse(header, nullptr, false).value("epoch", 0);
+    const json h = json::parse(header, nullptr, false);
+    const json part = h.value("partial", json::object());
+    return h.value("epoch", 0) +
+           (part.empty() ? 0.0
+                         : part["steps"].get<double>() / part["steps_per_epoch"].get<double>());
   };
-  // Waits (up to 2 s) for a checkpoint of an epoch after `before`: the epoch it holds.
-  auto next_checkpoint = [&](int before) {
-    int seen = before;
+  // Waits (up to 2 s) for a checkpoint after `before`: where it is.
+  auto next_checkpoint = [&](double before) {
+    double seen = before;
     for (int i = 0; i < 4000 && seen <= before; ++i) {
       seen = checkpoint_epoch();
       if (seen <= before) std::this_thread::sleep_for(std::chrono::microseconds(500));
@@ -1051,23 +1114,29 @@ TEST_F(ResumeTest, ACheckpointIsNeverAheadOfTheStoredReports) {
   };
   std::string command = "run k.toml";
   for (int round = 0; round < 4; ++round) {
-    int before = checkpoint_epoch();
+    double before = checkpoint_epoch();
     pid_t pid = Start(command, "run.log");
-    // Rounds 2 and 3: Ctrl-C first, so the trial stops after its epoch (and checkpoints it).
+    // Rounds 2 and 3: Ctrl-C first, so the trial stops at its next step (and checkpoints it).
     if (round >= 2) {
       before = next_checkpoint(before);
       ::kill(pid, SIGINT);
     }
-    const int seen = next_checkpoint(before);
+    const double seen = next_checkpoint(before);
     ::kill(pid, SIGKILL);
     Wait(pid);
-    ASSERT_GT(seen, before) << sweep_e2e::Slurp(dir_ / "run.log");
-    // Told to stop, a trial checkpoints without waiting for its report to be stored (the
-    // resume reports that epoch again: AReportLostBehindACheckpointComesBackOnResume).
+    // Told to stop before the first step of an epoch, a trial has nothing new to checkpoint.
+    ASSERT_GE(seen, before) << sweep_e2e::Slurp(dir_ / "run.log");
     if (round < 2) {
-      EXPECT_EQ(Query("SELECT count(*) FROM reports WHERE epoch = " + std::to_string(seen))[0][0],
+      ASSERT_GT(seen, before) << sweep_e2e::Slurp(dir_ / "run.log");
+    }
+    // Told to stop at a report, a trial checkpoints without waiting for it to be stored (the
+    // resume reports that epoch again: AReportLostBehindACheckpointComesBackOnResume). Told
+    // between reports, it stops within the next epoch, past a stored report.
+    const int whole = static_cast<int>(seen);
+    if (round < 2 || seen != whole) {
+      EXPECT_EQ(Query("SELECT count(*) FROM reports WHERE epoch = " + std::to_string(whole))[0][0],
                 "1")
-          << "the checkpoint holds epoch " << seen << ", the store has no report of it";
+          << "the checkpoint holds epoch " << whole << ", the store has no report of it";
     }
     command = "resume ahead";
   }

@@ -489,6 +489,11 @@ class TrainerKind final : public TrialKindRules {
     return settings;
   }
   bool checkpoints() const override { return true; }
+  // Its checkpoint keeps the steps of an epoch stopped part-way.
+  std::string HowTrialsStop() const override {
+    return " at their next step (their checkpoints keep it); interrupt again to stop them at "
+           "once";
+  }
   // A trial that moves to another agent (its agent stopped, preempted, lost) goes on from its
   // checkpoint only where every agent reaches the same folder.
   void WarnRemote(std::ostream& log) const override {
