@@ -219,7 +219,9 @@ int RunTrainTask(const executor::TrialTask& task, TrialKind kind, bool as_json) 
   }
   if (out.kind == executor::TrialOutcome::Kind::kStopped) {
     // Not a finished run: a script's `sweep train ... && next` must not go on.
-    std::cerr << "sweep: interrupted at epoch " << consumed << ", before the trial's end\n";
+    // A trainer trial with a checkpoint_path says where within its epoch it stopped.
+    std::cerr << "sweep: interrupted at epoch " << consumed << ", before the trial's end"
+              << (out.error.empty() ? "" : "; " + out.error) << "\n";
     return kExitRuntime;
   }
   return kExitOk;
