@@ -608,8 +608,9 @@ TEST_F(CudaGroup, TrainLearnsOnTheGpu) {
 
 // Stopped within epochs and resumed, a run on the GPU ends as the run straight through does,
 // bit for bit: a held CNN set (rows gathered, cropped and flipped on the device from the
-// stopped step on) and a streamed fp16 MLP (the loss scale in the checkpoint), each with
-// steps replayed from CUDA graphs after every resume.
+// stopped step on), an fp16 MLP fed from the host (the loss scale in the checkpoint), and on
+// two GPUs a held fp16 CNN of two micro-batches a step (replicas stop after the same step),
+// each with steps replayed from CUDA graphs after every resume.
 TEST_F(CudaGroup, AStopWithinAnEpochResumesAsIfNeverStopped) {
   {
     SCOPED_TRACE("cnn, held");
@@ -624,13 +625,28 @@ TEST_F(CudaGroup, AStopWithinAnEpochResumesAsIfNeverStopped) {
     testing::ExpectStopsWithinEpochsChangeNothing(o, dir);
   }
   {
-    SCOPED_TRACE("mlp, fp16, streamed");
+    SCOPED_TRACE("mlp, fp16, batches from the host");
     TempDir dir;
     TrainOptions o = BlobOptions(dir);
     o.backend = "cuda";
     o.precision = "fp16";
     o.dataset_on_gpu = false;
     o.dropout = 0.2;
+    testing::ExpectStopsWithinEpochsChangeNothing(o, dir);
+  }
+  if (devices_ >= 2) {
+    SCOPED_TRACE("cnn, fp16, held, 2 GPUs");
+    TempDir dir;
+    TrainOptions o = testing::BlobCnnOptions(dir);
+    o.backend = "cuda";
+    o.replicas = 2;
+    o.precision = "fp16";
+    o.batch_norm = true;
+    o.augment_crop = 1;
+    o.augment_flip = true;
+    o.batch_size = 8;
+    o.accum_steps = 2;  // 22 steps an epoch
+    o.epochs = 3;
     testing::ExpectStopsWithinEpochsChangeNothing(o, dir);
   }
 }

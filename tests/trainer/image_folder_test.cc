@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "image_codec.h"
 #include "image_folder.h"
+#include "partial_epoch_util.h"
 #include "test_util.h"
 
 namespace sweep::trainer {
@@ -778,6 +779,43 @@ TEST(FolderTraining, CnnOnResizedRgbImages) {
   auto r = Train(o, nullptr);
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->epochs_done, 2);
+}
+
+// A streamed folder set (decoded batch by batch, cropped and flipped on its decode threads),
+// stopped within epochs and resumed: the Batcher decodes from the stopped step on, and the run
+// ends as the one straight through does, bit for bit.
+TEST(FolderTraining, AStreamedSetStoppedWithinEpochsEndsAsIfNeverStopped) {
+  TempDir dir;
+  for (const char* split : {"train", "test"}) {
+    const int n = split[1] == 'r' ? 48 : 8;
+    for (int i = 0; i < 2 * n; ++i) {
+      Image im = Pattern(8, 8, 1, static_cast<uint64_t>(i) + (split[1] == 'r' ? 0 : 1000));
+      if (i % 2 == 0) {
+        for (int p = 0; p < 32; ++p) im.pixels[static_cast<size_t>(p)] = 240;  // top half lit
+      }
+      WriteImage(dir / (std::string(split) + (i % 2 == 0 ? "/top/" : "/plain/") +
+                        std::to_string(i) + ".png"),
+                 im, false);
+    }
+  }
+  TrainOptions o;
+  o.dataset.format = "folder";
+  o.dataset.train_images = dir / "train";
+  o.dataset.test_images = dir / "test";
+  o.dataset.cache = "stream";
+  o.dataset.decode_threads = 2;
+  o.model = "cnn";
+  o.channels = {4};
+  o.convs_per_stage = 1;
+  o.hidden = {};
+  o.augment_crop = 1;
+  o.augment_flip = true;
+  o.batch_size = 4;  // 72 training rows: 18 steps an epoch
+  o.epochs = 4;
+  o.validation_fraction = 0.25;
+  o.backend = "cpu";
+  o.cache_dir = dir / "cache";
+  testing::ExpectStopsWithinEpochsChangeNothing(o, dir);
 }
 
 }  // namespace

@@ -121,6 +121,7 @@ Checkpoint PartialSample() {
   PartialEpoch p;
   p.steps = 6;
   p.steps_per_epoch = 22;
+  p.set_samples = 480;
   p.loss_sum = 0.1 + 0.2 + 1e-17;
   p.skipped_steps = 1;
   p.train_s = 1.25;
@@ -143,6 +144,7 @@ TEST(PartialEpoch, RoundTripsUnderItsOwnMagic) {
   const PartialEpoch& want = *PartialSample().partial;
   EXPECT_EQ(p.steps, 6);
   EXPECT_EQ(p.steps_per_epoch, 22);
+  EXPECT_EQ(p.set_samples, 480);
   EXPECT_EQ(p.loss_sum, want.loss_sum);  // every bit: the epoch's loss goes on from it
   EXPECT_EQ(p.skipped_steps, 1);
   EXPECT_EQ(p.train_s, 1.25);
@@ -178,6 +180,7 @@ TEST(PartialEpoch, AMalformedOneIsRefusedNamingTheFile) {
       {[](nlohmann::json& h) { h["partial"]["steps"] = 2.5; }, nullptr,
        "partial: steps is not an integer: 2.5"},
       {[](nlohmann::json& h) { h["partial"]["skipped_steps"] = 7; }, nullptr, "partial: "},
+      {[](nlohmann::json& h) { h["partial"]["set_samples"] = 0; }, nullptr, "partial: "},
       {[](nlohmann::json& h) { h["partial"].erase("loss_sum"); }, nullptr, "partial: "},
       {[](nlohmann::json& h) { h["step"] = 5; }, nullptr,
        "a partial epoch of 6 steps in a checkpoint at step 5"},
@@ -275,7 +278,8 @@ TEST(PartialEpoch, StopsAtAnEpochsEdgeAndWithoutACheckpoint) {
 }
 
 // A partial epoch goes on only where its steps are the same steps: refused, naming the file,
-// for a training set of another size, or for a run to stop at an epoch before it.
+// for a training set of another size (whatever its steps an epoch), or for a run to stop at an
+// epoch before it.
 TEST(PartialEpoch, AResumeWhereItsStepsWouldDifferIsRefused) {
   TempDir dir;
   TrainOptions o = testing::BlobOptions(dir);
@@ -288,18 +292,24 @@ TEST(PartialEpoch, AResumeWhereItsStepsWouldDifferIsRefused) {
   ASSERT_EQ(r->stopped_in_epoch, 2);
   o.stop_requested = nullptr;
 
-  // The training set's size is not in the training configuration: the steps say it.
-  testing::EditHeader(o.checkpoint_path,
-                      [](nlohmann::json& h) { h["partial"]["steps_per_epoch"] = 23; });
+  // The training set's size is not in the training configuration: 484 samples give 22 steps an
+  // epoch too, in another order.
+  testing::WriteBlobs(dir, "train", 484, 1);
   auto refused = Train(o, nullptr);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(refused.status().message(),
-            o.checkpoint_path +
-                ": checkpoint is within epoch 2 of 23 steps, and an epoch here has 22 (has the "
-                "training set changed?); delete it to train from the start");
-  testing::EditHeader(o.checkpoint_path,
-                      [](nlohmann::json& h) { h["partial"]["steps_per_epoch"] = 22; });
+  const std::string& said = refused.status().message();
+  EXPECT_EQ(said.rfind(o.checkpoint_path +
+                           ": checkpoint is within epoch 2 of a training set of 480 samples (22 "
+                           "steps an epoch), and ",
+                       0),
+            0u)
+      << said;
+  EXPECT_NE(said.find(" has 484 (22); has it changed? delete the checkpoint to train from the "
+                      "start"),
+            std::string::npos)
+      << said;
+  testing::WriteBlobs(dir, "train", 480, 1);
 
   TrainOptions stops_before = o;
   stops_before.stop_after_epoch = 1;

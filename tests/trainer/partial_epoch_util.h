@@ -54,9 +54,10 @@ inline void ExpectSameReport(const EpochReport& got, const EpochReport& want) {
   EXPECT_EQ(got.skipped_steps, want.skipped_steps);
 }
 
-// Stopped at rank 0's 30th poll (in epoch 2 of 22 steps), then after a resume at its 5th (later
-// in epoch 2), then at its 20th (in epoch 3); then resumed to the end. Each stop leaves a partial
-// checkpoint; the reports, the test accuracy and the final state are the uninterrupted run's.
+// Stopped at rank 0's 30th poll (with 22 steps an epoch: in epoch 2), then after a resume at its
+// 5th (later in epoch 2), then at its 20th (in epoch 3); then resumed to the end. Each stop leaves
+// a partial checkpoint; the reports, the test accuracy and the final state are the uninterrupted
+// run's.
 inline void ExpectStopsWithinEpochsChangeNothing(TrainOptions o, const TempDir& dir) {
   Result<TrainResult> r = Status::Internal("not run");
   ModelState expect;
@@ -64,6 +65,8 @@ inline void ExpectStopsWithinEpochsChangeNothing(TrainOptions o, const TempDir& 
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(straight.size(), static_cast<size_t>(o.epochs));
   const int64_t steps_per_epoch = straight[0].step;
+  // The stops below fall within the run, with room for a step more on each of two replicas.
+  ASSERT_GT(steps_per_epoch * o.epochs, 30 + 5 + 20 + 2 * o.replicas);
   const std::optional<double> test_acc = r->test_acc;
   ASSERT_TRUE(test_acc.has_value());
 

@@ -97,6 +97,7 @@ EpochReport ReportFromJson(const json& j) {
 json PartialJson(const PartialEpoch& p) {
   return {{"steps", p.steps},
           {"steps_per_epoch", p.steps_per_epoch},
+          {"set_samples", p.set_samples},
           {"loss_sum", p.loss_sum},
           {"skipped_steps", p.skipped_steps},
           {"train_s", p.train_s},
@@ -107,20 +108,21 @@ json PartialJson(const PartialEpoch& p) {
 
 PartialEpoch PartialFromJson(const json& j) {
   PartialEpoch p;
-  for (const char* name : {"steps", "steps_per_epoch", "skipped_steps"}) {
+  for (const char* name : {"steps", "steps_per_epoch", "set_samples", "skipped_steps"}) {
     if (!j.at(name).is_number_integer()) {
       throw std::invalid_argument(std::string(name) + " is not an integer: " + j.at(name).dump());
     }
   }
   p.steps = j.at("steps").get<int64_t>();
   p.steps_per_epoch = j.at("steps_per_epoch").get<int64_t>();
+  p.set_samples = j.at("set_samples").get<int64_t>();
   p.loss_sum = j.at("loss_sum").get<double>();
   p.skipped_steps = j.at("skipped_steps").get<int64_t>();
   p.train_s = j.at("train_s").get<double>();
   p.data_wait_s = j.at("data_wait_s").get<double>();
   p.allreduce_s = j.at("allreduce_s").get<double>();
   p.epoch_s = j.at("epoch_s").get<double>();
-  if (p.steps < 1 || p.steps >= p.steps_per_epoch || p.skipped_steps < 0 ||
+  if (p.steps < 1 || p.steps >= p.steps_per_epoch || p.set_samples < 1 || p.skipped_steps < 0 ||
       p.skipped_steps > p.steps || !std::isfinite(p.loss_sum)) {
     throw std::invalid_argument(j.dump());
   }

@@ -23,8 +23,11 @@ namespace sweep::trainer {
 // so the steps done say where each of them is.
 struct PartialEpoch {
   int64_t steps = 0;            // of the epoch's optimizer steps, done (1 ..)
-  int64_t steps_per_epoch = 0;  // the run's: a training set of another size does not go on
-  double loss_sum = 0;          // the losses of those steps, summed in step order
+  int64_t steps_per_epoch = 0;  // the run's
+  // The training file's samples: the epoch's order depends on them, so a set of another size
+  // (files added to a folder, or one left out) does not go on.
+  int64_t set_samples = 0;
+  double loss_sum = 0;  // the losses of those steps, summed in step order
   int64_t skipped_steps = 0;
   double train_s = 0;  // time in those steps
   double data_wait_s = 0;

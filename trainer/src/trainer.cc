@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -350,12 +351,14 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       if (ckpt->partial) {
         // Its steps are the epoch's first ones only in the epoch's order, which depends on the
         // training set's size; and a run told to stop before that epoch cannot go back to it.
-        if (ckpt->partial->steps_per_epoch != steps_per_epoch) {
+        const PartialEpoch& p = *ckpt->partial;
+        if (p.set_samples != train->n || p.steps_per_epoch != steps_per_epoch) {
           return Status::InvalidArgument(
-              o.checkpoint_path + ": checkpoint is " + at + " of " +
-              std::to_string(ckpt->partial->steps_per_epoch) + " steps, and an epoch here has " +
+              o.checkpoint_path + ": checkpoint is " + at + " of a training set of " +
+              std::to_string(p.set_samples) + " samples (" + std::to_string(p.steps_per_epoch) +
+              " steps an epoch), and " + train->source + " has " + std::to_string(train->n) + " (" +
               std::to_string(steps_per_epoch) +
-              " (has the training set changed?); delete it to train from the start");
+              "); has it changed? delete the checkpoint to train from the start");
         }
         if (o.stop_after_epoch > 0 && reached > o.stop_after_epoch) {
           return Status::InvalidArgument(o.checkpoint_path + ": checkpoint is " + at +
@@ -472,6 +475,9 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     group->TakeSkippedSteps();
 
     double loss_sum = before.loss_sum;
+    // A streamed set's bad file in a batch trained on; one only gathered ahead, past a stop,
+    // fails the run where it resumes instead.
+    std::atomic<bool> met_bad{false};
     int64_t diverged_step = 0;  // 1-based, 0: none
     double diverged_loss = 0;
     const Clock::time_point train_start = Clock::now();
@@ -516,7 +522,10 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
             const Batcher::Batch batch = batcher->Next(rank, &wait_s[r]);
             if (batch.y == nullptr) return;  // another rank failed: Run reports its error
             // A bad file of a streamed set: stop now, not at the epoch's end (reported below).
-            if (batch.bad) return;
+            if (batch.bad) {
+              met_bad = true;
+              return;
+            }
             const int64_t at = static_cast<int64_t>(begin) * train->dim;
             if (batch.pixels != nullptr) {
               mb.pixels = batch.pixels + at;
@@ -547,11 +556,11 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
         throw;
       }
     });
-    SWEEP_RETURN_IF_ERROR(StreamStatus(train));
+    const int64_t done = gate.stop();
+    if (done == steps_per_epoch || met_bad) SWEEP_RETURN_IF_ERROR(StreamStatus(train));
     if (diverged_step != 0)
       return Diverged(epoch, diverged_step, "loss " + LossText(diverged_loss), spec.precision);
     const double train_s = Seconds(train_start) + before.train_s;
-    const int64_t done = gate.stop();
     if (done < steps_per_epoch) {
       // Told to stop within the epoch. At its start, the state is the last epoch's end.
       result.stopped = true;
@@ -567,6 +576,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       PartialEpoch part;
       part.steps = done;
       part.steps_per_epoch = steps_per_epoch;
+      part.set_samples = train->n;
       part.loss_sum = loss_sum;
       part.skipped_steps = before.skipped_steps + group->TakeSkippedSteps();
       part.train_s = train_s;

@@ -21,8 +21,10 @@
 
 namespace sweep::executor::net {
 
-// Both sides must speak the same version; a mismatch is refused in the handshake.
-inline constexpr int kProtocolVersion = 4;
+// Both sides must speak the same version; a mismatch is refused in the handshake. Version 5:
+// a trainer trial's checkpoint may hold a partial epoch, which an agent of version 4 would take
+// for a damaged file and delete, training the trial from its start.
+inline constexpr int kProtocolVersion = 5;
 // How a coordinator's bye to an agent whose token does not match begins: a refusal that no retry
 // can change, so the agent ends rather than retry forever.
 inline constexpr std::string_view kAuthFailed = "authentication failed";
