@@ -124,6 +124,8 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
     if (!result->skipped.empty()) out.info["skipped"] = result->skipped;
   }
   out.resumed_from_epoch = result->resumed_from_epoch;
+  out.resumed_epoch_steps = result->resumed_epoch_steps;
+  out.steps_per_epoch = result->steps_per_epoch;
   return out;
 }
 

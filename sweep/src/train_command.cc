@@ -193,10 +193,15 @@ int RunTrainTask(const executor::TrialTask& task, TrialKind kind, bool as_json) 
   StopTrainOnSignals();
   executor::TrialOutcome out = executor::RunTrial(task, sink, InterruptRequested());
   for (auto& [k, v] : out.end_metrics.items()) last[k] = v;
-  if (out.resumed_from_epoch > 0) {
+  if (out.resumed_from_epoch > 0 || out.resumed_epoch_steps > 0) {
     // Went on from checkpoint_path: epochs before it were trained by an earlier run.
     consumed = std::max(consumed, static_cast<double>(out.resumed_from_epoch));
-    std::cerr << "went on from the checkpoint at epoch " << out.resumed_from_epoch
+    std::cerr << "went on from the checkpoint "
+              << (out.resumed_epoch_steps > 0
+                      ? "within epoch " + std::to_string(out.resumed_from_epoch + 1) +
+                            ", after step " + std::to_string(out.resumed_epoch_steps) + " of its " +
+                            std::to_string(out.steps_per_epoch)
+                      : "at epoch " + std::to_string(out.resumed_from_epoch))
               << (reports.empty() && out.kind == executor::TrialOutcome::Kind::kCompleted
                       ? ": no epoch left to train; test_acc is that model's"
                       : "")

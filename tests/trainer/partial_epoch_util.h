@@ -72,7 +72,8 @@ inline void ExpectStopsWithinEpochsChangeNothing(TrainOptions o, const TempDir& 
 
   o.checkpoint_path = dir / "trial.ckpt";
   std::vector<EpochReport> heard;
-  int64_t last_stop = 0;  // the run's steps at the last stop
+  int64_t last_stop = 0;    // the run's steps at the last stop
+  int64_t within_last = 0;  // the steps of its epoch the last stop's checkpoint held
   for (int at : {30, 5, 20}) {
     SCOPED_TRACE("stop at poll " + std::to_string(at));
     StopAt stop{at};
@@ -84,6 +85,7 @@ inline void ExpectStopsWithinEpochsChangeNothing(TrainOptions o, const TempDir& 
     EXPECT_TRUE(r->stopped);
     EXPECT_TRUE(r->checkpointed);
     EXPECT_FALSE(r->test_acc.has_value());  // no epoch's model
+    EXPECT_EQ(r->resumed_epoch_steps, within_last);
     ASSERT_GT(r->stopped_in_epoch, 0);
     EXPECT_EQ(r->steps_per_epoch, steps_per_epoch);
     auto ckpt = ReadCheckpoint(o.checkpoint_path);
@@ -98,6 +100,7 @@ inline void ExpectStopsWithinEpochsChangeNothing(TrainOptions o, const TempDir& 
     // Near the poll asked for: replicas may add a step.
     EXPECT_LE(ckpt->step - last_stop, at + o.replicas);
     last_stop = ckpt->step;
+    within_last = ckpt->partial->steps;
     EXPECT_EQ(static_cast<int>(heard.size()), ckpt->epoch);
   }
   o.stop_requested = nullptr;
@@ -107,6 +110,7 @@ inline void ExpectStopsWithinEpochsChangeNothing(TrainOptions o, const TempDir& 
   heard.insert(heard.end(), rest.begin(), rest.end());
   EXPECT_FALSE(r->stopped);
   EXPECT_EQ(r->stopped_in_epoch, 0);
+  EXPECT_EQ(r->resumed_epoch_steps, within_last);
   ASSERT_EQ(heard.size(), straight.size());
   for (size_t i = 0; i < heard.size(); ++i) ExpectSameReport(heard[i], straight[i]);
   EXPECT_EQ(got.params, expect.params);

@@ -252,8 +252,10 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   };
   const std::string config = TrainingConfig(o);
   SWEEP_ASSIGN_OR_RETURN(StartPoint start, ReadStartPoint(o, config, spec.model, data));
+  result.steps_per_epoch = steps_per_epoch;
   if (start.resumed) {
     result.resumed_from_epoch = start.epochs_done;
+    result.resumed_epoch_steps = start.partial.steps;
     result.epochs_done = start.epochs_done;
   }
   if (start.state.params.empty()) {
@@ -436,7 +438,6 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     result.stopped = true;
     result.stopped_in_epoch = result.epochs_done + 1;
     result.epoch_steps_done = partial.steps;
-    result.steps_per_epoch = steps_per_epoch;
   }
   // Measured for a stopped run too: a trial stopped at early stopping's max_resource is a
   // finished one, and a pruned one's figure costs one pass over the test set. Not within an

@@ -87,9 +87,12 @@ struct TrialOutcome {
   // What the run found out that is not a metric (store::TrialRecord::info_json): an object,
   // empty when there is nothing to tell.
   nlohmann::json info = nlohmann::json::object();
-  // A trainer trial that went on from its checkpoint: the checkpoint's epoch (else 0). Known
-  // where RunTrial ran (sweep train); a worker does not send it.
+  // A trainer trial that went on from its checkpoint: the checkpoint's epoch (else 0), and the
+  // steps of the next epoch it held when stopped within it (else 0), of that epoch's steps.
+  // Known where RunTrial ran (sweep train); a worker does not send them.
   int resumed_from_epoch = 0;
+  int64_t resumed_epoch_steps = 0;
+  int64_t steps_per_epoch = 0;
   // A command's reports had the sweep's metric only as text, a bool or a list (reports carry
   // numbers alone, so the coordinator would not know it came under that name).
   bool metric_not_number = false;

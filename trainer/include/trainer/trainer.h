@@ -210,15 +210,16 @@ struct EpochReport {
 };
 
 struct TrainResult {
-  int epochs_done = 0;         // including those done before a resume
-  int resumed_from_epoch = 0;  // the checkpoint's epoch, 0 when training started fresh
-  bool stopped = false;        // the callback asked to stop before the last epoch
-  bool checkpointed = false;   // a checkpoint was written (at the end, or when stopped)
-  // Stopped within an epoch (stop_requested): that epoch, with the steps of it done and its
-  // steps in all; 0 otherwise. Such a run measures no test set.
+  int epochs_done = 0;              // including those done before a resume
+  int resumed_from_epoch = 0;       // the checkpoint's epoch, 0 when training started fresh
+  int64_t resumed_epoch_steps = 0;  // and the steps of the next epoch it held (else 0)
+  bool stopped = false;             // the callback asked to stop before the last epoch
+  bool checkpointed = false;        // a checkpoint was written (at the end, or when stopped)
+  // Stopped within an epoch (stop_requested): that epoch and the steps of it done; 0 otherwise.
+  // Such a run measures no test set.
   int stopped_in_epoch = 0;
   int64_t epoch_steps_done = 0;
-  int64_t steps_per_epoch = 0;
+  int64_t steps_per_epoch = 0;     // the run's
   std::optional<double> test_acc;  // when a test set is given, unless stopped within an epoch
   // folder with on_bad_file = "skip": files left out of the training and test sets.
   int64_t skipped_files = 0;
