@@ -141,7 +141,8 @@ TEST(PartialEpoch, RoundTripsUnderItsOwnMagic) {
   ASSERT_TRUE(back.ok()) << back.status().message();
   ASSERT_TRUE(back->partial.has_value());
   const PartialEpoch& p = *back->partial;
-  const PartialEpoch& want = *PartialSample().partial;
+  const Checkpoint sample = PartialSample();
+  const PartialEpoch& want = *sample.partial;
   EXPECT_EQ(p.steps, 6);
   EXPECT_EQ(p.steps_per_epoch, 22);
   EXPECT_EQ(p.set_samples, 480);
