@@ -623,6 +623,9 @@ TEST_F(CudaGroup, AStopWithinAnEpochResumesAsIfNeverStopped) {
     o.batch_size = 16;  // 22 steps an epoch, as the stops expect
     o.epochs = 3;
     testing::ExpectStopsWithinEpochsChangeNothing(o, dir);
+    // And with checkpoints every 5 steps between the stops: the queue drained at each.
+    o.checkpoint_every_steps = 5;
+    testing::ExpectStopsWithinEpochsChangeNothing(o, dir);
   }
   {
     SCOPED_TRACE("mlp, fp16, batches from the host");

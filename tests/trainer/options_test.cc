@@ -70,6 +70,7 @@ TEST(Options, EveryKeyApplies) {
       {"cudnn_autotune", true},
       {"checkpoint_path", "/tmp/x.ckpt"},
       {"checkpoint_every", 2},
+      {"checkpoint_every_steps", 500},
       {"cache_dir", "/tmp/cache"},
       {"channels", {32, 64}},
       {"convs_per_stage", 1},
@@ -126,6 +127,7 @@ TEST(Options, EveryKeyApplies) {
   EXPECT_EQ(o.replicas, 2);
   EXPECT_EQ(o.checkpoint_path, "/tmp/x.ckpt");
   EXPECT_EQ(o.checkpoint_every, 2);
+  EXPECT_EQ(o.checkpoint_every_steps, 500);
   EXPECT_EQ(o.cache_dir, "/tmp/cache");
   // momentum was set to 0 above: Nesterov needs some.
   EXPECT_EQ(Validate(o).message(),
@@ -295,6 +297,8 @@ TEST(Options, Validate) {
             "batch)");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->checkpoint_every = -1; }),
             "checkpoint_every: must be >= 0 (0: only when stopped and at the end), got -1");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) { o->checkpoint_every_steps = -1; }),
+            "checkpoint_every_steps: must be >= 0 (0: none within an epoch), got -1");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->lr = 0; }),
             "lr: must be a positive number that a 32-bit float holds (about 1.4e-45 to 3.4e38), "
             "got 0");

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -28,14 +30,16 @@ using testing::TempDir;
 
 // ---- StepGate ----
 
-TEST(StepGate, WithoutARequestEveryStepRuns) {
+// Without a request every step up to the end given runs, and none past it (a pause, to
+// checkpoint within the epoch).
+TEST(StepGate, WithoutARequestEveryStepToTheEndRuns) {
   StepGate never(nullptr);
   never.StartEpoch(3, 10);
   for (int64_t s = 3; s < 10; ++s) EXPECT_TRUE(never.Begin(0, s));
+  EXPECT_FALSE(never.Begin(0, 10));
+  EXPECT_FALSE(never.Begin(1, 10));
   EXPECT_EQ(never.stop(), 10);
-  StepGate no(nullptr);
-  no.StartEpoch(0, 5);
-  EXPECT_EQ(no.stop(), 5);
+  EXPECT_FALSE(never.heard());
 }
 
 // Rank 1 has begun two steps past rank 0 (a GPU thread queueing ahead) when rank 0 hears the
@@ -231,6 +235,64 @@ TEST(PartialEpoch, ACnnWithAugmentationStoppedWithinEpochsEndsAsIfNeverStopped) 
   o.accum_steps = 2;
   o.epochs = 3;
   ExpectStopsWithinEpochsChangeNothing(o, dir);
+  // And with checkpoints every 4 steps between the stops.
+  o.checkpoint_every_steps = 4;
+  ExpectStopsWithinEpochsChangeNothing(o, dir);
+}
+
+// Checkpoints every 7 steps within an epoch (22 steps) change nothing learned. A run that dies
+// in epoch 2 (here its callback throws at that epoch's report, before the epoch's checkpoint)
+// leaves the one after step 21 of it, and goes on from there to the uninterrupted run's end.
+TEST(PartialEpoch, CheckpointsWithinEpochsChangeNothingAndACrashGoesOnFromThem) {
+  TempDir dir;
+  TrainOptions o = testing::BlobOptions(dir);
+  o.optimizer = "adamw";
+  o.lr = 0.01;
+  o.dropout = 0.2;
+  o.replicas = 2;
+  Result<TrainResult> r = Status::Internal("not run");
+  ModelState expect;
+  const std::vector<EpochReport> straight = testing::Collect(&r, o, &expect);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(straight.size(), 4u);
+  ASSERT_EQ(straight[0].step, 22);
+
+  o.checkpoint_path = dir / "t.ckpt";
+  o.checkpoint_every_steps = 7;
+  ModelState got;
+  const std::vector<EpochReport> paused = testing::Collect(&r, o, &got);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(paused.size(), straight.size());
+  for (size_t i = 0; i < paused.size(); ++i) testing::ExpectSameReport(paused[i], straight[i]);
+  EXPECT_EQ(got.params, expect.params);
+  EXPECT_EQ(got.optimizer, expect.optimizer);
+  const std::optional<double> test_acc = r->test_acc;
+  EXPECT_TRUE(test_acc.has_value());
+
+  std::filesystem::remove(o.checkpoint_path);
+  auto crashed = Train(o, [](const EpochReport& e) -> bool {
+    if (e.epoch == 2) throw std::runtime_error("killed");
+    return true;
+  });
+  ASSERT_FALSE(crashed.ok());
+  auto ckpt = ReadCheckpoint(o.checkpoint_path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
+  EXPECT_EQ(ckpt->epoch, 1);
+  ASSERT_TRUE(ckpt->partial.has_value());
+  EXPECT_EQ(ckpt->partial->steps, 21);
+  EXPECT_EQ(ckpt->step, 43);
+  ASSERT_TRUE(ckpt->report.has_value());
+  EXPECT_EQ(ckpt->report->epoch, 1);
+
+  const std::vector<EpochReport> rest = testing::Collect(&r, o, &got);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->resumed_from_epoch, 1);
+  EXPECT_EQ(r->resumed_epoch_steps, 21);
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < rest.size(); ++i) testing::ExpectSameReport(rest[i], straight[i + 1]);
+  EXPECT_EQ(got.params, expect.params);
+  EXPECT_EQ(got.optimizer, expect.optimizer);
+  EXPECT_EQ(r->test_acc, test_acc);
 }
 
 // Told to stop before its first step, a run checkpoints its start (no partial epoch); resumed

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -71,6 +72,7 @@ inline void ExpectStopsWithinEpochsChangeNothing(TrainOptions o, const TempDir& 
   ASSERT_TRUE(test_acc.has_value());
 
   o.checkpoint_path = dir / "trial.ckpt";
+  std::filesystem::remove(o.checkpoint_path);  // an earlier call's
   std::vector<EpochReport> heard;
   int64_t last_stop = 0;    // the run's steps at the last stop
   int64_t within_last = 0;  // the steps of its epoch the last stop's checkpoint held

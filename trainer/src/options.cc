@@ -310,17 +310,19 @@ Status ApplyOptionImpl(TrainOptions* o, std::string_view key, const json& v) {
   if (key == "residual") return SetBool(key, v, &o->residual);
   if (key == "global_pool") return SetBool(key, v, &o->global_pool);
   if (key == "augment_flip") return SetBool(key, v, &o->augment_flip);
-  const std::pair<std::string_view, int*> ints[] = {{"batch_size", &o->batch_size},
-                                                    {"accum_steps", &o->accum_steps},
-                                                    {"epochs", &o->epochs},
-                                                    {"step_size", &o->step_size},
-                                                    {"base_batch", &o->base_batch},
-                                                    {"threads", &o->threads},
-                                                    {"replicas", &o->replicas},
-                                                    {"checkpoint_every", &o->checkpoint_every},
-                                                    {"convs_per_stage", &o->convs_per_stage},
-                                                    {"kernel_size", &o->kernel_size},
-                                                    {"augment_crop", &o->augment_crop}};
+  const std::pair<std::string_view, int*> ints[] = {
+      {"batch_size", &o->batch_size},
+      {"accum_steps", &o->accum_steps},
+      {"epochs", &o->epochs},
+      {"step_size", &o->step_size},
+      {"base_batch", &o->base_batch},
+      {"threads", &o->threads},
+      {"replicas", &o->replicas},
+      {"checkpoint_every", &o->checkpoint_every},
+      {"checkpoint_every_steps", &o->checkpoint_every_steps},
+      {"convs_per_stage", &o->convs_per_stage},
+      {"kernel_size", &o->kernel_size},
+      {"augment_crop", &o->augment_crop}};
   for (const auto& [name, field] : ints) {
     if (key != name) continue;
     SWEEP_RETURN_IF_ERROR(SetInt(key, v, std::numeric_limits<int>::min(),
@@ -409,6 +411,7 @@ const std::vector<std::string>& OptionKeys() {
                                                 "cudnn_autotune",
                                                 "checkpoint_path",
                                                 "checkpoint_every",
+                                                "checkpoint_every_steps",
                                                 "cache_dir"};
   return keys;
 }
@@ -670,6 +673,10 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
   if (o.checkpoint_every < 0) {
     return bad("checkpoint_every: must be >= 0 (0: only when stopped and at the end), got " +
                std::to_string(o.checkpoint_every));
+  }
+  if (o.checkpoint_every_steps < 0) {
+    return bad("checkpoint_every_steps: must be >= 0 (0: none within an epoch), got " +
+               std::to_string(o.checkpoint_every_steps));
   }
   return Status::Ok();
 }

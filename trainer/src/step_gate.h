@@ -19,7 +19,8 @@ class StepGate {
   // never stop within an epoch.
   explicit StepGate(std::function<bool()> requested) : requested_(std::move(requested)) {}
 
-  // An epoch's steps first .. end - 1 are to run (first > 0: a resumed epoch).
+  // An epoch's steps first .. end - 1 are to run (first > 0: a resumed epoch; end short of the
+  // epoch's: a pause, to checkpoint).
   void StartEpoch(int64_t first, int64_t end) {
     std::lock_guard lock(mu_);
     begun_ = first - 1;
@@ -29,9 +30,9 @@ class StepGate {
   // Whether `rank` may begin step s of the epoch. False from the step the run stops at on,
   // the same step for every rank.
   bool Begin(int rank, int64_t s) {
-    if (!requested_) return true;
     bool heard = false;
-    if (rank == 0) {
+    // Not at a step the run stops at anyway (a pause): the caller's poll is not wasted there.
+    if (rank == 0 && requested_ && s < stop()) {
       const auto now = std::chrono::steady_clock::now();
       if (now - polled_ >= kPollInterval) {
         polled_ = now;
@@ -39,7 +40,10 @@ class StepGate {
       }
     }
     std::lock_guard lock(mu_);
-    if (heard) stop_ = std::min(stop_, begun_ + 1);
+    if (heard) {
+      heard_ = true;
+      stop_ = std::min(stop_, begun_ + 1);
+    }
     if (s >= stop_) return false;
     begun_ = std::max(begun_, s);
     return true;
@@ -51,6 +55,12 @@ class StepGate {
     return stop_;
   }
 
+  // Whether the request was heard (in this epoch or an earlier one): the run is to stop.
+  bool heard() const {
+    std::lock_guard lock(mu_);
+    return heard_;
+  }
+
   // A stop request costs a poll of the caller's messages; a step may take microseconds.
   static constexpr std::chrono::milliseconds kPollInterval{5};
 
@@ -60,6 +70,7 @@ class StepGate {
   mutable std::mutex mu_;
   int64_t begun_ = -1;  // the latest step any rank has begun
   int64_t stop_ = 0;
+  bool heard_ = false;
 };
 
 }  // namespace sweep::trainer

@@ -342,45 +342,51 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   // Only a run that can keep its steps stops within an epoch.
   StepGate gate(o.checkpoint_path.empty() ? nullptr : o.stop_requested);
   const Stepper stepper{o, *train, group.get(), batcher.get(), schedule, gate, steps_per_epoch};
-  for (int epoch = first_epoch; epoch <= last_epoch; ++epoch) {
-    const Clock::time_point epoch_start = Clock::now();
-    // An epoch resumed part-way goes on from its checkpoint's step, with its sums so far.
-    const PartialEpoch before = partial;
-    const int64_t s0 = before.steps;
+  const int every = o.checkpoint_path.empty() ? 0 : o.checkpoint_every_steps;
+  bool stopping = false;
+  for (int epoch = first_epoch; epoch <= last_epoch && !stopping; ++epoch) {
+    // The epoch runs in segments: to its end, or to each checkpoint within it, as a resume from
+    // that checkpoint would. The first goes on from a checkpoint's step, with its sums so far.
+    Clock::time_point segment_start = Clock::now();
     order = data.rows;
     Rng(MixSeed(o.seed, kShuffleStream, static_cast<uint64_t>(epoch)))
         .Shuffle(order.data(), static_cast<int64_t>(order.size()));
-    if (batcher) {
-      batcher->StartEpoch(order.data(), steps_per_epoch * o.accum_steps, epoch, s0 * o.accum_steps);
-    }
-    gate.StartEpoch(s0, steps_per_epoch);
-    std::fill(wait_s.begin(), wait_s.end(), 0.0);
-    group->TakeCommStats();
-    group->TakeSkippedSteps();
-
-    const Clock::time_point train_start = Clock::now();
-    const EpochSteps ran = RunSteps(stepper, epoch, order.data(), step, before, &wait_s);
-    const int64_t done = ran.done;
-    if (done == steps_per_epoch || ran.met_bad) SWEEP_RETURN_IF_ERROR(StreamStatus(train));
-    if (ran.diverged_step != 0) {
-      return Diverged(epoch, ran.diverged_step, "loss " + LossText(ran.diverged_loss),
-                      spec.precision);
-    }
-    const double train_s = Seconds(train_start) + before.train_s;
-    const double waited = before.data_wait_s + *std::max_element(wait_s.begin(), wait_s.end());
-    const CommStats epoch_comm = group->TakeCommStats();
-    if (comm != nullptr) {
-      comm->exposed_s += epoch_comm.exposed_s;
-      comm->reduce_s += epoch_comm.reduce_s;
-    }
-    const int64_t skipped_steps = before.skipped_steps + group->TakeSkippedSteps();
-    if (done < steps_per_epoch) {
-      // Told to stop within the epoch. At its start, the state is the last epoch's end.
-      result.stopped = true;
-      if (done == 0) {
-        SWEEP_RETURN_IF_ERROR(checkpoint(epoch - 1));
-        break;
+    PartialEpoch before;
+    EpochSteps ran;
+    double train_s = 0, waited = 0;
+    CommStats epoch_comm;
+    int64_t skipped_steps = 0;
+    for (;;) {
+      before = partial;
+      const int64_t s0 = before.steps;
+      const int64_t until =
+          every > 0 ? std::min(steps_per_epoch, (s0 / every + 1) * every) : steps_per_epoch;
+      if (batcher) {
+        batcher->StartEpoch(order.data(), steps_per_epoch * o.accum_steps, epoch,
+                            s0 * o.accum_steps);
       }
+      gate.StartEpoch(s0, until);
+      std::fill(wait_s.begin(), wait_s.end(), 0.0);
+      group->TakeCommStats();
+      group->TakeSkippedSteps();
+
+      const Clock::time_point train_start = Clock::now();
+      ran = RunSteps(stepper, epoch, order.data(), step, before, &wait_s);
+      const int64_t done = ran.done;
+      if (done == steps_per_epoch || ran.met_bad) SWEEP_RETURN_IF_ERROR(StreamStatus(train));
+      if (ran.diverged_step != 0) {
+        return Diverged(epoch, ran.diverged_step, "loss " + LossText(ran.diverged_loss),
+                        spec.precision);
+      }
+      train_s = Seconds(train_start) + before.train_s;
+      waited = before.data_wait_s + *std::max_element(wait_s.begin(), wait_s.end());
+      epoch_comm = group->TakeCommStats();
+      if (comm != nullptr) {
+        comm->exposed_s += epoch_comm.exposed_s;
+        comm->reduce_s += epoch_comm.reduce_s;
+      }
+      skipped_steps = before.skipped_steps + group->TakeSkippedSteps();
+      if (done == steps_per_epoch) break;
       PartialEpoch part;
       part.steps = done;
       part.steps_per_epoch = steps_per_epoch;
@@ -390,12 +396,21 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       part.train_s = train_s;
       part.data_wait_s = waited;
       part.allreduce_s = before.allreduce_s + epoch_comm.exposed_s;
-      part.epoch_s = before.epoch_s + Seconds(epoch_start);
+      part.epoch_s = before.epoch_s + Seconds(segment_start);
+      segment_start = Clock::now();
+      stopping = gate.heard() || done < until;  // else paused, to checkpoint
+      if (stopping) result.stopped = true;
+      if (done == 0) {
+        // Told to stop before the epoch's first step: the state is the last epoch's end.
+        SWEEP_RETURN_IF_ERROR(checkpoint(epoch - 1));
+        break;
+      }
       // Stopped before a step of its own: its checkpoint holds this already.
       if (done > s0) SWEEP_RETURN_IF_ERROR(checkpoint(epoch - 1, &part));
       partial = part;
-      break;
+      if (stopping) break;
     }
+    if (stopping) break;
     partial = PartialEpoch();
     step += steps_per_epoch;
 
@@ -418,7 +433,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     if (!data.val.empty() && !std::isfinite(report.val_loss)) {
       return Diverged(epoch, step, "validation loss " + LossText(report.val_loss), spec.precision);
     }
-    report.epoch_s = before.epoch_s + Seconds(epoch_start);
+    report.epoch_s = before.epoch_s + Seconds(segment_start);
     result.epochs_done = epoch;
     last_report = report;
     if (on_epoch && !on_epoch(report)) {

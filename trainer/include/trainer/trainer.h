@@ -141,6 +141,10 @@ struct TrainOptions {
   bool cudnn_autotune = false;
   std::string checkpoint_path;  // resume from / write to this file; empty: no checkpoints
   int checkpoint_every = 0;     // epochs between checkpoints; 0: only when stopped and at the end
+  // With checkpoint_path: optimizer steps between checkpoints within an epoch (0: none), for
+  // epochs long enough that one lost to a crash costs much. Each pauses the replicas (a GPU
+  // drains its queue) and writes the whole state; what is learned is the same either way.
+  int checkpoint_every_steps = 0;
   // Resuming from a checkpoint: first report its epoch again (EpochReport::replayed), the way it
   // was reported, and stop there if the callback says so. For a caller whose store may not have
   // kept that report: a checkpoint written when told to stop can be ahead of it.
