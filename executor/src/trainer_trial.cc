@@ -110,10 +110,10 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
   out.kind = result->stopped ? TrialOutcome::Kind::kStopped : TrialOutcome::Kind::kCompleted;
   out.error = note;
   if (result->stopped_in_epoch > 0) {
-    out.error += (out.error.empty() ? "" : "; ") + std::string("stopped within epoch ") +
-                 std::to_string(result->stopped_in_epoch) + ", after step " +
-                 std::to_string(result->epoch_steps_done) + " of its " +
-                 std::to_string(result->steps_per_epoch) + ": it goes on from there";
+    out.error += (out.error.empty() ? "" : "; ") + std::string("stopped ") +
+                 trainer::WithinEpoch(result->stopped_in_epoch, result->epoch_steps_done,
+                                      result->steps_per_epoch) +
+                 ": it goes on from there";
   }
   out.end_metrics = json::object();
   if (result->test_acc) out.end_metrics["test_acc"] = *result->test_acc;

@@ -198,9 +198,8 @@ int RunTrainTask(const executor::TrialTask& task, TrialKind kind, bool as_json) 
     consumed = std::max(consumed, static_cast<double>(out.resumed_from_epoch));
     std::cerr << "went on from the checkpoint "
               << (out.resumed_epoch_steps > 0
-                      ? "within epoch " + std::to_string(out.resumed_from_epoch + 1) +
-                            ", after step " + std::to_string(out.resumed_epoch_steps) + " of its " +
-                            std::to_string(out.steps_per_epoch)
+                      ? trainer::WithinEpoch(out.resumed_from_epoch + 1, out.resumed_epoch_steps,
+                                             out.steps_per_epoch)
                       : "at epoch " + std::to_string(out.resumed_from_epoch))
               << (reports.empty() && out.kind == executor::TrialOutcome::Kind::kCompleted
                       ? ": no epoch left to train; test_acc is that model's"

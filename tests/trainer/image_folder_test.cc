@@ -750,6 +750,24 @@ TEST(FolderOptions, KeysBelongToTheirFormat) {
 
 // A CNN on RGB images resized to image_size, with the random crop: trains, and the probe
 // gives the model the resized shape before anything is decoded.
+// A small CNN (one stage of 4 channels, no hidden layer) on the folder set dir/train, batch 4,
+// a quarter held out, decoded on two threads, on the CPU.
+TrainOptions FolderCnnOptions(const TempDir& dir) {
+  TrainOptions o;
+  o.dataset.format = "folder";
+  o.dataset.train_images = dir / "train";
+  o.dataset.decode_threads = 2;
+  o.model = "cnn";
+  o.channels = {4};
+  o.convs_per_stage = 1;
+  o.hidden = {};
+  o.batch_size = 4;
+  o.validation_fraction = 0.25;
+  o.backend = "cpu";
+  o.cache_dir = dir / "cache";
+  return o;
+}
+
 TEST(FolderTraining, CnnOnResizedRgbImages) {
   TempDir dir;
   for (int i = 0; i < 16; ++i) {
@@ -758,21 +776,10 @@ TEST(FolderTraining, CnnOnResizedRgbImages) {
     for (size_t p = 0; p < im.pixels.size(); p += 3) im.pixels[p + (red ? 0 : 2)] = 250;
     WriteImage(dir / ((red ? "train/red/" : "train/blue/") + std::to_string(i) + ".jpg"), im, true);
   }
-  TrainOptions o;
-  o.dataset.format = "folder";
-  o.dataset.train_images = dir / "train";
+  TrainOptions o = FolderCnnOptions(dir);
   o.dataset.image_size = {12, 12};
-  o.dataset.decode_threads = 2;
-  o.model = "cnn";
-  o.channels = {4};
-  o.convs_per_stage = 1;
-  o.hidden = {};
   o.augment_crop = 2;
-  o.batch_size = 4;
   o.epochs = 2;
-  o.validation_fraction = 0.25;
-  o.backend = "cpu";
-  o.cache_dir = dir / "cache";
   auto shape = ProbeFolderShape(o.dataset);
   ASSERT_TRUE(shape.ok()) << shape.status().message();
   EXPECT_EQ(*shape, (TensorShape{3, 12, 12}));
@@ -798,23 +805,12 @@ TEST(FolderTraining, AStreamedSetStoppedWithinEpochsEndsAsIfNeverStopped) {
                  im, false);
     }
   }
-  TrainOptions o;
-  o.dataset.format = "folder";
-  o.dataset.train_images = dir / "train";
+  TrainOptions o = FolderCnnOptions(dir);  // 72 training rows: 18 steps an epoch
   o.dataset.test_images = dir / "test";
   o.dataset.cache = "stream";
-  o.dataset.decode_threads = 2;
-  o.model = "cnn";
-  o.channels = {4};
-  o.convs_per_stage = 1;
-  o.hidden = {};
   o.augment_crop = 1;
   o.augment_flip = true;
-  o.batch_size = 4;  // 72 training rows: 18 steps an epoch
   o.epochs = 4;
-  o.validation_fraction = 0.25;
-  o.backend = "cpu";
-  o.cache_dir = dir / "cache";
   testing::ExpectStopsWithinEpochsChangeNothing(o, dir);
 }
 

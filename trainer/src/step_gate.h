@@ -30,21 +30,23 @@ class StepGate {
   // Whether `rank` may begin step s of the epoch. False from the step the run stops at on,
   // the same step for every rank.
   bool Begin(int rank, int64_t s) {
-    bool heard = false;
-    // Not at a step the run stops at anyway (a pause): the caller's poll is not wasted there.
-    if (rank == 0 && requested_ && s < stop()) {
+    std::unique_lock lock(mu_);
+    if (s >= stop_) return false;
+    if (rank == 0 && requested_) {
       const auto now = std::chrono::steady_clock::now();
       if (now - polled_ >= kPollInterval) {
         polled_ = now;
-        heard = requested_();
+        // Unlocked: the caller's poll may read its messages.
+        lock.unlock();
+        const bool heard = requested_();
+        lock.lock();
+        if (heard) {
+          heard_ = true;
+          stop_ = std::min(stop_, begun_ + 1);
+          if (s >= stop_) return false;
+        }
       }
     }
-    std::lock_guard lock(mu_);
-    if (heard) {
-      heard_ = true;
-      stop_ = std::min(stop_, begun_ + 1);
-    }
-    if (s >= stop_) return false;
     begun_ = std::max(begun_, s);
     return true;
   }

@@ -351,13 +351,9 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     order = data.rows;
     Rng(MixSeed(o.seed, kShuffleStream, static_cast<uint64_t>(epoch)))
         .Shuffle(order.data(), static_cast<int64_t>(order.size()));
-    PartialEpoch before;
-    EpochSteps ran;
-    double train_s = 0, waited = 0;
-    CommStats epoch_comm;
-    int64_t skipped_steps = 0;
+    PartialEpoch sums;  // the epoch's steps done and its sums so far
     for (;;) {
-      before = partial;
+      const PartialEpoch before = partial;
       const int64_t s0 = before.steps;
       const int64_t until =
           every > 0 ? std::min(steps_per_epoch, (s0 / every + 1) * every) : steps_per_epoch;
@@ -371,33 +367,29 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
       group->TakeSkippedSteps();
 
       const Clock::time_point train_start = Clock::now();
-      ran = RunSteps(stepper, epoch, order.data(), step, before, &wait_s);
+      const EpochSteps ran = RunSteps(stepper, epoch, order.data(), step, before, &wait_s);
       const int64_t done = ran.done;
       if (done == steps_per_epoch || ran.met_bad) SWEEP_RETURN_IF_ERROR(StreamStatus(train));
       if (ran.diverged_step != 0) {
         return Diverged(epoch, ran.diverged_step, "loss " + LossText(ran.diverged_loss),
                         spec.precision);
       }
-      train_s = Seconds(train_start) + before.train_s;
-      waited = before.data_wait_s + *std::max_element(wait_s.begin(), wait_s.end());
-      epoch_comm = group->TakeCommStats();
+      const CommStats epoch_comm = group->TakeCommStats();
       if (comm != nullptr) {
         comm->exposed_s += epoch_comm.exposed_s;
         comm->reduce_s += epoch_comm.reduce_s;
       }
-      skipped_steps = before.skipped_steps + group->TakeSkippedSteps();
-      if (done == steps_per_epoch) break;
-      PartialEpoch part;
-      part.steps = done;
-      part.steps_per_epoch = steps_per_epoch;
-      part.set_samples = train->n;
-      part.loss_sum = ran.loss_sum;
-      part.skipped_steps = skipped_steps;
-      part.train_s = train_s;
-      part.data_wait_s = waited;
-      part.allreduce_s = before.allreduce_s + epoch_comm.exposed_s;
-      part.epoch_s = before.epoch_s + Seconds(segment_start);
+      sums.steps = done;
+      sums.steps_per_epoch = steps_per_epoch;
+      sums.set_samples = train->n;
+      sums.loss_sum = ran.loss_sum;
+      sums.skipped_steps = before.skipped_steps + group->TakeSkippedSteps();
+      sums.train_s = before.train_s + Seconds(train_start);
+      sums.data_wait_s = before.data_wait_s + *std::max_element(wait_s.begin(), wait_s.end());
+      sums.allreduce_s = before.allreduce_s + epoch_comm.exposed_s;
+      sums.epoch_s = before.epoch_s + Seconds(segment_start);
       segment_start = Clock::now();
+      if (done == steps_per_epoch) break;
       stopping = gate.heard() || done < until;  // else paused, to checkpoint
       if (stopping) result.stopped = true;
       if (done == 0) {
@@ -406,8 +398,8 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
         break;
       }
       // Stopped before a step of its own: its checkpoint holds this already.
-      if (done > s0) SWEEP_RETURN_IF_ERROR(checkpoint(epoch - 1, &part));
-      partial = part;
+      if (done > s0) SWEEP_RETURN_IF_ERROR(checkpoint(epoch - 1, &sums));
+      partial = sums;
       if (stopping) break;
     }
     if (stopping) break;
@@ -417,12 +409,12 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     EpochReport report;
     report.epoch = epoch;
     report.step = step;
-    report.train_loss = ran.loss_sum / static_cast<double>(steps_per_epoch * step_samples);
+    report.train_loss = sums.loss_sum / static_cast<double>(steps_per_epoch * step_samples);
     report.samples_per_s =
-        static_cast<double>(steps_per_epoch * step_samples) / std::max(train_s, 1e-9);
-    report.data_wait_s = waited;
-    report.allreduce_s = before.allreduce_s + epoch_comm.exposed_s;
-    report.skipped_steps = skipped_steps;
+        static_cast<double>(steps_per_epoch * step_samples) / std::max(sums.train_s, 1e-9);
+    report.data_wait_s = sums.data_wait_s;
+    report.allreduce_s = sums.allreduce_s;
+    report.skipped_steps = sums.skipped_steps;
     report.lr = schedule.At(step - 1);
     Evaluate(group.get(), *train, resident, transform, data.val.data(),
              static_cast<int64_t>(data.val.size()), shard, &eval_x, &eval_y, &report.val_loss,
@@ -433,7 +425,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     if (!data.val.empty() && !std::isfinite(report.val_loss)) {
       return Diverged(epoch, step, "validation loss " + LossText(report.val_loss), spec.precision);
     }
-    report.epoch_s = before.epoch_s + Seconds(segment_start);
+    report.epoch_s = sums.epoch_s + Seconds(segment_start);  // with the evaluation
     result.epochs_done = epoch;
     last_report = report;
     if (on_epoch && !on_epoch(report)) {
@@ -494,6 +486,11 @@ Result<TrainResult> TrainWithState(const TrainOptions& options, const EpochCallb
   } catch (const std::exception& e) {  // std::system_error from a thread, a callback
     return Status::Internal(std::string("trainer: ") + e.what());
   }
+}
+
+std::string WithinEpoch(int epoch, int64_t steps, int64_t steps_per_epoch) {
+  return "within epoch " + std::to_string(epoch) + ", after step " + std::to_string(steps) +
+         " of its " + std::to_string(steps_per_epoch);
 }
 
 Result<TrainResult> Train(const TrainOptions& options, const EpochCallback& on_epoch) {

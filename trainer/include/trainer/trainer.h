@@ -232,6 +232,10 @@ struct TrainResult {
   std::vector<std::string> class_names;
 };
 
+// Where within an epoch a run stopped, or went on from: "within epoch 2, after step 361 of its
+// 1125".
+std::string WithinEpoch(int epoch, int64_t steps, int64_t steps_per_epoch);
+
 // Return false to stop training after this epoch (a checkpoint is written first when
 // checkpoint_path is set, so the trial can resume there).
 using EpochCallback = std::function<bool(const EpochReport&)>;
