@@ -14,6 +14,7 @@
 #include "model.h"
 #include "rng.h"
 #include "test_util.h"
+#include "trainer/trainer.h"
 
 namespace sweep::trainer::cpu {
 namespace {
@@ -396,6 +397,62 @@ TEST(Init, SeededScaledAndPadded) {
     sq += double{d[i]} * d[i];
   }
   EXPECT_NEAR(std::sqrt(sq / (128 * 10)), std::sqrt(2.0 / (128 + 10)), 0.01);
+}
+
+// init = "pytorch": every weight and bias of a linear or convolution layer (the output layer's
+// too) uniform in +-1 / sqrt(fan_in), as nn.Linear and nn.Conv2d start; batch norm at 1 and 0.
+TEST(Init, PytorchDrawsEachLayerUniformWithinItsBound) {
+  for (bool batch_norm : {true, false}) {
+    TrainOptions o;
+    o.model = "cnn";
+    o.channels = {8, 16};
+    o.hidden = {32};
+    o.batch_norm = batch_norm;
+    Result<ModelSpec> built = BuildModel(o, TensorShape{1, 12, 12}, 10);
+    ASSERT_TRUE(built.ok()) << built.status().message();
+    const ModelSpec& m = built.value();
+    std::vector<float> p(static_cast<size_t>(m.num_params), -7.0f), q = p;
+    InitParams(m, 3, p.data(), nullptr, InitScheme::kPytorch);
+    InitParams(m, 3, q.data(), nullptr, InitScheme::kPytorch);
+    EXPECT_EQ(p, q);
+    int biased = 0;
+    for (int k : m.param_layers) {
+      const Layer& l = m.layer(k);
+      SCOPED_TRACE(k);
+      if (l.kind == LayerKind::kBatchNorm) {
+        for (int c = 0; c < l.in_shape.c; ++c) {
+          EXPECT_EQ(p[static_cast<size_t>(l.weight + c)], 1.0f);
+          EXPECT_EQ(p[static_cast<size_t>(l.bias_at + c)], 0.0f);
+        }
+        continue;
+      }
+      const double bound = 1.0 / std::sqrt(static_cast<double>(l.fan_in()));
+      const int64_t n = int64_t{l.out} * l.fan_in();
+      double sq = 0, top = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double w = p[static_cast<size_t>(l.weight + i)];
+        ASSERT_LE(std::abs(w), bound);
+        sq += w * w;
+        top = std::max(top, std::abs(w));
+      }
+      // A uniform draw's standard deviation is bound / sqrt(3), and its largest of n nears the
+      // bound: not a normal draw, nor a narrower one.
+      EXPECT_NEAR(std::sqrt(sq / static_cast<double>(n)), bound / std::sqrt(3.0), 0.08 * bound);
+      EXPECT_GT(top, 0.9 * bound);
+      if (l.bias_at >= 0) {
+        ++biased;
+        double bias_sq = 0;
+        for (int i = 0; i < l.out; ++i) {
+          const double b = p[static_cast<size_t>(l.bias_at + i)];
+          ASSERT_LE(std::abs(b), bound);
+          bias_sq += b * b;
+        }
+        EXPECT_GT(bias_sq, 0.0);
+      }
+    }
+    // The two linear layers have biases; without batch norm, the four convolutions too.
+    EXPECT_EQ(biased, batch_norm ? 2 : 6);
+  }
 }
 
 // The GPU all-reduce's buckets: contiguous, covering the buffer once, in backward's order.

@@ -258,7 +258,7 @@ TEST(Options, Validate) {
             "optimizer: expected \"sgd\" or \"adamw\", got \"adam\"");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->optimizer = "adamw"; }), "");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->init = "lecun"; }),
-            "init: expected he, xavier or auto, got \"lecun\"");
+            "init: expected he, xavier, pytorch or auto, got \"lecun\"");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->dropout = 1; }),
             "dropout: must be in [0, 1) as a 32-bit float (at most 0.99999994), got 1");
   // Below 1 as a double, 1 as the float training uses: refused, not a NaN at the first step.

@@ -128,6 +128,8 @@ bool ParseInit(const std::string& name, InitScheme* init) {
     *init = InitScheme::kHe;
   } else if (name == "xavier") {
     *init = InitScheme::kXavier;
+  } else if (name == "pytorch") {
+    *init = InitScheme::kPytorch;
   } else {
     return false;
   }
@@ -559,13 +561,24 @@ void InitParams(const ModelSpec& model, uint64_t seed, float* params, float* buf
         static_cast<double>(l.out) *
         (l.kind == LayerKind::kConv ? static_cast<double>(l.kernel) * l.kernel : 1.0);
     const bool last = k == P - 1;
-    const double stddev = (last || init == InitScheme::kXavier)
-                              ? std::sqrt(2.0 / (fan_in + fan_out))
-                              : std::sqrt(2.0 / fan_in);
     Rng rng(MixSeed(seed, kInitStream, static_cast<uint64_t>(k)));
     float* w = params + l.weight;
     const int64_t n =
         l.kind == LayerKind::kConv ? int64_t{l.out} * l.fan_in() : l.in_shape.size() * l.out;
+    if (init == InitScheme::kPytorch) {
+      // nn.Linear's and nn.Conv2d's reset_parameters: kaiming_uniform(a = sqrt(5)) comes to this
+      // bound for the weights, and the biases take the same one.
+      const double bound = 1.0 / std::sqrt(fan_in);
+      auto draw = [&] { return static_cast<float>(bound * (2.0 * rng.Uniform() - 1.0)); };
+      for (int64_t i = 0; i < n; ++i) w[i] = draw();
+      if (l.bias_at >= 0) {
+        for (int i = 0; i < l.out; ++i) params[l.bias_at + i] = draw();
+      }
+      continue;
+    }
+    const double stddev = (last || init == InitScheme::kXavier)
+                              ? std::sqrt(2.0 / (fan_in + fan_out))
+                              : std::sqrt(2.0 / fan_in);
     for (int64_t i = 0; i < n; ++i) w[i] = static_cast<float>(stddev * rng.Normal());
   }
   if (buffers != nullptr) InitStats(model, buffers);

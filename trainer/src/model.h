@@ -29,10 +29,11 @@ bool ParseActivation(const std::string& name, Activation* act);
 const char* ActivationName(Activation act);
 
 // How weights are drawn: He-normal (std sqrt(2 / fan_in), for rectifiers), Xavier-normal
-// (std sqrt(2 / (fan_in + fan_out))), or auto: He for relu and gelu, Xavier for tanh.
-enum class InitScheme { kAuto, kHe, kXavier };
+// (std sqrt(2 / (fan_in + fan_out))), auto (He for relu and gelu, Xavier for tanh), or PyTorch's
+// layer defaults: weights and biases uniform in +-1 / sqrt(fan_in), the output layer too.
+enum class InitScheme { kAuto, kHe, kXavier, kPytorch };
 
-// auto | he | xavier; false for anything else.
+// auto | he | xavier | pytorch; false for anything else.
 bool ParseInit(const std::string& name, InitScheme* init);
 
 // The numbers the GEMMs multiply: fp32 (on a GPU, TF32 tensor-core products), or bf16 / fp16

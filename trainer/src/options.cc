@@ -586,7 +586,7 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
   }
   InitScheme init;
   if (!ParseInit(o.init, &init)) {
-    return bad("init: expected he, xavier or auto, got \"" + o.init + "\"");
+    return bad("init: expected he, xavier, pytorch or auto, got \"" + o.init + "\"");
   }
   if (!BelowOne(o.dropout)) return bad("dropout: must be in [0, 1)" + kFloat + Num(o.dropout));
   if (o.optimizer != "sgd" && o.optimizer != "adamw") {

@@ -62,7 +62,7 @@ struct TrainOptions {
   std::string model = "mlp";             // mlp | cnn
   std::vector<int> hidden = {256, 128};  // hidden linear layers' widths (cnn: after the convs)
   std::string activation = "relu";       // relu | tanh | gelu
-  std::string init = "auto";             // he | xavier | auto (he for relu/gelu, xavier for tanh)
+  std::string init = "auto";  // he | xavier | pytorch | auto (he for relu/gelu, xavier for tanh)
   // Drop probability, [0, 1): mlp, after each hidden activation; cnn, before each linear layer.
   double dropout = 0;
 
