@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -176,6 +177,31 @@ Status WriteFile(const std::string& path, const std::string& text) {
   if (s.ok() && ::rename(tmp.c_str(), target.c_str()) != 0) fail(s);
   if (!s.ok()) ::unlink(tmp.c_str());
   return s;
+}
+
+// Refuses an -o that would replace a sweep store: the one `db` names (through any link, or its
+// -wal, -shm or -journal file), or any other SQLite file there. Replacing it would lose every
+// sweep it holds, and a user who typed the store's name meant another file.
+Status RefuseStoreAsOutput(const std::string& output, const std::string& db) {
+  struct stat out {};
+  if (::stat(output.c_str(), &out) != 0 || !S_ISREG(out.st_mode)) return Status::Ok();
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+    struct stat st {};
+    if (::stat((db + suffix).c_str(), &st) == 0 && st.st_dev == out.st_dev &&
+        st.st_ino == out.st_ino) {
+      return Status::InvalidArgument(
+          output + ": is the sweep store given by --db (" + db + suffix +
+          "); writing there would lose every sweep in it: " + "choose another file");
+    }
+  }
+  char magic[16] = {};
+  std::ifstream in(output, std::ios::binary);
+  if (in.read(magic, sizeof magic) && std::memcmp(magic, "SQLite format 3", 16) == 0) {
+    return Status::InvalidArgument(output +
+                                   ": is a SQLite database (a sweep store?), which sweep does "
+                                   "not replace with its output: choose another file");
+  }
+  return Status::Ok();
 }
 
 std::string LocalTime(double unix_s) {
@@ -440,22 +466,30 @@ int CmdShow(const ShowArgs& a) {
 struct ExportArgs {
   std::string db = "sweeps.db";
   std::string name;
-  std::string format = "csv";
+  std::string format;  // csv | json; empty: -o's extension says
   bool reports = false;
   std::string output;
 };
 
 int CmdExport(const ExportArgs& a) {
+  const bool to_file = !a.output.empty() && a.output != "-";
+  if (to_file) {
+    if (Status s = RefuseStoreAsOutput(a.output, a.db); !s.ok()) return Fail(s);
+  }
   auto data = LoadView(a.db, a.name);
   if (!data.ok()) return Fail(data.status());
   report::Table table = a.reports ? report::ReportsTable(*data) : report::TrialsTable(*data);
   std::ostringstream text;
-  if (a.format == "json") {
+  // Without --format, -o's extension says: out.json is JSON, anything else CSV.
+  const bool json_out = a.format.empty()
+                            ? to_file && std::filesystem::path(a.output).extension() == ".json"
+                            : a.format == "json";
+  if (json_out) {
     report::WriteJson(text, table);
   } else {
     report::WriteCsv(text, table);
   }
-  if (a.output.empty() || a.output == "-") {
+  if (!to_file) {
     std::cout << text.str();
     return kExitOk;
   }
@@ -487,6 +521,7 @@ int CmdReport(const ReportArgs& a) {
     return kExitOk;
   }
   const std::string path = a.output.empty() ? a.name + ".html" : a.output;
+  if (Status s = RefuseStoreAsOutput(path, a.db); !s.ok()) return Fail(s);
   Status s = WriteFile(path, html);
   if (!s.ok()) return Fail(s);
   const double seconds =
@@ -627,8 +662,9 @@ class ViewCommandsImpl final : public ViewCommands {
 
     export_cmd_ = app.add_subcommand("export", "every trial (or report) as CSV or JSON");
     export_cmd_->add_option("NAME", export_.name, "sweep name")->required();
-    export_cmd_->add_option("--format", export_.format, "csv or json")
-        ->capture_default_str()
+    export_cmd_
+        ->add_option("--format", export_.format,
+                     "csv or json (default: json for an -o ending in .json, else csv)")
         ->check(CLI::IsMember({"csv", "json"}));
     export_cmd_->add_flag("--reports", export_.reports, "one row per report instead of per trial");
     export_cmd_->add_option("-o,--output", export_.output, "file to write (default: stdout)");

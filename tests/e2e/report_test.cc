@@ -347,6 +347,44 @@ TEST_F(ReportE2eTest, OutputPathKeepsSymlinksFifosAndDevices) {
   }
 }
 
+// -o never replaces a sweep store: not the one --db names (by name, through a link, or its
+// write-ahead log), nor another SQLite file. The store stays whole and the command says why.
+// An -o ending in .json without --format writes JSON.
+TEST_F(ReportE2eTest, OutputNeverReplacesASweepStore) {
+  Write("b.toml", AshaBranin("keep", 4));
+  ASSERT_EQ(Sweep("run b.toml").code, 0);
+  const std::string before = Slurp(dir_ / "sweeps.db");
+  fs::create_symlink("sweeps.db", dir_ / "link.db");
+  fs::copy_file(dir_ / "sweeps.db", dir_ / "other.db");
+  Write("sweeps.db-wal", "");
+  for (const std::string cmd :
+       {"export keep -o sweeps.db", "export keep --format json -o link.db",
+        "export keep -o ./sweeps.db-wal", "report keep -o sweeps.db", "report keep -o link.db",
+        "export keep -o other.db", "report keep -o other.db"}) {
+    SCOPED_TRACE(cmd);
+    Output o = Sweep(cmd);
+    EXPECT_EQ(o.code, 2) << o.err;
+    const bool other = cmd.find("other.db") != std::string::npos;
+    EXPECT_NE(o.err.find(other ? "is a SQLite database" : "is the sweep store given by --db"),
+              std::string::npos)
+        << o.err;
+  }
+  EXPECT_EQ(Slurp(dir_ / "sweeps.db"), before);
+  EXPECT_TRUE(fs::is_symlink(dir_ / "link.db"));
+  EXPECT_EQ(Sweep("list").code, 0);
+  Output same = Sweep("export keep --db other.db");
+  EXPECT_EQ(same.code, 0) << same.err;
+
+  // Another file is still written; its extension picks the format unless --format says.
+  ASSERT_EQ(Sweep("export keep -o trials.json").code, 0);
+  json trials = json::parse(Slurp(dir_ / "trials.json"));
+  EXPECT_EQ(trials.size(), 4u);
+  ASSERT_EQ(Sweep("export keep --format csv -o forced.json").code, 0);
+  EXPECT_EQ(Slurp(dir_ / "forced.json").rfind("trial,status,", 0), 0u);
+  ASSERT_EQ(Sweep("export keep -o trials.txt").code, 0);
+  EXPECT_EQ(Slurp(dir_ / "trials.txt").rfind("trial,status,", 0), 0u);
+}
+
 // ---- through a pseudo-terminal ----
 
 struct PtyRun {
