@@ -22,10 +22,11 @@ extern "C" void OnInterrupt(int sig) {
   g_interrupt = true;
 }
 
-// `sweep train`: the first Ctrl-C / SIGTERM stops the trial (see StopTrainOnSignals); a second
-// ends the process at once, by that signal (only async-signal-safe calls).
+// `sweep train`: the first Ctrl-C / SIGTERM / SIGHUP stops the trial (see StopTrainOnSignals); a
+// second Ctrl-C or SIGTERM ends the process at once, by that signal (only async-signal-safe
+// calls). A second SIGHUP is the closing terminal's other one.
 extern "C" void OnTrainInterrupt(int sig) {
-  if (g_interrupt.load()) {
+  if (g_interrupt.load() && sig != SIGHUP) {
     std::signal(sig, SIG_DFL);
     std::raise(sig);
     return;
@@ -49,8 +50,10 @@ void StopAgentOnSignals() {
 }
 
 void StopTrainOnSignals() {
-  std::signal(SIGINT, OnTrainInterrupt);
-  std::signal(SIGTERM, OnTrainInterrupt);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, OnTrainInterrupt);
+  // A reader gone with the terminal (`sweep train ... | tee log`) must not end the run before
+  // its checkpoint is written; `sweep run` ignores it for the same reason (LocalExecutor).
+  std::signal(SIGPIPE, SIG_IGN);
 }
 
 std::string SelfExe(const char* argv0) {

@@ -32,9 +32,9 @@ void StopOnSignals();
 // `sweep agent`: as StopOnSignals, and SIGUSR1 too: the warning a batch system sends before a
 // time limit or a preemption (Slurm's --signal), so the agent stops at its trials' checkpoints.
 void StopAgentOnSignals();
-// `sweep train`: the first SIGINT / SIGTERM sets InterruptRequested (stop after the current
-// epoch, or at the next step with a checkpoint_path to keep it); a second ends the process at
-// once, by that signal.
+// `sweep train`: the first SIGINT / SIGTERM / SIGHUP sets InterruptRequested (stop after the
+// current epoch, or at the next step with a checkpoint_path to keep it); a second SIGINT or
+// SIGTERM ends the process at once, by that signal.
 void StopTrainOnSignals();
 
 // The path of this binary (/proc/self/exe), else argv0: what workers are started from.

@@ -3,11 +3,14 @@
 #include "train_command.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -191,7 +194,33 @@ int RunTrainTask(const executor::TrialTask& task, TrialKind kind, bool as_json) 
     }
   };
   StopTrainOnSignals();
+  // Says at once what a Ctrl-C does: without a checkpoint_path a trainer run finishes its epoch
+  // first, which may take minutes.
+  std::string checkpoint_path;
+  for (const json* t : {&task.params, &task.settings}) {
+    if (checkpoint_path.empty() && t->is_object() && t->contains("checkpoint_path") &&
+        (*t)["checkpoint_path"].is_string()) {
+      checkpoint_path = (*t)["checkpoint_path"].get<std::string>();
+    }
+  }
+  std::atomic<bool> done{false};
+  std::thread announce([&] {
+    while (!done.load() && !InterruptRequested().load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    // A stop the run heard before this thread did is said all the same, before its outcome.
+    if (!InterruptRequested().load()) return;
+    std::cerr << "sweep: stopping "
+              << (kind != TrialKind::kTrainer ? "after the current step"
+                  : checkpoint_path.empty()
+                      ? "at the end of this epoch (without a checkpoint_path a stop within it "
+                        "would lose it)"
+                      : "at the next step (" + checkpoint_path + " keeps it)")
+              << "; Ctrl-C again stops at once, unsaved\n";
+  });
   executor::TrialOutcome out = executor::RunTrial(task, sink, InterruptRequested());
+  done = true;
+  announce.join();
   for (auto& [k, v] : out.end_metrics.items()) last[k] = v;
   if (out.resumed_from_epoch > 0 || out.resumed_epoch_steps > 0) {
     // Went on from checkpoint_path: epochs before it were trained by an earlier run.

@@ -561,8 +561,9 @@ TEST_F(E2eTest, TrainWithAnotherDatasetThanTheConfigs) {
   EXPECT_NE(bad.err.find("--set dataset="), std::string::npos) << bad.err;
 }
 
-// `sweep train` stopped by Ctrl-C (or SIGTERM) before its end exits 1, so that a script's
-// `sweep train ... && next` does not go on with a half-trained result.
+// `sweep train` stopped by Ctrl-C (or SIGTERM, or SIGHUP: its terminal closed, which sends two)
+// before its end exits 1, so that a script's `sweep train ... && next` does not go on with a
+// half-trained result. It says at once what the stop waits for.
 TEST_F(E2eTest, TrainStoppedBeforeItsEndExitsOne) {
   Write("slow.toml", sweep_e2e::BraninConfig("slow", 1, "", "steps = 1000\nstep_ms = 20\n"));
   auto wait_for = [&](const std::string& log, const std::string& what) {
@@ -572,14 +573,19 @@ TEST_F(E2eTest, TrainStoppedBeforeItsEndExitsOne) {
     }
     return false;
   };
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     const std::string log = "train-" + std::to_string(sig) + ".log";
     pid_t pid = Start("train slow.toml --set x1=1 --set x2=2", log);
     ASSERT_TRUE(wait_for(log, "epoch 2")) << sweep_e2e::Slurp(dir_ / log);
     ::kill(pid, sig);
+    if (sig == SIGHUP) ::kill(pid, sig);
     EXPECT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / log);
-    EXPECT_NE(sweep_e2e::Slurp(dir_ / log).find("before the trial's end"), std::string::npos)
-        << sweep_e2e::Slurp(dir_ / log);
+    const std::string said = sweep_e2e::Slurp(dir_ / log);
+    EXPECT_NE(said.find("sweep: stopping after the current step; Ctrl-C again stops at once, "
+                        "unsaved\n"),
+              std::string::npos)
+        << said;
+    EXPECT_NE(said.find("before the trial's end"), std::string::npos) << said;
   }
   // With --json, its state is named as `trials --json` names it.
   pid_t json_pid = Start("train slow.toml --set x1=1 --set x2=2 --json", "json.log");
