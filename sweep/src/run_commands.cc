@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -235,6 +236,62 @@ Status SweepTakenError(store::Store& st, const std::string& name, const std::str
                            SweepCommand("resume", name, db, ResumeOptions(remote, {})) + "`");
 }
 
+// --resume of a sweep the store holds goes on only with the config it started with (resume
+// rebuilds from the store): an edited CONFIG would be silently ignored.
+Status CheckSameConfig(const SweepConfig& cfg, const std::string& config_path,
+                       const store::SweepRecord& existing, const std::string& db,
+                       const RemoteArgs& remote) {
+  if (existing.config_text == cfg.text) return Status::Ok();
+  return Status::InvalidArgument(
+      config_path + ": sweep '" + cfg.sweep.name + "' in " + db +
+      " was started from another version of this config; --resume goes on only with the "
+      "config a sweep started with. Continue it as it was with `" +
+      SweepCommand("resume", cfg.sweep.name, db, ResumeOptions(remote, {})) +
+      "`, or start the edited config under a new name (--name)");
+}
+
+// `run --resume --dry-run`: what the resume of the sweep the store holds would go on with,
+// read without a lock or a write. False: no such sweep there (the run would start it anew).
+Result<bool> DryResume(const SweepConfig& cfg, const std::string& config_path,
+                       const std::string& db, const RemoteArgs& remote, std::ostream& out) {
+  if (std::error_code ec; !std::filesystem::exists(db, ec)) return false;
+  SWEEP_ASSIGN_OR_RETURN(auto st, store::Store::Open(db, store::OpenMode::kReadOnly));
+  auto existing = st->FindSweep(cfg.sweep.name);
+  if (!existing.ok()) {
+    if (existing.status().code() == Status::Code::kNotFound) return false;
+    return existing.status();
+  }
+  SWEEP_RETURN_IF_ERROR(CheckSameConfig(cfg, config_path, *existing, db, remote));
+  SWEEP_ASSIGN_OR_RETURN(auto trials, st->Trials(existing->id, store::TrialQuery{}));
+  std::map<store::TrialStatus, int64_t> by_status;
+  for (const store::TrialRecord& t : trials) ++by_status[t.status];
+  out << "dry run of resuming sweep '" << cfg.sweep.name << "' in " << db << " ("
+      << store::ToString(existing->status) << "): the config is the one it started with; "
+      << trials.size() << " trial(s) so far";
+  const char* sep = ": ";
+  for (const auto& [status, n] : by_status) {
+    out << sep << n << " " << store::ToString(status);
+    sep = ", ";
+  }
+  out << "\n";
+  const int64_t again = by_status[store::TrialStatus::kInterrupted] +
+                        by_status[store::TrialStatus::kRunning] +
+                        by_status[store::TrialStatus::kPending];
+  if (existing->status == store::SweepStatus::kRunning && !CoordinatorGone(db, *existing)) {
+    out << existing->owner << " runs it now: a resume is refused until that process ends\n";
+  }
+  if (again > 0) {
+    out << again << " trial(s) not ended would run again first (from their checkpoints, where they have one)\n";
+  }
+  const int64_t limit = existing->max_trials.value_or(cfg.sweep.max_trials);
+  if (!cfg.sweep.unbounded_trials || existing->max_trials) {
+    const int64_t left = std::max<int64_t>(0, limit - static_cast<int64_t>(trials.size()));
+    out << left << " new trial(s) left of max_trials " << limit << "\n";
+  }
+  out << "nothing was started, and " << db << " was not touched\n";
+  return true;
+}
+
 int CmdRun(const std::string& config_path, const std::string& db_flag,
            const std::optional<std::string>& name_flag, bool resume, bool dry_run,
            const std::string& from, const RemoteArgs& remote, const char* argv0) {
@@ -261,6 +318,11 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
   // database is made for a run that cannot start.
   if (Status s = CheckRunHere(*cfg, options); !s.ok()) return Fail(s);
   if (dry_run) {
+    if (resume) {
+      Result<bool> resumed = DryResume(*cfg, config_path, db, remote, std::cout);
+      if (!resumed.ok()) return Fail(resumed.status());
+      if (*resumed) return CheckStandardOutput(kExitOk);
+    }
     if (Status s = DryRun(*cfg, options, db, std::cout); !s.ok()) return Fail(s);
     if (!from.empty()) {
       std::cout << "with --from " << from << ", the run first carries over that sweep's trials "
@@ -282,15 +344,8 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
   if (!st.ok()) return Fail(st.status());
   if (resume) {
     if (auto existing = (*st)->FindSweep(cfg->sweep.name); existing.ok()) {
-      // It goes on with the config it started with (resume rebuilds from the store): an edited
-      // CONFIG would be silently ignored.
-      if (existing->config_text != cfg->text) {
-        return Fail(Status::InvalidArgument(
-            config_path + ": sweep '" + cfg->sweep.name + "' in " + db +
-            " was started from another version of this config; --resume goes on only with the "
-            "config a sweep started with. Continue it as it was with `" +
-            SweepCommand("resume", cfg->sweep.name, db, ResumeOptions(remote, {})) +
-            "`, or start the edited config under a new name (--name)"));
+      if (Status s = CheckSameConfig(*cfg, config_path, *existing, db, remote); !s.ok()) {
+        return Fail(s);
       }
       return CmdResume(cfg->sweep.name, db, remote, std::nullopt, {}, argv0);
     }

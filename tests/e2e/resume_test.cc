@@ -454,6 +454,47 @@ TEST_F(ResumeTest, SignalToTheCoordinatorsGroupInterruptsTrialsWithoutRetries) {
   }
 }
 
+// `run --resume --dry-run` of an interrupted sweep says what the resume goes on with (read
+// without a write), refuses an edited config as the resume would, and of a sweep the store does
+// not hold is a new run's dry run.
+TEST_F(ResumeTest, ADryRunOfAResumeSaysWhatItWouldGoOnWith) {
+  Write("s.toml", SlowFunctionConfig("dry", "random", 6, 60, 50));
+  pid_t pid = Start("run s.toml", "s.log");
+  auto count = [&](const std::string& sql) { return std::stoi(Query(sql)[0][0]); };
+  ASSERT_TRUE(WaitUntil([&] {
+    return HasTable("reports") && count("SELECT count(*) FROM reports") >= 4;
+  })) << sweep_e2e::Slurp(dir_ / "s.log");
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  ASSERT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "s.log");
+  const std::string stored = sweep_e2e::Slurp(dir_ / "sweeps.db");
+
+  Output dry = Sweep("run s.toml --resume --dry-run");
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("dry run of resuming sweep 'dry' in sweeps.db (interrupted): the config "
+                         "is the one it started with; 2 trial(s) so far: 2 interrupted\n"
+                         "2 trial(s) not ended would run again first"),
+            std::string::npos)
+      << dry.out;
+  EXPECT_NE(dry.out.find("4 new trial(s) left of max_trials 6\n"), std::string::npos) << dry.out;
+  EXPECT_EQ(dry.out.find("trial 0 on"), std::string::npos) << dry.out;  // not a new run's
+  EXPECT_EQ(sweep_e2e::Slurp(dir_ / "sweeps.db"), stored);
+
+  Write("edited.toml", SlowFunctionConfig("dry", "random", 6, 60, 50) + "# edited\n");
+  Output edited = Sweep("run edited.toml --resume --dry-run");
+  EXPECT_EQ(edited.code, 2);
+  EXPECT_NE(edited.err.find("was started from another version of this config"), std::string::npos)
+      << edited.err;
+  Write("new.toml", SlowFunctionConfig("fresh", "random", 6, 60, 50));
+  Output fresh = Sweep("run new.toml --resume --dry-run");
+  EXPECT_EQ(fresh.code, 0) << fresh.err;
+  EXPECT_NE(fresh.out.find("dry run of sweep 'fresh'"), std::string::npos) << fresh.out;
+  EXPECT_EQ(sweep_e2e::Slurp(dir_ / "sweeps.db"), stored);
+
+  Output resumed = Sweep("run s.toml --resume");
+  EXPECT_EQ(resumed.code, 0) << resumed.err;
+  EXPECT_EQ(count("SELECT count(*) FROM trials WHERE status = 'completed'"), 6);
+}
+
 // Ctrl-C while a trainer trial is in the middle of a long epoch: the trial stops at its next
 // step, not at the epoch's end, and its checkpoint holds that step. Resumed, it ends with the
 // reports, test accuracy and objective of the same trial run without a stop.
