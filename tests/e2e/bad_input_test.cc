@@ -528,6 +528,11 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        {"bad.toml:5:11: trainer.dataset: dataset.format: expected \"idx\", \"csv\" or \"folder\", "
         "got "
         "\"png\""}},
+      {"dataset format misspelt, with the keys of the one meant",
+       "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"folders\", "
+       "train = \"img/train\", test = \"img/test\" }\n",
+       {"bad.toml:5:11: trainer.dataset: dataset.format: expected \"idx\", \"csv\" or \"folder\", "
+        "got \"folders\""}},
       {"no dataset",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n",
        {"bad.toml: [trainer] needs a `dataset`"}},
@@ -863,6 +868,9 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
       {"train t.toml --set batch_size=0",
        kUsage,
        {"sweep: --set batch_size=0: batch_size: must be >= 1, got 0"}},
+      {"train t.toml --set max_train_samples=10",
+       kUsage,
+       {"max_train_samples: 10 samples make no optimizer step of batch_size"}},
       {"train t.toml --set validation_fraction=1",
        kUsage,
        {"sweep: --set validation_fraction=1: validation_fraction: must be in [0, 1)"}},

@@ -500,7 +500,7 @@ TEST(BadFiles, AnImageOfOtherChannelsIsNamedOrSkipped) {
   TempDir dir;
   const DatasetSpec spec = SmallFolder(dir);
   WriteImage(dir / "train/dog/9.png", Pattern(8, 8, 3, 2), false);
-  ExpectNamedThenSkipped(spec, "dog/9.png", "3 (RGB), but the first image", 8, 1);
+  ExpectNamedThenSkipped(spec, "dog/9.png", "has 3 channels (RGB), but the first image", 8, 1);
 }
 
 TEST(BadFiles, AnImageOfAnotherSizeIsNamedUnlessResized) {

@@ -295,6 +295,26 @@ TEST(Options, Validate) {
             }),
             "batch_size: 2 is smaller than replicas = 4 (every replica needs a sample of each "
             "batch)");
+  // Fewer samples than one optimizer step takes: no step would train.
+  EXPECT_EQ(ValidateError([](TrainOptions* o) {
+              o->batch_size = 64;
+              o->max_train_samples = 10;
+            }),
+            "max_train_samples: 10 samples make no optimizer step of batch_size 64: give at "
+            "least 64");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) {
+              o->batch_size = 64;
+              o->accum_steps = 2;
+              o->max_train_samples = 127;
+            }),
+            "max_train_samples: 127 samples make no optimizer step of batch_size 64 x "
+            "accum_steps 2: give at least 128");
+  EXPECT_EQ(ValidateError([](TrainOptions* o) {
+              o->batch_size = 64;
+              o->accum_steps = 2;
+              o->max_train_samples = 128;
+            }),
+            "");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->checkpoint_every = -1; }),
             "checkpoint_every: must be >= 0 (0: only when stopped and at the end), got -1");
   EXPECT_EQ(ValidateError([](TrainOptions* o) { o->checkpoint_every_steps = -1; }),

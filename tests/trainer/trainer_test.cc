@@ -297,13 +297,14 @@ TEST(Train, DatasetErrorsNameTheFile) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
             "training set has 360 samples after the validation split, fewer than batch_size 400");
-  // Capped by max_train_samples, the message says so rather than blame the split.
+  // Capped by max_train_samples, the options alone say it, before the dataset is read.
   o.batch_size = 64;
   o.max_train_samples = 50;
   r = Train(o, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "training set has 50 samples (max_train_samples), fewer than batch_size 64");
+            "max_train_samples: 50 samples make no optimizer step of batch_size 64: give at least "
+            "64");
 
   o = BlobOptions(dir);
   o.lr = -1;

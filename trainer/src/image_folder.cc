@@ -132,7 +132,9 @@ Status ReadImage(const std::string& path, int height, int width, std::vector<uin
   return DecodeImage(*scratch, height, width, image).WithContext(path);
 }
 
-std::string Channels(int c) { return std::to_string(c) + (c == 1 ? " channel (gray)" : " (RGB)"); }
+std::string Channels(int c) {
+  return c == 1 ? "1 channel (gray)" : std::to_string(c) + " channels (RGB)";
+}
 
 std::string Size(const Image& im) {
   return std::to_string(im.width) + "x" + std::to_string(im.height);
@@ -155,9 +157,11 @@ std::string Hex(uint64_t v) {
 Status SameShape(const std::string& path, const Image& image, const std::string& ref_path,
                  const Image& ref) {
   if (image.channels != ref.channels) {
-    return Status::Corruption(path + ": " + Channels(image.channels) + ", but the first image, " +
-                              ref_path + ", has " + Channels(ref.channels) +
-                              "; a set's images must all have the same");
+    return Status::Corruption(path + ": has " + Channels(image.channels) +
+                              ", but the first image, " + ref_path + ", has " +
+                              Channels(ref.channels) +
+                              "; a set's images must all have the same channels (a palette PNG "
+                              "decodes to RGB): convert them to one kind");
   }
   if (image.pixels.size() != ref.pixels.size()) {
     return Status::Corruption(path + ": " + Size(image) + " pixels, but the first image, " +

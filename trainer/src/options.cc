@@ -154,9 +154,19 @@ bool FileOnlyKey(const std::string& k) {
          k == "label_column" || k == "header" || k == "shape";
 }
 
+// The formats a dataset table may name; each one's keys are checked by it.
+bool KnownFormat(const std::string& f) { return f == "idx" || f == "csv" || f == "folder"; }
+
+Status FormatError(const std::string& format) {
+  return Status::InvalidArgument("dataset.format: expected \"idx\", \"csv\" or \"folder\", got \"" +
+                                 format + "\"");
+}
+
 Status DatasetFromObject(const json& v, DatasetSpec* spec) {
   DatasetSpec s;
   if (v.contains("format") && v["format"].is_string()) s.format = v["format"].get<std::string>();
+  // A misspelt format first: the keys of the one meant would otherwise be called misplaced.
+  if (!KnownFormat(s.format)) return FormatError(s.format);
   const bool folder = s.format == "folder";
   for (const auto& [k, item] : v.items()) {
     const std::string key = "dataset." + k;
@@ -532,9 +542,7 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
   const bool together = scope == ValidateScope::kAll;
   const DatasetSpec& d = o.dataset;
   auto bad = [](std::string msg) { return Status::InvalidArgument(std::move(msg)); };
-  if (d.format != "idx" && d.format != "csv" && d.format != "folder") {
-    return bad("dataset.format: expected \"idx\", \"csv\" or \"folder\", got \"" + d.format + "\"");
-  }
+  if (!KnownFormat(d.format)) return FormatError(d.format);
   if (d.cache != "auto" && d.cache != "off" && d.cache != "stream") {
     return bad("dataset.cache: expected \"auto\", \"off\" or \"stream\", got \"" + d.cache + "\"");
   }
@@ -648,6 +656,14 @@ Status Validate(const TrainOptions& o, ValidateScope scope) {
   }
   if (o.replicas < 1 || o.replicas > 1024) {
     return bad("replicas: must be in [1, 1024], got " + std::to_string(o.replicas));
+  }
+  // Knowable before the dataset is read: the set's own size is checked when it is.
+  if (together && o.max_train_samples > 0 &&
+      o.max_train_samples < int64_t{o.batch_size} * o.accum_steps) {
+    return bad("max_train_samples: " + std::to_string(o.max_train_samples) +
+               " samples make no optimizer step of batch_size " + std::to_string(o.batch_size) +
+               (o.accum_steps > 1 ? " x accum_steps " + std::to_string(o.accum_steps) : "") +
+               ": give at least " + std::to_string(int64_t{o.batch_size} * o.accum_steps));
   }
   if (together && o.batch_size < o.replicas) {
     return bad("batch_size: " + std::to_string(o.batch_size) + " is smaller than replicas = " +

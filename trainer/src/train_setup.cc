@@ -145,7 +145,7 @@ Result<RunData> LoadRunData(const TrainOptions& o) {
   if (n_train < step_samples) {
     return Status::InvalidArgument(
         "training set has " + std::to_string(n_train) + (n_train == 1 ? " sample" : " samples") +
-        (capped ? " (max_train_samples)" : " after the validation split") + ", fewer than " +
+        " after the validation split, fewer than " +
         (K == 1 ? "batch_size " : "batch_size * accum_steps = ") + std::to_string(step_samples));
   }
   // The last partial step of each epoch is dropped: every step then has the same shape and the
