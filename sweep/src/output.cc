@@ -260,6 +260,35 @@ Result<std::unique_ptr<store::Store>> OpenToRead(const std::string& db) {
   return st;
 }
 
+std::string ClassLabelsText(const json& info) {
+  auto classes = info.find("classes");
+  if (classes == info.end() || !classes->is_array()) return "";
+  // A thousand classes would be a page: the first ones, and how many more (--json has all).
+  constexpr size_t kShown = 30;
+  std::string labels;
+  for (size_t i = 0; i < classes->size() && i < kShown; ++i) {
+    const json& name = (*classes)[i];
+    labels += (i == 0 ? "" : "  ") + std::to_string(i) + " " +
+              (name.is_string() ? name.get<std::string>() : name.dump());
+  }
+  if (classes->size() > kShown) {
+    labels += "  ... and " + std::to_string(classes->size() - kShown) + " more";
+  }
+  return labels;
+}
+
+std::string SkippedFilesText(const json& info) {
+  auto n = info.find("skipped_files");
+  if (n == info.end() || !n->is_number_integer() || *n == 0) return "";
+  const int64_t count = n->get<int64_t>();
+  std::string skipped =
+      std::to_string(count) + (count == 1 ? " bad file" : " bad files") + " skipped";
+  if (auto some = info.find("skipped"); some != info.end() && some->is_array()) {
+    for (const json& s : *some) skipped += "\n" + (s.is_string() ? s.get<std::string>() : "");
+  }
+  return skipped;
+}
+
 Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name) {
   auto sw = st.FindSweep(name);
   if (sw.ok() || sw.status().code() != Status::Code::kNotFound) return sw;

@@ -70,6 +70,12 @@ Status NoSuchDatabase(const std::string& db);
 // Store::FindSweep, with "did you mean ..." when the name is close to one that exists.
 Result<store::SweepRecord> FindSweepOrSuggest(store::Store& st, const std::string& name);
 
+// A trainer trial's info (TrialOutcome::info) on an image folder, as text: its label map (the
+// first 30 of its classes, and how many more), and the bad files it skipped; empty when it has
+// neither. For `sweep show` and `sweep train`.
+std::string ClassLabelsText(const nlohmann::json& info);
+std::string SkippedFilesText(const nlohmann::json& info);
+
 // Whether a sweep stored as running has lost its coordinator (killed, crashed, its machine
 // rebooted): no process holds its lock in `db_path`.lock, whether or not it recorded an owner.
 // False for a sweep that has ended.

@@ -281,7 +281,9 @@ Result<bool> DryResume(const SweepConfig& cfg, const std::string& config_path,
     out << existing->owner << " runs it now: a resume is refused until that process ends\n";
   }
   if (again > 0) {
-    out << again << " trial(s) not ended would run again first (from their checkpoints, where they have one)\n";
+    out << again
+        << " trial(s) not ended would run again first (from their checkpoints, where they have "
+           "one)\n";
   }
   const int64_t limit = existing->max_trials.value_or(cfg.sweep.max_trials);
   if (!cfg.sweep.unbounded_trials || existing->max_trials) {

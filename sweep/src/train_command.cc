@@ -159,6 +159,7 @@ json TrainResultJson(const executor::TrialTask& task, TrialKind kind,
     j[k] = last.contains(k) ? last[k] : json(nullptr);
   }
   if (!out.error.empty()) j["error"] = out.error;
+  if (out.info.is_object() && !out.info.empty()) j["info"] = out.info;  // as `show --json`'s
   // Mean over epochs is the figure of merit for throughput; the last epoch alone is noisy.
   double sps = 0, wait = 0;
   for (const auto& e : reports) {
@@ -237,8 +238,18 @@ int RunTrainTask(const executor::TrialTask& task, TrialKind kind, bool as_json) 
   }
   if (as_json) {
     PrintJson(std::cout, TrainResultJson(task, kind, out, last, consumed, reports));
-  } else if (out.end_metrics.contains("test_acc")) {
-    std::printf("test_acc %.4f\n", out.end_metrics["test_acc"].get<double>());
+  } else {
+    if (out.end_metrics.contains("test_acc")) {
+      std::printf("test_acc %.4f\n", out.end_metrics["test_acc"].get<double>());
+    }
+    // An image folder's label map and the bad files left out, as `sweep show` says them.
+    std::fflush(stdout);
+    if (std::string labels = ClassLabelsText(out.info); !labels.empty()) {
+      std::cerr << "labels: " << labels << "\n";
+    }
+    if (std::string skipped = SkippedFilesText(out.info); !skipped.empty()) {
+      std::cerr << "skipped: " << skipped << "\n";
+    }
   }
   if (out.kind == executor::TrialOutcome::Kind::kFailed) {
     std::cerr << "sweep: trial failed: " << out.error << "\n";

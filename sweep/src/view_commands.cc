@@ -329,32 +329,18 @@ void ShowFields(std::ostream& out, int width, const store::SweepRecord& sw,
   if (!t.stdout_log.empty()) row("stdout", t.stdout_log);
   if (!t.stderr_log.empty()) row("stderr", t.stderr_log);
   if (!t.error.empty()) {
-    row(t.status == store::TrialStatus::kPruned ? "pruned" : "error", t.error);
+    // A completed or interrupted trial's text is a note (a checkpoint it could not use, where it
+    // stopped), not why it failed.
+    row(t.status == store::TrialStatus::kPruned   ? "pruned"
+        : t.status == store::TrialStatus::kFailed ? "error"
+                                                  : "note",
+        t.error);
   }
   if (!t.proposed_by.empty()) row("proposed by", t.proposed_by);  // with TPE
   // A trainer trial on an image folder: its label map, and the bad files it left out.
   const json info = report::ParseObject(t.info_json);
-  if (auto classes = info.find("classes"); classes != info.end() && classes->is_array()) {
-    // A thousand classes would be a page: the first ones, and how many more (--json has all).
-    constexpr size_t kShown = 30;
-    std::string labels;
-    for (size_t i = 0; i < classes->size() && i < kShown; ++i) {
-      const json& name = (*classes)[i];
-      labels += (i == 0 ? "" : "  ") + std::to_string(i) + " " +
-                (name.is_string() ? name.get<std::string>() : name.dump());
-    }
-    if (classes->size() > kShown) {
-      labels += "  ... and " + std::to_string(classes->size() - kShown) + " more";
-    }
-    row("labels", labels);
-  }
-  if (auto n = info.find("skipped_files"); n != info.end() && n->is_number() && *n != 0) {
-    std::string skipped = Value(*n) + (*n == 1 ? " bad file" : " bad files") + " skipped";
-    if (auto some = info.find("skipped"); some != info.end() && some->is_array()) {
-      for (const json& s : *some) skipped += "\n" + (s.is_string() ? s.get<std::string>() : "");
-    }
-    row("skipped", skipped);
-  }
+  if (std::string labels = ClassLabelsText(info); !labels.empty()) row("labels", labels);
+  if (std::string skipped = SkippedFilesText(info); !skipped.empty()) row("skipped", skipped);
   // Its state changes, when there is more to tell than one start and one end: interrupted on a
   // lost agent or a stopped coordinator and run again, or carried over from another sweep.
   const bool eventful =

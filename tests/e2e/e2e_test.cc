@@ -350,6 +350,16 @@ TEST_F(E2eTest, AnImageFolderTrialKeepsItsLabelsAndSkippedFiles) {
   const auto reports = Query("SELECT json_extract(metrics, '$.skipped_files') FROM reports");
   ASSERT_EQ(reports.size(), 2u);
   for (const auto& r : reports) EXPECT_EQ(r[0], "1");
+
+  // `sweep train` says them too: on stderr, and in its --json as `show --json` has them.
+  Output train = Sweep("train f.toml");
+  ASSERT_EQ(train.code, 0) << train.err;
+  EXPECT_NE(train.err.find("labels: 0 cat  1 dog\n"), std::string::npos) << train.err;
+  EXPECT_NE(train.err.find("skipped: 1 bad file skipped\n"), std::string::npos) << train.err;
+  EXPECT_NE(train.err.find("dog/bad.png"), std::string::npos) << train.err;
+  json trained;
+  ASSERT_NO_FATAL_FAILURE(trained = SweepJson("train f.toml --json"));
+  EXPECT_EQ(trained["info"], info) << trained.dump();
 }
 
 // order = "longest_first": the trial with the most work starts first, numbers start out of
