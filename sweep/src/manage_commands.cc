@@ -36,6 +36,9 @@ SweepFootprint FootprintOf(const store::SweepRecord& sweep, const std::string& d
   SweepFootprint out;
   auto cfg = ParseConfig(sweep.config_text, sweep.config_path, ConfigUse::kView);
   if (!cfg.ok()) return out;
+  // The name it ran under (`run --name` overrides the config's): its folders are named so, and
+  // the config's name may be another sweep's.
+  cfg->sweep.name = sweep.name;
   const std::string db_file = StoreFile(db);
   std::error_code ec;
   std::vector<std::string> candidates;

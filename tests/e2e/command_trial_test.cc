@@ -451,6 +451,20 @@ command = ["./p.sh"]
   EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "2");
   Output again = Sweep("delete gone --yes");
   EXPECT_EQ(again.code, 2) << again.err;
+
+  // A sweep run under another name (--name) has its folders under that name: `list` counts
+  // those, and `delete` removes those, never the folder of the sweep the config names.
+  ASSERT_EQ(Sweep("run kept.toml --name renamed").code, 0);
+  ASSERT_TRUE(fs::exists(dir_ / "sweeps.db-trials/renamed/trial-0"));
+  Write("sweeps.db-trials/renamed/big.bin", std::string(50000, 'x'));
+  Output sizes = Sweep("list");
+  EXPECT_NE(sizes.out.find("renamed  completed  2 trials  best score = 0.5  disk 5"),
+            std::string::npos)
+      << sizes.out;
+  Output renamed = Sweep("delete renamed --yes");
+  EXPECT_EQ(renamed.code, 0) << renamed.err;
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db-trials/renamed"));
+  EXPECT_TRUE(fs::exists(dir_ / "sweeps.db-trials/kept/trial-0"));
 }
 
 // First trials that fail for their parameters (a region that runs out of memory), not for a
