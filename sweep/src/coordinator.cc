@@ -150,9 +150,20 @@ Status Coordinator::TakeEvents(double now) {
   return Status::Ok();
 }
 
+void Coordinator::TrackSlots(double now) {
+  const bool none = servers_->packer().largest_server() == 0;
+  if (none && !slotless_since_) {
+    slotless_since_ = now;
+  } else if (!none && slotless_since_) {
+    slotless_s_ += now - *slotless_since_;
+    slotless_since_.reset();
+  }
+}
+
 Result<RunSummary> Coordinator::Loop() {
   for (;;) {
     const double now = Now();
+    TrackSlots(now);
     CheckStops(now);
     if (stopping_ && !running_.empty() && options_.interrupt_again != nullptr &&
         options_.interrupt_again->load()) {

@@ -120,7 +120,12 @@ class Coordinator {
   Status CommitNow(double now);
   bool MayPlaceLater() const;
   bool WorkLeft() const { return !queue_.empty() || source_->Left(); }
-  double ActiveSeconds(double now) const { return active_before_s_ + (now - start_s_); }
+  // Running time, over every run of the sweep: less the time with no slot anywhere.
+  double ActiveSeconds(double now) const {
+    return active_before_s_ + (now - start_s_) - slotless_s_ -
+           (slotless_since_ ? now - *slotless_since_ : 0.0);
+  }
+  void TrackSlots(double now);
   std::string AgentFlags() const;
   void Announce(const std::string& extra);
   void ShowProgress(double now, bool final);
@@ -193,6 +198,10 @@ class Coordinator {
   int64_t started_ = 0;  // trials started by this run
   double start_s_ = 0;
   double active_before_s_ = 0;  // running time of earlier runs of this sweep
+  // Time with no slot to run a trial on (a --no-local sweep before its first agent joins, or
+  // after its last left) is no running time: time_budget does not count it.
+  double slotless_s_ = 0;
+  std::optional<double> slotless_since_;
   // `run --from`: trials below carried_ came from another sweep (see TrialSource).
   int64_t carried_ = 0;
   int64_t sample_shift_ = 0;

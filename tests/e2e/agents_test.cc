@@ -455,6 +455,28 @@ TEST_F(AgentsTest, AgentsLeaveWhenTheSweepIsOverUnlessTheyStay) {
       << alone.err;
 }
 
+// A --no-local sweep's time_budget counts from its first agent, not while it waits for one (on
+// a batch system, agents wait in the queue): it does not end "completed" with nothing run.
+TEST_F(AgentsTest, TheTimeBudgetDoesNotCountTheWaitForAnAgent) {
+  Write("t.toml", sweep_e2e::BraninConfig("budget", 1000, "seed = 5\ntime_budget = \"2s\"\n",
+                                          "steps = 5\nstep_ms = 50\n"));
+  int port = 0;
+  pid_t coordinator = StartCoordinator("t.toml", &port);
+  ASSERT_GT(port, 0) << Log("coordinator.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // longer than the budget
+  ASSERT_TRUE(Alive(coordinator)) << Log("coordinator.log");
+  pid_t agent = StartAgent("late", port);
+  EXPECT_EQ(WaitExit(coordinator, 60), 0) << Log("coordinator.log");
+  EXPECT_EQ(WaitExit(agent, 30), 0) << Log("agent-late.log");
+  EXPECT_EQ(Query("SELECT status FROM sweeps")[0][0], "completed");
+  // 2 s of 0.25 s trials on one slot.
+  EXPECT_GE(Scalar("SELECT count(*) FROM trials WHERE status = 'completed'"), 4);
+  // The running time stored is the budget's, not the wait's too.
+  const double active = std::stod(Query("SELECT active_s FROM sweeps")[0][0]);
+  EXPECT_GE(active, 2.0);
+  EXPECT_LT(active, 3.0);
+}
+
 // A Slurm task given GPUs serves them as GPU slots even where CUDA does not see them from the
 // agent (a build without CUDA, no driver): command trials bring their own CUDA, and each gets
 // its own GPU of the task's list.
