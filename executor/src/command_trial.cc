@@ -380,7 +380,7 @@ class CommandRun {
       if (metric_not_number_) {
         return FailedNotNumber(
             "the program exited 0 but its reports' '" + metric_ +
-            "' was never a number (a string, a bool, a list?): report it as a JSON "
+            "' was never a number (a string, a bool, null, a list?): report it as a JSON "
             "number, e.g. \"" +
             metric_ + "\": 0.9");
       }

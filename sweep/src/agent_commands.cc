@@ -187,16 +187,12 @@ int CmdAgent(const AgentArgs& a, const char* argv0) {
                   [](unsigned char c) { return std::isdigit(c) != 0; })) {
     options.on_sweep_over = [job = std::string(array_job)] { CancelPendingArrayTasks(job); };
   }
-  if (a.retry_for == "forever" || (a.retry_for.empty() && a.stay)) {
+  if (a.retry_for.empty() && a.stay) {
     options.retry_for_ms = -1;
   } else if (!a.retry_for.empty()) {
-    auto seconds = ParseDuration(a.retry_for);
-    if (!seconds || *seconds > 366 * 86400.0) {
-      return Fail(Status::InvalidArgument("--retry-for " + a.retry_for +
-                                          ": expected a duration such as 90s, 10m or 2h, or "
-                                          "'forever'"));
-    }
-    options.retry_for_ms = static_cast<int64_t>(*seconds * 1000);
+    Result<int64_t> ms = ParseRetryFor(a.retry_for);
+    if (!ms.ok()) return Fail(ms.status());
+    options.retry_for_ms = *ms;
   }
   // Test hook: how long token refusals must go on before the agent ends (default a minute).
   if (const char* w = std::getenv("SWEEP_TEST_AUTH_REFUSAL_WINDOW_MS")) {

@@ -1,11 +1,13 @@
 // slurm and k8s: starting agents through a cluster manager (docs/clusters.md).
 #include "cluster_commands.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 #include <CLI/CLI.hpp>
 
@@ -84,10 +86,28 @@ class ClusterCommands final : public CommandGroup {
         "Example: sweep slurm submit --agents 8 --gpus-per-agent 1 --time 4:00:00 \\\n"
         "           --connect login1:7070 --token-file ~/.sweep-token\n"
         "Prints the job id. Agents exit when the sweep is over, ending their tasks early.");
+    // A job id and nothing else: `slurm cancel -- --user=me` would otherwise reach scancel and
+    // cancel every job of that user.
+    const CLI::Validator job_id(
+        [](const std::string& id) -> std::string {
+          const size_t task = id.find('_');
+          auto digits = [](std::string_view d) {
+            return !d.empty() && d.size() <= 20 &&
+                   std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+          };
+          const std::string_view v = id;
+          if (digits(v.substr(0, task)) &&
+              (task == std::string::npos || digits(v.substr(task + 1)))) {
+            return "";
+          }
+          return "expected the job id submit printed (digits, or ID_TASK for one task), got '" +
+                 id + "'";
+        },
+        "JOB_ID");
     status_ = slurm_->add_subcommand("status", "the job array's tasks (squeue)");
-    status_->add_option("JOB", job_id_, "the job id submit printed")->required();
+    status_->add_option("JOB", job_id_, "the job id submit printed")->required()->check(job_id);
     cancel_ = slurm_->add_subcommand("cancel", "cancel the job array (scancel)");
-    cancel_->add_option("JOB", job_id_, "the job id submit printed")->required();
+    cancel_->add_option("JOB", job_id_, "the job id submit printed")->required()->check(job_id);
 
     k8s_ = app.add_subcommand("k8s", "run a sweep on Kubernetes");
     k8s_->require_subcommand(1);

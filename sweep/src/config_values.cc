@@ -82,6 +82,16 @@ std::string DidYouMean(std::string_view word, const std::vector<std::string>& ca
   return best;
 }
 
+Result<int64_t> ParseRetryFor(const std::string& text) {
+  if (text == "forever") return int64_t{-1};
+  const std::optional<double> seconds = ParseDuration(text);
+  if (!seconds || *seconds > 366 * 86400.0) {
+    return Status::InvalidArgument("--retry-for " + text +
+                                   ": expected a duration such as 90s, 10m or 2h, or 'forever'");
+  }
+  return static_cast<int64_t>(*seconds * 1000);
+}
+
 std::optional<double> ParseDuration(std::string_view text) {
   if (text.empty()) return std::nullopt;
   double total = 0;

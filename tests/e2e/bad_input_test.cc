@@ -1139,6 +1139,11 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
       {"best branin --top 0", kUsage, {"--top: Value 0 not in range 1 to"}},
       {"trials branin --sort bogus", kUsage, {"--sort", "bogus"}},
       {"frobnicate branin", kUsage, {"frobnicate"}},
+      // A job id and nothing else reaches scancel or squeue: `-u` would cancel every job of
+      // the user's.
+      {"slurm cancel -- -u", kUsage, {"JOB: expected the job id submit printed", "got '-u'"}},
+      {"slurm cancel ''", kUsage, {"JOB: expected the job id submit printed"}},
+      {"slurm status 'abc;rm'", kUsage, {"got 'abc;rm'"}},
       // An empty --db (a shell variable left unset) is no path, not the default file.
       {"run b.toml --db ''", kUsage, {"--db: an empty path"}},
       {"resume branin --db ''", kUsage, {"--db: an empty path"}},

@@ -361,7 +361,7 @@ command = ["./t.sh"]
   Output text = Sweep("run t.toml");
   EXPECT_EQ(text.code, 1) << text.err;
   EXPECT_NE(text.err.find("without reporting the sweep's metric 'score' as a number (it came "
-                          "only as text, a bool or a list)"),
+                          "only as text, a bool, null or a list)"),
             std::string::npos)
       << text.err;
 }

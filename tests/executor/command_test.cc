@@ -817,7 +817,7 @@ TEST_F(CommandTrialTest, AMetricThatIsNotANumberIsNamedSo) {
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
   EXPECT_EQ(run.outcome.error,
             "the program exited 0 but its reports' 'val_acc' was never a number (a string, a "
-            "bool, a list?): report it as a JSON number, e.g. \"val_acc\": 0.9");
+            "bool, null, a list?): report it as a JSON number, e.g. \"val_acc\": 0.9");
 }
 
 // Before any trial: a program execve cannot run for its content is refused, saying why.

@@ -87,6 +87,17 @@ TEST(SlurmScriptTest, BadOptionsAreRefusedByFlag) {
   j = Job();
   j.connect = "login1";
   refused(j, "--connect");
+  // What `sweep agent` refuses: every task would end at once.
+  j.connect = "login1:99999";
+  refused(j, "--connect 'login1:99999': the port must be a number in 0..65535");
+  j.connect = ":7070";
+  refused(j, "--connect ':7070': no host");
+  j = Job();
+  j.retry_for = "bogus";
+  refused(j, "--retry-for bogus: expected a duration such as 90s, 10m or 2h, or 'forever'");
+  j = Job();
+  j.retry_for = "forever";
+  EXPECT_TRUE(CheckSlurmJob(j).ok());
   j = Job();
   j.gpu_request = "mig";
   refused(j, "--gpu-request");
@@ -166,6 +177,21 @@ TEST(K8sManifestsTest, ASecretAStatefulCoordinatorAServiceAndAnIndexedJobOfAgent
   // The token reaches the agents from the Secret, readable by its owner only.
   EXPECT_EQ(pod["volumes"][0]["secret"]["secretName"], (*secret)["metadata"]["name"]);
   EXPECT_EQ(pod["volumes"][0]["secret"]["defaultMode"], 0400);
+}
+
+// A config file name Kubernetes would refuse as a ConfigMap key (a space, a ';') becomes one
+// it takes, and the coordinator's shell command reads that file as one word.
+TEST(K8sManifestsTest, AConfigFileNameBecomesAKeyKubernetesTakes) {
+  K8sSweep k = Sweep();
+  k.config_file = "my conf;x.toml";
+  const std::vector<json> docs = K8sManifests(k);
+  const json* config = Find(docs, "ConfigMap");
+  ASSERT_NE(config, nullptr);
+  EXPECT_EQ((*config)["data"], json({{"my-conf-x.toml", k.config_text}}));
+  const json* sts = Find(docs, "StatefulSet");
+  ASSERT_NE(sts, nullptr);
+  const std::string run = (*sts)["spec"]["template"]["spec"]["containers"][0]["command"][2];
+  EXPECT_EQ(run.find("sweep run /etc/sweep/config/my-conf-x.toml --resume "), 0u) << run;
 }
 
 TEST(K8sManifestsTest, AQueueGoesThroughKueueAndCpuAgentsAskForTheirSlots) {

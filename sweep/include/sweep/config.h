@@ -162,6 +162,10 @@ std::string FormatNumber(double v);  // shortest readable form: 0, 0.5, 1e-05
 // "2h", "30m", "90s", "1h30m", "1.5h" or a bare number of seconds.
 std::optional<double> ParseDuration(std::string_view text);
 
+// An agent's --retry-for: a duration of at most a year, in milliseconds, or -1 for "forever".
+// The error names the flag. For `sweep agent`, and `slurm submit` before it writes one.
+Result<int64_t> ParseRetryFor(const std::string& text);
+
 // The closest of `candidates` to `word` within a small edit distance, or "".
 std::string DidYouMean(std::string_view word, const std::vector<std::string>& candidates);
 

@@ -32,6 +32,19 @@ json TokenVolume(const std::string& secret) {
   return {{"name", "token"}, {"secret", {{"secretName", secret}, {"defaultMode", 0400}}}};
 }
 
+// The config's key in its ConfigMap, which is also its file name in the coordinator's pod:
+// Kubernetes takes only letters, digits, '-', '_' and '.' there, and the coordinator's shell
+// command then needs no quoting. Other characters become '-'.
+std::string ConfigKey(const std::string& file) {
+  std::string key;
+  for (char c : file) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+    key += ok ? c : '-';
+  }
+  if (key.empty() || key == "." || key == "..") key = "sweep.toml";
+  return key.substr(0, 253);
+}
+
 json SharedMount(const K8sSweep& k, json* volumes) {
   if (k.shared_claim.empty()) return nullptr;
   volumes->push_back(
@@ -87,7 +100,8 @@ std::vector<json> K8sManifests(const K8sSweep& k) {
 
   json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"}};
   cm["metadata"] = Metadata(k, config, "config");
-  cm["data"] = {{k.config_file, k.config_text}};
+  const std::string config_key = ConfigKey(k.config_file);
+  cm["data"] = {{config_key, k.config_text}};
   out.push_back(cm);
 
   // Headless: the name resolves to the coordinator's pod, which the StatefulSet keeps at one.
@@ -100,7 +114,7 @@ std::vector<json> K8sManifests(const K8sSweep& k) {
 
   // `run --resume` goes on with the sweep the volume holds after a restart; once the sweep is
   // over the coordinator stays up (idle), so that `kubectl exec` can query its store.
-  const std::string run = "sweep run " + std::string(kConfigDir) + "/" + k.config_file +
+  const std::string run = "sweep run " + std::string(kConfigDir) + "/" + config_key +
                           " --resume --db " + kDataDir +
                           "/sweeps.db --listen 0.0.0.0:" + std::to_string(k.port) +
                           " --token-file " + token_file + " --no-local && exec sleep infinity";

@@ -2,6 +2,9 @@
 
 #include <cctype>
 
+#include "executor/net_auth.h"
+#include "sweep/config.h"
+
 namespace sweep::cluster {
 
 std::string ShellQuote(const std::string& text) {
@@ -48,6 +51,11 @@ Status CheckSlurmJob(const SlurmJob& job) {
     return Status::InvalidArgument(
         "--connect: give the coordinator's HOST:PORT, as `sweep run ... --listen` prints it");
   }
+  // What `sweep agent` would refuse, refused here: every task of the array would end at once.
+  if (auto host_port = executor::net::ParseHostPort(job.connect); !host_port.ok()) {
+    return host_port.status().WithMessage("--connect " + host_port.status().message());
+  }
+  if (!job.retry_for.empty()) SWEEP_RETURN_IF_ERROR(ParseRetryFor(job.retry_for).status());
   if (job.token_file.empty()) {
     return Status::InvalidArgument(
         "--token-file: give the token file the coordinator uses, on storage the nodes reach");
