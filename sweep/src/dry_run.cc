@@ -11,6 +11,7 @@
 #include "search/space.h"
 #include "sweep/config.h"
 #include "sweep/coordinator.h"
+#include "trial_paths.h"
 
 namespace sweep {
 
@@ -46,6 +47,7 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     at_once = std::min<int64_t>(at_once, config.sweep.max_concurrent);
   at_once = std::min<int64_t>({at_once, config.sweep.max_trials, 10});
   const std::string db_file = StoreFile(db);
+  SWEEP_RETURN_IF_ERROR(TrialPaths::CheckCanMake(config, db_file));
 
   out << "dry run of sweep '" << config.sweep.name << "' (" << config.search.algorithm
       << " search, "

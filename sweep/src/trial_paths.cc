@@ -1,6 +1,10 @@
 #include "trial_paths.h"
 
+#include <unistd.h>
+
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string_view>
 #include <system_error>
@@ -64,6 +68,42 @@ Result<TrialPaths> TrialPaths::Make(const SweepConfig& config, const std::string
     }
   }
   return paths;
+}
+
+namespace {
+
+// Whether create_directories(dir) could succeed, and files be made in it: its nearest existing
+// ancestor (or itself) is a folder this process may write in.
+Status CheckFolderCanBeMade(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::path at = std::filesystem::absolute(dir, ec).lexically_normal();
+  if (ec) return Status::IoError(dir + ": cannot make the " + what + ": " + ec.message());
+  while (!std::filesystem::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) {
+    at = at.parent_path();
+  }
+  if (!std::filesystem::is_directory(at, ec)) {
+    return Status::IoError(dir + ": cannot make the " + what + ": " + at.string() +
+                           " is not a folder");
+  }
+  if (::access(at.c_str(), W_OK | X_OK) != 0) {
+    return Status::IoError(dir + ": cannot make the " + what + ": " + at.string() + ": " +
+                           std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status TrialPaths::CheckCanMake(const SweepConfig& config, const std::string& db_file) {
+  if (config.trial.kind == TrialKind::kTrainer) {
+    return CheckFolderCanBeMade(CheckpointDirFor(config, db_file),
+                                "checkpoint directory (trial.checkpoint_dir)");
+  }
+  if (config.trial.kind == TrialKind::kCommand) {
+    return CheckFolderCanBeMade(CommandTrialsDir(config, db_file),
+                                "trials directory (trial.trials_dir)");
+  }
+  return Status::Ok();
 }
 
 std::string TrialPaths::TrialDir(int64_t number) const {

@@ -21,6 +21,9 @@ class TrialPaths {
   // for commands. Relative [trial] folders are the config's folder's, as its other paths are;
   // the defaults are beside the store's file (`db_file`, see StoreFile).
   static Result<TrialPaths> Make(const SweepConfig& config, const std::string& db_file);
+  // What Make would refuse, found without making anything (`run --dry-run`): a folder it needs
+  // where a file stands in its path, or one it cannot write in.
+  static Status CheckCanMake(const SweepConfig& config, const std::string& db_file);
 
   // A command trial's folder ("" for other kinds).
   std::string TrialDir(int64_t number) const;

@@ -409,6 +409,26 @@ cpu_slots = 2
       << dir_value << " in " << dry.out;
 }
 
+// A trials_dir that cannot be made (a file stands in its path) fails the dry run as it fails the
+// run, and the dry run makes no folder of a good one.
+TEST_F(CommandTrialE2eTest, ADryRunRefusesATrialsDirThatCannotBeMade) {
+  WriteProgram("p.sh", "#!/bin/sh\necho 'sweep-report {\"score\": 0.5}'\n");
+  Write("afile", "");
+  const std::string config =
+      "[sweep]\nname = \"dirs\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+      "[parameters]\nx = 1\n[trial]\nkind = \"command\"\ncommand = [\"./p.sh\"]\n";
+  Write("bad.toml", config + "trials_dir = \"afile/sub\"\n");
+  for (const std::string args : {"run bad.toml --dry-run", "run bad.toml"}) {
+    Output o = Sweep(args);
+    EXPECT_EQ(o.code, 1) << args << ": " << o.err;
+    EXPECT_NE(o.err.find("afile"), std::string::npos) << args << ": " << o.err;
+  }
+  Write("good.toml", config + "trials_dir = \"runs\"\n");
+  Output dry = Sweep("run good.toml --dry-run");
+  EXPECT_EQ(dry.code, 0) << dry.err;
+  EXPECT_FALSE(fs::exists(dir_ / "runs"));
+}
+
 // `delete` says what it would remove, wants --yes where it cannot ask, then removes the sweep's
 // rows and its trials' folders, and leaves the other sweeps alone; `list` shows their sizes.
 TEST_F(CommandTrialE2eTest, DeleteRemovesRowsAndFolders) {
