@@ -186,7 +186,26 @@ class ClusterCommands final : public CommandGroup {
       k8s_sweep_.token = *token;
     }
     std::cout << cluster::ToYaml(cluster::K8sManifests(k8s_sweep_));
+    WarnOfAConfigFolderWorkdir(*cfg);
     return kExitOk;
+  }
+
+  // A command trial starts in trial.workdir, by default the config's folder (a relative one is
+  // in it): in the pods that is the ConfigMap's mount, which only the coordinator has, so every
+  // trial would fail on the agents. Said, not refused: the image may hold that folder.
+  void WarnOfAConfigFolderWorkdir(const SweepConfig& cfg) const {
+    if (cfg.trial.kind != TrialKind::kCommand) return;
+    std::error_code ec;
+    const std::string base =
+        std::filesystem::absolute(config_path_, ec).parent_path().lexically_normal().string();
+    const std::string& dir = cfg.trial.workdir;
+    if (dir != base && dir.rfind(base + "/", 0) != 0) return;
+    std::cerr << "sweep: warning: " << config_path_
+              << ": command trials start in trial.workdir, here the config's folder, which in "
+                 "the pods is the config's mount: the coordinator's pod alone has it, so the "
+                 "agents could not start a trial. Set trial.workdir to an absolute folder that "
+                 "the agents' image holds with the program (or one under /shared, with "
+                 "--shared-claim)\n";
   }
 
   const char* argv0_;

@@ -454,4 +454,28 @@ TEST_F(K8sTest, TheRenderedAgentCommandServesACoordinator) {
       << Log("coordinator.log");
 }
 
+// Command trials start in the config's folder unless trial.workdir says otherwise: in the pods
+// only the coordinator has it, and the render says so (the manifests are still written).
+TEST_F(K8sTest, ACommandTrialInTheConfigsFolderIsWarnedOf) {
+  const std::string config =
+      "[sweep]\nname = \"cmd\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 2\n"
+      "[parameters]\nx = 1\n[trial]\nkind = \"command\"\ncommand = [\"/bin/true\"]\n";
+  const std::string render = " --agents 1 --cpu-slots 1 --image reg.example/sweep:1";
+  for (const std::string workdir : {"", "workdir = \"sub\"\n", "workdir = \"/opt/job\"\n"}) {
+    SCOPED_TRACE(workdir);
+    Write("c.toml", config + workdir);
+    Output o = Sweep("k8s render c.toml" + render);
+    ASSERT_EQ(o.code, 0) << o.err;
+    EXPECT_NE(o.out.find("kind: \"ConfigMap\""), std::string::npos);
+    const bool warned =
+        o.err.find("warning: c.toml: command trials start in trial.workdir") != std::string::npos;
+    EXPECT_EQ(warned, workdir.find("/opt/job") == std::string::npos) << o.err;
+  }
+  // Other trials start nowhere in particular.
+  Write("f.toml", sweep_e2e::BraninConfig("fn", 6));
+  Output fn = Sweep("k8s render f.toml" + render);
+  ASSERT_EQ(fn.code, 0) << fn.err;
+  EXPECT_EQ(fn.err.find("warning"), std::string::npos) << fn.err;
+}
+
 }  // namespace
