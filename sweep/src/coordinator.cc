@@ -39,12 +39,13 @@ Coordinator::Coordinator(store::Store& store, const RunOptions& options,
 
 Result<RunSummary> Coordinator::Start(const SweepConfig& config) {
   config_ = config;
-  SWEEP_RETURN_IF_ERROR(Prepare());
-  // Read before the new sweep is recorded, so that a mistyped name leaves nothing behind.
+  // Read before the new sweep is recorded or its folders made, so that a mistyped name leaves
+  // nothing behind.
   std::optional<CarryPlan> carry;
   if (!options_.from.empty()) {
     SWEEP_ASSIGN_OR_RETURN(carry, PlanCarryOver(store_, config_, options_.from));
   }
+  SWEEP_RETURN_IF_ERROR(Prepare());
   store::NewSweep ns;
   ns.name = config_.sweep.name;
   ns.config_text = config_.text;

@@ -1564,6 +1564,13 @@ TEST_F(ResumeTest, ARunFromAnEarlierSweepCarriesItsTrialsOver) {
   EXPECT_EQ(nosuch.code, 2);
   EXPECT_NE(nosuch.err.find("no sweep named 'frist'"), std::string::npos) << nosuch.err;
   EXPECT_NE(nosuch.err.find("first"), std::string::npos) << nosuch.err;  // did you mean
+  // Refused before the new sweep's folders are made: none is left behind.
+  Write("cmd.toml",
+        "[sweep]\nname = \"cmdfrom\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 1\n"
+        "[parameters]\n"
+        "x = 1\n[trial]\nkind = \"command\"\ncommand = [\"/bin/true\"]\n");
+  EXPECT_EQ(Sweep("run cmd.toml --from frist").code, 2);
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db-trials" / "cmdfrom"));
   Output own = Sweep("run first.toml --name again --from again");
   EXPECT_EQ(own.code, 2);
   EXPECT_NE(own.err.find("--from again: that is the new sweep's own name"), std::string::npos)
