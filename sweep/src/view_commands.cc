@@ -191,7 +191,7 @@ Status RefuseStoreAsOutput(const std::string& output, const std::string& db) {
         st.st_ino == out.st_ino) {
       return Status::InvalidArgument(
           output + ": is the sweep store given by --db (" + db + suffix +
-          "); writing there would lose every sweep in it: " + "choose another file");
+          "); writing there would lose every sweep in it: choose another file");
     }
   }
   char magic[16] = {};
