@@ -183,15 +183,35 @@ Status WriteFile(const std::string& path, const std::string& text) {
 // -wal, -shm or -journal file), or any other SQLite file there. Replacing it would lose every
 // sweep it holds, and a user who typed the store's name meant another file.
 Status RefuseStoreAsOutput(const std::string& output, const std::string& db) {
+  constexpr const char* kSuffixes[] = {"", "-wal", "-shm", "-journal"};
+  auto refuse = [&](const std::string& suffix) {
+    return Status::InvalidArgument(
+        output + ": is the sweep store given by --db (" + db + suffix +
+        "); writing there would lose every sweep in it: choose another file");
+  };
+  // By name, for a file not there yet too: SQLite reads a -journal it finds as its own, and a
+  // store with a stray one cannot be opened. The store may be reached through a link, and its
+  // files named after the link or its target.
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // Absolute first: weakly_canonical leaves a relative path relative when none of it exists.
+  const fs::path out_path = fs::weakly_canonical(fs::absolute(output, ec), ec);
+  const fs::path db_path = fs::absolute(db, ec);
+  for (const fs::path& base : {fs::weakly_canonical(db_path, ec), db_path}) {
+    for (const char* suffix : kSuffixes) {
+      if (!out_path.empty() && out_path == fs::path(base.lexically_normal().string() + suffix)) {
+        return refuse(suffix);
+      }
+    }
+  }
+  // And by identity: a hard link to the store is the store.
   struct stat out {};
   if (::stat(output.c_str(), &out) != 0 || !S_ISREG(out.st_mode)) return Status::Ok();
-  for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
+  for (const char* suffix : kSuffixes) {
     struct stat st {};
     if (::stat((db + suffix).c_str(), &st) == 0 && st.st_dev == out.st_dev &&
         st.st_ino == out.st_ino) {
-      return Status::InvalidArgument(
-          output + ": is the sweep store given by --db (" + db + suffix +
-          "); writing there would lose every sweep in it: choose another file");
+      return refuse(suffix);
     }
   }
   char magic[16] = {};

@@ -360,7 +360,10 @@ TEST_F(ReportE2eTest, OutputNeverReplacesASweepStore) {
   for (const std::string cmd :
        {"export keep -o sweeps.db", "export keep --format json -o link.db",
         "export keep -o ./sweeps.db-wal", "report keep -o sweeps.db", "report keep -o link.db",
-        "export keep -o other.db", "report keep -o other.db"}) {
+        "export keep -o other.db", "report keep -o other.db",
+        // Not there yet: SQLite would read it as the store's own journal.
+        "export keep -o sweeps.db-journal", "report keep --db link.db -o link.db-journal",
+        "export keep --db link.db -o sweeps.db-journal"}) {
     SCOPED_TRACE(cmd);
     Output o = Sweep(cmd);
     EXPECT_EQ(o.code, 2) << o.err;
@@ -370,6 +373,8 @@ TEST_F(ReportE2eTest, OutputNeverReplacesASweepStore) {
         << o.err;
   }
   EXPECT_EQ(Slurp(dir_ / "sweeps.db"), before);
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db-journal"));
+  EXPECT_FALSE(fs::exists(dir_ / "link.db-journal"));
   EXPECT_TRUE(fs::is_symlink(dir_ / "link.db"));
   EXPECT_EQ(Sweep("list").code, 0);
   Output same = Sweep("export keep --db other.db");

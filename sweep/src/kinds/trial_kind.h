@@ -52,7 +52,7 @@ class TrialKindRules {
   // How a stop reaches its running trials, for the interrupt's message ("stopping 2 running
   // trial(s)" and these words).
   virtual std::string HowTrialsStop() const {
-    return " after their current epoch; interrupt again to stop them at once";
+    return " after their current step; interrupt again to stop them at once";
   }
 };
 
