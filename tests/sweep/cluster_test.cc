@@ -108,6 +108,58 @@ TEST(SlurmScriptTest, BadOptionsAreRefusedByFlag) {
   j = Job();
   j.sbatch_args = {"qos=high"};
   refused(j, "--sbatch-arg qos=high");
+  // sbatch reads a word: the rest of a value with a space would be dropped.
+  j = Job();
+  j.output = "/shared/my logs/%A_%a.log";
+  refused(j, "--output '/shared/my logs/%A_%a.log': sbatch reads its #SBATCH lines a word");
+  j = Job();
+  j.sbatch_args = {"--comment=\"a b\""};
+  refused(j, "--sbatch-arg '--comment=\"a b\"'");
+}
+
+// The warning must reach the agent (the batch shell) as a signal it stops on, and come within
+// the time limit.
+TEST(SlurmScriptTest, TheWarningSignalIsOneTheAgentStopsOnWithinTheTimeLimit) {
+  auto check = [](const std::string& signal, const std::string& time) {
+    SlurmJob j = Job();
+    j.signal = signal;
+    j.time = time;
+    return CheckSlurmJob(j);
+  };
+  for (const auto& [signal, time] : std::vector<std::pair<std::string, std::string>>{
+           {"B:USR1@120", "4:00:00"},
+           {"B:USR1@25", "1"},
+           {"RB:SIGTERM@300", "1-00:00:00"},
+           {"B:10", "2"},  // 60 s before, Slurm's default
+           {"B:HUP@120", "2:01"},
+           {"B:USR1@120", "3-0"},
+           {"B:USR1@600", "UNLIMITED"},
+           {"B:INT@600", "0"},  // no limit
+           {"B:usr1@120", ""}}) {
+    EXPECT_TRUE(check(signal, time).ok())
+        << signal << " " << time << ": " << check(signal, time).message();
+  }
+  auto refused = [&](const std::string& signal, const std::string& time, const std::string& words) {
+    const Status s = check(signal, time);
+    EXPECT_FALSE(s.ok()) << signal << " " << time;
+    EXPECT_NE(s.message().find(words), std::string::npos) << s.message();
+  };
+  refused("USR1@120", "", "--signal USR1@120: give it as B:SIGNAL@SECONDS");
+  refused("R:USR1@120", "", "without \"B:\" Slurm signals a job's steps only");
+  refused("B:USR2@120", "", "the agent stops its trials on USR1, TERM, INT or HUP");
+  refused("B:KILL", "", "USR1, TERM, INT or HUP");
+  refused("B:USR1@2m", "", "the seconds after @ must be a whole number in 0..65535");
+  refused("B:USR1@70000", "", "0..65535");
+  refused("B:USR1@120", "4h", "--time 4h: expected Slurm's time format");
+  refused("B:USR1@120", "1:2:3:4", "--time 1:2:3:4");
+  refused("B:USR1@120", "-1", "--time -1");
+  refused("B:USR1@120", "2",
+          "the warning comes 120 s before the end, and --time 2 gives each "
+          "task 120 s: it would stop every agent as it starts");
+  refused("B:USR1@120", "2:00", "gives each task 120 s");
+  refused("B:USR1@120", "0:02:00", "gives each task 120 s");
+  refused("B:USR1@120", "0-0:2", "gives each task 120 s");
+  refused("B:10", "1", "the warning comes 60 s before the end");
 }
 
 K8sSweep Sweep() {

@@ -1,6 +1,10 @@
 #include "slurm.h"
 
 #include <cctype>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
 
 #include "executor/net_auth.h"
 #include "sweep/config.h"
@@ -27,6 +31,115 @@ Status OneLine(const std::string& flag, const std::string& value) {
   for (char c : value) {
     if (c == '\n' || c == '\r' || c == '\0') {
       return Status::InvalidArgument(flag + ": must be one line");
+    }
+  }
+  return Status::Ok();
+}
+
+// A value on an #SBATCH line is one word: sbatch splits the line at whitespace, so the rest of
+// "--output=/shared/my logs/a.log" would be dropped, and the log written elsewhere.
+Status OneWord(const std::string& flag, const std::string& value) {
+  SWEEP_RETURN_IF_ERROR(OneLine(flag, value));
+  for (char c : value) {
+    if (std::isspace(static_cast<unsigned char>(c)) || c == '"' || c == '\'') {
+      return Status::InvalidArgument(flag + " '" + value +
+                                     "': sbatch reads its #SBATCH lines a word at a time; give "
+                                     "it without spaces or quotes");
+    }
+  }
+  return Status::Ok();
+}
+
+std::optional<int64_t> Digits(std::string_view d) {
+  if (d.empty() || d.size() > 9) return std::nullopt;
+  int64_t v = 0;
+  for (char c : d) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+// Slurm's time formats, in seconds: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; -1 for INFINITE.
+std::optional<int64_t> SlurmSeconds(std::string time) {
+  std::string lower;
+  for (char c : time) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "infinite" || lower == "unlimited") return -1;
+  int64_t days = -1;
+  if (const size_t dash = time.find('-'); dash != std::string::npos) {
+    auto d = Digits(std::string_view(time).substr(0, dash));
+    if (!d) return std::nullopt;
+    days = *d;
+    time = time.substr(dash + 1);
+  }
+  std::vector<int64_t> parts;
+  size_t start = 0;
+  while (true) {
+    const size_t colon = time.find(':', start);
+    auto v = Digits(std::string_view(time).substr(start, colon - start));
+    if (!v) return std::nullopt;
+    parts.push_back(*v);
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (parts.size() > 3) return std::nullopt;
+  if (days >= 0) {  // D-H, D-H:M, D-H:M:S
+    parts.resize(3, 0);
+    return ((days * 24 + parts[0]) * 60 + parts[1]) * 60 + parts[2];
+  }
+  if (parts.size() == 1) return parts[0] * 60;
+  if (parts.size() == 2) return parts[0] * 60 + parts[1];
+  return (parts[0] * 60 + parts[1]) * 60 + parts[2];
+}
+
+// The warning must reach the agent, as a signal it stops its trials on: "B:" (the agent is the
+// batch shell; without it Slurm signals job steps only, and there are none), USR1, TERM, INT
+// or HUP, and a lead time within the time limit.
+Status CheckSignal(const std::string& signal, const std::string& time) {
+  const std::string usage = "--signal " + signal + ": ";
+  const size_t colon = signal.find(':');
+  const std::string flags = colon == std::string::npos ? "" : signal.substr(0, colon);
+  if (flags.find('B') == std::string::npos || flags.size() > 2 ||
+      flags.find_first_not_of("RB") != std::string::npos) {
+    return Status::InvalidArgument(
+        usage +
+        "give it as B:SIGNAL@SECONDS (e.g. B:USR1@120): without \"B:\" Slurm signals a job's "
+        "steps only, and the agent is the batch shell");
+  }
+  std::string rest = signal.substr(colon + 1);
+  const size_t at = rest.find('@');
+  std::string name = rest.substr(0, at);
+  int64_t lead = 60;  // Slurm's default
+  if (at != std::string::npos) {
+    auto v = Digits(std::string_view(rest).substr(at + 1));
+    if (!v || *v > 65535) {
+      return Status::InvalidArgument(usage +
+                                     "the seconds after @ must be a whole number in 0..65535");
+    }
+    lead = *v;
+  }
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (name.starts_with("SIG")) name = name.substr(3);
+  if (name != "USR1" && name != "TERM" && name != "INT" && name != "HUP" && name != "10" &&
+      name != "15" && name != "2" && name != "1") {
+    return Status::InvalidArgument(
+        usage +
+        "the agent stops its trials on USR1, TERM, INT or HUP; any other signal would "
+        "end it without their checkpoints");
+  }
+  if (!time.empty()) {
+    auto limit = SlurmSeconds(time);
+    if (!limit) {
+      return Status::InvalidArgument(
+          "--time " + time +
+          ": expected Slurm's time format: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or "
+          "D-HH:MM:SS");
+    }
+    if (*limit > 0 && lead >= *limit) {  // 0, as -1: no limit
+      return Status::InvalidArgument(
+          usage + "the warning comes " + std::to_string(lead) + " s before the end, and --time " +
+          time + " gives each task " + std::to_string(*limit) +
+          " s: it would stop every agent as it starts; give a longer --time or a shorter lead");
     }
   }
   return Status::Ok();
@@ -69,10 +182,13 @@ Status CheckSlurmJob(const SlurmJob& job) {
                                     {"--signal", &job.signal},
                                     {"--job-name", &job.job_name},
                                     {"--output", &job.output}}) {
-    SWEEP_RETURN_IF_ERROR(OneLine(flag, *value));
+    SWEEP_RETURN_IF_ERROR(OneWord(flag, *value));
   }
+  if (job.job_name.empty()) return Status::InvalidArgument("--job-name: must not be empty");
+  if (job.output.empty()) return Status::InvalidArgument("--output: must not be empty");
+  SWEEP_RETURN_IF_ERROR(CheckSignal(job.signal, job.time));
   for (const std::string& arg : job.sbatch_args) {
-    SWEEP_RETURN_IF_ERROR(OneLine("--sbatch-arg", arg));
+    SWEEP_RETURN_IF_ERROR(OneWord("--sbatch-arg", arg));
     if (!arg.starts_with("-")) {
       return Status::InvalidArgument("--sbatch-arg " + arg +
                                      ": expected an sbatch option, e.g. --sbatch-arg=--qos=high");
