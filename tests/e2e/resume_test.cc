@@ -458,7 +458,7 @@ TEST_F(ResumeTest, SignalToTheCoordinatorsGroupInterruptsTrialsWithoutRetries) {
 // without a write), refuses an edited config as the resume would, and of a sweep the store does
 // not hold is a new run's dry run.
 TEST_F(ResumeTest, ADryRunOfAResumeSaysWhatItWouldGoOnWith) {
-  Write("s.toml", SlowFunctionConfig("dry", "random", 6, 60, 50));
+  Write("s.toml", SlowFunctionConfig("dry", "random", 6, 40, 30));
   pid_t pid = Start("run s.toml", "s.log");
   auto count = [&](const std::string& sql) { return std::stoi(Query(sql)[0][0]); };
   ASSERT_TRUE(WaitUntil([&] {
@@ -479,12 +479,12 @@ TEST_F(ResumeTest, ADryRunOfAResumeSaysWhatItWouldGoOnWith) {
   EXPECT_EQ(dry.out.find("trial 0 on"), std::string::npos) << dry.out;  // not a new run's
   EXPECT_EQ(sweep_e2e::Slurp(dir_ / "sweeps.db"), stored);
 
-  Write("edited.toml", SlowFunctionConfig("dry", "random", 6, 60, 50) + "# edited\n");
+  Write("edited.toml", SlowFunctionConfig("dry", "random", 6, 40, 30) + "# edited\n");
   Output edited = Sweep("run edited.toml --resume --dry-run");
   EXPECT_EQ(edited.code, 2);
   EXPECT_NE(edited.err.find("was started from another version of this config"), std::string::npos)
       << edited.err;
-  Write("new.toml", SlowFunctionConfig("fresh", "random", 6, 60, 50));
+  Write("new.toml", SlowFunctionConfig("fresh", "random", 6, 40, 30));
   Output fresh = Sweep("run new.toml --resume --dry-run");
   EXPECT_EQ(fresh.code, 0) << fresh.err;
   EXPECT_NE(fresh.out.find("dry run of sweep 'fresh'"), std::string::npos) << fresh.out;
