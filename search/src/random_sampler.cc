@@ -34,25 +34,25 @@ nlohmann::json Draw(const Distribution& d, uint64_t bits) {
     const double k = std::floor(u * static_cast<double>(n));
     return StepValue(d, static_cast<int64_t>(std::clamp(k, 0.0, static_cast<double>(n - 1))));
   }
-  using Kind = Distribution::Kind;
+  using DistKind = Distribution::Kind;
   switch (d.kind) {
-    case Kind::kConstant:
+    case DistKind::kConstant:
       return d.values.empty() ? nlohmann::json() : d.values[0];
-    case Kind::kCategorical: {
+    case DistKind::kCategorical: {
       if (d.values.empty()) return nlohmann::json();
       const size_t n = d.values.size();
       const auto i = static_cast<size_t>(u * static_cast<double>(n));
       return d.values[std::min(i, n - 1)];
     }
-    case Kind::kUniform:
+    case DistKind::kUniform:
       // u < 1, but rounding can still land a hair outside [min, max].
       return std::clamp(d.min + u * (d.max - d.min), d.min, d.max);
-    case Kind::kLogUniform: {
+    case DistKind::kLogUniform: {
       const double lo = std::log(d.min);
       const double hi = std::log(d.max);
       return std::clamp(std::exp(lo + u * (hi - lo)), d.min, d.max);
     }
-    case Kind::kIntUniform: {
+    case DistKind::kIntUniform: {
       // Bounds lie within +-2^53 (SearchSpace refuses others), so they and the width are exact.
       const auto lo = static_cast<int64_t>(d.min), hi = static_cast<int64_t>(d.max);
       const uint64_t width = static_cast<uint64_t>(hi - lo) + 1;
@@ -67,7 +67,7 @@ nlohmann::json Draw(const Distribution& d, uint64_t bits) {
       const double offset = std::floor(u * static_cast<double>(width));
       return lo + static_cast<int64_t>(std::clamp(offset, 0.0, static_cast<double>(width - 1)));
     }
-    case Kind::kLogIntUniform: {
+    case DistKind::kLogIntUniform: {
       // Log-uniform on [min - 0.5, max + 0.5], rounded: widening by half a unit each side gives
       // the end integers their fair share of mass. As an offset from min - 0.5, with log1p and
       // expm1, so that a narrow range far from 0 (1e15 to 1e15 + 4) keeps its resolution.

@@ -8,29 +8,13 @@
 
 #include "executor/slots.h"
 #include "executor/trial.h"
+#include "output.h"
 #include "search/space.h"
 #include "sweep/config.h"
 #include "sweep/coordinator.h"
 #include "trial_paths.h"
 
 namespace sweep {
-
-namespace {
-
-// An argument as a POSIX shell would need it written to mean the same: as it is when it holds
-// only safe characters, else in single quotes.
-std::string ShellQuote(const std::string& arg) {
-  const bool safe = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) ||
-           std::string_view("-_./=:,+@%").find(c) != std::string_view::npos;
-  });
-  if (safe) return arg;
-  std::string quoted = "'";
-  for (char c : arg) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-}  // namespace
 
 Status DryRun(const SweepConfig& config, const RunOptions& options, const std::string& db,
               std::ostream& out) {

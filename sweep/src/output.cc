@@ -123,7 +123,7 @@ bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep
 std::string ShellQuote(const std::string& word) {
   const bool plain = !word.empty() && word.find_first_not_of(
                                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNO"
-                                          "PQRSTUVWXYZ0123456789_-./+,:@%") == std::string::npos;
+                                          "PQRSTUVWXYZ0123456789_-./+,:@%=") == std::string::npos;
   if (plain) return word;
   std::string quoted = "'";
   for (char ch : word) quoted += ch == '\'' ? std::string("'\\''") : std::string(1, ch);

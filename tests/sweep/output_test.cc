@@ -89,6 +89,7 @@ TEST(OutputTest, ResumeCommandCarriesTheAgentFlagsOfItsLastRun) {
 TEST(OutputTest, ShellQuoteKeepsOnlyWhatAShellReadsBackBare) {
   EXPECT_EQ(ShellQuote("127.0.0.1:7000"), "127.0.0.1:7000");
   EXPECT_EQ(ShellQuote("runs/a-b_c+d,e@f%g.db"), "runs/a-b_c+d,e@f%g.db");
+  EXPECT_EQ(ShellQuote("--lr=0.1"), "--lr=0.1");
   EXPECT_EQ(ShellQuote("[::1]:7000"), "'[::1]:7000'");
   EXPECT_EQ(ShellQuote("*.db"), "'*.db'");
   EXPECT_EQ(ShellQuote("a b"), "'a b'");
