@@ -88,9 +88,8 @@ sanitize_configure() {
     -DSWEEP_BUILD_BENCH=OFF "-DCMAKE_CXX_FLAGS_SANITIZE=-O1 -g1 -fno-omit-frame-pointer $flags" \
     "-DCMAKE_EXE_LINKER_FLAGS_SANITIZE=-fsanitize=address,undefined" > /dev/null
 }
-# Arguments: a command to run the build under (nice, say).
 sanitize_build() {
-  "$@" cmake --build "$SANITIZE_DIR" -j "$JOBS" --target sweep_trainer_tests sweep_trainer_cuda_emu_tests
+  cmake --build "$SANITIZE_DIR" -j "$JOBS" --target sweep_trainer_tests sweep_trainer_cuda_emu_tests
 }
 # ASan leaves SIGSEGV alone (a death test expects the emulator's guard page to kill), and
 # LeakSanitizer the emulator's streams and events (never freed on purpose). The three longest
@@ -147,28 +146,35 @@ case "$cmd" in
     install_missing "${TEST_PACKAGES[@]}"
     build
     # In CI (a throwaway machine), the Debian package is installed as a user would, and run;
-    # and the trainer's tests run again under ASan and UBSan. Their build runs at the lowest
-    # priority beside ctest, on the CPU time the tests leave while they wait on processes.
+    # and the trainer's tests run again under ASan and UBSan (`sanitize`). That build and run
+    # go at the lowest priority beside ctest, on the CPU time its tests leave while they wait
+    # on processes. The sanitized emulator tests run in the greedy-reverse order, so ctest
+    # leaves out its own run of that order: each order still runs once.
     san_pid=""
+    ctest_args=()
     if [[ "${CI:-}" == "true" ]]; then
-      sanitize_configure
-      sanitize_build setsid nice -n 19 > "$SANITIZE_DIR/build.log" 2>&1 &
+      # Job control gives the job a process group of its own (in this session, so that nice
+      # still ranks it below the tests), which a failed step stops whole.
+      set -m
+      CUDA_EMU_SCHEDULE=greedy-reverse nice -n 19 "$PWD/scripts/dev.sh" sanitize \
+        > "$SANITIZE_DIR.log" 2>&1 &
       san_pid=$!
-      # setsid made it a process group: a failed step stops the whole build with it.
+      set +m
       trap 'kill -- -"$san_pid" 2> /dev/null || true' EXIT
+      ctest_args=(-E '^emu-greedy-reverse$')
     fi
-    ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600
+    ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600 "${ctest_args[@]}"
     if [[ -n "$san_pid" ]]; then
       check_package
       rc=0
       wait "$san_pid" || rc=$?
       trap - EXIT
+      echo "== the trainer's tests under ASan and UBSan (emulator order greedy-reverse)"
+      cat "$SANITIZE_DIR.log"
       if [[ $rc -ne 0 ]]; then
-        cat "$SANITIZE_DIR/build.log"
-        echo "dev.sh: the build under ASan and UBSan failed (exit $rc)" >&2
+        echo "dev.sh: the build or tests under ASan and UBSan failed (exit $rc)" >&2
         exit 1
       fi
-      sanitize_run
     fi
     ;;
   bench)
