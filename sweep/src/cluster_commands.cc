@@ -185,38 +185,41 @@ class ClusterCommands final : public CommandGroup {
       if (!token.ok()) return Fail(token.status());
       k8s_sweep_.token = *token;
     }
-    if (Status s = CheckPodCheckpoints(*cfg); !s.ok()) return Fail(s);
+    if (Status s = CheckPodFolders(*cfg); !s.ok()) return Fail(s);
     std::cout << cluster::ToYaml(cluster::K8sManifests(k8s_sweep_));
     WarnOfAConfigFolderWorkdir(*cfg);
     return kExitOk;
   }
 
-  // Trainer trials' checkpoints in the pods. A relative checkpoint_dir is the config's folder's,
-  // the ConfigMap's read-only mount on the coordinator, which would fail at its start: refused.
-  // Unset, or absolute outside /shared, each agent keeps its own: a trial moved to another agent
-  // (a preempted or evicted pod) starts over; said, not refused (the image may mount storage).
-  Status CheckPodCheckpoints(const SweepConfig& cfg) const {
-    if (cfg.trial.kind != TrialKind::kTrainer) return Status::Ok();
-    const std::string& dir = cfg.trial.checkpoint_dir;
-    const std::string fix =
-        "set checkpoint_dir = \"/shared/checkpoints\" in [trial], with "
-        "--shared-claim";
+  // Where trials keep their files in the pods: a trainer trial's checkpoints (checkpoint_dir), a
+  // command trial's folder (trials_dir). A relative folder is the config's folder's, the
+  // ConfigMap's read-only mount on the coordinator, which would fail at its start: refused.
+  // Unset, or absolute outside /shared, each agent keeps its own, lost with its pod: said, not
+  // refused (the image may mount storage there).
+  Status CheckPodFolders(const SweepConfig& cfg) const {
+    const bool trainer = cfg.trial.kind == TrialKind::kTrainer;
+    if (!trainer && cfg.trial.kind != TrialKind::kCommand) return Status::Ok();
+    const std::string key = trainer ? "checkpoint_dir" : "trials_dir";
+    const std::string& dir = trainer ? cfg.trial.checkpoint_dir : cfg.trial.trials_dir;
+    const std::string fix = "set " + key + " = \"/shared/" + (trainer ? "checkpoints" : "trials") +
+                            "\" in [trial], with --shared-claim";
     if (!dir.empty() && dir.front() != '/') {
-      return Status::InvalidArgument(
-          config_path_ + ": trial.checkpoint_dir \"" + dir +
-          "\" is relative, so in the pods it is in the config's folder, the coordinator's "
-          "read-only mount of the config: " +
-          fix);
+      return Status::InvalidArgument(config_path_ + ": trial." + key + " \"" + dir +
+                                     "\" is relative, so in the pods it is in the config's "
+                                     "folder, the coordinator's read-only mount of the config: " +
+                                     fix);
     }
     const bool shared = dir == "/shared" || dir.starts_with("/shared/");
     if (shared && !k8s_sweep_.shared_claim.empty()) return Status::Ok();
-    std::cerr << "sweep: warning: " << config_path_ << ": "
-              << (shared ? "trial.checkpoint_dir is under /shared, which only --shared-claim "
-                           "mounts, so "
-                  : dir.empty() ? "trial.checkpoint_dir is not set, so "
-                                : "trial.checkpoint_dir is not under /shared, so ")
-              << "each agent pod keeps its trials' checkpoints to itself: a trial moved to "
-                 "another agent (its pod preempted or evicted) starts over; "
+    std::cerr << "sweep: warning: " << config_path_ << ": trial." << key
+              << (shared        ? " is under /shared, which only --shared-claim mounts, so "
+                  : dir.empty() ? " is not set, so "
+                                : " is not under /shared, so ")
+              << (trainer ? "each agent pod keeps its trials' checkpoints to itself: a trial "
+                            "moved to another agent (its pod preempted or evicted) starts over; "
+                          : "each agent pod keeps its trials' folders (their logs and files) to "
+                            "itself, lost with the pod; a trial moved to another agent starts "
+                            "in a new folder; ")
               << fix << "\n";
     return Status::Ok();
   }

@@ -478,31 +478,42 @@ TEST_F(K8sTest, ACommandTrialInTheConfigsFolderIsWarnedOf) {
   EXPECT_EQ(fn.err.find("warning"), std::string::npos) << fn.err;
 }
 
-// Trainer trials' checkpoints: a relative checkpoint_dir would be in the coordinator's read-only
-// mount of the config (refused); one that is not under /shared with --shared-claim stays in each
-// agent pod, and a trial moved to another agent starts over (said).
-TEST_F(K8sTest, TrainerCheckpointsOutsideTheSharedClaimAreSaidOrRefused) {
-  const std::string config =
+// Trainer trials' checkpoints and command trials' folders: a relative checkpoint_dir or
+// trials_dir would be in the coordinator's read-only mount of the config (refused); one that is
+// not under /shared with --shared-claim stays in each agent pod (said).
+TEST_F(K8sTest, TrialFoldersOutsideTheSharedClaimAreSaidOrRefused) {
+  const std::string trainer =
       "[sweep]\nname = \"net\"\nmax_trials = 2\n[parameters]\nlr = 0.1\n[trainer]\n"
-      "dataset = \"/data/fashion\"\n";
+      "dataset = \"/data/fashion\"\n[trial]\n";
+  const std::string command =
+      "[sweep]\nname = \"cmd\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 2\n"
+      "[parameters]\nx = 1\n[trial]\nkind = \"command\"\ncommand = [\"/opt/job/run\"]\n"
+      "workdir = \"/opt/job\"\n";
   const std::string render = " --agents 2 --gpus-per-agent 1 --image reg.example/sweep:1";
-  const std::string moved =
-      "a trial moved to another agent (its pod preempted or evicted) "
-      "starts over; set checkpoint_dir = \"/shared/checkpoints\"";
+  const std::string starts_over =
+      "each agent pod keeps its trials' checkpoints to itself: a trial moved to another agent "
+      "(its pod preempted or evicted) starts over; set checkpoint_dir = \"/shared/checkpoints\"";
+  const std::string new_folder =
+      "each agent pod keeps its trials' folders (their logs and files) to itself, lost with the "
+      "pod; a trial moved to another agent starts in a new folder; set trials_dir = "
+      "\"/shared/trials\"";
   struct Case {
-    std::string trial;
+    std::string config;
     std::string flags;
     std::string warning;  // "": none
   };
   for (const Case& c : std::vector<Case>{
-           {"", "", "trial.checkpoint_dir is not set, so each agent pod keeps"},
-           {"checkpoint_dir = \"/ckpt\"\n", " --shared-claim team",
-            "trial.checkpoint_dir is not under /shared, so each agent pod keeps"},
-           {"checkpoint_dir = \"/shared/ckpt\"\n", "",
-            "trial.checkpoint_dir is under /shared, which only --shared-claim mounts, so"},
-           {"checkpoint_dir = \"/shared/ckpt\"\n", " --shared-claim team", ""}}) {
-    SCOPED_TRACE(c.trial + c.flags);
-    Write("t.toml", config + (c.trial.empty() ? "" : "[trial]\n" + c.trial));
+           {trainer, "", "trial.checkpoint_dir is not set, so " + starts_over},
+           {trainer + "checkpoint_dir = \"/ckpt\"\n", " --shared-claim team",
+            "trial.checkpoint_dir is not under /shared, so " + starts_over},
+           {trainer + "checkpoint_dir = \"/shared/ckpt\"\n", "",
+            "trial.checkpoint_dir is under /shared, which only --shared-claim mounts, so " +
+                starts_over},
+           {trainer + "checkpoint_dir = \"/shared/ckpt\"\n", " --shared-claim team", ""},
+           {command, "", "trial.trials_dir is not set, so " + new_folder},
+           {command + "trials_dir = \"/shared/t\"\n", " --shared-claim team", ""}}) {
+    SCOPED_TRACE(c.config + c.flags);
+    Write("t.toml", c.config);
     Output o = Sweep("k8s render t.toml" + render + c.flags);
     ASSERT_EQ(o.code, 0) << o.err;
     EXPECT_NE(o.out.find("kind: \"StatefulSet\""), std::string::npos);
@@ -510,17 +521,21 @@ TEST_F(K8sTest, TrainerCheckpointsOutsideTheSharedClaimAreSaidOrRefused) {
       EXPECT_EQ(o.err.find("warning"), std::string::npos) << o.err;
     } else {
       EXPECT_NE(o.err.find("warning: t.toml: " + c.warning), std::string::npos) << o.err;
-      EXPECT_NE(o.err.find(moved), std::string::npos) << o.err;
     }
   }
-  Write("t.toml", config + "[trial]\ncheckpoint_dir = \"ckpt\"\n");
-  Output o = Sweep("k8s render t.toml" + render + " --shared-claim team");
-  EXPECT_EQ(o.code, 2) << o.out;
-  EXPECT_NE(o.err.find("t.toml: trial.checkpoint_dir \"ckpt\" is relative, so in the pods it is "
-                       "in the config's folder, the coordinator's read-only mount"),
-            std::string::npos)
-      << o.err;
-  EXPECT_EQ(o.out, "");
+  for (const auto& [config, key] : {std::pair<std::string, std::string>{
+                                        trainer + "checkpoint_dir = \"ckpt\"\n", "checkpoint_dir"},
+                                    {command + "trials_dir = \"runs\"\n", "trials_dir"}}) {
+    Write("t.toml", config);
+    Output o = Sweep("k8s render t.toml" + render + " --shared-claim team");
+    EXPECT_EQ(o.code, 2) << o.out;
+    EXPECT_NE(o.err.find("t.toml: trial." + key + " \"" + (key == "trials_dir" ? "runs" : "ckpt") +
+                         "\" is relative, so in the pods it is in the config's folder, the "
+                         "coordinator's read-only mount"),
+              std::string::npos)
+        << o.err;
+    EXPECT_EQ(o.out, "");
+  }
 }
 
 }  // namespace
