@@ -113,6 +113,9 @@ sanitize_run() {
   fi
 }
 
+# A mark in the log with the seconds since the start: where the time goes, in CI's.
+step() { echo "== dev.sh, ${SECONDS} s: $*"; }
+
 cmd=${1:-run}
 shift || true
 case "$cmd" in
@@ -145,6 +148,7 @@ case "$cmd" in
   test)
     install_missing "${TEST_PACKAGES[@]}"
     build
+    step "built"
     # In CI (a throwaway machine), the Debian package is installed as a user would, and run;
     # and the trainer's tests run again under ASan and UBSan (`sanitize`). That build and run
     # go at the lowest priority beside ctest, on the CPU time its tests leave while they wait
@@ -164,11 +168,14 @@ case "$cmd" in
       ctest_args=(-E '^emu-greedy-reverse$')
     fi
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" --timeout 600 "${ctest_args[@]}"
+    step "ctest passed"
     if [[ -n "$san_pid" ]]; then
       check_package
+      step "the package passed"
       rc=0
       wait "$san_pid" || rc=$?
       trap - EXIT
+      step "the sanitizer step ended (exit $rc)"
       echo "== the trainer's tests under ASan and UBSan (emulator order greedy-reverse)"
       cat "$SANITIZE_DIR.log"
       if [[ $rc -ne 0 ]]; then
@@ -198,7 +205,9 @@ case "$cmd" in
     install_missing "${PACKAGES[@]}"
     sanitize_configure
     sanitize_build
+    step "built under ASan and UBSan"
     sanitize_run
+    step "the tests under ASan and UBSan passed"
     ;;
   *)
     echo "usage: scripts/dev.sh [run [CONFIG]|test|bench|build|install|package|sanitize]" >&2
