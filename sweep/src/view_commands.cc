@@ -183,11 +183,24 @@ Status WriteFile(const std::string& path, const std::string& text) {
 // -wal, -shm or -journal file), or any other SQLite file there. Replacing it would lose every
 // sweep it holds, and a user who typed the store's name meant another file.
 Status RefuseStoreAsOutput(const std::string& output, const std::string& db) {
-  constexpr const char* kSuffixes[] = {"", "-wal", "-shm", "-journal"};
+  // The lock file too: one replaced while its sweep runs no longer keeps a second owner (or a
+  // delete) away from it.
+  constexpr const char* kSuffixes[] = {"", "-wal", "-shm", "-journal", ".lock"};
   auto refuse = [&](const std::string& suffix) {
-    return Status::InvalidArgument(
-        output + ": is the sweep store given by --db (" + db + suffix +
-        "); writing there would lose every sweep in it: choose another file");
+    const std::string store = "the sweep store given by --db (" + db + ")";
+    if (suffix.empty()) {
+      return Status::InvalidArgument(output + ": is " + store +
+                                     "; writing there would lose every sweep in it: choose "
+                                     "another file");
+    }
+    if (suffix == ".lock") {
+      return Status::InvalidArgument(output + ": is the lock file of " + store +
+                                     "; replacing it would let a second process into a running "
+                                     "sweep: choose another file");
+    }
+    return Status::InvalidArgument(output + ": is the " + suffix.substr(1) + " file of " + store +
+                                   "; writing there would lose every sweep in it: choose "
+                                   "another file");
   };
   // By name, for a file not there yet too: SQLite reads a -journal it finds as its own, and a
   // store with a stray one cannot be opened. The store may be reached through a link, and its

@@ -363,15 +363,27 @@ TEST_F(ReportE2eTest, OutputNeverReplacesASweepStore) {
         "export keep -o other.db", "report keep -o other.db",
         // Not there yet: SQLite would read it as the store's own journal.
         "export keep -o sweeps.db-journal", "report keep --db link.db -o link.db-journal",
-        "export keep --db link.db -o sweeps.db-journal"}) {
+        "export keep --db link.db -o sweeps.db-journal", "export keep -o sweeps.db.lock",
+        "report keep --db link.db -o sweeps.db.lock"}) {
     SCOPED_TRACE(cmd);
     Output o = Sweep(cmd);
     EXPECT_EQ(o.code, 2) << o.err;
     const bool other = cmd.find("other.db") != std::string::npos;
-    EXPECT_NE(o.err.find(other ? "is a SQLite database" : "is the sweep store given by --db"),
+    EXPECT_NE(o.err.find(other ? "is a SQLite database" : "the sweep store given by --db"),
               std::string::npos)
         << o.err;
   }
+  // Each file named for what it is.
+  EXPECT_NE(
+      Sweep("export keep -o sweeps.db-shm")
+          .err.find("sweeps.db-shm: is the shm file of the sweep store given by --db (sweeps.db)"),
+      std::string::npos);
+  EXPECT_NE(
+      Sweep("export keep -o sweeps.db.lock")
+          .err.find(
+              "sweeps.db.lock: is the lock file of the sweep store given by --db (sweeps.db); "
+              "replacing it would let a second process into a running sweep"),
+      std::string::npos);
   EXPECT_EQ(Slurp(dir_ / "sweeps.db"), before);
   EXPECT_FALSE(fs::exists(dir_ / "sweeps.db-journal"));
   EXPECT_FALSE(fs::exists(dir_ / "link.db-journal"));

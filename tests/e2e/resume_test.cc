@@ -307,7 +307,7 @@ TEST_F(ResumeTest, SecondOwnerIsRefusedAndADeadOwnersLockIsTakenOver) {
 
 // A lock file removed while the sweep runs (a clean-up script, a user tidying the folder) does
 // not make its coordinator look dead: readers still see it run, and resume refuses to start a
-// second one beside it, naming the process.
+// second one beside it, naming the process; delete refuses to remove it.
 TEST_F(ResumeTest, ARemovedLockFileDoesNotLetASecondOwnerIn) {
   Write("s.toml", SlowFunctionConfig("unlocked", "random", 8, 20, 100));
   pid_t first = Start("run s.toml", "first.log");
@@ -323,6 +323,16 @@ TEST_F(ResumeTest, ARemovedLockFileDoesNotLetASecondOwnerIn) {
             std::string::npos)
       << second.err;
   EXPECT_NE(second.err.find("was removed while it ran"), std::string::npos) << second.err;
+  // Nor does delete take the running sweep's rows from under it.
+  Output deleted = Sweep("delete unlocked --yes");
+  EXPECT_EQ(deleted.code, 3) << deleted.out;
+  EXPECT_NE(deleted.err.find("sweep 'unlocked' is being run by pid " + std::to_string(first)),
+            std::string::npos)
+      << deleted.err;
+  EXPECT_NE(deleted.err.find("(its lock file sweeps.db.lock was removed while it ran)"),
+            std::string::npos)
+      << deleted.err;
+  EXPECT_NE(deleted.err.find("delete refuses a running sweep"), std::string::npos) << deleted.err;
   EXPECT_EQ(Wait(first), 0) << sweep_e2e::Slurp(dir_ / "first.log");
   EXPECT_EQ(Query("SELECT count(*) FROM trials WHERE status = 'completed'")[0][0], "8");
   EXPECT_EQ(Query("SELECT count(*) FROM trials")[0][0], "8");
