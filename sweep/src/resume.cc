@@ -60,6 +60,8 @@ Result<RunSummary> Coordinator::Resume(const std::string& name) {
     summary.sweep_id = sweep_id_;
     SWEEP_ASSIGN_OR_RETURN(summary.counts, store_.CountByStatus(sweep_id_));
     summary.already_complete = true;
+    SWEEP_ASSIGN_OR_RETURN(const int64_t max_number, store_.MaxTrialNumber(sweep_id_));
+    SWEEP_ASSIGN_OR_RETURN(summary.no_budget_helps, NoBudgetAddsWork(rec, max_number));
     return summary;
   }
   // Its owner from now on, said at once: a second resume refused meanwhile names this one.
@@ -344,26 +346,36 @@ Result<std::string> Coordinator::CheckBudgetLeavesWork(const store::SweepRecord&
                                    std::to_string(config_.sweep.max_trials) +
                                    " trials; give a larger --max-trials (or +N for N more)");
   }
+  SWEEP_ASSIGN_OR_RETURN(const std::string none, NoBudgetAddsWork(rec, max_number));
+  if (!none.empty()) return Status::InvalidArgument(none);
+  return std::string();
+}
+
+// Why no larger budget would let a completed sweep run anything, or "": its grid is done, or it
+// met its stop_when target.
+Result<std::string> Coordinator::NoBudgetAddsWork(const store::SweepRecord& rec,
+                                                  int64_t max_number) {
+  const std::string who = "sweep '" + rec.name + "'";
+  SWEEP_ASSIGN_OR_RETURN(const store::StatusCounts counts, store_.CountByStatus(sweep_id_));
   SWEEP_ASSIGN_OR_RETURN(auto probe, MakeSampler(config_));
   // Every trial, carried over or not, is a distinct point of the grid.
-  if (!reruns && probe->size() && max_number + 1 >= *probe->size()) {
-    return Status::InvalidArgument(who + "'s " + config_.search.algorithm + " search has run all " +
-                                   std::to_string(*probe->size()) +
-                                   " of its points; a larger budget adds none (widen the "
-                                   "space in a new sweep: sweep run CONFIG --from " +
-                                   rec.name + ")");
+  if (counts.interrupted == 0 && probe->size() && max_number + 1 >= *probe->size()) {
+    return who + " has run all " + std::to_string(*probe->size()) + " points of its " +
+           config_.search.algorithm +
+           " search; a larger budget adds none (widen the space in a new sweep: sweep run "
+           "CONFIG --from " +
+           rec.name + ")";
   }
   if (config_.sweep.stop_when) {
     SWEEP_ASSIGN_OR_RETURN(auto reports, store_.AllReports(sweep_id_));
     for (const auto& r : reports) {
       if (r.trial < rec.carried) continue;
       if (MeetsTarget(json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false))) {
-        return Status::InvalidArgument(who + " met its target " +
-                                       config_.sweep.stop_when->ToString() + " (trial " +
-                                       std::to_string(r.trial) +
-                                       "), so it would end at once; set a new target in a new "
-                                       "sweep: sweep run CONFIG --from " +
-                                       rec.name);
+        return who + " met its target " + config_.sweep.stop_when->ToString() + " (trial " +
+               std::to_string(r.trial) +
+               "), so it would end at once; set a new target in a new sweep: sweep run CONFIG "
+               "--from " +
+               rec.name;
       }
     }
   }

@@ -93,9 +93,14 @@ int ReportRun(store::Store& st, const std::string& name, const RunSummary& summa
   const auto& c = summary.counts;
   if (summary.already_complete) {
     std::cerr << "sweep '" << name << "' is already complete (" << c.total()
-              << " trials); nothing to resume. To continue it with a larger budget: `"
-              << SweepCommand("resume", name, st.path(), "--max-trials +10") << "` (or "
-              << "--time-budget +30m)\n";
+              << " trials); nothing to resume. ";
+    if (summary.no_budget_helps.empty()) {
+      std::cerr << "To continue it with a larger budget: `"
+                << SweepCommand("resume", name, st.path(), "--max-trials +10") << "` (or "
+                << "--time-budget +30m)\n";
+    } else {
+      std::cerr << "A larger budget would not continue it: " << summary.no_budget_helps << "\n";
+    }
   } else {
     std::cerr << "sweep '" << name << "' " << (summary.interrupted ? "interrupted" : "done")
               << " in " << static_cast<int64_t>(summary.elapsed_s) << " s: " << c.completed

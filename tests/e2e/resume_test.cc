@@ -1512,8 +1512,18 @@ TEST_F(ResumeTest, AResumeWithALargerBudgetContinuesACompletedSweep) {
   ASSERT_EQ(Sweep("run grid.toml").code, 0);
   Output grid = Sweep("resume g --max-trials +5");
   EXPECT_EQ(grid.code, 2);
-  EXPECT_NE(grid.err.find("sweep 'g''s grid search has run all 2 of its points"), std::string::npos)
+  EXPECT_NE(grid.err.find("sweep 'g' has run all 2 points of its grid search; a larger budget "
+                          "adds none"),
+            std::string::npos)
       << grid.err;
+  // And a plain resume of it does not suggest one.
+  Output plain = Sweep("resume g");
+  EXPECT_EQ(plain.code, 0) << plain.err;
+  EXPECT_NE(plain.err.find("nothing to resume. A larger budget would not continue it: sweep 'g' "
+                           "has run all 2 points"),
+            std::string::npos)
+      << plain.err;
+  EXPECT_EQ(plain.err.find("--max-trials +10"), std::string::npos) << plain.err;
 
   // A time budget is the total running time: it must exceed what the sweep has run.
   Write("timed.toml",

@@ -59,6 +59,7 @@ struct RunSummary {
   double elapsed_s = 0;
   int64_t trials_started = 0;
   bool already_complete = false;  // resume found nothing left to do
+  std::string no_budget_helps;    // and why a larger budget would not change that, or ""
   int listen_port = 0;            // the port it took agents on (--listen), else 0
 };
 
