@@ -19,6 +19,7 @@
 #include "store/store.h"
 #include "sweep/config.h"
 #include "sweep/coordinator.h"
+#include "trial_paths.h"
 #include "view_commands.h"
 
 namespace sweep {
@@ -347,6 +348,8 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
           NoSuchDatabase(db).WithMessage("--from " + from + ": " + NoSuchDatabase(db).message()));
     if (Status s = CheckCanListen(options); !s.ok()) return Fail(s);
   }
+  // A checkpoint or trials folder that cannot be made fails the run before any database is.
+  if (Status s = TrialPaths::CheckCanMake(*cfg, StoreFile(db)); !s.ok()) return Fail(s);
   auto st = store::Store::Open(db, store::OpenMode::kReadWrite, SweepLockWait(options, db));
   if (!st.ok()) return Fail(st.status());
   if (resume) {

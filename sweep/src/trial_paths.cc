@@ -54,8 +54,9 @@ Result<TrialPaths> TrialPaths::Make(const SweepConfig& config, const std::string
         std::filesystem::absolute(paths.checkpoint_dir_).lexically_normal().string();
     std::filesystem::create_directories(paths.checkpoint_dir_, ec);
     if (ec) {
-      return Status::IoError(paths.checkpoint_dir_ +
-                             ": cannot create the checkpoint directory: " + ec.message());
+      return Status::IoError(
+          paths.checkpoint_dir_ +
+          ": cannot create the checkpoint directory (trial.checkpoint_dir): " + ec.message());
     }
   }
   if (config.trial.kind == TrialKind::kCommand) {
@@ -63,8 +64,9 @@ Result<TrialPaths> TrialPaths::Make(const SweepConfig& config, const std::string
     paths.trials_dir_ = CommandTrialsDir(config, db_file);
     std::filesystem::create_directories(paths.trials_dir_, ec);
     if (ec) {
-      return Status::IoError(paths.trials_dir_ +
-                             ": cannot create the trials directory: " + ec.message());
+      return Status::IoError(
+          paths.trials_dir_ +
+          ": cannot create the trials directory (trial.trials_dir): " + ec.message());
     }
   }
   return paths;

@@ -410,7 +410,7 @@ cpu_slots = 2
 }
 
 // A trials_dir that cannot be made (a file stands in its path) fails the dry run as it fails the
-// run, and the dry run makes no folder of a good one.
+// run, before the run makes a database; and the dry run makes no folder of a good one.
 TEST_F(CommandTrialE2eTest, ADryRunRefusesATrialsDirThatCannotBeMade) {
   WriteProgram("p.sh", "#!/bin/sh\necho 'sweep-report {\"score\": 0.5}'\n");
   Write("afile", "");
@@ -422,6 +422,9 @@ TEST_F(CommandTrialE2eTest, ADryRunRefusesATrialsDirThatCannotBeMade) {
     Output o = Sweep(args);
     EXPECT_EQ(o.code, 1) << args << ": " << o.err;
     EXPECT_NE(o.err.find("afile"), std::string::npos) << args << ": " << o.err;
+    EXPECT_NE(o.err.find("(trial.trials_dir)"), std::string::npos) << args << ": " << o.err;
+    // Nor does the run leave an empty database behind.
+    EXPECT_FALSE(fs::exists(dir_ / "sweeps.db")) << args;
   }
   Write("good.toml", config + "trials_dir = \"runs\"\n");
   Output dry = Sweep("run good.toml --dry-run");
