@@ -192,8 +192,8 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.on_bad_file));
     } else if (k == "decode_threads") {
       int64_t n = 0;
-      SWEEP_RETURN_IF_ERROR(
-          SetInt(key, item, 0, 1024, "a number of threads in [0, 1024] (0: one per core)", &n));
+      SWEEP_RETURN_IF_ERROR(SetInt(
+          key, item, 0, 1024, "a number of threads in [0, 1024] (0: the trial's threads)", &n));
       s.decode_threads = static_cast<int>(n);
     } else if (k == "cache") {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.cache));
