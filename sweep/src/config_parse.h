@@ -64,6 +64,12 @@ class Checker {
       if (std::find(known.begin(), known.end(), key) != known.end()) continue;
       std::string hint = DidYouMean(key, known);
       if (section.empty()) {  // the top level holds tables
+        if (!v.is_table() && !v.is_array_of_tables()) {
+          return Error(k.source(), key,
+                       "'" + key +
+                           "' is a key outside any table: put it under the table it belongs "
+                           "to, such as [sweep]");
+        }
         std::string msg = "unknown table [" + key + "]";
         if (!hint.empty()) msg += "; did you mean [" + hint + "]?";
         return Error(k.source(), key, msg);

@@ -250,6 +250,9 @@ TEST_F(BadConfigTest, EachIsRefusedWithItsMessage) {
       {"syntax error", "[sweep\nname = 1", "bad.toml:1:"},
       {"unknown top-level table", std::string(kBranin) + "[serach]\nalgorithm = \"grid\"\n",
        "bad.toml:12:2: serach: unknown table [serach]; did you mean [search]?"},
+      {"a key outside any table", "name = \"b\"\n[sweep]\nmax_trials = 3\n",
+       "bad.toml:1:1: name: 'name' is a key outside any table: put it under the table it "
+       "belongs to, such as [sweep]"},
       {"unknown key with suggestion", "[sweep]\nname = \"b\"\nmax_trails = 3\n",
        "bad.toml:3:1: sweep.max_trails: unknown key 'max_trails' in [sweep]; did you mean "
        "'max_trials'?"},
