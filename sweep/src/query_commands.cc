@@ -254,8 +254,9 @@ class QueryCommandsImpl final : public CommandGroup {
     trials_cmd_->add_option("--status", status_filter_, "only trials in this state");
     trials_cmd_
         ->add_option("--sort", sort_,
-                     "number, objective, started, ended, epochs, a metric (NAME or metric.NAME), "
-                     "or a hyperparameter (NAME or param.NAME); -KEY for descending")
+                     "number, status, objective, started, ended, epochs, a metric (NAME or "
+                     "metric.NAME), or a hyperparameter (NAME or param.NAME); -KEY for "
+                     "descending")
         ->capture_default_str();
     trials_cmd_->footer("Example: sweep trials fashion-mlp --sort -val_acc --csv > trials.csv");
     status_cmd_ = app.add_subcommand("status", "counts, running trials, best so far");
