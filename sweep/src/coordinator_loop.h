@@ -166,7 +166,8 @@ class Coordinator {
   Status TakeCarried(const CarryPlan& plan);
   Result<std::string> ExtendBudget(store::SweepRecord& rec);
   Result<std::string> CheckBudgetLeavesWork(const store::SweepRecord& rec, int64_t max_number);
-  Result<std::string> NoBudgetAddsWork(const store::SweepRecord& rec, int64_t max_number);
+  Result<std::string> NoBudgetAddsWork(const store::SweepRecord& rec, int64_t max_number,
+                                       bool reruns);
   Status InterruptOrphans();
   Status ReplayReports(std::map<int64_t, std::string>* stop_reasons,
                        std::map<int64_t, double>* reached);

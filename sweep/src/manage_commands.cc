@@ -73,13 +73,10 @@ int CmdDelete(const std::string& db, const std::string& name, bool yes) {
     return Fail(Status::Busy("sweep '" + name + "' is being run by " + DescribeOwner(sw->owner) +
                              "; stop it first (delete refuses a running sweep)"));
   }
-  // A coordinator whose lock file was removed or replaced while it ran still runs the sweep.
-  if (sw->status == store::SweepStatus::kRunning &&
-      SweepLock::OwnerHasLockFileOpen((*st)->path(), sw->owner)) {
-    return Fail(Status::Busy("sweep '" + name + "' is being run by " + DescribeOwner(sw->owner) +
-                             " (its lock file " + (*st)->path() +
-                             ".lock was removed while it ran); stop it first (delete refuses a "
-                             "running sweep)"));
+  if (Status s = RefuseOwnerWithoutLockFile((*st)->path(), *sw, name,
+                                            "stop it first (delete refuses a running sweep)");
+      !s.ok()) {
+    return Fail(s);
   }
   auto rows = (*st)->CountRows(sw->id);
   if (!rows.ok()) return Fail(rows.status());

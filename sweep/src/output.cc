@@ -120,6 +120,16 @@ bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep
   return held.ok() && !*held && !SweepLock::OwnerHasLockFileOpen(db_path, sweep.owner);
 }
 
+Status RefuseOwnerWithoutLockFile(const std::string& db_path, const store::SweepRecord& sweep,
+                                  const std::string& name, const std::string& then) {
+  if (sweep.status != store::SweepStatus::kRunning ||
+      !SweepLock::OwnerHasLockFileOpen(db_path, sweep.owner)) {
+    return Status::Ok();
+  }
+  return Status::Busy("sweep '" + name + "' is being run by " + DescribeOwner(sweep.owner) +
+                      " (its lock file " + db_path + ".lock was removed while it ran); " + then);
+}
+
 std::string ShellQuote(const std::string& word) {
   const bool plain = !word.empty() && word.find_first_not_of(
                                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNO"

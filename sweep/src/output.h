@@ -80,6 +80,10 @@ std::string SkippedFilesText(const nlohmann::json& info);
 // rebooted): no process holds its lock in `db_path`.lock, whether or not it recorded an owner.
 // False for a sweep that has ended.
 bool CoordinatorGone(const std::string& db_path, const store::SweepRecord& sweep);
+// Refuses `sweep` (named `name`) while its owner still runs it though its lock file was removed
+// or replaced (it has the file open, which the lock cannot show); `then` ends the message.
+Status RefuseOwnerWithoutLockFile(const std::string& db_path, const store::SweepRecord& sweep,
+                                  const std::string& name, const std::string& then);
 
 // What `status` reads of a sweep: its counts by state, its running trials, its best trial.
 struct StatusFacts {

@@ -25,13 +25,8 @@ Result<RunSummary> Coordinator::Resume(const std::string& name) {
     return Status::Busy("sweep '" + name + "' is being run by " + DescribeOwner(rec.owner) +
                         "; stop that process first (resume refuses to run a sweep twice)");
   }
-  if (rec.status == store::SweepStatus::kRunning &&
-      SweepLock::OwnerHasLockFileOpen(store_.path(), rec.owner)) {
-    return Status::Busy("sweep '" + name + "' is being run by " + DescribeOwner(rec.owner) +
-                        " (its lock file " + store_.path() +
-                        ".lock was removed while it ran); stop that process first (resume "
-                        "refuses to run a sweep twice)");
-  }
+  SWEEP_RETURN_IF_ERROR(RefuseOwnerWithoutLockFile(
+      store_.path(), rec, name, "stop that process first (resume refuses to run a sweep twice)"));
   lock_ = std::move(lock).value();
   auto cfg = ParseConfig(rec.config_text, rec.config_path, ConfigUse::kResume);
   if (!cfg.ok()) {
@@ -61,7 +56,8 @@ Result<RunSummary> Coordinator::Resume(const std::string& name) {
     SWEEP_ASSIGN_OR_RETURN(summary.counts, store_.CountByStatus(sweep_id_));
     summary.already_complete = true;
     SWEEP_ASSIGN_OR_RETURN(const int64_t max_number, store_.MaxTrialNumber(sweep_id_));
-    SWEEP_ASSIGN_OR_RETURN(summary.no_budget_helps, NoBudgetAddsWork(rec, max_number));
+    SWEEP_ASSIGN_OR_RETURN(summary.no_budget_helps,
+                           NoBudgetAddsWork(rec, max_number, summary.counts.interrupted > 0));
     return summary;
   }
   // Its owner from now on, said at once: a second resume refused meanwhile names this one.
@@ -346,20 +342,19 @@ Result<std::string> Coordinator::CheckBudgetLeavesWork(const store::SweepRecord&
                                    std::to_string(config_.sweep.max_trials) +
                                    " trials; give a larger --max-trials (or +N for N more)");
   }
-  SWEEP_ASSIGN_OR_RETURN(const std::string none, NoBudgetAddsWork(rec, max_number));
+  SWEEP_ASSIGN_OR_RETURN(const std::string none, NoBudgetAddsWork(rec, max_number, reruns));
   if (!none.empty()) return Status::InvalidArgument(none);
   return std::string();
 }
 
-// Why no larger budget would let a completed sweep run anything, or "": its grid is done, or it
-// met its stop_when target.
-Result<std::string> Coordinator::NoBudgetAddsWork(const store::SweepRecord& rec,
-                                                  int64_t max_number) {
+// Why no larger budget would let a completed sweep run anything, or "": its grid is done (and
+// no trial waits to run again, `reruns`), or it met its stop_when target.
+Result<std::string> Coordinator::NoBudgetAddsWork(const store::SweepRecord& rec, int64_t max_number,
+                                                  bool reruns) {
   const std::string who = "sweep '" + rec.name + "'";
-  SWEEP_ASSIGN_OR_RETURN(const store::StatusCounts counts, store_.CountByStatus(sweep_id_));
   SWEEP_ASSIGN_OR_RETURN(auto probe, MakeSampler(config_));
   // Every trial, carried over or not, is a distinct point of the grid.
-  if (counts.interrupted == 0 && probe->size() && max_number + 1 >= *probe->size()) {
+  if (!reruns && probe->size() && max_number + 1 >= *probe->size()) {
     return who + " has run all " + std::to_string(*probe->size()) + " points of its " +
            config_.search.algorithm +
            " search; a larger budget adds none (widen the space in a new sweep: sweep run "

@@ -187,20 +187,12 @@ Status RefuseStoreAsOutput(const std::string& output, const std::string& db) {
   // delete) away from it.
   constexpr const char* kSuffixes[] = {"", "-wal", "-shm", "-journal", ".lock"};
   auto refuse = [&](const std::string& suffix) {
-    const std::string store = "the sweep store given by --db (" + db + ")";
-    if (suffix.empty()) {
-      return Status::InvalidArgument(output + ": is " + store +
-                                     "; writing there would lose every sweep in it: choose "
-                                     "another file");
-    }
-    if (suffix == ".lock") {
-      return Status::InvalidArgument(output + ": is the lock file of " + store +
-                                     "; replacing it would let a second process into a running "
-                                     "sweep: choose another file");
-    }
-    return Status::InvalidArgument(output + ": is the " + suffix.substr(1) + " file of " + store +
-                                   "; writing there would lose every sweep in it: choose "
-                                   "another file");
+    const std::string file = suffix.empty() ? "" : "the " + suffix.substr(1) + " file of ";
+    const std::string harm = suffix == ".lock"
+                                 ? "replacing it would let a second process into a running sweep"
+                                 : "writing there would lose every sweep in it";
+    return Status::InvalidArgument(output + ": is " + file + "the sweep store given by --db (" +
+                                   db + "); " + harm + ": choose another file");
   };
   // By name, for a file not there yet too: SQLite reads a -journal it finds as its own, and a
   // store with a stray one cannot be opened. The store may be reached through a link, and its
