@@ -113,7 +113,7 @@ std::vector<double> BracketSizes(size_t rungs, double eta) {
 
 class NoScheduler final : public Scheduler {
  public:
-  Decision OnReport(int64_t, double, double) override { return Continue(); }
+  Decision OnReport(int64_t, double, double, bool) override { return Continue(); }
   int Rung(int64_t) const override { return -1; }
   bool Stopped(int64_t) const override { return false; }
   int Bracket(int64_t) const override { return 0; }
@@ -130,7 +130,7 @@ class MedianScheduler final : public Scheduler {
  public:
   explicit MedianScheduler(SchedulerConfig config) : config_(std::move(config)) {}
 
-  Decision OnReport(int64_t trial, double resource, double value) override {
+  Decision OnReport(int64_t trial, double resource, double value, bool last) override {
     if (auto stop = stops_.find(trial); stop != stops_.end()) return stop->second;
     TrialState& t = trials_[trial];
     if (!std::isfinite(resource) || resource <= t.last_resource) return Continue();
@@ -145,7 +145,7 @@ class MedianScheduler final : public Scheduler {
 
     internal::RunningMedian& step = steps_[resource];
     Decision decision;
-    if (t.reports > config_.grace_period &&
+    if (!last && t.reports > config_.grace_period &&
         step.size() >= static_cast<size_t>(config_.min_trials)) {
       const double median = step.Median();
       if (t.best < median) {
@@ -215,7 +215,7 @@ class HyperbandScheduler final : public Scheduler {
     }
   }
 
-  Decision OnReport(int64_t trial, double resource, double value) override {
+  Decision OnReport(int64_t trial, double resource, double value, bool last) override {
     if (auto stop = stops_.find(trial); stop != stops_.end()) return stop->second;
     TrialState& t = trials_[trial];
     if (!std::isfinite(resource) || resource <= t.last_resource) return Continue();
@@ -243,6 +243,9 @@ class HyperbandScheduler final : public Scheduler {
       t.survived = reached;
       return Continue(reached);
     }
+    // A report that jumped from below the top rung to the trial's end (10 steps, the rung at
+    // 9.375) is recorded there, but the trial has run its budget: it completes.
+    if (last || resource >= config_.max_resource * (1 - kRungTolerance)) return Continue(reached);
 
     std::string reason = "pruned at rung " + std::to_string(reached) + " (resource " +
                          Number(ladder_[static_cast<size_t>(reached)]) + ")";
@@ -470,7 +473,7 @@ std::vector<Decision> Replay(Scheduler& scheduler, std::span<const Report> repor
   std::vector<Decision> decisions;
   decisions.reserve(reports.size());
   for (const Report& r : reports) {
-    decisions.push_back(scheduler.OnReport(r.trial, r.resource, r.value));
+    decisions.push_back(scheduler.OnReport(r.trial, r.resource, r.value, r.last));
   }
   return decisions;
 }

@@ -135,7 +135,8 @@ class Coordinator {
   Result<nlohmann::json> MergeIntoStoredReport(executor::WorkerEvent& ev, double now);
   void Decide(executor::WorkerEvent& ev, RunningTrial& t);
   std::optional<search::Report> SchedulerReport(int64_t trial, int64_t step, double epoch,
-                                                const nlohmann::json& metrics) const;
+                                                const nlohmann::json& metrics,
+                                                std::optional<double> length) const;
   void StopAtMaxResource(int64_t number, RunningTrial& t);
   void NoteMetric(RunningTrial& t, const nlohmann::json& reported);
   bool MeetsTarget(const nlohmann::json& metrics) const;

@@ -110,10 +110,13 @@ Status Coordinator::InterruptOrphans() {
 Status Coordinator::ReplayReports(std::map<int64_t, std::string>* stop_reasons,
                                   std::map<int64_t, double>* reached) {
   std::map<int64_t, json> params;
-  if (source_->learns()) {
+  std::map<int64_t, std::optional<double>> lengths;  // early stopping's view of each trial
+  if (source_->learns() || scheduler_ != nullptr) {
     SWEEP_ASSIGN_OR_RETURN(auto all, store_.Trials(sweep_id_, store::TrialQuery{}));
     for (const auto& t : all) {
       json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+      if (scheduler_ != nullptr && p.is_object()) lengths[t.number] = kind_->Length(p);
+      if (!source_->learns()) continue;
       if (t.status == TrialStatus::kCompleted && t.objective) {
         source_->NoteEnd(t.number, *t.objective, p);
       }
@@ -130,8 +133,9 @@ Status Coordinator::ReplayReports(std::map<int64_t, std::string>* stop_reasons,
     json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
     bool pruned_here = false;
     if (scheduler_ != nullptr) {
-      if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics)) {
-        search::Decision d = scheduler_->OnReport(report->trial, report->resource, report->value);
+      if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics, lengths[r.trial])) {
+        search::Decision d =
+            scheduler_->OnReport(report->trial, report->resource, report->value, report->last);
         source_->NoteReport(report->trial, report->resource, report->value, params[r.trial]);
         if (d.stop() && !stop_reasons->count(r.trial)) {
           (*stop_reasons)[r.trial] = d.reason;
@@ -140,7 +144,7 @@ Status Coordinator::ReplayReports(std::map<int64_t, std::string>* stop_reasons,
         if (report->resource >= scheduler_->MaxResource(r.trial)) metric_at_cap_.insert(r.trial);
       }
     } else if (source_->learns()) {
-      if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics)) {
+      if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics, std::nullopt)) {
         source_->NoteReport(report->trial, report->resource, report->value, params[r.trial]);
       }
     }
@@ -269,8 +273,10 @@ Status Coordinator::TakeCarried(const CarryPlan& plan) {
   if (scheduler_ == nullptr) return Status::Ok();
   for (const auto& r : reports) {
     json metrics = json::parse(r.metrics_json, nullptr, /*allow_exceptions=*/false);
-    if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics)) {
-      (void)scheduler_->OnReport(report->trial, report->resource, report->value);
+    const json& p = params[r.trial];
+    const std::optional<double> length = p.is_object() ? kind_->Length(p) : std::nullopt;
+    if (auto report = SchedulerReport(r.trial, r.step, r.epoch, metrics, length)) {
+      (void)scheduler_->OnReport(report->trial, report->resource, report->value, report->last);
       source_->NoteReport(report->trial, report->resource, report->value, params[r.trial]);
     }
   }

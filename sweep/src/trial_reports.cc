@@ -68,7 +68,7 @@ Status Coordinator::HandleReport(executor::WorkerEvent& ev, RunningTrial& t, dou
   } else if (source_->learns()) {
     // Without early stopping TPE reads the reports too: a running trial's latest stands in for
     // its result until it ends.
-    if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics)) {
+    if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics, std::nullopt)) {
       source_->NoteReport(report->trial, report->resource, report->value, t.params);
     }
   }
@@ -85,8 +85,9 @@ Status Coordinator::HandleReport(executor::WorkerEvent& ev, RunningTrial& t, dou
 
 // Early stopping's verdict on a stored report, and max_resource.
 void Coordinator::Decide(executor::WorkerEvent& ev, RunningTrial& t) {
-  if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics)) {
-    search::Decision d = scheduler_->OnReport(report->trial, report->resource, report->value);
+  if (auto report = SchedulerReport(ev.trial, ev.step, ev.epoch, ev.metrics, t.length)) {
+    search::Decision d =
+        scheduler_->OnReport(report->trial, report->resource, report->value, report->last);
     source_->NoteReport(report->trial, report->resource, report->value, t.params);
     if (d.stop() && t.prune_reason.empty()) {
       t.prune_reason = d.reason;
@@ -136,11 +137,12 @@ Result<json> Coordinator::MergeIntoStoredReport(executor::WorkerEvent& ev, doubl
 }
 
 // The scheduler's view of a report: the resource is the kind's (epochs, or a function's steps);
-// the value is the sweep's metric (null, as JSON writes NaN, reads as NaN). Used for live
-// reports and for replays alike, so both see the same numbers.
+// the value is the sweep's metric (null, as JSON writes NaN, reads as NaN); it is the trial's
+// last when it reaches the trial's `length` (unknown for a command). Used for live reports and
+// for replays alike, so both see the same numbers.
 std::optional<search::Report> Coordinator::SchedulerReport(int64_t trial, int64_t step,
-                                                           double epoch,
-                                                           const json& metrics) const {
+                                                           double epoch, const json& metrics,
+                                                           std::optional<double> length) const {
   if (!metrics.is_object()) return std::nullopt;
   auto m = metrics.find(config_.sweep.metric);
   if (m == metrics.end()) return std::nullopt;
@@ -152,6 +154,7 @@ std::optional<search::Report> Coordinator::SchedulerReport(int64_t trial, int64_
   r.trial = trial;
   r.resource = kind_->Resource(step, epoch);
   r.value = m->get<double>();
+  r.last = length && r.resource >= *length * (1 - 1e-9);
   return r;
 }
 

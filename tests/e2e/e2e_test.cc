@@ -892,6 +892,35 @@ TEST_F(E2eTest, SurvivorsStopAtMaxResource) {
   }
 }
 
+// Rungs at 1.5, 3.75 and 9.375 for trials of 10 steps: the top rung is reached by a trial's
+// last report. It is recorded there but stops nothing, so every trial that ran its 10 steps
+// ends completed, and `best` shows each of them.
+TEST_F(E2eTest, ATrialWhoseLastReportReachesARungEndsCompleted) {
+  Write("l.toml",
+        sweep_e2e::BraninConfig("last", 32, "seed = 7\nmax_concurrent = 1\n", "steps = 10\n",
+                                "[early_stopping]\nalgorithm = \"asha\"\n"
+                                "min_resource = 1.5\nreduction_factor = 2.5\n"));
+  Output run = Sweep("run l.toml");
+  ASSERT_EQ(run.code, 0) << run.err;
+  json arr;
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("trials last --json"));
+  ASSERT_EQ(arr.size(), 32u);
+  int full = 0, pruned = 0;
+  for (const json& t : arr) {
+    if (t["epochs"].get<double>() == 10) {
+      ++full;
+      EXPECT_EQ(t["status"], "completed") << t;
+    } else {
+      ++pruned;
+      EXPECT_EQ(t["status"], "pruned") << t;
+    }
+  }
+  EXPECT_GT(full, 2);  // more than the rung's best few: some were worse there than others
+  EXPECT_GT(pruned, 0);
+  ASSERT_NO_FATAL_FAILURE(arr = SweepJson("best last --top 32 --json"));
+  EXPECT_EQ(static_cast<int>(arr.size()), full);
+}
+
 TEST_F(E2eTest, StopWhenEndsTheSweepAtItsTarget) {
   Write("s.toml",
         sweep_e2e::BraninConfig("target", 5000, "stop_when = \"value <= 5\"\nseed = 3\n"));

@@ -341,6 +341,30 @@ TEST(AshaTest, AJumpOverSeveralRungsIsJudgedAtTheHighestOnly) {
   EXPECT_TRUE(s->OnReport(1, 9, 0.1).stop());
 }
 
+TEST(AshaTest, ATrialsLastReportIsRecordedAtItsRungButNeverStopsIt) {
+  // Rungs at 1.5, 3.75 and 9.375 below max_resource 10: a trial of 10 steps reaches the top
+  // rung with its last report, when stopping it would save nothing.
+  SchedulerConfig c = Asha();
+  c.min_resource = 1.5;
+  c.reduction_factor = 2.5;
+  c.max_resource = 10;
+  auto s = Make(c);
+  ASSERT_EQ(s->RungResources().back(), 9.375);
+  EXPECT_FALSE(s->OnReport(0, 10, 0.9, /*last=*/true).stop());
+  Decision d = s->OnReport(1, 10, 0.1, /*last=*/true);
+  EXPECT_FALSE(d.stop());
+  EXPECT_EQ(d.rung, 2);
+  EXPECT_FALSE(s->Stopped(1));
+  EXPECT_EQ(s->Rung(1), -1);  // recorded there, not passed
+  // Both values count against later trials: 0.5 is not in the top 1/2.5 of three.
+  EXPECT_TRUE(s->OnReport(2, 9.5, 0.5).stop());
+  // Without the flag, a report at max_resource is its trial's end all the same (a command, or
+  // a trial longer than max_resource): recorded, not stopped.
+  EXPECT_FALSE(s->OnReport(3, 10, 0.2).stop());
+  // With 0.2 recorded there are five: the top two go on, and 0.6 is one of them.
+  EXPECT_FALSE(s->OnReport(4, 9.5, 0.6).stop());
+}
+
 TEST(AshaTest, ReportsAfterAStopRepeatItAndChangeNothing) {
   auto s = Make(Asha());
   ASSERT_EQ(Letters(*s, 0, 1, {0.5, 0.4}), "cs");
@@ -580,6 +604,16 @@ TEST(MedianTest, MinimizeAndNan) {
             "average of the 4 other trials at this step");
 }
 
+TEST(MedianTest, ATrialsLastReportIsRecordedButNeverStopsIt) {
+  auto s = Make(Median(0, 1));
+  s->OnReport(0, 1, 0.9);
+  EXPECT_FALSE(s->OnReport(1, 1, 0.1, /*last=*/true).stop());
+  EXPECT_FALSE(s->Stopped(1));
+  // Its 0.1 is among the others at step 1 now: the median of 0.9 and 0.1 is 0.5.
+  EXPECT_FALSE(s->OnReport(2, 1, 0.5).stop());
+  EXPECT_TRUE(s->OnReport(3, 1, 0.49).stop());
+}
+
 TEST(MedianTest, ReportsAfterAStopRepeatIt) {
   auto s = Make(Median(0, 1));
   s->OnReport(0, 1, 0.9);
@@ -632,9 +666,10 @@ History Simulate(const SchedulerConfig& config, int trials, int concurrency, uin
     double value = r.quality * (1 - 1.0 / (1 + static_cast<double>(r.step))) + noise;
     if (unit(rng) < 0.02) value = kNan;
     if (!config.maximize) value = -value;
-    Report report{r.trial, static_cast<double>(r.step), value};
+    Report report{r.trial, static_cast<double>(r.step), value, r.step >= max_step};
     h.reports.push_back(report);
-    h.decisions.push_back(scheduler->OnReport(report.trial, report.resource, report.value));
+    h.decisions.push_back(
+        scheduler->OnReport(report.trial, report.resource, report.value, report.last));
     if (h.decisions.back().stop() && r.lag < 0) r.lag = static_cast<int>(rng() % 3);
     const bool done = r.step >= max_step || r.lag == 0;
     if (r.lag > 0) --r.lag;
@@ -671,7 +706,7 @@ void ExpectReplayReproducesEverything(const SchedulerConfig& config) {
   for (size_t i = 0; i < half; ++i) ExpectSameDecision(first[i], h.decisions[i], i);
   for (size_t i = half; i < h.reports.size(); ++i) {
     const Report& r = h.reports[i];
-    ExpectSameDecision(rebuilt->OnReport(r.trial, r.resource, r.value), h.decisions[i], i);
+    ExpectSameDecision(rebuilt->OnReport(r.trial, r.resource, r.value, r.last), h.decisions[i], i);
   }
   for (int64_t t = 0; t < 3000; ++t) {
     EXPECT_EQ(rebuilt->Rung(t), whole->Rung(t)) << t;

@@ -283,6 +283,59 @@ TEST_F(CoordinatorTest, AshaPrunesExactlyWhereTheSchedulerDecides) {
   EXPECT_EQ(summary->counts.pruned, pruned);
 }
 
+// The median rule with a grace period of two reports judges a trial of three steps only at its
+// last report, when stopping it saves nothing: trial 1, worse than trial 0 there, ends
+// completed with its value. So it does after a coordinator killed just after that report is
+// resumed: the replay of its last report does not prune it.
+TEST_F(CoordinatorTest, ATrialsLastReportNeverPrunesItLiveOrOnResume) {
+  auto plan_of = [](const executor::TrialTask& task) {
+    if (task.number == 1) return Values({5.0, 5.0, 5.0});
+    if (task.number == 2) return Values({2.0, 2.0});  // ends first, and trial 3 starts
+    return Steady(task, 3);
+  };
+  const std::string median =
+      "[early_stopping]\nalgorithm = \"median\"\ngrace_period = 2\nmin_trials = 1\n";
+  const SweepConfig config = Config(4, 3, "max_concurrent = 3\n", "", median);
+  auto planner = [&](const executor::TrialTask& t, int) { return plan_of(t); };
+  auto ref = OpenStore("ref.db");
+  auto whole = RunSweepWith(config, *ref, options_, Seams(planner, 3));
+  ASSERT_TRUE(whole.ok()) << whole.status().message();
+  std::vector<store::TrialRecord> trials = Trials(*ref);
+  ASSERT_EQ(trials.size(), 4u);
+  EXPECT_EQ(trials[1].status, TrialStatus::kCompleted) << trials[1].error;
+  EXPECT_EQ(trials[1].objective, 5.0);
+  EXPECT_EQ(whole->counts.pruned, 0);
+
+  // Ctrl-C as trial 3 starts; then trial 1 is left running, as a kill -9 of its coordinator
+  // after its last report would leave it.
+  auto st = OpenStore();
+  std::atomic<bool> interrupt{false};
+  RunOptions stop_options;
+  stop_options.interrupt = &interrupt;
+  auto first = RunSweepWith(config, *st, stop_options,
+                            Seams(
+                                [&](const executor::TrialTask& t, int) {
+                                  if (t.number == 3) interrupt = true;
+                                  return plan_of(t);
+                                },
+                                3));
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  ASSERT_TRUE(first->interrupted);
+  auto sweep = st->FindSweep("s");
+  ASSERT_TRUE(sweep.ok());
+  auto reports = st->Reports(sweep->id, 1);
+  ASSERT_TRUE(reports.ok());
+  ASSERT_EQ(reports->size(), 3u);
+  ASSERT_TRUE(st->UpdateTrialStatus(sweep->id, 1, TrialStatus::kRunning, "fake", 1.0e9).ok());
+  auto resumed = ResumeSweepWith("s", *st, options_, Seams(planner, 3));
+  ASSERT_TRUE(resumed.ok()) << resumed.status().message();
+  trials = Trials(*st);
+  ASSERT_EQ(trials.size(), 4u);
+  EXPECT_EQ(trials[1].status, TrialStatus::kCompleted) << trials[1].error;
+  EXPECT_EQ(trials[1].objective, 5.0);
+  EXPECT_EQ(resumed->counts.pruned, 0);
+}
+
 TEST_F(CoordinatorTest, StopWhenEndsTheSweepAtTheTrialThatMetIt) {
   auto st = OpenStore();
   Planner planner = [](const executor::TrialTask& task, int) {

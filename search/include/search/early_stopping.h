@@ -59,7 +59,8 @@ struct Decision {
   enum class Action { kContinue, kStop };
   Action action = Action::kContinue;
   // The rung (global index k of resource min_resource * reduction_factor^k) this report was
-  // judged at, or -1 when it reached no new rung (and always -1 for median and none).
+  // recorded (and, unless last, judged) at, or -1 when it reached no new rung (and always -1
+  // for median and none).
   int rung = -1;
   // Why, for a stop ("pruned at rung 1 (resource 3): val_acc 0.71 not in the top 1/3 of 9
   // trials (cutoff 0.78)"); empty for continue. Meant to be stored with the pruned trial.
@@ -73,6 +74,9 @@ struct Report {
   int64_t trial = 0;    // the trial's number in the sweep
   double resource = 0;  // epoch (trainer) or step (function, command)
   double value = 0;     // the sweep's metric; NaN allowed
+  // The trial's last report: it has run its whole length (its epochs or steps), so stopping it
+  // would save nothing. Such a report is recorded but never stops its trial.
+  bool last = false;
 };
 
 // Rules every scheduler follows, whatever its algorithm:
@@ -86,6 +90,9 @@ struct Report {
 //    replaying the stored reports, in the order they were stored, into a fresh scheduler (see
 //    Replay); it reproduces every decision, Rung() and Stopped() exactly. For the same reason
 //    there is no trial start or end hook: nothing outside the reports may change state.
+//  - A trial's last report (`last`), and one at or past max_resource, is recorded as any other
+//    (it counts against later trials) but never stops its trial: it has run its budget, and its
+//    value is its result (Ray Tune's max_t: a trial reaching it ends as finished, not stopped).
 //
 // median: at a trial's report at step t, once it has made more than grace_period reports and at
 //   least min_trials other trials have reported at exactly step t, it is stopped when its best
@@ -124,7 +131,11 @@ class Scheduler {
   virtual ~Scheduler() = default;
 
   // Judges one report. O(log n), n the trials recorded at the rung or step concerned.
-  virtual Decision OnReport(int64_t trial, double resource, double value) = 0;
+  virtual Decision OnReport(int64_t trial, double resource, double value, bool last) = 0;
+  // A report that is not the trial's last.
+  Decision OnReport(int64_t trial, double resource, double value) {
+    return OnReport(trial, resource, value, /*last=*/false);
+  }
 
   // The highest rung the trial survived, -1 for none (and for median/none). The coordinator
   // places trials with a higher rung first when slots free up.
