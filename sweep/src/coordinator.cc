@@ -85,7 +85,8 @@ Status Coordinator::Prepare() {
   // This machine's server joins at once (agents later, as they connect).
   SWEEP_RETURN_IF_ERROR(runners_.Poll(0, &events_));
   SWEEP_RETURN_IF_ERROR(TakeEvents(Now()));
-  SWEEP_RETURN_IF_ERROR(FitsHere(config_, options_, servers_->packer().largest_server()));
+  SWEEP_RETURN_IF_ERROR(
+      FitsHere(config_, options_, servers_->packer().largest_server(), servers_->packer().gpu()));
   if (options_.local_slots && options_.log != nullptr) kind_->WarnHere(*options_.log);
   if (runners_.may_add_servers() && options_.log != nullptr) kind_->WarnRemote(*options_.log);
   if (config_.trial.gpu_share > 1 && !servers_->packer().gpu() && options_.log != nullptr) {

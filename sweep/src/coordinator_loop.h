@@ -51,8 +51,10 @@ Result<RunSummary> ResumeSweepWith(const std::string& name, store::Store& store,
                                    const RunOptions& options, const CoordinatorSeams& seams);
 // This machine's workers, and the agents' hub with --listen (listening already).
 Result<RunnerSet> DefaultRunners(const SweepConfig& config, const RunOptions& options);
-// What this machine, whose own slots are `local_slots`, refuses (see CheckRunHere).
-Status FitsHere(const SweepConfig& config, const RunOptions& options, int local_slots);
+// What this machine, whose own slots are `local_slots` (GPUs when `local_gpus`), refuses (see
+// CheckRunHere).
+Status FitsHere(const SweepConfig& config, const RunOptions& options, int local_slots,
+                bool local_gpus);
 // "NAME@CREATED": tells a sweep from another of its name.
 std::string SweepKey(const std::string& name, double created_s);
 

@@ -20,7 +20,8 @@ uint64_t TrialSeed(uint64_t sweep_seed, int64_t number) {
   return z & 0x7FFFFFFFFFFFFFFFULL;  // fits a signed 64-bit column
 }
 
-Status FitsHere(const SweepConfig& config, const RunOptions& options, int local_slots) {
+Status FitsHere(const SweepConfig& config, const RunOptions& options, int local_slots,
+                bool local_gpus) {
   if (options.listen_host.empty() && config.trial.slots > local_slots) {
     return Status::InvalidArgument((config.where.slots.empty() ? config.path : config.where.slots) +
                                    ": trial.gpus: " + std::to_string(config.trial.slots) +
@@ -30,7 +31,7 @@ Status FitsHere(const SweepConfig& config, const RunOptions& options, int local_
   }
   // Where this machine cannot hold a trial, only agents run them, and theirs count.
   if (options.local_slots && local_slots >= config.trial.slots) {
-    return MakeTrialKindRules(config)->CheckHere();
+    return MakeTrialKindRules(config)->CheckHere(local_gpus);
   }
   return Status::Ok();
 }
@@ -102,11 +103,10 @@ std::string UnusableCacheDir(const std::string& dir) {
 }
 
 Status CheckRunHere(const SweepConfig& config, const RunOptions& options) {
-  const int local =
-      options.local_slots
-          ? static_cast<int>(executor::DiscoverLocalSlots(config.executor.cpu_slots).size())
-          : 0;
-  return FitsHere(config, options, local);
+  std::vector<executor::Slot> slots;
+  if (options.local_slots) slots = executor::DiscoverLocalSlots(config.executor.cpu_slots);
+  const bool gpus = std::any_of(slots.begin(), slots.end(), [](const auto& s) { return s.gpu; });
+  return FitsHere(config, options, static_cast<int>(slots.size()), gpus);
 }
 
 Status CheckCanListen(const RunOptions& options) {

@@ -117,14 +117,27 @@ class BadInputTest : public E2eTest {
     std::ofstream(dir_ / name, std::ios::binary) << bytes;
   }
 
+  // IDX headers of `n` 28x28 images and their labels, without the data: what a config reads.
+  void WriteIdxHeaders(const std::string& images, const std::string& labels, uint32_t n = 60000,
+                       char type = 0x08) {
+    std::string count(4, '\0');
+    for (int i = 0; i < 4; ++i) count[i] = static_cast<char>(n >> (24 - 8 * i));
+    WriteBytes(images, std::string("\0\0", 2) + type + '\x03' + count +
+                           std::string("\0\0\0\x1C\0\0\0\x1C", 8));
+    WriteBytes(labels, std::string("\0\0\x08\x01", 4) + count);
+  }
+
   std::vector<std::string> known_, stale_;
 };
 
 // ---- malformed configs ----
 
 TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
-  WriteBytes("train-images", "not really IDX");
-  WriteBytes("train-labels", "not really IDX");
+  WriteIdxHeaders("train-images", "train-labels");
+  WriteIdxHeaders("float-images", "float-labels", 60000, 0x0D);
+  WriteIdxHeaders("test-images", "test-labels", 10000);
+  WriteIdxHeaders("train-images", "short-labels", 59999);
+  WriteIdxHeaders("train-images", "train-labels");
   const std::string huge_budget = "\"1" + std::string(305, '0') + "d\"";  // 1e305 days
   const std::vector<Case> cases = {
       // -- TOML syntax --
@@ -536,6 +549,39 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
       {"no dataset",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n",
        {"bad.toml: [trainer] needs a `dataset`"}},
+      {"IDX images of another type than bytes",
+       "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
+       "train_images = \"float-images\", train_labels = \"train-labels\" }\n",
+       {"bad.toml:5:11: trainer.dataset: /",
+        "/float-images: IDX data type 0x0D is not supported "
+        "(only unsigned bytes, 0x08)"}},
+      {"images and labels swapped",
+       "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
+       "train_images = \"train-labels\", train_labels = \"train-images\" }\n",
+       {"bad.toml:5:11: trainer.dataset: /",
+        "/train-labels: expected an IDX image file (3 dimensions), found 1 dimension"}},
+      {"fewer labels than images",
+       "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
+       "train_images = \"train-images\", train_labels = \"short-labels\" }\n",
+       {"bad.toml:5:11: trainer.dataset: /", "/short-labels: 59999 labels for 60000 images in /"}},
+      {"test labels of the training set",
+       "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
+       "train_images = \"train-images\", train_labels = \"train-labels\", test_images = "
+       "\"test-images\", test_labels = \"train-labels\" }\n",
+       {"bad.toml:5:11: trainer.dataset: /", "/train-labels: 60000 labels for 10000 images in /"}},
+      {"a batch larger than the training set",
+       Tr("", "batch_size = 60000\n"),
+       {"bad.toml:4:1: trainer: every trial would fail as it starts: training set has 54000 "
+        "samples after the validation split, fewer than batch_size 60000"}},
+      {"a varied batch larger than the training set",
+       Tr("", "accum_steps = 4\n", "[parameters]\nbatch_size = { values = [128, 16384] }\n"),
+       {"bad.toml:7:1: parameters: trial 1 would fail as it starts, with {\"batch_size\":16384}: "
+        "training set has 54000 samples after the validation split, fewer than batch_size * "
+        "accum_steps = 65536"}},
+      {"devices in a sweep",
+       Tr("", "devices = [1]\n"),
+       {"bad.toml:6:11: trainer.devices: a sweep gives each trial the GPUs of the slots it runs "
+        "on"}},
 
       // -- huge values --
       {"max_trials 1e30 (a float)",
@@ -822,6 +868,30 @@ TEST_F(BadInputTest, PathsThatAreNotUtf8AreRefusedByName) {
 
 // ---- sweep train --set ----
 
+// backend = "cuda" where the slots are CPU cores: every trial would fail as it starts, so the
+// run and its dry run refuse it, naming the key or the trial that draws it.
+TEST_F(BadInputTest, TheGpuBackendIsRefusedWhereTheSlotsAreCpuCores) {
+  if (Sweep("devices").out.find("no CUDA device") == std::string::npos) {
+    GTEST_SKIP() << "this machine has a GPU";
+  }
+  WriteIdxHeaders("train-images", "train-labels");
+  const std::string advice =
+      ", and this machine has no GPU (its slots are CPU cores): such trials would fail as they "
+      "start here. Train on the CPU with backend = \"auto\" or \"cpu\", or run the trials on GPU "
+      "agents with --listen and --no-local";
+  Write("c.toml", Tr("", "backend = \"cuda\"\n"));
+  for (const char* args : {"run c.toml --dry-run", "run c.toml"}) {
+    Check(args, Sweep(args), kUsage, {"sweep: c.toml:6:11: trainer.backend = \"cuda\"" + advice});
+  }
+  Write("v.toml", Tr("", "", "[parameters]\nbackend = { values = [\"cpu\", \"cuda\"] }\n"));
+  Check("varied", Sweep("run v.toml"), kUsage,
+        {"sweep: v.toml:7:11: parameters.backend: trial 1 draws \"cuda\"" + advice});
+  EXPECT_FALSE(fs::exists(dir_ / "sweeps.db"));
+  Write("a.toml", Tr("", "backend = \"auto\"\n"));
+  Output dry = Sweep("run a.toml --dry-run");
+  EXPECT_EQ(dry.code, 0) << dry.err;
+}
+
 struct CommandCase {
   std::string args;
   int code;
@@ -832,8 +902,7 @@ struct CommandCase {
 TEST_F(BadInputTest, TrainRefusesBadSetValues) {
   Write("b.toml", Fn({}));
   Write("t.toml", Tr());
-  WriteBytes("train-images", "not really IDX");
-  WriteBytes("train-labels", "not really IDX");
+  WriteIdxHeaders("train-images", "train-labels");
   const std::vector<CommandCase> cases = {
       // function trials: parameters are numbers
       {"train b.toml --set x1=abc --set x2=1",

@@ -18,9 +18,11 @@ class ConfigTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/sweep-config-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
-    for (const char* f : {"train-images", "train-labels", "test-images", "test-labels"}) {
-      std::ofstream(dir_ / f) << "x";
-    }
+    // Headers only: the config reads them (types, counts, the images' shape), not the data.
+    const std::string images("\0\0\x08\x03\0\0\xEA\x60\0\0\0\x1C\0\0\0\x1C", 16);  // 60000 28x28
+    const std::string labels("\0\0\x08\x01\0\0\xEA\x60", 8);
+    for (const char* f : {"train-images", "test-images"}) std::ofstream(dir_ / f) << images;
+    for (const char* f : {"train-labels", "test-labels"}) std::ofstream(dir_ / f) << labels;
   }
   void TearDown() override { fs::remove_all(dir_); }
 
@@ -570,13 +572,9 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
             std::string::npos)
       << cfg.status().message();
   // Each option alone is checked against the others as the trial will have them, not against
-  // the trainer's defaults: replicas = 200 with batch_size 512 (the default is 128), devices
-  // for two replicas (the default is one).
+  // the trainer's defaults: replicas = 200 with batch_size 512 (the default is 128).
   auto many = ParseConfig(TrainerConfig("batch_size = 512\nreplicas = 200"), "n.toml");
   EXPECT_TRUE(many.ok()) << many.status().message();
-  auto devices =
-      ParseConfig(TrainerConfig("lr = 0.1") + "replicas = 2\ndevices = [0, 1]\n", "n.toml");
-  EXPECT_TRUE(devices.ok()) << devices.status().message();
   auto too_many = ParseConfig(TrainerConfig("batch_size = 64\nreplicas = 200"), "n.toml");
   ASSERT_FALSE(too_many.ok());
   EXPECT_NE(too_many.status().message().find("batch_size: 64 is smaller than replicas = 200"),
@@ -607,17 +605,22 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
       ParseConfig(TrainerConfig("batch_size = { values = [2, 128] }") + "[trial]\ngpus = 2\n",
                   "n.toml")
           .ok());
-  // A trial's replicas are its slots: devices for two GPUs go with gpus = 2 and no replicas
-  // setting, as the trial will have them; one device for two slots does not.
-  auto gpu_devices =
+  // A sweep's trials train on their slots' GPUs: `devices` would be ignored on GPU slots and
+  // fail every trial on CPU slots, in [trainer] or varied.
+  const std::string why =
+      "a sweep gives each trial the GPUs of the slots it runs on (trial.gpus of them); to keep "
+      "a sweep to some GPUs, start it (and each agent) with CUDA_VISIBLE_DEVICES set";
+  auto devices =
       ParseConfig(TrainerConfig("lr = 0.1") + "devices = [0, 1]\n[trial]\ngpus = 2\n", "n.toml");
-  EXPECT_TRUE(gpu_devices.ok()) << gpu_devices.status().message();
-  auto one_device =
-      ParseConfig(TrainerConfig("lr = 0.1") + "devices = [0]\n[trial]\ngpus = 2\n", "n.toml");
-  ASSERT_FALSE(one_device.ok());
-  EXPECT_NE(one_device.status().message().find("devices: 1 GPUs given for replicas = 2"),
+  ASSERT_FALSE(devices.ok());
+  EXPECT_NE(devices.status().message().find("n.toml:10:11: trainer.devices: " + why),
             std::string::npos)
-      << one_device.status().message();
+      << devices.status().message();
+  auto varied_devices = ParseConfig(TrainerConfig("devices = { values = [[0], [1]] }"), "n.toml");
+  ASSERT_FALSE(varied_devices.ok());
+  EXPECT_NE(varied_devices.status().message().find("n.toml:7:11: parameters.devices: " + why),
+            std::string::npos)
+      << varied_devices.status().message();
   // `sweep train` sets its own layout (--threads, --set replicas) after reading the config, and
   // a stored sweep is taken as recorded: neither is held to the slots here.
   EXPECT_TRUE(ParseConfig(TrainerConfig("lr = 0.1") + "devices = [0]\n[trial]\ngpus = 2\n",
@@ -637,7 +640,7 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
 // A CNN's stages against the images the dataset's header describes, for each trial the sweep
 // will run: channels varied as lists, one of them too deep for 28x28 images.
 TEST_F(BadConfigTest, CnnStagesAreCheckedAgainstTheImages) {
-  std::vector<char> idx = {0, 0, 0x08, 3, 0, 0, 0, 2, 0, 0, 0, 28, 0, 0, 0, 28};
+  std::vector<char> idx = {0, 0, 0x08, 3, 0, 0, char(0xEA), 0x60, 0, 0, 0, 28, 0, 0, 0, 28};
   idx.resize(idx.size() + 2 * 28 * 28);
   std::ofstream(dir_ / "train-images", std::ios::binary).write(idx.data(), idx.size());
   auto ok = ParseConfig(

@@ -86,6 +86,54 @@ std::string IdxError(const TempDir& dir, const std::vector<uint8_t>& img,
   return ds.ok() ? "" : ds.status().message();
 }
 
+// What a config reads before a sweep starts: the headers, never the data. A header of a
+// million images with none after it is counted; one the load would refuse is refused the same.
+TEST(IdxErrors, TrainingSamplesReadsOnlyTheHeaders) {
+  TempDir dir;
+  WriteBytes(dir / "img", IdxBytes({1000000, 28, 28}, {}), true);
+  WriteBytes(dir / "lbl", IdxBytes({1000000}, {}), false);
+  DatasetSpec spec;
+  spec.train_images = dir / "img";
+  spec.train_labels = dir / "lbl";
+  Result<std::optional<int64_t>> n = TrainingSamples(spec);
+  ASSERT_TRUE(n.ok()) << n.status().message();
+  EXPECT_EQ(*n, 1000000);
+  WriteBytes(dir / "few", IdxBytes({999}, {}), false);
+  spec.test_images = dir / "img";
+  spec.test_labels = dir / "few";
+  n = TrainingSamples(spec);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().message(),
+            (dir / "few") + ": 999 labels for 1000000 images in " + (dir / "img"));
+  spec.test_images = dir / "few";  // swapped
+  n = TrainingSamples(spec);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().message(),
+            (dir / "few") + ": expected an IDX image file (3 dimensions), found 1 dimension");
+  spec.format = "csv";
+  n = TrainingSamples(spec);
+  ASSERT_TRUE(n.ok());
+  EXPECT_FALSE(n->has_value());
+}
+
+// The size checks Train() makes as it loads a set, from the options and a count alone.
+TEST(IdxErrors, CheckTrainingSetSizeSaysWhatTrainWould) {
+  TrainOptions o;
+  o.batch_size = 128;
+  o.validation_fraction = 0.1;
+  EXPECT_TRUE(CheckTrainingSetSize(o, 60000).ok());
+  EXPECT_EQ(CheckTrainingSetSize(o, 100).message(),
+            "training set has 90 samples after the validation split, fewer than batch_size 128");
+  o.max_train_samples = 100;
+  EXPECT_EQ(CheckTrainingSetSize(o, 60000).message(),
+            "training set has 100 samples after the validation split, fewer than batch_size 128");
+  o.max_train_samples = 0;
+  o.validation_fraction = 0.001;
+  EXPECT_EQ(CheckTrainingSetSize(o, 500).message(),
+            "validation_fraction = 0.001 of 500 training samples is less than one sample; give "
+            "at least 1/500 of them, or a larger training set");
+}
+
 // A file much larger than its header declares (a wrong file, a gzip bomb) is refused without
 // holding it: the header is checked first, only the declared data is kept, the rest is counted.
 TEST(IdxErrors, DataBeyondTheHeaderIsCountedNotHeld) {

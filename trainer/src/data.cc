@@ -117,14 +117,18 @@ Status CheckTrainingLabels(const Dataset& data) {
   return Status::Ok();
 }
 
+int64_t ValidationCount(int64_t n, double validation_fraction) {
+  const double f = std::clamp(validation_fraction, 0.0, 1.0);
+  // The epsilon keeps 0.1 * 60000 at 6000 whatever the rounding of the product.
+  return std::min<int64_t>(n, static_cast<int64_t>(std::floor(n * f + 1e-9)));
+}
+
 Split MakeSplit(int64_t n, double validation_fraction) {
   std::vector<int32_t> perm(static_cast<size_t>(n));
   std::iota(perm.begin(), perm.end(), 0);
   Rng rng(kSplitSeed);
   rng.Shuffle(perm.data(), n);
-  const double f = std::clamp(validation_fraction, 0.0, 1.0);
-  // The epsilon keeps 0.1 * 60000 at 6000 whatever the rounding of the product.
-  const int64_t n_val = std::min<int64_t>(n, static_cast<int64_t>(std::floor(n * f + 1e-9)));
+  const int64_t n_val = ValidationCount(n, validation_fraction);
   Split split;
   split.train.assign(perm.begin(), perm.end() - n_val);
   split.val.assign(perm.end() - n_val, perm.end());

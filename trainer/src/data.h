@@ -96,6 +96,9 @@ Status CheckTrainingLabels(const Dataset& data);
 
 // Decoders, uncached. Errors name the file ("labels.gz: expected 60000 labels, found 59999").
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path);
+// The samples an IDX image and label file pair holds, from their headers only (checked as
+// LoadIdx checks them; the data itself is not read).
+Result<int64_t> IdxSamples(const std::string& images_path, const std::string& labels_path);
 // label_column counts from 0; a negative one counts from the end (-1: the last column).
 // `header`: whether the first row is column names; unset: it is when its label field is not a
 // number (a first row with a bad feature value is data, and its error is reported).
@@ -139,5 +142,7 @@ struct Split {
 // (never the trial's, so every trial of a sweep is scored on the same samples); the last
 // floor(n * validation_fraction) of it are held out.
 Split MakeSplit(int64_t n, double validation_fraction);
+// How many of n samples that split holds out for validation.
+int64_t ValidationCount(int64_t n, double validation_fraction);
 
 }  // namespace sweep::trainer

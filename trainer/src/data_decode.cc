@@ -114,14 +114,13 @@ uint32_t BigEndian32(const uint8_t* p) {
 struct IdxFile {
   std::vector<uint8_t> bytes;  // the header is erased: just the data
   std::vector<int64_t> dims;   // dims[0]: item count
+  int64_t item = 1;            // bytes per item
+  std::string shape;           // of an item: "28x28"
 };
 
-// Reads and checks an IDX file of unsigned bytes: `labels` wants 1 dimension (a label file),
-// otherwise 2 or more (count, then each item's shape). The item count in the header must match
-// the data exactly.
-Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
-  ZFile f;
-  SWEEP_RETURN_IF_ERROR(f.Open(path));
+// Reads and checks an IDX file's header, of unsigned bytes: `labels` wants 1 dimension (a
+// label file), otherwise 2 or more (count, then each item's shape). Fills dims, item and shape.
+Status ReadIdxHeader(ZFile& f, const std::string& path, bool labels, IdxFile* out) {
   std::vector<uint8_t> b;
   SWEEP_RETURN_IF_ERROR(f.Append(4, &b));
   if (b.size() < 4) {
@@ -152,28 +151,38 @@ Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
     return Status::Corruption(path + ": IDX header is cut short (" + std::to_string(b.size()) +
                               " of " + std::to_string(header) + " bytes)");
   }
-  IdxFile out;
-  int64_t item = 1;  // bytes per item
-  std::string shape;
   for (int d = 0; d < ndims; ++d) {
     const int64_t v = BigEndian32(b.data() + 4 + 4 * d);
     if (d > 0 && v == 0) {
       return Status::Corruption(path + ": IDX dimension " + std::to_string(d + 1) + " is 0");
     }
     if (d > 0) {
-      item *= v;
-      if (item > (int64_t{1} << 31)) {
+      out->item *= v;
+      if (out->item > (int64_t{1} << 31)) {
         return Status::Corruption(path + ": IDX items are implausibly large");
       }
-      if (d > 1) shape += 'x';
-      shape += std::to_string(v);
+      if (d > 1) out->shape += 'x';
+      out->shape += std::to_string(v);
     }
-    out.dims.push_back(v);
+    out->dims.push_back(v);
   }
+  if (out->dims[0] >= std::numeric_limits<int32_t>::max()) {
+    return Status::Corruption(path + ": too many items (" + std::to_string(out->dims[0]) + ")");
+  }
+  return Status::Ok();
+}
+
+// Reads and checks an IDX file of unsigned bytes (see ReadIdxHeader). The item count in the
+// header must match the data exactly.
+Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
+  ZFile f;
+  SWEEP_RETURN_IF_ERROR(f.Open(path));
+  IdxFile out;
+  SWEEP_RETURN_IF_ERROR(ReadIdxHeader(f, path, labels, &out));
+  const std::string_view kind = labels ? "label" : "image";
+  const int64_t item = out.item;
+  const std::string& shape = out.shape;
   const int64_t count = out.dims[0];
-  if (count >= std::numeric_limits<int32_t>::max()) {
-    return Status::Corruption(path + ": too many items (" + std::to_string(count) + ")");
-  }
   // The data the header declares, and no more: what follows it is only counted.
   const auto declared = static_cast<uint64_t>(count) * static_cast<uint64_t>(item);
   SWEEP_RETURN_IF_ERROR(f.Append(declared, &out.bytes));
@@ -193,6 +202,17 @@ Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
   }
   out.bytes.shrink_to_fit();
   return out;
+}
+
+// An image file's count and its label file's must agree, and not be 0.
+Status CheckIdxCounts(const std::string& images_path, int64_t images,
+                      const std::string& labels_path, int64_t labels) {
+  if (labels != images) {
+    return Status::Corruption(labels_path + ": " + std::to_string(labels) + " labels for " +
+                              std::to_string(images) + " images in " + images_path);
+  }
+  if (images == 0) return Status::Corruption(images_path + ": holds no images");
+  return Status::Ok();
 }
 
 std::string_view Trim(std::string_view s) {
@@ -253,17 +273,24 @@ std::string Quote(std::string_view s) {
 
 }  // namespace
 
+Result<int64_t> IdxSamples(const std::string& images_path, const std::string& labels_path) {
+  IdxFile images, labels;
+  ZFile fi, fl;
+  SWEEP_RETURN_IF_ERROR(fi.Open(images_path));
+  SWEEP_RETURN_IF_ERROR(ReadIdxHeader(fi, images_path, /*labels=*/false, &images));
+  SWEEP_RETURN_IF_ERROR(fl.Open(labels_path));
+  SWEEP_RETURN_IF_ERROR(ReadIdxHeader(fl, labels_path, /*labels=*/true, &labels));
+  SWEEP_RETURN_IF_ERROR(CheckIdxCounts(images_path, images.dims[0], labels_path, labels.dims[0]));
+  return images.dims[0];
+}
+
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path) {
   auto images = ReadIdx(images_path, /*labels=*/false);
   if (!images.ok()) return images.status();
   auto labels = ReadIdx(labels_path, /*labels=*/true);
   if (!labels.ok()) return labels.status();
   const int64_t n = images->dims[0];
-  if (labels->dims[0] != n) {
-    return Status::Corruption(labels_path + ": " + std::to_string(labels->dims[0]) +
-                              " labels for " + std::to_string(n) + " images in " + images_path);
-  }
-  if (n == 0) return Status::Corruption(images_path + ": holds no images");
+  SWEEP_RETURN_IF_ERROR(CheckIdxCounts(images_path, n, labels_path, labels->dims[0]));
   Dataset meta;
   meta.source = images_path + " + " + labels_path;
   meta.n = n;

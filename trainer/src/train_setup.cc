@@ -122,36 +122,55 @@ Result<RunData> LoadRunData(const TrainOptions& o) {
     }
   }
 
+  SWEEP_RETURN_IF_ERROR(CheckTrainingSetSize(o, train.n));
   Split split = MakeSplit(train.n, o.validation_fraction);
-  // Asked for a validation set and given none (0.01 of 60 samples rounds to 0): every val_
-  // metric would be missing, and a sweep ranking by one would rank nothing.
-  if (o.validation_fraction > 0 && split.val.empty()) {
-    std::ostringstream msg;
-    msg << "validation_fraction = " << o.validation_fraction << " of " << train.n
-        << " training samples is less than one sample; give at least 1/" << train.n
-        << " of them, or a larger training set";
-    return Status::InvalidArgument(msg.str());
-  }
   SWEEP_RETURN_IF_ERROR(MakeTransform(o, train, d.input, split.train, &d.transform));
   d.rows = std::move(split.train);
   d.val = std::move(split.val);
   // The split's order is a fixed permutation, so this subset is the same for every trial.
-  const bool capped =
-      o.max_train_samples > 0 && o.max_train_samples < static_cast<int64_t>(d.rows.size());
-  if (capped) d.rows.resize(static_cast<size_t>(o.max_train_samples));
+  if (o.max_train_samples > 0 && o.max_train_samples < static_cast<int64_t>(d.rows.size())) {
+    d.rows.resize(static_cast<size_t>(o.max_train_samples));
+  }
+  // The last partial step of each epoch is dropped: every step then has the same shape and the
+  // same gradient scale; the per-epoch shuffle means no sample is left out for long.
+  d.steps_per_epoch = static_cast<int64_t>(d.rows.size()) / (int64_t{o.batch_size} * o.accum_steps);
+  return d;
+}
+
+Status CheckTrainingSetSize(const TrainOptions& o, int64_t samples) {
+  const int64_t n_val = ValidationCount(samples, o.validation_fraction);
+  // Asked for a validation set and given none (0.01 of 60 samples rounds to 0): every val_
+  // metric would be missing, and a sweep ranking by one would rank nothing.
+  if (o.validation_fraction > 0 && n_val == 0) {
+    std::ostringstream msg;
+    msg << "validation_fraction = " << o.validation_fraction << " of " << samples
+        << " training samples is less than one sample; give at least 1/" << samples
+        << " of them, or a larger training set";
+    return Status::InvalidArgument(msg.str());
+  }
+  int64_t n_train = samples - n_val;
+  if (o.max_train_samples > 0) n_train = std::min(n_train, o.max_train_samples);
   const int K = o.accum_steps;
   const int64_t step_samples = int64_t{o.batch_size} * K;
-  const int64_t n_train = static_cast<int64_t>(d.rows.size());
   if (n_train < step_samples) {
     return Status::InvalidArgument(
         "training set has " + std::to_string(n_train) + (n_train == 1 ? " sample" : " samples") +
         " after the validation split, fewer than " +
         (K == 1 ? "batch_size " : "batch_size * accum_steps = ") + std::to_string(step_samples));
   }
-  // The last partial step of each epoch is dropped: every step then has the same shape and the
-  // same gradient scale; the per-epoch shuffle means no sample is left out for long.
-  d.steps_per_epoch = n_train / step_samples;
-  return d;
+  return Status::Ok();
+}
+
+Result<std::optional<int64_t>> TrainingSamples(const DatasetSpec& spec) {
+  if (spec.format != "idx") return std::optional<int64_t>();
+  std::optional<int64_t> train;
+  if (!spec.train_images.empty()) {
+    SWEEP_ASSIGN_OR_RETURN(train, IdxSamples(spec.train_images, spec.train_labels));
+  }
+  if (!spec.test_images.empty()) {
+    SWEEP_RETURN_IF_ERROR(IdxSamples(spec.test_images, spec.test_labels).status());
+  }
+  return train;
 }
 
 Result<GroupSpec> GroupSpecOf(const TrainOptions& o, const RunData& d) {

@@ -116,6 +116,7 @@ struct SweepConfig {
     std::string slots;    // trial.gpus
     std::string command;  // the program: trial.command's first string
     std::string workdir;  // trial.workdir
+    std::string backend;  // trainer.backend, or the parameter
   };
   Where where;
 };

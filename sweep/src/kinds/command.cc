@@ -71,7 +71,7 @@ class CommandKind final : public TrialKindRules {
   }
   bool folders() const override { return true; }
   // Its program or folder missing here would fail every trial that runs here.
-  Status CheckHere() const override {
+  Status CheckHere(bool /*gpus*/) const override {
     Status runs = executor::CheckProgram(config_.trial.command.at(0), config_.trial.workdir);
     if (runs.ok()) return runs;
     const bool workdir = runs.message().rfind("trial.workdir", 0) == 0;

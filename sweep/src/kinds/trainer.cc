@@ -159,6 +159,11 @@ DatasetProblem DatasetFilesProblem(const trainer::DatasetSpec& ds) {
     }
   }
   if (ds.train_images.empty()) return {"", "no training data given"};
+  // An IDX pair's headers: a file of another type, images and labels swapped or of different
+  // counts would fail every trial as it loads them.
+  if (Result<std::optional<int64_t>> n = trainer::TrainingSamples(ds); !n.ok()) {
+    return {"", n.status().message()};
+  }
   return {};
 }
 
@@ -189,6 +194,12 @@ Status ApplyDataset(bool check_dataset, const json& value, trainer::TrainOptions
   return Status::Ok();
 }
 
+// A trial on a GPU slot trains on that slot's GPUs whatever `devices` says, and one on a CPU
+// slot fails with it: in a sweep it is never what was meant.
+constexpr std::string_view kDevicesInASweep =
+    "a sweep gives each trial the GPUs of the slots it runs on (trial.gpus of them); to keep a "
+    "sweep to some GPUs, start it (and each agent) with CUDA_VISIBLE_DEVICES set";
+
 // [trainer]: each option checked by the trainer's own rules, its relative paths made the config
 // folder's (`base`).
 Status ParseTrainerKeys(const Checker& c, const ParseState& ps, const toml::table& table,
@@ -203,6 +214,10 @@ Status ParseTrainerKeys(const Checker& c, const ParseState& ps, const toml::tabl
                      "each trial gets a checkpoint file of its own; set [trial] "
                      "checkpoint_dir to choose where they go");
     }
+    if (key == "devices" && ps.use == ConfigUse::kSweep) {
+      return c.Error(v, "trainer." + key, std::string(kDevicesInASweep));
+    }
+    if (key == "backend") cfg->where.backend = c.Where(v.source());
     const bool dataset = key == "dataset";
     if (dataset) value = DatasetRelativeTo(std::move(value), base);
     if (key == "cache_dir") ResolveRelativeTo(value, base);
@@ -224,7 +239,7 @@ Status ParseTrainerKeys(const Checker& c, const ParseState& ps, const toml::tabl
 // The parameters the trainer receives, each checked as its option; the constant ones join the
 // shared options.
 Status ApplyTrainerParameters(const Checker& c, ParseState* ps, const std::filesystem::path& base,
-                              SharedOptions* shared) {
+                              SharedOptions* shared, SweepConfig* cfg) {
   for (ParamEntry& e : ps->params) {
     if (e.parameter.name == "dataset" &&
         e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
@@ -235,6 +250,10 @@ Status ApplyTrainerParameters(const Checker& c, ParseState* ps, const std::files
         e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
       ResolveRelativeTo(e.parameter.distribution.values[0], base);
     }
+    if (e.parameter.name == "devices" && ps->use == ConfigUse::kSweep) {
+      return c.Error(*e.node, "parameters.devices", std::string(kDevicesInASweep));
+    }
+    if (e.parameter.name == "backend") cfg->where.backend = c.Where(e.node->source());
     if (e.parameter.name != "dataset" || ps->check_dataset) {
       SWEEP_RETURN_IF_ERROR(CheckTrainerParameter(c, e, ps->stored));
     }
@@ -280,6 +299,14 @@ Status CheckSharedOptions(const Checker& c, const ParseState& ps, const toml::ta
   if (!replicas_given && ps.use == ConfigUse::kSweep) shared->merged.replicas = cfg.trial.slots;
   if (Status v = trainer::Validate(shared->merged); !v.ok()) {
     const std::string msg = "the options every trial shares do not go together: " + v.message();
+    return table != nullptr ? c.Error(*table, "trainer", msg) : c.FileError(msg);
+  }
+  if (!ps.check_dataset) return Status::Ok();
+  SWEEP_ASSIGN_OR_RETURN(const std::optional<int64_t> samples,
+                         trainer::TrainingSamples(shared->merged.dataset));
+  if (!samples) return Status::Ok();
+  if (Status v = trainer::CheckTrainingSetSize(shared->merged, *samples); !v.ok()) {
+    const std::string msg = "every trial would fail as it starts: " + v.message();
     return table != nullptr ? c.Error(*table, "trainer", msg) : c.FileError(msg);
   }
   return Status::Ok();
@@ -365,6 +392,12 @@ Status CheckTrainerTrials(const Checker& c, const SweepConfig& cfg, const toml::
   }
   // A trial's replicas are its slots unless the config says otherwise (see TrainerLayoutOf).
   if (!cfg.trainer.contains("replicas")) shared.replicas = cfg.trial.slots;
+  // The training set's size where its headers say (an IDX pair), for each trial's batch.
+  std::optional<int64_t> samples;
+  if (cfg.trainer.contains("dataset")) {
+    Result<std::optional<int64_t>> n = trainer::TrainingSamples(shared.dataset);
+    if (n.ok()) samples = *n;
+  }
   SWEEP_ASSIGN_OR_RETURN(std::unique_ptr<search::Sampler> sampler, MakeSampler(cfg));
   const int64_t n = std::min<int64_t>(cfg.sweep.max_trials, 10000);
   for (int64_t i = 0; i < n; ++i) {
@@ -378,6 +411,7 @@ Status CheckTrainerTrials(const Checker& c, const SweepConfig& cfg, const toml::
       if (!s.ok()) break;
     }
     if (s.ok()) s = trainer::Validate(options);
+    if (s.ok() && samples) s = trainer::CheckTrainingSetSize(options, *samples);
     if (!s.ok()) {
       const std::string msg = "trial " + std::to_string(i) + " would fail as it starts, with " +
                               executor::Abbreviate(params->dump(), 300) + ": " + s.message();
@@ -394,7 +428,7 @@ Status ParseTrainerTable(const Checker& c, ParseState* ps, SweepConfig* cfg) {
   if (table != nullptr) {
     SWEEP_RETURN_IF_ERROR(ParseTrainerKeys(c, *ps, *table, base, &shared, cfg));
   }
-  SWEEP_RETURN_IF_ERROR(ApplyTrainerParameters(c, ps, base, &shared));
+  SWEEP_RETURN_IF_ERROR(ApplyTrainerParameters(c, ps, base, &shared, cfg));
   SWEEP_RETURN_IF_ERROR(CheckSharedOptions(c, *ps, table, *cfg, &shared));
   bool epochs_vary = std::any_of(ps->params.begin(), ps->params.end(), [](const ParamEntry& e) {
     return e.parameter.name == "epochs" &&
@@ -513,6 +547,35 @@ class TrainerKind final : public TrialKindRules {
           << ": a trial moved to another agent starts again from epoch 1 (set checkpoint_dir "
              "to a folder every server shares; docs/clusters.md)\n";
     }
+  }
+  // backend = "cuda" fails a trial as it starts on a CPU slot, as it would every trial here.
+  // The first trials the sweep draws show whether a varied backend asks for it.
+  Status CheckHere(bool gpus) const override {
+    if (gpus) return Status::Ok();
+    const auto backend_of = [](const nlohmann::json& options) {
+      const auto b = options.find("backend");
+      return b != options.end() && b->is_string() ? b->get<std::string>() : "";
+    };
+    std::string why;
+    if (backend_of(config_.trainer) == "cuda") why = "trainer.backend = \"cuda\"";
+    Result<std::unique_ptr<search::Sampler>> sampler = MakeSampler(config_);
+    const int64_t n = std::min<int64_t>(config_.sweep.max_trials, 10000);
+    for (int64_t i = 0; sampler.ok() && i < n; ++i) {
+      const std::optional<nlohmann::json> params = (*sampler)->Sample(i);
+      if (!params) break;
+      const std::string backend = backend_of(*params);
+      if (backend.empty()) continue;
+      why = backend == "cuda" ? "parameters.backend: trial " + std::to_string(i) + " draws \"cuda\""
+                              : "";
+      if (!why.empty()) break;
+    }
+    if (why.empty()) return Status::Ok();
+    const std::string& where = config_.where.backend.empty() ? config_.path : config_.where.backend;
+    return Status::InvalidArgument(
+        where + ": " + why +
+        ", and this machine has no GPU (its slots are CPU cores): such trials would fail as "
+        "they start here. Train on the CPU with backend = \"auto\" or \"cpu\", or run the "
+        "trials on GPU agents with --listen and --no-local");
   }
   // A cache folder the trials here cannot use costs every one of them the dataset's decoding
   // (they go on without it).

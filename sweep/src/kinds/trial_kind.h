@@ -41,8 +41,9 @@ class TrialKindRules {
   virtual bool checkpoints() const { return false; }
   // Each trial gets a folder of its own (its logs, room for its files).
   virtual bool folders() const { return false; }
-  // What this machine refuses where trials run here (a command's program missing).
-  virtual Status CheckHere() const { return Status::Ok(); }
+  // What this machine refuses where trials run here (a command's program missing, the GPU
+  // backend where the slots are CPU cores); `gpus`: its slots are GPUs.
+  virtual Status CheckHere(bool /*gpus*/) const { return Status::Ok(); }
   // Said once before trials run here, when something will cost every trial (an unusable
   // dataset cache).
   virtual void WarnHere(std::ostream& /*log*/) const {}

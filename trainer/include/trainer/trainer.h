@@ -266,6 +266,17 @@ struct DatasetSummary {
 Result<DatasetSummary> DescribeDataset(const DatasetSpec& spec, bool test,
                                        const std::string& cache_dir = "");
 
+// What Train() refuses of a training set of `samples` before it trains, with its messages: a
+// validation_fraction that leaves no sample to validate on, or fewer samples after the split
+// (and max_train_samples) than one optimizer step takes.
+Status CheckTrainingSetSize(const TrainOptions& options, int64_t samples);
+
+// The samples in the training set of `spec` where its files' headers say, without reading
+// their data: an IDX pair's (the test pair's headers are checked too, as a load checks them:
+// the type byte, the dimensions, images and labels of the same count). nullopt for CSV and
+// image folders.
+Result<std::optional<int64_t>> TrainingSamples(const DatasetSpec& spec);
+
 // format = "folder", checked without decoding anything: each folder exists and holds class
 // folders and at least one PNG or JPEG file; with on_bad_file = "error" no class folder is
 // empty; the test folder's classes are the training folder's. On failure *field names the
