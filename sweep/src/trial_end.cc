@@ -260,7 +260,7 @@ bool Coordinator::MetricNeverReported(int64_t number, const RunningTrial& t, Tri
            : " ended") +
       " without reporting the sweep's metric '" + metric + "'" +
       (t.metric_not_number ? " as a number (it came only as text, a bool, null or a list)" : "") +
-      "; it reported " + list + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+      "; it reported " + list + (hint.empty() ? "" : " (did you mean metric = \"" + hint + "\"?)") +
       ". A wrong [sweep] metric in the config: start the fixed config under a new name "
       "(--name). A wrong name in the program's reports: fix it and resume (this trial runs "
       "again)";

@@ -327,9 +327,11 @@ cpu_slots = 1
 )");
   Output o = Sweep("run m.toml");
   EXPECT_EQ(o.code, 1) << o.err;
-  EXPECT_NE(o.err.find("sweep: stopping: trial 0 ended without reporting the sweep's metric "
-                       "'val_accuracy'; it reported 'loss', 'val_acc' (did you mean 'val_acc'?)"),
-            std::string::npos)
+  EXPECT_NE(
+      o.err.find(
+          "sweep: stopping: trial 0 ended without reporting the sweep's metric "
+          "'val_accuracy'; it reported 'loss', 'val_acc' (did you mean metric = \"val_acc\"?)"),
+      std::string::npos)
       << o.err;
   EXPECT_NE(o.err.find("resume"), std::string::npos) << o.err;
   EXPECT_EQ(Query("SELECT status FROM sweeps WHERE name = 'misspelt'")[0][0], "interrupted");
