@@ -62,6 +62,15 @@ Result<toml::table> ParseToml(const Checker& c, std::string_view text, const std
         AtLineEnd(text, e.source().begin)) {
       what = "unterminated string (a closing quote is missing): " + what;
     }
+    // toml++ 3.3 garbles a quoted key's name here ('"x1x1" ' for "x1" after x1): the key is
+    // named as its line writes it.
+    if (const size_t at = what.find("cannot redefine existing "); at != std::string::npos) {
+      const std::string key = KeyBefore(text, e.source().begin);
+      const size_t quote = what.find('\'', at);
+      if (!key.empty() && quote != std::string::npos) {
+        what = what.substr(0, quote) + "'" + key + "' (a key defined twice in its table)";
+      }
+    }
     return c.Error(e.source(), "", what);
   }
 }

@@ -144,6 +144,9 @@ class Checker {
 // True when (line, column) is the end of a line: where a string that lacks its closing quote
 // runs into the newline.
 bool AtLineEnd(std::string_view text, const toml::source_position& at);
+// The key of the `key = value` line that (line, column) falls in, as written ("x1", "\"x1\""):
+// what the line has before the last '=' ahead of that column; empty when none.
+std::string KeyBefore(std::string_view text, const toml::source_position& at);
 
 // Finds a byte >= 0x80 outside strings and comments (where TOML forbids it).
 Status CheckNonAsciiPlacement(const Checker& c, std::string_view text);

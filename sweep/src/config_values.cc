@@ -210,6 +210,20 @@ bool AtLineEnd(std::string_view text, const toml::source_position& at) {
   return i >= text.size() || text[i] == '\n' || text[i] == '\r';
 }
 
+std::string KeyBefore(std::string_view text, const toml::source_position& at) {
+  size_t i = 0;
+  for (toml::source_index line = 1; line < at.line && i < text.size(); ++i) {
+    if (text[i] == '\n') ++line;
+  }
+  const std::string_view line = text.substr(i, std::min<size_t>(at.column - 1, text.size() - i));
+  const size_t eq = line.rfind('=');
+  if (eq == std::string_view::npos) return "";
+  std::string_view key = line.substr(0, eq);
+  while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.remove_prefix(1);
+  while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.remove_suffix(1);
+  return std::string(key);
+}
+
 Status CheckNonAsciiPlacement(const Checker& c, std::string_view text) {
   if (text.starts_with("\xff\xfe") || text.starts_with("\xfe\xff")) {
     return c.Error(toml::source_region{{1, 1}, {1, 1}, nullptr}, "",

@@ -155,7 +155,14 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
        {"bad.toml:1:8: Error while parsing table header"}},
       {"duplicate key",
        "[sweep]\nname = \"a\"\nname = \"b\"\n",
-       {"bad.toml:3:8:", "cannot redefine existing string 'name'"}},
+       {"bad.toml:3:8:",
+        "cannot redefine existing string 'name' (a key defined twice in its "
+        "table)"}},
+      {"duplicate key, quoted the second time",
+       "[sweep]\nname = \"a\"\n\"name\" = \"b\"\n",
+       {"bad.toml:3:10:",
+        "cannot redefine existing string '\"name\"' (a key defined twice in "
+        "its table)"}},
       {"duplicate table",
        "[sweep]\nname = \"a\"\n[sweep]\nseed = 1\n",
        {"bad.toml:3:1:", "cannot redefine existing table 'sweep'"}},
