@@ -117,14 +117,15 @@ class BadInputTest : public E2eTest {
     std::ofstream(dir_ / name, std::ios::binary) << bytes;
   }
 
-  // IDX headers of `n` 28x28 images and their labels, without the data: what a config reads.
-  void WriteIdxHeaders(const std::string& images, const std::string& labels, uint32_t n = 60000,
-                       char type = 0x08) {
+  // An IDX file pair of `n` blank 28x28 images (of data type `type`) and their labels.
+  void WriteIdx(const std::string& images, const std::string& labels, uint32_t n = 1000,
+                char type = 0x08) {
     std::string count(4, '\0');
     for (int i = 0; i < 4; ++i) count[i] = static_cast<char>(n >> (24 - 8 * i));
     WriteBytes(images, std::string("\0\0", 2) + type + '\x03' + count +
-                           std::string("\0\0\0\x1C\0\0\0\x1C", 8));
-    WriteBytes(labels, std::string("\0\0\x08\x01", 4) + count);
+                           std::string("\0\0\0\x1C\0\0\0\x1C", 8) +
+                           std::string(size_t{n} * 28 * 28, '\0'));
+    WriteBytes(labels, std::string("\0\0\x08\x01", 4) + count + std::string(n, '\0'));
   }
 
   std::vector<std::string> known_, stale_;
@@ -133,11 +134,10 @@ class BadInputTest : public E2eTest {
 // ---- malformed configs ----
 
 TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
-  WriteIdxHeaders("train-images", "train-labels");
-  WriteIdxHeaders("float-images", "float-labels", 60000, 0x0D);
-  WriteIdxHeaders("test-images", "test-labels", 10000);
-  WriteIdxHeaders("train-images", "short-labels", 59999);
-  WriteIdxHeaders("train-images", "train-labels");
+  WriteIdx("float-images", "float-labels", 1000, 0x0D);
+  WriteIdx("test-images", "test-labels", 500);
+  WriteIdx("train-images", "short-labels", 999);
+  WriteIdx("train-images", "train-labels");
   const std::string huge_budget = "\"1" + std::string(305, '0') + "d\"";  // 1e305 days
   const std::vector<Case> cases = {
       // -- TOML syntax --
@@ -570,21 +570,21 @@ TEST_F(BadInputTest, MalformedConfigsAreRefusedBeforeAnythingRuns) {
       {"fewer labels than images",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
        "train_images = \"train-images\", train_labels = \"short-labels\" }\n",
-       {"bad.toml:5:11: trainer.dataset: /", "/short-labels: 59999 labels for 60000 images in /"}},
+       {"bad.toml:5:11: trainer.dataset: /", "/short-labels: 999 labels for 1000 images in /"}},
       {"test labels of the training set",
        "[sweep]\nname = \"t\"\nmax_trials = 2\n[trainer]\ndataset = { format = \"idx\", "
        "train_images = \"train-images\", train_labels = \"train-labels\", test_images = "
        "\"test-images\", test_labels = \"train-labels\" }\n",
-       {"bad.toml:5:11: trainer.dataset: /", "/train-labels: 60000 labels for 10000 images in /"}},
+       {"bad.toml:5:11: trainer.dataset: /", "/train-labels: 1000 labels for 500 images in /"}},
       {"a batch larger than the training set",
-       Tr("", "batch_size = 60000\n"),
-       {"bad.toml:4:1: trainer: every trial would fail as it starts: training set has 54000 "
-        "samples after the validation split, fewer than batch_size 60000"}},
+       Tr("", "batch_size = 1000\n"),
+       {"bad.toml:6:14: trainer.batch_size: every trial would fail as it starts: training set "
+        "has 900 samples after the validation split, fewer than batch_size 1000"}},
       {"a varied batch larger than the training set",
-       Tr("", "accum_steps = 4\n", "[parameters]\nbatch_size = { values = [128, 16384] }\n"),
-       {"bad.toml:7:1: parameters: trial 1 would fail as it starts, with {\"batch_size\":16384}: "
-        "training set has 54000 samples after the validation split, fewer than batch_size * "
-        "accum_steps = 65536"}},
+       Tr("", "accum_steps = 4\n", "[parameters]\nbatch_size = { values = [128, 256] }\n"),
+       {"bad.toml:7:1: parameters: trial 1 would fail as it starts, with {\"batch_size\":256}: "
+        "training set has 900 samples after the validation split, fewer than batch_size * "
+        "accum_steps = 1024"}},
       {"devices in a sweep",
        Tr("", "devices = [1]\n"),
        {"bad.toml:6:11: trainer.devices: a sweep gives each trial the GPUs of the slots it runs "
@@ -881,7 +881,7 @@ TEST_F(BadInputTest, TheGpuBackendIsRefusedWhereTheSlotsAreCpuCores) {
   if (Sweep("devices").out.find("no CUDA device") == std::string::npos) {
     GTEST_SKIP() << "this machine has a GPU";
   }
-  WriteIdxHeaders("train-images", "train-labels");
+  WriteIdx("train-images", "train-labels");
   const std::string advice =
       ", and this machine has no GPU (its slots are CPU cores): such trials would fail as they "
       "start here. Train on the CPU with backend = \"auto\" or \"cpu\", or run the trials on GPU "
@@ -909,7 +909,7 @@ struct CommandCase {
 TEST_F(BadInputTest, TrainRefusesBadSetValues) {
   Write("b.toml", Fn({}));
   Write("t.toml", Tr());
-  WriteIdxHeaders("train-images", "train-labels");
+  WriteIdx("train-images", "train-labels");
   const std::vector<CommandCase> cases = {
       // function trials: parameters are numbers
       {"train b.toml --set x1=abc --set x2=1",

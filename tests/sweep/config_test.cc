@@ -18,9 +18,10 @@ class ConfigTest : public ::testing::Test {
   void SetUp() override {
     char tmpl[] = "/tmp/sweep-config-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
-    // Headers only: the config reads them (types, counts, the images' shape), not the data.
-    const std::string images("\0\0\x08\x03\0\0\xEA\x60\0\0\0\x1C\0\0\0\x1C", 16);  // 60000 28x28
-    const std::string labels("\0\0\x08\x01\0\0\xEA\x60", 8);
+    // 1000 blank 28x28 images: the config reads their headers and checks the files' sizes.
+    const std::string images = std::string("\0\0\x08\x03\0\0\x03\xE8\0\0\0\x1C\0\0\0\x1C", 16) +
+                               std::string(1000 * 28 * 28, '\0');
+    const std::string labels = std::string("\0\0\x08\x01\0\0\x03\xE8", 8) + std::string(1000, '\0');
     for (const char* f : {"train-images", "test-images"}) std::ofstream(dir_ / f) << images;
     for (const char* f : {"train-labels", "test-labels"}) std::ofstream(dir_ / f) << labels;
   }
@@ -605,6 +606,13 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
       ParseConfig(TrainerConfig("batch_size = { values = [2, 128] }") + "[trial]\ngpus = 2\n",
                   "n.toml")
           .ok());
+  // [trainer] values a varied parameter overrides in every trial are not refused for what
+  // they would do alone: nesterov with momentum 0, a batch larger than the training set.
+  auto overridden = ParseConfig(TrainerConfig("momentum = { values = [0.9, 0.5] }\n"
+                                              "batch_size = { values = [32, 64] }") +
+                                    "nesterov = true\nmomentum = 0.0\nbatch_size = 1000\n",
+                                "n.toml");
+  EXPECT_TRUE(overridden.ok()) << overridden.status().message();
   // A sweep's trials train on their slots' GPUs: `devices` would be ignored on GPU slots and
   // fail every trial on CPU slots, in [trainer] or varied.
   const std::string why =
@@ -640,8 +648,8 @@ TEST_F(BadConfigTest, TrainerOptionsThatDoNotGoTogether) {
 // A CNN's stages against the images the dataset's header describes, for each trial the sweep
 // will run: channels varied as lists, one of them too deep for 28x28 images.
 TEST_F(BadConfigTest, CnnStagesAreCheckedAgainstTheImages) {
-  std::vector<char> idx = {0, 0, 0x08, 3, 0, 0, char(0xEA), 0x60, 0, 0, 0, 28, 0, 0, 0, 28};
-  idx.resize(idx.size() + 2 * 28 * 28);
+  std::vector<char> idx = {0, 0, 0x08, 3, 0, 0, 0x03, char(0xE8), 0, 0, 0, 28, 0, 0, 0, 28};
+  idx.resize(idx.size() + 1000 * 28 * 28);
   std::ofstream(dir_ / "train-images", std::ios::binary).write(idx.data(), idx.size());
   auto ok = ParseConfig(
       TrainerConfig("model = \"cnn\"\nchannels = { values = [[16, 32], [32, 64]] }"), "c.toml");

@@ -86,19 +86,19 @@ std::string IdxError(const TempDir& dir, const std::vector<uint8_t>& img,
   return ds.ok() ? "" : ds.status().message();
 }
 
-// What a config reads before a sweep starts: the headers, never the data. A header of a
+// What a config reads before a sweep starts: the headers, never gzipped data. A header of a
 // million images with none after it is counted; one the load would refuse is refused the same.
 TEST(IdxErrors, TrainingSamplesReadsOnlyTheHeaders) {
   TempDir dir;
   WriteBytes(dir / "img", IdxBytes({1000000, 28, 28}, {}), true);
-  WriteBytes(dir / "lbl", IdxBytes({1000000}, {}), false);
+  WriteBytes(dir / "lbl", IdxBytes({1000000}, {}), true);
   DatasetSpec spec;
   spec.train_images = dir / "img";
   spec.train_labels = dir / "lbl";
   Result<std::optional<int64_t>> n = TrainingSamples(spec);
   ASSERT_TRUE(n.ok()) << n.status().message();
   EXPECT_EQ(*n, 1000000);
-  WriteBytes(dir / "few", IdxBytes({999}, {}), false);
+  WriteBytes(dir / "few", IdxBytes({999}, {}), true);
   spec.test_images = dir / "img";
   spec.test_labels = dir / "few";
   n = TrainingSamples(spec);
@@ -110,6 +110,18 @@ TEST(IdxErrors, TrainingSamplesReadsOnlyTheHeaders) {
   ASSERT_FALSE(n.ok());
   EXPECT_EQ(n.status().message(),
             (dir / "few") + ": expected an IDX image file (3 dimensions), found 1 dimension");
+  // Test images of another shape, and an uncompressed file cut short, are found unread.
+  WriteBytes(dir / "wide", IdxBytes({999, 14, 56}, {}), true);
+  spec.test_images = dir / "wide";
+  n = TrainingSamples(spec);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().message(), (dir / "wide") + ": images of 14x56, the training set's 28x28");
+  WriteBytes(dir / "cut", IdxBytes({999, 28, 28}, std::vector<uint8_t>(28 * 28 * 500 + 3)), false);
+  spec.test_images = dir / "cut";
+  n = TrainingSamples(spec);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.status().message(),
+            (dir / "cut") + ": expected 999 images of 28x28, found 500 and part of another");
   spec.format = "csv";
   n = TrainingSamples(spec);
   ASSERT_TRUE(n.ok());

@@ -290,6 +290,12 @@ TEST(Train, DatasetErrorsNameTheFile) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
             (dir / "odd-images") + ": samples have 4 features, the training set's 36");
+  // As many values as the training set's 6x6, laid out otherwise: the shapes are named.
+  WriteBytes(dir / "odd-images", IdxBytes({1, 3, 12}, std::vector<uint8_t>(36, 7)), false);
+  r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            (dir / "odd-images") + ": samples of 3x12, the training set's 6x6");
 
   o = BlobOptions(dir);
   o.batch_size = 400;

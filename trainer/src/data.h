@@ -96,9 +96,14 @@ Status CheckTrainingLabels(const Dataset& data);
 
 // Decoders, uncached. Errors name the file ("labels.gz: expected 60000 labels, found 59999").
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path);
-// The samples an IDX image and label file pair holds, from their headers only (checked as
-// LoadIdx checks them; the data itself is not read).
-Result<int64_t> IdxSamples(const std::string& images_path, const std::string& labels_path);
+// An IDX image and label file pair, from their headers only, checked as LoadIdx checks them;
+// an uncompressed file's size is checked against its header too (a gzipped one's data is not
+// read).
+struct IdxPair {
+  int64_t count = 0;
+  std::string shape;  // of an image: "28x28"
+};
+Result<IdxPair> ReadIdxPairHeaders(const std::string& images_path, const std::string& labels_path);
 // label_column counts from 0; a negative one counts from the end (-1: the last column).
 // `header`: whether the first row is column names; unset: it is when its label field is not a
 // number (a first row with a bad feature value is data, and its error is reported).

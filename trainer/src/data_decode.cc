@@ -10,8 +10,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <string_view>
+#include <tuple>
 
 namespace sweep::trainer {
 namespace {
@@ -58,6 +60,9 @@ class ZFile {
     }
     return Status::Ok();
   }
+
+  // Whether the file is read as it is (not gzip data); known once something was read.
+  bool raw() const { return gzdirect(f_) == 1; }
 
   // Reads the rest of the file through a small buffer; *rest: how many bytes it held.
   Status Skip(uint64_t* rest) {
@@ -172,6 +177,25 @@ Status ReadIdxHeader(ZFile& f, const std::string& path, bool labels, IdxFile* ou
   return Status::Ok();
 }
 
+// The file's data after its header, `data` bytes, must be the items the header declares.
+Status CheckIdxData(const std::string& path, bool labels, const IdxFile& h, uint64_t data_bytes) {
+  const auto data = static_cast<int64_t>(data_bytes);
+  const int64_t item = h.item, count = h.dims[0];
+  const int64_t found = data / item;
+  const std::string plural = std::string(labels ? "label" : "image") + "s";
+  if (found != count) {
+    return Status::Corruption(path + ": expected " + std::to_string(count) + " " + plural +
+                              (labels ? "" : " of " + h.shape) + ", found " +
+                              std::to_string(found) +
+                              (data % item != 0 ? " and part of another" : ""));
+  }
+  if (data % item != 0) {
+    return Status::Corruption(path + ": " + std::to_string(data % item) + " stray bytes after " +
+                              std::to_string(count) + " " + plural);
+  }
+  return Status::Ok();
+}
+
 // Reads and checks an IDX file of unsigned bytes (see ReadIdxHeader). The item count in the
 // header must match the data exactly.
 Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
@@ -179,27 +203,14 @@ Result<IdxFile> ReadIdx(const std::string& path, bool labels) {
   SWEEP_RETURN_IF_ERROR(f.Open(path));
   IdxFile out;
   SWEEP_RETURN_IF_ERROR(ReadIdxHeader(f, path, labels, &out));
-  const std::string_view kind = labels ? "label" : "image";
   const int64_t item = out.item;
-  const std::string& shape = out.shape;
   const int64_t count = out.dims[0];
   // The data the header declares, and no more: what follows it is only counted.
   const auto declared = static_cast<uint64_t>(count) * static_cast<uint64_t>(item);
   SWEEP_RETURN_IF_ERROR(f.Append(declared, &out.bytes));
   uint64_t rest = 0;
   if (out.bytes.size() == declared) SWEEP_RETURN_IF_ERROR(f.Skip(&rest));
-  const auto data = static_cast<int64_t>(out.bytes.size() + rest);
-  const int64_t found = data / item;
-  const std::string plural = std::string(kind) + "s";
-  if (found != count) {
-    return Status::Corruption(path + ": expected " + std::to_string(count) + " " + plural +
-                              (labels ? "" : " of " + shape) + ", found " + std::to_string(found) +
-                              (data % item != 0 ? " and part of another" : ""));
-  }
-  if (data % item != 0) {
-    return Status::Corruption(path + ": " + std::to_string(data % item) + " stray bytes after " +
-                              std::to_string(count) + " " + plural);
-  }
+  SWEEP_RETURN_IF_ERROR(CheckIdxData(path, labels, out, out.bytes.size() + rest));
   out.bytes.shrink_to_fit();
   return out;
 }
@@ -273,15 +284,25 @@ std::string Quote(std::string_view s) {
 
 }  // namespace
 
-Result<int64_t> IdxSamples(const std::string& images_path, const std::string& labels_path) {
+Result<IdxPair> ReadIdxPairHeaders(const std::string& images_path, const std::string& labels_path) {
   IdxFile images, labels;
-  ZFile fi, fl;
-  SWEEP_RETURN_IF_ERROR(fi.Open(images_path));
-  SWEEP_RETURN_IF_ERROR(ReadIdxHeader(fi, images_path, /*labels=*/false, &images));
-  SWEEP_RETURN_IF_ERROR(fl.Open(labels_path));
-  SWEEP_RETURN_IF_ERROR(ReadIdxHeader(fl, labels_path, /*labels=*/true, &labels));
+  for (auto [path, is_labels, out] :
+       {std::tuple{&images_path, false, &images}, std::tuple{&labels_path, true, &labels}}) {
+    ZFile f;
+    SWEEP_RETURN_IF_ERROR(f.Open(*path));
+    SWEEP_RETURN_IF_ERROR(ReadIdxHeader(f, *path, is_labels, out));
+    // An uncompressed file's data is its size less its header: a cut file is found unread.
+    if (f.raw()) {
+      std::error_code ec;
+      const uintmax_t size = std::filesystem::file_size(*path, ec);
+      const uint64_t header = 4 + 4 * out->dims.size();
+      if (!ec && size >= header) {
+        SWEEP_RETURN_IF_ERROR(CheckIdxData(*path, is_labels, *out, size - header));
+      }
+    }
+  }
   SWEEP_RETURN_IF_ERROR(CheckIdxCounts(images_path, images.dims[0], labels_path, labels.dims[0]));
-  return images.dims[0];
+  return IdxPair{images.dims[0], images.shape};
 }
 
 Result<DatasetPtr> LoadIdx(const std::string& images_path, const std::string& labels_path) {

@@ -105,10 +105,19 @@ Result<RunData> LoadRunData(const TrainOptions& o) {
     SWEEP_ASSIGN_OR_RETURN(d.test, LoadCached(dataset, /*test=*/true, cache_dir));
     const Dataset& test = *d.test;
     const Result<TensorShape> test_shape = SampleShape(test, o.dataset);
-    if (test.dim != train.dim || (test_shape.ok() && !(*test_shape == d.input))) {
+    if (test.dim != train.dim) {
       return Status::InvalidArgument(o.dataset.test_images + ": samples have " +
                                      std::to_string(test.dim) + " features, the training set's " +
                                      std::to_string(train.dim));
+    }
+    // As many values, laid out otherwise (14x56 images against 28x28): the shapes say it.
+    if (test_shape.ok() && !(*test_shape == d.input)) {
+      auto text = [](const TensorShape& s) {
+        return std::to_string(s.h) + "x" + std::to_string(s.w) +
+               (s.c > 1 ? "x" + std::to_string(s.c) : "");
+      };
+      return Status::InvalidArgument(o.dataset.test_images + ": samples of " + text(*test_shape) +
+                                     ", the training set's " + text(d.input));
     }
     if (test.class_names != train.class_names) {
       return Status::InvalidArgument(o.dataset.test_images +
@@ -155,22 +164,25 @@ Status CheckTrainingSetSize(const TrainOptions& o, int64_t samples) {
   if (n_train < step_samples) {
     return Status::InvalidArgument(
         "training set has " + std::to_string(n_train) + (n_train == 1 ? " sample" : " samples") +
-        " after the validation split, fewer than " +
+        (n_val > 0 ? " after the validation split" : "") + ", fewer than " +
         (K == 1 ? "batch_size " : "batch_size * accum_steps = ") + std::to_string(step_samples));
   }
   return Status::Ok();
 }
 
 Result<std::optional<int64_t>> TrainingSamples(const DatasetSpec& spec) {
-  if (spec.format != "idx") return std::optional<int64_t>();
-  std::optional<int64_t> train;
-  if (!spec.train_images.empty()) {
-    SWEEP_ASSIGN_OR_RETURN(train, IdxSamples(spec.train_images, spec.train_labels));
-  }
+  if (spec.format != "idx" || spec.train_images.empty()) return std::optional<int64_t>();
+  SWEEP_ASSIGN_OR_RETURN(const IdxPair train,
+                         ReadIdxPairHeaders(spec.train_images, spec.train_labels));
   if (!spec.test_images.empty()) {
-    SWEEP_RETURN_IF_ERROR(IdxSamples(spec.test_images, spec.test_labels).status());
+    SWEEP_ASSIGN_OR_RETURN(const IdxPair test,
+                           ReadIdxPairHeaders(spec.test_images, spec.test_labels));
+    if (test.shape != train.shape) {
+      return Status::InvalidArgument(spec.test_images + ": images of " + test.shape +
+                                     ", the training set's " + train.shape);
+    }
   }
-  return train;
+  return std::optional<int64_t>(train.count);
 }
 
 Result<GroupSpec> GroupSpecOf(const TrainOptions& o, const RunData& d) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -297,16 +298,38 @@ Status CheckSharedOptions(const Checker& c, const ParseState& ps, const toml::ta
   // Only for a new sweep: `sweep train` sets its own layout (--threads, --set replicas=...)
   // after this, and a stored sweep is taken as it was recorded.
   if (!replicas_given && ps.use == ConfigUse::kSweep) shared->merged.replicas = cfg.trial.slots;
-  if (Status v = trainer::Validate(shared->merged); !v.ok()) {
+  // A varied parameter overrides [trainer] in each trial: what fails here may not fail in any.
+  // Then a new sweep's trials are checked one by one (CheckTrainerTrials), and `sweep train`'s
+  // once its --set values are in.
+  const bool varied = std::any_of(ps.params.begin(), ps.params.end(), [](const ParamEntry& e) {
+    return e.parameter.distribution.kind != search::Distribution::Kind::kConstant;
+  });
+  if (Status v = trainer::Validate(shared->merged); !v.ok() && !varied) {
     const std::string msg = "the options every trial shares do not go together: " + v.message();
     return table != nullptr ? c.Error(*table, "trainer", msg) : c.FileError(msg);
   }
-  if (!ps.check_dataset) return Status::Ok();
+  // The training set's size against one step's batch, when no trial varies what it depends on.
+  const bool size_varies = std::any_of(ps.params.begin(), ps.params.end(), [](const ParamEntry& e) {
+    static const std::set<std::string, std::less<>> kSizeKeys = {
+        "batch_size", "accum_steps", "validation_fraction", "max_train_samples"};
+    return e.parameter.distribution.kind != search::Distribution::Kind::kConstant &&
+           kSizeKeys.contains(e.parameter.name);
+  });
+  if (!ps.check_dataset || size_varies) return Status::Ok();
   SWEEP_ASSIGN_OR_RETURN(const std::optional<int64_t> samples,
                          trainer::TrainingSamples(shared->merged.dataset));
   if (!samples) return Status::Ok();
   if (Status v = trainer::CheckTrainingSetSize(shared->merged, *samples); !v.ok()) {
+    // Said at the batch size, where it was set.
+    const toml::node* at = table != nullptr ? table->get("batch_size") : nullptr;
+    std::string key = "trainer.batch_size";
+    for (const ParamEntry& e : ps.params) {
+      if (at == nullptr && e.parameter.name == "batch_size") {
+        at = e.node, key = "parameters.batch_size";
+      }
+    }
     const std::string msg = "every trial would fail as it starts: " + v.message();
+    if (at != nullptr) return c.Error(*at, key, msg);
     return table != nullptr ? c.Error(*table, "trainer", msg) : c.FileError(msg);
   }
   return Status::Ok();
@@ -558,6 +581,9 @@ class TrainerKind final : public TrialKindRules {
     };
     std::string why;
     if (backend_of(config_.trainer) == "cuda") why = "trainer.backend = \"cuda\"";
+    const search::Parameter* param = config_.search.space.Find("backend");
+    const bool constant_backend =
+        param != nullptr && param->distribution.kind == search::Distribution::Kind::kConstant;
     Result<std::unique_ptr<search::Sampler>> sampler = MakeSampler(config_);
     const int64_t n = std::min<int64_t>(config_.sweep.max_trials, 10000);
     for (int64_t i = 0; sampler.ok() && i < n; ++i) {
@@ -565,8 +591,10 @@ class TrainerKind final : public TrialKindRules {
       if (!params) break;
       const std::string backend = backend_of(*params);
       if (backend.empty()) continue;
-      why = backend == "cuda" ? "parameters.backend: trial " + std::to_string(i) + " draws \"cuda\""
-                              : "";
+      why = backend != "cuda" ? ""
+            : constant_backend
+                ? "parameters.backend = \"cuda\""
+                : "parameters.backend: trial " + std::to_string(i) + " draws \"cuda\"";
       if (!why.empty()) break;
     }
     if (why.empty()) return Status::Ok();
