@@ -170,7 +170,7 @@ class ClusterCommands final : public CommandGroup {
   }
 
   int Render() {
-    auto cfg = LoadConfig(config_path_, ConfigUse::kView);
+    auto cfg = LoadConfig(config_path_, ConfigUse::kSweepElsewhere);
     if (!cfg.ok()) return Fail(cfg.status());
     k8s_sweep_.sweep_name = cfg->sweep.name;
     k8s_sweep_.config_file = std::filesystem::path(config_path_).filename().string();

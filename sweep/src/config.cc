@@ -581,7 +581,7 @@ Status CheckAcrossTables(const Checker& c, const ParseState& ps, SweepConfig* cf
   SWEEP_RETURN_IF_ERROR(ParseStopWhen(c, ps, cfg));
   SWEEP_RETURN_IF_ERROR(BuildSpace(c, ps, cfg));
   const KindConfig& kind = KindConfigOf(cfg->trial.kind);
-  if (kind.check_trials != nullptr && ps.use == ConfigUse::kSweep) {
+  if (kind.check_trials != nullptr && ps.new_sweep) {
     const toml::node* where = ps.Table("parameters") ? (*ps.root)["parameters"].node() : nullptr;
     SWEEP_RETURN_IF_ERROR(kind.check_trials(c, *cfg, where));
   }

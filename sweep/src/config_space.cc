@@ -254,8 +254,7 @@ Status SetGridTrialCount(const Checker& c, const ParseState& ps, SweepConfig* cf
 Status SetDrawnTrialCount(const Checker& c, const ParseState& ps, SweepConfig* cfg) {
   if (ps.max_trials) {
     cfg->sweep.max_trials = *ps.max_trials;
-  } else if (cfg->trial.longest_first &&
-             (ps.use == ConfigUse::kSweep || ps.use == ConfigUse::kResume) &&
+  } else if (cfg->trial.longest_first && (ps.new_sweep || ps.use == ConfigUse::kResume) &&
              ps.order_node != nullptr) {
     // It starts the heaviest of the trials drawn ahead: with no end to the draw, it would
     // start only the heaviest the sampler can give.
@@ -283,7 +282,7 @@ Status CheckTpeSweep(const Checker& c, const ParseState& ps, const SweepConfig& 
   }
   // Every trial would be a startup trial: random search under another name.
   if (!cfg.sweep.unbounded_trials && cfg.search.tpe.n_startup_trials >= cfg.sweep.max_trials &&
-      (ps.use == ConfigUse::kSweep || ps.use == ConfigUse::kResume)) {
+      (ps.new_sweep || ps.use == ConfigUse::kResume)) {
     const toml::node* at = ps.search_table->get("n_startup_trials");
     return c.Error(at != nullptr ? *at : *ps.algorithm_node, "search.n_startup_trials",
                    std::to_string(cfg.search.tpe.n_startup_trials) +

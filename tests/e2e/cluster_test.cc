@@ -538,4 +538,30 @@ TEST_F(K8sTest, TrialFoldersOutsideTheSharedClaimAreSaidOrRefused) {
   }
 }
 
+// A config rendered for a cluster is a new sweep's, checked as `run` checks one, but not against
+// this machine's files (its dataset is the pods'): what the coordinator's pod would refuse is
+// refused here, before anything is applied.
+TEST_F(K8sTest, RenderChecksTheConfigAsANewSweepWithoutItsDataset) {
+  const std::string render = " --agents 2 --gpus-per-agent 1 --image reg.example/sweep:1";
+  const std::string trainer =
+      "[sweep]\nname = \"net\"\nmax_trials = 4\n[trainer]\ndataset = \"/data/fashion\"\n";
+  Write("d.toml", trainer + "devices = [0]\n");
+  Output o = Sweep("k8s render d.toml" + render);
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.err.find("d.toml:6:11: trainer.devices: a sweep gives each trial the GPUs of the "
+                       "slots it runs on"),
+            std::string::npos)
+      << o.err;
+  Write("m.toml", trainer + "nesterov = true\n[parameters]\nmomentum = { values = [0.9, 0.0] }\n");
+  o = Sweep("k8s render m.toml" + render);
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.err.find("would fail as it starts, with {\"momentum\":0.0}: nesterov: needs "
+                       "momentum > 0"),
+            std::string::npos)
+      << o.err;
+  Write("ok.toml", trainer + "[parameters]\nlr = { values = [0.1, 0.2] }\n");
+  o = Sweep("k8s render ok.toml" + render);
+  EXPECT_EQ(o.code, 0) << o.err;
+}
+
 }  // namespace

@@ -131,7 +131,9 @@ inline constexpr int64_t kUnboundedTrials = int64_t{1} << 40;
 // dataset=...`), so the config's is not looked for. kResume: a stored config a sweep goes on
 // with, checked as a sweep's. A stored config (kView, kResume) is not refused for what only
 // later versions refuse in a new config (a sweep started before must still be resumed, shown).
-enum class ConfigUse { kSweep, kOneTrial, kView, kOneTrialOtherDataset, kResume };
+// kSweepElsewhere: a new sweep whose coordinator runs on another machine (`k8s render`),
+// checked as a new sweep's, but not against this machine's files.
+enum class ConfigUse { kSweep, kOneTrial, kView, kOneTrialOtherDataset, kResume, kSweepElsewhere };
 
 // Reads and validates `path`. InvalidArgument (with file:line:column) for every user error;
 // NotFound/IoError when the file cannot be read.

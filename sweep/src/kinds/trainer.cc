@@ -215,7 +215,7 @@ Status ParseTrainerKeys(const Checker& c, const ParseState& ps, const toml::tabl
                      "each trial gets a checkpoint file of its own; set [trial] "
                      "checkpoint_dir to choose where they go");
     }
-    if (key == "devices" && ps.use == ConfigUse::kSweep) {
+    if (key == "devices" && ps.new_sweep) {
       return c.Error(v, "trainer." + key, std::string(kDevicesInASweep));
     }
     if (key == "backend") cfg->where.backend = c.Where(v.source());
@@ -251,7 +251,7 @@ Status ApplyTrainerParameters(const Checker& c, ParseState* ps, const std::files
         e.parameter.distribution.kind == search::Distribution::Kind::kConstant) {
       ResolveRelativeTo(e.parameter.distribution.values[0], base);
     }
-    if (e.parameter.name == "devices" && ps->use == ConfigUse::kSweep) {
+    if (e.parameter.name == "devices" && ps->new_sweep) {
       return c.Error(*e.node, "parameters.devices", std::string(kDevicesInASweep));
     }
     if (e.parameter.name == "backend") cfg->where.backend = c.Where(e.node->source());
@@ -297,7 +297,7 @@ Status CheckSharedOptions(const Checker& c, const ParseState& ps, const toml::ta
                   [](const ParamEntry& e) { return e.parameter.name == "replicas"; });
   // Only for a new sweep: `sweep train` sets its own layout (--threads, --set replicas=...)
   // after this, and a stored sweep is taken as it was recorded.
-  if (!replicas_given && ps.use == ConfigUse::kSweep) shared->merged.replicas = cfg.trial.slots;
+  if (!replicas_given && ps.new_sweep) shared->merged.replicas = cfg.trial.slots;
   // A varied parameter overrides [trainer] in each trial: what fails here may not fail in any.
   // Then a new sweep's trials are checked one by one (CheckTrainerTrials), and `sweep train`'s
   // once its --set values are in.
