@@ -37,8 +37,13 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
       << " search, "
       << (config.sweep.unbounded_trials ? std::string("no trial limit")
                                         : std::to_string(config.sweep.max_trials) + " trial(s)")
-      << "): the config and this machine check out; the first " << at_once
-      << " trial(s) it would start:\n";
+      << "): the config and this machine check out; ";
+  if (slots.empty()) {
+    // How many start at once is up to the agents that join.
+    out << "the first trial it would start, once an agent joins:\n";
+  } else {
+    out << "the first " << at_once << " trial(s) it would start:\n";
+  }
   if (config.trial.longest_first) {
     out << "(order = \"longest_first\" starts the heaviest of the whole sweep first; these are "
            "the sampler's first)\n";

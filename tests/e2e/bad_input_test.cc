@@ -897,6 +897,15 @@ TEST_F(BadInputTest, TheGpuBackendIsRefusedWhereTheSlotsAreCpuCores) {
   Write("a.toml", Tr("", "backend = \"auto\"\n"));
   Output dry = Sweep("run a.toml --dry-run");
   EXPECT_EQ(dry.code, 0) << dry.err;
+  // Trials that run on agents only are the agents' to place.
+  Write("tok", std::string(64, 'a') + "\n");
+  fs::permissions(dir_ / "tok", fs::perms::owner_read | fs::perms::owner_write);
+  Output agents = Sweep("run c.toml --dry-run --listen 127.0.0.1:0 --token-file tok --no-local");
+  EXPECT_EQ(agents.code, 0) << agents.err;
+  EXPECT_NE(agents.out.find("the first trial it would start, once an agent joins:\ntrial 0 on "
+                            "an agent's slots: "),
+            std::string::npos)
+      << agents.out;
 }
 
 struct CommandCase {
