@@ -5,7 +5,9 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "kinds/trial_kind.h"
 #include "output.h"
+#include "progress.h"
 #include "search/space.h"
 
 namespace sweep {
@@ -27,11 +29,37 @@ std::string CarryPlan::Summary() const {
     for (const auto& [why, n] : left) {
       s += std::string(first ? " " : ", ") + std::to_string(n) + " " + why;
       if (why == "outside this space" && !first_outside.empty()) s += " (" + first_outside + ")";
+      if (why == "of another length" && !first_length.empty()) s += " (" + first_length + ")";
       first = false;
     }
   }
   return s;
 }
+
+namespace {
+
+// Results that would not compare: the trials were ranked the other way (pruned for being good),
+// or evaluated another function.
+Status CheckSameTrials(const SweepConfig& old, const SweepConfig& config, const std::string& from) {
+  const std::string said = "--from " + from + ": ";
+  if (old.sweep.metric == config.sweep.metric && old.sweep.maximize != config.sweep.maximize) {
+    auto mode = [](bool max) { return std::string(max ? "\"max\"" : "\"min\""); };
+    return Status::InvalidArgument(
+        said + "its trials were ranked with mode = " + mode(old.sweep.maximize) + " on '" +
+        config.sweep.metric + "', this config's with " + mode(config.sweep.maximize) +
+        ": its pruned trials were stopped for what this sweep calls good; nothing to carry over");
+  }
+  if (config.trial.kind == TrialKind::kFunction) {
+    const std::string was = old.function.value("name", ""), is = config.function.value("name", "");
+    if (was != is) {
+      return Status::InvalidArgument(said + "its trials evaluated " + was + ", this config's " +
+                                     is + ": their results would not compare");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
                                 const std::string& from) {
@@ -48,6 +76,12 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
         " trials, and this config's are " + std::string(ToString(config.trial.kind)) +
         "; nothing to carry over");
   }
+  if (old_config.ok()) SWEEP_RETURN_IF_ERROR(CheckSameTrials(*old_config, config, from));
+  // What a trial runs to under each config: a trial that ran another length did not run this
+  // sweep's trial (its rungs, its end).
+  std::unique_ptr<TrialKindRules> old_kind, new_kind = MakeTrialKindRules(config);
+  if (old_config.ok()) old_kind = MakeTrialKindRules(*old_config);
+  const std::string unit = config.trial.kind == TrialKind::kTrainer ? " epochs" : " steps";
   CarryPlan plan;
   plan.from = rec.name;
   plan.from_id = rec.id;
@@ -67,6 +101,17 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
       }
       ++plan.left["outside this space"];
       continue;
+    }
+    if (old_kind != nullptr) {
+      const std::optional<double> was = old_kind->Length(params), is = new_kind->Length(params);
+      if (was && is && *was != *is) {
+        if (plan.first_length.empty()) {
+          plan.first_length = "trial " + std::to_string(t.number) + " ran " + FormatMetric(*was) +
+                              unit + ", this config's run " + FormatMetric(*is);
+        }
+        ++plan.left["of another length"];
+        continue;
+      }
     }
     const json metrics = json::parse(t.metrics_json, nullptr, /*allow_exceptions=*/false);
     auto m = metrics.is_object() ? metrics.find(config.sweep.metric) : metrics.end();

@@ -69,15 +69,17 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
           "'; expected pending, running, completed, pruned, failed or interrupted"));
     }
   }
-  q.sort = sort;
+  // The tables, CSV and JSON call the number column "trial".
+  const std::string sort_key = sort == "trial" ? "number" : sort == "-trial" ? "-number" : sort;
+  q.sort = sort_key;
   auto trials = (*st)->Trials(sw->id, q);
   if (!trials.ok()) return Fail(trials.status());
   // A key that is no column is a metric (metric.NAME, or NAME) or a hyperparameter (param.NAME,
   // or NAME). A bare NAME that is both is the hyperparameter, as the CSV's columns name them
   // (`lr`, the trainer's metric too, and `metric.lr`). One that no trial has would sort nothing:
   // say so, with what would.
-  const bool descending = sort.starts_with("-");
-  std::string key = sort.substr(descending ? 1 : 0);
+  const bool descending = sort_key.starts_with("-");
+  std::string key = sort_key.substr(descending ? 1 : 0);
   const std::vector<std::string> columns = {"number",  "status", "objective",
                                             "started", "ended",  "epochs"};
   const bool by_key = std::find(columns.begin(), columns.end(), key) == columns.end();
@@ -253,10 +255,11 @@ class QueryCommandsImpl final : public CommandGroup {
     AddQueryOptions(trials_cmd_, true, true);
     trials_cmd_->add_option("--status", status_filter_, "only trials in this state");
     trials_cmd_
-        ->add_option("--sort", sort_,
-                     "number, status, objective, started, ended, epochs, a metric (NAME or "
-                     "metric.NAME), or a hyperparameter (NAME or param.NAME); -KEY for "
-                     "descending")
+        ->add_option(
+            "--sort", sort_,
+            "number (or trial), status, objective, started, ended, epochs, a metric (NAME or "
+            "metric.NAME), or a hyperparameter (NAME or param.NAME); -KEY for "
+            "descending")
         ->capture_default_str();
     trials_cmd_->footer("Example: sweep trials fashion-mlp --sort -val_acc --csv > trials.csv");
     status_cmd_ = app.add_subcommand("status", "counts, running trials, best so far");

@@ -1687,6 +1687,39 @@ TEST_F(ResumeTest, ARunFromAnEarlierSweepCarriesItsTrialsOver) {
             "8");
 }
 
+// Results that would not compare stay behind: trials of another length (their last step is not
+// this sweep's, nor are their rungs), and no trial of a sweep ranked in the other mode or of
+// another function is carried over.
+TEST_F(ResumeTest, ARunFromCarriesOnlyTrialsThatRanThisSweepsTrial) {
+  Write("nine.toml",
+        sweep_e2e::BraninConfig("nine", 6, "max_concurrent = 1\nseed = 4\n", "steps = 9\n"));
+  ASSERT_EQ(Sweep("run nine.toml").code, 0);
+  Write("three.toml",
+        sweep_e2e::BraninConfig("three", 2, "max_concurrent = 1\nseed = 4\n", "steps = 3\n"));
+  Output three = Sweep("run three.toml --from nine");
+  ASSERT_EQ(three.code, 0) << three.err;
+  EXPECT_NE(three.err.find("carried over 0 of 6 trial(s) from 'nine'; not carried: 6 of another "
+                           "length (trial 0 ran 9 steps, this config's run 3)"),
+            std::string::npos)
+      << three.err;
+  std::string max = sweep_e2e::BraninConfig("max", 2, "metric = \"value\"\nmode = \"max\"\n");
+  Write("max.toml", max);
+  Output flipped = Sweep("run max.toml --from nine");
+  EXPECT_EQ(flipped.code, 2);
+  EXPECT_NE(flipped.err.find("--from nine: its trials were ranked with mode = \"min\" on "
+                             "'value', this config's with \"max\""),
+            std::string::npos)
+      << flipped.err;
+  std::string sphere = sweep_e2e::BraninConfig("sphere", 2, "", "steps = 9\n");
+  sphere.replace(sphere.find("\"branin\""), 8, "\"sphere\"");
+  Write("sphere.toml", sphere);
+  Output other = Sweep("run sphere.toml --from nine");
+  EXPECT_EQ(other.code, 2);
+  EXPECT_NE(other.err.find("--from nine: its trials evaluated branin, this config's sphere"),
+            std::string::npos)
+      << other.err;
+}
+
 // algorithm = "tpe": its first trials are random search's, the rest TPE's (each start event
 // says which); one trial at a time, a run repeats itself, and a sweep resumed with a larger
 // budget proposes exactly what an uninterrupted run did from the same history.

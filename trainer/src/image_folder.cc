@@ -578,6 +578,18 @@ Result<TensorShape> ProbeFolderShape(const DatasetSpec& spec) {
   return Status::NotFound(spec.train_images + ": no image found");
 }
 
+Result<int64_t> CountFolderSamples(const std::string& dir) {
+  SWEEP_ASSIGN_OR_RETURN(const fs::path root, Root(dir));
+  std::vector<std::string> classes, names;
+  SWEEP_RETURN_IF_ERROR(ListClasses(root, &classes));
+  int64_t n = 0;
+  for (const std::string& c : classes) {
+    SWEEP_RETURN_IF_ERROR(ListClassFiles(root / c, &names));
+    n += static_cast<int64_t>(names.size());
+  }
+  return n;
+}
+
 Status CheckImageFolders(const DatasetSpec& spec, std::string* field) {
   auto check = [&](const std::string& dir, std::vector<std::string>* classes) -> Status {
     SWEEP_ASSIGN_OR_RETURN(const fs::path root, Root(dir));

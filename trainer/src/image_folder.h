@@ -44,6 +44,10 @@ Result<DatasetPtr> DecodeImageFolder(const FolderListing& listing, const Dataset
 // and decodes the next good file of its class in its place.
 Result<DatasetPtr> StreamImageFolder(const FolderListing& listing, const DatasetSpec& spec);
 
+// The samples a folder holds: its class folders' files, listed as ListImageFolder lists them
+// (not opened).
+Result<int64_t> CountFolderSamples(const std::string& dir);
+
 // The shape samples of the training folder will have ({C, H, W}): the first decodable image's
 // channels, and image_size or that image's size. Decodes one image (a few when the first ones
 // are bad). NotFound when no image is found among the first files.

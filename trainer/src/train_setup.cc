@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "image_folder.h"
 #include "model.h"
 
 namespace sweep::trainer {
@@ -171,7 +172,13 @@ Status CheckTrainingSetSize(const TrainOptions& o, int64_t samples) {
 }
 
 Result<std::optional<int64_t>> TrainingSamples(const DatasetSpec& spec) {
-  if (spec.format != "idx" || spec.train_images.empty()) return std::optional<int64_t>();
+  if (spec.train_images.empty()) return std::optional<int64_t>();
+  // Each file a sample, unless on_bad_file = "skip" leaves some out (a load fails otherwise).
+  if (spec.format == "folder" && spec.on_bad_file == "error") {
+    SWEEP_ASSIGN_OR_RETURN(const int64_t n, CountFolderSamples(spec.train_images));
+    return std::optional<int64_t>(n);
+  }
+  if (spec.format != "idx") return std::optional<int64_t>();
   SWEEP_ASSIGN_OR_RETURN(const IdxPair train,
                          ReadIdxPairHeaders(spec.train_images, spec.train_labels));
   if (!spec.test_images.empty()) {

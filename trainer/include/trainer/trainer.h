@@ -271,10 +271,11 @@ Result<DatasetSummary> DescribeDataset(const DatasetSpec& spec, bool test,
 // (and max_train_samples) than one optimizer step takes.
 Status CheckTrainingSetSize(const TrainOptions& options, int64_t samples);
 
-// The samples in the training set of `spec` where its files' headers say, without reading
-// their data: an IDX pair's (the test pair's headers are checked too, as a load checks them:
-// the type byte, the dimensions, images and labels of the same count). nullopt for CSV and
-// image folders.
+// The samples in the training set of `spec` where its files say, without reading their data:
+// an IDX pair's headers (the test pair's are checked too, as a load checks them: the type byte,
+// the dimensions, images and labels of the same count, the test images' shape), or an image
+// folder's files (with on_bad_file = "error"). nullopt for CSV, and for a folder that may skip
+// files.
 Result<std::optional<int64_t>> TrainingSamples(const DatasetSpec& spec);
 
 // format = "folder", checked without decoding anything: each folder exists and holds class
