@@ -296,13 +296,22 @@ Result<std::string> Coordinator::ExtendBudget(store::SweepRecord& rec) {
     const int64_t before = config_.sweep.unbounded_trials ? started : config_.sweep.max_trials;
     const int64_t want = change.more_trials ? before + *change.max_trials : *change.max_trials;
     if (want < started || (want == started && rec.status == store::SweepStatus::kCompleted)) {
+      // `status` counts the trials carried over too; max_trials does not.
+      const std::string carried = rec.carried > 0
+                                      ? " (besides the " + std::to_string(rec.carried) +
+                                            " carried over, which max_trials does not count)"
+                                      : "";
       return Status::InvalidArgument("--max-trials " + std::to_string(want) + ": " + who +
                                      " has started " + std::to_string(started) +
-                                     " trial(s) already; give a larger total, or +N for N more");
+                                     " trial(s) already" + carried +
+                                     "; give a larger total, or +N for N more");
     }
-    said = "max_trials " +
-           (config_.sweep.unbounded_trials ? std::string("unset") : std::to_string(before)) +
-           " -> " + std::to_string(want);
+    // The total in force again changes nothing, and is not said to.
+    if (config_.sweep.unbounded_trials || want != before) {
+      said = "max_trials " +
+             (config_.sweep.unbounded_trials ? std::string("unset") : std::to_string(before)) +
+             " -> " + std::to_string(want);
+    }
     config_.sweep.max_trials = want;
     config_.sweep.unbounded_trials = false;
     rec.max_trials = want;

@@ -1636,6 +1636,15 @@ TEST_F(ResumeTest, ARunFromAnEarlierSweepCarriesItsTrialsOver) {
   Output show = Sweep("show fixed 0");
   EXPECT_NE(show.out.find("completed: carried over from sweep 'first'"), std::string::npos)
       << show.out;
+  // A budget below the new trials started is refused, saying the carried ones do not count.
+  Output fewer = Sweep("resume fixed --max-trials 5");
+  EXPECT_EQ(fewer.code, 2);
+  EXPECT_NE(
+      fewer.err.find("--max-trials 5: sweep 'fixed' has started 6 trial(s) already "
+                     "(besides the " +
+                     std::to_string(carried) + " carried over, which max_trials does not count)"),
+      std::string::npos)
+      << fewer.err;
   // The new trials are drawn from the fixed space, after the earlier sweep's draws.
   std::set<std::string> earlier;
   for (auto& row : Query("SELECT t.params FROM trials t JOIN sweeps s ON s.id = t.sweep_id "

@@ -128,6 +128,28 @@ TEST(IdxErrors, TrainingSamplesReadsOnlyTheHeaders) {
   EXPECT_FALSE(n->has_value());
 }
 
+// An image folder's samples are its class folders' files, counted unopened; with on_bad_file =
+// "skip" some may be left out, so no count is given.
+TEST(IdxErrors, TrainingSamplesCountsAFoldersFiles) {
+  TempDir dir;
+  for (const std::string c : {"cat", "dog"}) {
+    std::filesystem::create_directories(dir / ("train/" + c + "/deeper"));
+    for (const std::string f : {"a.png", "b.png", "deeper/c.png"}) {
+      WriteBytes(dir / ("train/" + c + "/" + f), {0x89, 'P', 'N', 'G'}, false);
+    }
+  }
+  DatasetSpec spec;
+  spec.format = "folder";
+  spec.train_images = dir / "train";
+  Result<std::optional<int64_t>> n = TrainingSamples(spec);
+  ASSERT_TRUE(n.ok()) << n.status().message();
+  EXPECT_EQ(*n, 6);
+  spec.on_bad_file = "skip";
+  n = TrainingSamples(spec);
+  ASSERT_TRUE(n.ok());
+  EXPECT_FALSE(n->has_value());
+}
+
 // The size checks Train() makes as it loads a set, from the options and a count alone.
 TEST(IdxErrors, CheckTrainingSetSizeSaysWhatTrainWould) {
   TrainOptions o;
