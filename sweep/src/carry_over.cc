@@ -130,6 +130,17 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
     plan.trials.push_back(std::move(t));
   }
   const int64_t carried = static_cast<int64_t>(plan.trials.size());
+  // The carried trials are among TPE's startup trials: with too few, no new trial is TPE's.
+  const int64_t startup = config.search.tpe.n_startup_trials;
+  if (config.search.algorithm == "tpe" && !config.sweep.unbounded_trials &&
+      startup >= config.sweep.max_trials + carried) {
+    return Status::InvalidArgument(
+        config.path + ": search.n_startup_trials: " + std::to_string(startup) +
+        " random trials before TPE, and max_trials is " + std::to_string(config.sweep.max_trials) +
+        " with " + std::to_string(carried) +
+        " carried over: no trial would be proposed by TPE; lower n_startup_trials or raise "
+        "max_trials");
+  }
   // A grid starts from its first point and skips those carried (the coordinator's SampleFor);
   // random draws go on after the earlier sweep's, so that with the same seed none repeats.
   plan.sample_shift =

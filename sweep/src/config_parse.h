@@ -167,13 +167,14 @@ struct ParseState {
                       use != ConfigUse::kSweepElsewhere),
         one_trial(use == ConfigUse::kOneTrial || use == ConfigUse::kOneTrialOtherDataset),
         stored(use == ConfigUse::kView || use == ConfigUse::kResume),
-        new_sweep(use == ConfigUse::kSweep || use == ConfigUse::kSweepElsewhere) {}
+        new_sweep(use == ConfigUse::kSweep || use == ConfigUse::kSweepElsewhere ||
+                  use == ConfigUse::kSweepFrom) {}
 
   const ConfigUse use;
   const bool check_dataset;  // the config's dataset is read here (its files found and checked)
   const bool one_trial;      // `sweep train`
   const bool stored;         // a stored config: kView or kResume
-  const bool new_sweep;      // a sweep to start: kSweep or kSweepElsewhere
+  const bool new_sweep;      // a sweep to start: kSweep, kSweepElsewhere or kSweepFrom
 
   const toml::table* root = nullptr;
   // [sweep]: metric and mode as written, before the trial kind's defaults.

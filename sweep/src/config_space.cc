@@ -280,9 +280,11 @@ Status CheckTpeSweep(const Checker& c, const ParseState& ps, const SweepConfig& 
                    "first, and TPE proposes each trial from the results before it; use order "
                    "= \"sampled\" (the default) with algorithm = \"tpe\"");
   }
-  // Every trial would be a startup trial: random search under another name.
+  // Every trial would be a startup trial: random search under another name. Trials carried
+  // over (--from) count among the startup trials: a run from another sweep checks this once it
+  // knows how many (PlanCarryOver), and a resumed sweep was checked as it started.
   if (!cfg.sweep.unbounded_trials && cfg.search.tpe.n_startup_trials >= cfg.sweep.max_trials &&
-      (ps.new_sweep || ps.use == ConfigUse::kResume)) {
+      ps.new_sweep && ps.use != ConfigUse::kSweepFrom) {
     const toml::node* at = ps.search_table->get("n_startup_trials");
     return c.Error(at != nullptr ? *at : *ps.algorithm_node, "search.n_startup_trials",
                    std::to_string(cfg.search.tpe.n_startup_trials) +

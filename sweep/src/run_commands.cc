@@ -303,7 +303,7 @@ Result<bool> DryResume(const SweepConfig& cfg, const std::string& config_path,
 int CmdRun(const std::string& config_path, const std::string& db_flag,
            const std::optional<std::string>& name_flag, bool resume, bool dry_run,
            const std::string& from, const RemoteArgs& remote, const char* argv0) {
-  auto cfg = LoadConfig(config_path);
+  auto cfg = LoadConfig(config_path, from.empty() ? ConfigUse::kSweep : ConfigUse::kSweepFrom);
   if (!cfg.ok()) return Fail(cfg.status());
   // Its folder is where the config's relative paths start.
   if (Status s = CheckTextPath("config", config_path); !s.ok()) return Fail(s);

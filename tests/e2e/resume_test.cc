@@ -1727,6 +1727,27 @@ TEST_F(ResumeTest, ARunFromCarriesOnlyTrialsThatRanThisSweepsTrial) {
   EXPECT_NE(other.err.find("--from nine: its trials evaluated branin, this config's sphere"),
             std::string::npos)
       << other.err;
+  // TPE counts the carried trials among its startup trials: 6 carried and 2 new make 8.
+  auto tpe = [](const std::string& name, int startup) {
+    return sweep_e2e::BraninConfig(
+        name, 2, "max_concurrent = 1\nseed = 4\n", "steps = 9\n",
+        "[search]\nalgorithm = \"tpe\"\nn_startup_trials = " + std::to_string(startup) + "\n");
+  };
+  Write("tpe.toml", tpe("tpe", 7));
+  EXPECT_EQ(Sweep("run tpe.toml").code, 2);  // alone, no trial would be TPE's
+  Output from = Sweep("run tpe.toml --from nine");
+  ASSERT_EQ(from.code, 0) << from.err;
+  EXPECT_EQ(Query("SELECT count(*) FROM events e JOIN sweeps s ON s.id = e.sweep_id WHERE "
+                  "s.name = 'tpe' AND e.detail LIKE '%proposed by tpe%'")[0][0],
+            "1");
+  Write("tpe8.toml", tpe("tpe8", 8));
+  Output none = Sweep("run tpe8.toml --from nine");
+  EXPECT_EQ(none.code, 2);
+  EXPECT_NE(none.err.find("tpe8.toml: search.n_startup_trials: 8 random trials before TPE, and "
+                          "max_trials is 2 with 6 carried over: no trial would be proposed by "
+                          "TPE"),
+            std::string::npos)
+      << none.err;
 }
 
 // algorithm = "tpe": its first trials are random search's, the rest TPE's (each start event

@@ -132,8 +132,18 @@ inline constexpr int64_t kUnboundedTrials = int64_t{1} << 40;
 // with, checked as a sweep's. A stored config (kView, kResume) is not refused for what only
 // later versions refuse in a new config (a sweep started before must still be resumed, shown).
 // kSweepElsewhere: a new sweep whose coordinator runs on another machine (`k8s render`),
-// checked as a new sweep's, but not against this machine's files.
-enum class ConfigUse { kSweep, kOneTrial, kView, kOneTrialOtherDataset, kResume, kSweepElsewhere };
+// checked as a new sweep's, but not against this machine's files. kSweepFrom: a new sweep that
+// starts from another's trials (`run --from`), checked as kSweep but for what depends on how
+// many it carries over.
+enum class ConfigUse {
+  kSweep,
+  kOneTrial,
+  kView,
+  kOneTrialOtherDataset,
+  kResume,
+  kSweepElsewhere,
+  kSweepFrom
+};
 
 // Reads and validates `path`. InvalidArgument (with file:line:column) for every user error;
 // NotFound/IoError when the file cannot be read.
