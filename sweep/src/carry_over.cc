@@ -61,6 +61,19 @@ Status CheckSameTrials(const SweepConfig& old, const SweepConfig& config, const 
 
 }  // namespace
 
+Status CheckTpeStartup(const SweepConfig& config, int64_t carried) {
+  const int64_t startup = config.search.tpe.n_startup_trials;
+  if (config.search.algorithm != "tpe" || config.sweep.unbounded_trials ||
+      startup < config.sweep.max_trials + carried) {
+    return Status::Ok();
+  }
+  return Status::InvalidArgument(
+      config.path + ": search.n_startup_trials: " + std::to_string(startup) +
+      " random trials before TPE, and max_trials is " + std::to_string(config.sweep.max_trials) +
+      (carried > 0 ? " with " + std::to_string(carried) + " carried over" : "") +
+      ": no trial would be proposed by TPE; lower n_startup_trials or raise max_trials");
+}
+
 Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
                                 const std::string& from) {
   if (from == config.sweep.name) {
@@ -81,6 +94,17 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
   // sweep's trial (its rungs, its end).
   std::unique_ptr<TrialKindRules> old_kind, new_kind = MakeTrialKindRules(config);
   if (old_config.ok()) old_kind = MakeTrialKindRules(*old_config);
+  // ASHA and Hyperband stop a survivor at max_resource: that is where its trial ends.
+  auto runs_to = [](TrialKindRules& kind, const SweepConfig& c, const json& params) {
+    std::optional<double> length = kind.Length(params);
+    const auto es = c.early_stopping.algorithm;
+    const bool capped =
+        es == search::EarlyStopping::kAsha || es == search::EarlyStopping::kHyperband;
+    if (length && capped && c.early_stopping.max_resource > 0) {
+      length = std::min(*length, c.early_stopping.max_resource);
+    }
+    return length;
+  };
   const std::string unit = config.trial.kind == TrialKind::kTrainer ? " epochs" : " steps";
   CarryPlan plan;
   plan.from = rec.name;
@@ -103,7 +127,8 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
       continue;
     }
     if (old_kind != nullptr) {
-      const std::optional<double> was = old_kind->Length(params), is = new_kind->Length(params);
+      const std::optional<double> was = runs_to(*old_kind, *old_config, params),
+                                  is = runs_to(*new_kind, config, params);
       if (was && is && *was != *is) {
         if (plan.first_length.empty()) {
           plan.first_length = "trial " + std::to_string(t.number) + " ran " + FormatMetric(*was) +
@@ -130,17 +155,7 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
     plan.trials.push_back(std::move(t));
   }
   const int64_t carried = static_cast<int64_t>(plan.trials.size());
-  // The carried trials are among TPE's startup trials: with too few, no new trial is TPE's.
-  const int64_t startup = config.search.tpe.n_startup_trials;
-  if (config.search.algorithm == "tpe" && !config.sweep.unbounded_trials &&
-      startup >= config.sweep.max_trials + carried) {
-    return Status::InvalidArgument(
-        config.path + ": search.n_startup_trials: " + std::to_string(startup) +
-        " random trials before TPE, and max_trials is " + std::to_string(config.sweep.max_trials) +
-        " with " + std::to_string(carried) +
-        " carried over: no trial would be proposed by TPE; lower n_startup_trials or raise "
-        "max_trials");
-  }
+  SWEEP_RETURN_IF_ERROR(CheckTpeStartup(config, carried));
   // A grid starts from its first point and skips those carried (the coordinator's SampleFor);
   // random draws go on after the earlier sweep's, so that with the same seed none repeats.
   plan.sample_shift =

@@ -31,6 +31,9 @@ struct CarryPlan {
   std::string Summary() const;
 };
 
+// TPE's startup trials (the `carried` ones among them) must leave some of max_trials to TPE.
+Status CheckTpeStartup(const SweepConfig& config, int64_t carried);
+
 // Which of sweep `from`'s trials (in `store`) a new sweep of `config` takes over. NotFound (with
 // a did-you-mean) for an unknown name; InvalidArgument when `from` is the new sweep's own name,
 // its trials are of another kind, ranked in the other mode, or evaluated another function. A

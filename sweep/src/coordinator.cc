@@ -44,6 +44,8 @@ Result<RunSummary> Coordinator::Start(const SweepConfig& config) {
   std::optional<CarryPlan> carry;
   if (!options_.from.empty()) {
     SWEEP_ASSIGN_OR_RETURN(carry, PlanCarryOver(store_, config_, options_.from));
+  } else {
+    SWEEP_RETURN_IF_ERROR(CheckTpeStartup(config_, 0));
   }
   SWEEP_RETURN_IF_ERROR(Prepare());
   store::NewSweep ns;

@@ -293,7 +293,9 @@ Result<bool> DryResume(const SweepConfig& cfg, const std::string& config_path,
   }
   const int64_t limit = existing->max_trials.value_or(cfg.sweep.max_trials);
   if (!cfg.sweep.unbounded_trials || existing->max_trials) {
-    const int64_t left = std::max<int64_t>(0, limit - static_cast<int64_t>(trials.size()));
+    // max_trials counts the sweep's own trials, not those carried over (--from).
+    const int64_t own = static_cast<int64_t>(trials.size()) - existing->carried;
+    const int64_t left = std::max<int64_t>(0, limit - own);
     out << left << " new trial(s) left of max_trials " << limit << "\n";
   }
   out << "nothing was started, and " << db << " was not touched\n";
@@ -303,7 +305,10 @@ Result<bool> DryResume(const SweepConfig& cfg, const std::string& config_path,
 int CmdRun(const std::string& config_path, const std::string& db_flag,
            const std::optional<std::string>& name_flag, bool resume, bool dry_run,
            const std::string& from, const RemoteArgs& remote, const char* argv0) {
-  auto cfg = LoadConfig(config_path, from.empty() ? ConfigUse::kSweep : ConfigUse::kSweepFrom);
+  // With --from, or --resume of a sweep that may have been started with it, the startup rule of
+  // TPE waits for the count of carried trials (the coordinator's start checks it).
+  auto cfg =
+      LoadConfig(config_path, from.empty() && !resume ? ConfigUse::kSweep : ConfigUse::kSweepFrom);
   if (!cfg.ok()) return Fail(cfg.status());
   // Its folder is where the config's relative paths start.
   if (Status s = CheckTextPath("config", config_path); !s.ok()) return Fail(s);

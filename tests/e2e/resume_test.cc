@@ -503,6 +503,23 @@ TEST_F(ResumeTest, ADryRunOfAResumeSaysWhatItWouldGoOnWith) {
   Output resumed = Sweep("run s.toml --resume");
   EXPECT_EQ(resumed.code, 0) << resumed.err;
   EXPECT_EQ(count("SELECT count(*) FROM trials WHERE status = 'completed'"), 6);
+
+  // A sweep started --from it: max_trials counts its own trials, not the 6 carried over.
+  Write("from.toml", SlowFunctionConfig("from", "random", 6, 40, 30));
+  pid = Start("run from.toml --from dry", "from.log");
+  ASSERT_TRUE(WaitUntil([&] {
+    return count(
+               "SELECT count(*) FROM reports r JOIN sweeps s ON s.id = r.sweep_id WHERE "
+               "s.name = 'from' AND r.trial >= 6") >= 4;
+  })) << sweep_e2e::Slurp(dir_ / "from.log");
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  ASSERT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "from.log");
+  Output carried = Sweep("run from.toml --resume --dry-run");
+  ASSERT_EQ(carried.code, 0) << carried.err;
+  EXPECT_NE(carried.out.find("8 trial(s) so far: 6 completed, 2 interrupted\n"), std::string::npos)
+      << carried.out;
+  EXPECT_NE(carried.out.find("4 new trial(s) left of max_trials 6\n"), std::string::npos)
+      << carried.out;
 }
 
 // Ctrl-C while a trainer trial is in the middle of a long epoch: the trial stops at its next
@@ -1740,6 +1757,28 @@ TEST_F(ResumeTest, ARunFromCarriesOnlyTrialsThatRanThisSweepsTrial) {
   EXPECT_EQ(Query("SELECT count(*) FROM events e JOIN sweeps s ON s.id = e.sweep_id WHERE "
                   "s.name = 'tpe' AND e.detail LIKE '%proposed by tpe%'")[0][0],
             "1");
+  // Its config again with --resume (as a Kubernetes coordinator restarts) counts them too; a new
+  // sweep started so, with nothing carried, is refused as a plain run is.
+  Output again = Sweep("run tpe.toml --resume");
+  EXPECT_EQ(again.code, 0) << again.err;
+  Write("tpe7.toml", tpe("tpe7", 7));
+  Output fresh = Sweep("run tpe7.toml --resume");
+  EXPECT_EQ(fresh.code, 2);
+  EXPECT_NE(fresh.err.find("tpe7.toml: search.n_startup_trials: 7 random trials before TPE, and "
+                           "max_trials is 2: no trial would be proposed by TPE"),
+            std::string::npos)
+      << fresh.err;
+  // A survivor stops at early stopping's max_resource: the trials of a sweep that ran to 9
+  // steps are not this one's, which run to 3.
+  Write("cap.toml",
+        sweep_e2e::BraninConfig("cap", 2, "max_concurrent = 1\nseed = 4\n", "steps = 9\n",
+                                "[early_stopping]\nalgorithm = \"asha\"\nmax_resource = 3\n"));
+  Output cap = Sweep("run cap.toml --from nine");
+  ASSERT_EQ(cap.code, 0) << cap.err;
+  EXPECT_NE(cap.err.find("not carried: 6 of another length (trial 0 ran 9 steps, this config's "
+                         "run 3)"),
+            std::string::npos)
+      << cap.err;
   Write("tpe8.toml", tpe("tpe8", 8));
   Output none = Sweep("run tpe8.toml --from nine");
   EXPECT_EQ(none.code, 2);
