@@ -144,7 +144,9 @@ json TrialSource::SuggestTpe(int64_t number, std::vector<NewTrial> pending) {
   std::vector<json> running;
   running.reserve(pending.size());
   for (NewTrial& t : pending) running.push_back(std::move(t.params));
-  search::Suggestion s = tpe_->Suggest(number, running, running_observed, tpe_provisional_);
+  // Its random draws go on after the earlier sweep's too (run --from), as random search's do.
+  search::Suggestion s =
+      tpe_->Suggest(number + sample_shift_, running, running_observed, tpe_provisional_);
   proposed_by_[number] = std::string(search::SourceName(s.source));
   tpe_params_[number] = s.params;
   return std::move(s.params);

@@ -1672,6 +1672,27 @@ TEST_F(ResumeTest, ARunFromAnEarlierSweepCarriesItsTrialsOver) {
     EXPECT_GE(json::parse(fixed_rows[i][1])["x1"].get<double>(), 0.0);
     EXPECT_FALSE(earlier.contains(fixed_rows[i][1])) << fixed_rows[i][1];
   }
+  // So are TPE's startup trials: no new trial takes an earlier one's draw of x2.
+  std::set<double> earlier_x2;
+  for (const std::string& p : earlier) earlier_x2.insert(json::parse(p)["x2"].get<double>());
+  Write("tpe.toml", fixed.substr(0, fixed.find("[trial]"))
+                            .replace(fixed.find("name = \"fixed\""), 14, "name = \"tpefix\"") +
+                        "[search]\nalgorithm = \"tpe\"\nn_startup_trials = " +
+                        std::to_string(carried + 5) + "\n" + fixed.substr(fixed.find("[trial]")));
+  Output tpe = Sweep("run tpe.toml --from first");
+  ASSERT_EQ(tpe.code, 0) << tpe.err;
+  auto tpe_rows = Query(
+      "SELECT json_extract(t.params, '$.x2') FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+      "WHERE s.name = 'tpefix' AND t.number >= " +
+      std::to_string(carried) + " AND t.number < " + std::to_string(carried + 5));
+  ASSERT_EQ(tpe_rows.size(), 5u);  // the startup trials
+  for (const auto& row : tpe_rows) {
+    // SQLite gives 15 digits: the same draw is within 1e-9.
+    const double x2 = std::stod(row[0]);
+    EXPECT_TRUE(std::none_of(earlier_x2.begin(), earlier_x2.end(), [&](double e) {
+      return std::abs(e - x2) < 1e-9;
+    })) << row[0];
+  }
   // Early stopping judged the new trials among the carried ones: at the first rung, one at a
   // time, trial n met n + 1 trials there (itself, every earlier one, carried or new).
   static const std::regex kRung0(
