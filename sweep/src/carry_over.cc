@@ -62,16 +62,9 @@ Status CheckSameTrials(const SweepConfig& old, const SweepConfig& config, const 
 }  // namespace
 
 Status CheckTpeStartup(const SweepConfig& config, int64_t carried) {
-  const int64_t startup = config.search.tpe.n_startup_trials;
-  if (config.search.algorithm != "tpe" || config.sweep.unbounded_trials ||
-      startup < config.sweep.max_trials + carried) {
-    return Status::Ok();
-  }
-  return Status::InvalidArgument(
-      config.path + ": search.n_startup_trials: " + std::to_string(startup) +
-      " random trials before TPE, and max_trials is " + std::to_string(config.sweep.max_trials) +
-      (carried > 0 ? " with " + std::to_string(carried) + " carried over" : "") +
-      ": no trial would be proposed by TPE; lower n_startup_trials or raise max_trials");
+  const std::string why = TpeStartupProblem(config, carried);
+  if (why.empty()) return Status::Ok();
+  return Status::InvalidArgument(config.path + ": search.n_startup_trials: " + why);
 }
 
 Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,

@@ -283,16 +283,11 @@ Status CheckTpeSweep(const Checker& c, const ParseState& ps, const SweepConfig& 
   // Every trial would be a startup trial: random search under another name. Trials carried
   // over (--from) count among the startup trials: a run from another sweep checks this once it
   // knows how many (PlanCarryOver), and a resumed sweep was checked as it started.
-  if (!cfg.sweep.unbounded_trials && cfg.search.tpe.n_startup_trials >= cfg.sweep.max_trials &&
-      ps.new_sweep && ps.use != ConfigUse::kSweepFrom) {
-    const toml::node* at = ps.search_table->get("n_startup_trials");
-    return c.Error(at != nullptr ? *at : *ps.algorithm_node, "search.n_startup_trials",
-                   std::to_string(cfg.search.tpe.n_startup_trials) +
-                       " random trials before TPE, and "
-                       "max_trials is " +
-                       std::to_string(cfg.sweep.max_trials) +
-                       ": no trial would be proposed by TPE; lower n_startup_trials or raise "
-                       "max_trials");
+  if (ps.new_sweep && ps.use != ConfigUse::kSweepFrom) {
+    if (const std::string why = TpeStartupProblem(cfg, 0); !why.empty()) {
+      const toml::node* at = ps.search_table->get("n_startup_trials");
+      return c.Error(at != nullptr ? *at : *ps.algorithm_node, "search.n_startup_trials", why);
+    }
   }
   return Status::Ok();
 }
@@ -330,3 +325,19 @@ Status BuildSpace(const Checker& c, const ParseState& ps, SweepConfig* cfg) {
 }
 
 }  // namespace sweep::config_internal
+
+namespace sweep {
+
+std::string TpeStartupProblem(const SweepConfig& config, int64_t carried) {
+  const int64_t startup = config.search.tpe.n_startup_trials;
+  if (config.search.algorithm != "tpe" || config.sweep.unbounded_trials ||
+      startup < config.sweep.max_trials + carried) {
+    return "";
+  }
+  return std::to_string(startup) + " random trials before TPE, and max_trials is " +
+         std::to_string(config.sweep.max_trials) +
+         (carried > 0 ? " with " + std::to_string(carried) + " carried over" : "") +
+         ": no trial would be proposed by TPE; lower n_startup_trials or raise max_trials";
+}
+
+}  // namespace sweep

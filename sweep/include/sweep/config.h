@@ -152,6 +152,10 @@ Result<SweepConfig> LoadConfig(const std::string& path, ConfigUse use = ConfigUs
 Result<SweepConfig> ParseConfig(std::string_view text, const std::string& path,
                                 ConfigUse use = ConfigUse::kSweep);
 
+// Why TPE would propose none of the sweep's trials, its `n_startup_trials` (the `carried` ones
+// among them) leaving nothing of max_trials; empty when it proposes some, or is not the search.
+std::string TpeStartupProblem(const SweepConfig& config, int64_t carried);
+
 // Parses a `--set KEY=VALUE` value: a TOML value (0.05, [256, 128], "sgd", true), or, when the
 // text is not valid TOML, the text itself as a string.
 nlohmann::json ParseSetValue(std::string_view text);

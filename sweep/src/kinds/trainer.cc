@@ -160,20 +160,21 @@ DatasetProblem DatasetFilesProblem(const trainer::DatasetSpec& ds) {
     }
   }
   if (ds.train_images.empty()) return {"", "no training data given"};
-  // An IDX pair's headers: a file of another type, images and labels swapped or of different
-  // counts would fail every trial as it loads them.
-  if (Result<std::optional<int64_t>> n = trainer::TrainingSamples(ds); !n.ok()) {
-    return {"", n.status().message()};
-  }
   return {};
 }
 
-// Every dataset file the options name must exist and be readable before the sweep starts.
-Status CheckDatasetFiles(const Checker& c, const toml::node& where, const std::string& key,
-                         const trainer::DatasetSpec& ds) {
+// Every dataset file the options name must exist and be readable before the sweep starts, and
+// an IDX pair's headers must read as a load reads them (a file of another type, images and
+// labels swapped or of different counts would fail every trial). The training set's size, where
+// the files say it.
+Result<std::optional<int64_t>> CheckDatasetFiles(const Checker& c, const toml::node& where,
+                                                 const std::string& key,
+                                                 const trainer::DatasetSpec& ds) {
   const DatasetProblem p = DatasetFilesProblem(ds);
-  if (p.why.empty()) return Status::Ok();
-  return c.Error(where, p.field.empty() ? key : key + "." + p.field, p.why);
+  if (!p.why.empty()) return c.Error(where, p.field.empty() ? key : key + "." + p.field, p.why);
+  Result<std::optional<int64_t>> samples = trainer::TrainingSamples(ds);
+  if (!samples.ok()) return c.Error(where, key, samples.status().message());
+  return samples;
 }
 
 // The options every trial shares ([trainer] and the constant parameters), and where the file
@@ -182,6 +183,7 @@ struct SharedOptions {
   trainer::TrainOptions merged;
   const toml::node* dataset_node = nullptr;
   std::string dataset_key;
+  std::optional<int64_t> samples;  // in the training set, where its files say (check_dataset)
 };
 
 // A dataset's paths, checked for their form only (without check_dataset): a stand-in for the
@@ -285,7 +287,8 @@ Status CheckSharedOptions(const Checker& c, const ParseState& ps, const toml::ta
     return table != nullptr ? c.Error(*table, "trainer.dataset", msg) : c.FileError(msg);
   }
   if (ps.check_dataset) {
-    SWEEP_RETURN_IF_ERROR(
+    SWEEP_ASSIGN_OR_RETURN(
+        shared->samples,
         CheckDatasetFiles(c, *shared->dataset_node, shared->dataset_key, shared->merged.dataset));
   }
   // Rules across options (nesterov needs momentum, ...) on what every trial shares: [trainer]
@@ -315,11 +318,8 @@ Status CheckSharedOptions(const Checker& c, const ParseState& ps, const toml::ta
     return e.parameter.distribution.kind != search::Distribution::Kind::kConstant &&
            kSizeKeys.contains(e.parameter.name);
   });
-  if (!ps.check_dataset || size_varies) return Status::Ok();
-  SWEEP_ASSIGN_OR_RETURN(const std::optional<int64_t> samples,
-                         trainer::TrainingSamples(shared->merged.dataset));
-  if (!samples) return Status::Ok();
-  if (Status v = trainer::CheckTrainingSetSize(shared->merged, *samples); !v.ok()) {
+  if (!shared->samples || size_varies) return Status::Ok();
+  if (Status v = trainer::CheckTrainingSetSize(shared->merged, *shared->samples); !v.ok()) {
     // Said at the batch size, where it was set.
     const toml::node* at = table != nullptr ? table->get("batch_size") : nullptr;
     std::string key = "trainer.batch_size";
@@ -502,8 +502,11 @@ Status CheckDatasetHere(const json& value) {
   trainer::TrainOptions scratch;
   SWEEP_RETURN_IF_ERROR(trainer::ApplyOption(&scratch, "dataset", value));
   const config_internal::DatasetProblem p = config_internal::DatasetFilesProblem(scratch.dataset);
-  if (p.why.empty()) return Status::Ok();
-  return Status::InvalidArgument((p.field.empty() ? "" : p.field + ": ") + p.why);
+  if (!p.why.empty()) {
+    return Status::InvalidArgument((p.field.empty() ? "" : p.field + ": ") + p.why);
+  }
+  const Status headers = trainer::TrainingSamples(scratch.dataset).status();
+  return headers.ok() ? headers : Status::InvalidArgument(headers.message());
 }
 
 namespace {
