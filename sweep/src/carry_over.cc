@@ -28,8 +28,9 @@ std::string CarryPlan::Summary() const {
     bool first = true;
     for (const auto& [why, n] : left) {
       s += std::string(first ? " " : ", ") + std::to_string(n) + " " + why;
-      if (why == "outside this space" && !first_outside.empty()) s += " (" + first_outside + ")";
-      if (why == "of another length" && !first_length.empty()) s += " (" + first_length + ")";
+      if (auto example = examples.find(why); example != examples.end()) {
+        s += " (" + example->second + ")";
+      }
       first = false;
     }
   }
@@ -57,6 +58,69 @@ Status CheckSameTrials(const SweepConfig& old, const SweepConfig& config, const 
     }
   }
   return Status::Ok();
+}
+
+// A value as a config would write it: 3, not 3.0; a long one cut in the middle, keeping a
+// path's file name.
+std::string Shown(const json& v) {
+  if (v.is_null()) return "unset";
+  std::string s = v.is_number() ? FormatNumber(v.get<double>()) : v.dump();
+  return s.size() > 64 ? s.substr(0, 24) + "..." + s.substr(s.size() - 37) : s;
+}
+
+// The first setting (in key order, a dataset's files by name) in which two trials' Computes()
+// differ: "lr = 0.1, this config's 0.05".
+std::string FirstDifference(const json& ran, const json& runs) {
+  std::map<std::string, std::pair<json, json>> keys;  // sorted: the same one every time
+  auto add = [&keys](const json& settings, bool second) {
+    for (const auto& [key, value] : settings.items()) {
+      if (value.is_object()) {
+        for (const auto& [inner, v] : value.items()) {
+          (second ? keys[key + "." + inner].second : keys[key + "." + inner].first) = v;
+        }
+      } else {
+        (second ? keys[key].second : keys[key].first) = value;
+      }
+    }
+  };
+  add(ran, false);
+  add(runs, true);
+  // A setting both give comes first: another optimizer, not the keys only it has.
+  for (bool both : {true, false}) {
+    for (const auto& [key, values] : keys) {
+      if (values.first == values.second) continue;
+      if (both && (values.first.is_null() || values.second.is_null())) continue;
+      return key + " = " + Shown(values.first) + ", this config's " + Shown(values.second);
+    }
+  }
+  return "other settings";
+}
+
+// A trial's parameters as a point of the new space: a value the earlier config fixed in
+// [trainer] fills a parameter the new one varies (where its condition holds), and a parameter
+// the new space no longer has is left to what the new config fixes (Computes() then compares
+// the two).
+json InThisSpace(const SweepConfig& old, const SweepConfig& config, const json& params) {
+  if (!params.is_object()) return params;
+  json point = json::object();
+  for (const search::Parameter& p : config.search.space.parameters()) {
+    if (auto v = params.find(p.name); v != params.end()) {
+      point[p.name] = *v;
+    } else if (auto fixed = old.trainer.find(p.name);
+               config.trial.kind == TrialKind::kTrainer && fixed != old.trainer.end()) {
+      point[p.name] = *fixed;
+    }
+  }
+  // A filled value where the new space has its parameter inactive would not be a point of it.
+  for (const search::Parameter& p : config.search.space.parameters()) {
+    if (!p.condition || params.contains(p.name) || !point.contains(p.name)) continue;
+    auto parent = point.find(p.condition->parent);
+    const auto& values = p.condition->values;
+    if (parent == point.end() || std::find(values.begin(), values.end(), *parent) == values.end()) {
+      point.erase(p.name);
+    }
+  }
+  return point;
 }
 
 }  // namespace
@@ -105,29 +169,34 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
   SWEEP_ASSIGN_OR_RETURN(auto trials, store.Trials(rec.id, store::TrialQuery{}));
   plan.considered = static_cast<int64_t>(trials.size());
   int64_t highest = -1;
+  auto leave = [&plan](const std::string& why, const std::string& example) {
+    if (plan.left[why]++ == 0 && !example.empty()) plan.examples[why] = example;
+  };
   for (auto& t : trials) {
     highest = std::max(highest, t.number);
     if (t.status != TrialStatus::kCompleted && t.status != TrialStatus::kPruned) {
-      ++plan.left[std::string(store::ToString(t.status))];
+      leave(std::string(store::ToString(t.status)), "");
       continue;
     }
-    const json params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+    const json old_params = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
+    const json params = old_config.ok() ? InThisSpace(*old_config, config, old_params) : old_params;
+    const std::string trial = "trial " + std::to_string(t.number);
     if (std::string why = search::Outside(config.search.space, params); !why.empty()) {
-      if (plan.first_outside.empty()) {
-        plan.first_outside = "trial " + std::to_string(t.number) + ": " + why;
-      }
-      ++plan.left["outside this space"];
+      leave("outside this space", trial + ": " + why);
       continue;
     }
     if (old_kind != nullptr) {
-      const std::optional<double> was = runs_to(*old_kind, *old_config, params),
+      const std::optional<double> was = runs_to(*old_kind, *old_config, old_params),
                                   is = runs_to(*new_kind, config, params);
       if (was && is && *was != *is) {
-        if (plan.first_length.empty()) {
-          plan.first_length = "trial " + std::to_string(t.number) + " ran " + FormatMetric(*was) +
-                              unit + ", this config's run " + FormatMetric(*is);
-        }
-        ++plan.left["of another length"];
+        leave("of another length", trial + " ran " + FormatMetric(*was) + unit +
+                                       ", this config's run " + FormatMetric(*is));
+        continue;
+      }
+      const std::optional<json> ran = old_kind->Computes(old_params),
+                                runs = new_kind->Computes(params);
+      if (ran && runs && *ran != *runs) {
+        leave("run with other settings", trial + " ran with " + FirstDifference(*ran, *runs));
         continue;
       }
     }
@@ -138,6 +207,7 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
       continue;
     }
     plan.old_numbers.push_back(t.number);
+    t.params_json = params.dump();
     t.objective = m->get<double>();
     t.number = static_cast<int64_t>(plan.trials.size());
     t.checkpoint.clear();  // the earlier sweep's to keep or delete

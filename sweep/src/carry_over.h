@@ -17,15 +17,14 @@
 namespace sweep {
 
 struct CarryPlan {
-  std::string from;                        // the earlier sweep's name
-  int64_t from_id = 0;                     // and id
-  std::vector<store::TrialRecord> trials;  // to copy, numbered 0.., objective for the metric
-  std::vector<int64_t> old_numbers;        // trials[i]'s number in the earlier sweep
-  int64_t considered = 0;                  // the earlier sweep's trials
-  std::map<std::string, int64_t> left;     // why the others stay there -> how many
-  std::string first_outside;               // the first trial outside the space, and why
-  std::string first_length;                // the first trial of another length, and what
-  int64_t sample_shift = 0;                // trial n draws the sampler's point n + this
+  std::string from;                             // the earlier sweep's name
+  int64_t from_id = 0;                          // and id
+  std::vector<store::TrialRecord> trials;       // to copy, numbered 0.., objective for the metric
+  std::vector<int64_t> old_numbers;             // trials[i]'s number in the earlier sweep
+  int64_t considered = 0;                       // the earlier sweep's trials
+  std::map<std::string, int64_t> left;          // why the others stay there -> how many
+  std::map<std::string, std::string> examples;  // why -> the first such trial, and what
+  int64_t sample_shift = 0;                     // trial n draws the sampler's point n + this
   // "carried over 9 of 12 trials from 'old' (7 completed, 2 pruned); not carried: 2 failed,
   // 1 outside this space (trial 4: lr 0.2 is above its max 0.1)".
   std::string Summary() const;
@@ -37,7 +36,8 @@ Status CheckTpeStartup(const SweepConfig& config, int64_t carried);
 // Which of sweep `from`'s trials (in `store`) a new sweep of `config` takes over. NotFound (with
 // a did-you-mean) for an unknown name; InvalidArgument when `from` is the new sweep's own name,
 // its trials are of another kind, ranked in the other mode, or evaluated another function. A
-// trial whose length (epochs, steps) differs from what this config gives it stays behind.
+// trial whose length (epochs, steps) or other settings (what the trainer learns from, a
+// command's words) differ from what this config gives it stays behind.
 Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
                                 const std::string& from);
 

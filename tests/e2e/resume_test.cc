@@ -1810,6 +1810,95 @@ TEST_F(ResumeTest, ARunFromCarriesOnlyTrialsThatRanThisSweepsTrial) {
       << none.err;
 }
 
+// A trial is carried over only to a config that would train it the same: a value moved between
+// [trainer] and [parameters] still carries, another optimizer, dataset or command does not.
+TEST_F(ResumeTest, ARunFromCarriesATrialOnlyToTheSameSettings) {
+  WriteTwoTinyTrainerTrials("tiny");  // lr 0.05 and 0.2; epochs and batch_size as parameters
+  ASSERT_EQ(Sweep("run l.toml").code, 0);
+  auto trainer = [&](const std::string& name, const std::string& parameters,
+                     const std::string& fixed, const std::string& dataset) {
+    return "[sweep]\nname = \"" + name + "\"\nseed = 5\n[search]\nalgorithm = \"grid\"\n" +
+           "[parameters]\n" + parameters + "[trainer]\ndataset = \"" + dataset + "\"\n" + fixed +
+           "[executor]\ncpu_slots = 1\n";
+  };
+  const std::string lr = "lr = { values = [0.05, 0.2] }\n";
+  // epochs and batch_size fixed in [trainer] now, epochs varied again: the trials carry, as
+  // points of the new space.
+  Write("moved.toml", trainer("moved", lr + "epochs = { values = [2, 3] }\n", "batch_size = 32\n",
+                              dir_.string()));
+  Output moved = Sweep("run moved.toml --from tiny");
+  ASSERT_EQ(moved.code, 0) << moved.err;
+  EXPECT_NE(moved.err.find("carried over 2 of 2 trial(s) from 'tiny' (2 completed, 0 pruned)"),
+            std::string::npos)
+      << moved.err;
+  auto params = [&](const std::string& name) {
+    std::vector<std::string> out;
+    for (auto& row : Query("SELECT t.params FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+                           "WHERE s.name = '" +
+                           name + "' ORDER BY t.number")) {
+      out.push_back(row[0]);
+    }
+    return out;
+  };
+  const std::vector<std::string> carried = params("moved");
+  ASSERT_EQ(carried.size(), 4u);  // the grid's 2 others ran
+  EXPECT_EQ(json::parse(carried[0]), json::parse(R"({"epochs": 2, "lr": 0.05})"));
+  EXPECT_EQ(json::parse(carried[1]), json::parse(R"({"epochs": 2, "lr": 0.2})"));
+  EXPECT_EQ(json::parse(carried[2])["epochs"], 3);
+  EXPECT_EQ(json::parse(carried[3])["epochs"], 3);
+
+  const std::string same = "epochs = 2\nbatch_size = 32\n";
+  Write("adamw.toml", trainer("adamw", lr, same + "optimizer = \"adamw\"\n", dir_.string()));
+  Output adamw = Sweep("run adamw.toml --from tiny --dry-run");
+  ASSERT_EQ(adamw.code, 0) << adamw.err;
+  adamw = Sweep("run adamw.toml --from tiny");
+  ASSERT_EQ(adamw.code, 0) << adamw.err;
+  EXPECT_NE(adamw.err.find("carried over 0 of 2 trial(s) from 'tiny'; not carried: 2 run with "
+                           "other settings (trial 0 ran with optimizer = \"sgd\", this config's "
+                           "\"adamw\")"),
+            std::string::npos)
+      << adamw.err;
+  // The same files under another folder are another dataset: they may differ.
+  fs::create_directories(dir_ / "copy");
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    fs::copy_file(dir_ / f, dir_ / "copy" / f);
+  }
+  Write("copy.toml", trainer("copy", lr, same, (dir_ / "copy").string()));
+  Output copy = Sweep("run copy.toml --from tiny");
+  ASSERT_EQ(copy.code, 0) << copy.err;
+  EXPECT_NE(copy.err.find("not carried: 2 run with other settings (trial 0 ran with "
+                          "dataset.test_images = "),
+            std::string::npos)
+      << copy.err;
+  EXPECT_NE(copy.err.find("copy/t10k-images-idx3-ubyte\")"), std::string::npos) << copy.err;
+
+  // A command's words decide what its trials ran.
+  auto command = [](const std::string& name, const std::string& words) {
+    return "[sweep]\nname = \"" + name +
+           "\"\nmetric = \"score\"\nmode = \"max\"\nmax_trials = 2\nseed = 1\n[parameters]\n"
+           "x = { distribution = \"uniform\", min = 0, max = 1 }\n[trial]\nkind = \"command\"\n"
+           "command = [\"/bin/sh\", \"-c\", \"echo 'sweep-report {{\\\"score\\\": " +
+           words + "}}'\", \"{x}\"]\n";
+  };
+  Write("c1.toml", command("c1", "1"));
+  Output c1 = Sweep("run c1.toml");
+  ASSERT_EQ(c1.code, 0) << c1.err;
+  Write("c2.toml", command("c2", "2"));
+  Output c2 = Sweep("run c2.toml --from c1");
+  ASSERT_EQ(c2.code, 0) << c2.err;
+  EXPECT_NE(c2.err.find("not carried: 2 run with other settings (trial 0 ran with trial.command = "
+                        "[\"/bin/sh\",\"-c\",\"echo 'sweep-report {{\\\"score\\\": 1}}'\""),
+            std::string::npos)
+      << c2.err;
+  Write("c3.toml", command("c3", "1"));
+  Output c3 = Sweep("run c3.toml --from c1");
+  ASSERT_EQ(c3.code, 0) << c3.err;
+  EXPECT_NE(c3.err.find("carried over 2 of 2 trial(s) from 'c1' (2 completed, 0 pruned)"),
+            std::string::npos)
+      << c3.err;
+}
+
 // algorithm = "tpe": its first trials are random search's, the rest TPE's (each start event
 // says which); one trial at a time, a run repeats itself, and a sweep resumed with a larger
 // budget proposes exactly what an uninterrupted run did from the same history.

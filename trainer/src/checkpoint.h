@@ -51,12 +51,6 @@ struct Checkpoint {
   std::optional<PartialEpoch> partial;  // stopped within epoch `epoch + 1`
 };
 
-// The options that decide what training computes, as canonical JSON (sorted keys, shortest
-// round-trip numbers): not threads, replicas, checkpointing or cache_dir, which change speed
-// only, and not the test set. `epochs` counts only under the cosine schedule, whose shape
-// depends on it; elsewhere a resumed trial may be given more epochs.
-std::string TrainingConfig(const TrainOptions& o);
-
 // Writes atomically. Unavailable, naming the file and the system's reason, when the machine
 // refuses the write (disk full, quota, read-only file system, file-size limit).
 Status WriteCheckpoint(const std::string& path, const Checkpoint& ckpt);

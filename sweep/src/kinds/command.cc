@@ -69,6 +69,12 @@ class CommandKind final : public TrialKindRules {
   nlohmann::json Settings(const TrialPlace& place) const override {
     return CommandSettings(config_, place.trial_dir, place.sweep_key);
   }
+  // Its parameters fill the command's words: another command ran another program.
+  std::optional<nlohmann::json> Computes(const nlohmann::json& params) override {
+    nlohmann::json computes = params;
+    computes["trial.command"] = config_.trial.command;
+    return computes;
+  }
   bool folders() const override { return true; }
   // Its program or folder missing here would fail every trial that runs here.
   Status CheckHere(bool /*gpus*/) const override {

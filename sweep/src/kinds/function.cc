@@ -112,6 +112,11 @@ class FunctionKind final : public TrialKindRules {
     return static_cast<double>(std::max<int64_t>(1, steps));
   }
   nlohmann::json Settings(const TrialPlace&) const override { return config_.function; }
+  std::optional<nlohmann::json> Computes(const nlohmann::json& params) override {
+    nlohmann::json computes = params;
+    computes["function.name"] = config_.function.value("name", "");
+    return computes;
+  }
 
  private:
   const SweepConfig& config_;

@@ -536,6 +536,17 @@ class TrainerKind final : public TrialKindRules {
     if (!options) return std::nullopt;
     return static_cast<double>(options->epochs);
   }
+  // The options the trainer counts as deciding what it learns, the test set, and normalize
+  // as it applies when unset.
+  std::optional<nlohmann::json> Computes(const nlohmann::json& params) override {
+    std::optional<trainer::TrainOptions> options = Options(params);
+    if (!options) return std::nullopt;
+    nlohmann::json computes = nlohmann::json::parse(trainer::TrainingConfig(*options));
+    computes["normalize"] = options->normalize.value_or(options->model == "cnn");
+    computes["dataset"]["test_images"] = options->dataset.test_images;
+    computes["dataset"]["test_labels"] = options->dataset.test_labels;
+    return computes;
+  }
   // Multiply-adds a trial will do (0 when its parameters are unreadable: it will fail at its
   // start, which may as well come late).
   double Work(const nlohmann::json& params) override {

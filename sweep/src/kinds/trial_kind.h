@@ -32,6 +32,10 @@ class TrialKindRules {
   virtual double Resource(int64_t /*step*/, double epoch) const { return epoch; }
   // The resource a trial runs to on its own; none when not known in advance (a command).
   virtual std::optional<double> Length(const nlohmann::json& /*params*/) { return std::nullopt; }
+  // What decides a trial's results beside its length, as one object whose keys name the
+  // settings (a trainer's options, a command's words) and its parameters; none when they do not
+  // apply. Two trials with equal ones compare (`run --from`).
+  virtual std::optional<nlohmann::json> Computes(const nlohmann::json& params) { return params; }
   // The work its parameters make, for order = "longest_first"; 0 when unknown.
   virtual double Work(const nlohmann::json& /*params*/) { return 0; }
   // The settings its worker gets beside the parameters.

@@ -179,6 +179,14 @@ enum class ValidateScope { kAll, kEachOption };
 // batch_size >= replicas, one device per replica, and what the chosen backend can train.
 Status Validate(const TrainOptions& options, ValidateScope scope = ValidateScope::kAll);
 
+// The options that decide what training computes, as canonical JSON (sorted keys, shortest
+// round-trip numbers): not threads, replicas, checkpointing or cache_dir, which change speed
+// only, and not the test set. `epochs` counts only under the cosine schedule, whose shape
+// depends on it; elsewhere a resumed trial may be given more epochs.
+// A checkpoint resumes only under the same; `sweep run --from` carries a trial over only to
+// the same.
+std::string TrainingConfig(const TrainOptions& o);
+
 // The work a run of these options does, in multiply-adds (forward and backward over every
 // training sample, every epoch), to rank trials by how long they will take: it counts the
 // layers' GEMMs on the training split (max_train_samples when set) and does not open the
