@@ -99,7 +99,12 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
     if (ec) {
       return Interrupted(result.status().message() + "; cannot delete it: " + ec.message());
     }
-    note = result.status().message() + "; deleted it and trained the trial from the start";
+    // The trainer's advice to delete the file is done by now.
+    std::string why = result.status().message();
+    if (const size_t advice = why.rfind("; delete "); advice != std::string::npos) {
+      why.erase(advice);
+    }
+    note = why + "; deleted it and trained the trial from the start";
     result = trainer::Train(options, on_epoch);
   }
   if (!result.ok() && result.status().code() == Status::Code::kUnavailable) {

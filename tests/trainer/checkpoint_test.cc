@@ -449,6 +449,75 @@ TEST(Checkpoint, TrainRefusesACheckpointPastItsEpochs) {
   EXPECT_EQ(again->epochs_done, 3);
 }
 
+// The validation split is drawn over the training file's samples: a checkpoint at an epoch's end
+// does not go on over a training set of another size (files added to a folder), whose split
+// would score as validation what its weights trained on.
+TEST(Checkpoint, TrainRefusesACheckpointOfATrainingSetOfAnotherSize) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  o.epochs = 2;
+  o.checkpoint_path = dir / "t.ckpt";
+  o.stop_after_epoch = 1;
+  ASSERT_TRUE(Train(o, nullptr).ok());
+  o.stop_after_epoch = 0;
+
+  testing::WriteBlobs(dir, "train", 500, 1);
+  auto r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+  const std::string& said = r.status().message();
+  EXPECT_EQ(said.rfind(o.checkpoint_path +
+                           ": checkpoint is at epoch 1 of a training set of 480 samples, and ",
+                       0),
+            0u)
+      << said;
+  EXPECT_NE(said.find(" has 500; has it changed? delete the checkpoint to train from the start"),
+            std::string::npos)
+      << said;
+
+  testing::WriteBlobs(dir, "train", 480, 1);
+  auto again = Train(o, nullptr);
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->resumed_from_epoch, 1);
+}
+
+// A dataset is the files it names: a relative path goes on from its own files given absolutely,
+// and the same relative words in another folder (other files) do not.
+TEST(Checkpoint, ADatasetIsItsFilesHoweverItsPathIsWritten) {
+  TempDir dir;
+  TrainOptions o = BlobOptions(dir);
+  std::filesystem::create_directories(dir / "a");
+  std::filesystem::create_directories(dir / "b");
+  for (const char* sub : {"a", "b"}) {
+    for (const char* f : {"train-images.gz", "train-labels"}) {
+      std::filesystem::copy_file(dir / f, dir / (std::string(sub) + "/" + f));
+    }
+  }
+  o.epochs = 2;
+  o.stop_after_epoch = 1;
+  o.checkpoint_path = dir / "t.ckpt";
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir / "a");
+  o.dataset.train_images = "train-images.gz";
+  o.dataset.train_labels = "./train-labels";
+  const bool wrote = Train(o, nullptr).ok();
+  o.stop_after_epoch = 0;
+  std::filesystem::current_path(dir / "b");
+  auto elsewhere = Train(o, nullptr);
+  std::filesystem::current_path(before);
+  ASSERT_TRUE(wrote);
+  ASSERT_FALSE(elsewhere.ok());
+  EXPECT_NE(elsewhere.status().message().find("belongs to a different training configuration"),
+            std::string::npos)
+      << elsewhere.status().message();
+
+  o.dataset.train_images = dir / "a/train-images.gz";
+  o.dataset.train_labels = dir / "x/../a/train-labels";
+  auto same = Train(o, nullptr);
+  ASSERT_TRUE(same.ok()) << same.status().message();
+  EXPECT_EQ(same->resumed_from_epoch, 1);
+}
+
 TEST(Checkpoint, TrainRefusesADamagedOrForeignCheckpoint) {
   TempDir dir;
   TrainOptions o = BlobOptions(dir);

@@ -9,7 +9,8 @@
 //                                  before them); fp16 also loss_scale {scale, good_steps,
 //                                  skipped} (absent in files from before it: start afresh);
 //                                  report, the last epoch's EpochReport (absent in older files;
-//                                  a figure that is NaN is left out); partial (PartialEpoch)
+//                                  a figure that is NaN is left out); partial (PartialEpoch);
+//                                  set_samples (absent in older files)
 //   params                         float[params]
 //   optimizer buffers              optimizer_buffers x float[params]
 //   running statistics             float[stats]
@@ -131,12 +132,41 @@ PartialEpoch PartialFromJson(const json& j) {
 
 }  // namespace
 
+namespace {
+
+// A dataset file as one name whatever way it was given: absolute, without "." or "..", without a
+// trailing '/'. A relative path is the current folder's, as the trainer opens it; kept relative,
+// it would match the same words in another folder.
+std::string OneName(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  if (ec) return path;
+  p = p.lexically_normal();
+  if (!p.has_filename() && p.has_parent_path() && p != p.root_path()) p = p.parent_path();
+  return p.string();
+}
+
+// A configuration's dataset files by OneName, for one written before they were.
+json WithOneNames(json config) {
+  if (!config.is_object() || !config.contains("dataset") || !config["dataset"].is_object()) {
+    return config;
+  }
+  for (const char* key : {"train_images", "train_labels"}) {
+    json& path = config["dataset"][key];
+    if (path.is_string()) path = OneName(path.get<std::string>());
+  }
+  return config;
+}
+
+}  // namespace
+
 std::string TrainingConfig(const TrainOptions& o) {
   json j = {
       {"dataset",
        {{"format", o.dataset.format},
-        {"train_images", o.dataset.train_images},
-        {"train_labels", o.dataset.train_labels},
+        {"train_images", OneName(o.dataset.train_images)},
+        {"train_labels", OneName(o.dataset.train_labels)},
         {"label_column", o.dataset.label_column}}},
       {"model", o.model},
       {"hidden", o.hidden},
@@ -241,6 +271,7 @@ Status WriteCheckpoint(const std::string& path, const Checkpoint& c) {
   if (c.model.has_value()) header["model"] = *c.model;
   if (!c.state.stats.empty()) header["stats"] = c.state.stats.size();
   if (c.partial.has_value()) header["partial"] = PartialJson(*c.partial);
+  if (c.set_samples > 0) header["set_samples"] = c.set_samples;
   const std::string text = header.dump();
   const uint32_t header_bytes = static_cast<uint32_t>(text.size());
   std::vector<ByteRange> pieces = {{c.partial.has_value() ? kPartialMagic : kMagic, sizeof kMagic},
@@ -339,6 +370,7 @@ Result<Checkpoint> ReadCheckpoint(const std::string& path) {
     buffers = h.at("optimizer_buffers").get<size_t>();
     if (h.contains("model")) c.model = h.at("model");
     if (h.contains("stats")) stats = h.at("stats").get<size_t>();
+    if (h.contains("set_samples")) c.set_samples = h.at("set_samples").get<int64_t>();
     if (h.contains("loss_scale")) {
       const json& ls = h.at("loss_scale");
       c.state.loss_scale =
@@ -439,7 +471,8 @@ Status CheckSameConfig(const std::string& path, const Checkpoint& ckpt, const st
   if (ckpt.config == config) return Status::Ok();
   std::string diff;
   try {
-    const json mine = json::parse(config), theirs = json::parse(ckpt.config);
+    const json mine = json::parse(config), theirs = WithOneNames(json::parse(ckpt.config));
+    if (mine == theirs) return Status::Ok();
     for (const auto& [key, value] : mine.items()) {
       const json other = theirs.contains(key) ? theirs[key] : json();
       if (other == value) continue;

@@ -49,6 +49,9 @@ struct Checkpoint {
   // can report it again to a caller that never kept it (see TrainOptions::report_resumed_epoch).
   std::optional<EpochReport> report;
   std::optional<PartialEpoch> partial;  // stopped within epoch `epoch + 1`
+  // The training file's samples (0 in files from before it was kept): the validation split and
+  // each epoch's order depend on them, so a set of another size does not go on.
+  int64_t set_samples = 0;
 };
 
 // Writes atomically. Unavailable, naming the file and the system's reason, when the machine

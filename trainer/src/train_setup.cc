@@ -273,11 +273,21 @@ Result<StartPoint> ReadStartPoint(const TrainOptions& o, const std::string& conf
                                    " (a longer run's); delete it, or set epochs to at least " +
                                    std::to_string(reached));
   }
+  // The validation split is drawn over the training file's samples: another count (files
+  // added to a folder) would score as validation what the checkpoint's weights trained on.
+  const Dataset& train = *d.train;
+  if (!ckpt->partial && ckpt->set_samples > 0 && ckpt->set_samples != train.n) {
+    return Status::InvalidArgument(o.checkpoint_path + ": checkpoint is " + at +
+                                   " of a training set of " + std::to_string(ckpt->set_samples) +
+                                   " samples, and " + train.source + " has " +
+                                   std::to_string(train.n) +
+                                   "; has it changed? delete the checkpoint to train from the "
+                                   "start");
+  }
   if (ckpt->partial) {
     // Its steps are the epoch's first ones only in the epoch's order, which depends on the
     // training set's size; and a run told to stop before that epoch cannot go back to it.
     const PartialEpoch& p = *ckpt->partial;
-    const Dataset& train = *d.train;
     if (p.set_samples != train.n || p.steps_per_epoch != d.steps_per_epoch) {
       return Status::InvalidArgument(
           o.checkpoint_path + ": checkpoint is " + at + " of a training set of " +

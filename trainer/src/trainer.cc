@@ -283,6 +283,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
     c.model = spec.model.ToJson();
     c.state = group->GetState();
     c.report = last_report;
+    c.set_samples = data.train->n;
     SWEEP_RETURN_IF_ERROR(WriteCheckpoint(o.checkpoint_path, c));
     result.checkpointed = true;
     return Status::Ok();
