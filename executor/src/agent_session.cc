@@ -133,6 +133,9 @@ class Session {
                         [this, gen](Result<std::shared_ptr<net::Connection>> c) {
                           if (gen != generation_) return;
                           if (!c.ok()) {
+                            // No coordinator there: the next one to come up may hold the
+                            // agent's token, and its refusals count afresh.
+                            auth_refusals_ = 0;
                             LogFailure(c.status().message());
                             Backoff();
                             return;
@@ -337,7 +340,11 @@ class Session {
     if (auth_refusals_++ == 0) first_auth_refusal_ = now;
     if (auth_refusals_ >= kAuthRefusalsToEnd &&
         now - first_auth_refusal_ >= std::chrono::milliseconds(options_.auth_refusal_window_ms)) {
-      return EndRefused(why);
+      const auto refused_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - first_auth_refusal_);
+      return EndRefused(why + "; refused " + std::to_string(auth_refusals_) + " times over " +
+                        Seconds(refused_ms.count()) +
+                        ": the agent ends; give it the coordinator's token (--token-file)");
     }
     LogFailure(why + "; it ends (status 2) if its token is still refused " +
                Seconds(options_.auth_refusal_window_ms) + " after the first refusal");

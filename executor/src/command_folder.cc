@@ -145,7 +145,11 @@ std::string Tail(const std::string& path, off_t offset, int max_lines) {
   std::string out;
   for (size_t i = lines.size() > static_cast<size_t>(max_lines) ? lines.size() - max_lines : 0;
        i < lines.size(); ++i) {
-    out.append(lines[i]);
+    // A program's colours and bells would reach the terminal of whoever reads the error.
+    for (char ch : lines[i]) {
+      const bool control = (static_cast<unsigned char>(ch) < 0x20 && ch != '\t') || ch == 0x7f;
+      out += control ? ' ' : ch;
+    }
     if (i + 1 < lines.size()) out += '\n';
   }
   return out;

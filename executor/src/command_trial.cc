@@ -365,7 +365,7 @@ class CommandRun {
         !first_unread_.empty()) {  // run again or not: it tried to report
       return Failed(
           "the program exited 0 without a report that could be read: " + std::to_string(unread_) +
-          " sweep-report line(s) could not be; the first, " + first_unread_);
+          " sweep-report line(s) could not be read; the first: " + first_unread_);
     }
     if (numbering_.reports == 0 && !stored) {
       return Failed(

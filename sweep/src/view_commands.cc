@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -491,10 +492,10 @@ int CmdExport(const ExportArgs& a) {
   if (!data.ok()) return Fail(data.status());
   report::Table table = a.reports ? report::ReportsTable(*data) : report::TrialsTable(*data);
   std::ostringstream text;
-  // Without --format, -o's extension says: out.json is JSON, anything else CSV.
-  const bool json_out = a.format.empty()
-                            ? to_file && std::filesystem::path(a.output).extension() == ".json"
-                            : a.format == "json";
+  // Without --format, -o's extension says: out.json (or OUT.JSON) is JSON, anything else CSV.
+  std::string extension = std::filesystem::path(a.output).extension().string();
+  for (char& ch : extension) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const bool json_out = a.format.empty() ? to_file && extension == ".json" : a.format == "json";
   if (json_out) {
     report::WriteJson(text, table);
   } else {

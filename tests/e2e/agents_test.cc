@@ -207,6 +207,11 @@ TEST_F(AgentsTest, WrongTokenIsRefusedAndTheSweepGoesOn) {
   EXPECT_EQ(WaitExit(intruder, 10), 2) << Log("agent-intruder.log");
   EXPECT_EQ(Count(Log("agent-intruder.log"), "the coordinator at 127.0.0.1:"), 2)
       << Log("agent-intruder.log");
+  EXPECT_TRUE(std::regex_search(
+      Log("agent-intruder.log"),
+      std::regex("; refused [0-9]+ times over [0-9.]+ s: the agent ends; give it the "
+                 "coordinator's token \\(--token-file\\)\n")))
+      << Log("agent-intruder.log");
   EXPECT_EQ(Scalar("SELECT count(*) FROM trials"), 0);  // nothing ran on the intruder
 
   StartAgent("good", port);

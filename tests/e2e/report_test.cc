@@ -396,6 +396,8 @@ TEST_F(ReportE2eTest, OutputNeverReplacesASweepStore) {
   ASSERT_EQ(Sweep("export keep -o trials.json").code, 0);
   json trials = json::parse(Slurp(dir_ / "trials.json"));
   EXPECT_EQ(trials.size(), 4u);
+  ASSERT_EQ(Sweep("export keep -o TRIALS.JSON").code, 0);
+  EXPECT_EQ(json::parse(Slurp(dir_ / "TRIALS.JSON")), trials);
   ASSERT_EQ(Sweep("export keep --format csv -o forced.json").code, 0);
   EXPECT_EQ(Slurp(dir_ / "forced.json").rfind("trial,status,", 0), 0u);
   ASSERT_EQ(Sweep("export keep -o trials.txt").code, 0);

@@ -372,11 +372,13 @@ TEST_F(CommandTrialTest, GivesTheProgramItsEnvironmentAndArguments) {
 TEST_F(CommandTrialTest, NonZeroExitFailsWithCodeAndLastLines) {
   Run run = RunIt(ShellTask(
       "echo 'sweep-report {\"val_acc\": 0.1}'; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo "
-      "\"line $i\" >&2; done; echo 'Traceback: boom' >&2; exit 3"));
+      "\"line $i\" >&2; done; printf '\\033[31mTraceback:\\a boom\\033[0m\\n' >&2; exit 3"));
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
   EXPECT_EQ(run.outcome.error.rfind("exited with code 3; last lines of stderr:\n", 0), 0u)
       << run.outcome.error;
-  EXPECT_NE(run.outcome.error.find("Traceback: boom"), std::string::npos);
+  // Its colours and bell become blanks: the error reaches terminals.
+  EXPECT_NE(run.outcome.error.find(" [31mTraceback:  boom [0m"), std::string::npos)
+      << run.outcome.error;
   EXPECT_NE(run.outcome.error.find("line 12"), std::string::npos);
   EXPECT_EQ(run.outcome.error.find("line 2\n"), std::string::npos) << "only the last lines";
   EXPECT_EQ(run.reports.size(), 1u);
@@ -723,11 +725,12 @@ TEST_F(CommandTrialTest, MalformedReportLinesAreLoggedNotFatal) {
 TEST_F(CommandTrialTest, OnlyUnreadableReportsFailWithTheFirstReason) {
   Run run = RunIt(ShellTask("echo 'sweep-report {\"val_acc\": 1.2.3}'; echo 'sweep-report 3'"));
   ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kFailed);
-  EXPECT_EQ(run.outcome.error.rfind("the program exited 0 without a report that could be read: 2 "
-                                    "sweep-report line(s) could not be; the first, stdout line 1 "
-                                    "is not a report: ",
-                                    0),
-            0u)
+  EXPECT_EQ(
+      run.outcome.error.rfind("the program exited 0 without a report that could be read: 2 "
+                              "sweep-report line(s) could not be read; the first: stdout line 1 "
+                              "is not a report: ",
+                              0),
+      0u)
       << run.outcome.error;
   EXPECT_NE(run.outcome.error.find("parse error at line 1, column"), std::string::npos)
       << run.outcome.error;
