@@ -451,6 +451,10 @@ TEST(BadFiles, AnImageTooLargeIsRefusedFromItsHeader) {
   for (int k = 0; k < 4; ++k) png[29 + k] = static_cast<uint8_t>(crc >> (24 - 8 * k));
   Status s = DecodeImage(png, 0, 0, &out);
   EXPECT_NE(s.message().find("PNG of 20000x20000 is too large"), std::string::npos) << s.message();
+  // Past the sides' limit, the size is said before libpng refuses the header.
+  png[16] = 0, png[17] = 0, png[18] = 0xC3, png[19] = 0x50;  // 50000
+  s = DecodeImage(png, 0, 0, &out);
+  EXPECT_EQ(s.message(), "PNG of 50000x20000 is too large (sides up to 32768)");
   // JPEG: the frame header's width (after FF C0, its length, precision and height).
   std::vector<uint8_t> jpeg = Bytes(EncodeJpeg(Pattern(8, 8, 1, 1), 90));
   size_t sof = 0;
@@ -662,6 +666,7 @@ TEST(CheckImageFolders, AFolderWithNoImagesIsRefusedByKey) {
   fs::create_directories(dir / "train/b");
   WriteText(dir / "train/a/x.txt", "text");
   WriteText(dir / "train/b/y.txt", "text");
+  spec.on_bad_file = "skip";
   s = CheckImageFolders(spec, &field);
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(field, "train");
@@ -670,6 +675,24 @@ TEST(CheckImageFolders, AFolderWithNoImagesIsRefusedByKey) {
   s = CheckImageFolders(spec, &field);
   EXPECT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(field, "");
+  // With on_bad_file = "error", a class whose files before its first image include one that is
+  // none fails the load: refused here, naming the file.
+  spec.on_bad_file = "error";
+  s = CheckImageFolders(spec, &field);
+  EXPECT_EQ(field, "train");
+  EXPECT_EQ(s.message(), (dir / "train/a/x.txt") +
+                             ": not a PNG or JPEG image (on_bad_file = \"skip\" leaves such files "
+                             "out)");
+  fs::remove(dir / "train/a/x.txt");
+  WriteImage(dir / "train/a/w.png", Gray(4, 4, 1), false);
+  s = CheckImageFolders(spec, &field);
+  EXPECT_NE(s.message().find("y.txt: not a PNG or JPEG image"), std::string::npos) << s.message();
+  // Only the files up to each class's first image are read: the load finds the rest.
+  fs::rename(dir / "train/b/y.txt", dir / "train/b/zz.txt");
+  EXPECT_TRUE(CheckImageFolders(spec, &field).ok());
+  WriteText(dir / "train/a/0.png", "");
+  s = CheckImageFolders(spec, &field);
+  EXPECT_NE(s.message().find("0.png: empty file, not an image"), std::string::npos) << s.message();
 }
 
 TEST(CheckImageFolders, TestClassesMustBeTheTrainingClasses) {

@@ -86,7 +86,9 @@ bool PngPixels(PngState* s, png_bytepp rows) {
 Status SizeImage(const char* format, int h, int w, int c, Image* out) {
   if (h > kMaxSide || w > kMaxSide || int64_t{h} * w > kMaxPixels) {
     return Status::Corruption(std::string(format) + " of " + std::to_string(w) + "x" +
-                              std::to_string(h) + " is too large");
+                              std::to_string(h) + " is too large (sides up to " +
+                              std::to_string(kMaxSide) + ", " + std::to_string(kMaxPixels >> 20) +
+                              " Mpixels in all)");
   }
   out->height = h;
   out->width = w;
@@ -96,6 +98,18 @@ Status SizeImage(const char* format, int h, int w, int c, Image* out) {
 }
 
 Status DecodePng(std::span<const uint8_t> bytes, Image* out) {
+  // Sides past our limit are libpng's "Invalid IHDR data": read them first, to say the size.
+  if (bytes.size() >= 24 && std::memcmp(bytes.data() + 12, "IHDR", 4) == 0) {
+    auto be32 = [&](size_t at) {
+      return uint32_t{bytes[at]} << 24 | uint32_t{bytes[at + 1]} << 16 |
+             uint32_t{bytes[at + 2]} << 8 | uint32_t{bytes[at + 3]};
+    };
+    const uint32_t w = be32(16), h = be32(20);
+    if (w > static_cast<uint32_t>(kMaxSide) || h > static_cast<uint32_t>(kMaxSide)) {
+      return Status::Corruption("PNG of " + std::to_string(w) + "x" + std::to_string(h) +
+                                " is too large (sides up to " + std::to_string(kMaxSide) + ")");
+    }
+  }
   PngState s;
   s.data = bytes.data();
   s.size = bytes.size();

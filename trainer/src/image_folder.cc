@@ -595,23 +595,35 @@ Status CheckImageFolders(const DatasetSpec& spec, std::string* field) {
     SWEEP_ASSIGN_OR_RETURN(const fs::path root, Root(dir));
     SWEEP_RETURN_IF_ERROR(ListClasses(root, classes));
     bool found = false;
+    const bool skip = spec.on_bad_file == "skip";
     std::vector<std::string> names;
     std::vector<uint8_t> head(8);
     for (const std::string& c : *classes) {
       SWEEP_RETURN_IF_ERROR(ListClassFiles(root / c, &names));
-      if (names.empty() && spec.on_bad_file != "skip") {
+      if (names.empty() && !skip) {
         return Status::InvalidArgument((root / c).string() +
                                        ": class folder holds no images (on_bad_file = \"skip\" "
                                        "keeps the class without samples)");
       }
-      for (size_t i = 0; i < names.size() && !found; ++i) {
-        const std::string path = (root / c / names[i]).string();
+      // Each class's files up to its first image, so a class of no images is seen here, not as
+      // every trial starts; with on_bad_file = "error", a file that is none fails the load.
+      for (const std::string& name : names) {
+        const std::string path = (root / c / name).string();
         const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
-        const ssize_t got = ::read(fd, head.data(), head.size());
-        ::close(fd);
-        found = got > 0 && SniffImage(std::span<const uint8_t>(
-                               head.data(), static_cast<size_t>(got))) != ImageFormat::kUnknown;
+        const ssize_t got = fd < 0 ? -1 : ::read(fd, head.data(), head.size());
+        if (fd >= 0) ::close(fd);
+        if (got > 0 && SniffImage(std::span<const uint8_t>(
+                           head.data(), static_cast<size_t>(got))) != ImageFormat::kUnknown) {
+          found = true;
+          break;
+        }
+        if (!skip) {
+          return Status::InvalidArgument(path + ": " +
+                                         (got < 0    ? "cannot be read"
+                                          : got == 0 ? "empty file, not an image"
+                                                     : "not a PNG or JPEG image") +
+                                         " (on_bad_file = \"skip\" leaves such files out)");
+        }
       }
     }
     if (!found) return Status::InvalidArgument(root.string() + ": holds no PNG or JPEG images");
