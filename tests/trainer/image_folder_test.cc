@@ -731,6 +731,29 @@ TEST(CheckImageFolders, TestClassesMustBeTheTrainingClasses) {
   EXPECT_TRUE(CheckImageFolders(spec, &field).ok());
 }
 
+// An image_size whose batches alone cannot fit is refused before any image is decoded at that
+// size, naming image_size (not an allocation failure that names the model's widths).
+TEST(CheckImageFolders, AnImageSizeWhoseBatchesCannotFitIsRefusedByName) {
+  TempDir dir;
+  TrainOptions o;
+  o.dataset = SmallFolder(dir);
+  o.dataset.image_size = {30000, 30000};
+  o.batch_size = 64;  // 3 batches of 64 x 9e8 floats: 644 GiB
+  o.epochs = 1;
+  o.cache_dir = dir / "cache";
+  auto r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(r.status().message().rfind("dataset.image_size = [30000, 30000]: 3 batches of 64 "
+                                       "images that size (those gathered ahead and the one in "
+                                       "use) take at least 643.7 GiB as floats, ",
+                                       0),
+            0u)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("; make image_size or batch_size smaller"),
+            std::string::npos);
+}
+
 // ---- options ----
 
 TEST(FolderOptions, KeysBelongToTheirFormat) {

@@ -485,6 +485,15 @@ Result<DatasetPtr> DecodeImageFolder(const FolderListing& l, const DatasetSpec& 
   const size_t row = ref.pixels.size();
   const uint64_t bytes = static_cast<uint64_t>(n) * row;
   if (bytes > DecodeBudgetBytes()) return StreamImageFolder(l, spec);
+  // Without image_size every image must be the first's size: one more is read before the set's
+  // memory is taken, so that an odd first image (a large photo among thumbnails) fails at once.
+  if (!skip && want_h == 0 && first + 1 < n) {
+    std::vector<uint8_t> buffer;
+    Image image;
+    Status s = ReadImage(l.files[first + 1], 0, 0, &buffer, &image);
+    if (s.ok()) s = SameShape(l.files[first + 1], image, ref_path, ref);
+    if (!s.ok()) return s;
+  }
   std::vector<uint8_t> pixels(static_cast<size_t>(bytes));
   std::memcpy(pixels.data() + first * row, ref.pixels.data(), row);
 

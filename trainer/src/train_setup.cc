@@ -214,6 +214,23 @@ Result<GroupSpec> GroupSpecOf(const TrainOptions& o, const RunData& d) {
   return spec;
 }
 
+Status CheckImageSizeFits(const TrainOptions& o) {
+  const std::vector<int>& size = o.dataset.image_size;
+  if (o.dataset.format != "folder" || size.size() != 2) return Status::Ok();
+  const int batches = (o.dataset.prefetch > 0 ? o.dataset.prefetch : 2) + 1;
+  const double batch = static_cast<double>(o.batch_size) * size[0] * size[1] * sizeof(float);
+  const MemoryLimit have = HostMemoryLimit();
+  if (have.bytes <= 0 || batch * batches <= have.bytes) return Status::Ok();
+  char msg[400];
+  std::snprintf(msg, sizeof msg,
+                "dataset.image_size = [%d, %d]: %d batches of %d images that size (those gathered "
+                "ahead and the one in use) take at least %.1f GiB as floats, %s %.1f GiB%s; make "
+                "image_size or batch_size smaller",
+                size[0], size[1], batches, o.batch_size, batch * batches / 1073741824.0, have.said,
+                have.bytes / 1073741824.0, have.why);
+  return Status::InvalidArgument(msg);
+}
+
 Status CheckHostMemory(const GroupSpec& spec, bool on_cpu) {
   const ModelSpec& m = spec.model;
   const double params = static_cast<double>(m.num_params);

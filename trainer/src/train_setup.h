@@ -45,6 +45,11 @@ Result<GroupSpec> GroupSpecOf(const TrainOptions& o, const RunData& data);
 // replica's gradients, the optimizer's state and the activations of a micro-batch.
 Status CheckHostMemory(const GroupSpec& spec, bool on_cpu);
 
+// A folder set resized to dataset.image_size: its batches alone (those gathered ahead and the
+// one in use, as floats, one channel at least) must fit, checked before any image is decoded at
+// that size; the message names image_size.
+Status CheckImageSizeFits(const TrainOptions& o);
+
 // Where a run starts.
 struct StartPoint {
   ModelState state;                   // the checkpoint's; empty: fresh weights

@@ -225,6 +225,7 @@ Result<TrainResult> TrainImpl(const TrainOptions& o, const EpochCallback& on_epo
   SWEEP_RETURN_IF_ERROR(Validate(o));
   InitScheme init = InitScheme::kAuto;
   ParseInit(o.init, &init);
+  SWEEP_RETURN_IF_ERROR(CheckImageSizeFits(o));
   SWEEP_ASSIGN_OR_RETURN(RunData data, LoadRunData(o));
   const DatasetPtr& train = data.train;
   const DatasetPtr& test = data.test;
@@ -480,10 +481,12 @@ Result<TrainResult> TrainWithState(const TrainOptions& options, const EpochCallb
   } catch (const std::bad_alloc&) {
     // Past CheckHostMemory's lower bound: the activations, the dataset's cache, the trials or
     // programs beside this one.
-    return Status::Internal(
-        "trainer: out of host memory (std::bad_alloc): make batch_size, hidden or channels "
-        "smaller, run "
-        "fewer trials at once on this machine, or give the process more memory");
+    const bool resized = options.dataset.format == "folder" && !options.dataset.image_size.empty();
+    return Status::Internal(std::string("trainer: out of host memory (std::bad_alloc): make ") +
+                            (resized ? "batch_size, hidden, channels or dataset.image_size"
+                                     : "batch_size, hidden or channels") +
+                            " smaller, run fewer trials at once on this machine, or give the "
+                            "process more memory");
   } catch (const std::exception& e) {  // std::system_error from a thread, a callback
     return Status::Internal(std::string("trainer: ") + e.what());
   }
