@@ -3,13 +3,16 @@
 #include <filesystem>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "carry_over.h"
 #include "executor/slots.h"
 #include "executor/trial.h"
 #include "output.h"
 #include "search/space.h"
+#include "store/store.h"
 #include "sweep/config.h"
 #include "sweep/coordinator.h"
 #include "trial_paths.h"
@@ -32,12 +35,32 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
   at_once = std::min<int64_t>({at_once, config.sweep.max_trials, 10});
   const std::string db_file = StoreFile(db);
   SWEEP_RETURN_IF_ERROR(TrialPaths::CheckCanMake(config, db_file));
+  // --from: the trials the run would carry over, read as the run reads them (an unknown name,
+  // a mode that clashes, TPE's startup rule); the new trials are numbered after them and draw
+  // what the run would draw.
+  std::optional<CarryPlan> carry;
+  if (!options.from.empty()) {
+    const std::string said = "--from " + options.from + ": ";
+    if (std::error_code ec; !std::filesystem::exists(db, ec)) {
+      return NoSuchDatabase(db).WithMessage(said + NoSuchDatabase(db).message());
+    }
+    SWEEP_ASSIGN_OR_RETURN(auto st, store::Store::Open(db, store::OpenMode::kReadOnly));
+    SWEEP_ASSIGN_OR_RETURN(carry, PlanCarryOver(*st, config, options.from));
+  }
+  const int64_t carried = carry ? static_cast<int64_t>(carry->trials.size()) : 0;
+  std::set<std::string> carried_points;  // a grid skips them
+  if (carry && config.search.algorithm == "grid") {
+    for (const store::TrialRecord& t : carry->trials) {
+      carried_points.insert(nlohmann::json::parse(t.params_json).dump());
+    }
+  }
 
   out << "dry run of sweep '" << config.sweep.name << "' (" << config.search.algorithm
       << " search, "
       << (config.sweep.unbounded_trials ? std::string("no trial limit")
                                         : std::to_string(config.sweep.max_trials) + " trial(s)")
       << "): the config and this machine check out; ";
+  if (carry) out << carry->Summary() << "; ";
   if (slots.empty()) {
     // How many start at once is up to the agents that join.
     out << "the first trial it would start, once an agent joins:\n";
@@ -48,15 +71,24 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     out << "(order = \"longest_first\" starts the heaviest of the whole sweep first; these are "
            "the sampler's first)\n";
   }
-  for (int64_t n = 0; n < at_once; ++n) {
-    std::optional<nlohmann::json> params = sampler->Sample(n);
+  int64_t grid_cursor = 0;
+  for (int64_t k = 0; k < at_once; ++k) {
+    const int64_t n = carried + k;  // the trial's number
+    std::optional<nlohmann::json> params;
+    if (carried_points.empty()) {
+      params = sampler->Sample(n + (carry ? carry->sample_shift : 0));
+    } else {
+      do {
+        params = sampler->Sample(grid_cursor++);
+      } while (params && carried_points.contains(params->dump()));
+    }
     if (!params) break;
     executor::TrialTask task;
     task.number = n;
     task.params = *params;
     task.seed = TrialSeed(config.sweep.seed, n);
     std::string where;
-    const size_t first = static_cast<size_t>(n) * static_cast<size_t>(per_trial);
+    const size_t first = static_cast<size_t>(k) * static_cast<size_t>(per_trial);
     if (first + static_cast<size_t>(per_trial) <= slots.size()) {
       const bool gpu = slots[first].gpu;
       task.threads = gpu ? 1 : per_trial;

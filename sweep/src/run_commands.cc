@@ -337,10 +337,6 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
       if (*resumed) return CheckStandardOutput(kExitOk);
     }
     if (Status s = DryRun(*cfg, options, db, std::cout); !s.ok()) return Fail(s);
-    if (!from.empty()) {
-      std::cout << "with --from " << from << ", the run first carries over that sweep's trials "
-                << "that are points of this space (the dry run does not read them)\n";
-    }
     return CheckStandardOutput(kExitOk);
   }
   // A port another program holds, said before a new store is made (an empty one would be left

@@ -1826,6 +1826,18 @@ TEST_F(ResumeTest, ARunFromCarriesATrialOnlyToTheSameSettings) {
   // points of the new space.
   Write("moved.toml", trainer("moved", lr + "epochs = { values = [2, 3] }\n", "batch_size = 32\n",
                               dir_.string()));
+  // A dry run reads the trials as the run will: it numbers the new ones after them, and its
+  // grid skips their points.
+  Output dry = Sweep("run moved.toml --from tiny --dry-run");
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("check out; carried over 2 of 2 trial(s) from 'tiny' (2 completed, 0 "
+                         "pruned); the first 1 trial(s) it would start:\ntrial 2 on local:"),
+            std::string::npos)
+      << dry.out;
+  EXPECT_NE(dry.out.find(": {\"epochs\":3,\"lr\":0.05}\n"), std::string::npos) << dry.out;
+  Output typo = Sweep("run moved.toml --from tinny --dry-run");
+  EXPECT_EQ(typo.code, 2);
+  EXPECT_NE(typo.err.find("no sweep named 'tinny'"), std::string::npos) << typo.err;
   Output moved = Sweep("run moved.toml --from tiny");
   ASSERT_EQ(moved.code, 0) << moved.err;
   EXPECT_NE(moved.err.find("carried over 2 of 2 trial(s) from 'tiny' (2 completed, 0 pruned)"),
