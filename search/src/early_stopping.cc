@@ -276,8 +276,14 @@ class HyperbandScheduler final : public Scheduler {
     return t == trials_.end() ? -1 : t->second.survived;
   }
   bool Stopped(int64_t trial) const override { return stops_.contains(trial); }
+  void SetBracket(int64_t trial, int bracket) override {
+    if (!cycle_.empty() && bracket >= 0 && static_cast<size_t>(bracket) < rungs_.size()) {
+      brackets_[trial] = bracket;
+    }
+  }
   int Bracket(int64_t trial) const override {
     if (cycle_.empty()) return 0;
+    if (auto set = brackets_.find(trial); set != brackets_.end()) return set->second;
     const auto n = static_cast<int64_t>(cycle_.size());
     const int64_t block = trial >= 0 ? trial / n : -1 - (-1 - trial) / n;
     uint64_t at = static_cast<uint64_t>(trial - block * n);
@@ -297,8 +303,9 @@ class HyperbandScheduler final : public Scheduler {
   };
 
   SchedulerConfig config_;
-  std::vector<double> ladder_;  // rung k's resource
-  std::vector<uint8_t> cycle_;  // trial number mod size -> bracket (hyperband only)
+  std::vector<double> ladder_;       // rung k's resource
+  std::vector<uint8_t> cycle_;       // trial number mod size -> bracket (hyperband only)
+  std::map<int64_t, int> brackets_;  // SetBracket's, over the cycle's
   // [bracket][k - bracket]: the values recorded at global rung k by that bracket's trials.
   std::vector<std::vector<internal::TopFraction>> rungs_;
   std::unordered_map<int64_t, TrialState> trials_;

@@ -128,6 +128,19 @@ UPDATE trials SET proposed_by = COALESCE((
     R"sql(
 ALTER TABLE trials ADD COLUMN info TEXT NOT NULL DEFAULT '{}';
 )sql",
+    // 8 -> 9: the sweep `run --from` started a sweep from (taken for earlier sweeps from their
+    // start event, "carried over 3 of 5 trial(s) from 'NAME'..."), and the Hyperband bracket a
+    // carried trial ran in.
+    R"sql(
+ALTER TABLE sweeps ADD COLUMN carried_from TEXT NOT NULL DEFAULT '';
+UPDATE sweeps SET carried_from = COALESCE((
+  SELECT substr(d, 1, instr(d, '''') - 1) FROM (
+    SELECT substr(e.detail, instr(e.detail, ' from ''') + 7) AS d FROM events e
+    WHERE e.sweep_id = sweeps.id AND e.trial IS NULL AND e.from_state = ''
+      AND e.detail LIKE 'carried over % from ''%'
+    ORDER BY e.id LIMIT 1)), '');
+ALTER TABLE trials ADD COLUMN bracket INTEGER;
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,
               "each schema version needs exactly one migration step");

@@ -11,7 +11,7 @@ namespace {
 // Column list shared by every query that returns TrialRecords; ReadTrial() reads this order.
 #define SWEEP_TRIAL_COLUMNS                                                                    \
   "number, status, params, placement, started, ended, error, checkpoint, metrics, objective, " \
-  "epochs, retries, stdout_log, stderr_log, agent_losses, proposed_by, info"
+  "epochs, retries, stdout_log, stderr_log, agent_losses, proposed_by, info, bracket"
 
 // Whether a quoted JSON path ($."name") reaches a metric or parameter name: any but '"', '\\'
 // and control characters (SQLite's paths have no escapes).
@@ -40,8 +40,7 @@ std::string_view QuerySql(Query query) {
     case Query::kFindSweep:
       return "SELECT id, name, config_text, config_hash, config_path, metric, maximize, seed, "
              "status, created, ended, owner, active_s, run_options, max_trials, time_budget_s, "
-             "carried, "
-             "sample_shift FROM sweeps WHERE name = ?";
+             "carried, sample_shift, carried_from FROM sweeps WHERE name = ?";
     case Query::kListSweeps:
       // Correlated subqueries so each count and best value is an index range, not a scan of the
       // sweep's trials; MIN/MAX on trials_best(sweep_id, status, objective) is one index seek.
@@ -57,8 +56,8 @@ std::string_view QuerySql(Query query) {
       return "UPDATE sweeps SET status = ?, ended = ? WHERE id = ?";
     case Query::kInsertTrial:
       return "INSERT INTO trials (sweep_id, number, params, status, placement, started, ended, "
-             "error, checkpoint, metrics, objective, epochs, stdout_log, stderr_log, proposed_by) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+             "error, checkpoint, metrics, objective, epochs, stdout_log, stderr_log, proposed_by, "
+             "info, bracket) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     case Query::kUpdateTrialStatus:
       return "UPDATE trials SET status = ?, placement = COALESCE(NULLIF(?, ''), placement), "
              "started = COALESCE(?, started), checkpoint = COALESCE(NULLIF(?, ''), checkpoint) "
@@ -136,7 +135,7 @@ std::string_view QuerySql(Query query) {
       return "SELECT from_state, to_state, detail, time FROM events "
              "WHERE sweep_id = ? AND trial = ? ORDER BY id";
     case Query::kSetSweepCarried:
-      return "UPDATE sweeps SET carried = ?, sample_shift = ? WHERE id = ?";
+      return "UPDATE sweeps SET carried = ?, sample_shift = ?, carried_from = ? WHERE id = ?";
     case Query::kCount:
       break;
   }

@@ -118,6 +118,7 @@ Result<SweepRecord> Store::FindSweep(std::string_view name) {
   sweep.time_budget_s = ColumnOptReal(stmt, 15);
   sweep.carried = sqlite3_column_int64(stmt, 16);
   sweep.sample_shift = sqlite3_column_int64(stmt, 17);
+  sweep.carried_from = ColumnText(stmt, 18);
   return sweep;
 }
 
@@ -181,9 +182,11 @@ Status Store::SetSweepBudget(int64_t sweep_id, std::optional<int64_t> max_trials
   });
 }
 
-Status Store::SetSweepCarried(int64_t sweep_id, int64_t carried, int64_t sample_shift) {
-  return impl_->Update(Query::kSetSweepCarried, "recording the trials carried over",
-                       [&](Binder& b) { b.Int(carried).Int(sample_shift).Int(sweep_id); });
+Status Store::SetSweepCarried(int64_t sweep_id, int64_t carried, int64_t sample_shift,
+                              const std::string& from) {
+  return impl_->Update(
+      Query::kSetSweepCarried, "recording the trials carried over",
+      [&](Binder& b) { b.Int(carried).Int(sample_shift).Text(from).Int(sweep_id); });
 }
 
 Status Store::SetSweepActive(int64_t sweep_id, double active_s) {

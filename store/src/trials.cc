@@ -73,6 +73,7 @@ Result<TrialRecord> Store::Impl::ReadTrial(sqlite3_stmt* stmt) const {
   trial.stderr_log = ColumnText(stmt, 13);
   trial.proposed_by = ColumnText(stmt, 15);
   trial.info_json = ColumnText(stmt, 16);
+  if (sqlite3_column_type(stmt, 17) != SQLITE_NULL) trial.bracket = sqlite3_column_int64(stmt, 17);
   return trial;
 }
 
@@ -95,6 +96,7 @@ Status Store::InsertTrial(int64_t sweep_id, const TrialRecord& trial) {
   ResetOnExit reset(stmt);
   std::string params = JsonOrEmptyObject(trial.params_json);
   std::string metrics = JsonOrEmptyObject(trial.metrics_json);
+  std::string info = JsonOrEmptyObject(trial.info_json);
   Binder bind(stmt);
   bind.Int(sweep_id)
       .Int(trial.number)
@@ -110,7 +112,9 @@ Status Store::InsertTrial(int64_t sweep_id, const TrialRecord& trial) {
       .Real(trial.epochs)
       .Text(trial.stdout_log)
       .Text(trial.stderr_log)
-      .Text(trial.proposed_by);
+      .Text(trial.proposed_by)
+      .Text(info)
+      .OptInt(trial.bracket);
   if (bind.rc() != SQLITE_OK) return impl_->Error(bind.rc(), "binding a trial");
   int rc = sqlite3_step(stmt);
   if (rc == SQLITE_DONE) return Status::Ok();

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "kinds/trial_kind.h"
 #include "output.h"
 #include "progress.h"
+#include "search/early_stopping.h"
 #include "search/space.h"
 
 namespace sweep {
@@ -123,6 +126,39 @@ json InThisSpace(const SweepConfig& old, const SweepConfig& config, const json& 
   return point;
 }
 
+// Hyperband judges a trial by its bracket's rungs: a carried trial keeps the bracket it ran in
+// where both sweeps climb the same ladder (ASHA's trials ran in bracket 0); elsewhere, or for a
+// sweep without Hyperband, the one its new number gives.
+class CarriedBrackets {
+ public:
+  CarriedBrackets(const SweepConfig* old, const SweepConfig& config) {
+    using search::EarlyStopping;
+    const auto& is = config.early_stopping;
+    if (old == nullptr || is.algorithm != EarlyStopping::kHyperband) return;
+    const auto& was = old->early_stopping;
+    if ((was.algorithm != EarlyStopping::kHyperband && was.algorithm != EarlyStopping::kAsha) ||
+        was.min_resource != is.min_resource || was.max_resource != is.max_resource ||
+        was.reduction_factor != is.reduction_factor) {
+      return;
+    }
+    same_ladder_ = true;
+    if (was.algorithm == EarlyStopping::kHyperband) {
+      auto made = search::MakeScheduler(was);
+      if (made.ok()) old_ = std::move(made).value();
+    }
+  }
+  // The bracket trial `t` (of the earlier sweep) keeps.
+  std::optional<int64_t> Of(const store::TrialRecord& t) const {
+    if (!same_ladder_) return std::nullopt;
+    if (t.bracket) return t.bracket;  // carried there too
+    return old_ != nullptr ? old_->Bracket(t.number) : 0;
+  }
+
+ private:
+  bool same_ladder_ = false;
+  std::unique_ptr<search::Scheduler> old_;
+};
+
 }  // namespace
 
 Status CheckTpeStartup(const SweepConfig& config, int64_t carried) {
@@ -169,6 +205,7 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
   SWEEP_ASSIGN_OR_RETURN(auto trials, store.Trials(rec.id, store::TrialQuery{}));
   plan.considered = static_cast<int64_t>(trials.size());
   int64_t highest = -1;
+  const CarriedBrackets brackets(old_config.ok() ? &*old_config : nullptr, config);
   auto leave = [&plan](const std::string& why, const std::string& example) {
     if (plan.left[why]++ == 0 && !example.empty()) plan.examples[why] = example;
   };
@@ -207,6 +244,7 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
       continue;
     }
     plan.old_numbers.push_back(t.number);
+    t.bracket = brackets.Of(t);
     t.params_json = params.dump();
     t.objective = m->get<double>();
     t.number = static_cast<int64_t>(plan.trials.size());
@@ -249,7 +287,7 @@ Status ApplyCarryOver(store::Store& store, int64_t sweep_id, const CarryPlan& pl
     }
   }
   return store.SetSweepCarried(sweep_id, static_cast<int64_t>(plan.trials.size()),
-                               plan.sample_shift);
+                               plan.sample_shift, plan.from);
 }
 
 }  // namespace sweep

@@ -116,6 +116,9 @@ Status Coordinator::ReplayReports(std::map<int64_t, std::string>* stop_reasons,
     for (const auto& t : all) {
       json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
       if (scheduler_ != nullptr && p.is_object()) lengths[t.number] = kind_->Length(p);
+      if (scheduler_ != nullptr && t.bracket) {
+        scheduler_->SetBracket(t.number, static_cast<int>(*t.bracket));
+      }
       if (!source_->learns()) continue;
       if (t.status == TrialStatus::kCompleted && t.objective) {
         source_->NoteEnd(t.number, *t.objective, p);
@@ -253,6 +256,9 @@ Status Coordinator::TakeCarried(const CarryPlan& plan) {
   source_->SetCarried(carried_, sample_shift_);
   std::map<int64_t, json> params;
   for (const store::TrialRecord& t : plan.trials) {
+    if (scheduler_ != nullptr && t.bracket) {
+      scheduler_->SetBracket(t.number, static_cast<int>(*t.bracket));
+    }
     if (config_.search.algorithm == "grid") source_->CarriedPoint(t.params_json);
     json p = json::parse(t.params_json, nullptr, /*allow_exceptions=*/false);
     metric_seen_ = true;

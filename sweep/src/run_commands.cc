@@ -256,10 +256,25 @@ Status CheckSameConfig(const SweepConfig& cfg, const std::string& config_path,
       "`, or start the edited config under a new name (--name)");
 }
 
+// --resume --from of a sweep the store holds goes on as the sweep started: from the sweep it
+// named then, or none; another name would be silently ignored.
+Status CheckSameFrom(const std::string& from, const store::SweepRecord& existing,
+                     const std::string& db) {
+  if (from.empty() || from == existing.carried_from) return Status::Ok();
+  return Status::InvalidArgument(
+      "--from " + from + ": sweep '" + existing.name + "' in " + db + " was " +
+      (existing.carried_from.empty() ? std::string("not started from another sweep")
+                                     : "started from '" + existing.carried_from + "'") +
+      "; --resume goes on as it started. Drop --from, or start the config under a new name "
+      "(--name) to carry " +
+      from + "'s trials over");
+}
+
 // `run --resume --dry-run`: what the resume of the sweep the store holds would go on with,
 // read without a lock or a write. False: no such sweep there (the run would start it anew).
 Result<bool> DryResume(const SweepConfig& cfg, const std::string& config_path,
-                       const std::string& db, const RemoteArgs& remote, std::ostream& out) {
+                       const std::string& db, const std::string& from, const RemoteArgs& remote,
+                       std::ostream& out) {
   if (std::error_code ec; !std::filesystem::exists(db, ec)) return false;
   SWEEP_ASSIGN_OR_RETURN(auto st, store::Store::Open(db, store::OpenMode::kReadOnly));
   auto existing = st->FindSweep(cfg.sweep.name);
@@ -268,6 +283,7 @@ Result<bool> DryResume(const SweepConfig& cfg, const std::string& config_path,
     return existing.status();
   }
   SWEEP_RETURN_IF_ERROR(CheckSameConfig(cfg, config_path, *existing, db, remote));
+  SWEEP_RETURN_IF_ERROR(CheckSameFrom(from, *existing, db));
   SWEEP_ASSIGN_OR_RETURN(auto trials, st->Trials(existing->id, store::TrialQuery{}));
   std::map<store::TrialStatus, int64_t> by_status;
   for (const store::TrialRecord& t : trials) ++by_status[t.status];
@@ -332,7 +348,7 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
   if (Status s = CheckRunHere(*cfg, options); !s.ok()) return Fail(s);
   if (dry_run) {
     if (resume) {
-      Result<bool> resumed = DryResume(*cfg, config_path, db, remote, std::cout);
+      Result<bool> resumed = DryResume(*cfg, config_path, db, from, remote, std::cout);
       if (!resumed.ok()) return Fail(resumed.status());
       if (*resumed) return CheckStandardOutput(kExitOk);
     }
@@ -358,6 +374,7 @@ int CmdRun(const std::string& config_path, const std::string& db_flag,
       if (Status s = CheckSameConfig(*cfg, config_path, *existing, db, remote); !s.ok()) {
         return Fail(s);
       }
+      if (Status s = CheckSameFrom(from, *existing, db); !s.ok()) return Fail(s);
       return CmdResume(cfg->sweep.name, db, remote, std::nullopt, {}, argv0);
     }
   }

@@ -520,6 +520,24 @@ TEST_F(ResumeTest, ADryRunOfAResumeSaysWhatItWouldGoOnWith) {
       << carried.out;
   EXPECT_NE(carried.out.find("4 new trial(s) left of max_trials 6\n"), std::string::npos)
       << carried.out;
+  // --from on its resume (as a restarted pod's command line has it) names the same sweep, or
+  // the resume is refused rather than ignoring it.
+  EXPECT_EQ(Sweep("run from.toml --resume --from dry --dry-run").code, 0);
+  Output other = Sweep("run from.toml --resume --from drry --dry-run");
+  EXPECT_EQ(other.code, 2);
+  EXPECT_NE(other.err.find("--from drry: sweep 'from' in sweeps.db was started from 'dry'; "
+                           "--resume goes on as it started."),
+            std::string::npos)
+      << other.err;
+  Output plain = Sweep("run s.toml --resume --from from --dry-run");
+  EXPECT_EQ(plain.code, 2);
+  EXPECT_NE(plain.err.find("--from from: sweep 'dry' in sweeps.db was not started from another "
+                           "sweep"),
+            std::string::npos)
+      << plain.err;
+  Output refused = Sweep("run s.toml --resume --from from");
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_EQ(refused.err, plain.err);
 }
 
 // Ctrl-C while a trainer trial is in the middle of a long epoch: the trial stops at its next
@@ -1909,6 +1927,56 @@ TEST_F(ResumeTest, ARunFromCarriesATrialOnlyToTheSameSettings) {
   EXPECT_NE(c3.err.find("carried over 2 of 2 trial(s) from 'c1' (2 completed, 0 pruned)"),
             std::string::npos)
       << c3.err;
+}
+
+// Hyperband's bracket is a function of a trial's number, and carried trials are numbered anew:
+// each keeps the bracket it ran in, so its rungs and the trials it was ranked with stay its own.
+TEST_F(ResumeTest, ARunFromKeepsTheHyperbandBracketsItsTrialsRanIn) {
+  const std::string hyperband =
+      "[early_stopping]\nalgorithm = \"hyperband\"\nmin_resource = 1\nmax_resource = 9\n"
+      "reduction_factor = 3\n";
+  Write("hba.toml", sweep_e2e::BraninConfig("hba", 40, "max_concurrent = 1\nseed = 4\n",
+                                            "steps = 9\n", hyperband));
+  ASSERT_EQ(Sweep("run hba.toml").code, 0);
+  std::string narrower =
+      sweep_e2e::BraninConfig("hbb", 4, "max_concurrent = 1\nseed = 4\n", "steps = 9\n", hyperband);
+  narrower.replace(narrower.find("min = -5"), 8, "min = 0");
+  Write("hbb.toml", narrower);
+  Output run = Sweep("run hbb.toml --from hba");
+  ASSERT_EQ(run.code, 0) << run.err;
+  std::map<std::string, std::string> old_error;  // old number -> why it was pruned
+  for (auto& row : Query("SELECT t.number, t.error FROM trials t JOIN sweeps s ON s.id = "
+                         "t.sweep_id WHERE s.name = 'hba'")) {
+    old_error[row[0]] = row[1];
+  }
+  const auto carried = Query(
+      "SELECT t.number, ifnull(t.bracket, 'none'), e.detail FROM trials t JOIN sweeps s ON s.id "
+      "= t.sweep_id JOIN events e ON e.sweep_id = t.sweep_id AND e.trial = t.number WHERE s.name "
+      "= 'hbb' AND e.detail LIKE 'carried over from%' ORDER BY t.number");
+  ASSERT_GT(carried.size(), 5u);
+  ASSERT_LT(carried.size(), 40u);
+  int renumbered_pruned = 0;
+  static const std::regex kBracket(
+      "pruned at rung [0-9]+ \\(resource [0-9]+\\) of bracket ([0-9])");
+  for (const auto& row : carried) {
+    EXPECT_NE(row[1], "none") << row[2];
+    const std::string old = row[2].substr(row[2].rfind(' ') + 1);
+    std::smatch m;
+    if (!std::regex_search(old_error[old], m, kBracket)) continue;
+    EXPECT_EQ(row[1], m[1].str()) << "trial " << row[0] << ", " << row[2] << ": " << old_error[old];
+    if (old != row[0]) ++renumbered_pruned;
+  }
+  EXPECT_GT(renumbered_pruned, 0);
+  EXPECT_EQ(Query("SELECT carried_from FROM sweeps WHERE name = 'hbb'")[0][0], "hba");
+  // ASHA has one bracket: nothing to keep.
+  std::string asha = narrower;
+  asha.replace(asha.find("\"hbb\""), 5, "\"hbc\"");
+  asha.replace(asha.find("\"hyperband\""), 11, "\"asha\"");
+  Write("hbc.toml", asha);
+  ASSERT_EQ(Sweep("run hbc.toml --from hba").code, 0);
+  EXPECT_EQ(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE s.name "
+                  "= 'hbc' AND t.bracket IS NOT NULL")[0][0],
+            "0");
 }
 
 // algorithm = "tpe": its first trials are random search's, the rest TPE's (each start event

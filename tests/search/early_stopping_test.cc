@@ -537,6 +537,31 @@ TEST(HyperbandTest, EachBracketStartsAtItsOwnRungAndRanksOnlyItsTrials) {
   EXPECT_EQ(s->Rung(c0), -1);
 }
 
+// A trial carried over from another sweep keeps the bracket it ran in there: set, its number's
+// bracket no longer counts, for its rungs and for whom it is ranked with.
+TEST(HyperbandTest, ASetBracketOverridesTheTrialsNumber) {
+  auto s = Make(Hyperband());
+  const int64_t a0 = FirstInBracket(*s, 0);
+  const int64_t a1 = FirstInBracket(*s, 0, 1);
+  const int64_t c0 = FirstInBracket(*s, 3);
+  s->SetBracket(a1, 3);  // no rungs: runs to max_resource whatever it reports
+  s->SetBracket(c0, 0);  // judged from rung 0, with a0
+  s->SetBracket(a0, 7);  // no such bracket: its number's stands
+  EXPECT_EQ(s->Bracket(a1), 3);
+  EXPECT_EQ(s->Bracket(c0), 0);
+  EXPECT_EQ(s->Bracket(a0), 0);
+  EXPECT_EQ(s->OnReport(a0, 1, 0.9).rung, 0);
+  EXPECT_EQ(s->OnReport(a1, 1, 0.1).rung, -1);
+  EXPECT_FALSE(s->OnReport(a1, 1, 0.1).stop());
+  Decision d = s->OnReport(c0, 1, 0.2);
+  EXPECT_TRUE(d.stop());
+  EXPECT_EQ(d.rung, 0);
+  // ASHA has one bracket: nothing to set.
+  auto asha = Make(Asha());
+  asha->SetBracket(0, 1);
+  EXPECT_EQ(asha->Bracket(0), 0);
+}
+
 // ---- median ----
 
 TEST(MedianTest, StopsBelowTheMedianOfTheOthersAtThatStep) {

@@ -461,6 +461,30 @@ TEST_F(StoreTest, MigratesAVersion1File) {
   EXPECT_EQ(RawQuery(path_, "PRAGMA integrity_check"), "ok");
 }
 
+// Version 9 keeps the sweep `run --from` started from; a sweep of version 8 has it from its
+// start event's summary.
+TEST_F(StoreTest, MigratingTakesTheSweepACarryCameFromFromItsStartEvent) {
+  for (int v = 0; v < 8; ++v) {
+    ASSERT_NO_FATAL_FAILURE(RawExec(path_, std::string(internal::MigrationSql(v))));
+  }
+  ASSERT_NO_FATAL_FAILURE(RawExec(
+      path_,
+      "PRAGMA user_version = 8;"
+      "INSERT INTO sweeps (name, config_text, config_hash, config_path, metric, maximize, seed, "
+      "status, created) VALUES ('new', 'x', 'h', 'n.toml', 'value', 0, 1, 'completed', 1.0), "
+      "('plain', 'x', 'h', 'p.toml', 'value', 0, 1, 'completed', 1.0);"
+      "INSERT INTO trials (sweep_id, number, params, status) VALUES (1, 0, '{}', 'completed');"
+      "INSERT INTO events (sweep_id, trial, from_state, to_state, detail, time) VALUES "
+      "(1, NULL, '', 'running', 'carried over 1 of 3 trial(s) from ''old.v2'' (1 completed, 0 "
+      "pruned); not carried: 2 failed', 1.0), (2, NULL, '', 'running', '', 1.0),"
+      "(1, 0, '', 'completed', 'carried over from sweep ''old.v2'' trial 4', 1.0);"));
+  auto opened = Store::Open(path_, OpenMode::kReadWrite);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_EQ((*opened)->FindSweep("new")->carried_from, "old.v2");
+  EXPECT_EQ((*opened)->FindSweep("plain")->carried_from, "");
+  EXPECT_EQ((*(*opened)->Trial(1, 0))->bracket, std::nullopt);
+}
+
 // A reader (`best`, `trials`, `status`) of an older file reads it through a migrated copy in
 // memory: the file is left as it was, for the next command that writes to migrate.
 TEST_F(StoreTest, ReadsAVersion1FileWithoutChangingIt) {
@@ -607,10 +631,22 @@ TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   ASSERT_TRUE(store_->Commit().ok());
   EXPECT_EQ(store_->FindSweep("s")->max_trials, std::nullopt);
   EXPECT_EQ(store_->FindSweep("s")->carried, 0);
-  ASSERT_TRUE(store_->SetSweepCarried(sweep_id_, 7, -7).ok());
+  EXPECT_EQ(store_->FindSweep("s")->carried_from, "");
+  ASSERT_TRUE(store_->SetSweepCarried(sweep_id_, 7, -7, "first").ok());
   ASSERT_TRUE(store_->Commit().ok());
   EXPECT_EQ(store_->FindSweep("s")->carried, 7);
   EXPECT_EQ(store_->FindSweep("s")->sample_shift, -7);
+  EXPECT_EQ(store_->FindSweep("s")->carried_from, "first");
+  // A carried trial keeps its bracket and what its run found out; another has none.
+  TrialRecord carried = MakeTrial(0, TrialStatus::kCompleted, {});
+  carried.bracket = 2;
+  carried.info_json = R"({"classes":["a","b"]})";
+  ASSERT_OK(store_->InsertTrial(sweep_id_, carried));
+  ASSERT_OK(store_->InsertTrial(sweep_id_, MakeTrial(1, TrialStatus::kRunning, {})));
+  ASSERT_OK(store_->Commit());
+  EXPECT_EQ((*store_->Trial(sweep_id_, 0))->bracket, 2);
+  EXPECT_EQ((*store_->Trial(sweep_id_, 0))->info_json, R"({"classes":["a","b"]})");
+  EXPECT_EQ((*store_->Trial(sweep_id_, 1))->bracket, std::nullopt);
 }
 
 // The file replaced under a writer: its commits stop, its write-ahead log is set aside, and

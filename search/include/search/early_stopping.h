@@ -142,8 +142,13 @@ class Scheduler {
   virtual int Rung(int64_t trial) const = 0;
   // Whether a stop Decision was ever given for the trial.
   virtual bool Stopped(int64_t trial) const = 0;
-  // Hyperband's bracket for the trial (pure in the trial number); 0 for the other algorithms.
+  // Hyperband's bracket for the trial (pure in the trial number, unless SetBracket gave one);
+  // 0 for the other algorithms.
   virtual int Bracket(int64_t trial) const = 0;
+  // Hyperband: the trial's bracket is `bracket`, not its number's (a trial carried over from
+  // another sweep keeps the one it ran in there). Before the trial's first report; ignored by
+  // the other algorithms and for a bracket outside 0..K.
+  virtual void SetBracket(int64_t /*trial*/, int /*bracket*/) {}
   // The resource the trial should run to: max_resource for asha and hyperband, +infinity for
   // median and none (they set no limit; the trial's own epochs or steps decide).
   virtual double MaxResource(int64_t trial) const = 0;

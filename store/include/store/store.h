@@ -19,7 +19,7 @@
 namespace sweep::store {
 
 // Current schema version, kept in PRAGMA user_version.
-inline constexpr int kSchemaVersion = 8;
+inline constexpr int kSchemaVersion = 9;
 
 enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
 // "pending", "running", "completed", "pruned", "failed", "interrupted".
@@ -68,6 +68,7 @@ struct SweepRecord {
   // skips the points carried instead).
   int64_t carried = 0;
   int64_t sample_shift = 0;
+  std::string carried_from;  // the sweep `run --from` named; empty when none
 };
 
 struct RowCounts {
@@ -97,6 +98,9 @@ struct TrialRecord {
   // What its run found out that is not a metric, a JSON object: a trainer trial on an image
   // folder stores {"classes": [names by label], "skipped_files": n, "skipped": ["path: why"]}.
   std::string info_json = "{}";
+  // Hyperband: the bracket a trial carried over from another sweep ran in there (its number
+  // here would give another); none: the one its number gives.
+  std::optional<int64_t> bracket;
 };
 
 struct ReportRecord {
@@ -213,8 +217,10 @@ class Store {
   // The budget a resume extends the sweep to, kept for its later resumes (none: the config's).
   Status SetSweepBudget(int64_t sweep_id, std::optional<int64_t> max_trials,
                         std::optional<double> time_budget_s);
-  // How many trials the sweep took from another (`run --from`), and its sampler's shift.
-  Status SetSweepCarried(int64_t sweep_id, int64_t carried, int64_t sample_shift);
+  // How many trials the sweep took from another (`run --from`, naming `from`), and its
+  // sampler's shift.
+  Status SetSweepCarried(int64_t sweep_id, int64_t carried, int64_t sample_shift,
+                         const std::string& from);
   Status AddEvent(int64_t sweep_id, std::optional<int64_t> trial, std::string_view from,
                   std::string_view to, std::string_view detail, double time_s);
   // Commits the open transaction, if any. Cheap when nothing was written.
