@@ -92,6 +92,20 @@ Result<int64_t> ParseRetryFor(const std::string& text) {
   return static_cast<int64_t>(*seconds * 1000);
 }
 
+std::string FormatDuration(double seconds) {
+  if (!(seconds > 0)) return "0s";
+  // Under 10 s, its fraction too (a budget of 0.5s); above, whole seconds.
+  if (seconds < 10) return FormatNumber(std::round(seconds * 100) / 100) + "s";
+  const int64_t total = std::llround(seconds);
+  const int64_t d = total / 86400, h = total / 3600 % 24, m = total / 60 % 60, s = total % 60;
+  std::string text;
+  if (d > 0) text += std::to_string(d) + "d";
+  if (h > 0) text += std::to_string(h) + "h";
+  if (m > 0) text += std::to_string(m) + "m";
+  if (s > 0 || text.empty()) text += std::to_string(s) + "s";
+  return text;
+}
+
 std::optional<double> ParseDuration(std::string_view text) {
   if (text.empty()) return std::nullopt;
   double total = 0;

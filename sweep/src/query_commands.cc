@@ -119,7 +119,9 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
       if (!trials.ok()) return Fail(trials.status());
     } else if (!metric_seen && !param_seen && !every.empty()) {
       // (A sweep with no trial yet has no keys to tell a typo by.)
-      std::vector<std::string> all = columns;
+      // Named as the tables name them: "trial", not the store's "number".
+      std::vector<std::string> all = {"trial"};
+      all.insert(all.end(), columns.begin() + 1, columns.end());
       all.insert(all.end(), metrics.begin(), metrics.end());
       for (const auto& p : params) all.push_back("param." + p);
       std::string list;

@@ -327,15 +327,15 @@ Result<std::string> Coordinator::ExtendBudget(store::SweepRecord& rec) {
     const double want = change.more_time ? before + *change.time_budget_s : *change.time_budget_s;
     if (want <= rec.active_s) {
       return Status::InvalidArgument(
-          "--time-budget " + FormatElapsed(want) + ": " + who + " has run for " +
-          FormatElapsed(rec.active_s) +
+          "--time-budget " + FormatDuration(want) + ": " + who + " has run for " +
+          FormatDuration(rec.active_s) +
           " already, and the budget is its total running time; give more than that, or +30m "
           "for 30 more minutes");
     }
     said += std::string(said.empty() ? "" : ", ") + "time_budget " +
-            (config_.sweep.time_budget_s ? FormatElapsed(*config_.sweep.time_budget_s)
+            (config_.sweep.time_budget_s ? FormatDuration(*config_.sweep.time_budget_s)
                                          : std::string("unset")) +
-            " -> " + FormatElapsed(want);
+            " -> " + FormatDuration(want);
     config_.sweep.time_budget_s = want;
     rec.time_budget_s = want;
   }
@@ -355,7 +355,7 @@ Result<std::string> Coordinator::CheckBudgetLeavesWork(const store::SweepRecord&
   const bool reruns = counts.interrupted > 0;
   if (config_.sweep.time_budget_s && rec.active_s >= *config_.sweep.time_budget_s) {
     return Status::InvalidArgument(who + " spent its time budget of " +
-                                   FormatElapsed(*config_.sweep.time_budget_s) +
+                                   FormatDuration(*config_.sweep.time_budget_s) +
                                    "; give a larger --time-budget (or +30m for 30 more minutes)");
   }
   if (!reruns && !config_.sweep.unbounded_trials && started >= config_.sweep.max_trials) {

@@ -723,7 +723,7 @@ TEST_F(E2eTest, CsvExportHasAColumnPerParameter) {
   EXPECT_NE(unknown.err.find("no trial of 'branin' has 'x9'; did you mean 'x1'?"),
             std::string::npos)
       << unknown.err;
-  EXPECT_NE(unknown.err.find("sort keys: number, status, objective, started, ended, epochs, "
+  EXPECT_NE(unknown.err.find("sort keys: trial, status, objective, started, ended, epochs, "
                              "value, param.x1, param.x2)"),
             std::string::npos)
       << unknown.err;

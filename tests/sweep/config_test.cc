@@ -715,6 +715,19 @@ TEST(ParseDurationTest, Forms) {
   EXPECT_FALSE(ParseDuration(".").has_value());
 }
 
+// What messages echo reads back as the same duration.
+TEST(ParseDurationTest, FormatDurationReadsBack) {
+  EXPECT_EQ(FormatDuration(0), "0s");
+  EXPECT_EQ(FormatDuration(0.5), "0.5s");
+  EXPECT_EQ(FormatDuration(1.024), "1.02s");
+  EXPECT_EQ(FormatDuration(90), "1m30s");
+  EXPECT_EQ(FormatDuration(5400), "1h30m");
+  EXPECT_EQ(FormatDuration(90061), "1d1h1m1s");
+  for (double s : {0.5, 3.0, 59.0, 3600.0, 86399.0, 90061.0}) {
+    EXPECT_EQ(ParseDuration(FormatDuration(s)), s) << s;
+  }
+}
+
 // Found by the fuzzer: toml++ 3.3 misreads non-ASCII after a backslash in a multi-line string.
 TEST(NonAsciiTest, RefusedWhereTomlppCannotReadIt) {
   auto cfg = ParseConfig("[sweep]\nname = \"\"\"a\\\n  \xc3\xa9\"\"\"\n", "m.toml");

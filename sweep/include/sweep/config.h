@@ -178,6 +178,8 @@ std::string FormatNumber(double v);  // shortest readable form: 0, 0.5, 1e-05
 
 // "2h", "30m", "90s", "1h30m", "1.5h" or a bare number of seconds.
 std::optional<double> ParseDuration(std::string_view text);
+// Whole seconds as ParseDuration reads them back: "1s", "90m" is "1h30m", 0 is "0s".
+std::string FormatDuration(double seconds);
 
 // An agent's --retry-for: a duration of at most a year, in milliseconds, or -1 for "forever".
 // The error names the flag. For `sweep agent`, and `slurm submit` before it writes one.
