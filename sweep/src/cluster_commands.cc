@@ -186,9 +186,43 @@ class ClusterCommands final : public CommandGroup {
       k8s_sweep_.token = *token;
     }
     if (Status s = CheckPodFolders(*cfg); !s.ok()) return Fail(s);
+    if (Status s = CheckAgentsFit(*cfg); !s.ok()) return Fail(s);
     std::cout << cluster::ToYaml(cluster::K8sManifests(k8s_sweep_));
     WarnOfAConfigFolderWorkdir(*cfg);
     return kExitOk;
+  }
+
+  // A trial runs on one agent: its slots must fit one, and the GPU backend needs GPU agents.
+  // Otherwise no pod could ever run a trial, found only once the manifests are applied.
+  Status CheckAgentsFit(const SweepConfig& cfg) const {
+    const bool gpus = k8s_sweep_.gpus_per_agent > 0;
+    const int offer = gpus ? k8s_sweep_.gpus_per_agent : k8s_sweep_.cpu_slots;
+    const std::string flag =
+        std::string(gpus ? "--gpus-per-agent " : "--cpu-slots ") + std::to_string(offer);
+    if (cfg.trial.slots > offer) {
+      return Status::InvalidArgument(
+          (cfg.where.slots.empty() ? config_path_ : cfg.where.slots) + ": trial.gpus: " +
+          std::to_string(cfg.trial.slots) + " slots per trial, but each agent offers " +
+          std::to_string(offer) + " (" + flag + "): no agent could run a trial; offer " +
+          std::to_string(cfg.trial.slots) + " per agent, or lower trial.gpus");
+    }
+    if (gpus || cfg.trial.kind != TrialKind::kTrainer) return Status::Ok();
+    std::string why;
+    if (auto b = cfg.trainer.find("backend"); b != cfg.trainer.end() && *b == "cuda") {
+      why = "trainer.backend = \"cuda\"";
+    }
+    if (const search::Parameter* p = cfg.search.space.Find("backend")) {
+      const auto& values = p->distribution.values;
+      if (std::find(values.begin(), values.end(), nlohmann::json("cuda")) != values.end()) {
+        why = "parameters.backend takes \"cuda\"";
+      }
+    }
+    if (why.empty()) return Status::Ok();
+    const std::string& where = cfg.where.backend.empty() ? config_path_ : cfg.where.backend;
+    return Status::InvalidArgument(where + ": " + why + ", and the agents offer CPU slots (" +
+                                   flag +
+                                   "): such trials would fail as they start; give "
+                                   "--gpus-per-agent K, or train on the CPU (backend = \"cpu\")");
   }
 
   // Where trials keep their files in the pods: a trainer trial's checkpoints (checkpoint_dir), a

@@ -562,6 +562,24 @@ TEST_F(K8sTest, RenderChecksTheConfigAsANewSweepWithoutItsDataset) {
   Write("ok.toml", trainer + "[parameters]\nlr = { values = [0.1, 0.2] }\n");
   o = Sweep("k8s render ok.toml" + render);
   EXPECT_EQ(o.code, 0) << o.err;
+  // No agent could run a trial: more slots than an agent offers, or the GPU backend on agents
+  // of CPU slots.
+  Write("two.toml", trainer + "[trial]\ngpus = 2\n");
+  o = Sweep("k8s render two.toml" + render);
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.err.find("two.toml:7:8: trial.gpus: 2 slots per trial, but each agent offers 1 "
+                       "(--gpus-per-agent 1): no agent could run a trial"),
+            std::string::npos)
+      << o.err;
+  EXPECT_EQ(Sweep("k8s render two.toml --agents 2 --gpus-per-agent 2 --image r/s:1").code, 0);
+  Write("cuda.toml", trainer + "backend = \"cuda\"\n");
+  o = Sweep("k8s render cuda.toml --agents 2 --cpu-slots 4 --image r/s:1");
+  EXPECT_EQ(o.code, 2) << o.out;
+  EXPECT_NE(o.err.find("cuda.toml:6:11: trainer.backend = \"cuda\", and the agents offer CPU "
+                       "slots (--cpu-slots 4): such trials would fail as they start"),
+            std::string::npos)
+      << o.err;
+  EXPECT_EQ(Sweep("k8s render cuda.toml" + render).code, 0);
 }
 
 }  // namespace
