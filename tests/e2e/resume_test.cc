@@ -68,6 +68,18 @@ class ResumeTest : public E2eTest {
                         dir_.string() + "\"\n[executor]\ncpu_slots = 1\n");
   }
 
+  // A Branin sweep of 9 steps, one trial at a time, stopped early by `algorithm` on the ladder
+  // 1, 3, 9; with x1 narrowed to [0, 10] (a fixed space) when `narrow`.
+  static std::string LadderConfig(const std::string& name, int max_trials,
+                                  const std::string& algorithm, bool narrow = false) {
+    std::string config = sweep_e2e::BraninConfig(
+        name, max_trials, "max_concurrent = 1\nseed = 4\n", "steps = 9\n",
+        "[early_stopping]\nalgorithm = \"" + algorithm +
+            "\"\nmin_resource = 1\nmax_resource = 9\nreduction_factor = 3\n");
+    if (narrow) config.replace(config.find("min = -5"), 8, "min = 0");
+    return config;
+  }
+
   // Waits (up to 5 s) until a coordinator has recorded its sweep and itself as its owner.
   void WaitForTheOwner(const std::string& db = "sweeps.db") {
     for (int i = 0; i < 100; ++i) {
@@ -1605,16 +1617,10 @@ TEST_F(ResumeTest, AResumeWithALargerBudgetRefusesASweepThatMetItsTarget) {
 // stopping's rungs hold them, max_trials counts only the new trials, and what stayed behind is
 // said with a reason.
 TEST_F(ResumeTest, ARunFromAnEarlierSweepCarriesItsTrialsOver) {
-  const std::string asha =
-      "[early_stopping]\nalgorithm = \"asha\"\nmin_resource = 1\nmax_resource = 9\n"
-      "reduction_factor = 3\n";
-  Write("first.toml", sweep_e2e::BraninConfig("first", 12, "max_concurrent = 1\nseed = 4\n",
-                                              "steps = 9\n", asha));
+  Write("first.toml", LadderConfig("first", 12, "asha"));
   ASSERT_EQ(Sweep("run first.toml").code, 0);
   // The fix: x1 narrowed to [0, 10].
-  std::string fixed =
-      sweep_e2e::BraninConfig("fixed", 6, "max_concurrent = 1\nseed = 4\n", "steps = 9\n", asha);
-  fixed.replace(fixed.find("min = -5"), 8, "min = 0");
+  const std::string fixed = LadderConfig("fixed", 6, "asha", /*narrow=*/true);
   Write("fixed.toml", fixed);
 
   Output nosuch = Sweep("run fixed.toml --from frist");
@@ -1934,16 +1940,9 @@ TEST_F(ResumeTest, ARunFromCarriesATrialOnlyToTheSameSettings) {
 // Hyperband's bracket is a function of a trial's number, and carried trials are numbered anew:
 // each keeps the bracket it ran in, so its rungs and the trials it was ranked with stay its own.
 TEST_F(ResumeTest, ARunFromKeepsTheHyperbandBracketsItsTrialsRanIn) {
-  const std::string hyperband =
-      "[early_stopping]\nalgorithm = \"hyperband\"\nmin_resource = 1\nmax_resource = 9\n"
-      "reduction_factor = 3\n";
-  Write("hba.toml", sweep_e2e::BraninConfig("hba", 40, "max_concurrent = 1\nseed = 4\n",
-                                            "steps = 9\n", hyperband));
+  Write("hba.toml", LadderConfig("hba", 40, "hyperband"));
   ASSERT_EQ(Sweep("run hba.toml").code, 0);
-  std::string narrower =
-      sweep_e2e::BraninConfig("hbb", 4, "max_concurrent = 1\nseed = 4\n", "steps = 9\n", hyperband);
-  narrower.replace(narrower.find("min = -5"), 8, "min = 0");
-  Write("hbb.toml", narrower);
+  Write("hbb.toml", LadderConfig("hbb", 4, "hyperband", /*narrow=*/true));
   Output run = Sweep("run hbb.toml --from hba");
   ASSERT_EQ(run.code, 0) << run.err;
   std::map<std::string, std::string> old_error;  // old number -> why it was pruned
@@ -1971,10 +1970,7 @@ TEST_F(ResumeTest, ARunFromKeepsTheHyperbandBracketsItsTrialsRanIn) {
   EXPECT_GT(renumbered_pruned, 0);
   EXPECT_EQ(Query("SELECT carried_from FROM sweeps WHERE name = 'hbb'")[0][0], "hba");
   // ASHA has one bracket: nothing to keep.
-  std::string asha = narrower;
-  asha.replace(asha.find("\"hbb\""), 5, "\"hbc\"");
-  asha.replace(asha.find("\"hyperband\""), 11, "\"asha\"");
-  Write("hbc.toml", asha);
+  Write("hbc.toml", LadderConfig("hbc", 4, "asha", /*narrow=*/true));
   ASSERT_EQ(Sweep("run hbc.toml --from hba").code, 0);
   EXPECT_EQ(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE s.name "
                   "= 'hbc' AND t.bracket IS NOT NULL")[0][0],
