@@ -80,6 +80,17 @@ class ResumeTest : public E2eTest {
     return config;
   }
 
+  // Sweep `name`'s trials' parameters, by trial number.
+  std::vector<std::string> SweepParams(const std::string& name) {
+    std::vector<std::string> out;
+    for (auto& row : Query("SELECT t.params FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
+                           "WHERE s.name = '" +
+                           name + "' ORDER BY t.number")) {
+      out.push_back(row[0]);
+    }
+    return out;
+  }
+
   // Waits (up to 5 s) until a coordinator has recorded its sweep and itself as its owner.
   void WaitForTheOwner(const std::string& db = "sweeps.db") {
     for (int i = 0; i < 100; ++i) {
@@ -1869,16 +1880,7 @@ TEST_F(ResumeTest, ARunFromCarriesATrialOnlyToTheSameSettings) {
   EXPECT_NE(moved.err.find("carried over 2 of 2 trial(s) from 'tiny' (2 completed, 0 pruned)"),
             std::string::npos)
       << moved.err;
-  auto params = [&](const std::string& name) {
-    std::vector<std::string> out;
-    for (auto& row : Query("SELECT t.params FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
-                           "WHERE s.name = '" +
-                           name + "' ORDER BY t.number")) {
-      out.push_back(row[0]);
-    }
-    return out;
-  };
-  const std::vector<std::string> carried = params("moved");
+  const std::vector<std::string> carried = SweepParams("moved");
   ASSERT_EQ(carried.size(), 4u);  // the grid's 2 others ran
   EXPECT_EQ(json::parse(carried[0]), json::parse(R"({"epochs": 2, "lr": 0.05})"));
   EXPECT_EQ(json::parse(carried[1]), json::parse(R"({"epochs": 2, "lr": 0.2})"));
@@ -1997,20 +1999,11 @@ TEST_F(ResumeTest, ATpeSweepRepeatsItselfAndAResumeProposesWhatARunWould) {
   }
   Output more = Sweep("resume part --max-trials 20");
   ASSERT_EQ(more.code, 0) << more.err;
-  auto params = [&](const std::string& name) {
-    std::vector<std::string> out;
-    for (auto& row : Query("SELECT t.params FROM trials t JOIN sweeps s ON s.id = t.sweep_id "
-                           "WHERE s.name = '" +
-                           name + "' ORDER BY t.number")) {
-      out.push_back(row[0]);
-    }
-    return out;
-  };
-  const std::vector<std::string> whole = params("whole");
+  const std::vector<std::string> whole = SweepParams("whole");
   ASSERT_EQ(whole.size(), 20u);
-  EXPECT_EQ(params("again"), whole);
-  EXPECT_EQ(params("part"), whole);
-  const std::vector<std::string> random = params("rand");
+  EXPECT_EQ(SweepParams("again"), whole);
+  EXPECT_EQ(SweepParams("part"), whole);
+  const std::vector<std::string> random = SweepParams("rand");
   EXPECT_EQ(std::vector<std::string>(whole.begin(), whole.begin() + 5), random);
   auto by = Query(
       "SELECT e.trial, e.detail FROM events e JOIN sweeps s ON s.id = e.sweep_id WHERE s.name = "
