@@ -99,10 +99,13 @@ TrialOutcome RunTrainerTrial(const TrialTask& task, const ReportSink& sink,
     if (ec) {
       return Interrupted(result.status().message() + "; cannot delete it: " + ec.message());
     }
-    // The trainer's advice to delete the file is done by now.
+    // The trainer's advice to delete the file (after its question) is done by now.
     std::string why = result.status().message();
-    if (const size_t advice = why.rfind("; delete "); advice != std::string::npos) {
-      why.erase(advice);
+    for (const char* advice : {"; has it changed? delete ", "; delete "}) {
+      if (const size_t at = why.rfind(advice); at != std::string::npos) {
+        why.erase(at);
+        break;
+      }
     }
     note = why + "; deleted it and trained the trial from the start";
     result = trainer::Train(options, on_epoch);

@@ -258,6 +258,22 @@ Status SearchSpace::Add(Parameter parameter) {
   return Status::Ok();
 }
 
+std::string PointKey(const nlohmann::json& params) {
+  if (!params.is_object()) return params.dump();
+  nlohmann::json key = nlohmann::json::object();
+  for (const auto& [name, v] : params.items()) {
+    if (!v.is_number()) {
+      key[name] = v;
+      continue;
+    }
+    // 12 digits: a stepped value computed as min + k * step (0.30000000000000004) is 0.3.
+    char text[32];
+    std::snprintf(text, sizeof text, "%.12g", v.get<double>());
+    key[name] = std::strtod(text, nullptr);
+  }
+  return key.dump();
+}
+
 std::string Outside(const SearchSpace& space, const nlohmann::json& params) {
   if (!params.is_object()) return "its parameters are not an object";
   // As the config would write it: a whole bound of a real range as 0, not 0.0.

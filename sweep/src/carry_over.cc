@@ -12,6 +12,7 @@
 #include "progress.h"
 #include "search/early_stopping.h"
 #include "search/space.h"
+#include "sweep/coordinator.h"
 
 namespace sweep {
 
@@ -67,7 +68,7 @@ Status CheckSameTrials(const SweepConfig& old, const SweepConfig& config, const 
 // path's file name.
 std::string Shown(const json& v) {
   if (v.is_null()) return "unset";
-  std::string s = v.is_number() ? FormatNumber(v.get<double>()) : v.dump();
+  std::string s = v.is_number_float() ? FormatNumber(v.get<double>()) : v.dump();
   return s.size() > 64 ? s.substr(0, 24) + "..." + s.substr(s.size() - 37) : s;
 }
 
@@ -97,6 +98,20 @@ std::string FirstDifference(const json& ran, const json& runs) {
     }
   }
   return "other settings";
+}
+
+// A trial trained with the seed its config fixed, or else its own (TrialSeed): a config that
+// fixes none takes any trial's (each of its trials has one of its own); one that fixes a seed
+// takes only trials that trained with it.
+void SameSeeds(json& ran, json& runs, uint64_t old_sweep_seed, int64_t old_number) {
+  auto fixed = [](const json& c) { return c.contains("seed") && !c["seed"].is_null(); };
+  if (!runs.contains("seed") && !ran.contains("seed")) return;
+  if (!fixed(runs)) {
+    ran.erase("seed");
+    runs.erase("seed");
+  } else if (!fixed(ran)) {
+    ran["seed"] = TrialSeed(old_sweep_seed, old_number);
+  }
 }
 
 // A trial's parameters as a point of the new space: a value the earlier config fixed in
@@ -230,8 +245,8 @@ Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,
                                        ", this config's run " + FormatMetric(*is));
         continue;
       }
-      const std::optional<json> ran = old_kind->Computes(old_params),
-                                runs = new_kind->Computes(params);
+      std::optional<json> ran = old_kind->Computes(old_params), runs = new_kind->Computes(params);
+      if (ran && runs) SameSeeds(*ran, *runs, old_config->sweep.seed, t.number);
       if (ran && runs && *ran != *runs) {
         leave("run with other settings", trial + " ran with " + FirstDifference(*ran, *runs));
         continue;

@@ -51,7 +51,7 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
   std::set<std::string> carried_points;  // a grid skips them
   if (carry && config.search.algorithm == "grid") {
     for (const store::TrialRecord& t : carry->trials) {
-      carried_points.insert(nlohmann::json::parse(t.params_json).dump());
+      carried_points.insert(search::PointKey(nlohmann::json::parse(t.params_json)));
     }
   }
 
@@ -74,13 +74,16 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
   int64_t grid_cursor = 0;
   for (int64_t k = 0; k < at_once; ++k) {
     const int64_t n = carried + k;  // the trial's number
+    // Past its startup trials (the carried ones among them), TPE proposes from the results
+    // before: none yet here.
+    const bool by_tpe = config.search.algorithm == "tpe" && n >= config.search.tpe.n_startup_trials;
     std::optional<nlohmann::json> params;
     if (carried_points.empty()) {
       params = sampler->Sample(n + (carry ? carry->sample_shift : 0));
     } else {
       do {
         params = sampler->Sample(grid_cursor++);
-      } while (params && carried_points.contains(params->dump()));
+      } while (params && carried_points.contains(search::PointKey(*params)));
     }
     if (!params) break;
     executor::TrialTask task;
@@ -99,6 +102,11 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     } else {
       where = "an agent's slots";
       task.threads = per_trial;
+    }
+    if (by_tpe) {
+      out << "trial " << n << " on " << where
+          << ": proposed by TPE from the results of the trials before it\n";
+      continue;
     }
     out << "trial " << n << " on " << where << ": "
         << params->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";

@@ -48,7 +48,8 @@ void TrialSource::SetCarried(int64_t carried, int64_t sample_shift) {
 }
 
 void TrialSource::CarriedPoint(const std::string& params_json) {
-  carried_points_.insert(json::parse(params_json, nullptr, /*allow_exceptions=*/false).dump());
+  carried_points_.insert(
+      search::PointKey(json::parse(params_json, nullptr, /*allow_exceptions=*/false)));
 }
 
 void TrialSource::ContinueAfter(int64_t max_number, const std::vector<bool>& started) {
@@ -69,7 +70,7 @@ std::optional<json> TrialSource::SampleFor(int64_t number) {
   while (static_cast<int64_t>(fresh_points_.size()) <= k) {
     std::optional<json> p = sampler_->Sample(grid_cursor_);
     if (!p) return std::nullopt;
-    if (!carried_points_.contains(p->dump())) fresh_points_.push_back(grid_cursor_);
+    if (!carried_points_.contains(search::PointKey(*p))) fresh_points_.push_back(grid_cursor_);
     ++grid_cursor_;
   }
   return sampler_->Sample(fresh_points_[static_cast<size_t>(k)]);

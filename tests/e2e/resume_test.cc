@@ -1335,13 +1335,15 @@ TEST_F(ResumeTest, APrunedTrainerTrialCaughtByAKillGetsItsTestAccOnResume) {
 // failed for good (nothing would run it again) nor stopped with its machine: it says so, deletes
 // the file and trains from the start, and ends with every epoch reported once (of `epochs`).
 // `early_stopping` is a table for the config, `ended` what the trial's note says before that.
+// `grown`: the training set gains samples instead, and the checkpoint is refused for that.
 class DamagedCheckpointTest : public ResumeTest {
  protected:
-  void TrainsFromTheStart(const std::string& early_stopping, int epochs, const std::string& ended);
+  void TrainsFromTheStart(const std::string& early_stopping, int epochs, const std::string& ended,
+                          bool grown = false);
 };
 
 void DamagedCheckpointTest::TrainsFromTheStart(const std::string& early_stopping, int epochs,
-                                               const std::string& ended) {
+                                               const std::string& ended, bool grown) {
   WriteTinyDataset(800, 200);
   Write("d.toml",
         "[sweep]\nname = \"dmg\"\nseed = 5\nmax_trials = 1\n[parameters]\n"
@@ -1356,14 +1358,30 @@ void DamagedCheckpointTest::TrainsFromTheStart(const std::string& early_stopping
   ASSERT_EQ(Wait(pid), 1) << sweep_e2e::Slurp(dir_ / "run.log");
   ASSERT_EQ(Query("SELECT status FROM trials")[0][0], "interrupted");
   const auto before = Query("SELECT step, metrics FROM reports ORDER BY step");
-  fs::resize_file(ckpt, fs::file_size(ckpt) - 10);
+  if (grown) {
+    WriteTinyDataset(804, 200);
+  } else {
+    fs::resize_file(ckpt, fs::file_size(ckpt) - 10);
+  }
 
   Output resumed = Sweep("resume dmg");
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  const std::string note =
-      ended + (fs::canonical(dir_) / "sweeps.db-checkpoints/dmg/trial-0.ckpt").string() +
-      ": checkpoint checksum mismatch (the file is damaged or cut short); deleted it and trained "
-      "the trial from the start";
+  const std::string path =
+      (fs::canonical(dir_) / "sweeps.db-checkpoints/dmg/trial-0.ckpt").string();
+  std::string note = ended + path +
+                     ": checkpoint checksum mismatch (the file is damaged or cut short); deleted "
+                     "it and trained the trial from the start";
+  if (grown) {
+    // Its advice to delete the file is not repeated: the sweep did.
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        resumed.err, m,
+        std::regex(path + ": checkpoint is (at|within) epoch [0-9]+ of a training set of 800 "
+                          "samples[^;]*, and [^;]* has 804[^;]*; deleted it and trained the "
+                          "trial from the start")))
+        << resumed.err;
+    note = m[0].str();
+  }
   EXPECT_NE(resumed.err.find("trial 0 completed val_acc="), std::string::npos) << resumed.err;
   EXPECT_NE(resumed.err.find(note), std::string::npos) << resumed.err;
   EXPECT_EQ(Query("SELECT status, retries FROM trials"),
@@ -1382,6 +1400,10 @@ void DamagedCheckpointTest::TrainsFromTheStart(const std::string& early_stopping
 
 TEST_F(DamagedCheckpointTest, ATrialWithADamagedCheckpointTrainsFromTheStart) {
   TrainsFromTheStart("", 30, "");
+}
+
+TEST_F(DamagedCheckpointTest, ATrialWhoseTrainingSetGrewTrainsFromTheStart) {
+  TrainsFromTheStart("", 30, "", /*grown=*/true);
 }
 
 // The note stays when something else ends the run too: here, ASHA stops it at max_resource.
@@ -1769,6 +1791,18 @@ TEST_F(ResumeTest, ARunFromAnEarlierSweepCarriesItsTrialsOver) {
   EXPECT_EQ(Query("SELECT count(*) FROM trials t JOIN sweeps s ON s.id = t.sweep_id WHERE "
                   "s.name = 'g2'")[0][0],
             "8");
+  // Its points are the same written as floats, or drawn by a stepped range.
+  Write("grid3.toml",
+        "[sweep]\nname = \"g3\"\n[search]\nalgorithm = \"grid\"\n[trial]\nkind = \"function\"\n"
+        "[function]\nname = \"branin\"\n[parameters]\nx1 = { values = [0.0, 1.0, 2.0, 3.0] }\n"
+        "x2 = { distribution = \"uniform\", min = 1, max = 2, step = 1 }\n");
+  Output floats = Sweep("run grid3.toml --from g1");
+  ASSERT_EQ(floats.code, 0) << floats.err;
+  EXPECT_NE(floats.err.find("carried over 6 of 6 trial(s) from 'g1'"), std::string::npos)
+      << floats.err;
+  EXPECT_EQ(Query("SELECT json_extract(t.params, '$.x1') FROM trials t JOIN sweeps s ON s.id = "
+                  "t.sweep_id WHERE s.name = 'g3' AND t.number >= 6"),
+            (std::vector<std::vector<std::string>>{{"3.0"}, {"3.0"}}));
 }
 
 // Results that would not compare stay behind: trials of another length (their last step is not
@@ -1810,6 +1844,18 @@ TEST_F(ResumeTest, ARunFromCarriesOnlyTrialsThatRanThisSweepsTrial) {
   };
   Write("tpe.toml", tpe("tpe", 7));
   EXPECT_EQ(Sweep("run tpe.toml").code, 2);  // alone, no trial would be TPE's
+  // A dry run draws the startup trials as the run does, and does not guess TPE's.
+  Output dry = Sweep("run tpe.toml --from nine --dry-run");
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_TRUE(std::regex_search(dry.out, std::regex("\ntrial 6 on local:cpu0: \\{\"x1\"")))
+      << dry.out;
+  Write("tpe6.toml", tpe("tpe6", 6));
+  dry = Sweep("run tpe6.toml --from nine --dry-run");
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("\ntrial 6 on local:cpu0: proposed by TPE from the results of the "
+                         "trials before it\n"),
+            std::string::npos)
+      << dry.out;
   Output from = Sweep("run tpe.toml --from nine");
   ASSERT_EQ(from.code, 0) << from.err;
   EXPECT_EQ(Query("SELECT count(*) FROM events e JOIN sweeps s ON s.id = e.sweep_id WHERE "
@@ -1898,6 +1944,22 @@ TEST_F(ResumeTest, ARunFromCarriesATrialOnlyToTheSameSettings) {
                            "\"adamw\")"),
             std::string::npos)
       << adamw.err;
+  // Its trials trained with seeds of their own (it fixes none): another sweep seed carries them,
+  // a fixed seed only what trained with it.
+  std::string reseeded = trainer("reseeded", lr, same, dir_.string());
+  reseeded.replace(reseeded.find("seed = 5"), 8, "seed = 6");
+  Write("reseeded.toml", reseeded);
+  Output again = Sweep("run reseeded.toml --from tiny");
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.err.find("carried over 2 of 2 trial(s) from 'tiny'"), std::string::npos)
+      << again.err;
+  Write("seeded.toml", trainer("seeded", lr, same + "seed = 0\n", dir_.string()));
+  Output seeded = Sweep("run seeded.toml --from tiny");
+  ASSERT_EQ(seeded.code, 0) << seeded.err;
+  EXPECT_TRUE(std::regex_search(
+      seeded.err, std::regex("not carried: 2 run with other settings \\(trial 0 ran with seed = "
+                             "[1-9][0-9]*, this config's 0\\)")))
+      << seeded.err;
   // The same files under another folder are another dataset: they may differ.
   fs::create_directories(dir_ / "copy");
   for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",

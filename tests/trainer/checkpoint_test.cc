@@ -507,7 +507,11 @@ TEST(Checkpoint, ADatasetIsItsFilesHoweverItsPathIsWritten) {
   std::filesystem::current_path(before);
   ASSERT_TRUE(wrote);
   ASSERT_FALSE(elsewhere.ok());
-  EXPECT_NE(elsewhere.status().message().find("belongs to a different training configuration"),
+  // The field that differs, by name.
+  EXPECT_NE(elsewhere.status().message().find(
+                "belongs to a different training configuration (dataset.train_images \"" +
+                (dir / "b/train-images.gz") + "\" here, \"" + (dir / "a/train-images.gz") +
+                "\" in the checkpoint, dataset.train_labels "),
             std::string::npos)
       << elsewhere.status().message();
 

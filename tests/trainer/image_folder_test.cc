@@ -465,6 +465,28 @@ TEST(BadFiles, AnImageTooLargeIsRefusedFromItsHeader) {
   EXPECT_NE(s.message().find("JPEG of 40000x8 is too large"), std::string::npos) << s.message();
 }
 
+// With "skip", a large first image leaves out every file of another size: a set left with one
+// class says what was left out, not only that one class remains.
+TEST(BadFiles, ASetLeftWithOneClassBySkippedFilesSaysSo) {
+  TempDir dir;
+  DatasetSpec spec = SmallFolder(dir);
+  WriteImage(dir / "train/cat/-big.png", Gray(16, 16, 1), false);  // sorts first
+  spec.on_bad_file = "skip";
+  TrainOptions o;
+  o.dataset = spec;
+  o.batch_size = 2;
+  o.epochs = 1;
+  o.cache_dir = dir / "cache";
+  auto r = Train(o, nullptr);
+  ASSERT_FALSE(r.ok());
+  const std::string& said = r.status().message();
+  EXPECT_NE(said.find(": every label is 0 (class 'cat'); a classifier needs samples of at least "
+                      "two classes; 8 bad file(s) were left out, the first: "),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("8x8 pixels, but the first image"), std::string::npos) << said;
+}
+
 TEST(BadFiles, AFileThatIsNoImageIsNamedOrSkipped) {
   TempDir dir;
   const DatasetSpec spec = SmallFolder(dir);

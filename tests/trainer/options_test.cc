@@ -178,10 +178,12 @@ TEST(Options, TypeErrors) {
             "dataset.shape: expected [channels, height, width], positive integers, got [1,28]");
   EXPECT_EQ(ApplyError("dataset", {{"shape", {1, 28, 0}}}),
             "dataset.shape: expected [channels, height, width], positive integers, got [1,28,0]");
-  EXPECT_EQ(ApplyError("dataset", {{"format", "folder"}, {"image_size", {32, 24.5}}}),
-            "dataset.image_size: expected [height, width], positive integers, got [32,24.5]");
-  EXPECT_EQ(ApplyError("dataset", {{"format", "folder"}, {"image_size", {32, 40000}}}),
-            "dataset.image_size: expected [height, width], positive integers, got [32,40000]");
+  EXPECT_EQ(
+      ApplyError("dataset", {{"format", "folder"}, {"image_size", {32, 24.5}}}),
+      "dataset.image_size: expected [height, width], integers from 1 to 32768, got [32,24.5]");
+  EXPECT_EQ(
+      ApplyError("dataset", {{"format", "folder"}, {"image_size", {32, 40000}}}),
+      "dataset.image_size: expected [height, width], integers from 1 to 32768, got [32,40000]");
   EXPECT_EQ(ApplyError("devices", {0, -1}),
             "devices: expected a list of CUDA device ordinals (integers >= 0), got [0,-1]");
   EXPECT_EQ(ApplyError("devices", 0),

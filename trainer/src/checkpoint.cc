@@ -473,12 +473,26 @@ Status CheckSameConfig(const std::string& path, const Checkpoint& ckpt, const st
   try {
     const json mine = json::parse(config), theirs = WithOneNames(json::parse(ckpt.config));
     if (mine == theirs) return Status::Ok();
+    auto differ = [&diff](const std::string& key, const json& value, const json& other) {
+      if (!diff.empty()) diff += ", ";
+      diff += key + " " + (value.is_null() ? "unset" : value.dump()) + " here, " +
+              (other.is_null() ? "unset" : other.dump()) + " in the checkpoint";
+    };
     for (const auto& [key, value] : mine.items()) {
       const json other = theirs.contains(key) ? theirs[key] : json();
       if (other == value) continue;
-      if (!diff.empty()) diff += ", ";
-      diff += key + " " + value.dump() + " here, " + (other.is_null() ? "unset" : other.dump()) +
-              " in the checkpoint";
+      if (!value.is_object() || !other.is_object()) {
+        differ(key, value, other);
+        continue;
+      }
+      // The dataset's fields one by one: "dataset.train_images ... here".
+      for (const auto& [inner, v] : value.items()) {
+        const json o = other.contains(inner) ? other[inner] : json();
+        if (o != v) differ(key + "." + inner, v, o);
+      }
+      for (const auto& [inner, o] : other.items()) {
+        if (!value.contains(inner)) differ(key + "." + inner, json(), o);
+      }
     }
     for (const auto& [key, value] : theirs.items()) {
       if (mine.contains(key)) continue;

@@ -87,7 +87,12 @@ Status CheckTrainingLabels(const Dataset& data) {
         (data.class_names.empty()
              ? ""
              : " (class '" + data.class_names[static_cast<size_t>(data.labels.front())] + "')") +
-        "; a classifier needs samples of at least two classes" + other_column(""));
+        "; a classifier needs samples of at least two classes" + other_column("") +
+        // on_bad_file = "skip" may have left the other classes' files out.
+        (data.skipped_files > 0 ? "; " + std::to_string(data.skipped_files) +
+                                      " bad file(s) were left out, the first: " +
+                                      (data.skipped.empty() ? "" : data.skipped.front())
+                                : ""));
   }
   // A folder set's labels are its class folders: they cannot be misnumbered.
   if (data.num_classes <= 2 || !data.class_names.empty()) return Status::Ok();

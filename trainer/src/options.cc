@@ -186,7 +186,7 @@ Status DatasetFromObject(const json& v, DatasetSpec* spec) {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.test_images));
     } else if (k == "image_size") {
       if (!GetIntList(item, 2, 1, 1 << 15, &s.image_size)) {
-        return TypeError(key, "[height, width], positive integers", item);
+        return TypeError(key, "[height, width], integers from 1 to 32768", item);
       }
     } else if (k == "on_bad_file") {
       SWEEP_RETURN_IF_ERROR(SetString(key, item, &s.on_bad_file));

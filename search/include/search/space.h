@@ -98,6 +98,10 @@ class Sampler {
 // it is one. For carrying trials from one sweep into another (`sweep run --from`).
 std::string Outside(const SearchSpace& space, const nlohmann::json& params);
 
+// One text per point, however its numbers are written: 2, 2.0 and 2e0 give the same key (a grid
+// of int values and one of stepped floats share points).
+std::string PointKey(const nlohmann::json& params);
+
 // Every distinct assignment of the active parameters' values, in lexicographic order of the
 // value indices taken in declaration order (first declared varies slowest). Without conditions
 // that is the full Cartesian product. A conditional parameter multiplies only the branches where

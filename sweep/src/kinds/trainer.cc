@@ -545,6 +545,7 @@ class TrainerKind final : public TrialKindRules {
     computes["normalize"] = options->normalize.value_or(options->model == "cnn");
     computes["dataset"]["test_images"] = options->dataset.test_images;
     computes["dataset"]["test_labels"] = options->dataset.test_labels;
+    if (!config_.trainer.contains("seed") && !params.contains("seed")) computes["seed"] = nullptr;
     return computes;
   }
   // Multiply-adds a trial will do (0 when its parameters are unreadable: it will fail at its

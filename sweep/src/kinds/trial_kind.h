@@ -34,7 +34,8 @@ class TrialKindRules {
   virtual std::optional<double> Length(const nlohmann::json& /*params*/) { return std::nullopt; }
   // What decides a trial's results beside its length, as one object whose keys name the
   // settings (a trainer's options, a command's words) and its parameters; none when they do not
-  // apply. Two trials with equal ones compare (`run --from`).
+  // apply. Two trials with equal ones compare (`run --from`). A "seed" of null: the config fixes
+  // none, so each trial trains with its own (TrialSeed).
   virtual std::optional<nlohmann::json> Computes(const nlohmann::json& params) { return params; }
   // The work its parameters make, for order = "longest_first"; 0 when unknown.
   virtual double Work(const nlohmann::json& /*params*/) { return 0; }
