@@ -179,7 +179,8 @@ class CarriedBrackets {
 Status CheckTpeStartup(const SweepConfig& config, int64_t carried) {
   const std::string why = TpeStartupProblem(config, carried);
   if (why.empty()) return Status::Ok();
-  return Status::InvalidArgument(config.path + ": search.n_startup_trials: " + why);
+  const std::string& where = config.where.startup.empty() ? config.path : config.where.startup;
+  return Status::InvalidArgument(where + ": search.n_startup_trials: " + why);
 }
 
 Result<CarryPlan> PlanCarryOver(store::Store& store, const SweepConfig& config,

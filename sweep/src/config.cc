@@ -150,6 +150,11 @@ Status ParseSweepTable(const Checker& c, ParseState* ps, SweepConfig* cfg) {
 // another algorithm would silently do nothing.
 Status ParseTpeKnobs(const Checker& c, const toml::table& search, SweepConfig* cfg) {
   search::TpeOptions& o = cfg->search.tpe;
+  // For the startup rule checked once a run knows the trials carried over (--from).
+  if (const toml::node* at = search.get("n_startup_trials") ? search.get("n_startup_trials")
+                                                            : search.get("algorithm")) {
+    cfg->where.startup = c.Where(at->source());
+  }
   const std::vector<std::pair<std::string, const toml::node*>> knobs = {
       {"n_startup_trials", search.get("n_startup_trials")},
       {"n_ei_candidates", search.get("n_ei_candidates")},

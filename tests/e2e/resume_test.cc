@@ -1868,9 +1868,10 @@ TEST_F(ResumeTest, ARunFromCarriesOnlyTrialsThatRanThisSweepsTrial) {
   Write("tpe7.toml", tpe("tpe7", 7));
   Output fresh = Sweep("run tpe7.toml --resume");
   EXPECT_EQ(fresh.code, 2);
-  EXPECT_NE(fresh.err.find("tpe7.toml: search.n_startup_trials: 7 random trials before TPE, and "
-                           "max_trials is 2: no trial would be proposed by TPE"),
-            std::string::npos)
+  EXPECT_NE(
+      fresh.err.find("tpe7.toml:16:20: search.n_startup_trials: 7 random trials before TPE, and "
+                     "max_trials is 2: no trial would be proposed by TPE"),
+      std::string::npos)
       << fresh.err;
   // A survivor stops at early stopping's max_resource: the trials of a sweep that ran to 9
   // steps are not this one's, which run to 3.
@@ -1886,10 +1887,11 @@ TEST_F(ResumeTest, ARunFromCarriesOnlyTrialsThatRanThisSweepsTrial) {
   Write("tpe8.toml", tpe("tpe8", 8));
   Output none = Sweep("run tpe8.toml --from nine");
   EXPECT_EQ(none.code, 2);
-  EXPECT_NE(none.err.find("tpe8.toml: search.n_startup_trials: 8 random trials before TPE, and "
-                          "max_trials is 2 with 6 carried over: no trial would be proposed by "
-                          "TPE"),
-            std::string::npos)
+  EXPECT_NE(
+      none.err.find("tpe8.toml:16:20: search.n_startup_trials: 8 random trials before TPE, and "
+                    "max_trials is 2 with 6 carried over: no trial would be proposed by "
+                    "TPE"),
+      std::string::npos)
       << none.err;
 }
 

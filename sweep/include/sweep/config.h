@@ -117,6 +117,7 @@ struct SweepConfig {
     std::string command;  // the program: trial.command's first string
     std::string workdir;  // trial.workdir
     std::string backend;  // trainer.backend, or the parameter
+    std::string startup;  // search.n_startup_trials, or search.algorithm = "tpe"
   };
   Where where;
 };
