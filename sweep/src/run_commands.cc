@@ -91,6 +91,15 @@ int ReportRun(store::Store& st, const std::string& name, const RunSummary& summa
               const std::string& resume_options) {
   auto sw = st.FindSweep(name);
   if (!sw.ok()) return Fail(sw.status());
+  // The file alone is the store once its writer ends, unless a reader holds the log back.
+  if (Result<bool> folded = st.FoldLog(); folded.ok() && !*folded) {
+    std::cerr << "sweep: " << st.path()
+              << ": a reader (a sqlite3 shell in a transaction?) held the file open, so the "
+                 "newest commits are still in "
+              << st.path()
+              << "-wal: copy both files, or run any sweep command that writes to it (it moves "
+                 "them) once that reader ends\n";
+  }
   const auto& c = summary.counts;
   if (summary.already_complete) {
     std::cerr << "sweep '" << name << "' is already complete (" << c.total()

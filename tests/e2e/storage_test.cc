@@ -292,6 +292,39 @@ mount -o remount,ro ro || exit 91
   EXPECT_EQ(Read("train.out").find("epoch 1"), std::string::npos) << Read("train.out");
 }
 
+// A reader that keeps a snapshot open (a sqlite3 shell in a transaction) holds the write-ahead
+// log back when the sweep ends: the file alone is then not the whole store, and the run says
+// so. Once the reader ends, the next command that writes moves the log into the file.
+TEST_F(StorageTest, ALogAReaderHeldBackAtTheEndIsSaid) {
+  Write("a.toml", sweep_e2e::BraninConfig("first", 2));
+  auto log_bytes = [&] {
+    std::error_code ec;
+    const auto n = fs::file_size(dir_ / "sweeps.db-wal", ec);
+    return ec ? 0u : n;
+  };
+  ASSERT_EQ(Sweep("run a.toml").code, 0);
+  EXPECT_EQ(log_bytes(), 0u);  // moved into the file at the end
+  sqlite3* reader = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "sweeps.db").c_str(), &reader), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(reader, "BEGIN; SELECT count(*) FROM trials;", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  Write("b.toml", sweep_e2e::BraninConfig("second", 4));
+  Output held = Sweep("run b.toml");
+  EXPECT_GT(log_bytes(), 0u);
+  sqlite3_exec(reader, "COMMIT", nullptr, nullptr, nullptr);
+  EXPECT_EQ(held.code, 0) << held.err;
+  EXPECT_NE(held.err.find("sweep: sweeps.db: a reader (a sqlite3 shell in a transaction?) held "
+                          "the file open, so the newest commits are still in sweeps.db-wal"),
+            std::string::npos)
+      << held.err;
+  Output again = Sweep("resume second");  // complete: it only opens the store to write
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(log_bytes(), 0u);
+  sqlite3_close(reader);
+  Output quiet = Sweep("run a.toml --name third");
+  EXPECT_EQ(quiet.err.find("a reader"), std::string::npos) << quiet.err;
+}
+
 TEST_F(StorageTest, ReadOnlyFileSystemIsAClearError) {
   Write("c.toml", kManyTrials);
   ASSERT_EQ(InNamespace(R"(set -u

@@ -225,6 +225,10 @@ class Store {
                   std::string_view to, std::string_view detail, double time_s);
   // Commits the open transaction, if any. Cheap when nothing was written.
   Status Commit();
+  // Commits, then moves the write-ahead log into the file and empties it, waiting up to 2 s for
+  // readers' snapshots. False when a reader (a sqlite3 shell in a transaction) still held some of
+  // it back: until a later writer moves it, the file alone is not the whole store.
+  Result<bool> FoldLog();
   // A write that finds the file locked by another process (past SQLite's 5 s busy timeout)
   // waits, up to `limit`, instead of failing (then kIoError); `on_wait` hears how long it has
   // waited after each 5 s, and returns false to stop waiting (kIoError). The default, 0: fail
