@@ -388,6 +388,16 @@ TEST(ImageCodec, JpegShrinksByItsDctCloseToAFullDecodeAndResize) {
 // ---- bad data ----
 
 // A folder of two classes with `per_class` good 8x8 gray PNGs each.
+// One epoch of batches of 2 on `spec`, the cache in `dir`: for tests of what a load refuses.
+TrainOptions OneEpochOn(const TempDir& dir, const DatasetSpec& spec) {
+  TrainOptions o;
+  o.dataset = spec;
+  o.batch_size = 2;
+  o.epochs = 1;
+  o.cache_dir = dir / "cache";
+  return o;
+}
+
 DatasetSpec SmallFolder(const TempDir& dir, int per_class = 4) {
   for (const char* c : {"cat", "dog"}) {
     for (int i = 0; i < per_class; ++i) {
@@ -472,12 +482,7 @@ TEST(BadFiles, ASetLeftWithOneClassBySkippedFilesSaysSo) {
   DatasetSpec spec = SmallFolder(dir);
   WriteImage(dir / "train/cat/-big.png", Gray(16, 16, 1), false);  // sorts first
   spec.on_bad_file = "skip";
-  TrainOptions o;
-  o.dataset = spec;
-  o.batch_size = 2;
-  o.epochs = 1;
-  o.cache_dir = dir / "cache";
-  auto r = Train(o, nullptr);
+  auto r = Train(OneEpochOn(dir, spec), nullptr);
   ASSERT_FALSE(r.ok());
   const std::string& said = r.status().message();
   EXPECT_NE(said.find(": every label is 0 (class 'cat'); a classifier needs samples of at least "
@@ -730,12 +735,7 @@ TEST(CheckImageFolders, TestClassesMustBeTheTrainingClasses) {
   EXPECT_NE(s.message().find("'cow' only in test; 'dog' missing"), std::string::npos)
       << s.message();
   // Loading refuses it too.
-  TrainOptions o;
-  o.dataset = spec;
-  o.batch_size = 2;
-  o.epochs = 1;
-  o.cache_dir = dir / "cache";
-  auto r = Train(o, nullptr);
+  auto r = Train(OneEpochOn(dir, spec), nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("class folders are not the training folder's"),
             std::string::npos)
@@ -757,12 +757,9 @@ TEST(CheckImageFolders, TestClassesMustBeTheTrainingClasses) {
 // size, naming image_size (not an allocation failure that names the model's widths).
 TEST(CheckImageFolders, AnImageSizeWhoseBatchesCannotFitIsRefusedByName) {
   TempDir dir;
-  TrainOptions o;
-  o.dataset = SmallFolder(dir);
+  TrainOptions o = OneEpochOn(dir, SmallFolder(dir));
   o.dataset.image_size = {30000, 30000};
   o.batch_size = 64;  // 3 batches of 64 x 9e8 floats: 644 GiB
-  o.epochs = 1;
-  o.cache_dir = dir / "cache";
   auto r = Train(o, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
