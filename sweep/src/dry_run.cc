@@ -3,19 +3,19 @@
 #include <filesystem>
 #include <optional>
 #include <ostream>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "carry_over.h"
 #include "executor/slots.h"
 #include "executor/trial.h"
+#include "kinds/trial_kind.h"
 #include "output.h"
-#include "search/space.h"
 #include "store/store.h"
 #include "sweep/config.h"
 #include "sweep/coordinator.h"
 #include "trial_paths.h"
+#include "trial_source.h"
 
 namespace sweep {
 
@@ -23,7 +23,6 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
               std::ostream& out) {
   SWEEP_RETURN_IF_ERROR(CheckRunHere(config, options));
   SWEEP_RETURN_IF_ERROR(CheckCanListen(options));
-  SWEEP_ASSIGN_OR_RETURN(std::unique_ptr<search::Sampler> sampler, MakeSampler(config));
   const std::vector<executor::Slot> slots =
       options.local_slots ? executor::DiscoverLocalSlots(config.executor.cpu_slots)
                           : std::vector<executor::Slot>{};
@@ -47,11 +46,17 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     SWEEP_ASSIGN_OR_RETURN(auto st, store::Store::Open(db, store::OpenMode::kReadOnly));
     SWEEP_ASSIGN_OR_RETURN(carry, PlanCarryOver(*st, config, options.from));
   }
+  // The run's own source of trials, so the dry run draws what the run would draw: after the
+  // carried trials, past the grid points they ran, and with longest_first the heaviest first.
+  std::unique_ptr<TrialKindRules> kind = MakeTrialKindRules(config);
+  SWEEP_ASSIGN_OR_RETURN(
+      std::unique_ptr<TrialSource> source,
+      TrialSource::Make(config, [&kind](const nlohmann::json& p) { return kind->Work(p); }, {}));
   const int64_t carried = carry ? static_cast<int64_t>(carry->trials.size()) : 0;
-  std::set<std::string> carried_points;  // a grid skips them
-  if (carry && config.search.algorithm == "grid") {
-    for (const store::TrialRecord& t : carry->trials) {
-      carried_points.insert(search::PointKey(nlohmann::json::parse(t.params_json)));
+  if (carry) {
+    source->SetCarried(carried, carry->sample_shift);
+    if (config.search.algorithm == "grid") {
+      for (const store::TrialRecord& t : carry->trials) source->CarriedPoint(t.params_json);
     }
   }
 
@@ -68,48 +73,43 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     out << "the first " << at_once << " trial(s) it would start:\n";
   }
   if (config.trial.longest_first) {
-    out << "(order = \"longest_first\" starts the heaviest of the whole sweep first; these are "
-           "the sampler's first)\n";
+    out << "(order = \"longest_first\": the heaviest of the whole sweep first)\n";
   }
-  int64_t grid_cursor = 0;
+  // Trial k of those starting at once takes the k-th run of per_trial slots, if there is one.
+  auto place = [&](int64_t k, executor::TrialTask& task) {
+    const size_t first = static_cast<size_t>(k) * static_cast<size_t>(per_trial);
+    if (first + static_cast<size_t>(per_trial) > slots.size()) {
+      task.threads = per_trial;
+      return std::string("an agent's slots");
+    }
+    const bool gpu = slots[first].gpu;
+    task.threads = gpu ? 1 : per_trial;
+    std::string where;
+    for (size_t i = first; i < first + static_cast<size_t>(per_trial); ++i) {
+      where += (where.empty() ? "local:" : ",") + slots[i].name;
+      if (gpu) task.gpus.push_back(slots[i].device);
+    }
+    return where;
+  };
   for (int64_t k = 0; k < at_once; ++k) {
-    const int64_t n = carried + k;  // the trial's number
+    executor::TrialTask task;
+    const std::string where = place(k, task);
     // Past its startup trials (the carried ones among them), TPE proposes from the results
     // before: none yet here.
-    const bool by_tpe = config.search.algorithm == "tpe" && n >= config.search.tpe.n_startup_trials;
-    std::optional<nlohmann::json> params;
-    if (carried_points.empty()) {
-      params = sampler->Sample(n + (carry ? carry->sample_shift : 0));
-    } else {
-      do {
-        params = sampler->Sample(grid_cursor++);
-      } while (params && carried_points.contains(search::PointKey(*params)));
-    }
-    if (!params) break;
-    executor::TrialTask task;
-    task.number = n;
-    task.params = *params;
-    task.seed = TrialSeed(config.sweep.seed, n);
-    std::string where;
-    const size_t first = static_cast<size_t>(k) * static_cast<size_t>(per_trial);
-    if (first + static_cast<size_t>(per_trial) <= slots.size()) {
-      const bool gpu = slots[first].gpu;
-      task.threads = gpu ? 1 : per_trial;
-      for (size_t i = first; i < first + static_cast<size_t>(per_trial); ++i) {
-        where += (where.empty() ? "local:" : ",") + slots[i].name;
-        if (gpu) task.gpus.push_back(slots[i].device);
-      }
-    } else {
-      where = "an agent's slots";
-      task.threads = per_trial;
-    }
-    if (by_tpe) {
-      out << "trial " << n << " on " << where
+    if (config.search.algorithm == "tpe" && carried + k >= config.search.tpe.n_startup_trials) {
+      out << "trial " << carried + k << " on " << where
           << ": proposed by TPE from the results of the trials before it\n";
       continue;
     }
+    std::optional<NewTrial> drawn = source->Next([] { return std::vector<NewTrial>{}; });
+    if (!drawn) break;
+    const int64_t n = drawn->number;
+    task.number = n;
+    task.params = std::move(drawn->params);
+    task.seed = TrialSeed(config.sweep.seed, n);
+    const nlohmann::json& params = task.params;
     out << "trial " << n << " on " << where << ": "
-        << params->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        << params.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     if (config.trial.kind != TrialKind::kCommand) continue;
     task.kind = TrialKind::kCommand;
     task.settings = CommandSettings(

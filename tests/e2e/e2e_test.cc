@@ -378,6 +378,13 @@ TEST_F(E2eTest, LongestFirstStartsTheMostWorkFirstAndResumeDrawsTheRestAgain) {
     int width = params["hidden"][0].get<int>();
     return static_cast<double>(width) * params["epochs"].get<int>();
   };
+  // The dry run names the trial the run starts first.
+  Output dry = Sweep("run l.toml --dry-run");
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_NE(
+      dry.out.find("trial 7 on local:cpu0: {\"batch_size\":32,\"epochs\":40,\"hidden\":[256]}"),
+      std::string::npos)
+      << dry.out;
   pid_t pid = Start("run l.toml", "l.log");
   for (int i = 0; i < 6000; ++i) {
     if (HasTable("trials") && Query("SELECT count(*) FROM trials WHERE status = 'completed'") !=
