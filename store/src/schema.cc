@@ -141,6 +141,13 @@ UPDATE sweeps SET carried_from = COALESCE((
     ORDER BY e.id LIMIT 1)), '');
 ALTER TABLE trials ADD COLUMN bracket INTEGER;
 )sql",
+    // 9 -> 10: when the sweep's coordinator last committed, where a stopped sweep's elapsed
+    // time ends (taken for earlier sweeps from their end, or their last event).
+    R"sql(
+ALTER TABLE sweeps ADD COLUMN seen REAL;
+UPDATE sweeps SET seen = COALESCE(ended, (SELECT MAX(e.time) FROM events e
+  WHERE e.sweep_id = sweeps.id));
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion,
               "each schema version needs exactly one migration step");

@@ -40,7 +40,7 @@ std::string_view QuerySql(Query query) {
     case Query::kFindSweep:
       return "SELECT id, name, config_text, config_hash, config_path, metric, maximize, seed, "
              "status, created, ended, owner, active_s, run_options, max_trials, time_budget_s, "
-             "carried, sample_shift, carried_from FROM sweeps WHERE name = ?";
+             "carried, sample_shift, carried_from, seen FROM sweeps WHERE name = ?";
     case Query::kListSweeps:
       // Correlated subqueries so each count and best value is an index range, not a scan of the
       // sweep's trials; MIN/MAX on trials_best(sweep_id, status, objective) is one index seek.
@@ -113,7 +113,7 @@ std::string_view QuerySql(Query query) {
     case Query::kSetSweepOwner:
       return "UPDATE sweeps SET owner = ?, run_options = ? WHERE id = ?";
     case Query::kSetSweepActive:
-      return "UPDATE sweeps SET active_s = ? WHERE id = ?";
+      return "UPDATE sweeps SET active_s = ?, seen = ? WHERE id = ?";
     case Query::kSetTrialRetries:
       return "UPDATE trials SET retries = ? WHERE sweep_id = ? AND number = ?";
     case Query::kSetTrialInfo:

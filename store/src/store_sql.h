@@ -39,7 +39,7 @@ enum class Query {
   kMaxTrialNumber,     // sweep_id
   kAllReports,         // sweep_id
   kSetSweepOwner,      // owner, run_options, id
-  kSetSweepActive,     // active_s, id
+  kSetSweepActive,     // active_s, seen, id
   kSetTrialRetries,    // retries, sweep_id, number
   kDropCheckpoint,     // sweep_id, number
   kSetTrialAgentLosses,  // agent_losses, sweep_id, number

@@ -119,6 +119,7 @@ Result<SweepRecord> Store::FindSweep(std::string_view name) {
   sweep.carried = sqlite3_column_int64(stmt, 16);
   sweep.sample_shift = sqlite3_column_int64(stmt, 17);
   sweep.carried_from = ColumnText(stmt, 18);
+  sweep.seen_s = ColumnOptReal(stmt, 19);
   return sweep;
 }
 
@@ -189,9 +190,9 @@ Status Store::SetSweepCarried(int64_t sweep_id, int64_t carried, int64_t sample_
       [&](Binder& b) { b.Int(carried).Int(sample_shift).Text(from).Int(sweep_id); });
 }
 
-Status Store::SetSweepActive(int64_t sweep_id, double active_s) {
+Status Store::SetSweepActive(int64_t sweep_id, double active_s, double now_s) {
   return impl_->Update(Query::kSetSweepActive, "recording the sweep's running time",
-                       [&](Binder& b) { b.Real(active_s).Int(sweep_id); });
+                       [&](Binder& b) { b.Real(active_s).Real(now_s).Int(sweep_id); });
 }
 
 Result<RowCounts> Store::CountRows(int64_t sweep_id) {

@@ -499,7 +499,7 @@ Status Coordinator::CommitNow(double now) {
     SWEEP_RETURN_IF_ERROR(store_.SetTrialProgress(sweep_id_, rec));
   }
   progressed_.clear();
-  SWEEP_RETURN_IF_ERROR(store_.SetSweepActive(sweep_id_, ActiveSeconds(now)));
+  SWEEP_RETURN_IF_ERROR(store_.SetSweepActive(sweep_id_, ActiveSeconds(now), now));
   SWEEP_RETURN_IF_ERROR(store_.Commit());
   last_commit_s_ = now;
   paths_->DeleteDoomed(options_.log);

@@ -187,12 +187,22 @@ Result<StatusFacts> ReadStatusFacts(store::Store& st, const store::SweepRecord& 
   return facts;
 }
 
+double ElapsedSeconds(const store::SweepRecord& sweep, double now_s, bool gone) {
+  double to = now_s;
+  if (sweep.ended_s) {
+    to = *sweep.ended_s;
+  } else if ((sweep.status != store::SweepStatus::kRunning || gone) && sweep.seen_s) {
+    to = *sweep.seen_s;
+  }
+  return std::max(0.0, to - sweep.created_s);
+}
+
 void PrintStatusText(std::ostream& out, const store::SweepRecord& sweep,
                      const store::StatusCounts& counts,
                      const std::vector<store::TrialRecord>& running,
                      const std::vector<store::TrialRecord>& best, double now_s, bool gone,
                      const std::string& db) {
-  const double elapsed = (sweep.ended_s ? *sweep.ended_s : now_s) - sweep.created_s;
+  const double elapsed = ElapsedSeconds(sweep, now_s, gone);
   const auto& c = counts;
   out << "sweep " << sweep.name << " (" << store::ToString(sweep.status)
       << (gone ? ", but its coordinator is gone: `" + ResumeCommand(sweep, db) + "`" : "") << "), "

@@ -93,6 +93,10 @@ struct StatusFacts {
 };
 Result<StatusFacts> ReadStatusFacts(store::Store& st, const store::SweepRecord& sweep);
 
+// The wall time from the sweep's creation to now while a coordinator runs it, else to when it
+// ended or its coordinator last committed: a stopped sweep's clock stands still.
+double ElapsedSeconds(const store::SweepRecord& sweep, double now_s, bool gone);
+
 // The text of `sweep status`: the sweep's state and elapsed time, counts by state, the running
 // trials and their slots, the best trial. `now_s` is Unix time, for the elapsed time of a
 // sweep that has not ended; `gone`: its coordinator died (CoordinatorGone), said in its state.

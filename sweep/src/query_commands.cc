@@ -156,9 +156,9 @@ int CmdStatus(const QueryArgs& a) {
   const auto* counts = &facts->counts;
   const auto* running = &facts->running;
   const auto* best = &facts->best;
-  double elapsed = (sw->ended_s ? *sw->ended_s : UnixSeconds()) - sw->created_s;
   const auto& c = *counts;
   const bool gone = CoordinatorGone(a.db, *sw);
+  const double elapsed = ElapsedSeconds(*sw, UnixSeconds(), gone);
   if (a.json) {
     json j = {{"name", sw->name},
               {"status", store::ToString(sw->status)},

@@ -485,6 +485,30 @@ TEST_F(StoreTest, MigratingTakesTheSweepACarryCameFromFromItsStartEvent) {
   EXPECT_EQ((*(*opened)->Trial(1, 0))->bracket, std::nullopt);
 }
 
+// Version 10 keeps when a sweep's coordinator last committed; a sweep of version 9 has it from
+// its end, or else its last event (none: a sweep with no event has none).
+TEST_F(StoreTest, MigratingTakesWhenASweepWasLastSeenFromItsEndOrLastEvent) {
+  for (int v = 0; v < 9; ++v) {
+    ASSERT_NO_FATAL_FAILURE(RawExec(path_, std::string(internal::MigrationSql(v))));
+  }
+  ASSERT_NO_FATAL_FAILURE(RawExec(
+      path_,
+      "PRAGMA user_version = 9;"
+      "INSERT INTO sweeps (name, config_text, config_hash, config_path, metric, maximize, seed, "
+      "status, created, ended) VALUES ('done', 'x', 'h', 'd.toml', 'value', 0, 1, 'completed', "
+      "1.0, 50.0), ('stopped', 'x', 'h', 's.toml', 'value', 0, 1, 'interrupted', 1.0, NULL), "
+      "('bare', 'x', 'h', 'b.toml', 'value', 0, 1, 'running', 1.0, NULL);"
+      "INSERT INTO events (sweep_id, trial, from_state, to_state, detail, time) VALUES "
+      "(1, NULL, '', 'running', '', 1.0), (2, NULL, '', 'running', '', 1.0), "
+      "(2, NULL, 'running', 'interrupted', '', 30.0), (2, NULL, 'interrupted', 'running', '', "
+      "20.0);"));
+  auto opened = Store::Open(path_, OpenMode::kReadWrite);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_EQ((*opened)->FindSweep("done")->seen_s, 50.0);
+  EXPECT_EQ((*opened)->FindSweep("stopped")->seen_s, 30.0);
+  EXPECT_EQ((*opened)->FindSweep("bare")->seen_s, std::nullopt);
+}
+
 // A reader (`best`, `trials`, `status`) of an older file reads it through a migrated copy in
 // memory: the file is left as it was, for the next command that writes to migrate.
 TEST_F(StoreTest, ReadsAVersion1FileWithoutChangingIt) {
@@ -606,7 +630,7 @@ TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   ASSERT_TRUE(store_->SetTrialRetries(sweep_id_, 4, 2).ok());
   ASSERT_TRUE(store_->SetTrialAgentLosses(sweep_id_, 4, 1).ok());
   ASSERT_TRUE(store_->SetSweepOwner(sweep_id_, "123@host", "--listen 0.0.0.0:7000").ok());
-  ASSERT_TRUE(store_->SetSweepActive(sweep_id_, 12.5).ok());
+  ASSERT_TRUE(store_->SetSweepActive(sweep_id_, 12.5, 1000.25).ok());
   ASSERT_TRUE(store_->Commit().ok());
   EXPECT_EQ((*store_->Trial(sweep_id_, 4))->retries, 2);
   EXPECT_EQ((*store_->Trial(sweep_id_, 4))->agent_losses, 1);
@@ -620,6 +644,7 @@ TEST_F(StoreTest, OwnerActiveTimeAndRetriesRoundTrip) {
   EXPECT_EQ(sweep->owner, "123@host");
   EXPECT_EQ(sweep->run_options, "--listen 0.0.0.0:7000");
   EXPECT_EQ(sweep->active_s, 12.5);
+  EXPECT_EQ(sweep->seen_s, 1000.25);
   EXPECT_EQ(sweep->max_trials, std::nullopt);  // the config's, until a resume gives another
   EXPECT_EQ(sweep->time_budget_s, std::nullopt);
   EXPECT_EQ(store_->SetTrialRetries(sweep_id_, 99, 1).code(), Status::Code::kNotFound);

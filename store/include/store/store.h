@@ -19,7 +19,7 @@
 namespace sweep::store {
 
 // Current schema version, kept in PRAGMA user_version.
-inline constexpr int kSchemaVersion = 9;
+inline constexpr int kSchemaVersion = 10;
 
 enum class TrialStatus { kPending, kRunning, kCompleted, kPruned, kFailed, kInterrupted };
 // "pending", "running", "completed", "pruned", "failed", "interrupted".
@@ -59,6 +59,7 @@ struct SweepRecord {
   std::optional<double> ended_s;
   std::string owner;        // "pid@host" of the process that runs or last ran it
   double active_s = 0;      // seconds it has been run for, over every run and resume
+  std::optional<double> seen_s;  // when its coordinator last committed (with active_s)
   std::string run_options;  // that process's agent flags, as in NewSweep
   // A budget given to `sweep resume` in place of the config's (none: the config's).
   std::optional<int64_t> max_trials;
@@ -213,7 +214,7 @@ class Store {
   // The trial's checkpoint is no longer kept (its file is deleted once this commits).
   Status DropTrialCheckpoint(int64_t sweep_id, int64_t number);
   Status SetSweepOwner(int64_t sweep_id, std::string_view owner, std::string_view run_options);
-  Status SetSweepActive(int64_t sweep_id, double active_s);
+  Status SetSweepActive(int64_t sweep_id, double active_s, double now_s);
   // The budget a resume extends the sweep to, kept for its later resumes (none: the config's).
   Status SetSweepBudget(int64_t sweep_id, std::optional<int64_t> max_trials,
                         std::optional<double> time_budget_s);
