@@ -48,7 +48,24 @@ int CmdBest(const QueryArgs& a, int64_t top) {
     if (!all.ok()) return Fail(all.status());
     report::WriteCsv(std::cout, report::TrialsTable(*trials, *all));
   } else if (trials->empty()) {
-    std::cout << "no completed trial with a value of " << sw->metric << " yet\n";
+    std::cout << "no completed trial with a value of " << sw->metric;
+    const bool live = sw->status == store::SweepStatus::kRunning && !CoordinatorGone(a.db, *sw);
+    auto counts = (*st)->CountByStatus(sw->id);
+    if (!counts.ok()) return Fail(counts.status());
+    // Where the trials went, and where to look: waiting helps only a sweep that runs.
+    std::string ended;
+    for (const auto& [n, what] : {std::pair{counts->failed, "failed"},
+                                  {counts->interrupted, "interrupted"},
+                                  {counts->pruned, "pruned"}}) {
+      if (n > 0) ended += (ended.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+    }
+    std::cout << (live ? " yet" : "") << (ended.empty() ? "" : " (" + ended + ")");
+    if (counts->failed > 0) {
+      std::cout << "; their errors: " << SweepCommand("trials", sw->name, a.db, "--status failed");
+    } else if (counts->interrupted > 0) {
+      std::cout << "; why: " << SweepCommand("trials", sw->name, a.db, "--status interrupted");
+    }
+    std::cout << "\n";
   } else {
     PrintTrialsTable(std::cout, *trials, sw->metric);
   }

@@ -243,7 +243,6 @@ bool Coordinator::MetricNeverReported(int64_t number, const RunningTrial& t, Tri
   }
   std::string list;
   for (const std::string& n : others) list += (list.empty() ? "'" : ", '") + n + "'";
-  if (t.metric_not_number) list += (list.empty() ? "'" : ", '") + metric + "'";
   std::string hint = DidYouMean(metric, others);
   // "val_accuracy" for "val_acc": too far apart to be a typo, but one begins the other.
   for (size_t i = 0; hint.empty() && i < others.size(); ++i) {
@@ -253,14 +252,24 @@ bool Coordinator::MetricNeverReported(int64_t number, const RunningTrial& t, Tri
       hint = n;
     }
   }
-  metric_missing_ =
+  const std::string ended =
       "trial " + std::to_string(number) +
-      (status == TrialStatus::kFailed && error.find("never reported") == std::string::npos
+      (status == TrialStatus::kFailed && error.find("never reported") == std::string::npos &&
+               error.find("never a number") == std::string::npos
            ? " failed (" + executor::Abbreviate(error, 200) + ")"
            : " ended") +
-      " without reporting the sweep's metric '" + metric + "'" +
-      (t.metric_not_number ? " as a number (it came only as text, a bool, null or a list)" : "") +
-      "; it reported " + list + (hint.empty() ? "" : " (did you mean metric = \"" + hint + "\"?)") +
+      " without reporting the sweep's metric '" + metric + "'";
+  // The name is right and only its type is wrong: the config is not at fault.
+  if (t.metric_not_number) {
+    metric_missing_ = ended +
+                      " as a number (it came only as text, a bool, null or a list): report it "
+                      "as a JSON number, e.g. \"" +
+                      metric + "\": 0.9, and resume (this trial runs again)";
+    return true;
+  }
+  metric_missing_ =
+      ended + "; it reported " + list +
+      (hint.empty() ? "" : " (did you mean metric = \"" + hint + "\"?)") +
       ". A wrong [sweep] metric in the config: start the fixed config under a new name "
       "(--name). A wrong name in the program's reports: fix it and resume (this trial runs "
       "again)";

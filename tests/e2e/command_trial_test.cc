@@ -340,6 +340,12 @@ cpu_slots = 1
             (std::vector<std::vector<std::string>>{{"0", "interrupted"}}));
   EXPECT_NE(Query("SELECT error FROM trials")[0][0].find("never reported the sweep's metric"),
             std::string::npos);
+  // `best` of the stopped sweep says where its trial went, not that one may come.
+  Output best = Sweep("best misspelt");
+  EXPECT_EQ(best.code, 0) << best.err;
+  EXPECT_EQ(best.out,
+            "no completed trial with a value of val_accuracy (1 interrupted); why: sweep trials "
+            "misspelt --status interrupted\n");
 
   // The program fixed, the sweep goes on from that trial.
   WriteProgram("r.sh", "#!/bin/sh\necho 'sweep-report {\"epoch\": 1, \"val_accuracy\": 0.5}'\n");
@@ -363,9 +369,11 @@ command = ["./t.sh"]
   Output text = Sweep("run t.toml");
   EXPECT_EQ(text.code, 1) << text.err;
   EXPECT_NE(text.err.find("without reporting the sweep's metric 'score' as a number (it came "
-                          "only as text, a bool, null or a list)"),
+                          "only as text, a bool, null or a list): report it as a JSON number"),
             std::string::npos)
       << text.err;
+  // Its name is right: no advice to rename the config's metric.
+  EXPECT_EQ(text.err.find("A wrong [sweep] metric"), std::string::npos) << text.err;
 }
 
 // --dry-run checks the config, prints the first trials with the argv and environment their
