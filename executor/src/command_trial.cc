@@ -502,7 +502,27 @@ class CommandRun {
                         ", which stands: give `epoch` on a step's first line (or on none)");
       warned_epoch_ = true;
     }
+    if (!checked_gap_ && *step > numbering_.stored_step) NoteSkippedEpochs(err_log, r);
     Emit(*step, epoch, r, why_stopped);
+  }
+
+  // A run again's first new report against the last kept one: a program that
+  // went on from its own checkpoint past reports lost with the earlier worker (still in its
+  // pipe at a kill -9) leaves a gap in the epochs, which is said, as nothing else shows it.
+  // Epochs a step apart on average, and a jump of over 1.5 of those, make a gap.
+  void NoteSkippedEpochs(int err_log, const CommandReport& r) {
+    checked_gap_ = true;
+    const int64_t kept = numbering_.stored_step;
+    const double last = numbering_.stored_epoch;
+    if (kept < 2 || !r.epoch || last <= 0) return;
+    const double per_step = last / static_cast<double>(kept);
+    if (*r.epoch - last <= 1.5 * per_step) return;
+    Note(err_log, "[sweep] " + Now() + " this run's first new report is epoch " +
+                      FormatNumber(*r.epoch) + ", and the last kept one (step " +
+                      std::to_string(kept) + ") epoch " + FormatNumber(last) +
+                      ": the program went on from a state of its own past reports that an "
+                      "earlier run printed but lost with its worker (lines still in its pipe); "
+                      "the epochs between are missing");
   }
 
   // A report read, to the coordinator: NaN and infinity as null (in the sweep's metric, the
@@ -616,6 +636,7 @@ class CommandRun {
   bool warned_ignored_ = false;
   bool warned_late_ = false;
   bool warned_epoch_ = false;       // a later line of a step gave another epoch
+  bool checked_gap_ = false;        // NoteSkippedEpochs ran
   int64_t inside_line_ = 0;         // the first stdout line with a report after other text; 0: none
   bool metric_not_number_ = false;  // a report had the sweep's metric as a string, bool, ...
   bool metric_seen_ = false;        // a report had the sweep's metric

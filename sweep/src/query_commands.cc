@@ -139,7 +139,11 @@ int CmdTrials(const QueryArgs& a, const std::string& status, const std::string& 
       // Named as the tables name them: "trial", not the store's "number".
       std::vector<std::string> all = {"trial"};
       all.insert(all.end(), columns.begin() + 1, columns.end());
-      all.insert(all.end(), metrics.begin(), metrics.end());
+      // A bare name that is also a hyperparameter sorts by that: such a metric is metric.NAME.
+      for (const auto& m : metrics) {
+        const bool shadowed = std::find(params.begin(), params.end(), m) != params.end();
+        all.push_back((shadowed ? "metric." : "") + m);
+      }
       for (const auto& p : params) all.push_back("param." + p);
       std::string list;
       for (const auto& k : all) list += (list.empty() ? "" : ", ") + k;

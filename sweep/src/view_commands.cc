@@ -283,15 +283,25 @@ void WriteRow(std::ostream& out, int width, const std::string& key, const std::s
       }
     }
     size_t cut = rest.size();
+    bool whole_word = false;
     if (report::DisplayWidth(rest) > room) {
       cut = report::ClipColumns(rest, room).size();
       // Break between "key value" pairs (two spaces) before breaking inside one.
       size_t space = rest.rfind("  ", cut);
       if (space == std::string::npos || space <= cut / 2) space = rest.rfind(' ', cut);
-      if (space != std::string::npos && space > cut / 2) cut = space;
+      if (space != std::string::npos && space > cut / 2) {
+        cut = space;
+      } else {
+        // A word longer than the room (a path) stays whole, for the terminal to wrap: a path
+        // broken by a line break would be copied broken.
+        cut = std::min(rest.find_first_of(" \n", cut), rest.size());
+        whole_word = true;
+      }
     }
-    out << report::ClipColumns(head + rest.substr(0, cut), clip) << "\n";
+    const std::string line = head + rest.substr(0, cut);
+    out << (whole_word ? line : report::ClipColumns(line, clip)) << "\n";
     rest = rest.substr(cut);
+    if (whole_word && !rest.empty() && rest.front() == '\n') rest.erase(0, 1);
     while (!rest.empty() && rest.front() == ' ') rest.erase(0, 1);
     head = std::string(indent, ' ');
   } while (!rest.empty());

@@ -764,6 +764,11 @@ TEST_F(E2eTest, SortKeyNamedByBothAParameterAndAMetric) {
   EXPECT_EQ(order("param.x"), (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(order("metric.x"), (std::vector<int64_t>{3, 2, 1}));  // 10 - x
   EXPECT_EQ(order("-metric.x"), (std::vector<int64_t>{1, 2, 3}));
+  // The keys an unknown one lists name the metric as it sorts.
+  Output unknown = Sweep("trials both --sort y");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.err.find("epochs, score, metric.x, param.x)"), std::string::npos)
+      << unknown.err;
 }
 
 TEST_F(E2eTest, AshaPrunesTrialsWithTheirRungAndReason) {

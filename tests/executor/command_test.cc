@@ -446,6 +446,33 @@ TEST_F(CommandTrialTest, ARunAgainReportsWhatTheStoreLostAsNumberedLive) {
   EXPECT_NE(runs.find("\"stored_epoch\":2.0,\"stored_step\":3"), std::string::npos) << runs;
 }
 
+// A run again whose program goes on from its own state past reports the store and stdout.log
+// lost (still in the pipe when its worker died) says that its epochs have a gap; one that goes
+// on where the kept reports end says nothing.
+TEST_F(CommandTrialTest, ARunAgainSaysWhenItsEpochsSkipPastTheKeptOnes) {
+  for (const int next : {225, 221}) {
+    const std::string folder = dir_ + "/trial-" + std::to_string(next);
+    std::filesystem::create_directories(folder);
+    TrialTask task = ShellTask("echo 'sweep-report {\"epoch\": " + std::to_string(next) +
+                               ", \"val_acc\": 0.5}'");
+    task.number = next;
+    task.settings["trial_dir"] = folder;
+    task.stored_step = 220;
+    task.stored_epoch = 220;
+    task.stored_metric = true;
+    task.fresh = false;
+    Run run = RunIt(task);
+    ASSERT_EQ(run.outcome.kind, TrialOutcome::Kind::kCompleted) << run.outcome.error;
+    ASSERT_EQ(run.reports.size(), 1u);
+    EXPECT_EQ(std::get<0>(run.reports[0]), 221);
+    const std::string err = Read(folder + "/stderr.log");
+    const bool said = err.find(
+                          "this run's first new report is epoch 225, and the last kept one "
+                          "(step 220) epoch 220") != std::string::npos;
+    EXPECT_EQ(said, next == 225) << err;
+  }
+}
+
 // Runs recorded by an earlier version, which numbered every line as a report of its own, are
 // read back as they were numbered live: two lines of one epoch are two steps there.
 TEST_F(CommandTrialTest, ARunAgainNumbersAnEarlierVersionsRunsAsItDid) {
