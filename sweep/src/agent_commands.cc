@@ -220,7 +220,7 @@ class AgentCommandsImpl final : public AgentCommands {
     agent_cmd_->add_option("--token-file", args_.token_file, "the shared secret");
     agent_cmd_->add_option("--gpus", args_.gpus, "GPUs to offer, e.g. 0,1 (default: all)");
     agent_cmd_->add_option("--cpu-slots", args_.cpu_slots, "CPU slots to offer (no GPU)")
-        ->check(CLI::Range(1, 1024));
+        ->check(WholeNumber(1, 1024));
     agent_cmd_->add_option("--name", args_.name, "name in placements (default: host name)");
     agent_cmd_->add_flag(
         "--stay", args_.stay,

@@ -53,15 +53,15 @@ class ClusterCommands final : public CommandGroup {
     submit_ = slurm_->add_subcommand("submit", "submit one job array of agents (sbatch)");
     submit_->add_option("--agents", job_.agents, "array tasks, one agent each")
         ->required()
-        ->check(CLI::Range(1, 100000));
+        ->check(WholeNumber(1, 100000));
     submit_->add_option("--gpus-per-agent", job_.gpus_per_agent, "GPUs each task asks for")
-        ->check(CLI::Range(0, 64));
+        ->check(WholeNumber(0, 64));
     submit_->add_option("--gpu-request", job_.gpu_request,
                         "how GPUs are asked for: gres (--gres=gpu:K) or gpus (--gpus=K)");
     submit_
         ->add_option("--cpu-slots", job_.cpu_slots,
                      "CPU slots per agent (--cpus-per-task); without GPUs, what it offers")
-        ->check(CLI::Range(0, 1024));
+        ->check(WholeNumber(0, 1024));
     submit_->add_option("--time", job_.time, "each task's time limit, e.g. 4:00:00");
     submit_->add_option("--partition", job_.partition, "Slurm partition");
     submit_->add_option("--account", job_.account, "Slurm account");
@@ -116,12 +116,12 @@ class ClusterCommands final : public CommandGroup {
     render_->add_option("CONFIG", config_path_, "sweep config (TOML)")->required();
     render_->add_option("--agents", k8s_sweep_.agents, "agent pods (an Indexed Job)")
         ->required()
-        ->check(CLI::Range(1, 100000));
+        ->check(WholeNumber(1, 100000));
     render_->add_option("--gpus-per-agent", k8s_sweep_.gpus_per_agent, "nvidia.com/gpu per agent")
-        ->check(CLI::Range(0, 64));
+        ->check(WholeNumber(0, 64));
     render_
         ->add_option("--cpu-slots", k8s_sweep_.cpu_slots, "CPU slots per agent, when it has no GPU")
-        ->check(CLI::Range(0, 1024));
+        ->check(WholeNumber(0, 1024));
     render_->add_option("--image", k8s_sweep_.image, "an image with sweep on its PATH")->required();
     render_->add_option("--namespace", k8s_sweep_.ns, "the namespace");
     render_->add_option("--queue", k8s_sweep_.queue, "Kueue's LocalQueue for the agents");

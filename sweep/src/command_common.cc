@@ -2,7 +2,10 @@
 // binary's path, and the UTF-8 check of paths.
 #include "command_common.h"
 
+#include <CLI/CLI.hpp>
+#include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <system_error>
 
@@ -71,6 +74,26 @@ Status CheckTextPath(const std::string& what, const std::string& path) {
       (IsValidUtf8(path) ? ": its full path " + Utf8Text(full) : std::string()) +
       " is not valid UTF-8; sweep keeps paths as text (in its store, its tasks and --json): "
       "rename the folder, or reach it through a link whose name is UTF-8");
+}
+
+CLI::Validator WholeNumber(int64_t min, std::optional<int64_t> max) {
+  const std::string range =
+      max ? std::to_string(min) + " to " + std::to_string(*max) : std::to_string(min) + " or more";
+  return CLI::Validator(
+      [min, max](const std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long value = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || end != text.c_str() + text.size() || text.front() == ' ') {
+          return "'" + text + "' is not a whole number";
+        }
+        const bool low = errno == ERANGE ? text.front() == '-' : value < min;
+        const bool high = errno == ERANGE ? !low : max && value > *max;
+        if (low) return text + " is below " + std::to_string(min);
+        if (high) return text + (max ? " is over " + std::to_string(*max) : " is too large");
+        return "";
+      },
+      range);
 }
 
 }  // namespace sweep

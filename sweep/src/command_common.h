@@ -5,10 +5,15 @@
 #define SWEEP_SWEEP_COMMAND_COMMON_H_
 
 #include <atomic>
+#include <cstdint>
 #include <optional>
 #include <string>
 
 #include "base/status.h"
+
+namespace CLI {
+class Validator;
+}  // namespace CLI
 
 namespace sweep {
 
@@ -43,6 +48,11 @@ std::string SelfExe(const char* argv0);
 // The store, the workers' tasks and --json carry paths as JSON text, which is UTF-8: a path
 // (made absolute, as they carry it) that is not is refused where it enters, by name.
 Status CheckTextPath(const std::string& what, const std::string& path);
+
+// A check of an option that takes a whole number from `min` to `max` (nullopt: no bound above),
+// whose refusal says which rule the value broke: "'abc' is not a whole number", "0 is below
+// 1", rather than one range for every mistake.
+CLI::Validator WholeNumber(int64_t min, std::optional<int64_t> max = std::nullopt);
 
 }  // namespace sweep
 

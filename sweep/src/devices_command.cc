@@ -85,7 +85,7 @@ class DevicesCommandImpl final : public CommandGroup {
         app.add_subcommand("devices", "the GPUs (or CPU slots) trials would run on here");
     devices_cmd_->add_flag("--json", json_, "print JSON");
     devices_cmd_->add_option("--cpu-slots", cpu_slots_, "CPU slots where there is no GPU")
-        ->check(CLI::Range(1, 4096));
+        ->check(WholeNumber(1, 4096));
   }
 
   std::optional<int> Run() override {

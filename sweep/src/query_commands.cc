@@ -270,9 +270,7 @@ class QueryCommandsImpl final : public CommandGroup {
   explicit QueryCommandsImpl(CLI::App& app) {
     best_cmd_ = app.add_subcommand("best", "the best trials by the sweep's metric");
     AddQueryOptions(best_cmd_, true, true);
-    best_cmd_->add_option("--top", top_, "how many")
-        ->capture_default_str()
-        ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+    best_cmd_->add_option("--top", top_, "how many")->capture_default_str()->check(WholeNumber(1));
     best_cmd_->footer("Example: sweep best fashion-mlp --top 3 --json");
     trials_cmd_ = app.add_subcommand("trials", "all trials of a sweep");
     AddQueryOptions(trials_cmd_, true, true);

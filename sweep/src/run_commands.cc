@@ -419,7 +419,7 @@ class RunCommandsImpl final : public CommandGroup {
     resume_cmd_
         ->add_option("--max-initial-failures", max_initial_failures_,
                      "this run's [trial] max_initial_failures (0: go on whatever fails)")
-        ->check(CLI::Range(0, 1000000000));
+        ->check(WholeNumber(0, 1000000000));
     resume_cmd_->add_option(
         "--max-trials", more_trials_,
         "a new max_trials: the total, or +N for N more (a completed sweep too)");

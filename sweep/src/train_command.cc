@@ -109,8 +109,14 @@ Result<executor::TrialTask> MakeTrainTask(const SweepConfig& cfg, const std::str
     }
   }
   if (cfg.trial.kind == TrialKind::kFunction && !varied->empty()) {
-    return Status::InvalidArgument("give a value for " + varied->front() + " with --set " +
-                                   varied->front() + "=VALUE");
+    // Each one missing, so that one more try runs.
+    std::string names, flags;
+    for (size_t i = 0; i < varied->size(); ++i) {
+      const std::string& name = (*varied)[i];
+      names += (i == 0 ? "" : i + 1 == varied->size() ? " and " : ", ") + name;
+      flags += (i == 0 ? "--set " : " --set ") + name + "=VALUE";
+    }
+    return Status::InvalidArgument("give a value for " + names + " with " + flags);
   }
   return task;
 }
@@ -297,7 +303,7 @@ class TrainCommandImpl final : public CommandGroup {
     train_cmd_->add_option("CONFIG", config_path_, "sweep config (TOML)")->required();
     train_cmd_->add_option("--set", sets_, "KEY=VALUE hyperparameter (a TOML value); repeatable");
     train_cmd_->add_option("--threads", threads_, "CPU threads (default: [trial] gpus)")
-        ->check(CLI::Range(1, 1024));
+        ->check(WholeNumber(1, 1024));
     train_cmd_->add_flag("--json", json_, "print one JSON object at the end");
     train_cmd_->footer(
         "Example: sweep train configs/quickstart.toml --set lr=0.05 --set hidden=[256,128]");

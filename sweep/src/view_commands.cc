@@ -638,7 +638,10 @@ int CmdWatch(const std::string& db, const std::string& name, double interval_s) 
                 << ResumeCommand(*sw, db) << "`\n";
       return kExitRuntime;
     }
-    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+    // A coordinator found gone is looked for again soon, not a whole interval later: the
+    // second look only rules out one caught between its lock and its row.
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(gone ? std::min(interval_s, 0.25) : interval_s));
   }
 }
 
@@ -702,7 +705,7 @@ class ViewCommandsImpl final : public ViewCommands {
                             "HTML file (default: NAME.html; - for stdout)");
     report_cmd_->add_option("--top", report_.top, "learning curves of this many best trials")
         ->capture_default_str()
-        ->check(CLI::Range(1, 1000));
+        ->check(WholeNumber(1, 1000));
     AddDbOption(*report_cmd_, report_.db, "SQLite file", true);
     report_cmd_->footer("Example: sweep report fashion-mlp -o report.html");
 

@@ -933,6 +933,9 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
       {"train b.toml --set x1 --set x2=1", kUsage, {"sweep: --set x1: expected KEY=VALUE"}},
       {"train b.toml --set =1", kUsage, {"sweep: --set =1: expected KEY=VALUE"}},
       {"train b.toml --set x1=1", kUsage, {"sweep: give a value for x2 with --set x2=VALUE"}},
+      {"train b.toml",
+       kUsage,
+       {"sweep: give a value for x1 and x2 with --set x1=VALUE --set x2=VALUE"}},
       {"train b.toml --set x1=nan --set x2=1", kUsage, {"sweep: --set x1=nan: expected a finite"}},
       {"train b.toml --set x1=inf --set x2=1", kUsage, {"sweep: --set x1=inf: expected a finite"}},
       {"train b.toml --set x1=1 --set x2=2 --threads -3", kUsage, {"--threads"}},
@@ -981,7 +984,7 @@ TEST_F(BadInputTest, TrainRefusesBadSetValues) {
        kUsage,
        {"sweep: --set dataset={ train_images = \"train-images\", train_labels = \"gone\" }: "
         "train_labels: no such file 'gone'"}},
-      {"train t.toml --threads 2000", kUsage, {"--threads: Value 2000 not in range 1 to 1024"}},
+      {"train t.toml --threads 2000", kUsage, {"--threads: 2000 is over 1024"}},
       // values that are fine alone but not together, refused before anything runs
       {"train t.toml --set nesterov=true --set momentum=0",
        kUsage,
@@ -1221,7 +1224,11 @@ TEST_F(BadInputTest, QueriesOnUnknownSweeps) {
         "failed or interrupted"}},
       {"best branin --json --csv", kUsage, {"--json excludes --csv"}},
       {"best brannin", kUsage, {"did you mean 'branin'?"}},
-      {"best branin --top 0", kUsage, {"--top: Value 0 not in range 1 to"}},
+      {"best branin --top 0", kUsage, {"--top: 0 is below 1"}},
+      {"best branin --top abc", kUsage, {"--top: 'abc' is not a whole number"}},
+      {"best branin --top 99999999999999999999",
+       kUsage,
+       {"--top: 99999999999999999999 is too large"}},
       {"trials branin --sort bogus", kUsage, {"--sort", "bogus"}},
       {"frobnicate branin", kUsage, {"frobnicate"}},
       // A job id and nothing else reaches scancel or squeue: `-u` would cancel every job of
