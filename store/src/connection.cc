@@ -29,7 +29,7 @@ Store::Impl::~Impl() {
       // while it reads (milliseconds, for ours), so this waits up to 2 s for the readers to
       // finish; one that keeps a snapshot longer leaves the log for the next writer.
       sqlite3_busy_timeout(db, 2000);
-      sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr);
+      FoldLog();
     }
     sqlite3_close_v2(db);
   }

@@ -20,6 +20,13 @@ std::optional<FileId> IdOf(const std::string& path) {
   return FileId{st.st_dev, st.st_ino};
 }
 
+Store::Impl::Folded Store::Impl::FoldLog() {
+  Folded folded;
+  folded.rc = sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_TRUNCATE, &folded.frames,
+                                        &folded.copied);
+  return folded;
+}
+
 // The write-ahead log deleted under this writer (a clean-up's `rm *-wal`): SQLite goes on
 // committing into the deleted file, where no reader sees the commits and a crash loses them.
 // They are moved into the database file at once (a checkpoint, through the open log), and
@@ -30,10 +37,9 @@ Status Store::Impl::CheckLogStillThere() {
   // Every frame of the log into the file: a reader's snapshot can hold the checkpoint back
   // (it says so in the frame counts and SQLITE_BUSY, which the PRAGMA's result code hides),
   // and is waited for as any lock is.
-  int frames = -1, copied = -1;
-  const int rc =
-      sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_TRUNCATE, &frames, &copied);
-  if (rc != SQLITE_OK || frames != copied) {
+  const Folded folded = FoldLog();
+  if (!folded.whole()) {
+    const int frames = folded.frames, copied = folded.copied;
     return Status::IoError(
         path + ": its write-ahead log " + path +
         "-wal was deleted while this sweep wrote to it, and its commits could not all be moved "

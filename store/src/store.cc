@@ -156,12 +156,12 @@ Status Store::Commit() { return impl_->CommitBatch(); }
 Result<bool> Store::FoldLog() {
   if (impl_->read_only || impl_->file_lost) return true;
   SWEEP_RETURN_IF_ERROR(Commit());
-  int frames = -1, copied = -1;
-  const int rc =
-      sqlite3_wal_checkpoint_v2(impl_->db, nullptr, SQLITE_CHECKPOINT_TRUNCATE, &frames, &copied);
-  if (rc == SQLITE_BUSY) return false;
-  if (rc != SQLITE_OK) return impl_->Error(rc, "moving the write-ahead log into the file");
-  return frames == copied;
+  const Impl::Folded folded = impl_->FoldLog();
+  if (folded.rc == SQLITE_BUSY) return false;
+  if (folded.rc != SQLITE_OK) {
+    return impl_->Error(folded.rc, "moving the write-ahead log into the file");
+  }
+  return folded.whole();
 }
 
 void Store::WaitForLocks(LockWait wait) {

@@ -179,6 +179,14 @@ struct Store::Impl {
   }
 
   // ---- the file under this writer (file_watch.cc) ----
+  // Every frame of the write-ahead log into the file, and the log emptied: SQLite's result
+  // code, and the log's frames and those copied (fewer: a reader's snapshot held some back).
+  struct Folded {
+    int rc = SQLITE_OK;
+    int frames = -1, copied = -1;
+    bool whole() const { return rc == SQLITE_OK && frames == copied; }
+  };
+  Folded FoldLog();
   Status CheckLogStillThere();
   Status CheckStillTheFile();
   std::string CutShort(off_t size) const;
