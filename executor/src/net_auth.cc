@@ -196,4 +196,14 @@ Result<std::pair<std::string, int>> ParseHostPort(std::string_view text) {
   return std::make_pair(host, value);
 }
 
+Result<std::pair<std::string, int>> ParseConnectAddress(std::string_view text) {
+  SWEEP_ASSIGN_OR_RETURN(auto host_port, ParseHostPort(text));
+  if (host_port.second == 0) {
+    return Status::InvalidArgument("'" + std::string(text) +
+                                   "': port 0 is a listener's \"any free port\"; give the port "
+                                   "the coordinator listens on, as `sweep run --listen` prints it");
+  }
+  return host_port;
+}
+
 }  // namespace sweep::executor::net

@@ -122,7 +122,7 @@ std::vector<executor::Slot> UnseenGpuSlots(int k) {
 
 int CmdAgent(const AgentArgs& a, const char* argv0) {
   namespace ex = executor;
-  auto host_port = ex::net::ParseHostPort(a.connect);
+  auto host_port = ex::net::ParseConnectAddress(a.connect);
   if (!host_port.ok()) {
     return Fail(host_port.status().WithMessage("--connect " + host_port.status().message()));
   }

@@ -379,6 +379,8 @@ TEST_F(AgentsTest, StartUpRefusals) {
       {"agent --connect 127.0.0.1:70000 --token-file tok",
        "--connect '127.0.0.1:70000': the port must be a number in 0..65535"},
       {"agent --connect :7000 --token-file tok", "--connect ':7000': no host"},
+      {"agent --connect 127.0.0.1:0 --token-file tok",
+       "--connect '127.0.0.1:0': port 0 is a listener's \"any free port\""},
       {"agent --connect 127.0.0.1:7000 --token-file open-token",
        "token file open-token is accessible by group or others"},
       {"agent --connect 192.0.2.1:7000",

@@ -55,6 +55,8 @@ Status ValidateListen(std::string_view host, bool has_token);
 // "HOST:PORT" or "[IPV6]:PORT" -> (host, port). InvalidArgument naming the text when the port
 // is missing, not a number, or outside 0..65535 (0 lets the listener pick one).
 Result<std::pair<std::string, int>> ParseHostPort(std::string_view text);
+// An address to connect to: as ParseHostPort, and port 0 (a listener's "any free port") refused.
+Result<std::pair<std::string, int>> ParseConnectAddress(std::string_view text);
 // The other way: "HOST:PORT", an IPv6 address in brackets, as --listen and --connect take it.
 std::string FormatHostPort(const std::string& host, int port);
 

@@ -165,7 +165,7 @@ Status CheckSlurmJob(const SlurmJob& job) {
         "--connect: give the coordinator's HOST:PORT, as `sweep run ... --listen` prints it");
   }
   // What `sweep agent` would refuse, refused here: every task of the array would end at once.
-  if (auto host_port = executor::net::ParseHostPort(job.connect); !host_port.ok()) {
+  if (auto host_port = executor::net::ParseConnectAddress(job.connect); !host_port.ok()) {
     return host_port.status().WithMessage("--connect " + host_port.status().message());
   }
   if (!job.retry_for.empty()) SWEEP_RETURN_IF_ERROR(ParseRetryFor(job.retry_for).status());
