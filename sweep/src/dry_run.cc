@@ -107,9 +107,8 @@ Status DryRun(const SweepConfig& config, const RunOptions& options, const std::s
     task.number = n;
     task.params = std::move(drawn->params);
     task.seed = TrialSeed(config.sweep.seed, n);
-    const nlohmann::json& params = task.params;
     out << "trial " << n << " on " << where << ": "
-        << params.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        << task.params.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     if (config.trial.kind != TrialKind::kCommand) continue;
     task.kind = TrialKind::kCommand;
     task.settings = CommandSettings(

@@ -235,23 +235,7 @@ bool Coordinator::MetricNeverReported(int64_t number, const RunningTrial& t, Tri
     return false;
   }
   if (!metric_missing_.empty()) return true;
-  // The names it reported besides the metric (which it may have sent as text).
   const std::string& metric = config_.sweep.metric;
-  std::vector<std::string> others;
-  for (const auto& [k, v] : t.metrics.items()) {
-    if (k != metric) others.push_back(k);
-  }
-  std::string list;
-  for (const std::string& n : others) list += (list.empty() ? "'" : ", '") + n + "'";
-  std::string hint = DidYouMean(metric, others);
-  // "val_accuracy" for "val_acc": too far apart to be a typo, but one begins the other.
-  for (size_t i = 0; hint.empty() && i < others.size(); ++i) {
-    const std::string& n = others[i];
-    if (std::min(n.size(), metric.size()) >= 3 &&
-        (n.starts_with(metric) || metric.starts_with(n))) {
-      hint = n;
-    }
-  }
   const std::string ended =
       "trial " + std::to_string(number) +
       (status == TrialStatus::kFailed && error.find("never reported") == std::string::npos &&
@@ -266,6 +250,22 @@ bool Coordinator::MetricNeverReported(int64_t number, const RunningTrial& t, Tri
                       "as a JSON number, e.g. \"" +
                       metric + "\": 0.9, and resume (this trial runs again)";
     return true;
+  }
+  // The names it reported besides the metric.
+  std::vector<std::string> others;
+  for (const auto& [k, v] : t.metrics.items()) {
+    if (k != metric) others.push_back(k);
+  }
+  std::string list;
+  for (const std::string& n : others) list += (list.empty() ? "'" : ", '") + n + "'";
+  std::string hint = DidYouMean(metric, others);
+  // "val_accuracy" for "val_acc": too far apart to be a typo, but one begins the other.
+  for (size_t i = 0; hint.empty() && i < others.size(); ++i) {
+    const std::string& n = others[i];
+    if (std::min(n.size(), metric.size()) >= 3 &&
+        (n.starts_with(metric) || metric.starts_with(n))) {
+      hint = n;
+    }
   }
   metric_missing_ =
       ended + "; it reported " + list +

@@ -57,10 +57,10 @@ struct SweepRecord {
   SweepStatus status = SweepStatus::kRunning;
   double created_s = 0;
   std::optional<double> ended_s;
-  std::string owner;        // "pid@host" of the process that runs or last ran it
-  double active_s = 0;      // seconds it has been run for, over every run and resume
+  std::string owner;             // "pid@host" of the process that runs or last ran it
+  double active_s = 0;           // seconds it has been run for, over every run and resume
   std::optional<double> seen_s;  // when its coordinator last committed (with active_s)
-  std::string run_options;  // that process's agent flags, as in NewSweep
+  std::string run_options;       // that process's agent flags, as in NewSweep
   // A budget given to `sweep resume` in place of the config's (none: the config's).
   std::optional<int64_t> max_trials;
   std::optional<double> time_budget_s;
